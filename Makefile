@@ -1,0 +1,47 @@
+# assure: `make demo` runs the example specs in real sandboxes; `make test` runs every test.
+# Both set up what they need: a virtualenv, the Python packages, the images.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install images test unit demo bench gc clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# The base image is bootstrapped with debootstrap when no registry answers; as root on a
+# Debian-like host we install that one tool if it is missing.
+images: install
+	@if ! command -v debootstrap >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing debootstrap (needed to build the base image without a registry)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; \
+	fi
+	$(BIN)/assure images build
+
+test: images
+	$(BIN)/python -m pytest -q
+
+unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+demo: images
+	@status=0; for spec in benign escape network; do \
+		$(BIN)/assure run --expect specs/examples/$$spec.yaml || status=1; \
+	done; exit $$status
+
+bench: images
+	$(BIN)/python bench/e2e.py
+	$(BIN)/python bench/gateway_latency.py
+	$(BIN)/python bench/snapshot_bench.py
+
+gc: install
+	$(BIN)/assure gc
+
+clean:
+	rm -rf $(VENV) .assure .pytest_cache

@@ -1,0 +1,227 @@
+"""One attempt: fresh workspace, gateway + agent containers, collect, verify. Always cleaned up.
+
+prepare -> start -> run -> stop -> collect -> verify. Whatever happens (agent failure,
+deadline, Docker error, Ctrl-C), every container and volume of the attempt is removed
+before this returns or raises. The verdict comes from `verify.judge`, the same function
+`assure verify` runs offline on the run directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import store
+from .chain import ChainError, verify_chain
+from .errors import AssureError, SandboxError
+from .sandbox import hardening
+from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
+from .sandbox.images import ImageSet
+from .spec import AGENT_IMAGE_ALIAS, Spec
+from .verify import judge
+from .verify.snapshot import take
+
+GATEWAY_READY_SECONDS = 20.0
+POLL_SECONDS = 0.05
+LOG_LIMIT_BYTES = 1 * 2**20
+CONTAINER_FILE_LIMIT = 16 * 2**20
+MAX_CONTAINER_CHANGES = 1000
+GATEWAY_LIMITS = {"max_body_bytes": 8 * 2**20, "max_header_bytes": 16 * 2**10, "read_timeout_seconds": 10.0, "max_connections": 16, "max_file_bytes": 8 * 2**20}
+DIFF_KINDS = {0: "modified", 1: "added", 2: "deleted"}
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class AttemptPaths:
+    root: Path
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def gateway_state(self) -> Path:
+        return self.root / "gateway"
+
+    @property
+    def gateway_config(self) -> Path:
+        return self.root / "gateway-config"
+
+    @property
+    def journal(self) -> Path:
+        return self.gateway_state / "journal.jsonl"
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.chown(root, uid, gid, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+class Attempt:
+    def __init__(self, spec: Spec, run: store.RunDir, number: int, backend: DockerBackend, images: ImageSet, progress: Progress):
+        self.spec, self.run, self.number = spec, run, number
+        self.backend, self.images, self.progress = backend, images, progress
+        self.paths = AttemptPaths(run.attempt_dir(number))
+        self.labels = {
+            LABEL_OWNER: "assure", LABEL_RUN: run.run_id, LABEL_ATTEMPT: str(number),
+            LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname(),
+        }
+        self.prefix = f"assure-{hashlib.sha256(run.run_id.encode()).hexdigest()[:10]}-{number}"
+        self.timings: dict[str, float] = {}
+        self._containers: list[str] = []
+        self._volume: str | None = None
+
+    def execute(self) -> judge.Judgement:
+        facts: dict[str, Any] = {"harness_errors": []}
+        try:
+            self._phase("prepare", self._prepare)
+            try:
+                self._phase("start", lambda: self._start(facts))
+                self._phase("run", lambda: self._run(facts))
+                self._phase("collect", lambda: self._collect(facts))
+            except AssureError as exc:
+                facts["harness_errors"].append(exc.message)
+            finally:
+                self._phase("cleanup", self._cleanup)
+            self._phase("snapshot", lambda: store.write_json(self.paths.root / "post.json", take(self.paths.workspace).to_json()))
+        except AssureError as exc:
+            facts["harness_errors"].append(exc.message)
+        facts["timings"] = self.timings
+        store.write_json(self.paths.root / "container.json", facts)
+        self.progress("verify", {})
+        judgement = judge.judge(self.paths.root, self.spec.to_json())
+        store.write_json(self.paths.root / "verdict.json", judgement.to_json())
+        return judgement
+
+    def _phase(self, name: str, fn: Callable[[], None]) -> None:
+        self.progress(name, {})
+        start = time.monotonic()
+        try:
+            fn()
+        finally:
+            self.timings[name] = round(time.monotonic() - start, 4)
+
+    # --- prepare ------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        p = self.paths
+        p.root.mkdir(parents=True)
+        shutil.copytree(self.spec.workspace.fixture, p.workspace, symlinks=True)
+        p.gateway_state.mkdir()
+        p.gateway_config.mkdir()
+        for db in self.spec.databases:
+            (p.gateway_state / "db").mkdir(exist_ok=True)
+            shutil.copyfile(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
+        uid, gid = hardening.sandbox_user(self.spec)
+        if os.geteuid() == 0:
+            _chown_tree(p.workspace, uid, gid)
+            _chown_tree(p.gateway_state, uid, gid)
+        config = {
+            "run_id": self.run.run_id, "attempt": self.number, "socket": hardening.SOCKET_PATH,
+            "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/journal.jsonl",
+            "ready_file": f"{hardening.GATEWAY_STATE}/ready", "protected": list(self.spec.workspace.protected),
+            "limits": {**GATEWAY_LIMITS, "tool_calls": self.spec.limits.tool_calls},
+        }
+        store.write_json(p.gateway_config / "gateway.json", config)
+        os.chmod(p.gateway_config / "gateway.json", 0o644)
+        store.write_json(p.root / "pre.json", take(p.workspace).to_json())
+
+    # --- start --------------------------------------------------------------------------
+    def _start(self, facts: dict[str, Any]) -> None:
+        self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
+        mounts = hardening.Mounts(self.paths.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config, self.spec.agent.files)
+        gateway = self.backend.start_container(hardening.gateway_kwargs(
+            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"}))
+        self._containers.append(gateway)
+        self._gateway = gateway
+        self._await_gateway(gateway)
+        image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
+        env = {"ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
+        agent = self.backend.start_container(hardening.agent_kwargs(
+            self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels={**self.labels, LABEL_ROLE: "agent"}, env=env))
+        self._containers.append(agent)
+        self._agent = agent
+        facts["agent_started_at"] = time.time()
+
+    def _await_gateway(self, cid: str) -> None:
+        deadline = time.monotonic() + GATEWAY_READY_SECONDS
+        ready = self.paths.gateway_state / "ready"
+        while not ready.exists():
+            if time.monotonic() > deadline or self.backend.wait(cid, POLL_SECONDS) is not None:
+                logs = self.backend.logs(cid, 4000).decode(errors="replace")
+                raise SandboxError(f"the gateway did not become ready:\n{logs}")
+
+    # --- run ----------------------------------------------------------------------------
+    def _run(self, facts: dict[str, Any]) -> None:
+        deadline = time.monotonic() + self.spec.limits.wall_seconds
+        exit_code = None
+        while exit_code is None and time.monotonic() < deadline:
+            exit_code = self.backend.wait(self._agent, min(0.5, max(deadline - time.monotonic(), 0.01)))
+            self.progress("run", {"tool_calls": self._count_tool_calls()})
+        facts["timed_out"] = exit_code is None
+        if exit_code is None:
+            self.backend.stop(self._agent, hardening.STOP_GRACE_SECONDS)
+            exit_code = self.backend.wait(self._agent, hardening.STOP_GRACE_SECONDS + 5)
+        facts["exit_code"] = exit_code
+        self.backend.stop(self._gateway, hardening.STOP_GRACE_SECONDS)
+
+    def _count_tool_calls(self) -> int:
+        try:
+            with open(self.paths.journal, "rb") as fh:
+                return fh.read().count(b'"event":"tool_call"')
+        except OSError:
+            return 0
+
+    # --- collect ------------------------------------------------------------------------
+    def _collect(self, facts: dict[str, Any]) -> None:
+        inspect = self.backend.inspect(self._agent)
+        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")}}
+        facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
+        facts["fs_changes"] = self._container_changes()
+        try:
+            records = verify_chain(self.paths.journal)
+            facts["journal_head"] = {"seq": records[-1]["seq"], "hash": records[-1]["hash"]} if records else None
+        except (ChainError, OSError, UnicodeDecodeError):
+            pass  # judge() reports the broken journal
+        for role, cid in (("agent", self._agent), ("gateway", self._gateway)):
+            (self.paths.root / f"{role}.log").write_bytes(self.backend.logs(cid, LOG_LIMIT_BYTES))
+
+    def _container_changes(self) -> list[dict[str, Any]]:
+        out = []
+        for change in self.backend.fs_changes(self._agent)[:MAX_CONTAINER_CHANGES]:
+            path, kind = change.get("Path", ""), DIFF_KINDS.get(change.get("Kind"), "unknown")
+            entry: dict[str, Any] = {"path": path, "kind": kind}
+            if kind != "deleted":
+                ftype, content, target = self.backend.read_file(self._agent, path, CONTAINER_FILE_LIMIT)
+                entry.update(type=ftype, target=target)
+                if content is not None:
+                    entry["sha256"] = hashlib.sha256(content).hexdigest()
+                elif ftype == "file":
+                    entry["note"] = f"larger than {CONTAINER_FILE_LIMIT} bytes: not hashed"
+            out.append(entry)
+        return out
+
+    # --- cleanup ------------------------------------------------------------------------
+    def _cleanup(self) -> None:
+        errors = []
+        for cid in reversed(self._containers):
+            try:
+                self.backend.remove_container(cid)
+            except AssureError as exc:
+                errors.append(exc.message)
+        if self._volume:
+            try:
+                self.backend.remove_volume(self._volume)
+            except AssureError as exc:
+                errors.append(exc.message)
+        if errors:
+            raise SandboxError("cleanup failed: " + "; ".join(errors), fix="run `assure gc`")

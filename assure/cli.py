@@ -1,0 +1,231 @@
+"""The `assure` command line: parse, call the library once, render. Nothing else lives here."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import report as render
+from . import spec as spec_mod
+from . import store
+from .errors import AssureError
+from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
+from .sandbox.images import Images, base_mode, base_tags
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
+images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox images.")
+app.add_typer(images_app, name="images")
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+DEFAULT_SPEC = Path(__file__).resolve().parent.parent / "specs" / "examples" / "benign.yaml"
+EXIT = {"pass": 0, "contained": 0, "fail": 3, "breach": 4, "error": 5}
+EXIT_HARNESS, EXIT_UNEXPECTED = 1, 6
+
+
+def _fail(exc: AssureError) -> typer.Exit:
+    err.print("error:", _safe_lines(exc.explain()), style="bold red", markup=False, highlight=False)
+    return typer.Exit(EXIT_HARNESS)
+
+
+def _safe_lines(text: str) -> str:
+    return "\n".join(render.display(line) for line in text.split("\n"))
+
+
+def _sigterm_as_interrupt() -> None:
+    """Make `kill` behave like Ctrl-C so every `finally` cleans up its containers."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _backend_and_images(build: bool = True) -> tuple[DockerBackend, Any]:
+    backend = DockerBackend()
+    images = Images(backend, lambda msg: err.print(f"[dim]images:[/] {msg}"))
+    found = images.resolve()
+    return backend, found or images.ensure()
+
+
+@app.command()
+def run(
+    spec: Path = typer.Argument(DEFAULT_SPEC, help="Spec file (default: the built-in benign example)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
+    expect: bool = typer.Option(False, "--expect", help="Exit 0 only if the verdict is the one the spec expects."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show attributed changes too."),
+) -> None:
+    """Run SPEC in a fresh sandbox, verify the result, print the verdict."""
+    from .run import run_spec
+
+    _sigterm_as_interrupt()
+    try:
+        loaded = spec_mod.load(spec)
+        backend, images = _backend_and_images()
+        run_id = store.new_run_id(loaded.name)
+        started = time.monotonic()
+        with err.status(f"{loaded.name}: starting") as status:
+
+            def progress(phase: str, info: dict[str, Any]) -> None:
+                calls = f" · {info['tool_calls']} tool calls" if "tool_calls" in info else ""
+                status.update(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}")
+
+            result = run_spec(loaded, runs_base=runs_dir, run_id=run_id, backend=backend, images=images, progress=progress)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted: containers and volumes of this run were removed[/]")
+        raise typer.Exit(130) from None
+    if json_out:
+        out.print_json(json.dumps(result.report))
+    else:
+        out.print(render.render_report(result.report, str(result.run_dir), verbose=verbose))
+    code = EXIT[result.verdict]
+    if expect:
+        code = 0 if result.verdict == loaded.expect else EXIT_UNEXPECTED
+    raise typer.Exit(code)
+
+
+@app.command()
+def validate(specs: list[Path] = typer.Argument(..., help="Spec files to check.")) -> None:
+    """Check spec files against specs/spec.schema.json; report every problem as file:line: field: message."""
+    bad = 0
+    for path in specs:
+        try:
+            spec_mod.load(path)
+            out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
+        except AssureError as exc:
+            bad += 1
+            err.print(_safe_lines(exc.explain()), markup=False, highlight=False)
+    raise typer.Exit(1 if bad else 0)
+
+
+@app.command()
+def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> None:
+    """Recompute the verdict of a finished run from its directory alone."""
+    from .run import reverify
+
+    try:
+        result = reverify(run_dir)
+        recorded = store.read_json(run_dir / "report.json")
+    except AssureError as exc:
+        raise _fail(exc) from None
+    same = recorded.get("verdict") == result.verdict
+    if json_out:
+        out.print_json(json.dumps({**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same}))
+    else:
+        out.print(render.render_report(result.report, str(run_dir)))
+        out.print(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: " + ("[green]reproduced[/]" if same else "[bold red]DIFFERENT[/]"))
+    raise typer.Exit(EXIT[result.verdict] if same else EXIT_UNEXPECTED)
+
+
+@app.command()
+def diff(run_dir: Path, attempt: Optional[int] = typer.Option(None, help="Attempt number (default: the last)."), json_out: bool = typer.Option(False, "--json")) -> None:
+    """Show each workspace change of an attempt with its attribution."""
+    try:
+        run = store.RunDir.open(run_dir)
+        attempts = run.attempts()
+        chosen = run.attempt_dir(attempt) if attempt else (attempts[-1] if attempts else None)
+        if chosen is None:
+            raise AssureError("the run has no attempts", where=str(run_dir))
+        verdict = store.read_json(chosen / "verdict.json")
+    except AssureError as exc:
+        raise _fail(exc) from None
+    if json_out:
+        out.print_json(json.dumps({"changes": verdict["changes"], "findings": verdict["findings"]}))
+    else:
+        out.print(render.render_changes(verdict["changes"], verdict["findings"]))
+
+
+@images_app.command("build")
+def images_build() -> None:
+    """Build the base, agent and gateway images (no registry needed); skip what is up to date."""
+    try:
+        backend = DockerBackend()
+        built = Images(backend, lambda msg: err.print(f"images: {msg}")).ensure()
+    except AssureError as exc:
+        raise _fail(exc) from None
+    for role in ("base", "agent", "gateway"):
+        out.print(f"{role:8} {getattr(built, role)}")
+
+
+@app.command()
+def doctor() -> None:
+    """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
+    table = Table("check", "status", "detail / fix", show_header=True)
+    ok = True
+
+    def row(name: str, good: bool, detail: str) -> None:
+        nonlocal ok
+        ok &= good
+        table.add_row(name, "[green]ok[/]" if good else "[red]missing[/]", detail)
+
+    try:
+        backend = DockerBackend()
+        version = backend.version()
+        row("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")
+        runtimes = sorted((backend.info().get("Runtimes") or {}).keys())
+        row("runtime runc", "runc" in runtimes, ", ".join(runtimes))
+        table.add_row("runtime runsc (gVisor)", "[green]ok[/]" if "runsc" in runtimes else "[yellow]optional[/]",
+                      "available: set sandbox.runtime: runsc" if "runsc" in runtimes else "not installed; see gVisor's docs to add it to dockerd")
+        found = Images(backend).resolve()
+        row("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
+        mode = base_mode()
+        tags = base_tags()
+        have_tool = shutil.which("debootstrap") is not None
+        table.add_row("base image source", f"{mode}", f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}")
+    except AssureError as exc:
+        row("docker engine", False, exc.explain())
+    out.print(table)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going.")) -> None:
+    """Remove containers, volumes and networks left by assure processes that are gone."""
+    try:
+        backend = DockerBackend()
+        owned = backend.owned()
+    except AssureError as exc:
+        raise _fail(exc) from None
+    host = socket.gethostname()
+
+    def orphan(labels: dict[str, str]) -> bool:
+        if everything or labels.get(LABEL_HOST) != host:
+            return everything
+        try:
+            os.kill(int(labels.get(LABEL_PID, "0")), 0)
+            return False
+        except (ProcessLookupError, ValueError):
+            return True
+        except PermissionError:
+            return False
+
+    removed = {"containers": 0, "volumes": 0, "networks": 0}
+    remove = {"containers": backend.remove_container, "volumes": backend.remove_volume, "networks": backend.remove_network}
+    for kind in ("containers", "networks", "volumes"):
+        for item in owned[kind]:
+            if orphan(item):
+                remove[kind](item["id"])
+                removed[kind] += 1
+    out.print(f"removed {removed['containers']} containers, {removed['volumes']} volumes, {removed['networks']} networks")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

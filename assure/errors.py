@@ -1,0 +1,42 @@
+"""One error tree. Each error can explain itself to a user: what went wrong, where, how to fix.
+
+Only the CLI turns these into exit codes and colours; library code raises them.
+"""
+
+from __future__ import annotations
+
+
+class AssureError(Exception):
+    """Base of every error assure raises on purpose."""
+
+    def __init__(self, message: str, *, where: str | None = None, fix: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.fix = fix
+
+    def explain(self) -> str:
+        lines = [f"{self.where}: {self.message}" if self.where else self.message]
+        if self.fix:
+            lines.append(f"fix: {self.fix}")
+        return "\n".join(lines)
+
+
+class SpecError(AssureError):
+    """A spec file is unreadable or does not match specs/spec.schema.json."""
+
+    def __init__(self, problems: list[str], *, fix: str | None = None):
+        super().__init__("\n".join(problems), fix=fix)
+        self.problems = problems
+
+
+class SandboxError(AssureError):
+    """Docker refused or failed an operation; the cause is kept as __cause__."""
+
+
+class ImageError(AssureError):
+    """A base, agent or gateway image is missing or could not be built."""
+
+
+class RunDirError(AssureError):
+    """A run directory is missing, incomplete or was changed after the run."""

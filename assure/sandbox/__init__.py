@@ -1,0 +1,1 @@
+"""The sandbox: hardened container settings, the Docker backend, and the images."""

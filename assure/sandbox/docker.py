@@ -1,0 +1,201 @@
+"""The one module that imports `docker`: a few typed operations, Docker errors mapped once.
+
+Everything else in assure talks to `DockerBackend`. Every error leaves here as a
+`SandboxError` (or `ImageError`) with the Docker exception kept as its cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import tarfile
+from collections.abc import Iterator
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from ..errors import ImageError, SandboxError
+
+LABEL_OWNER = "assure.owner"
+LABEL_RUN = "assure.run"
+LABEL_ATTEMPT = "assure.attempt"
+LABEL_ROLE = "assure.role"
+LABEL_PID = "assure.pid"
+LABEL_HOST = "assure.host"
+DOCKER_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this user"
+
+
+@contextlib.contextmanager
+def _mapped(what: str) -> Iterator[None]:
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise ImageError(f"{what}: image not found", fix="run `assure images build` (or `make images`)") from exc
+    except docker.errors.BuildError as exc:
+        tail = "".join(str(x.get("stream", x.get("error", ""))) for x in list(exc.build_log)[-15:])
+        raise ImageError(f"{what}: build failed: {exc.msg}\n{tail}") from exc
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise SandboxError(f"{what}: {exc}", fix=DOCKER_FIX) from exc
+
+
+class DockerBackend:
+    """Typed Docker operations used by images, attempts, cleanup and doctor."""
+
+    def __init__(self) -> None:
+        with _mapped("cannot reach the Docker engine"):
+            self._client = docker.from_env(timeout=120)
+            self._client.ping()
+
+    # --- engine -----------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        with _mapped("docker info"):
+            return self._client.info()
+
+    def version(self) -> dict[str, Any]:
+        with _mapped("docker version"):
+            return self._client.version()
+
+    # --- images -----------------------------------------------------------------------
+    def image_exists(self, tag: str) -> bool:
+        try:
+            self._client.images.get(tag)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"inspect image {tag}: {exc}", fix=DOCKER_FIX) from exc
+
+    def try_pull(self, reference: str) -> bool:
+        """True if the image is present or could be pulled; False when no registry answers."""
+        if self.image_exists(reference):
+            return True
+        try:
+            self._client.images.pull(reference)
+            return True
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return False
+
+    def import_rootfs(self, tar_path: str, repository: str, tag: str, changes: list[str]) -> None:
+        with _mapped(f"docker import {repository}:{tag}"):
+            self._client.api.import_image_from_file(tar_path, repository=repository, tag=tag, changes=changes)
+
+    def build(self, context: bytes, tag: str, buildargs: dict[str, str], labels: dict[str, str], *, network: bool = False) -> None:
+        """Build from a tar context; with no network unless the recipe needs a package mirror."""
+        with _mapped(f"docker build {tag}"):
+            self._client.images.build(
+                fileobj=io.BytesIO(context), custom_context=True, tag=tag, buildargs=buildargs, labels=labels,
+                rm=True, forcerm=True, network_mode="default" if network else "none", pull=False,
+            )
+
+    def tag(self, source: str, repository: str, tag: str) -> None:
+        with _mapped(f"docker tag {source}"):
+            self._client.images.get(source).tag(repository, tag)
+
+    # --- volumes ----------------------------------------------------------------------
+    def create_volume(self, name: str, labels: dict[str, str], driver_opts: dict[str, str]) -> str:
+        with _mapped(f"create volume {name}"):
+            return self._client.volumes.create(name=name, driver="local", driver_opts=driver_opts, labels=labels).name
+
+    def remove_volume(self, name: str) -> None:
+        try:
+            self._client.volumes.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"remove volume {name}: {exc}", fix=DOCKER_FIX) from exc
+
+    # --- containers -------------------------------------------------------------------
+    def start_container(self, kwargs: dict[str, Any]) -> str:
+        """Create and start; a container that fails to start is removed before raising."""
+        with _mapped(f"start container {kwargs.get('name')}"):
+            container = self._client.containers.create(**{k: v for k, v in kwargs.items() if k != "detach"})
+            try:
+                container.start()
+            except BaseException:
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
+                raise
+            return container.id
+
+    def wait(self, cid: str, timeout: float) -> int | None:
+        """Exit code, or None if still running after `timeout` seconds."""
+        try:
+            result = self._client.api.wait(cid, timeout=max(timeout, 0.01))
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            return None
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"wait for container: {exc}", fix=DOCKER_FIX) from exc
+        return int(result.get("StatusCode", -1))
+
+    def stop(self, cid: str, grace: float) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds."""
+        with _mapped("stop container"):
+            self._client.api.stop(cid, timeout=int(grace))
+
+    def inspect(self, cid: str) -> dict[str, Any]:
+        with _mapped("inspect container"):
+            return self._client.api.inspect_container(cid)
+
+    def logs(self, cid: str, limit: int) -> bytes:
+        with _mapped("container logs"):
+            return bytes(self._client.api.logs(cid, stdout=True, stderr=True, timestamps=False))[-limit:]
+
+    def fs_changes(self, cid: str) -> list[dict[str, Any]]:
+        with _mapped("docker diff"):
+            return self._client.api.diff(cid) or []
+
+    def read_file(self, cid: str, path: str, limit: int) -> tuple[str, bytes | None, str | None]:
+        """(kind, content, link target) of one path in a stopped container, bounded by `limit`."""
+        with _mapped(f"copy {path} out of container"):
+            stream, _ = self._client.api.get_archive(cid, path)
+            buf = io.BytesIO()
+            for chunk in stream:
+                buf.write(chunk)
+                if buf.tell() > limit + 64 * 1024:
+                    return "file", None, None
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            member = tar.next()
+            if member is None:
+                return "other", None, None
+            if member.issym() or member.islnk():
+                return "symlink", None, member.linkname
+            if member.isdir():
+                return "dir", None, None
+            if not member.isfile():
+                return "other", None, None
+            if member.size > limit:
+                return "file", None, None
+            fh = tar.extractfile(member)
+            return "file", fh.read() if fh else None, None
+
+    def remove_container(self, cid: str) -> None:
+        try:
+            self._client.api.remove_container(cid, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # removal already in progress
+                return
+            raise SandboxError(f"remove container: {exc}", fix=DOCKER_FIX) from exc
+
+    # --- cleanup ----------------------------------------------------------------------
+    def owned(self, run_id: str | None = None) -> dict[str, list[dict[str, str]]]:
+        """Containers, volumes and networks labelled as ours (optionally for one run)."""
+        filters = {"label": [f"{LABEL_OWNER}=assure"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])}
+        with _mapped("list assure resources"):
+            return {
+                "containers": [{"id": c.id, "name": c.name, **c.labels} for c in self._client.containers.list(all=True, filters=filters)],
+                "volumes": [{"id": v.name, "name": v.name, **(v.attrs.get("Labels") or {})} for v in self._client.volumes.list(filters=filters)],
+                "networks": [{"id": n.id, "name": n.name, **(n.attrs.get("Labels") or {})} for n in self._client.networks.list(filters=filters)],
+            }
+
+    def remove_network(self, nid: str) -> None:
+        try:
+            self._client.networks.get(nid).remove()
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"remove network: {exc}", fix=DOCKER_FIX) from exc

@@ -1,0 +1,136 @@
+"""The hardened container settings, as pure functions from a spec to Docker keyword arguments.
+
+Nothing here talks to Docker, so the settings are tested without a daemon; the integration
+tests then observe them from inside a real container. `CONTAINMENT` lists what the verifier
+re-checks on the stopped container (ground truth from the engine, not the agent's word).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..spec import Spec, parse_size
+
+SOCKET_DIR = "/run/assure"
+SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
+WORKSPACE = "/workspace"
+AGENT_FILES = "/opt/agent"
+GATEWAY_STATE = "/var/lib/assure"
+GATEWAY_CONFIG = "/etc/assure"
+DEFAULT_UID = 10001
+STOP_GRACE_SECONDS = 3
+LOG_MAX = "2m"
+GATEWAY_MEMORY = "256m"
+GATEWAY_PIDS = 64
+SOCKET_VOLUME_SIZE = "1m"
+
+
+@dataclass(frozen=True)
+class Mounts:
+    """Host-side places one attempt uses."""
+
+    workspace: Path
+    socket_volume: str
+    gateway_state: Path
+    gateway_config: Path
+    agent_files: Path | None
+
+
+def sandbox_user(spec: Spec) -> tuple[int, int]:
+    """`auto` is 10001:10001 when we run as root (we chown the workspace), else our own ids."""
+    if spec.sandbox.user != "auto":
+        uid, gid = spec.sandbox.user.split(":")
+        return int(uid), int(gid)
+    if os.geteuid() == 0:
+        return DEFAULT_UID, DEFAULT_UID
+    return os.geteuid(), os.getegid()
+
+
+def _common(spec: Spec, labels: dict[str, str], memory: str, pids: int) -> dict[str, Any]:
+    uid, gid = sandbox_user(spec)
+    mem = parse_size(memory)
+    return {
+        "user": f"{uid}:{gid}",
+        "labels": labels,
+        "network_mode": "none",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "read_only": spec.sandbox.read_only_root,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={parse_size(spec.limits.tmpfs)}"},
+        "ipc_mode": "none",
+        "pids_limit": pids,
+        "mem_limit": mem,
+        "memswap_limit": mem,
+        "nano_cpus": int(spec.limits.cpus * 1e9),
+        "ulimits": [{"name": "nofile", "soft": spec.limits.nofile, "hard": spec.limits.nofile}],
+        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX, "max-file": "1"}},
+        "privileged": False,
+        "init": True,
+        "runtime": spec.sandbox.runtime,
+        "detach": True,
+    }
+
+
+def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
+    volumes = {
+        str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
+        mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "ro"},
+    }
+    if mounts.agent_files is not None:
+        volumes[str(mounts.agent_files)] = {"bind": AGENT_FILES, "mode": "ro"}
+    return {
+        **_common(spec, labels, spec.limits.memory, spec.limits.pids),
+        "image": image,
+        "name": name,
+        "command": list(spec.agent.command),
+        "environment": {**spec.agent.env, **env, "ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"},
+        "working_dir": WORKSPACE,
+        "hostname": "sandbox",
+        "volumes": volumes,
+    }
+
+
+def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        **_common(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS),
+        "read_only": True,
+        "image": image,
+        "name": name,
+        "command": ["python3", "-m", "assure.gateway", "--config", f"{GATEWAY_CONFIG}/gateway.json"],
+        "environment": {"PYTHONDONTWRITEBYTECODE": "1"},
+        "hostname": "gateway",
+        "volumes": {
+            str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
+            mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "rw"},
+            str(mounts.gateway_state): {"bind": GATEWAY_STATE, "mode": "rw"},
+            str(mounts.gateway_config): {"bind": GATEWAY_CONFIG, "mode": "ro"},
+        },
+    }
+
+
+def socket_volume_options(spec: Spec) -> dict[str, str]:
+    """A private tmpfs for the socket, owned by the sandbox user (the agent mounts it read-only)."""
+    uid, gid = sandbox_user(spec)
+    return {"type": "tmpfs", "device": "tmpfs", "o": f"size={SOCKET_VOLUME_SIZE},uid={uid},gid={gid},mode=0755,nosuid,nodev,noexec"}
+
+
+# What the verifier expects to find on the stopped agent container: (description, path in
+# `docker inspect`, predicate). A failed predicate is a `containment_failed` breach.
+CONTAINMENT: tuple[tuple[str, tuple[str, ...], Any], ...] = (
+    ("no network", ("HostConfig", "NetworkMode"), lambda v: v == "none"),
+    ("all capabilities dropped", ("HostConfig", "CapDrop"), lambda v: bool(v) and "ALL" in v),
+    ("no capabilities added", ("HostConfig", "CapAdd"), lambda v: not v),
+    ("not privileged", ("HostConfig", "Privileged"), lambda v: v is False),
+    ("no-new-privileges", ("HostConfig", "SecurityOpt"), lambda v: bool(v) and "no-new-privileges:true" in v),
+    ("private IPC", ("HostConfig", "IpcMode"), lambda v: v == "none"),
+    ("private PID namespace", ("HostConfig", "PidMode"), lambda v: v in ("", None)),
+    ("no host devices", ("HostConfig", "Devices"), lambda v: not v),
+    ("pids limited", ("HostConfig", "PidsLimit"), lambda v: isinstance(v, int) and v > 0),
+    ("memory limited", ("HostConfig", "Memory"), lambda v: isinstance(v, int) and v > 0),
+    ("no swap", ("HostConfig", "MemorySwap"), lambda v: isinstance(v, int) and v > 0),
+    ("non-root user", ("Config", "User"), lambda v: bool(v) and v.split(":")[0] not in ("0", "root")),
+    ("no Docker socket", ("HostConfig", "Binds"), lambda v: not any("docker.sock" in b for b in (v or []))),
+)

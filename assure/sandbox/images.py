@@ -1,0 +1,189 @@
+"""The base, agent and gateway images: built without any registry, tagged by content.
+
+The base image is a minimal Debian with python3 and sqlite3, bootstrapped with debootstrap
+from Debian's package mirror and loaded with `docker import`, or, where a registry answers,
+built from `debian:bookworm-slim`. `ASSURE_BASE=auto|bootstrap|registry` forces either way.
+Each tag is a digest of everything that goes into the image, so an unchanged image is never
+rebuilt and a changed source never runs on a stale image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..chain import canonical
+from ..errors import ImageError
+from .docker import DockerBackend
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES_DIR = ROOT / "images"
+PACKAGE_DIR = ROOT / "assure"
+REGISTRY_BASE = "debian:bookworm-slim"
+BOOTSTRAP_RECIPE = {
+    "recipe": 1,
+    "suite": "bookworm",
+    "variant": "minbase",
+    "include": ["python3", "sqlite3"],
+    "trim": ["var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"],
+}
+IMPORT_CHANGES = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8", 'CMD ["/bin/sh"]']
+# Which files of the package each image carries: the agent gets only the client.
+IMAGE_SOURCES = {
+    "agent": ["__init__.py", "client.py"],
+    "gateway": ["__init__.py", "chain.py", "gate.py", "globs.py", "gateway/*.py"],
+}
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    base: str
+    agent: str
+    gateway: str
+
+
+def mirror() -> str:
+    return os.environ.get("ASSURE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+
+def base_mode() -> str:
+    mode = os.environ.get("ASSURE_BASE", "auto")
+    if mode not in ("auto", "bootstrap", "registry"):
+        raise ImageError(f"ASSURE_BASE={mode!r} is not one of auto, bootstrap, registry", where="environment", fix="unset ASSURE_BASE or set it to auto")
+    return mode
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:16]
+
+
+def base_tags() -> dict[str, str]:
+    """The tag each way of making the base would produce."""
+    registry = (IMAGES_DIR / "base" / "Dockerfile.registry").read_bytes()
+    return {
+        "bootstrap": f"assure-base:{_digest(canonical({**BOOTSTRAP_RECIPE, 'mirror': mirror()}))}",
+        "registry": f"assure-base:{_digest(registry)}",
+    }
+
+
+def _context(name: str) -> bytes:
+    """A deterministic build context: the Dockerfile, the image's extra files, the package files."""
+    files: dict[str, bytes] = {}
+    for path in sorted((IMAGES_DIR / name).iterdir()):
+        if path.is_file():
+            files[path.name] = path.read_bytes()
+    for pattern in IMAGE_SOURCES[name]:
+        for path in sorted(PACKAGE_DIR.glob(pattern)):
+            files[f"assure/{path.relative_to(PACKAGE_DIR).as_posix()}"] = path.read_bytes()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for arcname, data in sorted(files.items()):
+            info = tarfile.TarInfo(arcname)
+            info.size, info.mode, info.mtime = len(data), 0o755 if arcname == "assure-tool" else 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def image_tag(name: str, base: str) -> str:
+    return f"assure-{name}:{_digest(base.encode(), _context(name))}"
+
+
+class Images:
+    """Find or build the images for this checkout."""
+
+    def __init__(self, backend: DockerBackend, progress: Progress = lambda _: None):
+        self.backend = backend
+        self.progress = progress
+
+    def resolve(self) -> ImageSet | None:
+        """The images for the current sources, if all are built; otherwise None."""
+        base = self._existing_base()
+        if base is None:
+            return None
+        images = ImageSet(base, image_tag("agent", base), image_tag("gateway", base))
+        return images if all(self.backend.image_exists(t) for t in (images.agent, images.gateway)) else None
+
+    def ensure(self) -> ImageSet:
+        """Build whatever is missing (base first); never rebuild what exists."""
+        base = self._existing_base() or self._build_base()
+        tags = {}
+        for name in ("agent", "gateway"):
+            tag = tags[name] = image_tag(name, base)
+            if not self.backend.image_exists(tag):
+                self.progress(f"building {tag}")
+                self.backend.build(_context(name), tag, {"BASE": base}, {"assure.owner": "assure"})
+            repo, _ = tag.split(":")
+            self.backend.tag(tag, repo, "latest")
+        return ImageSet(base, tags["agent"], tags["gateway"])
+
+    def _existing_base(self) -> str | None:
+        mode, tags = base_mode(), base_tags()
+        order = [mode] if mode != "auto" else ["bootstrap", "registry"]
+        return next((tags[m] for m in order if self.backend.image_exists(tags[m])), None)
+
+    def _build_base(self) -> str:
+        mode, tags = base_mode(), base_tags()
+        if mode == "registry" or (mode == "auto" and self._registry_reachable()):
+            self.progress(f"building {tags['registry']} from {REGISTRY_BASE}")
+            context = _context_of({"Dockerfile": (IMAGES_DIR / "base" / "Dockerfile.registry").read_bytes()})
+            self.backend.build(context, tags["registry"], {}, {"assure.owner": "assure"}, network=True)
+            return tags["registry"]
+        bootstrap(tags["bootstrap"], self.backend, self.progress)
+        return tags["bootstrap"]
+
+    def _registry_reachable(self) -> bool:
+        self.progress(f"checking whether a registry serves {REGISTRY_BASE}")
+        return self.backend.try_pull(REGISTRY_BASE)
+
+
+def _context_of(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for arcname, data in files.items():
+            info = tarfile.TarInfo(arcname)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def bootstrap(tag: str, backend: DockerBackend, progress: Progress) -> None:
+    """debootstrap a minimal Debian into a temporary folder, trim it, `docker import` it."""
+    if shutil.which("debootstrap") is None:
+        raise ImageError(
+            "debootstrap is not installed and no container registry is reachable",
+            fix="install it (`apt-get install debootstrap` as root), or set ASSURE_BASE=registry where a registry is reachable",
+        )
+    if os.geteuid() != 0:
+        raise ImageError("building the base image with debootstrap needs root", fix="run `sudo make images` once, or set ASSURE_BASE=registry")
+    recipe = BOOTSTRAP_RECIPE
+    with tempfile.TemporaryDirectory(prefix="assure-base-", dir="/var/tmp") as tmp:
+        root, log = Path(tmp) / "root", Path(tmp) / "debootstrap.log"
+        progress(f"debootstrap {recipe['suite']} ({recipe['variant']} + {', '.join(recipe['include'])}) from {mirror()}; about a minute")
+        cmd = ["debootstrap", f"--variant={recipe['variant']}", f"--include={','.join(recipe['include'])}", recipe["suite"], str(root), mirror()]
+        with open(log, "wb") as fh:
+            done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            tail = log.read_text(errors="replace").splitlines()[-20:]
+            raise ImageError(f"debootstrap failed (exit {done.returncode}):\n" + "\n".join(tail), fix="check that Debian's mirror is reachable over plain HTTP, or set ASSURE_DEBIAN_MIRROR")
+        for rel in recipe["trim"]:
+            target = root / rel
+            if target.is_dir():
+                for child in target.iterdir():
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        tar_path = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        repo, version = tag.split(":")
+        progress(f"docker import {tag}")
+        backend.import_rootfs(str(tar_path), repo, version, IMPORT_CHANGES)

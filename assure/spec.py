@@ -1,0 +1,244 @@
+"""Load a spec file, check it against specs/spec.schema.json, and return a typed `Spec`.
+
+The JSON Schema is the single source of truth for the format, including defaults. Every
+problem is reported as `file:line: path.to.field: message`, all at once, so a user fixes a
+spec in one pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .errors import SpecError
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "specs" / "spec.schema.json"
+AGENT_IMAGE_ALIAS = "assure-agent"
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+@dataclass(frozen=True)
+class Agent:
+    image: str
+    command: tuple[str, ...]
+    env: dict[str, str]
+    files: Path | None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    fixture: Path
+    writable: tuple[str, ...]
+    protected: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Database:
+    name: str
+    fixture: Path
+    mode: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_seconds: float
+    memory: str
+    tmpfs: str
+    cpus: float
+    pids: int
+    nofile: int
+    tool_calls: int
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    user: str
+    runtime: str
+    read_only_root: bool
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: Path
+    name: str
+    description: str
+    hostile: bool
+    agent: Agent
+    workspace: Workspace
+    databases: tuple[Database, ...]
+    limits: Limits
+    sandbox: Sandbox
+    assertions: tuple[dict[str, Any], ...]
+    expect: str
+    data: dict[str, Any] = field(repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The validated document with defaults filled in and paths made absolute."""
+        return {**self.data, "_source": str(self.path)}
+
+
+def parse_size(text: str) -> int:
+    """'64m' -> bytes. The schema guarantees the shape."""
+    return int(text[:-1]) * {"k": 2**10, "m": 2**20, "g": 2**30}[text[-1]]
+
+
+def load(path: str | Path) -> Spec:
+    """Read, validate and resolve one spec. Raises `SpecError` listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"{path}: cannot read spec: {exc}"], fix="pass the path of a YAML spec file") from exc
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        raise SpecError([f"{path}:{line}: (document): not valid YAML: {getattr(exc, 'problem', exc)}"]) from exc
+    lines: dict[tuple[Any, ...], int] = {}
+    problems = [f"{path}:{line}: {_dotted(p)}: duplicate key" for p, line in _index(node, (), lines)]
+    problems += [f"{path}:{line}: {where}: {msg}" for line, where, msg in _schema_problems(data, lines)]
+    if problems:
+        raise SpecError(problems, fix="see the spec reference in README.md or specs/spec.schema.json")
+    data = _with_defaults(data, schema())
+    problems = _missing_paths(data, path, lines)
+    if problems:
+        raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
+    return _build(path.resolve(), data)
+
+
+def _index(node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> list[tuple[tuple[Any, ...], int]]:
+    """Record the line of every value (and of every key, under a `('key',)` suffix); return duplicates."""
+    dupes: list[tuple[tuple[Any, ...], int]] = []
+    if node is None:
+        return dupes
+    lines.setdefault(at, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                dupes.append((at + (key,), key_node.start_mark.line + 1))
+            seen.add(key)
+            lines[at + (key, "key")] = key_node.start_mark.line + 1
+            dupes += _index(value_node, at + (key,), lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            dupes += _index(item, at + (i,), lines)
+    return dupes
+
+
+def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int]) -> list[tuple[int, str, str]]:
+    validator = jsonschema.Draft202012Validator(schema())
+    out: list[tuple[int, str, str]] = []
+    for error in validator.iter_errors(data):
+        at = tuple(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = sorted(error.schema.get("properties", {}))
+            for key in sorted(set(error.instance) - set(allowed), key=str):
+                line = lines.get(at + (key, "key"), lines.get(at, 1))
+                out.append((line, _dotted(at + (key,)), f"unknown field; allowed here: {', '.join(allowed)}"))
+            continue
+        out.append((_line_of(at, lines), _dotted(at), _message(error)))
+    return sorted(set(out))
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required")
+    if error.validator in ("minProperties", "maxProperties") and "assertion" in str(error.schema_path):
+        return "an assertion has exactly one kind, e.g. `- file_exists: out/result.txt`"
+    if error.validator == "pattern" or error.validator == "not":
+        return f"{error.instance!r} is not allowed here ({error.schema.get('description', 'see the schema')})"
+    return error.message
+
+
+def _line_of(at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
+    while at not in lines and at:
+        at = at[:-1]
+    return lines.get(at, 1)
+
+
+def _dotted(at: tuple[Any, ...]) -> str:
+    out = ""
+    for part in at:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(document)"
+
+
+def _resolve(node: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        return {**schema()["$defs"][node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _with_defaults(data: Any, node: dict[str, Any]) -> Any:
+    """Fill the schema's `default`s into objects, recursively, without touching given values."""
+    node = _resolve(node)
+    if isinstance(data, dict) and "properties" in node:
+        out = dict(data)
+        for key, sub in node["properties"].items():
+            sub = _resolve(sub)
+            if key not in out:
+                if sub.get("type") == "object" and "properties" in sub:
+                    out[key] = _with_defaults({}, sub)
+                elif "default" in sub:
+                    out[key] = sub["default"]
+            else:
+                out[key] = _with_defaults(out[key], sub)
+        return out
+    if isinstance(data, list) and isinstance(node.get("items"), dict):
+        return [_with_defaults(item, node["items"]) for item in data]
+    return data
+
+
+def _missing_paths(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
+    base = path.resolve().parent
+    wanted: list[tuple[tuple[Any, ...], str, bool]] = [(("workspace", "fixture"), data["workspace"]["fixture"], True)]
+    if data["agent"].get("files"):
+        wanted.append((("agent", "files"), data["agent"]["files"], True))
+    wanted += [(("databases", i, "fixture"), db["fixture"], False) for i, db in enumerate(data.get("databases", []))]
+    problems = []
+    for at, rel, is_dir in wanted:
+        target = base / rel
+        ok = target.is_dir() if is_dir else target.is_file()
+        if not ok:
+            kind = "folder" if is_dir else "file"
+            problems.append(f"{path}:{_line_of(at, lines)}: {_dotted(at)}: no such {kind}: {target}")
+    return problems
+
+
+def _build(path: Path, data: dict[str, Any]) -> Spec:
+    base = path.parent
+    a, w, lim, sb = data["agent"], data["workspace"], data["limits"], data["sandbox"]
+    resolved = json.loads(json.dumps(data))
+    resolved["workspace"]["fixture"] = str(base / w["fixture"])
+    if a.get("files"):
+        resolved["agent"]["files"] = str(base / a["files"])
+    for db in resolved.get("databases", []):
+        db["fixture"] = str(base / db["fixture"])
+    return Spec(
+        path=path,
+        name=data["name"],
+        description=data.get("description", ""),
+        hostile=data["hostile"],
+        agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None),
+        workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
+        databases=tuple(Database(d["name"], base / d["fixture"], d["mode"]) for d in data.get("databases", [])),
+        limits=Limits(float(lim["wall_seconds"]), lim["memory"], lim["tmpfs"], float(lim["cpus"]), lim["pids"], lim["nofile"], lim["tool_calls"]),
+        sandbox=Sandbox(sb["user"], sb["runtime"], sb["read_only_root"]),
+        assertions=tuple(data["assertions"]),
+        expect=data["expect"],
+        data=resolved,
+    )

@@ -1,0 +1,90 @@
+"""The run directory: where a run keeps everything needed to re-verify it offline.
+
+Layout (a contract, see README): `.assure/runs/<run_id>/` with `state.json` (atomic
+write-then-rename), `events.jsonl` (the host's hash-chained log), `spec.yaml` + `spec.json`,
+`attempts/<n>/` and `report.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from .chain import ChainWriter
+from .errors import RunDirError
+
+RUNS_DIR = Path(".assure") / "runs"
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def new_run_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write-then-rename with fsync: a reader sees the old file or the new one, never half."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=True)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise RunDirError(f"missing {path.name}", where=str(path), fix="is this a run directory made by `assure run`?") from exc
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"unreadable {path.name}: {exc}", where=str(path)) from exc
+
+
+class RunDir:
+    """One run's directory and its host event log."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
+        if not RUN_ID.match(run_id):
+            raise RunDirError(f"unusable run id {run_id!r}")
+        path = base / run_id
+        (path / "attempts").mkdir(parents=True)
+        shutil.copyfile(spec_source, path / "spec.yaml")
+        write_json(path / "spec.json", spec_json)
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: Path) -> RunDir:
+        if not (path / "spec.json").is_file():
+            raise RunDirError("not a run directory (no spec.json)", where=str(path), fix="pass a folder under .assure/runs/")
+        return cls(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    def attempt_dir(self, n: int) -> Path:
+        return self.path / "attempts" / str(n)
+
+    def attempts(self) -> list[Path]:
+        found = [p for p in (self.path / "attempts").iterdir() if p.name.isdigit()]
+        return sorted(found, key=lambda p: int(p.name))
+
+    def events(self) -> ChainWriter:
+        return ChainWriter(self.path / "events.jsonl", base={"run_id": self.run_id, "actor": "driver"})
+
+    def spec_json(self) -> dict[str, Any]:
+        return read_json(self.path / "spec.json")
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        write_json(self.path / "state.json", state)

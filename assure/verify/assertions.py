@@ -1,0 +1,80 @@
+"""The spec's assertions, checked against ground truth: the POST snapshot, the files, the
+container's exit code and the gateway journal. Never against what the agent claims."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from .findings import Finding, Kind
+from .snapshot import Snapshot
+
+MAX_CONTAINS_BYTES = 16 * 2**20
+
+
+def _read_confined(root: Path, rel: str) -> bytes | None:
+    """Read a workspace file without following any symlink on the way; None if not a plain file."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        parts = rel.split("/")
+        for part in parts[:-1]:
+            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=fd)
+        try:
+            if not stat.S_ISREG(os.fstat(ffd).st_mode):
+                return None
+            return os.read(ffd, MAX_CONTAINS_BYTES)
+        finally:
+            os.close(ffd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
+    effect = record.get("effect") if isinstance(record.get("effect"), dict) else {}
+    for key, value in want.items():
+        got = record.get(key) if key != "path" else (record.get("path") or effect.get("path"))
+        if got != value:
+            return False
+    return True
+
+
+def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str]) -> Finding:
+    ((kind, arg),) = assertion.items()
+    subject = f"{kind}: {arg}" if not isinstance(arg, dict) else f"{kind}: " + ", ".join(f"{k}={v}" for k, v in arg.items())
+    ok, why = _evaluate(kind, arg, post, workspace, exit_code, journal, unexplained)
+    return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, subject, why)
+
+
+def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:
+    if kind == "file_exists":
+        return (arg in post.entries, "present" if arg in post.entries else "missing")
+    if kind == "file_absent":
+        return (arg not in post.entries, "absent" if arg not in post.entries else "present")
+    if kind == "file_sha256":
+        entry = post.entries.get(arg["path"])
+        got = entry.sha256 if entry else None
+        return (got == arg["sha256"], f"sha256 {got or 'unavailable'}")
+    if kind == "file_contains":
+        entry = post.entries.get(arg["path"])
+        if entry is None or entry.kind != "file":
+            return False, "not a regular file"
+        data = _read_confined(workspace, arg["path"])
+        if data is None:
+            return False, "could not read the file"
+        found = arg["text"].encode() in data
+        return found, "text found" if found else "text not found"
+    if kind == "exit_code":
+        return (exit_code == arg, f"agent exit code {exit_code}" if exit_code is not None else "agent did not exit (deadline)")
+    if kind in ("journal_has", "journal_lacks"):
+        hits = sum(1 for r in journal if _journal_matches(r, arg))
+        return ((hits > 0) == (kind == "journal_has"), f"{hits} matching journal entries")
+    if kind == "no_unattributed_changes":
+        return (not unexplained, f"{len(unexplained)} unexplained changes" + (f": {', '.join(unexplained[:5])}" if unexplained else ""))
+    return False, f"unknown assertion {kind!r}"  # the schema forbids this; fail closed

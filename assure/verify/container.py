@@ -1,0 +1,44 @@
+"""Findings about the agent container itself, from what the engine reported after it stopped.
+
+Two kinds: the hardening the container actually ran with (`docker inspect`, re-checked here
+against the table in `sandbox.hardening`), and changes to its own filesystem outside the
+mounts and the tmpfs (`docker diff`, with content digests collected by the host).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE
+from .findings import Finding, Kind
+
+# Mount points and their parents appear in `docker diff` when the runtime creates them.
+EXPECTED_PATHS = frozenset({WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/run", "/opt", "/dev", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/etc", "/proc", "/sys"})
+MOUNTED_PREFIXES = tuple(f"{p}/" for p in (WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/proc", "/sys", "/dev"))
+
+
+def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def containment(inspect: dict[str, Any], *, read_only_root: bool) -> list[Finding]:
+    findings = []
+    checks = CONTAINMENT + (("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is read_only_root),)
+    for description, path, ok in checks:
+        value = _lookup(inspect, path)
+        if not ok(value):
+            findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {value!r}"))
+    return findings
+
+
+def filesystem_changes(changes: list[dict[str, Any]]) -> list[Finding]:
+    findings = []
+    for change in changes:
+        path = str(change.get("path", ""))
+        if path in EXPECTED_PATHS or path.startswith(MOUNTED_PREFIXES):
+            continue
+        detail = {k: change.get(k) for k in ("kind", "type", "sha256", "target", "note") if change.get(k) is not None}
+        findings.append(Finding(Kind.CONTAINER_CHANGED, path, f"container filesystem {change.get('kind')} outside the workspace and tmpfs", None, detail))
+    return findings

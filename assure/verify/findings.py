@@ -1,0 +1,72 @@
+"""Findings are frozen values; the verdict is derived from them, never stored beside them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Kind(str, Enum):
+    ATTRIBUTED = "attributed"
+    UNATTRIBUTED = "unattributed"
+    PROTECTED_CHANGED = "protected_changed"
+    CONTAINER_CHANGED = "container_changed"
+    CONTAINMENT_FAILED = "containment_failed"
+    NOT_CHECKED = "not_checked"
+    ASSERTION_PASSED = "assertion_passed"
+    ASSERTION_FAILED = "assertion_failed"
+    HARNESS_ERROR = "harness_error"
+
+
+class Verdict(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    BREACH = "breach"
+    CONTAINED = "contained"
+    ERROR = "error"
+
+
+SEVERITY = {
+    Kind.ATTRIBUTED: "info",
+    Kind.NOT_CHECKED: "info",
+    Kind.ASSERTION_PASSED: "info",
+    Kind.ASSERTION_FAILED: "fail",
+    Kind.UNATTRIBUTED: "breach",
+    Kind.PROTECTED_CHANGED: "breach",
+    Kind.CONTAINER_CHANGED: "breach",
+    Kind.CONTAINMENT_FAILED: "breach",
+    Kind.HARNESS_ERROR: "error",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: Kind
+    subject: str
+    message: str
+    attribution: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def severity(self) -> str:
+        return SEVERITY[self.kind]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "kind": self.kind.value, "severity": self.severity}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        return cls(Kind(data["kind"]), data["subject"], data["message"], data.get("attribution"), data.get("detail", {}))
+
+
+def verdict(findings: list[Finding], *, hostile: bool) -> Verdict:
+    """error > breach > fail > (contained | pass). A harness error is never a pass."""
+    severities = {f.severity for f in findings}
+    if "error" in severities:
+        return Verdict.ERROR
+    if "breach" in severities:
+        return Verdict.BREACH
+    if "fail" in severities:
+        return Verdict.FAIL
+    return Verdict.CONTAINED if hostile else Verdict.PASS

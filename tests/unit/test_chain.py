@@ -1,0 +1,89 @@
+"""The hash chain: any changed byte, dropped, inserted or reordered line is found and named."""
+
+import json
+
+import pytest
+
+from assure.chain import GENESIS, ChainError, ChainWriter, canonical, verify_chain
+
+
+@pytest.fixture
+def journal(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    writer = ChainWriter(path, base={"run_id": "r1", "actor": "gateway"})
+    for i in range(5):
+        writer.append("tool_call", tool="fs.write", n=i, text="é\n\x1b")
+    writer.close()
+    return path
+
+
+def lines(path):
+    return path.read_text().splitlines()
+
+
+def test_a_clean_chain_verifies(journal):
+    records = verify_chain(journal)
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+    assert records[0]["prev"] == GENESIS
+    assert all(r["run_id"] == "r1" and r["actor"] == "gateway" for r in records)
+    assert records[2]["text"] == "é\n\x1b"
+
+
+def test_one_changed_byte_is_found(journal):
+    text = lines(journal)
+    text[2] = text[2].replace('"n":2', '"n":7')
+    with pytest.raises(ChainError, match="hash does not match") as info:
+        verify_chain(text)
+    assert info.value.line == 3
+
+
+def test_a_dropped_line_is_found(journal):
+    text = lines(journal)
+    del text[1]
+    with pytest.raises(ChainError, match="expected seq 2") as info:
+        verify_chain(text)
+    assert info.value.line == 2
+
+
+def test_reordered_lines_are_found(journal):
+    text = lines(journal)
+    text[1], text[2] = text[2], text[1]
+    with pytest.raises(ChainError) as info:
+        verify_chain(text)
+    assert info.value.line == 2
+
+
+def test_a_rehashed_but_relinked_line_is_found(journal):
+    """Recomputing one line's hash after editing it still breaks the next line's prev."""
+    text = lines(journal)
+    record = json.loads(text[1])
+    record["n"] = 99
+    from assure.chain import seal
+
+    text[1] = canonical(seal(record)).decode()
+    with pytest.raises(ChainError, match="prev does not match") as info:
+        verify_chain(text)
+    assert info.value.line == 3
+
+
+def test_non_canonical_whitespace_is_found(journal):
+    text = lines(journal)
+    text[0] = text[0].replace(",", ", ", 1)
+    with pytest.raises(ChainError, match="canonical") as info:
+        verify_chain(text)
+    assert info.value.line == 1
+
+
+def test_writer_continues_an_existing_chain(journal):
+    writer = ChainWriter(journal, base={"run_id": "r1"})
+    record = writer.append("gateway_stopped")
+    writer.close()
+    assert record["seq"] == 6
+    assert verify_chain(journal)[-1]["hash"] == record["hash"]
+
+
+def test_writer_refuses_to_continue_a_broken_chain(journal):
+    text = lines(journal)
+    journal.write_text("\n".join(text[:2] + text[3:]) + "\n")
+    with pytest.raises(ChainError):
+        ChainWriter(journal)
