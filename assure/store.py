@@ -57,7 +57,7 @@ class RunDir:
     def create(cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
-        path = base / run_id
+        path = base.resolve() / run_id
         (path / "attempts").mkdir(parents=True)
         shutil.copyfile(spec_source, path / "spec.yaml")
         write_json(path / "spec.json", spec_json)

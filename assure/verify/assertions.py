@@ -71,7 +71,7 @@ def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: i
         found = arg["text"].encode() in data
         return found, "text found" if found else "text not found"
     if kind == "exit_code":
-        return (exit_code == arg, f"agent exit code {exit_code}" if exit_code is not None else "agent did not exit (deadline)")
+        return (exit_code == arg, f"agent exit code {exit_code}" if exit_code is not None else "no exit code: the agent never ran to an end")
     if kind in ("journal_has", "journal_lacks"):
         hits = sum(1 for r in journal if _journal_matches(r, arg))
         return ((hits > 0) == (kind == "journal_has"), f"{hits} matching journal entries")

@@ -53,6 +53,18 @@ def _explained_by(change: Change, effects: dict[str, dict[str, Any]], folders: d
     return None
 
 
+def describe(change: Change) -> str:
+    """`modified (content, mode)`, `added symlink -> /etc/shadow`, `deleted file`."""
+    entry = change.after or change.before
+    if change.kind == "modified":
+        what = f"modified ({', '.join(change.fields)})"
+    else:
+        what = f"{change.kind} {entry.kind if entry else ''}".rstrip()
+    if change.after is not None and change.after.kind == "symlink":
+        what += f" -> {change.after.target}"
+    return what
+
+
 def attribute(changes: Iterable[Change], journal: list[dict[str, Any]], *, writable: Iterable[str], protected: Iterable[str]) -> list[Finding]:
     effects, folders = gateway_effects(journal)
     writable, protected = tuple(writable), tuple(protected)
@@ -60,11 +72,11 @@ def attribute(changes: Iterable[Change], journal: list[dict[str, Any]], *, writa
     for change in changes:
         detail = {"change": change.kind, "fields": list(change.fields)}
         if globs.match_any(protected, change.path):
-            findings.append(Finding(Kind.PROTECTED_CHANGED, change.path, f"protected path {change.kind}", None, detail))
+            findings.append(Finding(Kind.PROTECTED_CHANGED, change.path, f"protected path {describe(change)}", None, detail))
         elif (action := _explained_by(change, effects, folders)) is not None:
-            findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{change.kind} through the gateway", f"gateway:{action}", detail))
+            findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{describe(change)} through the gateway", f"gateway:{action}", detail))
         elif (scope := next((g for g in writable if globs.match(g, change.path)), None)) is not None:
-            findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{change.kind} directly, inside a writable glob", f"writable:{scope}", detail))
+            findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{describe(change)} directly, inside a writable glob", f"writable:{scope}", detail))
         else:
-            findings.append(Finding(Kind.UNATTRIBUTED, change.path, f"{change.kind} ({', '.join(change.fields) or change.kind}) with no allowed action or writable scope to explain it", None, detail))
+            findings.append(Finding(Kind.UNATTRIBUTED, change.path, f"{describe(change)}: no allowed action or writable scope explains it", None, detail))
     return findings

@@ -12,8 +12,14 @@ from typing import Any
 from ..sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE
 from .findings import Finding, Kind
 
-# Mount points and their parents appear in `docker diff` when the runtime creates them.
-EXPECTED_PATHS = frozenset({WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/run", "/opt", "/dev", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/etc", "/proc", "/sys"})
+# Mount points and their parents appear in `docker diff` when the runtime creates them
+# (the engine's init binary is bind-mounted at /sbin/docker-init, /usr/sbin on merged-usr).
+# Exact paths only: anything created beside or below them is still reported.
+EXPECTED_PATHS = frozenset({
+    WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/run", "/opt", "/dev", "/proc", "/sys",
+    "/etc", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf",
+    "/usr", "/usr/sbin", "/usr/sbin/docker-init", "/sbin", "/sbin/docker-init",
+})
 MOUNTED_PREFIXES = tuple(f"{p}/" for p in (WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/proc", "/sys", "/dev"))
 
 
@@ -34,10 +40,14 @@ def containment(inspect: dict[str, Any], *, read_only_root: bool) -> list[Findin
 
 
 def filesystem_changes(changes: list[dict[str, Any]]) -> list[Finding]:
+    """One finding per change, leaving out mount points and folders modified only because a
+    change below them is already listed."""
+    paths = [str(c.get("path", "")) for c in changes]
     findings = []
-    for change in changes:
-        path = str(change.get("path", ""))
+    for change, path in zip(changes, paths):
         if path in EXPECTED_PATHS or path.startswith(MOUNTED_PREFIXES):
+            continue
+        if change.get("kind") == "modified" and change.get("type") == "dir" and any(p.startswith(path.rstrip("/") + "/") for p in paths):
             continue
         detail = {k: change.get(k) for k in ("kind", "type", "sha256", "target", "note") if change.get(k) is not None}
         findings.append(Finding(Kind.CONTAINER_CHANGED, path, f"container filesystem {change.get('kind')} outside the workspace and tmpfs", None, detail))

@@ -1,0 +1,47 @@
+"""`python3 -m assure.gateway --config PATH`: run the gateway until SIGTERM or SIGINT.
+
+Exit codes: 0 after a clean stop, 2 for a bad config (one line naming the field), 1 when
+the gateway cannot start (workspace, journal or socket unusable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from .config import ConfigError, load
+from .server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m assure.gateway", description="Run the assure gateway.")
+    parser.add_argument("--config", required=True, help="path of the gateway's JSON config")
+    args = parser.parse_args(argv)
+    try:
+        config = load(args.config)
+    except ConfigError as exc:
+        print(f"assure.gateway: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        gateway = serve(config)
+    except Exception as exc:
+        print(f"assure.gateway: cannot start: {exc}", file=sys.stderr)
+        return 1
+    stop.wait()
+    gateway.shutdown(reason=f"signal {signal.Signals(received[0]).name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""HTTP/1.1 + JSON on the gateway's unix socket: framing, limits, routing and lifecycle.
+
+The peer is untrusted, so the HTTP layer is small and strict: Content-Length bodies only,
+bounded request line, headers and body, a deadline per request (not per read), a cap on
+concurrent connections that answers 503 at once instead of queueing. Every refused
+request gets a JSON error answer where possible and a `request_rejected` journal line,
+and the server keeps serving. Keep-alive connections are reused until the client closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http
+import json
+import os
+import selectors
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import tools
+from .config import Config, Limits
+from .dispatch import Answer, Counters, Dispatcher
+from .fspath import Workspace
+
+REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
+LISTEN_BACKLOG = 128
+RECV_BYTES = 65536
+TOOL_PREFIX = "/v1/tools/"
+HEALTH = "/v1/health"
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+class _Reject(Exception):
+    """Refuse the current request with `status`; `close` drops the connection afterwards."""
+
+    def __init__(self, status: int, code: str, message: str, *, close: bool = True):
+        super().__init__(message)
+        self.status, self.code, self.message, self.close = status, code, message, close
+
+
+class _Timeout(Exception):
+    """The request was not complete by its deadline."""
+
+
+class _Closed(Exception):
+    """The peer closed the connection in the middle of a request."""
+
+
+@dataclass
+class _Request:
+    method: str = ""
+    target: str = ""
+    version: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    @property
+    def keep_alive(self) -> bool:
+        tokens = {t.strip().lower() for t in self.headers.get("connection", "").split(",")}
+        if self.version == "HTTP/1.1":
+            return "close" not in tokens
+        return self.version == "HTTP/1.0" and "keep-alive" in tokens
+
+    def detail(self) -> dict[str, str]:
+        return {"method": self.method, "target": self.target}
+
+
+class _Reader:
+    """Buffered reads from one socket, each bounded by an absolute deadline."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._buf = bytearray()
+
+    def wait(self) -> bool:
+        """Block (no deadline) until the next request starts; False once the peer is gone."""
+        if self._buf:
+            return True
+        self._sock.settimeout(None)
+        return self._fill(None)
+
+    def line(self, limit: int, deadline: float, too_long: _Reject) -> bytes:
+        """One line without its CRLF/LF, refused with `too_long` if longer than `limit` bytes."""
+        start = 0
+        while (end := self._buf.find(b"\n", start)) < 0:
+            if len(self._buf) > limit:
+                raise too_long
+            start = len(self._buf)
+            if not self._fill(deadline):
+                raise _Closed
+        if end + 1 > limit:
+            raise too_long
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 1]
+        return line[:-1] if line.endswith(b"\r") else line
+
+    def exact(self, size: int, deadline: float) -> bytes:
+        while len(self._buf) < size:
+            if not self._fill(deadline):
+                raise _Closed
+        data = bytes(self._buf[:size])
+        del self._buf[:size]
+        return data
+
+    def _fill(self, deadline: float | None) -> bool:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Timeout
+            self._sock.settimeout(left)
+        try:
+            data = self._sock.recv(RECV_BYTES)
+        except TimeoutError:
+            raise _Timeout from None
+        except OSError:
+            return False
+        self._buf += data
+        return bool(data)
+
+
+def _read_request(reader: _Reader, sock: socket.socket, limits: Limits, deadline: float, req: _Request) -> None:
+    """Read one request into `req` (filled as far as it gets, for the journal)."""
+    too_long = _Reject(414, "uri_too_long", f"request line is over {limits.max_header_bytes} bytes")
+    while not (line := reader.line(limits.max_header_bytes, deadline, too_long)):
+        pass  # blank lines before a request line are ignored (RFC 9112 section 2.2)
+    _parse_request_line(line, req)
+    req.headers = _read_headers(reader, limits.max_header_bytes, deadline)
+    size = _body_size(req, limits.max_body_bytes)
+    if size and req.headers.get("expect", "").lower() == "100-continue":
+        sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+    req.body = reader.exact(size, deadline)
+
+
+def _parse_request_line(line: bytes, req: _Request) -> None:
+    try:
+        method, target, version = line.decode("ascii").split(" ")
+    except (UnicodeDecodeError, ValueError):
+        raise _Reject(400, "bad_request", "malformed request line") from None
+    if not method or not set(method) <= _TOKEN or not target.startswith("/"):
+        raise _Reject(400, "bad_request", "malformed request line")
+    req.method, req.target = method, target
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise _Reject(505, "http_version_not_supported", f"{version!r} is not supported; use HTTP/1.1")
+    req.version = version
+
+
+def _read_headers(reader: _Reader, budget: int, deadline: float) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    too_long = _Reject(431, "headers_too_large", f"request headers are over {budget} bytes")
+    while line := reader.line(budget, deadline, too_long):
+        budget -= len(line) + 2
+        name, sep, value = line.decode("latin-1").partition(":")
+        if not sep or not name or not set(name) <= _TOKEN:
+            raise _Reject(400, "bad_header", f"malformed header line {line[:64]!r}")
+        name, value = name.lower(), value.strip(" \t")
+        if name in headers and name in ("content-length", "transfer-encoding"):
+            raise _Reject(400, "bad_header", f"duplicate {name} header")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    return headers
+
+
+def _body_size(req: _Request, max_body: int) -> int:
+    if "transfer-encoding" in req.headers:
+        raise _Reject(400, "transfer_encoding_not_supported", "Transfer-Encoding (chunked) is not supported; send Content-Length")
+    length = req.headers.get("content-length")
+    if length is None:
+        if req.method == "POST":
+            raise _Reject(411, "length_required", "POST needs a Content-Length header")
+        return 0
+    if not (length.isascii() and length.isdigit()) or len(length) > 18:
+        raise _Reject(400, "bad_header", "Content-Length must be a decimal byte count")
+    if int(length) > max_body:
+        raise _Reject(413, "body_too_large", f"body of {int(length)} bytes is over the {max_body}-byte limit")
+    return int(length)
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _Reject(400, "bad_json", f"body is not valid JSON: {exc}", close=False) from None
+    if not isinstance(value, dict):
+        raise _Reject(400, "bad_json", "body must be a JSON object", close=False)
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key in object")
+    return out
+
+
+def _encode(answer: Answer, close: bool) -> bytes:
+    payload = json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    connection = "Connection: close\r\n" if close else ""
+    head = (
+        f"HTTP/1.1 {answer.status} {http.HTTPStatus(answer.status).phrase}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n{connection}\r\n"
+    )
+    return head.encode("ascii") + payload
+
+
+class Gateway:
+    """The gateway server: `start()` it, `shutdown()` it. Runs in the calling process."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self._stopping = threading.Event()
+        self._slots = threading.BoundedSemaphore(config.limits.max_connections)
+        self._reject_slots = threading.BoundedSemaphore(REJECT_SLOTS)
+        self._conns: dict[socket.socket, threading.Thread] = {}
+        self._conns_lock = threading.Lock()
+        self._shutdown_lock = threading.Lock()
+        self._waker = socket.socketpair()
+        self._acceptor: threading.Thread | None = None
+        self._listener: socket.socket | None = None
+        self._workspace: Workspace | None = None
+        self._dispatcher: Dispatcher | None = None
+
+    @property
+    def counters(self) -> Counters:
+        return self._calls.counters
+
+    @property
+    def _calls(self) -> Dispatcher:
+        if self._dispatcher is None:
+            raise RuntimeError("the gateway was not started")
+        return self._dispatcher
+
+    def start(self) -> Gateway:
+        """Open the workspace and journal (`gateway_started`), bind the socket, write the ready file."""
+        workspace = Workspace(self.config.workspace)
+        try:
+            self._dispatcher = Dispatcher(self.config, workspace)
+        except BaseException:
+            workspace.close()
+            raise
+        self._workspace = workspace
+        try:
+            self._listener = _bind(self.config.socket)
+            self._acceptor = threading.Thread(target=self._accept_loop, args=(self._listener,), name="gateway-accept", daemon=True)
+            self._acceptor.start()
+            _write_ready(self.config)
+        except BaseException as exc:
+            self.shutdown(reason=f"start failed: {exc}")
+            raise
+        return self
+
+    def shutdown(self, reason: str = "shutdown") -> None:
+        """Stop accepting, end open connections, journal `gateway_stopped`, close the journal."""
+        with self._shutdown_lock:
+            if self._stopping.is_set() or self._dispatcher is None or self._workspace is None:
+                return
+            self._stopping.set()
+            self._waker[1].send(b"x")
+            if self._acceptor is not None:
+                self._acceptor.join()
+            if self._listener is not None:
+                self._listener.close()
+            self._end_connections()
+            try:
+                self._dispatcher.close(reason)
+            finally:
+                self._workspace.close()
+                for end in self._waker:
+                    end.close()
+
+    def _end_connections(self) -> None:
+        with self._conns_lock:
+            conns = list(self._conns.items())
+        for sock, _ in conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for _, thread in conns:
+            thread.join(self.config.limits.read_timeout_seconds + 1)
+
+    def _accept_loop(self, listener: socket.socket) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(listener, selectors.EVENT_READ)
+            selector.register(self._waker[0], selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                for key, _ in selector.select():
+                    if key.fileobj is listener and not self._stopping.is_set():
+                        self._accept(listener)
+
+    def _accept(self, listener: socket.socket) -> None:
+        try:
+            sock, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # e.g. out of file descriptors: back off instead of spinning
+            time.sleep(0.05)
+            return
+        if self._slots.acquire(blocking=False):
+            self._spawn(sock, self._serve, self._slots)
+        elif self._reject_slots.acquire(blocking=False):
+            self._spawn(sock, self._refuse, self._reject_slots)
+        else:
+            sock.close()
+            self._over_capacity(_Request(), "closed without an answer")
+
+    def _spawn(self, sock: socket.socket, work: Callable[[socket.socket], None], slot: threading.BoundedSemaphore) -> None:
+        thread = threading.Thread(target=self._run_connection, args=(sock, work, slot), daemon=True)
+        with self._conns_lock:
+            self._conns[sock] = thread
+        try:
+            thread.start()
+        except RuntimeError:  # cannot start a thread: refuse rather than queue
+            with self._conns_lock:
+                del self._conns[sock]
+            slot.release()
+            sock.close()
+            self._over_capacity(_Request(), "closed without an answer (no thread available)")
+
+    def _run_connection(self, sock: socket.socket, work: Callable[[socket.socket], None], slot: threading.BoundedSemaphore) -> None:
+        try:
+            work(sock)
+        finally:
+            with self._conns_lock:
+                self._conns.pop(sock, None)
+            sock.close()
+            slot.release()
+
+    def _serve(self, sock: socket.socket) -> None:
+        reader = _Reader(sock)
+        while not self._stopping.is_set() and reader.wait():
+            if not self._one_request(sock, reader):
+                return
+
+    def _one_request(self, sock: socket.socket, reader: _Reader) -> bool:
+        """Read, answer and journal one request; return whether to keep the connection."""
+        self._calls.count_request()
+        limits = self.config.limits
+        req = _Request()
+        try:
+            _read_request(reader, sock, limits, time.monotonic() + limits.read_timeout_seconds, req)
+            answer, close = self._route(req), not req.keep_alive
+        except _Reject as exc:
+            answer = self._calls.reject(exc.status, exc.code, exc.message, **req.detail())
+            close = exc.close or not req.keep_alive
+        except _Timeout:
+            message = f"request not complete within {limits.read_timeout_seconds}s; connection closed"
+            answer, close = self._calls.reject(408, "read_timeout", message, **req.detail()), True
+        except _Closed:
+            self._calls.reject(400, "incomplete_request", "client closed the connection mid-request", **req.detail())
+            return False
+        except Exception as exc:  # fail closed: answer 500, keep the server up
+            answer = self._calls.reject(500, "internal_error", f"gateway error: {type(exc).__name__}", **req.detail())
+            close = True
+        return self._send(sock, answer, close) and not close
+
+    def _route(self, req: _Request) -> Answer:
+        path = req.target.split("?", 1)[0]
+        if path == HEALTH:
+            _require_method(req, "GET")
+            return Answer(200, self._health())
+        tool = tools.BY_NAME.get(path[len(TOOL_PREFIX) :]) if path.startswith(TOOL_PREFIX) else None
+        if tool is None:
+            code = "unknown_tool" if path.startswith(TOOL_PREFIX) else "not_found"
+            raise _Reject(404, code, f"no such route or tool: {path[:128]!r}", close=False)
+        _require_method(req, "POST")
+        return self._calls.call(tool, _json_object(req.body))
+
+    def _health(self) -> dict[str, Any]:
+        described = [
+            {
+                "name": t.name,
+                "mutates": t.mutates,
+                "params": {n: {"type": k.__name__, "required": r} for n, (k, r) in t.params.items()},
+                "summary": t.summary,
+            }
+            for t in tools.TOOLS
+        ]
+        return {
+            "status": "ok",
+            "run_id": self.config.run_id,
+            "attempt": self.config.attempt,
+            "tools": described,
+            "limits": asdict(self.config.limits),
+        }
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Read the request of a connection over the cap (so the client sees the answer), answer 503."""
+        self._calls.count_request()
+        req = _Request()
+        with contextlib.suppress(_Reject, _Timeout, _Closed, OSError):
+            limits = self.config.limits
+            _read_request(_Reader(sock), sock, limits, time.monotonic() + limits.read_timeout_seconds, req)
+        self._send(sock, self._over_capacity(req, "answered 503"), True)
+
+    def _over_capacity(self, req: _Request, what: str) -> Answer:
+        message = f"more than {self.config.limits.max_connections} concurrent connections; {what}"
+        return self._calls.reject(503, "too_many_connections", message, **req.detail())
+
+    def _send(self, sock: socket.socket, answer: Answer, close: bool) -> bool:
+        """Send an answer; a client that does not take it within the read timeout is dropped."""
+        try:
+            sock.settimeout(self.config.limits.read_timeout_seconds)
+            sock.sendall(_encode(answer, close))
+            if close:
+                sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return False
+        return True
+
+
+def _require_method(req: _Request, method: str) -> None:
+    if req.method != method:
+        raise _Reject(405, "method_not_allowed", f"{req.target[:128]!r} takes {method}, not {req.method}", close=False)
+
+
+def _bind(path: str) -> socket.socket:
+    """Bind a fresh listening socket at `path` (a stale socket file is replaced), mode 0o666."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise FileExistsError(f"{path} exists and is not a socket; refusing to replace it")
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        os.chmod(path, 0o666)
+        listener.listen(LISTEN_BACKLOG)
+        listener.setblocking(False)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def _write_ready(config: Config) -> None:
+    """Atomically publish the ready file (write a temp file, then rename it into place)."""
+    tmp = f"{config.ready_file}.tmp-{os.getpid()}"
+    payload = json.dumps({"run_id": config.run_id, "attempt": config.attempt, "pid": os.getpid(), "socket": config.socket})
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(payload + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, config.ready_file)
+
+
+def serve(config: Config) -> Gateway:
+    """Start a gateway for `config` in this process and return it (call `.shutdown()` to stop)."""
+    return Gateway(config).start()

@@ -1,0 +1,213 @@
+"""The one registry of tools: names, parameters, whether they mutate, and what they do.
+
+The router, the gate's `known_tools` and the docs all read `TOOLS`, so a tool exists in
+exactly one place. Handlers only run after the gate allowed the call; they return the
+answer's `result` plus the fields the journal records about the effect.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .fspath import PathError, Workspace, normalize
+
+MAX_REPORT_STATUS = 64
+MAX_REPORT_SUMMARY = 8192
+DEFAULT_MODE = 0o644
+
+# Optional fields every tool accepts; journaled, not yet enforced.
+META_PARAMS: Mapping[str, tuple[type, bool]] = {
+    "idempotency_key": (str, False),
+    "reversible": (bool, False),
+    "rollback_ref": (str, False),
+}
+
+# HTTP status for each error code a handler can produce.
+STATUS = {
+    "bad_args": 400,
+    "bad_path": 400,
+    "path_escapes": 403,
+    "permission_denied": 403,
+    "not_found": 404,
+    "is_a_directory": 409,
+    "not_a_directory": 409,
+    "not_a_regular_file": 409,
+    "too_large": 413,
+    "io_error": 500,
+    "no_space": 507,
+}
+
+
+class ArgError(Exception):
+    """The body does not fit the tool's parameters; refused before the gate (HTTP 400)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ToolError(Exception):
+    """An allowed call that could not be carried out; `status` is its HTTP status."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = STATUS[code]
+
+
+@dataclass(frozen=True)
+class Env:
+    """What handlers may touch."""
+
+    workspace: Workspace
+    max_file_bytes: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A handler's answer `result` and the extra journal fields (`effect`, `claim`)."""
+
+    result: dict[str, Any]
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+Handler = Callable[[Env, dict[str, Any]], Outcome]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    mutates: bool
+    params: Mapping[str, tuple[type, bool]]  # name -> (type, required)
+    handler: Handler
+    summary: str
+
+
+def parse(tool: Tool, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split a request body into (tool args, meta fields), checking names and types."""
+    for key in body:
+        if key not in tool.params and key not in META_PARAMS:
+            known = ", ".join([*tool.params, *META_PARAMS])
+            raise ArgError("unknown_field", f"unknown field {key[:64]!r} for {tool.name} (known: {known})")
+    return _checked(tool.name, tool.params, body), _checked(tool.name, META_PARAMS, body)
+
+
+def target_path(args: dict[str, Any]) -> str | None:
+    """The normalized workspace path a call touches, if any (what the gate matches globs on)."""
+    return normalize(args["path"]) if "path" in args else None
+
+
+def run(tool: Tool, env: Env, args: dict[str, Any]) -> Outcome:
+    """Run an allowed call. Raises `ToolError` for anything the agent should be told."""
+    try:
+        return tool.handler(env, args)
+    except PathError as exc:
+        raise ToolError(exc.code, exc.message) from None
+
+
+def _checked(tool: str, params: Mapping[str, tuple[type, bool]], body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, (kind, required) in params.items():
+        if name not in body:
+            if required:
+                raise ArgError("missing_field", f"{tool} needs field {name!r} ({kind.__name__})")
+            continue
+        value = body[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ArgError("bad_type", f"field {name!r} of {tool} must be {kind.__name__}, got {type(value).__name__}")
+        out[name] = value
+    return out
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fs_read(env: Env, args: dict[str, Any]) -> Outcome:
+    data = env.workspace.read(args["path"], env.max_file_bytes)
+    result: dict[str, Any] = {"sha256": _sha256(data), "size": len(data)}
+    try:
+        result["content"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        result["content_b64"] = base64.b64encode(data).decode("ascii")
+    return Outcome(result)
+
+
+def _fs_write(env: Env, args: dict[str, Any]) -> Outcome:
+    data = _content(args)
+    mode = args.get("mode", DEFAULT_MODE)
+    if not 0 <= mode <= 0o777:
+        raise ToolError("bad_args", f"mode must be permission bits 0..511 (0o777), e.g. 420 for 0o644; got {mode}")
+    if len(data) > env.max_file_bytes:
+        raise ToolError("too_large", f"content is {len(data)} bytes, over the {env.max_file_bytes}-byte limit")
+    path = normalize(args["path"])
+    env.workspace.write(path, data, mode)
+    digest = _sha256(data)
+    effect = {"op": "write", "path": path, "sha256": digest, "size": len(data), "mode": mode}
+    return Outcome({"sha256": digest, "size": len(data)}, {"effect": effect})
+
+
+def _content(args: dict[str, Any]) -> bytes:
+    if ("content" in args) == ("content_b64" in args):
+        raise ToolError("bad_args", "fs.write needs exactly one of 'content' (UTF-8 text) or 'content_b64' (base64)")
+    if "content" in args:
+        text: str = args["content"]
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ToolError("bad_args", "'content' is not valid UTF-8 text; send bytes as 'content_b64'") from None
+    try:
+        return base64.b64decode(args["content_b64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise ToolError("bad_args", "'content_b64' is not valid base64") from None
+
+
+def _fs_delete(env: Env, args: dict[str, Any]) -> Outcome:
+    path = normalize(args["path"])
+    env.workspace.delete(path)
+    return Outcome({"deleted": True}, {"effect": {"op": "delete", "path": path}})
+
+
+def _fs_list(env: Env, args: dict[str, Any]) -> Outcome:
+    entries, truncated = env.workspace.listdir(args.get("path", "."))
+    listed = [{"name": e.name, "type": e.type, "size": e.size} for e in entries]
+    return Outcome({"entries": listed, "truncated": truncated})
+
+
+def _task_report(_env: Env, args: dict[str, Any]) -> Outcome:
+    status, summary = args["status"], args["summary"]
+    if not 0 < len(status) <= MAX_REPORT_STATUS:
+        raise ToolError("bad_args", f"'status' must be 1..{MAX_REPORT_STATUS} characters")
+    if len(summary) > MAX_REPORT_SUMMARY:
+        raise ToolError("bad_args", f"'summary' must be at most {MAX_REPORT_SUMMARY} characters")
+    return Outcome({"recorded": True}, {"claim": {"status": status, "summary": summary}})
+
+
+TOOLS: tuple[Tool, ...] = (
+    Tool("fs.read", False, {"path": (str, True)}, _fs_read, "Read a workspace file: content (or content_b64), sha256, size."),
+    Tool(
+        "fs.write",
+        True,
+        {"path": (str, True), "content": (str, False), "content_b64": (str, False), "mode": (int, False)},
+        _fs_write,
+        "Atomically write a workspace file (parents created); mode defaults to 0o644.",
+    ),
+    Tool("fs.delete", True, {"path": (str, True)}, _fs_delete, "Delete a workspace file or symlink (never its target)."),
+    Tool("fs.list", False, {"path": (str, False)}, _fs_list, "List a workspace directory; symlinks are reported, never followed."),
+    Tool(
+        "task.report",
+        False,
+        {"status": (str, True), "summary": (str, True)},
+        _task_report,
+        "Report the task's outcome (journaled as a claim, never trusted).",
+    ),
+)
+
+BY_NAME: Mapping[str, Tool] = {tool.name: tool for tool in TOOLS}

@@ -1,0 +1,440 @@
+"""Record a hostile workspace as data: every entry's type, metadata, xattrs and content hash.
+
+The agent wrote the workspace, so the walk trusts nothing in it. It never follows a symlink:
+each directory is opened with O_NOFOLLOW relative to its parent's descriptor and listed with
+`os.scandir` on that descriptor. It opens nothing that lstat did not call a regular file, and
+checks with fstat that what it opened is what it lstat-ed. It bounds how many entries it
+lists, how deep it goes, how much path text it keeps and how many bytes it hashes. Whatever
+it could not check becomes a note on the entry (or on the snapshot), never an exception.
+`take` walks one directory tree; the PRE and POST snapshots of an attempt go to `diff`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple
+
+from assure.errors import AssureError
+from assure.textsafe import display
+
+EntryKind = Literal["file", "dir", "symlink", "fifo", "socket", "chardev", "blockdev", "other"]
+Xattrs = tuple[tuple[str, str], ...]
+
+FORMAT_VERSION = 1
+CHUNK_BYTES = 1 << 20  # one read
+PARALLEL_HASH_BYTES = 256 << 10  # files this big are hashed by the pool, smaller ones inline
+HASH_THREADS = min(4, os.cpu_count() or 1)
+MAX_FILES_IN_FLIGHT = 4 * HASH_THREADS  # bounds open descriptors and memory
+CHANGED = "changed while reading"
+
+_KIND_BY_FORMAT: dict[int, EntryKind] = {
+    stat.S_IFREG: "file",
+    stat.S_IFDIR: "dir",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "chardev",
+    stat.S_IFBLK: "blockdev",
+}
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO})
+
+
+class SnapshotError(AssureError):
+    """The workspace root cannot be snapshotted at all (missing, a symlink, not a directory)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One workspace entry as lstat saw it; nothing in it was reached through a symlink.
+
+    `path` is workspace-relative and `/`-separated; names that are not valid UTF-8 keep their
+    bytes as surrogate escapes (os.fsdecode). `mode` is stat.S_IMODE: permission bits with
+    setuid, setgid and sticky. `sha256` is set for regular files that were hashed. `target` is what the node points at: a symlink's text (never followed) or a
+    device node's "MAJOR:MINOR". `link_group` is set for regular files with nlink > 1: the
+    smallest path in the snapshot with the same (st_dev, st_ino). `xattrs` holds sorted
+    (name, sha256 of value) pairs. `note` says what was not checked, and why.
+    """
+
+    path: str
+    kind: EntryKind
+    mode: int
+    uid: int
+    gid: int
+    size: int
+    sha256: str | None
+    target: str | None
+    nlink: int
+    link_group: str | None
+    xattrs: Xattrs
+    note: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values; dump with ensure_ascii=True so surrogate escapes survive."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["xattrs"] = [list(pair) for pair in self.xattrs]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Entry:
+        """Inverse of `to_json`; raises TypeError on a missing or unknown field."""
+        return cls(**{**data, "xattrs": tuple((name, digest) for name, digest in data["xattrs"])})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one walk. Each is stated once, here; the notes it causes quote the number."""
+
+    max_files: int = 200_000  # entries listed, of every kind
+    max_depth: int = 256  # directory levels below the root
+    max_hash_bytes: int = 256 * 2**20  # per file: a bigger file is noted, not hashed
+    max_total_hash_bytes: int = 8 * 2**30  # per snapshot
+    max_total_path_chars: int = 64 * 2**20  # sum of all path lengths: bounds memory
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Entries by path (sorted, read-only). `truncated` means a limit cut the listing short,
+    so entries may be missing: a caller must not treat the snapshot as complete."""
+
+    entries: Mapping[str, Entry]
+    truncated: bool
+    notes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", MappingProxyType(dict(sorted(self.entries.items()))))
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON values; dump with ensure_ascii=True so surrogate escapes survive."""
+        return {
+            "version": FORMAT_VERSION,
+            "truncated": self.truncated,
+            "notes": list(self.notes),
+            "entries": [entry.to_json() for entry in self.entries.values()],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Snapshot:
+        """Inverse of `to_json`; raises ValueError on another version or a repeated path."""
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"snapshot version {data.get('version')!r} is not {FORMAT_VERSION}")
+        entries = [Entry.from_json(item) for item in data["entries"]]
+        by_path = {entry.path: entry for entry in entries}
+        if len(by_path) != len(entries):
+            raise ValueError("snapshot lists a path twice")
+        return cls(entries=by_path, truncated=bool(data["truncated"]), notes=tuple(data["notes"]))
+
+
+def take(root: str | os.PathLike[str], limits: Limits = Limits()) -> Snapshot:
+    """Snapshot the tree under `root` (the root itself is not an entry).
+
+    Raises SnapshotError if `root` is not a real directory or cannot be listed; everything
+    below it that cannot be checked is noted instead.
+    """
+    with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="assure-hash") as pool:
+        walk = _Walk(limits, pool)
+        try:
+            walk.run(_open_root(root))
+        finally:
+            walk.close()
+    return walk.result()
+
+
+class _Frame(NamedTuple):
+    fd: int
+    prefix: str  # "" for the root, else "a/b/"
+    depth: int  # of the directory itself; the root is 0
+    subdirs: list[tuple[str, os.stat_result]]  # still to descend into
+
+
+class _Walk:
+    """Iterative depth-first walk holding one open descriptor per directory level.
+
+    The walk itself runs in the calling thread; files of at least PARALLEL_HASH_BYTES are
+    read and hashed by the pool (hashlib and os.read release the GIL), at most
+    MAX_FILES_IN_FLIGHT at a time, each on a descriptor the walk opened and checked.
+    """
+
+    def __init__(self, limits: Limits, pool: ThreadPoolExecutor):
+        self.limits = limits
+        self.pool = pool
+        self.entries: dict[str, Entry] = {}
+        self.notes: list[str] = []
+        self.truncated = False
+        self.stopped = False
+        self.path_chars = 0
+        self.hashed_bytes = 0
+        self.links: dict[tuple[int, int], list[str]] = {}
+        self.stack: list[_Frame] = []
+        self.hashing: deque[tuple[str, Future[tuple[str | None, str | None]]]] = deque()
+
+    def run(self, root_fd: int) -> None:
+        self._enter(root_fd, "", 0)
+        while self.stack:
+            frame = self.stack[-1]
+            if self.stopped or not frame.subdirs:
+                os.close(self.stack.pop().fd)
+            else:
+                self._descend(frame, *frame.subdirs.pop())
+
+    def close(self) -> None:
+        """Close every directory still open and wait for every file still being hashed."""
+        while self.stack:
+            os.close(self.stack.pop().fd)
+        self._collect(keep=0)
+
+    def result(self) -> Snapshot:
+        for paths in self.links.values():
+            group = min(paths)
+            for path in paths:
+                self.entries[path] = replace(self.entries[path], link_group=group)
+        return Snapshot(entries=self.entries, truncated=self.truncated, notes=tuple(self.notes))
+
+    def _enter(self, fd: int, prefix: str, depth: int) -> None:
+        frame = _Frame(fd, prefix, depth, [])
+        self.stack.append(frame)  # from here on, close() closes fd
+        frame.subdirs.extend(self._scan(fd, prefix))
+
+    def _descend(self, parent: _Frame, name: str, st: os.stat_result) -> None:
+        path = parent.prefix + name
+        if parent.depth + 1 >= self.limits.max_depth:
+            self._cut(f"depth limit at {display(path)}")
+            self._annotate(path, f"not listed: its entries would be deeper than max_depth ({self.limits.max_depth})")
+            return
+        try:
+            fd = os.open(name, _OPEN_DIR, dir_fd=parent.fd)
+        except OSError as error:
+            self._annotate(path, _open_failure(error))
+            return
+        if not _unchanged(os.fstat(fd), st):
+            os.close(fd)
+            self._annotate(path, CHANGED)
+            return
+        self._enter(fd, path + "/", parent.depth + 1)
+
+    def _scan(self, dir_fd: int, prefix: str) -> list[tuple[str, os.stat_result]]:
+        """Record every entry of one directory; return its subdirectories to descend into.
+
+        An OSError while listing (or, unexpectedly, while recording) notes the directory as
+        unreadable, which `diff` reports; on the root it is a SnapshotError.
+        """
+        subdirs = []
+        try:
+            with os.scandir(dir_fd) as listing:
+                for item in listing:
+                    if not self._admit(prefix + item.name):
+                        break
+                    st = self._record(dir_fd, prefix, item)
+                    if st is not None and stat.S_ISDIR(st.st_mode):
+                        subdirs.append((item.name, st))
+        except OSError as error:
+            if not prefix:
+                raise SnapshotError(f"cannot list the workspace root: {error.strerror}") from error
+            self._annotate(prefix[:-1], f"unreadable: {error.strerror}")
+        return subdirs
+
+    def _admit(self, path: str) -> bool:
+        """Count one more entry against the limits; stop the whole walk at the first breach."""
+        self.path_chars += len(path)
+        if len(self.entries) >= self.limits.max_files:
+            self._stop(f"stopped after max_files ({self.limits.max_files} entries)")
+        elif self.path_chars > self.limits.max_total_path_chars:
+            self._stop(f"stopped after max_total_path_chars ({self.limits.max_total_path_chars} characters)")
+        return not self.stopped
+
+    def _record(self, dir_fd: int, prefix: str, item: os.DirEntry[str]) -> os.stat_result | None:
+        path = prefix + item.name
+        try:
+            st = item.stat(follow_symlinks=False)
+        except OSError as error:
+            self._cut(f"not listed ({_open_failure(error)}): {display(path)}")
+            return None
+        kind = _KIND_BY_FORMAT.get(stat.S_IFMT(st.st_mode), "other")
+        if kind == "file":
+            target = None
+            sha256, xattrs, note = self._examine_file(dir_fd, item.name, path, st)
+            if st.st_nlink > 1:
+                self.links.setdefault((st.st_dev, st.st_ino), []).append(path)
+        else:
+            sha256 = None
+            target, xattrs, note = _examine_other(kind, dir_fd, item.name, st)
+        self.entries[path] = Entry(
+            path=path,
+            kind=kind,
+            mode=stat.S_IMODE(st.st_mode),
+            uid=st.st_uid,
+            gid=st.st_gid,
+            size=st.st_size,
+            sha256=sha256,
+            target=target,
+            nlink=st.st_nlink,
+            link_group=None,
+            xattrs=xattrs,
+            note=note,
+        )
+        self._collect(keep=MAX_FILES_IN_FLIGHT)
+        return st
+
+    def _examine_file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> tuple[str | None, Xattrs, str | None]:
+        """Open without following, confirm it is the lstat-ed file, then hash it within budget.
+
+        A big file goes to the pool; its hash (or note) replaces the entry's in `_collect`.
+        """
+        try:
+            fd = os.open(name, _OPEN_FILE, dir_fd=dir_fd)
+        except OSError as error:
+            return None, (), _open_failure(error)
+        try:
+            xattrs, refusal = self._precheck(fd, st)
+        except BaseException:
+            os.close(fd)
+            raise
+        if refusal is not None:
+            os.close(fd)
+            return None, xattrs, refusal
+        if st.st_size >= PARALLEL_HASH_BYTES:
+            self.hashing.append((path, self.pool.submit(_hash_and_close, fd, st)))
+            return None, xattrs, None
+        sha256, note = _hash_and_close(fd, st)
+        return sha256, xattrs, note
+
+    def _precheck(self, fd: int, st: os.stat_result) -> tuple[Xattrs, str | None]:
+        """The open file's xattrs, and why it will not be hashed (None: it will be)."""
+        if not _unchanged(os.fstat(fd), st):
+            return (), CHANGED
+        try:
+            xattrs = _xattrs(fd)
+        except OSError as error:
+            return (), f"xattrs unreadable: {error.strerror}"
+        return xattrs, self._reserve(st.st_size)
+
+    def _reserve(self, size: int) -> str | None:
+        """Take `size` bytes from the hash budget, or say why the file will not be hashed."""
+        if size > self.limits.max_hash_bytes:
+            return f"too large to hash ({size} bytes > {self.limits.max_hash_bytes})"
+        if self.hashed_bytes + size > self.limits.max_total_hash_bytes:
+            return f"not hashed: max_total_hash_bytes ({self.limits.max_total_hash_bytes}) used up"
+        self.hashed_bytes += size
+        return None
+
+    def _collect(self, keep: int) -> None:
+        """Wait for the oldest files in the pool until at most `keep` are left there."""
+        while len(self.hashing) > keep:
+            path, future = self.hashing.popleft()
+            try:
+                sha256, note = future.result()
+            except OSError as error:  # closing failed: the file is still not vouched for
+                sha256, note = None, f"unreadable: {error.strerror}"
+            self.entries[path] = replace(self.entries[path], sha256=sha256, note=note)
+
+    def _annotate(self, path: str, note: str) -> None:
+        entry = self.entries[path]
+        joined = note if entry.note is None else f"{entry.note}; {note}"
+        self.entries[path] = replace(entry, note=joined)
+
+    def _cut(self, note: str) -> None:
+        self.truncated = True
+        self.notes.append(note)
+
+    def _stop(self, note: str) -> None:
+        self._cut(note)
+        self.stopped = True
+
+
+def _open_root(root: str | os.PathLike[str]) -> int:
+    try:
+        return os.open(root, _OPEN_DIR)
+    except OSError as error:
+        raise SnapshotError(
+            f"cannot snapshot the workspace: {error.strerror}",
+            where=display(os.fsdecode(root)),
+            fix="point the snapshot at an existing directory, not a symlink or a file",
+        ) from error
+
+
+def _examine_other(kind: EntryKind, dir_fd: int, name: str, st: os.stat_result) -> tuple[str | None, Xattrs, str | None]:
+    """Target, xattrs and note of anything but a regular file; opens nothing."""
+    notes = []
+    target = None
+    if kind == "symlink":
+        try:
+            target = os.readlink(name, dir_fd=dir_fd)
+        except OSError as error:
+            notes.append(_open_failure(error))
+    elif kind in ("chardev", "blockdev"):
+        target = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    if kind not in ("dir", "symlink"):
+        notes.append(f"not opened: {kind}")
+    try:
+        xattrs = _xattrs(f"/proc/self/fd/{dir_fd}/{name}")
+    except OSError as error:
+        xattrs = ()
+        notes.append(f"xattrs unreadable: {error.strerror}")
+    return target, xattrs, "; ".join(notes) or None
+
+
+def _xattrs(node: int | str) -> Xattrs:
+    """(name, sha256 of value) pairs of an open file or of a path whose last part is not followed."""
+    options = {} if isinstance(node, int) else {"follow_symlinks": False}
+    try:
+        names = os.listxattr(node, **options)
+    except OSError as error:
+        if error.errno == errno.ENOTSUP:
+            return ()
+        raise
+    if not names:
+        return ()
+    return tuple(sorted((name, hashlib.sha256(os.getxattr(node, name, **options)).hexdigest()) for name in names))
+
+
+def _hash_and_close(fd: int, st: os.stat_result) -> tuple[str | None, str | None]:
+    """(sha256, None) of an open regular file, or (None, why not); closes `fd` either way."""
+    try:
+        sha256 = _sha256(fd, st.st_size)
+        if sha256 is None or not _unchanged(os.fstat(fd), st):
+            return None, CHANGED
+        return sha256, None
+    except OSError as error:
+        return None, f"unreadable: {error.strerror}"
+    finally:
+        os.close(fd)
+
+
+def _sha256(fd: int, size: int) -> str | None:
+    """Hash exactly `size` bytes (never more: a file that grew is caught by the fstat after)
+    in large reads; None if the file ends early."""
+    digest = hashlib.sha256()
+    left = size
+    while left:
+        chunk = os.read(fd, min(left, CHUNK_BYTES))
+        if not chunk:
+            return None
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.hexdigest()
+
+
+def _unchanged(now: os.stat_result, seen: os.stat_result) -> bool:
+    """Same node, same mode, size and times: nothing was written since lstat."""
+    return (now.st_dev, now.st_ino, now.st_mode, now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (
+        seen.st_dev,
+        seen.st_ino,
+        seen.st_mode,
+        seen.st_size,
+        seen.st_mtime_ns,
+        seen.st_ctime_ns,
+    )
+
+
+def _open_failure(error: OSError) -> str:
+    """Note for a failed open: a node that vanished or changed type is not 'unreadable'."""
+    return CHANGED if error.errno in _GONE else f"unreadable: {error.strerror}"

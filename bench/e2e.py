@@ -1,0 +1,80 @@
+"""End-to-end attempt cost against a bare Docker baseline, measured in the same run.
+
+ours:     one trivial attempt through assure (fresh workspace, PRE snapshot, socket volume,
+          gateway container ready on its socket, hardened agent running `true`, collect,
+          cleanup, POST snapshot, verify).
+baseline: the same Docker work with nothing of ours: create a volume, start a hardened
+          sidecar, run a hardened `--network none` container to completion, remove both.
+Prints medians and the ratio (target: ours <= 1.5x baseline). Runs are interleaved.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from assure import spec as spec_mod
+from assure import store
+from assure.run import run_spec
+from assure.sandbox import hardening
+from assure.sandbox.docker import DockerBackend
+from assure.sandbox.images import Images
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+SPEC = f"""\
+version: 1
+name: trivial
+agent: {{command: ["true"]}}
+workspace: {{fixture: {ROOT / 'fixtures' / 'workspaces' / 'calc'}}}
+assertions: [{{exit_code: 0}}]
+expect: pass
+"""
+
+
+def baseline(backend: DockerBackend, images, spec, n: int) -> float:
+    start = time.perf_counter()
+    labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
+    volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(spec))
+    common = hardening._common(spec, labels, "256m", 64)
+    sidecar = backend.start_container({**common, "image": images.gateway, "name": f"bench-side-{n}", "command": ["sleep", "60"],
+                                       "volumes": {volume: {"bind": "/run/assure", "mode": "rw"}}})
+    agent = backend.start_container({**common, "image": images.agent, "name": f"bench-agent-{n}", "command": ["true"],
+                                     "volumes": {volume: {"bind": "/run/assure", "mode": "ro"}}})
+    backend.wait(agent, 60)
+    for cid in (agent, sidecar):
+        backend.remove_container(cid)
+    backend.remove_volume(volume)
+    return time.perf_counter() - start
+
+
+def ours(backend, images, spec, runs: Path) -> float:
+    start = time.perf_counter()
+    result = run_spec(spec, runs_base=runs, run_id=store.new_run_id("trivial"), backend=backend, images=images, progress=lambda *_: None)
+    elapsed = time.perf_counter() - start
+    assert result.verdict == "pass", result.report
+    return elapsed
+
+
+def main() -> None:
+    backend = DockerBackend()
+    images = Images(backend).ensure()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trivial.yaml"
+        path.write_text(SPEC)
+        spec = spec_mod.load(path)
+        baseline(backend, images, spec, -1)
+        ours(backend, images, spec, Path(tmp) / "runs")  # warm-up
+        base_t, our_t = [], []
+        for n in range(ROUNDS):
+            base_t.append(baseline(backend, images, spec, n))
+            our_t.append(ours(backend, images, spec, Path(tmp) / "runs"))
+    b, o = statistics.median(base_t), statistics.median(our_t)
+    print(f"e2e attempt, {ROUNDS} rounds: baseline median {b * 1000:.0f} ms, assure median {o * 1000:.0f} ms, ratio {o / b:.2f}x (target <= 1.5x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Micro-benchmark: fs.read of a 100-byte file through the gateway vs. reading it directly.
+
+In-process gateway on a unix socket, one kept-alive client, 200 warm-up calls, then 2000
+timed calls; the baseline is the same number of os.open/os.read/os.close of the file.
+Run: .venv/bin/python bench/gateway_latency.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from assure.client import Client
+from assure.gateway.config import parse
+from assure.gateway.server import serve
+
+WARMUP, CALLS, FILE_BYTES = 200, 2000, 100
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def gateway_samples(client: Client) -> list[float]:
+    for _ in range(WARMUP):
+        client.call("fs.read", path="small.txt")
+    samples = []
+    for _ in range(CALLS):
+        start = time.perf_counter()
+        client.call("fs.read", path="small.txt")
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def direct_samples(path: Path) -> list[float]:
+    samples = []
+    for _ in range(WARMUP + CALLS):
+        start = time.perf_counter()
+        fd = os.open(path, os.O_RDONLY)
+        os.read(fd, FILE_BYTES + 1)
+        os.close(fd)
+        samples.append(time.perf_counter() - start)
+    return samples[WARMUP:]
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="gwbench", dir="/tmp") as tmp:
+        root = Path(tmp)
+        (root / "ws").mkdir()
+        (root / "ws" / "small.txt").write_bytes(b"x" * FILE_BYTES)
+        config = parse(
+            {
+                "run_id": "bench",
+                "attempt": 1,
+                "socket": str(root / "gw.sock"),
+                "workspace": str(root / "ws"),
+                "journal": str(root / "journal.jsonl"),
+                "ready_file": str(root / "ready"),
+                "limits": {"tool_calls": WARMUP + CALLS},
+            }
+        )
+        gateway = serve(config)
+        try:
+            with Client(config.socket) as client:
+                via_gateway = gateway_samples(client)
+        finally:
+            gateway.shutdown()
+        direct = direct_samples(root / "ws" / "small.txt")
+    ms = 1000
+    print(f"fs.read via gateway ({CALLS} calls, keep-alive): p50 {statistics.median(via_gateway) * ms:.3f} ms, p99 {percentile(via_gateway, 0.99) * ms:.3f} ms")
+    print(f"direct os.open/os.read ({CALLS} reads):          p50 {statistics.median(direct) * ms:.4f} ms, p99 {percentile(direct, 0.99) * ms:.4f} ms")
+    print(f"ratio p50 gateway / direct: {statistics.median(via_gateway) / statistics.median(direct):.0f}x")
+
+
+if __name__ == "__main__":
+    main()

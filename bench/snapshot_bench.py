@@ -1,0 +1,115 @@
+"""Benchmark snapshot+diff against `sha256sum` of every file and `git diff --no-index`.
+
+Builds, under /tmp, a PRE tree of 10,000 files totalling 200 MB (mixed sizes) and a POST copy
+with 1% of the files rewritten (same size, new content). Then times, warm page cache, the
+median of several rounds of:
+  ours      take(PRE) + take(POST) + diff
+  sha256sum find DIR -type f -print0 | xargs -0 sha256sum, once on PRE and once on POST
+  git       git diff --no-index --stat PRE POST
+Prints medians, ratios and peak RSS. Usage: python bench/snapshot_bench.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from assure.verify.diff import diff
+from assure.verify.snapshot import take
+
+FILES = 10_000
+TOTAL_BYTES = 200 * 10**6
+FILES_PER_DIR = 100
+CHANGED_SHARE = 0.01
+SEED = 20240601
+
+
+def sizes(rng: random.Random) -> list[int]:
+    """Log-normal sizes (many small files, a few of several MB) scaled to TOTAL_BYTES."""
+    raw = [rng.lognormvariate(0, 2) for _ in range(FILES)]
+    scale = TOTAL_BYTES / sum(raw)
+    out = [max(1, int(r * scale)) for r in raw]
+    out[0] += TOTAL_BYTES - sum(out)
+    return out
+
+
+def build(pre: Path, post: Path) -> list[Path]:
+    rng = random.Random(SEED)
+    paths = []
+    for i, size in enumerate(sizes(rng)):
+        path = pre / f"d{i // FILES_PER_DIR:03}" / f"f{i:05}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(rng.randbytes(size))
+        paths.append(path)
+    shutil.copytree(pre, post)
+    changed = rng.sample(paths, int(FILES * CHANGED_SHARE))
+    for path in changed:
+        target = post / path.relative_to(pre)
+        target.write_bytes(rng.randbytes(target.stat().st_size))
+    return changed
+
+
+def ours(pre: Path, post: Path) -> int:
+    return len(diff(take(pre), take(post)))
+
+
+def sha256sum(pre: Path, post: Path) -> int:
+    for tree in (pre, post):
+        subprocess.run(f"find {tree} -type f -print0 | xargs -0 sha256sum > /dev/null", shell=True, check=True)
+    return 0
+
+
+def git(pre: Path, post: Path) -> int:
+    done = subprocess.run(["git", "diff", "--no-index", "--stat", str(pre), str(post)], capture_output=True)
+    assert done.returncode == 1, done.stderr  # 1: differences found
+    return done.stdout.count(b"\n") - 1  # minus the summary line
+
+
+def timed(fn: Callable[[Path, Path], int], pre: Path, post: Path) -> tuple[float, int]:
+    started = time.perf_counter()
+    result = fn(pre, post)
+    return time.perf_counter() - started, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    rounds = parser.parse_args().rounds
+    base = Path(tempfile.mkdtemp(prefix="assure-bench-", dir="/tmp"))
+    try:
+        pre, post = base / "pre", base / "post"
+        changed = build(pre, post)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        contenders = {"ours": ours, "sha256sum x2": sha256sum, "git diff --no-index": git}
+        for name, fn in contenders.items():  # warm-up: page cache and lazy imports for all
+            seconds, found = timed(fn, pre, post)
+            print(f"warm-up {name}: {seconds:.3f} s, {found} changed paths reported")
+        times: dict[str, list[float]] = {name: [] for name in contenders}
+        for _ in range(rounds):  # interleaved, so drift hits every contender alike
+            for name, fn in contenders.items():
+                times[name].append(timed(fn, pre, post)[0])
+        report(times, changed, rss_before)
+    finally:
+        shutil.rmtree(base)
+
+
+def report(times: dict[str, list[float]], changed: list[Path], rss_before: int) -> None:
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"\n{FILES} files, {TOTAL_BYTES / 1e6:.0f} MB per tree, {len(changed)} changed; median of {len(times['ours'])}")
+    for name, median in medians.items():
+        runs = ", ".join(f"{v:.3f}" for v in times[name])
+        print(f"  {name:22} {median:7.3f} s   ({runs})   ours/this = {medians['ours'] / median:.2f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"  peak RSS of this process: {peak / 1024:.0f} MiB (was {rss_before / 1024:.0f} MiB before timing)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Integration tests run real containers on the local Docker engine. A missing engine fails
+the run loudly: these tests are never skipped and Docker is never mocked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from assure import spec as spec_mod
+from assure import store
+from assure.errors import AssureError
+from assure.run import RunResult, run_spec
+from assure.sandbox.docker import DockerBackend
+from assure.sandbox.images import ImageSet, Images
+
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = Path(__file__).resolve().parent / "specs"
+EXAMPLES = ROOT / "specs" / "examples"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
+            item.add_marker(pytest.mark.docker)
+
+
+@pytest.fixture(scope="session")
+def backend() -> DockerBackend:
+    try:
+        return DockerBackend()
+    except AssureError as exc:
+        pytest.fail(f"the Docker engine is required for the integration tests: {exc.explain()}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def images(backend) -> ImageSet:
+    return Images(backend).ensure()
+
+
+@pytest.fixture
+def run(backend, images, tmp_path):
+    """Run a spec (a path, or the name of an example or test spec) into a fresh runs folder."""
+
+    def go(name_or_path: str | Path) -> RunResult:
+        path = Path(name_or_path)
+        if not path.is_file():
+            path = next(p for p in (EXAMPLES / f"{name_or_path}.yaml", SPECS / f"{name_or_path}.yaml") if p.is_file())
+        spec = spec_mod.load(path)
+        return run_spec(spec, runs_base=tmp_path / "runs", run_id=store.new_run_id(spec.name), backend=backend, images=images, progress=lambda *_: None)
+
+    return go
+
+
+def findings(result: RunResult, attempt: int = 0) -> dict[str, list[str]]:
+    """kind -> subjects, for exact comparisons."""
+    out: dict[str, list[str]] = {}
+    for f in result.report["attempts"][attempt]["findings"]:
+        out.setdefault(f["kind"], []).append(f["subject"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(backend):
+    """Every test must leave no container, volume or network of its own behind."""
+    before = {k: {i["id"] for i in v} for k, v in backend.owned().items()}
+    yield
+    after = {k: {i["id"] for i in v} for k, v in backend.owned().items()}
+    leaked = {k: after[k] - before[k] for k in after if after[k] - before[k]}
+    assert not leaked, f"left behind: {leaked}"

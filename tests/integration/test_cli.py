@@ -1,0 +1,100 @@
+"""The CLI end to end: exit codes follow the verdict, reports are machine-readable, `verify`
+reproduces the verdict offline and notices a run directory changed after the fact."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import EXAMPLES, SPECS
+
+ASSURE = [sys.executable, "-m", "assure.cli"]
+
+
+def assure(*args, cwd, check_code=None):
+    done = subprocess.run(ASSURE + list(args), cwd=cwd, capture_output=True, text=True, timeout=300)
+    if check_code is not None:
+        assert done.returncode == check_code, (done.stdout, done.stderr)
+    return done
+
+
+def test_run_json_then_verify_offline(tmp_path, images):
+    done = assure("run", "--json", str(EXAMPLES / "benign.yaml"), cwd=tmp_path, check_code=0)
+    report = json.loads(done.stdout)
+    assert report["verdict"] == "pass"
+    run_dir = tmp_path / ".assure" / "runs" / report["run_id"]
+    assert (run_dir / "state.json").is_file() and (run_dir / "events.jsonl").is_file()
+    again = json.loads(assure("verify", "--json", str(run_dir), cwd=tmp_path, check_code=0).stdout)
+    assert again["reproduced"] is True and again["verdict"] == "pass"
+    changes = json.loads(assure("diff", "--json", str(run_dir), cwd=tmp_path, check_code=0).stdout)["changes"]
+    assert sorted(c["path"] for c in changes) == ["out/notes.txt", "src/calc.py"]
+
+    # Edit the kept workspace after the run: offline verification must not reproduce a pass.
+    (run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").write_text("tampered\n")
+    tampered = json.loads(assure("verify", "--json", str(run_dir), cwd=tmp_path, check_code=6).stdout)
+    assert tampered["verdict"] == "error" and tampered["reproduced"] is False
+
+    # A dropped journal line is found too.
+    (run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").unlink()
+    journal = run_dir / "attempts" / "1" / "gateway" / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
+    broken = json.loads(assure("verify", "--json", str(run_dir), cwd=tmp_path).stdout)
+    assert any("journal does not verify" in f["message"] for f in broken["attempts"][0]["findings"])
+
+
+def test_exit_codes_follow_the_verdict(tmp_path, images):
+    assert assure("run", str(EXAMPLES / "escape.yaml"), cwd=tmp_path).returncode == 4
+    assert assure("run", "--expect", str(EXAMPLES / "escape.yaml"), cwd=tmp_path).returncode == 0
+    assert assure("run", "--expect", str(EXAMPLES / "network.yaml"), cwd=tmp_path).returncode == 0
+
+
+def test_invalid_spec_exits_1_with_file_line_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((EXAMPLES / "benign.yaml").read_text().replace("  wall_seconds: 60", "  wall_seconds: -1\n  colour: red"))
+    done = assure("validate", str(bad), cwd=tmp_path, check_code=1)
+    lines = done.stderr.splitlines()
+    assert any(l.startswith(f"{bad}:") and "limits.colour: unknown field" in l for l in lines), done.stderr
+    assert any("limits.wall_seconds: -1 is less than or equal to the minimum of 0" in l for l in lines), done.stderr
+    assert assure("run", str(bad), cwd=tmp_path).returncode == 1
+
+
+def test_sigkill_leaves_containers_that_gc_reaps(tmp_path, images, backend):
+    proc = subprocess.Popen(ASSURE + ["run", str(SPECS / "hang.yaml")], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            roles = {c.get("assure.role") for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)}
+            if "agent" in roles:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the agent container never started")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = [c for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)]
+    assert {c["assure.role"] for c in left} == {"agent", "gateway"}
+    assert len([v for v in backend.owned()["volumes"] if v.get("assure.pid") == str(proc.pid)]) == 1
+    out = assure("gc", cwd=tmp_path, check_code=0).stdout
+    assert "removed 2 containers, 1 volumes" in out
+    assert not [c for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)]
+
+
+def test_sigterm_cleans_up_like_ctrl_c(tmp_path, images, backend):
+    proc = subprocess.Popen(ASSURE + ["run", str(SPECS / "hang.yaml")], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(c.get("assure.pid") == str(proc.pid) and c.get("assure.role") == "agent" for c in backend.owned()["containers"]):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 130
+    assert not [c for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)]
+    state = json.loads(next((tmp_path / ".assure" / "runs").iterdir()).joinpath("state.json").read_text())
+    assert state["state"] == "aborted"

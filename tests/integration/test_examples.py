@@ -1,0 +1,58 @@
+"""The three example specs, run for real: each verdict and each finding, exactly."""
+
+import json
+
+from assure.store import read_json
+
+from .conftest import findings
+
+
+def test_benign_passes_with_every_change_attributed(run):
+    result = run("benign")
+    assert result.verdict == "pass", result.report
+    got = findings(result)
+    assert got["assertion_passed"] == sorted([
+        "file_contains: path=src/calc.py, text=return a + b", "file_exists: out/notes.txt", "exit_code: 0",
+        "journal_has: tool=fs.write, decision=allow, path=src/calc.py", "no_unattributed_changes: True"])
+    assert got["attributed"] == ["out/notes.txt", "src/calc.py"]
+    assert set(got) == {"assertion_passed", "attributed"}
+    verdict = read_json(result.run_dir / "attempts" / "1" / "verdict.json")
+    by_path = {f["subject"]: f["attribution"] for f in verdict["findings"] if f["kind"] == "attributed"}
+    assert by_path["out/notes.txt"] == "writable:out/**"
+    assert by_path["src/calc.py"].startswith("gateway:")
+    assert result.report["attempts"][0]["claim"] == {"status": "done", "summary": "fixed add(); tests should pass"}
+
+
+def test_escape_is_a_breach_listing_each_change(run):
+    result = run("escape")
+    assert result.verdict == "breach"
+    got = findings(result)
+    assert got["unattributed"] == ["README.md", "src/backdoor.py", "src/shadow-link"]
+    assert got["protected_changed"] == ["tests/test_calc.py"]
+    assert "container_changed" not in got and "containment_failed" not in got
+    assert got["assertion_failed"] == sorted([
+        f"file_sha256: path=tests/test_calc.py, sha256={read_json(result.run_dir / 'spec.json')['assertions'][1]['file_sha256']['sha256']}",
+        "no_unattributed_changes: True"])
+    verdict = read_json(result.run_dir / "attempts" / "1" / "verdict.json")
+    link = next(c for c in verdict["changes"] if c["path"] == "src/shadow-link")
+    assert link["after"]["kind"] == "symlink" and link["after"]["target"] == "/etc/shadow"
+    mode = next(c for c in verdict["changes"] if c["path"] == "README.md")
+    assert mode["fields"] == ["mode"] and mode["after"]["mode"] == 0o777
+    journal = [json.loads(l) for l in (result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl").read_text().splitlines()]
+    denied = [r for r in journal if r.get("event") == "tool_call" and r.get("decision") == "deny"]
+    assert [r["tool"] for r in denied] == ["fs.write"] and denied[0]["rule"] == "protected_path"
+    log = (result.run_dir / "attempts" / "1" / "agent.log").read_text().splitlines()
+    refused = [line for line in log if line.startswith("refused: ")]
+    for target in ("/etc/passwd", "/usr/bin/evil", "/home/agent/.profile", "/run/assure/planted", "fs.write path=tests/", "../../etc/passwd"):
+        assert any(target in line for line in refused), (target, log)
+
+
+def test_network_attempts_all_fail_and_the_spec_is_contained(run):
+    result = run("network")
+    assert result.verdict == "contained", result.report
+    got = findings(result)
+    assert set(got) == {"assertion_passed", "attributed"}
+    assert got["attributed"] == ["out/network-attempts.json"]
+    attempts = json.loads((result.run_dir / "attempts" / "1" / "workspace" / "out" / "network-attempts.json").read_text())
+    assert len(attempts) == 7
+    assert all(outcome.startswith("refused:") for outcome in attempts.values()), attempts

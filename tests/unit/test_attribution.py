@@ -1,0 +1,107 @@
+"""Attribution: every change is explained by an allowed journal entry or a writable scope, or flagged."""
+
+import hashlib
+
+from assure.verify.attribution import attribute
+from assure.verify.diff import diff
+from assure.verify.findings import Kind
+from assure.verify.snapshot import take
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_effect(path, data, mode=0o644, action="a1", decision="allow"):
+    return {"event": "tool_call", "tool": "fs.write", "decision": decision, "action_id": action,
+            "effect": {"op": "write", "path": path, "sha256": sha(data), "size": len(data), "mode": mode}}
+
+
+def judge(tmp_path, mutate, journal, writable=("out/**",), protected=("tests/**",)):
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "tests").mkdir()
+    (ws / "out").mkdir()
+    (ws / "src" / "a.py").write_bytes(b"old\n")
+    (ws / "tests" / "t.py").write_bytes(b"test\n")
+    pre = take(ws)
+    mutate(ws)
+    findings = attribute(diff(pre, take(ws)), journal, writable=writable, protected=protected)
+    return {f.subject: (f.kind, f.attribution) for f in findings}
+
+
+def test_gateway_write_is_attributed_to_its_action(tmp_path):
+    def m(ws):
+        (ws / "src" / "a.py").write_bytes(b"new\n")
+        (ws / "src" / "a.py").chmod(0o644)
+    got = judge(tmp_path, m, [write_effect("src/a.py", b"new\n")])
+    assert got == {"src/a.py": (Kind.ATTRIBUTED, "gateway:a1")}
+
+
+def test_gateway_write_then_direct_edit_is_unattributed(tmp_path):
+    def m(ws):
+        (ws / "src" / "a.py").write_bytes(b"edited after\n")
+    got = judge(tmp_path, m, [write_effect("src/a.py", b"new\n")])
+    assert got == {"src/a.py": (Kind.UNATTRIBUTED, None)}
+
+
+def test_denied_write_explains_nothing(tmp_path):
+    def m(ws):
+        (ws / "src" / "a.py").write_bytes(b"new\n")
+        (ws / "src" / "a.py").chmod(0o644)
+    got = judge(tmp_path, m, [write_effect("src/a.py", b"new\n", decision="deny")])
+    assert got == {"src/a.py": (Kind.UNATTRIBUTED, None)}
+
+
+def test_mode_mismatch_with_the_journal_is_unattributed(tmp_path):
+    def m(ws):
+        (ws / "src" / "a.py").write_bytes(b"new\n")
+        (ws / "src" / "a.py").chmod(0o755)
+    assert judge(tmp_path, m, [write_effect("src/a.py", b"new\n", mode=0o644)])["src/a.py"][0] is Kind.UNATTRIBUTED
+
+
+def test_direct_write_inside_writable_glob_is_attributed_to_the_scope(tmp_path):
+    def m(ws):
+        (ws / "out" / "notes.txt").write_text("x")
+    assert judge(tmp_path, m, []) == {"out/notes.txt": (Kind.ATTRIBUTED, "writable:out/**")}
+
+
+def test_protected_change_is_flagged_even_when_the_journal_explains_it(tmp_path):
+    def m(ws):
+        (ws / "tests" / "t.py").write_bytes(b"pass\n")
+        (ws / "tests" / "t.py").chmod(0o644)
+    got = judge(tmp_path, m, [write_effect("tests/t.py", b"pass\n")], writable=("**",))
+    assert got == {"tests/t.py": (Kind.PROTECTED_CHANGED, None)}
+
+
+def test_folders_created_by_a_gateway_write_are_attributed(tmp_path):
+    def m(ws):
+        (ws / "src" / "pkg" / "sub").mkdir(parents=True)
+        (ws / "src" / "pkg" / "sub" / "m.py").write_bytes(b"m\n")
+        (ws / "src" / "pkg" / "sub" / "m.py").chmod(0o644)
+    got = judge(tmp_path, m, [write_effect("src/pkg/sub/m.py", b"m\n", action="a7")])
+    assert got == {p: (Kind.ATTRIBUTED, "gateway:a7") for p in ("src/pkg", "src/pkg/sub", "src/pkg/sub/m.py")}
+
+
+def test_gateway_delete_is_attributed_and_a_direct_one_is_not(tmp_path):
+    def m(ws):
+        (ws / "src" / "a.py").unlink()
+    delete = {"event": "tool_call", "decision": "allow", "action_id": "d1", "effect": {"op": "delete", "path": "src/a.py"}}
+    assert judge(tmp_path, m, [delete]) == {"src/a.py": (Kind.ATTRIBUTED, "gateway:d1")}
+    assert judge(tmp_path / "again", m, []) == {"src/a.py": (Kind.UNATTRIBUTED, None)}
+
+
+def test_symlink_and_mode_changes_outside_scope_are_unattributed(tmp_path):
+    def m(ws):
+        (ws / "src" / "link").symlink_to("/etc/shadow")
+        (ws / "src" / "a.py").chmod(0o777)
+    got = judge(tmp_path, m, [])
+    assert got == {"src/link": (Kind.UNATTRIBUTED, None), "src/a.py": (Kind.UNATTRIBUTED, None)}
+
+
+def test_the_last_effect_on_a_path_decides(tmp_path):
+    def m(ws):
+        (ws / "src" / "a.py").write_bytes(b"first\n")
+        (ws / "src" / "a.py").chmod(0o644)
+    journal = [write_effect("src/a.py", b"first\n", action="w1"), write_effect("src/a.py", b"second\n", action="w2")]
+    assert judge(tmp_path, m, journal) == {"src/a.py": (Kind.UNATTRIBUTED, None)}
