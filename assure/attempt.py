@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, L
 from .sandbox.images import ImageSet
 from .spec import AGENT_IMAGE_ALIAS, Spec
 from .verify import judge
+from .verify.container import EXPECTED_PATHS, layer_changes
 from .verify.snapshot import take
 
 GATEWAY_READY_SECONDS = 20.0
@@ -65,6 +67,14 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[dict[str, Any]]:
+    """At most MAX_CONTAINER_CHANGES entries, plus one that says how many more there were."""
+    total = len(changes) if total is None else total
+    if total <= MAX_CONTAINER_CHANGES:
+        return changes
+    return changes[:MAX_CONTAINER_CHANGES] + [{"path": "(more)", "kind": "added", "note": f"{total - MAX_CONTAINER_CHANGES} more changes not listed"}]
 
 
 class Attempt:
@@ -143,13 +153,18 @@ class Attempt:
             self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"}))
         self._containers.append(gateway)
         self._gateway = gateway
-        self._await_gateway(gateway)
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
         env = {"ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
-        agent = self.backend.start_container(hardening.agent_kwargs(
-            self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels={**self.labels, LABEL_ROLE: "agent"}, env=env))
-        self._containers.append(agent)
-        self._agent = agent
+        agent_kwargs = hardening.agent_kwargs(
+            self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels={**self.labels, LABEL_ROLE: "agent"}, env=env)
+        with ThreadPoolExecutor(max_workers=1) as pool:  # create the agent while the gateway boots
+            creating = pool.submit(self.backend.create_container, agent_kwargs)
+            try:
+                self._await_gateway(gateway)
+            finally:
+                self._agent = creating.result()
+                self._containers.append(self._agent)
+        self.backend.start(self._agent)
         facts["agent_started_at"] = time.time()
 
     def _await_gateway(self, cid: str) -> None:
@@ -172,7 +187,6 @@ class Attempt:
             self.backend.stop(self._agent, hardening.STOP_GRACE_SECONDS)
             exit_code = self.backend.wait(self._agent, hardening.STOP_GRACE_SECONDS + 5)
         facts["exit_code"] = exit_code
-        self.backend.stop(self._gateway, hardening.STOP_GRACE_SECONDS)
 
     def _count_tool_calls(self) -> int:
         try:
@@ -183,24 +197,38 @@ class Attempt:
 
     # --- collect ------------------------------------------------------------------------
     def _collect(self, facts: dict[str, Any]) -> None:
-        inspect = self.backend.inspect(self._agent)
-        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")}}
-        facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
-        facts["fs_changes"] = self._container_changes()
+        """Stop the gateway (it seals its journal) while the agent container is read out."""
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            stopping = pool.submit(self.backend.stop, self._gateway, hardening.STOP_GRACE_SECONDS)
+            self._read_agent(facts)
+            stopping.result()
+        (self.paths.root / "gateway.log").write_bytes(self.backend.logs(self._gateway, LOG_LIMIT_BYTES))
         try:
             records = verify_chain(self.paths.journal)
             facts["journal_head"] = {"seq": records[-1]["seq"], "hash": records[-1]["hash"]} if records else None
         except (ChainError, OSError, UnicodeDecodeError):
             pass  # judge() reports the broken journal
-        for role, cid in (("agent", self._agent), ("gateway", self._gateway)):
-            (self.paths.root / f"{role}.log").write_bytes(self.backend.logs(cid, LOG_LIMIT_BYTES))
+
+    def _read_agent(self, facts: dict[str, Any]) -> None:
+        inspect = self.backend.inspect(self._agent)
+        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")}}
+        facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
+        layer = self.backend.writable_layer(self._agent)
+        if layer is not None:
+            facts["fs_changes_source"] = "writable layer"
+            facts["fs_changes"] = _bounded(layer_changes(take(layer)))
+        else:
+            facts["fs_changes_source"] = "docker diff"
+            facts["fs_changes"] = self._container_changes()
+        (self.paths.root / "agent.log").write_bytes(self.backend.logs(self._agent, LOG_LIMIT_BYTES))
 
     def _container_changes(self) -> list[dict[str, Any]]:
         out = []
-        for change in self.backend.fs_changes(self._agent)[:MAX_CONTAINER_CHANGES]:
+        changes = self.backend.fs_changes(self._agent)
+        for change in changes[:MAX_CONTAINER_CHANGES]:
             path, kind = change.get("Path", ""), DIFF_KINDS.get(change.get("Kind"), "unknown")
             entry: dict[str, Any] = {"path": path, "kind": kind}
-            if kind != "deleted":
+            if kind != "deleted" and path not in EXPECTED_PATHS:
                 ftype, content, target = self.backend.read_file(self._agent, path, CONTAINER_FILE_LIMIT)
                 entry.update(type=ftype, target=target)
                 if content is not None:
@@ -208,7 +236,7 @@ class Attempt:
                 elif ftype == "file":
                     entry["note"] = f"larger than {CONTAINER_FILE_LIMIT} bytes: not hashed"
             out.append(entry)
-        return out
+        return _bounded(out, total=len(changes))
 
     # --- cleanup ------------------------------------------------------------------------
     def _cleanup(self) -> None:

@@ -51,11 +51,13 @@ def baseline(backend: DockerBackend, images, spec, n: int) -> float:
     return time.perf_counter() - start
 
 
-def ours(backend, images, spec, runs: Path) -> float:
+def ours(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -> float:
     start = time.perf_counter()
     result = run_spec(spec, runs_base=runs, run_id=store.new_run_id("trivial"), backend=backend, images=images, progress=lambda *_: None)
     elapsed = time.perf_counter() - start
     assert result.verdict == "pass", result.report
+    for phase, seconds in result.report["attempts"][0]["timings"].items():
+        phases.setdefault(phase, []).append(seconds)
     return elapsed
 
 
@@ -67,12 +69,14 @@ def main() -> None:
         path.write_text(SPEC)
         spec = spec_mod.load(path)
         baseline(backend, images, spec, -1)
-        ours(backend, images, spec, Path(tmp) / "runs")  # warm-up
+        phases: dict[str, list[float]] = {}
+        ours(backend, images, spec, Path(tmp) / "runs", {})  # warm-up
         base_t, our_t = [], []
         for n in range(ROUNDS):
             base_t.append(baseline(backend, images, spec, n))
-            our_t.append(ours(backend, images, spec, Path(tmp) / "runs"))
+            our_t.append(ours(backend, images, spec, Path(tmp) / "runs", phases))
     b, o = statistics.median(base_t), statistics.median(our_t)
+    print("assure phases (median ms): " + ", ".join(f"{k} {statistics.median(v) * 1000:.0f}" for k, v in phases.items()))
     print(f"e2e attempt, {ROUNDS} rounds: baseline median {b * 1000:.0f} ms, assure median {o * 1000:.0f} ms, ratio {o / b:.2f}x (target <= 1.5x)")
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -24,6 +26,7 @@ LABEL_ATTEMPT = "assure.attempt"
 LABEL_ROLE = "assure.role"
 LABEL_PID = "assure.pid"
 LABEL_HOST = "assure.host"
+GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
 DOCKER_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this user"
 
 
@@ -107,17 +110,24 @@ class DockerBackend:
             raise SandboxError(f"remove volume {name}: {exc}", fix=DOCKER_FIX) from exc
 
     # --- containers -------------------------------------------------------------------
+    def create_container(self, kwargs: dict[str, Any]) -> str:
+        with _mapped(f"create container {kwargs.get('name')}"):
+            return self._client.containers.create(**{k: v for k, v in kwargs.items() if k != "detach"}).id
+
+    def start(self, cid: str) -> None:
+        with _mapped("start container"):
+            self._client.api.start(cid)
+
     def start_container(self, kwargs: dict[str, Any]) -> str:
         """Create and start; a container that fails to start is removed before raising."""
-        with _mapped(f"start container {kwargs.get('name')}"):
-            container = self._client.containers.create(**{k: v for k, v in kwargs.items() if k != "detach"})
-            try:
-                container.start()
-            except BaseException:
-                with contextlib.suppress(docker.errors.DockerException):
-                    container.remove(force=True)
-                raise
-            return container.id
+        cid = self.create_container(kwargs)
+        try:
+            self.start(cid)
+        except BaseException:
+            with contextlib.suppress(SandboxError):
+                self.remove_container(cid)
+            raise
+        return cid
 
     def wait(self, cid: str, timeout: float) -> int | None:
         """Exit code, or None if still running after `timeout` seconds."""
@@ -146,10 +156,22 @@ class DockerBackend:
         with _mapped("docker diff"):
             return self._client.api.diff(cid) or []
 
+    def writable_layer(self, cid: str) -> Path | None:
+        """The host folder holding the container's own writes (overlay upper dir), when this
+        host can read it (a local engine, as root); None otherwise (use `fs_changes`)."""
+        data = (self.inspect(cid).get("GraphDriver") or {}).get("Data") or {}
+        upper = data.get("UpperDir")
+        if not upper or not os.access(upper, os.R_OK | os.X_OK):
+            return None
+        return Path(upper)
+
     def read_file(self, cid: str, path: str, limit: int) -> tuple[str, bytes | None, str | None]:
         """(kind, content, link target) of one path in a stopped container, bounded by `limit`."""
         with _mapped(f"copy {path} out of container"):
-            stream, _ = self._client.api.get_archive(cid, path)
+            stream, stat = self._client.api.get_archive(cid, path)
+            if stat.get("mode", 0) & GO_MODE_DIR:
+                stream.close()  # never tar up a whole folder: its entries are listed on their own
+                return "dir", None, None
             buf = io.BytesIO()
             for chunk in stream:
                 buf.write(chunk)

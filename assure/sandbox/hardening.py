@@ -77,7 +77,7 @@ def _common(spec: Spec, labels: dict[str, str], memory: str, pids: int) -> dict[
 def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
     volumes = {
         str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-        mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "ro"},
+        mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "ro,nocopy"},
     }
     if mounts.agent_files is not None:
         volumes[str(mounts.agent_files)] = {"bind": AGENT_FILES, "mode": "ro"}
@@ -104,7 +104,7 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
         "hostname": "gateway",
         "volumes": {
             str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-            mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "rw"},
+            mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "rw,nocopy"},
             str(mounts.gateway_state): {"bind": GATEWAY_STATE, "mode": "rw"},
             str(mounts.gateway_config): {"bind": GATEWAY_CONFIG, "mode": "ro"},
         },
@@ -112,7 +112,10 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
 
 
 def socket_volume_options(spec: Spec) -> dict[str, str]:
-    """A private tmpfs for the socket, owned by the sandbox user (the agent mounts it read-only)."""
+    """A private tmpfs for the socket, owned by the sandbox user (the agent mounts it read-only).
+
+    Both mounts use `nocopy`: otherwise the engine copies the image's /run/assure (owned by
+    root) over the volume's root when a container is created, and the gateway cannot bind."""
     uid, gid = sandbox_user(spec)
     return {"type": "tmpfs", "device": "tmpfs", "o": f"size={SOCKET_VOLUME_SIZE},uid={uid},gid={gid},mode=0755,nosuid,nodev,noexec"}
 

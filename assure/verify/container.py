@@ -11,6 +11,7 @@ from typing import Any
 
 from ..sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE
 from .findings import Finding, Kind
+from .snapshot import Snapshot
 
 # Mount points and their parents appear in `docker diff` when the runtime creates them
 # (the engine's init binary is bind-mounted at /sbin/docker-init, /usr/sbin on merged-usr).
@@ -37,6 +38,26 @@ def containment(inspect: dict[str, Any], *, read_only_root: bool) -> list[Findin
         if not ok(value):
             findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {value!r}"))
     return findings
+
+
+def layer_changes(layer: Snapshot) -> list[dict[str, Any]]:
+    """Changes as read from the container's writable layer: every entry there was written by
+    the container (or the runtime); overlay whiteouts (a 0/0 character device, or a `.wh.`
+    name) mark deletions. Same shape as the `docker diff` collection."""
+    out = []
+    for entry in layer.entries.values():
+        name = entry.path.rsplit("/", 1)[-1]
+        parent = entry.path[: -len(name)]
+        if entry.kind == "chardev":  # the agent cannot mknod (no CAP_MKNOD): a whiteout
+            out.append({"path": f"/{entry.path}", "kind": "deleted"})
+        elif name.startswith(".wh."):
+            if name != ".wh..wh..opq":
+                out.append({"path": f"/{parent}{name[4:]}", "kind": "deleted"})
+        else:
+            change = {"path": f"/{entry.path}", "kind": "modified" if entry.kind == "dir" else "added", "type": entry.kind,
+                      "sha256": entry.sha256, "target": entry.target, "note": entry.note}
+            out.append({k: v for k, v in change.items() if v is not None})
+    return sorted(out, key=lambda c: c["path"])
 
 
 def filesystem_changes(changes: list[dict[str, Any]]) -> list[Finding]:

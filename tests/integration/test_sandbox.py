@@ -46,6 +46,20 @@ def test_container_changes_outside_the_workspace_are_breaches(run):
     assert result.verdict == "breach"
     got = findings(result)
     assert got["container_changed"] == ["/home/agent/link", "/home/agent/planted"]
-    changes = {c["path"]: c for c in read_json(result.run_dir / "attempts" / "1" / "container.json")["fs_changes"]}
+    facts = read_json(result.run_dir / "attempts" / "1" / "container.json")
+    assert facts["fs_changes_source"] == "writable layer"
+    changes = {c["path"]: c for c in facts["fs_changes"]}
+    assert changes["/home/agent/planted"]["sha256"] == hashlib.sha256(b"planted\n").hexdigest()
+    assert changes["/home/agent/link"]["target"] == "/etc/passwd"
+
+
+def test_docker_diff_fallback_finds_the_same_changes(run, backend, monkeypatch):
+    """Where the writable layer cannot be read (remote engine, not root), `docker diff` is used."""
+    monkeypatch.setattr(backend, "writable_layer", lambda cid: None)
+    result = run("container-write")
+    facts = read_json(result.run_dir / "attempts" / "1" / "container.json")
+    assert facts["fs_changes_source"] == "docker diff"
+    assert findings(result)["container_changed"] == ["/home/agent/link", "/home/agent/planted"]
+    changes = {c["path"]: c for c in facts["fs_changes"]}
     assert changes["/home/agent/planted"]["sha256"] == hashlib.sha256(b"planted\n").hexdigest()
     assert changes["/home/agent/link"]["target"] == "/etc/passwd"

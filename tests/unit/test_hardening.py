@@ -35,7 +35,7 @@ def test_agent_container_is_sealed(benign, tmp_path):
     assert kw["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,noexec,size={64 * 2**20}"}
     assert kw["log_config"]["config"]["max-size"] == hardening.LOG_MAX
     assert kw["user"].split(":")[0] != "0"
-    assert kw["volumes"]["vol-sock"] == {"bind": "/run/assure", "mode": "ro"}
+    assert kw["volumes"]["vol-sock"] == {"bind": "/run/assure", "mode": "ro,nocopy"}
     assert kw["volumes"][str(tmp_path / "ws")] == {"bind": "/workspace", "mode": "rw"}
     assert kw["volumes"][str(tmp_path / "agent")] == {"bind": "/opt/agent", "mode": "ro"}
     assert not any("docker.sock" in k for k in kw["volumes"])
@@ -49,7 +49,7 @@ def test_gateway_holds_state_the_agent_never_mounts(benign, tmp_path):
     agent = hardening.agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={})
     gateway = hardening.gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})
     assert gateway["network_mode"] == "none" and gateway["read_only"] is True and gateway["cap_drop"] == ["ALL"]
-    assert gateway["volumes"]["vol-sock"]["mode"] == "rw"
+    assert gateway["volumes"]["vol-sock"]["mode"] == "rw,nocopy"
     assert str(m.gateway_state) in gateway["volumes"] and str(m.gateway_state) not in agent["volumes"]
     assert str(m.gateway_config) not in agent["volumes"]
 
