@@ -9,6 +9,7 @@ before this returns or raises. The verdict comes from `verify.judge`, the same f
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import store
+from . import control, store
 from .chain import ChainError, verify_chain
 from .errors import AssureError, SandboxError
 from .sandbox import hardening
@@ -31,11 +32,12 @@ from .verify.container import EXPECTED_PATHS, layer_changes
 from .verify.snapshot import take
 
 GATEWAY_READY_SECONDS = 20.0
+RUN_POLL_SECONDS = 0.1
+BREACH_FILE = "breach.json"
 POLL_SECONDS = 0.05
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
-GATEWAY_LIMITS = {"max_body_bytes": 8 * 2**20, "max_header_bytes": 16 * 2**10, "read_timeout_seconds": 10.0, "max_connections": 16, "max_file_bytes": 8 * 2**20}
 DIFF_KINDS = {0: "modified", 1: "added", 2: "deleted"}
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -135,11 +137,12 @@ class Attempt:
         if os.geteuid() == 0:
             _chown_tree(p.workspace, uid, gid)
             _chown_tree(p.gateway_state, uid, gid)
+            os.chown(self.run.state_dir, uid, gid)
         config = {
             "run_id": self.run.run_id, "attempt": self.number, "socket": hardening.SOCKET_PATH,
             "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/journal.jsonl",
             "ready_file": f"{hardening.GATEWAY_STATE}/ready", "protected": list(self.spec.workspace.protected),
-            "limits": {**GATEWAY_LIMITS, "tool_calls": self.spec.limits.tool_calls},
+            "limits": {"tool_calls": self.spec.limits.tool_calls},  # the gateway's own defaults rule the rest
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
@@ -148,7 +151,8 @@ class Attempt:
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:
         self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
-        mounts = hardening.Mounts(self.paths.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config, self.spec.agent.files)
+        mounts = hardening.Mounts(self.paths.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config,
+                                  self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         gateway = self.backend.start_container(hardening.gateway_kwargs(
             self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"}))
         self._containers.append(gateway)
@@ -177,16 +181,45 @@ class Attempt:
 
     # --- run ----------------------------------------------------------------------------
     def _run(self, facts: dict[str, Any]) -> None:
+        """Wait for the agent; stop it at the deadline, on an operator halt or a budget breach."""
         deadline = time.monotonic() + self.spec.limits.wall_seconds
-        exit_code = None
-        while exit_code is None and time.monotonic() < deadline:
-            exit_code = self.backend.wait(self._agent, min(0.5, max(deadline - time.monotonic(), 0.01)))
-            self.progress("run", {"tool_calls": self._count_tool_calls()})
-        facts["timed_out"] = exit_code is None
+        exit_code, stop = None, None
+        while exit_code is None and stop is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                stop = {"reason": "deadline", "counter": "wall_seconds", "breach_at": time.time()}
+                break
+            exit_code = self.backend.wait(self._agent, min(RUN_POLL_SECONDS, remaining))
+            if exit_code is None:
+                stop = self._halt_requested() or self._budget_breached()
+                self.progress("run", {"tool_calls": self._count_tool_calls()})
         if exit_code is None:
             self.backend.stop(self._agent, hardening.STOP_GRACE_SECONDS)
             exit_code = self.backend.wait(self._agent, hardening.STOP_GRACE_SECONDS + 5)
+            stop["halted_at"] = time.time()
+            since = stop.get("requested_at", stop.get("breach_at"))
+            stop["latency_ms"] = round((stop["halted_at"] - since) * 1000, 1) if since else None
+        facts["stopped"] = stop
+        facts["timed_out"] = bool(stop and stop["reason"] == "deadline")
         facts["exit_code"] = exit_code
+
+    def _halt_requested(self) -> dict[str, Any] | None:
+        override = control.read(self.run.control_dir)
+        if not override.halted:
+            return None
+        return {"reason": "operator_halt", "request_id": override.request_id, "actor": override.actor, "requested_at": override.requested_at}
+
+    def _budget_breached(self) -> dict[str, Any] | None:
+        """The gateway writes `breach.json` when a budget counter runs out (its content is the gateway's)."""
+        try:
+            data = json.loads((self.paths.gateway_state / BREACH_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            data = {}
+        counter = data.get("counter") if isinstance(data, dict) else None
+        breach_at = data.get("breach_at") if isinstance(data, dict) else None
+        return {"reason": "budget", "counter": str(counter or "unknown"), "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time()}
 
     def _count_tool_calls(self) -> int:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from . import alerts
 from . import report as render
 from . import spec as spec_mod
 from . import store
@@ -221,6 +223,100 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
                 remove[kind](item["id"])
                 removed[kind] += 1
     out.print(f"removed {removed['containers']} containers, {removed['volumes']} volumes, {removed['networks']} networks")
+
+
+def _run_dir(run: str, runs_dir: Path) -> store.RunDir:
+    """A run by id (under --runs-dir) or by path; a hostile id never leaves the runs folder."""
+    path = Path(run)
+    if not path.is_dir():
+        if not store.RUN_ID.match(run):
+            raise AssureError(f"{run!r} is not a run id or a run directory", fix="`assure runs` lists them")
+        path = runs_dir / run
+    return store.RunDir.open(path)
+
+
+@app.command()
+def halt(run: str, runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+    """Halt RUN now: every further mutation is denied, the agent is stopped, no new attempt starts."""
+    from . import control
+
+    try:
+        rd = _run_dir(run, runs_dir)
+        done = control.request(rd.path / "control", run_id=rd.run_id, actor=alerts.operator_name(), halt=True)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    out.print(f"halt requested for {rd.run_id} (request {done.request_id}); the gateway and the driver act on it within a second")
+
+
+@app.command()
+def dial(run: str, level: str = typer.Argument(..., help="propose, commit or irreversible"), runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+    """Turn the autonomy dial of RUN: `propose` stops every external effect from here on."""
+    from . import control
+
+    if level not in control.LEVELS:
+        err.print(f"error: dial must be one of {', '.join(control.LEVELS)}", markup=False)
+        raise typer.Exit(2)
+    try:
+        rd = _run_dir(run, runs_dir)
+        done = control.request(rd.path / "control", run_id=rd.run_id, actor=alerts.operator_name(), dial=level)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    out.print(f"dial of {rd.run_id} set to {level} (request {done.request_id})")
+
+
+@app.command("alerts")
+def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alerts not yet acknowledged."), runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.Option(False, "--json")) -> None:
+    """List alerts (pending ones stay until `assure ack ID`)."""
+    found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == "pending"]
+    if json_out:
+        out.print_json(json.dumps([dataclasses.asdict(a) for a in found]))
+        return
+    table = Table("id", "run", "kind", "state", "raised", "message")
+    for a in found:
+        table.add_row(a.id, render.display(a.run_id), a.kind, a.state, a.raised_at, render.display(a.message))
+    out.print(table)
+
+
+@app.command()
+def ack(alert_id: str, runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+    """Acknowledge a pending alert."""
+    try:
+        done = alerts.ack(runs_dir, alert_id, alerts.operator_name())
+    except AssureError as exc:
+        raise _fail(exc) from None
+    out.print(f"{done.id} acknowledged by {render.display(str(done.acked_by))} at {done.acked_at}", markup=False)
+
+
+@app.command("journal")
+def journal_cmd(
+    run: str,
+    event: Optional[str] = typer.Option(None, help="e.g. gate_denied, override_effective, tool_call"),
+    actor: Optional[str] = typer.Option(None, help="gateway, driver, or an operator's name"),
+    since: Optional[str] = typer.Option(None, help="ISO time, e.g. 2026-11-30T08:00"),
+    runs_dir: Path = typer.Option(store.RUNS_DIR),
+    json_out: bool = typer.Option(False, "--json", help="One JSON record per line."),
+) -> None:
+    """Query a run's journals (driver events, operator requests, gateway journals), verified first."""
+    from . import journal
+
+    try:
+        rd = _run_dir(run, runs_dir)
+        broken = [s for s in journal.sources(rd) if s.error]
+        records = list(journal.query(rd, event=event, actor=actor, since=since))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    for s in broken:
+        err.print(f"BROKEN CHAIN {s.name}: {s.error}", style="bold red", markup=False)
+    if json_out:
+        for r in records:
+            out.print(json.dumps(r, sort_keys=True, ensure_ascii=True), markup=False, highlight=False, soft_wrap=True)
+    else:
+        table = Table("ts", "source", "actor", "event", "detail")
+        for r in records:
+            detail = " ".join(f"{k}={r[k]}" for k in ("tool", "path", "decision", "rule", "reason", "latency_ms", "verdict") if r.get(k) is not None)
+            table.add_row(str(r.get("ts")), r["source"], str(r.get("actor")), journal.standard_event(r), render.display(detail))
+        out.print(table)
+    raise typer.Exit(1 if broken else 0)
 
 
 def main() -> None:  # pragma: no cover - console entry point

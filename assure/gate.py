@@ -1,47 +1,153 @@
 """The gate: the one decision function that every tool call passes before it has an effect.
 
-`decide()` is pure and deterministic: no I/O, no clock, no globals. The gateway calls it
-for every request and journals the returned `Decision` with the inputs it used, so the
-journal shows why. Any exception inside a rule denies (fail closed).
+`decide(action, context)` runs a fixed tuple of small rules in order; the first that
+returns a `Decision` decides. It is pure and deterministic: no I/O, no clock (`now` is
+passed in), so the same inputs always give the same frozen `Decision`, and the journal can
+replay it. Any exception inside a rule denies with rule `internal_error` (fail closed), and
+a call that no rule decided is denied too.
+
+The rules implement boxes 0 and 5 of The Machine: no mutation without a contract ratified
+by someone other than its proposer, and `effective = min(operator_dial, ceiling,
+verifier_trust)` with irreversible effects needing more trust or a human-gate receipt.
 Standard library only: this module runs inside the gateway image.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from . import globs
+from .chain import canonical
 
 ALLOW, DENY, ESCALATE = "allow", "deny", "escalate"
+
+PROPOSE, COMMIT, IRREVERSIBLE = 0, 1, 2
+LEVELS = {"propose": PROPOSE, "commit": COMMIT, "irreversible": IRREVERSIBLE}
+SANDBOX = "sandbox"  # a per-attempt copy: reversible by construction (the PRE snapshot)
+BUDGET_COUNTERS = ("tool_calls", "tokens", "cost", "wall_seconds")
+
+
+# ---------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contract:
+    """A ratified move: what may be touched, and how much autonomy the worker may have."""
+
+    id: str
+    proposed_by: str
+    ratified_by: str | None
+    scope: tuple[str, ...]
+    autonomy_ceiling: int
+    irreversible_min_trust: int = IRREVERSIBLE
+    expires_at: float | None = None
+    revoked: bool = False
+    hash: str | None = None
+
+
+def contract_terms(contract: Contract) -> dict[str, Any]:
+    """The terms the proposer wrote, which the ratifier approved.
+
+    `ratified_by` and `revoked` are left out on purpose: they are later events about the
+    terms (journaled as `contract_ratified` / `contract_revoked`), not part of them, so
+    ratifying or revoking does not change the hash the ratifier signed off on.
+    """
+    return {
+        "id": contract.id,
+        "proposed_by": contract.proposed_by,
+        "scope": list(contract.scope),
+        "autonomy_ceiling": contract.autonomy_ceiling,
+        "irreversible_min_trust": contract.irreversible_min_trust,
+        "expires_at": contract.expires_at,
+    }
+
+
+def contract_hash(contract: Contract) -> str:
+    """`sha256:` + SHA-256 of the canonical JSON of `contract_terms(contract)`."""
+    return "sha256:" + hashlib.sha256(canonical(contract_terms(contract))).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HumanGate:
+    """A human's approval receipt for one scope pattern, valid while `now < expires_at`."""
+
+    id: str
+    scope: str
+    approved_by: str
+    expires_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """Counters and their limits; a limit of None is unlimited."""
+
+    tool_calls_used: int = 0
+    tool_calls_limit: int | None = None
+    tokens_used: int = 0
+    tokens_limit: int | None = None
+    cost_used: float = 0.0
+    cost_limit: float | None = None
+    wall_seconds_used: float = 0.0
+    wall_seconds_limit: float | None = None
 
 
 @dataclass(frozen=True)
 class Action:
-    """What the caller asks for: a tool, whether it mutates, and what it touches."""
+    """What the caller asks for: a tool, whether it mutates, and what it touches.
+
+    `resource_mode` is `sandbox` (the per-attempt copy), `live` or `external` (a real
+    effect; any other value is treated as real). `reversible` counts only if `rollback_ref`
+    is one the host confirmed (`Context.rollbacks`); missing means False.
+    """
 
     tool: str
     mutates: bool
     path: str | None = None
+    scope: str | None = None
+    resource_mode: str = SANDBOX
+    reversible: bool | None = None
+    rollback_ref: str | None = None
+    human_gate: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Context:
-    """Everything else the decision may depend on, as plain values."""
+    """Everything else the decision may depend on, as plain values.
+
+    `require_contract=False` is the legacy mode for specs without a contract block: a
+    missing contract is then accepted (with ceiling PROPOSE), but a contract that *is*
+    presented is still checked. `budget` has no default so every caller states it.
+    """
 
     known_tools: frozenset[str]
+    now: float
+    budget: Budget
     protected: tuple[str, ...] = ()
-    tool_calls_used: int = 0
-    tool_calls_limit: int = 0
+    contract: Contract | None = None
+    require_contract: bool = True
+    operator_dial: int = COMMIT
+    verifier_trust: int = PROPOSE
+    verifier_fresh: bool = False
+    rollbacks: frozenset[str] = frozenset()
+    human_gates: tuple[HumanGate, ...] = ()
     halted: bool = False
 
 
 @dataclass(frozen=True)
 class Decision:
+    """The outcome, the rule that decided, and the inputs it used (for the journal).
+
+    `required_trust` and `effective_autonomy` are set only when the autonomy rule decided.
+    """
+
     outcome: str
     rule: str
     reason: str
+    required_trust: int | None = None
+    effective_autonomy: int | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -52,51 +158,195 @@ class Decision:
         return asdict(self)
 
 
+# ---------------------------------------------------------------- derived figures
+
+
+def action_scope(action: Action) -> str | None:
+    """The scope string contracts and human gates match: explicit, else `fs:<path>`."""
+    if action.scope is not None:
+        return action.scope
+    return None if action.path is None else f"fs:{action.path}"
+
+
+def rollback_confirmed(action: Action, ctx: Context) -> bool:
+    """A claimed rollback counts only if the host confirmed the ref resolves (no forgery)."""
+    return action.reversible is True and action.rollback_ref is not None and action.rollback_ref in ctx.rollbacks
+
+
+def autonomy_ceiling(ctx: Context) -> int:
+    """No contract (legacy specs) means the worker may only propose."""
+    return PROPOSE if ctx.contract is None else ctx.contract.autonomy_ceiling
+
+
+def effective_autonomy(ctx: Context) -> int:
+    """min(dial, ceiling, verifier trust); an absent or stale verifier earns trust 0."""
+    verifier = ctx.verifier_trust if ctx.verifier_fresh else PROPOSE
+    return min(ctx.operator_dial, autonomy_ceiling(ctx), verifier)
+
+
+def required_trust(action: Action, ctx: Context) -> int:
+    """Sandbox: PROPOSE. Real effect: COMMIT if rollback is confirmed, else the irreversible bar.
+
+    The irreversible bar is the contract's `irreversible_min_trust`, never below
+    IRREVERSIBLE: an irreversible effect needs more trust than a reversible one.
+    """
+    if action.resource_mode == SANDBOX:
+        return PROPOSE
+    if rollback_confirmed(action, ctx):
+        return COMMIT
+    bar = IRREVERSIBLE if ctx.contract is None else ctx.contract.irreversible_min_trust
+    return max(bar, IRREVERSIBLE)
+
+
+def _expired(now: float, expires_at: float | None) -> bool:
+    """Written as `not now < expires_at` so a NaN clock or deadline counts as expired."""
+    return expires_at is not None and not now < expires_at
+
+
+def _level(n: int) -> str:
+    names = {v: k for k, v in LEVELS.items()}
+    return f"{n} ({names[n]})" if n in names else str(n)
+
+
+# ---------------------------------------------------------------- rules, in order
+
 Rule = Callable[[Action, Context], "Decision | None"]
 
 
 def _known_tool(action: Action, ctx: Context) -> Decision | None:
+    """Only registered tools exist; anything else is a probe."""
     if action.tool not in ctx.known_tools:
         return Decision(DENY, "known_tool", f"unknown tool {action.tool!r}")
     return None
 
 
-def _halted(action: Action, ctx: Context) -> Decision | None:
+def _budget(action: Action, ctx: Context) -> Decision | None:
+    """Every call, read or write, stops once a counter reaches its limit (NaN counts as over)."""
+    for name in BUDGET_COUNTERS:
+        used, limit = getattr(ctx.budget, f"{name}_used"), getattr(ctx.budget, f"{name}_limit")
+        if limit is not None and not used < limit:
+            return Decision(DENY, f"budget.{name}", f"{name} budget exhausted ({used} of {limit} used)")
+    return None
+
+
+def _operator_halt(action: Action, ctx: Context) -> Decision | None:
+    """After an operator halt no further mutation may start; reads still answer."""
     if ctx.halted and action.mutates:
         return Decision(DENY, "operator_halt", "the operator halted this run")
     return None
 
 
-def _tool_budget(action: Action, ctx: Context) -> Decision | None:
-    if ctx.tool_calls_used >= ctx.tool_calls_limit:
-        return Decision(
-            DENY, "budget.tool_calls", f"tool call budget exhausted ({ctx.tool_calls_used} of {ctx.tool_calls_limit} used)"
-        )
+def _read_only(action: Action, ctx: Context) -> Decision | None:
+    """A call without an effect needs no contract and no trust."""
+    if not action.mutates:
+        return Decision(ALLOW, "read_only", "the call does not mutate")
     return None
 
 
 def _protected_path(action: Action, ctx: Context) -> Decision | None:
-    if action.mutates and action.path is not None and globs.match_any(ctx.protected, action.path):
+    """The acceptance tests (and whatever else the spec protects) are immutable during the move."""
+    if action.path is not None and globs.match_any(ctx.protected, action.path):
         return Decision(DENY, "protected_path", f"{action.path!r} is protected by the spec")
     return None
 
 
-RULES: tuple[Rule, ...] = (_known_tool, _halted, _tool_budget, _protected_path)
+def _contract(action: Action, ctx: Context) -> Decision | None:
+    """Box 0: no mutation without a valid contract ratified by someone other than its proposer.
+
+    Checked whenever a contract is required or presented; only a legacy spec may go without.
+    """
+    c = ctx.contract
+    if c is None:
+        return Decision(DENY, "contract.missing", "no contract covers this move") if ctx.require_contract else None
+    ratifier, proposer = (c.ratified_by or "").strip().casefold(), (c.proposed_by or "").strip().casefold()
+    if not ratifier:
+        return Decision(DENY, "contract.unratified", f"contract {c.id!r} is not ratified")
+    if ratifier == proposer:
+        return Decision(DENY, "contract.self_ratified", f"contract {c.id!r} was ratified by its own proposer {c.proposed_by!r}")
+    if c.hash is None or c.hash != contract_hash(c):
+        return Decision(DENY, "contract.hash", f"contract {c.id!r} hash is missing or does not match its terms")
+    if c.revoked:
+        return Decision(DENY, "contract.revoked", f"contract {c.id!r} was revoked")
+    if _expired(ctx.now, c.expires_at):
+        return Decision(DENY, "contract.expired", f"contract {c.id!r} expired at {c.expires_at}")
+    scope = action_scope(action)
+    if scope is None or not globs.match_any(c.scope, scope):
+        return Decision(DENY, "contract.scope", f"{scope!r} is outside contract {c.id!r} scope {list(c.scope)}")
+    return None
+
+
+def _autonomy(action: Action, ctx: Context) -> Decision | None:
+    """Box 5: allow if effective autonomy reaches the trust the effect needs.
+
+    Short of that, an irreversible effect may still pass on a human-gate receipt that covers
+    its scope and is inside its window (expired: deny; none: escalate to a human); a
+    reversible one is denied.
+    """
+    effective, required = effective_autonomy(ctx), required_trust(action, ctx)
+    figures = {"required_trust": required, "effective_autonomy": effective}
+    if effective >= required:
+        return Decision(ALLOW, "autonomy", f"effective autonomy {_level(effective)} >= required {_level(required)}", **figures)
+    if action.resource_mode != SANDBOX and not rollback_confirmed(action, ctx):
+        return _human_gate(action, ctx, figures)
+    verifier = ctx.verifier_trust if ctx.verifier_fresh else f"{PROPOSE} (absent or stale)"
+    reason = (
+        f"effective autonomy {_level(effective)} = min(dial {ctx.operator_dial}, ceiling {autonomy_ceiling(ctx)}, "
+        f"verifier {verifier}) is below the {_level(required)} this {action.resource_mode} effect needs"
+    )
+    return Decision(DENY, "autonomy.insufficient", reason, **figures)
+
+
+def _human_gate(action: Action, ctx: Context, figures: dict[str, int]) -> Decision:
+    """Match the presented receipt by id, scope coverage and a named approver; check its window."""
+    scope = action_scope(action)
+    presented = [g for g in ctx.human_gates if action.human_gate is not None and g.id == action.human_gate]
+    covering = [g for g in presented if (g.approved_by or "").strip() and scope is not None and globs.match(g.scope, scope)]
+    if any(not _expired(ctx.now, g.expires_at) for g in covering):
+        return Decision(ALLOW, "human_gate", f"irreversible effect approved by human gate {action.human_gate!r}", **figures)
+    if covering:
+        return Decision(DENY, "human_gate.expired", f"human gate {action.human_gate!r} has expired", **figures)
+    needed = _level(figures["required_trust"])
+    return Decision(ESCALATE, "escalate.irreversible", f"irreversible effect on {scope!r} needs trust {needed} or a human gate", **figures)
+
+
+RULES: tuple[Rule, ...] = (_known_tool, _budget, _operator_halt, _read_only, _protected_path, _contract, _autonomy)
+
+
+# ---------------------------------------------------------------- decide
+
+
+def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
+    """The plain values the journal records with every decision."""
+    b = ctx.budget
+    return {
+        "mutates": action.mutates,
+        "scope": action_scope(action),
+        "resource_mode": action.resource_mode,
+        "reversible": rollback_confirmed(action, ctx),
+        "rollback_confirmed": action.rollback_ref is not None and action.rollback_ref in ctx.rollbacks,
+        "contract_id": None if ctx.contract is None else ctx.contract.id,
+        "human_gate": action.human_gate,
+        "operator_dial": ctx.operator_dial,
+        "autonomy_ceiling": autonomy_ceiling(ctx),
+        "verifier_trust": ctx.verifier_trust,
+        "verifier_fresh": ctx.verifier_fresh,
+        "required_trust": None,
+        "effective_autonomy": None,
+        **{f"{n}_{part}": getattr(b, f"{n}_{part}") for n in BUDGET_COUNTERS for part in ("used", "limit")},
+        "halted": ctx.halted,
+    }
 
 
 def decide(action: Action, ctx: Context) -> Decision:
-    """Run the rules in order; the first that objects decides, otherwise allow."""
-    inputs = {
-        "mutates": action.mutates,
-        "tool_calls_used": ctx.tool_calls_used,
-        "tool_calls_limit": ctx.tool_calls_limit,
-        "halted": ctx.halted,
-    }
+    """Run RULES in order; the first that returns a Decision decides. Fail closed."""
+    inputs: dict[str, Any] = {}
     try:
+        inputs = _inputs(action, ctx)
         for rule in RULES:
             decision = rule(action, ctx)
             if decision is not None:
-                return Decision(decision.outcome, decision.rule, decision.reason, inputs)
+                inputs.update(required_trust=decision.required_trust, effective_autonomy=decision.effective_autonomy)
+                return replace(decision, inputs=inputs)
     except Exception as exc:  # fail closed
-        return Decision(DENY, "internal_error", f"gate error: {type(exc).__name__}", inputs)
-    return Decision(ALLOW, "allow", "no rule objected", inputs)
+        return Decision(DENY, "internal_error", f"gate error: {type(exc).__name__}", inputs=inputs)
+    return Decision(DENY, "internal_error", "no rule decided", inputs=inputs)

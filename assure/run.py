@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import store
+from . import alerts, store
 from .attempt import Attempt, Progress
-from .chain import utc_now
+from .chain import ChainWriter, utc_now
 from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
 from .spec import Spec
@@ -44,6 +44,7 @@ def build_report(run: store.RunDir, spec: dict[str, Any], attempts: list[tuple[i
                 "verdict": j.verdict.value,
                 "exit_code": facts.get("exit_code"),
                 "timed_out": facts.get("timed_out"),
+                "stopped": facts.get("stopped"),
                 "timings": facts.get("timings", {}),
                 "claim": j.claim,
                 "journal_head": j.journal_head,
@@ -61,10 +62,12 @@ def run_spec(spec: Spec, *, runs_base: Path, run_id: str, backend: DockerBackend
     try:
         run.save_state(state)
         events.append("run_started", spec=spec.name, images={"agent": images.agent, "gateway": images.gateway})
+        _contract_events(spec.data.get("contract"), events)
         events.append("attempt_started", attempt=1)
         judgement = Attempt(spec, run, 1, backend, images, progress).execute()
         events.append("attempt_verified", attempt=1, verdict=judgement.verdict.value, journal_head=judgement.journal_head)
         facts = store.read_json(run.attempt_dir(1) / "container.json")
+        _escalate(run, spec, facts, judgement, events, runs_base)
         report = build_report(run, spec.to_json(), [(1, judgement, facts)])
         store.write_json(run.path / "report.json", report)
         events.append("run_finished", verdict=report["verdict"])
@@ -76,6 +79,32 @@ def run_spec(spec: Spec, *, runs_base: Path, run_id: str, backend: DockerBackend
         raise
     finally:
         events.close()
+
+
+def _contract_events(contract: dict[str, Any] | None, events: ChainWriter) -> None:
+    if not contract:
+        return
+    fields = {k: contract.get(k) for k in ("id", "proposed_by", "ratified_by", "hash")}
+    if contract.get("ratified_by"):
+        events.append("contract_ratified", contract=fields)
+    if contract.get("revoked"):
+        events.append("contract_revoked", contract=fields)
+
+
+def _escalate(run: store.RunDir, spec: Spec, facts: dict[str, Any], judgement: Judgement, events: ChainWriter, runs_base: Path) -> None:
+    """Journal how the attempt was stopped and raise the alerts that need a person."""
+    conf = spec.data.get("alerts", {})
+    sinks = alerts.Sinks(jsonl=Path(conf["file"]) if conf.get("file") else runs_base.parent / "alerts.jsonl", webhook=conf.get("webhook"))
+    stop = facts.get("stopped")
+    if stop and stop["reason"] == "operator_halt":
+        events.append("override_effective", request_id=stop.get("request_id"), latency_ms=stop.get("latency_ms"), effect="agent stopped; no new attempt or commit")
+        alerts.raise_alert(run.path, "override_block", f"operator {stop.get('actor')} halted the run; the agent was stopped", sinks, stop)
+    elif stop:
+        events.append("budget_halt", counter=stop["counter"], breach_at=stop.get("breach_at"), halted_at=stop.get("halted_at"), latency_ms=stop.get("latency_ms"))
+        alerts.raise_alert(run.path, "budget_halt", f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach", sinks, stop)
+    if judgement.verdict.value == "breach":
+        subjects = [f.subject for f in judgement.findings if f.severity == "breach"]
+        alerts.raise_alert(run.path, "breach", f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", sinks, {"subjects": subjects[:50]})
 
 
 def reverify(run_dir: Path) -> RunResult:

@@ -59,6 +59,8 @@ class RunDir:
             raise RunDirError(f"unusable run id {run_id!r}")
         path = base.resolve() / run_id
         (path / "attempts").mkdir(parents=True)
+        (path / "control").mkdir()
+        (path / "gateway-state").mkdir()
         shutil.copyfile(spec_source, path / "spec.yaml")
         write_json(path / "spec.json", spec_json)
         return cls(path)
@@ -72,6 +74,16 @@ class RunDir:
     @property
     def run_id(self) -> str:
         return self.path.name
+
+    @property
+    def control_dir(self) -> Path:
+        """Operator overrides (`assure halt|dial`); read-only to the gateway."""
+        return self.path / "control"
+
+    @property
+    def state_dir(self) -> Path:
+        """Run-level gateway state that outlives attempts (the idempotency store)."""
+        return self.path / "gateway-state"
 
     def attempt_dir(self, n: int) -> Path:
         return self.path / "attempts" / str(n)

@@ -9,6 +9,7 @@ further tool call is served.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -112,9 +113,10 @@ class Dispatcher:
         try:
             ctx = gate.Context(
                 known_tools=self._known,
+                now=time.time(),
+                budget=gate.Budget(tool_calls_used=self.counters.tool_calls, tool_calls_limit=self._config.limits.tool_calls),
                 protected=self._config.protected,
-                tool_calls_used=self.counters.tool_calls,
-                tool_calls_limit=self._config.limits.tool_calls,
+                require_contract=False,  # legacy: gateway configs carry no contract yet; sandbox writes need only PROPOSE
             )
             self.counters.tool_calls += 1
             decision = gate.decide(gate.Action(tool.name, tool.mutates, path), ctx)

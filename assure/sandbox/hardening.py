@@ -20,6 +20,8 @@ WORKSPACE = "/workspace"
 AGENT_FILES = "/opt/agent"
 GATEWAY_STATE = "/var/lib/assure"
 GATEWAY_CONFIG = "/etc/assure"
+GATEWAY_CONTROL = "/run/assure-control"
+GATEWAY_RUN_STATE = "/var/lib/assure-run"
 DEFAULT_UID = 10001
 STOP_GRACE_SECONDS = 3
 LOG_MAX = "2m"
@@ -30,13 +32,16 @@ SOCKET_VOLUME_SIZE = "1m"
 
 @dataclass(frozen=True)
 class Mounts:
-    """Host-side places one attempt uses."""
+    """Host-side places one attempt uses. `control` (operator overrides, read-only) and
+    `run_state` (the idempotency store) belong to the run and outlive its attempts."""
 
     workspace: Path
     socket_volume: str
     gateway_state: Path
     gateway_config: Path
     agent_files: Path | None
+    control: Path
+    run_state: Path
 
 
 def sandbox_user(spec: Spec) -> tuple[int, int]:
@@ -107,6 +112,8 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
             mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "rw,nocopy"},
             str(mounts.gateway_state): {"bind": GATEWAY_STATE, "mode": "rw"},
             str(mounts.gateway_config): {"bind": GATEWAY_CONFIG, "mode": "ro"},
+            str(mounts.control): {"bind": GATEWAY_CONTROL, "mode": "ro"},
+            str(mounts.run_state): {"bind": GATEWAY_RUN_STATE, "mode": "rw"},
         },
     }
 

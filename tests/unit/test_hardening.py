@@ -17,7 +17,7 @@ def benign():
 
 
 def mounts(tmp_path):
-    return hardening.Mounts(tmp_path / "ws", "vol-sock", tmp_path / "gw", tmp_path / "cfg", tmp_path / "agent")
+    return hardening.Mounts(tmp_path / "ws", "vol-sock", tmp_path / "gw", tmp_path / "cfg", tmp_path / "agent", tmp_path / "control", tmp_path / "run-state")
 
 
 def test_agent_container_is_sealed(benign, tmp_path):
@@ -52,6 +52,8 @@ def test_gateway_holds_state_the_agent_never_mounts(benign, tmp_path):
     assert gateway["volumes"]["vol-sock"]["mode"] == "rw,nocopy"
     assert str(m.gateway_state) in gateway["volumes"] and str(m.gateway_state) not in agent["volumes"]
     assert str(m.gateway_config) not in agent["volumes"]
+    assert gateway["volumes"][str(m.control)] == {"bind": "/run/assure-control", "mode": "ro"}
+    assert str(m.control) not in agent["volumes"] and str(m.run_state) not in agent["volumes"]
 
 
 def test_auto_user_is_never_root(benign):

@@ -1,0 +1,112 @@
+"""Alerts that stay pending until a person acknowledges them (`assure ack ID`).
+
+Each alert is a file `<run_dir>/alerts/<id>.json` (the durable truth, atomic writes) and is
+also sent to the sinks: the log (the CLI shows it on the console), a JSON-lines file, and a
+webhook. A sink that fails is recorded on the alert; it never loses the alert.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .chain import utc_now
+from .errors import AssureError
+from .store import read_json, write_json
+
+log = logging.getLogger("assure.alerts")
+WEBHOOK_TIMEOUT_SECONDS = 3.0
+KINDS = ("override_block", "budget_halt", "breach", "quarantine", "stale_health", "commit_failed")
+
+
+@dataclass(frozen=True)
+class Alert:
+    id: str
+    run_id: str
+    kind: str
+    message: str
+    raised_at: str
+    state: str = "pending"
+    acked_by: str | None = None
+    acked_at: str | None = None
+    sink_errors: tuple[str, ...] = ()
+    detail: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Sinks:
+    jsonl: Path | None = None
+    webhook: str | None = None
+
+
+def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: dict[str, Any] | None = None) -> Alert:
+    if kind not in KINDS:
+        raise ValueError(f"unknown alert kind {kind!r}")
+    alert = Alert(f"{kind}-{secrets.token_hex(4)}", run_dir.name, kind, message, utc_now(), detail=detail)
+    (run_dir / "alerts").mkdir(exist_ok=True)
+    write_json(run_dir / "alerts" / f"{alert.id}.json", asdict(alert))
+    errors = _deliver(alert, sinks)
+    if errors:
+        alert = replace(alert, sink_errors=tuple(errors))
+        write_json(run_dir / "alerts" / f"{alert.id}.json", asdict(alert))
+    log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, message, alert.id)
+    return alert
+
+
+def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
+    errors = []
+    line = json.dumps(asdict(alert), sort_keys=True, ensure_ascii=True)
+    if sinks.jsonl is not None:
+        try:
+            sinks.jsonl.parent.mkdir(parents=True, exist_ok=True)
+            with open(sinks.jsonl, "a", encoding="ascii") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:
+            errors.append(f"jsonl: {exc}")
+    if sinks.webhook:
+        req = urllib.request.Request(sinks.webhook, data=line.encode(), headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_SECONDS) as resp:
+                resp.read(1024)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            errors.append(f"webhook: {exc}")
+    return errors
+
+
+def load(path: Path) -> Alert:
+    data = read_json(path)
+    return Alert(**{**data, "sink_errors": tuple(data.get("sink_errors", ()))})
+
+
+def all_alerts(runs_base: Path) -> list[Alert]:
+    if not runs_base.is_dir():
+        return []
+    return sorted((load(p) for p in runs_base.glob("*/alerts/*.json")), key=lambda a: a.raised_at)
+
+
+def ack(runs_base: Path, alert_id: str, actor: str) -> Alert:
+    matches = [p for p in runs_base.glob(f"*/alerts/{alert_id}.json")] if _safe_id(alert_id) else []
+    if not matches:
+        raise AssureError(f"no alert {alert_id!r}", where=str(runs_base), fix="`assure alerts` lists the pending ones")
+    path = matches[0]
+    alert = load(path)
+    if alert.state == "acked":
+        return alert
+    alert = replace(alert, state="acked", acked_by=actor, acked_at=utc_now())
+    write_json(path, asdict(alert))
+    return alert
+
+
+def _safe_id(alert_id: str) -> bool:
+    return bool(alert_id) and all(c.isalnum() or c in "-_" for c in alert_id)
+
+
+def operator_name() -> str:
+    return os.environ.get("ASSURE_OPERATOR") or os.environ.get("USER") or f"uid-{os.getuid()}"

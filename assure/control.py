@@ -1,0 +1,87 @@
+"""The operator's control record: halt and dial, written by `assure halt|dial`, read by the
+gateway (through a read-only mount) and by the host's attempt loop.
+
+Two files in `<run_dir>/control/`: `operator.json` (the current override: written only by
+operators, atomically, under a lock) and `operator.jsonl` (the operators' own hash-chained
+log of every request). The directory, not the file, is mounted into the gateway: an atomic
+rename replaces the file's inode, which a single-file bind mount would never see.
+Standard library only: the gateway imports this module.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .chain import ChainWriter
+
+OPERATOR_FILE = "operator.json"
+OPERATOR_LOG = "operator.jsonl"
+LEVELS = ("propose", "commit", "irreversible")
+
+
+@dataclass(frozen=True)
+class Override:
+    """The operator's current word: `halted` stops every mutation; `dial` caps autonomy."""
+
+    halted: bool = False
+    dial: str | None = None
+    request_id: str | None = None
+    requested_at: float | None = None
+    actor: str | None = None
+
+
+def read(control_dir: str | os.PathLike[str]) -> Override:
+    """The current override. A missing file is no override; an unreadable one halts (fail closed)."""
+    path = Path(control_dir) / OPERATOR_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Override(
+            halted=bool(data.get("halted", False)),
+            dial=data.get("dial") if data.get("dial") in LEVELS else None,
+            request_id=data.get("request_id"),
+            requested_at=float(data["requested_at"]) if data.get("requested_at") is not None else None,
+            actor=data.get("actor"),
+        )
+    except FileNotFoundError:
+        return Override()
+    except (OSError, ValueError, TypeError, KeyError):
+        return Override(halted=True, request_id="unreadable-control-record")
+
+
+def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, halt: bool | None = None, dial: str | None = None) -> Override:
+    """Record an operator request: update `operator.json` atomically and log it, under a lock."""
+    if dial is not None and dial not in LEVELS:
+        raise ValueError(f"dial must be one of {', '.join(LEVELS)}")
+    directory = Path(control_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        current = read(directory)
+        update = Override(
+            halted=current.halted if halt is None else halt,
+            dial=current.dial if dial is None else dial,
+            request_id=uuid.uuid4().hex[:12],
+            requested_at=time.time(),
+            actor=actor,
+        )
+        log = ChainWriter(directory / OPERATOR_LOG, base={"run_id": run_id, "actor": actor})
+        try:
+            fields: dict[str, Any] = {"request_id": update.request_id, "requested_at": update.requested_at}
+            if halt is not None:
+                log.append("override_requested", halted=halt, **fields)
+            if dial is not None:
+                log.append("dial_changed", dial=dial, previous=current.dial, **fields)
+        finally:
+            log.close()
+        tmp = directory / f".{OPERATOR_FILE}.tmp"
+        tmp.write_text(json.dumps(asdict(update), sort_keys=True), encoding="utf-8")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, directory / OPERATOR_FILE)
+    return update
