@@ -1,0 +1,73 @@
+"""Operator override, budget halts and alerts with ACK, live on real containers."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from assure import alerts, control, journal
+from assure.store import RunDir
+
+from .conftest import SPECS
+
+ASSURE = [sys.executable, "-m", "assure.cli"]
+
+
+def wait_for_agent(backend, pid: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(c.get("assure.pid") == str(pid) and c.get("assure.role") == "agent" for c in backend.owned()["containers"]):
+            return
+        time.sleep(0.1)
+    pytest.fail("the agent container never started")
+
+
+def test_halt_mid_run_stops_the_agent_and_leaves_a_pending_alert(tmp_path, images, backend):
+    proc = subprocess.Popen(ASSURE + ["run", "--json", str(SPECS / "hang.yaml")], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_agent(backend, proc.pid)
+        run_id = next((tmp_path / ".assure" / "runs").iterdir()).name
+        halted = subprocess.run(ASSURE + ["halt", run_id], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert halted.returncode == 0, halted.stderr
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads(out)
+    stop = report["attempts"][0]["stopped"]
+    assert stop["reason"] == "operator_halt"
+    assert 0 < stop["latency_ms"] < 5000  # the standard allows 5 s; the agent ignores nothing here
+    run = RunDir.open(tmp_path / ".assure" / "runs" / run_id)
+    effective = list(journal.query(run, event="override_effective"))
+    requested = list(journal.query(run, event="override_requested"))
+    assert len(requested) == 1 and requested[0]["source"] == "operator"
+    assert len(effective) >= 1 and effective[0]["request_id"] == requested[0]["request_id"]
+    pending = [a for a in alerts.all_alerts(tmp_path / ".assure" / "runs") if a.state == "pending"]
+    assert [a.kind for a in pending] == ["override_block"]
+    listed = subprocess.run(ASSURE + ["alerts", "--pending", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert [a["id"] for a in json.loads(listed.stdout)] == [pending[0].id]
+    acked = subprocess.run(ASSURE + ["ack", pending[0].id], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert acked.returncode == 0
+    assert [a.state for a in alerts.all_alerts(tmp_path / ".assure" / "runs")] == ["acked"]
+    assert control.read(run.control_dir).halted is True
+
+
+def test_deadline_is_a_budget_halt_with_a_pending_alert(run, tmp_path):
+    result = run("sleeper")
+    stop = result.report["attempts"][0]["stopped"]
+    assert stop["reason"] == "deadline" and stop["counter"] == "wall_seconds"
+    assert stop["latency_ms"] is not None and stop["latency_ms"] >= 0
+    (alert,) = alerts.all_alerts(result.run_dir.parent)
+    assert alert.kind == "budget_halt" and alert.state == "pending"
+    records = list(journal.query(RunDir.open(result.run_dir), event="budget_halt"))
+    assert [r["counter"] for r in records] == ["wall_seconds"]
+    lines = (result.run_dir.parent.parent / "alerts.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["id"] == alert.id
+
+
+def test_a_breach_raises_an_alert(run):
+    result = run("escape")
+    kinds = [a.kind for a in alerts.all_alerts(result.run_dir.parent)]
+    assert kinds == ["breach"]
