@@ -44,7 +44,7 @@ def read(control_dir: str | os.PathLike[str]) -> Override:
         data = json.loads(path.read_text(encoding="utf-8"))
         return Override(
             halted=bool(data.get("halted", False)),
-            dial=data.get("dial") if data.get("dial") in LEVELS else None,
+            dial=_dial(data.get("dial")),
             request_id=data.get("request_id"),
             requested_at=float(data["requested_at"]) if data.get("requested_at") is not None else None,
             actor=data.get("actor"),
@@ -53,6 +53,13 @@ def read(control_dir: str | os.PathLike[str]) -> Override:
         return Override()
     except (OSError, ValueError, TypeError, KeyError):
         return Override(halted=True, request_id="unreadable-control-record")
+
+
+def _dial(value: Any) -> str | None:
+    """No dial is no override; a dial we do not know is the lowest (fail closed)."""
+    if value is None:
+        return None
+    return value if value in LEVELS else LEVELS[0]
 
 
 def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, halt: bool | None = None, dial: str | None = None) -> Override:
