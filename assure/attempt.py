@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import control, store
+from . import control, policy, store
 from .chain import ChainError, verify_chain
 from .errors import AssureError, SandboxError
 from .sandbox import hardening
@@ -64,6 +65,27 @@ class AttemptPaths:
         return self.gateway_state / "journal.jsonl"
 
 
+def _copy_database(source: Path, target: Path) -> None:
+    """A fresh database from a `.sql` script, or a consistent copy through SQLite's backup
+    API (commits still in the WAL come along)."""
+    if source.suffix == ".sql":
+        db = sqlite3.connect(target)
+        try:
+            db.executescript(source.read_text(encoding="utf-8"))
+        finally:
+            db.close()
+        return
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+
+
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
     os.chown(root, uid, gid, follow_symlinks=False)
     for dirpath, dirnames, filenames in os.walk(root):
@@ -92,6 +114,7 @@ class Attempt:
         self.timings: dict[str, float] = {}
         self._containers: list[str] = []
         self._volume: str | None = None
+        self._network: str | None = None
 
     def execute(self) -> judge.Judgement:
         facts: dict[str, Any] = {"harness_errors": []}
@@ -131,8 +154,9 @@ class Attempt:
         p.gateway_state.mkdir()
         p.gateway_config.mkdir()
         for db in self.spec.databases:
-            (p.gateway_state / "db").mkdir(exist_ok=True)
-            shutil.copyfile(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
+            if db.mode == "sandbox":
+                (p.gateway_state / "db").mkdir(exist_ok=True)
+                _copy_database(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
         uid, gid = hardening.sandbox_user(self.spec)
         if os.geteuid() == 0:
             _chown_tree(p.workspace, uid, gid)
@@ -143,6 +167,11 @@ class Attempt:
             "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/journal.jsonl",
             "ready_file": f"{hardening.GATEWAY_STATE}/ready", "protected": list(self.spec.workspace.protected),
             "limits": {"tool_calls": self.spec.limits.tool_calls},  # the gateway's own defaults rule the rest
+            "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec.to_json()),
+            "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{BREACH_FILE}",
+            "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/idempotency.sqlite",
+            "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
+            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.spec.data["egress"]["allow"]}} if self.spec.data.get("egress") else {}),
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
@@ -153,8 +182,9 @@ class Attempt:
         self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
         mounts = hardening.Mounts(self.paths.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
+        network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(
-            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"}))
+            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"}, network=network))
         self._containers.append(gateway)
         self._gateway = gateway
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
@@ -170,6 +200,30 @@ class Attempt:
                 self._containers.append(self._agent)
         self.backend.start(self._agent)
         facts["agent_started_at"] = time.time()
+
+    def _start_egress(self) -> str | None:
+        """Only when the spec allowlists hosts: an internal network shared by the gateway and
+        the proxy; the proxy alone is also connected to the upstream network."""
+        egress = self.spec.data.get("egress")
+        if not egress:
+            return None
+        self._network = self.backend.create_network(f"{self.prefix}-egress", self.labels, internal=True)
+        cfg_dir, log_dir = self.paths.root / "egress-config", self.paths.root / "egress"
+        cfg_dir.mkdir()
+        log_dir.mkdir()
+        if os.geteuid() == 0:
+            os.chown(log_dir, hardening.DEFAULT_UID, hardening.DEFAULT_UID)
+        store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress["allow"],
+                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress["allow_private"]})
+        os.chmod(cfg_dir / "config.json", 0o644)
+        proxy = self.backend.create_container(hardening.egress_kwargs(
+            self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
+            labels={**self.labels, LABEL_ROLE: "egress"}, network=self._network))
+        self._containers.append(proxy)
+        if egress["upstream"] != "none":
+            self.backend.connect(egress["upstream"], proxy)
+        self.backend.start(proxy)
+        return self._network
 
     def _await_gateway(self, cid: str) -> None:
         deadline = time.monotonic() + GATEWAY_READY_SECONDS
@@ -189,6 +243,7 @@ class Attempt:
             if remaining <= 0:
                 stop = {"reason": "deadline", "counter": "wall_seconds", "breach_at": time.time()}
                 break
+            self._heartbeat()
             exit_code = self.backend.wait(self._agent, min(RUN_POLL_SECONDS, remaining))
             if exit_code is None:
                 stop = self._halt_requested() or self._budget_breached()
@@ -202,6 +257,10 @@ class Attempt:
         facts["stopped"] = stop
         facts["timed_out"] = bool(stop and stop["reason"] == "deadline")
         facts["exit_code"] = exit_code
+
+    def _heartbeat(self) -> None:
+        """Publish the verifier's `last_success_at`: the gateway trusts it only while fresh."""
+        store.write_json(self.run.control_dir / "verifier.json", {"last_success_at": time.time(), "component": "verifier"})
 
     def _halt_requested(self) -> dict[str, Any] | None:
         override = control.read(self.run.control_dir)
@@ -282,6 +341,11 @@ class Attempt:
         if self._volume:
             try:
                 self.backend.remove_volume(self._volume)
+            except AssureError as exc:
+                errors.append(exc.message)
+        if self._network:
+            try:
+                self.backend.remove_network(self._network)
             except AssureError as exc:
                 errors.append(exc.message)
         if errors:

@@ -28,6 +28,8 @@ from .sandbox.images import Images, base_mode, base_tags
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
 images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox images.")
 app.add_typer(images_app, name="images")
+contract_app = typer.Typer(no_args_is_help=True, help="Work with a spec's contract.")
+app.add_typer(contract_app, name="contract")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -159,8 +161,23 @@ def images_build() -> None:
         built = Images(backend, lambda msg: err.print(f"images: {msg}")).ensure()
     except AssureError as exc:
         raise _fail(exc) from None
-    for role in ("base", "agent", "gateway"):
+    for role in ("base", "agent", "gateway", "egress"):
         out.print(f"{role:8} {getattr(built, role)}")
+
+
+@contract_app.command("hash")
+def contract_hash(spec: Path) -> None:
+    """Print the hash of SPEC's contract terms, to put in its `contract.hash` once ratified."""
+    from . import gate, policy
+
+    try:
+        terms = policy.contract(spec_mod.load(spec).data.get("contract"))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    if terms is None:
+        err.print(f"error: {render.display(str(spec))} has no contract block", markup=False)
+        raise typer.Exit(1)
+    out.print(gate.contract_hash(terms), markup=False, highlight=False)
 
 
 @app.command()

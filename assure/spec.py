@@ -191,7 +191,7 @@ def _with_defaults(data: Any, node: dict[str, Any]) -> Any:
         for key, sub in node["properties"].items():
             sub = _resolve(sub)
             if key not in out:
-                if sub.get("type") == "object" and any("default" in _resolve(p) for p in sub.get("properties", {}).values()):
+                if sub.get("type") == "object" and not sub.get("required") and any("default" in _resolve(p) for p in sub.get("properties", {}).values()):
                     out[key] = _with_defaults({}, sub)
                 elif "default" in sub:
                     out[key] = sub["default"]

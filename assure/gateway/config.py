@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
+from assure import gate
 from assure.chain import canonical, sha256_hex
 
 
@@ -35,6 +37,39 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """What the gate needs besides the clock and the counters. Absent: no contract, so every
+    mutation is denied (fail closed)."""
+
+    contract: gate.Contract | None = None
+    operator_dial: int = gate.PROPOSE
+    verifier_trust: int = gate.PROPOSE
+    verifier_stale_seconds: float = 10.0
+    human_gates: tuple[gate.HumanGate, ...] = ()
+    rollbacks: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Egress:
+    """Outbound HTTP for `http.request`: the egress proxy to send through and the exact
+    `host:port`s (host lowercased) the gateway itself lets pass. Absent: no egress."""
+
+    proxy_host: str
+    proxy_port: int
+    allow: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Database:
+    """A gateway-owned SQLite database: `path` inside the gateway container; `mode` is
+    `sandbox` (a per-attempt copy) or `live` (the real file, an external effect)."""
+
+    name: str
+    path: str
+    mode: str
+
+
+@dataclass(frozen=True)
 class Config:
     run_id: str
     attempt: int
@@ -45,10 +80,20 @@ class Config:
     protected: tuple[str, ...]
     limits: Limits
     digest: str  # sha256 of the canonical JSON the config was parsed from
+    policy: Policy = Policy()
+    goal_id: str = ""
+    control_dir: str | None = None  # operator overrides (read-only mount)
+    breach_file: str | None = None  # written when a budget runs out, for the host to halt
+    idempotency_db: str | None = None  # run-level store that outlives attempts
+    egress: Egress | None = None  # None: the run has no network at all
+    databases: tuple[Database, ...] = ()
 
 
 _REQUIRED_STRINGS = ("run_id", "socket", "workspace", "journal", "ready_file")
-_TOP_FIELDS = frozenset((*_REQUIRED_STRINGS, "attempt", "protected", "limits"))
+_OPTIONAL_STRINGS = ("goal_id", "control_dir", "breach_file", "idempotency_db")
+_TOP_FIELDS = frozenset((*_REQUIRED_STRINGS, *_OPTIONAL_STRINGS, "attempt", "protected", "limits", "policy", "egress", "databases"))
+_DB_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_DB_MODES = ("sandbox", "live")
 
 
 def load(path: str) -> Config:
@@ -79,6 +124,10 @@ def parse(raw: Any) -> Config:
         protected=_globs(raw.get("protected", [])),
         limits=_limits(raw.get("limits", {})),
         digest=digest,
+        policy=_policy(raw.get("policy", {})),
+        egress=_egress(raw["egress"]) if "egress" in raw else None,
+        databases=_databases(raw.get("databases", [])),
+        **{name: _string(raw, name) for name in _OPTIONAL_STRINGS if name in raw},
         **strings,
     )
 
@@ -121,7 +170,88 @@ def _limits(value: Any) -> Limits:
     return Limits(**checked)
 
 
+def _policy(value: Any) -> Policy:
+    if not isinstance(value, dict):
+        raise ConfigError("policy", "must be a JSON object")
+    _no_unknown(value, frozenset(f.name for f in fields(Policy)), "policy.")
+    levels = range(gate.PROPOSE, gate.IRREVERSIBLE + 1)
+    out: dict[str, Any] = {}
+    for name in ("operator_dial", "verifier_trust"):
+        if name in value:
+            if value[name] not in levels or isinstance(value[name], bool):
+                raise ConfigError(f"policy.{name}", f"must be an autonomy level 0..2, got {value[name]!r}")
+            out[name] = value[name]
+    if "verifier_stale_seconds" in value:
+        out["verifier_stale_seconds"] = _seconds(value["verifier_stale_seconds"], "policy.verifier_stale_seconds")
+    if value.get("contract") is not None:
+        out["contract"] = _record(gate.Contract, value["contract"], "policy.contract", tuples=("scope",))
+    if "human_gates" in value:
+        if not isinstance(value["human_gates"], list):
+            raise ConfigError("policy.human_gates", "must be a list")
+        out["human_gates"] = tuple(_record(gate.HumanGate, g, f"policy.human_gates[{i}]") for i, g in enumerate(value["human_gates"]))
+    if "rollbacks" in value:
+        if not isinstance(value["rollbacks"], list) or not all(isinstance(r, str) for r in value["rollbacks"]):
+            raise ConfigError("policy.rollbacks", "must be a list of strings")
+        out["rollbacks"] = frozenset(value["rollbacks"])
+    return Policy(**out)
+
+
+def _record(cls: Any, value: Any, name: str, tuples: tuple[str, ...] = ()) -> Any:
+    """Build a gate dataclass from a JSON object; its own type checks happen in the gate."""
+    if not isinstance(value, dict):
+        raise ConfigError(name, "must be a JSON object")
+    _no_unknown(value, frozenset(f.name for f in fields(cls)), f"{name}.")
+    try:
+        return cls(**{k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in value.items()})
+    except TypeError as exc:
+        raise ConfigError(name, str(exc)) from None
+
+
+def _databases(value: Any) -> tuple[Database, ...]:
+    """`[{"name": "shop", "path": "/var/lib/assure/db/shop.db", "mode": "sandbox"}, ...]`."""
+    if not isinstance(value, list):
+        raise ConfigError("databases", 'must be a list of {"name", "path", "mode"} objects')
+    out: list[Database] = []
+    for i, item in enumerate(value):
+        where = f"databases[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(where, 'must be a JSON object {"name", "path", "mode"}')
+        _no_unknown(item, frozenset(("name", "path", "mode")), f"{where}.")
+        name, path, mode = item.get("name"), item.get("path"), item.get("mode")
+        if not isinstance(name, str) or not _DB_NAME.fullmatch(name):
+            raise ConfigError(f"{where}.name", f"must match {_DB_NAME.pattern}, got {name!r}")
+        if any(db.name == name for db in out):
+            raise ConfigError(f"{where}.name", f"duplicate database name {name!r}")
+        if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
+            raise ConfigError(f"{where}.path", f"must be an absolute path, got {path!r}")
+        if mode not in _DB_MODES:
+            raise ConfigError(f"{where}.mode", f"is required: one of {', '.join(_DB_MODES)}, got {mode!r}")
+        out.append(Database(name, path, mode))
+    return tuple(out)
+
+
 def _seconds(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+def _egress(value: Any) -> Egress:
+    """`{"proxy": "egress-proxy:3128", "allow": ["api.example.com:443", ...]}`."""
+    if not isinstance(value, dict):
+        raise ConfigError("egress", 'must be a JSON object {"proxy": "host:port", "allow": ["host:port", ...]}')
+    _no_unknown(value, frozenset(("proxy", "allow")), "egress.")
+    proxy_host, proxy_port = _hostport(value.get("proxy"), "egress.proxy")
+    allow = value.get("allow")
+    if not isinstance(allow, list) or not allow:
+        raise ConfigError("egress.allow", 'must be a non-empty list of "host:port" strings')
+    keys = frozenset("{}:{}".format(*_hostport(item, f"egress.allow[{i}]")) for i, item in enumerate(allow))
+    return Egress(proxy_host, proxy_port, keys)
+
+
+def _hostport(value: Any, name: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    valid_host = bool(host) and len(host) <= 253 and all(c.isascii() and (c.isalnum() or c in ".-") for c in host)
+    if not sep or not valid_host or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
+        raise ConfigError(name, f'must be "host:port" (letters, digits, dots, dashes; port 1..65535), got {value!r}')
+    return host.lower(), int(port)

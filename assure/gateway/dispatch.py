@@ -3,23 +3,29 @@
 Decision, effect and journaling happen under one lock, so the journal order is the effect
 order, and the journal line is written before the answer leaves. Anything unexpected
 denies or answers 5xx and is journaled (fail closed); if the journal itself fails, no
-further tool call is served.
+further tool call is served. A call whose idempotency key is already done gets the
+original answer and no effect; an operator override takes effect between two calls.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from assure import gate
+from assure import control, gate
 from assure.chain import ChainWriter, canonical, sha256_hex
 
 from . import tools
 from .config import Config
 from .fspath import PathError, Workspace
+from .idempotency import Prior, Store, derive_key
+
+VERIFIER_FILE = "verifier.json"
 
 MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
@@ -48,11 +54,14 @@ class Dispatcher:
 
     def __init__(self, config: Config, workspace: Workspace):
         self._config = config
-        self._env = tools.Env(workspace, config.limits.max_file_bytes)
+        self._env = tools.Env(workspace, config.limits.max_file_bytes, databases=_databases(config), egress=config.egress)
         self._known = frozenset(tools.BY_NAME)
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()
         self.counters = Counters()
+        self._override = control.Override()
+        self._breached = False
+        self._idempotency = Store(config.idempotency_db) if config.idempotency_db else None
         self._journal = ChainWriter(config.journal, base={"run_id": config.run_id, "attempt": config.attempt, "actor": "gateway"})
         self._open = True
         self._journal.append(
@@ -100,6 +109,13 @@ class Dispatcher:
                 return Answer(500, {**body, **error_body("journal_error", "the journal could not be written")})
             return answer
 
+    def apply_override(self, override: control.Override) -> None:
+        """Make an operator override effective from the next call on, and journal the latency."""
+        with self._lock:
+            self._override = override
+            latency = round((time.time() - override.requested_at) * 1000, 1) if override.requested_at else None
+            self._append("override_effective", request_id=override.request_id, halted=override.halted, dial=override.dial, latency_ms=latency)
+
     def close(self, reason: str) -> None:
         """Journal `gateway_stopped` with the counters and fsync the journal (idempotent)."""
         with self._lock:
@@ -107,26 +123,33 @@ class Dispatcher:
                 self._append("gateway_stopped", reason=reason, counters=asdict(self.counters))
             self._open = False
             self._journal.close()
+            if self._idempotency is not None:
+                self._idempotency.close()
 
     def _decide_and_run(self, tool: tools.Tool, args: dict[str, Any], path: str | None, record: dict[str, Any]) -> Answer:
         record.update(decision=gate.DENY, rule="internal_error", reason="not decided", inputs={})
+        key = None
         try:
-            ctx = gate.Context(
-                known_tools=self._known,
-                now=time.time(),
-                budget=gate.Budget(tool_calls_used=self.counters.tool_calls, tool_calls_limit=self._config.limits.tool_calls),
-                protected=self._config.protected,
-                require_contract=False,  # legacy: gateway configs carry no contract yet; sandbox writes need only PROPOSE
-            )
+            action = self._action(tool, args, path, record)
+            key = self._idempotency_key(tool, action, args, record)
+            if key is not None and (prior := self._idempotency.claim(key, action_id=record["action_id"], attempt=self._config.attempt)):
+                key = None  # not ours to release
+                return self._replay(prior, record)
+            decision = gate.decide(action, self._context())
             self.counters.tool_calls += 1
-            decision = gate.decide(gate.Action(tool.name, tool.mutates, path), ctx)
             record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason, inputs=decision.inputs)
             if not decision.allowed:
                 self.counters.denied += 1
-                return _finish(record, 403, error_body("denied", decision.reason))
+                if decision.rule.startswith("budget."):
+                    self._report_breach(decision.rule.split(".", 1)[1])
+                return _finish(record, 403, error_body("denied" if decision.outcome == gate.DENY else "escalated", decision.reason))
             outcome = tools.run(tool, self._env, args)
             record.update(outcome.record)
-            return _finish(record, 200, {"result": outcome.result})
+            answer = _finish(record, 200, {"result": outcome.result})
+            if key is not None:
+                self._idempotency.complete(key, answer.status, answer.body)
+                key = None
+            return answer
         except tools.ToolError as exc:
             return _finish(record, exc.status, error_body(exc.code, exc.message))
         except Exception as exc:  # fail closed: never an allow without a finished, journaled call
@@ -134,6 +157,79 @@ class Dispatcher:
                 self.counters.denied += 1
                 record.update(reason=f"gateway error: {type(exc).__name__}")
             return _finish(record, 500, error_body("internal_error", f"gateway error: {type(exc).__name__}"))
+        finally:
+            if key is not None:  # claimed, but no effect happened: a later call may try again
+                self._idempotency.release(key)
+
+    def _action(self, tool: tools.Tool, args: dict[str, Any], path: str | None, record: dict[str, Any]) -> gate.Action:
+        scope, mode = tools.scope_of(tool, self._env, args, path)
+        record.update(scope=scope, resource_mode=mode)
+        return gate.Action(
+            tool.name, tools.mutates(tool, args), path, scope=scope, resource_mode=mode,
+            reversible=record.get("reversible"), rollback_ref=record.get("rollback_ref"), human_gate=record.get("human_gate"),
+        )
+
+    def _idempotency_key(self, tool: tools.Tool, action: gate.Action, args: dict[str, Any], record: dict[str, Any]) -> str | None:
+        """The caller's key for any mutation; a derived key for real (non-sandbox) effects."""
+        if self._idempotency is None or not action.mutates:
+            return None
+        if record.get("idempotency_key"):
+            return "key:" + record["idempotency_key"]
+        if action.resource_mode != gate.SANDBOX:
+            derived = derive_key(self._config.goal_id, tool.name, args)
+            record["idempotency_key"] = derived
+            return derived
+        return None
+
+    def _replay(self, prior: Prior, record: dict[str, Any]) -> Answer:
+        record.update(decision=gate.ALLOW if prior.state == "done" else gate.DENY, rule="idempotency", original_action_id=prior.action_id)
+        if prior.state != "done" or prior.answer is None:
+            self.counters.denied += 1
+            record["reason"] = "an earlier call with this key was interrupted; its effect is in doubt and is not repeated"
+            return _finish(record, 409, error_body("in_doubt", record["reason"]))
+        record["reason"] = f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no second effect"
+        record.update(status=prior.status, error=None, idempotent_replay=True)
+        return Answer(prior.status or 200, {**prior.answer, "action_id": record["action_id"], "idempotent_replay": True})
+
+    def _context(self) -> gate.Context:
+        policy, override = self._config.policy, self._override
+        dial = policy.operator_dial if override.dial is None else min(policy.operator_dial, gate.LEVELS[override.dial])
+        return gate.Context(
+            known_tools=self._known,
+            now=time.time(),
+            budget=gate.Budget(tool_calls_used=self.counters.tool_calls, tool_calls_limit=self._config.limits.tool_calls),
+            protected=self._config.protected,
+            contract=policy.contract,
+            operator_dial=dial,
+            verifier_trust=policy.verifier_trust,
+            verifier_fresh=self._verifier_fresh(),
+            rollbacks=policy.rollbacks,
+            human_gates=policy.human_gates,
+            halted=override.halted,
+        )
+
+    def _verifier_fresh(self) -> bool:
+        """The host's verifier publishes `last_success_at`; stale or missing means no verifier."""
+        if not self._config.control_dir:
+            return False
+        try:
+            with open(os.path.join(self._config.control_dir, VERIFIER_FILE), encoding="utf-8") as fh:
+                last = float(json.load(fh)["last_success_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return 0 <= time.time() - last < self._config.policy.verifier_stale_seconds
+
+    def _report_breach(self, counter: str) -> None:
+        """Tell the host (which halts the attempt) once, and journal the breach time."""
+        if self._breached or not self._config.breach_file:
+            return
+        self._breached = True
+        now = time.time()
+        tmp = self._config.breach_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"counter": counter, "breach_at": now}, fh)
+        os.replace(tmp, self._config.breach_file)
+        self._append("budget_breach", counter=counter, breach_at=now)
 
     def _append(self, event: str, **fields: Any) -> bool:
         """Write one journal line; on failure stop serving tool calls. Caller holds the lock."""
@@ -145,6 +241,15 @@ class Dispatcher:
             self._open = False
             return False
         return True
+
+
+def _databases(config: Config) -> Any:
+    """Open the gateway-owned databases; apsw is imported only when there are some."""
+    if not config.databases:
+        return None
+    from .db import Databases
+
+    return Databases.from_config(config.databases)
 
 
 def _finish(record: dict[str, Any], status: int, body: dict[str, Any]) -> Answer:

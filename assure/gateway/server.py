@@ -26,6 +26,7 @@ from . import tools
 from .config import Config, Limits
 from .dispatch import Answer, Counters, Dispatcher
 from .fspath import Workspace
+from .overrides import OverrideWatcher
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
 LISTEN_BACKLOG = 128
@@ -222,6 +223,7 @@ class Gateway:
         self._listener: socket.socket | None = None
         self._workspace: Workspace | None = None
         self._dispatcher: Dispatcher | None = None
+        self._watcher: OverrideWatcher | None = None
 
     @property
     def counters(self) -> Counters:
@@ -243,6 +245,9 @@ class Gateway:
             raise
         self._workspace = workspace
         try:
+            if self.config.control_dir:
+                self._watcher = OverrideWatcher(self.config.control_dir, self._dispatcher.apply_override)
+                self._watcher.start()
             self._listener = _bind(self.config.socket)
             self._acceptor = threading.Thread(target=self._accept_loop, args=(self._listener,), name="gateway-accept", daemon=True)
             self._acceptor.start()
@@ -258,6 +263,8 @@ class Gateway:
             if self._stopping.is_set() or self._dispatcher is None or self._workspace is None:
                 return
             self._stopping.set()
+            if self._watcher is not None:
+                self._watcher.stop()
             self._waker[1].send(b"x")
             if self._acceptor is not None:
                 self._acceptor.join()

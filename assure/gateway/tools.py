@@ -12,9 +12,14 @@ import binascii
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import http as _http
 from .fspath import PathError, Workspace, normalize
+
+if TYPE_CHECKING:  # db.py needs apsw; only a gateway with databases imports it
+    from .config import Egress
+    from .db import Databases
 
 MAX_REPORT_STATUS = 64
 MAX_REPORT_SUMMARY = 8192
@@ -25,6 +30,7 @@ META_PARAMS: Mapping[str, tuple[type, bool]] = {
     "idempotency_key": (str, False),
     "reversible": (bool, False),
     "rollback_ref": (str, False),
+    "human_gate": (str, False),
 }
 
 # HTTP status for each error code a handler can produce.
@@ -34,12 +40,21 @@ STATUS = {
     "path_escapes": 403,
     "permission_denied": 403,
     "not_found": 404,
+    "sql_error": 400,
+    "read_only": 403,
+    "sql_denied": 403,
     "is_a_directory": 409,
     "not_a_directory": 409,
     "not_a_regular_file": 409,
     "too_large": 413,
     "io_error": 500,
     "no_space": 507,
+    "db_busy": 503,
+    "timeout": 504,
+    "no_egress": 403,
+    "egress_denied": 403,
+    "upstream_error": 502,
+    "upstream_timeout": 504,
 }
 
 
@@ -68,6 +83,8 @@ class Env:
 
     workspace: Workspace
     max_file_bytes: int
+    databases: Databases | None = None
+    egress: Egress | None = None  # http.request: proxy + allowlist; None = no network
 
 
 @dataclass(frozen=True)
@@ -88,6 +105,14 @@ class Tool:
     params: Mapping[str, tuple[type, bool]]  # name -> (type, required)
     handler: Handler
     summary: str
+    # (scope, resource_mode) of a call, e.g. ("db:shop", "live"); None: fs:<path>, sandbox.
+    scope: Callable[[Env, dict[str, Any]], tuple[str, str]] | None = None
+    # Per-call override of `mutates` (http.request: GET is safe, POST is an external effect).
+    mutates_when: Callable[[dict[str, Any]], bool] | None = None
+
+    def mutating(self, args: dict[str, Any]) -> bool:
+        """Whether this call mutates: the per-call override if the tool has one, else `mutates`."""
+        return self.mutates if self.mutates_when is None else bool(self.mutates_when(args))
 
 
 def parse(tool: Tool, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -97,6 +122,20 @@ def parse(tool: Tool, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
             known = ", ".join([*tool.params, *META_PARAMS])
             raise ArgError("unknown_field", f"unknown field {key[:64]!r} for {tool.name} (known: {known})")
     return _checked(tool.name, tool.params, body), _checked(tool.name, META_PARAMS, body)
+
+
+def scope_of(tool: Tool, env: Env, args: dict[str, Any], path: str | None) -> tuple[str | None, str]:
+    """(scope, resource mode) of a call: the tool's own hook, else the workspace path (a sandbox)."""
+    hook = getattr(tool, "scope", None)
+    if hook is not None:
+        return hook(env, args)
+    return (f"fs:{path}" if path is not None else None), "sandbox"
+
+
+def mutates(tool: Tool, args: dict[str, Any]) -> bool:
+    """Whether this call mutates: the tool's per-call hook (e.g. HTTP by method), else its flag."""
+    hook = getattr(tool, "mutating", None)
+    return bool(hook(args)) if hook is not None else tool.mutates
 
 
 def target_path(args: dict[str, Any]) -> str | None:
@@ -190,6 +229,43 @@ def _task_report(_env: Env, args: dict[str, Any]) -> Outcome:
     return Outcome({"recorded": True}, {"claim": {"status": status, "summary": summary}})
 
 
+def _databases(env: Env) -> Databases:
+    if env.databases is None:
+        raise ToolError("not_found", "this gateway has no databases")
+    return env.databases
+
+
+def _db_scope(env: Env, args: dict[str, Any]) -> tuple[str, str]:
+    name = args["db"]
+    return f"db:{name}", _databases(env).mode(name)
+
+
+def _db_query(env: Env, args: dict[str, Any]) -> Outcome:
+    return Outcome(_databases(env).query(args["db"], args["sql"], args.get("params")))
+
+
+def _db_execute(env: Env, args: dict[str, Any]) -> Outcome:
+    result, effect = _databases(env).execute(args["db"], args["sql"], args.get("params"))
+    return Outcome(result, {"effect": effect})
+
+
+def _http_request(env: Env, args: dict[str, Any]) -> Outcome:
+    try:
+        result, record = _http.request(env.egress, args)
+    except _http.Refused as exc:
+        raise ToolError(exc.code, exc.message) from None
+    return Outcome(result, record)
+
+
+def _http_scope(env: Env, args: dict[str, Any]) -> tuple[str, str]:
+    try:
+        return _http.scope(env, args)
+    except _http.Refused as exc:
+        raise ToolError("bad_args", exc.message) from None
+
+
+_DB_PARAMS: Mapping[str, tuple[type, bool]] = {"db": (str, True), "sql": (str, True), "params": (list, False)}
+
 TOOLS: tuple[Tool, ...] = (
     Tool("fs.read", False, {"path": (str, True)}, _fs_read, "Read a workspace file: content (or content_b64), sha256, size."),
     Tool(
@@ -207,6 +283,31 @@ TOOLS: tuple[Tool, ...] = (
         {"status": (str, True), "summary": (str, True)},
         _task_report,
         "Report the task's outcome (journaled as a claim, never trusted).",
+    ),
+    Tool(
+        "db.query",
+        False,
+        _DB_PARAMS,
+        _db_query,
+        "Run one read-only SQL statement on a named database: columns, rows (blobs as {b64}), truncated.",
+        _db_scope,
+    ),
+    Tool(
+        "db.execute",
+        True,
+        _DB_PARAMS,
+        _db_execute,
+        "Run one INSERT/UPDATE/DELETE on a named database, atomically; the change is journaled as a changeset.",
+        _db_scope,
+    ),
+    Tool(
+        "http.request",
+        True,  # the fail-closed static answer; `mutating(args)` decides per call
+        {"method": (str, True), "url": (str, True), "headers": (dict, False), "body": (str, False), "body_b64": (str, False)},
+        _http_request,
+        "HTTP(S) through the egress proxy to allowlisted host:port only: status, headers, body (or body_b64), truncated.",
+        scope=_http_scope,
+        mutates_when=_http.mutating,
     ),
 )
 

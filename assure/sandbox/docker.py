@@ -214,6 +214,14 @@ class DockerBackend:
                 "networks": [{"id": n.id, "name": n.name, **(n.attrs.get("Labels") or {})} for n in self._client.networks.list(filters=filters)],
             }
 
+    def create_network(self, name: str, labels: dict[str, str], *, internal: bool) -> str:
+        with _mapped(f"create network {name}"):
+            return self._client.networks.create(name, driver="bridge", internal=internal, labels=labels, check_duplicate=True).id
+
+    def connect(self, network: str, cid: str) -> None:
+        with _mapped(f"connect to network {network}"):
+            self._client.networks.get(network).connect(cid)
+
     def remove_network(self, nid: str) -> None:
         try:
             self._client.networks.get(nid).remove()

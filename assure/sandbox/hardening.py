@@ -22,11 +22,15 @@ GATEWAY_STATE = "/var/lib/assure"
 GATEWAY_CONFIG = "/etc/assure"
 GATEWAY_CONTROL = "/run/assure-control"
 GATEWAY_RUN_STATE = "/var/lib/assure-run"
+GATEWAY_LIVE = "/var/lib/assure-live"
 DEFAULT_UID = 10001
 STOP_GRACE_SECONDS = 3
 LOG_MAX = "2m"
 GATEWAY_MEMORY = "256m"
 GATEWAY_PIDS = 64
+EGRESS_MEMORY = "128m"
+EGRESS_PIDS = 64
+EGRESS_PORT = 3128
 SOCKET_VOLUME_SIZE = "1m"
 
 
@@ -79,6 +83,18 @@ def _common(spec: Spec, labels: dict[str, str], memory: str, pids: int) -> dict[
     }
 
 
+def database_path(db: Any) -> str:
+    """Where the gateway finds a database: its per-attempt copy, or the live file's folder."""
+    if db.mode == "sandbox":
+        return f"{GATEWAY_STATE}/db/{db.name}.sqlite"
+    return f"{GATEWAY_LIVE}/{db.name}/{db.fixture.name}"
+
+
+def live_database_volumes(spec: Spec) -> dict[str, dict[str, str]]:
+    """Live databases: the folder of each (SQLite writes -wal/-journal beside it), gateway only."""
+    return {str(db.fixture.parent): {"bind": f"{GATEWAY_LIVE}/{db.name}", "mode": "rw"} for db in spec.databases if db.mode == "live"}
+
+
 def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
     volumes = {
         str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
@@ -98,9 +114,11 @@ def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: d
     }
 
 
-def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str]) -> dict[str, Any]:
+def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None) -> dict[str, Any]:
+    """The gateway: no network, or only the internal egress network it shares with the proxy."""
     return {
         **_common(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS),
+        "network_mode": network or "none",
         "read_only": True,
         "image": image,
         "name": name,
@@ -114,7 +132,23 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
             str(mounts.gateway_config): {"bind": GATEWAY_CONFIG, "mode": "ro"},
             str(mounts.control): {"bind": GATEWAY_CONTROL, "mode": "ro"},
             str(mounts.run_state): {"bind": GATEWAY_RUN_STATE, "mode": "rw"},
+            **live_database_volumes(spec),
         },
+    }
+
+
+def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str) -> dict[str, Any]:
+    """The egress proxy: on the internal network with the gateway (the upstream network is
+    connected before it starts); the only container of a run that can reach anything."""
+    return {
+        **_common(spec, labels, EGRESS_MEMORY, EGRESS_PIDS),
+        "user": f"{DEFAULT_UID}:{DEFAULT_UID}",
+        "network_mode": network,
+        "read_only": True,
+        "image": image,
+        "name": name,
+        "hostname": "egress-proxy",
+        "volumes": {str(config_dir): {"bind": "/etc/egress", "mode": "ro"}, str(log_dir): {"bind": "/var/log/egress", "mode": "rw"}},
     }
 
 

@@ -4,7 +4,9 @@ The base image is a minimal Debian with python3 and sqlite3, bootstrapped with d
 from Debian's package mirror and loaded with `docker import`, or, where a registry answers,
 built from `debian:bookworm-slim`. `ASSURE_BASE=auto|bootstrap|registry` forces either way.
 Each tag is a digest of everything that goes into the image, so an unchanged image is never
-rebuilt and a changed source never runs on a stale image.
+rebuilt and a changed source never runs on a stale image. Python packages an image needs
+(apsw for the gateway) are downloaded by the host with pinned hashes (`pip download`) and
+installed in the build with `pip install --no-index`: no image ever reaches a registry.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import platform
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -32,15 +36,20 @@ BOOTSTRAP_RECIPE = {
     "recipe": 1,
     "suite": "bookworm",
     "variant": "minbase",
-    "include": ["python3", "sqlite3"],
+    "include": ["python3", "python3-pip", "sqlite3", "ca-certificates"],
     "trim": ["var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"],
 }
 IMPORT_CHANGES = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8", 'CMD ["/bin/sh"]']
-# Which files of the package each image carries: the agent gets only the client.
+# Each image: its folder (Dockerfile and extra files) and which files of the package it
+# carries (the agent gets only the client; the proxy gets none).
+IMAGE_DIRS = {"agent": IMAGES_DIR / "agent", "gateway": IMAGES_DIR / "gateway", "egress": ROOT / "egress-proxy"}
 IMAGE_SOURCES = {
     "agent": ["__init__.py", "client.py"],
-    "gateway": ["__init__.py", "chain.py", "gate.py", "globs.py", "gateway/*.py"],
+    "gateway": ["__init__.py", "chain.py", "control.py", "gate.py", "globs.py", "gateway/*.py"],
+    "egress": [],
 }
+ROLES = tuple(IMAGE_DIRS)
+WHEEL_CACHE = Path(os.environ.get("ASSURE_CACHE", Path.home() / ".cache" / "assure")) / "wheels"
 Progress = Callable[[str], None]
 
 
@@ -49,6 +58,7 @@ class ImageSet:
     base: str
     agent: str
     gateway: str
+    egress: str
 
 
 def mirror() -> str:
@@ -78,22 +88,36 @@ def base_tags() -> dict[str, str]:
     }
 
 
+def wheels(requirements: Path) -> dict[str, bytes]:
+    """The pinned wheels for an image, downloaded once by the host (hash-checked by pip)."""
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
+    target = WHEEL_CACHE / digest
+    if not (target / ".complete").exists():
+        target.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--require-hashes",
+               "--platform", f"manylinux2014_{platform.machine()}", "--platform", f"manylinux_2_28_{platform.machine()}", "--python-version", "3.11", "--implementation", "cp",
+               "-r", str(requirements), "-d", str(target)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ImageError(f"pip download for {requirements.name} failed:\n{done.stderr[-2000:]}", fix="check that PyPI is reachable from this host")
+        (target / ".complete").touch()
+    return {f"wheels/{p.name}": p.read_bytes() for p in sorted(target.glob("*.whl"))}
+
+
 def _context(name: str) -> bytes:
-    """A deterministic build context: the Dockerfile, the image's extra files, the package files."""
+    """A deterministic build context: the Dockerfile, the image's extra files, the package
+    files, and the wheels its requirements.txt pins."""
     files: dict[str, bytes] = {}
-    for path in sorted((IMAGES_DIR / name).iterdir()):
+    folder = IMAGE_DIRS[name]
+    for path in sorted(folder.iterdir()):
         if path.is_file():
             files[path.name] = path.read_bytes()
+    if (folder / "requirements.txt").is_file():
+        files.update(wheels(folder / "requirements.txt"))
     for pattern in IMAGE_SOURCES[name]:
         for path in sorted(PACKAGE_DIR.glob(pattern)):
             files[f"assure/{path.relative_to(PACKAGE_DIR).as_posix()}"] = path.read_bytes()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for arcname, data in sorted(files.items()):
-            info = tarfile.TarInfo(arcname)
-            info.size, info.mode, info.mtime = len(data), 0o755 if arcname == "assure-tool" else 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return _context_of(files)
 
 
 def image_tag(name: str, base: str) -> str:
@@ -112,21 +136,21 @@ class Images:
         base = self._existing_base()
         if base is None:
             return None
-        images = ImageSet(base, image_tag("agent", base), image_tag("gateway", base))
-        return images if all(self.backend.image_exists(t) for t in (images.agent, images.gateway)) else None
+        images = ImageSet(base, *(image_tag(name, base) for name in ROLES))
+        return images if all(self.backend.image_exists(getattr(images, name)) for name in ROLES) else None
 
     def ensure(self) -> ImageSet:
         """Build whatever is missing (base first); never rebuild what exists."""
         base = self._existing_base() or self._build_base()
         tags = {}
-        for name in ("agent", "gateway"):
+        for name in ROLES:
             tag = tags[name] = image_tag(name, base)
             if not self.backend.image_exists(tag):
                 self.progress(f"building {tag}")
                 self.backend.build(_context(name), tag, {"BASE": base}, {"assure.owner": "assure"})
             repo, _ = tag.split(":")
             self.backend.tag(tag, repo, "latest")
-        return ImageSet(base, tags["agent"], tags["gateway"])
+        return ImageSet(base, **tags)
 
     def _existing_base(self) -> str | None:
         mode, tags = base_mode(), base_tags()
@@ -149,11 +173,13 @@ class Images:
 
 
 def _context_of(files: dict[str, bytes]) -> bytes:
+    """A tar with fixed owners and times, so equal inputs give equal bytes (and tags)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for arcname, data in files.items():
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for arcname, data in sorted(files.items()):
             info = tarfile.TarInfo(arcname)
-            info.size = len(data)
+            info.size, info.mtime = len(data), 0
+            info.mode = 0o755 if arcname == "assure-tool" else 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 

@@ -68,3 +68,36 @@ def no_leftovers(backend):
     after = {k: {i["id"] for i in v} for k, v in backend.owned().items()}
     leaked = {k: after[k] - before[k] for k in after if after[k] - before[k]}
     assert not leaked, f"left behind: {leaked}"
+
+
+def ratified(scope: list[str], ceiling: str = "commit", **changes: object) -> dict:
+    """A contract ratified by someone other than its proposer, with its hash filled in."""
+    from assure import gate, policy
+
+    contract = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
+    contract["hash"] = gate.contract_hash(policy.contract(contract))
+    contract.update(changes)
+    return contract
+
+
+@pytest.fixture
+def make_spec(tmp_path):
+    """Write a spec for a governance agent script into tmp_path and return its path."""
+    import yaml
+
+    def make(name: str, script: str, **fields: object) -> Path:
+        data = {
+            "version": 1,
+            "name": name,
+            "agent": {"command": ["sh", f"/opt/agent/{script}"], "files": str(ROOT / "fixtures" / "agents" / "governance")},
+            "workspace": {"fixture": str(ROOT / "fixtures" / "workspaces" / "calc"), "writable": ["out/**"], "protected": ["tests/**"]},
+            "limits": {"wall_seconds": 60},
+            "assertions": [],
+            "expect": "pass",
+            **fields,
+        }
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return make

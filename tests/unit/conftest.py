@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from assure import gate
 from assure.gateway.config import parse
 from assure.gateway.server import Gateway, serve
 
@@ -20,6 +21,13 @@ def short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="gw", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def ratified_policy(**overrides: Any) -> dict[str, Any]:
+    """A policy whose contract (covering the whole workspace) is ratified by someone else."""
+    contract = gate.Contract(id="c1", proposed_by="alice", ratified_by="bob", scope=("fs:**",), autonomy_ceiling=gate.COMMIT)
+    terms = {**gate.contract_terms(contract), "scope": ["fs:**"], "ratified_by": "bob", "hash": gate.contract_hash(contract)}
+    return {"contract": terms, "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT, **overrides}
 
 
 @pytest.fixture()
@@ -38,6 +46,7 @@ def gateway_config(tmp_path: Path, short_dir: Path) -> Callable[..., dict[str, A
             "ready_file": str(tmp_path / "ready"),
             "protected": ["tests/**"] if protected is None else protected,
             "limits": limits,
+            "policy": ratified_policy(),
         }
 
     return make

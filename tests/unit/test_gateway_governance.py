@@ -1,0 +1,131 @@
+"""The gateway's governance, in-process on a real socket: fail-closed contract, operator
+override, budget breach reporting, idempotency and verifier freshness."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from assure import control, gate
+from assure.chain import verify_chain
+from assure.client import Client, GatewayError
+from assure.gateway.config import parse
+from assure.gateway.server import serve
+
+from .conftest import ratified_policy
+
+
+@pytest.fixture
+def gateway(gateway_config, tmp_path):
+    started = []
+
+    def start(policy=None, **extra):
+        raw = {**gateway_config(), **extra}
+        if policy is not None:
+            raw["policy"] = policy
+        gw = serve(parse(raw))
+        started.append(gw)
+        return gw, Client(gw.config.socket, connect_timeout=2, timeout=10)
+
+    yield start
+    for gw in started:
+        gw.shutdown()
+
+
+def records(gw, event="tool_call"):
+    return [r for r in verify_chain(gw.config.journal) if r["event"] == event]
+
+
+def test_without_a_policy_every_mutation_is_denied_but_reads_work(gateway, tmp_path):
+    gw, client = gateway(policy={})
+    (Path(gw.config.workspace) / "a.txt").write_text("x")
+    assert client.call("fs.read", path="a.txt")["result"]["content"] == "x"
+    with pytest.raises(GatewayError) as info:
+        client.call("fs.write", path="b.txt", content="y")
+    assert info.value.status == 403
+    assert records(gw)[-1]["rule"] == "contract.missing"
+    assert not (Path(gw.config.workspace) / "b.txt").exists()
+
+
+def test_a_self_ratified_contract_denies(gateway):
+    policy = ratified_policy()
+    policy["contract"] = {**policy["contract"], "ratified_by": "alice"}
+    gw, client = gateway(policy=policy)
+    with pytest.raises(GatewayError):
+        client.call("fs.write", path="b.txt", content="y")
+    assert records(gw)[-1]["rule"] == "contract.self_ratified"
+
+
+def test_halt_takes_effect_between_calls_and_is_journaled_with_latency(gateway, tmp_path):
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    gw, client = gateway(control_dir=str(control_dir))
+    client.call("fs.write", path="before.txt", content="1")
+    requested = control.request(control_dir, run_id="run-test", actor="carol", halt=True)
+    deadline = time.monotonic() + 5
+    while not records(gw, "override_effective") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (effective,) = records(gw, "override_effective")
+    assert effective["request_id"] == requested.request_id and effective["halted"] is True
+    assert 0 <= effective["latency_ms"] < 1000
+    with pytest.raises(GatewayError) as info:
+        client.call("fs.write", path="after.txt", content="2")
+    assert info.value.status == 403 and records(gw)[-1]["rule"] == "operator_halt"
+    assert client.call("fs.read", path="before.txt")["result"]["content"] == "1"  # reads still answer
+    assert not (Path(gw.config.workspace) / "after.txt").exists()
+
+
+def test_budget_breach_is_written_once_for_the_host(gateway, tmp_path):
+    breach = tmp_path / "breach.json"
+    raw_limits = {"tool_calls": 2}
+    gw, client = gateway(breach_file=str(breach), limits=raw_limits)
+    client.call("fs.write", path="a.txt", content="1")
+    client.call("fs.write", path="b.txt", content="2")
+    for _ in range(2):
+        with pytest.raises(GatewayError):
+            client.call("fs.write", path="c.txt", content="3")
+    data = json.loads(breach.read_text())
+    assert data["counter"] == "tool_calls" and data["breach_at"] <= time.time()
+    assert len(records(gw, "budget_breach")) == 1
+
+
+def test_one_idempotency_key_one_effect_across_gateways(gateway, tmp_path):
+    db = str(tmp_path / "idem.sqlite")
+    gw, client = gateway(idempotency_db=db)
+    first = client.call("fs.write", path="n.txt", content="one", idempotency_key="k-1")
+    (Path(gw.config.workspace) / "n.txt").write_text("changed by someone else")
+    second = client.call("fs.write", path="n.txt", content="two", idempotency_key="k-1")
+    assert second["idempotent_replay"] is True and second["result"] == first["result"]
+    assert (Path(gw.config.workspace) / "n.txt").read_text() == "changed by someone else"
+    replay = records(gw)[-1]
+    assert replay["rule"] == "idempotency" and replay["original_action_id"] == first["action_id"] and replay["effect"] is None
+    gw.shutdown()
+    # A later attempt (a new gateway on the same run-level store) still sees the key.
+    gw2, client2 = gateway(idempotency_db=db, journal=str(tmp_path / "journal2.jsonl"))
+    third = client2.call("fs.write", path="n.txt", content="three", idempotency_key="k-1")
+    assert third["idempotent_replay"] is True
+    assert (Path(gw2.config.workspace) / "n.txt").read_text() == "changed by someone else"
+
+
+def test_a_denied_call_does_not_burn_its_key(gateway, tmp_path):
+    gw, client = gateway(idempotency_db=str(tmp_path / "idem.sqlite"))
+    with pytest.raises(GatewayError):
+        client.call("fs.write", path="tests/t.py", content="x", idempotency_key="k-2")  # protected
+    assert client.call("fs.write", path="ok.txt", content="x", idempotency_key="k-2")["decision"] == "allow"
+
+
+def test_verifier_freshness_comes_from_the_host_heartbeat(gateway, tmp_path):
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    gw, _ = gateway(control_dir=str(control_dir))
+    dispatcher = gw._calls
+    assert dispatcher._verifier_fresh() is False
+    (control_dir / "verifier.json").write_text(json.dumps({"last_success_at": time.time()}))
+    assert dispatcher._verifier_fresh() is True
+    (control_dir / "verifier.json").write_text(json.dumps({"last_success_at": time.time() - 3600}))
+    assert dispatcher._verifier_fresh() is False
+    assert dispatcher._context().verifier_fresh is False
+    assert gate.effective_autonomy(dispatcher._context()) == gate.PROPOSE
