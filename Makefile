@@ -39,6 +39,8 @@ bench: images
 	$(BIN)/python bench/e2e.py
 	$(BIN)/python bench/gateway_latency.py
 	$(BIN)/python bench/snapshot_bench.py
+	$(BIN)/python bench/gate_bench.py
+	$(BIN)/python bench/gate_live_bench.py
 
 gc: install
 	$(BIN)/assure gc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import signal
@@ -32,6 +33,14 @@ contract_app = typer.Typer(no_args_is_help=True, help="Work with a spec's contra
 app.add_typer(contract_app, name="contract")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
+
+@app.callback()
+def _setup() -> None:
+    """Library code logs (alerts among it); the CLI shows warnings on stderr."""
+    from rich.logging import RichHandler
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[RichHandler(console=err, show_path=False, show_time=False, markup=False)])
+
 
 DEFAULT_SPEC = Path(__file__).resolve().parent.parent / "specs" / "examples" / "benign.yaml"
 EXIT = {"pass": 0, "contained": 0, "fail": 3, "breach": 4, "error": 5}

@@ -61,4 +61,6 @@ def gateway_policy(spec_data: dict[str, Any]) -> dict[str, Any]:
         "verifier_trust": gate.LEVELS[autonomy.get("verifier_trust", "commit")] if has_verifier else gate.PROPOSE,
         "human_gates": [{**g, "expires_at": epoch(g["expires_at"])} for g in autonomy.get("human_gates", [])],
         "rollbacks": sorted(confirmed_rollbacks(spec_data)),
+        "tokens_limit": spec_data["limits"].get("tokens"),
+        "cost_limit": spec_data["limits"].get("cost"),
     }

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import alerts, store
+from . import alerts, control, store
+from .errors import RunDirError
 from .attempt import Attempt, Progress
 from .chain import ChainWriter, utc_now
 from .sandbox.docker import DockerBackend
@@ -63,6 +64,8 @@ def run_spec(spec: Spec, *, runs_base: Path, run_id: str, backend: DockerBackend
         run.save_state(state)
         events.append("run_started", spec=spec.name, images={"agent": images.agent, "gateway": images.gateway})
         _contract_events(spec.data.get("contract"), events)
+        if control.read(run.control_dir).halted:  # an operator halt refuses every continuation
+            raise RunDirError("the run is halted by its operator; no new attempt starts", where=str(run.path))
         events.append("attempt_started", attempt=1)
         judgement = Attempt(spec, run, 1, backend, images, progress).execute()
         events.append("attempt_verified", attempt=1, verdict=judgement.verdict.value, journal_head=judgement.journal_head)

@@ -47,6 +47,8 @@ class Policy:
     verifier_stale_seconds: float = 10.0
     human_gates: tuple[gate.HumanGate, ...] = ()
     rollbacks: frozenset[str] = frozenset()
+    tokens_limit: int | None = None  # counted by the model proxy
+    cost_limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,13 @@ def _policy(value: Any) -> Policy:
             if value[name] not in levels or isinstance(value[name], bool):
                 raise ConfigError(f"policy.{name}", f"must be an autonomy level 0..2, got {value[name]!r}")
             out[name] = value[name]
+    if value.get("tokens_limit") is not None:
+        out["tokens_limit"] = _integer(value["tokens_limit"], "policy.tokens_limit", minimum=0)
+    if value.get("cost_limit") is not None:
+        cost = value["cost_limit"]
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+            raise ConfigError("policy.cost_limit", f"must be a number >= 0, got {cost!r}")
+        out["cost_limit"] = float(cost)
     if "verifier_stale_seconds" in value:
         out["verifier_stale_seconds"] = _seconds(value["verifier_stale_seconds"], "policy.verifier_stale_seconds")
     if value.get("contract") is not None:

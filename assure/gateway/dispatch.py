@@ -43,6 +43,8 @@ class Counters:
     tool_calls: int = 0
     denied: int = 0
     rejected: int = 0
+    tokens: int = 0  # model tokens and cost, counted by the model proxy
+    cost: float = 0.0
 
 
 def error_body(code: str, message: str) -> dict[str, Any]:
@@ -197,7 +199,11 @@ class Dispatcher:
         return gate.Context(
             known_tools=self._known,
             now=time.time(),
-            budget=gate.Budget(tool_calls_used=self.counters.tool_calls, tool_calls_limit=self._config.limits.tool_calls),
+            budget=gate.Budget(
+                tool_calls_used=self.counters.tool_calls, tool_calls_limit=self._config.limits.tool_calls,
+                tokens_used=self.counters.tokens, tokens_limit=policy.tokens_limit,
+                cost_used=self.counters.cost, cost_limit=policy.cost_limit,
+            ),
             protected=self._config.protected,
             contract=policy.contract,
             operator_dial=dial,

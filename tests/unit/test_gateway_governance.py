@@ -129,3 +129,26 @@ def test_verifier_freshness_comes_from_the_host_heartbeat(gateway, tmp_path):
     assert dispatcher._verifier_fresh() is False
     assert dispatcher._context().verifier_fresh is False
     assert gate.effective_autonomy(dispatcher._context()) == gate.PROPOSE
+
+
+def test_dial_down_lowers_the_effective_autonomy_from_the_next_call(gateway, tmp_path):
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    (control_dir / "verifier.json").write_text(json.dumps({"last_success_at": time.time()}))
+    gw, _ = gateway(control_dir=str(control_dir))
+    assert gate.effective_autonomy(gw._calls._context()) == gate.COMMIT
+    control.request(control_dir, run_id="run-test", actor="carol", dial="propose")
+    deadline = time.monotonic() + 5
+    while not records(gw, "override_effective") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert records(gw, "override_effective")[0]["dial"] == "propose"
+    context = gw._calls._context()
+    assert context.operator_dial == gate.PROPOSE and gate.effective_autonomy(context) == gate.PROPOSE
+    live = gate.Action("db.execute", True, scope="db:x", resource_mode="live")
+    assert gate.decide(live, context).outcome != gate.ALLOW
+
+
+def test_token_and_cost_limits_reach_the_gate(gateway):
+    gw, _ = gateway(policy=ratified_policy(tokens_limit=0, cost_limit=0.0))
+    decision = gate.decide(gate.Action("fs.read", False, path="a"), gw._calls._context())
+    assert (decision.outcome, decision.rule) == (gate.DENY, "budget.tokens")

@@ -486,7 +486,7 @@ def test_journal_has_exactly_the_expected_events_in_order(start_gateway) -> None
     assert records[5]["effect"] == {"op": "delete", "path": "a.txt"}
     assert [r["inputs"]["tool_calls_used"] for r in records if r["event"] == "tool_call"] == [0, 1, 2, 3, 4]
     assert len({r["action_id"] for r in records if r["event"] == "tool_call"}) == 5
-    assert records[-1]["counters"] == {"requests": 6, "tool_calls": 5, "denied": 1, "rejected": 1}
+    assert records[-1]["counters"] == {"requests": 6, "tool_calls": 5, "denied": 1, "rejected": 1, "tokens": 0, "cost": 0.0}
 
 
 # ---------------------------------------------------------------- client behaviour
@@ -567,7 +567,7 @@ def test_process_stops_cleanly_on_sigterm(gateway_config, tmp_path: Path) -> Non
     records = verify_chain(config["journal"])
     assert [r["event"] for r in records] == ["gateway_started", "tool_call", "gateway_stopped"]
     assert records[-1]["reason"] == "signal SIGTERM"
-    assert records[-1]["counters"] == {"requests": 1, "tool_calls": 1, "denied": 0, "rejected": 0}
+    assert records[-1]["counters"] == {"requests": 1, "tool_calls": 1, "denied": 0, "rejected": 0, "tokens": 0, "cost": 0.0}
 
 
 def test_process_refuses_a_bad_config_with_one_line(gateway_config, tmp_path: Path) -> None:

@@ -1,0 +1,103 @@
+"""The gate's costs, measured in one run against same-run baselines.
+
+1. db.execute through the gateway (socket, gate, changeset, journal) against the same
+   INSERTs run locally with apsw on a copy of the same database: medians and the ratio.
+2. Operator override latency: from `assure halt`'s control record to the gateway's
+   `override_effective` (as the gateway journals it): p50 and p99 over ROUNDS halts.
+Decision cost alone: bench/gate_bench.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import apsw
+
+from assure import control, gate
+from assure.chain import verify_chain
+from assure.client import Client
+from assure.gateway.config import parse
+from assure.gateway.server import serve
+
+STATEMENTS = 500
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+SQL = "INSERT INTO orders (item, qty) VALUES (?, ?)"
+
+
+def policy() -> dict:
+    contract = gate.Contract(id="bench", proposed_by="a", ratified_by="b", scope=("db:*", "fs:**"), autonomy_ceiling=gate.COMMIT)
+    return {"contract": {**gate.contract_terms(contract), "scope": list(contract.scope), "ratified_by": "b", "hash": gate.contract_hash(contract)},
+            "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT}
+
+
+def config(root: Path, journal: str, **extra) -> dict:
+    (root / "ws").mkdir(exist_ok=True)
+    return {"run_id": "bench", "attempt": 1, "socket": str(root / "gw.sock"), "workspace": str(root / "ws"),
+            "journal": str(root / journal), "ready_file": str(root / "ready"), "policy": policy(), **extra}
+
+
+def bench_db(root: Path) -> tuple[float, float]:
+    db = root / "shop.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, item TEXT, qty INTEGER)")
+    con.commit()
+    con.close()
+    shutil.copyfile(db, root / "local.sqlite")
+    gw = serve(parse(config(root, "db.jsonl", databases=[{"name": "shop", "path": str(db), "mode": "sandbox"}])))
+    try:
+        client = Client(gw.config.socket)
+        through = []
+        for i in range(STATEMENTS):
+            start = time.perf_counter()
+            client.call("db.execute", db="shop", sql=SQL, params=[f"item-{i}", i])
+            through.append(time.perf_counter() - start)
+    finally:
+        gw.shutdown()
+    local_con = apsw.Connection(str(root / "local.sqlite"))
+    local = []
+    for i in range(STATEMENTS):
+        start = time.perf_counter()
+        with local_con:  # one transaction per statement, as the gateway does
+            local_con.execute(SQL, (f"item-{i}", i))
+        local.append(time.perf_counter() - start)
+    return statistics.median(through), statistics.median(local)
+
+
+def bench_override(root: Path) -> list[float]:
+    latencies = []
+    for n in range(ROUNDS):
+        control_dir = root / f"control-{n}"
+        control_dir.mkdir()
+        gw = serve(parse(config(root, f"o{n}.jsonl", control_dir=str(control_dir))))
+        try:
+            time.sleep(0.05)
+            control.request(control_dir, run_id="bench", actor="bench", halt=True)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                effective = [r for r in verify_chain(gw.config.journal) if r["event"] == "override_effective"]
+                if effective:
+                    latencies.append(effective[0]["latency_ms"])
+                    break
+                time.sleep(0.005)
+        finally:
+            gw.shutdown()
+    return latencies
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="gatebench", dir="/tmp") as tmp:
+        through, local = bench_db(Path(tmp))
+        print(f"db.execute, {STATEMENTS} INSERTs: gateway median {through * 1000:.3f} ms, local apsw median {local * 1000:.3f} ms, ratio {through / local:.1f}x")
+        lat = sorted(bench_override(Path(tmp)))
+        p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        print(f"override effect latency over {len(lat)} halts: p50 {statistics.median(lat):.1f} ms, p99 {p99:.1f} ms (target p99 < 1000 ms; the standard allows 5000)")
+
+
+if __name__ == "__main__":
+    main()
