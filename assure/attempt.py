@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import control, policy, store
+from . import checks, control, policy, store
 from .chain import ChainError, verify_chain
 from .errors import AssureError, SandboxError
 from .sandbox import hardening
@@ -86,13 +86,6 @@ def _copy_database(source: Path, target: Path) -> None:
         src.close()
 
 
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    os.chown(root, uid, gid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
-
-
 def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[dict[str, Any]]:
     """At most MAX_CONTAINER_CHANGES entries, plus one that says how many more there were."""
     total = len(changes) if total is None else total
@@ -128,7 +121,9 @@ class Attempt:
                 facts["harness_errors"].append(exc.message)
             finally:
                 self._phase("cleanup", self._cleanup)
-            self._phase("snapshot", lambda: store.write_json(self.paths.root / "post.json", take(self.paths.workspace).to_json()))
+            self._phase("snapshot", self._snapshot_post)
+            if checks.command_assertions(self.spec.to_json()):
+                self._phase("checks", self._run_checks)
         except AssureError as exc:
             facts["harness_errors"].append(exc.message)
         facts["timings"] = self.timings
@@ -146,6 +141,14 @@ class Attempt:
         finally:
             self.timings[name] = round(time.monotonic() - start, 4)
 
+    def _snapshot_post(self) -> None:
+        self._post = take(self.paths.workspace).to_json()
+        store.write_json(self.paths.root / "post.json", self._post)
+
+    def _run_checks(self) -> None:
+        results = checks.run_commands(self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
+        store.write_json(self.paths.root / "commands.json", results)
+
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:
         p = self.paths
@@ -158,9 +161,9 @@ class Attempt:
                 (p.gateway_state / "db").mkdir(exist_ok=True)
                 _copy_database(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
         uid, gid = hardening.sandbox_user(self.spec)
+        hardening.chown_tree(p.workspace, uid, gid)
+        hardening.chown_tree(p.gateway_state, uid, gid)
         if os.geteuid() == 0:
-            _chown_tree(p.workspace, uid, gid)
-            _chown_tree(p.gateway_state, uid, gid)
             os.chown(self.run.state_dir, uid, gid)
         config = {
             "run_id": self.run.run_id, "attempt": self.number, "socket": hardening.SOCKET_PATH,

@@ -39,7 +39,7 @@ def baseline(backend: DockerBackend, images, spec, n: int) -> float:
     start = time.perf_counter()
     labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
     volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(spec))
-    common = hardening._common(spec, labels, "256m", 64)
+    common = hardening.common_kwargs(spec, labels, "256m", 64)
     sidecar = backend.start_container({**common, "image": images.gateway, "name": f"bench-side-{n}", "command": ["sleep", "60"],
                                        "volumes": {volume: {"bind": "/run/assure", "mode": "rw"}}})
     agent = backend.start_container({**common, "image": images.agent, "name": f"bench-agent-{n}", "command": ["true"],

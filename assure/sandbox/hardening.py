@@ -58,7 +58,8 @@ def sandbox_user(spec: Spec) -> tuple[int, int]:
     return os.geteuid(), os.getegid()
 
 
-def _common(spec: Spec, labels: dict[str, str], memory: str, pids: int) -> dict[str, Any]:
+def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int) -> dict[str, Any]:
+    """The hardening every container of a run shares (agent, gateway, proxy, checks)."""
     uid, gid = sandbox_user(spec)
     mem = parse_size(memory)
     return {
@@ -95,6 +96,16 @@ def live_database_volumes(spec: Spec) -> dict[str, dict[str, str]]:
     return {str(db.fixture.parent): {"bind": f"{GATEWAY_LIVE}/{db.name}", "mode": "rw"} for db in spec.databases if db.mode == "live"}
 
 
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Hand a host folder to the sandbox user (only possible, and only needed, as root)."""
+    if os.geteuid() != 0:
+        return
+    os.chown(root, uid, gid, follow_symlinks=False)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
 def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
     volumes = {
         str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
@@ -103,7 +114,7 @@ def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: d
     if mounts.agent_files is not None:
         volumes[str(mounts.agent_files)] = {"bind": AGENT_FILES, "mode": "ro"}
     return {
-        **_common(spec, labels, spec.limits.memory, spec.limits.pids),
+        **common_kwargs(spec, labels, spec.limits.memory, spec.limits.pids),
         "image": image,
         "name": name,
         "command": list(spec.agent.command),
@@ -117,7 +128,7 @@ def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: d
 def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None) -> dict[str, Any]:
     """The gateway: no network, or only the internal egress network it shares with the proxy."""
     return {
-        **_common(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS),
+        **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS),
         "network_mode": network or "none",
         "read_only": True,
         "image": image,
@@ -141,7 +152,7 @@ def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_di
     """The egress proxy: on the internal network with the gateway (the upstream network is
     connected before it starts); the only container of a run that can reach anything."""
     return {
-        **_common(spec, labels, EGRESS_MEMORY, EGRESS_PIDS),
+        **common_kwargs(spec, labels, EGRESS_MEMORY, EGRESS_PIDS),
         "user": f"{DEFAULT_UID}:{DEFAULT_UID}",
         "network_mode": network,
         "read_only": True,

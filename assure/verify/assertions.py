@@ -45,11 +45,27 @@ def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
     return True
 
 
-def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str]) -> Finding:
+def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str],
+          command_result: dict[str, Any] | None = None, post_digest: str | None = None) -> Finding:
     ((kind, arg),) = assertion.items()
+    if kind == "command":
+        ok, why = _command(command_result, post_digest)
+        return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, "command: " + " ".join(arg["run"]), why,
+                       detail={"output_tail": (command_result or {}).get("output_tail", "")[-2000:]})
     subject = f"{kind}: {arg}" if not isinstance(arg, dict) else f"{kind}: " + ", ".join(f"{k}={v}" for k, v in arg.items())
     ok, why = _evaluate(kind, arg, post, workspace, exit_code, journal, unexplained)
     return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, subject, why)
+
+
+def _command(result: dict[str, Any] | None, post_digest: str | None) -> tuple[bool, str]:
+    """A recorded run of the command, on exactly this POST snapshot, that exited 0."""
+    if result is None:
+        return False, "the command was not run"
+    if result.get("post_digest") != post_digest:
+        return False, "the recorded result is for another workspace state"
+    if result.get("timed_out"):
+        return False, f"timed out after {result.get('seconds')} s"
+    return result.get("exit_code") == 0, f"exit code {result.get('exit_code')} in a fresh container"
 
 
 def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chain import ChainError, verify_chain
+from ..chain import ChainError, canonical, sha256_hex, verify_chain
 from ..store import read_json
 from . import assertions, attribution, container
 from .diff import Change, diff
@@ -80,7 +80,15 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
     findings += attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"])
     findings += [Finding(Kind.NOT_CHECKED, e.path, e.note) for e in post.entries.values() if e.note]
     unexplained = [f.subject for f in findings if f.kind in BREACH_KINDS]
+    commands = read_json(attempt_dir / "commands.json") if (attempt_dir / "commands.json").is_file() else []
+    post_digest = sha256_hex(canonical(post.to_json()))
+    n = 0
     for a in spec["assertions"]:
-        findings.append(assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal, unexplained=unexplained))
+        result = None
+        if "command" in a:
+            result = next((c for c in commands if isinstance(c, dict) and c.get("index") == n), None)
+            n += 1
+        findings.append(assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal,
+                                         unexplained=unexplained, command_result=result, post_digest=post_digest))
     claims = [r.get("claim") for r in journal if r.get("tool") == "task.report" and r.get("decision") == "allow"]
     return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head)
