@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks, control, policy, store
-from .chain import ChainError, verify_chain
+from . import checks, control, failpoints, policy, store
+from .chain import ChainError, utc_now, verify_chain
 from .errors import AssureError, SandboxError
 from .sandbox import hardening
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
@@ -129,8 +129,9 @@ class Attempt:
         facts["timings"] = self.timings
         store.write_json(self.paths.root / "container.json", facts)
         self.progress("verify", {})
+        failpoints.hit("verify")
         judgement = judge.judge(self.paths.root, self.spec.to_json())
-        store.write_json(self.paths.root / "verdict.json", judgement.to_json())
+        store.write_json(self.paths.root / "verdict.json", {**judgement.to_json(), "judged_at": utc_now()})
         return judgement
 
     def _phase(self, name: str, fn: Callable[[], None]) -> None:
@@ -201,6 +202,7 @@ class Attempt:
             finally:
                 self._agent = creating.result()
                 self._containers.append(self._agent)
+        failpoints.hit("start")
         self.backend.start(self._agent)
         facts["agent_started_at"] = time.time()
 
@@ -250,7 +252,10 @@ class Attempt:
             exit_code = self.backend.wait(self._agent, min(RUN_POLL_SECONDS, remaining))
             if exit_code is None:
                 stop = self._halt_requested() or self._budget_breached()
-                self.progress("run", {"tool_calls": self._count_tool_calls()})
+                calls = self._count_tool_calls()
+                self.progress("run", {"tool_calls": calls})
+                if calls:
+                    failpoints.hit("run")
         if exit_code is None:
             self.backend.stop(self._agent, hardening.STOP_GRACE_SECONDS)
             exit_code = self.backend.wait(self._agent, hardening.STOP_GRACE_SECONDS + 5)

@@ -72,22 +72,12 @@ def _backend_and_images(build: bool = True) -> tuple[DockerBackend, Any]:
     return backend, found or images.ensure()
 
 
-@app.command()
-def run(
-    spec: Path = typer.Argument(DEFAULT_SPEC, help="Spec file (default: the built-in benign example)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
-    expect: bool = typer.Option(False, "--expect", help="Exit 0 only if the verdict is the one the spec expects."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go."),
-    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show attributed changes too."),
-) -> None:
-    """Run SPEC in a fresh sandbox, verify the result, print the verdict."""
-    from .run import run_spec
+def _drive(loaded: spec_mod.Spec, run: store.RunDir, key: Path | None, json_out: bool, expect: bool, verbose: bool) -> None:
+    """Drive a run with live progress, print its report, exit with the verdict's code."""
+    from .driver import Driver
 
-    _sigterm_as_interrupt()
     try:
-        loaded = spec_mod.load(spec)
         backend, images = _backend_and_images()
-        run_id = store.new_run_id(loaded.name)
         started = time.monotonic()
         with err.status(f"{loaded.name}: starting") as status:
 
@@ -95,11 +85,11 @@ def run(
                 calls = f" · {info['tool_calls']} tool calls" if "tool_calls" in info else ""
                 status.update(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}")
 
-            result = run_spec(loaded, runs_base=runs_dir, run_id=run_id, backend=backend, images=images, progress=progress)
+            result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted: containers and volumes of this run were removed[/]")
+        err.print("[yellow]interrupted: containers and volumes of this run were removed; `assure resume` continues it[/]")
         raise typer.Exit(130) from None
     if json_out:
         out.print_json(json.dumps(result.report))
@@ -109,6 +99,63 @@ def run(
     if expect:
         code = 0 if result.verdict == loaded.expect else EXIT_UNEXPECTED
     raise typer.Exit(code)
+
+
+KEY_OPTION = typer.Option(None, "--key", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) to sign receipts; none: keyless.")
+
+
+@app.command()
+def run(
+    spec: Path = typer.Argument(DEFAULT_SPEC, help="Spec file (default: the built-in benign example)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
+    expect: bool = typer.Option(False, "--expect", help="Exit 0 only if the verdict is the one the spec expects."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go."),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Show attributed changes too."),
+    new: bool = typer.Option(False, "--new", help="Start a new run even if an unfinished run of this spec exists."),
+    key: Optional[Path] = KEY_OPTION,
+) -> None:
+    """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
+
+    An unfinished run of the same spec (its driver killed) is resumed instead, unless --new."""
+    from .driver import find_unfinished
+
+    _sigterm_as_interrupt()
+    try:
+        loaded = spec_mod.load(spec)
+        rd = None if new else find_unfinished(runs_dir, loaded)
+        if rd is not None:
+            err.print(f"resuming unfinished run {rd.run_id}", markup=False)
+        else:
+            rd = store.RunDir.create(runs_dir, store.new_run_id(loaded.name), loaded.path, loaded.to_json())
+    except AssureError as exc:
+        raise _fail(exc) from None
+    _drive(loaded, rd, key, json_out, expect, verbose)
+
+
+@app.command()
+def resume(
+    run_ref: str = typer.Argument(..., metavar="RUN", help="Run id or run directory."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR),
+    json_out: bool = typer.Option(False, "--json"),
+    key: Optional[Path] = KEY_OPTION,
+) -> None:
+    """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
+    _sigterm_as_interrupt()
+    try:
+        rd = _run_dir(run_ref, runs_dir)
+        loaded = _spec_of(rd)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    _drive(loaded, rd, key, json_out, False, False)
+
+
+def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
+    """The run's spec, reloaded from its source and checked unchanged since the run began."""
+    recorded = rd.spec_json()
+    loaded = spec_mod.load(Path(recorded["_source"]))
+    if loaded.to_json() != recorded:
+        raise AssureError("the spec changed since this run started", where=recorded["_source"], fix="restore it, or start a new run with --new")
+    return loaded
 
 
 @app.command()
@@ -128,7 +175,7 @@ def validate(specs: list[Path] = typer.Argument(..., help="Spec files to check."
 @app.command()
 def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> None:
     """Recompute the verdict of a finished run from its directory alone."""
-    from .run import reverify
+    from .driver import reverify
 
     try:
         result = reverify(run_dir)
@@ -343,6 +390,171 @@ def journal_cmd(
             table.add_row(str(r.get("ts")), r["source"], str(r.get("actor")), journal.standard_event(r), render.display(detail))
         out.print(table)
     raise typer.Exit(1 if broken else 0)
+
+
+@app.command()
+def runs(runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.Option(False, "--json")) -> None:
+    """List runs with their state, tasks and verdicts."""
+    rows = []
+    for path in sorted(runs_dir.glob("*/state.json")) if runs_dir.is_dir() else []:
+        try:
+            state = store.read_json(path)
+        except AssureError:
+            continue
+        tasks = state.get("tasks", {})
+        rows.append({"run_id": path.parent.name, "state": state.get("state"), "verdict": state.get("verdict"), "started_at": state.get("started_at"),
+                     "tasks": {t: v.get("state") for t, v in tasks.items()}})
+    if json_out:
+        out.print_json(json.dumps(rows))
+        return
+    table = Table("run", "state", "verdict", "started", "tasks")
+    for r in rows:
+        table.add_row(render.display(r["run_id"]), str(r["state"]), str(r["verdict"] or "-"), str(r["started_at"]),
+                      render.display(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())))
+    out.print(table)
+
+
+@app.command()
+def show(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+    """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order."""
+    from . import journal
+
+    try:
+        rd = _run_dir(run_ref, runs_dir)
+        records = list(journal.query(rd))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    table = Table("ts", "source", "event", "detail")
+    keys = ("task", "attempt", "verdict", "tool", "path", "decision", "rule", "state", "reason", "latency_ms", "counter")
+    for r in records:
+        detail = " ".join(f"{k}={r[k]}" for k in keys if r.get(k) is not None)
+        table.add_row(str(r.get("ts")), r["source"], journal.standard_event(r), render.display(detail))
+    out.print(table)
+    for alert in alerts.all_alerts(rd.path.parent):
+        if alert.run_id == rd.run_id:
+            out.print(f"alert {alert.id} [{alert.kind}] {alert.state}: {render.display(alert.message)}", markup=False, highlight=False)
+
+
+@app.command("promote")
+def promote_cmd(
+    run_ref: str = typer.Argument(..., metavar="RUN"),
+    task: Optional[str] = typer.Option(None, help="Task id (default: every proposed task)."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR),
+    key: Optional[Path] = KEY_OPTION,
+) -> None:
+    """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier)."""
+    from .driver import promote_proposed
+
+    try:
+        rd = _run_dir(run_ref, runs_dir)
+        done = promote_proposed(_spec_of(rd), rd, task, key)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    for task_id, state, reason in done:
+        out.print(f"{render.display(task_id)}: {state} ({render.display(reason)})", markup=False, highlight=False)
+    raise typer.Exit(0 if all(state == "committed" for _, state, _ in done) and done else 1)
+
+
+keys_app = typer.Typer(no_args_is_help=True, help="Manage the Ed25519 key that signs receipts.")
+app.add_typer(keys_app, name="keys")
+receipts_app = typer.Typer(no_args_is_help=True, help="Verify a run's signed receipts and sealed logs.")
+app.add_typer(receipts_app, name="receipts")
+
+
+@keys_app.command("generate")
+def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", help="Where to write the key pair (default: ~/.config/assure/keys).")) -> None:
+    """Make a new Ed25519 key pair for signing receipts; never overwrites a key."""
+    from . import receipts
+
+    try:
+        private_path, public_path = receipts.generate_keypair(directory or receipts.default_key_dir())
+        kid = receipts.key_id(receipts.load_public(public_path))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    out.print(f"private key {render.display(str(private_path))} (mode 0600: keep it secret)", markup=False, highlight=False)
+    out.print(f"public key  {render.display(str(public_path))} (publish it: it verifies every receipt)", markup=False, highlight=False)
+    out.print(f"key id      {kid}", markup=False, highlight=False)
+
+
+@receipts_app.command("verify")
+def receipts_verify(
+    run_dir: Path,
+    public_key: Optional[Path] = typer.Option(None, "--public-key", help="Ed25519 public key (PEM); without it signatures are NOT-RUN."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Verify RUN_DIR's receipts, seal and hash-chained logs with nothing but a public key."""
+    from rich.text import Text
+
+    from . import receipts
+
+    try:
+        key = receipts.load_public(public_key) if public_key is not None else None
+        report = receipts.verify_run(run_dir, key)
+    except receipts.ReceiptError as exc:
+        if json_out:
+            out.print_json(json.dumps({"verified": False, "step": exc.step, "step_name": receipts.STEPS[exc.step], "path": exc.path,
+                                       "line": exc.line, "message": exc.detail}))
+            raise typer.Exit(1) from None
+        raise _fail(exc) from None
+    except AssureError as exc:
+        raise _fail(exc) from None
+    if json_out:
+        out.print_json(json.dumps(report.to_json()))
+        raise typer.Exit(0)
+    table = Table("step", "check", "outcome", "detail")
+    for step in report.steps:
+        table.add_row(str(step.number), step.name, "[green]passed[/]" if step.outcome is receipts.Outcome.PASSED else "[yellow]NOT-RUN[/]",
+                      Text(render.display(step.detail)))
+    out.print(table)
+    signer = f"signed by {report.key_id}" if report.key_id else "signatures NOT-RUN (no public key given)"
+    out.print(Text(f"{render.display(report.run_id)}: {len(report.receipts)} receipts, {len(report.logs)} logs verified; {signer}", style="green"))
+    raise typer.Exit(0)
+
+
+@app.command("monitor")
+def monitor_cmd(
+    once: bool = typer.Option(False, "--once", help="One pass, then exit."),
+    interval: Optional[float] = typer.Option(None, "--interval", help="Seconds between passes (default: the manifest's interval_seconds)."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR, "--runs-dir", help="The runs base to watch."),
+    manifest_file: Optional[Path] = typer.Option(None, "--manifest", help="JSON or YAML manifest (default: the built-in one, see assure/health.py)."),
+) -> None:
+    """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
+    dial down then halt the runs whose alerts nobody acknowledges."""
+    from . import health, monitor
+
+    if interval is not None and interval <= 0:
+        err.print("error: --interval must be positive", markup=False)
+        raise typer.Exit(2)
+    try:
+        manifest = health.Manifest.load(manifest_file)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    sinks = monitor.sinks_for(runs_dir, manifest)
+    reported: set[tuple[str, str]] = set()
+
+    def show(result: monitor.Pass) -> None:
+        if result.busy:
+            err.print("another monitor holds the lock: this pass did nothing", markup=False, highlight=False)
+        for a in result.alerts:
+            out.print(f"ALERT {a.id} [{a.kind}] {render.display(a.run_id)}: {render.display(a.message)} (pending until `assure ack {a.id}`)",
+                      markup=False, highlight=False, soft_wrap=True)
+        for e in result.escalations:
+            request = f", request {e.request_id}" if e.request_id else ""
+            out.print(f"ESCALATED {render.display(e.alert_id)}: {e.step} on {render.display(e.run_id)} ({e.effect}{request})", markup=False, highlight=False, soft_wrap=True)
+        for s in result.skipped:  # already escaped by the monitor; each shown once per process
+            if (s.path, s.reason) not in reported:
+                reported.add((s.path, s.reason))
+                err.print(f"skipped {s.path}: {s.reason}", markup=False, highlight=False, soft_wrap=True)
+
+    if once:
+        show(monitor.scan(runs_dir, manifest, time.time(), sinks))
+        raise typer.Exit(0)
+    _sigterm_as_interrupt()
+    try:
+        monitor.run_forever(runs_dir, manifest, sinks, interval, on_pass=show)
+    except KeyboardInterrupt:
+        err.print("monitor stopped", markup=False)
+    raise typer.Exit(0)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from assure import spec as spec_mod
 from assure import store
-from assure.run import run_spec
+from assure.driver import Driver
 from assure.sandbox import hardening
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
@@ -53,7 +53,8 @@ def baseline(backend: DockerBackend, images, spec, n: int) -> float:
 
 def ours(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -> float:
     start = time.perf_counter()
-    result = run_spec(spec, runs_base=runs, run_id=store.new_run_id("trivial"), backend=backend, images=images, progress=lambda *_: None)
+    run = store.RunDir.create(runs, store.new_run_id("trivial"), spec.path, spec.to_json())
+    result = Driver(spec, run, backend, images, lambda *_: None).drive()
     elapsed = time.perf_counter() - start
     assert result.verdict == "pass", result.report
     for phase, seconds in result.report["attempts"][0]["timings"].items():

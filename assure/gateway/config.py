@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, fields
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from assure import gate
 from assure.chain import canonical, sha256_hex
+
+from . import http as _http
 
 
 class ConfigError(Exception):
@@ -72,6 +76,41 @@ class Database:
 
 
 @dataclass(frozen=True)
+class Price:
+    """What a model's tokens cost, in currency per million tokens."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+
+
+MODEL_MODES = ("anthropic", "replay", "scripted")
+
+
+@dataclass(frozen=True)
+class Model:
+    """Model access (`POST /v1/messages`, model.py): where answers come from, where every
+    request and response is recorded (`blob_dir`), and what tokens cost. Absent: no model.
+
+    `anthropic`: the real API at `upstream`, through the egress proxy, with the key read from
+    `key_file`; `replay`: the answers recorded in `recording` (gateway journals + their blob
+    dir); `scripted`: the answers listed in the `script` file, in order."""
+
+    mode: str
+    blob_dir: str
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    upstream: str | None = None  # anthropic: scheme://host[:port][/prefix], on egress.allow
+    key_file: str | None = None  # anthropic: read by the gateway only
+    allow_http: bool = False  # anthropic: accept a plain-http upstream (local test servers)
+    recording: tuple[str, ...] = ()  # replay: gateway journals, in order
+    recording_blob_dir: str | None = None  # replay: the blob dir those journals reference
+    script: str | None = None  # scripted: a JSON list of responses
+    timeout_seconds: float = 600.0  # one upstream exchange, start to end
+    max_response_bytes: int = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class Config:
     run_id: str
     attempt: int
@@ -89,11 +128,12 @@ class Config:
     idempotency_db: str | None = None  # run-level store that outlives attempts
     egress: Egress | None = None  # None: the run has no network at all
     databases: tuple[Database, ...] = ()
+    model: Model | None = None  # None: no model access (/v1/messages answers 404)
 
 
 _REQUIRED_STRINGS = ("run_id", "socket", "workspace", "journal", "ready_file")
 _OPTIONAL_STRINGS = ("goal_id", "control_dir", "breach_file", "idempotency_db")
-_TOP_FIELDS = frozenset((*_REQUIRED_STRINGS, *_OPTIONAL_STRINGS, "attempt", "protected", "limits", "policy", "egress", "databases"))
+_TOP_FIELDS = frozenset((*_REQUIRED_STRINGS, *_OPTIONAL_STRINGS, "attempt", "protected", "limits", "policy", "egress", "databases", "model"))
 _DB_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _DB_MODES = ("sandbox", "live")
 
@@ -121,14 +161,16 @@ def parse(raw: Any) -> Config:
         digest = sha256_hex(canonical(raw))
     except ValueError as exc:
         raise ConfigError("<root>", f"not canonical JSON: {exc}") from None
+    egress = _egress(raw["egress"]) if "egress" in raw else None
     return Config(
         attempt=attempt,
         protected=_globs(raw.get("protected", [])),
         limits=_limits(raw.get("limits", {})),
         digest=digest,
         policy=_policy(raw.get("policy", {})),
-        egress=_egress(raw["egress"]) if "egress" in raw else None,
+        egress=egress,
         databases=_databases(raw.get("databases", [])),
+        model=_model(raw["model"], egress) if "model" in raw else None,
         **{name: _string(raw, name) for name in _OPTIONAL_STRINGS if name in raw},
         **strings,
     )
@@ -264,3 +306,112 @@ def _hostport(value: Any, name: str) -> tuple[str, int]:
     if not sep or not valid_host or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
         raise ConfigError(name, f'must be "host:port" (letters, digits, dots, dashes; port 1..65535), got {value!r}')
     return host.lower(), int(port)
+
+
+_MODEL_COMMON = ("mode", "blob_dir", "prices", "timeout_seconds", "max_response_bytes")
+_MODEL_BY_MODE = {
+    "anthropic": (("upstream", "key_file"), ("allow_http",)),  # (required, optional)
+    "replay": (("recording",), ()),
+    "scripted": (("script",), ()),
+}
+_PRICE_FIELDS = tuple(f.name for f in fields(Price))
+
+
+def _model(value: Any, egress: Egress | None) -> Model:
+    """`{"mode": "anthropic" | "replay" | "scripted", "blob_dir": "/abs", ...}` (see `Model`)."""
+    if not isinstance(value, dict):
+        raise ConfigError("model", 'must be a JSON object {"mode": ..., "blob_dir": ..., ...}')
+    mode = value.get("mode")
+    if mode not in MODEL_MODES:
+        raise ConfigError("model.mode", f"is required: one of {', '.join(MODEL_MODES)}, got {mode!r}")
+    required, optional = _MODEL_BY_MODE[mode]
+    for key in sorted(value):
+        if key in _MODEL_COMMON or key in required or key in optional:
+            continue
+        modes = [m for m, (req, opt) in _MODEL_BY_MODE.items() if key in req or key in opt]
+        if modes:
+            raise ConfigError(f"model.{key}", f"is only used in mode {modes[0]!r}, not {mode!r}; remove it")
+        known = sorted({*_MODEL_COMMON, *(k for req, opt in _MODEL_BY_MODE.values() for k in (*req, *opt))})
+        raise ConfigError(f"model.{key}", f"unknown field (known: {', '.join(known)})")
+    for key in required:
+        if key not in value:
+            raise ConfigError(f"model.{key}", f"is required in mode {mode!r}")
+    out: dict[str, Any] = {"mode": mode, "blob_dir": _abs_path(value.get("blob_dir"), "model.blob_dir")}
+    out["prices"] = _prices(value.get("prices", {}))
+    if "timeout_seconds" in value:
+        out["timeout_seconds"] = _seconds(value["timeout_seconds"], "model.timeout_seconds")
+    if "max_response_bytes" in value:
+        out["max_response_bytes"] = _integer(value["max_response_bytes"], "model.max_response_bytes", minimum=1)
+    if mode == "anthropic":
+        if not isinstance(value.get("allow_http", False), bool):
+            raise ConfigError("model.allow_http", "must be true or false")
+        out["allow_http"] = value.get("allow_http", False)
+        out["upstream"] = _upstream(value["upstream"], egress, out["allow_http"])
+        out["key_file"] = _abs_path(value["key_file"], "model.key_file")
+    elif mode == "replay":
+        journals, blobs = _recording(value["recording"])
+        out.update(recording=journals, recording_blob_dir=blobs)
+    else:
+        out["script"] = _abs_path(value["script"], "model.script")
+    return Model(**out)
+
+
+def _abs_path(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
+        raise ConfigError(name, f"must be an absolute path, got {value!r}")
+    return value
+
+
+def _prices(value: Any) -> dict[str, Price]:
+    """`{"claude-sonnet-4-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}`."""
+    if not isinstance(value, dict):
+        raise ConfigError("model.prices", 'must be an object {"<model id>": {"input", "output", "cache_write", "cache_read"}}')
+    out: dict[str, Price] = {}
+    for model, price in value.items():
+        where = f"model.prices.{model}"
+        if not model or len(model) > 128:
+            raise ConfigError(where, "model ids must be 1..128 characters")
+        if not isinstance(price, dict):
+            raise ConfigError(where, f"must be an object with {', '.join(_PRICE_FIELDS)} (currency per million tokens)")
+        _no_unknown(price, frozenset(_PRICE_FIELDS), f"{where}.")
+        for name in _PRICE_FIELDS:
+            number = price.get(name)
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number < 0:
+                raise ConfigError(f"{where}.{name}", f"is required: a number >= 0 (currency per million tokens), got {number!r}")
+        out[model] = Price(**{name: float(price[name]) for name in _PRICE_FIELDS})
+    return out
+
+
+def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
+    """The API's base URL; its host:port must be on `egress.allow` (the gateway only reaches
+    it through the egress proxy)."""
+    if not isinstance(value, str):
+        raise ConfigError("model.upstream", f'must be a base URL like "https://api.anthropic.com", got {value!r}')
+    parts = urllib.parse.urlsplit(value)
+    if parts.query or parts.fragment or value.endswith("?") or value.endswith("#"):
+        raise ConfigError("model.upstream", f"must have no query or fragment, got {value!r}")
+    try:
+        target = _http.parse_target({"method": "POST", "url": value})
+    except _http.Refused as exc:
+        raise ConfigError("model.upstream", exc.message) from None
+    if target.scheme != "https" and not allow_http:
+        raise ConfigError("model.upstream", f'{value!r} is plain http, which would send the API key in clear; use https (or set "allow_http": true for a local test server)')
+    if egress is None:
+        raise ConfigError("model.upstream", "needs an `egress` section: the gateway reaches the model API only through the egress proxy")
+    try:
+        _http.check(egress, target)
+    except _http.Refused as exc:
+        raise ConfigError("model.upstream", f"{exc.message}: add {target.key!r} to egress.allow (and to the egress proxy's allow)") from None
+    return value.rstrip("/")
+
+
+def _recording(value: Any) -> tuple[tuple[str, ...], str]:
+    """`{"journals": ["/recording/journal.jsonl", ...], "blob_dir": "/recording/blobs"}`."""
+    if not isinstance(value, dict):
+        raise ConfigError("model.recording", 'must be an object {"journals": ["/abs/journal.jsonl", ...], "blob_dir": "/abs"}')
+    _no_unknown(value, frozenset(("journals", "blob_dir")), "model.recording.")
+    journals = value.get("journals")
+    if not isinstance(journals, list) or not journals:
+        raise ConfigError("model.recording.journals", "is required: a non-empty list of absolute paths of gateway journals")
+    paths = tuple(_abs_path(item, f"model.recording.journals[{i}]") for i, item in enumerate(journals))
+    return paths, _abs_path(value.get("blob_dir"), "model.recording.blob_dir")

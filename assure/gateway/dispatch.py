@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from assure import control, gate
@@ -29,12 +29,15 @@ VERIFIER_FILE = "verifier.json"
 
 MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
+MODEL_TOOL = "model.messages"  # the gate's name for a model call (model.py); never a /v1/tools route
 
 
 @dataclass(frozen=True)
 class Answer:
     status: int
     body: dict[str, Any]
+    raw: bytes | None = None  # sent as-is instead of `body` (model answers: the recorded bytes)
+    headers: tuple[tuple[str, str], ...] = ()  # extra response headers; a raw answer's Content-Type is here
 
 
 @dataclass
@@ -110,6 +113,33 @@ class Dispatcher:
                 body = {"action_id": record["action_id"], "decision": record["decision"]}
                 return Answer(500, {**body, **error_body("journal_error", "the journal could not be written")})
             return answer
+
+    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None) -> gate.Decision | None:
+        """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
+        and fill `record` with the decision. A denial by a budget rule is reported like a
+        tool's. `unpriced` (why the cost cannot be counted) denies a call the gate allowed.
+        None: the journal is unavailable and no call may be served."""
+        with self._lock:
+            if not self._open:
+                return None
+            decision = gate.decide(action, replace(self._context(), known_tools=self._known | {MODEL_TOOL}))
+            if decision.allowed and unpriced:
+                decision = gate.Decision(gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs)
+            record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason, inputs=decision.inputs)
+            if not decision.allowed:
+                self.counters.denied += 1
+                if decision.rule.startswith("budget."):
+                    self._report_breach(decision.rule.split(".", 1)[1])
+            return decision
+
+    def record_model_call(self, record: dict[str, Any], tokens: int, cost: float) -> bool:
+        """Count a model call's tokens and cost and journal its `model_call` line (False: the
+        journal could not be written, so the answer must not be sent)."""
+        with self._lock:
+            self.counters.tokens += tokens
+            self.counters.cost += cost
+            record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}
+            return self._append("model_call", **record)
 
     def apply_override(self, override: control.Override) -> None:
         """Make an operator override effective from the next call on, and journal the latency."""

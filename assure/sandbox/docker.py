@@ -205,14 +205,20 @@ class DockerBackend:
 
     # --- cleanup ----------------------------------------------------------------------
     def owned(self, run_id: str | None = None) -> dict[str, list[dict[str, str]]]:
-        """Containers, volumes and networks labelled as ours (optionally for one run)."""
-        filters = {"label": [f"{LABEL_OWNER}=assure"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])}
+        """Containers, volumes and networks labelled as ours (optionally for one run).
+
+        Uses the engine's list summaries (labels included), so a resource removed while we
+        list is simply absent instead of failing an inspect."""
+        labels = [f"{LABEL_OWNER}=assure"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])
         with _mapped("list assure resources"):
-            return {
-                "containers": [{"id": c.id, "name": c.name, **c.labels} for c in self._client.containers.list(all=True, filters=filters)],
-                "volumes": [{"id": v.name, "name": v.name, **(v.attrs.get("Labels") or {})} for v in self._client.volumes.list(filters=filters)],
-                "networks": [{"id": n.id, "name": n.name, **(n.attrs.get("Labels") or {})} for n in self._client.networks.list(filters=filters)],
-            }
+            containers = self._client.api.containers(all=True, filters={"label": labels})
+            volumes = (self._client.api.volumes(filters={"label": labels}) or {}).get("Volumes") or []
+            networks = self._client.api.networks(filters={"label": labels})
+        return {
+            "containers": [{"id": c["Id"], "name": (c.get("Names") or ["?"])[0].lstrip("/"), **(c.get("Labels") or {})} for c in containers],
+            "volumes": [{"id": v["Name"], "name": v["Name"], **(v.get("Labels") or {})} for v in volumes],
+            "networks": [{"id": n["Id"], "name": n["Name"], **(n.get("Labels") or {})} for n in networks],
+        }
 
     def create_network(self, name: str, labels: dict[str, str], *, internal: bool) -> str:
         with _mapped(f"create network {name}"):

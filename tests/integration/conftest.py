@@ -10,7 +10,7 @@ import pytest
 from assure import spec as spec_mod
 from assure import store
 from assure.errors import AssureError
-from assure.run import RunResult, run_spec
+from assure.driver import Driver, RunResult
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet, Images
 
@@ -47,7 +47,8 @@ def run(backend, images, tmp_path):
         if not path.is_file():
             path = next(p for p in (EXAMPLES / f"{name_or_path}.yaml", SPECS / f"{name_or_path}.yaml") if p.is_file())
         spec = spec_mod.load(path)
-        return run_spec(spec, runs_base=tmp_path / "runs", run_id=store.new_run_id(spec.name), backend=backend, images=images, progress=lambda *_: None)
+        run = store.RunDir.create(tmp_path / "runs", store.new_run_id(spec.name), spec.path, spec.to_json())
+        return Driver(spec, run, backend, images, lambda *_: None).drive()
 
     return go
 

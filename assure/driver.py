@@ -1,0 +1,428 @@
+"""The dumb driver: a deterministic loop over durable state that runs a goal's tasks.
+
+No model call and no network: it creates attempts, waits, verifies, promotes and records.
+Every transition is appended to the run's hash-chained `events.jsonl` first and then
+written to `state.json` (atomic), so after `kill -9` at any moment `resume()` picks up the
+same run and task, reaps the orphaned containers, counts the interrupted attempt, and
+starts the next one (attempt counter + 1). Effects are not repeated: the gateway's
+idempotency store belongs to the run, and promotion is idempotent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from . import __version__, alerts, control, failpoints, promote, receipts, store
+from .attempt import Attempt, Progress
+from .chain import canonical, sha256_hex, utc_now
+from .errors import AssureError, RunDirError
+from .sandbox.docker import DockerBackend
+from .sandbox.images import ImageSet
+from .spec import Spec
+from .verify.findings import Verdict
+from .verify.judge import Judgement, judge
+
+TERMINAL = ("committed", "proposed", "quarantined", "commit_failed", "halted")
+STOPS_GOAL = ("quarantined", "commit_failed", "halted")
+SEVERITY_ORDER = ("error", "breach", "fail", "contained", "pass")
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    description: str
+    assertions: tuple[dict[str, Any], ...]
+    contract: dict[str, Any] | None
+    max_attempts: int
+    on_breach: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    report: dict[str, Any]
+
+    @property
+    def verdict(self) -> str:
+        return self.report["verdict"]
+
+
+def tasks_of(spec_data: dict[str, Any]) -> list[Task]:
+    """The goal's tasks; without a `tasks` list, one task `main` from the top-level fields."""
+    defaults = {"max_attempts": spec_data["max_attempts"], "on_breach": spec_data["on_breach"]}
+    raw = spec_data.get("tasks") or [{"id": "main", "description": spec_data.get("description", "")}]
+    return [
+        Task(
+            id=t["id"],
+            description=t.get("description", ""),
+            assertions=tuple(t.get("assertions", spec_data["assertions"])),
+            contract=t.get("contract", spec_data.get("contract")),
+            max_attempts=t.get("max_attempts", defaults["max_attempts"]),
+            on_breach=t.get("on_breach", defaults["on_breach"]),
+        )
+        for t in raw
+    ]
+
+
+def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
+    """The spec one attempt of `task` runs: its assertions and contract, the current base."""
+    data = {**spec.data, "assertions": list(task.assertions), "contract": task.contract}
+    data["workspace"] = {**data["workspace"], "fixture": str(base)}
+    data["agent"] = {**data["agent"], "env": {**data["agent"].get("env", {}), "ASSURE_TASK": task.description}}
+    agent = replace(spec.agent, env={**spec.agent.env, "ASSURE_TASK": task.description})
+    return replace(spec, assertions=task.assertions, workspace=replace(spec.workspace, fixture=base), agent=agent, data=data)
+
+
+@contextlib.contextmanager
+def run_lock(run: store.RunDir) -> Iterator[None]:
+    """One driver per run: a second one (or a resume while the first lives) is refused."""
+    with open(run.path / "lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError("another assure process is driving this run", where=str(run.path), fix="wait for it, or stop it first") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}@{socket.gethostname()}\n")
+        fh.flush()
+        yield
+
+
+class Driver:
+    def __init__(self, spec: Spec, run: store.RunDir, backend: DockerBackend, images: ImageSet, progress: Progress, *, signing_key: Path | None = None):
+        self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
+        self.signing_key = signing_key
+        self.tasks = tasks_of(spec.data)
+        conf = spec.data.get("alerts", {})
+        self.sinks = alerts.Sinks(jsonl=Path(conf["file"]) if conf.get("file") else run.path.parent.parent / "alerts.jsonl", webhook=conf.get("webhook"))
+
+    # --- state ----------------------------------------------------------------------------
+    def _load_state(self) -> dict[str, Any]:
+        path = self.run.path / "state.json"
+        self.resumed = path.is_file()
+        if self.resumed:
+            return store.read_json(path)
+        return {
+            "run_id": self.run.run_id, "spec": self.spec.name, "state": "running", "next_attempt": 1, "started_at": utc_now(),
+            "tasks": {t.id: {"state": "pending", "attempts": []} for t in self.tasks}, "order": [t.id for t in self.tasks],
+        }
+
+    def _record(self, event: str, **fields: Any) -> None:
+        """Write-ahead: the event first, then the state that follows from it."""
+        self.events.append(event, **fields)
+        self.run.save_state(self.state)
+
+    # --- the loop ---------------------------------------------------------------------------
+    def drive(self) -> RunResult:
+        with run_lock(self.run):
+            self.state = self._load_state()
+            if self.state["state"] in ("finished", "halted"):
+                return RunResult(self.run.path, store.read_json(self.run.path / "report.json"))
+            self.events = self.run.events()
+            try:
+                self._recover()
+                for task in self.tasks:
+                    if self.state["tasks"][task.id]["state"] in TERMINAL:
+                        if self.state["tasks"][task.id]["state"] in STOPS_GOAL:
+                            break
+                        continue
+                    if self._run_task(task) in STOPS_GOAL:
+                        break
+                self.state["state"] = "halted" if control.read(self.run.control_dir).halted else "finished"
+                self.state["finished_at"] = utc_now()
+                report = self._report()
+                store.write_json(self.run.path / "report.json", report)
+                self.state["verdict"] = report["verdict"]
+                self._record("run_finished", verdict=report["verdict"], state=self.state["state"])
+                self.events.close()  # sealed next: nothing more is appended to it
+                issue_receipts(self.run, self.spec, self.state, self.signing_key)
+                return RunResult(self.run.path, report)
+            except BaseException as exc:
+                self.state["state"] = "aborted"
+                self.state["reason"] = type(exc).__name__
+                self._record("run_aborted", reason=type(exc).__name__)
+                raise
+            finally:
+                self.events.close()
+
+    def _recover(self) -> None:
+        """After a crash: reap the run's containers; an attempt that never finished is interrupted."""
+        if not self.resumed:
+            self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": self.images.agent, "gateway": self.images.gateway})
+            return
+        reaped = reap(self.backend, self.run.run_id)
+        if self.state["state"] != "running" or reaped:
+            self.state["state"] = "running"
+            self._record("run_resumed", reaped=reaped, pid=os.getpid())
+        for task_id, ts in self.state["tasks"].items():
+            for attempt in ts["attempts"]:
+                if attempt.get("verdict") is None and not attempt.get("interrupted"):
+                    attempt["interrupted"] = True
+                    self._record("attempt_interrupted", task=task_id, attempt=attempt["n"])
+
+    def _run_task(self, task: Task) -> str:
+        ts = self.state["tasks"][task.id]
+        if ts["state"] == "promoting":
+            return self._promote(task, ts["attempts"][-1]["n"])
+        if ts["state"] == "pending":
+            ts["state"] = "running"
+            self._record("task_started", task=task.id, contract_id=(task.contract or {}).get("id"))
+            self._contract_events(task)
+        while len(ts["attempts"]) < task.max_attempts:
+            if control.read(self.run.control_dir).halted:
+                return self._finish_task(task, "halted", "the operator halted the run: no new attempt")
+            n = self.state["next_attempt"]
+            self.state["next_attempt"] = n + 1
+            ts["attempts"].append({"n": n, "verdict": None})
+            self._record("attempt_started", task=task.id, attempt=n)
+            judgement = self._attempt(task, n)
+            ts["attempts"][-1]["verdict"] = judgement.verdict.value
+            self._record("attempt_verified", task=task.id, attempt=n, verdict=judgement.verdict.value, journal_head=judgement.journal_head)
+            self._escalate(n, judgement)
+            if judgement.verdict in (Verdict.PASS, Verdict.CONTAINED):
+                return self._promote(task, n)
+            if control.read(self.run.control_dir).halted:
+                return self._finish_task(task, "halted", "the operator halted the run")
+            if judgement.verdict is Verdict.BREACH and task.on_breach == "quarantine":
+                return self._quarantine(task, f"breach in attempt {n}")
+        return self._quarantine(task, f"{task.max_attempts} attempts, none verified")
+
+    def _attempt(self, task: Task, n: int) -> Judgement:
+        base = self._base()
+        spec = task_spec(self.spec, task, base)
+        attempt_dir = self.run.attempt_dir(n)
+        judgement = Attempt(spec, self.run, n, self.backend, self.images, self.progress).execute()
+        store.write_json(attempt_dir / "task.json", {"task": task.id, "spec": spec.to_json()})
+        return judgement
+
+    def _base(self) -> Path:
+        """What a task starts from: the fixture, plus every task committed so far."""
+        base = self.run.path / "base"
+        if not base.exists():
+            tmp = self.run.path / ".base.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(self.spec.workspace.fixture, tmp, symlinks=True)
+            os.replace(tmp, base)
+        return base
+
+    # --- outcomes ---------------------------------------------------------------------------
+    def _promote(self, task: Task, n: int) -> str:
+        ts = self.state["tasks"][task.id]
+        attempt_dir = self.run.attempt_dir(n)
+        decision = promote.decide(task_spec(self.spec, task, self._base()), self.run, attempt_dir)
+        if ts["state"] != "promoting":
+            ts["state"] = "promoting"
+            self._record("promote_started", task=task.id, attempt=n, decision=decision.to_json())
+        failpoints.hit("promote")
+        if not decision.allowed:
+            bundle = promote.propose(self.run, task.id, attempt_dir)
+            self._record("promote_proposed", task=task.id, attempt=n, bundle=str(bundle.relative_to(self.run.path)), rule=decision.rule, reason=decision.reason)
+            return self._finish_task(task, "proposed", decision.reason)
+        try:
+            commit = promote.commit(self.spec, self.run, task.id, attempt_dir, self._base())
+        except AssureError as exc:
+            alerts.raise_alert(self.run.path, "commit_failed", f"task {task.id!r}: {exc.message}", self.sinks)
+            return self._finish_task(task, "commit_failed", exc.message)
+        self._record("promote_committed", task=task.id, attempt=n, **commit)
+        return self._finish_task(task, "committed", "verified and committed")
+
+    def _quarantine(self, task: Task, reason: str) -> str:
+        alerts.raise_alert(self.run.path, "quarantine", f"task {task.id!r} quarantined: {reason}", self.sinks)
+        return self._finish_task(task, "quarantined", reason)
+
+    def _finish_task(self, task: Task, state: str, reason: str) -> str:
+        self.state["tasks"][task.id]["state"] = state
+        self.state["tasks"][task.id]["reason"] = reason
+        self._record("task_resolved", task=task.id, state=state, reason=reason)
+        return state
+
+    def _contract_events(self, task: Task) -> None:
+        contract = task.contract
+        if not contract:
+            return
+        fields = {k: contract.get(k) for k in ("id", "proposed_by", "ratified_by", "hash")}
+        if contract.get("ratified_by"):
+            self._record("contract_ratified", task=task.id, contract=fields)
+        if contract.get("revoked"):
+            self._record("contract_revoked", task=task.id, contract=fields)
+
+    def _escalate(self, n: int, judgement: Judgement) -> None:
+        """Journal how the attempt was stopped and raise the alerts that need a person."""
+        facts = store.read_json(self.run.attempt_dir(n) / "container.json")
+        stop = facts.get("stopped")
+        if stop and stop["reason"] == "operator_halt":
+            self._record("override_effective", attempt=n, request_id=stop.get("request_id"), latency_ms=stop.get("latency_ms"), effect="agent stopped; no new attempt or commit")
+            alerts.raise_alert(self.run.path, "override_block", f"operator {stop.get('actor')} halted the run; the agent was stopped", self.sinks, stop)
+        elif stop:
+            self._record("budget_halt", attempt=n, counter=stop["counter"], breach_at=stop.get("breach_at"), halted_at=stop.get("halted_at"), latency_ms=stop.get("latency_ms"))
+            alerts.raise_alert(self.run.path, "budget_halt", f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach", self.sinks, stop)
+        if judgement.verdict is Verdict.BREACH:
+            subjects = [f.subject for f in judgement.findings if f.severity == "breach"]
+            alerts.raise_alert(self.run.path, "breach", f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]})
+
+    def _report(self) -> dict[str, Any]:
+        return build_report(self.run, self.spec.data, self.state)
+
+
+def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing_key: Path | None = None) -> list[tuple[str, str, str]]:
+    """`assure promote`: commit proposed tasks that a fresh gate decision now allows."""
+    with run_lock(run):
+        state = store.read_json(run.path / "state.json")
+        events = run.events()
+        done = []
+        try:
+            for task in tasks_of(spec.data):
+                ts = state["tasks"][task.id]
+                if ts["state"] != "proposed" or (task_id is not None and task.id != task_id):
+                    continue
+                n = ts["attempts"][-1]["n"]
+                base = run.path / "base"
+                decision = promote.decide(task_spec(spec, task, base), run, run.attempt_dir(n))
+                events.append("promote_decided", task=task.id, attempt=n, decision=decision.to_json())
+                if not decision.allowed:
+                    done.append((task.id, "proposed", decision.reason))
+                    continue
+                commit = promote.commit(spec, run, task.id, run.attempt_dir(n), base)
+                ts["state"], ts["reason"] = "committed", "committed later by an operator's promote"
+                events.append("promote_committed", task=task.id, attempt=n, **commit)
+                run.save_state(state)
+                done.append((task.id, "committed", ts["reason"]))
+        finally:
+            events.close()
+        if any(st == "committed" for _, st, _ in done):
+            issue_receipts(run, spec, state, signing_key)
+        return done
+
+
+def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None) -> None:
+    """Seal the run's logs and issue one AAR per resolved task (signed when a key is given).
+
+    Issued anew each time the run's record changes (e.g. a later `assure promote`), so every
+    receipt carries the seal of the logs as they finally are."""
+    key = receipts.load_private(signing_key) if signing_key else None
+    principal = receipts.key_id(key.public_key()) if key else "keyless"
+    folder = run.path / "receipts"
+    shutil.rmtree(folder, ignore_errors=True)
+    seal = receipts.seal_run(run.path)
+    for task in tasks_of(spec.data):
+        ts = state["tasks"][task.id]
+        if ts["state"] not in TERMINAL or not ts["attempts"]:
+            continue
+        last = run.attempt_dir(ts["attempts"][-1]["n"])
+        verdict = store.read_json(last / "verdict.json") if (last / "verdict.json").is_file() else {"verdict": "error", "findings": [], "claim": None}
+        verified = ts["state"] in ("committed", "proposed") and verdict["verdict"] in ("pass", "contained")
+        record = receipts.build_receipt(
+            run_id=run.run_id, task_id=task.id, claim=verdict.get("claim") or {"status": "none", "summary": "the agent made no claim"},
+            verdict="verified" if verified else "rejected", ground_truth="confirmed" if verified else "contradicted",
+            reason=f"{ts['state']}: {ts.get('reason', '')}", checks=_checks(verdict),
+            subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
+            verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
+            deployment_id=os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname()), scope_id=(task.contract or {}).get("id", "no-contract"), seal=seal,
+        )
+        receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
+    receipts.write_seal(run.path, seal, key)
+
+
+def _checks(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """The verifier's checks behind a receipt: each assertion, plus the attribution of changes."""
+    observed = verdict.get("judged_at") or utc_now()
+    items = [f for f in verdict["findings"] if f["kind"] in ("assertion_passed", "assertion_failed")]
+    unexplained = [f["subject"] for f in verdict["findings"] if f["severity"] == "breach"]
+    checks = [{"source": "verifier:assertion", "query": f["subject"], "observed_at": observed,
+               "response_sha256": sha256_hex(canonical(f)), "excerpt": f"{f['kind']}: {f['message']}"[:200]} for f in items]
+    checks.append({"source": "verifier:attribution", "query": "every change explained by an allowed journal entry or a writable scope",
+                   "observed_at": observed, "response_sha256": sha256_hex(canonical(verdict["findings"])),
+                   "excerpt": f"{len(unexplained)} unexplained: {', '.join(unexplained[:5])}"[:200]})
+    return checks
+
+
+def reap(backend: DockerBackend, run_id: str) -> int:
+    """Remove every container, network and volume left by an earlier driver of this run."""
+    owned = backend.owned(run_id)
+    for c in owned["containers"]:
+        backend.remove_container(c["id"])
+    for n in owned["networks"]:
+        backend.remove_network(n["id"])
+    for v in owned["volumes"]:
+        backend.remove_volume(v["id"])
+    return sum(len(v) for v in owned.values())
+
+
+def build_report(run: store.RunDir, spec: dict[str, Any], state: dict[str, Any], verdict_file: str = "verdict.json") -> dict[str, Any]:
+    """The machine-readable report: tasks, every attempt's findings, and an overall verdict
+    (the worst final verdict of the tasks, by error > breach > fail > contained > pass).
+    `verdict_file` is `reverify.json` when the verdicts were recomputed offline."""
+    attempts = []
+    finals = []
+    for task_id in state["order"]:
+        ts = state["tasks"][task_id]
+        for a in ts["attempts"]:
+            attempt_dir = run.attempt_dir(a["n"])
+            if not (attempt_dir / verdict_file).is_file():
+                continue
+            verdict = store.read_json(attempt_dir / verdict_file)
+            facts = store.read_json(attempt_dir / "container.json")
+            attempts.append({
+                "attempt": a["n"], "task": task_id, "verdict": verdict["verdict"], "exit_code": facts.get("exit_code"),
+                "timed_out": facts.get("timed_out"), "stopped": facts.get("stopped"), "timings": facts.get("timings", {}),
+                "claim": verdict.get("claim"), "journal_head": verdict.get("journal_head"), "findings": verdict["findings"],
+            })
+        verdicts = [a["verdict"] for a in attempts if a["task"] == task_id]
+        if verdicts:
+            finals.append(verdicts[-1])
+    overall = min(finals, key=SEVERITY_ORDER.index) if finals else "error"
+    return {
+        "run_id": run.run_id, "spec": spec["name"], "hostile": spec["hostile"], "expect": spec["expect"], "verdict": overall,
+        "state": state["state"],
+        "tasks": [{"id": t, "state": state["tasks"][t]["state"], "reason": state["tasks"][t].get("reason"),
+                   "attempts": [a["n"] for a in state["tasks"][t]["attempts"]]} for t in state["order"]],
+        "attempts": attempts,
+    }
+
+
+def reverify(run_dir: Path) -> RunResult:
+    """Recompute every attempt's verdict from the run directory alone."""
+    run = store.RunDir.open(run_dir)
+    state = store.read_json(run.path / "state.json")
+    for path in run.attempts():
+        if (path / "container.json").is_file():
+            spec = store.read_json(path / "task.json")["spec"] if (path / "task.json").is_file() else run.spec_json()
+            store.write_json(path / "reverify.json", judge(path, spec, recheck_workspace=True).to_json())
+    return RunResult(run.path, build_report(run, run.spec_json(), state, "reverify.json"))
+
+
+def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:
+    """The newest run of this same spec file that did not finish and that nobody drives."""
+    if not runs_base.is_dir():
+        return None
+    candidates = []
+    for path in runs_base.iterdir():
+        state_file = path / "state.json"
+        try:
+            state = store.read_json(state_file)
+            source = store.read_json(path / "spec.json").get("_source")
+        except AssureError:
+            continue
+        if source == str(spec.path) and state.get("state") in ("running", "aborted") and not _locked(path):
+            candidates.append((state_file.stat().st_mtime, path))
+    return store.RunDir(max(candidates)[1]) if candidates else None
+
+
+def _locked(path: Path) -> bool:
+    try:
+        with open(path / "lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
