@@ -158,10 +158,8 @@ class Driver:
         if not self.resumed:
             self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": self.images.agent, "gateway": self.images.gateway})
             return
-        reaped = reap(self.backend, self.run.run_id)
-        if self.state["state"] != "running" or reaped:
-            self.state["state"] = "running"
-            self._record("run_resumed", reaped=reaped, pid=os.getpid())
+        self.state["state"] = "running"
+        self._record("run_resumed", reaped=reap(self.backend, self.run.run_id), pid=os.getpid())
         for task_id, ts in self.state["tasks"].items():
             for attempt in ts["attempts"]:
                 if attempt.get("verdict") is None and not attempt.get("interrupted"):

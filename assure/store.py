@@ -51,7 +51,7 @@ class RunDir:
     """One run's directory and its host event log."""
 
     def __init__(self, path: Path):
-        self.path = path
+        self.path = path.resolve()  # containers mount from it: Docker wants absolute paths
 
     @classmethod
     def create(cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:

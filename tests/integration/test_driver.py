@@ -1,0 +1,131 @@
+"""The dumb driver, live: kill -9 at four points resumes with no duplicate effect; the promote
+gate commits only what a ratified contract allows; max attempts quarantine; receipts verify."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from assure import alerts
+from assure.store import read_json
+
+from .conftest import ratified
+
+ASSURE = [sys.executable, "-m", "assure.cli"]
+
+
+def assure(*args, cwd, env=None, timeout=300):
+    return subprocess.run(ASSURE + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def target(tmp_path):
+    """A git repository holding the fixture: where verified results are committed."""
+    from .conftest import ROOT
+
+    repo = tmp_path / "target"
+    subprocess.run(["cp", "-a", str(ROOT / "fixtures" / "workspaces" / "calc"), str(repo)], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "fixture"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True, env=env)
+    return repo
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    live = tmp_path / "live" / "ledger.sqlite"
+    live.parent.mkdir()
+    db = sqlite3.connect(live)
+    db.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, amount INTEGER)")
+    db.commit()
+    db.close()
+    for path in (live.parent, live):
+        os.chown(path, 10001, 10001)
+    return live
+
+
+def commits(repo):
+    return subprocess.run(["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+@pytest.mark.parametrize("point", ["start", "run", "verify", "promote"])
+def test_kill_9_resumes_the_same_task_with_no_duplicate_effect(point, make_spec, tmp_path, target, ledger, images, backend):
+    spec = make_spec(f"chaos-{point}", "fix-and-record.sh", contract=ratified(["fs:**", "db:*"], ceiling="irreversible"),
+                     autonomy={"dial": "irreversible", "verifier_trust": "irreversible"}, max_attempts=3,
+                     databases=[{"name": "ledger", "fixture": str(ledger), "mode": "live"}],
+                     promote={"target": str(target)},
+                     assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}, {"exit_code": 0}])
+    killed = assure("run", str(spec), cwd=tmp_path, env={"ASSURE_FAILPOINT": point})
+    assert killed.returncode == -9, killed.stderr
+    (run_dir,) = (tmp_path / ".assure" / "runs").iterdir()
+    assert read_json(run_dir / "state.json")["state"] == "running"
+
+    resumed = assure("resume", run_dir.name, "--json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    (task,) = report["tasks"]
+    assert task["id"] == "main" and task["state"] == "committed"
+    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt counts
+    assert sqlite3.connect(ledger).execute("SELECT count(*) FROM entries").fetchone() == (1,)  # one effect
+    assert commits(target) == ["assure: task main", "fixture"]  # one commit, never two
+    assert "return a + b" in (target / "src" / "calc.py").read_text()
+    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert "run_resumed" in events
+    if point != "promote":
+        assert "attempt_interrupted" in events
+    assert not backend.owned(run_dir.name)["containers"]
+
+
+def test_an_unratified_contract_with_a_passing_agent_commits_nothing(make_spec, tmp_path, target, images):
+    unratified = ratified(["fs:**"])
+    del unratified["ratified_by"]
+    spec = make_spec("unratified-promote", "notes-only.sh", contract=unratified, promote={"target": str(target)},
+                     assertions=[{"file_exists": "out/notes.txt"}])
+    done = assure("run", "--json", str(spec), cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert report["verdict"] == "pass"
+    (task,) = report["tasks"]
+    assert task["state"] == "proposed" and "ratif" in task["reason"]
+    assert commits(target) == ["fixture"] and not (target / "out" / "notes.txt").exists()
+    run_dir = tmp_path / ".assure" / "runs" / report["run_id"]
+    bundle = next((run_dir / "proposals").iterdir())
+    assert "out/notes.txt" in (bundle / "patch.diff").read_text()
+
+
+def test_max_attempts_quarantine_with_a_pending_alert(make_spec, tmp_path, images):
+    spec = make_spec("never", "notes-only.sh", contract=ratified(["fs:**"]), max_attempts=2,
+                     assertions=[{"file_exists": "out/never.txt"}])
+    report = json.loads(assure("run", "--json", str(spec), cwd=tmp_path).stdout)
+    (task,) = report["tasks"]
+    assert (task["state"], task["attempts"]) == ("quarantined", [1, 2])
+    pending = [a for a in alerts.all_alerts(tmp_path / ".assure" / "runs") if a.kind == "quarantine"]
+    assert len(pending) == 1 and pending[0].state == "pending"
+    again = assure("run", "--json", str(spec), cwd=tmp_path)  # quarantine is terminal: a new run, never a re-queue
+    assert json.loads(again.stdout)["run_id"] != report["run_id"]
+
+
+def test_receipts_verify_with_the_public_key_and_fail_after_one_byte(make_spec, tmp_path, target, images):
+    keys = tmp_path / "keys"
+    assert assure("keys", "generate", "--dir", str(keys), cwd=tmp_path).returncode == 0
+    private, public = keys / "aar-ed25519.pem", keys / "aar-ed25519.pub.pem"
+    spec = make_spec("signed", "fix-and-record.sh", contract=ratified(["fs:**", "db:*"]), promote={"target": str(target)},
+                     assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}])
+    # no ledger database here: the agent's db call is refused, its fix still passes
+    report = json.loads(assure("run", "--json", "--key", str(private), str(spec), cwd=tmp_path).stdout)
+    run_dir = tmp_path / ".assure" / "runs" / report["run_id"]
+    receipt = json.loads(next((run_dir / "receipts").glob("main-*.json")).read_text())
+    assert receipt["verdict"] == "verified" and receipt["signature"]["alg"] == "Ed25519"
+    assert receipt["deployment_id"] and receipt["scope_id"] == "c-test"
+    ok = assure("receipts", "verify", str(run_dir), "--public-key", str(public), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    journal = run_dir / "attempts" / "1" / "gateway" / "journal.jsonl"
+    data = bytearray(journal.read_bytes())
+    data[data.index(b'"tool":"fs.write"') + 9] ^= 0x01
+    journal.write_bytes(bytes(data))
+    bad = assure("receipts", "verify", str(run_dir), "--public-key", str(public), cwd=tmp_path)
+    assert bad.returncode == 1 and "attempts/1/gateway/journal.jsonl" in bad.stdout + bad.stderr
