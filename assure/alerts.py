@@ -23,7 +23,9 @@ from .store import read_json, write_json
 
 log = logging.getLogger("assure.alerts")
 WEBHOOK_TIMEOUT_SECONDS = 3.0
-KINDS = ("override_block", "budget_halt", "breach", "quarantine", "stale_health", "commit_failed")
+KINDS = ("override_block", "budget_halt", "breach", "quarantine", "stale_health", "commit_failed",
+         # the monitor's registered anomaly classes (assure/monitor.py ANOMALIES), one kind each
+         "rate_of_change", "duplication_ratio", "resource_saturation", "silent_component")
 
 
 @dataclass(frozen=True)

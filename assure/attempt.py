@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks, control, failpoints, policy, store
+from . import checks, control, failpoints, health, policy, store
 from .chain import ChainError, utc_now, verify_chain
 from .errors import AssureError, SandboxError
 from .sandbox import hardening
@@ -135,6 +135,7 @@ class Attempt:
         return judgement
 
     def _phase(self, name: str, fn: Callable[[], None]) -> None:
+        health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, attempt=self.number, phase=name)
         self.progress(name, {})
         start = time.monotonic()
         try:
@@ -174,6 +175,7 @@ class Attempt:
             "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec.to_json()),
             "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{BREACH_FILE}",
             "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/idempotency.sqlite",
+            "heartbeat_file": f"{hardening.GATEWAY_STATE}/heartbeat.json",
             "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
             **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.spec.data["egress"]["allow"]}} if self.spec.data.get("egress") else {}),
         }
@@ -267,8 +269,10 @@ class Attempt:
         facts["exit_code"] = exit_code
 
     def _heartbeat(self) -> None:
-        """Publish the verifier's `last_success_at`: the gateway trusts it only while fresh."""
-        store.write_json(self.run.control_dir / "verifier.json", {"last_success_at": time.time(), "component": "verifier"})
+        """Publish the verifier's `last_success_at` (the gateway trusts it only while fresh) and
+        the driver's, for the monitor."""
+        health.beat(self.run.control_dir / "verifier.json", health.VERIFIER, attempt=self.number)
+        health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, attempt=self.number)
 
     def _halt_requested(self) -> dict[str, Any] | None:
         override = control.read(self.run.control_dir)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__, alerts, control, failpoints, promote, receipts, store
+from . import __version__, alerts, control, failpoints, health, promote, receipts, store
 from .attempt import Attempt, Progress
 from .chain import canonical, sha256_hex, utc_now
 from .errors import AssureError, RunDirError
@@ -119,6 +119,7 @@ class Driver:
         """Write-ahead: the event first, then the state that follows from it."""
         self.events.append(event, **fields)
         self.run.save_state(self.state)
+        health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, event=event)
 
     # --- the loop ---------------------------------------------------------------------------
     def drive(self) -> RunResult:

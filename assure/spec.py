@@ -178,9 +178,13 @@ def _dotted(at: tuple[Any, ...]) -> str:
 
 
 def _resolve(node: dict[str, Any]) -> dict[str, Any]:
-    if "$ref" in node:
-        return {**schema()["$defs"][node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}}
-    return node
+    """Follow a local `$ref` (`#/a/b`) one level; sibling keywords win."""
+    if "$ref" not in node:
+        return node
+    target: Any = schema()
+    for part in node["$ref"].lstrip("#/").split("/"):
+        target = target[part]
+    return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
 
 
 def _with_defaults(data: Any, node: dict[str, Any]) -> Any:

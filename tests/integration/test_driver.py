@@ -129,3 +129,25 @@ def test_receipts_verify_with_the_public_key_and_fail_after_one_byte(make_spec, 
     journal.write_bytes(bytes(data))
     bad = assure("receipts", "verify", str(run_dir), "--public-key", str(public), cwd=tmp_path)
     assert bad.returncode == 1 and "attempts/1/gateway/journal.jsonl" in bad.stdout + bad.stderr
+
+
+HOSTILE_ID = "../../notes $(touch /tmp/assure-pwned) `id`\n\x1b[31m;rm -rf /"
+
+
+def test_tasks_run_in_order_on_committed_state_and_a_hostile_id_stays_data(make_spec, tmp_path, target, images):
+    contract = ratified(["fs:**"])
+    spec = make_spec("goal", "tasks.sh", contract=contract, promote={"target": str(target)}, tasks=[
+        {"id": "fix add", "description": "fix the add function", "assertions": [{"command": {"run": ["python3", "tests/test_calc.py"]}}]},
+        {"id": HOSTILE_ID, "description": "notes on the fix", "max_attempts": 1,
+         "assertions": [{"file_contains": {"path": "out/notes.txt", "text": "builds on the fix"}}]},
+    ])
+    report = json.loads(assure("run", "--json", str(spec), cwd=tmp_path).stdout)
+    assert [(t["id"], t["state"]) for t in report["tasks"]] == [("fix add", "committed"), (HOSTILE_ID, "committed")]
+    assert (target / "out" / "notes.txt").read_text() == "builds on the fix\n"
+    assert commits(target)[:2] == ["assure: task " + "../../notes $(touch /tmp/assure-pwned) `id`\\n\\x1b[31m;rm -rf /", "assure: task fix add"]
+    assert not os.path.exists("/tmp/assure-pwned")
+    run_dir = tmp_path / ".assure" / "runs" / report["run_id"]
+    for path in run_dir.rglob("*"):
+        assert path.resolve().is_relative_to(run_dir.resolve()) or path.is_symlink()
+        assert "\n" not in path.name and "\x1b" not in path.name
+    assert len(list((run_dir / "receipts").glob("*.json"))) == 3  # two receipts and the seal

@@ -1,0 +1,890 @@
+"""The runtime monitor: an independent process that watches the runs base (`assure monitor`).
+
+Each pass (`scan`, with an injected `now`):
+1. stale heartbeats: a component of the manifest (`health.Manifest`) whose `last_success_at`
+   is older than its `stale_after_seconds`, or that has published nothing (or garbage) since
+   it was expected, raises a `stale_health` alert;
+2. anomalies: the registered, finite `ANOMALIES` (rate of change, duplication ratio,
+   resource saturation, silent component) are pure functions over plain data read from the
+   runs base (`RunData`); each finding raises an alert of its class's own kind;
+3. escalation: an alert still pending `ack_window_seconds` (T1) after it was raised dials
+   its run down to `propose`, after `halt_after_seconds` (T2) halts it, through
+   `control.request(actor="monitor")`, which logs the request in the run's operator log.
+   Each step is done once per (alert, run): the monitor's own hash-chained ledger
+   `.health/escalations.jsonl` remembers it. An alert about a shared component (driver,
+   monitor) escalates on every running run; an acknowledged alert never escalates;
+4. the monitor's own heartbeat.
+
+Alerts are never duplicated: each carries a `detail.key` naming what it is about (component
+and staleness episode, or anomaly class, run, attempt and subject); a pass raises nothing
+for a key that already has an alert, pending or acknowledged.
+
+The runs base is treated as hostile: every file is opened below the runs base without
+following a symlink anywhere (`O_NOFOLLOW` component by component, `O_NONBLOCK` so a FIFO
+cannot block), only regular files are read, every read is bounded, and every parse error is
+caught. Garbage (unparsable JSON, a symlink, a FIFO, an oversized file, a broken journal
+line) is a *skipped, reported item* (`Pass.skipped`, printed by the CLI, counted in the
+monitor's heartbeat), not an alert; the one exception is a heartbeat: garbage where an
+expected heartbeat should be counts as no heartbeat, so it raises `stale_health`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from . import alerts, control, health
+from .alerts import Alert, Sinks
+from .chain import ChainError, ChainWriter, verify_chain
+from .health import HEALTH_DIR, MONITOR, RUN, Component, Manifest, Thresholds
+from .store import RUN_ID
+from .textsafe import display
+
+log = logging.getLogger("assure.monitor")
+
+ACTOR = "monitor"
+LEDGER = "escalations.jsonl"
+LOCK_FILE = "monitor.lock"
+RUNNING = "running"
+TERMINAL_STATES = frozenset({"finished", "halted", "quarantined"})  # the driver never continues these: their alerts do not escalate
+WINDOW_SECONDS = 60.0  # "per minute"
+DIAL_DOWN, HALT = "dial_down", "halt"
+
+MAX_JSON_BYTES = 1 << 20  # state.json, an alert, breach.json, operator.json
+MAX_HEARTBEAT_BYTES = 64 << 10
+MAX_CONTAINER_BYTES = 16 << 20  # container.json lists up to 1000 container changes
+MAX_JOURNAL_BYTES = 8 << 20  # a larger gateway journal is read from its head and its last 8 MiB
+MAX_LOG_BYTES = 16 << 20  # the ledger and an operator log (both are verified whole)
+MAX_ENTRIES = 10_000  # directory entries read per directory
+MAX_ATTEMPTS = 20  # the most recent attempts of a run that are examined
+MAX_SKIPPED = 200  # skipped items kept per pass
+
+READY = "gateway/ready"
+JOURNAL = "gateway/journal.jsonl"
+BREACH = "gateway/breach.json"
+CONTAINER = "container.json"
+
+
+# --- plain data the detectors look at ----------------------------------------------------
+@dataclass(frozen=True)
+class Call:
+    """One journaled tool call."""
+
+    at: float | None
+    tool: str
+    args_digest: str
+    effect: bool  # the gateway journaled an effect (file write/delete, SQL, HTTP)
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class AttemptData:
+    number: int
+    calls: tuple[Call, ...] = ()
+    tool_calls_used: int | None = None  # the gateway's counter at `gateway_stopped`
+    tool_calls_limit: int | None = None  # from `gateway_started`
+    budget_breach: str | None = None  # the counter the gateway said ran out
+    finished: bool = False  # container.json exists: the attempt's agent is gone
+    oom_killed: bool = False
+    stopped: str | None = None  # container.json `stopped.reason`
+    stopped_counter: str | None = None
+    ready_at: float | None = None  # mtime of the gateway's ready file
+    journal_mtime: float | None = None
+
+
+@dataclass(frozen=True)
+class RunData:
+    run_id: str
+    state: str | None  # None: state.json is garbage
+    attempt: int | None
+    started_at: float | None
+    state_mtime: float
+    events_mtime: float | None = None
+    attempts: tuple[AttemptData, ...] = ()
+    examined: bool = False  # running or finished within the lookback: attempts were read
+
+    @property
+    def running(self) -> bool:
+        return self.state == RUNNING
+
+    @property
+    def current(self) -> AttemptData | None:
+        found = [a for a in self.attempts if a.number == self.attempt]
+        return found[0] if found else (self.attempts[-1] if self.attempts else None)
+
+
+@dataclass(frozen=True)
+class Finding:
+    attempt: int | None
+    subject: str  # with the class, the run and the attempt: the alert's dedup key
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+Detector = Callable[[RunData, Thresholds, float], list[Finding]]
+
+
+# --- the registered anomaly classes: small pure functions --------------------------------
+def peak_per_window(times: list[float], window: float = WINDOW_SECONDS) -> int:
+    """The largest number of `times` inside any `window` seconds."""
+    ordered, best, start = sorted(times), 0, 0
+    for end, t in enumerate(ordered):
+        while t - ordered[start] >= window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def rate_of_change(run: RunData, t: Thresholds, now: float) -> list[Finding]:
+    """Tool calls, or journaled effects, per minute above their limit in some attempt."""
+    out = []
+    for a in run.attempts:
+        calls = peak_per_window([c.at for c in a.calls if c.at is not None])
+        if calls > t.max_tool_calls_per_minute:
+            out.append(Finding(a.number, "tool_calls", f"attempt {a.number}: {calls} tool calls within one minute (limit {t.max_tool_calls_per_minute})",
+                               {"per_minute": calls, "limit": t.max_tool_calls_per_minute}))
+        changes = peak_per_window([c.at for c in a.calls if c.at is not None and c.effect])
+        if changes > t.max_changes_per_minute:
+            out.append(Finding(a.number, "changes", f"attempt {a.number}: {changes} effects (writes, deletes, SQL, HTTP) within one minute (limit {t.max_changes_per_minute})",
+                               {"per_minute": changes, "limit": t.max_changes_per_minute}))
+    return out
+
+
+def duplication_ratio(run: RunData, t: Thresholds, now: float) -> list[Finding]:
+    """The share of tool calls that repeat an earlier call exactly (same tool and args_digest)."""
+    out = []
+    for a in run.attempts:
+        total = len(a.calls)
+        if total < t.min_calls_for_ratio:
+            continue
+        duplicates = total - len({(c.tool, c.args_digest) for c in a.calls})
+        ratio = duplicates / total
+        if ratio > t.max_duplicate_ratio:
+            out.append(Finding(a.number, "duplicates", f"attempt {a.number}: {duplicates} of {total} tool calls are exact duplicates ({ratio:.0%}, limit {t.max_duplicate_ratio:.0%})",
+                               {"duplicates": duplicates, "calls": total, "ratio": round(ratio, 4), "limit": t.max_duplicate_ratio}))
+    return out
+
+
+def resource_saturation(run: RunData, t: Thresholds, now: float) -> list[Finding]:
+    """An attempt killed by the OOM killer, stopped by a budget or the deadline, or whose
+    tool-call counter reached `near_limit_ratio` of its limit."""
+    out = []
+    for a in run.attempts:
+        if a.oom_killed:
+            out.append(Finding(a.number, "oom", f"attempt {a.number}: the agent was killed for running out of memory (OOM)", {"oom_killed": True}))
+        if a.stopped in ("budget", "deadline") or a.budget_breach:
+            counter = a.stopped_counter or a.budget_breach or a.stopped
+            out.append(Finding(a.number, "budget", f"attempt {a.number}: budget {display(str(counter))} exhausted", {"counter": counter, "stopped": a.stopped}))
+            continue
+        if a.tool_calls_limit and a.tool_calls_used is not None and a.tool_calls_used >= t.near_limit_ratio * a.tool_calls_limit:
+            out.append(Finding(a.number, "tool_calls_near_limit",
+                               f"attempt {a.number}: {a.tool_calls_used} of {a.tool_calls_limit} tool calls used (alert at {t.near_limit_ratio:.0%})",
+                               {"used": a.tool_calls_used, "limit": a.tool_calls_limit, "ratio": t.near_limit_ratio}))
+    return out
+
+
+def silent_component(run: RunData, t: Thresholds, now: float) -> list[Finding]:
+    """A running run whose driver events and current gateway journal have not grown for a while."""
+    if not run.running:
+        return []
+    current = run.current
+    marks = [m for m in (run.events_mtime, current.journal_mtime if current else None) if m is not None]
+    last = max(marks) if marks else (run.started_at or run.state_mtime)
+    quiet = now - last
+    if quiet <= t.silent_after_seconds:
+        return []
+    return [Finding(run.attempt, f"since:{last:.0f}", f"running, but its events and gateway journal have not grown for {quiet:.0f} s (limit {t.silent_after_seconds:.0f} s)",
+                    {"last_growth_at": last, "quiet_seconds": round(quiet, 1), "limit": t.silent_after_seconds})]
+
+
+ANOMALIES: tuple[tuple[str, Detector], ...] = (
+    ("rate_of_change", rate_of_change),
+    ("duplication_ratio", duplication_ratio),
+    ("resource_saturation", resource_saturation),
+    ("silent_component", silent_component),
+)
+
+
+def staleness(last: float | None, active_since: float | None, stale_after: float, now: float) -> float | None:
+    """Seconds without a success once a heartbeat is overdue, else None. A heartbeat is due
+    `stale_after` seconds after its last success or after it became expected
+    (`active_since`), whichever is later; never expected and never seen is never overdue."""
+    marks = [m for m in (last, active_since) if m is not None]
+    if not marks:
+        return None
+    age = now - max(marks)
+    return age if age > stale_after else None
+
+
+# --- results -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Skipped:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Escalation:
+    alert_id: str
+    run_id: str
+    step: str  # dial_down | halt
+    effect: str  # requested | already_in_effect
+    request_id: str | None
+
+
+@dataclass
+class Pass:
+    alerts: list[Alert] = field(default_factory=list)
+    escalations: list[Escalation] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    busy: bool = False  # another monitor holds the lock; this pass did nothing
+
+
+def run_once(runs_base: Path, manifest: Manifest, now: float, sinks: Sinks) -> list[Alert]:
+    """One pass; the alerts it raised."""
+    return scan(runs_base, manifest, now, sinks).alerts
+
+
+def scan(runs_base: Path, manifest: Manifest, now: float, sinks: Sinks) -> Pass:
+    """One pass with everything it did and skipped. Never raises for anything found under
+    the runs base."""
+    return _Scan(Path(runs_base), manifest, now, sinks).run()
+
+
+def read_runs(runs_base: Path, manifest: Manifest, now: float) -> tuple[list[RunData], list[Skipped]]:
+    """The plain data the detectors see, read (bounded, no links followed) without a pass's
+    side effects: no alert, no escalation, no heartbeat."""
+    scan = _Scan(Path(runs_base), manifest, now, Sinks())
+    try:
+        root = os.open(runs_base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        return [], [Skipped(display(str(runs_base)), display(f"cannot open: {exc.strerror}"))]
+    scan.tree = _Tree(root)
+    try:
+        return scan._runs(), scan.out.skipped
+    finally:
+        os.close(root)
+
+
+def sinks_for(runs_base: Path, manifest: Manifest) -> Sinks:
+    path = Path(manifest.alerts_file) if manifest.alerts_file else Path(runs_base).parent / "alerts.jsonl"
+    return Sinks(jsonl=path, webhook=manifest.webhook)
+
+
+def run_forever(runs_base: Path, manifest: Manifest, sinks: Sinks, interval: float | None = None, *,
+                on_pass: Callable[[Pass], None] | None = None, stop: threading.Event | None = None) -> None:
+    """A pass every `interval` seconds (default: the manifest's) until `stop` is set."""
+    stop = stop or threading.Event()
+    every = manifest.interval_seconds if interval is None else interval
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            result = scan(runs_base, manifest, time.time(), sinks)
+        except Exception:  # a bug, not the runs base: keep watching; the heartbeat shows the gap
+            log.exception("monitor pass failed")
+        else:
+            if on_pass is not None:
+                on_pass(result)
+        stop.wait(max(0.0, every - (time.monotonic() - started)))
+
+
+# --- reading the runs base without following links ------------------------------------------
+class _Refused(Exception):
+    """A path the monitor will not read (symlink, not a regular file, oversized, ...)."""
+
+
+class _Tree:
+    """Opens paths below one directory fd, refusing a symlink at every component."""
+
+    def __init__(self, root_fd: int):
+        self.root_fd = root_fd
+
+    def _fd(self, rel: str, directory: bool) -> int | None:
+        """An fd for `rel`, None if it does not exist; `_Refused` if a component is a link or
+        the target is not a directory / regular file."""
+        parts = [p for p in rel.split("/") if p]
+        fd = os.dup(self.root_fd)
+        try:
+            for i, part in enumerate(parts):
+                if part in (".", ".."):
+                    raise _Refused("'..' in path")
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+                if directory or i < len(parts) - 1:
+                    flags |= os.O_DIRECTORY
+                try:
+                    nxt = os.open(part, flags, dir_fd=fd)
+                except FileNotFoundError:
+                    os.close(fd)
+                    return None
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR):
+                        raise _Refused(f"{part!r} is {_kind(fd, part)}") from None
+                    raise _Refused(f"cannot open: {exc.strerror}") from None
+                os.close(fd)
+                fd = nxt
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode)):
+                raise _Refused("not a directory" if directory else "not a regular file")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextlib.contextmanager
+    def open(self, rel: str, *, directory: bool = False) -> Iterator[int | None]:
+        fd = self._fd(rel, directory)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def stat(self, rel: str, *, directory: bool = False) -> os.stat_result | None:
+        with self.open(rel, directory=directory) as fd:
+            return None if fd is None else os.fstat(fd)
+
+    def read(self, rel: str, limit: int) -> tuple[bytes, os.stat_result] | None:
+        """The whole file; `_Refused` if it is larger than `limit`."""
+        with self.open(rel) as fd:
+            if fd is None:
+                return None
+            st = os.fstat(fd)
+            if st.st_size > limit:
+                raise _Refused(f"{st.st_size} bytes, over the {limit}-byte limit")
+            data = _read_fd(fd, limit + 1)
+            if len(data) > limit:
+                raise _Refused(f"over the {limit}-byte limit")
+            return data, st
+
+    def read_ends(self, rel: str, limit: int, head: int) -> tuple[bytes, bytes, os.stat_result, bool] | None:
+        """(first `head` bytes, last `limit` bytes, stat, truncated) of a possibly large file."""
+        with self.open(rel) as fd:
+            if fd is None:
+                return None
+            st = os.fstat(fd)
+            if st.st_size <= limit:
+                data = _read_fd(fd, limit)
+                return b"", data, st, False
+            first = _read_fd(fd, head)
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+            return first, _read_fd(fd, limit), st, True
+
+    def listdir(self, rel: str) -> tuple[list[tuple[str, bool, bool]], bool] | None:
+        """([(name, is_dir, is_symlink)], truncated) of a directory, None if missing."""
+        with self.open(rel, directory=True) as fd:
+            if fd is None:
+                return None
+            out, truncated = [], False
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if len(out) >= MAX_ENTRIES:
+                        truncated = True
+                        break
+                    out.append((entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink()))
+            return out, truncated
+
+
+def _kind(dir_fd: int, name: str) -> str:
+    """What `name` is, for a refusal message (a symlink is never followed)."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return "unusable"
+    return "a symlink" if stat.S_ISLNK(mode) else "not a directory"
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _parse(data: bytes) -> Any:
+    """JSON, or `_Refused` (garbage, deeply nested, huge numbers...)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise _Refused(f"not JSON ({type(exc).__name__})") from None
+
+
+def parse_time(value: Any) -> float | None:
+    """Unix seconds of an ISO-8601 UTC time as `chain.utc_now` writes it (or any ISO time)."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        parsed = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def parse_journal(head: bytes, body: bytes, truncated: bool) -> tuple[dict[str, Any], int]:
+    """The fields the detectors use from a gateway journal, and how many lines were garbage.
+    A truncated journal's tail starts mid-line: that first piece is dropped, and so is an
+    unfinished last line."""
+    lines = body.split(b"\n")
+    if not body.endswith(b"\n"):
+        lines = lines[:-1]  # a line the gateway is still writing
+    if truncated:
+        lines = head.split(b"\n")[:1] + lines[1:]
+    calls: list[Call] = []
+    facts: dict[str, Any] = {"limit": None, "used": None, "breach": None}
+    garbage = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            garbage += 1
+            continue
+        if not isinstance(record, dict):
+            garbage += 1
+            continue
+        event = record.get("event")
+        if event == "tool_call":
+            tool, digest = record.get("tool"), record.get("args_digest")
+            if not isinstance(tool, str) or not isinstance(digest, str):
+                garbage += 1
+                continue
+            rule = record.get("rule") if isinstance(record.get("rule"), str) else None
+            calls.append(Call(parse_time(record.get("ts")), tool[:128], digest[:128], isinstance(record.get("effect"), dict), rule))
+        elif event == "gateway_started" and isinstance(record.get("limits"), dict):
+            facts["limit"] = _int(record["limits"].get("tool_calls"))
+        elif event == "gateway_stopped" and isinstance(record.get("counters"), dict):
+            facts["used"] = _int(record["counters"].get("tool_calls"))
+        elif event == "budget_breach":
+            facts["breach"] = str(record.get("counter"))[:64]
+    facts["calls"] = tuple(calls)
+    return facts, garbage
+
+
+# --- one pass ---------------------------------------------------------------------------------
+@dataclass
+class _Known:
+    """The alerts already in one alert directory."""
+
+    keys: set[str] = field(default_factory=set)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Scan:
+    def __init__(self, runs_base: Path, manifest: Manifest, now: float, sinks: Sinks):
+        self.base, self.manifest, self.now, self.sinks = runs_base, manifest, now, sinks
+        self.out = Pass()
+        self.tree: _Tree | None = None
+        self._known: dict[str, _Known] = {}
+        self._ledger: ChainWriter | None = None
+        self._done: set[tuple[str, str, str]] | None = None
+
+    # -- reporting
+    def skip(self, path: str, reason: str) -> None:
+        if len(self.out.skipped) < MAX_SKIPPED:
+            self.out.skipped.append(Skipped(display(path), display(reason)))
+        log.info("skipped %s: %s", display(path), display(reason))
+
+    def run(self) -> Pass:
+        try:
+            self.base.mkdir(parents=True, exist_ok=True)
+            (self.base / HEALTH_DIR).mkdir(exist_ok=True)
+            root = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            self.skip(str(self.base), f"cannot use the runs base: {exc.strerror or exc}")
+            return self.out
+        self.tree = _Tree(root)
+        try:
+            if self._health_dir_ok():
+                self._locked_pass()
+        finally:
+            if self._ledger is not None:
+                self._ledger.close()
+            os.close(root)
+        return self.out
+
+    def _health_dir_ok(self) -> bool:
+        try:
+            if self.tree.stat(HEALTH_DIR, directory=True) is None:
+                raise _Refused("missing")
+        except _Refused as exc:
+            self.skip(HEALTH_DIR, f"refused ({exc}); the monitor writes nothing this pass")
+            return False
+        return True
+
+    def _locked_pass(self) -> None:
+        try:
+            lock = os.open(HEALTH_DIR + "/" + LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600, dir_fd=self.tree.root_fd)
+        except OSError as exc:
+            self.skip(f"{HEALTH_DIR}/{LOCK_FILE}", f"refused: {exc.strerror}")
+            return
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                self.out.busy = True
+                return
+            runs = self._runs()
+            self._check_components(runs)
+            self._check_anomalies(runs)
+            self._escalate(runs)
+            self._beat(runs)
+        finally:
+            os.close(lock)
+
+    # -- reading runs
+    def _runs(self) -> list[RunData]:
+        try:
+            listing = self.tree.listdir("")
+        except _Refused as exc:
+            self.skip(".", str(exc))
+            return []
+        entries, truncated = listing or ([], False)
+        if truncated:
+            self.skip(".", f"more than {MAX_ENTRIES} entries; the rest is not examined")
+        runs = []
+        for name, is_dir, is_link in sorted(entries):
+            if name == HEALTH_DIR or name.startswith("."):
+                continue
+            if is_link:
+                self.skip(name, "a symlink in the runs base")
+                continue
+            if not is_dir or not RUN_ID.match(name):
+                continue
+            try:
+                run = self._run(name)
+            except _Refused as exc:
+                self.skip(name, str(exc))
+                continue
+            except Exception as exc:  # never let one run stop the pass
+                self.skip(name, f"unexpected {type(exc).__name__}")
+                continue
+            if run is not None:
+                runs.append(run)
+        return runs
+
+    def _json(self, rel: str, limit: int, *, report: bool = True) -> tuple[Any, os.stat_result | None, str | None]:
+        """(data, stat, problem); problem is "missing" or why the file was refused."""
+        try:
+            found = self.tree.read(rel, limit)
+            if found is None:
+                return None, None, "missing"
+            return _parse(found[0]), found[1], None
+        except _Refused as exc:
+            if report:
+                self.skip(rel, str(exc))
+            return None, None, str(exc)
+
+    def _mtime(self, rel: str) -> float | None:
+        try:
+            st = self.tree.stat(rel)
+        except _Refused as exc:
+            self.skip(rel, str(exc))
+            return None
+        return st.st_mtime if st else None
+
+    def _run(self, run_id: str) -> RunData | None:
+        data, st, problem = self._json(f"{run_id}/state.json", MAX_JSON_BYTES)
+        if problem == "missing":
+            return None  # not (yet) a run
+        if st is None or not isinstance(data, dict):
+            if problem is None:
+                self.skip(f"{run_id}/state.json", "not a JSON object")
+            return RunData(run_id, None, None, None, self.now)
+        state = data.get("state") if isinstance(data.get("state"), str) else None
+        run = RunData(run_id, state, _int(data.get("attempt")), parse_time(data.get("started_at")), st.st_mtime)
+        if not (run.running or self.now - st.st_mtime <= self.manifest.lookback_seconds):
+            return run
+        attempts = []
+        for number in self._attempt_numbers(run_id):
+            attempts.append(self._attempt(run_id, number))
+        return RunData(run.run_id, run.state, run.attempt, run.started_at, run.state_mtime,
+                       self._mtime(f"{run_id}/events.jsonl"), tuple(attempts), examined=True)
+
+    def _attempt_numbers(self, run_id: str) -> list[int]:
+        try:
+            listing = self.tree.listdir(f"{run_id}/attempts")
+        except _Refused as exc:
+            self.skip(f"{run_id}/attempts", str(exc))
+            return []
+        if listing is None:
+            return []
+        numbers = []
+        for name, is_dir, is_link in listing[0]:
+            if is_link:
+                self.skip(f"{run_id}/attempts/{name}", "a symlink")
+            elif is_dir and name.isdigit() and len(name) <= 9:
+                numbers.append(int(name))
+        return sorted(numbers)[-MAX_ATTEMPTS:]
+
+    def _attempt(self, run_id: str, number: int) -> AttemptData:
+        rel = f"{run_id}/attempts/{number}"
+        container, _, cproblem = self._json(f"{rel}/{CONTAINER}", MAX_CONTAINER_BYTES)
+        container = container if isinstance(container, dict) else {}
+        stopped = container.get("stopped") if isinstance(container.get("stopped"), dict) else {}
+        breach, _, _ = self._json(f"{rel}/{BREACH}", MAX_JSON_BYTES)
+        facts: dict[str, Any] = {"calls": (), "limit": None, "used": None, "breach": None}
+        journal_mtime = None
+        try:
+            found = self.tree.read_ends(f"{rel}/{JOURNAL}", MAX_JOURNAL_BYTES, MAX_JSON_BYTES)
+        except _Refused as exc:
+            self.skip(f"{rel}/{JOURNAL}", str(exc))
+            found = None
+        if found is not None:
+            head, body, st, truncated = found
+            journal_mtime = st.st_mtime
+            facts, garbage = parse_journal(head, body, truncated)
+            if truncated:
+                self.skip(f"{rel}/{JOURNAL}", f"{st.st_size} bytes: only the first line and the last {MAX_JOURNAL_BYTES} bytes were examined")
+            if garbage:
+                self.skip(f"{rel}/{JOURNAL}", f"{garbage} unparsable journal lines ignored")
+        counter = stopped.get("counter")
+        return AttemptData(
+            number=number,
+            calls=facts["calls"],
+            tool_calls_used=facts["used"] if facts["used"] is not None else sum(1 for c in facts["calls"] if c.rule != "idempotency"),
+            tool_calls_limit=facts["limit"],
+            budget_breach=facts["breach"] or (str(breach.get("counter"))[:64] if isinstance(breach, dict) else None),
+            finished=cproblem != "missing",
+            oom_killed=container.get("oom_killed") is True,
+            stopped=stopped.get("reason") if isinstance(stopped.get("reason"), str) else None,
+            stopped_counter=counter[:64] if isinstance(counter, str) else None,
+            ready_at=self._mtime(f"{rel}/{READY}"),
+            journal_mtime=journal_mtime,
+        )
+
+    # -- alerts
+    def _alerts_in(self, where: str) -> _Known:
+        """The alerts of one run (or of `.health`), read once per pass."""
+        if where in self._known:
+            return self._known[where]
+        known = _Known()
+        self._known[where] = known
+        try:
+            listing = self.tree.listdir(f"{where}/alerts")
+        except _Refused as exc:
+            self.skip(f"{where}/alerts", str(exc))
+            return known
+        for name, _, _ in (listing or ([], False))[0]:
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            data, _, problem = self._json(f"{where}/alerts/{name}", MAX_JSON_BYTES)
+            if problem is not None:
+                continue
+            if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not isinstance(data.get("kind"), str):
+                self.skip(f"{where}/alerts/{name}", "not an alert")
+                continue
+            detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
+            if isinstance(detail.get("key"), str):
+                known.keys.add(detail["key"])
+            if data.get("state") == "pending":
+                raised = parse_time(data.get("raised_at"))
+                if raised is None:
+                    self.skip(f"{where}/alerts/{name}", "pending alert without a readable raised_at: not escalated")
+                    continue
+                component = detail.get("component") if data["kind"] == "stale_health" and isinstance(detail.get("component"), str) else None
+                known.pending.append({"id": data["id"][:128], "kind": data["kind"][:64], "raised_at": raised, "component": component})
+        return known
+
+    def _raise(self, where: str, kind: str, message: str, key: str, detail: dict[str, Any]) -> None:
+        known = self._alerts_in(where)
+        if key in known.keys:
+            return
+        try:
+            if self.tree.stat(where, directory=True) is None:
+                raise _Refused("missing")
+            self.tree.stat(f"{where}/alerts", directory=True)  # refuses a symlinked alerts dir
+            alert = alerts.raise_alert(self.base / where, kind, message, self.sinks, {**detail, "key": key, "source": ACTOR})
+        except _Refused as exc:
+            self.skip(f"{where}/alerts", f"cannot raise {kind}: {exc}")
+            return
+        except OSError as exc:
+            self.skip(f"{where}/alerts", f"cannot raise {kind}: {exc.strerror or exc}")
+            return
+        known.keys.add(key)
+        self.out.alerts.append(alert)
+
+    # -- 1. stale heartbeats
+    def _heartbeat(self, rel: str) -> tuple[float | None, str]:
+        data, _, problem = self._json(rel, MAX_HEARTBEAT_BYTES, report=False)
+        if problem is not None:
+            return None, problem
+        last, why = health.last_success(data, self.now)
+        return last, why or ""
+
+    def _check_components(self, runs: list[RunData]) -> None:
+        running = [r for r in runs if r.running]
+        for component in self.manifest.components:
+            try:
+                if component.per_run:
+                    for run in running:
+                        self._check_run_component(component, run)
+                else:
+                    self._check_base_component(component, running)
+            except Exception as exc:  # never let one component stop the pass
+                self.skip(component.heartbeat_path, f"unexpected {type(exc).__name__} checking {component.name}")
+
+    def _check_base_component(self, component: Component, running: list[RunData]) -> None:
+        own = component.name == MONITOR  # checked before this pass beats: a gap means the monitor was down
+        if not own and not running:
+            return  # nothing is expected to be alive
+        since = None if own else min(r.started_at or r.state_mtime for r in running)
+        rel = component.relative()
+        last, problem = self._heartbeat(rel)
+        if own and last is None:
+            return  # never beaten: the first pass
+        self._stale(HEALTH_DIR, component, rel, last, problem, since, None, None)
+
+    def _check_run_component(self, component: Component, run: RunData) -> None:
+        current = run.current
+        if current is None or current.finished or current.ready_at is None:
+            return  # no attempt in progress: nothing of the run is expected to beat
+        rel = component.relative(current.number)
+        last, problem = self._heartbeat(f"{run.run_id}/{rel}")
+        self._stale(run.run_id, component, f"{RUN}/{rel}", last, problem, current.ready_at, run.run_id, current.number)
+
+    def _stale(self, where: str, component: Component, rel: str, last: float | None, problem: str, since: float | None, run_id: str | None, attempt: int | None) -> None:
+        age = staleness(last, since, component.stale_after_seconds, self.now)
+        if age is None:
+            return
+        seen = last is not None and (since is None or last >= since)
+        episode = f"{last:.3f}" if seen else f"missing:{since:.0f}"
+        what = f"{component.name}{f' of {run_id} attempt {attempt}' if run_id else ''}"
+        if seen:
+            message = f"{what}: no success for {age:.0f} s (limit {component.stale_after_seconds:.0f} s)"
+        else:
+            message = f"{what}: no usable heartbeat at {display(rel)} ({display(problem)}) {age:.0f} s after it was expected (limit {component.stale_after_seconds:.0f} s)"
+        self._raise(where, "stale_health", message, f"stale_health:{component.name}:{run_id or '-'}:{attempt or '-'}:{episode}", {
+            "component": component.name, "heartbeat": rel, "last_success_at": last, "problem": problem or None,
+            "age_seconds": round(age, 1), "stale_after_seconds": component.stale_after_seconds, "run_id": run_id, "attempt": attempt,
+        })
+
+    # -- 2. anomalies
+    def _check_anomalies(self, runs: list[RunData]) -> None:
+        for run in runs:
+            if not run.examined:
+                continue
+            for kind, detector in ANOMALIES:
+                try:
+                    findings = detector(run, self.manifest.anomalies, self.now)
+                except Exception as exc:
+                    self.skip(run.run_id, f"detector {kind} failed: {type(exc).__name__}")
+                    continue
+                for f in findings:
+                    key = f"{kind}:{run.run_id}:{f.attempt if f.attempt is not None else '-'}:{f.subject}"
+                    self._raise(run.run_id, kind, f.message, key, {**f.detail, "run_id": run.run_id, "attempt": f.attempt, "anomaly": kind})
+
+    # -- 3. escalation
+    def _escalate(self, runs: list[RunData]) -> None:
+        live = [r for r in runs if r.state not in TERMINAL_STATES]  # garbage state: not known to be over
+        running = [r for r in runs if r.running]
+        for where, targets in [(HEALTH_DIR, running)] + [(r.run_id, [r]) for r in live]:
+            for alert in self._alerts_in(where).pending:
+                age = self.now - alert["raised_at"]
+                t1 = self.manifest.ack_window(alert["component"])
+                steps = [step for step, limit in ((DIAL_DOWN, t1), (HALT, self.manifest.halt_after_seconds)) if age >= limit]
+                for run in targets if steps else []:
+                    for step in steps:
+                        try:
+                            self._apply(alert, run, step, age)
+                        except Exception as exc:
+                            self.skip(f"{run.run_id}/control", f"escalation {step} of {alert['id']} failed: {type(exc).__name__}")
+
+    def _ledger_done(self) -> set[tuple[str, str, str]]:
+        """The (alert, run, step) escalations already done, from the monitor's ledger."""
+        if self._done is not None:
+            return self._done
+        rel = f"{HEALTH_DIR}/{LEDGER}"
+        path = self.base / rel
+        self._done = set()
+        try:
+            found = self.tree.read(rel, MAX_LOG_BYTES)
+            records = verify_chain(found[0].decode("ascii").splitlines()) if found else []
+        except (_Refused, ChainError, UnicodeDecodeError) as exc:
+            broken = path.with_name(f"{LEDGER}.broken-{int(self.now)}")
+            self.skip(rel, f"unusable escalation ledger ({exc}); moved to {broken.name}: an escalation already in effect is not requested again")
+            with contextlib.suppress(OSError):
+                path.unlink() if path.is_symlink() else os.replace(path, broken)
+            records = []
+        for r in records:
+            self._done.add((str(r.get("alert_id")), str(r.get("run_id")), str(r.get("step"))))
+        try:
+            self._ledger = ChainWriter(path, base={"actor": ACTOR})
+        except (OSError, ChainError, UnicodeDecodeError) as exc:
+            self.skip(rel, f"cannot open the escalation ledger ({type(exc).__name__}); escalating without it")
+        return self._done
+
+    def _apply(self, alert: dict[str, Any], run: RunData, step: str, age: float) -> None:
+        done = self._ledger_done()
+        if (alert["id"], run.run_id, step) in done:
+            return
+        control_rel = f"{run.run_id}/control"
+        try:
+            self.tree.stat(control_rel, directory=True)
+            for name, limit in ((control.OPERATOR_FILE, MAX_JSON_BYTES), (control.OPERATOR_LOG, MAX_LOG_BYTES)):
+                st = self.tree.stat(f"{control_rel}/{name}")
+                if st is not None and st.st_size > limit:
+                    raise _Refused(f"{name} is {st.st_size} bytes, over the {limit}-byte limit")
+        except _Refused as exc:
+            self.skip(control_rel, f"cannot escalate {alert['id']} ({step}): {exc}")
+            return
+        control_dir = self.base / control_rel
+        current = control.read(control_dir)
+        already = current.halted or (step == DIAL_DOWN and current.dial == control.LEVELS[0])
+        request_id = None
+        if not already:
+            try:
+                if step == DIAL_DOWN:
+                    request_id = control.request(control_dir, run_id=run.run_id, actor=ACTOR, dial=control.LEVELS[0]).request_id
+                else:
+                    request_id = control.request(control_dir, run_id=run.run_id, actor=ACTOR, halt=True).request_id
+            except (OSError, ValueError, ChainError, UnicodeDecodeError) as exc:
+                self.skip(control_rel, f"cannot escalate {alert['id']} ({step}): {type(exc).__name__}: {exc}")
+                return
+        escalation = Escalation(alert["id"], run.run_id, step, "already_in_effect" if already else "requested", request_id)
+        if self._ledger is not None:
+            self._ledger.append("escalated", **asdict(escalation), alert_kind=alert["kind"], age_seconds=round(age, 1), at=self.now)
+        done.add((alert["id"], run.run_id, step))
+        self.out.escalations.append(escalation)
+        log.warning("ESCALATED %s: %s on %s (%s, alert pending %.0f s)", alert["id"], step, run.run_id, escalation.effect, age)
+
+    # -- 4. own heartbeat
+    def _beat(self, runs: list[RunData]) -> None:
+        component = self.manifest.component(MONITOR) or next(c for c in health.DEFAULT_COMPONENTS if c.name == MONITOR)
+        rel = component.relative()
+        try:
+            parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+            if parent and self.tree.stat(parent, directory=True) is None:
+                (self.base / parent).mkdir(parents=True, exist_ok=True)
+                self.tree.stat(parent, directory=True)
+            if (self.base / rel).is_symlink():
+                raise _Refused("the heartbeat file is a symlink")
+            health.beat(self.base / rel, MONITOR, now=self.now, runs=len(runs), alerts=len(self.out.alerts),
+                        escalations=len(self.out.escalations), skipped=len(self.out.skipped),
+                        skipped_items=[asdict(s) for s in self.out.skipped[:20]])
+        except (_Refused, OSError) as exc:
+            self.skip(rel, f"cannot publish the monitor heartbeat: {exc}")
