@@ -88,9 +88,16 @@ def load(path: Path) -> Alert:
 
 
 def all_alerts(runs_base: Path) -> list[Alert]:
+    """Every alert under the runs base; a damaged alert file is logged and left out of the list."""
     if not runs_base.is_dir():
         return []
-    return sorted((load(p) for p in runs_base.glob("*/alerts/*.json")), key=lambda a: a.raised_at)
+    found = []
+    for path in runs_base.glob("*/alerts/*.json"):
+        try:
+            found.append(load(path))
+        except (AssureError, TypeError, ValueError) as exc:
+            log.warning("unreadable alert file %s: %s", path, exc)
+    return sorted(found, key=lambda a: a.raised_at)
 
 
 def ack(runs_base: Path, alert_id: str, actor: str) -> Alert:
