@@ -126,13 +126,14 @@ class Config:
     control_dir: str | None = None  # operator overrides (read-only mount)
     breach_file: str | None = None  # written when a budget runs out, for the host to halt
     idempotency_db: str | None = None  # run-level store that outlives attempts
+    heartbeat_file: str | None = None  # `last_success_at` for the monitor
     egress: Egress | None = None  # None: the run has no network at all
     databases: tuple[Database, ...] = ()
     model: Model | None = None  # None: no model access (/v1/messages answers 404)
 
 
 _REQUIRED_STRINGS = ("run_id", "socket", "workspace", "journal", "ready_file")
-_OPTIONAL_STRINGS = ("goal_id", "control_dir", "breach_file", "idempotency_db")
+_OPTIONAL_STRINGS = ("goal_id", "control_dir", "breach_file", "idempotency_db", "heartbeat_file")
 _TOP_FIELDS = frozenset((*_REQUIRED_STRINGS, *_OPTIONAL_STRINGS, "attempt", "protected", "limits", "policy", "egress", "databases", "model"))
 _DB_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _DB_MODES = ("sandbox", "live")

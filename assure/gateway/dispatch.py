@@ -26,6 +26,7 @@ from .fspath import PathError, Workspace
 from .idempotency import Prior, Store, derive_key
 
 VERIFIER_FILE = "verifier.json"
+HEARTBEAT_SECONDS = 1.0
 
 MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
@@ -66,6 +67,7 @@ class Dispatcher:
         self.counters = Counters()
         self._override = control.Override()
         self._breached = False
+        self._last_beat = 0.0
         self._idempotency = Store(config.idempotency_db) if config.idempotency_db else None
         self._journal = ChainWriter(config.journal, base={"run_id": config.run_id, "attempt": config.attempt, "actor": "gateway"})
         self._open = True
@@ -140,6 +142,20 @@ class Dispatcher:
             self.counters.cost += cost
             record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}
             return self._append("model_call", **record)
+
+    def beat(self) -> None:
+        """Publish `last_success_at` for the host's monitor, at most once a second."""
+        now = time.time()
+        if not self._config.heartbeat_file or now - self._last_beat < HEARTBEAT_SECONDS:
+            return
+        self._last_beat = now
+        tmp = self._config.heartbeat_file + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, fh)
+            os.replace(tmp, self._config.heartbeat_file)
+        except OSError:
+            pass  # a missed beat shows up as staleness, which is the point
 
     def apply_override(self, override: control.Override) -> None:
         """Make an operator override effective from the next call on, and journal the latency."""

@@ -1,4 +1,5 @@
-"""Watch the operator's control record and hand each new override to the dispatcher.
+"""Watch the operator's control record and hand each new override to the dispatcher; the
+same loop keeps the gateway's heartbeat fresh while the agent is quiet.
 
 The record sits on a read-only mount; a poll every `POLL_SECONDS` keeps the effect latency
 far under the standard's 5 s without inotify (not available through every mount).
@@ -15,9 +16,10 @@ POLL_SECONDS = 0.02
 
 
 class OverrideWatcher:
-    def __init__(self, control_dir: str, on_change: Callable[[control.Override], None]):
+    def __init__(self, control_dir: str, on_change: Callable[[control.Override], None], on_tick: Callable[[], None] = lambda: None):
         self._dir = control_dir
         self._on_change = on_change
+        self._on_tick = on_tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="override-watcher", daemon=True)
         self.current = control.read(control_dir)
@@ -34,6 +36,7 @@ class OverrideWatcher:
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
+            self._on_tick()
             latest = control.read(self._dir)
             if latest != self.current:
                 self.current = latest

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import tools
+from . import model, tools
 from .config import Config, Limits
 from .dispatch import Answer, Counters, Dispatcher
 from .fspath import Workspace
@@ -197,14 +197,36 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_FRAMING = frozenset(("content-type", "content-length", "connection", "transfer-encoding", "keep-alive"))
+
+
 def _encode(answer: Answer, close: bool) -> bytes:
-    payload = json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    """Status line, headers and body; a raw answer (model.py) carries its Content-Type in `headers`."""
+    if answer.raw is None:
+        payload, content_type = json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii"), "application/json"
+    else:
+        payload = answer.raw
+        content_type = next((v for n, v in answer.headers if n.lower() == "content-type"), "application/octet-stream")
+    extra = "".join(f"{n}: {v}\r\n" for n, v in answer.headers if n.lower() not in _FRAMING and _header_safe(n, v))
     connection = "Connection: close\r\n" if close else ""
     head = (
-        f"HTTP/1.1 {answer.status} {http.HTTPStatus(answer.status).phrase}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n{connection}\r\n"
+        f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\n"
+        f"Content-Type: {content_type if _header_safe('Content-Type', content_type) else 'application/octet-stream'}\r\n"
+        f"Content-Length: {len(payload)}\r\n{extra}{connection}\r\n"
     )
-    return head.encode("ascii") + payload
+    return head.encode("latin-1") + payload
+
+
+def _phrase(status: int) -> str:
+    """The reason phrase (an upstream may answer a status Python does not name, e.g. 529)."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "Overloaded" if status == 529 else "Status"
+
+
+def _header_safe(name: str, value: str) -> bool:
+    return bool(name) and set(name) <= _TOKEN and all(c == "\t" or (" " <= c <= "\xff" and c != "\x7f") for c in value)
 
 
 class Gateway:
@@ -224,6 +246,7 @@ class Gateway:
         self._workspace: Workspace | None = None
         self._dispatcher: Dispatcher | None = None
         self._watcher: OverrideWatcher | None = None
+        self._model: model.ModelProxy | None = None
 
     @property
     def counters(self) -> Counters:
@@ -245,8 +268,10 @@ class Gateway:
             raise
         self._workspace = workspace
         try:
+            if self.config.model is not None:
+                self._model = model.ModelProxy(self.config, self._dispatcher)
             if self.config.control_dir:
-                self._watcher = OverrideWatcher(self.config.control_dir, self._dispatcher.apply_override)
+                self._watcher = OverrideWatcher(self.config.control_dir, self._dispatcher.apply_override, self._dispatcher.beat)
                 self._watcher.start()
             self._listener = _bind(self.config.socket)
             self._acceptor = threading.Thread(target=self._accept_loop, args=(self._listener,), name="gateway-accept", daemon=True)
@@ -367,6 +392,12 @@ class Gateway:
         if path == HEALTH:
             _require_method(req, "GET")
             return Answer(200, self._health())
+        if path in model.ROUTES:
+            _require_method(req, "POST")
+            endpoint, query = model.ROUTES[path], req.target.partition("?")[2]
+            if self._model is None:
+                return model.unavailable(self._calls, endpoint)
+            return self._model.handle(endpoint, req.headers, query, req.body)
         tool = tools.BY_NAME.get(path[len(TOOL_PREFIX) :]) if path.startswith(TOOL_PREFIX) else None
         if tool is None:
             code = "unknown_tool" if path.startswith(TOOL_PREFIX) else "not_found"
@@ -390,6 +421,7 @@ class Gateway:
             "attempt": self.config.attempt,
             "tools": described,
             "limits": asdict(self.config.limits),
+            "model": None if self._model is None else self._model.describe(),
         }
 
     def _refuse(self, sock: socket.socket) -> None:

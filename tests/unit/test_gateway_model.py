@@ -1,0 +1,659 @@
+"""Model access through the gateway (`POST /v1/messages`), in-process and on 127.0.0.1 only:
+the stock `anthropic` SDK, its HTTP client bound to the gateway's unix socket -> the gateway
+-> the in-process egress proxy -> a local Anthropic-compatible test API that counts requests.
+Also replay and scripted modes, the budget, the key's secrecy, the reference agent and the
+loopback TCP bridge."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from assure.agents import claude_agent, tcp_bridge
+from assure.chain import canonical, verify_chain
+from assure.gateway import model as gw_model
+from assure.gateway.config import ConfigError, Price, parse
+from assure.gateway.server import Gateway, serve
+from tests.unit._egress import LoopbackOnly, load_proxy, wait_for_log
+
+proxy_mod = load_proxy()
+httpx = claude_agent.http_module()
+
+KEY = "sk-ant-test-Zq7cV3TESTKEY-do-not-leak-4f1e2d3c"
+AGENT_KEY = "agent-supplied-key-must-be-dropped"
+MODEL_ID = "claude-test-1"
+PRICES = {MODEL_ID: {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}
+USAGE = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 2, "cache_read_input_tokens": 3}
+ASK = {"model": MODEL_ID, "max_tokens": 64, "messages": [{"role": "user", "content": "say hello"}]}
+
+
+def message(text: str = "hello", usage: dict[str, int] | None = None, msg_id: str = "msg_01") -> dict[str, Any]:
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL_ID,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage or USAGE,
+    }
+
+
+def sse(*pieces: str, input_tokens: int = 7, output_tokens: int = 9) -> bytes:
+    """A realistic stream: message_start usage is partial, message_delta has the final counts."""
+    start = {**message(""), "content": [], "stop_reason": None, "usage": {"input_tokens": input_tokens, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 4}}
+    events: list[tuple[str, Any]] = [("message_start", {"type": "message_start", "message": start})]
+    events.append(("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
+    events.append(("ping", {"type": "ping"}))
+    events += [("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}) for p in pieces]
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": output_tokens}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+# ---------------------------------------------------------------- the test API
+
+
+@dataclass
+class Canned:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    chunked: bool = False
+
+
+@dataclass
+class FakeAPI:
+    """An Anthropic-compatible API on 127.0.0.1: answers queued responses (else a default
+    message) and remembers every request it got."""
+
+    server: http.server.ThreadingHTTPServer
+    queue: deque[Canned] = field(default_factory=deque)
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def count(self) -> int:
+        return len(self.seen)
+
+    def push(self, status: int, body: Any, *, headers: dict[str, str] | None = None, stream: bool = False) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.queue.append(Canned(status, data, headers or {}, "text/event-stream" if stream else "application/json", stream))
+
+
+def start_api() -> FakeAPI:
+    api: FakeAPI
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            api.seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+            canned = api.queue.popleft() if api.queue else Canned(200, json.dumps(message()).encode())
+            self.send_response(canned.status)
+            self.send_header("Content-Type", canned.content_type)
+            self.send_header("request-id", f"req_{len(api.seen)}")
+            self.send_header("anthropic-organization-id", "org-not-for-the-agent")
+            for name, value in canned.headers.items():
+                self.send_header(name, value)
+            if canned.chunked:  # as the real API streams: chunked, in several pieces
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(canned.body), 97):
+                    piece = canned.body[i : i + 97]
+                    self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+            else:
+                self.send_header("Content-Length", str(len(canned.body)))
+                self.end_headers()
+                self.wfile.write(canned.body)
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    api = FakeAPI(server)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    return api
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackOnly]:
+    guard = LoopbackOnly()
+    guard.install(monkeypatch)
+    yield guard
+    assert guard.violations == [], guard.violations
+
+
+@pytest.fixture()
+def api() -> Iterator[FakeAPI]:
+    server = start_api()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+@pytest.fixture()
+def proxy(tmp_path: Path, api: FakeAPI) -> Iterator[Any]:
+    config = proxy_mod.parse_config({"listen": "127.0.0.1:0", "allow": [api.key], "log": str(tmp_path / "egress.jsonl"), "timeout_seconds": 10})
+    running = proxy_mod.serve(config)
+    yield running
+    running.shutdown()
+
+
+@pytest.fixture()
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "secrets" / "anthropic-key"
+    path.parent.mkdir()
+    path.write_text(KEY + "\n")
+    return path
+
+
+@pytest.fixture()
+def start(gateway_config: Callable[..., dict[str, Any]], tmp_path: Path, short_dir: Path) -> Iterator[Callable[..., Gateway]]:
+    """Start a gateway named `name` (own socket, journal and blob dir) with a `model` section."""
+    started: list[Gateway] = []
+
+    def make(model: dict[str, Any] | None, name: str = "a", *, policy: dict[str, Any] | None = None, **extra: Any) -> Gateway:
+        state = tmp_path / f"state-{name}"
+        state.mkdir(exist_ok=True)
+        raw = {**gateway_config(), "socket": str(short_dir / f"{name}.sock"), "journal": str(state / "journal.jsonl"), "ready_file": str(state / "ready"), **extra}
+        if model is not None:
+            raw["model"] = {"blob_dir": str(state / "blobs"), **model}
+        if policy:
+            raw["policy"] = {**raw["policy"], **policy}
+        gateway = serve(parse(raw))
+        started.append(gateway)
+        return gateway
+
+    yield make
+    for gateway in started:
+        gateway.shutdown()
+
+
+def anthropic_model(api: FakeAPI, key_file: Path, **more: Any) -> dict[str, Any]:
+    return {"mode": "anthropic", "upstream": f"http://{api.key}", "allow_http": True, "key_file": str(key_file), "prices": PRICES, **more}
+
+
+def egress(proxy: Any, api: FakeAPI) -> dict[str, Any]:
+    return {"proxy": f"127.0.0.1:{proxy.address[1]}", "allow": [api.key]}
+
+
+@pytest.fixture()
+def live(start: Callable[..., Gateway], api: FakeAPI, proxy: Any, key_file: Path) -> Callable[..., Gateway]:
+    """A gateway in mode `anthropic` in front of the test API, through the proxy."""
+
+    def make(name: str = "a", policy: dict[str, Any] | None = None, model: dict[str, Any] | None = None, **extra: Any) -> Gateway:
+        return start(anthropic_model(api, key_file, **(model or {})), name, policy=policy, egress=egress(proxy, api), **extra)
+
+    return make
+
+
+def sdk(gateway: Gateway, max_retries: int = 2) -> anthropic.Anthropic:
+    http_client = httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket))
+    return anthropic.Anthropic(base_url="http://gateway", api_key=AGENT_KEY, http_client=http_client, max_retries=max_retries)
+
+
+def calls(gateway: Gateway) -> list[dict[str, Any]]:
+    return [r for r in verify_chain(gateway.config.journal) if r["event"] == "model_call"]
+
+
+def blob(gateway: Gateway, digest: str) -> bytes:
+    assert gateway.config.model is not None
+    return (Path(gateway.config.model.blob_dir) / digest).read_bytes()
+
+
+def raw_call(client: anthropic.Anthropic, **overrides: Any) -> tuple[bytes, Any]:
+    """A non-streaming call: (the response bytes the agent got, the parsed message)."""
+    raw = client.messages.with_raw_response.create(**{**ASK, **overrides})
+    return raw.http_response.content, raw.parse()
+
+
+def raw_stream(client: anthropic.Anthropic, **overrides: Any) -> bytes:
+    with client.messages.with_streaming_response.create(**{**ASK, **overrides}, stream=True) as response:
+        return b"".join(response.iter_bytes())
+
+
+# ---------------------------------------------------------------- anthropic mode
+
+
+def test_a_call_goes_through_the_proxy_with_the_gateways_key(live: Callable[..., Gateway], api: FakeAPI, tmp_path: Path) -> None:
+    gateway = live()
+    client = sdk(gateway)
+    data, reply = raw_call(client)
+    assert reply.content[0].text == "hello" and reply.usage.input_tokens == 10
+    assert api.count == 1
+    seen = api.seen[0]
+    assert seen["path"] == "/v1/messages"
+    assert seen["headers"]["x-api-key"] == KEY
+    assert "authorization" not in seen["headers"] and AGENT_KEY not in json.dumps(seen["headers"])
+    assert seen["headers"]["anthropic-version"] == client.default_headers["anthropic-version"]  # the SDK's, forwarded
+    assert seen["headers"]["via"] == "1.1 assure-egress"  # it came through the egress proxy
+    assert not any(name.startswith("x-stainless") for name in seen["headers"])  # only the version / beta headers are forwarded
+    logged = wait_for_log(tmp_path / "egress.jsonl")
+    assert (logged[-1]["decision"], logged[-1]["path"], logged[-1]["status"]) == ("allow", "/v1/messages", 200)
+
+    (record,) = calls(gateway)
+    sent = json.loads(seen["body"])
+    assert record["request_sha256"] == hashlib.sha256(canonical(sent)).hexdigest()
+    assert blob(gateway, record["request_sha256"]) == canonical(sent)
+    assert blob(gateway, record["response_sha256"]) == data
+    assert (record["served"], record["status"], record["mode"], record["decision"], record["rule"]) == ("upstream", 200, "anthropic", "allow", "read_only")
+    assert record["usage"] == USAGE and record["tokens"] == 20
+    expected_cost = (10 * 3 + 5 * 15 + 2 * 3.75 + 3 * 0.3) / 1e6
+    assert record["cost"] == pytest.approx(expected_cost) and record["priced"] == MODEL_ID
+    assert record["response_headers"]["request-id"] == "req_1"
+    assert "anthropic-organization-id" not in record["response_headers"]
+    assert (gateway.counters.tokens, gateway.counters.cost) == (20, pytest.approx(expected_cost))
+    assert record["counters"] == {"tokens": 20, "cost": pytest.approx(expected_cost)}
+
+
+def test_a_stream_is_recorded_whole_and_counted_with_its_final_usage(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live()
+    client = sdk(gateway)
+    stream = sse("Hel", "lo, ", "world")
+    api.push(200, stream, stream=True)
+    assert raw_stream(client) == stream  # the upstream's bytes, unchanged
+    api.push(200, stream, stream=True)
+    with client.messages.stream(**ASK) as events:
+        assert events.get_final_text() == "Hello, world"
+    first, second = calls(gateway)
+    assert blob(gateway, first["response_sha256"]) == stream and first["stream"] is True
+    assert first["response_headers"]["content-type"] == "text/event-stream"
+    # input and cache from message_start, output from the last message_delta
+    assert first["usage"] == {"input_tokens": 7, "output_tokens": 9, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 4}
+    assert first["tokens"] == second["tokens"] == 20
+    assert gateway.counters.tokens == 40
+
+
+def test_count_tokens_is_forwarded_and_not_counted(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live()
+    api.push(200, {"input_tokens": 42})
+    counted = sdk(gateway).messages.count_tokens(model=MODEL_ID, messages=ASK["messages"])
+    assert counted.input_tokens == 42
+    assert api.seen[-1]["path"] == "/v1/messages/count_tokens"
+    (record,) = calls(gateway)
+    assert (record["endpoint"], record["tokens"], record["usage"]) == ("count_tokens", 0, None)
+    assert gateway.counters.tokens == 0
+
+
+def test_a_429_is_passed_back_and_retried_by_the_sdk(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live()
+    api.push(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}, headers={"retry-after": "0.3"})
+    began = time.monotonic()
+    _, reply = raw_call(sdk(gateway, max_retries=2))
+    assert reply.content[0].text == "hello"
+    assert time.monotonic() - began >= 0.3  # the SDK honoured the upstream's retry-after
+    assert api.count == 2
+    limited, ok = calls(gateway)
+    assert (limited["status"], ok["status"]) == (429, 200)
+    assert limited["response_headers"]["retry-after"] == "0.3" and limited["tokens"] == 0
+    assert limited["request_sha256"] == ok["request_sha256"]
+
+
+@pytest.mark.parametrize(("status", "error"), [(500, anthropic.InternalServerError), (529, anthropic.APIStatusError)])
+def test_server_errors_are_surfaced_with_status_headers_and_body(live: Callable[..., Gateway], api: FakeAPI, status: int, error: type) -> None:
+    gateway = live()
+    body = {"type": "error", "error": {"type": "api_error" if status == 500 else "overloaded_error", "message": "upstream trouble"}}
+    api.push(status, body)
+    with pytest.raises(error) as info:
+        sdk(gateway, max_retries=0).messages.create(**ASK)
+    assert info.value.status_code == status
+    assert info.value.response.headers["request-id"] == "req_1"
+    assert info.value.body == body
+    assert api.count == 1 and calls(gateway)[0]["status"] == status
+
+
+def test_the_key_never_reaches_the_agent_the_journal_or_the_blobs(live: Callable[..., Gateway], api: FakeAPI, tmp_path: Path) -> None:
+    gateway = live()
+    seen_by_agent: list[bytes] = []
+    leak = {"type": "error", "error": {"type": "authentication_error", "message": f"invalid x-api-key {KEY}"}}
+    api.push(401, leak, headers={"request-id": f"req-{KEY}"})  # an upstream that echoes the key
+    api.push(200, sse(f"the key is {KEY}"), stream=True)
+    client = sdk(gateway, max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as info:
+        client.messages.create(**ASK)
+    response = info.value.response
+    seen_by_agent += [response.content, json.dumps(dict(response.headers)).encode(), str(info.value).encode()]
+    seen_by_agent.append(raw_stream(client))
+    data, _ = raw_call(client)
+    seen_by_agent.append(data)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        seen_by_agent.append(plain.get("http://gateway/v1/health").content)
+        bad = plain.post("http://gateway/v1/messages", content=b"{not json", headers={"x-api-key": AGENT_KEY})
+        seen_by_agent += [bad.content, json.dumps(dict(bad.headers)).encode()]
+    assert api.seen[0]["headers"]["x-api-key"] == KEY  # the key was really used
+    assert b"[redacted]" in seen_by_agent[0]
+    gateway.shutdown()
+    records = [Path(gateway.config.journal).read_bytes()]
+    assert gateway.config.model is not None
+    records += [p.read_bytes() for p in Path(gateway.config.model.blob_dir).iterdir()]
+    for text in seen_by_agent + records:
+        assert KEY.encode() not in text
+        assert KEY[8:40].encode() not in text  # no partial copy either
+    assert AGENT_KEY.encode() not in b"".join(records)  # the agent's own credential is not recorded
+
+
+def test_a_token_budget_breach_denies_the_next_call(live: Callable[..., Gateway], api: FakeAPI, tmp_path: Path) -> None:
+    breach = tmp_path / "breach.json"
+    gateway = live(policy={"tokens_limit": 15}, breach_file=str(breach))
+    client = sdk(gateway, max_retries=2)
+    client.messages.create(**ASK)  # 20 tokens: over the limit now, but this call was allowed
+    with pytest.raises(anthropic.PermissionDeniedError) as info:
+        client.messages.create(**ASK)
+    assert info.value.status_code == 403
+    assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "permission_error"
+    assert "(budget.tokens): tokens budget exhausted (20 of 15 used)" in info.value.body["error"]["message"]
+    assert api.count == 1  # the denied call never left the gateway
+    assert json.loads(breach.read_text())["counter"] == "tokens"
+    journal = verify_chain(gateway.config.journal)
+    assert [r["event"] for r in journal if r["event"] in ("model_call", "budget_breach")] == ["model_call", "budget_breach", "model_call"]
+    denied = calls(gateway)[-1]
+    assert (denied["decision"], denied["rule"], denied["status"], denied["served"]) == ("deny", "budget.tokens", 403, "gateway")
+    assert denied["inputs"]["tokens_used"] == 20 and denied["inputs"]["tokens_limit"] == 15
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(**ASK)
+    assert len([r for r in verify_chain(gateway.config.journal) if r["event"] == "budget_breach"]) == 1  # reported once
+    assert gateway.counters.denied == 2 and api.count == 1
+
+
+def test_a_cost_budget_breach_denies_the_next_call(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"cost_limit": 0.0001})
+    client = sdk(gateway)
+    client.messages.create(**ASK)  # costs 0.0001134
+    with pytest.raises(anthropic.PermissionDeniedError) as info:
+        client.messages.create(**ASK)
+    assert "budget.cost" in info.value.message
+    assert api.count == 1 and calls(gateway)[-1]["rule"] == "budget.cost"
+
+
+def test_with_a_cost_limit_an_unpriced_model_is_denied(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"cost_limit": 10})
+    with pytest.raises(anthropic.PermissionDeniedError) as info:
+        sdk(gateway).messages.create(**{**ASK, "model": "claude-unpriced-9"})
+    assert "no price for model 'claude-unpriced-9'" in info.value.message
+    assert api.count == 0 and calls(gateway)[-1]["rule"] == "model.unpriced"
+    sdk(gateway).messages.create(**{**ASK, "model": f"{MODEL_ID}-20250101"})  # priced by its prefix
+    assert api.count == 1
+
+
+def test_an_upstream_the_proxy_refuses_is_a_gateway_error(start: Callable[..., Gateway], api: FakeAPI, key_file: Path, tmp_path: Path) -> None:
+    other = start_api()
+    config = proxy_mod.parse_config({"listen": "127.0.0.1:0", "allow": [api.key], "log": str(tmp_path / "egress2.jsonl")})
+    running = proxy_mod.serve(config)
+    try:  # the gateway's allowlist says yes (a config mismatch); the proxy still says no
+        gateway = start(anthropic_model(other, key_file), egress={"proxy": f"127.0.0.1:{running.address[1]}", "allow": [other.key]})
+        with pytest.raises(anthropic.APIStatusError) as info:
+            sdk(gateway, max_retries=2).messages.create(**ASK)
+        assert info.value.status_code == 502 and "egress proxy" in info.value.message
+        assert info.value.response.headers["x-should-retry"] == "false"
+        assert other.count == 0 and len(calls(gateway)) == 1  # not retried
+        assert calls(gateway)[0]["error"] == "egress_denied"
+    finally:
+        running.shutdown()
+        other.server.shutdown()
+        other.server.server_close()
+
+
+# ---------------------------------------------------------------- replay
+
+
+def record_run(live: Callable[..., Gateway], api: FakeAPI) -> tuple[Gateway, list[bytes]]:
+    """A recorded run: a 429 then its retry, a plain call, a stream and a token count."""
+    gateway = live("rec")
+    client = sdk(gateway)
+    api.push(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}, headers={"retry-after": "0.1"})
+    got = [raw_call(client)[0]]
+    api.push(200, message("second", msg_id="msg_02"))
+    got.append(raw_call(client, messages=[{"role": "user", "content": "again"}])[0])
+    api.push(200, sse("a", "b"), stream=True)
+    got.append(raw_stream(client))
+    api.push(200, {"input_tokens": 11})
+    got.append(client.messages.with_raw_response.count_tokens(model=MODEL_ID, messages=ASK["messages"]).http_response.content)
+    gateway.shutdown()
+    return gateway, got
+
+
+def replay_model(recorded: Gateway) -> dict[str, Any]:
+    assert recorded.config.model is not None
+    return {"mode": "replay", "recording": {"journals": [recorded.config.journal], "blob_dir": recorded.config.model.blob_dir}, "prices": PRICES}
+
+
+def test_a_recorded_run_replays_byte_for_byte_without_upstream(live: Callable[..., Gateway], api: FakeAPI, start: Callable[..., Gateway]) -> None:
+    recorded, got = record_run(live, api)
+    upstream_requests = api.count
+    assert upstream_requests == 5
+    gateway = start(replay_model(recorded), "replay")  # no egress at all
+    client = sdk(gateway)
+    again = [raw_call(client)[0], raw_call(client, messages=[{"role": "user", "content": "again"}])[0], raw_stream(client)]
+    again.append(client.messages.with_raw_response.count_tokens(model=MODEL_ID, messages=ASK["messages"]).http_response.content)
+    assert again == got
+    assert api.count == upstream_requests  # zero upstream requests
+    replayed = calls(gateway)
+    assert [r["served"] for r in replayed] == ["replay"] * 5
+    assert [r["status"] for r in replayed] == [429, 200, 200, 200, 200]  # the SDK retried the recorded 429 too
+    assert [r["response_sha256"] for r in replayed] == [r["response_sha256"] for r in calls(recorded)]
+    assert gateway.counters.tokens == recorded.counters.tokens and gateway.counters.cost == pytest.approx(recorded.counters.cost)
+    assert replayed[1]["replayed"]["position"] == 1 and replayed[1]["replayed"]["run_id"] == "run-test"
+
+
+def test_a_changed_request_during_replay_fails_loudly(live: Callable[..., Gateway], api: FakeAPI, start: Callable[..., Gateway]) -> None:
+    recorded, _ = record_run(live, api)
+    gateway = start(replay_model(recorded), "replay")
+    client = sdk(gateway, max_retries=2)
+    changed = {**ASK, "messages": [{"role": "user", "content": "say goodbye"}]}
+    with pytest.raises(anthropic.ConflictError) as info:
+        client.messages.create(**changed)
+    digest = hashlib.sha256(canonical({**changed, "max_tokens": 64})).hexdigest()
+    message_text = info.value.message
+    assert info.value.status_code == 409 and info.value.body["error"]["type"] == "replay_mismatch"
+    assert digest in message_text and "model call #1 of this run" in message_text and "call #1 with that digest" in message_text
+    assert "recording has 0 response(s)" in message_text
+    assert len(calls(gateway)) == 1  # not retried (x-should-retry: false), and journaled
+    assert calls(gateway)[0]["error"] == "replay_mismatch" and calls(gateway)[0]["status"] == 409
+    # the recorded calls still replay; a call more often than recorded fails too
+    client.messages.create(**ASK)  # the recorded 429 ...
+    client.messages.create(**{**ASK, "messages": [{"role": "user", "content": "again"}]})
+    with pytest.raises(anthropic.ConflictError) as info:
+        client.messages.create(**{**ASK, "messages": [{"role": "user", "content": "again"}]})
+    assert "call #2 with that digest, but the recording has 1 response(s)" in info.value.message
+    assert api.count == 5
+
+
+def test_a_damaged_recording_stops_the_gateway_from_starting(live: Callable[..., Gateway], api: FakeAPI, start: Callable[..., Gateway]) -> None:
+    recorded, _ = record_run(live, api)
+    victim = calls(recorded)[1]["response_sha256"]
+    assert recorded.config.model is not None
+    (Path(recorded.config.model.blob_dir) / victim).write_bytes(b"tampered")
+    with pytest.raises(gw_model.ModelError, match="altered"):
+        start(replay_model(recorded), "replay")
+
+
+# ---------------------------------------------------------------- scripted
+
+
+def test_scripted_mode_serves_the_fixture_in_order(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    stream = sse("stre", "amed").decode()
+    tool = {**message(), "content": [{"type": "text", "text": "writing"}, {"type": "tool_use", "id": "toolu_1", "name": "fs_write", "input": {"path": "a.txt", "content": "x"}}], "stop_reason": "tool_use"}
+    limited = {"scripted": {"status": 429, "headers": {"retry-after": "0"}, "body": {"type": "error", "error": {"type": "rate_limit_error", "message": "scripted"}}}}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([message("first"), stream, tool, limited]))
+    gateway = start({"mode": "scripted", "script": str(script), "prices": PRICES})
+    client = sdk(gateway, max_retries=0)
+    assert client.messages.create(**ASK).content[0].text == "first"
+    assert raw_stream(client) == stream.encode()
+    with client.messages.stream(**ASK) as events:  # a message object, served as a stream
+        final = events.get_final_message()
+    assert final.content[1].type == "tool_use" and final.content[1].input == {"path": "a.txt", "content": "x"}
+    assert final.stop_reason == "tool_use" and final.usage.output_tokens == 5
+    with pytest.raises(anthropic.RateLimitError):
+        client.messages.create(**ASK)
+    with pytest.raises(anthropic.ConflictError) as info:
+        client.messages.create(**ASK)
+    assert info.value.body["error"]["type"] == "script_exhausted"
+    records = calls(gateway)
+    assert [(r["served"], r["status"], r.get("script_index")) for r in records] == [
+        ("script", 200, 0), ("script", 200, 1), ("script", 200, 2), ("script", 429, 3), ("gateway", 409, None)
+    ]
+    assert gateway.counters.tokens == 20 + 20 + 20
+
+
+def test_a_stream_script_item_is_not_served_to_a_plain_request(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([sse("x").decode()]))
+    client = sdk(start({"mode": "scripted", "script": str(script)}), max_retries=0)
+    with pytest.raises(anthropic.ConflictError) as info:
+        client.messages.create(**ASK)
+    assert "is an SSE stream but this request is not streaming" in info.value.message
+    assert raw_stream(client) == sse("x")  # the item was not used up
+
+
+# ---------------------------------------------------------------- routing and refusals
+
+
+def test_without_a_model_section_the_routes_answer_404_in_anthropic_shape(start: Callable[..., Gateway]) -> None:
+    gateway = start(None)
+    with pytest.raises(anthropic.NotFoundError) as info:
+        sdk(gateway).messages.create(**ASK)
+    assert info.value.body == {"type": "error", "error": {"type": "not_found_error", "message": "this run has no model access: the gateway config has no `model` section"}}
+    rejected = [r for r in verify_chain(gateway.config.journal) if r["event"] == "request_rejected"]
+    assert len(rejected) == 1 and rejected[0]["code"] == "no_model"  # not retried, and journaled
+
+
+def test_a_malformed_body_is_refused_and_journaled(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    gateway = start({"mode": "scripted", "script": str(script)})
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        bad = plain.post("http://gateway/v1/messages", content=b'{"a": 1, "a": 2}')
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+        assert bad.headers["x-should-retry"] == "false"
+        wrong = plain.get("http://gateway/v1/messages")
+        assert wrong.status_code == 405
+        health = plain.get("http://gateway/v1/health").json()
+    assert health["model"] == {"mode": "scripted", "routes": ["/v1/messages", "/v1/messages/count_tokens"], "models_priced": []}
+    rejected = [r for r in verify_chain(gateway.config.journal) if r["event"] == "request_rejected"]
+    assert [r["code"] for r in rejected] == ["bad_json", "method_not_allowed"]
+
+
+def test_config_model_section(gateway_config: Callable[..., dict[str, Any]], api: FakeAPI) -> None:
+    raw = gateway_config()
+    assert parse(raw).model is None
+    net = {"proxy": "egress-proxy:3128", "allow": ["api.anthropic.com:443"]}
+    good = {"mode": "anthropic", "upstream": "https://api.anthropic.com/", "key_file": "/run/secrets/key", "blob_dir": "/state/blobs", "prices": PRICES}
+    config = parse({**raw, "egress": net, "model": good})
+    assert config.model is not None
+    assert (config.model.upstream, config.model.key_file, config.model.timeout_seconds) == ("https://api.anthropic.com", "/run/secrets/key", 600.0)
+    assert config.model.prices[MODEL_ID] == Price(3.0, 15.0, 3.75, 0.3)
+    replay = {"mode": "replay", "recording": {"journals": ["/rec/journal.jsonl"], "blob_dir": "/rec/blobs"}, "blob_dir": "/state/blobs"}
+    assert parse({**raw, "model": replay}).model.recording == ("/rec/journal.jsonl",)  # type: ignore[union-attr]
+    for bad, extra, field_name in [
+        ({"mode": "live"}, {}, "model.mode"),
+        ({**good, "blob_dir": "relative"}, {"egress": net}, "model.blob_dir"),
+        ({k: v for k, v in good.items() if k != "key_file"}, {"egress": net}, "model.key_file"),
+        (good, {}, "model.upstream"),  # no egress section
+        ({**good, "upstream": "https://evil.example.com"}, {"egress": net}, "model.upstream"),  # not on the allowlist
+        ({**good, "upstream": "http://api.anthropic.com:443"}, {"egress": net}, "model.upstream"),  # plain http
+        ({**good, "upstream": "https://api.anthropic.com/?x=1"}, {"egress": net}, "model.upstream"),
+        ({**good, "recording": replay["recording"]}, {"egress": net}, "model.recording"),  # another mode's field
+        ({**good, "tokens": 1}, {"egress": net}, "model.tokens"),
+        ({**good, "prices": {MODEL_ID: {"input": 1, "output": 1, "cache_write": 1}}}, {"egress": net}, f"model.prices.{MODEL_ID}.cache_read"),
+        ({**good, "prices": {MODEL_ID: {"input": -1, "output": 1, "cache_write": 1, "cache_read": 1}}}, {"egress": net}, f"model.prices.{MODEL_ID}.input"),
+        ({**replay, "recording": {"journals": []}}, {}, "model.recording.journals"),
+        ({"mode": "scripted", "blob_dir": "/b"}, {}, "model.script"),
+        ({**good, "timeout_seconds": 0}, {"egress": net}, "model.timeout_seconds"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            parse({**raw, **extra, "model": bad})
+        assert info.value.field == field_name, (bad, str(info.value))
+
+
+@pytest.mark.parametrize(("content", "why"), [("short", "at least 16"), ("has a space in it ok", "no spaces"), ("", "at least 16")])
+def test_an_unusable_key_file_stops_the_gateway_without_quoting_it(start: Callable[..., Gateway], api: FakeAPI, proxy: Any, tmp_path: Path, content: str, why: str) -> None:
+    key = tmp_path / "bad-key"
+    key.write_text(content)
+    with pytest.raises(gw_model.ModelError) as info:
+        start(anthropic_model(api, key), egress=egress(proxy, api))
+    assert why in str(info.value) and (not content or content not in str(info.value))
+
+
+# ---------------------------------------------------------------- the reference agent and the bridge
+
+
+def test_the_reference_agent_runs_a_tool_loop_through_the_gateway(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    turns = [
+        {**message(), "content": [{"type": "tool_use", "id": "toolu_1", "name": "fs_write", "input": {"path": "notes/a.txt", "content": "hi"}}], "stop_reason": "tool_use"},
+        {**message(), "content": [{"type": "tool_use", "id": "toolu_2", "name": "fs_write", "input": {"path": "tests/t.py", "content": "x"}}], "stop_reason": "tool_use"},
+        {**message(), "content": [{"type": "tool_use", "id": "toolu_3", "name": "task_report", "input": {"status": "done", "summary": "wrote notes/a.txt"}}], "stop_reason": "tool_use"},
+        message("All done."),
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(turns))
+    gateway = start({"mode": "scripted", "script": str(script)})
+    log = tmp_path / "agent.log"
+    with log.open("w") as out:
+        code = claude_agent.run("write hi into notes/a.txt", socket_path=gateway.config.socket, model=MODEL_ID, max_turns=10, log=out)
+    assert code == 0
+    assert (Path(gateway.config.workspace) / "notes" / "a.txt").read_text() == "hi"
+    tool_calls = [(r["tool"], r["status"]) for r in verify_chain(gateway.config.journal) if r["event"] == "tool_call"]
+    assert tool_calls == [("fs.write", 200), ("fs.write", 403), ("task.report", 200)]  # the agent reported itself: no second report
+    requests = [json.loads(blob(gateway, r["request_sha256"])) for r in calls(gateway)]
+    assert len(requests) == 4 and requests[0]["model"] == MODEL_ID
+    tools_offered = {t["name"]: t for t in requests[0]["tools"]}
+    assert {"fs_read", "fs_write", "fs_list", "fs_delete", "task_report", "http_request", "db_query", "db_execute"} <= set(tools_offered)
+    schema = tools_offered["fs_write"]["input_schema"]
+    assert schema["required"] == ["path"] and schema["properties"]["mode"]["type"] == "integer"
+    denied = requests[2]["messages"][-1]["content"][0]
+    assert denied["is_error"] is True and "protected" in denied["content"] and "action_id" not in denied["content"]
+    assert requests[1]["messages"][-1]["content"][0]["content"] == json.dumps({"sha256": hashlib.sha256(b"hi").hexdigest(), "size": 2}, sort_keys=True)
+
+
+def test_the_reference_agent_reports_when_it_stops_at_max_turns(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    loop = {**message(), "content": [{"type": "tool_use", "id": "toolu_1", "name": "fs_list", "input": {}}], "stop_reason": "tool_use"}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([loop, loop]))
+    gateway = start({"mode": "scripted", "script": str(script)})
+    with (tmp_path / "agent.log").open("w") as out:
+        assert claude_agent.run("list", socket_path=gateway.config.socket, max_turns=2, log=out) == 3
+    reports = [r for r in verify_chain(gateway.config.journal) if r.get("tool") == "task.report"]
+    assert len(reports) == 1 and reports[0]["claim"]["status"] == "max_turns"
+
+
+def test_the_tcp_bridge_carries_sdk_calls_over_loopback(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([message("over tcp"), sse("str", "eam").decode()]))
+    gateway = start({"mode": "scripted", "script": str(script)})
+    with tcp_bridge.Bridge(gateway.config.socket, port=0) as bridge:
+        assert bridge.url.startswith("http://127.0.0.1:")
+        client = anthropic.Anthropic(base_url=bridge.url, api_key=AGENT_KEY, max_retries=0, http_client=httpx.Client(trust_env=False))
+        assert client.messages.create(**ASK).content[0].text == "over tcp"
+        with client.messages.stream(**ASK) as events:
+            assert events.get_final_text() == "stream"
+        assert len(calls(gateway)) == 2
+
+
+def test_the_tcp_bridge_listens_on_loopback_only() -> None:
+    with tcp_bridge.Bridge("/nonexistent.sock", port=0) as bridge:
+        assert bridge._listener.getsockname()[0] == "127.0.0.1"
