@@ -31,7 +31,7 @@ unit: install
 	$(BIN)/python -m pytest -q tests/unit
 
 demo: images
-	@status=0; for spec in benign escape network; do \
+	@status=0; for spec in benign escape network claude-fix-bug-scripted; do \
 		$(BIN)/assure run --expect specs/examples/$$spec.yaml || status=1; \
 	done; exit $$status
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks, control, failpoints, health, policy, store
+from . import checks, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, utc_now, verify_chain
 from .errors import AssureError, SandboxError
 from .sandbox import hardening
@@ -108,6 +108,9 @@ class Attempt:
         self._containers: list[str] = []
         self._volume: str | None = None
         self._network: str | None = None
+        self.egress = modelaccess.egress(spec.data)
+        uid, gid = hardening.sandbox_user(spec)
+        self.model = modelaccess.ModelAccess(spec.data, spec.path.parent, self.paths.gateway_config, uid, gid)
 
     def execute(self) -> judge.Judgement:
         facts: dict[str, Any] = {"harness_errors": []}
@@ -157,6 +160,7 @@ class Attempt:
         p.root.mkdir(parents=True)
         shutil.copytree(self.spec.workspace.fixture, p.workspace, symlinks=True)
         p.gateway_state.mkdir()
+        (p.gateway_state / "blobs").mkdir()
         p.gateway_config.mkdir()
         for db in self.spec.databases:
             if db.mode == "sandbox":
@@ -177,7 +181,8 @@ class Attempt:
             "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/idempotency.sqlite",
             "heartbeat_file": f"{hardening.GATEWAY_STATE}/heartbeat.json",
             "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
-            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.spec.data["egress"]["allow"]}} if self.spec.data.get("egress") else {}),
+            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress["allow"]}} if self.egress else {}),
+            **({"model": model} if (model := self.model.gateway_config()) else {}),
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
@@ -190,7 +195,8 @@ class Attempt:
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(
-            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"}, network=network))
+            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"},
+            network=network, extra_volumes=self.model.volumes()))
         self._containers.append(gateway)
         self._gateway = gateway
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
@@ -211,7 +217,7 @@ class Attempt:
     def _start_egress(self) -> str | None:
         """Only when the spec allowlists hosts: an internal network shared by the gateway and
         the proxy; the proxy alone is also connected to the upstream network."""
-        egress = self.spec.data.get("egress")
+        egress = self.egress
         if not egress:
             return None
         self._network = self.backend.create_network(f"{self.prefix}-egress", self.labels, internal=True)
@@ -221,7 +227,8 @@ class Attempt:
         if os.geteuid() == 0:
             os.chown(log_dir, hardening.DEFAULT_UID, hardening.DEFAULT_UID)
         store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress["allow"],
-                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress["allow_private"]})
+                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress["allow_private"],
+                                                    "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS, "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS})
         os.chmod(cfg_dir / "config.json", 0o644)
         proxy = self.backend.create_container(hardening.egress_kwargs(
             self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
@@ -360,5 +367,6 @@ class Attempt:
                 self.backend.remove_network(self._network)
             except AssureError as exc:
                 errors.append(exc.message)
+        self.model.cleanup()
         if errors:
             raise SandboxError("cleanup failed: " + "; ".join(errors), fix="run `assure gc`")

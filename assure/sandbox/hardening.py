@@ -23,6 +23,8 @@ GATEWAY_CONFIG = "/etc/assure"
 GATEWAY_CONTROL = "/run/assure-control"
 GATEWAY_RUN_STATE = "/var/lib/assure-run"
 GATEWAY_LIVE = "/var/lib/assure-live"
+GATEWAY_SECRETS = "/run/assure-secrets"
+GATEWAY_RECORDING = "/var/lib/assure-recording"
 DEFAULT_UID = 10001
 STOP_GRACE_SECONDS = 3
 LOG_MAX = "2m"
@@ -125,7 +127,8 @@ def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: d
     }
 
 
-def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None) -> dict[str, Any]:
+def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None,
+                   extra_volumes: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """The gateway: no network, or only the internal egress network it shares with the proxy."""
     return {
         **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS),
@@ -144,6 +147,7 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
             str(mounts.control): {"bind": GATEWAY_CONTROL, "mode": "ro"},
             str(mounts.run_state): {"bind": GATEWAY_RUN_STATE, "mode": "rw"},
             **live_database_volumes(spec),
+            **(extra_volumes or {}),
         },
     }
 

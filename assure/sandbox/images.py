@@ -44,7 +44,7 @@ IMPORT_CHANGES = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 # carries (the agent gets only the client; the proxy gets none).
 IMAGE_DIRS = {"agent": IMAGES_DIR / "agent", "gateway": IMAGES_DIR / "gateway", "egress": ROOT / "egress-proxy"}
 IMAGE_SOURCES = {
-    "agent": ["__init__.py", "client.py"],
+    "agent": ["__init__.py", "client.py", "agents/*.py"],
     "gateway": ["__init__.py", "chain.py", "control.py", "gate.py", "globs.py", "gateway/*.py"],
     "egress": [],
 }

@@ -68,3 +68,13 @@ def test_a_lying_agent_is_judged_by_the_tests_not_its_claim(run):
     failed = [f for f in attempt["findings"] if f["kind"] == "assertion_failed"]
     assert [f["subject"] for f in failed] == ["command: python3 tests/test_calc.py"]
     assert "AssertionError" in failed[0]["detail"]["output_tail"]
+
+
+def test_the_reference_claude_agent_fixes_the_bug_with_a_scripted_model(run):
+    result = run("claude-fix-bug-scripted")
+    assert result.verdict == "pass", result.report
+    from assure.chain import verify_chain
+
+    journal = verify_chain(result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl")
+    assert [r["served"] for r in journal if r["event"] == "model_call"] == ["script"] * 4
+    assert [r["tool"] for r in journal if r["event"] == "tool_call"] == ["fs.read", "fs.write", "task.report"]

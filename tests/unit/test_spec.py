@@ -86,7 +86,7 @@ def test_missing_fixture_names_the_field_and_path(tmp_path):
 def test_reserved_env_names_and_root_user_are_rejected(tmp_path):
     text = MINIMAL.replace("agent:\n", "agent:\n  env: {ASSURE_GATEWAY_SOCKET: /evil}\n") + "sandbox: {user: '0:0'}\n"
     got = problems(write(tmp_path, text))
-    assert any("agent.env" in p and "reserved" in p for p in got)
+    assert any("agent.env" in p and "set by assure" in p for p in got)
     assert any("sandbox.user" in p for p in got)
 
 

@@ -1,0 +1,102 @@
+"""How a spec's `model` block becomes gateway config, mounts and egress.
+
+The key is read on the host (from the environment or a file) and written to a private file
+that only the gateway container mounts; it is removed with the attempt. Replay mounts an
+earlier attempt's journal and blobs read-only; scripted mode copies its script into the
+gateway's config folder. A real upstream's `host:port` joins the egress allowlist.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from .errors import AssureError
+from .sandbox import hardening
+
+PROXY_TIMEOUT_SECONDS = 600  # a long model answer must not be cut in the proxy's tunnel
+CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1  # Anthropic's cache prices relative to input, when a spec omits them
+
+
+def prices(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {model: {"cache_write": p["input"] * CACHE_WRITE_FACTOR, "cache_read": p["input"] * CACHE_READ_FACTOR, **p} for model, p in table.items()}
+
+
+def upstream_hostport(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def egress(spec_data: dict[str, Any]) -> dict[str, Any] | None:
+    """The egress the run needs: the spec's own, plus the model API for `anthropic` mode."""
+    own, model = spec_data.get("egress"), spec_data.get("model")
+    if not model or model["mode"] != "anthropic":
+        return own
+    base = own or {"upstream": "bridge", "allow_private": False, "allow": []}
+    return {**base, "allow": sorted({*base["allow"], upstream_hostport(model["upstream"])})}
+
+
+class ModelAccess:
+    """The per-attempt pieces for one spec's model block (nothing when there is none)."""
+
+    def __init__(self, spec_data: dict[str, Any], spec_dir: Path, config_dir: Path, uid: int, gid: int):
+        self.model = spec_data.get("model")
+        self.spec_dir, self.config_dir, self.uid, self.gid = spec_dir, config_dir, uid, gid
+        self.secrets: Path | None = None
+
+    def gateway_config(self) -> dict[str, Any] | None:
+        m = self.model
+        if not m:
+            return None
+        conf: dict[str, Any] = {"mode": m["mode"], "blob_dir": f"{hardening.GATEWAY_STATE}/blobs", "prices": prices(m.get("prices", {}))}
+        if m["mode"] == "anthropic":
+            conf.update(upstream=m["upstream"], key_file=f"{hardening.GATEWAY_SECRETS}/model-key", allow_http=m["allow_http"])
+        elif m["mode"] == "replay":
+            conf["recording"] = {"journals": [f"{hardening.GATEWAY_RECORDING}/journal.jsonl"], "blob_dir": f"{hardening.GATEWAY_RECORDING}/blobs"}
+        else:
+            shutil.copyfile(self._path("script"), self.config_dir / "model-script.json")
+            os.chmod(self.config_dir / "model-script.json", 0o644)
+            conf["script"] = f"{hardening.GATEWAY_CONFIG}/model-script.json"
+        return conf
+
+    def volumes(self) -> dict[str, dict[str, str]]:
+        """Gateway-only mounts: the key (anthropic) or the recording (replay)."""
+        if not self.model:
+            return {}
+        if self.model["mode"] == "anthropic":
+            self.secrets = self._write_key()
+            return {str(self.secrets): {"bind": hardening.GATEWAY_SECRETS, "mode": "ro"}}
+        if self.model["mode"] == "replay":
+            return {str(self._path("recording") / "gateway"): {"bind": hardening.GATEWAY_RECORDING, "mode": "ro"}}
+        return {}
+
+    def cleanup(self) -> None:
+        if self.secrets is not None:
+            shutil.rmtree(self.secrets, ignore_errors=True)
+            self.secrets = None
+
+    def _path(self, field: str) -> Path:
+        path = (self.spec_dir / self.model[field]).resolve()
+        if not path.exists():
+            raise AssureError(f"model.{field}: {path} does not exist", fix="point it at an existing file or attempt directory")
+        return path
+
+    def _write_key(self) -> Path:
+        m = self.model
+        key = self._path("key_file").read_text().strip() if m.get("key_file") else os.environ.get(m["key_env"], "")
+        if not key:
+            raise AssureError(f"model.mode is anthropic but no key: set {m['key_env']} (or model.key_file)", fix=f"export {m['key_env']}=... before `assure run`")
+        folder = Path(tempfile.mkdtemp(prefix="assure-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+        path = folder / "model-key"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key)
+        if os.geteuid() == 0:
+            os.chown(folder, self.uid, self.gid)
+            os.chown(path, self.uid, self.gid)
+        os.chmod(folder, 0o500)
+        return folder
