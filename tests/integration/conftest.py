@@ -102,3 +102,8 @@ def make_spec(tmp_path):
         return path
 
     return make
+
+
+def run_dirs(runs: Path) -> list[Path]:
+    """The run directories under a runs folder (`.health/` and other dot folders are not runs)."""
+    return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))

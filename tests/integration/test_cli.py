@@ -3,6 +3,7 @@ reproduces the verdict offline and notices a run directory changed after the fac
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES, SPECS
+from .conftest import EXAMPLES, SPECS, run_dirs
 
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
@@ -84,7 +85,8 @@ def test_sigkill_leaves_containers_that_gc_reaps(tmp_path, images, backend):
     assert {c["assure.role"] for c in left} == {"agent", "gateway"}
     assert len([v for v in backend.owned()["volumes"] if v.get("assure.pid") == str(proc.pid)]) == 1
     out = assure("gc", cwd=tmp_path, check_code=0).stdout
-    assert "removed 2 containers, 1 volumes" in out
+    containers, volumes = (int(n) for n in re.match(r"removed (\d+) containers, (\d+) volumes", out).groups())
+    assert containers >= 2 and volumes >= 1  # ours, and any other orphan of a dead process
     assert not [c for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)]
 
 
@@ -96,5 +98,5 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path, images, backend):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 130
     assert not [c for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)]
-    state = json.loads(next((tmp_path / ".assure" / "runs").iterdir()).joinpath("state.json").read_text())
+    state = json.loads(run_dirs(tmp_path / ".assure" / "runs")[0].joinpath("state.json").read_text())
     assert state["state"] == "aborted"

@@ -14,7 +14,7 @@ import pytest
 from assure import alerts
 from assure.store import read_json
 
-from .conftest import ratified
+from .conftest import ratified, run_dirs
 
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
@@ -62,7 +62,7 @@ def test_kill_9_resumes_the_same_task_with_no_duplicate_effect(point, make_spec,
                      assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}, {"exit_code": 0}])
     killed = assure("run", str(spec), cwd=tmp_path, env={"ASSURE_FAILPOINT": point})
     assert killed.returncode == -9, killed.stderr
-    (run_dir,) = (tmp_path / ".assure" / "runs").iterdir()
+    (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
     assert read_json(run_dir / "state.json")["state"] == "running"
 
     resumed = assure("resume", run_dir.name, "--json", cwd=tmp_path)

@@ -16,7 +16,7 @@ from assure import alerts, journal
 from assure.chain import verify_chain
 from assure.store import RunDir
 
-from .conftest import ROOT, ratified
+from .conftest import ROOT, ratified, run_dirs
 
 SHOP = str(ROOT / "fixtures" / "databases" / "shop.sql")
 ASSURE = [sys.executable, "-m", "assure.cli"]
@@ -97,7 +97,7 @@ def test_override_mid_run_leaves_no_mutation_after_its_effect(make_spec, tmp_pat
             time.sleep(0.05)
         else:
             pytest.fail("the writer never wrote")
-        run_id = next(runs.iterdir()).name
+        run_id = run_dirs(runs)[0].name
         assert subprocess.run(ASSURE + ["halt", run_id], cwd=tmp_path, capture_output=True, timeout=30).returncode == 0
         out, _ = proc.communicate(timeout=60)
     finally:

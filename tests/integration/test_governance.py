@@ -10,7 +10,7 @@ import pytest
 from assure import alerts, control, journal
 from assure.store import RunDir
 
-from .conftest import SPECS
+from .conftest import SPECS, run_dirs
 
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
@@ -28,7 +28,7 @@ def test_halt_mid_run_stops_the_agent_and_leaves_a_pending_alert(tmp_path, image
     proc = subprocess.Popen(ASSURE + ["run", "--json", str(SPECS / "hang.yaml")], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_agent(backend, proc.pid)
-        run_id = next((tmp_path / ".assure" / "runs").iterdir()).name
+        run_id = run_dirs(tmp_path / ".assure" / "runs")[0].name
         halted = subprocess.run(ASSURE + ["halt", run_id], cwd=tmp_path, capture_output=True, text=True, timeout=30)
         assert halted.returncode == 0, halted.stderr
         out, _ = proc.communicate(timeout=60)
