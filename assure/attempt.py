@@ -30,6 +30,7 @@ from .sandbox.images import ImageSet
 from .spec import AGENT_IMAGE_ALIAS, Spec
 from .verify import judge
 from .verify.container import EXPECTED_PATHS, layer_changes
+from .verify import sqlite as sqlite_verify
 from .verify.snapshot import take
 
 GATEWAY_READY_SECONDS = 20.0
@@ -149,6 +150,19 @@ class Attempt:
     def _snapshot_post(self) -> None:
         self._post = take(self.paths.workspace).to_json()
         store.write_json(self.paths.root / "post.json", self._post)
+        self._capture_databases("post")
+
+    def _capture_databases(self, side: str) -> None:
+        """Self-contained copies of every database (WAL and journal included) for the verifier;
+        a capture that fails is recorded for it, never skipped."""
+        for db in self.spec.databases:
+            source = self.paths.gateway_state / "db" / f"{db.name}.sqlite" if db.mode == "sandbox" else db.fixture
+            target = self.paths.root / f"db-{side}"
+            target.mkdir(exist_ok=True)
+            try:
+                sqlite_verify.capture(source, target, db.name)
+            except sqlite_verify.DatabaseError as exc:
+                store.write_json(target / f"{db.name}.error.json", {"error": type(exc).__name__, "message": exc.message})
 
     def _run_checks(self) -> None:
         results = checks.run_commands(self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
@@ -166,6 +180,7 @@ class Attempt:
             if db.mode == "sandbox":
                 (p.gateway_state / "db").mkdir(exist_ok=True)
                 _copy_database(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
+        self._capture_databases("pre")
         uid, gid = hardening.sandbox_user(self.spec)
         hardening.chown_tree(p.workspace, uid, gid)
         hardening.chown_tree(p.gateway_state, uid, gid)

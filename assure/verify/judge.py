@@ -14,7 +14,7 @@ from typing import Any
 
 from ..chain import ChainError, canonical, sha256_hex, verify_chain
 from ..store import read_json
-from . import assertions, attribution, container
+from . import assertions, attribution, container, sqlite
 from .diff import Change, diff
 from .findings import Finding, Kind, Verdict, verdict
 from .snapshot import Snapshot, take
@@ -51,6 +51,18 @@ def _journal(path: Path, findings: list[Finding]) -> list[dict[str, Any]]:
         return []
 
 
+def _database_findings(attempt_dir: Path, name: str, journal: list[dict[str, Any]]) -> list[Finding]:
+    """Rows, schema and header of one database: PRE vs POST, explained by the journaled changesets."""
+    pre, post = attempt_dir / "db-pre" / f"{name}.sqlite", attempt_dir / "db-post" / f"{name}.sqlite"
+    for side, path in (("pre", pre), ("post", post)):
+        if not path.is_file():
+            error = path.with_name(f"{name}.error.json")
+            message = read_json(error).get("message", "?") if error.is_file() else "no capture"
+            exc = sqlite.DatabaseError(str(message))
+            return [sqlite.error_finding(name, exc, side=side)]
+    return sqlite.attribute(name, pre, post, sqlite.db_effects(journal, name))
+
+
 def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = False) -> Judgement:
     findings: list[Finding] = []
     facts = read_json(attempt_dir / "container.json")
@@ -79,6 +91,8 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
     ws = spec["workspace"]
     findings += attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"])
     findings += [Finding(Kind.NOT_CHECKED, e.path, e.note) for e in post.entries.values() if e.note]
+    for db in spec.get("databases", []):
+        findings += _database_findings(attempt_dir, db["name"], journal)
     unexplained = [f.subject for f in findings if f.kind in BREACH_KINDS]
     commands = read_json(attempt_dir / "commands.json") if (attempt_dir / "commands.json").is_file() else []
     post_digest = sha256_hex(canonical(post.to_json()))

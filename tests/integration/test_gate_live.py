@@ -136,12 +136,13 @@ def upstream(backend, images):
     client = docker.from_env()
     name = f"assure-test-upstream-{secrets.token_hex(3)}"
     network = client.networks.create(name, internal=True)
-    server = client.containers.run(
-        images.agent, ["python3", "-c", UPSTREAM_SERVER], detach=True, network=name, name=f"{name}-srv",
-        hostname="upstream", read_only=True, cap_drop=["ALL"])
-    network.disconnect(server)
+    server = client.containers.create(images.agent, ["python3", "-c", UPSTREAM_SERVER], name=f"{name}-srv", read_only=True, cap_drop=["ALL"])
     network.connect(server, aliases=["upstream"])
+    server.start()
     try:
+        deadline = time.monotonic() + 30
+        while b"listening" not in server.logs() and time.monotonic() < deadline:
+            time.sleep(0.05)
         yield name
     finally:
         server.remove(force=True)
@@ -156,7 +157,9 @@ class H(http.server.BaseHTTPRequestHandler):
         data = json.dumps({'method': self.command, 'path': self.path, 'body': body.decode()}).encode()
         self.send_response(200); self.send_header('Content-Length', str(len(data))); self.end_headers(); self.wfile.write(data)
     do_GET = do_POST = _answer
-http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()
+server = http.server.ThreadingHTTPServer(('0.0.0.0', 8080), H)
+print('listening', flush=True)
+server.serve_forever()
 """
 
 
@@ -168,8 +171,9 @@ def test_egress_allows_the_allowlist_and_refuses_everything_else(run, make_spec,
     result = run(spec)
     calls = tool_calls(result)
     urls = [(r["decision"], r["status"], r.get("error")) for r in calls]
-    assert urls[0] == ("allow", 200, None)
-    assert urls[1] == ("allow", 200, None)  # POST: an external effect, allowed at the irreversible tier
+    evidence = (result.run_dir / "attempts" / "1" / "agent.log").read_text()  # shown if an assertion fails
+    assert urls[0] == ("allow", 200, None), evidence
+    assert urls[1] == ("allow", 200, None), evidence  # POST: an external effect, allowed at the irreversible tier
     assert [u[2] for u in urls[2:]] == ["egress_denied"] * 4
     log = result.run_dir / "attempts" / "1" / "egress" / "requests.jsonl"
     entries = [json.loads(line) for line in log.read_text().splitlines()]
