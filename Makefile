@@ -41,6 +41,7 @@ bench: images
 	$(BIN)/python bench/snapshot_bench.py
 	$(BIN)/python bench/gate_bench.py
 	$(BIN)/python bench/gate_live_bench.py
+	$(BIN)/python bench/sqlite_bench.py
 
 gc: install
 	$(BIN)/assure gc
