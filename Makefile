@@ -36,6 +36,9 @@ demo: images
 	done; exit $$status
 
 bench: images
+	@if ! command -v sqldiff >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3-tools >/dev/null; \
+	fi
 	$(BIN)/python bench/e2e.py
 	$(BIN)/python bench/gateway_latency.py
 	$(BIN)/python bench/snapshot_bench.py
