@@ -148,7 +148,7 @@ class Attempt:
             self.timings[name] = round(time.monotonic() - start, 4)
 
     def _snapshot_post(self) -> None:
-        self._post = take(self.paths.workspace).to_json()
+        self._post = take(self.paths.workspace, reuse=self._pre).to_json()
         store.write_json(self.paths.root / "post.json", self._post)
         self._capture_databases("post")
 
@@ -201,7 +201,8 @@ class Attempt:
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
-        store.write_json(p.root / "pre.json", take(p.workspace).to_json())
+        self._pre = take(p.workspace)
+        store.write_json(p.root / "pre.json", self._pre.to_json())
 
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ import stat
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
@@ -62,7 +62,10 @@ class Entry:
     setuid, setgid and sticky. `sha256` is set for regular files that were hashed. `target` is what the node points at: a symlink's text (never followed) or a
     device node's "MAJOR:MINOR". `link_group` is set for regular files with nlink > 1: the
     smallest path in the snapshot with the same (st_dev, st_ino). `xattrs` holds sorted
-    (name, sha256 of value) pairs. `note` says what was not checked, and why.
+    (name, sha256 of value) pairs. `note` says what was not checked, and why. `stamp`
+    (dev, inode, size, mtime and ctime, in ns) lets a later snapshot of the same tree reuse
+    this hash; it is never compared: the ctime cannot be set by anyone without the clock
+    capability, so content changed with its size and mtime restored still changes the stamp.
     """
 
     path: str
@@ -77,6 +80,7 @@ class Entry:
     link_group: str | None
     xattrs: Xattrs
     note: str | None
+    stamp: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON values; dump with ensure_ascii=True so surrogate escapes survive."""
@@ -134,14 +138,15 @@ class Snapshot:
         return cls(entries=by_path, truncated=bool(data["truncated"]), notes=tuple(data["notes"]))
 
 
-def take(root: str | os.PathLike[str], limits: Limits = Limits()) -> Snapshot:
+def take(root: str | os.PathLike[str], limits: Limits = Limits(), *, reuse: Snapshot | None = None) -> Snapshot:
     """Snapshot the tree under `root` (the root itself is not an entry).
 
-    Raises SnapshotError if `root` is not a real directory or cannot be listed; everything
-    below it that cannot be checked is noted instead.
+    With `reuse` (an earlier snapshot of the same tree), a file whose stamp is unchanged keeps
+    its earlier hash instead of being read again. Raises SnapshotError if `root` is not a real
+    directory or cannot be listed; everything below it that cannot be checked is noted instead.
     """
     with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="assure-hash") as pool:
-        walk = _Walk(limits, pool)
+        walk = _Walk(limits, pool, reuse.entries if reuse is not None else {})
         try:
             walk.run(_open_root(root))
         finally:
@@ -164,9 +169,10 @@ class _Walk:
     MAX_FILES_IN_FLIGHT at a time, each on a descriptor the walk opened and checked.
     """
 
-    def __init__(self, limits: Limits, pool: ThreadPoolExecutor):
+    def __init__(self, limits: Limits, pool: ThreadPoolExecutor, reuse: Mapping[str, Entry]):
         self.limits = limits
         self.pool = pool
+        self.reuse = reuse
         self.entries: dict[str, Entry] = {}
         self.notes: list[str] = []
         self.truncated = False
@@ -280,6 +286,7 @@ class _Walk:
             link_group=None,
             xattrs=xattrs,
             note=note,
+            stamp=_stamp(st) if kind == "file" else None,
         )
         self._collect(keep=MAX_FILES_IN_FLIGHT)
         return st
@@ -301,6 +308,10 @@ class _Walk:
         if refusal is not None:
             os.close(fd)
             return None, xattrs, refusal
+        earlier = self.reuse.get(path)
+        if earlier is not None and earlier.sha256 is not None and earlier.stamp == _stamp(st):
+            os.close(fd)
+            return earlier.sha256, xattrs, None
         if st.st_size >= PARALLEL_HASH_BYTES:
             self.hashing.append((path, self.pool.submit(_hash_and_close, fd, st)))
             return None, xattrs, None
@@ -348,6 +359,10 @@ class _Walk:
     def _stop(self, note: str) -> None:
         self._cut(note)
         self.stopped = True
+
+
+def _stamp(st: os.stat_result) -> str:
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
 
 
 def _open_root(root: str | os.PathLike[str]) -> int:

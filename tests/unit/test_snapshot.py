@@ -336,6 +336,7 @@ def test_hostile_names_survive_json_and_are_displayed_escaped(tmp_path: Path) ->
 def test_json_form_is_exact(tmp_path: Path) -> None:
     (tmp_path / "hello.txt").write_bytes(b"hello\n")
     own(tmp_path / "hello.txt", 0o640)
+    st = os.lstat(tmp_path / "hello.txt")
 
     assert take(tmp_path).to_json() == {
         "version": 1,
@@ -355,6 +356,7 @@ def test_json_form_is_exact(tmp_path: Path) -> None:
                 "link_group": None,
                 "xattrs": [],
                 "note": None,
+                "stamp": f"{st.st_dev}:{st.st_ino}:6:{st.st_mtime_ns}:{st.st_ctime_ns}",
             }
         ],
     }
@@ -495,3 +497,37 @@ def test_max_total_path_chars_stops_the_walk(tmp_path: Path) -> None:
         True,
         ("stopped after max_total_path_chars (450 characters)",),
     )
+
+
+def test_reuse_gives_the_same_snapshot_and_reads_only_what_changed(tmp_path, monkeypatch):
+    import assure.verify.snapshot as snap
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    for i in range(20):
+        (root / f"f{i}.txt").write_bytes(b"%d" % i * 100)
+    pre = snap.take(root)
+    (root / "f3.txt").write_bytes(b"changed")
+    reads = []
+    real = snap._hash_and_close
+    monkeypatch.setattr(snap, "_hash_and_close", lambda fd, st: reads.append(st.st_ino) or real(fd, st))
+    post = snap.take(root, reuse=pre)
+    assert len(reads) == 1
+    monkeypatch.setattr(snap, "_hash_and_close", real)
+    assert post.to_json() == {**snap.take(root).to_json()}
+
+
+def test_reuse_still_finds_content_changed_with_size_and_mtime_restored(tmp_path):
+    from assure.verify.diff import diff
+    from assure.verify.snapshot import take
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    target = root / "a.txt"
+    target.write_bytes(b"original")
+    before = os.stat(target)
+    pre = take(root)
+    target.write_bytes(b"ORIGINAL")  # same size
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime put back; ctime cannot be
+    changes = diff(pre, take(root, reuse=pre))
+    assert [(c.path, c.fields) for c in changes] == [("a.txt", ("content",))]
