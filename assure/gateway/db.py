@@ -72,7 +72,7 @@ PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "i
 
 _READ_OPS = frozenset({apsw.SQLITE_READ, apsw.SQLITE_SELECT, apsw.SQLITE_RECURSIVE})
 _WRITE_OPS = frozenset({apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE})
-_DBCONFIG = (
+DEFENSIVE_DBCONFIG = (  # every connection: the gateway's, and the verifier's copies
     ("SQLITE_DBCONFIG_DEFENSIVE", 1),
     ("SQLITE_DBCONFIG_TRUSTED_SCHEMA", 0),
     ("SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION", 0),
@@ -246,7 +246,7 @@ def _open(path: str, *, readonly: bool, guard: _Guard) -> apsw.Connection:
     except apsw.Error as exc:
         raise ToolError("io_error", f"cannot open the database: {_message(exc)}") from None
     try:
-        for option, value in _DBCONFIG:
+        for option, value in DEFENSIVE_DBCONFIG:
             if hasattr(apsw, option):
                 conn.config(getattr(apsw, option), value)
         if conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) != 1:

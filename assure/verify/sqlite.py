@@ -75,7 +75,7 @@ from typing import Any
 import apsw
 
 from assure.errors import AssureError
-from assure.gateway.db import replay  # the one way a journaled changeset is applied
+from assure.gateway.db import DEFENSIVE_DBCONFIG, replay  # the one way a changeset is applied; one hardening
 from assure.textsafe import display
 
 from .findings import Finding, Kind
@@ -93,15 +93,6 @@ CHUNK_BYTES = 1 << 20
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 SIDECARS = ("-wal", "-journal", "-shm")
 
-_DBCONFIG = (
-    ("SQLITE_DBCONFIG_DEFENSIVE", 1),
-    ("SQLITE_DBCONFIG_TRUSTED_SCHEMA", 0),
-    ("SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION", 0),
-    ("SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER", 0),
-    ("SQLITE_DBCONFIG_WRITABLE_SCHEMA", 0),
-    ("SQLITE_DBCONFIG_ENABLE_ATTACH_CREATE", 0),
-    ("SQLITE_DBCONFIG_ENABLE_ATTACH_WRITE", 0),
-)
 _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CODECS = {"UTF-8": ("utf-8", "surrogateescape"), "UTF-16le": ("utf-16-le", "surrogatepass"), "UTF-16be": ("utf-16-be", "surrogatepass")}
 
@@ -322,7 +313,7 @@ def _configure(conn: apsw.Connection, deadline: _Deadline, *, attached: int = 0,
     passed an integrity check with it on; the comparisons run on captured copies that have
     (private files, never shared with the agent) and leave it off: it costs them about 20%.
     """
-    for option, value in _DBCONFIG:
+    for option, value in DEFENSIVE_DBCONFIG:
         if hasattr(apsw, option):
             conn.config(getattr(apsw, option), value)
     if conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) != 1 or conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, -1) != 0:

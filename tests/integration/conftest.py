@@ -107,3 +107,19 @@ def make_spec(tmp_path):
 def run_dirs(runs: Path) -> list[Path]:
     """The run directories under a runs folder (`.health/` and other dot folders are not runs)."""
     return sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def live_ledger(tmp_path: Path) -> Path:
+    """A 'live' database outside any run, writable by the sandbox user (as a real one must be)."""
+    import os
+    import sqlite3
+
+    live = tmp_path / "live" / "ledger.sqlite"
+    live.parent.mkdir()
+    db = sqlite3.connect(live)
+    db.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, amount INTEGER)")
+    db.commit()
+    db.close()
+    for path in (live.parent, live):
+        os.chown(path, 10001, 10001)
+    return live

@@ -14,7 +14,7 @@ import pytest
 from assure import alerts
 from assure.store import read_json
 
-from .conftest import ratified, run_dirs
+from .conftest import live_ledger, ratified, run_dirs
 
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
@@ -38,15 +38,7 @@ def target(tmp_path):
 
 @pytest.fixture
 def ledger(tmp_path):
-    live = tmp_path / "live" / "ledger.sqlite"
-    live.parent.mkdir()
-    db = sqlite3.connect(live)
-    db.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, amount INTEGER)")
-    db.commit()
-    db.close()
-    for path in (live.parent, live):
-        os.chown(path, 10001, 10001)
-    return live
+    return live_ledger(tmp_path)
 
 
 def commits(repo):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sqlite3
 import subprocess
@@ -16,7 +15,7 @@ from assure import alerts, journal
 from assure.chain import verify_chain
 from assure.store import RunDir
 
-from .conftest import ROOT, ratified, run_dirs
+from .conftest import ROOT, live_ledger, ratified, run_dirs
 
 SHOP = str(ROOT / "fixtures" / "databases" / "shop.sql")
 ASSURE = [sys.executable, "-m", "assure.cli"]
@@ -43,19 +42,6 @@ def test_an_unratified_contract_denies_every_mutation_and_nothing_changes(run, m
 def test_a_self_ratified_contract_is_no_contract(run, make_spec):
     result = run(make_spec("selfie", "every-mutation.sh", contract=ratified(["fs:**"], ratified_by="alice")))
     assert {r["rule"] for r in tool_calls(result) if r["tool"] == "fs.write"} == {"contract.self_ratified"}
-
-
-def live_ledger(tmp_path):
-    """A 'live' database outside any run, writable by the sandbox user (as a real one must be)."""
-    live = tmp_path / "live" / "ledger.sqlite"
-    live.parent.mkdir()
-    db = sqlite3.connect(live)
-    db.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, amount INTEGER)")
-    db.commit()
-    db.close()
-    for path in (live.parent, live):
-        os.chown(path, 10001, 10001)
-    return live
 
 
 def test_one_key_one_effect_and_a_derived_key_for_live_effects(run, make_spec, tmp_path):
