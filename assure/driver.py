@@ -410,7 +410,8 @@ def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:
             source = store.read_json(path / "spec.json").get("_source")
         except AssureError:
             continue
-        if source == str(spec.path) and state.get("state") in ("running", "aborted") and not _locked(path):
+        resumable = isinstance(state, dict) and {"tasks", "order", "next_attempt"} <= state.keys()
+        if resumable and source == str(spec.path) and state.get("state") in ("running", "aborted") and not _locked(path):
             candidates.append((state_file.stat().st_mtime, path))
     return store.RunDir(max(candidates)[1]) if candidates else None
 
