@@ -26,7 +26,8 @@ def verdict_text(verdict: str) -> Text:
 def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False) -> Panel:
     parts: list[Any] = []
     for attempt in report["attempts"]:
-        head = Text.assemble(f"attempt {attempt['attempt']}: ", verdict_text(attempt["verdict"]),
+        task = f" (task {display(attempt['task'])})" if len(report.get("tasks", [])) > 1 else ""
+        head = Text.assemble(f"attempt {attempt['attempt']}{task}: ", verdict_text(attempt["verdict"]),
                              f"   exit code {attempt['exit_code']}" + ("  (deadline hit)" if attempt.get("timed_out") else ""))
         parts.append(head)
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
@@ -49,6 +50,9 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
         if attempt.get("claim"):
             claim = attempt["claim"]
             parts.append(Text(f"  agent's claim (narrative, not evidence): {display(str(claim.get('status')))}: {display(str(claim.get('summary', '')))[:200]}", style="italic dim"))
+    for task in report.get("tasks", []):
+        parts.append(Text(f"task {display(task['id'])}: {task['state']}" + (f" ({display(str(task['reason']))})" if task.get("reason") else "")
+                          + f"  attempts {', '.join(map(str, task['attempts']))}", style="bold"))
     expect = report.get("expect")
     title = Text.assemble(f"{display(report['spec'])}  ", verdict_text(report["verdict"]))
     if expect:

@@ -14,7 +14,7 @@ import pytest
 from assure import alerts
 from assure.store import read_json
 
-from .conftest import live_ledger, ratified, run_dirs
+from .conftest import ROOT, live_ledger, ratified, run_dirs
 
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
@@ -26,8 +26,6 @@ def assure(*args, cwd, env=None, timeout=300):
 @pytest.fixture
 def target(tmp_path):
     """A git repository holding the fixture: where verified results are committed."""
-    from .conftest import ROOT
-
     repo = tmp_path / "target"
     subprocess.run(["cp", "-a", str(ROOT / "fixtures" / "workspaces" / "calc"), str(repo)], check=True)
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -57,7 +55,8 @@ def test_kill_9_resumes_the_same_task_with_no_duplicate_effect(point, make_spec,
     (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
     assert read_json(run_dir / "state.json")["state"] == "running"
 
-    resumed = assure("resume", run_dir.name, "--json", cwd=tmp_path)
+    # `assure resume RUN`, or the same `assure run SPEC` again: both pick up the same run
+    resumed = assure("run", "--json", str(spec), cwd=tmp_path) if point == "verify" else assure("resume", run_dir.name, "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     report = json.loads(resumed.stdout)
     (task,) = report["tasks"]
@@ -143,3 +142,51 @@ def test_tasks_run_in_order_on_committed_state_and_a_hostile_id_stays_data(make_
         assert path.resolve().is_relative_to(run_dir.resolve()) or path.is_symlink()
         assert "\n" not in path.name and "\x1b" not in path.name
     assert len(list((run_dir / "receipts").glob("*.json"))) == 3  # two receipts and the seal
+
+
+def wait_for(predicate, timeout=60):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    pytest.fail("timed out")
+
+
+def test_dial_down_proposes_and_promote_commits_after_the_dial_is_raised(make_spec, tmp_path, target, images, backend):
+    spec = make_spec("dialed", "fix-slow.sh", contract=ratified(["fs:**"]), promote={"target": str(target)},
+                     assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}])
+    proc = subprocess.Popen(ASSURE + ["run", "--json", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = tmp_path / ".assure" / "runs"
+    wait_for(lambda: runs.exists() and run_dirs(runs) and any(c.get("assure.role") == "agent" for c in backend.owned(run_dirs(runs)[0].name)["containers"]))
+    run_id = run_dirs(runs)[0].name
+    assert assure("dial", run_id, "propose", cwd=tmp_path).returncode == 0
+    report = json.loads(proc.communicate(timeout=120)[0])
+    assert report["tasks"][0]["state"] == "proposed" and commits(target) == ["fixture"]
+    assert assure("promote", run_id, cwd=tmp_path).returncode == 1  # still dialled down: stays proposed
+    assert assure("dial", run_id, "commit", cwd=tmp_path).returncode == 0
+    promoted = assure("promote", run_id, cwd=tmp_path)
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    assert commits(target) == ["assure: task main", "fixture"]
+    assert "return a + b" in (target / "src" / "calc.py").read_text()
+    listed = json.loads(assure("runs", "--json", cwd=tmp_path).stdout)
+    assert [(r["run_id"], r["tasks"]) for r in listed] == [(run_id, {"main": "committed"})]
+    timeline = assure("show", run_id, cwd=tmp_path).stdout
+    for event in ("attempt_started", "dial_changed", "promote_proposed", "promote_decided", "promote_committed"):
+        assert event in timeline, event
+
+
+def test_a_failed_commit_is_commit_failed_with_an_alert_never_done(make_spec, tmp_path, images):
+    broken = tmp_path / "broken-target"
+    broken.mkdir()
+    (broken / ".git").write_text("not a git directory\n")
+    spec = make_spec("broken", "fix-slow.sh", contract=ratified(["fs:**"]), promote={"target": str(broken)},
+                     agent={"command": ["sh", "/opt/agent/fix-slow.sh"], "files": str(ROOT / "fixtures" / "agents" / "governance"), "env": {"LINGER": "0"}},
+                     assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}])
+    report = json.loads(assure("run", "--json", str(spec), cwd=tmp_path).stdout)
+    (task,) = report["tasks"]
+    assert task["state"] == "commit_failed" and "git" in task["reason"]
+    pending = [a for a in alerts.all_alerts(tmp_path / ".assure" / "runs") if a.kind == "commit_failed"]
+    assert len(pending) == 1 and pending[0].state == "pending"

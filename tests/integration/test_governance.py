@@ -73,3 +73,36 @@ def test_a_breach_raises_an_alert(run):
     result = run("escape")
     kinds = sorted(a.kind for a in alerts.all_alerts(result.run_dir.parent))
     assert kinds == ["breach", "quarantine"]  # a breach quarantines the task at once
+
+
+def test_a_stale_heartbeat_raises_an_alert_that_stays_pending_until_acked(make_spec, tmp_path, images, backend):
+    import os
+    import signal
+
+    from .conftest import ROOT, ratified
+
+    spec = make_spec("stale", "fix-slow.sh", contract=ratified(["fs:**"]),
+                     agent={"command": ["sh", "/opt/agent/fix-slow.sh"], "files": str(ROOT / "fixtures" / "agents" / "governance"), "env": {"LINGER": "30"}})
+    proc = subprocess.Popen(ASSURE + ["run", str(spec)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs = tmp_path / ".assure" / "runs"
+    manifest = tmp_path / "health.json"
+    manifest.write_text(json.dumps({"components": [{"name": "verifier", "stale_after_seconds": 1}, {"name": "driver", "stale_after_seconds": 1}]}))
+    try:
+        wait_for_agent(backend, proc.pid)
+        os.kill(proc.pid, signal.SIGSTOP)  # the driver freezes: its heartbeats stop, its run stays "running"
+        time.sleep(2.5)
+        monitor = subprocess.run(ASSURE + ["monitor", "--once", "--runs-dir", str(runs), "--manifest", str(manifest)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert monitor.returncode == 0, monitor.stderr
+        stale = [a for a in alerts.all_alerts(runs) if a.kind == "stale_health"]
+        assert stale and all(a.state == "pending" for a in stale)
+        assert any("verifier" in a.message for a in stale)
+        again = subprocess.run(ASSURE + ["monitor", "--once", "--runs-dir", str(runs), "--manifest", str(manifest)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0
+        assert len([a for a in alerts.all_alerts(runs) if a.kind == "stale_health"]) == len(stale)  # not raised twice
+        for alert in stale:
+            assert subprocess.run(ASSURE + ["ack", alert.id, "--runs-dir", str(runs)], cwd=tmp_path, capture_output=True, timeout=30).returncode == 0
+        assert all(a.state == "acked" for a in alerts.all_alerts(runs) if a.kind == "stale_health")
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.terminate()
+        proc.wait(timeout=60)
