@@ -24,7 +24,7 @@ from . import spec as spec_mod
 from . import store
 from .errors import AssureError
 from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
-from .sandbox.images import Images, base_mode, base_tags
+from .sandbox.images import Images, ImageSet, base_mode, base_tags
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
 images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox images.")
@@ -65,7 +65,8 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _backend_and_images(build: bool = True) -> tuple[DockerBackend, Any]:
+def _backend_and_images() -> tuple[DockerBackend, ImageSet]:
+    """The engine and this checkout's images, building whatever is missing (with progress)."""
     backend = DockerBackend()
     images = Images(backend, lambda msg: err.print(f"[dim]images:[/] {msg}"))
     found = images.resolve()
