@@ -111,6 +111,7 @@ class Action:
     reversible: bool | None = None
     rollback_ref: str | None = None
     human_gate: str | None = None
+    spends: bool = False  # costs money or tokens without mutating (a model call)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,8 +231,8 @@ def _budget(action: Action, ctx: Context) -> Decision | None:
 
 
 def _operator_halt(action: Action, ctx: Context) -> Decision | None:
-    """After an operator halt no further mutation may start; reads still answer."""
-    if ctx.halted and action.mutates:
+    """After an operator halt no further mutation or spending may start; reads still answer."""
+    if ctx.halted and (action.mutates or action.spends):
         return Decision(DENY, "operator_halt", "the operator halted this run")
     return None
 

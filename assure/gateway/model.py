@@ -640,7 +640,7 @@ class ModelProxy:
             self._blobs.put(call.canonical)  # the request, under its digest
         except OSError as exc:
             return self._unrecorded(record, f"the request could not be stored: {type(exc).__name__}", 0, 0.0)
-        action = gate.Action(MODEL_TOOL, False, scope=f"model:{endpoint}", resource_mode="external" if self._key else gate.SANDBOX)
+        action = gate.Action(MODEL_TOOL, False, scope=f"model:{endpoint}", resource_mode="external" if self._key else gate.SANDBOX, spends=True)
         decision = self._dispatcher.decide_model_call(record, action, self._unpriced(call))
         if decision is None:
             message = "the gateway journal is unavailable; no model calls are served"

@@ -37,7 +37,7 @@ GATES = (
 )
 BUDGET = Budget(tool_calls_used=3, tool_calls_limit=10, tokens_used=10, tokens_limit=100, cost_used=1.0, cost_limit=2.0, wall_seconds_used=5, wall_seconds_limit=60)
 BASE = dict(
-    known_tools=frozenset({"fs.read", "fs.write", "db.execute", "http.request"}),
+    known_tools=frozenset({"fs.read", "fs.write", "db.execute", "http.request", "model.messages"}),
     now=NOW,
     budget=BUDGET,
     protected=("tests/**",),
@@ -80,6 +80,8 @@ TABLE = [
     row("budget_unlimited", WRITE, (ALLOW, "autonomy", PROPOSE, COMMIT), budget=Budget(tool_calls_used=10**9)),
     # 3 operator_halt / 4 read_only
     row("halt_blocks_mutation", WRITE, (DENY, "operator_halt", None, None), halted=True),
+    row("halt_blocks_spending", Action("model.messages", False, spends=True), (DENY, "operator_halt", None, None), halted=True),
+    row("spending_is_a_read_otherwise", Action("model.messages", False, spends=True), (ALLOW, "read_only", None, None)),
     row("halt_allows_reads", READ, (ALLOW, "read_only", None, None), halted=True),
     row("read_needs_no_contract", READ, (ALLOW, "read_only", None, None), contract=None),
     # 5 protected_path (before the contract: even a missing contract is not the reason)

@@ -657,3 +657,23 @@ def test_the_tcp_bridge_carries_sdk_calls_over_loopback(start: Callable[..., Gat
 def test_the_tcp_bridge_listens_on_loopback_only() -> None:
     with tcp_bridge.Bridge("/nonexistent.sock", port=0) as bridge:
         assert bridge._listener.getsockname()[0] == "127.0.0.1"
+
+
+def test_an_operator_halt_stops_model_spending(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    from assure import control
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([message("first"), message("second")]))
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    gateway = start({"mode": "scripted", "script": str(script), "prices": PRICES}, control_dir=str(control_dir))
+    client = sdk(gateway, max_retries=0)
+    assert client.messages.create(**ASK).content[0].text == "first"
+    control.request(control_dir, run_id="run-test", actor="carol", halt=True)
+    deadline = time.monotonic() + 5
+    while not gateway._calls._override.halted and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(**ASK)
+    assert [(r["served"], r["status"]) for r in calls(gateway)] == [("script", 200), ("gateway", 403)]
+    assert calls(gateway)[-1]["rule"] == "operator_halt"
