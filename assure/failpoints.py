@@ -11,5 +11,7 @@ POINTS = ("start", "run", "verify", "promote")
 
 
 def hit(name: str) -> None:
+    if name not in POINTS:
+        raise ValueError(f"unknown failpoint {name!r}")
     if os.environ.get("ASSURE_FAILPOINT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
