@@ -309,16 +309,21 @@ def _run_dir(run: str, runs_dir: Path) -> store.RunDir:
     return store.RunDir.open(path)
 
 
-@app.command()
-def halt(run: str, runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
-    """Halt RUN now: every further mutation is denied, the agent is stopped, no new attempt starts."""
+def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
+    """Record an operator request (halt or dial) in RUN's control record."""
     from . import control
 
     try:
         rd = _run_dir(run, runs_dir)
-        done = control.request(rd.path / "control", run_id=rd.run_id, actor=alerts.operator_name(), halt=True)
+        return rd, control.request(rd.control_dir, run_id=rd.run_id, actor=alerts.operator_name(), **change)
     except AssureError as exc:
         raise _fail(exc) from None
+
+
+@app.command()
+def halt(run: str, runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+    """Halt RUN now: every further mutation is denied, the agent is stopped, no new attempt starts."""
+    rd, done = _override(run, runs_dir, halt=True)
     out.print(f"halt requested for {rd.run_id} (request {done.request_id}); the gateway and the driver act on it within a second")
 
 
@@ -330,11 +335,7 @@ def dial(run: str, level: str = typer.Argument(..., help="propose, commit or irr
     if level not in control.LEVELS:
         err.print(f"error: dial must be one of {', '.join(control.LEVELS)}", markup=False)
         raise typer.Exit(2)
-    try:
-        rd = _run_dir(run, runs_dir)
-        done = control.request(rd.path / "control", run_id=rd.run_id, actor=alerts.operator_name(), dial=level)
-    except AssureError as exc:
-        raise _fail(exc) from None
+    rd, done = _override(run, runs_dir, dial=level)
     out.print(f"dial of {rd.run_id} set to {level} (request {done.request_id})")
 
 

@@ -15,8 +15,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
+
+import pytest
 
 PROXY_PATH = Path(__file__).resolve().parents[2] / "egress-proxy" / "proxy.py"
 MODULE_NAME = "assure_egress_proxy_under_test"
@@ -220,6 +223,16 @@ class LoopbackOnly:
         monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
         monkeypatch.setattr(socket.socket, "connect", connect)
         monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackOnly]:
+    """No name is resolved and nothing but loopback is dialled from this process (import this
+    fixture into a test module to apply it to every test there)."""
+    guard = LoopbackOnly()
+    guard.install(monkeypatch)
+    yield guard
+    assert guard.violations == [], guard.violations
 
 
 def _is_ip(host: Any) -> bool:

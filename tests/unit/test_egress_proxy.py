@@ -20,19 +20,11 @@ from typing import Any
 
 import pytest
 
-from tests.unit._egress import GET_BODY, PROXY_PATH, LoopbackOnly, Origin, Reply, load_proxy, parse_reply, raw, read_log, start_origin, stop_origin, wait_for_log
+from tests.unit._egress import loopback_only  # noqa: F401  (an autouse fixture: applies to every test here)
+from tests.unit._egress import GET_BODY, PROXY_PATH, Origin, Reply, load_proxy, parse_reply, raw, read_log, start_origin, stop_origin, wait_for_log
 
 proxy_mod = load_proxy()
 LOG_FIELDS = {"ts", "client", "method", "host", "port", "path", "decision", "reason", "status", "bytes"}
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackOnly]:
-    """No name is resolved and nothing but loopback is dialled from this process."""
-    guard = LoopbackOnly()
-    guard.install(monkeypatch)
-    yield guard
-    assert guard.violations == [], guard.violations
 
 
 @pytest.fixture()

@@ -18,19 +18,12 @@ from assure.gateway import http as gw_http
 from assure.gateway import tools
 from assure.gateway.config import ConfigError, Egress, parse
 from assure.gateway.fspath import Workspace
-from tests.unit._egress import GET_BODY, LoopbackOnly, Origin, load_proxy, start_origin, stop_origin, wait_for_log
+from tests.unit._egress import loopback_only  # noqa: F401  (an autouse fixture: applies to every test here)
+from tests.unit._egress import GET_BODY, Origin, load_proxy, start_origin, stop_origin, wait_for_log
 
 proxy_mod = load_proxy()
 TOOL = tools.BY_NAME["http.request"]
 ALLOWED = "allowed.invalid"  # never resolved: only the proxy resolves, and these tests never reach it with this name
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackOnly]:
-    guard = LoopbackOnly()
-    guard.install(monkeypatch)
-    yield guard
-    assert guard.violations == [], guard.violations
 
 
 @pytest.fixture()

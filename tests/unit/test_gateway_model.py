@@ -25,7 +25,8 @@ from assure.chain import canonical, verify_chain
 from assure.gateway import model as gw_model
 from assure.gateway.config import ConfigError, Price, parse
 from assure.gateway.server import Gateway, serve
-from tests.unit._egress import LoopbackOnly, load_proxy, wait_for_log
+from tests.unit._egress import loopback_only  # noqa: F401  (an autouse fixture: applies to every test here)
+from tests.unit._egress import load_proxy, wait_for_log
 
 proxy_mod = load_proxy()
 httpx = claude_agent.http_module()
@@ -137,14 +138,6 @@ def start_api() -> FakeAPI:
 
 
 # ---------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackOnly]:
-    guard = LoopbackOnly()
-    guard.install(monkeypatch)
-    yield guard
-    assert guard.violations == [], guard.violations
 
 
 @pytest.fixture()
