@@ -109,6 +109,7 @@ class Attempt:
         self._containers: list[str] = []
         self._volume: str | None = None
         self._network: str | None = None
+        self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec.data)
         uid, gid = hardening.sandbox_user(spec)
         self.model = modelaccess.ModelAccess(spec.data, spec.path.parent, self.paths.gateway_config, uid, gid)
@@ -316,11 +317,18 @@ class Attempt:
         return {"reason": "budget", "counter": str(counter or "unknown"), "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time()}
 
     def _count_tool_calls(self) -> int:
+        """Tool calls journaled so far, for the progress line: reads only what was appended
+        since the last poll (complete lines only), not the whole journal every 100 ms."""
         try:
             with open(self.paths.journal, "rb") as fh:
-                return fh.read().count(b'"event":"tool_call"')
+                fh.seek(self._journal_read)
+                chunk = fh.read()
         except OSError:
-            return 0
+            return self._tool_calls
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._journal_read += len(complete)
+        self._tool_calls += complete.count(b'"event":"tool_call"')
+        return self._tool_calls
 
     # --- collect ------------------------------------------------------------------------
     def _collect(self, facts: dict[str, Any]) -> None:
