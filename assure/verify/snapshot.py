@@ -17,23 +17,24 @@ import os
 import stat
 from collections import deque
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from assure.errors import AssureError
+from assure.verify import hasher
+from assure.verify.hasher import CHANGED, HashPool, HasherError, Identity, Result, hash_here, identity
 from assure.textsafe import display
 
 EntryKind = Literal["file", "dir", "symlink", "fifo", "socket", "chardev", "blockdev", "other"]
 Xattrs = tuple[tuple[str, str], ...]
 
 FORMAT_VERSION = 1
-CHUNK_BYTES = 1 << 20  # one read
-PARALLEL_HASH_BYTES = 256 << 10  # files this big are hashed by the pool, smaller ones inline
-HASH_THREADS = min(4, os.cpu_count() or 1)
-MAX_FILES_IN_FLIGHT = 4 * HASH_THREADS  # bounds open descriptors and memory
-CHANGED = "changed while reading"
+BATCH_FILES = 64  # files hashed as one batch: one round trip to a helper, not one per file
+BATCH_BYTES = 4 << 20  # ... or fewer files, once they hold this many bytes
+HASH_HELPERS = min(4, os.cpu_count() or 1) if (os.cpu_count() or 1) > 1 else 0
+HELPER_AFTER_BYTES = 16 << 20  # until the helpers run, a tree this small is hashed by the walk alone
+MAX_BATCHES_IN_FLIGHT = 2 * HASH_HELPERS  # with BATCH_FILES, bounds open descriptors
 
 _KIND_BY_FORMAT: dict[int, EntryKind] = {
     stat.S_IFREG: "file",
@@ -53,9 +54,10 @@ class SnapshotError(AssureError):
     """The workspace root cannot be snapshotted at all (missing, a symlink, not a directory)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs more than the rest of a file's walk
 class Entry:
     """One workspace entry as lstat saw it; nothing in it was reached through a symlink.
+    Treat it as read-only: a later snapshot may hold the very same object (see `take`).
 
     `path` is workspace-relative and `/`-separated; names that are not valid UTF-8 keep their
     bytes as surrogate escapes (os.fsdecode). `mode` is stat.S_IMODE: permission bits with
@@ -145,10 +147,11 @@ def take(root: str | os.PathLike[str], limits: Limits = Limits(), *, reuse: Snap
     its earlier hash instead of being read again. Raises SnapshotError if `root` is not a real
     directory or cannot be listed; everything below it that cannot be checked is noted instead.
     """
-    with ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="assure-hash") as pool:
+    with hasher.lease(HASH_HELPERS) as pool:
         walk = _Walk(limits, pool, reuse.entries if reuse is not None else {})
         try:
             walk.run(_open_root(root))
+            walk.drain()
         finally:
             walk.close()
     return walk.result()
@@ -164,12 +167,12 @@ class _Frame(NamedTuple):
 class _Walk:
     """Iterative depth-first walk holding one open descriptor per directory level.
 
-    The walk itself runs in the calling thread; files of at least PARALLEL_HASH_BYTES are
-    read and hashed by the pool (hashlib and os.read release the GIL), at most
-    MAX_FILES_IN_FLIGHT at a time, each on a descriptor the walk opened and checked.
+    It opens and checks each file to hash and hashes it in batches: itself while the tree is
+    small, then in helper processes (see hasher.py), at most MAX_BATCHES_IN_FLIGHT batches
+    at a time, while it walks on. A file enters `entries` once its hash is known.
     """
 
-    def __init__(self, limits: Limits, pool: ThreadPoolExecutor, reuse: Mapping[str, Entry]):
+    def __init__(self, limits: Limits, pool: HashPool, reuse: Mapping[str, Entry]):
         self.limits = limits
         self.pool = pool
         self.reuse = reuse
@@ -177,11 +180,14 @@ class _Walk:
         self.notes: list[str] = []
         self.truncated = False
         self.stopped = False
+        self.listed = 0
         self.path_chars = 0
         self.hashed_bytes = 0
         self.links: dict[tuple[int, int], list[str]] = {}
         self.stack: list[_Frame] = []
-        self.hashing: deque[tuple[str, Future[tuple[str | None, str | None]]]] = deque()
+        self.batch: list[_Pending] = []
+        self.batch_bytes = 0
+        self.hashing: deque[list[_Pending]] = deque()  # batches out with the pool, oldest first
 
     def run(self, root_fd: int) -> None:
         self._enter(root_fd, "", 0)
@@ -192,11 +198,18 @@ class _Walk:
             else:
                 self._descend(frame, *frame.subdirs.pop())
 
+    def drain(self) -> None:
+        """Hash what is still queued and wait for every batch still out."""
+        self._flush()
+        self._collect(keep=0)
+
     def close(self) -> None:
-        """Close every directory still open and wait for every file still being hashed."""
+        """Close every descriptor still open: directories, and files queued to hash."""
         while self.stack:
             os.close(self.stack.pop().fd)
-        self._collect(keep=0)
+        for pending in self.batch:
+            os.close(pending.fd)
+        self.batch = []
 
     def result(self) -> Snapshot:
         for paths in self.links.values():
@@ -221,7 +234,7 @@ class _Walk:
         except OSError as error:
             self._annotate(path, _open_failure(error))
             return
-        if not _unchanged(os.fstat(fd), st):
+        if identity(os.fstat(fd)) != identity(st):
             os.close(fd)
             self._annotate(path, CHANGED)
             return
@@ -251,7 +264,7 @@ class _Walk:
     def _admit(self, path: str) -> bool:
         """Count one more entry against the limits; stop the whole walk at the first breach."""
         self.path_chars += len(path)
-        if len(self.entries) >= self.limits.max_files:
+        if self.listed >= self.limits.max_files:
             self._stop(f"stopped after max_files ({self.limits.max_files} entries)")
         elif self.path_chars > self.limits.max_total_path_chars:
             self._stop(f"stopped after max_total_path_chars ({self.limits.max_total_path_chars} characters)")
@@ -264,69 +277,49 @@ class _Walk:
         except OSError as error:
             self._cut(f"not listed ({_open_failure(error)}): {display(path)}")
             return None
+        self.listed += 1
         kind = _KIND_BY_FORMAT.get(stat.S_IFMT(st.st_mode), "other")
         if kind == "file":
-            target = None
-            sha256, xattrs, note = self._examine_file(dir_fd, item.name, path, st)
             if st.st_nlink > 1:
                 self.links.setdefault((st.st_dev, st.st_ino), []).append(path)
+            self._record_file(dir_fd, item.name, path, st)
         else:
-            sha256 = None
             target, xattrs, note = _examine_other(kind, dir_fd, item.name, st)
-        self.entries[path] = Entry(
-            path=path,
-            kind=kind,
-            mode=stat.S_IMODE(st.st_mode),
-            uid=st.st_uid,
-            gid=st.st_gid,
-            size=st.st_size,
-            sha256=sha256,
-            target=target,
-            nlink=st.st_nlink,
-            link_group=None,
-            xattrs=xattrs,
-            note=note,
-            stamp=_stamp(st) if kind == "file" else None,
-        )
-        self._collect(keep=MAX_FILES_IN_FLIGHT)
+            self.entries[path] = _entry(path, kind, st, None, target, xattrs, note, None)
         return st
 
-    def _examine_file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> tuple[str | None, Xattrs, str | None]:
-        """Open without following, confirm it is the lstat-ed file, then hash it within budget.
+    def _record_file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> None:
+        """Reuse the earlier hash if the stamp is unchanged; else open without following,
+        confirm it is the lstat-ed file, and queue it for hashing within budget.
 
-        A big file goes to the pool; its hash (or note) replaces the entry's in `_collect`.
+        An unchanged stamp vouches for the xattrs too: setting one moves the ctime.
         """
+        stamp = _stamp(st)
+        earlier = self.reuse.get(path)
+        if earlier is not None and earlier.sha256 is not None and earlier.stamp == stamp:
+            self.entries[path] = earlier  # its lstat fields are these: changing any moves the ctime
+            return
         try:
             fd = os.open(name, _OPEN_FILE, dir_fd=dir_fd)
         except OSError as error:
-            return None, (), _open_failure(error)
+            self.entries[path] = _entry(path, "file", st, None, None, (), _open_failure(error), stamp)
+            return
         try:
-            xattrs, refusal = self._precheck(fd, st)
+            xattrs = _xattrs(fd)
+            refusal = self._reserve(st.st_size)
+        except OSError as error:
+            xattrs, refusal = (), f"xattrs unreadable: {error.strerror}"
         except BaseException:
             os.close(fd)
             raise
         if refusal is not None:
             os.close(fd)
-            return None, xattrs, refusal
-        earlier = self.reuse.get(path)
-        if earlier is not None and earlier.sha256 is not None and earlier.stamp == _stamp(st):
-            os.close(fd)
-            return earlier.sha256, xattrs, None
-        if st.st_size >= PARALLEL_HASH_BYTES:
-            self.hashing.append((path, self.pool.submit(_hash_and_close, fd, st)))
-            return None, xattrs, None
-        sha256, note = _hash_and_close(fd, st)
-        return sha256, xattrs, note
-
-    def _precheck(self, fd: int, st: os.stat_result) -> tuple[Xattrs, str | None]:
-        """The open file's xattrs, and why it will not be hashed (None: it will be)."""
-        if not _unchanged(os.fstat(fd), st):
-            return (), CHANGED
-        try:
-            xattrs = _xattrs(fd)
-        except OSError as error:
-            return (), f"xattrs unreadable: {error.strerror}"
-        return xattrs, self._reserve(st.st_size)
+            self.entries[path] = _entry(path, "file", st, None, None, xattrs, refusal, stamp)
+            return
+        self.batch.append(_Pending(path, fd, st, identity(st), xattrs, stamp))
+        self.batch_bytes += st.st_size
+        if len(self.batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
+            self._flush()
 
     def _reserve(self, size: int) -> str | None:
         """Take `size` bytes from the hash budget, or say why the file will not be hashed."""
@@ -337,15 +330,42 @@ class _Walk:
         self.hashed_bytes += size
         return None
 
-    def _collect(self, keep: int) -> None:
-        """Wait for the oldest files in the pool until at most `keep` are left there."""
-        while len(self.hashing) > keep:
-            path, future = self.hashing.popleft()
+    def _flush(self) -> None:
+        """Hash the queued batch, here while the tree is small (or the helpers failed), else
+        in a helper; close its descriptors; then wait until few enough batches are out."""
+        if self.batch:
+            files = [(p.fd, p.expected) for p in self.batch]
+            results = None
             try:
-                sha256, note = future.result()
-            except OSError as error:  # closing failed: the file is still not vouched for
-                sha256, note = None, f"unreadable: {error.strerror}"
-            self.entries[path] = replace(self.entries[path], sha256=sha256, note=note)
+                if self.pool.usable and (self.pool.helpers or self.hashed_bytes >= HELPER_AFTER_BYTES):
+                    try:
+                        self.pool.submit(files)
+                    except HasherError:
+                        results = hash_here(files)
+                else:
+                    results = hash_here(files)
+            finally:
+                for fd, _ in files:
+                    os.close(fd)
+                batch, self.batch, self.batch_bytes = self.batch, [], 0
+            if results is None:
+                self.hashing.append(batch)
+            else:
+                self._finish(batch, results)
+        self._collect(keep=MAX_BATCHES_IN_FLIGHT)
+
+    def _collect(self, keep: int) -> None:
+        """Take the answers for the oldest batches out until at most `keep` are left."""
+        while len(self.hashing) > keep:
+            results = self.pool.oldest()
+            self._finish(self.hashing.popleft(), results)
+
+    def _finish(self, batch: list[_Pending], results: list[Result]) -> None:
+        """Record each file of a hashed batch. The xattrs were read before the hasher checked
+        that the descriptor is the lstat-ed file, so they count only if it is."""
+        for p, (sha256, note) in zip(batch, results, strict=True):
+            xattrs = () if note == CHANGED else p.xattrs
+            self.entries[p.path] = _entry(p.path, "file", p.st, sha256, None, xattrs, note, p.stamp)
 
     def _annotate(self, path: str, note: str) -> None:
         entry = self.entries[path]
@@ -359,6 +379,23 @@ class _Walk:
     def _stop(self, note: str) -> None:
         self._cut(note)
         self.stopped = True
+
+
+class _Pending(NamedTuple):
+    """A file opened, checked and queued for hashing; `fd` is closed once the batch is sent."""
+
+    path: str
+    fd: int
+    st: os.stat_result
+    expected: Identity
+    xattrs: Xattrs
+    stamp: str
+
+
+def _entry(path: str, kind: EntryKind, st: os.stat_result, sha256: str | None, target: str | None,
+           xattrs: Xattrs, note: str | None, stamp: str | None) -> Entry:
+    return Entry(path, kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_size, sha256, target,
+                 st.st_nlink, None, xattrs, note, stamp)
 
 
 def _stamp(st: os.stat_result) -> str:
@@ -409,45 +446,6 @@ def _xattrs(node: int | str) -> Xattrs:
     if not names:
         return ()
     return tuple(sorted((name, hashlib.sha256(os.getxattr(node, name, **options)).hexdigest()) for name in names))
-
-
-def _hash_and_close(fd: int, st: os.stat_result) -> tuple[str | None, str | None]:
-    """(sha256, None) of an open regular file, or (None, why not); closes `fd` either way."""
-    try:
-        sha256 = _sha256(fd, st.st_size)
-        if sha256 is None or not _unchanged(os.fstat(fd), st):
-            return None, CHANGED
-        return sha256, None
-    except OSError as error:
-        return None, f"unreadable: {error.strerror}"
-    finally:
-        os.close(fd)
-
-
-def _sha256(fd: int, size: int) -> str | None:
-    """Hash exactly `size` bytes (never more: a file that grew is caught by the fstat after)
-    in large reads; None if the file ends early."""
-    digest = hashlib.sha256()
-    left = size
-    while left:
-        chunk = os.read(fd, min(left, CHUNK_BYTES))
-        if not chunk:
-            return None
-        digest.update(chunk)
-        left -= len(chunk)
-    return digest.hexdigest()
-
-
-def _unchanged(now: os.stat_result, seen: os.stat_result) -> bool:
-    """Same node, same mode, size and times: nothing was written since lstat."""
-    return (now.st_dev, now.st_ino, now.st_mode, now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (
-        seen.st_dev,
-        seen.st_ino,
-        seen.st_mode,
-        seen.st_size,
-        seen.st_mtime_ns,
-        seen.st_ctime_ns,
-    )
 
 
 def _open_failure(error: OSError) -> str:

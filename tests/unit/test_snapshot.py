@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from assure.textsafe import display
-from assure.verify.snapshot import CHANGED, CHUNK_BYTES, PARALLEL_HASH_BYTES, Entry, Limits, Snapshot, SnapshotError, take
+from assure.verify.hasher import CHUNK_BYTES
+from assure.verify.snapshot import BATCH_BYTES, CHANGED, Entry, Limits, Snapshot, SnapshotError, take
 
 NOBODY = 65534
 HELLO_SHA = hashlib.sha256(b"hello\n").hexdigest()
@@ -173,7 +174,7 @@ def test_sparse_file_over_the_limit_is_noted_without_reading(tmp_path: Path) -> 
 
 
 def test_big_files_hashed_by_the_pool_match_hashlib(tmp_path: Path) -> None:
-    contents = {f"f{i}": bytes([i]) * (PARALLEL_HASH_BYTES + i * CHUNK_BYTES + 7) for i in range(6)}
+    contents = {f"f{i}": bytes([i]) * (BATCH_BYTES + i * CHUNK_BYTES + 7) for i in range(6)}
     contents["small"] = b"hello\n"
     for name, data in contents.items():
         (tmp_path / name).write_bytes(data)
@@ -499,22 +500,19 @@ def test_max_total_path_chars_stops_the_walk(tmp_path: Path) -> None:
     )
 
 
-def test_reuse_gives_the_same_snapshot_and_reads_only_what_changed(tmp_path, monkeypatch):
-    import assure.verify.snapshot as snap
-
+def test_reuse_gives_the_same_snapshot_and_opens_only_what_changed(tmp_path: Path, opened: list[str]) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     for i in range(20):
         (root / f"f{i}.txt").write_bytes(b"%d" % i * 100)
-    pre = snap.take(root)
+    pre = take(root)
     (root / "f3.txt").write_bytes(b"changed")
-    reads = []
-    real = snap._hash_and_close
-    monkeypatch.setattr(snap, "_hash_and_close", lambda fd, st: reads.append(st.st_ino) or real(fd, st))
-    post = snap.take(root, reuse=pre)
-    assert len(reads) == 1
-    monkeypatch.setattr(snap, "_hash_and_close", real)
-    assert post.to_json() == {**snap.take(root).to_json()}
+    opened.clear()
+
+    post = take(root, reuse=pre)
+
+    assert [name for name in opened if not name.endswith("ws")] == ["f3.txt"]  # the root is opened too
+    assert post.to_json() == take(root).to_json()
 
 
 def test_reuse_still_finds_content_changed_with_size_and_mtime_restored(tmp_path):
@@ -531,3 +529,20 @@ def test_reuse_still_finds_content_changed_with_size_and_mtime_restored(tmp_path
     os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # mtime put back; ctime cannot be
     changes = diff(pre, take(root, reuse=pre))
     assert [(c.path, c.fields) for c in changes] == [("a.txt", ("content",))]
+
+
+def test_reuse_still_finds_xattrs_mode_and_owner_changed_on_unchanged_content(tmp_path: Path) -> None:
+    from assure.verify.diff import diff
+
+    for name in ("x", "m", "o"):
+        (tmp_path / name).write_bytes(b"same")
+    if not _xattrs_supported(tmp_path / "x"):
+        pytest.skip(f"this filesystem has no user xattrs: {tmp_path}")
+    pre = take(tmp_path)
+    os.setxattr(tmp_path / "x", "user.mark", b"1")
+    os.chmod(tmp_path / "m", 0o600)
+    os.chown(tmp_path / "o", 4242, 4242)
+
+    changes = diff(pre, take(tmp_path, reuse=pre))
+
+    assert [(c.path, c.fields) for c in changes] == [("m", ("mode",)), ("o", ("owner",)), ("x", ("xattrs",))]

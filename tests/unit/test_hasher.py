@@ -1,0 +1,149 @@
+"""The hash helper processes: same digests as hashlib, checks on the descriptor, failure closed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+import assure.verify.snapshot as snapshot
+from assure.verify import hasher
+from assure.verify.hasher import CHANGED, HELPER_FAILED, HashPool, identity
+
+
+@pytest.fixture
+def pool():
+    pool = HashPool(2)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def helped(monkeypatch: pytest.MonkeyPatch):
+    """Snapshots hash every file in helpers, from a pool of their own."""
+    monkeypatch.setattr(snapshot, "HELPER_AFTER_BYTES", 0)
+    monkeypatch.setattr(hasher, "_shared", None)
+    yield
+    if hasher._shared is not None:
+        hasher._shared.close()
+
+
+def open_all(paths: list[Path]) -> list[tuple[int, hasher.Identity]]:
+    files = []
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        files.append((fd, identity(os.fstat(fd))))
+    return files
+
+
+def test_helpers_answer_what_hashlib_computes_in_order(tmp_path: Path, pool: HashPool) -> None:
+    contents = [b"", b"hello\n", os.urandom(3 * hasher.CHUNK_BYTES + 5)] * 3
+    paths = []
+    for n, data in enumerate(contents):
+        (tmp_path / f"f{n}").write_bytes(data)
+        paths.append(tmp_path / f"f{n}")
+    batches = [open_all(paths[:4]), open_all(paths[4:])]
+    for files in batches:
+        pool.submit(files)
+        for fd, _ in files:
+            os.close(fd)  # the helper holds its own duplicate
+
+    answers = pool.oldest() + pool.oldest()
+
+    assert answers == [(hashlib.sha256(data).hexdigest(), None) for data in contents]
+    assert not pool.failed
+
+
+def test_a_descriptor_that_is_not_the_lstat_ed_file_is_not_hashed(tmp_path: Path, pool: HashPool) -> None:
+    (tmp_path / "a").write_bytes(b"one")
+    (tmp_path / "b").write_bytes(b"two")
+    [(fd, _)] = open_all([tmp_path / "a"])
+    expected_b = identity(os.lstat(tmp_path / "b"))
+    grew = identity(os.fstat(fd))[:3] + (2,) + identity(os.fstat(fd))[4:]  # lstat saw 2 bytes
+
+    pool.submit([(fd, expected_b), (fd, grew)])
+    os.close(fd)
+
+    assert pool.oldest() == [(None, CHANGED), (None, CHANGED)]
+    assert hasher.hash_here([]) == []
+
+
+def test_a_helper_that_dies_fails_its_batch_closed(tmp_path: Path, pool: HashPool) -> None:
+    (tmp_path / "a").write_bytes(b"data")
+    files = open_all([tmp_path / "a"])
+    pool.submit(files)  # starts the helpers
+    for process, _ in pool.helpers:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    pool.out.clear()  # the answer to that batch may or may not have been sent
+
+    with pytest.raises(hasher.HasherError):
+        pool.submit(files)
+    os.close(files[0][0])
+    assert pool.failed
+
+
+def test_a_helper_that_answers_out_of_turn_fails_closed(tmp_path: Path, pool: HashPool) -> None:
+    (tmp_path / "a").write_bytes(b"data")
+    files = open_all([tmp_path / "a"])
+    pool.submit(files)
+    os.close(files[0][0])
+    pool.out[0] = (pool.out[0][0], 3)  # expect three answers where one will come
+
+    assert pool.oldest() == [(None, HELPER_FAILED)] * 3
+    assert pool.failed
+
+
+def test_snapshot_through_helpers_matches_hashlib_and_keeps_the_checks(tmp_path: Path, helped: None) -> None:
+    contents = {f"d{n % 3}/f{n}": os.urandom(n * 1000) for n in range(150)}
+    for name, data in contents.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+
+    entries = snapshot.take(tmp_path).entries
+
+    assert hasher._shared is not None and len(hasher._shared.helpers) == snapshot.HASH_HELPERS > 0
+    assert {p: (e.sha256, e.note) for p, e in entries.items() if e.kind == "file"} == {
+        name: (hashlib.sha256(data).hexdigest(), None) for name, data in contents.items()
+    }
+
+
+def test_killed_helpers_leave_files_noted_and_the_next_snapshot_starts_new_ones(tmp_path: Path, helped: None) -> None:
+    for n in range(200):
+        (tmp_path / f"f{n}").write_bytes(b"%d" % n)
+    snapshot.take(tmp_path)  # starts the helpers
+    for process, _ in hasher._shared.helpers:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+
+    noted = snapshot.take(tmp_path).entries
+    again = snapshot.take(tmp_path).entries
+
+    # each file is hashed here once the pool fails, or left unhashed with a note: never a wrong digest
+    for path, entry in noted.items():
+        assert (entry.sha256, entry.note) in {(again[path].sha256, None), (None, HELPER_FAILED)}
+    assert all(e.sha256 == hashlib.sha256(b"%d" % int(p[1:])).hexdigest() for p, e in again.items())
+    assert all(process.poll() is None for process, _ in hasher._shared.helpers)
+
+
+def test_an_interrupted_snapshot_stops_its_helpers(tmp_path: Path, helped: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(300):
+        (tmp_path / f"f{n}").write_bytes(b"x" * n)
+    snapshot.take(tmp_path)
+    helpers = [process for process, _ in hasher._shared.helpers]
+    real_collect = snapshot._Walk._collect
+
+    def interrupted(self, keep):  # type: ignore[no-untyped-def]
+        if self.pool.out:
+            raise KeyboardInterrupt
+        real_collect(self, keep)
+
+    monkeypatch.setattr(snapshot._Walk, "_collect", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        snapshot.take(tmp_path)
+
+    assert hasher._shared is None
+    assert all(process.poll() is not None for process in helpers)
