@@ -60,6 +60,7 @@ MAX_RESULT_BYTES = 4 * 1024 * 1024  # approximate answer size; past it rows stop
 MAX_VALUE_BYTES = 32 * 1024 * 1024  # SQLITE_LIMIT_LENGTH: largest string/blob a statement may build
 MAX_PARAMS = 1000
 MAX_CHANGESET_BYTES = 1024 * 1024  # a larger change is refused (too_large): it could not be journaled
+MAX_SEQUENCE_ROWS = 1000  # sqlite_sequence rows journaled with a change; a bigger table is left to the verifier
 MAX_SESSION_MEMORY = 64 * 1024 * 1024  # session bookkeeping past this interrupts the statement
 TIMEOUT_SECONDS = 10.0  # wall time of one call's SQL, including our own checks
 BUSY_TIMEOUT_MS = 5000  # waiting for another connection's lock (live databases)
@@ -182,6 +183,7 @@ class Databases:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            counters = _sequence(conn)
             try:
                 conn.authorizer = policy
                 stmt = _single(conn, sql, bindings, policy)
@@ -201,8 +203,10 @@ class Databases:
                     f"the change is {len(changeset)} bytes as a changeset, over the {MAX_CHANGESET_BYTES}-byte limit; "
                     "split it into smaller statements (nothing was changed)",
                 )
-            effect = _effect(conn, name, spec, changeset, changes)
             conn.authorizer = None
+            effect = _effect(conn, name, spec, changeset, changes)
+            if (after := _sequence(conn)) is not None and after != counters:
+                effect["sequence"] = after
             conn.execute("COMMIT")
         except BaseException:
             conn.authorizer = None
@@ -504,6 +508,19 @@ def _effect(conn: apsw.Connection, name: str, spec: DbSpec, changeset: bytes, ch
         "changeset": base64.b64encode(changeset).decode("ascii"),
         "changeset_sha256": digest,
     }
+
+
+def _sequence(conn: apsw.Connection) -> list[list[Any]] | None:
+    """The AUTOINCREMENT counters (sqlite_sequence, in rowid order), which no changeset
+    records: the session extension skips sqlite_ tables. None if the table holds anything
+    but (text, integer) rows, or more than MAX_SEQUENCE_ROWS: such a state is not journaled,
+    so the verifier reports it."""
+    if conn.execute("SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'").fetchone() is None:
+        return []
+    rows = conn.execute(f"SELECT name, seq FROM main.sqlite_sequence ORDER BY rowid LIMIT {MAX_SEQUENCE_ROWS + 1}").fetchall()
+    if len(rows) > MAX_SEQUENCE_ROWS or not all(isinstance(n, str) and type(v) is int for n, v in rows):
+        return None
+    return [[n, v] for n, v in rows]
 
 
 def replay(conn: apsw.Connection, changeset: bytes) -> None:

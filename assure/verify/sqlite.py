@@ -70,7 +70,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import apsw
 
@@ -987,10 +987,15 @@ class _Replay:
                 except ValueError as exc:
                     self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}", f"the changeset journaled by action {display(action)} is malformed ({exc}); changes from it on are not explained", None, {"action_id": action})
                     return
+                counters = self._counters(effect, action)
+                if counters is False:
+                    return
                 try:
                     before = self._rowid_rows(conn, tables, touches)
                     replay(conn, changeset)
                     after = self._rowid_rows(conn, tables, touches)
+                    if counters is not None:
+                        self._set_counters(conn, counters, (index, action))
                 except apsw.Error as exc:
                     why = "it ran too long" if deadline.hit else display(str(exc))[:300]
                     self.failure = Finding(
@@ -1013,6 +1018,26 @@ class _Replay:
             self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}", f"the changeset journaled by action {display(action)} is unreadable or does not match its sha256; changes from it on are not explained", None, {"action_id": action})
             return None
         return data
+
+    def _counters(self, effect: dict[str, Any], action: str) -> list[tuple[str, int]] | None | Literal[False]:
+        """The sqlite_sequence the gateway saw after this action, if it journaled one (it does
+        when the statement moved a counter; no changeset holds that table). False if malformed."""
+        if "sequence" not in effect:
+            return None
+        rows = effect["sequence"]
+        if isinstance(rows, list) and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int for r in rows):
+            return [(name, seq) for name, seq in rows]
+        self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}", f"the AUTOINCREMENT counters journaled by action {display(action)} are malformed; changes from it on are not explained", None, {"action_id": action})
+        return False
+
+    def _set_counters(self, conn: apsw.Connection, counters: list[tuple[str, int]], stamp: tuple[int, str]) -> None:
+        """Make EXPECTED's sqlite_sequence what the gateway saw, and credit every counter that moved."""
+        before = set(conn.execute("SELECT name, seq FROM main.sqlite_sequence").fetchall())
+        with conn:
+            conn.execute("DELETE FROM main.sqlite_sequence")
+            conn.executemany("INSERT INTO main.sqlite_sequence(name, seq) VALUES (?, ?)", counters)
+        for name, _ in set(counters) ^ before:
+            self.tables[name] = stamp
 
     @staticmethod
     def _rowid_rows(conn: apsw.Connection, tables: dict[str, _Table], touches: list[_Touch]) -> dict[tuple[str, int], tuple[Value, ...]]:

@@ -711,12 +711,39 @@ def test_capture_leaves_no_vfs_registered(tmp_path: Path) -> None:
     assert not [name for name in apsw.vfs_names() if name.startswith("assure-confined-")]
 
 
-@pytest.mark.xfail(strict=True, reason="known false positive: an AUTOINCREMENT row inserted and deleted by one statement "
-                   "leaves an empty changeset but a higher sqlite_sequence; the gateway would have to journal sqlite_sequence")
-def test_autoincrement_counter_bumped_by_a_net_zero_statement(tmp_path: Path) -> None:
+def test_autoincrement_counter_bumped_by_a_net_zero_statement_is_attributed(tmp_path: Path) -> None:
+    """The insert and its delete cancel out in the changeset; the gateway journals the counter."""
     run = Run(tmp_path)
     run_sql(run.path, "CREATE TRIGGER vanish AFTER INSERT ON seq WHEN new.v = 'tmp' BEGIN DELETE FROM seq WHERE id = new.id; END")
     run.pre = cap(tmp_path, run.path, "pre-with-trigger")
     assert run.execute("INSERT INTO seq(v) VALUES ('tmp')")
+    assert run.effects[-1]["sequence"] == [["seq", 2]] and run.effects[-1]["rows_changed"] == 0
+
     findings, _ = run.judge()
-    assert [f for f in findings if f.kind != Kind.ATTRIBUTED] == []
+
+    # sqlite_sequence has no primary key: the counter's old row went, a new row came
+    assert [(f.kind, f.subject, f.attribution) for f in findings] == [
+        (Kind.ATTRIBUTED, f"db:shop:sqlite_sequence[name='seq', seq={seq}]", "gateway:act000") for seq in (1, 2)
+    ]
+
+
+def test_autoincrement_counter_moved_behind_the_gateway_is_unattributed(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    assert run.execute("INSERT INTO seq(v) VALUES ('second')")
+    run_sql(run.path, "UPDATE sqlite_sequence SET seq = 99 WHERE name = 'seq'")
+
+    findings, _ = run.judge()
+
+    assert [(f.kind, f.subject) for f in findings if f.kind != Kind.ATTRIBUTED] == [
+        (Kind.UNATTRIBUTED, f"db:shop:sqlite_sequence[name='seq', seq={seq}]") for seq in (2, 99)
+    ]
+
+
+def test_a_malformed_journaled_counter_is_a_harness_error(tmp_path: Path) -> None:
+    run = Run(tmp_path)
+    assert run.execute("INSERT INTO seq(v) VALUES ('second')")
+    run.effects[-1]["sequence"] = [["seq", "2"]]
+
+    findings, _ = run.judge()
+
+    assert Kind.HARNESS_ERROR in {f.kind for f in findings}
