@@ -3,7 +3,8 @@
 The agent wrote the workspace, so the walk trusts nothing in it. It never follows a symlink:
 each directory is opened with O_NOFOLLOW relative to its parent's descriptor and listed with
 `os.scandir` on that descriptor. It opens nothing that lstat did not call a regular file, and
-checks with fstat that what it opened is what it lstat-ed. It bounds how many entries it
+reads nothing before fstat shows that what it opened is what it lstat-ed (hasher.py does the
+reading, in helper processes for a big tree). It bounds how many entries it
 lists, how deep it goes, how much path text it keeps and how many bytes it hashes. Whatever
 it could not check becomes a note on the entry (or on the snapshot), never an exception.
 `take` walks one directory tree; the PRE and POST snapshots of an attempt go to `diff`.
@@ -32,9 +33,10 @@ Xattrs = tuple[tuple[str, str], ...]
 FORMAT_VERSION = 1
 BATCH_FILES = 64  # files hashed as one batch: one round trip to a helper, not one per file
 BATCH_BYTES = 4 << 20  # ... or fewer files, once they hold this many bytes
-HASH_HELPERS = min(4, os.cpu_count() or 1) if (os.cpu_count() or 1) > 1 else 0
+_CPUS = len(os.sched_getaffinity(0))
+HASH_HELPERS = min(4, _CPUS) if _CPUS > 1 else 0  # processes hashing beside the walk
 HELPER_AFTER_BYTES = 16 << 20  # until the helpers run, a tree this small is hashed by the walk alone
-MAX_BATCHES_IN_FLIGHT = 2 * HASH_HELPERS  # with BATCH_FILES, bounds open descriptors
+MAX_BATCHES_IN_FLIGHT = 2 * HASH_HELPERS  # keeps every helper busy while the walk goes on
 
 _KIND_BY_FORMAT: dict[int, EntryKind] = {
     stat.S_IFREG: "file",
@@ -144,7 +146,7 @@ def take(root: str | os.PathLike[str], limits: Limits = Limits(), *, reuse: Snap
     """Snapshot the tree under `root` (the root itself is not an entry).
 
     With `reuse` (an earlier snapshot of the same tree), a file whose stamp is unchanged keeps
-    its earlier hash instead of being read again. Raises SnapshotError if `root` is not a real
+    its earlier entry (the very object) and is not even opened. Raises SnapshotError if `root` is not a real
     directory or cannot be listed; everything below it that cannot be checked is noted instead.
     """
     with hasher.lease(HASH_HELPERS) as pool:
