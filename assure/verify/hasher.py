@@ -99,7 +99,7 @@ class HashPool:
 
     @property
     def usable(self) -> bool:
-        return self.processes > 0 and not self.failed
+        return self.processes > 0 and not self.failed and bool(sys.executable)
 
     def submit(self, files: list[tuple[int, Identity]]) -> None:
         try:
