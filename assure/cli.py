@@ -34,6 +34,12 @@ app.add_typer(contract_app, name="contract")
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
 
+
+def _print_json(data: Any) -> None:
+    """JSON on stdout, ASCII only: a hostile name's controls, bidi marks and undecodable bytes
+    (kept as surrogate escapes) come out as \\u escapes, never raw (rich's print_json would not)."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
+
 @app.callback()
 def _setup() -> None:
     """Library code logs (alerts among it); the CLI shows warnings on stderr."""
@@ -93,7 +99,7 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, key: Path | None, json_out:
         err.print("[yellow]interrupted: containers and volumes of this run were removed; `assure resume` continues it[/]")
         raise typer.Exit(130) from None
     if json_out:
-        out.print_json(json.dumps(result.report))
+        _print_json(result.report)
     else:
         out.print(render.render_report(result.report, str(result.run_dir), verbose=verbose))
     code = EXIT[result.verdict]
@@ -185,7 +191,7 @@ def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> Non
         raise _fail(exc) from None
     same = recorded.get("verdict") == result.verdict
     if json_out:
-        out.print_json(json.dumps({**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same}))
+        _print_json({**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same})
     else:
         out.print(render.render_report(result.report, str(run_dir)))
         out.print(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: " + ("[green]reproduced[/]" if same else "[bold red]DIFFERENT[/]"))
@@ -193,7 +199,12 @@ def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> Non
 
 
 @app.command()
-def diff(run_dir: Path, attempt: Optional[int] = typer.Option(None, help="Attempt number (default: the last)."), json_out: bool = typer.Option(False, "--json")) -> None:
+def diff(
+    run_dir: Path,
+    attempt: Optional[int] = typer.Option(None, help="Attempt number (default: the last)."),
+    json_out: bool = typer.Option(False, "--json"),
+    html_out: bool = typer.Option(False, "--html", help="A standalone HTML page (changes and findings), for a CI artifact."),
+) -> None:
     """Show each workspace change of an attempt with its attribution."""
     try:
         run = store.RunDir.open(run_dir)
@@ -205,7 +216,9 @@ def diff(run_dir: Path, attempt: Optional[int] = typer.Option(None, help="Attemp
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
-        out.print_json(json.dumps({"changes": verdict["changes"], "findings": verdict["findings"]}))
+        _print_json({"changes": verdict["changes"], "findings": verdict["findings"]})
+    elif html_out:
+        sys.stdout.write(render.render_changes_html(f"{run_dir.name}, attempt {chosen.name}", verdict))
     else:
         out.print(render.render_changes(verdict["changes"], verdict["findings"]))
 
@@ -344,7 +357,7 @@ def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alert
     """List alerts (pending ones stay until `assure ack ID`)."""
     found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == "pending"]
     if json_out:
-        out.print_json(json.dumps([dataclasses.asdict(a) for a in found]))
+        _print_json([dataclasses.asdict(a) for a in found])
         return
     table = Table("id", "run", "kind", "state", "raised", "message")
     for a in found:
@@ -407,7 +420,7 @@ def runs(runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.O
         rows.append({"run_id": path.parent.name, "state": state.get("state"), "verdict": state.get("verdict"), "started_at": state.get("started_at"),
                      "tasks": {t: v.get("state") for t, v in tasks.items()}})
     if json_out:
-        out.print_json(json.dumps(rows))
+        _print_json(rows)
         return
     table = Table("run", "state", "verdict", "started", "tasks")
     for r in rows:
@@ -494,14 +507,14 @@ def receipts_verify(
         report = receipts.verify_run(run_dir, key)
     except receipts.ReceiptError as exc:
         if json_out:
-            out.print_json(json.dumps({"verified": False, "step": exc.step, "step_name": receipts.STEPS[exc.step], "path": exc.path,
-                                       "line": exc.line, "message": exc.detail}))
+            _print_json({"verified": False, "step": exc.step, "step_name": receipts.STEPS[exc.step], "path": exc.path,
+                         "line": exc.line, "message": exc.detail})
             raise typer.Exit(1) from None
         raise _fail(exc) from None
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
-        out.print_json(json.dumps(report.to_json()))
+        _print_json(report.to_json())
         raise typer.Exit(0)
     table = Table("step", "check", "outcome", "detail")
     for step in report.steps:

@@ -1,11 +1,13 @@
-"""Human-readable views of a run report and of an attempt's changes (rich renderables).
+"""Human-readable views of a run report and of an attempt's changes: rich renderables for
+the terminal, and a standalone HTML page.
 
 Every string that may come from the sandbox (paths, messages, claims) goes through
-`textsafe.display` here, the one place that renders for a terminal.
+`textsafe.display` here, the one place that renders for people.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from rich.console import Group
@@ -73,3 +75,66 @@ def render_changes(changes: list[dict[str, Any]], findings: list[dict[str, Any]]
         style = "green" if f.get("kind") == "attributed" else "red"
         table.add_row(c["kind"], display(c["path"]), ", ".join(c.get("fields", [])), Text(display(str(attribution)), style=style))
     return table
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>{title}</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin-bottom: 2em; }}
+th, td {{ border: 1px solid #ccc; padding: .3em .6em; text-align: left; vertical-align: top; }}
+td {{ font-family: ui-monospace, monospace; white-space: pre-wrap; word-break: break-all; }}
+.ok {{ color: #1a7f37; }} .bad {{ color: #cf222e; }} .info {{ color: #666; }}
+</style></head><body>
+<h1>{title}</h1>
+<p>verdict: <strong class="{verdict_class}">{verdict}</strong></p>
+<h2>Workspace changes</h2>
+{changes}
+<h2>Findings</h2>
+{findings}
+</body></html>
+"""
+
+
+def render_changes_html(title: str, verdict: dict[str, Any]) -> str:
+    """A self-contained page of an attempt's changes and findings (verdict.json), for a CI
+    artifact. Every string is escaped twice over: `display` for what a name may hide or move
+    (controls, bidi, invalid UTF-8), then HTML escaping; the page runs no script (CSP)."""
+    by_path = {f["subject"]: f for f in verdict["findings"] if f["kind"] in ("attributed", "unattributed", "protected_changed")}
+    change_rows = []
+    for c in verdict["changes"]:
+        f = by_path.get(c["path"], {})
+        css = "ok" if f.get("kind") == "attributed" else "bad"
+        change_rows.append((c["kind"], c["path"], ", ".join(c.get("fields", [])), (f.get("attribution") or f.get("kind", "?"), css)))
+    finding_rows = [
+        (f["severity"], f["kind"], f["subject"], f["message"], (f.get("attribution") or "", "ok" if f["kind"] in ("attributed", "assertion_passed") else "bad"))
+        for f in verdict["findings"]
+    ]
+    name = str(verdict.get("verdict", "?"))
+    return _PAGE.format(
+        title=_h(title),
+        verdict=_h(name),
+        verdict_class="ok" if name in ("pass", "contained") else "bad",
+        changes=_table(("change", "path", "fields", "attribution"), change_rows),
+        findings=_table(("severity", "finding", "subject", "message", "attribution"), finding_rows),
+    )
+
+
+def _h(value: object) -> str:
+    return html.escape(display(str(value)), quote=True)
+
+
+def _table(head: tuple[str, ...], rows: list[tuple[Any, ...]]) -> str:
+    if not rows:
+        return "<p>none</p>"
+    lines = ["<table><tr>" + "".join(f"<th>{_h(h)}</th>" for h in head) + "</tr>"]
+    lines += ["<tr>" + "".join(_cell(cell) for cell in row) + "</tr>" for row in rows]
+    return "\n".join(lines + ["</table>"])
+
+
+def _cell(cell: Any) -> str:
+    """A cell given as (text, css class) is styled."""
+    text, css = cell if isinstance(cell, tuple) else (cell, "")
+    return f'<td class="{css}">{_h(text)}</td>' if css else f"<td>{_h(text)}</td>"

@@ -48,6 +48,37 @@ def test_run_json_then_verify_offline(tmp_path, images):
     assert any("journal does not verify" in f["message"] for f in broken["attempts"][0]["findings"])
 
 
+# Names an agent may leave to fool a reviewer: as bytes on disk -> as every output must show them.
+HOSTILE_NAMES = {
+    b"new\nline": "new\\nline",
+    b"\x1b[2J\x1b[31mred": "\\x1b[2J\\x1b[31mred",
+    b"bad\xffbyte": "bad\\xffbyte",
+    "\u202etxt.exe".encode(): "\\u202etxt.exe",
+    b"<img src=x onerror=alert(1)>": "<img src=x onerror=alert(1)>",
+}
+
+
+def test_hostile_names_are_escaped_in_terminal_json_and_html(tmp_path, make_spec, images):
+    create = f"import os\nfor name in {sorted(HOSTILE_NAMES)!r}:\n    open(name, 'wb').close()"
+    spec = make_spec("hostile-names", "unused.sh", agent={"command": ["python3", "-c", create]}, expect="breach")
+    assure("run", str(spec), cwd=tmp_path, check_code=4)  # unattributed changes
+    [run_dir] = run_dirs(tmp_path / ".assure" / "runs")
+    wide = {**os.environ, "COLUMNS": "300"}
+
+    terminal = subprocess.run(ASSURE + ["diff", str(run_dir)], cwd=tmp_path, capture_output=True, env=wide, timeout=60)
+    as_json = assure("diff", "--json", str(run_dir), cwd=tmp_path, check_code=0).stdout
+    page = assure("diff", "--html", str(run_dir), cwd=tmp_path, check_code=0).stdout
+
+    shown = terminal.stdout.decode("utf-8")  # strict: no raw undecodable byte came through
+    assert terminal.returncode == 0 and all(escaped in shown for escaped in HOSTILE_NAMES.values()), shown
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", shown)
+    assert as_json.isascii()
+    assert {c["path"] for c in json.loads(as_json)["changes"]} == {os.fsdecode(name) for name in HOSTILE_NAMES}
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert all(escaped in page for escaped in list(HOSTILE_NAMES.values())[:4])
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", page)
+
+
 def test_exit_codes_follow_the_verdict(tmp_path, images):
     assert assure("run", str(EXAMPLES / "escape.yaml"), cwd=tmp_path).returncode == 4
     assert assure("run", "--expect", str(EXAMPLES / "escape.yaml"), cwd=tmp_path).returncode == 0
