@@ -20,6 +20,7 @@ from typing import Any
 from .chain import utc_now
 from .errors import AssureError
 from .store import read_json, write_json
+from .textsafe import display
 
 log = logging.getLogger("assure.alerts")
 WEBHOOK_TIMEOUT_SECONDS = 3.0
@@ -58,7 +59,7 @@ def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: di
     if errors:
         alert = replace(alert, sink_errors=tuple(errors))
         write_json(run_dir / "alerts" / f"{alert.id}.json", asdict(alert))
-    log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, message, alert.id)
+    log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, display(message), alert.id)
     return alert
 
 

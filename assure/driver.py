@@ -27,6 +27,7 @@ from .errors import AssureError, RunDirError
 from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
 from .spec import Spec
+from .textsafe import display
 from .verify.findings import Verdict
 from .verify.judge import Judgement, judge
 
@@ -143,16 +144,15 @@ class Driver:
                 store.write_json(self.run.path / "report.json", report)
                 self.state["verdict"] = report["verdict"]
                 self._record("run_finished", verdict=report["verdict"], state=self.state["state"])
-                self.events.close()  # sealed next: nothing more is appended to it
-                issue_receipts(self.run, self.spec, self.state, self.signing_key)
-                return RunResult(self.run.path, report)
             except BaseException as exc:
                 self.state["state"] = "aborted"
                 self.state["reason"] = type(exc).__name__
                 self._record("run_aborted", reason=type(exc).__name__)
                 raise
             finally:
-                self.events.close()
+                self.events.close()  # sealed next: nothing more is appended to it
+            issue_receipts(self.run, self.spec, self.state, self.signing_key)
+            return RunResult(self.run.path, report)
 
     def _recover(self) -> None:
         """After a crash: reap the run's containers; an attempt that never finished is interrupted."""
@@ -319,9 +319,9 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
         verdict = store.read_json(last / "verdict.json") if (last / "verdict.json").is_file() else {"verdict": "error", "findings": [], "claim": None}
         verified = ts["state"] in ("committed", "proposed") and verdict["verdict"] in ("pass", "contained")
         record = receipts.build_receipt(
-            run_id=run.run_id, task_id=task.id, claim=verdict.get("claim") or {"status": "none", "summary": "the agent made no claim"},
+            run_id=run.run_id, task_id=task.id, claim=_shown(verdict.get("claim") or {"status": "none", "summary": "the agent made no claim"}),
             verdict="verified" if verified else "rejected", ground_truth="confirmed" if verified else "contradicted",
-            reason=f"{ts['state']}: {ts.get('reason', '')}", checks=_checks(verdict),
+            reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(verdict),
             subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
             verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
             deployment_id=os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname()), scope_id=(task.contract or {}).get("id", "no-contract"), seal=seal,
@@ -330,16 +330,28 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
     receipts.write_seal(run.path, seal, key)
 
 
+def _shown(value: Any) -> Any:
+    """The agent's claim with every string escaped (`display`): a receipt is canonical UTF-8,
+    which a lone surrogate from the agent's JSON could not be, and it is read by people."""
+    if isinstance(value, str):
+        return display(value)
+    if isinstance(value, dict):
+        return {display(str(k)): _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
+
+
 def _checks(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     """The verifier's checks behind a receipt: each assertion, plus the attribution of changes."""
     observed = verdict.get("judged_at") or utc_now()
     items = [f for f in verdict["findings"] if f["kind"] in ("assertion_passed", "assertion_failed")]
     unexplained = [f["subject"] for f in verdict["findings"] if f["severity"] == "breach"]
-    checks = [{"source": "verifier:assertion", "query": f["subject"], "observed_at": observed,
-               "response_sha256": sha256_hex(canonical(f)), "excerpt": f"{f['kind']}: {f['message']}"[:200]} for f in items]
+    checks = [{"source": "verifier:assertion", "query": display(f["subject"]), "observed_at": observed,
+               "response_sha256": sha256_hex(canonical(f)), "excerpt": display(f"{f['kind']}: {f['message']}")[:200]} for f in items]
     checks.append({"source": "verifier:attribution", "query": "every change explained by an allowed journal entry or a writable scope",
                    "observed_at": observed, "response_sha256": sha256_hex(canonical(verdict["findings"])),
-                   "excerpt": f"{len(unexplained)} unexplained: {', '.join(unexplained[:5])}"[:200]})
+                   "excerpt": f"{len(unexplained)} unexplained: {', '.join(display(s) for s in unexplained[:5])}"[:200]})
     return checks
 
 

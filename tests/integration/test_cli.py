@@ -59,10 +59,16 @@ HOSTILE_NAMES = {
 
 
 def test_hostile_names_are_escaped_in_terminal_json_and_html(tmp_path, make_spec, images):
-    create = f"import os\nfor name in {sorted(HOSTILE_NAMES)!r}:\n    open(name, 'wb').close()"
+    create = (
+        f"for name in {sorted(HOSTILE_NAMES)!r}:\n    open(name, 'wb').close()\n"
+        "from assure.client import Client\n"
+        "Client().call('task.report', status='done', summary='all good\\n\\x1b[2J\\ud800')\n"  # a lone surrogate, via JSON
+    )
     spec = make_spec("hostile-names", "unused.sh", agent={"command": ["python3", "-c", create]}, expect="breach")
-    assure("run", str(spec), cwd=tmp_path, check_code=4)  # unattributed changes
+    ran = assure("run", str(spec), cwd=tmp_path, check_code=4)  # unattributed changes
     [run_dir] = run_dirs(tmp_path / ".assure" / "runs")
+    assert "\x1b" not in ran.stdout + ran.stderr and "all good\\n\\x1b[2J\\ud800" in ran.stdout
+    assure("receipts", "verify", str(run_dir), cwd=tmp_path, check_code=0)  # the claim and names are in it, escaped
     wide = {**os.environ, "COLUMNS": "300"}
 
     terminal = subprocess.run(ASSURE + ["diff", str(run_dir)], cwd=tmp_path, capture_output=True, env=wide, timeout=60)
