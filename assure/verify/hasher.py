@@ -116,8 +116,13 @@ class HashPool:
 
     def oldest(self) -> list[Result]:
         """Answers to the oldest batch out, in the order it was sent; a helper that failed
-        (or took longer than REPLY_TIMEOUT) leaves each of its files unhashed, with a note."""
+        (or took longer than REPLY_TIMEOUT) leaves each of its files unhashed, with a note.
+
+        After one failure nothing more is read: a late answer could pass for the next one.
+        """
         index, count = self.out.popleft()
+        if self.failed:
+            return [(None, HELPER_FAILED)] * count
         try:
             reply = self.helpers[index][1].recv(count * _REPLY.size + 1)
         except OSError:  # socket.timeout included

@@ -31,7 +31,7 @@ EntryKind = Literal["file", "dir", "symlink", "fifo", "socket", "chardev", "bloc
 Xattrs = tuple[tuple[str, str], ...]
 
 FORMAT_VERSION = 1
-BATCH_FILES = 64  # files hashed as one batch: one round trip to a helper, not one per file
+BATCH_FILES = hasher.MAX_BATCH  # files hashed as one batch: one round trip to a helper, not one per file
 BATCH_BYTES = 4 << 20  # ... or fewer files, once they hold this many bytes
 _CPUS = len(os.sched_getaffinity(0))
 HASH_HELPERS = min(4, _CPUS) if _CPUS > 1 else 0  # processes hashing beside the walk

@@ -147,3 +147,19 @@ def test_an_interrupted_snapshot_stops_its_helpers(tmp_path: Path, helped: None,
 
     assert hasher._shared is None
     assert all(process.poll() is not None for process in helpers)
+
+
+def test_after_a_stalled_helper_a_late_answer_is_never_taken_for_the_next(tmp_path: Path, pool: HashPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a").write_bytes(b"first")
+    (tmp_path / "b").write_bytes(b"second")
+    first, second = open_all([tmp_path / "a"]), open_all([tmp_path / "b"])
+    pool.submit(first)
+    pool.helpers[0][1].settimeout(0.000001)  # the answer to `first` comes "too late"
+    assert pool.oldest() == [(None, HELPER_FAILED)]
+    pool.helpers[0][1].settimeout(5)
+    pool.turn = 0
+    pool.out.append((0, 1))  # as if `second` had gone to the same helper before the failure
+
+    assert pool.oldest() == [(None, HELPER_FAILED)]  # not first's digest, which is still queued
+    for fd, _ in first + second:
+        os.close(fd)
