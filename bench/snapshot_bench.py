@@ -154,6 +154,10 @@ def report(times: dict[str, list[float]], changed: list[Path], rss_before: int) 
     print(f"  peak RSS of this process: {peak / 1024:.0f} MiB (was {rss_before / 1024:.0f} MiB before timing)")
     for pid in helper_pids():
         print(f"  peak RSS of hash helper {pid}: {peak_rss_kib(pid) / 1024:.0f} MiB")
+    faster = min(("sha256sum x2", "git diff --no-index"), key=medians.__getitem__)
+    for name in ("ours, as a run does", "ours"):
+        ratio = medians[name] / medians[faster]
+        print(f"  target, {name} no slower than {faster} (the faster baseline): {ratio:.2f}x, {'met' if ratio <= 1 else 'missed'}")
 
 
 def helper_pids() -> list[int]:
