@@ -1,4 +1,4 @@
-# assure: `make demo` runs the example specs in real sandboxes; `make test` runs every test.
+# assure: `make demo` runs the demo suite (suites/demo.yaml) in real sandboxes; `make test` runs every test.
 # Both set up what they need: a virtualenv, the Python packages, the images.
 PYTHON ?= python3
 VENV   := .venv
@@ -31,9 +31,7 @@ unit: install
 	$(BIN)/python -m pytest -q tests/unit
 
 demo: images
-	@status=0; for spec in benign escape network claude-fix-bug-scripted; do \
-		$(BIN)/assure run --expect specs/examples/$$spec.yaml || status=1; \
-	done; exit $$status
+	$(BIN)/assure suite suites/demo.yaml
 
 bench: images
 	@if ! command -v sqldiff >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

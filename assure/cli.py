@@ -139,6 +139,65 @@ def run(
     _drive(loaded, rd, key, json_out, expect, verbose)
 
 
+@app.command("suite")
+def suite_cmd(
+    suite_file: Path = typer.Argument(..., metavar="SUITE", help="Suite file (e.g. suites/containment.yaml)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable outcome on stdout."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go (suite runs go beside it, in suites/)."),
+    new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
+    check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
+    key: Optional[Path] = KEY_OPTION,
+) -> None:
+    """Run every spec of SUITE in order; exit 0 only if each verdict is the one its spec expects.
+
+    An unfinished run of the same suite (its process killed) is continued instead, unless --new:
+    finished runs are kept, the interrupted one resumes, the rest start."""
+    from . import suite as suite_mod
+    from .driver import Driver
+
+    _sigterm_as_interrupt()
+    try:
+        loaded = suite_mod.load(suite_file)
+        if check:
+            out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
+            raise typer.Exit(0)
+        base = suite_mod.default_base(runs_dir)
+        record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
+        if record is not None:
+            err.print(f"continuing unfinished suite run {record.suite_run_id}", markup=False)
+        else:
+            record = suite_mod.SuiteRun.create(base, loaded)
+        backend, images = _backend_and_images()
+        started = time.monotonic()
+        with err.status(f"suite {loaded.name}: starting") as status:
+            now = {"label": ""}
+
+            def begin(n: int, spec: spec_mod.Spec) -> None:
+                now["label"] = f"suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}"
+
+            def progress(phase: str, info: dict[str, Any]) -> None:
+                status.update(f"{now['label']} · {phase} · {time.monotonic() - started:5.1f}s")
+
+            def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
+                verdict = Driver(spec, run, backend, images, progress, signing_key=key).drive().verdict
+                err.print(f"{now['label']}: {verdict} (expects {spec.expect})", markup=False, highlight=False)
+                return verdict
+
+            outcomes = record.drive(runs_dir, run_one, begin)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted: containers and volumes were removed; `assure suite {render.display(str(suite_file))}` continues this suite run[/]")
+        raise typer.Exit(130) from None
+    ok = len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
+    if json_out:
+        _print_json({"suite": loaded.name, "suite_run_id": record.suite_run_id, "as_expected": ok,
+                     "results": [{**dataclasses.asdict(o), "as_expected": o.as_expected} for o in outcomes]})
+    else:
+        out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
+    raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
+
+
 @app.command()
 def resume(
     run_ref: str = typer.Argument(..., metavar="RUN", help="Run id or run directory."),

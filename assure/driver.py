@@ -10,12 +10,9 @@ idempotency store belongs to the run, and promotion is idempotent.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import shutil
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ from typing import Any
 from . import __version__, alerts, control, failpoints, health, promote, receipts, store
 from .attempt import Attempt, Progress
 from .chain import canonical, sha256_hex, utc_now
-from .errors import AssureError, RunDirError
+from .errors import AssureError
 from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
 from .spec import Spec
@@ -82,21 +79,6 @@ def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
     return replace(spec, assertions=task.assertions, workspace=replace(spec.workspace, fixture=base), agent=agent, data=data)
 
 
-@contextlib.contextmanager
-def run_lock(run: store.RunDir) -> Iterator[None]:
-    """One driver per run: a second one (or a resume while the first lives) is refused."""
-    with open(run.path / "lock", "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError("another assure process is driving this run", where=str(run.path), fix="wait for it, or stop it first") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}@{socket.gethostname()}\n")
-        fh.flush()
-        yield
-
-
 class Driver:
     def __init__(self, spec: Spec, run: store.RunDir, backend: DockerBackend, images: ImageSet, progress: Progress, *, signing_key: Path | None = None):
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
@@ -124,7 +106,7 @@ class Driver:
 
     # --- the loop ---------------------------------------------------------------------------
     def drive(self) -> RunResult:
-        with run_lock(self.run):
+        with store.exclusive(self.run.path, "run"):
             self.state = self._load_state()
             if self.state["state"] in ("finished", "halted"):
                 return RunResult(self.run.path, store.read_json(self.run.path / "report.json"))
@@ -273,7 +255,7 @@ class Driver:
 
 def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing_key: Path | None = None) -> list[tuple[str, str, str]]:
     """`assure promote`: commit proposed tasks that a fresh gate decision now allows."""
-    with run_lock(run):
+    with store.exclusive(run.path, "run"):
         state = store.read_json(run.path / "state.json")
         events = run.events()
         done = []
@@ -423,18 +405,8 @@ def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:
         except AssureError:
             continue
         resumable = isinstance(state, dict) and {"tasks", "order", "next_attempt"} <= state.keys()
-        if resumable and source == str(spec.path) and state.get("state") in ("running", "aborted") and not _locked(path):
+        if resumable and source == str(spec.path) and state.get("state") in ("running", "aborted") and not store.is_locked(path):
             candidates.append((state_file.stat().st_mtime, path))
     return store.RunDir(max(candidates)[1]) if candidates else None
 
-
-def _locked(path: Path) -> bool:
-    try:
-        with open(path / "lock", "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
 

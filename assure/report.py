@@ -77,6 +77,23 @@ def render_changes(changes: list[dict[str, Any]], findings: list[dict[str, Any]]
     return table
 
 
+def render_suite(name: str, suite_run_id: str, outcomes: list[Any], total: int) -> Panel:
+    """One row per spec run of a suite: its verdict against the one its spec expects."""
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for col in ("", "spec", "verdict", "expects", "run"):
+        table.add_column(col, overflow="fold")
+    for o in outcomes:
+        table.add_row(Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"), display(o.spec),
+                      verdict_text(o.verdict), o.expect, display(o.run_id))
+    ok = len(outcomes) == total and all(o.as_expected for o in outcomes)
+    parts: list[Any] = [table]
+    if len(outcomes) < total:
+        parts.append(Text(f"stopped after {len(outcomes)} of {total} specs (stop_on_unexpected)", style="yellow"))
+    title = Text.assemble(f"suite {display(name)}  ", Text("AS EXPECTED", style="bold green") if ok else Text("UNEXPECTED", style="bold red"))
+    parts.append(Text(f"suite run: {display(suite_run_id)}", style="dim"))
+    return Panel(Group(*parts), title=title, title_align="left")
+
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">

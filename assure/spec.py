@@ -95,10 +95,20 @@ def parse_size(text: str) -> int:
 def load(path: str | Path) -> Spec:
     """Read, validate and resolve one spec. Raises `SpecError` listing every problem."""
     path = Path(path)
+    data, lines = read_document(path, schema(), "spec")
+    problems = _missing_paths(data, path, lines)
+    if problems:
+        raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
+    return _build(path.resolve(), data)
+
+
+def read_document(path: Path, against: dict[str, Any], kind: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """A YAML file checked against a JSON Schema, with the schema's defaults filled in, and
+    the line of every value (see `line_of`). Raises `SpecError` listing every problem."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"{path}: cannot read spec: {exc}"], fix="pass the path of a YAML spec file") from exc
+        raise SpecError([f"{path}: cannot read {kind}: {exc}"], fix=f"pass the path of a YAML {kind} file") from exc
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -108,14 +118,10 @@ def load(path: str | Path) -> Spec:
         raise SpecError([f"{path}:{line}: (document): not valid YAML: {getattr(exc, 'problem', exc)}"]) from exc
     lines: dict[tuple[Any, ...], int] = {}
     problems = [f"{path}:{line}: {_dotted(p)}: duplicate key" for p, line in _index(node, (), lines)]
-    problems += [f"{path}:{line}: {where}: {msg}" for line, where, msg in _schema_problems(data, lines)]
+    problems += [f"{path}:{line}: {where}: {msg}" for line, where, msg in _schema_problems(data, lines, against)]
     if problems:
-        raise SpecError(problems, fix="see the spec reference in README.md or specs/spec.schema.json")
-    data = _with_defaults(data, schema())
-    problems = _missing_paths(data, path, lines)
-    if problems:
-        raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
-    return _build(path.resolve(), data)
+        raise SpecError(problems, fix=f"see the {kind} reference in README.md or specs/{kind}.schema.json")
+    return _with_defaults(data, against, against), lines
 
 
 def _index(node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> list[tuple[tuple[Any, ...], int]]:
@@ -139,8 +145,8 @@ def _index(node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, .
     return dupes
 
 
-def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int]) -> list[tuple[int, str, str]]:
-    validator = jsonschema.Draft202012Validator(schema())
+def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict[str, Any]) -> list[tuple[int, str, str]]:
+    validator = jsonschema.Draft202012Validator(against)
     out: list[tuple[int, str, str]] = []
     for error in validator.iter_errors(data):
         at = tuple(error.absolute_path)
@@ -150,7 +156,7 @@ def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int]) -> list[tuple
                 line = lines.get(at + (key, "key"), lines.get(at, 1))
                 out.append((line, _dotted(at + (key,)), f"unknown field; allowed here: {', '.join(allowed)}"))
             continue
-        out.append((_line_of(at, lines), _dotted(at), _message(error)))
+        out.append((line_of(at, lines), _dotted(at), _message(error)))
     return sorted(set(out))
 
 
@@ -164,7 +170,8 @@ def _message(error: jsonschema.ValidationError) -> str:
     return error.message
 
 
-def _line_of(at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
+def line_of(at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:
+    """The line of the value at `at`, or of the nearest enclosing one."""
     while at not in lines and at:
         at = at[:-1]
     return lines.get(at, 1)
@@ -177,33 +184,33 @@ def _dotted(at: tuple[Any, ...]) -> str:
     return out or "(document)"
 
 
-def _resolve(node: dict[str, Any]) -> dict[str, Any]:
-    """Follow a local `$ref` (`#/a/b`) one level; sibling keywords win."""
+def _resolve(node: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    """Follow a local `$ref` (`#/a/b` in `root`) one level; sibling keywords win."""
     if "$ref" not in node:
         return node
-    target: Any = schema()
+    target: Any = root
     for part in node["$ref"].lstrip("#/").split("/"):
         target = target[part]
     return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
 
 
-def _with_defaults(data: Any, node: dict[str, Any]) -> Any:
+def _with_defaults(data: Any, node: dict[str, Any], root: dict[str, Any]) -> Any:
     """Fill the schema's `default`s into objects, recursively, without touching given values."""
-    node = _resolve(node)
+    node = _resolve(node, root)
     if isinstance(data, dict) and "properties" in node:
         out = dict(data)
         for key, sub in node["properties"].items():
-            sub = _resolve(sub)
+            sub = _resolve(sub, root)
             if key not in out:
-                if sub.get("type") == "object" and not sub.get("required") and any("default" in _resolve(p) for p in sub.get("properties", {}).values()):
-                    out[key] = _with_defaults({}, sub)
+                if sub.get("type") == "object" and not sub.get("required") and any("default" in _resolve(p, root) for p in sub.get("properties", {}).values()):
+                    out[key] = _with_defaults({}, sub, root)
                 elif "default" in sub:
                     out[key] = sub["default"]
             else:
-                out[key] = _with_defaults(out[key], sub)
+                out[key] = _with_defaults(out[key], sub, root)
         return out
     if isinstance(data, list) and isinstance(node.get("items"), dict):
-        return [_with_defaults(item, node["items"]) for item in data]
+        return [_with_defaults(item, node["items"], root) for item in data]
     return data
 
 
@@ -219,7 +226,7 @@ def _missing_paths(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...]
         ok = target.is_dir() if is_dir else target.is_file()
         if not ok:
             kind = "folder" if is_dir else "file"
-            problems.append(f"{path}:{_line_of(at, lines)}: {_dotted(at)}: no such {kind}: {target}")
+            problems.append(f"{path}:{line_of(at, lines)}: {_dotted(at)}: no such {kind}: {target}")
     return problems
 
 

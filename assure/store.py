@@ -7,12 +7,16 @@ write-then-rename), `events.jsonl` (the host's hash-chained log), `spec.yaml` + 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import secrets
 import shutil
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +104,31 @@ class RunDir:
 
     def save_state(self, state: dict[str, Any]) -> None:
         write_json(self.path / "state.json", state)
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path, what: str) -> Iterator[None]:
+    """One process drives a run (or a suite run) at a time: a second one, or a resume while the
+    first lives, is refused. The lock is `folder/lock`, released when the process dies."""
+    with open(folder / "lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"another assure process is driving this {what}", where=str(folder), fix="wait for it, or stop it first") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}@{socket.gethostname()}\n")
+        fh.flush()
+        yield
+
+
+def is_locked(folder: Path) -> bool:
+    """Whether a live process holds `exclusive(folder)`."""
+    try:
+        with open(folder / "lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False

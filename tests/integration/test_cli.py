@@ -136,3 +136,47 @@ def test_sigterm_cleans_up_like_ctrl_c(tmp_path, images, backend):
     assert not [c for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)]
     state = json.loads(run_dirs(tmp_path / ".assure" / "runs")[0].joinpath("state.json").read_text())
     assert state["state"] == "aborted"
+
+
+def write_suite(tmp_path, specs, **fields):
+    import yaml
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "name": "s", "specs": [str(p) for p in specs], **fields}))
+    return path
+
+
+def test_a_suite_killed_mid_run_continues_where_it_stopped(tmp_path, make_spec, images):
+    first = make_spec("first", "notes-only.sh", max_attempts=2)  # the interrupted attempt counts
+    second = make_spec("second", "notes-only.sh")
+    suite = write_suite(tmp_path, [first, second])
+
+    killed = subprocess.run(ASSURE + ["suite", str(suite)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "ASSURE_FAILPOINT": "run"})
+    assert killed.returncode == -9, killed.stderr
+    [interrupted] = run_dirs(tmp_path / ".assure" / "runs")
+
+    done = assure("suite", "--json", str(suite), cwd=tmp_path, check_code=0)
+
+    result = json.loads(done.stdout)
+    assert "continuing unfinished suite run" in done.stderr
+    assert [(r["spec"], r["verdict"], r["as_expected"]) for r in result["results"]] == [("first", "pass", True), ("second", "pass", True)]
+    assert result["results"][0]["run_id"] == interrupted.name  # the same run, resumed: not a new one
+    events = [json.loads(line)["event"] for line in (interrupted / "events.jsonl").read_text().splitlines()]
+    assert "run_resumed" in events and "attempt_interrupted" in events
+    assert [p.name for p in run_dirs(tmp_path / ".assure" / "runs")] == sorted([interrupted.name, result["results"][1]["run_id"]])
+    assert len(list((tmp_path / ".assure" / "suites").iterdir())) == 1
+
+
+def test_a_suite_with_an_unexpected_verdict_exits_6_and_can_stop_there(tmp_path, make_spec, images):
+    wrong = make_spec("wrong", "notes-only.sh", expect="breach")
+    right = make_spec("right", "notes-only.sh")
+    suite = write_suite(tmp_path, [wrong, right], stop_on_unexpected=True)
+
+    done = assure("suite", "--json", str(suite), cwd=tmp_path, check_code=6)
+
+    result = json.loads(done.stdout)
+    assert result["as_expected"] is False
+    assert [(r["spec"], r["verdict"], r["expect"]) for r in result["results"]] == [("wrong", "pass", "breach")]
+    shown = assure("suite", "--new", str(suite), cwd=tmp_path, check_code=6).stdout
+    assert "UNEXPECTED" in shown and "stopped after 1 of 2 specs" in shown

@@ -1,0 +1,142 @@
+"""Suites: a named collection of specs (containment, conformance, ...) run in order, each verdict
+checked against the `expect` of its spec.
+
+A suite run is durable the way a run is. `<suites>/<suite_run_id>/state.json` names the run of
+each spec before that run starts (write-ahead), so after a kill -9 the same `assure suite`
+command continues the same suite run: finished runs are not repeated, the interrupted one is
+resumed by its own driver, and the rest start fresh. One process drives a suite run at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import spec as spec_mod
+from . import store
+from .chain import canonical, sha256_hex, utc_now
+from .errors import RunDirError, SpecError
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "specs" / "suite.schema.json"
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    path: Path
+    description: str
+    specs: tuple[spec_mod.Spec, ...]
+    stop_on_unexpected: bool
+
+    @property
+    def digest(self) -> str:
+        """What a suite run is a run of: the suite and every spec, as loaded."""
+        return sha256_hex(canonical({"name": self.name, "stop_on_unexpected": self.stop_on_unexpected,
+                                     "specs": [s.to_json() for s in self.specs]}))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    spec: str  # the spec's name
+    run_id: str
+    verdict: str
+    expect: str
+
+    @property
+    def as_expected(self) -> bool:
+        return self.verdict == self.expect
+
+
+def load(path: str | Path) -> Suite:
+    """Read and check a suite and every spec it names. Raises `SpecError` listing every problem."""
+    path = Path(path)
+    data, lines = spec_mod.read_document(path, schema(), "suite")
+    specs, problems = [], []
+    for i, rel in enumerate(data["specs"]):
+        target = path.resolve().parent / rel
+        if not target.is_file():
+            problems.append(f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file: {target}")
+            continue
+        try:
+            specs.append(spec_mod.load(target))
+        except SpecError as exc:
+            problems += exc.problems
+    if problems:
+        raise SpecError(problems, fix="spec paths in a suite are relative to the suite file's folder")
+    return Suite(data["name"], path.resolve(), data.get("description", ""), tuple(specs), data["stop_on_unexpected"])
+
+
+class SuiteRun:
+    """The durable record of one run of a suite: which run each spec got, and its verdict."""
+
+    def __init__(self, path: Path, suite: Suite):
+        self.path, self.suite = path, suite
+        self.state: dict[str, Any] = store.read_json(path / "state.json")
+
+    @property
+    def suite_run_id(self) -> str:
+        return self.path.name
+
+    @classmethod
+    def create(cls, base: Path, suite: Suite) -> SuiteRun:
+        path = base / store.new_run_id(suite.name)
+        path.mkdir(parents=True)
+        store.write_json(path / "state.json", {
+            "suite": suite.name, "source": str(suite.path), "digest": suite.digest, "state": "running",
+            "started_at": utc_now(), "runs": [{"spec": str(s.path), "run_id": None, "verdict": None} for s in suite.specs],
+        })
+        return cls(path, suite)
+
+    @classmethod
+    def find_unfinished(cls, base: Path, suite: Suite) -> SuiteRun | None:
+        """The newest unfinished run of this very suite (same specs, unchanged) that nobody drives."""
+        candidates = []
+        for path in base.iterdir() if base.is_dir() else ():
+            try:
+                state = store.read_json(path / "state.json")
+            except (RunDirError, OSError):
+                continue
+            if isinstance(state, dict) and state.get("digest") == suite.digest and state.get("state") == "running" and not store.is_locked(path):
+                candidates.append(((path / "state.json").stat().st_mtime, path))
+        return cls(max(candidates)[1], suite) if candidates else None
+
+    def drive(self, runs_dir: Path, run_one: Callable[[spec_mod.Spec, store.RunDir], str], started: Callable[[int, spec_mod.Spec], None]) -> list[Outcome]:
+        """Run each spec in order (`run_one` drives a run and returns its verdict); a spec whose
+        verdict is already recorded is not run again."""
+        outcomes = []
+        with store.exclusive(self.path, "suite run"):
+            for n, (spec, entry) in enumerate(zip(self.suite.specs, self.state["runs"], strict=True)):
+                started(n, spec)
+                if entry["verdict"] is None:
+                    if entry["run_id"] is None:
+                        run = store.RunDir.create(runs_dir, store.new_run_id(spec.name), spec.path, spec.to_json())
+                        entry["run_id"] = run.run_id
+                        self._save()  # before the run starts: a kill from here on resumes this run
+                    else:
+                        run = store.RunDir.open(runs_dir / entry["run_id"])
+                    entry["verdict"] = run_one(spec, run)
+                    self._save()
+                outcomes.append(Outcome(spec.name, entry["run_id"], entry["verdict"], spec.expect))
+                if self.suite.stop_on_unexpected and not outcomes[-1].as_expected:
+                    break
+            self.state["state"] = "finished"
+            self.state["finished_at"] = utc_now()
+            self._save()
+        return outcomes
+
+    def _save(self) -> None:
+        store.write_json(self.path / "state.json", self.state)
+
+
+def default_base(runs_dir: Path) -> Path:
+    """Suite runs live beside the runs folder: `.assure/suites` for `.assure/runs`."""
+    return runs_dir.parent / "suites"

@@ -1,0 +1,108 @@
+"""Suite files: every problem (in the suite or in a spec it names) as file:line: field: message;
+a suite run's record, and which unfinished record a second command continues."""
+
+from pathlib import Path
+
+import pytest
+
+from assure import suite, store
+from assure.errors import SpecError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SPEC = """\
+version: 1
+name: {name}
+agent:
+  command: [sh, -c, "true"]
+workspace:
+  fixture: ws
+assertions: []
+expect: {expect}
+"""
+
+
+@pytest.fixture
+def specs(tmp_path: Path) -> Path:
+    (tmp_path / "ws").mkdir()
+    for name, expect in (("one", "pass"), ("two", "breach")):
+        (tmp_path / f"{name}.yaml").write_text(SPEC.format(name=name, expect=expect))
+    return tmp_path
+
+
+def write_suite(folder: Path, text: str) -> Path:
+    path = folder / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        suite.load(path)
+    return info.value.problems
+
+
+def test_the_shipped_suites_load() -> None:
+    names = {p.stem: [s.name for s in suite.load(p).specs] for p in (ROOT / "suites").glob("*.yaml")}
+    assert names["containment"] == ["escape", "network"]
+    assert names["demo"] == ["benign", "escape", "network", "claude-fix-bug-scripted"]
+
+
+def test_a_suite_loads_its_specs_in_order_with_defaults(specs: Path) -> None:
+    loaded = suite.load(write_suite(specs, "version: 1\nname: s\nspecs: [two.yaml, one.yaml]\n"))
+    assert [(s.name, s.expect) for s in loaded.specs] == [("two", "breach"), ("one", "pass")]
+    assert loaded.stop_on_unexpected is False and loaded.path == (specs / "s.yaml").resolve()
+
+
+def test_every_problem_is_named_with_its_line(specs: Path) -> None:
+    (specs / "bad.yaml").write_text(SPEC.format(name="bad", expect="maybe"))
+    path = write_suite(specs, "version: 1\nname: s\nspecs:\n  - one.yaml\n  - missing.yaml\n  - bad.yaml\ncolour: red\n")
+
+    found = problems(path)
+
+    assert found[0] == f"{path}:7: colour: unknown field; allowed here: description, name, specs, stop_on_unexpected, version"
+    path.write_text("version: 1\nname: s\nspecs:\n  - one.yaml\n  - missing.yaml\n  - bad.yaml\n")
+    found = problems(path)
+    assert found[0] == f"{path}:5: specs[1]: no such file: {specs / 'missing.yaml'}"
+    assert found[1].startswith(f"{specs / 'bad.yaml'}:8: expect: ")
+
+
+def test_an_empty_or_repeated_list_is_refused(specs: Path) -> None:
+    assert problems(write_suite(specs, "version: 1\nname: s\nspecs: []\n"))[0].endswith("specs: [] should be non-empty")
+    assert "has non-unique elements" in problems(write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, one.yaml]\n"))[0]
+
+
+def test_the_digest_follows_the_specs_so_a_changed_spec_starts_a_new_suite_run(specs: Path, tmp_path: Path) -> None:
+    path = write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, two.yaml]\n")
+    base = tmp_path / "suites"
+    record = suite.SuiteRun.create(base, suite.load(path))
+
+    assert suite.SuiteRun.find_unfinished(base, suite.load(path)).path == record.path
+    (specs / "two.yaml").write_text(SPEC.format(name="two", expect="fail"))
+    assert suite.SuiteRun.find_unfinished(base, suite.load(path)) is None
+
+
+def test_a_suite_run_records_each_run_before_it_starts_and_skips_finished_ones(specs: Path, tmp_path: Path) -> None:
+    loaded = suite.load(write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, two.yaml]\n"))
+    runs, base = tmp_path / "runs", tmp_path / "suites"
+    record = suite.SuiteRun.create(base, loaded)
+    seen: list[str] = []
+
+    def killed_in_the_second(spec, run: store.RunDir) -> str:
+        assert store.read_json(record.path / "state.json")["runs"][len(seen)]["run_id"] == run.run_id  # written first
+        seen.append(run.run_id)
+        if spec.name == "two":
+            raise KeyboardInterrupt
+        return "pass"
+
+    with pytest.raises(KeyboardInterrupt):
+        record.drive(runs, killed_in_the_second, lambda n, spec: None)
+    again = suite.SuiteRun.find_unfinished(base, loaded)
+    assert again is not None and again.path == record.path
+    resumed: list[str] = []
+    outcomes = again.drive(runs, lambda spec, run: resumed.append(run.run_id) or "fail", lambda n, spec: None)
+
+    assert resumed == seen[1:]  # the finished run is not driven again; the interrupted one is, under its own id
+    assert [(o.spec, o.run_id, o.verdict, o.as_expected) for o in outcomes] == [("one", seen[0], "pass", True), ("two", seen[1], "fail", False)]
+    assert store.read_json(record.path / "state.json")["state"] == "finished"
+    assert suite.SuiteRun.find_unfinished(base, loaded) is None
