@@ -18,13 +18,14 @@ import yaml
 
 from .errors import SpecError
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "specs" / "spec.schema.json"
+SCHEMAS = Path(__file__).resolve().parent.parent / "specs"
 AGENT_IMAGE_ALIAS = "assure-agent"
 
 
-@functools.lru_cache(maxsize=1)
-def schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
+@functools.lru_cache(maxsize=None)
+def schema(kind: str = "spec") -> dict[str, Any]:
+    """specs/<kind>.schema.json: the one source of truth for a file format (spec, suite)."""
+    return json.loads((SCHEMAS / f"{kind}.schema.json").read_text())
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,6 @@ resumed by its own driver, and the rest start fresh. One process drives a suite 
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +18,6 @@ from . import spec as spec_mod
 from . import store
 from .chain import canonical, sha256_hex, utc_now
 from .errors import RunDirError, SpecError
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "specs" / "suite.schema.json"
-
-
-@functools.lru_cache(maxsize=1)
-def schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
-
 
 @dataclass(frozen=True)
 class Suite:
@@ -59,7 +49,7 @@ class Outcome:
 def load(path: str | Path) -> Suite:
     """Read and check a suite and every spec it names. Raises `SpecError` listing every problem."""
     path = Path(path)
-    data, lines = spec_mod.read_document(path, schema(), "suite")
+    data, lines = spec_mod.read_document(path, spec_mod.schema("suite"), "suite")
     specs, problems = [], []
     for i, rel in enumerate(data["specs"]):
         target = path.resolve().parent / rel
