@@ -146,8 +146,9 @@ def take(root: str | os.PathLike[str], limits: Limits = Limits(), *, reuse: Snap
     """Snapshot the tree under `root` (the root itself is not an entry).
 
     With `reuse` (an earlier snapshot of the same tree), a file whose stamp is unchanged keeps
-    its earlier entry (the very object) and is not even opened. Raises SnapshotError if `root` is not a real
-    directory or cannot be listed; everything below it that cannot be checked is noted instead.
+    its earlier entry (the very object) and is not even opened. Raises SnapshotError if `root`
+    is not a real directory or cannot be listed; everything below it that cannot be checked is
+    noted instead.
     """
     with hasher.lease(HASH_HELPERS) as pool:
         walk = _Walk(limits, pool, reuse.entries if reuse is not None else {})
@@ -291,10 +292,12 @@ class _Walk:
         return st
 
     def _record_file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> None:
-        """Reuse the earlier hash if the stamp is unchanged; else open without following,
-        confirm it is the lstat-ed file, and queue it for hashing within budget.
+        """Reuse the earlier entry if the stamp is unchanged; else open without following,
+        read the xattrs and queue the file for hashing within budget (the hasher confirms
+        that the descriptor is the lstat-ed file before it reads a byte).
 
-        An unchanged stamp vouches for the xattrs too: setting one moves the ctime.
+        An unchanged stamp vouches for the xattrs, mode, owner and link count too: changing
+        any of them moves the ctime.
         """
         stamp = _stamp(st)
         earlier = self.reuse.get(path)
