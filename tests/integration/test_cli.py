@@ -152,7 +152,7 @@ def test_a_suite_killed_mid_run_continues_where_it_stopped(tmp_path, make_spec, 
     suite = write_suite(tmp_path, [first, second])
 
     killed = subprocess.run(ASSURE + ["suite", str(suite)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "ASSURE_FAILPOINT": "run"})
+                            env={**os.environ, "ASSURE_FAILPOINT": "start"})  # hit by every attempt, before its agent starts
     assert killed.returncode == -9, killed.stderr
     [interrupted] = run_dirs(tmp_path / ".assure" / "runs")
 
