@@ -91,7 +91,10 @@ def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
         if before is None or after is None:
             out.append(f"Binary, special or large file {display(path)} ({change['kind']})\n")
             continue
-        out.extend(difflib.unified_diff(before, after, f"a/{display(path)}", f"b/{display(path)}"))
+        for line in difflib.unified_diff(before, after, f"a/{display(path)}", f"b/{display(path)}"):
+            # difflib leaves a last line without its newline as it is; patch(1) and git apply
+            # need it marked, or the next line of the patch is glued onto it
+            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -190,3 +191,37 @@ def test_a_failed_commit_is_commit_failed_with_an_alert_never_done(make_spec, tm
     assert task["state"] == "commit_failed" and "git" in task["reason"]
     pending = [a for a in alerts.all_alerts(tmp_path / ".assure" / "runs") if a.kind == "commit_failed"]
     assert len(pending) == 1 and pending[0].state == "pending"
+
+
+NAMES = [b"out/new\nline.txt", b"out/\x1b[31mred.txt", b"out/bad\xffbyte.txt", "out/\u202etxt.exe".encode()]
+
+
+@pytest.mark.parametrize("where", ["git", "folder", "proposal"])
+def test_hostile_names_in_the_writable_scope_are_promoted_as_the_bytes_they_are(make_spec, tmp_path, target, images, where):
+    create = f"import os\nos.makedirs('out', exist_ok=True)\nfor name in {NAMES!r}:\n    open(name, 'wb').write(name)"
+    if where == "folder":
+        shutil.rmtree(target / ".git")
+    promote = {} if where == "proposal" else {"promote": {"target": str(target)}}
+    spec = make_spec("names", "unused.sh", agent={"command": ["python3", "-c", create]}, contract=ratified(["fs:**"]),
+                     assertions=[{"exit_code": 0}], **promote)
+
+    done = assure("run", "--json", str(spec), cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    [task] = json.loads(done.stdout)["tasks"]
+    assert task["state"] == ("proposed" if where == "proposal" else "committed"), task
+    if where == "proposal":
+        [run_dir] = run_dirs(tmp_path / ".assure" / "runs")
+        [bundle] = (run_dir / "proposals").iterdir()
+        listed = [c["path"] for c in json.loads((bundle / "proposal.json").read_text())["changes"]]
+        assert sorted(listed) == sorted(os.fsdecode(name) for name in NAMES)
+        patch = (bundle / "patch.diff").read_text().splitlines()
+        # each text file's one line has no newline: marked, never glued to the next header
+        assert patch.count("\\ No newline at end of file") == 3 and not any("Binary" in line[1:] for line in patch)
+        assert f"Binary, special or large file out/bad\\xffbyte.txt (added)" in patch  # not UTF-8: not shown as text
+        return
+    for name in NAMES:
+        assert (target / os.fsdecode(name)).read_bytes() == name
+    if where == "git":
+        assert commits(target)[0] == "assure: task main"
+        assert subprocess.run(["git", "-C", str(target), "status", "--porcelain"], capture_output=True).stdout == b""
