@@ -17,7 +17,6 @@ from typing import Any
 from assure import gate
 from assure.chain import canonical, sha256_hex
 
-from . import http as _http
 
 
 class ConfigError(Exception):
@@ -391,17 +390,19 @@ def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
     parts = urllib.parse.urlsplit(value)
     if parts.query or parts.fragment or value.endswith("?") or value.endswith("#"):
         raise ConfigError("model.upstream", f"must have no query or fragment, got {value!r}")
+    from . import http  # only a model section needs it; see tools.py on why not at the top
+
     try:
-        target = _http.parse_target({"method": "POST", "url": value})
-    except _http.Refused as exc:
+        target = http.parse_target({"method": "POST", "url": value})
+    except http.Refused as exc:
         raise ConfigError("model.upstream", exc.message) from None
     if target.scheme != "https" and not allow_http:
         raise ConfigError("model.upstream", f'{value!r} is plain http, which would send the API key in clear; use https (or set "allow_http": true for a local test server)')
     if egress is None:
         raise ConfigError("model.upstream", "needs an `egress` section: the gateway reaches the model API only through the egress proxy")
     try:
-        _http.check(egress, target)
-    except _http.Refused as exc:
+        http.check(egress, target)
+    except http.Refused as exc:
         raise ConfigError("model.upstream", f"{exc.message}: add {target.key!r} to egress.allow (and to the egress proxy's allow)") from None
     return value.rstrip("/")
 

@@ -31,6 +31,7 @@ HEARTBEAT_SECONDS = 1.0
 MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
 MODEL_TOOL = "model.messages"  # the gate's name for a model call (model.py); never a /v1/tools route
+MODEL_ROUTES = {"/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}  # path -> endpoint
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,9 @@ from assure.chain import ChainError, canonical, verify_chain
 
 from . import http as _http
 from .config import Config, Egress, Model, Price
-from .dispatch import MODEL_TOOL, Answer, Dispatcher
+from .dispatch import MODEL_ROUTES, MODEL_TOOL, Answer, Dispatcher
 
-ROUTES = {"/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}
-PATHS = {endpoint: path for path, endpoint in ROUTES.items()}
+PATHS = {endpoint: path for path, endpoint in MODEL_ROUTES.items()}
 DEFAULT_VERSION = "2023-06-01"
 # Response headers passed back (and recorded): what the SDK reads, nothing about the account.
 PASSED_HEADERS = frozenset(("content-type", "content-encoding", "request-id", "retry-after", "retry-after-ms", "x-should-retry"))
@@ -613,10 +612,10 @@ class ModelProxy:
 
     def describe(self) -> dict[str, Any]:
         """For `GET /v1/health`."""
-        return {"mode": self._model.mode, "routes": sorted(ROUTES), "models_priced": sorted(self._model.prices)}
+        return {"mode": self._model.mode, "routes": sorted(MODEL_ROUTES), "models_priced": sorted(self._model.prices)}
 
     def handle(self, endpoint: str, headers: Mapping[str, str], query: str, body: bytes) -> Answer:
-        """Answer one request to a model route (`endpoint` is a value of ROUTES)."""
+        """Answer one request to a model route (`endpoint` is a value of MODEL_ROUTES)."""
         started = time.monotonic()
         try:
             call = self._parse(endpoint, headers, query, body)

@@ -20,13 +20,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import model, tools
+from . import tools
 from .config import Config, Limits
-from .dispatch import Answer, Counters, Dispatcher
+from .dispatch import MODEL_ROUTES, Answer, Counters, Dispatcher
 from .fspath import Workspace
 from .overrides import OverrideWatcher
+
+if TYPE_CHECKING:
+    from .model import ModelProxy
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
 LISTEN_BACKLOG = 128
@@ -246,7 +249,7 @@ class Gateway:
         self._workspace: Workspace | None = None
         self._dispatcher: Dispatcher | None = None
         self._watcher: OverrideWatcher | None = None
-        self._model: model.ModelProxy | None = None
+        self._model: ModelProxy | None = None
 
     @property
     def counters(self) -> Counters:
@@ -269,6 +272,8 @@ class Gateway:
         self._workspace = workspace
         try:
             if self.config.model is not None:
+                from . import model  # here, not at the top: http.client and its email parser cost ~0.1 s of every boot
+
                 self._model = model.ModelProxy(self.config, self._dispatcher)
             if self.config.control_dir:
                 self._watcher = OverrideWatcher(self.config.control_dir, self._dispatcher.apply_override, self._dispatcher.beat)
@@ -392,10 +397,12 @@ class Gateway:
         if path == HEALTH:
             _require_method(req, "GET")
             return Answer(200, self._health())
-        if path in model.ROUTES:
+        if path in MODEL_ROUTES:
             _require_method(req, "POST")
-            endpoint, query = model.ROUTES[path], req.target.partition("?")[2]
+            endpoint, query = MODEL_ROUTES[path], req.target.partition("?")[2]
             if self._model is None:
+                from . import model
+
                 return model.unavailable(self._calls, endpoint)
             return self._model.handle(endpoint, req.headers, query, req.body)
         tool = tools.BY_NAME.get(path[len(TOOL_PREFIX) :]) if path.startswith(TOOL_PREFIX) else None

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import http as _http
 from .fspath import PathError, Workspace, normalize
 
 if TYPE_CHECKING:  # db.py needs apsw; only a gateway with databases imports it
@@ -249,19 +248,31 @@ def _db_execute(env: Env, args: dict[str, Any]) -> Outcome:
     return Outcome(result, {"effect": effect})
 
 
+# http.py is imported on first use, not at the top: http.client and ssl cost a tenth of a
+# second of every gateway boot, and most runs have no egress.
 def _http_request(env: Env, args: dict[str, Any]) -> Outcome:
+    from . import http
+
     try:
-        result, record = _http.request(env.egress, args)
-    except _http.Refused as exc:
+        result, record = http.request(env.egress, args)
+    except http.Refused as exc:
         raise ToolError(exc.code, exc.message) from None
     return Outcome(result, record)
 
 
 def _http_scope(env: Env, args: dict[str, Any]) -> tuple[str, str]:
+    from . import http
+
     try:
-        return _http.scope(env, args)
-    except _http.Refused as exc:
+        return http.scope(env, args)
+    except http.Refused as exc:
         raise ToolError("bad_args", exc.message) from None
+
+
+def _http_mutating(args: dict[str, Any]) -> bool:
+    from . import http
+
+    return http.mutating(args)
 
 
 _DB_PARAMS: Mapping[str, tuple[type, bool]] = {"db": (str, True), "sql": (str, True), "params": (list, False)}
@@ -307,7 +318,7 @@ TOOLS: tuple[Tool, ...] = (
         _http_request,
         "HTTP(S) through the egress proxy to allowlisted host:port only: status, headers, body (or body_b64), truncated.",
         scope=_http_scope,
-        mutates_when=_http.mutating,
+        mutates_when=_http_mutating,
     ),
 )
 
