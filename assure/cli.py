@@ -71,9 +71,12 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _backend_and_images() -> tuple[DockerBackend, ImageSet]:
-    """The engine and this checkout's images, building whatever is missing (with progress)."""
+def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]:
+    """The engine (checked to have each spec's runtime) and this checkout's images, building
+    whatever is missing (with progress)."""
     backend = DockerBackend()
+    for runtime in sorted({s.sandbox.runtime for s in specs}):
+        backend.require_runtime(runtime)
     images = Images(backend, lambda msg: err.print(f"[dim]images:[/] {msg}"))
     found = images.resolve()
     return backend, found or images.ensure()
@@ -84,7 +87,7 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, key: Path | None, json_out:
     from .driver import Driver
 
     try:
-        backend, images = _backend_and_images()
+        backend, images = _backend_and_images(loaded)
         started = time.monotonic()
         with err.status(f"{loaded.name}: starting") as status:
 
@@ -129,6 +132,7 @@ def run(
     _sigterm_as_interrupt()
     try:
         loaded = spec_mod.load(spec)
+        DockerBackend().require_runtime(loaded.sandbox.runtime)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
         if rd is not None:
             err.print(f"resuming unfinished run {rd.run_id}", markup=False)
@@ -161,13 +165,13 @@ def suite_cmd(
         if check:
             out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
             raise typer.Exit(0)
+        backend, images = _backend_and_images(*loaded.specs)
         base = suite_mod.default_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
         if record is not None:
             err.print(f"continuing unfinished suite run {record.suite_run_id}", markup=False)
         else:
             record = suite_mod.SuiteRun.create(base, loaded)
-        backend, images = _backend_and_images()
         started = time.monotonic()
         with err.status(f"suite {loaded.name}: starting") as status:
             now = {"label": ""}

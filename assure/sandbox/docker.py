@@ -56,6 +56,16 @@ class DockerBackend:
         with _mapped("docker info"):
             return self._client.info()
 
+    def require_runtime(self, name: str) -> None:
+        """Refuse, before anything is created, a spec whose `sandbox.runtime` this engine lacks."""
+        runtimes = sorted((self.info().get("Runtimes") or {}).keys())
+        if name not in runtimes:
+            raise SandboxError(
+                f"the Docker engine has no runtime {name!r} (it has: {', '.join(runtimes) or 'none'})",
+                where="sandbox.runtime",
+                fix="install it and register it with dockerd (gVisor: `runsc install`, then restart dockerd), or leave sandbox.runtime out",
+            )
+
     def version(self) -> dict[str, Any]:
         with _mapped("docker version"):
             return self._client.version()

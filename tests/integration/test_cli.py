@@ -180,3 +180,13 @@ def test_a_suite_with_an_unexpected_verdict_exits_6_and_can_stop_there(tmp_path,
     assert [(r["spec"], r["verdict"], r["expect"]) for r in result["results"]] == [("wrong", "pass", "breach")]
     shown = assure("suite", "--new", str(suite), cwd=tmp_path, check_code=6).stdout
     assert "UNEXPECTED" in shown and "stopped after 1 of 2 specs" in shown
+
+
+def test_a_runtime_the_engine_lacks_is_refused_before_any_run_starts(tmp_path, make_spec):
+    spec = make_spec("gvisor", "notes-only.sh", sandbox={"runtime": "runsc-not-installed"})
+    suite = write_suite(tmp_path, [spec])
+
+    for args in (["run", str(spec)], ["suite", str(suite)]):
+        done = assure(*args, cwd=tmp_path, check_code=1)
+        assert "sandbox.runtime: the Docker engine has no runtime 'runsc-not-installed'" in done.stderr, done.stderr
+    assert not (tmp_path / ".assure").exists()  # no run, no suite run
