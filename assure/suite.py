@@ -19,6 +19,7 @@ from . import store
 from .chain import canonical, sha256_hex, utc_now
 from .errors import RunDirError, SpecError
 
+
 @dataclass(frozen=True)
 class Suite:
     name: str
@@ -93,7 +94,7 @@ class SuiteRun:
         for path in base.iterdir() if base.is_dir() else ():
             try:
                 state = store.read_json(path / "state.json")
-            except (RunDirError, OSError):
+            except RunDirError:  # not a suite run (or a damaged one): never continued
                 continue
             if isinstance(state, dict) and state.get("digest") == suite.digest and state.get("state") == "running" and not store.is_locked(path):
                 candidates.append(((path / "state.json").stat().st_mtime, path))
