@@ -229,12 +229,18 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
 
 
 @app.command()
-def validate(specs: list[Path] = typer.Argument(..., help="Spec files to check.")) -> None:
-    """Check spec files against specs/spec.schema.json; report every problem as file:line: field: message."""
+def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files to check.")) -> None:
+    """Check spec files (and suites, with every spec they name) against their schemas in specs/;
+    report every problem as file:line: field: message."""
+    from . import suite as suite_mod
+
     bad = 0
     for path in specs:
         try:
-            spec_mod.load(path)
+            if suite_mod.is_suite(path):
+                suite_mod.load(path)
+            else:
+                spec_mod.load(path)
             out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
         except AssureError as exc:
             bad += 1

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from . import spec as spec_mod
 from . import store
 from .chain import canonical, sha256_hex, utc_now
@@ -45,6 +47,15 @@ class Outcome:
     @property
     def as_expected(self) -> bool:
         return self.verdict == self.expect
+
+
+def is_suite(path: Path) -> bool:
+    """A YAML mapping with `specs` and no `agent`: no spec has the one, every spec the other."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # the spec loader says what is wrong with it
+    return isinstance(data, dict) and "specs" in data and "agent" not in data
 
 
 def load(path: str | Path) -> Suite:

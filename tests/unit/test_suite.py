@@ -106,3 +106,20 @@ def test_a_suite_run_records_each_run_before_it_starts_and_skips_finished_ones(s
     assert [(o.spec, o.run_id, o.verdict, o.as_expected) for o in outcomes] == [("one", seen[0], "pass", True), ("two", seen[1], "fail", False)]
     assert store.read_json(record.path / "state.json")["state"] == "finished"
     assert suite.SuiteRun.find_unfinished(base, loaded) is None
+
+
+def test_validate_takes_suites_and_specs_alike(specs: Path) -> None:
+    import subprocess
+    import sys
+
+    good = write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml]\n")
+    bad = specs / "bad-suite.yaml"
+    bad.write_text("version: 1\nname: s\nspecs: [one.yaml, gone.yaml]\n")
+    assert suite.is_suite(good) and not suite.is_suite(specs / "one.yaml")
+
+    done = subprocess.run([sys.executable, "-m", "assure.cli", "validate", str(good), str(specs / "one.yaml"), str(bad)],
+                          capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 1
+    assert done.stdout.split() == ["ok", str(good), "ok", str(specs / "one.yaml")]
+    assert f"{bad}:3: specs[1]: no such file: {specs / 'gone.yaml'}" in done.stderr
