@@ -40,6 +40,7 @@ def _print_json(data: Any) -> None:
     (kept as surrogate escapes) come out as \\u escapes, never raw (rich's print_json would not)."""
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
 
+
 @app.callback()
 def _setup() -> None:
     """Library code logs (alerts among it); the CLI shows warnings on stderr."""

@@ -23,9 +23,17 @@ from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
 from assure.errors import AssureError
-from assure.verify import hasher
-from assure.verify.hasher import CHANGED, HashPool, HasherError, Identity, Result, hash_here, identity
 from assure.textsafe import display
+from assure.verify import hasher
+from assure.verify.hasher import (
+    CHANGED,
+    HasherError,
+    HashPool,
+    Identity,
+    Result,
+    hash_here,
+    identity,
+)
 
 EntryKind = Literal["file", "dir", "symlink", "fifo", "socket", "chardev", "blockdev", "other"]
 Xattrs = tuple[tuple[str, str], ...]

@@ -1027,7 +1027,9 @@ class _Replay:
         rows = effect["sequence"]
         if isinstance(rows, list) and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int for r in rows):
             return [(name, seq) for name, seq in rows]
-        self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}", f"the AUTOINCREMENT counters journaled by action {display(action)} are malformed; changes from it on are not explained", None, {"action_id": action})
+        self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}",
+                               f"the AUTOINCREMENT counters journaled by action {display(action)} are malformed; changes from it on are not explained",
+                               None, {"action_id": action})
         return False
 
     def _set_counters(self, conn: apsw.Connection, counters: list[tuple[str, int]], stamp: tuple[int, str]) -> None:

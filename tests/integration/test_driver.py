@@ -218,7 +218,7 @@ def test_hostile_names_in_the_writable_scope_are_promoted_as_the_bytes_they_are(
         patch = (bundle / "patch.diff").read_text().splitlines()
         # each text file's one line has no newline: marked, never glued to the next header
         assert patch.count("\\ No newline at end of file") == 3 and not any("Binary" in line[1:] for line in patch)
-        assert f"Binary, special or large file out/bad\\xffbyte.txt (added)" in patch  # not UTF-8: not shown as text
+        assert "Binary, special or large file out/bad\\xffbyte.txt (added)" in patch  # not UTF-8: not shown as text
         return
     for name in NAMES:
         assert (target / os.fsdecode(name)).read_bytes() == name

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from assure import suite, store
+from assure import store, suite
 from assure.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
