@@ -5,9 +5,10 @@ GIL back and forth. So the snapshot walk opens and checks each file itself and p
 open descriptor (SCM_RIGHTS over a unix socket), with the identity lstat gave it, to a helper
 process. The helper checks with fstat that the descriptor is that file (same node, mode, size
 and times), hashes exactly `size` bytes with pread, and checks again (nothing wrote to it).
-A helper never sees a path, so nothing in the workspace can steer what it reads. A helper
-that dies or answers nonsense fails its batch closed: those files are left unhashed, with a
-note. Stdlib only: a helper runs as `python -I -S hasher.py` with its socket as stdin.
+A helper never sees a path, so nothing in the workspace can steer what it reads. The walk
+keeps its own descriptors until the answer comes: if a helper dies, stalls or answers
+nonsense, the walk hashes those files itself, so a failed helper costs time, never a
+finding. Stdlib only: a helper runs as `python -I -S hasher.py` with its socket as stdin.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ CHUNK_BYTES = 1 << 20  # one read
 MAX_BATCH = 64  # descriptors in one request (the kernel allows 253)
 REPLY_TIMEOUT = 120.0  # seconds for one batch (at most 64 files or one of up to max_hash_bytes)
 CHANGED = "changed while reading"
-HELPER_FAILED = "not hashed: the hash helper failed"
 Identity = tuple[int, int, int, int, int, int]  # st_dev, st_ino, st_mode, st_size, st_mtime_ns, st_ctime_ns
 Result = tuple[str | None, str | None]  # (sha256 hex, None) or (None, why not)
 _IDENTITY = struct.Struct("<QQQQqq")
@@ -83,10 +83,10 @@ def _decode(status: int, errno_: int, digest: bytes) -> Result:
 class HashPool:
     """Up to `processes` helpers, started on first use and stopped by `close`.
 
-    `submit` sends a batch of (descriptor, identity) pairs to the next helper in turn; the
-    helper works on its own duplicates, so the caller may close its descriptors at once.
-    `oldest` gives the answers to the oldest batch still out. After any failure `failed` is
-    set, and the caller hashes the rest itself.
+    `submit` sends a batch of (descriptor, identity) pairs to the next helper in turn (the
+    helper works on duplicates); `oldest` gives the answers to the oldest batch still out,
+    or None if its helper failed. After any failure `failed` is set and nothing more is
+    sent or read: the caller hashes the rest itself.
     """
 
     def __init__(self, processes: int) -> None:
@@ -114,15 +114,13 @@ class HashPool:
             raise HasherError(f"cannot use a hash helper: {error.strerror}") from error
         self.out.append((index, len(files)))
 
-    def oldest(self) -> list[Result]:
-        """Answers to the oldest batch out, in the order it was sent; a helper that failed
-        (or took longer than REPLY_TIMEOUT) leaves each of its files unhashed, with a note.
-
-        After one failure nothing more is read: a late answer could pass for the next one.
-        """
+    def oldest(self) -> list[Result] | None:
+        """Answers to the oldest batch out, in the order it was sent; None if its helper
+        failed or took longer than REPLY_TIMEOUT. After one failure nothing more is read:
+        a late answer could pass for the next one."""
         index, count = self.out.popleft()
         if self.failed:
-            return [(None, HELPER_FAILED)] * count
+            return None
         try:
             reply = self.helpers[index][1].recv(count * _REPLY.size + 1)
         except OSError:  # socket.timeout included
@@ -130,7 +128,7 @@ class HashPool:
         answers = list(_REPLY.iter_unpack(reply)) if len(reply) == count * _REPLY.size else []
         if not answers or any(status not in (_OK, _CHANGED, _FAILED) for status, _, _ in answers):
             self.failed = True
-            return [(None, HELPER_FAILED)] * count
+            return None
         return [_decode(*answer) for answer in answers]
 
     def close(self) -> None:

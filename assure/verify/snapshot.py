@@ -44,7 +44,7 @@ BATCH_BYTES = 4 << 20  # ... or fewer files, once they hold this many bytes
 _CPUS = len(os.sched_getaffinity(0))
 HASH_HELPERS = min(4, _CPUS) if _CPUS > 1 else 0  # processes hashing beside the walk
 HELPER_AFTER_BYTES = 16 << 20  # until the helpers run, a tree this small is hashed by the walk alone
-MAX_BATCHES_IN_FLIGHT = 2 * HASH_HELPERS  # keeps every helper busy while the walk goes on
+MAX_BATCHES_IN_FLIGHT = 2 * HASH_HELPERS  # keeps every helper busy; bounds open descriptors
 
 _KIND_BY_FORMAT: dict[int, EntryKind] = {
     stat.S_IFREG: "file",
@@ -215,12 +215,13 @@ class _Walk:
         self._collect(keep=0)
 
     def close(self) -> None:
-        """Close every descriptor still open: directories, and files queued to hash."""
+        """Close every descriptor still open: directories, and files not yet hashed."""
         while self.stack:
             os.close(self.stack.pop().fd)
-        for pending in self.batch:
-            os.close(pending.fd)
-        self.batch = []
+        for batch in (self.batch, *self.hashing):
+            for pending in batch:
+                os.close(pending.fd)
+        self.batch, self.hashing = [], deque()
 
     def result(self) -> Snapshot:
         for paths in self.links.values():
@@ -345,26 +346,17 @@ class _Walk:
 
     def _flush(self) -> None:
         """Hash the queued batch, here while the tree is small (or the helpers failed), else
-        in a helper; close its descriptors; then wait until few enough batches are out."""
+        in a helper; then wait until few enough batches are out."""
         if self.batch:
-            files = [(p.fd, p.expected) for p in self.batch]
-            results = None
-            try:
-                if self.pool.usable and (self.pool.helpers or self.hashed_bytes >= HELPER_AFTER_BYTES):
-                    try:
-                        self.pool.submit(files)
-                    except HasherError:
-                        results = hash_here(files)
-                else:
-                    results = hash_here(files)
-            finally:
-                for fd, _ in files:
-                    os.close(fd)
-                batch, self.batch, self.batch_bytes = self.batch, [], 0
-            if results is None:
-                self.hashing.append(batch)
+            batch, self.batch, self.batch_bytes = self.batch, [], 0
+            self.hashing.append(batch)  # from here on, `close` finds its descriptors there
+            if self.pool.usable and (self.pool.helpers or self.hashed_bytes >= HELPER_AFTER_BYTES):
+                try:
+                    self.pool.submit([(p.fd, p.expected) for p in batch])
+                except HasherError:
+                    self._finish(self.hashing.pop(), None)
             else:
-                self._finish(batch, results)
+                self._finish(self.hashing.pop(), None)
         self._collect(keep=MAX_BATCHES_IN_FLIGHT)
 
     def _collect(self, keep: int) -> None:
@@ -373,12 +365,19 @@ class _Walk:
             results = self.pool.oldest()
             self._finish(self.hashing.popleft(), results)
 
-    def _finish(self, batch: list[_Pending], results: list[Result]) -> None:
-        """Record each file of a hashed batch. The xattrs were read before the hasher checked
-        that the descriptor is the lstat-ed file, so they count only if it is."""
-        for p, (sha256, note) in zip(batch, results, strict=True):
-            xattrs = () if note == CHANGED else p.xattrs
-            self.entries[p.path] = _entry(p.path, "file", p.st, sha256, None, xattrs, note, p.stamp)
+    def _finish(self, batch: list[_Pending], results: list[Result] | None) -> None:
+        """Record each file of a batch, hashing it here if no helper answered, and close it.
+        The xattrs were read before the hasher checked that the descriptor is the lstat-ed
+        file, so they count only if it is."""
+        try:
+            if results is None:
+                results = hash_here([(p.fd, p.expected) for p in batch])
+            for p, (sha256, note) in zip(batch, results, strict=True):
+                xattrs = () if note == CHANGED else p.xattrs
+                self.entries[p.path] = _entry(p.path, "file", p.st, sha256, None, xattrs, note, p.stamp)
+        finally:
+            for p in batch:
+                os.close(p.fd)
 
     def _annotate(self, path: str, note: str) -> None:
         entry = self.entries[path]
@@ -395,7 +394,7 @@ class _Walk:
 
 
 class _Pending(NamedTuple):
-    """A file opened, checked and queued for hashing; `fd` is closed once the batch is sent."""
+    """A file opened and queued for hashing; `fd` is closed once its hash is recorded."""
 
     path: str
     fd: int
