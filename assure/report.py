@@ -80,17 +80,22 @@ def render_changes(changes: list[dict[str, Any]], findings: list[dict[str, Any]]
 def render_suite(name: str, suite_run_id: str, outcomes: list[Any], total: int) -> Panel:
     """One row per spec run of a suite: its verdict against the one its spec expects."""
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for col in ("", "spec", "verdict", "expects", "run"):
-        table.add_column(col, overflow="fold")
+    table.add_column("")
+    table.add_column("spec", overflow="fold")
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("run", no_wrap=True, min_width=max((len(display(o.run_id)) for o in outcomes), default=3))  # whole, to copy
     for o in outcomes:
-        table.add_row(Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"), display(o.spec),
-                      verdict_text(o.verdict), o.expect, display(o.run_id))
+        verdict = verdict_text(o.verdict)
+        if not o.as_expected:
+            verdict.append(f" (expects {o.expect})", style="bold red")
+        table.add_row(Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"), display(o.spec), verdict, display(o.run_id))
     ok = len(outcomes) == total and all(o.as_expected for o in outcomes)
     parts: list[Any] = [table]
     if len(outcomes) < total:
         parts.append(Text(f"stopped after {len(outcomes)} of {total} specs (stop_on_unexpected)", style="yellow"))
     title = Text.assemble(f"suite {display(name)}  ", Text("AS EXPECTED", style="bold green") if ok else Text("UNEXPECTED", style="bold red"))
     parts.append(Text(f"suite run: {display(suite_run_id)}", style="dim"))
+    parts.append(Text("a run's timeline: assure show RUN · its changes: assure diff RUN_DIR", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left")
 
 

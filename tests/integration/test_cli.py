@@ -179,7 +179,7 @@ def test_a_suite_with_an_unexpected_verdict_exits_6_and_can_stop_there(tmp_path,
     assert result["as_expected"] is False
     assert [(r["spec"], r["verdict"], r["expect"]) for r in result["results"]] == [("wrong", "pass", "breach")]
     shown = assure("suite", "--new", str(suite), cwd=tmp_path, check_code=6).stdout
-    assert "UNEXPECTED" in shown and "stopped after 1 of 2 specs" in shown
+    assert "UNEXPECTED" in shown and "PASS (expects breach)" in shown and "stopped after 1 of 2 specs" in shown
 
 
 def test_a_runtime_the_engine_lacks_is_refused_before_any_run_starts(tmp_path, make_spec):
