@@ -109,6 +109,8 @@ class Driver:
         with store.exclusive(self.run.path, "run"):
             self.state = self._load_state()
             if self.state["state"] in ("finished", "halted"):
+                if not (self.run.path / "receipts" / receipts.SEAL_FILE).is_file():  # issuing them failed last time
+                    issue_receipts(self.run, self.spec, self.state, self.signing_key)
                 return RunResult(self.run.path, store.read_json(self.run.path / "report.json"))
             self.events = self.run.events()
             try:

@@ -4,6 +4,7 @@ reproduces the verdict offline and notices a run directory changed after the fac
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,3 +191,15 @@ def test_a_runtime_the_engine_lacks_is_refused_before_any_run_starts(tmp_path, m
         done = assure(*args, cwd=tmp_path, check_code=1)
         assert "sandbox.runtime: the Docker engine has no runtime 'runsc-not-installed'" in done.stderr, done.stderr
     assert not (tmp_path / ".assure").exists()  # no run, no suite run
+
+
+def test_resuming_a_finished_run_whose_receipts_are_missing_issues_them(tmp_path, images):
+    report = json.loads(assure("run", "--json", str(EXAMPLES / "benign.yaml"), cwd=tmp_path, check_code=0).stdout)
+    run_dir = tmp_path / ".assure" / "runs" / report["run_id"]
+    shutil.rmtree(run_dir / "receipts")  # as if issuing them had failed after the run finished
+    assure("receipts", "verify", str(run_dir), cwd=tmp_path, check_code=1)
+
+    again = json.loads(assure("resume", "--json", report["run_id"], cwd=tmp_path, check_code=0).stdout)
+
+    assert again["verdict"] == "pass" and again["run_id"] == report["run_id"]
+    assure("receipts", "verify", str(run_dir), cwd=tmp_path, check_code=0)
