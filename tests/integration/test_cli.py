@@ -203,3 +203,19 @@ def test_resuming_a_finished_run_whose_receipts_are_missing_issues_them(tmp_path
 
     assert again["verdict"] == "pass" and again["run_id"] == report["run_id"]
     assure("receipts", "verify", str(run_dir), cwd=tmp_path, check_code=0)
+
+
+def test_sigterm_stops_a_suite_cleanly_and_leaves_it_to_be_continued(tmp_path, images, backend):
+    suite = write_suite(tmp_path, [SPECS / "hang.yaml"])
+    proc = subprocess.Popen(ASSURE + ["suite", str(suite)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(c.get("assure.pid") == str(proc.pid) and c.get("assure.role") == "agent" for c in backend.owned()["containers"]):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+
+    assert proc.wait(timeout=60) == 130
+    assert "continues this suite run" in proc.stderr.read()
+    assert not [c for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)]
+    [record] = (tmp_path / ".assure" / "suites").iterdir()
+    state = json.loads((record / "state.json").read_text())
+    assert state["state"] == "running" and state["runs"][0]["run_id"] == run_dirs(tmp_path / ".assure" / "runs")[0].name
