@@ -235,6 +235,14 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackOnly]:
     assert guard.violations == [], guard.violations
 
 
+@pytest.fixture()
+def origin() -> Iterator[Origin]:
+    """A plain-HTTP test origin on loopback (import this fixture into a test module to use it)."""
+    server = start_origin()
+    yield server
+    stop_origin(server)
+
+
 def _is_ip(host: Any) -> bool:
     try:
         ipaddress.ip_address(str(host))

@@ -20,18 +20,11 @@ from typing import Any
 
 import pytest
 
-from tests.unit._egress import loopback_only  # noqa: F401  (an autouse fixture: applies to every test here)
+from tests.unit._egress import loopback_only, origin  # noqa: F401  (fixtures: loopback_only applies to every test here)
 from tests.unit._egress import GET_BODY, PROXY_PATH, Origin, Reply, load_proxy, parse_reply, raw, read_log, start_origin, stop_origin, wait_for_log
 
 proxy_mod = load_proxy()
 LOG_FIELDS = {"ts", "client", "method", "host", "port", "path", "decision", "reason", "status", "bytes"}
-
-
-@pytest.fixture()
-def origin() -> Iterator[Origin]:
-    server = start_origin()
-    yield server
-    stop_origin(server)
 
 
 @pytest.fixture()

@@ -18,7 +18,7 @@ from assure.gateway import http as gw_http
 from assure.gateway import tools
 from assure.gateway.config import ConfigError, Egress, parse
 from assure.gateway.fspath import Workspace
-from tests.unit._egress import loopback_only  # noqa: F401  (an autouse fixture: applies to every test here)
+from tests.unit._egress import loopback_only, origin  # noqa: F401  (fixtures: loopback_only applies to every test here)
 from tests.unit._egress import GET_BODY, Origin, load_proxy, start_origin, stop_origin, wait_for_log
 
 proxy_mod = load_proxy()
@@ -45,13 +45,6 @@ def no_sockets(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     monkeypatch.setattr(gw_http.http.client.HTTPConnection, "connect", refuse)
     monkeypatch.setattr(gw_http.http.client.HTTPSConnection, "connect", refuse)
     return opened
-
-
-@pytest.fixture()
-def origin() -> Iterator[Origin]:
-    server = start_origin()
-    yield server
-    stop_origin(server)
 
 
 @pytest.fixture()
