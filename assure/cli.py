@@ -83,12 +83,13 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
     return backend, found or images.ensure()
 
 
-def _drive(loaded: spec_mod.Spec, run: store.RunDir, key: Path | None, json_out: bool, expect: bool, verbose: bool) -> None:
+def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend, ImageSet], key: Path | None,
+           json_out: bool, expect: bool, verbose: bool) -> None:
     """Drive a run with live progress, print its report, exit with the verdict's code."""
     from .driver import Driver
 
+    backend, images = engine
     try:
-        backend, images = _backend_and_images(loaded)
         started = time.monotonic()
         with err.status(f"{loaded.name}: starting") as status:
 
@@ -133,7 +134,7 @@ def run(
     _sigterm_as_interrupt()
     try:
         loaded = spec_mod.load(spec)
-        DockerBackend().require_runtime(loaded.sandbox.runtime)  # before a run is made for nothing
+        engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
         if rd is not None:
             err.print(f"resuming unfinished run {rd.run_id}", markup=False)
@@ -141,7 +142,9 @@ def run(
             rd = store.RunDir.create(runs_dir, store.new_run_id(loaded.name), loaded.path, loaded.to_json())
     except AssureError as exc:
         raise _fail(exc) from None
-    _drive(loaded, rd, key, json_out, expect, verbose)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    _drive(loaded, rd, engine, key, json_out, expect, verbose)
 
 
 @app.command("suite")
@@ -175,17 +178,18 @@ def suite_cmd(
             record = suite_mod.SuiteRun.create(base, loaded)
         started = time.monotonic()
         with err.status(f"suite {loaded.name}: starting") as status:
-            now = {"label": ""}
+            label = ""
 
             def begin(n: int, spec: spec_mod.Spec) -> None:
-                now["label"] = f"suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}"
+                nonlocal label
+                label = f"suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}"
 
             def progress(phase: str, info: dict[str, Any]) -> None:
-                status.update(f"{now['label']} · {phase} · {time.monotonic() - started:5.1f}s")
+                status.update(f"{label} · {phase} · {time.monotonic() - started:5.1f}s")
 
             def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
                 verdict = Driver(spec, run, backend, images, progress, signing_key=key).drive().verdict
-                err.print(f"{now['label']}: {verdict} (expects {spec.expect})", markup=False, highlight=False)
+                err.print(f"{label}: {verdict} (expects {spec.expect})", markup=False, highlight=False)
                 return verdict
 
             outcomes = record.drive(runs_dir, run_one, begin)
@@ -215,9 +219,12 @@ def resume(
     try:
         rd = _run_dir(run_ref, runs_dir)
         loaded = _spec_of(rd)
+        engine = _backend_and_images(loaded)
     except AssureError as exc:
         raise _fail(exc) from None
-    _drive(loaded, rd, key, json_out, False, False)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    _drive(loaded, rd, engine, key, json_out, False, False)
 
 
 def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
