@@ -25,15 +25,7 @@ from typing import Any, Literal, NamedTuple
 from assure.errors import AssureError
 from assure.textsafe import display
 from assure.verify import hasher
-from assure.verify.hasher import (
-    CHANGED,
-    HasherError,
-    HashPool,
-    Identity,
-    Result,
-    hash_here,
-    identity,
-)
+from assure.verify.hasher import CHANGED, HasherError, HashPool, Result, hash_here, identity
 
 EntryKind = Literal["file", "dir", "symlink", "fifo", "socket", "chardev", "blockdev", "other"]
 Xattrs = tuple[tuple[str, str], ...]
@@ -330,7 +322,7 @@ class _Walk:
             os.close(fd)
             self.entries[path] = _entry(path, "file", st, None, None, xattrs, refusal, stamp)
             return
-        self.batch.append(_Pending(path, fd, st, identity(st), xattrs, stamp))
+        self.batch.append(_Pending(path, fd, st, xattrs, stamp))
         self.batch_bytes += st.st_size
         if len(self.batch) >= BATCH_FILES or self.batch_bytes >= BATCH_BYTES:
             self._flush()
@@ -352,7 +344,7 @@ class _Walk:
             self.hashing.append(batch)  # from here on, `close` finds its descriptors there
             if self.pool.usable and (self.pool.helpers or self.hashed_bytes >= HELPER_AFTER_BYTES):
                 try:
-                    self.pool.submit([(p.fd, p.expected) for p in batch])
+                    self.pool.submit([(p.fd, identity(p.st)) for p in batch])
                 except HasherError:
                     self._finish(self.hashing.pop(), None)
             else:
@@ -371,7 +363,7 @@ class _Walk:
         file, so they count only if it is."""
         try:
             if results is None:
-                results = hash_here([(p.fd, p.expected) for p in batch])
+                results = hash_here([(p.fd, identity(p.st)) for p in batch])
             for p, (sha256, note) in zip(batch, results, strict=True):
                 xattrs = () if note == CHANGED else p.xattrs
                 self.entries[p.path] = _entry(p.path, "file", p.st, sha256, None, xattrs, note, p.stamp)
@@ -399,7 +391,6 @@ class _Pending(NamedTuple):
     path: str
     fd: int
     st: os.stat_result
-    expected: Identity
     xattrs: Xattrs
     stamp: str
 
