@@ -64,16 +64,23 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
     return Panel(Group(*parts), title=title, title_align="left")
 
 
-def render_changes(changes: list[dict[str, Any]], findings: list[dict[str, Any]]) -> Table:
+def _change_rows(changes: list[dict[str, Any]], findings: list[dict[str, Any]]) -> list[tuple[str, str, str, str, bool]]:
+    """(change, path, fields, attribution, attributed?) per workspace change, raw: the
+    renderers escape them."""
     by_path = {f["subject"]: f for f in findings if f["kind"] in ("attributed", "unattributed", "protected_changed")}
+    rows = []
+    for c in changes:
+        f = by_path.get(c["path"], {})
+        rows.append((c["kind"], c["path"], ", ".join(c.get("fields", [])), str(f.get("attribution") or f.get("kind", "?")), f.get("kind") == "attributed"))
+    return rows
+
+
+def render_changes(changes: list[dict[str, Any]], findings: list[dict[str, Any]]) -> Table:
     table = Table(show_header=True, header_style="bold")
     for col in ("change", "path", "fields", "attribution"):
         table.add_column(col, overflow="fold")
-    for c in changes:
-        f = by_path.get(c["path"], {})
-        attribution = f.get("attribution") or f.get("kind", "?")
-        style = "green" if f.get("kind") == "attributed" else "red"
-        table.add_row(c["kind"], display(c["path"]), ", ".join(c.get("fields", [])), Text(display(str(attribution)), style=style))
+    for kind, path, fields, attribution, ok in _change_rows(changes, findings):
+        table.add_row(kind, display(path), fields, Text(display(attribution), style="green" if ok else "red"))
     return table
 
 
@@ -124,12 +131,8 @@ def render_changes_html(title: str, verdict: dict[str, Any]) -> str:
     """A self-contained page of an attempt's changes and findings (verdict.json), for a CI
     artifact. Every string is escaped twice over: `display` for what a name may hide or move
     (controls, bidi, invalid UTF-8), then HTML escaping; the page runs no script (CSP)."""
-    by_path = {f["subject"]: f for f in verdict["findings"] if f["kind"] in ("attributed", "unattributed", "protected_changed")}
-    change_rows = []
-    for c in verdict["changes"]:
-        f = by_path.get(c["path"], {})
-        css = "ok" if f.get("kind") == "attributed" else "bad"
-        change_rows.append((c["kind"], c["path"], ", ".join(c.get("fields", [])), (f.get("attribution") or f.get("kind", "?"), css)))
+    changes = [(kind, path, fields, (attribution, "ok" if ok else "bad"))
+               for kind, path, fields, attribution, ok in _change_rows(verdict["changes"], verdict["findings"])]
     finding_rows = [
         (f["severity"], f["kind"], f["subject"], f["message"], (f.get("attribution") or "", "ok" if f["kind"] in ("attributed", "assertion_passed") else "bad"))
         for f in verdict["findings"]
@@ -139,7 +142,7 @@ def render_changes_html(title: str, verdict: dict[str, Any]) -> str:
         title=_h(title),
         verdict=_h(name),
         verdict_class="ok" if name in ("pass", "contained") else "bad",
-        changes=_table(("change", "path", "fields", "attribution"), change_rows),
+        changes=_table(("change", "path", "fields", "attribution"), changes),
         findings=_table(("severity", "finding", "subject", "message", "attribution"), finding_rows),
     )
 
