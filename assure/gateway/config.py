@@ -37,6 +37,20 @@ class Limits:
     read_timeout_seconds: float = 10.0
     max_connections: int = 16
     max_file_bytes: int = 4 * 1024 * 1024
+    # Every request (tool calls, replays, model calls, rejected requests, connections over
+    # the cap) counts; past this the gateway reports a budget breach and the host stops.
+    requests: int = 10_000
+    # The journal's size; reaching it journals `journal_full`, reports a budget breach and
+    # serves no further call (the closing records and an effect's outcome still fit).
+    max_journal_bytes: int = 64 * 1024 * 1024
+    # A JSON body is pre-scanned before it is parsed: deeper nesting or more elements
+    # (values in arrays and objects) is refused with 400 (an 8 MB `[{},{},...]` parses
+    # to ~200 MB of objects).
+    max_json_depth: int = 64
+    max_json_items: int = 100_000
+    # A journaled agent string longer than this (idempotency_key, rollback_ref, human_gate,
+    # and the gate inputs that carry them) is journaled as `sha256:<hex>` of its UTF-8.
+    max_journal_field_chars: int = 256
 
 
 @dataclass(frozen=True)

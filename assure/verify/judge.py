@@ -104,5 +104,5 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
             n += 1
         findings.append(assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal,
                                          unexplained=unexplained, command_result=result, post_digest=post_digest))
-    claims = [r.get("claim") for r in journal if r.get("tool") == "task.report" and r.get("decision") == "allow"]
+    claims = [r.get("claim") for r in journal if r.get("event") == "tool_call" and r.get("tool") == "task.report" and r.get("decision") == "allow"]
     return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head)
