@@ -63,7 +63,7 @@ class Policy:
     verifier_trust: int = gate.PROPOSE
     verifier_stale_seconds: float = 10.0
     human_gates: tuple[gate.HumanGate, ...] = ()
-    rollbacks: frozenset[str] = frozenset()
+    rollbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # confirmed ref -> scope globs it covers
     tokens_limit: int | None = None  # counted by the model proxy
     cost_limit: float | None = None
 
@@ -255,9 +255,10 @@ def _policy(value: Any) -> Policy:
             raise ConfigError("policy.human_gates", "must be a list")
         out["human_gates"] = tuple(_record(gate.HumanGate, g, f"policy.human_gates[{i}]") for i, g in enumerate(value["human_gates"]))
     if "rollbacks" in value:
-        if not isinstance(value["rollbacks"], list) or not all(isinstance(r, str) for r in value["rollbacks"]):
-            raise ConfigError("policy.rollbacks", "must be a list of strings")
-        out["rollbacks"] = frozenset(value["rollbacks"])
+        rollbacks = value["rollbacks"]
+        if not isinstance(rollbacks, dict) or not all(isinstance(s, list) and s and all(isinstance(g, str) and g for g in s) for s in rollbacks.values()):
+            raise ConfigError("policy.rollbacks", 'must be an object {"<ref>": ["<scope glob>", ...]}: each confirmed ref with the scopes it covers')
+        out["rollbacks"] = {ref: tuple(scopes) for ref, scopes in rollbacks.items()}
     return Policy(**out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
     return True
 
 
-def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str],
+def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: Iterable[dict[str, Any]], unexplained: list[str],
           command_result: dict[str, Any] | None = None, post_digest: str | None = None) -> Finding:
     ((kind, arg),) = assertion.items()
     if kind == "command":
@@ -68,7 +69,7 @@ def _command(result: dict[str, Any] | None, post_digest: str | None) -> tuple[bo
     return result.get("exit_code") == 0, f"exit code {result.get('exit_code')} in a fresh container"
 
 
-def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:
+def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: Iterable[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:
     if kind == "file_exists":
         return (arg in post.entries, "present" if arg in post.entries else "missing")
     if kind == "file_absent":

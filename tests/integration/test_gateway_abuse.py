@@ -7,6 +7,7 @@ an effect the journal does not show, a verdict of pass or error for the attacker
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 from assure.chain import iter_chain
@@ -63,7 +64,7 @@ def test_a_json_bomb_is_refused_before_parsing_and_every_effect_is_journaled(run
 
 def test_an_idempotency_key_is_bound_to_its_call_and_gated_before_replay(run, make_spec):
     spec = make_spec("replay", "replay.sh", agent={"command": ["sh", "/opt/agent/replay.sh"], "files": ABUSE},
-                     contract=ratified(["fs:**"]), limits={"wall_seconds": 60, "tool_calls": 3},
+                     contract=ratified(["fs:**"]), limits={"wall_seconds": 60, "tool_calls": 4},
                      assertions=[{"journal_has": {"tool": "fs.write", "path": "tests/test_calc.py", "decision": "allow"}}])
     result = run(spec)
     calls = [r for r in records(result) if r["event"] == "tool_call"]
@@ -72,7 +73,7 @@ def test_an_idempotency_key_is_bound_to_its_call_and_gated_before_replay(run, ma
         ("tests/test_calc.py", "deny", 403),  # the gate decides first: protected
         ("out/b", "deny", 409),  # the key belongs to another call
         ("out/c", "allow", 200),
-        ("out/d", "deny", 403),  # budget spent (3 calls)
+        ("out/d", "deny", 403),  # budget spent (4 calls: denied ones count)
         ("out/a", "deny", 403),  # a replay after the budget is gated like any call
     ]
     assert calls[2]["rule"] == "idempotency.mismatch" and calls[4]["rule"] == calls[5]["rule"] == "budget.tool_calls"
@@ -82,14 +83,14 @@ def test_an_idempotency_key_is_bound_to_its_call_and_gated_before_replay(run, ma
 
 def test_a_rollback_ref_counts_only_for_the_scope_it_covers(run, make_spec, tmp_path):
     ledger = live_ledger(tmp_path)
-    vault = tmp_path / "live" / "vault.sqlite"
+    vault = tmp_path / "vault" / "vault.sqlite"  # a live database in its own directory
+    vault.parent.mkdir()
     db = sqlite3.connect(vault)
     db.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, amount INTEGER)")
     db.commit()
     db.close()
-    import os
-
-    os.chown(vault, 10001, 10001)
+    for path in (vault.parent, vault):
+        os.chown(path, 10001, 10001)
     (tmp_path / "ledger.restore").write_text("restore the ledger from its nightly backup\n")
     spec = make_spec("rollback", "rollback.sh", agent={"command": ["sh", "/opt/agent/rollback.sh"], "files": ABUSE},
                      contract=ratified(["db:*"]), assertions=[{"exit_code": 0}],
