@@ -67,17 +67,16 @@ class ChainWriter:
         self._fh = open(self.path, "a", encoding="ascii")
         self.size = self._fh.tell()  # bytes in the file, kept current by `append`
 
-    def line(self, event: str, **fields: Any) -> str:
-        """The next line `append` would write for these fields (to check its size first)."""
+    def line(self, event: str, **fields: Any) -> tuple[dict[str, Any], str]:
+        """The next record and line `append` would write (to check the line's size first)."""
         record = seal({**self.base, **fields, "seq": self.seq + 1, "ts": utc_now(), "event": event, "prev": self.prev})
-        return canonical(record).decode() + "\n"
+        return record, canonical(record).decode() + "\n"
 
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
-        return self.write(self.line(event, **fields))
+        return self.write(*self.line(event, **fields))
 
-    def write(self, line: str) -> dict[str, Any]:
-        """Append a line made by `line()` (no other append in between) and flush it to the OS."""
-        record = json.loads(line)
+    def write(self, record: dict[str, Any], line: str) -> dict[str, Any]:
+        """Append what `line()` made (no other append in between) and flush it to the OS."""
         if record["seq"] != self.seq + 1 or record["prev"] != self.prev:
             raise ValueError("the line was not made for the chain's current head")
         self._fh.write(line)

@@ -229,7 +229,7 @@ class Dispatcher:
                     self._report_breach(decision.rule.split(".", 1)[1])
                 return _finish(record, 403, error_body("denied" if decision.outcome == gate.DENY else "escalated", decision.reason))
             key = self._idempotency_key(tool, action, args, meta, record)
-            binding = sha256_hex(canonical({"tool": tool.name, "args": args}))
+            binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments
             if key is not None and (prior := self._idempotency.claim(key, binding, action_id=record["action_id"], attempt=self._config.attempt)):
                 key = None  # not ours to release
                 return self._replay(prior, binding, record)
@@ -356,11 +356,11 @@ class Dispatcher:
         if not self._open:
             return False
         try:
-            line = self._journal.line(event, **fields)
+            record, line = self._journal.line(event, **fields)
             if not _outcome and (self._full or self._journal.size + len(line) > self._config.limits.max_journal_bytes):
                 self._journal_full()
                 return False
-            self._journal.write(line)
+            self._journal.write(record, line)
         except Exception:
             self._open = False
             return False
