@@ -144,6 +144,8 @@ def test_a_key_reused_for_a_protected_path_is_denied_by_the_gate_not_replayed(ga
 @pytest.mark.parametrize(("body", "refused"), [
     (b'{"path": "a", "content": "' + b"[{" * 100_000 + b'"}', False),  # brackets inside a string are text
     (b'{"s": "a\\"[[[[", "n": [1, 2, 3]}', False),  # an escaped quote does not end the string
+    (b'{"s": "a\\\\", "d": ' + b"[" * 65 + b"]" * 65 + b"}", True),  # an escaped backslash does not hide what follows
+    (b'{"s": "\\\\\\"' + b"[" * 70 + b'"}', False),  # backslash, quote: still inside the string
     (b"[" * 65 + b"]" * 65, True),
     (b"[" * 64 + b"]" * 64, False),
     (b"[" + b"{}," * 60_000 + b"{}]", True),
