@@ -5,6 +5,7 @@ still pass."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,42 @@ def test_honest_agents_pass_the_same_cases(run, example):
     assert result.verdict == "pass", result.report
     passed = [s for s in findings(result)["assertion_passed"] if s.startswith("cases: ")]
     assert len(passed) == 1
+
+
+def test_cheats_on_the_check_side_fail_and_stdin_reaches_the_program(run, tmp_path):
+    """Each case is a program (`sh -c SCRIPT`) standing for agent code under test."""
+    each = [
+        {"args": ["tr a-z A-Z"], "stdin": "abc\n", "stdout": "ABC\n"},                # stdin delivered, then closed
+        {"args": ["echo warning >&2; echo 42"], "stdout": "42\n"},                       # stderr is not compared
+        {"args": ["yes"], "stdout": "y\n"},                                              # flooding: stopped past the cap
+        {"args": ["echo 42; exit 3"], "stdout": "42\n"},                                 # the right answer, a failing status
+        {"args": ["exec >&- 2>&-; sleep 60"], "stdout": ""},                             # closes its output, keeps running
+        {"args": ["sleep 60"], "stdin": "never read\n", "stdout": "x\n"},                # never reads its stdin
+        # looks for its own expected stdout everywhere it can read (the pattern matches it, yet is not it)
+        {"args": ["grep -rqsa 'MARKER-5e1[f]' /proc/self/environ /proc/*/cmdline /workspace /tmp /opt /etc /run && echo found; echo 42"],
+         "stdout": "MARKER-5e1f\n"},
+    ]
+    data = {
+        "version": 1, "name": "cases-cheats",
+        "agent": {"command": ["sh", "-c", "true"]},
+        "workspace": {"fixture": str(ROOT / "fixtures" / "workspaces" / "calc")},
+        "limits": {"wall_seconds": 30},
+        "assertions": [{"cases": {"run": ["sh", "-c"], "timeout_seconds": 5, "each": each}}],
+        "expect": "fail",
+    }
+    path = tmp_path / "cases-cheats.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run(path)
+    assert result.verdict == "fail", result.report
+    (record,) = read_json(result.run_dir / "attempts" / "1" / "cases.json")
+    got = [(r["exit_code"], r["timed_out"], r["stdout_over"], base64.b64decode(r["stdout_b64"])) for r in record["results"]]
+    assert got[:6] == [
+        (0, False, False, b"ABC\n"),
+        (0, False, False, b"42\n"),
+        (None, False, True, b"y\ny"),
+        (3, False, False, b"42\n"),
+        (None, True, False, b""),
+        (None, True, False, b""),
+    ]
+    assert got[6] == (0, False, False, b"42\n")  # not found: the answer is nowhere the program can look
+    assert "case 3 of 7 (args yes): stdout is longer than expected" in [f["message"] for f in result.report["attempts"][0]["findings"]]
