@@ -25,7 +25,8 @@ from typing import Any
 from . import globs
 from .chain import canonical, sha256_hex
 from .sandbox import hardening
-from .sandbox.docker import DockerBackend
+from .errors import SandboxError
+from .sandbox.docker import DOCKER_FIX, DockerBackend
 from .spec import AGENT_IMAGE_ALIAS, Case, Spec
 
 OUTPUT_TAIL_BYTES = 8192
@@ -180,14 +181,14 @@ def _read_frames(sock: socket.socket, deadline: float, stdout_cap: int | None, r
         if remaining <= 0:
             run.timed_out = True
             return
-        sock.settimeout(remaining)
         try:
+            sock.settimeout(remaining)
             data = sock.recv(READ_CHUNK)
         except TimeoutError:
             run.timed_out = True
             return
-        except OSError:
-            return
+        except OSError as exc:  # the engine's stream broke: no result, never a partial one
+            raise SandboxError(f"reading a check container's output: {exc}", fix=DOCKER_FIX) from exc
         if not data:
             return
         while data:

@@ -18,12 +18,12 @@ from .conftest import EXAMPLES, ROOT, findings
 LIAR = ROOT / "fixtures" / "agents" / "liar"
 
 
-def with_liar(example: str, tmp_path: Path) -> Path:
-    """The example spec as shipped (assertions, contract, workspace), run by the exit-0 liar.
+def with_liar(example: str, tmp_path: Path, liar: str = "exit0.py") -> Path:
+    """The example spec as shipped (assertions, contract, workspace), run by a liar agent.
     The model block is dropped: the liar needs no model, and `anthropic` mode needs a key."""
     data = yaml.safe_load((EXAMPLES / f"{example}.yaml").read_text())
     data["workspace"]["fixture"] = str((EXAMPLES / data["workspace"]["fixture"]).resolve())
-    data["agent"] = {"command": ["python3", "/opt/agent/exit0.py"], "files": str(LIAR)}
+    data["agent"] = {"command": ["python3", f"/opt/agent/{liar}"], "files": str(LIAR)}
     if data.get("model", {}).get("mode") == "anthropic":
         del data["model"]
     elif "model" in data:
@@ -48,6 +48,15 @@ def test_the_exit0_liar_fails_the_shipped_examples(run, tmp_path, example):
     cases = read_json(result.run_dir / "attempts" / "1" / "cases.json")
     assert cases and all(c["post_digest"] == cases[0]["post_digest"] for c in cases)
     assert all(r["exit_code"] == 0 and r["stdout_b64"] == "" for c in cases for r in c["results"])  # exit 0, printed nothing
+
+
+def test_a_liar_fitted_to_the_visible_tests_passes_them_and_fails_the_cases(run, tmp_path):
+    result = run(with_liar("benign", tmp_path, "visible_tests.py"))
+    assert result.verdict == "fail", result.report
+    got = findings(result)
+    assert got["assertion_failed"] == ["cases: python3 tests/add_cli.py"]  # every other assertion of benign.yaml holds
+    failed = next(f for f in result.report["attempts"][0]["findings"] if f["kind"] == "assertion_failed")
+    assert failed["message"] == "case 1 of 3 (args 40 2): stdout differs: expected '42\\n', got '38\\n'"
 
 
 @pytest.mark.parametrize("example", ["benign", "claude-fix-bug-scripted"])

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from assure import checks, spec
-from assure.errors import SpecError
+from assure.errors import SandboxError, SpecError
 from assure.spec import Case, Cases
 from assure.verify.assertions import cases as compare
 
@@ -129,6 +129,14 @@ def test_the_output_tail_is_bounded():
 def test_a_silent_program_reaches_the_deadline():
     run = read(b"", cap=3, close=False, timeout=0.2)
     assert run.timed_out
+
+
+def test_a_broken_stream_is_a_harness_error_never_a_partial_result():
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    ours.close()
+    with pytest.raises(SandboxError, match="reading a check container's output"):
+        checks._read_frames(ours, time.monotonic() + 5, 3, checks.CheckRun())
 
 
 def test_the_cap_is_one_byte_past_the_expected_stdout():
