@@ -127,7 +127,7 @@ class Attempt:
             finally:
                 self._phase("cleanup", self._cleanup)
             self._phase("snapshot", self._snapshot_post)
-            if checks.command_assertions(self.spec.to_json()):
+            if checks.command_assertions(self.spec.to_json()) or self.spec.cases():
                 self._phase("checks", self._run_checks)
         except AssureError as exc:
             facts["harness_errors"].append(exc.message)
@@ -166,8 +166,9 @@ class Attempt:
                 store.write_json(target / f"{db.name}.error.json", {"error": type(exc).__name__, "message": exc.message})
 
     def _run_checks(self) -> None:
-        results = checks.run_commands(self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
-        store.write_json(self.paths.root / "commands.json", results)
+        args = (self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
+        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args))
+        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args))
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import socket
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +149,21 @@ class DockerBackend:
         except docker.errors.DockerException as exc:
             raise SandboxError(f"wait for container: {exc}", fix=DOCKER_FIX) from exc
         return int(result.get("StatusCode", -1))
+
+    @contextlib.contextmanager
+    def attached(self, cid: str, *, stdin: bool) -> Iterator[socket.socket]:
+        """The stdio of a created container as one raw socket; attach before `start` so no
+        byte is missed. Write stdin (shut the write side to close it, with `stdin_open`);
+        read stdout and stderr as the engine's frames (8-byte header: stream, 0, 0, 0, size)."""
+        with _mapped("attach container"):
+            raw = self._client.api.attach_socket(cid, params={"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1})
+        sock = getattr(raw, "_sock", raw)
+        try:
+            yield sock
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+                raw.close()
 
     def stop(self, cid: str, grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds."""

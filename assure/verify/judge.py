@@ -2,7 +2,9 @@
 
 Inputs, all in the attempt directory: `pre.json` and `post.json` (workspace snapshots),
 `gateway/journal.jsonl` (the gateway's hash-chained journal), `container.json` (what the
-engine reported: exit code, hardening, filesystem changes) and the resolved spec. The agent's
+engine reported: exit code, hardening, filesystem changes), `commands.json` and `cases.json`
+(what the check containers printed and returned, each bound to the POST snapshot's digest)
+and the resolved spec. The agent's
 own claim (`task.report`) is carried along as narrative and never read by any rule.
 """
 
@@ -20,6 +22,7 @@ from .findings import Finding, Kind, Verdict, verdict
 from .snapshot import Snapshot, take
 
 BREACH_KINDS = (Kind.UNATTRIBUTED, Kind.PROTECTED_CHANGED, Kind.CONTAINER_CHANGED)
+CHECK_FILES = {"command": "commands", "cases": "cases"}  # assertions run in check containers: their results
 
 
 @dataclass(frozen=True)
@@ -94,14 +97,14 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
     for db in spec.get("databases", []):
         findings += _database_findings(attempt_dir, db["name"], journal)
     unexplained = [f.subject for f in findings if f.kind in BREACH_KINDS]
-    commands = read_json(attempt_dir / "commands.json") if (attempt_dir / "commands.json").is_file() else []
+    check_runs = {kind: read_json(attempt_dir / f"{file}.json") if (attempt_dir / f"{file}.json").is_file() else [] for kind, file in CHECK_FILES.items()}
     post_digest = sha256_hex(canonical(post.to_json()))
-    n = 0
+    counts = dict.fromkeys(CHECK_FILES, 0)
     for a in spec["assertions"]:
         result = None
-        if "command" in a:
-            result = next((c for c in commands if isinstance(c, dict) and c.get("index") == n), None)
-            n += 1
+        for kind in CHECK_FILES.keys() & a.keys():  # the nth assertion of a kind has index n in its file
+            result = next((c for c in check_runs[kind] if isinstance(c, dict) and c.get("index") == counts[kind]), None)
+            counts[kind] += 1
         findings.append(assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal,
                                          unexplained=unexplained, command_result=result, post_digest=post_digest))
     claims = [r.get("claim") for r in journal if r.get("tool") == "task.report" and r.get("decision") == "allow"]
