@@ -231,8 +231,10 @@ def _budget(action: Action, ctx: Context) -> Decision | None:
 
 
 def _operator_halt(action: Action, ctx: Context) -> Decision | None:
-    """After an operator halt no further mutation or spending may start; reads still answer."""
-    if ctx.halted and (action.mutates or action.spends):
+    """After an operator halt nothing more may start that leaves the sandbox: no mutation, no
+    spending (model calls), no call to a real resource (a safe HTTP GET is still egress).
+    Reads of the per-attempt sandbox still answer."""
+    if ctx.halted and (action.mutates or action.spends or action.resource_mode != SANDBOX):
         return Decision(DENY, "operator_halt", "the operator halted this run")
     return None
 

@@ -83,6 +83,10 @@ TABLE = [
     row("halt_blocks_spending", Action("model.messages", False, spends=True), (DENY, "operator_halt", None, None), halted=True),
     row("spending_is_a_read_otherwise", Action("model.messages", False, spends=True), (ALLOW, "read_only", None, None)),
     row("halt_allows_reads", READ, (ALLOW, "read_only", None, None), halted=True),
+    row("halt_blocks_safe_egress", Action("http.request", False, scope="http:api.example:443", resource_mode="external"),
+        (DENY, "operator_halt", None, None), halted=True, known_tools=frozenset({"http.request"})),
+    row("safe_egress_is_a_read_otherwise", Action("http.request", False, scope="http:api.example:443", resource_mode="external"),
+        (ALLOW, "read_only", None, None), known_tools=frozenset({"http.request"})),
     row("read_needs_no_contract", READ, (ALLOW, "read_only", None, None), contract=None),
     # 5 protected_path (before the contract: even a missing contract is not the reason)
     row("protected_path", Action("fs.write", True, path="tests/test_calc.py"), (DENY, "protected_path", None, None)),
