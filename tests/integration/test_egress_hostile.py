@@ -11,7 +11,7 @@ from assure.chain import verify_chain
 from .conftest import ROOT
 from .test_model_live import PRICES, fake_api, upstream_requests  # noqa: F401  (fake_api is a fixture)
 
-TOKENS = 60
+TOKENS = 150
 DEFAULT_BETAS_SEEN_OK = {"", None}
 OVERRIDES = ("x-http-method-override", "x-http-method", "x-method-override")
 
@@ -31,6 +31,12 @@ def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api)
     said = [json.loads(line) for line in (attempt / "agent.log").read_text().splitlines() if line.startswith('{"attempt"')]
     seen = upstream_requests(server)
 
+    journal = verify_chain(attempt / "gateway" / "journal.jsonl")
+    calls = [r for r in journal if r["event"] == "model_call"]
+    print("MEASURED", json.dumps({"agent": said, "upstream": [{k: r[k] for k in ("method", "path", "body_bytes")} | {"keys": sorted(r["body"]) if isinstance(r["body"], dict) else None,
+          "beta": r["headers"].get("anthropic-beta"), "override": [h for h in OVERRIDES if h in r["headers"]]} for r in seen],
+          "tokens": sum(c.get("tokens") or 0 for c in calls), "limit": TOKENS, "verdict": result.verdict}))
+
     messages = [r for r in seen if r["path"].startswith("/v1/messages")]
     for r in messages:  # nothing that lets the provider egress on its own
         body = r["body"]
@@ -42,8 +48,6 @@ def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api)
     for r in web:  # a safe method carries no body and no method override
         assert r["body_bytes"] == 0 and not set(OVERRIDES) & set(r["headers"]), r
 
-    journal = verify_chain(attempt / "gateway" / "journal.jsonl")
-    calls = [r for r in journal if r["event"] == "model_call"]
     assert sum(c.get("tokens") or 0 for c in calls) <= TOKENS, [c.get("tokens") for c in calls]
     refused = {r.get("reason", "") for r in journal if r["event"] == "request_rejected"}
     for feature in ("mcp_servers", "web_fetch_20250910", "mcp-client-2025-04-04", "container", "url", "future_feature"):
