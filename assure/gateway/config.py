@@ -35,6 +35,7 @@ class Limits:
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 8 * 1024
     read_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 30.0  # a kept-alive connection with no request this long is closed
     max_connections: int = 16
     max_file_bytes: int = 4 * 1024 * 1024
 
