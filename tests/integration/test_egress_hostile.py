@@ -12,7 +12,7 @@ from .conftest import ROOT
 from .test_model_live import PRICES, fake_api, upstream_requests  # noqa: F401  (fake_api is a fixture)
 
 TOKENS = 150
-DEFAULT_BETAS_SEEN_OK = {"", None}
+DEFAULT_BETAS_SEEN_OK = {"", None}  # the agent sends no beta but the hostile one
 OVERRIDES = ("x-http-method-override", "x-http-method", "x-method-override")
 
 
@@ -49,6 +49,7 @@ def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api)
         assert r["body_bytes"] == 0 and not set(OVERRIDES) & set(r["headers"]), r
 
     assert sum(c.get("tokens") or 0 for c in calls) <= TOKENS, [c.get("tokens") for c in calls]
+    assert any(c["rule"] == "budget.tokens" for c in calls)  # the burst met the reservation, not an empty budget
     refused = {r.get("reason", "") for r in journal if r["event"] == "request_rejected"}
     for feature in ("mcp_servers", "web_fetch_20250910", "mcp-client-2025-04-04", "container", "url", "future_feature"):
         assert any(feature in reason for reason in refused), (feature, refused)
