@@ -85,6 +85,8 @@ def _run_one(spec: Spec, cmd: dict[str, Any], copy: Path, backend: DockerBackend
         if timed_out:
             backend.stop(cid, hardening.STOP_GRACE_SECONDS)
         output = backend.logs(cid, OUTPUT_TAIL_BYTES).decode("utf-8", errors="replace")
-        return {"exit_code": exit_code, "timed_out": timed_out, "seconds": round(time.monotonic() - started, 3), "output_tail": output}
+        runtime = (backend.inspect(cid).get("HostConfig") or {}).get("Runtime")  # as the engine ran it
+        return {"exit_code": exit_code, "timed_out": timed_out, "seconds": round(time.monotonic() - started, 3), "output_tail": output,
+                "runtime": runtime}
     finally:
         backend.remove_container(cid)

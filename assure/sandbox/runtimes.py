@@ -42,7 +42,8 @@ def socket_on_host(runtime: str) -> bool:
 
 
 def is_gvisor(runtime: str) -> bool:
-    return runtime == RUNSC or runtime.startswith(f"{RUNSC}-")
+    """gVisor as registered by `registration_steps` (a runtime of another name is not assumed to be)."""
+    return runtime == RUNSC
 
 
 def pids_limit(runtime: str, pids: int) -> int:
