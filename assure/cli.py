@@ -377,7 +377,7 @@ def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.ru
     if register:
         out.print("to register gVisor's runsc with this engine, as root:", markup=False, highlight=False)
         for step in runtimes.registration_steps():
-            out.print(f"  {step}", markup=False, highlight=False)
+            out.print(f"  {step}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else 1)
 
 

@@ -57,14 +57,15 @@ def registration_steps() -> list[str]:
     entry = json.dumps({"runtimes": {RUNSC: {"path": RUNSC_PATH, "runtimeArgs": list(RUNSC_ARGS)}}})
     return [
         "apt-get install -y runsc    # Debian's gVisor package",
-        f"merge into /etc/docker/daemon.json, keeping its other keys: {entry}",
+        "merge into /etc/docker/daemon.json, keeping its other keys:",
+        f"    {entry}",
         "kill -HUP $(pidof dockerd)    # reload the engine's configuration (never a restart)",
         f"or, from an assure checkout: {REGISTER_SCRIPT} (does all three, idempotently)",
     ]
 
 
 def registration() -> str:
-    return "register runsc: " + "; ".join(step.split("    #")[0] for step in registration_steps())
+    return "register runsc: " + "; ".join(step.split("    #")[0].strip() for step in registration_steps()).replace(":;", ":")
 
 
 def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:

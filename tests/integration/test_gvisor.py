@@ -28,10 +28,11 @@ JUDGED = [
     (EXAMPLES / "benign.yaml", "pass"),
     (EXAMPLES / "escape.yaml", "breach"),
     (EXAMPLES / "network.yaml", "contained"),
+    (EXAMPLES / "claude-fix-bug-scripted.yaml", "pass"),
     (SPECS / "liar.yaml", "fail"),
     (SPECS / "container-write.yaml", "breach"),
 ]
-PATH_FIELDS = (("agent", "files"), ("workspace", "fixture"))
+PATH_FIELDS = (("agent", "files"), ("workspace", "fixture"), ("model", "script"))
 
 
 @pytest.fixture(scope="module", autouse=True)
