@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +26,7 @@ from assure import spec as spec_mod
 from assure.sandbox import hardening, runtimes
 from assure.store import read_json
 
-from .conftest import EXAMPLES, SPECS, findings, ratified
+from .conftest import EXAMPLES, ROOT, SPECS, findings, ratified
 from .test_gate_live import tool_calls, upstream  # noqa: F401  (a fixture)
 
 JUDGED = [
@@ -139,3 +144,63 @@ def test_doctor_shows_runsc_registered_and_refuses_a_runtime_the_engine_lacks(tm
     assert "runtime runsc (gVisor) │ ok │ registered: /usr/bin/runsc --host-uds=open --network=none" in shown, shown
     shown = doctor(make_spec("wants-other", "notes-only.sh", sandbox={"runtime": "runsc-not-registered"}), 1)
     assert "runtime runsc-not-registered │ missing │ the Docker engine has no runtime 'runsc-not-registered'" in shown, shown
+
+
+@pytest.mark.parametrize("runtime", ["runsc", "runc"])
+def test_host_uds_open_reaches_no_host_socket_but_the_gateways(run, make_spec, runtime):
+    """runsc may connect to host sockets (`--host-uds=open`): only ones its mounts expose. A
+    world-connectable canary socket on the host, outside every mount, is never reached."""
+    folder = Path(tempfile.mkdtemp(prefix="assure-canary-"))
+    canary = folder / "c.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(canary))
+    os.chmod(folder, 0o755)
+    os.chmod(canary, 0o777)
+    server.listen(8)
+    server.settimeout(0.2)
+    accepted: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1)
+                try:
+                    accepted.append(conn.recv(64) or b"(connected)")
+                except OSError:
+                    accepted.append(b"(connected)")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as control:  # the canary does hear a connection
+            control.connect(str(canary))
+            control.sendall(b"control\n")
+        deadline = time.monotonic() + 5
+        while not accepted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert accepted == [b"control\n"]
+        accepted.clear()
+        spec = make_spec(f"host-sockets-{runtime}", "host_sockets.py", sandbox={"runtime": runtime}, hostile=True, expect="contained",
+                         assertions=[{"exit_code": 0}])
+        data = yaml.safe_load(spec.read_text())
+        data["agent"] = {"command": ["python3", "/opt/agent/host_sockets.py"], "files": str(ROOT / "fixtures" / "agents" / "gvisor"),
+                         "env": {"CANARY_SOCKET": str(canary)}}
+        spec.write_text(yaml.safe_dump(data))
+        result = run(spec)
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+        shutil.rmtree(folder)
+    log = (result.run_dir / "attempts" / "1" / "agent.log").read_text()
+    outcomes = json.loads(log.strip().splitlines()[-1])
+    assert accepted == [], (accepted, outcomes)
+    assert outcomes.pop("the gateway (the one socket it may reach)") == "CONNECTED", outcomes
+    assert len(outcomes) == 14 and all(v.startswith("refused: ") for v in outcomes.values()), outcomes
+    assert result.verdict == "contained", result.report
+    assert facts(result)["inspect"]["HostConfig"]["Runtime"] == runtime
