@@ -17,8 +17,10 @@ from typing import Any
 RUNC = "runc"
 RUNSC = "runsc"
 # --host-uds=open: connect to the gateway's host socket. --network=none: the agent has no
-# network anyway, and this lets gVisor skip its netstack (Debian's 2022 runsc needs it).
-RUNSC_ARGS = ("--host-uds=open", "--network=none")
+# network anyway, and Debian's 2022 runsc refuses to start a `--network none` container
+# without it. --oci-seccomp: apply the container's seccomp profile to the agent's syscalls
+# inside the sandbox; without it runsc ignores the profile that `docker inspect` reports.
+RUNSC_ARGS = ("--host-uds=open", "--network=none", "--oci-seccomp")
 RUNSC_PATH = "/usr/bin/runsc"
 REGISTER_SCRIPT = ".ci/register-runsc"
 # Under gVisor's ptrace platform the pids cgroup counts the sandbox's host tasks: about 40
@@ -28,6 +30,7 @@ REGISTER_SCRIPT = ".ci/register-runsc"
 RUNSC_PIDS_BASE = 64
 RUNSC_PIDS_PER_PROCESS = 10
 HOST_UDS_FLAGS = frozenset({"host-uds=open", "host-uds=all", "fsgofer-host-uds", "fsgofer-host-uds=true"})
+OCI_SECCOMP_FLAGS = frozenset({"oci-seccomp", "oci-seccomp=true"})
 
 
 def sidecar_runtime() -> str:
@@ -77,6 +80,9 @@ def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
         if not HOST_UDS_FLAGS.intersection(args):
             return (f"the Docker engine's runtime {runtime!r} is registered without --host-uds=open "
                     f"(its runtimeArgs: {args or 'none'}): the agent could not reach the gateway's socket")
+        if not OCI_SECCOMP_FLAGS.intersection(args):
+            return (f"the Docker engine's runtime {runtime!r} is registered without --oci-seccomp "
+                    f"(its runtimeArgs: {args or 'none'}): the container's seccomp profile would not filter the agent's syscalls")
     return None
 
 

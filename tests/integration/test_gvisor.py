@@ -37,6 +37,7 @@ JUDGED = [
     (SPECS / "liar.yaml", "fail"),
     (SPECS / "container-write.yaml", "breach"),
 ]
+GVISOR_VERSION = "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"  # the sentry's, whatever the host runs
 PATH_FIELDS = (("agent", "files"), ("workspace", "fixture"), ("model", "script"))
 
 
@@ -83,13 +84,17 @@ def test_each_example_and_hostile_fixture_is_judged_under_gvisor_as_under_runc(r
 
 
 def test_the_agent_runs_in_gvisors_kernel_with_the_same_hardening(run, tmp_path):
-    """The probe, preceded by the kernel's own log: gVisor's sentry says so in dmesg."""
-    command = ["sh", "-c", "dmesg 2>&1 | head -3; cat /proc/version; python3 /opt/agent/probe.py"]
+    """The probe, preceded by what the kernel says it is: gVisor's sentry answers with its own
+    fixed version (not the host's), and the seccomp profile holds inside (`--oci-seccomp`):
+    syslog is refused, as under runc, where gVisor alone would answer "Starting gVisor..."."""
+    command = ["sh", "-c", "cat /proc/version; dmesg 2>&1 | head -3; python3 /opt/agent/probe.py"]
     spec = yaml.safe_load((SPECS / "probe.yaml").read_text())
     result = run(copy_with_runtime(SPECS / "probe.yaml", "runsc", tmp_path, agent={**spec["agent"], "command": command}))
     assert result.verdict == "pass", result.report
     log = (result.run_dir / "attempts" / "1" / "agent.log").read_text()
-    assert "Starting gVisor" in log, log
+    version, dmesg = log.splitlines()[:2]
+    assert version == GVISOR_VERSION and os.uname().release not in version, log
+    assert "Operation not permitted" in dmesg, log  # the profile's syslog denial, enforced by the sentry
     seen = json.loads(log.strip().splitlines()[-1])
     assert seen["interfaces"] == ["lo"]
     assert seen["cap_eff"] == seen["cap_bnd"] == "0000000000000000"
@@ -141,7 +146,7 @@ def test_doctor_shows_runsc_registered_and_refuses_a_runtime_the_engine_lacks(tm
         return " ".join(done.stdout.split())
 
     shown = doctor(make_spec("wants-gvisor", "notes-only.sh", sandbox={"runtime": "runsc"}), 0)
-    assert "runtime runsc (gVisor) │ ok │ registered: /usr/bin/runsc --host-uds=open --network=none" in shown, shown
+    assert "runtime runsc (gVisor) │ ok │ registered: /usr/bin/runsc --host-uds=open --network=none --oci-seccomp" in shown, shown
     shown = doctor(make_spec("wants-other", "notes-only.sh", sandbox={"runtime": "runsc-not-registered"}), 1)
     assert "runtime runsc-not-registered │ missing │ the Docker engine has no runtime 'runsc-not-registered'" in shown, shown
 

@@ -130,12 +130,13 @@ def test_the_socket_folder_is_private_to_the_sandbox_user(benign, tmp_path):
         hardening.make_socket_folder(folder, benign)
 
 
-def test_a_runsc_registered_without_host_uds_is_refused_with_the_registration():
-    engine = {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}
+def test_a_runsc_registered_without_host_uds_or_oci_seccomp_is_refused_with_the_registration():
+    engine = {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]}}
     assert "--host-uds=open" in runtimes.problem("runsc", engine)
+    assert "--oci-seccomp" in runtimes.problem("runsc", {"runsc": {"runtimeArgs": ["--host-uds=open"]}})
     assert "no runtime 'runsc'" in runtimes.problem("runsc", {"runc": {}})
-    for args in (["--host-uds=open"], ["--host-uds=all", "--network=none"], ["--fsgofer-host-uds"]):
+    for args in (["--host-uds=open", "--oci-seccomp"], ["--host-uds=all", "--network=none", "-oci-seccomp"], ["--fsgofer-host-uds", "--oci-seccomp=true"]):
         assert runtimes.problem("runsc", {"runsc": {"runtimeArgs": args}}) is None
     assert runtimes.problem("runc", engine) is None
     fix = runtimes.fix("runsc")
-    assert '"runtimeArgs": ["--host-uds=open", "--network=none"]' in fix and "kill -HUP" in fix and "daemon.json" in fix
+    assert '"runtimeArgs": ["--host-uds=open", "--network=none", "--oci-seccomp"]' in fix and "kill -HUP" in fix and "daemon.json" in fix
