@@ -24,7 +24,7 @@ from typing import Any
 from . import checks, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, utc_now, verify_chain
 from .errors import AssureError, SandboxError
-from .sandbox import hardening
+from .sandbox import hardening, runtimes
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
 from .sandbox.images import ImageSet
 from .spec import AGENT_IMAGE_ALIAS, Spec
@@ -60,6 +60,11 @@ class AttemptPaths:
     @property
     def gateway_config(self) -> Path:
         return self.root / "gateway-config"
+
+    @property
+    def socket_folder(self) -> Path:
+        """The gateway's socket on the host, when the agent's runtime is not runc."""
+        return self.root / "socket"
 
     @property
     def journal(self) -> Path:
@@ -208,8 +213,12 @@ class Attempt:
 
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:
-        self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
-        mounts = hardening.Mounts(self.paths.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config,
+        if runtimes.socket_on_host(self.spec.sandbox.runtime):
+            hardening.make_socket_folder(self.paths.socket_folder, self.spec)
+            socket_source = str(self.paths.socket_folder.resolve())
+        else:
+            self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
+        mounts = hardening.Mounts(self.paths.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(
@@ -392,6 +401,8 @@ class Attempt:
                 self.backend.remove_network(self._network)
             except AssureError as exc:
                 errors.append(exc.message)
+        if self.paths.socket_folder.is_dir():  # the gateway's socket: nothing to keep
+            shutil.rmtree(self.paths.socket_folder, ignore_errors=True)
         self.model.cleanup()
         if errors:
             raise SandboxError("cleanup failed: " + "; ".join(errors), fix="run `assure gc`")

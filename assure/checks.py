@@ -88,7 +88,7 @@ def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend
             run = run_in_check(spec, copy, backend, image=image, command=cmd["run"], env=cmd.get("env", {}), timeout=cmd["timeout_seconds"],
                                labels=labels, name=f"{name}-check{n}")
         results.append({"exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds, "output_tail": run.tail(),
-                        "index": n, "run": cmd["run"], "post_digest": snapshot_digest(post_json)})
+                        "index": n, "run": cmd["run"], "post_digest": snapshot_digest(post_json), "runtime": run.runtime})
     return results
 
 
@@ -107,7 +107,7 @@ def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: D
                                    stdin=None if case.stdin is None else case.stdin.encode(), stdout_cap=stdout_cap(case))
             results.append({"case": i, "exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds,
                             "stdout_b64": base64.b64encode(bytes(run.stdout)).decode(), "stdout_over": run.stdout_over,
-                            "output_tail": run.tail()})
+                            "output_tail": run.tail(), "runtime": run.runtime})
         out.append({"index": n, "run": list(cases.run), "post_digest": snapshot_digest(post_json), "results": results})
     return out
 
@@ -128,6 +128,7 @@ class CheckRun:
     stdout: bytearray = field(default_factory=bytearray)
     stdout_over: bool = False
     combined: bytearray = field(default_factory=bytearray)
+    runtime: str | None = None
 
     def tail(self) -> str:
         return self.combined.decode("utf-8", errors="replace")
@@ -160,6 +161,7 @@ def run_in_check(spec: Spec, copy: Path, backend: DockerBackend, *, image: str, 
         if run.exit_code is None:
             backend.stop(cid, hardening.STOP_GRACE_SECONDS)
         run.seconds = round(time.monotonic() - started, 3)
+        run.runtime = (backend.inspect(cid).get("HostConfig") or {}).get("Runtime")  # as the engine ran it
         return run
     finally:
         backend.remove_container(cid)

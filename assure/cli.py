@@ -23,6 +23,7 @@ from . import report as render
 from . import spec as spec_mod
 from . import store
 from .errors import AssureError
+from .sandbox import runtimes
 from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
 from .sandbox.images import Images, ImageSet, base_mode, base_tags
 
@@ -330,10 +331,11 @@ def contract_hash(spec: Path) -> None:
 
 
 @app.command()
-def doctor() -> None:
+def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.runtime must be available here.")) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
     table = Table("check", "status", "detail / fix", show_header=True)
     ok = True
+    register = False
 
     def row(name: str, good: bool, detail: str) -> None:
         nonlocal ok
@@ -341,13 +343,29 @@ def doctor() -> None:
         table.add_row(plain(name), Text("ok", style="green") if good else Text("missing", style="red"), plain(detail))
 
     try:
+        wanted = {spec_mod.load(path).sandbox.runtime for path in specs or []}
+    except AssureError as exc:
+        raise _fail(exc) from None
+    try:
         backend = DockerBackend()
         version = backend.version()
         row("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")
-        runtimes = sorted((backend.info().get("Runtimes") or {}).keys())
-        row("runtime runc", "runc" in runtimes, ", ".join(runtimes))
-        table.add_row("runtime runsc (gVisor)", Text("ok", style="green") if "runsc" in runtimes else Text("optional", style="yellow"),
-                      "available: set sandbox.runtime: runsc" if "runsc" in runtimes else "not installed; see gVisor's docs to add it to dockerd")
+        engine_runtimes = backend.runtimes()
+        row("runtime runc", "runc" in engine_runtimes, ", ".join(sorted(engine_runtimes)))
+        for name in sorted(wanted | {runtimes.RUNSC}):
+            if name == runtimes.RUNC:
+                continue
+            label = f"runtime {name}" + (" (gVisor)" if runtimes.is_gvisor(name) else "")
+            problem = runtimes.problem(name, engine_runtimes)
+            if problem is None:
+                args = " ".join(engine_runtimes[name].get("runtimeArgs") or [])
+                row(label, True, f"registered: {engine_runtimes[name].get('path')} {args}; specs may set sandbox.runtime: {name}")
+            elif name in wanted:
+                register |= runtimes.is_gvisor(name)
+                row(label, False, f"{problem}; " + ("register it (the steps are below)" if runtimes.is_gvisor(name) else runtimes.fix(name)))
+            else:
+                register = True
+                table.add_row(plain(label), Text("optional", style="yellow"), plain(f"{problem}; needed only for sandbox.runtime: {name}"))
         found = Images(backend).resolve()
         row("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
         mode = base_mode()
@@ -357,6 +375,10 @@ def doctor() -> None:
     except AssureError as exc:
         row("docker engine", False, exc.explain())
     out.print(table)
+    if register:
+        out.print("to register gVisor's runsc with this engine, as root:", markup=False, highlight=False)
+        for step in runtimes.registration_steps():
+            out.print(f"  {step}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else 1)
 
 

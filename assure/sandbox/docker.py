@@ -20,6 +20,7 @@ import docker.errors
 import requests.exceptions
 
 from ..errors import ImageError, SandboxError
+from . import runtimes
 
 LABEL_OWNER = "assure.owner"
 LABEL_RUN = "assure.run"
@@ -59,13 +60,13 @@ class DockerBackend:
 
     def require_runtime(self, name: str) -> None:
         """Refuse, before anything is created, a spec whose `sandbox.runtime` this engine lacks."""
-        runtimes = sorted((self.info().get("Runtimes") or {}).keys())
-        if name not in runtimes:
-            raise SandboxError(
-                f"the Docker engine has no runtime {name!r} (it has: {', '.join(runtimes) or 'none'})",
-                where="sandbox.runtime",
-                fix="install it and register it with dockerd (gVisor: `runsc install`, then restart dockerd), or leave sandbox.runtime out",
-            )
+        problem = runtimes.problem(name, self.runtimes())
+        if problem:
+            raise SandboxError(problem, where="sandbox.runtime", fix=runtimes.fix(name))
+
+    def runtimes(self) -> dict[str, Any]:
+        """The engine's registered runtimes, each with its `path` and `runtimeArgs`."""
+        return dict(self.info().get("Runtimes") or {})
 
     def version(self) -> dict[str, Any]:
         with _mapped("docker version"):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import Spec, parse_size
+from . import runtimes
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
@@ -42,7 +43,7 @@ class Mounts:
     `run_state` (the idempotency store) belong to the run and outlive its attempts."""
 
     workspace: Path
-    socket_volume: str
+    socket_volume: str  # a volume name, or a host folder (absolute path) under another runtime than runc
     gateway_state: Path
     gateway_config: Path
     agent_files: Path | None
@@ -60,10 +61,12 @@ def sandbox_user(spec: Spec) -> tuple[int, int]:
     return os.geteuid(), os.getegid()
 
 
-def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int) -> dict[str, Any]:
-    """The hardening every container of a run shares (agent, gateway, proxy, checks)."""
+def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> dict[str, Any]:
+    """The hardening every container of a run shares (agent, gateway, proxy, checks); the
+    runtime is the spec's unless the caller says otherwise (the gateway and proxy: runc)."""
     uid, gid = sandbox_user(spec)
     mem = parse_size(memory)
+    runtime = runtime or spec.sandbox.runtime
     return {
         "user": f"{uid}:{gid}",
         "labels": labels,
@@ -73,7 +76,7 @@ def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int) ->
         "read_only": spec.sandbox.read_only_root,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={parse_size(spec.limits.tmpfs)}"},
         "ipc_mode": "none",
-        "pids_limit": pids,
+        "pids_limit": runtimes.pids_limit(runtime, pids),
         "mem_limit": mem,
         "memswap_limit": mem,
         "nano_cpus": int(spec.limits.cpus * 1e9),
@@ -81,7 +84,7 @@ def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int) ->
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX, "max-file": "1"}},
         "privileged": False,
         "init": True,
-        "runtime": spec.sandbox.runtime,
+        "runtime": runtime,
         "detach": True,
     }
 
@@ -108,10 +111,17 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
             os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
 
 
+def socket_mount(mounts: Mounts, mode: str) -> dict[str, dict[str, str]]:
+    """The socket folder: a volume (`nocopy`, see socket_volume_options), or a host folder."""
+    if os.path.isabs(mounts.socket_volume):
+        return {mounts.socket_volume: {"bind": SOCKET_DIR, "mode": mode}}
+    return {mounts.socket_volume: {"bind": SOCKET_DIR, "mode": f"{mode},nocopy"}}
+
+
 def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
     volumes = {
         str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-        mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "ro,nocopy"},
+        **socket_mount(mounts, "ro"),
     }
     if mounts.agent_files is not None:
         volumes[str(mounts.agent_files)] = {"bind": AGENT_FILES, "mode": "ro"}
@@ -131,7 +141,7 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
                    extra_volumes: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """The gateway: no network, or only the internal egress network it shares with the proxy."""
     return {
-        **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS),
+        **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime()),
         "network_mode": network or "none",
         "read_only": True,
         "image": image,
@@ -141,7 +151,7 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
         "hostname": "gateway",
         "volumes": {
             str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-            mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "rw,nocopy"},
+            **socket_mount(mounts, "rw"),
             str(mounts.gateway_state): {"bind": GATEWAY_STATE, "mode": "rw"},
             str(mounts.gateway_config): {"bind": GATEWAY_CONFIG, "mode": "ro"},
             str(mounts.control): {"bind": GATEWAY_CONTROL, "mode": "ro"},
@@ -156,7 +166,7 @@ def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_di
     """The egress proxy: on the internal network with the gateway (the upstream network is
     connected before it starts); the only container of a run that can reach anything."""
     return {
-        **common_kwargs(spec, labels, EGRESS_MEMORY, EGRESS_PIDS),
+        **common_kwargs(spec, labels, EGRESS_MEMORY, EGRESS_PIDS, runtimes.sidecar_runtime()),
         "user": f"{DEFAULT_UID}:{DEFAULT_UID}",
         "network_mode": network,
         "read_only": True,
@@ -176,6 +186,17 @@ def socket_volume_options(spec: Spec) -> dict[str, str]:
     return {"type": "tmpfs", "device": "tmpfs", "o": f"size={SOCKET_VOLUME_SIZE},uid={uid},gid={gid},mode=0755,nosuid,nodev,noexec"}
 
 
+def make_socket_folder(path: Path, spec: Spec) -> None:
+    """The socket's host folder when the agent runs under another runtime than runc: fresh,
+    mode 0700 and owned by the sandbox user, so on the host only that user and root reach
+    the socket (the agent mounts the folder read-only: it can connect, never bind)."""
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)  # whatever the umask
+    if os.geteuid() == 0:
+        uid, gid = sandbox_user(spec)
+        os.chown(path, uid, gid, follow_symlinks=False)
+
+
 # What the verifier expects to find on the stopped agent container: (description, path in
 # `docker inspect`, predicate). A failed predicate is a `containment_failed` breach.
 CONTAINMENT: tuple[tuple[str, tuple[str, ...], Any], ...] = (
@@ -193,3 +214,8 @@ CONTAINMENT: tuple[tuple[str, tuple[str, ...], Any], ...] = (
     ("non-root user", ("Config", "User"), lambda v: bool(v) and v.split(":")[0] not in ("0", "root")),
     ("no Docker socket", ("HostConfig", "Binds"), lambda v: not any("docker.sock" in b for b in (v or []))),
 )
+
+
+def runtime_check(runtime: str) -> tuple[str, tuple[str, ...], Any]:
+    """The CONTAINMENT row for the runtime: the one the spec names ran the agent."""
+    return (f"runtime {runtime}", ("HostConfig", "Runtime"), lambda v: v == runtime)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE
+from ..sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE, runtime_check
 from .findings import Finding, Kind
 from .snapshot import Snapshot
 
@@ -30,9 +30,10 @@ def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
     return data
 
 
-def containment(inspect: dict[str, Any], *, read_only_root: bool) -> list[Finding]:
+def containment(inspect: dict[str, Any], *, read_only_root: bool, runtime: str) -> list[Finding]:
     findings = []
-    checks = CONTAINMENT + (("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is read_only_root),)
+    checks = CONTAINMENT + (("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is read_only_root),
+                            runtime_check(runtime))
     for description, path, ok in checks:
         value = _lookup(inspect, path)
         if not ok(value):

@@ -88,7 +88,8 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
     if post.truncated:
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
     if "inspect" in facts:
-        findings += container.containment(facts["inspect"], read_only_root=spec["sandbox"]["read_only_root"])
+        findings += container.containment(facts["inspect"], read_only_root=spec["sandbox"]["read_only_root"],
+                                          runtime=spec["sandbox"]["runtime"])
     findings += container.filesystem_changes(facts.get("fs_changes", []))
     changes = diff(pre, post)
     ws = spec["workspace"]

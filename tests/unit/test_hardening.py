@@ -1,11 +1,14 @@
 """The hardened container settings, checked without Docker (the integration tests observe them live)."""
 
+import dataclasses
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from assure import spec
-from assure.sandbox import hardening
+from assure.sandbox import hardening, runtimes
 from assure.verify.container import containment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
@@ -71,10 +74,69 @@ def test_socket_volume_is_a_private_tmpfs_owned_by_the_sandbox_user(benign):
 def test_containment_accepts_the_settings_we_ask_for():
     good = {"HostConfig": {"NetworkMode": "none", "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
                            "SecurityOpt": ["no-new-privileges:true"], "IpcMode": "none", "PidMode": "", "Devices": [],
-                           "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"], "ReadonlyRootfs": True},
+                           "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"], "ReadonlyRootfs": True,
+                           "Runtime": "runc"},
             "Config": {"User": "10001:10001"}}
-    assert containment(good, read_only_root=True) == []
+    assert containment(good, read_only_root=True, runtime="runc") == []
     bad = {**good, "HostConfig": {**good["HostConfig"], "NetworkMode": "bridge", "Binds": ["/var/run/docker.sock:/s"]}, "Config": {"User": "0"}}
-    subjects = sorted(f.subject for f in containment(bad, read_only_root=True))
+    subjects = sorted(f.subject for f in containment(bad, read_only_root=True, runtime="runc"))
     assert subjects == ["Config.User", "HostConfig.Binds", "HostConfig.NetworkMode"]
-    assert [f.subject for f in containment(good, read_only_root=False)] == ["HostConfig.ReadonlyRootfs"]
+    assert [f.subject for f in containment(good, read_only_root=False, runtime="runc")] == ["HostConfig.ReadonlyRootfs"]
+
+
+def test_containment_names_a_runtime_other_than_the_specs():
+    ran = {"HostConfig": {"Runtime": "runc"}}
+    failed = [f for f in containment(ran, read_only_root=True, runtime="runsc") if f.subject == "HostConfig.Runtime"]
+    assert len(failed) == 1 and "runtime runsc" in failed[0].message and "'runc'" in failed[0].message
+    missing = [f for f in containment({"HostConfig": {}}, read_only_root=True, runtime="runc") if f.subject == "HostConfig.Runtime"]
+    assert len(missing) == 1
+
+
+def gvisor(benign):
+    return dataclasses.replace(benign, sandbox=dataclasses.replace(benign.sandbox, runtime="runsc"))
+
+
+def test_under_gvisor_the_agent_and_checks_run_in_runsc_and_the_sidecars_in_runc(benign, tmp_path):
+    spec = gvisor(benign)
+    m = dataclasses.replace(mounts(tmp_path), socket_volume=str(tmp_path / "socket"))
+    agent = hardening.agent_kwargs(spec, image="i", name="a", mounts=m, labels={}, env={})
+    gateway = hardening.gateway_kwargs(spec, image="g", name="g", mounts=m, labels={})
+    egress = hardening.egress_kwargs(spec, image="e", name="e", config_dir=tmp_path, log_dir=tmp_path, labels={}, network="n")
+    assert agent["runtime"] == "runsc" and hardening.common_kwargs(spec, {}, "1m", 8)["runtime"] == "runsc"
+    assert gateway["runtime"] == egress["runtime"] == "runc"
+    # the socket folder is a bind mount (no `nocopy`, which only volumes take): read-only for the agent
+    assert agent["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "ro"}
+    assert gateway["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "rw"}
+    # the pids cgroup counts gVisor's own host tasks: the spec's limit is scaled, the sidecars' is not
+    assert agent["pids_limit"] == runtimes.pids_limit("runsc", 128) > 128
+    assert gateway["pids_limit"] == hardening.GATEWAY_PIDS
+
+
+def test_under_runc_every_container_runs_in_runc_with_the_socket_volume(benign, tmp_path):
+    m = mounts(tmp_path)
+    for kw in (hardening.agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={}),
+               hardening.gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})):
+        assert kw["runtime"] == "runc" and kw["volumes"]["vol-sock"]["mode"].endswith(",nocopy")
+    assert not runtimes.socket_on_host("runc") and runtimes.socket_on_host("runsc")
+
+
+def test_the_socket_folder_is_private_to_the_sandbox_user(benign, tmp_path):
+    folder = tmp_path / "socket"
+    hardening.make_socket_folder(folder, gvisor(benign))
+    st = folder.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o700
+    assert (st.st_uid, st.st_gid) == hardening.sandbox_user(benign) or os.geteuid() != 0
+    with pytest.raises(FileExistsError):  # never reuses a folder that is already there
+        hardening.make_socket_folder(folder, benign)
+
+
+def test_a_runsc_registered_without_host_uds_or_oci_seccomp_is_refused_with_the_registration():
+    engine = {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]}}
+    assert "--host-uds=open" in runtimes.problem("runsc", engine)
+    assert "--oci-seccomp" in runtimes.problem("runsc", {"runsc": {"runtimeArgs": ["--host-uds=open"]}})
+    assert "no runtime 'runsc'" in runtimes.problem("runsc", {"runc": {}})
+    for args in (["--host-uds=open", "--oci-seccomp"], ["--host-uds=all", "--network=none", "-oci-seccomp"], ["--fsgofer-host-uds", "--oci-seccomp=true"]):
+        assert runtimes.problem("runsc", {"runsc": {"runtimeArgs": args}}) is None
+    assert runtimes.problem("runc", engine) is None
+    fix = runtimes.fix("runsc")
+    assert '"runtimeArgs": ["--host-uds=open", "--network=none", "--oci-seccomp"]' in fix and "kill -HUP" in fix and "daemon.json" in fix
