@@ -23,6 +23,7 @@ from . import report as render
 from . import spec as spec_mod
 from . import store
 from .errors import AssureError
+from .sandbox import live
 from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
 from .sandbox.images import Images, ImageSet, base_mode, base_tags
 
@@ -75,6 +76,8 @@ def _sigterm_as_interrupt() -> None:
 def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]:
     """The engine (checked to have each spec's runtime) and this checkout's images, building
     whatever is missing (with progress)."""
+    for s in specs:
+        live.check(s)
     backend = DockerBackend()
     for runtime in sorted({s.sandbox.runtime for s in specs}):
         backend.require_runtime(runtime)
@@ -346,6 +349,13 @@ def doctor() -> None:
         row("runtime runc", "runc" in runtimes, ", ".join(runtimes))
         table.add_row("runtime runsc (gVisor)", "[green]ok[/]" if "runsc" in runtimes else "[yellow]optional[/]",
                       "available: set sandbox.runtime: runsc" if "runsc" in runtimes else "not installed; see gVisor's docs to add it to dockerd")
+        security = backend.info().get("SecurityOptions") or []
+        row("seccomp", any(o.startswith("name=seccomp") for o in security),
+            "the engine applies assure's profile" if any(o.startswith("name=seccomp") for o in security)
+            else "the engine was built without seccomp: assure's syscall filter would not apply; use an engine with seccomp")
+        apparmor = any(o.startswith("name=apparmor") for o in security)
+        table.add_row("AppArmor", "[green]ok[/]" if apparmor else "[yellow]absent[/]",
+                      "the engine confines containers with its default profile" if apparmor else "not on this host: seccomp, capabilities and no-new-privileges still apply")
         found = Images(backend).resolve()
         row("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
         mode = base_mode()
