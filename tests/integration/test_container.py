@@ -28,6 +28,7 @@ def test_exploit_syscalls_are_refused_and_the_run_is_contained(run):
     limits = read_json(result.run_dir / "spec.json")["limits"]
     seen = {u["name"]: [u["soft"], u["hard"]] for u in hardening.ulimits(limits["nofile"], limits["pids"])}
     assert report["rlimits"] == seen and report["rlimits"]["core"] == [0, 0]
+    assert report["limits"] == {"sparse 1 TiB file": "denied: EFBIG", "raise core limit": "denied: EPERM"}
     assert set(findings(result)) == {"assertion_passed", "attributed"}
     containment = read_json(attempt / "verdict.json")["containment"]
     assert containment["failed"] == []
@@ -57,3 +58,5 @@ def test_the_same_calls_go_through_without_the_profile(backend, images, tmp_path
         backend.remove_container(cid)
     allowed = {name for name, r in fixture_report(out)["calls"].items() if r["outcome"] == "ALLOWED"}
     assert {"io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "unshare(CLONE_NEWUSER)"} <= allowed, allowed
+    assert fixture_report(out)["limits"] == {"sparse 1 TiB file": "ALLOWED", "raise core limit": "ALLOWED"}  # no ulimits here
+    assert (out / "out" / "ESCAPED").read_text().splitlines() == sorted(allowed) + ["raise core limit", "sparse 1 TiB file"]
