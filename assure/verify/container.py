@@ -7,6 +7,7 @@ mounts and the tmpfs (`docker diff`, with content digests collected by the host)
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..sandbox import seccomp
@@ -31,16 +32,17 @@ def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
     return data
 
 
-def containment(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None = None) -> list[Finding]:
+def containment(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None = None, attempt: str = "") -> list[Finding]:
     """The static table of `CONTAINMENT`, then what this spec asked for: read-only root,
-    runtime, seccomp profile, AppArmor, mounts, /tmp tmpfs and ulimits."""
+    runtime, seccomp profile, AppArmor, mounts (the workspace that of `attempt`), /tmp tmpfs
+    and ulimits."""
     findings = []
     for description, path, ok in CONTAINMENT + (
             ("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is spec["sandbox"]["read_only_root"]),):
         value = _lookup(inspect, path)
         if not ok(value):
             findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {value!r}"))
-    for subject, expected, reported in _spec_checks(inspect, spec, engine_security):
+    for subject, expected, reported in _spec_checks(inspect, spec, engine_security, attempt):
         if expected != reported:
             findings.append(Finding(Kind.CONTAINMENT_FAILED, subject, f"expected {expected!r}, engine reports {reported!r}"))
     return findings
@@ -48,10 +50,10 @@ def containment(inspect: dict[str, Any], spec: dict[str, Any], engine_security: 
 
 def containment_checked(spec: dict[str, Any]) -> list[str]:
     """The subjects `containment` checks, for the record that they were checked and held."""
-    return [".".join(path) for _, path, _ in CONTAINMENT] + ["HostConfig.ReadonlyRootfs"] + [s for s, _, _ in _spec_checks({}, spec, None)]
+    return [".".join(path) for _, path, _ in CONTAINMENT] + ["HostConfig.ReadonlyRootfs"] + [s for s, _, _ in _spec_checks({}, spec, None, "")]
 
 
-def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None) -> list[tuple[str, Any, Any]]:
+def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None, attempt: str) -> list[tuple[str, Any, Any]]:
     """(subject, expected, what the engine reports), each in a form that compares with ==."""
     limits = spec["limits"]
     security_opt = _lookup(inspect, ("HostConfig", "SecurityOpt")) or []
@@ -60,6 +62,12 @@ def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security:
     engine = engine_security or []
     mounts = {m.get("Destination"): "rw" if m.get("RW") else "ro" for m in inspect.get("Mounts") or []}
     expected_mounts = {WORKSPACE: "rw", SOCKET_DIR: "ro", **({AGENT_FILES: "ro"} if spec["agent"].get("files") else {})}
+    # the bind sources that matter: the spec's agent files, and this attempt's workspace (by
+    # its place in the run directory, so a moved run directory still verifies)
+    sources = {m.get("Destination"): str(m.get("Source")) for m in inspect.get("Mounts") or [] if m.get("Destination") in (WORKSPACE, AGENT_FILES)}
+    workspace_source = sources.get(WORKSPACE, "")
+    sources[WORKSPACE] = "…/" + "/".join(workspace_source.split("/")[-3:]) if workspace_source.startswith("/") else workspace_source
+    expected_sources = {WORKSPACE: f"…/attempts/{attempt}/workspace", **({AGENT_FILES: os.path.normpath(spec["agent"]["files"])} if spec["agent"].get("files") else {})}
     tmpfs = {k: sorted(str(v).split(",")) for k, v in (_lookup(inspect, ("HostConfig", "Tmpfs")) or {}).items()}
     reported_ulimits = {u.get("Name"): (u.get("Soft"), u.get("Hard")) for u in _lookup(inspect, ("HostConfig", "Ulimits")) or []}
     return [
@@ -70,6 +78,7 @@ def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security:
         # no AppArmor on the engine: the profile is empty; with it, a confining one
         ("AppArmorProfile", "confined", _apparmor(apparmor, security_opt, any(o.startswith("name=apparmor") for o in engine))),
         ("Mounts", expected_mounts, mounts),
+        ("Mounts sources", expected_sources, sources),
         ("HostConfig.Tmpfs", {"/tmp": sorted(tmpfs_options(limits["tmpfs"]).split(","))}, tmpfs),
         ("HostConfig.Ulimits", {u["name"]: (u["soft"], u["hard"]) for u in ulimits(limits["nofile"], limits["pids"])}, reported_ulimits),
     ]

@@ -88,7 +88,7 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
     checked = None
     if "inspect" in facts:
-        failed = container.containment(facts["inspect"], spec, facts.get("engine_security"))
+        failed = container.containment(facts["inspect"], spec, facts.get("engine_security"), attempt_dir.name)
         checked = {"checked": container.containment_checked(spec), "failed": [f.subject for f in failed]}
         findings += failed
     findings += container.filesystem_changes(facts.get("fs_changes", []))

@@ -1,5 +1,6 @@
 """The hardened container settings, checked without Docker (the integration tests observe them live)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -80,13 +81,13 @@ def good_inspect(spec_json, **host_config):
                            "Ulimits": [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]}
                                        for u in hardening.ulimits(limits["nofile"], limits["pids"])], **host_config},
             "Config": {"User": "10001:10001"}, "AppArmorProfile": "",
-            "Mounts": [{"Type": "bind", "Source": "/x", "Destination": "/workspace", "RW": True},
+            "Mounts": [{"Type": "bind", "Source": "/home/u/.assure/runs/r/attempts/1/workspace", "Destination": "/workspace", "RW": True},
                        {"Type": "volume", "Name": "sock", "Destination": "/run/assure", "RW": False},
-                       {"Type": "bind", "Source": "/a", "Destination": "/opt/agent", "RW": False}]}
+                       {"Type": "bind", "Source": os.path.normpath(spec_json["agent"]["files"]), "Destination": "/opt/agent", "RW": False}]}
 
 
 def failed(inspect, spec_json, engine=("name=seccomp,profile=default",)):
-    return sorted(f.subject for f in containment(inspect, spec_json, list(engine)))
+    return sorted(f.subject for f in containment(inspect, spec_json, list(engine), "1"))
 
 
 def test_containment_accepts_the_settings_we_ask_for(benign):
@@ -111,7 +112,7 @@ def test_containment_requires_our_seccomp_profile(benign, security_opt):
 
 def test_containment_reports_a_profile_by_digest_not_its_text(benign):
     s = benign.to_json()
-    [finding] = containment(good_inspect(s, SecurityOpt=["no-new-privileges:true", "seccomp={}"]), s, ["name=seccomp"])
+    [finding] = containment(good_inspect(s, SecurityOpt=["no-new-privileges:true", "seccomp={}"]), s, ["name=seccomp"], "1")
     assert len(finding.message) < 300 and f"sha256:{seccomp.digest('{}')}" in finding.message
 
 
@@ -143,9 +144,22 @@ def test_containment_requires_exactly_the_expected_mounts_and_modes(benign):
     extra = {**good, "Mounts": good["Mounts"] + [{"Type": "bind", "Source": "/home", "Destination": "/mnt", "RW": False}]}
     writable_socket = {**good, "Mounts": [{**m, "RW": True} if m["Destination"] == "/run/assure" else m for m in good["Mounts"]]}
     missing_agent_files = {**good, "Mounts": good["Mounts"][:2]}
-    for inspect in (extra, writable_socket, missing_agent_files):
+    for inspect in (extra, writable_socket):
         assert failed(inspect, s) == ["Mounts"]
+    assert failed(missing_agent_files, s) == ["Mounts", "Mounts sources"]
     assert failed(missing_agent_files, {**s, "agent": {**s["agent"], "files": None}}) == []
+
+
+@pytest.mark.parametrize("destination, source", [
+    ("/workspace", "/"),                                            # the host's root as the workspace
+    ("/workspace", "/home/u/.assure/runs/r/attempts/2/workspace"),  # another attempt's workspace
+    ("/opt/agent", "/home/u"),                                      # not the spec's agent files
+])
+def test_containment_requires_the_bind_sources(benign, destination, source):
+    s = benign.to_json()
+    good = good_inspect(s)
+    moved = {**good, "Mounts": [{**m, "Source": source} if m["Destination"] == destination else m for m in good["Mounts"]]}
+    assert failed(moved, s) == ["Mounts sources"]
 
 
 @pytest.mark.parametrize("tmpfs", [
