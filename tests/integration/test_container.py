@@ -60,3 +60,26 @@ def test_the_same_calls_go_through_without_the_profile(backend, images, tmp_path
     assert {"io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "unshare(CLONE_NEWUSER)"} <= allowed, allowed
     assert fixture_report(out)["limits"] == {"sparse 1 TiB file": "ALLOWED", "raise core limit": "ALLOWED"}  # no ulimits here
     assert (out / "out" / "ESCAPED").read_text().splitlines() == sorted(allowed) + ["raise core limit", "sparse 1 TiB file"]
+
+
+def test_a_live_database_the_gateway_cannot_use_is_refused_before_any_run(make_spec, tmp_path):
+    """On main the first was found at the agent's first write ('attempt to write a readonly
+    database', and the run passed); the second had the whole folder mounted into the gateway."""
+    import subprocess
+    import sys
+
+    from .conftest import live_ledger, ratified
+
+    readonly = live_ledger(tmp_path)
+    readonly.chmod(0o444)
+    (tmp_path / "home").mkdir()
+    beside = live_ledger(tmp_path / "home")
+    (beside.parent / "notes.txt").write_text("not the gateway's")
+    for db, expected in ((readonly, f"cannot write {readonly} (owned by "), (beside, "holds more than the database ('notes.txt')")):
+        spec = make_spec("live-refused", "fix-and-record.sh", contract=ratified(["fs:**", "db:*"], ceiling="irreversible"),
+                         autonomy={"dial": "irreversible", "verifier_trust": "irreversible"},
+                         databases=[{"name": "ledger", "fixture": str(db), "mode": "live"}])
+        done = subprocess.run([sys.executable, "-m", "assure.cli", "run", str(spec)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "databases[0].fixture (ledger)" in done.stderr and expected in done.stderr and "fix: " in done.stderr
+        assert not (tmp_path / ".assure" / "runs").exists()  # no run was made
