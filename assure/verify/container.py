@@ -32,7 +32,7 @@ def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
     return data
 
 
-def containment(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None = None, attempt: str = "") -> list[Finding]:
+def containment(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None, attempt: str) -> list[Finding]:
     """The static table of `CONTAINMENT`, then what this spec asked for: read-only root,
     runtime, seccomp profile, AppArmor, mounts (the workspace that of `attempt`), /tmp tmpfs
     and ulimits."""
@@ -74,7 +74,7 @@ def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security:
         ("HostConfig.Runtime", spec["sandbox"]["runtime"], _lookup(inspect, ("HostConfig", "Runtime"))),
         ("HostConfig.SecurityOpt seccomp", [_seccomp_summary(seccomp.security_opt())], profiles),
         # the engine applies a seccomp profile only where it was built with seccomp support
-        ("engine seccomp support", True, engine_security is None or any(o.startswith("name=seccomp") for o in engine)),
+        ("engine seccomp support", True, any(o.startswith("name=seccomp") for o in engine)),
         # no AppArmor on the engine: the profile is empty; with it, a confining one
         ("AppArmorProfile", "confined", _apparmor(apparmor, security_opt, any(o.startswith("name=apparmor") for o in engine))),
         ("Mounts", expected_mounts, mounts),
