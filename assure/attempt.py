@@ -356,7 +356,9 @@ class Attempt:
 
     def _read_agent(self, facts: dict[str, Any]) -> None:
         inspect = self.backend.inspect(self._agent)
-        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")}}
+        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")},
+                            "Mounts": inspect.get("Mounts", []), "AppArmorProfile": inspect.get("AppArmorProfile")}
+        facts["engine_security"] = self.backend.info().get("SecurityOptions") or []
         facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
         layer = self.backend.writable_layer(self._agent)
         if layer is not None:

@@ -23,7 +23,7 @@ from . import report as render
 from . import spec as spec_mod
 from . import store
 from .errors import AssureError
-from .sandbox import runtimes
+from .sandbox import live, runtimes
 from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
 from .sandbox.images import Images, ImageSet, base_mode, base_tags
 
@@ -77,6 +77,8 @@ def _sigterm_as_interrupt() -> None:
 def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]:
     """The engine (checked to have each spec's runtime) and this checkout's images, building
     whatever is missing (with progress)."""
+    for s in specs:
+        live.check(s)
     backend = DockerBackend()
     for runtime in sorted({s.sandbox.runtime for s in specs}):
         backend.require_runtime(runtime)
@@ -366,6 +368,13 @@ def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.ru
             else:
                 register = True
                 table.add_row(plain(label), Text("optional", style="yellow"), plain(f"{problem}; needed only for sandbox.runtime: {name}"))
+        security = backend.info().get("SecurityOptions") or []
+        seccomp_on = any(o.startswith("name=seccomp") for o in security)
+        row("seccomp", seccomp_on, "the engine applies assure's profile" if seccomp_on
+            else "the engine was built without seccomp: assure's syscall filter would not apply; use an engine with seccomp")
+        apparmor = any(o.startswith("name=apparmor") for o in security)
+        table.add_row("AppArmor", Text("ok", style="green") if apparmor else Text("absent", style="yellow"),
+                      "the engine confines containers with its default profile" if apparmor else "not on this host: seccomp, capabilities and no-new-privileges still apply")
         found = Images(backend).resolve()
         row("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
         mode = base_mode()

@@ -21,6 +21,7 @@ from . import __version__, alerts, control, failpoints, health, promote, receipt
 from .attempt import Attempt, Progress
 from .chain import canonical, sha256_hex, utc_now
 from .errors import AssureError
+from .sandbox import live
 from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
 from .spec import Spec
@@ -112,6 +113,7 @@ class Driver:
                 if not (self.run.path / "receipts" / receipts.SEAL_FILE).is_file():  # issuing them failed last time
                     issue_receipts(self.run, self.spec, self.state, self.signing_key)
                 return RunResult(self.run.path, store.read_json(self.run.path / "report.json"))
+            live.check(self.spec)  # before anything starts: a live database the gateway cannot use
             self.events = self.run.events()
             try:
                 self._recover()

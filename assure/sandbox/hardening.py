@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..spec import Spec, parse_size
-from . import runtimes
+from . import runtimes, seccomp
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
@@ -35,6 +35,9 @@ EGRESS_MEMORY = "128m"
 EGRESS_PIDS = 64
 EGRESS_PORT = 3128
 SOCKET_VOLUME_SIZE = "1m"
+# RLIMIT_FSIZE: the largest file any process of a run may write. Stands in for the workspace
+# disk limit (`limits.disk`, not in the spec yet): when that lands, fsize is that limit.
+FILE_SIZE_LIMIT = "1g"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,22 @@ def sandbox_user(spec: Spec) -> tuple[int, int]:
     return os.geteuid(), os.getegid()
 
 
+def tmpfs_options(size: str) -> str:
+    return f"rw,nosuid,nodev,noexec,size={parse_size(size)}"
+
+
+def ulimits(nofile: int, agent_pids: int) -> list[dict[str, Any]]:
+    """nofile; fsize (FILE_SIZE_LIMIT); core 0 (no core dump lands anywhere); nproc.
+
+    RLIMIT_NPROC counts every task of the uid on the host, not of one container: the agent,
+    its gateway and its proxy run as the same uid, so nproc is their pids limits added up
+    (never binding while each pids cgroup holds; a second bound should one not)."""
+    nproc = agent_pids + GATEWAY_PIDS + EGRESS_PIDS
+    fsize = parse_size(FILE_SIZE_LIMIT)
+    return [{"name": name, "soft": value, "hard": value} for name, value in
+            (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]
+
+
 def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> dict[str, Any]:
     """The hardening every container of a run shares (agent, gateway, proxy, checks); the
     runtime is the spec's unless the caller says otherwise (the gateway and proxy: runc)."""
@@ -72,15 +91,15 @@ def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, ru
         "labels": labels,
         "network_mode": "none",
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
+        "security_opt": ["no-new-privileges:true", seccomp.security_opt()],
         "read_only": spec.sandbox.read_only_root,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={parse_size(spec.limits.tmpfs)}"},
+        "tmpfs": {"/tmp": tmpfs_options(spec.limits.tmpfs)},
         "ipc_mode": "none",
         "pids_limit": runtimes.pids_limit(runtime, pids),
         "mem_limit": mem,
         "memswap_limit": mem,
         "nano_cpus": int(spec.limits.cpus * 1e9),
-        "ulimits": [{"name": "nofile", "soft": spec.limits.nofile, "hard": spec.limits.nofile}],
+        "ulimits": ulimits(spec.limits.nofile, spec.limits.pids),
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX, "max-file": "1"}},
         "privileged": False,
         "init": True,
@@ -214,8 +233,3 @@ CONTAINMENT: tuple[tuple[str, tuple[str, ...], Any], ...] = (
     ("non-root user", ("Config", "User"), lambda v: bool(v) and v.split(":")[0] not in ("0", "root")),
     ("no Docker socket", ("HostConfig", "Binds"), lambda v: not any("docker.sock" in b for b in (v or []))),
 )
-
-
-def runtime_check(runtime: str) -> tuple[str, tuple[str, ...], Any]:
-    """The CONTAINMENT row for the runtime: the one the spec names ran the agent."""
-    return (f"runtime {runtime}", ("HostConfig", "Runtime"), lambda v: v == runtime)

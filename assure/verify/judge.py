@@ -32,9 +32,11 @@ class Judgement:
     changes: tuple[Change, ...]
     claim: dict[str, Any] | None
     journal_head: dict[str, Any] | None
+    containment: dict[str, list[str]] | None = None  # what the container check covered, and what failed
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "containment": self.containment,
             "verdict": self.verdict.value,
             "findings": [f.to_json() for f in self.findings],
             "changes": [c.to_json() for c in self.changes],
@@ -87,9 +89,11 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the fixture exceeds the verifier's limits: " + "; ".join(pre.notes)))
     if post.truncated:
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
+    checked = None
     if "inspect" in facts:
-        findings += container.containment(facts["inspect"], read_only_root=spec["sandbox"]["read_only_root"],
-                                          runtime=spec["sandbox"]["runtime"])
+        failed = container.containment(facts["inspect"], spec, facts.get("engine_security"), attempt_dir.name)
+        checked = {"checked": container.containment_checked(spec), "failed": [f.subject for f in failed]}
+        findings += failed
     findings += container.filesystem_changes(facts.get("fs_changes", []))
     changes = diff(pre, post)
     ws = spec["workspace"]
@@ -109,4 +113,4 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
         findings.append(assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal,
                                          unexplained=unexplained, command_result=result, post_digest=post_digest))
     claims = [r.get("claim") for r in journal if r.get("tool") == "task.report" and r.get("decision") == "allow"]
-    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head)
+    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head, checked)

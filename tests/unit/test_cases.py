@@ -239,6 +239,9 @@ class RecordingEngine:
     def stop(self, cid: str, grace: float) -> None:
         pass
 
+    def inspect(self, cid: str) -> dict[str, Any]:
+        return {"HostConfig": {"Runtime": "runc"}}
+
     def remove_container(self, cid: str) -> None:
         pass
 
