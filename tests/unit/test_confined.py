@@ -166,12 +166,15 @@ def test_a_600_kb_path_gives_bounded_errors(tmp_path, resolver):
     with open(os.open("leaf", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as fh:
         fh.write("deep")
     os.close(fd)
-    rel = "/".join([part] * 2400 + ["leaf"])
-    assert len(rel) > 600_000
-    assert confined.read_file(root, rel, 100) == b"deep"  # fd-relative, so PATH_MAX does not apply
-    report = confined.copy_tree(root, tmp_path / "copy", max_bytes=1 << 20)
-    assert report.dirs == confined.MAX_DEPTH and report.skipped_count == 1
-    assert "deeper than" in report.skipped[0][1]
-    assert sum(1 for _ in confined.walk(root)) == confined.MAX_DEPTH
-    assert confined.remove(root, part) is True
-    assert os.listdir(root) == []
+    try:
+        rel = "/".join([part] * 2400 + ["leaf"])
+        assert len(rel) > 600_000
+        assert confined.read_file(root, rel, 100) == b"deep"  # fd-relative, so PATH_MAX does not apply
+        report = confined.copy_tree(root, tmp_path / "copy", max_bytes=1 << 20)
+        assert report.dirs == confined.MAX_DEPTH and report.skipped_count == 1
+        assert "deeper than" in report.skipped[0][1]
+        assert sum(1 for _ in confined.walk(root)) == confined.MAX_DEPTH
+        assert confined.remove(root, part) is True
+        assert os.listdir(root) == []
+    finally:  # pytest's own cleanup (shutil.rmtree) recurses, and would fail on this tree
+        confined.remove(tmp_path, "ws")
