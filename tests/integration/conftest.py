@@ -62,28 +62,24 @@ def findings(result: RunResult, attempt: int = 0) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
-def _someone_elses(labels: dict[str, str]) -> bool:
-    """A resource of another live process on this engine (a second test session, say): not
-    this test's to clean. A dead owner's resource is a leak whoever it was."""
-    pid = int(labels.get("assure.pid", "0") or 0)
-    if pid <= 0 or not Path(f"/proc/{pid}").exists():
-        return False
-    while pid > 1:
-        if pid == os.getpid():
-            return False
-        try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            return True
-    return True
+def _ours(resource: dict[str, str], basetemp: Path) -> bool:
+    """Made by this test session: by this process, or for a run whose folder is under this
+    session's temporary folders (a CLI child's). Other sessions on the same engine (a
+    helper's worktree, a developer beside CI) are not this session's leaks."""
+    if resource.get("assure.pid") == str(os.getpid()):
+        return True
+    run_id = resource.get("assure.run", "")
+    patterns = ("runs", ".assure/runs", "*/runs", "*/.assure/runs")
+    return bool(run_id) and any(next(basetemp.glob(f"*/{p}/{run_id}"), None) for p in patterns)
 
 
 @pytest.fixture(autouse=True)
-def no_leftovers(backend):
+def no_leftovers(backend, tmp_path_factory):
     """Every test must leave no container, volume or network of its own behind."""
+    basetemp = tmp_path_factory.getbasetemp()
     before = {k: {i["id"] for i in v} for k, v in backend.owned().items()}
     yield
-    after = {k: {i["id"] for i in v if not _someone_elses(i)} for k, v in backend.owned().items()}
+    after = {k: {i["id"] for i in v if _ours(i, basetemp)} for k, v in backend.owned().items()}
     leaked = {k: after[k] - before[k] for k in after if after[k] - before[k]}
     assert not leaked, f"left behind: {leaked}"
 
