@@ -8,7 +8,8 @@ O_NOCTTY (a FIFO never blocks, no terminal is acquired) and fstat-ed to be the s
 file. Names are data: `rel` is a `/`-separated str (surrogate escapes allowed) or bytes, and
 `..`, `.` and empty components are refused, never interpreted.
 
-The API: `read_file`, `lstat`, `walk`, `copy_tree`, `copy_file`, `write_file`, `remove`.
+The API: `read_file`, `lstat`, `walk`, `copy_tree`, `copy_file`, `write_file`, `make_dirs`,
+`symlink`, `remove`.
 A copy keeps sparse files sparse (only data extents are read and written, found with
 SEEK_DATA/SEEK_HOLE) and counts data bytes against a bound; a file whose data exceeds what is
 left is refused and reported, never copied in part. Symlinks are recreated as links, hard
@@ -466,6 +467,17 @@ def make_dirs(root: str | os.PathLike[str] | int, rel: Rel, *, clear_way: bool =
         os.close(_make_parents(rfd, parts, clear_way))
     finally:
         os.close(rfd)
+
+
+def symlink(root: str | os.PathLike[str] | int, rel: Rel, target: str | bytes, *, clear_way: bool = False) -> None:
+    """Create (or replace) the symlink `rel` beneath root; see `write_file` for `clear_way`."""
+    dfd, name = _open_dest(root, rel, True, clear_way)
+    try:
+        tmp = _tmp_name(name)
+        os.symlink(target, tmp, dir_fd=dfd)
+        _rename_into(dfd, tmp, name, clear_way)
+    finally:
+        os.close(dfd)
 
 
 def remove(root: str | os.PathLike[str] | int, rel: Rel) -> bool:
