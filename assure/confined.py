@@ -8,7 +8,7 @@ O_NOCTTY (a FIFO never blocks, no terminal is acquired) and fstat-ed to be the s
 file. Names are data: `rel` is a `/`-separated str (surrogate escapes allowed) or bytes, and
 `..`, `.` and empty components are refused, never interpreted.
 
-The API: `read_file`, `lstat`, `walk`, `copy_tree`, `copy_file`, `write_file`, `make_dirs`,
+The API: `read_file`, `lstat`, `data_bytes`, `walk`, `copy_tree`, `copy_file`, `write_file`, `make_dirs`,
 `symlink`, `remove`.
 A copy keeps sparse files sparse (only data extents are read and written, found with
 SEEK_DATA/SEEK_HOLE) and counts data bytes against a bound; a file whose data exceeds what is
@@ -193,6 +193,19 @@ def read_file(root: str | os.PathLike[str] | int, rel: Rel, max_bytes: int) -> b
         if total > max_bytes:
             raise TooLarge(errno.EFBIG, f"larger than {max_bytes} bytes", os.fsdecode(name))
         return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def data_bytes(root: str | os.PathLike[str] | int, rel: Rel, max_bytes: int) -> int:
+    """The data bytes (holes not counted) of a regular file beneath root; TooLarge over max_bytes."""
+    dfd, name = _open_parent(root, rel)
+    try:
+        fd, st = _open_regular(dfd, name)
+    finally:
+        os.close(dfd)
+    try:
+        return sum(end - start for start, end in _extents(fd, st.st_size, max_bytes))
     finally:
         os.close(fd)
 
