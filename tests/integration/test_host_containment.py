@@ -8,7 +8,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from .conftest import ROOT, findings
+import pytest
+
+from .conftest import ROOT, findings, ratified
 
 HOSTILE = str(ROOT / "fixtures" / "agents" / "hostile")
 TEST_COMMAND = {"command": {"run": ["python3", "tests/test_calc.py"]}}
@@ -76,3 +78,59 @@ def test_a_sparse_10_tib_file_is_never_materialized(run, make_spec, tmp_path):
     assert commands[0]["exit_code"] == 0, commands[0]  # the check ran, on a copy du measured small
     assert (result.run_dir / "attempts" / "1" / "workspace" / "out" / "big").stat().st_size == 10 * 2**40
     assert _receipts(result.run_dir)
+
+
+# --- every phase is total (issue 10, finding 3 / deliverable 3) -----------------------------
+
+def test_a_crash_in_the_checks_keeps_the_breach_its_alert_and_its_receipt(run, make_spec, monkeypatch):
+    """Any exception (not only assure's own) in a phase is a harness error; the breach the
+    snapshot found still decides the verdict."""
+    from assure import checks
+
+    def crash(*_a, **_k):
+        raise RuntimeError("injected: the check phase crashed")
+
+    monkeypatch.setattr(checks, "run_commands", crash)
+    spec = make_spec("h-crash", "special-files.sh", agent=_agent("special-files.sh"), assertions=[TEST_COMMAND], expect="breach")
+    result = run(spec)
+    assert result.verdict == "breach"
+    got = findings(result)
+    assert got["harness_error"] == ["harness"]
+    (error,) = [f["message"] for f in result.report["attempts"][0]["findings"] if f["kind"] == "harness_error"]
+    assert error == "checks: RuntimeError: injected: the check phase crashed"
+    assert "command: python3 tests/test_calc.py" in got["assertion_failed"]  # not run: never a pass
+    assert _receipts(result.run_dir)
+    assert any(json.loads(p.read_text())["kind"] == "breach" for p in (result.run_dir / "alerts").glob("*.json"))
+
+
+def test_a_crash_in_promote_is_commit_failed_with_a_harness_error_and_a_receipt(run, make_spec, tmp_path, monkeypatch):
+    from assure import promote
+
+    def crash(*_a, **_k):
+        raise OSError(28, "injected: no space left on device")
+
+    monkeypatch.setattr(promote, "commit", crash)
+    target = tmp_path / "target"
+    target.mkdir()
+    spec = make_spec("h-promote-crash", "notes-only.sh", contract=ratified(["fs:**"]), promote={"target": str(target)},
+                     assertions=[{"file_exists": "out/notes.txt"}])
+    result = run(spec)
+    (task,) = result.report["tasks"]
+    assert task["state"] == "commit_failed" and "no space left" in task["reason"]
+    assert result.verdict == "error"
+    assert "promote" in findings(result)["harness_error"]
+    assert _receipts(result.run_dir)
+    assert any(json.loads(p.read_text())["kind"] == "commit_failed" for p in (result.run_dir / "alerts").glob("*.json"))
+
+
+def test_ctrl_c_in_a_phase_still_stops_the_run_and_cleans_up(run, make_spec, monkeypatch):
+    """KeyboardInterrupt is not swallowed by the total phases (no_leftovers checks the cleanup)."""
+    from assure.attempt import Attempt
+
+    def interrupted(self, facts):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Attempt, "_collect", interrupted)
+    spec = make_spec("h-ctrl-c", "notes-only.sh")
+    with pytest.raises(KeyboardInterrupt):
+        run(spec)
