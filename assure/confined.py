@@ -8,7 +8,7 @@ O_NOCTTY (a FIFO never blocks, no terminal is acquired) and fstat-ed to be the s
 file. Names are data: `rel` is a `/`-separated str (surrogate escapes allowed) or bytes, and
 `..`, `.` and empty components are refused, never interpreted.
 
-The API: `read_file`, `lstat`, `data_bytes`, `walk`, `copy_tree`, `copy_file`, `write_file`, `make_dirs`,
+The API: `open_dir`, `open_file`, `read_file`, `lstat`, `data_bytes`, `walk`, `copy_tree`, `copy_file`, `write_file`, `make_dirs`,
 `symlink`, `remove`.
 A copy keeps sparse files sparse (only data extents are read and written, found with
 SEEK_DATA/SEEK_HOLE) and counts data bytes against a bound; a file whose data exceeds what is
@@ -33,8 +33,8 @@ MAX_ENTRIES = 200_000  # entries one copy or walk visits, of every kind
 MAX_REPORTED = 100  # skipped entries a CopyReport lists by path (all are counted)
 _OPENAT2_PATH_MAX = 4000  # longer paths are walked one component at a time (PATH_MAX is 4096)
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 _KINDS = {stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "chardev", stat.S_IFBLK: "blockdev"}
 
@@ -98,7 +98,7 @@ def _open_root(root: str | os.PathLike[str] | int) -> int:
     """A new descriptor for the root directory itself (which must not be a symlink)."""
     if isinstance(root, int):
         return os.dup(root)
-    return os.open(root, _DIR)
+    return os.open(root, OPEN_DIR)
 
 
 def _open_dir_at(dir_fd: int, parts: list[bytes]) -> int:
@@ -107,13 +107,13 @@ def _open_dir_at(dir_fd: int, parts: list[bytes]) -> int:
         return os.dup(dir_fd)
     path = b"/".join(parts)
     if len(path) < _OPENAT2_PATH_MAX:
-        fd = _openat2(dir_fd, path, _DIR)
+        fd = _openat2(dir_fd, path, OPEN_DIR)
         if fd is not None:
             return fd
     fd = os.dup(dir_fd)
     try:
         for part in parts:
-            nfd = os.open(part, _DIR, dir_fd=fd)
+            nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -136,7 +136,7 @@ def _open_regular(dir_fd: int, name: bytes | str) -> tuple[int, os.stat_result]:
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegular(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", os.fsdecode(name))
-    fd = os.open(name, _FILE, dir_fd=dir_fd)
+    fd = os.open(name, OPEN_FILE, dir_fd=dir_fd)
     got = os.fstat(fd)
     if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(got.st_mode):
         os.close(fd)
@@ -150,6 +150,26 @@ def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "dir"
     return _KINDS.get(stat.S_IFMT(mode), "file" if stat.S_ISREG(mode) else "other")
+
+
+def open_dir(root: str | os.PathLike[str] | int, rel: Rel) -> int:
+    """A descriptor (the caller closes it) for the directory `rel` beneath root, reached
+    without following a link; OSError (ELOOP, ENOTDIR, EXDEV, ENOENT...) otherwise."""
+    rfd = _open_root(root)
+    try:
+        return _open_dir_at(rfd, _parts(rel))
+    finally:
+        os.close(rfd)
+
+
+def open_file(root: str | os.PathLike[str] | int, rel: Rel) -> tuple[int, os.stat_result]:
+    """(descriptor, fstat) of the regular file `rel` beneath root (the caller closes it);
+    NotRegular for anything else, OSError when a link or a missing part is on the way."""
+    dfd, name = _open_parent(root, rel)
+    try:
+        return _open_regular(dfd, name)
+    finally:
+        os.close(dfd)
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -240,7 +260,7 @@ def _walk(fd: int, prefix: str, depth: int, include: Include | None, seen: list[
         yield rel, st
         if stat.S_ISDIR(st.st_mode) and depth + 1 < MAX_DEPTH:
             try:
-                cfd = os.open(name, _DIR, dir_fd=fd)
+                cfd = os.open(name, OPEN_DIR, dir_fd=fd)
             except OSError:
                 continue
             try:
@@ -386,13 +406,13 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
                 if depth >= MAX_DEPTH:
                     report.skip(rel, f"deeper than {MAX_DEPTH} levels")
                     continue
-                child = os.open(name, _DIR, dir_fd=sfd)
+                child = os.open(name, OPEN_DIR, dir_fd=sfd)
                 try:
                     got = os.fstat(child)
                     if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
                         raise NotRegular(errno.EAGAIN, "changed while being opened")
                     os.mkdir(name, 0o700, dir_fd=dfd)
-                    out = os.open(name, _DIR, dir_fd=dfd)
+                    out = os.open(name, OPEN_DIR, dir_fd=dfd)
                     try:
                         report.dirs += 1
                         _copy_dir(child, out, rel + "/", depth + 1, include, report, left)
@@ -519,13 +539,13 @@ def _remove_at(dfd: int, name: bytes | str) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dfd)
         return True
-    stack = [(dfd, name, os.open(name, _DIR, dir_fd=dfd))]  # iterative: no recursion limit
+    stack = [(dfd, name, os.open(name, OPEN_DIR, dir_fd=dfd))]  # iterative: no recursion limit
     try:
         while stack:
             parent, dname, fd = stack[-1]
             for child in os.listdir(fd):
                 if stat.S_ISDIR(os.stat(child, dir_fd=fd, follow_symlinks=False).st_mode):
-                    stack.append((fd, child, os.open(child, _DIR, dir_fd=fd)))
+                    stack.append((fd, child, os.open(child, OPEN_DIR, dir_fd=fd)))
                     break
                 os.unlink(child, dir_fd=fd)
             else:
@@ -558,10 +578,10 @@ def _make_parents(rfd: int, parts: list[bytes], clear_way: bool) -> int:
     try:
         for part in parts:
             try:
-                nfd = os.open(part, _DIR, dir_fd=fd)
+                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             except FileNotFoundError:
                 os.mkdir(part, 0o755, dir_fd=fd)
-                nfd = os.open(part, _DIR, dir_fd=fd)
+                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             except OSError as exc:
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                     raise
@@ -569,7 +589,7 @@ def _make_parents(rfd: int, parts: list[bytes], clear_way: bool) -> int:
                     raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", os.fsdecode(part)) from exc
                 _remove_at(fd, part)
                 os.mkdir(part, 0o755, dir_fd=fd)
-                nfd = os.open(part, _DIR, dir_fd=fd)
+                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             os.close(fd)
             fd = nfd
     except BaseException:
