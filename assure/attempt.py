@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks, control, failpoints, health, modelaccess, policy, store
+from . import checks, confined, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, utc_now, verify_chain
 from .errors import AssureError, SandboxError
 from .sandbox import hardening
@@ -87,6 +86,16 @@ def _copy_database(source: Path, target: Path) -> None:
             dst.close()
     finally:
         src.close()
+
+
+def fresh_copy(source: Path, target: Path) -> None:
+    """A workspace (or base) from a fixture: a confined copy (sparse files stay sparse, links
+    stay links); one that would leave anything out fails the attempt before it starts."""
+    report = confined.copy_tree(source, target, max_bytes=confined.COPY_MAX_BYTES)
+    if not report.complete:
+        shown = "; ".join(f"{display(path)}: {why}" for path, why in report.skipped[:5])
+        raise SandboxError(f"the fixture {source} cannot be copied whole ({report.skipped_count} entries): {shown}",
+                           fix="keep only folders, regular files and symlinks in a fixture, within the copy bound")
 
 
 def _harness_error(phase: str, exc: Exception) -> str:
@@ -195,7 +204,7 @@ class Attempt:
     def _prepare(self) -> None:
         p = self.paths
         p.root.mkdir(parents=True)
-        shutil.copytree(self.spec.workspace.fixture, p.workspace, symlinks=True)
+        fresh_copy(self.spec.workspace.fixture, p.workspace)
         p.gateway_state.mkdir()
         (p.gateway_state / "blobs").mkdir()
         p.gateway_config.mkdir()

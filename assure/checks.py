@@ -25,7 +25,7 @@ from .spec import AGENT_IMAGE_ALIAS, Spec
 from .textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
-COPY_MAX_BYTES = 4 * 2**30  # data bytes in one check copy (sparse holes are free); more: the command is not run
+COPY_MAX_BYTES = confined.COPY_MAX_BYTES  # a check copy holding more data is not run
 
 
 def command_assertions(spec_data: dict[str, Any]) -> list[dict[str, Any]]:

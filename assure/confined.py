@@ -28,6 +28,7 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+COPY_MAX_BYTES = 4 * 2**30  # data bytes of one host-side copy of a workspace (holes are free)
 MAX_DEPTH = 256  # directory levels below a root that a copy or walk descends
 MAX_ENTRIES = 200_000  # entries one copy or walk visits, of every kind
 MAX_REPORTED = 100  # skipped entries a CopyReport lists by path (all are counted)

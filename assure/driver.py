@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__, alerts, control, failpoints, health, promote, receipts, store
-from .attempt import Attempt, Progress
+from . import __version__, alerts, confined, control, failpoints, health, promote, receipts, store
+from .attempt import Attempt, Progress, fresh_copy
 from .chain import canonical, sha256_hex, utc_now
 from .errors import AssureError
 from .sandbox.docker import DockerBackend
@@ -191,8 +191,9 @@ class Driver:
         base = self.run.path / "base"
         if not base.exists():
             tmp = self.run.path / ".base.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(self.spec.workspace.fixture, tmp, symlinks=True)
+            if tmp.exists():
+                confined.remove(tmp.parent, tmp.name)
+            fresh_copy(self.spec.workspace.fixture, tmp)
             os.replace(tmp, base)
         return base
 

@@ -28,7 +28,7 @@ from .spec import Spec
 from .textsafe import display
 
 MAX_PATCH_FILE_BYTES = 1 * 2**20
-MAX_PROMOTE_FILE_BYTES = 4 * 2**30  # data bytes of one promoted file (sparse holes are free)
+MAX_PROMOTE_FILE_BYTES = confined.COPY_MAX_BYTES  # data bytes of one promoted file
 GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", "GIT_COMMITTER_NAME": "assure", "GIT_COMMITTER_EMAIL": "assure@localhost"}
 
 
