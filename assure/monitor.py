@@ -318,7 +318,9 @@ class _Tree:
         if any(p in (".", "..") for p in parts):
             raise _Refused("'..' in path")
         if not parts:
-            return os.dup(self.root_fd) if directory else None
+            if not directory:
+                raise _Refused("not a regular file")
+            return os.dup(self.root_fd)
         try:
             return confined.open_dir(self.root_fd, "/".join(parts)) if directory else confined.open_file(self.root_fd, "/".join(parts))[0]
         except FileNotFoundError:
