@@ -9,7 +9,7 @@ file. Names are data: `rel` is a `/`-separated str (surrogate escapes allowed) o
 `..`, `.` and empty components are refused, never interpreted.
 
 The API: `open_dir`, `open_file`, `read_file`, `lstat`, `data_bytes`, `walk`, `copy_tree`, `copy_file`, `write_file`, `make_dirs`,
-`symlink`, `remove`.
+`symlink`, `chown_tree`, `remove`.
 A copy keeps sparse files sparse (only data extents are read and written, found with
 SEEK_DATA/SEEK_HOLE) and counts data bytes against a bound; a file whose data exceeds what is
 left is refused and reported, never copied in part. Symlinks are recreated as links, hard
@@ -501,6 +501,29 @@ def make_dirs(root: str | os.PathLike[str] | int, rel: Rel, *, clear_way: bool =
         os.close(_make_parents(rfd, parts, clear_way))
     finally:
         os.close(rfd)
+
+
+def chown_tree(root: str | os.PathLike[str], uid: int, gid: int) -> None:
+    """Give root and everything beneath it (MAX_DEPTH levels) to uid:gid, fd-relative: links
+    are chowned themselves, never their targets, and no path is ever longer than a name."""
+    rfd = _open_root(root)
+    try:
+        os.chown(rfd, uid, gid)
+        _chown_dir(rfd, uid, gid, 0)
+    finally:
+        os.close(rfd)
+
+
+def _chown_dir(fd: int, uid: int, gid: int, depth: int) -> None:
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode) and depth + 1 < MAX_DEPTH:
+            child = os.open(name, OPEN_DIR, dir_fd=fd)
+            try:
+                _chown_dir(child, uid, gid, depth + 1)
+            finally:
+                os.close(child)
 
 
 def symlink(root: str | os.PathLike[str] | int, rel: Rel, target: str | bytes, *, clear_way: bool = False) -> None:
