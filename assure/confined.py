@@ -8,8 +8,11 @@ O_NOCTTY (a FIFO never blocks, no terminal is acquired) and fstat-ed to be the s
 file. Names are data: `rel` is a `/`-separated str (surrogate escapes allowed) or bytes, and
 `..`, `.` and empty components are refused, never interpreted.
 
-The API: `open_dir`, `open_file`, `read_file`, `lstat`, `data_bytes`, `walk`, `copy_tree`, `copy_file`, `write_file`, `make_dirs`,
-`symlink`, `chown_tree`, `remove`.
+The API: reading `open_dir`, `open_file`, `read_file`, `lstat`, `data_bytes`, `walk`;
+copying `copy_tree` (with its `CopyReport`), `copy_file`; writing `write_file`, `make_dirs`,
+`symlink`, `chown_tree`, `remove`. Errors are OSError (`NotRegular`, `TooLarge` among them),
+bounded and naming the entry; a copy never raises for what it finds in the source.
+
 A copy keeps sparse files sparse (only data extents are read and written, found with
 SEEK_DATA/SEEK_HOLE) and counts data bytes against a bound; a file whose data exceeds what is
 left is refused and reported, never copied in part. Symlinks are recreated as links, hard
