@@ -1,7 +1,8 @@
 """Command assertions: the acceptance tests run in their own fresh container, never the agent's.
 
-The command sees a throwaway copy of the POST workspace in which every protected path is
-put back as the fixture has it, so tests the agent edited are never the tests that judge
+The command sees a throwaway copy of the POST workspace (made by `confined.copy_tree`: links
+recreated, never followed; FIFOs, sockets and devices left out; sparse files kept sparse) in
+which every protected path is put back as the fixture has it, so tests the agent edited are never the tests that judge
 it. The container has no network, a read-only root and its own limits. Results go to
 `commands.json` with the digest of the POST snapshot they ran on; the verifier accepts a
 result only for that exact snapshot.
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import shutil
+import os
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -22,14 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import globs
+from . import confined, globs
 from .chain import canonical, sha256_hex
 from .sandbox import hardening
 from .errors import SandboxError
 from .sandbox.docker import DOCKER_FIX, DockerBackend
 from .spec import AGENT_IMAGE_ALIAS, Case, Spec
+from .textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
+COPY_MAX_BYTES = confined.COPY_MAX_BYTES  # a check copy holding more data is not run
 READ_CHUNK = 65536
 FRAME_HEADER, STDOUT = 8, 1
 
@@ -45,50 +49,70 @@ def snapshot_digest(post_json: dict[str, Any]) -> str:
 
 
 def restore_protected(copy: Path, fixture: Path, protected: tuple[str, ...]) -> None:
-    """Make every protected path in `copy` exactly what the fixture has (added ones removed)."""
-    for root in (copy, fixture):
-        for path in sorted(root.rglob("*"), reverse=True):
-            rel = path.relative_to(root).as_posix()
-            if not globs.match_any(protected, rel):
-                continue
-            target, source = copy / rel, fixture / rel
-            if root is copy and not (source.exists() or source.is_symlink()):
-                _remove(target)
-            elif root is fixture and not path.is_dir():
-                _remove(target)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, target, follow_symlinks=False)
+    """Make every protected path in `copy` exactly what the fixture has (added ones removed).
+    `copy` is the host's own tree, so whatever stands in the way (a symlink where the fixture
+    has a directory, say) is removed, never followed."""
+    def is_protected(rel: str) -> bool:
+        return globs.match_any(protected, rel)
+
+    added = [rel for rel, _ in confined.walk(copy) if is_protected(rel) and confined.lstat(fixture, rel) is None]
+    for rel in reversed(added):
+        confined.remove(copy, rel)
+    for rel, st in confined.walk(fixture):
+        if not is_protected(rel):
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            confined.make_dirs(copy, rel, clear_way=True)
+        elif stat.S_ISREG(st.st_mode):
+            confined.copy_file(fixture, rel, copy, rel, max_bytes=COPY_MAX_BYTES, clear_way=True)
+        elif stat.S_ISLNK(st.st_mode):
+            confined.symlink(copy, rel, os.readlink(fixture / rel), clear_way=True)
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
+def check_workspace(workspace: Path, fixture: Path, protected: tuple[str, ...], copy: Path) -> confined.CopyReport:
+    """The tree a command runs on: a confined copy of the POST workspace without its protected
+    paths, which are then put back from the fixture. Special files are left out (reported);
+    a file over the copy's byte bound is refused, and the caller must not run on the copy."""
+    report = confined.copy_tree(workspace, copy, max_bytes=COPY_MAX_BYTES, include=lambda rel: not globs.match_any(protected, rel))
+    restore_protected(copy, fixture, protected)
+    return report
 
 
 @contextlib.contextmanager
-def _throwaway_copy(spec: Spec, workspace: Path) -> Iterator[Path]:
-    """A copy of the POST workspace with every protected path as the fixture has it, owned
-    by the sandbox user, removed afterwards: what one check container sees."""
+def _throwaway_copy(spec: Spec, workspace: Path) -> Iterator[tuple[Path, confined.CopyReport]]:
+    """What one check container sees: `check_workspace`, owned by the sandbox user, removed
+    afterwards. A copy whose report lists refused files must not be run on."""
     with tempfile.TemporaryDirectory(prefix="assure-check-") as tmp:
         copy = Path(tmp) / "workspace"
-        shutil.copytree(workspace, copy, symlinks=True)
-        restore_protected(copy, spec.workspace.fixture, spec.workspace.protected)
-        uid, gid = hardening.sandbox_user(spec)
-        hardening.chown_tree(copy, uid, gid)
-        yield copy
+        report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, copy)
+        if not report.refused:
+            uid, gid = hardening.sandbox_user(spec)
+            hardening.chown_tree(copy, uid, gid)
+        yield copy, report
+
+
+def _not_run(report: confined.CopyReport) -> dict[str, Any]:
+    return {"exit_code": None, "timed_out": False, "seconds": 0.0, "output_tail": "",
+            "not_run": f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
+                       + ", ".join(display(r) for r in report.refused[:5])}
+
+
+def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
+    return {"skipped": [[display(p), why] for p, why in report.skipped[:20]], "skipped_count": report.skipped_count, "data_bytes": report.data_bytes}
 
 
 def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str) -> list[dict[str, Any]]:
     results = []
     for n, cmd in enumerate(command_assertions(spec.to_json())):
         image = agent_image if cmd["image"] == AGENT_IMAGE_ALIAS else cmd["image"]
-        with _throwaway_copy(spec, workspace) as copy:
-            run = run_in_check(spec, copy, backend, image=image, command=cmd["run"], env=cmd.get("env", {}), timeout=cmd["timeout_seconds"],
-                               labels=labels, name=f"{name}-check{n}")
-        results.append({"exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds, "output_tail": run.tail(),
-                        "index": n, "run": cmd["run"], "post_digest": snapshot_digest(post_json), "runtime": run.runtime})
+        with _throwaway_copy(spec, workspace) as (copy, report):
+            if report.refused:
+                result = _not_run(report)
+            else:
+                run = run_in_check(spec, copy, backend, image=image, command=cmd["run"], env=cmd.get("env", {}), timeout=cmd["timeout_seconds"],
+                                   labels=labels, name=f"{name}-check{n}")
+                result = {"exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds, "output_tail": run.tail(), "runtime": run.runtime}
+        results.append({**result, "copy": _copy_record(report), "index": n, "run": cmd["run"], "post_digest": snapshot_digest(post_json)})
     return results
 
 
@@ -101,7 +125,10 @@ def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: D
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
         results = []
         for i, case in enumerate(cases.each):
-            with _throwaway_copy(spec, workspace) as copy:
+            with _throwaway_copy(spec, workspace) as (copy, report):
+                if report.refused:
+                    results.append({"case": i, **_not_run(report)})
+                    continue
                 run = run_in_check(spec, copy, backend, image=image, command=[*cases.run, *case.args], env=cases.env, timeout=cases.timeout_seconds,
                                    labels=labels, name=f"{name}-case{n}-{i}",
                                    stdin=None if case.stdin is None else case.stdin.encode(), stdout_cap=stdout_cap(case))

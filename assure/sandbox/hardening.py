@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import confined
 from ..spec import Spec, parse_size
 from . import runtimes, seccomp
 
@@ -124,10 +125,7 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
     """Hand a host folder to the sandbox user (only possible, and only needed, as root)."""
     if os.geteuid() != 0:
         return
-    os.chown(root, uid, gid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+    confined.chown_tree(root, uid, gid)
 
 
 def socket_mount(mounts: Mounts, mode: str) -> dict[str, dict[str, str]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 from ..errors import SpecError
 from ..spec import Spec
