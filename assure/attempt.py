@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import time
@@ -21,14 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks, control, failpoints, health, modelaccess, policy, store
+from . import checks, confined, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, chain_head, utc_now
 from .errors import AssureError, SandboxError
-from .sandbox import hardening
+from .sandbox import hardening, runtimes
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
 from .sandbox.images import ImageSet
 from .spec import AGENT_IMAGE_ALIAS, Spec
+from .textsafe import display
 from .verify import judge
+from .verify.findings import Finding, Kind, verdict
 from .verify.container import EXPECTED_PATHS, layer_changes
 from .verify import sqlite as sqlite_verify
 from .verify.snapshot import take
@@ -62,6 +63,11 @@ class AttemptPaths:
         return self.root / "gateway-config"
 
     @property
+    def socket_folder(self) -> Path:
+        """The gateway's socket on the host, when the agent's runtime is not runc."""
+        return self.root / "socket"
+
+    @property
     def journal(self) -> Path:
         return self.gateway_state / "journal.jsonl"
 
@@ -85,6 +91,24 @@ def _copy_database(source: Path, target: Path) -> None:
             dst.close()
     finally:
         src.close()
+
+
+def fresh_copy(source: Path, target: Path) -> None:
+    """A workspace (or base) from a fixture: a confined copy (sparse files stay sparse, links
+    stay links); one that would leave anything out fails the attempt before it starts."""
+    report = confined.copy_tree(source, target, max_bytes=confined.COPY_MAX_BYTES)
+    if not report.complete:
+        shown = "; ".join(f"{display(path)}: {why}" for path, why in report.skipped[:5])
+        raise SandboxError(f"the fixture {source} cannot be copied whole ({report.skipped_count} entries): {shown}",
+                           fix="keep only folders, regular files and symlinks in a fixture, within the copy bound")
+
+
+def _harness_error(phase: str, exc: Exception) -> str:
+    """What a failed phase leaves for the verdict: ours say what to do; anything else is a bug,
+    named by its type (its text may carry agent-controlled names, so it is escaped and cut)."""
+    if isinstance(exc, AssureError):
+        return f"{phase}: {exc.message}"
+    return f"{phase}: {type(exc).__name__}: {display(str(exc))[:2000]}"
 
 
 def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[dict[str, Any]]:
@@ -115,29 +139,41 @@ class Attempt:
         self.model = modelaccess.ModelAccess(spec.data, spec.path.parent, self.paths.gateway_config, uid, gid)
 
     def execute(self) -> judge.Judgement:
+        """Every phase is total: an exception in one (any Exception, not only ours) becomes a
+        harness error naming the phase, and the attempt is judged on what was collected.
+        KeyboardInterrupt and SystemExit still propagate, after the cleanup."""
         facts: dict[str, Any] = {"harness_errors": []}
-        try:
-            self._phase("prepare", self._prepare)
+        self._post: dict[str, Any] | None = None
+        prepared = self._total("prepare", self._prepare, facts)
+        if prepared:
             try:
-                self._phase("start", lambda: self._start(facts))
-                self._phase("run", lambda: self._run(facts))
-                self._phase("collect", lambda: self._collect(facts))
-            except AssureError as exc:
-                facts["harness_errors"].append(exc.message)
+                if self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
+                    self._total("collect", lambda: self._collect(facts), facts)
             finally:
-                self._phase("cleanup", self._cleanup)
-            self._phase("snapshot", self._snapshot_post)
-            if checks.command_assertions(self.spec.to_json()):
-                self._phase("checks", self._run_checks)
-        except AssureError as exc:
-            facts["harness_errors"].append(exc.message)
+                self._total("cleanup", self._cleanup, facts)
+            if self._total("snapshot", self._snapshot_post, facts) and (checks.command_assertions(self.spec.to_json()) or self.spec.cases()):
+                self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
-        store.write_json(self.paths.root / "container.json", facts)
+        self._total("record", lambda: store.write_json(self.paths.root / "container.json", facts), facts)
         self.progress("verify", {})
         failpoints.hit("verify")
-        judgement = judge.judge(self.paths.root, self.spec.to_json())
-        store.write_json(self.paths.root / "verdict.json", {**judgement.to_json(), "judged_at": utc_now()})
+        try:
+            judgement = judge.judge(self.paths.root, self.spec.to_json())
+        except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
+            errors = [*facts["harness_errors"], _harness_error("judge", exc)]
+            found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
+            judgement = judge.Judgement(verdict(list(found), hostile=self.spec.data["hostile"]), found, (), None, None)
+        self._total("record", lambda: store.write_json(self.paths.root / "verdict.json", {**judgement.to_json(), "judged_at": utc_now()}), facts)
         return judgement
+
+    def _total(self, name: str, fn: Callable[[], None], facts: dict[str, Any]) -> bool:
+        """Run one phase; False (and a harness error recorded) if it raised."""
+        try:
+            self._phase(name, fn)
+            return True
+        except Exception as exc:
+            facts["harness_errors"].append(_harness_error(name, exc))
+            return False
 
     def _phase(self, name: str, fn: Callable[[], None]) -> None:
         health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, attempt=self.number, phase=name)
@@ -166,14 +202,15 @@ class Attempt:
                 store.write_json(target / f"{db.name}.error.json", {"error": type(exc).__name__, "message": exc.message})
 
     def _run_checks(self) -> None:
-        results = checks.run_commands(self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
-        store.write_json(self.paths.root / "commands.json", results)
+        args = (self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
+        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args))
+        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args))
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:
         p = self.paths
         p.root.mkdir(parents=True)
-        shutil.copytree(self.spec.workspace.fixture, p.workspace, symlinks=True)
+        fresh_copy(self.spec.workspace.fixture, p.workspace)
         p.gateway_state.mkdir()
         (p.gateway_state / "blobs").mkdir()
         p.gateway_config.mkdir()
@@ -207,8 +244,12 @@ class Attempt:
 
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:
-        self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
-        mounts = hardening.Mounts(self.paths.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config,
+        if runtimes.socket_on_host(self.spec.sandbox.runtime):
+            hardening.make_socket_folder(self.paths.socket_folder, self.spec)
+            socket_source = str(self.paths.socket_folder.resolve())
+        else:
+            self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
+        mounts = hardening.Mounts(self.paths.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(
@@ -350,7 +391,9 @@ class Attempt:
 
     def _read_agent(self, facts: dict[str, Any]) -> None:
         inspect = self.backend.inspect(self._agent)
-        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")}}
+        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")},
+                            "Mounts": inspect.get("Mounts", []), "AppArmorProfile": inspect.get("AppArmorProfile")}
+        facts["engine_security"] = self.backend.info().get("SecurityOptions") or []
         facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
         layer = self.backend.writable_layer(self._agent)
         if layer is not None:
@@ -395,6 +438,10 @@ class Attempt:
                 self.backend.remove_network(self._network)
             except AssureError as exc:
                 errors.append(exc.message)
+        try:  # the gateway's socket folder (gVisor): nothing to keep
+            confined.remove(self.paths.root, self.paths.socket_folder.name)
+        except OSError as exc:
+            errors.append(f"remove {self.paths.socket_folder}: {exc}")
         self.model.cleanup()
         if errors:
             raise SandboxError("cleanup failed: " + "; ".join(errors), fix="run `assure gc`")

@@ -81,6 +81,7 @@ class Dispatcher:
         self._count_lock = threading.Lock()
         self.counters = Counters()
         self._override = control.Override()
+        self._reserved_tokens, self._reserved_cost = 0, 0.0  # what model calls in flight may still spend
         self._breached: set[str] = set()  # budget counters already reported
         self._full = False  # the journal reached its cap
         self._last_beat = 0.0
@@ -95,12 +96,12 @@ class Dispatcher:
             limits=asdict(config.limits),
         )
 
-    def count_request(self) -> Answer | None:
-        """Count one request against `limits.requests`. Within the budget: None. Past it:
+    def count_request(self, n: int = 1) -> Answer | None:
+        """Count `n` requests against `limits.requests`. Within the budget: None. Past it:
         the breach is reported (once) and the 429 answer to send instead, never journaled."""
         limit = self._config.limits.requests
         with self._count_lock:
-            self.counters.requests += 1
+            self.counters.requests += n
             over = self.counters.requests > limit
         if not over:
             return None
@@ -156,28 +157,40 @@ class Dispatcher:
             return "sha256:" + sha256_hex(value.encode("utf-8", "surrogatepass"))
         return value
 
-    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None) -> gate.Decision | None:
+    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None, reserve: tuple[int, float] = (0, 0.0)) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
-        and fill `record` with the decision. A denial by a budget rule is reported like a
-        tool's. `unpriced` (why the cost cannot be counted) denies a call the gate allowed.
-        None: the journal is unavailable and no call may be served."""
+        and fill `record` with the decision. `reserve` (tokens, cost) is the most the call may
+        spend: the gate sees it on top of what calls in flight reserved, and an allowed call
+        keeps it reserved until `record_model_call` settles it to what was spent. A denial by
+        a budget rule is reported like a tool's. `unpriced` (why the cost cannot be counted)
+        denies a call the gate allowed. None: the journal is unavailable and no call may be served."""
         with self._lock:
             if not self._open or self._full:
                 return None
-            decision = gate.decide(action, replace(self._context(), known_tools=self._known | {MODEL_TOOL}))
+            ctx = self._context()
+            budget = replace(ctx.budget, tokens_reserved=self._reserved_tokens + reserve[0], cost_reserved=self._reserved_cost + reserve[1])
+            decision = gate.decide(action, replace(ctx, known_tools=self._known | {MODEL_TOOL}, budget=budget))
             if decision.allowed and unpriced:
                 decision = gate.Decision(gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs)
             self._decided(record, decision)
-            if not decision.allowed:
+            if decision.allowed:
+                tokens, cost = reserve[0], round(reserve[1], 9)
+                self._reserved_tokens += tokens
+                self._reserved_cost += cost
+                record["reserved"] = {"tokens": tokens, "cost": cost}
+            else:
                 self.counters.denied += 1
                 if decision.rule.startswith("budget."):
                     self._report_breach(decision.rule.split(".", 1)[1])
             return decision
 
     def record_model_call(self, record: dict[str, Any], tokens: int, cost: float) -> bool:
-        """Count a model call's tokens and cost and journal its `model_call` line (False: the
-        journal could not be written, so the answer must not be sent)."""
+        """Count a model call's tokens and cost, release what it reserved, and journal its
+        `model_call` line (False: the journal could not be written, so the answer must not be sent)."""
         with self._lock:
+            reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
+            self._reserved_tokens = max(0, self._reserved_tokens - reserved["tokens"])
+            self._reserved_cost = max(0.0, self._reserved_cost - reserved["cost"])
             self.counters.tokens += tokens
             self.counters.cost += cost
             record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}

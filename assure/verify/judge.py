@@ -2,12 +2,15 @@
 
 Inputs, all in the attempt directory: `pre.json` and `post.json` (workspace snapshots),
 `gateway/journal.jsonl` (the gateway's hash-chained journal), `container.json` (what the
-engine reported: exit code, hardening, filesystem changes) and the resolved spec. The agent's
+engine reported: exit code, hardening, filesystem changes), `commands.json` and `cases.json`
+(what the check containers printed and returned, each bound to the POST snapshot's digest)
+and the resolved spec. The agent's
 own claim (`task.report`) is carried along as narrative and never read by any rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,12 +19,14 @@ from collections.abc import Iterable
 
 from ..chain import ChainError, ChainFile, canonical, sha256_hex
 from ..store import read_json
+from ..textsafe import display
 from . import assertions, attribution, completeness, container, sqlite
 from .diff import Change, diff
 from .findings import Finding, Kind, Verdict, verdict
 from .snapshot import Snapshot, take
 
 BREACH_KINDS = (Kind.UNATTRIBUTED, Kind.PROTECTED_CHANGED, Kind.CONTAINER_CHANGED)
+CHECK_FILES = {"command": "commands", "cases": "cases"}  # assertions run in check containers: their results
 
 
 @dataclass(frozen=True)
@@ -31,9 +36,11 @@ class Judgement:
     changes: tuple[Change, ...]
     claim: dict[str, Any] | None
     journal_head: dict[str, Any] | None
+    containment: dict[str, list[str]] | None = None  # what the container check covered, and what failed
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "containment": self.containment,
             "verdict": self.verdict.value,
             "findings": [f.to_json() for f in self.findings],
             "changes": [c.to_json() for c in self.changes],
@@ -70,45 +77,64 @@ def _database_findings(attempt_dir: Path, name: str, journal: Iterable[dict[str,
     return sqlite.attribute(name, pre, post, sqlite.db_effects(journal, name))
 
 
+def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], default: Any) -> Any:
+    """One rule of the judgement; an exception in it is a harness_error finding and the other
+    rules still run, so what they find (a breach above all) still counts."""
+    try:
+        return rule()
+    except Exception as exc:
+        findings.append(Finding(Kind.HARNESS_ERROR, subject, f"the verifier failed here: {type(exc).__name__}: {display(str(exc))[:2000]}"))
+        return default
+
+
 def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = False) -> Judgement:
     findings: list[Finding] = []
-    facts = read_json(attempt_dir / "container.json")
+    facts = _guarded(findings, "container.json", lambda: read_json(attempt_dir / "container.json"), {})
     findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.get("harness_errors", [])]
-    journal, head = _journal(attempt_dir / "gateway" / "journal.jsonl", findings, facts.get("gateway"))
+    journal, head = _guarded(findings, "journal", lambda: _journal(attempt_dir / "gateway" / "journal.jsonl", findings, facts.get("gateway")), ((), None))
     recorded = facts.get("journal_head")
     if recorded is not None and recorded != head:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"journal head {head} differs from the head recorded at collection {recorded}"))
+    checked = None
+    if "inspect" in facts:
+        failed = _guarded(findings, "containment", lambda: container.containment(facts["inspect"], spec, facts.get("engine_security"), attempt_dir.name), [])
+        checked = {"checked": container.containment_checked(spec), "failed": [f.subject for f in failed]}
+        findings += failed
+    findings += _guarded(findings, "container filesystem", lambda: container.filesystem_changes(facts.get("fs_changes", [])), [])
     try:
         pre = Snapshot.from_json(read_json(attempt_dir / "pre.json"))
         post = Snapshot.from_json(read_json(attempt_dir / "post.json"))
     except Exception as exc:  # a missing or unreadable snapshot: cannot judge, never pass
         findings.append(Finding(Kind.HARNESS_ERROR, "snapshot", f"snapshot unavailable: {exc}"))
-        return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), (), None, head)
-    if recheck_workspace and diff(post, take(attempt_dir / "workspace")):
+        return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), (), None, head, checked)
+    if recheck_workspace and _guarded(findings, "workspace", lambda: bool(diff(post, take(attempt_dir / "workspace"))), False):
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the run directory's workspace no longer matches post.json"))
     if pre.truncated:
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the fixture exceeds the verifier's limits: " + "; ".join(pre.notes)))
     if post.truncated:
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
-    if "inspect" in facts:
-        findings += container.containment(facts["inspect"], read_only_root=spec["sandbox"]["read_only_root"])
-    findings += container.filesystem_changes(facts.get("fs_changes", []))
-    changes = diff(pre, post)
+    changes = _guarded(findings, "diff", lambda: diff(pre, post), [])
     ws = spec["workspace"]
-    findings += attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"])
+    findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"]), [])
     findings += [Finding(Kind.NOT_CHECKED, e.path, e.note) for e in post.entries.values() if e.note]
     for db in spec.get("databases", []):
-        findings += _database_findings(attempt_dir, db["name"], journal)
+        findings += _guarded(findings, f"db:{db['name']}", lambda db=db: _database_findings(attempt_dir, db["name"], journal), [])
     unexplained = [f.subject for f in findings if f.kind in BREACH_KINDS]
-    commands = read_json(attempt_dir / "commands.json") if (attempt_dir / "commands.json").is_file() else []
+    check_runs = {kind: _guarded(findings, f"{file}.json", lambda file=file: read_json(attempt_dir / f"{file}.json") if (attempt_dir / f"{file}.json").is_file() else [], [])
+                  for kind, file in CHECK_FILES.items()}
     post_digest = sha256_hex(canonical(post.to_json()))
-    n = 0
+    counts = dict.fromkeys(CHECK_FILES, 0)
     for a in spec["assertions"]:
         result = None
-        if "command" in a:
-            result = next((c for c in commands if isinstance(c, dict) and c.get("index") == n), None)
-            n += 1
-        findings.append(assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal,
-                                         unexplained=unexplained, command_result=result, post_digest=post_digest))
-    claims = [r.get("claim") for r in journal if r.get("event") == "tool_call" and r.get("tool") == "task.report" and r.get("decision") == "allow"]
-    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head)
+        for kind in CHECK_FILES.keys() & a.keys():  # the nth assertion of a kind has index n in its file
+            result = next((c for c in check_runs[kind] if isinstance(c, dict) and c.get("index") == counts[kind]), None)
+            counts[kind] += 1
+        def check(a: dict[str, Any] = a, result: dict[str, Any] | None = result) -> Finding:
+            return assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal,
+                                    unexplained=unexplained, command_result=result, post_digest=post_digest)
+        finding = _guarded(findings, f"assertion {next(iter(a))}", check, None)
+        if finding is not None:
+            findings.append(finding)
+    claims = _guarded(findings, "claim", lambda: [r.get("claim") for r in journal if isinstance(r, dict) and r.get("event") == "tool_call"
+                                                  and r.get("tool") == "task.report" and r.get("decision") == "allow"], [])
+    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head, checked)
