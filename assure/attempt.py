@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks, control, failpoints, health, modelaccess, policy, store
+from . import checks, confined, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, utc_now, verify_chain
 from .errors import AssureError, SandboxError
-from .sandbox import hardening
+from .sandbox import hardening, workspace_fs
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
 from .sandbox.images import ImageSet
-from .spec import AGENT_IMAGE_ALIAS, Spec
+from .spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from .verify import judge
 from .verify.container import EXPECTED_PATHS, layer_changes
 from .verify import sqlite as sqlite_verify
@@ -51,6 +51,8 @@ class AttemptPaths:
 
     @property
     def workspace(self) -> Path:
+        """The POST tree, copied out of the attempt's filesystem after the run: what the
+        verifier's file assertions, the checks, promote and proposals read."""
         return self.root / "workspace"
 
     @property
@@ -109,6 +111,7 @@ class Attempt:
         self._containers: list[str] = []
         self._volume: str | None = None
         self._network: str | None = None
+        self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec.data)
         uid, gid = hardening.sandbox_user(spec)
@@ -117,16 +120,19 @@ class Attempt:
     def execute(self) -> judge.Judgement:
         facts: dict[str, Any] = {"harness_errors": []}
         try:
-            self._phase("prepare", self._prepare)
             try:
-                self._phase("start", lambda: self._start(facts))
-                self._phase("run", lambda: self._run(facts))
-                self._phase("collect", lambda: self._collect(facts))
-            except AssureError as exc:
-                facts["harness_errors"].append(exc.message)
+                self._phase("prepare", self._prepare)
+                try:
+                    self._phase("start", lambda: self._start(facts))
+                    self._phase("run", lambda: self._run(facts))
+                    self._phase("collect", lambda: self._collect(facts))
+                except AssureError as exc:
+                    facts["harness_errors"].append(exc.message)
+                finally:
+                    self._phase("cleanup", self._cleanup)
+                self._phase("snapshot", lambda: self._snapshot_post(facts))
             finally:
-                self._phase("cleanup", self._cleanup)
-            self._phase("snapshot", self._snapshot_post)
+                self._release_workspace(facts)
             if checks.command_assertions(self.spec.to_json()):
                 self._phase("checks", self._run_checks)
         except AssureError as exc:
@@ -148,10 +154,36 @@ class Attempt:
         finally:
             self.timings[name] = round(time.monotonic() - start, 4)
 
-    def _snapshot_post(self) -> None:
-        self._post = take(self.paths.workspace, reuse=self._pre).to_json()
+    def _snapshot_post(self, facts: dict[str, Any]) -> None:
+        """POST on the attempt's own filesystem (everything the agent left, special files and
+        links included), its counters, then the copy-out to the plain `workspace/`."""
+        assert self._fs is not None
+        self._post = take(self._fs.mount_point, reuse=self._pre).to_json()
         store.write_json(self.paths.root / "post.json", self._post)
+        facts["workspace_fs"] = self._fs.usage().to_json()
+        self._copy_out(facts)
         self._capture_databases("post")
+
+    def _copy_out(self, facts: dict[str, Any]) -> None:
+        """The confined copy (never follows, keeps sparse files sparse, skips and reports
+        special files), bounded by limits.disk, into a temporary name renamed into place."""
+        assert self._fs is not None
+        tmp = self.paths.root / ".workspace.copy"
+        report = confined.copy_tree(self._fs.mount_point, tmp, max_bytes=parse_size(self.spec.limits.disk))
+        uid, gid = hardening.sandbox_user(self.spec)
+        hardening.chown_tree(tmp, uid, gid)
+        os.replace(tmp, self.paths.workspace)
+        facts["workspace_copy"] = report.to_json()
+
+    def _release_workspace(self, facts: dict[str, Any]) -> None:
+        """Unmount and delete the attempt's filesystem, on every path (a failure is recorded)."""
+        if self._fs is None:
+            return
+        try:
+            self._fs.release()
+        except AssureError as exc:
+            facts["harness_errors"].append(exc.message)
+        self._fs = None
 
     def _capture_databases(self, side: str) -> None:
         """Self-contained copies of every database (WAL and journal included) for the verifier;
@@ -172,8 +204,17 @@ class Attempt:
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:
         p = self.paths
+        workspace_fs.require()
         p.root.mkdir(parents=True)
-        shutil.copytree(self.spec.workspace.fixture, p.workspace, symlinks=True)
+        uid, gid = hardening.sandbox_user(self.spec)
+        self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes, uid=uid, gid=gid)
+        live = self._fs.mount_point
+        try:
+            shutil.copytree(self.spec.workspace.fixture, live, symlinks=True, dirs_exist_ok=True)
+        except OSError as exc:  # shutil.Error too
+            raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
+                               f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {str(exc)[:300]}",
+                               where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
         p.gateway_state.mkdir()
         (p.gateway_state / "blobs").mkdir()
         p.gateway_config.mkdir()
@@ -182,8 +223,7 @@ class Attempt:
                 (p.gateway_state / "db").mkdir(exist_ok=True)
                 _copy_database(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
         self._capture_databases("pre")
-        uid, gid = hardening.sandbox_user(self.spec)
-        hardening.chown_tree(p.workspace, uid, gid)
+        hardening.chown_tree(live, uid, gid)
         hardening.chown_tree(p.gateway_state, uid, gid)
         if os.geteuid() == 0:
             os.chown(self.run.state_dir, uid, gid)
@@ -202,13 +242,14 @@ class Attempt:
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
-        self._pre = take(p.workspace)
+        self._pre = take(live)
         store.write_json(p.root / "pre.json", self._pre.to_json())
 
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:
         self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
-        mounts = hardening.Mounts(self.paths.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config,
+        assert self._fs is not None
+        mounts = hardening.Mounts(self._fs.mount_point, self._volume, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(

@@ -55,6 +55,8 @@ class Limits:
     wall_seconds: float
     memory: str
     tmpfs: str
+    disk: str
+    inodes: int
     cpus: float
     pids: int
     nofile: int
@@ -97,7 +99,7 @@ def load(path: str | Path) -> Spec:
     """Read, validate and resolve one spec. Raises `SpecError` listing every problem."""
     path = Path(path)
     data, lines = read_document(path, schema(), "spec")
-    problems = _missing_paths(data, path, lines)
+    problems = _missing_paths(data, path, lines) + _disk_problems(data, path, lines)
     if problems:
         raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
     return _build(path.resolve(), data)
@@ -231,6 +233,21 @@ def _missing_paths(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...]
     return problems
 
 
+MIN_DISK = 8 * 2**20
+INODE_BYTES = 256  # ext4's inode size: the inode tables take inodes * this of the disk
+
+
+def _disk_problems(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
+    """The workspace filesystem must exist and keep at least half of it for data."""
+    disk, inodes = parse_size(data["limits"]["disk"]), data["limits"]["inodes"]
+    if disk < MIN_DISK:
+        return [f"{path}:{line_of(('limits', 'disk'), lines)}: limits.disk: {data['limits']['disk']} is below the smallest workspace filesystem, 8m"]
+    if inodes * INODE_BYTES > disk // 2:
+        return [f"{path}:{line_of(('limits', 'inodes'), lines)}: limits.inodes: {inodes} inodes take {inodes * INODE_BYTES} bytes, more than half of "
+                f"limits.disk ({disk} bytes); raise limits.disk or lower limits.inodes"]
+    return []
+
+
 def _build(path: Path, data: dict[str, Any]) -> Spec:
     base = path.parent
     a, w, lim, sb = data["agent"], data["workspace"], data["limits"], data["sandbox"]
@@ -248,7 +265,8 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
         agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None),
         workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
         databases=tuple(Database(d["name"], base / d["fixture"], d["mode"]) for d in data.get("databases", [])),
-        limits=Limits(float(lim["wall_seconds"]), lim["memory"], lim["tmpfs"], float(lim["cpus"]), lim["pids"], lim["nofile"], lim["tool_calls"]),
+        limits=Limits(wall_seconds=float(lim["wall_seconds"]), memory=lim["memory"], tmpfs=lim["tmpfs"], disk=lim["disk"], inodes=lim["inodes"],
+                      cpus=float(lim["cpus"]), pids=lim["pids"], nofile=lim["nofile"], tool_calls=lim["tool_calls"]),
         sandbox=Sandbox(sb["user"], sb["runtime"], sb["read_only_root"]),
         assertions=tuple(data["assertions"]),
         expect=data["expect"],
