@@ -341,6 +341,11 @@ def doctor() -> None:
         table.add_row(name, "[green]ok[/]" if good else "[red]missing[/]", detail)
 
     try:
+        workspace_fs.require()
+        row("bounded workspace", True, "root, loop devices, mkfs.ext4: each attempt gets a filesystem of limits.disk")
+    except AssureError as exc:
+        row("bounded workspace", False, f"{exc.message}; fix: {exc.fix}")
+    try:
         backend = DockerBackend()
         version = backend.version()
         row("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")

@@ -62,7 +62,7 @@ def require() -> None:
 @dataclass(frozen=True)
 class Usage:
     """The filesystem's own counters (statvfs) at the end of the run; `*_free` is what the
-    sandbox user could still have used."""
+    sandbox user could still have used; `host_bytes` is what the image holds on the host."""
 
     bytes_total: int
     bytes_free: int
@@ -70,6 +70,7 @@ class Usage:
     inodes_free: int
     limit_bytes: int
     limit_inodes: int
+    host_bytes: int
 
     @property
     def bytes_full(self) -> bool:
@@ -94,13 +95,13 @@ def _command(args: list[str], what: str) -> None:
 
 
 class WorkspaceFs:
-    """One attempt's mounted workspace filesystem. `release()` is idempotent."""
+    """One attempt's workspace filesystem. `release()` is idempotent and works from the
+    paths alone (mountinfo says whether it is mounted), so gc can release another's."""
 
     def __init__(self, attempt_dir: Path, size: int, inodes: int):
         self.image = attempt_dir / IMAGE
         self.mount_point = attempt_dir / MOUNT_POINT
         self.size, self.inodes = size, inodes
-        self.mounted = False
 
     @classmethod
     def create(cls, attempt_dir: Path, *, size: int, inodes: int, uid: int, gid: int) -> WorkspaceFs:
@@ -114,7 +115,6 @@ class WorkspaceFs:
                       "-E", f"lazy_itable_init=1,lazy_journal_init=1,root_owner={uid}:{gid}", str(fs.image)], "cannot make the workspace filesystem")
             fs.mount_point.mkdir()
             _command(["mount", "-t", "ext4", "-o", MOUNT_OPTIONS, str(fs.image), str(fs.mount_point)], "cannot mount the workspace filesystem")
-            fs.mounted = True
             os.rmdir(fs.mount_point / "lost+found")  # mkfs's; not part of the fixture
         except BaseException:
             fs.release()
@@ -124,13 +124,13 @@ class WorkspaceFs:
     def usage(self) -> Usage:
         st = os.statvfs(self.mount_point)
         return Usage(bytes_total=st.f_blocks * st.f_frsize, bytes_free=st.f_bavail * st.f_frsize, inodes_total=st.f_files,
-                     inodes_free=st.f_favail, limit_bytes=self.size, limit_inodes=self.inodes)
+                     inodes_free=st.f_favail, limit_bytes=self.size, limit_inodes=self.inodes,
+                     host_bytes=os.stat(self.image).st_blocks * 512)
 
     def release(self) -> None:
         """Unmount (the loop device goes with it), then delete the image and the mount point."""
-        if self.mounted or _is_mount_point(self.mount_point):
+        if _is_mount_point(self.mount_point):
             unmount(self.mount_point)
-        self.mounted = False
         detach_loops(self.image)
         self.image.unlink(missing_ok=True)
         try:
@@ -181,7 +181,7 @@ def _mount_points() -> list[Path]:
 
 
 def _is_mount_point(path: Path) -> bool:
-    return path in _mount_points()
+    return path.resolve() in _mount_points()
 
 
 def workspace_mounts() -> list[Path]:
@@ -196,8 +196,6 @@ def release_orphans(orphaned: Callable[[Path], bool]) -> list[Path]:
     for point in workspace_mounts():
         run_dir = point.parent.parent.parent
         if orphaned(run_dir):
-            fs = WorkspaceFs(point.parent, 0, 0)
-            fs.mounted = True
-            fs.release()
+            WorkspaceFs(point.parent, 0, 0).release()
             released.append(point)
     return released
