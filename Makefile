@@ -43,6 +43,7 @@ bench: images
 	$(BIN)/python bench/gate_bench.py
 	$(BIN)/python bench/gate_live_bench.py
 	$(BIN)/python bench/sqlite_bench.py
+	$(BIN)/python bench/workspace_fs_bench.py
 
 gc: install
 	$(BIN)/assure gc

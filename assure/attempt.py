@@ -168,22 +168,26 @@ class Attempt:
         """The confined copy (never follows, keeps sparse files sparse, skips and reports
         special files), bounded by limits.disk, into a temporary name renamed into place."""
         assert self._fs is not None
+        start = time.monotonic()
         tmp = self.paths.root / ".workspace.copy"
         report = confined.copy_tree(self._fs.mount_point, tmp, max_bytes=parse_size(self.spec.limits.disk))
         uid, gid = hardening.sandbox_user(self.spec)
         hardening.chown_tree(tmp, uid, gid)
         os.replace(tmp, self.paths.workspace)
         facts["workspace_copy"] = report.to_json()
+        self.timings["copy_out"] = round(time.monotonic() - start, 4)
 
     def _release_workspace(self, facts: dict[str, Any]) -> None:
         """Unmount and delete the attempt's filesystem, on every path (a failure is recorded)."""
         if self._fs is None:
             return
+        start = time.monotonic()
         try:
             self._fs.release()
         except AssureError as exc:
             facts["harness_errors"].append(exc.message)
         self._fs = None
+        self.timings["unmount"] = round(time.monotonic() - start, 4)
 
     def _capture_databases(self, side: str) -> None:
         """Self-contained copies of every database (WAL and journal included) for the verifier;
