@@ -20,6 +20,7 @@ died (kill -9) in /proc/self/mountinfo, for `assure gc` and `assure resume`.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
@@ -122,6 +123,8 @@ class WorkspaceFs:
         return fs
 
     def usage(self) -> Usage:
+        """The counters once the filesystem is synced, so the image holds every block it will."""
+        _syncfs(self.mount_point)
         st = os.statvfs(self.mount_point)
         return Usage(bytes_total=st.f_blocks * st.f_frsize, bytes_free=st.f_bavail * st.f_frsize, inodes_total=st.f_files,
                      inodes_free=st.f_favail, limit_bytes=self.size, limit_inodes=self.inodes,
@@ -137,6 +140,16 @@ class WorkspaceFs:
             self.mount_point.rmdir()
         except FileNotFoundError:
             pass
+
+
+def _syncfs(path: Path) -> None:
+    """syncfs(2) on one filesystem (os.sync would flush every filesystem of the host)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            raise SandboxError(f"cannot sync the workspace filesystem: {os.strerror(ctypes.get_errno())}", where=str(path))
+    finally:
+        os.close(fd)
 
 
 def unmount(mount_point: Path) -> None:
