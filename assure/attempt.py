@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import sqlite3
 import time
@@ -28,7 +27,9 @@ from .sandbox import hardening, workspace_fs
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
 from .sandbox.images import ImageSet
 from .spec import AGENT_IMAGE_ALIAS, Spec, parse_size
+from .textsafe import display
 from .verify import judge
+from .verify.findings import Finding, Kind, verdict
 from .verify.container import EXPECTED_PATHS, layer_changes
 from .verify import sqlite as sqlite_verify
 from .verify.snapshot import take
@@ -89,6 +90,24 @@ def _copy_database(source: Path, target: Path) -> None:
         src.close()
 
 
+def fresh_copy(source: Path, target: Path) -> None:
+    """A workspace (or base) from a fixture: a confined copy (sparse files stay sparse, links
+    stay links); one that would leave anything out fails the attempt before it starts."""
+    report = confined.copy_tree(source, target, max_bytes=confined.COPY_MAX_BYTES)
+    if not report.complete:
+        shown = "; ".join(f"{display(path)}: {why}" for path, why in report.skipped[:5])
+        raise SandboxError(f"the fixture {source} cannot be copied whole ({report.skipped_count} entries): {shown}",
+                           fix="keep only folders, regular files and symlinks in a fixture, within the copy bound")
+
+
+def _harness_error(phase: str, exc: Exception) -> str:
+    """What a failed phase leaves for the verdict: ours say what to do; anything else is a bug,
+    named by its type (its text may carry agent-controlled names, so it is escaped and cut)."""
+    if isinstance(exc, AssureError):
+        return f"{phase}: {exc.message}"
+    return f"{phase}: {type(exc).__name__}: {display(str(exc))[:2000]}"
+
+
 def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[dict[str, Any]]:
     """At most MAX_CONTAINER_CHANGES entries, plus one that says how many more there were."""
     total = len(changes) if total is None else total
@@ -118,32 +137,45 @@ class Attempt:
         self.model = modelaccess.ModelAccess(spec.data, spec.path.parent, self.paths.gateway_config, uid, gid)
 
     def execute(self) -> judge.Judgement:
+        """Every phase is total: an exception in one (any Exception, not only ours) becomes a
+        harness error naming the phase, and the attempt is judged on what was collected.
+        KeyboardInterrupt and SystemExit still propagate, after the cleanup."""
         facts: dict[str, Any] = {"harness_errors": []}
+        self._post: dict[str, Any] | None = None
+        snapshotted = False
         try:
-            try:
-                self._phase("prepare", self._prepare)
+            if self._total("prepare", self._prepare, facts):
                 try:
-                    self._phase("start", lambda: self._start(facts))
-                    self._phase("run", lambda: self._run(facts))
-                    self._phase("collect", lambda: self._collect(facts))
-                except AssureError as exc:
-                    facts["harness_errors"].append(exc.message)
+                    if self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
+                        self._total("collect", lambda: self._collect(facts), facts)
                 finally:
-                    self._phase("cleanup", self._cleanup)
-                self._phase("snapshot", lambda: self._snapshot_post(facts))
-            finally:
-                self._release_workspace(facts)
-            if checks.command_assertions(self.spec.to_json()):
-                self._phase("checks", self._run_checks)
-        except AssureError as exc:
-            facts["harness_errors"].append(exc.message)
+                    self._total("cleanup", self._cleanup, facts)
+                snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
+        finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
+            self._release_workspace(facts)
+        if snapshotted and checks.command_assertions(self.spec.to_json()):
+            self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
-        store.write_json(self.paths.root / "container.json", facts)
+        self._total("record", lambda: store.write_json(self.paths.root / "container.json", facts), facts)
         self.progress("verify", {})
         failpoints.hit("verify")
-        judgement = judge.judge(self.paths.root, self.spec.to_json())
-        store.write_json(self.paths.root / "verdict.json", {**judgement.to_json(), "judged_at": utc_now()})
+        try:
+            judgement = judge.judge(self.paths.root, self.spec.to_json())
+        except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
+            errors = [*facts["harness_errors"], _harness_error("judge", exc)]
+            found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
+            judgement = judge.Judgement(verdict(list(found), hostile=self.spec.data["hostile"]), found, (), None, None)
+        self._total("record", lambda: store.write_json(self.paths.root / "verdict.json", {**judgement.to_json(), "judged_at": utc_now()}), facts)
         return judgement
+
+    def _total(self, name: str, fn: Callable[[], None], facts: dict[str, Any]) -> bool:
+        """Run one phase; False (and a harness error recorded) if it raised."""
+        try:
+            self._phase(name, fn)
+            return True
+        except Exception as exc:
+            facts["harness_errors"].append(_harness_error(name, exc))
+            return False
 
     def _phase(self, name: str, fn: Callable[[], None]) -> None:
         health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, attempt=self.number, phase=name)
@@ -158,7 +190,7 @@ class Attempt:
         """POST on the attempt's own filesystem (everything the agent left, special files and
         links included), its counters, then the copy-out to the plain `workspace/`."""
         assert self._fs is not None
-        self._post = take(self._fs.mount_point, reuse=self._pre).to_json()
+        self._post = take(self._fs.workspace, reuse=self._pre).to_json()
         store.write_json(self.paths.root / "post.json", self._post)
         facts["workspace_fs"] = self._fs.usage().to_json()
         self._copy_out(facts)
@@ -170,7 +202,7 @@ class Attempt:
         assert self._fs is not None
         start = time.monotonic()
         tmp = self.paths.root / ".workspace.copy"
-        report = confined.copy_tree(self._fs.mount_point, tmp, max_bytes=parse_size(self.spec.limits.disk))
+        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk))
         uid, gid = hardening.sandbox_user(self.spec)
         hardening.chown_tree(tmp, uid, gid)
         os.replace(tmp, self.paths.workspace)
@@ -211,14 +243,17 @@ class Attempt:
         workspace_fs.require()
         p.root.mkdir(parents=True)
         uid, gid = hardening.sandbox_user(self.spec)
-        self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes, uid=uid, gid=gid)
-        live = self._fs.mount_point
+        self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes)
+        live = self._fs.workspace
         try:
-            shutil.copytree(self.spec.workspace.fixture, live, symlinks=True, dirs_exist_ok=True)
-        except OSError as exc:  # shutil.Error too
-            raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
-                               f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {str(exc)[:300]}",
-                               where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
+            fresh_copy(self.spec.workspace.fixture, live)
+        except SandboxError as exc:
+            usage = self._fs.usage()
+            if usage.bytes_full or usage.inodes_full:
+                raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
+                                   f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {exc.message}",
+                                   where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
+            raise
         p.gateway_state.mkdir()
         (p.gateway_state / "blobs").mkdir()
         p.gateway_config.mkdir()
@@ -253,7 +288,7 @@ class Attempt:
     def _start(self, facts: dict[str, Any]) -> None:
         self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
         assert self._fs is not None
-        mounts = hardening.Mounts(self._fs.mount_point, self._volume, self.paths.gateway_state, self.paths.gateway_config,
+        mounts = hardening.Mounts(self._fs.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(

@@ -8,7 +8,11 @@ O_NOCTTY (a FIFO never blocks, no terminal is acquired) and fstat-ed to be the s
 file. Names are data: `rel` is a `/`-separated str (surrogate escapes allowed) or bytes, and
 `..`, `.` and empty components are refused, never interpreted.
 
-The API: `read_file`, `lstat`, `walk`, `copy_tree`, `copy_file`, `write_file`, `remove`.
+The API: reading `open_dir`, `open_file`, `read_file`, `lstat`, `data_bytes`, `walk`;
+copying `copy_tree` (with its `CopyReport`), `copy_file`; writing `write_file`, `make_dirs`,
+`symlink`, `chown_tree`, `remove`. Errors are OSError (`NotRegular`, `TooLarge` among them),
+bounded and naming the entry; a copy never raises for what it finds in the source.
+
 A copy keeps sparse files sparse (only data extents are read and written, found with
 SEEK_DATA/SEEK_HOLE) and counts data bytes against a bound; a file whose data exceeds what is
 left is refused and reported, never copied in part. Symlinks are recreated as links, hard
@@ -27,13 +31,14 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+COPY_MAX_BYTES = 4 * 2**30  # data bytes of one host-side copy of a workspace (holes are free)
 MAX_DEPTH = 256  # directory levels below a root that a copy or walk descends
 MAX_ENTRIES = 200_000  # entries one copy or walk visits, of every kind
 MAX_REPORTED = 100  # skipped entries a CopyReport lists by path (all are counted)
 _OPENAT2_PATH_MAX = 4000  # longer paths are walked one component at a time (PATH_MAX is 4096)
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 _KINDS = {stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "chardev", stat.S_IFBLK: "blockdev"}
 
@@ -97,7 +102,7 @@ def _open_root(root: str | os.PathLike[str] | int) -> int:
     """A new descriptor for the root directory itself (which must not be a symlink)."""
     if isinstance(root, int):
         return os.dup(root)
-    return os.open(root, _DIR)
+    return os.open(root, OPEN_DIR)
 
 
 def _open_dir_at(dir_fd: int, parts: list[bytes]) -> int:
@@ -106,13 +111,13 @@ def _open_dir_at(dir_fd: int, parts: list[bytes]) -> int:
         return os.dup(dir_fd)
     path = b"/".join(parts)
     if len(path) < _OPENAT2_PATH_MAX:
-        fd = _openat2(dir_fd, path, _DIR)
+        fd = _openat2(dir_fd, path, OPEN_DIR)
         if fd is not None:
             return fd
     fd = os.dup(dir_fd)
     try:
         for part in parts:
-            nfd = os.open(part, _DIR, dir_fd=fd)
+            nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -135,7 +140,7 @@ def _open_regular(dir_fd: int, name: bytes | str) -> tuple[int, os.stat_result]:
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegular(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", os.fsdecode(name))
-    fd = os.open(name, _FILE, dir_fd=dir_fd)
+    fd = os.open(name, OPEN_FILE, dir_fd=dir_fd)
     got = os.fstat(fd)
     if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(got.st_mode):
         os.close(fd)
@@ -149,6 +154,26 @@ def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "dir"
     return _KINDS.get(stat.S_IFMT(mode), "file" if stat.S_ISREG(mode) else "other")
+
+
+def open_dir(root: str | os.PathLike[str] | int, rel: Rel) -> int:
+    """A descriptor (the caller closes it) for the directory `rel` beneath root, reached
+    without following a link; OSError (ELOOP, ENOTDIR, EXDEV, ENOENT...) otherwise."""
+    rfd = _open_root(root)
+    try:
+        return _open_dir_at(rfd, _parts(rel))
+    finally:
+        os.close(rfd)
+
+
+def open_file(root: str | os.PathLike[str] | int, rel: Rel) -> tuple[int, os.stat_result]:
+    """(descriptor, fstat) of the regular file `rel` beneath root (the caller closes it);
+    NotRegular for anything else, OSError when a link or a missing part is on the way."""
+    dfd, name = _open_parent(root, rel)
+    try:
+        return _open_regular(dfd, name)
+    finally:
+        os.close(dfd)
 
 
 # --- reading --------------------------------------------------------------------------------
@@ -196,6 +221,19 @@ def read_file(root: str | os.PathLike[str] | int, rel: Rel, max_bytes: int) -> b
         os.close(fd)
 
 
+def data_bytes(root: str | os.PathLike[str] | int, rel: Rel, max_bytes: int) -> int:
+    """The data bytes (holes not counted) of a regular file beneath root; TooLarge over max_bytes."""
+    dfd, name = _open_parent(root, rel)
+    try:
+        fd, st = _open_regular(dfd, name)
+    finally:
+        os.close(dfd)
+    try:
+        return sum(end - start for start, end in _extents(fd, st.st_size, max_bytes))
+    finally:
+        os.close(fd)
+
+
 def walk(root: str | os.PathLike[str] | int, *, include: Include | None = None) -> Iterator[tuple[str, os.stat_result]]:
     """(rel, lstat) of every entry beneath root, parents before children, in name order;
     symlinked directories are listed, never entered. At most MAX_ENTRIES entries and MAX_DEPTH
@@ -226,7 +264,7 @@ def _walk(fd: int, prefix: str, depth: int, include: Include | None, seen: list[
         yield rel, st
         if stat.S_ISDIR(st.st_mode) and depth + 1 < MAX_DEPTH:
             try:
-                cfd = os.open(name, _DIR, dir_fd=fd)
+                cfd = os.open(name, OPEN_DIR, dir_fd=fd)
             except OSError:
                 continue
             try:
@@ -372,13 +410,13 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
                 if depth >= MAX_DEPTH:
                     report.skip(rel, f"deeper than {MAX_DEPTH} levels")
                     continue
-                child = os.open(name, _DIR, dir_fd=sfd)
+                child = os.open(name, OPEN_DIR, dir_fd=sfd)
                 try:
                     got = os.fstat(child)
                     if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
                         raise NotRegular(errno.EAGAIN, "changed while being opened")
                     os.mkdir(name, 0o700, dir_fd=dfd)
-                    out = os.open(name, _DIR, dir_fd=dfd)
+                    out = os.open(name, OPEN_DIR, dir_fd=dfd)
                     try:
                         report.dirs += 1
                         _copy_dir(child, out, rel + "/", depth + 1, include, report, left)
@@ -468,6 +506,40 @@ def make_dirs(root: str | os.PathLike[str] | int, rel: Rel, *, clear_way: bool =
         os.close(rfd)
 
 
+def chown_tree(root: str | os.PathLike[str], uid: int, gid: int) -> None:
+    """Give root and everything beneath it (MAX_DEPTH levels) to uid:gid, fd-relative: links
+    are chowned themselves, never their targets, and no path is ever longer than a name."""
+    rfd = _open_root(root)
+    try:
+        os.chown(rfd, uid, gid)
+        _chown_dir(rfd, uid, gid, 0)
+    finally:
+        os.close(rfd)
+
+
+def _chown_dir(fd: int, uid: int, gid: int, depth: int) -> None:
+    for name in os.listdir(fd):
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode) and depth + 1 < MAX_DEPTH:
+            child = os.open(name, OPEN_DIR, dir_fd=fd)
+            try:
+                _chown_dir(child, uid, gid, depth + 1)
+            finally:
+                os.close(child)
+
+
+def symlink(root: str | os.PathLike[str] | int, rel: Rel, target: str | bytes, *, clear_way: bool = False) -> None:
+    """Create (or replace) the symlink `rel` beneath root; see `write_file` for `clear_way`."""
+    dfd, name = _open_dest(root, rel, True, clear_way)
+    try:
+        tmp = _tmp_name(name)
+        os.symlink(target, tmp, dir_fd=dfd)
+        _rename_into(dfd, tmp, name, clear_way)
+    finally:
+        os.close(dfd)
+
+
 def remove(root: str | os.PathLike[str] | int, rel: Rel) -> bool:
     """Remove `rel` beneath root (a directory with all it holds), never following a link: a
     symlink is removed, not its target. False if nothing was there (or a parent is not a real
@@ -494,13 +566,13 @@ def _remove_at(dfd: int, name: bytes | str) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(name, dir_fd=dfd)
         return True
-    stack = [(dfd, name, os.open(name, _DIR, dir_fd=dfd))]  # iterative: no recursion limit
+    stack = [(dfd, name, os.open(name, OPEN_DIR, dir_fd=dfd))]  # iterative: no recursion limit
     try:
         while stack:
             parent, dname, fd = stack[-1]
             for child in os.listdir(fd):
                 if stat.S_ISDIR(os.stat(child, dir_fd=fd, follow_symlinks=False).st_mode):
-                    stack.append((fd, child, os.open(child, _DIR, dir_fd=fd)))
+                    stack.append((fd, child, os.open(child, OPEN_DIR, dir_fd=fd)))
                     break
                 os.unlink(child, dir_fd=fd)
             else:
@@ -533,10 +605,10 @@ def _make_parents(rfd: int, parts: list[bytes], clear_way: bool) -> int:
     try:
         for part in parts:
             try:
-                nfd = os.open(part, _DIR, dir_fd=fd)
+                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             except FileNotFoundError:
                 os.mkdir(part, 0o755, dir_fd=fd)
-                nfd = os.open(part, _DIR, dir_fd=fd)
+                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             except OSError as exc:
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                     raise
@@ -544,7 +616,7 @@ def _make_parents(rfd: int, parts: list[bytes], clear_way: bool) -> int:
                     raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", os.fsdecode(part)) from exc
                 _remove_at(fd, part)
                 os.mkdir(part, 0o755, dir_fd=fd)
-                nfd = os.open(part, _DIR, dir_fd=fd)
+                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
             os.close(fd)
             fd = nfd
     except BaseException:

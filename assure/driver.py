@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__, alerts, control, failpoints, health, promote, receipts, store
-from .attempt import Attempt, Progress
+from . import __version__, alerts, confined, control, failpoints, health, promote, receipts, store
+from .attempt import Attempt, Progress, fresh_copy
 from .chain import canonical, sha256_hex, utc_now
 from .errors import AssureError
 from .sandbox import workspace_fs
@@ -26,12 +26,12 @@ from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
 from .spec import Spec
 from .textsafe import display
-from .verify.findings import Verdict
+from .verify.findings import Finding, Kind, Verdict, verdict
 from .verify.judge import Judgement, judge
 
 TERMINAL = ("committed", "proposed", "quarantined", "commit_failed", "halted")
 STOPS_GOAL = ("quarantined", "commit_failed", "halted")
-SEVERITY_ORDER = ("error", "breach", "fail", "contained", "pass")
+SEVERITY_ORDER = ("breach", "error", "fail", "contained", "pass")
 
 
 @dataclass(frozen=True)
@@ -195,8 +195,9 @@ class Driver:
         base = self.run.path / "base"
         if not base.exists():
             tmp = self.run.path / ".base.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(self.spec.workspace.fixture, tmp, symlinks=True)
+            if tmp.exists():
+                confined.remove(tmp.parent, tmp.name)
+            fresh_copy(self.spec.workspace.fixture, tmp)
             os.replace(tmp, base)
         return base
 
@@ -209,15 +210,17 @@ class Driver:
             ts["state"] = "promoting"
             self._record("promote_started", task=task.id, attempt=n, decision=decision.to_json())
         failpoints.hit("promote")
-        if not decision.allowed:
-            bundle = promote.propose(self.run, task.id, attempt_dir)
-            self._record("promote_proposed", task=task.id, attempt=n, bundle=str(bundle.relative_to(self.run.path)), rule=decision.rule, reason=decision.reason)
-            return self._finish_task(task, "proposed", decision.reason)
         try:
+            if not decision.allowed:
+                bundle = promote.propose(self.run, task.id, attempt_dir)
+                self._record("promote_proposed", task=task.id, attempt=n, bundle=str(bundle.relative_to(self.run.path)), rule=decision.rule, reason=decision.reason)
+                return self._finish_task(task, "proposed", decision.reason)
             commit = promote.commit(self.spec, self.run, task.id, attempt_dir, self._base())
-        except AssureError as exc:
-            alerts.raise_alert(self.run.path, "commit_failed", f"task {task.id!r}: {exc.message}", self.sinks)
-            return self._finish_task(task, "commit_failed", exc.message)
+        except Exception as exc:  # any failure of promote: commit_failed, an alert, a harness_error finding; never a crash
+            message = exc.message if isinstance(exc, AssureError) else f"{type(exc).__name__}: {display(str(exc))[:2000]}"
+            _add_harness_error(attempt_dir, "promote", message, self.spec.hostile)
+            alerts.raise_alert(self.run.path, "commit_failed", f"task {task.id!r}: {message}", self.sinks)
+            return self._finish_task(task, "commit_failed", message)
         self._record("promote_committed", task=task.id, attempt=n, **commit)
         return self._finish_task(task, "committed", "verified and committed")
 
@@ -257,6 +260,19 @@ class Driver:
 
     def _report(self) -> dict[str, Any]:
         return build_report(self.run, self.spec.data, self.state)
+
+
+def _add_harness_error(attempt_dir: Path, subject: str, message: str, hostile: bool) -> None:
+    """Record a failure after the judgement (promote) in the attempt's verdict, recomputed by
+    the same rule (a breach would stay a breach). Best effort: the task state and the alert
+    carry the failure even when the verdict file cannot be rewritten."""
+    path = attempt_dir / "verdict.json"
+    try:
+        data = store.read_json(path)
+        found = [Finding.from_json(f) for f in data["findings"]] + [Finding(Kind.HARNESS_ERROR, subject, message)]
+        store.write_json(path, {**data, "findings": [f.to_json() for f in found], "verdict": verdict(found, hostile=hostile).value})
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
 
 
 def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing_key: Path | None = None) -> list[tuple[str, str, str]]:
@@ -357,7 +373,7 @@ def reap(backend: DockerBackend, run_id: str) -> int:
 
 def build_report(run: store.RunDir, spec: dict[str, Any], state: dict[str, Any], verdict_file: str = "verdict.json") -> dict[str, Any]:
     """The machine-readable report: tasks, every attempt's findings, and an overall verdict
-    (the worst final verdict of the tasks, by error > breach > fail > contained > pass).
+    (the worst final verdict of the tasks, by breach > error > fail > contained > pass).
     `verdict_file` is `reverify.json` when the verdicts were recomputed offline."""
     attempts = []
     finals = []

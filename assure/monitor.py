@@ -20,9 +20,9 @@ and staleness episode, or anomaly class, run, attempt and subject); a pass raise
 for a key that already has an alert, pending or acknowledged.
 
 The runs base is treated as hostile: every file is opened below the runs base without
-following a symlink anywhere (`O_NOFOLLOW` component by component, `O_NONBLOCK` so a FIFO
-cannot block), only regular files are read, every read is bounded, and every parse error is
-caught. Garbage (unparsable JSON, a symlink, a FIFO, an oversized file, a broken journal
+following a symlink anywhere (`assure.confined`: openat2 with RESOLVE_NO_SYMLINKS, or
+`O_NOFOLLOW` component by component; a FIFO is never opened), only regular files are read,
+every read is bounded, and every parse error is caught. Garbage (unparsable JSON, a symlink, a FIFO, an oversized file, a broken journal
 line) is a *skipped, reported item* (`Pass.skipped`, printed by the CLI, counted in the
 monitor's heartbeat), not an alert; the one exception is a heartbeat: garbage where an
 expected heartbeat should be counts as no heartbeat, so it raises `stale_health`.
@@ -45,7 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import alerts, control, health
+from . import alerts, confined, control, health
 from .alerts import Alert, Sinks
 from .chain import ChainError, ChainWriter, verify_chain
 from .health import HEALTH_DIR, MONITOR, RUN, Component, Manifest, Thresholds
@@ -312,35 +312,36 @@ class _Tree:
         self.root_fd = root_fd
 
     def _fd(self, rel: str, directory: bool) -> int | None:
-        """An fd for `rel`, None if it does not exist; `_Refused` if a component is a link or
-        the target is not a directory / regular file."""
+        """An fd for `rel` (through `confined`), None if it does not exist; `_Refused` if a
+        component is a link or the target is not a directory / regular file."""
         parts = [p for p in rel.split("/") if p]
-        fd = os.dup(self.root_fd)
+        if any(p in (".", "..") for p in parts):
+            raise _Refused("'..' in path")
+        if not parts:
+            if not directory:
+                raise _Refused("not a regular file")
+            return os.dup(self.root_fd)
         try:
-            for i, part in enumerate(parts):
-                if part in (".", ".."):
-                    raise _Refused("'..' in path")
-                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-                if directory or i < len(parts) - 1:
-                    flags |= os.O_DIRECTORY
-                try:
-                    nxt = os.open(part, flags, dir_fd=fd)
-                except FileNotFoundError:
-                    os.close(fd)
-                    return None
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR):
-                        raise _Refused(f"{part!r} is {_kind(fd, part)}") from None
-                    raise _Refused(f"cannot open: {exc.strerror}") from None
-                os.close(fd)
-                fd = nxt
-            mode = os.fstat(fd).st_mode
-            if not (stat.S_ISDIR(mode) if directory else stat.S_ISREG(mode)):
-                raise _Refused("not a directory" if directory else "not a regular file")
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+            return confined.open_dir(self.root_fd, "/".join(parts)) if directory else confined.open_file(self.root_fd, "/".join(parts))[0]
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if isinstance(exc, confined.NotRegular) or exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR, errno.EXDEV):
+                raise _Refused(self._why(parts, directory)) from None
+            raise _Refused(f"cannot open: {exc.strerror}") from None
+
+    def _why(self, parts: list[str], directory: bool) -> str:
+        """Which component made an open fail, for the refusal message (nothing is followed)."""
+        for i, part in enumerate(parts):
+            st = confined.lstat(self.root_fd, "/".join(parts[: i + 1]))
+            if st is None:
+                return "unusable"
+            if stat.S_ISLNK(st.st_mode):
+                return f"{part!r} is a symlink"
+            last = i == len(parts) - 1
+            if (not last or directory) and not stat.S_ISDIR(st.st_mode):
+                return f"{part!r} is not a directory" if not last else "not a directory"
+        return "not a directory" if directory else "not a regular file"
 
     @contextlib.contextmanager
     def open(self, rel: str, *, directory: bool = False) -> Iterator[int | None]:
@@ -394,15 +395,6 @@ class _Tree:
                         break
                     out.append((entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink()))
             return out, truncated
-
-
-def _kind(dir_fd: int, name: str) -> str:
-    """What `name` is, for a refusal message (a symlink is never followed)."""
-    try:
-        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-    except OSError:
-        return "unusable"
-    return "a symlink" if stat.S_ISLNK(mode) else "not a directory"
 
 
 def _read_fd(fd: int, limit: int) -> bytes:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from . import control, gate, policy, store
+from . import confined, control, gate, policy, store
 from .chain import verify_chain
 from .receipts import receipt_filename
 from .errors import AssureError
@@ -27,6 +28,7 @@ from .spec import Spec
 from .textsafe import display
 
 MAX_PATCH_FILE_BYTES = 1 * 2**20
+MAX_PROMOTE_FILE_BYTES = confined.COPY_MAX_BYTES  # data bytes of one promoted file
 GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", "GIT_COMMITTER_NAME": "assure", "GIT_COMMITTER_EMAIL": "assure@localhost"}
 
 
@@ -87,7 +89,7 @@ def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
     out = []
     for change in items:
         path = change["path"]
-        before, after = _text(base / path), _text(workspace / path)
+        before, after = _text(base, path), _text(workspace, path)
         if before is None or after is None:
             out.append(f"Binary, special or large file {display(path)} ({change['kind']})\n")
             continue
@@ -98,14 +100,15 @@ def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def _text(path: Path) -> list[str] | None:
-    if not path.exists() and not path.is_symlink():
+def _text(root: Path, rel: str) -> list[str] | None:
+    """The lines of a small UTF-8 regular file beneath root ([] if absent), read confined;
+    None for anything else (a symlink on the way, a special file, too big, binary)."""
+    st = confined.lstat(root, rel)
+    if st is None:
         return []
-    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_PATCH_FILE_BYTES:
-        return None
     try:
-        return path.read_text(encoding="utf-8").splitlines(keepends=True)
-    except UnicodeDecodeError:
+        return confined.read_file(root, rel, MAX_PATCH_FILE_BYTES).decode("utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -121,6 +124,8 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, attempt_dir: Path, base:
         raise PromoteError(f"the promote target {target} is not a folder", fix="create it (or `git init` it) first")
     record_dir.mkdir(parents=True, exist_ok=True)
     items = changes(attempt_dir)
+    for root in (target, base):
+        preflight(attempt_dir / "workspace", root, items)
     _backup(target, items, record_dir / "backup")
     for root in (target, base):
         _apply(attempt_dir / "workspace", root, items)
@@ -137,39 +142,73 @@ def _backup(target: Path, items: list[dict[str, Any]], backup: Path) -> None:
     if backup.exists():
         return
     tmp = backup.with_name(".backup.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if tmp.exists():
+        confined.remove(tmp.parent, tmp.name)
     tmp.mkdir()
     for change in items:
-        source = target / change["path"]
-        if source.is_file() and not source.is_symlink():
-            dest = tmp / change["path"]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest)
+        st = confined.lstat(target, change["path"])
+        if st is not None and stat.S_ISREG(st.st_mode):
+            confined.copy_file(target, change["path"], tmp, change["path"], max_bytes=MAX_PROMOTE_FILE_BYTES)
     os.replace(tmp, backup)
 
 
-def _apply(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
-    """Make `root` match the workspace for each changed path (deepest deletions first)."""
-    deletions = sorted((c for c in items if c["kind"] == "deleted" or c.get("after") is None), key=lambda c: -c["path"].count("/"))
-    for change in deletions + sorted((c for c in items if c not in deletions), key=lambda c: c["path"]):
-        dest, source = root / change["path"], workspace / change["path"]
-        if change["kind"] == "deleted" or change.get("after") is None:
-            if dest.is_dir() and not dest.is_symlink():
-                shutil.rmtree(dest)
-            elif dest.exists() or dest.is_symlink():
-                dest.unlink()
+def _is_deletion(change: dict[str, Any]) -> bool:
+    return change["kind"] == "deleted" or change.get("after") is None
+
+
+def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
+    """Every change must apply to `root` as it is, or none is applied: each path's parents are
+    real folders (or missing), nothing of another type stands where a file or folder goes
+    (unless a deletion of this commit clears it), and each file comes from a regular file of
+    the workspace within the size bound. Raises PromoteError naming the first that does not."""
+    deleted = [c["path"] for c in items if _is_deletion(c)]
+
+    def present(rel: str) -> os.stat_result | None:
+        if any(rel == d or rel.startswith(d + "/") for d in deleted):
+            return None
+        return confined.lstat(root, rel)
+
+    for change in items:
+        if _is_deletion(change):
             continue
-        kind = change["after"]["kind"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "dir":
-            dest.mkdir(exist_ok=True)
-        elif kind == "file":
-            tmp = dest.with_name(f".{dest.name}.assure-tmp")
-            shutil.copyfile(source, tmp, follow_symlinks=False)
-            os.chmod(tmp, change["after"]["mode"] & 0o777)
-            os.replace(tmp, dest)
+        path, kind = change["path"], change["after"]["kind"]
+        if kind not in ("file", "dir"):
+            raise PromoteError(f"refusing to promote a {kind} at {display(path)}", fix="only files and folders are promoted")
+        parts = path.split("/")
+        for n in range(1, len(parts)):
+            parent = "/".join(parts[:n])
+            st = present(parent)
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                raise PromoteError(f"cannot promote {display(path)}: {display(parent)} in {root} is not a folder",
+                                   fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied")
+        st = present(path)
+        want = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
+        if st is not None and not want(st.st_mode):
+            raise PromoteError(f"cannot promote {display(path)} as a {kind}: {root} has something else there",
+                               fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied")
+        source = confined.lstat(workspace, path)
+        if source is None or not want(source.st_mode):
+            raise PromoteError(f"cannot promote {display(path)}: the attempt's workspace has no {kind} there", fix="re-run the attempt")
+        if kind == "file":
+            try:
+                confined.data_bytes(workspace, path, MAX_PROMOTE_FILE_BYTES)
+            except OSError as exc:
+                raise PromoteError(f"cannot promote {display(path)}: {exc.strerror or exc}", fix="keep promoted files under "
+                                   f"{MAX_PROMOTE_FILE_BYTES} data bytes") from None
+
+
+def _apply(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
+    """Make `root` match the workspace for each changed path (deepest deletions first), fd-
+    relative and without following links in either tree; `preflight` has passed."""
+    deletions = sorted((c for c in items if _is_deletion(c)), key=lambda c: -c["path"].count("/"))
+    for change in deletions + sorted((c for c in items if c not in deletions), key=lambda c: c["path"]):
+        path = change["path"]
+        if _is_deletion(change):
+            confined.remove(root, path)
+        elif change["after"]["kind"] == "dir":
+            confined.make_dirs(root, path)
         else:
-            raise PromoteError(f"refusing to promote a {kind} at {display(change['path'])}", fix="only files and folders are promoted")
+            confined.copy_file(workspace, path, root, path, max_bytes=MAX_PROMOTE_FILE_BYTES, mode=change["after"]["mode"] & 0o777)
 
 
 def _git_commit(target: Path, run_id: str, task_id: str, task_slug: str, paths: list[str]) -> str:

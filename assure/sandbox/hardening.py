@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import confined
 from ..spec import Spec, parse_size
 
 SOCKET_DIR = "/run/assure"
@@ -102,10 +103,7 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
     """Hand a host folder to the sandbox user (only possible, and only needed, as root)."""
     if os.geteuid() != 0:
         return
-    os.chown(root, uid, gid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+    confined.chown_tree(root, uid, gid)
 
 
 def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:

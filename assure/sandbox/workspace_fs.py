@@ -3,8 +3,9 @@
 Each attempt's workspace lives on its own ext4 filesystem in a sparse image file exactly
 `limits.disk` bytes long, with exactly `limits.inodes` inodes, loop-mounted `nosuid,nodev`.
 A write past either bound fails with ENOSPC inside the container; the host never allocates
-more than the image's length, whatever the agent does (nothing polls). The agent and the
-gateway both see the workspace through this one mount.
+more than the image's length, whatever the agent does (nothing polls). The workspace is a
+folder in it (`workspace`: its root and mkfs's lost+found stay root's, out of the agent's
+sight); the agent and the gateway both see the workspace through that one folder.
 
 Why a loop-mounted image: an xfs project quota needs the host's filesystem to be xfs mounted
 with `prjquota` (not true of an ext4 root); a tmpfs capped in size and nr_inodes would hold
@@ -33,7 +34,8 @@ from typing import Any
 from ..errors import SandboxError
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
-MOUNT_POINT = "workspace.fs"  # in the attempt directory: the live workspace while the attempt runs
+MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
+WORKSPACE = "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 BLOCK_SIZE = 4096
 MIN_BYTES = 8 * 2**20  # below this mkfs.ext4 makes no useful filesystem
@@ -102,21 +104,21 @@ class WorkspaceFs:
     def __init__(self, attempt_dir: Path, size: int, inodes: int):
         self.image = attempt_dir / IMAGE
         self.mount_point = attempt_dir / MOUNT_POINT
+        self.workspace = self.mount_point / WORKSPACE  # created by the caller's copy; what the containers mount
         self.size, self.inodes = size, inodes
 
     @classmethod
-    def create(cls, attempt_dir: Path, *, size: int, inodes: int, uid: int, gid: int) -> WorkspaceFs:
-        """A fresh, empty filesystem owned by uid:gid, mounted at attempt_dir/workspace.fs.
+    def create(cls, attempt_dir: Path, *, size: int, inodes: int) -> WorkspaceFs:
+        """A fresh, empty filesystem mounted at attempt_dir/workspace.fs.
         On any failure nothing is left behind (no mount, no loop device, no image)."""
         fs = cls(attempt_dir, max(size, MIN_BYTES), inodes)
         try:
             with open(fs.image, "xb") as fh:
                 fh.truncate(fs.size)  # sparse: the host allocates only what is written
             _command(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK_SIZE), "-N", str(inodes), "-m", "0", "-O", "^has_journal",
-                      "-E", f"lazy_itable_init=1,lazy_journal_init=1,root_owner={uid}:{gid}", str(fs.image)], "cannot make the workspace filesystem")
+                      "-E", "lazy_itable_init=1,lazy_journal_init=1", str(fs.image)], "cannot make the workspace filesystem")
             fs.mount_point.mkdir()
             _command(["mount", "-t", "ext4", "-o", MOUNT_OPTIONS, str(fs.image), str(fs.mount_point)], "cannot mount the workspace filesystem")
-            os.rmdir(fs.mount_point / "lost+found")  # mkfs's; not part of the fixture
         except BaseException:
             fs.release()
             raise

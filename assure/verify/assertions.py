@@ -3,11 +3,10 @@ container's exit code and the gateway journal. Never against what the agent clai
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from .. import confined
 from .findings import Finding, Kind
 from .snapshot import Snapshot
 
@@ -15,25 +14,11 @@ MAX_CONTAINS_BYTES = 16 * 2**20
 
 
 def _read_confined(root: Path, rel: str) -> bytes | None:
-    """Read a workspace file without following any symlink on the way; None if not a plain file."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    """A workspace file's content, never through a symlink; None if not a plain file (or too big)."""
     try:
-        parts = rel.split("/")
-        for part in parts[:-1]:
-            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        ffd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=fd)
-        try:
-            if not stat.S_ISREG(os.fstat(ffd).st_mode):
-                return None
-            return os.read(ffd, MAX_CONTAINS_BYTES)
-        finally:
-            os.close(ffd)
+        return confined.read_file(root, rel, MAX_CONTAINS_BYTES)
     except OSError:
         return None
-    finally:
-        os.close(fd)
 
 
 def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
@@ -63,6 +48,8 @@ def _command(result: dict[str, Any] | None, post_digest: str | None) -> tuple[bo
         return False, "the command was not run"
     if result.get("post_digest") != post_digest:
         return False, "the recorded result is for another workspace state"
+    if result.get("not_run"):
+        return False, f"not run: {result['not_run']}"
     if result.get("timed_out"):
         return False, f"timed out after {result.get('seconds')} s"
     return result.get("exit_code") == 0, f"exit code {result.get('exit_code')} in a fresh container"

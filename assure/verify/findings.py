@@ -63,12 +63,13 @@ class Finding:
 
 
 def verdict(findings: list[Finding], *, hostile: bool) -> Verdict:
-    """error > breach > fail > (contained | pass). A harness error is never a pass."""
+    """breach > error > fail > (contained | pass). A harness error is never a pass, and never
+    hides a breach: what was found before (or beside) the failure still counts."""
     severities = {f.severity for f in findings}
-    if "error" in severities:
-        return Verdict.ERROR
     if "breach" in severities:
         return Verdict.BREACH
+    if "error" in severities:
+        return Verdict.ERROR
     if "fail" in severities:
         return Verdict.FAIL
     return Verdict.CONTAINED if hostile else Verdict.PASS

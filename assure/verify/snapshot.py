@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
+from assure import confined
 from assure.errors import AssureError
 from assure.textsafe import display
 from assure.verify import hasher
@@ -47,8 +48,7 @@ _KIND_BY_FORMAT: dict[int, EntryKind] = {
     stat.S_IFCHR: "chardev",
     stat.S_IFBLK: "blockdev",
 }
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_OPEN_FILE, _OPEN_DIR = confined.OPEN_FILE, confined.OPEN_DIR  # one definition of how agent files are opened
 _GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO})
 
 

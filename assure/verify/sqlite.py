@@ -74,6 +74,7 @@ from typing import Any, Literal
 
 import apsw
 
+from assure import confined
 from assure.errors import AssureError
 from assure.gateway.db import DEFENSIVE_DBCONFIG, replay  # the one way a changeset is applied; one hardening
 from assure.textsafe import display
@@ -93,7 +94,7 @@ CHUNK_BYTES = 1 << 20
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 SIDECARS = ("-wal", "-journal", "-shm")
 
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_OPEN_FILE = confined.OPEN_FILE
 _CODECS = {"UTF-8": ("utf-8", "surrogateescape"), "UTF-16le": ("utf-16-le", "surrogatepass"), "UTF-16be": ("utf-16-be", "surrogatepass")}
 
 

@@ -19,3 +19,52 @@ def test_protected_files_are_restored_added_ones_removed_others_kept(tmp_path):
     assert (copy / "tests" / "test_a.py").read_text() == "real test"
     assert (copy / "tests" / "test_gone.py").read_text() == "deleted by the agent"
     assert (copy / "src" / "calc.py").read_text() == "the agent's work"
+
+
+def test_the_check_workspace_never_follows_the_agent_and_never_materializes_holes(tmp_path):
+    import os
+    import socket
+
+    from assure.checks import check_workspace
+
+    fixture, post, host = tmp_path / "fixture", tmp_path / "post", tmp_path / "host"
+    (fixture / "tests").mkdir(parents=True)
+    (fixture / "tests" / "test_a.py").write_text("real test")
+    host.mkdir()
+    (host / "canary").write_text("host data")
+    post.mkdir()
+    (post / "tests").symlink_to(host)  # the protected folder swapped for a link to the host
+    os.mkfifo(post / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(post / "sock"))
+    with open(post / "big", "wb") as fh:
+        fh.truncate(10 * 2**40)
+    try:
+        report = check_workspace(post, fixture, ("tests/**",), tmp_path / "copy")
+    finally:
+        sock.close()
+    copy = tmp_path / "copy"
+    assert sorted(os.listdir(host)) == ["canary"] and (host / "canary").read_text() == "host data"
+    assert (copy / "tests").is_dir() and not (copy / "tests").is_symlink()
+    assert (copy / "tests" / "test_a.py").read_text() == "real test"
+    assert sorted(p for p, _ in report.skipped) == ["fifo", "sock"] and not report.refused
+    assert (copy / "big").stat().st_size == 10 * 2**40 and (copy / "big").stat().st_blocks == 0
+
+
+def test_a_fixture_that_cannot_be_copied_whole_fails_before_the_attempt_starts(tmp_path):
+    import os
+
+    import pytest
+
+    from assure.attempt import fresh_copy
+    from assure.errors import SandboxError
+
+    fixture = tmp_path / "fixture"
+    fixture.mkdir()
+    with open(fixture / "sparse", "wb") as fh:
+        fh.truncate(2**40)
+    fresh_copy(fixture, tmp_path / "ok")
+    assert (tmp_path / "ok" / "sparse").stat().st_blocks == 0
+    os.mkfifo(fixture / "fifo")
+    with pytest.raises(SandboxError, match="fifo"):
+        fresh_copy(fixture, tmp_path / "bad")

@@ -178,3 +178,14 @@ def test_a_600_kb_path_gives_bounded_errors(tmp_path, resolver):
         assert os.listdir(root) == []
     finally:  # pytest's own cleanup (shutil.rmtree) recurses, and would fail on this tree
         confined.remove(tmp_path, "ws")
+
+
+def test_chown_tree_changes_links_not_their_targets(tmp_path, host):
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    root = tmp_path / "ws"
+    _symlinked_tree(root, host)
+    confined.chown_tree(root, 10001, 10001)
+    owners = {os.lstat(p).st_uid for p in [root, *root.rglob("*")]}
+    assert owners == {10001}
+    assert os.lstat(host).st_uid == 0 and os.lstat(host / "canary").st_uid == 0
