@@ -8,6 +8,7 @@ before this returns or raises. The verdict comes from `verify.judge`, the same f
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -248,8 +249,7 @@ class Attempt:
         try:
             fresh_copy(self.spec.workspace.fixture, live)
         except SandboxError as exc:
-            usage = self._fs.usage()
-            if usage.bytes_full or usage.inodes_full:
+            if os.strerror(errno.ENOSPC) in exc.message:  # the copy's report names the error of each entry
                 raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
                                    f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {exc.message}",
                                    where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
