@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install images test unit demo bench gc clean
+.PHONY: install images test unit demo bench gc clean runsc
 
 install: $(STAMP)
 
@@ -44,6 +44,11 @@ bench: images
 	$(BIN)/python bench/gate_live_bench.py
 	$(BIN)/python bench/sqlite_bench.py
 	$(BIN)/python bench/workspace_fs_bench.py
+	$(BIN)/python bench/seccomp_bench.py
+
+# Register gVisor's runsc with the running dockerd (as root; installs Debian's package if missing).
+runsc:
+	bash .ci/register-runsc
 
 gc: install
 	$(BIN)/assure gc

@@ -97,7 +97,7 @@ def all_alerts(runs_base: Path) -> list[Alert]:
         try:
             found.append(load(path))
         except (AssureError, TypeError, ValueError) as exc:
-            log.warning("unreadable alert file %s: %s", path, exc)
+            log.warning("unreadable alert file %s: %s", display(str(path)), display(str(exc)))
     return sorted(found, key=lambda a: a.raised_at)
 
 

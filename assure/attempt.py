@@ -24,7 +24,7 @@ from typing import Any
 from . import checks, confined, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, utc_now, verify_chain
 from .errors import AssureError, SandboxError
-from .sandbox import hardening, workspace_fs
+from .sandbox import hardening, runtimes, workspace_fs
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
 from .sandbox.images import ImageSet
 from .spec import AGENT_IMAGE_ALIAS, Spec, parse_size
@@ -64,6 +64,11 @@ class AttemptPaths:
     @property
     def gateway_config(self) -> Path:
         return self.root / "gateway-config"
+
+    @property
+    def socket_folder(self) -> Path:
+        """The gateway's socket on the host, when the agent's runtime is not runc."""
+        return self.root / "socket"
 
     @property
     def journal(self) -> Path:
@@ -154,7 +159,7 @@ class Attempt:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
             self._release_workspace(facts)
-        if snapshotted and checks.command_assertions(self.spec.to_json()):
+        if snapshotted and (checks.command_assertions(self.spec.to_json()) or self.spec.cases()):
             self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
         self._total("record", lambda: store.write_json(self.paths.root / "container.json", facts), facts)
@@ -235,8 +240,9 @@ class Attempt:
                 store.write_json(target / f"{db.name}.error.json", {"error": type(exc).__name__, "message": exc.message})
 
     def _run_checks(self) -> None:
-        results = checks.run_commands(self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
-        store.write_json(self.paths.root / "commands.json", results)
+        args = (self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
+        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args))
+        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args))
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -286,9 +292,13 @@ class Attempt:
 
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:
-        self._volume = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
+        if runtimes.socket_on_host(self.spec.sandbox.runtime):
+            hardening.make_socket_folder(self.paths.socket_folder, self.spec)
+            socket_source = str(self.paths.socket_folder.resolve())
+        else:
+            self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
         assert self._fs is not None
-        mounts = hardening.Mounts(self._fs.workspace, self._volume, self.paths.gateway_state, self.paths.gateway_config,
+        mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(
@@ -426,7 +436,9 @@ class Attempt:
 
     def _read_agent(self, facts: dict[str, Any]) -> None:
         inspect = self.backend.inspect(self._agent)
-        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")}}
+        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")},
+                            "Mounts": inspect.get("Mounts", []), "AppArmorProfile": inspect.get("AppArmorProfile")}
+        facts["engine_security"] = self.backend.info().get("SecurityOptions") or []
         facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
         layer = self.backend.writable_layer(self._agent)
         if layer is not None:
@@ -471,6 +483,10 @@ class Attempt:
                 self.backend.remove_network(self._network)
             except AssureError as exc:
                 errors.append(exc.message)
+        try:  # the gateway's socket folder (gVisor): nothing to keep
+            confined.remove(self.paths.root, self.paths.socket_folder.name)
+        except OSError as exc:
+            errors.append(f"remove {self.paths.socket_folder}: {exc}")
         self.model.cleanup()
         if errors:
             raise SandboxError("cleanup failed: " + "; ".join(errors), fix="run `assure gc`")

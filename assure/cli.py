@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from . import alerts
 from . import report as render
 from . import spec as spec_mod
 from . import store
 from .errors import AssureError
-from .sandbox import workspace_fs
+from .sandbox import live, runtimes, workspace_fs
 from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
 from .sandbox.images import Images, ImageSet, base_mode, base_tags
 
@@ -32,8 +32,9 @@ images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandb
 app.add_typer(images_app, name="images")
 contract_app = typer.Typer(no_args_is_help=True, help="Work with a spec's contract.")
 app.add_typer(contract_app, name="contract")
-out = Console()
-err = Console(stderr=True, soft_wrap=True)
+out = render.console()  # no markup, emoji or highlighting: every str is printed as text; styles only through Text
+err = render.console(stderr=True)
+plain = render.plain  # the one way an agent-controlled value enters a rich renderable
 
 
 def _print_json(data: Any) -> None:
@@ -77,10 +78,12 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
     """The engine (checked to have each spec's runtime) and this checkout's images, building
     whatever is missing (with progress)."""
     workspace_fs.require()  # the workspace cannot be bounded here: refuse before any run starts
+    for s in specs:
+        live.check(s)
     backend = DockerBackend()
     for runtime in sorted({s.sandbox.runtime for s in specs}):
         backend.require_runtime(runtime)
-    images = Images(backend, lambda msg: err.print(f"[dim]images:[/] {msg}"))
+    images = Images(backend, lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg))))
     found = images.resolve()
     return backend, found or images.ensure()
 
@@ -93,17 +96,17 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     backend, images = engine
     try:
         started = time.monotonic()
-        with err.status(f"{loaded.name}: starting") as status:
+        with err.status(plain(f"{loaded.name}: starting")) as status:  # a str status would be read as markup
 
             def progress(phase: str, info: dict[str, Any]) -> None:
                 calls = f" · {info['tool_calls']} tool calls" if "tool_calls" in info else ""
-                status.update(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}")
+                status.update(plain(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}"))
 
             result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted: containers and volumes of this run were removed; `assure resume` continues it[/]")
+        err.print(Text("interrupted: containers and volumes of this run were removed; `assure resume` continues it", style="yellow"))
         raise typer.Exit(130) from None
     if json_out:
         _print_json(result.report)
@@ -179,7 +182,7 @@ def suite_cmd(
         else:
             record = suite_mod.SuiteRun.create(base, loaded)
         started = time.monotonic()
-        with err.status(f"suite {loaded.name}: starting") as status:
+        with err.status(plain(f"suite {loaded.name}: starting")) as status:
             label = ""
 
             def begin(n: int, spec: spec_mod.Spec) -> None:
@@ -187,7 +190,7 @@ def suite_cmd(
                 label = f"suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}"
 
             def progress(phase: str, info: dict[str, Any]) -> None:
-                status.update(f"{label} · {phase} · {time.monotonic() - started:5.1f}s")
+                status.update(plain(f"{label} · {phase} · {time.monotonic() - started:5.1f}s"))
 
             def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
                 verdict = Driver(spec, run, backend, images, progress, signing_key=key).drive().verdict
@@ -198,7 +201,7 @@ def suite_cmd(
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted: containers and volumes were removed; `assure suite {render.display(str(suite_file))}` continues this suite run[/]")
+        err.print(plain(f"interrupted: containers and volumes were removed; `assure suite {suite_file}` continues this suite run", "yellow"))
         raise typer.Exit(130) from None
     ok = len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
     if json_out:
@@ -273,7 +276,8 @@ def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> Non
         _print_json({**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same})
     else:
         out.print(render.render_report(result.report, str(run_dir)))
-        out.print(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: " + ("[green]reproduced[/]" if same else "[bold red]DIFFERENT[/]"))
+        out.print(Text.assemble(plain(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: "),
+                                Text("reproduced", style="green") if same else Text("DIFFERENT", style="bold red")))
     raise typer.Exit(EXIT[result.verdict] if same else EXIT_UNEXPECTED)
 
 
@@ -330,16 +334,21 @@ def contract_hash(spec: Path) -> None:
 
 
 @app.command()
-def doctor() -> None:
+def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.runtime must be available here.")) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
     table = Table("check", "status", "detail / fix", show_header=True)
     ok = True
+    register = False
 
     def row(name: str, good: bool, detail: str) -> None:
         nonlocal ok
         ok &= good
-        table.add_row(name, "[green]ok[/]" if good else "[red]missing[/]", detail)
+        table.add_row(plain(name), Text("ok", style="green") if good else Text("missing", style="red"), plain(detail))
 
+    try:
+        wanted = {spec_mod.load(path).sandbox.runtime for path in specs or []}
+    except AssureError as exc:
+        raise _fail(exc) from None
     try:
         workspace_fs.require()
         row("bounded workspace", True, "root, loop devices, mkfs.ext4: each attempt gets a filesystem of limits.disk")
@@ -349,19 +358,42 @@ def doctor() -> None:
         backend = DockerBackend()
         version = backend.version()
         row("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")
-        runtimes = sorted((backend.info().get("Runtimes") or {}).keys())
-        row("runtime runc", "runc" in runtimes, ", ".join(runtimes))
-        table.add_row("runtime runsc (gVisor)", "[green]ok[/]" if "runsc" in runtimes else "[yellow]optional[/]",
-                      "available: set sandbox.runtime: runsc" if "runsc" in runtimes else "not installed; see gVisor's docs to add it to dockerd")
+        engine_runtimes = backend.runtimes()
+        row("runtime runc", "runc" in engine_runtimes, ", ".join(sorted(engine_runtimes)))
+        for name in sorted(wanted | {runtimes.RUNSC}):
+            if name == runtimes.RUNC:
+                continue
+            label = f"runtime {name}" + (" (gVisor)" if runtimes.is_gvisor(name) else "")
+            problem = runtimes.problem(name, engine_runtimes)
+            if problem is None:
+                args = " ".join(engine_runtimes[name].get("runtimeArgs") or [])
+                row(label, True, f"registered: {engine_runtimes[name].get('path')} {args}; specs may set sandbox.runtime: {name}")
+            elif name in wanted:
+                register |= runtimes.is_gvisor(name)
+                row(label, False, f"{problem}; " + ("register it (the steps are below)" if runtimes.is_gvisor(name) else runtimes.fix(name)))
+            else:
+                register = True
+                table.add_row(plain(label), Text("optional", style="yellow"), plain(f"{problem}; needed only for sandbox.runtime: {name}"))
+        security = backend.info().get("SecurityOptions") or []
+        seccomp_on = any(o.startswith("name=seccomp") for o in security)
+        row("seccomp", seccomp_on, "the engine applies assure's profile" if seccomp_on
+            else "the engine was built without seccomp: assure's syscall filter would not apply; use an engine with seccomp")
+        apparmor = any(o.startswith("name=apparmor") for o in security)
+        table.add_row("AppArmor", Text("ok", style="green") if apparmor else Text("absent", style="yellow"),
+                      "the engine confines containers with its default profile" if apparmor else "not on this host: seccomp, capabilities and no-new-privileges still apply")
         found = Images(backend).resolve()
         row("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
         mode = base_mode()
         tags = base_tags()
         have_tool = shutil.which("debootstrap") is not None
-        table.add_row("base image source", f"{mode}", f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}")
+        table.add_row("base image source", plain(mode), plain(f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}"))
     except AssureError as exc:
         row("docker engine", False, exc.explain())
     out.print(table)
+    if register:
+        out.print("to register gVisor's runsc with this engine, as root:", markup=False, highlight=False)
+        for step in runtimes.registration_steps():
+            out.print(f"  {step}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if ok else 1)
 
 
@@ -450,7 +482,7 @@ def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alert
         return
     table = Table("id", "run", "kind", "state", "raised", "message")
     for a in found:
-        table.add_row(a.id, render.display(a.run_id), a.kind, a.state, a.raised_at, render.display(a.message))
+        table.add_row(plain(a.id), plain(a.run_id), plain(a.kind), plain(a.state), plain(a.raised_at), plain(a.message))
     out.print(table)
 
 
@@ -491,7 +523,7 @@ def journal_cmd(
         table = Table("ts", "source", "actor", "event", "detail")
         for r in records:
             detail = " ".join(f"{k}={r[k]}" for k in ("tool", "path", "decision", "rule", "reason", "latency_ms", "verdict") if r.get(k) is not None)
-            table.add_row(str(r.get("ts")), r["source"], str(r.get("actor")), journal.standard_event(r), render.display(detail))
+            table.add_row(plain(r.get("ts")), plain(r["source"]), plain(r.get("actor")), plain(journal.standard_event(r)), plain(detail))
         out.print(table)
     raise typer.Exit(1 if broken else 0)
 
@@ -513,8 +545,8 @@ def runs(runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.O
         return
     table = Table("run", "state", "verdict", "started", "tasks")
     for r in rows:
-        table.add_row(render.display(r["run_id"]), str(r["state"]), str(r["verdict"] or "-"), str(r["started_at"]),
-                      render.display(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())))
+        table.add_row(plain(r["run_id"]), plain(r["state"]), plain(r["verdict"] or "-"), plain(r["started_at"]),
+                      plain(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())))
     out.print(table)
 
 
@@ -532,7 +564,7 @@ def show(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Path = typ
     keys = ("task", "attempt", "verdict", "tool", "path", "decision", "rule", "state", "reason", "latency_ms", "counter")
     for r in records:
         detail = " ".join(f"{k}={r[k]}" for k in keys if r.get(k) is not None)
-        table.add_row(str(r.get("ts")), r["source"], journal.standard_event(r), render.display(detail))
+        table.add_row(plain(r.get("ts")), plain(r["source"]), plain(journal.standard_event(r)), plain(detail))
     out.print(table)
     for alert in alerts.all_alerts(rd.path.parent):
         if alert.run_id == rd.run_id:
@@ -587,8 +619,6 @@ def receipts_verify(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify RUN_DIR's receipts, seal and hash-chained logs with nothing but a public key."""
-    from rich.text import Text
-
     from . import receipts
 
     try:
@@ -607,11 +637,11 @@ def receipts_verify(
         raise typer.Exit(0)
     table = Table("step", "check", "outcome", "detail")
     for step in report.steps:
-        table.add_row(str(step.number), step.name, "[green]passed[/]" if step.outcome is receipts.Outcome.PASSED else "[yellow]NOT-RUN[/]",
-                      Text(render.display(step.detail)))
+        table.add_row(str(step.number), plain(step.name), Text("passed", style="green") if step.outcome is receipts.Outcome.PASSED else Text("NOT-RUN", style="yellow"),
+                      plain(step.detail))
     out.print(table)
     signer = f"signed by {report.key_id}" if report.key_id else "signatures NOT-RUN (no public key given)"
-    out.print(Text(f"{render.display(report.run_id)}: {len(report.receipts)} receipts, {len(report.logs)} logs verified; {signer}", style="green"))
+    out.print(plain(f"{report.run_id}: {len(report.receipts)} receipts, {len(report.logs)} logs verified; {signer}", "green"))
     raise typer.Exit(0)
 
 

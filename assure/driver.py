@@ -21,7 +21,7 @@ from . import __version__, alerts, confined, control, failpoints, health, promot
 from .attempt import Attempt, Progress, fresh_copy
 from .chain import canonical, sha256_hex, utc_now
 from .errors import AssureError
-from .sandbox import workspace_fs
+from .sandbox import live, workspace_fs
 from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
 from .spec import Spec
@@ -113,6 +113,7 @@ class Driver:
                 if not (self.run.path / "receipts" / receipts.SEAL_FILE).is_file():  # issuing them failed last time
                     issue_receipts(self.run, self.spec, self.state, self.signing_key)
                 return RunResult(self.run.path, store.read_json(self.run.path / "report.json"))
+            live.check(self.spec)  # before anything starts: a live database the gateway cannot use
             self.events = self.run.events()
             try:
                 self._recover()

@@ -82,7 +82,11 @@ class HumanGate:
 
 @dataclass(frozen=True, kw_only=True)
 class Budget:
-    """Counters and their limits; a limit of None is unlimited."""
+    """Counters and their limits; a limit of None is unlimited.
+
+    `tokens_reserved` / `cost_reserved`: what the model calls in flight may still spend, this
+    call's own reservation included (its `max_tokens` plus an input estimate). A spending call
+    must fit: `used + reserved <= limit`, so concurrent calls cannot pass the limit together."""
 
     tool_calls_used: int = 0
     tool_calls_limit: int | None = None
@@ -92,6 +96,8 @@ class Budget:
     cost_limit: float | None = None
     wall_seconds_used: float = 0.0
     wall_seconds_limit: float | None = None
+    tokens_reserved: int = 0
+    cost_reserved: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -227,12 +233,20 @@ def _budget(action: Action, ctx: Context) -> Decision | None:
         used, limit = getattr(ctx.budget, f"{name}_used"), getattr(ctx.budget, f"{name}_limit")
         if limit is not None and not used < limit:
             return Decision(DENY, f"budget.{name}", f"{name} budget exhausted ({used} of {limit} used)")
+    if action.spends:
+        for name in ("tokens", "cost"):
+            used, limit, reserved = (getattr(ctx.budget, f"{name}_{part}") for part in ("used", "limit", "reserved"))
+            if limit is not None and reserved and not used + reserved <= limit:
+                reason = f"{name} budget: {used} used + {reserved} reserved by this call and the calls in flight would pass the limit of {limit}"
+                return Decision(DENY, f"budget.{name}", reason)
     return None
 
 
 def _operator_halt(action: Action, ctx: Context) -> Decision | None:
-    """After an operator halt no further mutation or spending may start; reads still answer."""
-    if ctx.halted and (action.mutates or action.spends):
+    """After an operator halt nothing more may start that leaves the sandbox: no mutation, no
+    spending (model calls), no call to a real resource (a safe HTTP GET is still egress).
+    Reads of the per-attempt sandbox still answer."""
+    if ctx.halted and (action.mutates or action.spends or action.resource_mode != SANDBOX):
         return Decision(DENY, "operator_halt", "the operator halted this run")
     return None
 
@@ -334,6 +348,8 @@ def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
         "required_trust": None,
         "effective_autonomy": None,
         **{f"{n}_{part}": getattr(b, f"{n}_{part}") for n in BUDGET_COUNTERS for part in ("used", "limit")},
+        "tokens_reserved": b.tokens_reserved,
+        "cost_reserved": b.cost_reserved,
         "halted": ctx.halted,
     }
 

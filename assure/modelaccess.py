@@ -1,5 +1,8 @@
 """How a spec's `model` block becomes gateway config, mounts and egress.
 
+`model.allow` (features the provider would act on by itself, named one by one) and
+`model.server_tool_fees` pass to the gateway as they are; the gateway enforces them.
+
 The key is read on the host (from the environment or a file) and written to a private file
 that only the gateway container mounts; it is removed with the attempt. Replay mounts an
 earlier attempt's journal and blobs read-only; scripted mode copies its script into the
@@ -53,6 +56,7 @@ class ModelAccess:
         if not m:
             return None
         conf: dict[str, Any] = {"mode": m["mode"], "blob_dir": f"{hardening.GATEWAY_STATE}/blobs", "prices": prices(m.get("prices", {}))}
+        conf.update({name: m[name] for name in ("allow", "server_tool_fees") if m.get(name)})  # what the provider may do beyond the defaults
         if m["mode"] == "anthropic":
             conf.update(upstream=m["upstream"], key_file=f"{hardening.GATEWAY_SECRETS}/model-key", allow_http=m["allow_http"])
         elif m["mode"] == "replay":

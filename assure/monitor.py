@@ -862,7 +862,7 @@ class _Scan:
             self._ledger.append("escalated", **asdict(escalation), alert_kind=alert["kind"], age_seconds=round(age, 1), at=self.now)
         done.add((alert["id"], run.run_id, step))
         self.out.escalations.append(escalation)
-        log.warning("ESCALATED %s: %s on %s (%s, alert pending %.0f s)", alert["id"], step, run.run_id, escalation.effect, age)
+        log.warning("ESCALATED %s: %s on %s (%s, alert pending %.0f s)", display(str(alert["id"])), step, display(run.run_id), display(str(escalation.effect)), age)
 
     # -- 4. own heartbeat
     def _beat(self, runs: list[RunData]) -> None:

@@ -2,7 +2,11 @@
 the terminal, and a standalone HTML page.
 
 Every string that may come from the sandbox (paths, messages, claims) goes through
-`textsafe.display` here, the one place that renders for people.
+`textsafe.display` here, the one place that renders for people, and reaches rich only as
+a `Text` (`plain`), never as a str: rich reads a str as markup, so a name `x[/bold]` would
+raise, `[link=...]` would become a hyperlink and `[bold]` would style what follows. The
+CLI's consoles (`console`) read no markup, emoji codes or highlights either, so a string
+printed anywhere else is text too; styles are given only through `Text`.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -19,6 +23,16 @@ from .textsafe import display
 
 VERDICT_STYLE = {"pass": "bold green", "contained": "bold green", "fail": "bold yellow", "breach": "bold red", "error": "bold magenta"}
 SEVERITY_STYLE = {"info": "dim", "fail": "yellow", "breach": "red", "error": "magenta"}
+
+
+def plain(value: Any, style: str = "") -> Text:
+    """Any value as rich text: escaped by `textsafe.display`, never read as markup."""
+    return Text(display(str(value)), style=style)
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for the CLI that prints every str as it is: no markup, no emoji codes, no highlighting."""
+    return Console(stderr=stderr, soft_wrap=stderr, markup=False, emoji=False, highlight=False)
 
 
 def verdict_text(verdict: str) -> Text:
@@ -41,8 +55,8 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
                 continue
             mark = "✓" if f["kind"] in ("assertion_passed", "attributed") else "✗" if f["severity"] != "info" else "·"
             detail = display(f["message"]) + (f"  [{display(f['attribution'])}]" if f.get("attribution") else "")
-            table.add_row(Text(mark, style=SEVERITY_STYLE[f["severity"]]), Text(f["kind"], style=SEVERITY_STYLE[f["severity"]]),
-                          Text(display(f["subject"])), Text(detail))
+            table.add_row(Text(mark, style=SEVERITY_STYLE[f["severity"]]), plain(f["kind"], SEVERITY_STYLE[f["severity"]]),
+                          plain(f["subject"]), Text(detail))
             shown += 1
         hidden = sum(1 for f in attempt["findings"] if f["severity"] == "info" and f["kind"] != "assertion_passed") if not verbose else 0
         if shown:
@@ -80,7 +94,7 @@ def render_changes(changes: list[dict[str, Any]], findings: list[dict[str, Any]]
     for col in ("change", "path", "fields", "attribution"):
         table.add_column(col, overflow="fold")
     for kind, path, fields, attribution, ok in _change_rows(changes, findings):
-        table.add_row(kind, display(path), fields, Text(display(attribution), style="green" if ok else "red"))
+        table.add_row(plain(kind), plain(path), plain(fields), plain(attribution, "green" if ok else "red"))
     return table
 
 
@@ -95,7 +109,7 @@ def render_suite(name: str, suite_run_id: str, outcomes: list[Any], total: int) 
         verdict = verdict_text(o.verdict)
         if not o.as_expected:
             verdict.append(f" (expects {o.expect})", style="bold red")
-        table.add_row(Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"), display(o.spec), verdict, display(o.run_id))
+        table.add_row(Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"), plain(o.spec), verdict, plain(o.run_id))
     ok = len(outcomes) == total and all(o.as_expected for o in outcomes)
     parts: list[Any] = [table]
     if len(outcomes) < total:

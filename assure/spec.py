@@ -71,6 +71,37 @@ class Sandbox:
 
 
 @dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    stdin: str | None
+    stdout: str
+    exit_code: int
+
+    def input_echoes(self) -> bool:
+        """The answer is one of the inputs: a program that prints its input back passes."""
+        answer = self.stdout.strip()
+        inputs = {*self.args, " ".join(self.args), "\n".join(self.args), (self.stdin or "").strip()}
+        return bool(answer) and answer in inputs
+
+
+@dataclass(frozen=True)
+class Cases:
+    """A black-box `cases` assertion: `run` plus each case's args, compared on the host."""
+
+    run: tuple[str, ...]
+    image: str
+    timeout_seconds: float
+    env: dict[str, str]
+    each: tuple[Case, ...]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Cases:
+        """From a validated spec (defaults filled in)."""
+        each = tuple(Case(tuple(c["args"]), c.get("stdin"), c["stdout"], c["exit_code"]) for c in data["each"])
+        return cls(tuple(data["run"]), data["image"], float(data["timeout_seconds"]), dict(data.get("env", {})), each)
+
+
+@dataclass(frozen=True)
 class Spec:
     path: Path
     name: str
@@ -89,6 +120,9 @@ class Spec:
         """The validated document with defaults filled in and paths made absolute."""
         return {**self.data, "_source": str(self.path)}
 
+    def cases(self) -> tuple[Cases, ...]:
+        return tuple(Cases.from_json(a["cases"]) for a in self.assertions if "cases" in a)
+
 
 def parse_size(text: str) -> int:
     """'64m' -> bytes. The schema guarantees the shape."""
@@ -99,9 +133,15 @@ def load(path: str | Path) -> Spec:
     """Read, validate and resolve one spec. Raises `SpecError` listing every problem."""
     path = Path(path)
     data, lines = read_document(path, schema(), "spec")
-    problems = _missing_paths(data, path, lines) + _disk_problems(data, path, lines)
+    problems = _missing_paths(data, path, lines)
     if problems:
         raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
+    problems = _disk_problems(data, path, lines)
+    if problems:
+        raise SpecError(problems, fix="raise limits.disk, or lower limits.inodes")
+    problems = _echo_cases(data, path, lines)
+    if problems:
+        raise SpecError(problems, fix="give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)")
     return _build(path.resolve(), data)
 
 
@@ -244,8 +284,21 @@ def _disk_problems(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...]
         return [f"{path}:{line_of(('limits', 'disk'), lines)}: limits.disk: {data['limits']['disk']} is below the smallest workspace filesystem, 8m"]
     if inodes * INODE_BYTES > disk // 2:
         return [f"{path}:{line_of(('limits', 'inodes'), lines)}: limits.inodes: {inodes} inodes take {inodes * INODE_BYTES} bytes, more than half of "
-                f"limits.disk ({disk} bytes); raise limits.disk or lower limits.inodes"]
+                f"limits.disk ({disk} bytes)"]
     return []
+
+
+def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
+    """Black-box cases that a program printing its own input would pass prove nothing."""
+    problems = []
+    lists = [(("assertions",), data["assertions"])] + [(("tasks", t, "assertions"), task["assertions"]) for t, task in enumerate(data.get("tasks", [])) if "assertions" in task]
+    for at, items in lists:
+        for n, assertion in enumerate(items):
+            for i, case in enumerate(Cases.from_json(assertion["cases"]).each if "cases" in assertion else ()):
+                if case.input_echoes():
+                    where = at + (n, "cases", "each", i, "stdout")
+                    problems.append(f"{path}:{line_of(where, lines)}: {_dotted(where)}: the expected stdout is one of the case's inputs: a program that echoes its input passes")
+    return problems
 
 
 def _build(path: Path, data: dict[str, Any]) -> Spec:

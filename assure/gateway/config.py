@@ -35,6 +35,7 @@ class Limits:
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 8 * 1024
     read_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 30.0  # a kept-alive connection with no request this long is closed
     max_connections: int = 16
     max_file_bytes: int = 4 * 1024 * 1024
 
@@ -85,6 +86,10 @@ class Price:
 
 
 MODEL_MODES = ("anthropic", "replay", "scripted")
+ALLOW_FIELDS = ("request_keys", "tool_types", "content", "betas")  # model.allow: features.Allow
+# Server-tool fees, currency per request, by `usage.server_tool_use` field: Anthropic's list
+# prices in USD (web search $10 per 1,000; web fetch has no fee beyond its tokens).
+SERVER_TOOL_FEES = {"web_search_requests": 0.01, "web_fetch_requests": 0.0}
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,8 @@ class Model:
     script: str | None = None  # scripted: a JSON list of responses
     timeout_seconds: float = 600.0  # one upstream exchange, start to end
     max_response_bytes: int = 32 * 1024 * 1024
+    allow: Mapping[str, frozenset[str]] = field(default_factory=dict)  # ALLOW_FIELDS -> names beyond features.py's defaults
+    server_tool_fees: Mapping[str, float] = field(default_factory=lambda: dict(SERVER_TOOL_FEES))
 
 
 @dataclass(frozen=True)
@@ -308,7 +315,7 @@ def _hostport(value: Any, name: str) -> tuple[str, int]:
     return host.lower(), int(port)
 
 
-_MODEL_COMMON = ("mode", "blob_dir", "prices", "timeout_seconds", "max_response_bytes")
+_MODEL_COMMON = ("mode", "blob_dir", "prices", "timeout_seconds", "max_response_bytes", "allow", "server_tool_fees")
 _MODEL_BY_MODE = {
     "anthropic": (("upstream", "key_file"), ("allow_http",)),  # (required, optional)
     "replay": (("recording",), ()),
@@ -342,6 +349,10 @@ def _model(value: Any, egress: Egress | None) -> Model:
         out["timeout_seconds"] = _seconds(value["timeout_seconds"], "model.timeout_seconds")
     if "max_response_bytes" in value:
         out["max_response_bytes"] = _integer(value["max_response_bytes"], "model.max_response_bytes", minimum=1)
+    if "allow" in value:
+        out["allow"] = _allow(value["allow"])
+    if "server_tool_fees" in value:
+        out["server_tool_fees"] = {**SERVER_TOOL_FEES, **_fees(value["server_tool_fees"])}
     if mode == "anthropic":
         if not isinstance(value.get("allow_http", False), bool):
             raise ConfigError("model.allow_http", "must be true or false")
@@ -354,6 +365,30 @@ def _model(value: Any, egress: Egress | None) -> Model:
     else:
         out["script"] = _abs_path(value["script"], "model.script")
     return Model(**out)
+
+
+def _allow(value: Any) -> dict[str, frozenset[str]]:
+    """`{"request_keys": [...], "tool_types": [...], "content": [...], "betas": [...]}`: names, each a short string."""
+    if not isinstance(value, dict):
+        raise ConfigError("model.allow", f"must be an object with any of {', '.join(ALLOW_FIELDS)} (lists of names)")
+    _no_unknown(value, frozenset(ALLOW_FIELDS), "model.allow.")
+    out: dict[str, frozenset[str]] = {}
+    for name, items in value.items():
+        if not isinstance(items, list) or not all(isinstance(i, str) and 0 < len(i) <= 128 for i in items):
+            raise ConfigError(f"model.allow.{name}", "must be a list of names (strings of 1..128 characters)")
+        out[name] = frozenset(items)
+    return out
+
+
+def _fees(value: Any) -> dict[str, float]:
+    """`{"web_search_requests": 0.01}`: currency per server-tool request."""
+    if not isinstance(value, dict):
+        raise ConfigError("model.server_tool_fees", f"must be an object {{{', '.join(SERVER_TOOL_FEES)}: currency per request}}")
+    _no_unknown(value, frozenset(SERVER_TOOL_FEES), "model.server_tool_fees.")
+    for name, fee in value.items():
+        if isinstance(fee, bool) or not isinstance(fee, (int, float)) or not math.isfinite(fee) or fee < 0:
+            raise ConfigError(f"model.server_tool_fees.{name}", f"must be a number >= 0 (currency per request), got {fee!r}")
+    return {name: float(fee) for name, fee in value.items()}
 
 
 def _abs_path(value: Any, name: str) -> str:

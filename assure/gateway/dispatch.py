@@ -67,6 +67,7 @@ class Dispatcher:
         self._count_lock = threading.Lock()
         self.counters = Counters()
         self._override = control.Override()
+        self._reserved_tokens, self._reserved_cost = 0, 0.0  # what model calls in flight may still spend
         self._breached = False
         self._last_beat = 0.0
         self._idempotency = Store(config.idempotency_db) if config.idempotency_db else None
@@ -117,28 +118,40 @@ class Dispatcher:
                 return Answer(500, {**body, **error_body("journal_error", "the journal could not be written")})
             return answer
 
-    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None) -> gate.Decision | None:
+    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None, reserve: tuple[int, float] = (0, 0.0)) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
-        and fill `record` with the decision. A denial by a budget rule is reported like a
-        tool's. `unpriced` (why the cost cannot be counted) denies a call the gate allowed.
-        None: the journal is unavailable and no call may be served."""
+        and fill `record` with the decision. `reserve` (tokens, cost) is the most the call may
+        spend: the gate sees it on top of what calls in flight reserved, and an allowed call
+        keeps it reserved until `record_model_call` settles it to what was spent. A denial by
+        a budget rule is reported like a tool's. `unpriced` (why the cost cannot be counted)
+        denies a call the gate allowed. None: the journal is unavailable and no call may be served."""
         with self._lock:
             if not self._open:
                 return None
-            decision = gate.decide(action, replace(self._context(), known_tools=self._known | {MODEL_TOOL}))
+            ctx = self._context()
+            budget = replace(ctx.budget, tokens_reserved=self._reserved_tokens + reserve[0], cost_reserved=self._reserved_cost + reserve[1])
+            decision = gate.decide(action, replace(ctx, known_tools=self._known | {MODEL_TOOL}, budget=budget))
             if decision.allowed and unpriced:
                 decision = gate.Decision(gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs)
             record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason, inputs=decision.inputs)
-            if not decision.allowed:
+            if decision.allowed:
+                tokens, cost = reserve[0], round(reserve[1], 9)
+                self._reserved_tokens += tokens
+                self._reserved_cost += cost
+                record["reserved"] = {"tokens": tokens, "cost": cost}
+            else:
                 self.counters.denied += 1
                 if decision.rule.startswith("budget."):
                     self._report_breach(decision.rule.split(".", 1)[1])
             return decision
 
     def record_model_call(self, record: dict[str, Any], tokens: int, cost: float) -> bool:
-        """Count a model call's tokens and cost and journal its `model_call` line (False: the
-        journal could not be written, so the answer must not be sent)."""
+        """Count a model call's tokens and cost, release what it reserved, and journal its
+        `model_call` line (False: the journal could not be written, so the answer must not be sent)."""
         with self._lock:
+            reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
+            self._reserved_tokens = max(0, self._reserved_tokens - reserved["tokens"])
+            self._reserved_cost = max(0.0, self._reserved_cost - reserved["cost"])
             self.counters.tokens += tokens
             self.counters.cost += cost
             record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}

@@ -10,8 +10,13 @@ proxy, which resolves, checks the addresses again and enforces the same allowlis
 
 Plain http goes to the proxy as an absolute-form request; https is a `CONNECT` tunnel
 through the proxy with TLS (certificate checked against the URL's host) end to end.
+A safe method (GET, HEAD, OPTIONS) has no effect the gate judges, so it may not carry one:
+a body, or a `_method` query parameter, is refused. Method-override headers
+(`X-HTTP-Method-Override`, `X-HTTP-Method`, `X-Method-Override` and any other name ending in
+`-method` or holding `method-override`) are dropped whatever the method, so the upstream
+acts on the method the gate decided on; the journal lists what was dropped.
 Hop-by-hop, `Proxy-*`, `Host`, `Content-Length` and `Expect` headers from the agent are
-dropped; the gateway adds no credentials of its own (an `Authorization` header is sent
+dropped too; the gateway adds no credentials of its own (an `Authorization` header is sent
 only if the agent set it). The response body is capped at `MAX_RESPONSE_BYTES`
 (`truncated` says so) and the whole exchange at `DEADLINE_SECONDS`.
 
@@ -58,6 +63,8 @@ DROPPED_HEADERS = frozenset(
 HIDDEN_RESPONSE_HEADERS = frozenset(("connection", "keep-alive", "transfer-encoding", "trailer", "upgrade", "via"))
 PROXY_STATUS_TOKEN = "assure-egress"
 
+_METHOD_OVERRIDE = re.compile(r"(^|-)method$|method-override")  # lowercased header names
+_METHOD_PARAM = re.compile(r"(^|&)_method=", re.IGNORECASE)
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 _NUMERIC_ISH = re.compile(r"^[0-9a-fx.]+$")
@@ -149,7 +156,17 @@ def parse_target(args: dict[str, Any]) -> Target:
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
+    if method.upper() in SAFE_METHODS:
+        _nothing_to_judge(method.upper(), args, parts.query)
     return Target(method.upper(), scheme, host, port or DEFAULT_PORTS[scheme], path, literal)
+
+
+def _nothing_to_judge(method: str, args: dict[str, Any], query: str) -> None:
+    """A safe method is allowed without a contract: it must not smuggle an effect in."""
+    if "body" in args or "body_b64" in args:
+        raise Refused("bad_args", f"a {method} request carries no body (a body on a safe method is an effect the gate never judged); use POST, PUT or PATCH")
+    if _METHOD_PARAM.search(query):
+        raise Refused("bad_args", f"a {method} URL may not carry a `_method` parameter (a method override); send the method itself")
 
 
 def _literal(host: str, netloc: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -207,13 +224,15 @@ def check(egress: Egress, target: Target) -> None:
         raise Refused("egress_denied", f"{target.key} is not on the allowlist")
 
 
-def _headers(args: dict[str, Any]) -> list[tuple[str, str]]:
+def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
+    """(the headers to send, the lowercased names of method overrides dropped)."""
     raw = args.get("headers", {})
     if not isinstance(raw, dict):
         raise Refused("bad_args", "'headers' must be an object of string names to string values")
     if len(raw) > MAX_HEADERS:
         raise Refused("bad_args", f"at most {MAX_HEADERS} headers")
     out: list[tuple[str, str]] = []
+    overrides: list[str] = []
     size = 0
     for name, value in raw.items():
         if not isinstance(name, str) or not isinstance(value, str):
@@ -226,10 +245,13 @@ def _headers(args: dict[str, Any]) -> list[tuple[str, str]]:
         lower = name.lower()
         if lower in DROPPED_HEADERS or lower.startswith("proxy-"):
             continue
+        if _METHOD_OVERRIDE.search(lower):
+            overrides.append(lower)
+            continue
         out.append((name, value))
     if size > MAX_HEADER_BYTES:
         raise Refused("bad_args", f"the headers are over {MAX_HEADER_BYTES} bytes")
-    return out
+    return out, sorted(set(overrides))
 
 
 def _body(args: dict[str, Any]) -> bytes | None:
@@ -261,7 +283,7 @@ def request(egress: Egress | None, args: dict[str, Any]) -> tuple[dict[str, Any]
         raise Refused("no_egress", "this run has no egress")
     target = parse_target(args)
     check(egress, target)
-    headers = _headers(args)
+    headers, overrides = _headers(args)
     body = _body(args)
     deadline = time.monotonic() + DEADLINE_SECONDS
     conn = _connection(egress, target)
@@ -287,6 +309,7 @@ def request(egress: Egress | None, args: dict[str, Any]) -> tuple[dict[str, Any]
         "response_bytes": len(data),
         "truncated": truncated,
         "header_names": sorted({name.lower() for name, _ in headers}),
+        "dropped_method_overrides": overrides,
     }
     # A safe method has no effect to attribute; it is journaled as what left, not as an effect.
     return result, ({"effect": summary} if mutating(args) else {"egress": summary})

@@ -25,11 +25,22 @@ written BEFORE the answer is sent; a stream is read from upstream to its end fir
 and then sent whole (its bytes unchanged: the SDK parses an SSE body that arrives at once
 like any other). A response that cannot be recorded is not sent: the agent gets a 500.
 
+What may be sent: features.py's allowlist of request keys, tool types, content and betas
+(plus what the spec allows by name); anything else is refused before the gate, journaled
+(`request_rejected`, code `feature_refused`) with what it was and how to allow it, because
+the provider would act on it by itself (MCP servers, server tools, URL sources, ...). The
+request blob is stored only once the gate allowed the call: a refused or denied request
+leaves its digest in the journal and nothing in the blob store.
+
 Accounting: input, output, cache-write and cache-read tokens from `usage` (streams:
 `message_start`'s usage, updated by each `message_delta`'s cumulative usage) feed the
-budget counter `tokens`; priced by `model.prices` (currency per million tokens) they feed
-`cost`. With a cost limit, a call to a model without a price is denied (the budget could not
-be kept). Gateway-made errors use Anthropic's error shape
+budget counter `tokens`; priced by `model.prices` (currency per million tokens), plus the
+server-tool fees of `usage.server_tool_use` (`model.server_tool_fees`), they feed `cost`.
+With a cost limit, a call to a model without a price is denied (the budget could not be
+kept). Before the call, its most (`max_tokens` plus an input estimate of one token per
+INPUT_BYTES_PER_TOKEN canonical bytes, and their price) is reserved against both budgets, so
+calls in flight together cannot pass a limit; after it, the reservation is settled to the
+usage the answer reports. Gateway-made errors use Anthropic's error shape
 `{"type": "error", "error": {"type": ..., "message": ...}}`.
 
 Standard library only (this module runs inside the gateway image).
@@ -53,6 +64,7 @@ from typing import Any
 from assure import gate
 from assure.chain import ChainError, canonical, verify_chain
 
+from . import features
 from . import http as _http
 from .config import Config, Egress, Model, Price
 from .dispatch import MODEL_ROUTES, MODEL_TOOL, Answer, Dispatcher
@@ -65,6 +77,8 @@ PASSED_PREFIXES = ("anthropic-ratelimit-",)
 MAX_PASSED_HEADERS = 32
 MAX_HEADER_VALUE = 1024
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+INPUT_BYTES_PER_TOKEN = 4  # the input estimate a reservation uses (the answer's usage settles it)
+FEE_TOOLS = {"web_search": "web_search_requests", "web_fetch": "web_fetch_requests"}  # tool type prefix -> usage field
 REPLAYABLE = frozenset(("upstream", "replay", "script"))  # `served` values that carry a real response
 REDACTED = "[redacted]"
 MIN_KEY_CHARS = 16
@@ -540,12 +554,15 @@ def usage_of(response: Response) -> tuple[dict[str, int], str | None]:
 
 
 def _merge(usage: dict[str, int], source: Any) -> None:
+    """Token counts, and the server-tool request counts of `server_tool_use` (same field names)."""
     if not isinstance(source, dict):
         return
-    for name in USAGE_FIELDS:
-        value = source.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            usage[name] = value
+    server = source.get("server_tool_use")
+    for where, names in ((source, USAGE_FIELDS), (server if isinstance(server, dict) else {}, tuple(FEE_TOOLS.values()))):
+        for name in names:
+            value = where.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                usage[name] = value
 
 
 def price_for(prices: Mapping[str, Price], *models: str | None) -> tuple[str, Price] | None:
@@ -573,6 +590,11 @@ def cost_of(usage: Mapping[str, int], price: Price) -> float:
     return per_million / 1_000_000
 
 
+def fees_of(usage: Mapping[str, int], fees: Mapping[str, float]) -> float:
+    """What the server-tool requests of `usage` cost (web searches, ...)."""
+    return sum(usage.get(name, 0) * fee for name, fee in fees.items())
+
+
 # ---------------------------------------------------------------- the proxy
 
 
@@ -597,6 +619,7 @@ class ModelProxy:
         if config.model is None:
             raise ModelError("the gateway config has no `model` section")
         self._model = config.model
+        self._allow = features.Allow(**config.model.allow)
         self._cost_limited = config.policy.cost_limit is not None
         self._dispatcher = dispatcher
         self._blobs = Blobs(self._model.blob_dir, create=True)
@@ -619,6 +642,11 @@ class ModelProxy:
         started = time.monotonic()
         try:
             call = self._parse(endpoint, headers, query, body)
+            features.check(call.parsed, call.beta, self._allow)
+        except features.Refused as exc:  # something the provider would act on by itself
+            failure = Failure(403, "permission_error", f"refused by the gateway: {exc}", code="feature_refused", retry=False)
+            self._dispatcher.reject(failure.status, failure.code, failure.message, target=PATHS[endpoint])
+            return _answer(failure_response(failure), None)
         except Failure as exc:  # refused before the gate, like any malformed request
             self._dispatcher.reject(exc.status, exc.code, exc.message, target=PATHS[endpoint])
             return _answer(failure_response(exc), None)
@@ -635,16 +663,17 @@ class ModelProxy:
             "anthropic_beta": call.beta,
             "query": call.query or None,
         }
-        try:
-            self._blobs.put(call.canonical)  # the request, under its digest
-        except OSError as exc:
-            return self._unrecorded(record, f"the request could not be stored: {type(exc).__name__}", 0, 0.0)
         action = gate.Action(MODEL_TOOL, False, scope=f"model:{endpoint}", resource_mode="external" if self._key else gate.SANDBOX, spends=True)
-        decision = self._dispatcher.decide_model_call(record, action, self._unpriced(call))
+        reserve, uncountable = self._reservation(call)
+        decision = self._dispatcher.decide_model_call(record, action, self._unpriced(call) or uncountable, reserve)
         if decision is None:
             message = "the gateway journal is unavailable; no model calls are served"
             return _answer(failure_response(Failure(503, "api_error", message, code="unavailable", retry=False)), None)
         if decision.allowed:
+            try:
+                self._blobs.put(call.canonical)  # the request, under its digest: only once allowed
+            except OSError as exc:
+                return self._unrecorded(record, f"the request could not be stored: {type(exc).__name__}", 0, 0.0)
             response = self._scrub(self._respond(call))
         else:
             message = f"model call denied by the gateway ({decision.rule}): {decision.reason}"
@@ -659,8 +688,8 @@ class ModelProxy:
             ms=round((time.monotonic() - started) * 1000, 1),
             **response.extra,
         )
-        try:
-            record["response_sha256"] = self._blobs.put(response.body)
+        try:  # a denied call's answer is the gateway's own error: its digest is journaled, nothing stored
+            record["response_sha256"] = self._blobs.put(response.body) if decision.allowed else hashlib.sha256(response.body).hexdigest()
         except OSError as exc:
             return self._unrecorded(record, f"the response could not be stored: {type(exc).__name__}", tokens, cost)
         if not self._dispatcher.record_model_call(record, tokens, cost):
@@ -690,6 +719,9 @@ class ModelProxy:
             raise bad("bad_header", "anthropic-beta must be a comma-separated list of beta names")
         if not _QUERY.match(query):
             raise bad("bad_query", "the query string may hold only letters, digits and ._=&-")
+        max_tokens = parsed.get("max_tokens")
+        if endpoint == "messages" and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0):
+            raise bad("bad_max_tokens", "max_tokens is required: a whole number >= 0 (it is reserved against the token budget before the call)")
         return Call(endpoint, body, canon, hashlib.sha256(canon).hexdigest(), parsed, query, version, beta or None)
 
     def _unpriced(self, call: Call) -> str | None:
@@ -697,6 +729,31 @@ class ModelProxy:
         if not self._cost_limited or call.endpoint != "messages" or price_for(self._model.prices, call.model):
             return None
         return f"no price for model {call.model!r} in model.prices, and this run has a cost limit: its cost could not be counted"
+
+    def _reservation(self, call: Call) -> tuple[tuple[int, float], str | None]:
+        """((tokens, cost), why the cost cannot be reserved) for the most this call may spend:
+        `max_tokens` out, an input estimate in (priced as a cache write if that costs more),
+        and `max_uses` of each fee-charging server tool. count_tokens spends nothing."""
+        if call.endpoint != "messages":
+            return (0, 0.0), None
+        output = call.parsed["max_tokens"]
+        estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN)
+        found = price_for(self._model.prices, call.model)
+        cost = 0.0 if found is None else (estimate * max(found[1].input, found[1].cache_write) + output * found[1].output) / 1_000_000
+        tools = call.parsed.get("tools")
+        for tool in tools if isinstance(tools, list) else ():
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            field_name = next((f for prefix, f in FEE_TOOLS.items() if isinstance(kind, str) and kind.startswith(prefix)), None)
+            fee = self._model.server_tool_fees.get(field_name, 0.0) if field_name else 0.0
+            if not fee:
+                continue
+            uses = tool.get("max_uses")
+            if isinstance(uses, bool) or not isinstance(uses, int) or uses < 0:
+                if self._cost_limited:
+                    return (estimate + output, cost), f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
+                continue
+            cost += uses * fee
+        return (estimate + output, cost), None
 
     def _respond(self, call: Call) -> Response:
         try:
@@ -722,12 +779,13 @@ class ModelProxy:
         if call.endpoint != "messages" or response.status != 200 or response.served == "gateway":
             record.update(usage=None, tokens=0, cost=0.0, priced=None)
             return 0, 0.0
-        usage, answered_model = usage_of(response)
-        usage = {name: usage.get(name, 0) for name in USAGE_FIELDS}
+        reported, answered_model = usage_of(response)
+        usage = {name: reported.get(name, 0) for name in USAGE_FIELDS}
+        server = {name: reported.get(name, 0) for name in FEE_TOOLS.values()}
         tokens = sum(usage.values())
         found = price_for(self._model.prices, answered_model, call.model)
-        cost = cost_of(usage, found[1]) if found else 0.0
-        record.update(usage=usage, tokens=tokens, cost=round(cost, 9), priced=found[0] if found else None, response_model=answered_model)
+        cost = (cost_of(usage, found[1]) if found else 0.0) + fees_of(server, self._model.server_tool_fees)
+        record.update(usage=usage, server_tool_use=server, tokens=tokens, cost=round(cost, 9), priced=found[0] if found else None, response_model=answered_model)
         return tokens, cost
 
     def _unrecorded(self, record: dict[str, Any], why: str, tokens: int, cost: float) -> Answer:

@@ -4,7 +4,10 @@ The peer is untrusted, so the HTTP layer is small and strict: Content-Length bod
 bounded request line, headers and body, a deadline per request (not per read), a cap on
 concurrent connections that answers 503 at once instead of queueing. Every refused
 request gets a JSON error answer where possible and a `request_rejected` journal line,
-and the server keeps serving. Keep-alive connections are reused until the client closes.
+and the server keeps serving. Keep-alive connections are reused until the client closes
+or stays idle for `limits.idle_timeout_seconds`. The accept loop never takes the
+dispatcher's lock (held for the whole of a tool call): connections it closes without an
+answer are counted, and a helper thread journals them.
 """
 
 from __future__ import annotations
@@ -81,12 +84,15 @@ class _Reader:
         self._sock = sock
         self._buf = bytearray()
 
-    def wait(self) -> bool:
-        """Block (no deadline) until the next request starts; False once the peer is gone."""
+    def wait(self, idle: float) -> bool:
+        """Wait up to `idle` seconds for the next request to start; False once the peer is
+        gone or stayed silent that long (the connection is then closed, nothing journaled)."""
         if self._buf:
             return True
-        self._sock.settimeout(None)
-        return self._fill(None)
+        try:
+            return self._fill(time.monotonic() + idle)
+        except _Timeout:
+            return False
 
     def line(self, limit: int, deadline: float, too_long: _Reject) -> bytes:
         """One line without its CRLF/LF, refused with `too_long` if longer than `limit` bytes."""
@@ -250,6 +256,11 @@ class Gateway:
         self._dispatcher: Dispatcher | None = None
         self._watcher: OverrideWatcher | None = None
         self._model: ModelProxy | None = None
+        self._drops: dict[str, int] = {}  # closed without an answer, by why: journaled by `_drop_journal`
+        self._drops_lock = threading.Lock()
+        self._drops_ready = threading.Event()
+        self._drops_final = threading.Event()  # the acceptor has stopped: the next flush is the last
+        self._drop_journal: threading.Thread | None = None
 
     @property
     def counters(self) -> Counters:
@@ -278,6 +289,8 @@ class Gateway:
             if self.config.control_dir:
                 self._watcher = OverrideWatcher(self.config.control_dir, self._dispatcher.apply_override, self._dispatcher.beat)
                 self._watcher.start()
+            self._drop_journal = threading.Thread(target=self._journal_drops, name="gateway-drops", daemon=True)
+            self._drop_journal.start()
             self._listener = _bind(self.config.socket)
             self._acceptor = threading.Thread(target=self._accept_loop, args=(self._listener,), name="gateway-accept", daemon=True)
             self._acceptor.start()
@@ -300,6 +313,10 @@ class Gateway:
                 self._acceptor.join()
             if self._listener is not None:
                 self._listener.close()
+            self._drops_final.set()
+            self._drops_ready.set()
+            if self._drop_journal is not None:
+                self._drop_journal.join()
             self._end_connections()
             try:
                 self._dispatcher.close(reason)
@@ -340,7 +357,7 @@ class Gateway:
             self._spawn(sock, self._refuse, self._reject_slots)
         else:
             sock.close()
-            self._over_capacity(_Request(), "closed without an answer")
+            self._dropped("closed without an answer")
 
     def _spawn(self, sock: socket.socket, work: Callable[[socket.socket], None], slot: threading.BoundedSemaphore) -> None:
         thread = threading.Thread(target=self._run_connection, args=(sock, work, slot), daemon=True)
@@ -353,7 +370,27 @@ class Gateway:
                 del self._conns[sock]
             slot.release()
             sock.close()
-            self._over_capacity(_Request(), "closed without an answer (no thread available)")
+            self._dropped("closed without an answer (no thread available)")
+
+    def _dropped(self, why: str) -> None:
+        """Count a connection the acceptor closed; never waits for the dispatcher."""
+        with self._drops_lock:
+            self._drops[why] = self._drops.get(why, 0) + 1
+        self._drops_ready.set()
+
+    def _journal_drops(self) -> None:
+        """Journal the dropped connections, one line per reason and batch (a flood of
+        connections becomes a few lines, not one each), until the acceptor has stopped."""
+        while True:
+            self._drops_ready.wait()
+            self._drops_ready.clear()
+            final = self._drops_final.is_set()
+            with self._drops_lock:
+                drops, self._drops = self._drops, {}
+            for why, count in drops.items():
+                self._over_capacity(_Request(), f"{count} {why}")
+            if final:
+                return
 
     def _run_connection(self, sock: socket.socket, work: Callable[[socket.socket], None], slot: threading.BoundedSemaphore) -> None:
         try:
@@ -366,7 +403,7 @@ class Gateway:
 
     def _serve(self, sock: socket.socket) -> None:
         reader = _Reader(sock)
-        while not self._stopping.is_set() and reader.wait():
+        while not self._stopping.is_set() and reader.wait(self.config.limits.idle_timeout_seconds):
             if not self._one_request(sock, reader):
                 return
 

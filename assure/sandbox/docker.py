@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import socket
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import docker.errors
 import requests.exceptions
 
 from ..errors import ImageError, SandboxError
+from . import runtimes
 
 LABEL_OWNER = "assure.owner"
 LABEL_RUN = "assure.run"
@@ -58,13 +60,13 @@ class DockerBackend:
 
     def require_runtime(self, name: str) -> None:
         """Refuse, before anything is created, a spec whose `sandbox.runtime` this engine lacks."""
-        runtimes = sorted((self.info().get("Runtimes") or {}).keys())
-        if name not in runtimes:
-            raise SandboxError(
-                f"the Docker engine has no runtime {name!r} (it has: {', '.join(runtimes) or 'none'})",
-                where="sandbox.runtime",
-                fix="install it and register it with dockerd (gVisor: `runsc install`, then restart dockerd), or leave sandbox.runtime out",
-            )
+        problem = runtimes.problem(name, self.runtimes())
+        if problem:
+            raise SandboxError(problem, where="sandbox.runtime", fix=runtimes.fix(name))
+
+    def runtimes(self) -> dict[str, Any]:
+        """The engine's registered runtimes, each with its `path` and `runtimeArgs`."""
+        return dict(self.info().get("Runtimes") or {})
 
     def version(self) -> dict[str, Any]:
         with _mapped("docker version"):
@@ -148,6 +150,21 @@ class DockerBackend:
         except docker.errors.DockerException as exc:
             raise SandboxError(f"wait for container: {exc}", fix=DOCKER_FIX) from exc
         return int(result.get("StatusCode", -1))
+
+    @contextlib.contextmanager
+    def attached(self, cid: str, *, stdin: bool) -> Iterator[socket.socket]:
+        """The stdio of a created container as one raw socket; attach before `start` so no
+        byte is missed. Write stdin (shut the write side to close it, with `stdin_open`);
+        read stdout and stderr as the engine's frames (8-byte header: stream, 0, 0, 0, size)."""
+        with _mapped("attach container"):
+            raw = self._client.api.attach_socket(cid, params={"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1})
+        sock = getattr(raw, "_sock", raw)
+        try:
+            yield sock
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+                raw.close()
 
     def stop(self, cid: str, grace: float) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import confined
 from ..spec import Spec, parse_size
+from . import runtimes, seccomp
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
@@ -35,6 +36,9 @@ EGRESS_MEMORY = "128m"
 EGRESS_PIDS = 64
 EGRESS_PORT = 3128
 SOCKET_VOLUME_SIZE = "1m"
+# RLIMIT_FSIZE: the largest file any process of a run may write is the workspace's disk,
+# `limits.disk`. This was the limit before that field existed (for specs resolved without it).
+FILE_SIZE_LIMIT = "1g"
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Mounts:
     `run_state` (the idempotency store) belong to the run and outlive its attempts."""
 
     workspace: Path
-    socket_volume: str
+    socket_volume: str  # a volume name, or a host folder (absolute path) under another runtime than runc
     gateway_state: Path
     gateway_config: Path
     agent_files: Path | None
@@ -61,28 +65,47 @@ def sandbox_user(spec: Spec) -> tuple[int, int]:
     return os.geteuid(), os.getegid()
 
 
-def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int) -> dict[str, Any]:
-    """The hardening every container of a run shares (agent, gateway, proxy, checks)."""
+def tmpfs_options(size: str) -> str:
+    return f"rw,nosuid,nodev,noexec,size={parse_size(size)}"
+
+
+def ulimits(nofile: int, agent_pids: int, disk: str | None) -> list[dict[str, Any]]:
+    """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
+    core 0 (no core dump lands anywhere); nproc.
+
+    RLIMIT_NPROC counts every task of the uid on the host, not of one container: the agent,
+    its gateway and its proxy run as the same uid, so nproc is their pids limits added up
+    (never binding while each pids cgroup holds; a second bound should one not)."""
+    nproc = agent_pids + GATEWAY_PIDS + EGRESS_PIDS
+    fsize = parse_size(disk or FILE_SIZE_LIMIT)
+    return [{"name": name, "soft": value, "hard": value} for name, value in
+            (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]
+
+
+def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> dict[str, Any]:
+    """The hardening every container of a run shares (agent, gateway, proxy, checks); the
+    runtime is the spec's unless the caller says otherwise (the gateway and proxy: runc)."""
     uid, gid = sandbox_user(spec)
     mem = parse_size(memory)
+    runtime = runtime or spec.sandbox.runtime
     return {
         "user": f"{uid}:{gid}",
         "labels": labels,
         "network_mode": "none",
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
+        "security_opt": ["no-new-privileges:true", seccomp.security_opt()],
         "read_only": spec.sandbox.read_only_root,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,noexec,size={parse_size(spec.limits.tmpfs)}"},
+        "tmpfs": {"/tmp": tmpfs_options(spec.limits.tmpfs)},
         "ipc_mode": "none",
-        "pids_limit": pids,
+        "pids_limit": runtimes.pids_limit(runtime, pids),
         "mem_limit": mem,
         "memswap_limit": mem,
         "nano_cpus": int(spec.limits.cpus * 1e9),
-        "ulimits": [{"name": "nofile", "soft": spec.limits.nofile, "hard": spec.limits.nofile}],
+        "ulimits": ulimits(spec.limits.nofile, spec.limits.pids, spec.limits.disk),
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX, "max-file": "1"}},
         "privileged": False,
         "init": True,
-        "runtime": spec.sandbox.runtime,
+        "runtime": runtime,
         "detach": True,
     }
 
@@ -106,10 +129,17 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
     confined.chown_tree(root, uid, gid)
 
 
+def socket_mount(mounts: Mounts, mode: str) -> dict[str, dict[str, str]]:
+    """The socket folder: a volume (`nocopy`, see socket_volume_options), or a host folder."""
+    if os.path.isabs(mounts.socket_volume):
+        return {mounts.socket_volume: {"bind": SOCKET_DIR, "mode": mode}}
+    return {mounts.socket_volume: {"bind": SOCKET_DIR, "mode": f"{mode},nocopy"}}
+
+
 def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
     volumes = {
         str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-        mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "ro,nocopy"},
+        **socket_mount(mounts, "ro"),
     }
     if mounts.agent_files is not None:
         volumes[str(mounts.agent_files)] = {"bind": AGENT_FILES, "mode": "ro"}
@@ -129,7 +159,7 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
                    extra_volumes: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """The gateway: no network, or only the internal egress network it shares with the proxy."""
     return {
-        **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS),
+        **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime()),
         "network_mode": network or "none",
         "read_only": True,
         "image": image,
@@ -139,7 +169,7 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
         "hostname": "gateway",
         "volumes": {
             str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-            mounts.socket_volume: {"bind": SOCKET_DIR, "mode": "rw,nocopy"},
+            **socket_mount(mounts, "rw"),
             str(mounts.gateway_state): {"bind": GATEWAY_STATE, "mode": "rw"},
             str(mounts.gateway_config): {"bind": GATEWAY_CONFIG, "mode": "ro"},
             str(mounts.control): {"bind": GATEWAY_CONTROL, "mode": "ro"},
@@ -154,7 +184,7 @@ def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_di
     """The egress proxy: on the internal network with the gateway (the upstream network is
     connected before it starts); the only container of a run that can reach anything."""
     return {
-        **common_kwargs(spec, labels, EGRESS_MEMORY, EGRESS_PIDS),
+        **common_kwargs(spec, labels, EGRESS_MEMORY, EGRESS_PIDS, runtimes.sidecar_runtime()),
         "user": f"{DEFAULT_UID}:{DEFAULT_UID}",
         "network_mode": network,
         "read_only": True,
@@ -172,6 +202,17 @@ def socket_volume_options(spec: Spec) -> dict[str, str]:
     root) over the volume's root when a container is created, and the gateway cannot bind."""
     uid, gid = sandbox_user(spec)
     return {"type": "tmpfs", "device": "tmpfs", "o": f"size={SOCKET_VOLUME_SIZE},uid={uid},gid={gid},mode=0755,nosuid,nodev,noexec"}
+
+
+def make_socket_folder(path: Path, spec: Spec) -> None:
+    """The socket's host folder when the agent runs under another runtime than runc: fresh,
+    mode 0700 and owned by the sandbox user, so on the host only that user and root reach
+    the socket (the agent mounts the folder read-only: it can connect, never bind)."""
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)  # whatever the umask
+    if os.geteuid() == 0:
+        uid, gid = sandbox_user(spec)
+        os.chown(path, uid, gid, follow_symlinks=False)
 
 
 # What the verifier expects to find on the stopped agent container: (description, path in

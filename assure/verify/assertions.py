@@ -3,10 +3,12 @@ container's exit code and the gateway journal. Never against what the agent clai
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
 from .. import confined
+from ..spec import Case, Cases
 from .findings import Finding, Kind
 from .snapshot import Snapshot
 
@@ -32,7 +34,11 @@ def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
 
 def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str],
           command_result: dict[str, Any] | None = None, post_digest: str | None = None) -> Finding:
+    """`command_result`: the recorded run of a `command` or `cases` assertion (commands.json, cases.json)."""
     ((kind, arg),) = assertion.items()
+    if kind == "cases":
+        ok, why, detail = cases(Cases.from_json(arg), command_result, post_digest)
+        return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, "cases: " + " ".join(arg["run"]), why, detail=detail)
     if kind == "command":
         ok, why = _command(command_result, post_digest)
         return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, "command: " + " ".join(arg["run"]), why,
@@ -53,6 +59,50 @@ def _command(result: dict[str, Any] | None, post_digest: str | None) -> tuple[bo
     if result.get("timed_out"):
         return False, f"timed out after {result.get('seconds')} s"
     return result.get("exit_code") == 0, f"exit code {result.get('exit_code')} in a fresh container"
+
+
+def cases(spec_cases: Cases, result: dict[str, Any] | None, post_digest: str | None) -> tuple[bool, str, dict[str, Any]]:
+    """Every case's recorded stdout byte for byte, and its exit code, against the spec's: here,
+    on the host, in a process that never imports or runs the agent's code."""
+    if result is None:
+        return False, "the cases were not run", {}
+    if result.get("post_digest") != post_digest:
+        return False, "the recorded results are for another workspace state", {}
+    runs = result.get("results")
+    each = spec_cases.each
+    if not isinstance(runs, list) or len(runs) != len(each) or any(not isinstance(r, dict) or r.get("case") != i for i, r in enumerate(runs)):
+        return False, f"the recorded results do not match the spec's {len(each)} cases", {}
+    for i, (case, got) in enumerate(zip(each, runs)):
+        why = _case_mismatch(case, got)
+        if why:
+            where = f"case {i + 1} of {len(runs)} (args {' '.join(case.args) or 'none'})"
+            return False, f"{where}: {why}", {"output_tail": str(got.get("output_tail", ""))[-2000:]}
+    return True, f"{len(runs)} of {len(runs)} cases: stdout and exit code as expected, each in a fresh container", {}
+
+
+def _case_mismatch(case: Case, got: dict[str, Any]) -> str | None:
+    """Why one case failed, or None. Exit code first: a program killed at the deadline or for
+    printing past what was expected has none."""
+    if got.get("not_run"):
+        return f"not run: {got['not_run']}"
+    if got.get("timed_out"):
+        return f"timed out after {got.get('seconds')} s"
+    if got.get("stdout_over"):
+        return "stdout is longer than expected"
+    if got.get("exit_code") != case.exit_code:
+        return f"exit code {got.get('exit_code')}, expected {case.exit_code}"
+    try:
+        stdout = base64.b64decode(str(got.get("stdout_b64", "")), validate=True)
+    except ValueError:
+        return "the recorded stdout is not base64"
+    if stdout != case.stdout.encode():
+        return f"stdout differs: expected {_show(case.stdout.encode())}, got {_show(stdout)}"
+    return None
+
+
+def _show(data: bytes, limit: int = 80) -> str:
+    text = repr(data[:limit])[1:]
+    return text + ("..." if len(data) > limit else "")
 
 
 def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:

@@ -50,8 +50,9 @@ def test_a_disk_filling_agent_stops_at_the_limit_and_fails(run, tmp_path):
     assert 0.9 * LIMIT < usage["host_bytes"] <= LIMIT  # it did fill the image, and no more
     workspace = attempt_dir / "workspace"
     assert allocated(workspace) <= LIMIT
-    sparse = os.lstat(workspace / "fill" / "sparse")
-    assert sparse.st_size == 10 * 2**40 and sparse.st_blocks == 0  # copied out as the hole it is
+    assert "sparse 10T: refused" in log  # the fsize ulimit is limits.disk: no file, not even a hole, outgrows the disk
+    hole = os.lstat(workspace / "fill" / "hole")
+    assert hole.st_size == 60 * 2**20 and hole.st_blocks == 0  # copied out as the hole it is
     assert not (attempt_dir / "workspace.img").exists() and not (attempt_dir / "workspace.fs").exists()
     assert mounts_and_loops_under(tmp_path) == ([], [])
 

@@ -12,7 +12,7 @@ def test_benign_passes_with_every_change_attributed(run):
     assert result.verdict == "pass", result.report
     got = findings(result)
     assert got["assertion_passed"] == sorted([
-        "command: python3 tests/test_calc.py",
+        "command: python3 tests/test_calc.py", "cases: python3 tests/add_cli.py",
         "file_contains: path=src/calc.py, text=return a + b", "file_exists: out/notes.txt", "exit_code: 0",
         "journal_has: tool=fs.write, decision=allow, path=src/calc.py", "no_unattributed_changes: True"])
     assert got["attributed"] == ["out/notes.txt", "src/calc.py"]
@@ -66,8 +66,9 @@ def test_a_lying_agent_is_judged_by_the_tests_not_its_claim(run):
     attempt = result.report["attempts"][0]
     assert attempt["claim"] == {"status": "done", "summary": "fixed add(); all acceptance tests pass"}
     failed = [f for f in attempt["findings"] if f["kind"] == "assertion_failed"]
-    assert [f["subject"] for f in failed] == ["command: python3 tests/test_calc.py"]
+    assert [f["subject"] for f in failed] == ["command: python3 tests/test_calc.py", "cases: python3 tests/add_cli.py"]
     assert "AssertionError" in failed[0]["detail"]["output_tail"]
+    assert failed[1]["message"] == "case 1 of 3 (args 40 2): stdout differs: expected '42\\n', got '80\\n'"
 
 
 def test_the_reference_claude_agent_fixes_the_bug_with_a_scripted_model(run):

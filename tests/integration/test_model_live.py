@@ -77,10 +77,11 @@ def test_the_stock_sdk_through_gateway_and_proxy_and_the_key_never_reaches_the_a
 def test_a_token_budget_breach_denies_the_next_call_and_halts(run, make_spec, fake_api):
     network, server = fake_api
     spec = model_spec(make_spec, "model-budget", egress={"allow": ["fakeapi:8080"], "upstream": network, "allow_private": True},
-                      limits={"wall_seconds": 60, "tokens": 10},
+                      limits={"wall_seconds": 60, "tokens": 100},
                       model={"mode": "anthropic", "upstream": "http://fakeapi:8080", "allow_http": True, "key_env": "ASSURE_TEST_MODEL_KEY", "prices": PRICES})
     result = run(spec)
-    assert [c["status"] for c in model_calls(result)] == [200, 403]  # the first call spends 18 of 10 tokens: the next one is denied
+    # the first call reserves max_tokens 64 + its input estimate of 100 and spends 18; 18 + the next reservation would pass 100
+    assert [c["status"] for c in model_calls(result)] == [200, 403]
     assert model_calls(result)[1]["rule"] == "budget.tokens"
     assert len(upstream_requests(server)) == 1
     stop = result.report["attempts"][0]["stopped"]

@@ -35,6 +35,7 @@ GATES = (
     HumanGate(id="hg-http", scope="http:*", approved_by="bob", expires_at=NOW + 60),
     HumanGate(id="hg-anon", scope="db:*", approved_by=" ", expires_at=NOW + 60),
 )
+SPEND = Action("model.messages", False, spends=True)
 BUDGET = Budget(tool_calls_used=3, tool_calls_limit=10, tokens_used=10, tokens_limit=100, cost_used=1.0, cost_limit=2.0, wall_seconds_used=5, wall_seconds_limit=60)
 BASE = dict(
     known_tools=frozenset({"fs.read", "fs.write", "db.execute", "http.request", "model.messages"}),
@@ -77,12 +78,21 @@ TABLE = [
     row("budget_wall_seconds", WRITE, (DENY, "budget.wall_seconds", None, None), budget=dataclasses.replace(BUDGET, wall_seconds_used=60)),
     row("budget_applies_to_reads", READ, (DENY, "budget.tokens", None, None), budget=dataclasses.replace(BUDGET, tokens_used=100)),
     row("budget_nan_is_over", WRITE, (DENY, "budget.cost", None, None), budget=dataclasses.replace(BUDGET, cost_used=float("nan"))),
+    row("budget_reservation_fits", SPEND, (ALLOW, "read_only", None, None), budget=dataclasses.replace(BUDGET, tokens_reserved=90)),
+    row("budget_reservation_passes_tokens", SPEND, (DENY, "budget.tokens", None, None), budget=dataclasses.replace(BUDGET, tokens_reserved=91)),
+    row("budget_reservation_passes_cost", SPEND, (DENY, "budget.cost", None, None), budget=dataclasses.replace(BUDGET, cost_reserved=1.5)),
+    row("budget_reservation_nan_is_over", SPEND, (DENY, "budget.cost", None, None), budget=dataclasses.replace(BUDGET, cost_reserved=float("nan"))),
+    row("budget_reservation_only_for_spending", READ, (ALLOW, "read_only", None, None), budget=dataclasses.replace(BUDGET, tokens_reserved=10**6)),
     row("budget_unlimited", WRITE, (ALLOW, "autonomy", PROPOSE, COMMIT), budget=Budget(tool_calls_used=10**9)),
     # 3 operator_halt / 4 read_only
     row("halt_blocks_mutation", WRITE, (DENY, "operator_halt", None, None), halted=True),
     row("halt_blocks_spending", Action("model.messages", False, spends=True), (DENY, "operator_halt", None, None), halted=True),
     row("spending_is_a_read_otherwise", Action("model.messages", False, spends=True), (ALLOW, "read_only", None, None)),
     row("halt_allows_reads", READ, (ALLOW, "read_only", None, None), halted=True),
+    row("halt_blocks_safe_egress", Action("http.request", False, scope="http:api.example:443", resource_mode="external"),
+        (DENY, "operator_halt", None, None), halted=True, known_tools=frozenset({"http.request"})),
+    row("safe_egress_is_a_read_otherwise", Action("http.request", False, scope="http:api.example:443", resource_mode="external"),
+        (ALLOW, "read_only", None, None), known_tools=frozenset({"http.request"})),
     row("read_needs_no_contract", READ, (ALLOW, "read_only", None, None), contract=None),
     # 5 protected_path (before the contract: even a missing contract is not the reason)
     row("protected_path", Action("fs.write", True, path="tests/test_calc.py"), (DENY, "protected_path", None, None)),
@@ -198,6 +208,8 @@ def test_inputs_carry_every_figure_the_journal_needs() -> None:
         "cost_limit": 2.0,
         "wall_seconds_used": 5,
         "wall_seconds_limit": 60,
+        "tokens_reserved": 0,
+        "cost_reserved": 0.0,
         "halted": False,
     }
     assert decide(Action("shell.exec", True), Context(**BASE)).inputs.keys() == decision.inputs.keys()

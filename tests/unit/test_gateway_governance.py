@@ -78,6 +78,25 @@ def test_halt_takes_effect_between_calls_and_is_journaled_with_latency(gateway, 
     assert not (Path(gw.config.workspace) / "after.txt").exists()
 
 
+def test_halt_stops_a_safe_http_get_before_any_socket(gateway, tmp_path, monkeypatch):
+    from assure.gateway import http as gw_http
+
+    def no_socket(*_args):
+        raise AssertionError("a halted gateway opened a connection")
+
+    monkeypatch.setattr(gw_http.http.client.HTTPConnection, "connect", no_socket)
+    control_dir = tmp_path / "control"
+    control_dir.mkdir()
+    gw, client = gateway(control_dir=str(control_dir), egress={"proxy": "127.0.0.1:9", "allow": ["api.example.invalid:80"]})
+    control.request(control_dir, run_id="run-test", actor="carol", halt=True)
+    deadline = time.monotonic() + 5
+    while not records(gw, "override_effective") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(GatewayError) as info:
+        client.call("http.request", method="GET", url="http://api.example.invalid/status")
+    assert info.value.status == 403 and records(gw)[-1]["rule"] == "operator_halt"
+
+
 def test_budget_breach_is_written_once_for_the_host(gateway, tmp_path):
     breach = tmp_path / "breach.json"
     raw_limits = {"tool_calls": 2}

@@ -211,6 +211,21 @@ def test_an_oversize_request_body_is_refused(workspace: Workspace, no_sockets: l
     assert (error.code, error.status) == ("too_large", 413)
 
 
+@pytest.mark.parametrize("method", ["GET", "HEAD", "OPTIONS", "get"])
+@pytest.mark.parametrize("extra", [{"body": ""}, {"body": "{\"delete\": true}"}, {"body_b64": "eA=="}])
+def test_a_safe_method_carries_no_body(workspace: Workspace, no_sockets: list[Any], method: str, extra: dict[str, Any]) -> None:
+    error = refused(env_with(workspace), method=method, url=f"http://{ALLOWED}/records/1", **extra)
+    assert error.code == "bad_args" and "carries no body" in error.message
+    with pytest.raises(tools.ToolError):  # refused already where the gate's scope is computed
+        TOOL.scope(env_with(workspace), {"method": method, "url": f"http://{ALLOWED}/", **extra})
+
+
+@pytest.mark.parametrize("query", ["_method=DELETE", "a=1&_method=put", "_METHOD=patch"])
+def test_a_safe_method_url_carries_no_method_parameter(workspace: Workspace, no_sockets: list[Any], query: str) -> None:
+    error = refused(env_with(workspace), method="GET", url=f"http://{ALLOWED}/x?{query}")
+    assert error.code == "bad_args" and "_method" in error.message
+
+
 # ---------------------------------------------------------------- through the proxy
 
 
@@ -260,6 +275,18 @@ def test_headers_the_agent_sets_and_only_those(workspace: Workspace, proxy: Any,
     assert not {"proxy-authorization", "keep-alive", "transfer-encoding"} & set(seen)
     call(env, method="GET", url=origin.url("/headers"))
     assert "authorization" not in {name.lower() for name, _ in origin.seen[-1].headers}
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_method_override_headers_are_dropped(workspace: Workspace, proxy: Any, origin: Origin, method: str) -> None:
+    overrides = {"X-HTTP-Method-Override": "DELETE", "X-HTTP-Method": "DELETE", "X-Method-Override": "DELETE", "X-Original-Method": "DELETE"}
+    body = {"body": "x"} if method == "POST" else {}
+    outcome = call(proxied_env(workspace, proxy, origin), method=method, url=origin.url("/headers"), headers={**overrides, "X-Kept": "1"}, **body)
+    sent = {name.lower() for name, _ in origin.seen[-1].headers}
+    assert origin.seen[-1].method == method and "x-kept" in sent
+    assert not {name.lower() for name in overrides} & sent
+    summary = outcome.record["effect" if method == "POST" else "egress"]
+    assert summary["dropped_method_overrides"] == sorted(name.lower() for name in overrides)
 
 
 def test_head_has_no_body(workspace: Workspace, proxy: Any, origin: Origin) -> None:

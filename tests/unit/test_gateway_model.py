@@ -85,6 +85,7 @@ class FakeAPI:
     server: http.server.ThreadingHTTPServer
     queue: deque[Canned] = field(default_factory=deque)
     seen: list[dict[str, Any]] = field(default_factory=list)
+    delay: float = 0.0  # seconds before each answer (so concurrent calls overlap)
 
     @property
     def key(self) -> str:
@@ -108,6 +109,7 @@ def start_api() -> FakeAPI:
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             api.seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+            time.sleep(api.delay)
             canned = api.queue.popleft() if api.queue else Canned(200, json.dumps(message()).encode())
             self.send_response(canned.status)
             self.send_header("Content-Type", canned.content_type)
@@ -351,31 +353,125 @@ def test_the_key_never_reaches_the_agent_the_journal_or_the_blobs(live: Callable
 
 def test_a_token_budget_breach_denies_the_next_call(live: Callable[..., Gateway], api: FakeAPI, tmp_path: Path) -> None:
     breach = tmp_path / "breach.json"
-    gateway = live(policy={"tokens_limit": 15}, breach_file=str(breach))
+    gateway = live(policy={"tokens_limit": 100}, breach_file=str(breach))
     client = sdk(gateway, max_retries=2)
-    client.messages.create(**ASK)  # 20 tokens: over the limit now, but this call was allowed
+    client.messages.create(**ASK)  # reserves 64 + 23 (its canonical bytes / 4) of 100, spends 20
     with pytest.raises(anthropic.PermissionDeniedError) as info:
-        client.messages.create(**ASK)
+        client.messages.create(**ASK)  # 20 + 87 would pass 100
     assert info.value.status_code == 403
     assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "permission_error"
-    assert "(budget.tokens): tokens budget exhausted (20 of 15 used)" in info.value.body["error"]["message"]
+    assert "(budget.tokens): tokens budget: 20 used + 87 reserved by this call" in info.value.body["error"]["message"]
     assert api.count == 1  # the denied call never left the gateway
     assert json.loads(breach.read_text())["counter"] == "tokens"
     journal = verify_chain(gateway.config.journal)
     assert [r["event"] for r in journal if r["event"] in ("model_call", "budget_breach")] == ["model_call", "budget_breach", "model_call"]
     denied = calls(gateway)[-1]
     assert (denied["decision"], denied["rule"], denied["status"], denied["served"]) == ("deny", "budget.tokens", 403, "gateway")
-    assert denied["inputs"]["tokens_used"] == 20 and denied["inputs"]["tokens_limit"] == 15
+    assert (denied["inputs"]["tokens_used"], denied["inputs"]["tokens_reserved"], denied["inputs"]["tokens_limit"]) == (20, 87, 100)
+    assert calls(gateway)[0]["reserved"] == {"tokens": 87, "cost": 0.00104625} and "reserved" not in denied
     with pytest.raises(anthropic.PermissionDeniedError):
         client.messages.create(**ASK)
     assert len([r for r in verify_chain(gateway.config.journal) if r["event"] == "budget_breach"]) == 1  # reported once
     assert gateway.counters.denied == 2 and api.count == 1
 
 
+def test_concurrent_calls_cannot_pass_the_token_budget_together(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"tokens_limit": 100})
+    api.delay = 0.5  # every call is in flight while the others are decided
+    statuses: list[int] = []
+
+    def one() -> None:
+        try:
+            sdk(gateway, max_retries=0).messages.create(**ASK)
+            statuses.append(200)
+        except anthropic.APIStatusError as exc:
+            statuses.append(exc.status_code)
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [200, 403, 403, 403, 403, 403]  # 87 reserved of 100: one call at a time, then 20 + 87 > 100
+    assert api.count == 1 and gateway.counters.tokens == 20 <= 100
+    assert gateway._calls._reserved_tokens == 0  # settled
+
+
+def test_a_denied_or_refused_request_stores_no_blob(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"tokens_limit": 10})  # ASK reserves 87: denied
+    client = sdk(gateway, max_retries=0)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(**ASK)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(**ASK, extra_body={"mcp_servers": [{"type": "url", "url": "https://x.invalid/", "name": "x"}]})
+    assert gateway.config.model is not None
+    assert list(Path(gateway.config.model.blob_dir).iterdir()) == [] and api.count == 0
+    assert calls(gateway)[0]["decision"] == "deny" and calls(gateway)[0]["request_sha256"]
+
+
+HOSTILE = [
+    ({"mcp_servers": [{"type": "url", "url": "https://attacker.invalid/mcp", "name": "x"}]}, {}, "request key 'mcp_servers'"),
+    ({"container": "cntr_1"}, {}, "request key 'container'"),
+    ({"speed": "fast"}, {}, "request key 'speed'"),
+    ({"future_feature": 1}, {}, "request key 'future_feature'"),
+    ({"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]}, {}, "tools[0] of type 'web_fetch_20250910'"),
+    ({"tools": [{"name": "mine", "input_schema": {"type": "object"}}, {"type": "web_search_20260209", "name": "web_search"}]}, {}, "tools[1] of type 'web_search_20260209'"),
+    ({"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}, {}, "'code_execution_20250825'"),
+    ({"tools": [{"type": "bash_20250124", "name": "bash"}]}, {}, "'bash_20250124'"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://attacker.invalid/x.png"}}]}]}, {},
+     "messages[0].content[0]: image source of type 'url'"),
+    ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+        {"type": "document", "source": {"type": "url", "url": "https://attacker.invalid/x.pdf"}}]}]}]}, {}, "document.source.url"),
+    ({"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": "file_1"}}]}]}, {}, "document.source.file"),
+    ({"messages": [{"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "web_fetch", "input": {"url": "https://x.invalid"}}]}]}, {},
+     "a block of type 'server_tool_use'"),
+    ({}, {"anthropic-beta": "mcp-client-2025-04-04"}, "anthropic-beta 'mcp-client-2025-04-04'"),
+    ({}, {"anthropic-beta": "prompt-caching-2024-07-31, code-execution-2025-05-22"}, "anthropic-beta 'code-execution-2025-05-22'"),
+]
+
+
+@pytest.mark.parametrize(("extra", "headers", "named"), HOSTILE, ids=[h[2][:40] for h in HOSTILE])
+def test_what_the_provider_would_act_on_by_itself_is_refused_and_journaled(live: Callable[..., Gateway], api: FakeAPI, extra: dict[str, Any], headers: dict[str, str], named: str) -> None:
+    gateway = live()
+    with pytest.raises(anthropic.PermissionDeniedError) as info:
+        sdk(gateway, max_retries=2).messages.create(**{**ASK, **{k: v for k, v in extra.items() if k in ASK}},
+                                                     extra_body={k: v for k, v in extra.items() if k not in ASK}, extra_headers=headers)
+    assert named in info.value.message and "model.allow." in info.value.message
+    assert api.count == 0  # nothing reached the upstream, and the SDK was told not to retry
+    rejected = [r for r in verify_chain(gateway.config.journal) if r["event"] == "request_rejected"]
+    assert [(r["status"], r["code"]) for r in rejected] == [(403, "feature_refused")] and named in rejected[0]["reason"]
+
+
+def test_the_default_features_pass_and_the_spec_allows_more_by_name(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    plain = live("plain")
+    ordinary = {"system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}], "tools": [{"name": "mine", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"},
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                                          {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}]}
+    sdk(plain).messages.create(**{**ASK, **ordinary}, extra_body={"temperature": 0.5}, extra_headers={"anthropic-beta": "prompt-caching-2024-07-31"})
+    assert api.count == 1
+    allowed = live("allowed", model={"allow": {"tool_types": ["web_search_20250305"], "betas": ["mcp-client-2025-04-04"]}})
+    api.push(200, message(usage={**USAGE, "server_tool_use": {"web_search_requests": 3, "web_fetch_requests": 0}}))
+    sdk(allowed).messages.create(**ASK, tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}],  # type: ignore[list-item]
+                                 extra_headers={"anthropic-beta": "mcp-client-2025-04-04"})
+    assert api.count == 2 and api.seen[-1]["headers"]["anthropic-beta"] == "mcp-client-2025-04-04"
+    record = calls(allowed)[-1]
+    tokens_cost = (10 * 3 + 5 * 15 + 2 * 3.75 + 3 * 0.3) / 1_000_000
+    assert record["server_tool_use"] == {"web_search_requests": 3, "web_fetch_requests": 0}
+    assert record["cost"] == pytest.approx(tokens_cost + 3 * 0.01)  # the search fee is counted
+    assert record["reserved"]["cost"] > 3 * 0.01  # max_uses searches were reserved
+
+
+def test_with_a_cost_limit_a_fee_tool_needs_max_uses(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"cost_limit": 10}, model={"allow": {"tool_types": ["web_search_20250305"]}})
+    with pytest.raises(anthropic.PermissionDeniedError) as info:
+        sdk(gateway).messages.create(**ASK, tools=[{"type": "web_search_20250305", "name": "web_search"}])  # type: ignore[list-item]
+    assert "has no max_uses" in info.value.message and api.count == 0
+
+
 def test_a_cost_budget_breach_denies_the_next_call(live: Callable[..., Gateway], api: FakeAPI) -> None:
-    gateway = live(policy={"cost_limit": 0.0001})
+    gateway = live(policy={"cost_limit": 0.0011})
     client = sdk(gateway)
-    client.messages.create(**ASK)  # costs 0.0001134
+    client.messages.create(**ASK)  # reserves 0.00104625 (23 input tokens at the cache-write price, 64 output), costs 0.0001134
     with pytest.raises(anthropic.PermissionDeniedError) as info:
         client.messages.create(**ASK)
     assert "budget.cost" in info.value.message
@@ -560,6 +656,10 @@ def test_config_model_section(gateway_config: Callable[..., dict[str, Any]], api
     assert config.model is not None
     assert (config.model.upstream, config.model.key_file, config.model.timeout_seconds) == ("https://api.anthropic.com", "/run/secrets/key", 600.0)
     assert config.model.prices[MODEL_ID] == Price(3.0, 15.0, 3.75, 0.3)
+    assert (dict(config.model.allow), dict(config.model.server_tool_fees)) == ({}, {"web_search_requests": 0.01, "web_fetch_requests": 0.0})
+    allowing = parse({**raw, "egress": net, "model": {**good, "allow": {"betas": ["mcp-client-2025-04-04"]}, "server_tool_fees": {"web_search_requests": 0.02}}}).model
+    assert allowing is not None and allowing.allow == {"betas": frozenset({"mcp-client-2025-04-04"})}
+    assert allowing.server_tool_fees == {"web_search_requests": 0.02, "web_fetch_requests": 0.0}
     replay = {"mode": "replay", "recording": {"journals": ["/rec/journal.jsonl"], "blob_dir": "/rec/blobs"}, "blob_dir": "/state/blobs"}
     assert parse({**raw, "model": replay}).model.recording == ("/rec/journal.jsonl",)  # type: ignore[union-attr]
     for bad, extra, field_name in [
@@ -577,6 +677,10 @@ def test_config_model_section(gateway_config: Callable[..., dict[str, Any]], api
         ({**replay, "recording": {"journals": []}}, {}, "model.recording.journals"),
         ({"mode": "scripted", "blob_dir": "/b"}, {}, "model.script"),
         ({**good, "timeout_seconds": 0}, {"egress": net}, "model.timeout_seconds"),
+        ({**good, "allow": {"tools": ["web_search_20250305"]}}, {"egress": net}, "model.allow.tools"),
+        ({**good, "allow": {"betas": "mcp-client-2025-04-04"}}, {"egress": net}, "model.allow.betas"),
+        ({**good, "server_tool_fees": {"web_search_requests": -1}}, {"egress": net}, "model.server_tool_fees.web_search_requests"),
+        ({**good, "server_tool_fees": {"code_execution_hours": 1}}, {"egress": net}, "model.server_tool_fees.code_execution_hours"),
     ]:
         with pytest.raises(ConfigError) as info:
             parse({**raw, **extra, "model": bad})

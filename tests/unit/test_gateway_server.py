@@ -395,9 +395,35 @@ def test_connections_over_every_slot_are_closed_not_queued(start_gateway) -> Non
     finally:
         for sock in socks:
             sock.close()
+    gateway.shutdown()  # the dropped ones are journaled in batches, the last at shutdown
     reasons = [r["reason"] for r in journal(gateway) if r.get("code") == "too_many_connections"]
-    assert sum(reason.endswith("closed without an answer") for reason in reasons) == 3
+    assert sum(int(reason.split("; ")[1].split()[0]) for reason in reasons if reason.endswith("closed without an answer")) == 3
     assert sum(reason.endswith("answered 503") for reason in reasons) == 4
+
+
+def test_the_accept_loop_never_waits_for_the_dispatcher(start_gateway) -> None:
+    gateway = start_gateway(max_connections=1, read_timeout_seconds=5)
+    with gateway._calls._lock:  # as during a long tool call (an http.request holds it up to 30 s)
+        socks = [raw_connect(gateway) for _ in range(1 + 4 + 3)]  # 1 served, 4 waiting for 503, 3 to drop
+        try:
+            for sock in socks[5:]:  # each closed by the acceptor while the lock is held
+                assert sock.recv(100) == b""
+        finally:
+            for sock in socks:
+                sock.close()
+    gateway.shutdown()
+    reasons = [r["reason"] for r in journal(gateway) if r.get("code") == "too_many_connections"]
+    assert sum(int(reason.split("; ")[1].split()[0]) for reason in reasons if reason.endswith("closed without an answer")) == 3
+
+
+def test_an_idle_kept_alive_connection_is_closed(start_gateway) -> None:
+    gateway = start_gateway(idle_timeout_seconds=0.2)
+    with raw_connect(gateway) as silent, raw_connect(gateway) as used:
+        used.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
+        assert used.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        assert used.recv(100) == b"" and silent.recv(100) == b""  # closed by the gateway, not by the 5 s socket timeout
+    wait_for(lambda: not gateway._conns)
+    assert "request_rejected" not in events(gateway)
 
 
 # ---------------------------------------------------------------- fail closed

@@ -1,12 +1,15 @@
 """The hardened container settings, checked without Docker (the integration tests observe them live)."""
 
+import dataclasses
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from assure import spec
-from assure.sandbox import hardening
-from assure.verify.container import containment
+from assure.sandbox import hardening, runtimes, seccomp
+from assure.verify.container import containment, containment_checked
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
 
@@ -24,14 +27,16 @@ def test_agent_container_is_sealed(benign, tmp_path):
     kw = hardening.agent_kwargs(benign, image="img", name="n", mounts=mounts(tmp_path), labels={"a": "b"}, env={"ASSURE_RUN_ID": "r"})
     assert kw["network_mode"] == "none"
     assert kw["cap_drop"] == ["ALL"] and "cap_add" not in kw
-    assert kw["security_opt"] == ["no-new-privileges:true"]
+    assert kw["security_opt"] == ["no-new-privileges:true", f"seccomp={seccomp.profile_text()}"]
     assert kw["read_only"] is True
     assert kw["ipc_mode"] == "none"
     assert kw["privileged"] is False
     assert kw["pids_limit"] == 128
     assert kw["mem_limit"] == kw["memswap_limit"] == 512 * 2**20
     assert kw["nano_cpus"] == 1_000_000_000
-    assert kw["ulimits"] == [{"name": "nofile", "soft": 1024, "hard": 1024}]
+    nproc = 128 + hardening.GATEWAY_PIDS + hardening.EGRESS_PIDS
+    assert kw["ulimits"] == [{"name": "nofile", "soft": 1024, "hard": 1024}, {"name": "fsize", "soft": 2**30, "hard": 2**30},
+                             {"name": "core", "soft": 0, "hard": 0}, {"name": "nproc", "soft": nproc, "hard": nproc}]
     assert kw["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,noexec,size={64 * 2**20}"}
     assert kw["log_config"]["config"]["max-size"] == hardening.LOG_MAX
     assert kw["user"].split(":")[0] != "0"
@@ -68,13 +73,194 @@ def test_socket_volume_is_a_private_tmpfs_owned_by_the_sandbox_user(benign):
     assert f"uid={uid},gid={gid}" in opts["o"] and "noexec" in opts["o"]
 
 
-def test_containment_accepts_the_settings_we_ask_for():
-    good = {"HostConfig": {"NetworkMode": "none", "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
-                           "SecurityOpt": ["no-new-privileges:true"], "IpcMode": "none", "PidMode": "", "Devices": [],
-                           "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"], "ReadonlyRootfs": True},
-            "Config": {"User": "10001:10001"}}
-    assert containment(good, read_only_root=True) == []
+def good_inspect(spec_json, **host_config):
+    """An inspect dict as the engine reports a container created with exactly what we ask for."""
+    limits = spec_json["limits"]
+    return {"HostConfig": {"NetworkMode": "none", "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
+                           "SecurityOpt": ["no-new-privileges:true", seccomp.security_opt()], "IpcMode": "none", "PidMode": "",
+                           "Devices": [], "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"],
+                           "ReadonlyRootfs": True, "Runtime": "runc", "Tmpfs": {"/tmp": hardening.tmpfs_options(limits["tmpfs"])},
+                           "Ulimits": [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]}
+                                       for u in hardening.ulimits(limits["nofile"], limits["pids"], limits["disk"])], **host_config},
+            "Config": {"User": "10001:10001"}, "AppArmorProfile": "",
+            "Mounts": [{"Type": "bind", "Source": "/home/u/.assure/runs/r/attempts/1/workspace.fs/workspace", "Destination": "/workspace", "RW": True},
+                       {"Type": "volume", "Name": "sock", "Destination": "/run/assure", "RW": False},
+                       {"Type": "bind", "Source": os.path.normpath(spec_json["agent"]["files"]), "Destination": "/opt/agent", "RW": False}]}
+
+
+def failed(inspect, spec_json, engine=("name=seccomp,profile=default",)):
+    return sorted(f.subject for f in containment(inspect, spec_json, list(engine), "1"))
+
+
+def test_containment_accepts_the_settings_we_ask_for(benign):
+    s = benign.to_json()
+    good = good_inspect(s)
+    assert failed(good, s) == []
     bad = {**good, "HostConfig": {**good["HostConfig"], "NetworkMode": "bridge", "Binds": ["/var/run/docker.sock:/s"]}, "Config": {"User": "0"}}
-    subjects = sorted(f.subject for f in containment(bad, read_only_root=True))
-    assert subjects == ["Config.User", "HostConfig.Binds", "HostConfig.NetworkMode"]
-    assert [f.subject for f in containment(good, read_only_root=False)] == ["HostConfig.ReadonlyRootfs"]
+    assert failed(bad, s) == ["Config.User", "HostConfig.Binds", "HostConfig.NetworkMode"]
+    assert failed(good, {**s, "sandbox": {**s["sandbox"], "read_only_root": False}}) == ["HostConfig.ReadonlyRootfs"]
+
+
+@pytest.mark.parametrize("security_opt", [
+    ["no-new-privileges:true"],                                   # the engine's default profile, not ours
+    ["no-new-privileges:true", "seccomp=unconfined"],
+    ["no-new-privileges:true", seccomp.security_opt().replace('"io_uring_setup",', "")],  # our profile, edited
+    ["no-new-privileges:true", seccomp.security_opt(), "seccomp=unconfined"],
+])
+def test_containment_requires_our_seccomp_profile(benign, security_opt):
+    s = benign.to_json()
+    assert failed(good_inspect(s, SecurityOpt=security_opt), s) == ["HostConfig.SecurityOpt seccomp"]
+
+
+def test_containment_reports_a_profile_by_digest_not_its_text(benign):
+    s = benign.to_json()
+    [finding] = containment(good_inspect(s, SecurityOpt=["no-new-privileges:true", "seccomp={}"]), s, ["name=seccomp"], "1")
+    assert len(finding.message) < 300 and f"sha256:{seccomp.digest('{}')}" in finding.message
+
+
+def test_containment_requires_an_engine_that_applies_seccomp(benign):
+    s = benign.to_json()
+    assert failed(good_inspect(s), s, engine=["name=apparmor"]) == ["AppArmorProfile", "engine seccomp support"]
+
+
+def test_containment_refuses_unconfined_apparmor(benign):
+    s = benign.to_json()
+    engine = ["name=apparmor", "name=seccomp,profile=default"]
+    assert failed({**good_inspect(s), "AppArmorProfile": "docker-default"}, s, engine) == []
+    assert failed({**good_inspect(s), "AppArmorProfile": "unconfined"}, s, engine) == ["AppArmorProfile"]
+    assert failed({**good_inspect(s), "AppArmorProfile": ""}, s, engine) == ["AppArmorProfile"]
+    opt = ["no-new-privileges:true", seccomp.security_opt(), "apparmor=unconfined"]
+    assert failed(good_inspect(s, SecurityOpt=opt), s) == ["AppArmorProfile"]
+    assert failed(good_inspect(s), s) == []  # an engine without AppArmor reports no profile
+
+
+def test_containment_requires_the_spec_runtime(benign):
+    s = benign.to_json()
+    assert failed(good_inspect(s, Runtime="runsc"), s) == ["HostConfig.Runtime"]
+    assert failed(good_inspect(s, Runtime="runsc"), {**s, "sandbox": {**s["sandbox"], "runtime": "runsc"}}) == []
+
+
+def test_containment_requires_exactly_the_expected_mounts_and_modes(benign):
+    s = benign.to_json()
+    good = good_inspect(s)
+    extra = {**good, "Mounts": good["Mounts"] + [{"Type": "bind", "Source": "/home", "Destination": "/mnt", "RW": False}]}
+    writable_socket = {**good, "Mounts": [{**m, "RW": True} if m["Destination"] == "/run/assure" else m for m in good["Mounts"]]}
+    missing_agent_files = {**good, "Mounts": good["Mounts"][:2]}
+    for inspect in (extra, writable_socket):
+        assert failed(inspect, s) == ["Mounts"]
+    assert failed(missing_agent_files, s) == ["Mounts", "Mounts sources"]
+    assert failed(missing_agent_files, {**s, "agent": {**s["agent"], "files": None}}) == []
+
+
+@pytest.mark.parametrize("destination, source", [
+    ("/workspace", "/"),                                            # the host's root as the workspace
+    ("/workspace", "/home/u/.assure/runs/r/attempts/2/workspace"),  # another attempt's workspace
+    ("/opt/agent", "/home/u"),                                      # not the spec's agent files
+])
+def test_containment_requires_the_bind_sources(benign, destination, source):
+    s = benign.to_json()
+    good = good_inspect(s)
+    moved = {**good, "Mounts": [{**m, "Source": source} if m["Destination"] == destination else m for m in good["Mounts"]]}
+    assert failed(moved, s) == ["Mounts sources"]
+
+
+@pytest.mark.parametrize("tmpfs", [
+    {"/tmp": "rw,nosuid,nodev,size=67108864"},                 # exec allowed
+    {"/tmp": "rw,nosuid,noexec,size=67108864"},                # devices allowed
+    {"/tmp": "rw,nodev,noexec,size=67108864"},                 # setuid allowed
+    {"/tmp": "rw,nosuid,nodev,noexec,size=1073741824"},        # bigger than the spec says
+    {"/tmp": "rw,nosuid,nodev,noexec"},                        # no size: half the host's memory
+    {"/tmp": "rw,nosuid,nodev,noexec,size=67108864", "/var/tmp": "rw"},
+    None,
+])
+def test_containment_requires_the_tmp_tmpfs_options(benign, tmpfs):
+    s = benign.to_json()
+    assert failed(good_inspect(s, Tmpfs=tmpfs), s) == ["HostConfig.Tmpfs"]
+
+
+def test_containment_requires_the_ulimits(benign):
+    s = benign.to_json()
+    good = good_inspect(s)
+    no_core_limit = [u for u in good["HostConfig"]["Ulimits"] if u["Name"] != "core"]
+    raised = [{**u, "Hard": u["Hard"] * 2} if u["Name"] == "nproc" else u for u in good["HostConfig"]["Ulimits"]]
+    for ulimits in (no_core_limit, raised, None):
+        assert failed(good_inspect(s, Ulimits=ulimits), s) == ["HostConfig.Ulimits"]
+
+
+def test_every_check_is_named_in_the_record(benign):
+    checked = containment_checked(benign.to_json())
+    assert {"HostConfig.Runtime", "HostConfig.SecurityOpt seccomp", "AppArmorProfile", "Mounts", "HostConfig.Tmpfs",
+            "HostConfig.Ulimits", "HostConfig.NetworkMode"} <= set(checked)
+    assert len(checked) == len(set(checked))
+
+
+def test_the_profile_is_dockers_default_with_the_exploit_syscalls_denied():
+    import json
+
+    base = json.loads(seccomp.BASE.read_text())
+    ours = json.loads(seccomp.profile_text())
+    assert ours["defaultAction"] == base["defaultAction"] == "SCMP_ACT_ERRNO"
+    allowed = {n for r in ours["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
+    assert "io_uring_setup" in {n for r in base["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
+    assert not allowed & set(seccomp.DENIED)
+    [deny] = [r for r in ours["syscalls"] if set(seccomp.DENIED) & set(r["names"])]
+    assert deny["action"] == "SCMP_ACT_ERRNO" and deny["errnoRet"] == 1 and sorted(deny["names"]) == sorted(seccomp.DENIED)
+    # everything else the base allows is still allowed, under the same conditions
+    kept = [{**r, "names": [n for n in r["names"] if n not in seccomp.DENIED]} for r in base["syscalls"]]
+    assert [r for r in kept if r["names"]] == ours["syscalls"][:-1]
+
+def test_containment_names_a_runtime_other_than_the_specs(benign):
+    s = benign.to_json()
+    wanted = {**s, "sandbox": {**s["sandbox"], "runtime": "runsc"}}
+    assert failed(good_inspect(s), wanted) == ["HostConfig.Runtime"]
+    assert "HostConfig.Runtime" in failed(good_inspect(s, Runtime=None), s)
+
+
+def gvisor(benign):
+    return dataclasses.replace(benign, sandbox=dataclasses.replace(benign.sandbox, runtime="runsc"))
+
+
+def test_under_gvisor_the_agent_and_checks_run_in_runsc_and_the_sidecars_in_runc(benign, tmp_path):
+    spec = gvisor(benign)
+    m = dataclasses.replace(mounts(tmp_path), socket_volume=str(tmp_path / "socket"))
+    agent = hardening.agent_kwargs(spec, image="i", name="a", mounts=m, labels={}, env={})
+    gateway = hardening.gateway_kwargs(spec, image="g", name="g", mounts=m, labels={})
+    egress = hardening.egress_kwargs(spec, image="e", name="e", config_dir=tmp_path, log_dir=tmp_path, labels={}, network="n")
+    assert agent["runtime"] == "runsc" and hardening.common_kwargs(spec, {}, "1m", 8)["runtime"] == "runsc"
+    assert gateway["runtime"] == egress["runtime"] == "runc"
+    # the socket folder is a bind mount (no `nocopy`, which only volumes take): read-only for the agent
+    assert agent["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "ro"}
+    assert gateway["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "rw"}
+    # the pids cgroup counts gVisor's own host tasks: the spec's limit is scaled, the sidecars' is not
+    assert agent["pids_limit"] == runtimes.pids_limit("runsc", 128) > 128
+    assert gateway["pids_limit"] == hardening.GATEWAY_PIDS
+
+
+def test_under_runc_every_container_runs_in_runc_with_the_socket_volume(benign, tmp_path):
+    m = mounts(tmp_path)
+    for kw in (hardening.agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={}),
+               hardening.gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})):
+        assert kw["runtime"] == "runc" and kw["volumes"]["vol-sock"]["mode"].endswith(",nocopy")
+    assert not runtimes.socket_on_host("runc") and runtimes.socket_on_host("runsc")
+
+
+def test_the_socket_folder_is_private_to_the_sandbox_user(benign, tmp_path):
+    folder = tmp_path / "socket"
+    hardening.make_socket_folder(folder, gvisor(benign))
+    st = folder.stat()
+    assert stat.S_IMODE(st.st_mode) == 0o700
+    assert (st.st_uid, st.st_gid) == hardening.sandbox_user(benign) or os.geteuid() != 0
+    with pytest.raises(FileExistsError):  # never reuses a folder that is already there
+        hardening.make_socket_folder(folder, benign)
+
+
+def test_a_runsc_registered_without_host_uds_or_oci_seccomp_is_refused_with_the_registration():
+    engine = {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]}}
+    assert "--host-uds=open" in runtimes.problem("runsc", engine)
+    assert "--oci-seccomp" in runtimes.problem("runsc", {"runsc": {"runtimeArgs": ["--host-uds=open"]}})
+    assert "no runtime 'runsc'" in runtimes.problem("runsc", {"runc": {}})
+    for args in (["--host-uds=open", "--oci-seccomp"], ["--host-uds=all", "--network=none", "-oci-seccomp"], ["--fsgofer-host-uds", "--oci-seccomp=true"]):
+        assert runtimes.problem("runsc", {"runsc": {"runtimeArgs": args}}) is None
+    assert runtimes.problem("runc", engine) is None
+    fix = runtimes.fix("runsc")
+    assert '"runtimeArgs": ["--host-uds=open", "--network=none", "--oci-seccomp"]' in fix and "kill -HUP" in fix and "daemon.json" in fix

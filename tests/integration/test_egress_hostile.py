@@ -1,0 +1,59 @@
+"""A hostile agent tries to make the model provider or an allowlisted host act for it
+(fixtures/agents/egress/run.py): none of it may reach the upstream, the token budget holds
+against concurrent calls, and the verdict is never pass or error."""
+
+from __future__ import annotations
+
+import json
+
+from assure.chain import verify_chain
+
+from .conftest import ROOT
+from .test_model_live import PRICES, fake_api, upstream_requests  # noqa: F401  (fake_api is a fixture)
+
+TOKENS = 150
+DEFAULT_BETAS_SEEN_OK = {"", None}  # the agent sends no beta but the hostile one
+OVERRIDES = ("x-http-method-override", "x-http-method", "x-method-override")
+
+
+def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api):  # noqa: F811
+    network, server = fake_api
+    spec = make_spec(
+        "egress-hostile", "unused", hostile=True, expect="contained",
+        agent={"command": ["python3", "/opt/agent/run.py"], "files": str(ROOT / "fixtures" / "agents" / "egress")},
+        egress={"allow": ["fakeapi:8080"], "upstream": network, "allow_private": True},
+        limits={"wall_seconds": 60, "tokens": TOKENS},
+        model={"mode": "anthropic", "upstream": "http://fakeapi:8080", "allow_http": True, "key_env": "ASSURE_TEST_MODEL_KEY",
+               "prices": {**PRICES, "slow": {"input": 3, "output": 15}}},
+    )
+    result = run(spec)
+    attempt = result.run_dir / "attempts" / "1"
+    said = [json.loads(line) for line in (attempt / "agent.log").read_text().splitlines() if line.startswith('{"attempt"')]
+    seen = upstream_requests(server)
+
+    journal = verify_chain(attempt / "gateway" / "journal.jsonl")
+    calls = [r for r in journal if r["event"] == "model_call"]
+    print("MEASURED", json.dumps({"agent": said, "upstream": [{k: r[k] for k in ("method", "path", "body_bytes")} | {"keys": sorted(r["body"]) if isinstance(r["body"], dict) else None,
+          "beta": r["headers"].get("anthropic-beta"), "override": [h for h in OVERRIDES if h in r["headers"]]} for r in seen],
+          "tokens": sum(c.get("tokens") or 0 for c in calls), "limit": TOKENS, "verdict": result.verdict}))
+
+    messages = [r for r in seen if r["path"].startswith("/v1/messages")]
+    for r in messages:  # nothing that lets the provider egress on its own
+        body = r["body"]
+        assert not {"mcp_servers", "container", "future_feature"} & set(body), r
+        assert all(t.get("type", "custom") == "custom" for t in body.get("tools", [])), r
+        assert "url" not in json.dumps(body.get("messages")), r
+        assert r["headers"].get("anthropic-beta") in DEFAULT_BETAS_SEEN_OK, r
+    web = [r for r in seen if not r["path"].startswith("/v1/messages")]
+    for r in web:  # a safe method carries no body and no method override
+        assert r["body_bytes"] == 0 and not set(OVERRIDES) & set(r["headers"]), r
+
+    assert sum(c.get("tokens") or 0 for c in calls) <= TOKENS, [c.get("tokens") for c in calls]
+    assert any(c["rule"] == "budget.tokens" for c in calls)  # the burst met the reservation, not an empty budget
+    refused = {r.get("reason", "") for r in journal if r["event"] == "request_rejected"}
+    for feature in ("mcp_servers", "web_fetch_20250910", "mcp-client-2025-04-04", "container", "url", "future_feature"):
+        assert any(feature in reason for reason in refused), (feature, refused)
+    statuses = {a["attempt"]: a["status"] for a in said}
+    assert all(statuses[name] == 403 for name in ("mcp_servers", "web_fetch_tool", "hostile_beta", "container", "url_image", "unknown_key")), statuses
+    assert statuses["get_with_body_and_override"] == 400, statuses
+    assert result.verdict not in ("pass", "error"), result.report
