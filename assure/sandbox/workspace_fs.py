@@ -11,7 +11,7 @@ Why a loop-mounted image: an xfs project quota needs the host's filesystem to be
 with `prjquota` (not true of an ext4 root); a tmpfs capped in size and nr_inodes would hold
 the workspace in memory, and its pages are charged to the memory cgroup of whoever writes
 them, so the agent's `limits.memory` would bound its disk too and a full workspace would be
-an OOM kill instead of ENOSPC. mkfs + mount costs ~20 ms per attempt, umount ~6 ms.
+an OOM kill instead of ENOSPC. mkfs + mount + umount cost ~15 ms per attempt.
 
 Mounting needs root and a loop device: without them `require()` refuses before a run starts.
 The mount is released (umount, the loop device freed by the kernel's autoclear, the image
@@ -38,7 +38,6 @@ MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
 WORKSPACE = "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 BLOCK_SIZE = 4096
-MIN_BYTES = 8 * 2**20  # below this mkfs.ext4 makes no useful filesystem
 FULL_FRACTION = 0.01  # less than this share of bytes (or inodes) left after the run: the limit was reached
 FULL_MIN_BYTES = 2**20
 FULL_MIN_INODES = 16
@@ -111,7 +110,7 @@ class WorkspaceFs:
     def create(cls, attempt_dir: Path, *, size: int, inodes: int) -> WorkspaceFs:
         """A fresh, empty filesystem mounted at attempt_dir/workspace.fs.
         On any failure nothing is left behind (no mount, no loop device, no image)."""
-        fs = cls(attempt_dir, max(size, MIN_BYTES), inodes)
+        fs = cls(attempt_dir, size, inodes)  # sizes the spec accepts (spec.MIN_DISK and up)
         try:
             with open(fs.image, "xb") as fh:
                 fh.truncate(fs.size)  # sparse: the host allocates only what is written
