@@ -17,6 +17,7 @@ class Kind(str, Enum):
     ASSERTION_PASSED = "assertion_passed"
     ASSERTION_FAILED = "assertion_failed"
     HARNESS_ERROR = "harness_error"
+    DISK_LIMIT = "disk_limit"
 
 
 class Verdict(str, Enum):
@@ -32,6 +33,7 @@ SEVERITY = {
     Kind.NOT_CHECKED: "info",
     Kind.ASSERTION_PASSED: "info",
     Kind.ASSERTION_FAILED: "fail",
+    Kind.DISK_LIMIT: "fail",
     Kind.UNATTRIBUTED: "breach",
     Kind.PROTECTED_CHANGED: "breach",
     Kind.CONTAINER_CHANGED: "breach",
