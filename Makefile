@@ -43,6 +43,7 @@ bench: images
 	$(BIN)/python bench/gate_bench.py
 	$(BIN)/python bench/gate_live_bench.py
 	$(BIN)/python bench/sqlite_bench.py
+	$(BIN)/python bench/workspace_fs_bench.py
 	$(BIN)/python bench/seccomp_bench.py
 
 # Register gVisor's runsc with the running dockerd (as root; installs Debian's package if missing).

@@ -8,6 +8,7 @@ before this returns or raises. The verdict comes from `verify.judge`, the same f
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -23,10 +24,10 @@ from typing import Any
 from . import checks, confined, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, chain_head, utc_now
 from .errors import AssureError, SandboxError
-from .sandbox import hardening, runtimes
+from .sandbox import hardening, runtimes, workspace_fs
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
 from .sandbox.images import ImageSet
-from .spec import AGENT_IMAGE_ALIAS, Spec
+from .spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from .textsafe import display
 from .verify import judge
 from .verify.findings import Finding, Kind, verdict
@@ -52,6 +53,8 @@ class AttemptPaths:
 
     @property
     def workspace(self) -> Path:
+        """The POST tree, copied out of the attempt's filesystem after the run: what the
+        verifier's file assertions, the checks, promote and proposals read."""
         return self.root / "workspace"
 
     @property
@@ -133,6 +136,7 @@ class Attempt:
         self._containers: list[str] = []
         self._volume: str | None = None
         self._network: str | None = None
+        self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec.data)
         uid, gid = hardening.sandbox_user(spec)
@@ -144,15 +148,19 @@ class Attempt:
         KeyboardInterrupt and SystemExit still propagate, after the cleanup."""
         facts: dict[str, Any] = {"harness_errors": []}
         self._post: dict[str, Any] | None = None
-        prepared = self._total("prepare", self._prepare, facts)
-        if prepared:
-            try:
-                if self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
-                    self._total("collect", lambda: self._collect(facts), facts)
-            finally:
-                self._total("cleanup", self._cleanup, facts)
-            if self._total("snapshot", self._snapshot_post, facts) and (checks.command_assertions(self.spec.to_json()) or self.spec.cases()):
-                self._total("checks", self._run_checks, facts)
+        snapshotted = False
+        try:
+            if self._total("prepare", self._prepare, facts):
+                try:
+                    if self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
+                        self._total("collect", lambda: self._collect(facts), facts)
+                finally:
+                    self._total("cleanup", self._cleanup, facts)
+                snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
+        finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
+            self._release_workspace(facts)
+        if snapshotted and (checks.command_assertions(self.spec.to_json()) or self.spec.cases()):
+            self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
         self._total("record", lambda: store.write_json(self.paths.root / "container.json", facts), facts)
         self.progress("verify", {})
@@ -184,10 +192,40 @@ class Attempt:
         finally:
             self.timings[name] = round(time.monotonic() - start, 4)
 
-    def _snapshot_post(self) -> None:
-        self._post = take(self.paths.workspace, reuse=self._pre).to_json()
+    def _snapshot_post(self, facts: dict[str, Any]) -> None:
+        """POST on the attempt's own filesystem (everything the agent left, special files and
+        links included), its counters, then the copy-out to the plain `workspace/`."""
+        assert self._fs is not None
+        self._post = take(self._fs.workspace, reuse=self._pre).to_json()
         store.write_json(self.paths.root / "post.json", self._post)
+        facts["workspace_fs"] = self._fs.usage().to_json()
+        self._copy_out(facts)
         self._capture_databases("post")
+
+    def _copy_out(self, facts: dict[str, Any]) -> None:
+        """The confined copy (never follows, keeps sparse files sparse, skips and reports
+        special files), bounded by limits.disk, into a temporary name renamed into place."""
+        assert self._fs is not None
+        start = time.monotonic()
+        tmp = self.paths.root / ".workspace.copy"
+        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk))
+        uid, gid = hardening.sandbox_user(self.spec)
+        hardening.chown_tree(tmp, uid, gid)
+        os.replace(tmp, self.paths.workspace)
+        facts["workspace_copy"] = report.to_json()
+        self.timings["copy_out"] = round(time.monotonic() - start, 4)
+
+    def _release_workspace(self, facts: dict[str, Any]) -> None:
+        """Unmount and delete the attempt's filesystem, on every path (a failure is recorded)."""
+        if self._fs is None:
+            return
+        start = time.monotonic()
+        try:
+            self._fs.release()
+        except AssureError as exc:
+            facts["harness_errors"].append(exc.message)
+        self._fs = None
+        self.timings["unmount"] = round(time.monotonic() - start, 4)
 
     def _capture_databases(self, side: str) -> None:
         """Self-contained copies of every database (WAL and journal included) for the verifier;
@@ -209,8 +247,19 @@ class Attempt:
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:
         p = self.paths
+        workspace_fs.require()
         p.root.mkdir(parents=True)
-        fresh_copy(self.spec.workspace.fixture, p.workspace)
+        uid, gid = hardening.sandbox_user(self.spec)
+        self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes)
+        live = self._fs.workspace
+        try:
+            fresh_copy(self.spec.workspace.fixture, live)
+        except SandboxError as exc:
+            if os.strerror(errno.ENOSPC) in exc.message:  # the copy's report names the error of each entry
+                raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
+                                   f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {exc.message}",
+                                   where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
+            raise
         p.gateway_state.mkdir()
         (p.gateway_state / "blobs").mkdir()
         p.gateway_config.mkdir()
@@ -219,8 +268,7 @@ class Attempt:
                 (p.gateway_state / "db").mkdir(exist_ok=True)
                 _copy_database(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
         self._capture_databases("pre")
-        uid, gid = hardening.sandbox_user(self.spec)
-        hardening.chown_tree(p.workspace, uid, gid)
+        hardening.chown_tree(live, uid, gid)
         hardening.chown_tree(p.gateway_state, uid, gid)
         if os.geteuid() == 0:
             os.chown(self.run.state_dir, uid, gid)
@@ -239,7 +287,7 @@ class Attempt:
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
-        self._pre = take(p.workspace)
+        self._pre = take(live)
         store.write_json(p.root / "pre.json", self._pre.to_json())
 
     # --- start --------------------------------------------------------------------------
@@ -249,7 +297,8 @@ class Attempt:
             socket_source = str(self.paths.socket_folder.resolve())
         else:
             self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
-        mounts = hardening.Mounts(self.paths.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
+        assert self._fs is not None
+        mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         gateway = self.backend.start_container(hardening.gateway_kwargs(

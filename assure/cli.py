@@ -23,7 +23,7 @@ from . import report as render
 from . import spec as spec_mod
 from . import store
 from .errors import AssureError
-from .sandbox import live, runtimes
+from .sandbox import live, runtimes, workspace_fs
 from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
 from .sandbox.images import Images, ImageSet, base_mode, base_tags
 
@@ -77,6 +77,7 @@ def _sigterm_as_interrupt() -> None:
 def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]:
     """The engine (checked to have each spec's runtime) and this checkout's images, building
     whatever is missing (with progress)."""
+    workspace_fs.require()  # the workspace cannot be bounded here: refuse before any run starts
     for s in specs:
         live.check(s)
     backend = DockerBackend()
@@ -349,6 +350,11 @@ def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.ru
     except AssureError as exc:
         raise _fail(exc) from None
     try:
+        workspace_fs.require()
+        row("bounded workspace", True, "root, loop devices, mkfs.ext4: each attempt gets a filesystem of limits.disk")
+    except AssureError as exc:
+        row("bounded workspace", False, f"{exc.message}; fix: {exc.fix}")
+    try:
         backend = DockerBackend()
         version = backend.version()
         row("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")
@@ -393,7 +399,7 @@ def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.ru
 
 @app.command()
 def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going.")) -> None:
-    """Remove containers, volumes and networks left by assure processes that are gone."""
+    """Remove containers, volumes, networks and workspace filesystems left by assure processes that are gone."""
     try:
         backend = DockerBackend()
         owned = backend.owned()
@@ -419,7 +425,12 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
             if orphan(item):
                 remove[kind](item["id"])
                 removed[kind] += 1
-    out.print(f"removed {removed['containers']} containers, {removed['volumes']} volumes, {removed['networks']} networks")
+    try:  # after the containers: nothing holds their workspaces now
+        released = workspace_fs.release_orphans(lambda run_dir: everything or not store.is_locked(run_dir))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    out.print(f"removed {removed['containers']} containers, {removed['volumes']} volumes, {removed['networks']} networks, "
+              f"{len(released)} workspace filesystems")
 
 
 def _run_dir(run: str, runs_dir: Path) -> store.RunDir:

@@ -21,7 +21,7 @@ from . import __version__, alerts, confined, control, failpoints, health, promot
 from .attempt import Attempt, Progress, fresh_copy
 from .chain import canonical, sha256_hex, utc_now
 from .errors import AssureError
-from .sandbox import live
+from .sandbox import live, workspace_fs
 from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
 from .spec import Spec
@@ -146,7 +146,10 @@ class Driver:
             self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": self.images.agent, "gateway": self.images.gateway})
             return
         self.state["state"] = "running"
-        self._record("run_resumed", reaped=reap(self.backend, self.run.run_id), pid=os.getpid())
+        reaped = reap(self.backend, self.run.run_id)
+        mine = self.run.path.resolve()
+        released = workspace_fs.release_orphans(lambda run_dir: run_dir == mine)
+        self._record("run_resumed", reaped=reaped, released=[str(p.relative_to(mine)) for p in released], pid=os.getpid())
         for task_id, ts in self.state["tasks"].items():
             for attempt in ts["attempts"]:
                 if attempt.get("verdict") is None and not attempt.get("interrupted"):

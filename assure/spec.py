@@ -55,6 +55,8 @@ class Limits:
     wall_seconds: float
     memory: str
     tmpfs: str
+    disk: str
+    inodes: int
     cpus: float
     pids: int
     nofile: int
@@ -134,6 +136,9 @@ def load(path: str | Path) -> Spec:
     problems = _missing_paths(data, path, lines)
     if problems:
         raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
+    problems = _disk_problems(data, path, lines)
+    if problems:
+        raise SpecError(problems, fix="raise limits.disk, or lower limits.inodes")
     problems = _echo_cases(data, path, lines)
     if problems:
         raise SpecError(problems, fix="give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)")
@@ -268,6 +273,21 @@ def _missing_paths(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...]
     return problems
 
 
+MIN_DISK = 8 * 2**20
+INODE_BYTES = 256  # ext4's inode size: the inode tables take inodes * this of the disk
+
+
+def _disk_problems(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
+    """The workspace filesystem must exist and keep at least half of it for data."""
+    disk, inodes = parse_size(data["limits"]["disk"]), data["limits"]["inodes"]
+    if disk < MIN_DISK:
+        return [f"{path}:{line_of(('limits', 'disk'), lines)}: limits.disk: {data['limits']['disk']} is below the smallest workspace filesystem, 8m"]
+    if inodes * INODE_BYTES > disk // 2:
+        return [f"{path}:{line_of(('limits', 'inodes'), lines)}: limits.inodes: {inodes} inodes take {inodes * INODE_BYTES} bytes, more than half of "
+                f"limits.disk ({disk} bytes)"]
+    return []
+
+
 def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
     """Black-box cases that a program printing its own input would pass prove nothing."""
     problems = []
@@ -298,7 +318,8 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
         agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None),
         workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
         databases=tuple(Database(d["name"], base / d["fixture"], d["mode"]) for d in data.get("databases", [])),
-        limits=Limits(float(lim["wall_seconds"]), lim["memory"], lim["tmpfs"], float(lim["cpus"]), lim["pids"], lim["nofile"], lim["tool_calls"]),
+        limits=Limits(wall_seconds=float(lim["wall_seconds"]), memory=lim["memory"], tmpfs=lim["tmpfs"], disk=lim["disk"], inodes=lim["inodes"],
+                      cpus=float(lim["cpus"]), pids=lim["pids"], nofile=lim["nofile"], tool_calls=lim["tool_calls"]),
         sandbox=Sandbox(sb["user"], sb["runtime"], sb["read_only_root"]),
         assertions=tuple(data["assertions"]),
         expect=data["expect"],

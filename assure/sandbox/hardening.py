@@ -36,8 +36,8 @@ EGRESS_MEMORY = "128m"
 EGRESS_PIDS = 64
 EGRESS_PORT = 3128
 SOCKET_VOLUME_SIZE = "1m"
-# RLIMIT_FSIZE: the largest file any process of a run may write. Stands in for the workspace
-# disk limit (`limits.disk`, not in the spec yet): when that lands, fsize is that limit.
+# RLIMIT_FSIZE: the largest file any process of a run may write is the workspace's disk,
+# `limits.disk`. This was the limit before that field existed (for specs resolved without it).
 FILE_SIZE_LIMIT = "1g"
 
 
@@ -69,14 +69,15 @@ def tmpfs_options(size: str) -> str:
     return f"rw,nosuid,nodev,noexec,size={parse_size(size)}"
 
 
-def ulimits(nofile: int, agent_pids: int) -> list[dict[str, Any]]:
-    """nofile; fsize (FILE_SIZE_LIMIT); core 0 (no core dump lands anywhere); nproc.
+def ulimits(nofile: int, agent_pids: int, disk: str | None) -> list[dict[str, Any]]:
+    """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
+    core 0 (no core dump lands anywhere); nproc.
 
     RLIMIT_NPROC counts every task of the uid on the host, not of one container: the agent,
     its gateway and its proxy run as the same uid, so nproc is their pids limits added up
     (never binding while each pids cgroup holds; a second bound should one not)."""
     nproc = agent_pids + GATEWAY_PIDS + EGRESS_PIDS
-    fsize = parse_size(FILE_SIZE_LIMIT)
+    fsize = parse_size(disk or FILE_SIZE_LIMIT)
     return [{"name": name, "soft": value, "hard": value} for name, value in
             (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]
 
@@ -100,7 +101,7 @@ def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, ru
         "mem_limit": mem,
         "memswap_limit": mem,
         "nano_cpus": int(spec.limits.cpus * 1e9),
-        "ulimits": ulimits(spec.limits.nofile, spec.limits.pids),
+        "ulimits": ulimits(spec.limits.nofile, spec.limits.pids, spec.limits.disk),
         "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX, "max-file": "1"}},
         "privileged": False,
         "init": True,

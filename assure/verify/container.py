@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..sandbox import seccomp
+from ..sandbox import seccomp, workspace_fs
 from ..sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE, tmpfs_options, ulimits
 from .findings import Finding, Kind
 from .snapshot import Snapshot
@@ -66,8 +66,8 @@ def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security:
     # its place in the run directory, so a moved run directory still verifies)
     sources = {m.get("Destination"): str(m.get("Source")) for m in inspect.get("Mounts") or [] if m.get("Destination") in (WORKSPACE, AGENT_FILES)}
     workspace_source = sources.get(WORKSPACE, "")
-    sources[WORKSPACE] = "…/" + "/".join(workspace_source.split("/")[-3:]) if workspace_source.startswith("/") else workspace_source
-    expected_sources = {WORKSPACE: f"…/attempts/{attempt}/workspace", **({AGENT_FILES: os.path.normpath(spec["agent"]["files"])} if spec["agent"].get("files") else {})}
+    sources[WORKSPACE] = "…/" + "/".join(workspace_source.split("/")[-4:]) if workspace_source.startswith("/") else workspace_source
+    expected_sources = {WORKSPACE: f"…/attempts/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}", **({AGENT_FILES: os.path.normpath(spec["agent"]["files"])} if spec["agent"].get("files") else {})}
     tmpfs = {k: sorted(str(v).split(",")) for k, v in (_lookup(inspect, ("HostConfig", "Tmpfs")) or {}).items()}
     reported_ulimits = {u.get("Name"): (u.get("Soft"), u.get("Hard")) for u in _lookup(inspect, ("HostConfig", "Ulimits")) or []}
     return [
@@ -80,7 +80,7 @@ def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security:
         ("Mounts", expected_mounts, mounts),
         ("Mounts sources", expected_sources, sources),
         ("HostConfig.Tmpfs", {"/tmp": sorted(tmpfs_options(limits["tmpfs"]).split(","))}, tmpfs),
-        ("HostConfig.Ulimits", {u["name"]: (u["soft"], u["hard"]) for u in ulimits(limits["nofile"], limits["pids"])}, reported_ulimits),
+        ("HostConfig.Ulimits", {u["name"]: (u["soft"], u["hard"]) for u in ulimits(limits["nofile"], limits["pids"], limits.get("disk"))}, reported_ulimits),
     ]
 
 

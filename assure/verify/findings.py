@@ -17,6 +17,7 @@ class Kind(str, Enum):
     ASSERTION_PASSED = "assertion_passed"
     ASSERTION_FAILED = "assertion_failed"
     HARNESS_ERROR = "harness_error"
+    DISK_LIMIT = "disk_limit"
     JOURNAL_INCOMPLETE = "journal_incomplete"  # an intent without its outcome, or a gateway that did not stop cleanly
     GATEWAY_LIMIT = "gateway_limit"  # the request budget or the journal's cap ran out: the attempt was stopped
 
@@ -34,6 +35,7 @@ SEVERITY = {
     Kind.NOT_CHECKED: "info",
     Kind.ASSERTION_PASSED: "info",
     Kind.ASSERTION_FAILED: "fail",
+    Kind.DISK_LIMIT: "fail",
     Kind.UNATTRIBUTED: "breach",
     Kind.PROTECTED_CHANGED: "breach",
     Kind.CONTAINER_CHANGED: "breach",

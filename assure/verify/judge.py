@@ -77,6 +77,58 @@ def _database_findings(attempt_dir: Path, name: str, journal: Iterable[dict[str,
     return sqlite.attribute(name, pre, post, sqlite.db_effects(journal, name))
 
 
+CARRIED_KINDS = ("file", "dir", "symlink")
+
+
+def _workspace_moved(post: Snapshot, now: Snapshot, copy: dict[str, Any] | None) -> bool:
+    """Whether `workspace/` differs from what the run left. POST was taken on the attempt's
+    own filesystem; `workspace/` is its confined copy (`copy` is the copy's report), which
+    carries files, folders and symlinks with their content, permission bits and link text,
+    and nothing else (no owners, xattrs, hard links or special files, nor what it skipped).
+    Without a copy report (the workspace was the bind mount itself) the trees must be equal."""
+    if copy is None:
+        return bool(diff(post, now))
+    skipped = {rel for rel, _ in copy.get("skipped", [])}
+
+    def carried(snap: Snapshot) -> dict[str, Any]:
+        out = {}
+        for path, e in snap.entries.items():
+            parts = path.split("/")
+            if e.kind in CARRIED_KINDS and not any("/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1)):
+                out[path] = e
+        return out
+
+    before, after = carried(post), carried(now)
+    if before.keys() != after.keys():
+        return True
+    for path, a in before.items():
+        b = after[path]
+        same_content = a.sha256 == b.sha256 if a.sha256 is not None and b.sha256 is not None else a.size == b.size
+        if (a.kind, a.target) != (b.kind, b.target) or (a.kind != "symlink" and (a.mode & 0o777) != (b.mode & 0o777)) or (a.kind == "file" and not same_content):
+            return True
+    return False
+
+
+def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
+    """What the copy-out left out of `workspace/` (it is in POST, and judged there)."""
+    if not copy or not copy.get("skipped_count"):
+        return []
+    return [Finding(Kind.NOT_CHECKED, rel, f"not copied to the run directory's workspace/: {reason}") for rel, reason in copy.get("skipped", [])] + (
+        [Finding(Kind.NOT_CHECKED, "(workspace)", f"{copy['skipped_count'] - len(copy['skipped'])} more entries not copied to workspace/")]
+        if copy["skipped_count"] > len(copy.get("skipped", [])) else [])
+
+
+def _disk_limit(usage: dict[str, Any] | None) -> list[Finding]:
+    """The workspace filesystem's own counters at the end of the run (recorded in container.json)."""
+    if not usage or not (usage.get("bytes_full") or usage.get("inodes_full")):
+        return []
+    which = [name for name, full in (("bytes", usage.get("bytes_full")), ("inodes", usage.get("inodes_full"))) if full]
+    return [Finding(Kind.DISK_LIMIT, "(workspace)",
+                    f"disk limit reached: {usage['bytes_used']} of {usage['bytes_total']} bytes / {usage['inodes_used']} of {usage['inodes_total']} inodes "
+                    f"used ({' and '.join(which)} exhausted; limits.disk {usage['limit_bytes']}, limits.inodes {usage['limit_inodes']})",
+                    detail={k: usage.get(k) for k in ("bytes_used", "bytes_total", "inodes_used", "inodes_total", "limit_bytes", "limit_inodes")})]
+
+
 def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], default: Any) -> Any:
     """One rule of the judgement; an exception in it is a harness_error finding and the other
     rules still run, so what they find (a breach above all) still counts."""
@@ -107,12 +159,14 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
     except Exception as exc:  # a missing or unreadable snapshot: cannot judge, never pass
         findings.append(Finding(Kind.HARNESS_ERROR, "snapshot", f"snapshot unavailable: {exc}"))
         return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), (), None, head, checked)
-    if recheck_workspace and _guarded(findings, "workspace", lambda: bool(diff(post, take(attempt_dir / "workspace"))), False):
+    if recheck_workspace and _guarded(findings, "workspace", lambda: _workspace_moved(post, take(attempt_dir / "workspace"), facts.get("workspace_copy")), False):
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the run directory's workspace no longer matches post.json"))
+    findings += _guarded(findings, "workspace copy", lambda: _not_carried(facts.get("workspace_copy")), [])
     if pre.truncated:
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the fixture exceeds the verifier's limits: " + "; ".join(pre.notes)))
     if post.truncated:
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
+    findings += _guarded(findings, "disk limit", lambda: _disk_limit(facts.get("workspace_fs")), [])
     changes = _guarded(findings, "diff", lambda: diff(pre, post), [])
     ws = spec["workspace"]
     findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"]), [])

@@ -73,15 +73,29 @@ def _ours(resource: dict[str, str], basetemp: Path) -> bool:
     return bool(run_id) and any(next(basetemp.glob(f"*/{p}/{run_id}"), None) for p in patterns)
 
 
+def mounts_and_loops_under(root: Path) -> tuple[list[str], list[str]]:
+    """Mount points (from /proc/self/mountinfo) and loop devices (`losetup -a`) beneath root."""
+    import subprocess
+
+    prefix = str(root.resolve()) + "/"
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+        points = [p for p in (line.split(" ")[4] for line in fh) if p.startswith(prefix)]
+    listed = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout.splitlines()
+    return points, [line for line in listed if prefix in line]
+
+
 @pytest.fixture(autouse=True)
 def no_leftovers(backend, tmp_path_factory):
-    """Every test must leave no container, volume or network of its own behind."""
+    """Every test must leave no container, volume, network, workspace mount or loop device of its own behind."""
     basetemp = tmp_path_factory.getbasetemp()
     before = {k: {i["id"] for i in v} for k, v in backend.owned().items()}
+    mounted = mounts_and_loops_under(basetemp)
     yield
     after = {k: {i["id"] for i in v if _ours(i, basetemp)} for k, v in backend.owned().items()}
     leaked = {k: after[k] - before[k] for k in after if after[k] - before[k]}
     assert not leaked, f"left behind: {leaked}"
+    now = mounts_and_loops_under(basetemp)
+    assert (set(now[0]) - set(mounted[0]), set(now[1]) - set(mounted[1])) == (set(), set()), f"left mounted: {now}"
 
 
 def ratified(scope: list[str], ceiling: str = "commit", **changes: object) -> dict:

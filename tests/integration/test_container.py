@@ -26,7 +26,7 @@ def test_exploit_syscalls_are_refused_and_the_run_is_contained(run):
     assert not_refused == {}
     assert report["status"]["Seccomp"] == "2" and report["status"]["CapEff"] == "0000000000000000"
     limits = read_json(result.run_dir / "spec.json")["limits"]
-    seen = {u["name"]: [u["soft"], u["hard"]] for u in hardening.ulimits(limits["nofile"], limits["pids"])}
+    seen = {u["name"]: [u["soft"], u["hard"]] for u in hardening.ulimits(limits["nofile"], limits["pids"], limits["disk"])}
     assert report["rlimits"] == seen and report["rlimits"]["core"] == [0, 0]
     assert report["limits"] == {"sparse 1 TiB file": "denied: EFBIG", "raise core limit": "denied: EPERM"}
     assert set(findings(result)) == {"assertion_passed", "attributed"}

@@ -81,9 +81,9 @@ def good_inspect(spec_json, **host_config):
                            "Devices": [], "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"],
                            "ReadonlyRootfs": True, "Runtime": "runc", "Tmpfs": {"/tmp": hardening.tmpfs_options(limits["tmpfs"])},
                            "Ulimits": [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]}
-                                       for u in hardening.ulimits(limits["nofile"], limits["pids"])], **host_config},
+                                       for u in hardening.ulimits(limits["nofile"], limits["pids"], limits["disk"])], **host_config},
             "Config": {"User": "10001:10001"}, "AppArmorProfile": "",
-            "Mounts": [{"Type": "bind", "Source": "/home/u/.assure/runs/r/attempts/1/workspace", "Destination": "/workspace", "RW": True},
+            "Mounts": [{"Type": "bind", "Source": "/home/u/.assure/runs/r/attempts/1/workspace.fs/workspace", "Destination": "/workspace", "RW": True},
                        {"Type": "volume", "Name": "sock", "Destination": "/run/assure", "RW": False},
                        {"Type": "bind", "Source": os.path.normpath(spec_json["agent"]["files"]), "Destination": "/opt/agent", "RW": False}]}
 

@@ -44,7 +44,7 @@ def test_examples_load():
 
 def test_defaults_come_from_the_schema(tmp_path):
     loaded = spec.load(write(tmp_path, MINIMAL))
-    assert loaded.limits == spec.Limits(wall_seconds=120.0, memory="512m", tmpfs="64m", cpus=1.0, pids=128, nofile=1024, tool_calls=1000)
+    assert loaded.limits == spec.Limits(wall_seconds=120.0, memory="512m", tmpfs="64m", disk="1g", inodes=100000, cpus=1.0, pids=128, nofile=1024, tool_calls=1000)
     assert loaded.sandbox == spec.Sandbox(user="auto", runtime="runc", read_only_root=True)
     assert loaded.agent.image == "assure-agent"
     assert loaded.hostile is False
@@ -99,3 +99,12 @@ def test_invalid_yaml_names_the_line(tmp_path):
 def test_parse_size():
     assert spec.parse_size("64m") == 64 * 2**20
     assert spec.parse_size("2g") == 2 * 2**30
+
+
+def test_a_workspace_filesystem_too_small_or_all_inodes_is_refused_at_its_line(tmp_path):
+    small = write(tmp_path, MINIMAL + "limits: {disk: 4m}\n")
+    assert problems(small) == [f"{small}:9: limits.disk: 4m is below the smallest workspace filesystem, 8m"]
+    crowded = write(tmp_path, MINIMAL + "limits:\n  disk: 16m\n  inodes: 40000\n")
+    (problem,) = problems(crowded)
+    assert problem.startswith(f"{crowded}:11: limits.inodes: 40000 inodes take 10240000 bytes, more than half of limits.disk")
+    assert spec.load(write(tmp_path, MINIMAL + "limits: {disk: 16m, inodes: 20000}\n")).limits.inodes == 20000

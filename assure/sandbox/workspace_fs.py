@@ -1,0 +1,215 @@
+"""A per-attempt filesystem for the workspace, so the kernel bounds what an agent can write.
+
+Each attempt's workspace lives on its own ext4 filesystem in a sparse image file exactly
+`limits.disk` bytes long, with exactly `limits.inodes` inodes, loop-mounted `nosuid,nodev`.
+A write past either bound fails with ENOSPC inside the container; the host never allocates
+more than the image's length, whatever the agent does (nothing polls). The workspace is a
+folder in it (`workspace`: its root and mkfs's lost+found stay root's, out of the agent's
+sight); the agent and the gateway both see the workspace through that one folder.
+
+Why a loop-mounted image: an xfs project quota needs the host's filesystem to be xfs mounted
+with `prjquota` (not true of an ext4 root); a tmpfs capped in size and nr_inodes would hold
+the workspace in memory, and its pages are charged to the memory cgroup of whoever writes
+them, so the agent's `limits.memory` would bound its disk too and a full workspace would be
+an OOM kill instead of ENOSPC. mkfs + mount + umount cost ~15 ms per attempt.
+
+Mounting needs root and a loop device: without them `require()` refuses before a run starts.
+The mount is released (umount, the loop device freed by the kernel's autoclear, the image
+deleted) on every path by its owner, and `release_orphans` finds the mounts of drivers that
+died (kill -9) in /proc/self/mountinfo, for `assure gc` and `assure resume`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import SandboxError
+
+IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
+MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
+WORKSPACE = "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
+MOUNT_OPTIONS = "loop,nosuid,nodev"
+BLOCK_SIZE = 4096
+FULL_FRACTION = 0.01  # less than this share of bytes (or inodes) left after the run: the limit was reached
+FULL_MIN_BYTES = 2**20
+FULL_MIN_INODES = 16
+TOOLS = ("mkfs.ext4", "mount", "umount", "losetup")
+COMMAND_SECONDS = 30
+FIX = "run assure as root on a host with loop devices (`modprobe loop`; in a container: --privileged or --device /dev/loop-control plus /dev/loopN) and util-linux + e2fsprogs installed"
+
+
+def require() -> None:
+    """Refuse, before any run starts, a host where the workspace cannot be bounded."""
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if os.geteuid() != 0:
+        problem = f"assure runs as uid {os.geteuid()}, and mounting it needs root"
+    elif not os.path.exists("/dev/loop-control"):
+        problem = "this host has no /dev/loop-control (no loop devices)"
+    elif missing:
+        problem = f"{', '.join(missing)} not found on PATH"
+    else:
+        return
+    raise SandboxError(f"the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes, but {problem}",
+                       where="limits.disk", fix=FIX)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The filesystem's own counters (statvfs) at the end of the run; `*_free` is what the
+    sandbox user could still have used; `host_bytes` is what the image holds on the host."""
+
+    bytes_total: int
+    bytes_free: int
+    inodes_total: int
+    inodes_free: int
+    limit_bytes: int
+    limit_inodes: int
+    host_bytes: int
+
+    @property
+    def bytes_full(self) -> bool:
+        return self.bytes_free < max(FULL_MIN_BYTES, int(self.bytes_total * FULL_FRACTION))
+
+    @property
+    def inodes_full(self) -> bool:
+        return self.inodes_free < max(FULL_MIN_INODES, int(self.inodes_total * FULL_FRACTION))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "bytes_used": self.bytes_total - self.bytes_free, "inodes_used": self.inodes_total - self.inodes_free,
+                "bytes_full": self.bytes_full, "inodes_full": self.inodes_full}
+
+
+def _command(args: list[str], what: str) -> None:
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxError(f"{what}: {exc}", fix=FIX) from exc
+    if done.returncode != 0:
+        raise SandboxError(f"{what}: `{' '.join(args)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}", fix=FIX)
+
+
+class WorkspaceFs:
+    """One attempt's workspace filesystem. `release()` is idempotent and works from the
+    paths alone (mountinfo says whether it is mounted), so gc can release another's."""
+
+    def __init__(self, attempt_dir: Path, size: int, inodes: int):
+        self.image = attempt_dir / IMAGE
+        self.mount_point = attempt_dir / MOUNT_POINT
+        self.workspace = self.mount_point / WORKSPACE  # created by the caller's copy; what the containers mount
+        self.size, self.inodes = size, inodes
+
+    @classmethod
+    def create(cls, attempt_dir: Path, *, size: int, inodes: int) -> WorkspaceFs:
+        """A fresh, empty filesystem mounted at attempt_dir/workspace.fs.
+        On any failure nothing is left behind (no mount, no loop device, no image)."""
+        fs = cls(attempt_dir, size, inodes)  # sizes the spec accepts (spec.MIN_DISK and up)
+        try:
+            with open(fs.image, "xb") as fh:
+                fh.truncate(fs.size)  # sparse: the host allocates only what is written
+            _command(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK_SIZE), "-N", str(inodes), "-m", "0", "-O", "^has_journal",
+                      "-E", "lazy_itable_init=1,lazy_journal_init=1", str(fs.image)], "cannot make the workspace filesystem")
+            fs.mount_point.mkdir()
+            _command(["mount", "-t", "ext4", "-o", MOUNT_OPTIONS, str(fs.image), str(fs.mount_point)], "cannot mount the workspace filesystem")
+        except BaseException:
+            fs.release()
+            raise
+        return fs
+
+    def usage(self) -> Usage:
+        """The counters once the filesystem is synced, so the image holds every block it will."""
+        _syncfs(self.mount_point)
+        st = os.statvfs(self.mount_point)
+        return Usage(bytes_total=st.f_blocks * st.f_frsize, bytes_free=st.f_bavail * st.f_frsize, inodes_total=st.f_files,
+                     inodes_free=st.f_favail, limit_bytes=self.size, limit_inodes=self.inodes,
+                     host_bytes=os.stat(self.image).st_blocks * 512)
+
+    def release(self) -> None:
+        """Unmount (the loop device goes with it), then delete the image and the mount point."""
+        if _is_mount_point(self.mount_point):
+            unmount(self.mount_point)
+        detach_loops(self.image)
+        self.image.unlink(missing_ok=True)
+        try:
+            self.mount_point.rmdir()
+        except FileNotFoundError:
+            pass
+
+
+def _syncfs(path: Path) -> None:
+    """syncfs(2) on one filesystem (os.sync would flush every filesystem of the host)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            raise SandboxError(f"cannot sync the workspace filesystem: {os.strerror(ctypes.get_errno())}", where=str(path))
+    finally:
+        os.close(fd)
+
+
+def unmount(mount_point: Path) -> None:
+    """umount, or when something still holds the filesystem, detach it lazily (the kernel
+    frees it, and its loop device, when the last user goes)."""
+    try:
+        _command(["umount", str(mount_point)], "cannot unmount the workspace filesystem")
+    except SandboxError:
+        _command(["umount", "-l", str(mount_point)], "cannot unmount the workspace filesystem")
+
+
+def detach_loops(image: Path) -> None:
+    """Free any loop device still backed by `image` (one a killed mount set up and never used)."""
+    for dev in _loops_backed_by(image):
+        _command(["losetup", "-d", dev], "cannot free the workspace's loop device")
+
+
+def _loops_backed_by(image: Path) -> list[str]:
+    out = []
+    wanted = {str(image), f"{image} (deleted)"}
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if backing.read_text().rstrip("\n") in wanted:
+                out.append(f"/dev/{backing.parent.parent.name}")
+        except OSError:
+            continue
+    return out
+
+
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _mount_points() -> list[Path]:
+    """Every mount point in this mount namespace (mountinfo escapes space, tab, newline, backslash)."""
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+        for line in fh:
+            fields = line.split(" ")
+            if len(fields) > 4:
+                points.append(Path(_OCTAL.sub(lambda m: chr(int(m.group(1), 8)), fields[4])))
+    return points
+
+
+def _is_mount_point(path: Path) -> bool:
+    return path.resolve() in _mount_points()
+
+
+def workspace_mounts() -> list[Path]:
+    """Mount points of attempt workspaces: `<run>/attempts/<n>/workspace.fs`."""
+    return [p for p in _mount_points() if p.name == MOUNT_POINT and p.parent.parent.name == "attempts"]
+
+
+def release_orphans(orphaned: Callable[[Path], bool]) -> list[Path]:
+    """Release every attempt workspace whose run directory `orphaned(run_dir)` says nobody
+    drives any more; returns their mount points."""
+    released = []
+    for point in workspace_mounts():
+        run_dir = point.parent.parent.parent
+        if orphaned(run_dir):
+            WorkspaceFs(point.parent, 0, 0).release()
+            released.append(point)
+    return released

@@ -1,0 +1,138 @@
+"""The bounded workspace (a loop-mounted ext4 per attempt) against the plain bind-mounted
+folder it replaced, measured in the same run, rounds interleaved.
+
+Two fixtures: `calc` (the examples' 5 files) and a real repository of 5,000+ files (a copy
+of this Python's standard library, ~250 MB, made once under /tmp). For each, a trivial
+attempt (`true`, one exit_code assertion) runs through the driver, once as assure runs it
+(mkfs + mount, fixture copied in, PRE, run, POST on the mount, copy-out to workspace/,
+unmount) and once with the old plain folder (fixture copied, PRE, run, POST in place; no
+mount, no copy-out). Prints the median attempt wall time, the median prepare, snapshot
+(POST, with copy-out), copy-out and unmount phases, and the ratios bounded / plain.
+Usage: python bench/workspace_fs_bench.py [ROUNDS]   (root and loop devices needed)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from assure import attempt as attempt_mod
+from assure import driver as driver_mod
+from assure import spec as spec_mod
+from assure import store
+from assure.driver import Driver
+from assure.sandbox import workspace_fs
+from assure.sandbox.docker import DockerBackend
+from assure.sandbox.images import Images
+from assure.verify.snapshot import take
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+REPO_CACHE = Path(tempfile.gettempdir()) / "assure-bench-stdlib"
+PHASES = ("prepare", "snapshot", "copy_out", "unmount")  # copy_out is part of snapshot
+WORKSPACE_PHASES = ("prepare", "snapshot", "unmount")  # where the two differ; start, run, collect, verify are the same
+
+
+def repository() -> Path:
+    """A real tree of 5,000+ files: the standard library without site-packages (copied once)."""
+    if not REPO_CACHE.is_dir():
+        tmp = REPO_CACHE.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(sysconfig.get_paths()["stdlib"], tmp, symlinks=True, ignore=shutil.ignore_patterns("site-packages"))
+        tmp.rename(REPO_CACHE)
+    return REPO_CACHE
+
+
+class PlainWorkspace:
+    """Before bounded disk: the attempt's workspace/ folder itself, bind-mounted as it is."""
+
+    def __init__(self, attempt_dir: Path):
+        self.mount_point = attempt_dir / "workspace"
+        self.mount_point.mkdir()
+
+    @classmethod
+    def create(cls, attempt_dir: Path, **_: Any) -> PlainWorkspace:
+        return cls(attempt_dir)
+
+    def release(self) -> None:
+        pass
+
+
+class PlainAttempt(attempt_mod.Attempt):
+    def _snapshot_post(self, facts: dict[str, Any]) -> None:
+        self._post = take(self.paths.workspace, reuse=self._pre).to_json()
+        store.write_json(self.paths.root / "post.json", self._post)
+        self._capture_databases("post")
+
+
+@contextlib.contextmanager
+def plain() -> Iterator[None]:
+    saved = workspace_fs.WorkspaceFs, driver_mod.Attempt
+    workspace_fs.WorkspaceFs, driver_mod.Attempt = PlainWorkspace, PlainAttempt  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        workspace_fs.WorkspaceFs, driver_mod.Attempt = saved  # type: ignore[misc]
+
+
+def spec_for(tmp: Path, name: str, fixture: Path) -> spec_mod.Spec:
+    path = tmp / f"{name}.yaml"
+    path.write_text(f"version: 1\nname: {name}\nagent: {{command: ['true']}}\nworkspace: {{fixture: {fixture}}}\n"
+                    "assertions: [{exit_code: 0}]\nexpect: pass\n")
+    return spec_mod.load(path)
+
+
+def attempt(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -> float:
+    start = time.perf_counter()
+    run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
+    result = Driver(spec, run, backend, images, lambda *_: None).drive()
+    elapsed = time.perf_counter() - start
+    assert result.verdict == "pass", result.report
+    timings = result.report["attempts"][0]["timings"]
+    for phase in PHASES:
+        phases.setdefault(phase, []).append(timings.get(phase, 0.0))
+    shutil.rmtree(run.path)
+    return elapsed
+
+
+def main() -> None:
+    workspace_fs.require()
+    backend = DockerBackend()
+    images = Images(backend).ensure()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        fixtures = {"calc (5 files)": ROOT / "fixtures" / "workspaces" / "calc", "repository": repository()}
+        files = sum(1 for p in fixtures["repository"].rglob("*") if p.is_file())
+        for label, fixture in fixtures.items():
+            spec = spec_for(tmp, "bench", fixture)
+            with plain():
+                attempt(backend, images, spec, tmp / "runs", {})  # warm-up: page cache, hash helpers
+            attempt(backend, images, spec, tmp / "runs", {})
+            walls: dict[str, list[float]] = {"plain": [], "bounded": []}
+            phases: dict[str, dict[str, list[float]]] = {"plain": {}, "bounded": {}}
+            for _ in range(ROUNDS):
+                with plain():
+                    walls["plain"].append(attempt(backend, images, spec, tmp / "runs", phases["plain"]))
+                walls["bounded"].append(attempt(backend, images, spec, tmp / "runs", phases["bounded"]))
+            name = f"{label}, {files} files" if label == "repository" else label
+            p, b = statistics.median(walls["plain"]), statistics.median(walls["bounded"])
+            print(f"{name}: attempt median plain {p * 1000:.0f} ms, bounded {b * 1000:.0f} ms, ratio {b / p:.2f}x (+{(b - p) * 1000:.0f} ms)")
+            for phase in PHASES:
+                pm, bm = statistics.median(phases["plain"][phase]) * 1000, statistics.median(phases["bounded"][phase]) * 1000
+                ratio = f"ratio {bm / pm:.2f}x" if pm >= 0.5 else "(no such step before)"
+                print(f"  {phase:<8} plain {pm:7.1f} ms  bounded {bm:7.1f} ms  {ratio}")
+            own = {mode: statistics.median([sum(phases[mode][ph][i] for ph in WORKSPACE_PHASES) for i in range(ROUNDS)]) * 1000 for mode in phases}
+            print(f"  workspace phases (prepare + snapshot + unmount): plain {own['plain']:.0f} ms, bounded {own['bounded']:.0f} ms, "
+                  f"ratio {own['bounded'] / own['plain']:.2f}x ({own['bounded'] - own['plain']:+.0f} ms per attempt)")
+
+
+if __name__ == "__main__":
+    main()
