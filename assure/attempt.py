@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import checks, confined, control, failpoints, health, modelaccess, policy, store
-from .chain import ChainError, utc_now, verify_chain
+from .chain import ChainError, chain_head, utc_now
 from .errors import AssureError, SandboxError
 from .sandbox import hardening, runtimes, workspace_fs
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
@@ -422,15 +422,19 @@ class Attempt:
 
     # --- collect ------------------------------------------------------------------------
     def _collect(self, facts: dict[str, Any]) -> None:
-        """Stop the gateway (it seals its journal) while the agent container is read out."""
+        """Stop the gateway (it seals its journal) while the agent container is read out, and
+        record how it ended: a gateway that did not exit 0 (killed at the stop grace, OOM) may
+        have left effects without their outcome, which the verifier reports."""
         with ThreadPoolExecutor(max_workers=1) as pool:
             stopping = pool.submit(self.backend.stop, self._gateway, hardening.STOP_GRACE_SECONDS)
             self._read_agent(facts)
             stopping.result()
+        state = self.backend.inspect(self._gateway).get("State", {})
+        facts["gateway"] = {"exit_code": state.get("ExitCode"), "oom_killed": bool(state.get("OOMKilled"))}
         (self.paths.root / "gateway.log").write_bytes(self.backend.logs(self._gateway, LOG_LIMIT_BYTES))
         try:
-            records = verify_chain(self.paths.journal)
-            facts["journal_head"] = {"seq": records[-1]["seq"], "hash": records[-1]["hash"]} if records else None
+            _, last = chain_head(self.paths.journal)
+            facts["journal_head"] = {"seq": last["seq"], "hash": last["hash"]} if last else None
         except (ChainError, OSError, UnicodeDecodeError):
             pass  # judge() reports the broken journal
 

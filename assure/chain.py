@@ -2,7 +2,9 @@
 
 Each line is a JSON object carrying `seq`, `prev` (hash of the previous line) and `hash`
 (SHA-256 of the canonical encoding of the line without `hash`). A changed byte, a dropped,
-inserted or reordered line breaks the chain at a line that `verify_chain` names.
+inserted or reordered line breaks the chain at a line that `iter_chain` names.
+Readers stream: `iter_chain` verifies one line at a time (memory: one line, at most
+MAX_LINE_BYTES), so a journal of any size is checked without loading it.
 Standard library only: this module runs inside the gateway image.
 """
 
@@ -12,11 +14,12 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 GENESIS = "0" * 64
+MAX_LINE_BYTES = 64 * 2**20  # a longer line is refused unread: no writer produces one
 
 
 class ChainError(Exception):
@@ -59,17 +62,26 @@ class ChainWriter:
         self.base = dict(base or {})
         self.seq, self.prev = 0, GENESIS
         if self.path.exists():
-            records = verify_chain(self.path)
-            if records:
-                self.seq, self.prev = records[-1]["seq"], records[-1]["hash"]
+            for record in iter_chain(self.path):
+                self.seq, self.prev = record["seq"], record["hash"]
         self._fh = open(self.path, "a", encoding="ascii")
+        self.size = self._fh.tell()  # bytes in the file, kept current by `append`
+
+    def line(self, event: str, **fields: Any) -> tuple[dict[str, Any], str]:
+        """The next record and line `append` would write (to check the line's size first)."""
+        record = seal({**self.base, **fields, "seq": self.seq + 1, "ts": utc_now(), "event": event, "prev": self.prev})
+        return record, canonical(record).decode() + "\n"
 
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
-        self.seq += 1
-        record = seal({**self.base, **fields, "seq": self.seq, "ts": utc_now(), "event": event, "prev": self.prev})
-        self._fh.write(canonical(record).decode() + "\n")
+        return self.write(*self.line(event, **fields))
+
+    def write(self, record: dict[str, Any], line: str) -> dict[str, Any]:
+        """Append what `line()` made (no other append in between) and flush it to the OS."""
+        if record["seq"] != self.seq + 1 or record["prev"] != self.prev:
+            raise ValueError("the line was not made for the chain's current head")
+        self._fh.write(line)
         self._fh.flush()
-        self.prev = record["hash"]
+        self.seq, self.prev, self.size = record["seq"], record["hash"], self.size + len(line)
         return record
 
     @property
@@ -84,15 +96,61 @@ class ChainWriter:
 
 
 def verify_chain(source: str | os.PathLike[str] | Iterable[str]) -> list[dict[str, Any]]:
-    """Check every line of a chain and return the records. Raises `ChainError`."""
-    lines = Path(source).read_text(encoding="ascii", errors="strict").splitlines() if isinstance(source, (str, os.PathLike)) else list(source)
-    records: list[dict[str, Any]] = []
+    """Check every line of a chain and return all the records (for small chains and tests;
+    a reader of a file iterates `iter_chain` instead). Raises `ChainError`."""
+    return list(iter_chain(source))
+
+
+def iter_chain(source: str | os.PathLike[str] | Iterable[str]) -> Iterator[dict[str, Any]]:
+    """Yield each record of a chain (a file path, or lines) once its line has verified.
+
+    Memory is one line: a file is read line by line, and a line over MAX_LINE_BYTES is
+    refused without being read whole. A consumer sees only records that verified; a break
+    raises `ChainError` naming its line when the iteration reaches it."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as fh:
+            yield from _verify(_file_lines(fh))
+    else:
+        yield from _verify(source)
+
+
+def _file_lines(fh: Any) -> Iterator[str]:
+    n = 0
+    while raw := fh.readline(MAX_LINE_BYTES + 1):
+        n += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise ChainError(n, f"line longer than {MAX_LINE_BYTES} bytes")
+        try:
+            yield raw.decode("ascii").rstrip("\n")
+        except UnicodeDecodeError:
+            raise ChainError(n, "not ASCII (bytes changed)") from None
+
+
+def chain_head(source: str | os.PathLike[str] | Iterable[str]) -> tuple[int, dict[str, Any] | None]:
+    """(number of lines, last record) of a chain, verified as a stream. Raises `ChainError`."""
+    count, last = 0, None
+    for last in iter_chain(source):
+        count += 1
+    return count, last
+
+
+class ChainFile:
+    """A chain file to iterate more than once: every pass streams and verifies it again."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter_chain(self.path)
+
+
+def _verify(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
     prev = GENESIS
     for n, line in enumerate(lines, start=1):
         # Step 1: each line is one JSON object in canonical form.
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ChainError(n, f"not JSON ({exc})") from None
         if not isinstance(record, dict):
             raise ChainError(n, "not a JSON object")
@@ -108,5 +166,4 @@ def verify_chain(source: str | os.PathLike[str] | Iterable[str]) -> list[dict[st
         if seal(record)["hash"] != record.get("hash"):
             raise ChainError(n, "hash does not match the content (line altered)")
         prev = record["hash"]
-        records.append(record)
-    return records
+        yield record

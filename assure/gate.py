@@ -15,7 +15,7 @@ Standard library only: this module runs inside the gateway image.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -106,7 +106,7 @@ class Action:
 
     `resource_mode` is `sandbox` (the per-attempt copy), `live` or `external` (a real
     effect; any other value is treated as real). `reversible` counts only if `rollback_ref`
-    is one the host confirmed (`Context.rollbacks`); missing means False.
+    is one the host confirmed (`Context.rollbacks`) for this action's scope; missing means False.
     """
 
     tool: str
@@ -138,7 +138,7 @@ class Context:
     operator_dial: int = COMMIT
     verifier_trust: int = PROPOSE
     verifier_fresh: bool = False
-    rollbacks: frozenset[str] = frozenset()
+    rollbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # confirmed ref -> scope globs it covers
     human_gates: tuple[HumanGate, ...] = ()
     halted: bool = False
 
@@ -175,9 +175,17 @@ def action_scope(action: Action) -> str | None:
     return None if action.path is None else f"fs:{action.path}"
 
 
+def rollback_covers(action: Action, ctx: Context) -> bool:
+    """The host confirmed `rollback_ref` resolves (no forgery) for a scope that covers this
+    action's (a ref for one database makes no other effect reversible)."""
+    scope = action_scope(action)
+    covered = ctx.rollbacks.get(action.rollback_ref, ()) if action.rollback_ref is not None else ()
+    return scope is not None and globs.match_any(covered, scope)
+
+
 def rollback_confirmed(action: Action, ctx: Context) -> bool:
-    """A claimed rollback counts only if the host confirmed the ref resolves (no forgery)."""
-    return action.reversible is True and action.rollback_ref is not None and action.rollback_ref in ctx.rollbacks
+    """A claimed rollback counts only if it is confirmed for this action's scope."""
+    return action.reversible is True and rollback_covers(action, ctx)
 
 
 def autonomy_ceiling(ctx: Context) -> int:
@@ -338,7 +346,7 @@ def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
         "scope": action_scope(action),
         "resource_mode": action.resource_mode,
         "reversible": rollback_confirmed(action, ctx),
-        "rollback_confirmed": action.rollback_ref is not None and action.rollback_ref in ctx.rollbacks,
+        "rollback_confirmed": rollback_covers(action, ctx),
         "contract_id": None if ctx.contract is None else ctx.contract.id,
         "human_gate": action.human_gate,
         "operator_dial": ctx.operator_dial,

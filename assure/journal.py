@@ -1,30 +1,37 @@
 """One queryable view over a run's three hash-chained logs: the driver's `events.jsonl`, the
 operators' `control/operator.jsonl` and each attempt's gateway journal.
 
-Every source is verified first; a broken chain is reported, never silently merged. The
-standard's gate events are derived from the gateway's `tool_call` records by decision, so
+Every source is verified first (a streaming pass); a broken chain is reported, never
+silently merged. The query then streams the verified logs again and merges them by time, so
+memory holds one record per log, not the logs. The standard's gate events are derived from the gateway's `tool_call` records by decision, so
 `--event gate_denied` finds every denied call.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .chain import ChainError, verify_chain
+from .chain import ChainError, chain_head, iter_chain
 from .store import RunDir
 
-GATE_EVENTS = {"allow": "gate_allowed", "deny": "gate_denied", "escalate": "gate_escalated"}
+GATE_EVENTS = {"allow": "gate_allowed", "deny": "gate_denied", "escalate": "gate_escalated", "replay": "idempotent_replay"}
 
 
 @dataclass(frozen=True)
 class Source:
     name: str
     path: Path
-    records: tuple[dict[str, Any], ...]
     error: str | None
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """The log's records, streamed (nothing for a broken one), each tagged with `source`."""
+        if self.error is None:
+            for record in iter_chain(self.path):
+                yield {**record, "source": self.name}
 
 
 def sources(run: RunDir) -> list[Source]:
@@ -35,9 +42,10 @@ def sources(run: RunDir) -> list[Source]:
         if not path.is_file():
             continue
         try:
-            out.append(Source(name, path, tuple(verify_chain(path)), None))
+            chain_head(path)
+            out.append(Source(name, path, None))
         except (ChainError, OSError, UnicodeDecodeError) as exc:
-            out.append(Source(name, path, (), str(exc)))
+            out.append(Source(name, path, str(exc)))
     return out
 
 
@@ -49,8 +57,7 @@ def standard_event(record: dict[str, Any]) -> str:
 
 def query(run: RunDir, *, event: str | None = None, actor: str | None = None, since: str | None = None) -> Iterator[dict[str, Any]]:
     """Matching records from every source, in time order, each tagged with its `source`."""
-    merged = [{**r, "source": s.name} for s in sources(run) for r in s.records]
-    merged.sort(key=lambda r: (str(r.get("ts")), r["source"], r.get("seq", 0)))
+    merged = heapq.merge(*(s.records() for s in sources(run)), key=lambda r: (str(r.get("ts")), r["source"], r.get("seq", 0)))
     for record in merged:
         if event and event not in (record.get("event"), standard_event(record)):
             continue

@@ -47,7 +47,7 @@ from typing import Any
 
 from . import alerts, confined, control, health
 from .alerts import Alert, Sinks
-from .chain import ChainError, ChainWriter, verify_chain
+from .chain import ChainError, ChainWriter, iter_chain
 from .health import HEALTH_DIR, MONITOR, RUN, Component, Manifest, Thresholds
 from .store import RUN_ID
 from .textsafe import display
@@ -815,15 +815,14 @@ class _Scan:
         self._done = set()
         try:
             found = self.tree.read(rel, MAX_LOG_BYTES)
-            records = verify_chain(found[0].decode("ascii").splitlines()) if found else []
+            for r in iter_chain(found[0].decode("ascii").splitlines()) if found else ():
+                self._done.add((str(r.get("alert_id")), str(r.get("run_id")), str(r.get("step"))))
         except (_Refused, ChainError, UnicodeDecodeError) as exc:
             broken = path.with_name(f"{LEDGER}.broken-{int(self.now)}")
             self.skip(rel, f"unusable escalation ledger ({exc}); moved to {broken.name}: an escalation already in effect is not requested again")
             with contextlib.suppress(OSError):
                 path.unlink() if path.is_symlink() else os.replace(path, broken)
-            records = []
-        for r in records:
-            self._done.add((str(r.get("alert_id")), str(r.get("run_id")), str(r.get("step"))))
+            self._done = set()  # nothing from a ledger that does not verify
         try:
             self._ledger = ChainWriter(path, base={"actor": ACTOR})
         except (OSError, ChainError, UnicodeDecodeError) as exc:

@@ -50,6 +50,17 @@ def confirmed_rollbacks(spec_data: dict[str, Any]) -> dict[str, str]:
     return found
 
 
+def rollback_scopes(spec_data: dict[str, Any]) -> dict[str, list[str]]:
+    """Each confirmed rollback ref and the scopes it covers: the databases that declared it
+    (a ref restores those databases, so it makes no other effect reversible)."""
+    confirmed = confirmed_rollbacks(spec_data)
+    scopes: dict[str, list[str]] = {}
+    for db in spec_data.get("databases", []):
+        if db.get("rollback") in confirmed:
+            scopes.setdefault(db["rollback"], []).append(f"db:{db['name']}")
+    return scopes
+
+
 def gateway_policy(spec_data: dict[str, Any]) -> dict[str, Any]:
     """The policy block of the gateway config: everything `gate.Context` needs but the clock."""
     autonomy = spec_data.get("autonomy", {})
@@ -60,7 +71,7 @@ def gateway_policy(spec_data: dict[str, Any]) -> dict[str, Any]:
         "operator_dial": gate.LEVELS[autonomy.get("dial", "commit")],
         "verifier_trust": gate.LEVELS[autonomy.get("verifier_trust", "commit")] if has_verifier else gate.PROPOSE,
         "human_gates": [{**g, "expires_at": epoch(g["expires_at"])} for g in autonomy.get("human_gates", [])],
-        "rollbacks": sorted(confirmed_rollbacks(spec_data)),
+        "rollbacks": rollback_scopes(spec_data),
         "tokens_limit": spec_data["limits"].get("tokens"),
         "cost_limit": spec_data["limits"].get("cost"),
     }

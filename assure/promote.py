@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import confined, control, gate, policy, store
-from .chain import verify_chain
+from .chain import iter_chain
 from .receipts import receipt_filename
 from .errors import AssureError
 from .spec import Spec
@@ -60,7 +60,7 @@ def decide(spec: Spec, run: store.RunDir, attempt_dir: Path) -> gate.Decision:
         known_tools=frozenset({"promote"}), now=time.time(), budget=gate.Budget(),
         protected=spec.workspace.protected, contract=policy.contract(spec.data.get("contract")),
         operator_dial=dial, verifier_trust=gate.LEVELS[autonomy.get("verifier_trust", "commit")] if has_verifier else gate.PROPOSE,
-        verifier_fresh=has_verifier, rollbacks=frozenset({rollback}), halted=override.halted,
+        verifier_fresh=has_verifier, rollbacks={rollback: ("fs:**",)}, halted=override.halted,  # the backup covers every promoted path
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
     for change in changes(attempt_dir):
@@ -78,8 +78,8 @@ def propose(run: store.RunDir, task_id: str, attempt_dir: Path) -> Path:
     store.write_json(bundle / "proposal.json", {"task": task_id, "attempt": int(attempt_dir.name), "changes": changes(attempt_dir)})
     (bundle / "patch.diff").write_text(_patch(run.path / "base", attempt_dir / "workspace", changes(attempt_dir)), encoding="utf-8")
     journal = attempt_dir / "gateway" / "journal.jsonl"
-    records = verify_chain(journal) if journal.is_file() else []
-    sql = [r["effect"] for r in records if r.get("decision") == "allow" and isinstance(r.get("effect"), dict) and r["effect"].get("op") == "sql"]
+    records = iter_chain(journal) if journal.is_file() else []
+    sql = [r["effect"] for r in records if r.get("event") == "tool_call" and r.get("decision") == "allow" and isinstance(r.get("effect"), dict) and r["effect"].get("op") == "sql"]
     store.write_json(bundle / "changesets.json", sql)
     shutil.copyfile(attempt_dir / "verdict.json", bundle / "verdict.json")
     return bundle

@@ -36,7 +36,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .chain import GENESIS, ChainError, utc_now, verify_chain
+from .chain import GENESIS, ChainError, chain_head, utc_now
 from .errors import AssureError
 from .store import write_json
 
@@ -325,16 +325,18 @@ def seal_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     for rel in paths:
         if not _LOG_PATH.match(rel):
             raise ReceiptError(4, rel, "not a log name assure writes; refusing to seal it")
-        records = _read_chain(run_dir, rel)
-        logs.append({"path": rel, "lines": len(records), "head_hash": records[-1]["hash"] if records else GENESIS})
+        lines, head = _read_chain(run_dir, rel)
+        logs.append({"path": rel, "lines": lines, "head_hash": head})
     return {"run_id": run_dir.resolve().name, "sealed_at": utc_now(), "logs": logs,
             "merkle_root": merkle_root([(log["path"], log["head_hash"]) for log in logs])}
 
 
-def _read_chain(run_dir: Path, rel: str) -> list[dict[str, Any]]:
+def _read_chain(run_dir: Path, rel: str) -> tuple[int, str]:
+    """(lines, head hash) of one log, verified as a stream (a log of any size, bounded memory)."""
     path = _inside(run_dir, rel, 4)
     try:
-        return verify_chain(path)
+        lines, last = chain_head(path)
+        return lines, last["hash"] if last else GENESIS
     except ChainError as exc:
         raise ReceiptError(4, rel, str(exc).split(": ", 1)[1], line=exc.line) from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -601,12 +603,11 @@ def verify_run(run_dir: str | os.PathLike[str], public_key: Ed25519PublicKey | N
         rel = log["path"]
         if not (run_dir / rel).exists() and not (run_dir / rel).is_symlink():
             raise ReceiptError(4, rel, "missing (named in the seal)")
-        records = _read_chain(run_dir, rel)
-        if len(records) > log["lines"]:
-            raise ReceiptError(4, rel, f"appended after sealing (sealed {log['lines']} lines, found {len(records)})", line=log["lines"] + 1)
-        if len(records) < log["lines"]:
-            raise ReceiptError(4, rel, f"missing (sealed {log['lines']} lines, found {len(records)})", line=len(records) + 1)
-        head = records[-1]["hash"] if records else GENESIS
+        lines, head = _read_chain(run_dir, rel)
+        if lines > log["lines"]:
+            raise ReceiptError(4, rel, f"appended after sealing (sealed {log['lines']} lines, found {lines})", line=log["lines"] + 1)
+        if lines < log["lines"]:
+            raise ReceiptError(4, rel, f"missing (sealed {log['lines']} lines, found {lines})", line=lines + 1)
         if head != log["head_hash"]:
             raise ReceiptError(4, rel, "head hash differs from the sealed one (log rewritten)", line=log["lines"])
     unsealed = sorted(set(chain_logs(run_dir)) - {log["path"] for log in seal["logs"]})

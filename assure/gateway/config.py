@@ -38,6 +38,20 @@ class Limits:
     idle_timeout_seconds: float = 30.0  # a kept-alive connection with no request this long is closed
     max_connections: int = 16
     max_file_bytes: int = 4 * 1024 * 1024
+    # Every request (tool calls, replays, model calls, rejected requests, connections over
+    # the cap) counts; past this the gateway reports a budget breach and the host stops.
+    requests: int = 10_000
+    # The journal's size; reaching it journals `journal_full`, reports a budget breach and
+    # serves no further call (the closing records and an effect's outcome still fit).
+    max_journal_bytes: int = 64 * 1024 * 1024
+    # A JSON body is pre-scanned before it is parsed: deeper nesting or more elements
+    # (values in arrays and objects) is refused with 400 (an 8 MB `[{},{},...]` parses
+    # to ~200 MB of objects).
+    max_json_depth: int = 64
+    max_json_items: int = 100_000
+    # A journaled agent string longer than this (idempotency_key, rollback_ref, human_gate,
+    # and the gate inputs that carry them) is journaled as `sha256:<hex>` of its UTF-8.
+    max_journal_field_chars: int = 256
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,7 @@ class Policy:
     verifier_trust: int = gate.PROPOSE
     verifier_stale_seconds: float = 10.0
     human_gates: tuple[gate.HumanGate, ...] = ()
-    rollbacks: frozenset[str] = frozenset()
+    rollbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # confirmed ref -> scope globs it covers
     tokens_limit: int | None = None  # counted by the model proxy
     cost_limit: float | None = None
 
@@ -248,9 +262,10 @@ def _policy(value: Any) -> Policy:
             raise ConfigError("policy.human_gates", "must be a list")
         out["human_gates"] = tuple(_record(gate.HumanGate, g, f"policy.human_gates[{i}]") for i, g in enumerate(value["human_gates"]))
     if "rollbacks" in value:
-        if not isinstance(value["rollbacks"], list) or not all(isinstance(r, str) for r in value["rollbacks"]):
-            raise ConfigError("policy.rollbacks", "must be a list of strings")
-        out["rollbacks"] = frozenset(value["rollbacks"])
+        rollbacks = value["rollbacks"]
+        if not isinstance(rollbacks, dict) or not all(isinstance(s, list) and s and all(isinstance(g, str) and g for g in s) for s in rollbacks.values()):
+            raise ConfigError("policy.rollbacks", 'must be an object {"<ref>": ["<scope glob>", ...]}: each confirmed ref with the scopes it covers')
+        out["rollbacks"] = {ref: tuple(scopes) for ref, scopes in rollbacks.items()}
     return Policy(**out)
 
 

@@ -1,10 +1,23 @@
-"""Turn each tool request into one gate decision, at most one effect and one journal line.
+"""Turn each tool request into one gate decision, at most one effect and its journal lines.
 
 Decision, effect and journaling happen under one lock, so the journal order is the effect
-order, and the journal line is written before the answer leaves. Anything unexpected
-denies or answers 5xx and is journaled (fail closed); if the journal itself fails, no
-further tool call is served. A call whose idempotency key is already done gets the
-original answer and no effect; an operator override takes effect between two calls.
+order. Write-ahead: an allowed call journals its `intent` (decision, args digest,
+action_id) and flushes it before the effect runs, then its `tool_call` outcome after it,
+before the answer leaves; an intent without an outcome is a finding for the verifier.
+Anything unexpected denies or answers 5xx and is journaled (fail closed); if the journal
+itself fails, no further tool call is served.
+
+Bounded bookkeeping: every request counts against `limits.requests` (replays, rejections,
+connections over the cap included); the journal stops at `limits.max_journal_bytes`
+(`journal_full`); both report a budget breach, so the host stops the attempt. A long agent
+string is journaled as `sha256:<hex>` (hashed, not truncated: distinct values stay
+distinct and a known value can be checked); reasons are truncated.
+
+Idempotency: a key is bound to (tool, canonical arguments). The gate decides every call
+first (halt, budget, scope), so a replay is never served where a fresh call would be
+denied; a key reused for another call is refused with 409; a replay is journaled as
+`decision: replay`, never as a fresh `allow`. An operator override takes effect between
+two calls.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ HEARTBEAT_SECONDS = 1.0
 
 MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
+REPLAY = "replay"  # the journaled decision of a call answered from the idempotency store
 MODEL_TOOL = "model.messages"  # the gate's name for a model call (model.py); never a /v1/tools route
 MODEL_ROUTES = {"/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}  # path -> endpoint
 
@@ -68,7 +82,8 @@ class Dispatcher:
         self.counters = Counters()
         self._override = control.Override()
         self._reserved_tokens, self._reserved_cost = 0, 0.0  # what model calls in flight may still spend
-        self._breached = False
+        self._breached: set[str] = set()  # budget counters already reported
+        self._full = False  # the journal reached its cap
         self._last_beat = 0.0
         self._idempotency = Store(config.idempotency_db) if config.idempotency_db else None
         self._journal = ChainWriter(config.journal, base={"run_id": config.run_id, "attempt": config.attempt, "actor": "gateway"})
@@ -81,17 +96,28 @@ class Dispatcher:
             limits=asdict(config.limits),
         )
 
-    def count_request(self) -> None:
+    def count_request(self, n: int = 1) -> Answer | None:
+        """Count `n` requests against `limits.requests`. Within the budget: None. Past it:
+        the breach is reported (once) and the 429 answer to send instead, never journaled."""
+        limit = self._config.limits.requests
         with self._count_lock:
-            self.counters.requests += 1
+            self.counters.requests += n
+            over = self.counters.requests > limit
+        if not over:
+            return None
+        with self._lock:
+            self._report_breach("requests")
+        return Answer(429, error_body("budget_exhausted", f"more than {limit} requests (limits.requests): the attempt is being stopped"))
 
     def reject(self, status: int, code: str, message: str, **detail: str) -> Answer:
-        """Journal a request refused before reaching the gate and build its answer."""
+        """Journal a request refused before reaching the gate (unless the request budget is
+        spent) and build its answer."""
         fields = {key: value[:MAX_DETAIL_CHARS] for key, value in detail.items() if value}
         message = message[:MAX_REASON_CHARS]
         with self._lock:
             self.counters.rejected += 1
-            self._append("request_rejected", status=status, code=code, reason=message, **fields)
+            if self.counters.requests <= self._config.limits.requests:
+                self._append("request_rejected", status=status, code=code, reason=message, **fields)
         return Answer(status, error_body(code, message))
 
     def call(self, tool: tools.Tool, body: dict[str, Any]) -> Answer:
@@ -102,21 +128,34 @@ class Dispatcher:
         except (tools.ArgError, PathError) as exc:
             return self.reject(400, exc.code, exc.message, tool=tool.name)
         with self._lock:
-            if not self._open:
-                return Answer(503, error_body("unavailable", "the gateway journal is unavailable; no tool calls are served"))
+            if not self._open or self._full:
+                return self._unavailable()
             record = {
                 "action_id": uuid.uuid4().hex,
                 "tool": tool.name,
                 "path": path,
                 "args_digest": sha256_hex(canonical(args)),
-                **{name: meta.get(name) for name in tools.META_PARAMS},
+                **{name: self._field(meta.get(name)) for name in tools.META_PARAMS},
                 "effect": None,
             }
-            answer = self._decide_and_run(tool, args, path, record)
-            if not self._append("tool_call", **record):
+            answer = self._decide_and_run(tool, args, meta, path, record)
+            if not self._append("tool_call", _outcome=record.pop("_intent", False), **record):
+                if self._full:
+                    return self._unavailable()
                 body = {"action_id": record["action_id"], "decision": record["decision"]}
                 return Answer(500, {**body, **error_body("journal_error", "the journal could not be written")})
             return answer
+
+    def _unavailable(self) -> Answer:
+        if self._full:
+            return Answer(503, error_body("journal_full", f"the journal reached its {self._config.limits.max_journal_bytes}-byte cap; no tool calls are served"))
+        return Answer(503, error_body("unavailable", "the gateway journal is unavailable; no tool calls are served"))
+
+    def _field(self, value: Any) -> Any:
+        """A journaled agent string: itself up to `max_journal_field_chars`, else `sha256:<hex>`."""
+        if isinstance(value, str) and len(value) > self._config.limits.max_journal_field_chars:
+            return "sha256:" + sha256_hex(value.encode("utf-8", "surrogatepass"))
+        return value
 
     def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None, reserve: tuple[int, float] = (0, 0.0)) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
@@ -126,14 +165,14 @@ class Dispatcher:
         a budget rule is reported like a tool's. `unpriced` (why the cost cannot be counted)
         denies a call the gate allowed. None: the journal is unavailable and no call may be served."""
         with self._lock:
-            if not self._open:
+            if not self._open or self._full:
                 return None
             ctx = self._context()
             budget = replace(ctx.budget, tokens_reserved=self._reserved_tokens + reserve[0], cost_reserved=self._reserved_cost + reserve[1])
             decision = gate.decide(action, replace(ctx, known_tools=self._known | {MODEL_TOOL}, budget=budget))
             if decision.allowed and unpriced:
                 decision = gate.Decision(gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs)
-            record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason, inputs=decision.inputs)
+            self._decided(record, decision)
             if decision.allowed:
                 tokens, cost = reserve[0], round(reserve[1], 9)
                 self._reserved_tokens += tokens
@@ -155,7 +194,7 @@ class Dispatcher:
             self.counters.tokens += tokens
             self.counters.cost += cost
             record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}
-            return self._append("model_call", **record)
+            return self._append("model_call", _outcome=True, **record)  # its cost is spent: always journaled
 
     def beat(self) -> None:
         """Publish `last_success_at` for the host's monitor, at most once a second."""
@@ -182,29 +221,35 @@ class Dispatcher:
         """Journal `gateway_stopped` with the counters and fsync the journal (idempotent)."""
         with self._lock:
             if self._open:
-                self._append("gateway_stopped", reason=reason, counters=asdict(self.counters))
+                self._append("gateway_stopped", _outcome=True, reason=reason, counters=asdict(self.counters))
             self._open = False
             self._journal.close()
             if self._idempotency is not None:
                 self._idempotency.close()
 
-    def _decide_and_run(self, tool: tools.Tool, args: dict[str, Any], path: str | None, record: dict[str, Any]) -> Answer:
+    def _decide_and_run(self, tool: tools.Tool, args: dict[str, Any], meta: dict[str, Any], path: str | None, record: dict[str, Any]) -> Answer:
+        """Gate first (halt, budget, scope); then the idempotency store; then intent, effect."""
         record.update(decision=gate.DENY, rule="internal_error", reason="not decided", inputs={})
         key = None
         try:
-            action = self._action(tool, args, path, record)
-            key = self._idempotency_key(tool, action, args, record)
-            if key is not None and (prior := self._idempotency.claim(key, action_id=record["action_id"], attempt=self._config.attempt)):
-                key = None  # not ours to release
-                return self._replay(prior, record)
+            action = self._action(tool, args, meta, path, record)
             decision = gate.decide(action, self._context())
             self.counters.tool_calls += 1
-            record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason, inputs=decision.inputs)
+            self._decided(record, decision)
             if not decision.allowed:
                 self.counters.denied += 1
                 if decision.rule.startswith("budget."):
                     self._report_breach(decision.rule.split(".", 1)[1])
                 return _finish(record, 403, error_body("denied" if decision.outcome == gate.DENY else "escalated", decision.reason))
+            key = self._idempotency_key(tool, action, args, meta, record)
+            binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments
+            if key is not None and (prior := self._idempotency.claim(key, binding, action_id=record["action_id"], attempt=self._config.attempt)):
+                key = None  # not ours to release
+                return self._replay(prior, binding, record)
+            intent = {name: record[name] for name in ("action_id", "tool", "path", "args_digest", "scope", "resource_mode", "idempotency_key", "decision", "rule")}
+            if not self._append("intent", **intent):  # write-ahead: no effect the journal cannot show
+                raise _JournalRefused
+            record["_intent"] = True
             outcome = tools.run(tool, self._env, args)
             record.update(outcome.record)
             answer = _finish(record, 200, {"result": outcome.result})
@@ -215,42 +260,56 @@ class Dispatcher:
         except tools.ToolError as exc:
             return _finish(record, exc.status, error_body(exc.code, exc.message))
         except Exception as exc:  # fail closed: never an allow without a finished, journaled call
-            if record["decision"] != gate.ALLOW:
+            if record["decision"] != gate.ALLOW or isinstance(exc, _JournalRefused):
                 self.counters.denied += 1
-                record.update(reason=f"gateway error: {type(exc).__name__}")
+                record.update(decision=gate.DENY, reason=f"gateway error: {type(exc).__name__}")
             return _finish(record, 500, error_body("internal_error", f"gateway error: {type(exc).__name__}"))
         finally:
             if key is not None:  # claimed, but no effect happened: a later call may try again
                 self._idempotency.release(key)
 
-    def _action(self, tool: tools.Tool, args: dict[str, Any], path: str | None, record: dict[str, Any]) -> gate.Action:
+    def _decided(self, record: dict[str, Any], decision: gate.Decision) -> None:
+        """Journal a decision's fields; agent strings the gate quotes are capped like any other."""
+        inputs = {name: self._field(value) for name, value in decision.inputs.items()}
+        record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason[:MAX_REASON_CHARS], inputs=inputs)
+
+    def _action(self, tool: tools.Tool, args: dict[str, Any], meta: dict[str, Any], path: str | None, record: dict[str, Any]) -> gate.Action:
         scope, mode = tools.scope_of(tool, self._env, args, path)
         record.update(scope=scope, resource_mode=mode)
         return gate.Action(
             tool.name, tools.mutates(tool, args), path, scope=scope, resource_mode=mode,
-            reversible=record.get("reversible"), rollback_ref=record.get("rollback_ref"), human_gate=record.get("human_gate"),
+            reversible=meta.get("reversible"), rollback_ref=meta.get("rollback_ref"), human_gate=meta.get("human_gate"),
         )
 
-    def _idempotency_key(self, tool: tools.Tool, action: gate.Action, args: dict[str, Any], record: dict[str, Any]) -> str | None:
-        """The caller's key for any mutation; a derived key for real (non-sandbox) effects."""
+    def _idempotency_key(self, tool: tools.Tool, action: gate.Action, args: dict[str, Any], meta: dict[str, Any], record: dict[str, Any]) -> str | None:
+        """The caller's key (stored by its digest) for any mutation; a derived key for real
+        (non-sandbox) effects."""
         if self._idempotency is None or not action.mutates:
             return None
-        if record.get("idempotency_key"):
-            return "key:" + record["idempotency_key"]
+        if meta.get("idempotency_key"):
+            return "key:" + sha256_hex(meta["idempotency_key"].encode("utf-8", "surrogatepass"))
         if action.resource_mode != gate.SANDBOX:
             derived = derive_key(self._config.goal_id, tool.name, args)
             record["idempotency_key"] = derived
             return derived
         return None
 
-    def _replay(self, prior: Prior, record: dict[str, Any]) -> Answer:
-        record.update(decision=gate.ALLOW if prior.state == "done" else gate.DENY, rule="idempotency", original_action_id=prior.action_id)
+    def _replay(self, prior: Prior, binding: str, record: dict[str, Any]) -> Answer:
+        """The gate allowed this call; the key was used before. Same call: the original answer,
+        no second effect, journaled as a replay. Another call, or one in doubt: 409."""
+        record.update(original_action_id=prior.action_id)
+        if prior.binding != binding:
+            self.counters.denied += 1
+            record.update(decision=gate.DENY, rule="idempotency.mismatch",
+                          reason=f"idempotency key already used by {prior.action_id} for another tool or other arguments; use a new key")
+            return _finish(record, 409, error_body("idempotency_mismatch", record["reason"]))
         if prior.state != "done" or prior.answer is None:
             self.counters.denied += 1
-            record["reason"] = "an earlier call with this key was interrupted; its effect is in doubt and is not repeated"
+            record.update(decision=gate.DENY, rule="idempotency.in_doubt",
+                          reason="an earlier call with this key was interrupted; its effect is in doubt and is not repeated")
             return _finish(record, 409, error_body("in_doubt", record["reason"]))
-        record["reason"] = f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no second effect"
-        record.update(status=prior.status, error=None, idempotent_replay=True)
+        record.update(decision=REPLAY, rule="idempotency", status=prior.status, error=None, idempotent_replay=True,
+                      reason=f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no second effect")
         return Answer(prior.status or 200, {**prior.answer, "action_id": record["action_id"], "idempotent_replay": True})
 
     def _context(self) -> gate.Context:
@@ -286,27 +345,51 @@ class Dispatcher:
         return 0 <= time.time() - last < self._config.policy.verifier_stale_seconds
 
     def _report_breach(self, counter: str) -> None:
-        """Tell the host (which halts the attempt) once, and journal the breach time."""
-        if self._breached or not self._config.breach_file:
+        """Tell the host (which halts the attempt) at the first breach, and journal each
+        counter's breach once. Caller holds the lock."""
+        if counter in self._breached:
             return
-        self._breached = True
+        first = not self._breached
+        self._breached.add(counter)
         now = time.time()
-        tmp = self._config.breach_file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"counter": counter, "breach_at": now}, fh)
-        os.replace(tmp, self._config.breach_file)
-        self._append("budget_breach", counter=counter, breach_at=now)
+        if first and self._config.breach_file:
+            tmp = self._config.breach_file + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump({"counter": counter, "breach_at": now}, fh)
+            os.replace(tmp, self._config.breach_file)
+        self._append("budget_breach", _outcome=True, counter=counter, breach_at=now)
 
-    def _append(self, event: str, **fields: Any) -> bool:
-        """Write one journal line; on failure stop serving tool calls. Caller holds the lock."""
+    def _append(self, event: str, _outcome: bool = False, **fields: Any) -> bool:
+        """Write one journal line; on failure stop serving tool calls. Caller holds the lock.
+
+        A line that would take the journal past `max_journal_bytes` is not written: the
+        journal is full (`journal_full`, a budget breach). `_outcome` lines (an effect's
+        outcome after its intent, the closing records) are written regardless, so the cap
+        is overshot by at most one outcome and the closing records."""
         if not self._open:
             return False
         try:
-            self._journal.append(event, **fields)
+            record, line = self._journal.line(event, **fields)
+            if not _outcome and (self._full or self._journal.size + len(line) > self._config.limits.max_journal_bytes):
+                self._journal_full()
+                return False
+            self._journal.write(record, line)
         except Exception:
             self._open = False
             return False
         return True
+
+    def _journal_full(self) -> None:
+        if self._full:
+            return
+        self._full = True
+        limit = self._config.limits.max_journal_bytes
+        self._append("journal_full", _outcome=True, size=self._journal.size, limit=limit)
+        self._report_breach("journal_bytes")
+
+
+class _JournalRefused(Exception):
+    """The intent could not be journaled (full or failing journal): the effect must not run."""
 
 
 def _databases(config: Config) -> Any:

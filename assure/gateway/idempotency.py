@@ -4,6 +4,9 @@ A SQLite file in the run's gateway state (it outlives attempts and driver restar
 agent has no path to it). `claim()` marks a key pending before the effect; `complete()`
 stores the answer after it. A second call with a done key gets the original answer and
 causes no effect; a key left pending by a crash is "in doubt" and refused, never re-run.
+Each key is bound to the call that first used it (`binding`: the digest of its tool and
+canonical arguments), so the dispatcher can refuse a key reused for another call. Keys
+are stored as the caller gives them to `claim` (the dispatcher passes a digest).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ CREATE TABLE IF NOT EXISTS keys (
     attempt INTEGER NOT NULL,
     status INTEGER,
     answer TEXT,
+    binding TEXT NOT NULL,
     created_at REAL NOT NULL
 )
 """
@@ -38,6 +42,7 @@ class Prior:
     attempt: int
     status: int | None
     answer: dict[str, Any] | None
+    binding: str
 
 
 def derive_key(goal_id: str, tool: str, args: dict[str, Any]) -> str:
@@ -52,21 +57,21 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(SCHEMA)
 
-    def claim(self, key: str, *, action_id: str, attempt: int) -> Prior | None:
-        """Record `key` as pending and return None, or return what is already there."""
+    def claim(self, key: str, binding: str, *, action_id: str, attempt: int) -> Prior | None:
+        """Record `key` as pending for the call `binding` and return None, or return what is already there."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            row = self._db.execute("SELECT state, action_id, attempt, status, answer FROM keys WHERE key = ?", (key,)).fetchone()
+            row = self._db.execute("SELECT state, action_id, attempt, status, answer, binding FROM keys WHERE key = ?", (key,)).fetchone()
             if row is None:
-                self._db.execute("INSERT INTO keys VALUES (?, 'pending', ?, ?, NULL, NULL, ?)", (key, action_id, attempt, time.time()))
+                self._db.execute("INSERT INTO keys VALUES (?, 'pending', ?, ?, NULL, NULL, ?, ?)", (key, action_id, attempt, binding, time.time()))
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         if row is None:
             return None
-        state, prior_action, prior_attempt, status, answer = row
-        return Prior(state, prior_action, prior_attempt, status, json.loads(answer) if answer else None)
+        state, prior_action, prior_attempt, status, answer, prior_binding = row
+        return Prior(state, prior_action, prior_attempt, status, json.loads(answer) if answer else None, prior_binding)
 
     def complete(self, key: str, status: int, answer: dict[str, Any]) -> None:
         self._db.execute("UPDATE keys SET state = 'done', status = ?, answer = ? WHERE key = ?", (status, json.dumps(answer, sort_keys=True), key))

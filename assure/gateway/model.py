@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assure import gate
-from assure.chain import ChainError, canonical, verify_chain
+from assure.chain import ChainError, canonical, iter_chain
 
 from . import features
 from . import http as _http
@@ -353,13 +353,12 @@ class Replay:
         self._order: list[dict[str, Any]] = []
         self._by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for path in model.recording:
-            try:
-                records = verify_chain(path)
+            try:  # streamed: a recording of any size, one line in memory (a break refuses it whole)
+                for record in iter_chain(path):
+                    if record.get("event") == "model_call" and record.get("served") in REPLAYABLE:
+                        self._add(path, record)
             except (ChainError, OSError, UnicodeDecodeError) as exc:
                 raise ModelError(f"model.recording.journals: {path} is not a usable gateway journal: {exc}") from None
-            for record in records:
-                if record.get("event") == "model_call" and record.get("served") in REPLAYABLE:
-                    self._add(path, record)
         self._lock = threading.Lock()
         self._served: dict[tuple[str, str], int] = {}
         self._calls = 0

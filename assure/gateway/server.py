@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import tools
+from . import jsonscan, tools
 from .config import Config, Limits
 from .dispatch import MODEL_ROUTES, Answer, Counters, Dispatcher
 from .fspath import Workspace
@@ -189,7 +189,14 @@ def _body_size(req: _Request, max_body: int) -> int:
     return int(length)
 
 
-def _json_object(body: bytes) -> dict[str, Any]:
+def _check_json(body: bytes, limits: Limits) -> None:
+    """Refuse a body too deep or too big to parse safely, before parsing it (jsonscan.py)."""
+    if (why := jsonscan.too_complex(body, limits.max_json_depth, limits.max_json_items)) is not None:
+        raise _Reject(400, "json_too_complex", f"body refused unparsed: {why}", close=False)
+
+
+def _json_object(body: bytes, limits: Limits) -> dict[str, Any]:
+    _check_json(body, limits)
     try:
         value = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -388,6 +395,7 @@ class Gateway:
             with self._drops_lock:
                 drops, self._drops = self._drops, {}
             for why, count in drops.items():
+                self._calls.count_request(count)  # each one counts against the request budget
                 self._over_capacity(_Request(), f"{count} {why}")
             if final:
                 return
@@ -409,7 +417,9 @@ class Gateway:
 
     def _one_request(self, sock: socket.socket, reader: _Reader) -> bool:
         """Read, answer and journal one request; return whether to keep the connection."""
-        self._calls.count_request()
+        if (spent := self._calls.count_request()) is not None:
+            self._send(sock, spent, True)  # the request budget is spent: not read, not journaled
+            return False
         limits = self.config.limits
         req = _Request()
         try:
@@ -436,6 +446,7 @@ class Gateway:
             return Answer(200, self._health())
         if path in MODEL_ROUTES:
             _require_method(req, "POST")
+            _check_json(req.body, self.config.limits)
             endpoint, query = MODEL_ROUTES[path], req.target.partition("?")[2]
             if self._model is None:
                 from . import model
@@ -447,7 +458,7 @@ class Gateway:
             code = "unknown_tool" if path.startswith(TOOL_PREFIX) else "not_found"
             raise _Reject(404, code, f"no such route or tool: {path[:128]!r}", close=False)
         _require_method(req, "POST")
-        return self._calls.call(tool, _json_object(req.body))
+        return self._calls.call(tool, _json_object(req.body, self.config.limits))
 
     def _health(self) -> dict[str, Any]:
         described = [

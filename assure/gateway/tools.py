@@ -24,7 +24,8 @@ MAX_REPORT_STATUS = 64
 MAX_REPORT_SUMMARY = 8192
 DEFAULT_MODE = 0o644
 
-# Optional fields every tool accepts; journaled, not yet enforced.
+# Optional fields every tool accepts; the gate and the idempotency store read them, the journal
+# records them (a long value by its digest: dispatch.py).
 META_PARAMS: Mapping[str, tuple[type, bool]] = {
     "idempotency_key": (str, False),
     "reversible": (bool, False),

@@ -4,6 +4,7 @@ container's exit code and the gateway journal. Never against what the agent clai
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
     return True
 
 
-def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str],
+def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: Iterable[dict[str, Any]], unexplained: list[str],
           command_result: dict[str, Any] | None = None, post_digest: str | None = None) -> Finding:
     """`command_result`: the recorded run of a `command` or `cases` assertion (commands.json, cases.json)."""
     ((kind, arg),) = assertion.items()
@@ -105,7 +106,7 @@ def _show(data: bytes, limit: int = 80) -> str:
     return text + ("..." if len(data) > limit else "")
 
 
-def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: list[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:
+def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: Iterable[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:
     if kind == "file_exists":
         return (arg in post.entries, "present" if arg in post.entries else "missing")
     if kind == "file_absent":

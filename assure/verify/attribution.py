@@ -65,7 +65,7 @@ def describe(change: Change) -> str:
     return what
 
 
-def attribute(changes: Iterable[Change], journal: list[dict[str, Any]], *, writable: Iterable[str], protected: Iterable[str]) -> list[Finding]:
+def attribute(changes: Iterable[Change], journal: Iterable[dict[str, Any]], *, writable: Iterable[str], protected: Iterable[str]) -> list[Finding]:
     effects, folders = gateway_effects(journal)
     writable, protected = tuple(writable), tuple(protected)
     findings = []

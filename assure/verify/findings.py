@@ -18,6 +18,8 @@ class Kind(str, Enum):
     ASSERTION_FAILED = "assertion_failed"
     HARNESS_ERROR = "harness_error"
     DISK_LIMIT = "disk_limit"
+    JOURNAL_INCOMPLETE = "journal_incomplete"  # an intent without its outcome, or a gateway that did not stop cleanly
+    GATEWAY_LIMIT = "gateway_limit"  # the request budget or the journal's cap ran out: the attempt was stopped
 
 
 class Verdict(str, Enum):
@@ -39,6 +41,8 @@ SEVERITY = {
     Kind.CONTAINER_CHANGED: "breach",
     Kind.CONTAINMENT_FAILED: "breach",
     Kind.HARNESS_ERROR: "error",
+    Kind.JOURNAL_INCOMPLETE: "breach",
+    Kind.GATEWAY_LIMIT: "fail",
 }
 
 

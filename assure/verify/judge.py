@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chain import ChainError, canonical, sha256_hex, verify_chain
+from collections.abc import Iterable
+
+from ..chain import ChainError, ChainFile, canonical, sha256_hex
 from ..store import read_json
 from ..textsafe import display
-from . import assertions, attribution, container, sqlite
+from . import assertions, attribution, completeness, container, sqlite
 from .diff import Change, diff
 from .findings import Finding, Kind, Verdict, verdict
 from .snapshot import Snapshot, take
@@ -47,18 +49,23 @@ class Judgement:
         }
 
 
-def _journal(path: Path, findings: list[Finding]) -> list[dict[str, Any]]:
+def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None]:
+    """The verified journal, streamed again by each reader (never loaded whole), and its head.
+    The first pass also checks it is a complete account (completeness.py)."""
     if not path.is_file():
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", "no gateway journal: the gateway never ran"))
-        return []
+        return (), None
+    journal = ChainFile(path)
     try:
-        return verify_chain(path)
+        head, incomplete = completeness.account(journal, gateway)
     except (ChainError, OSError, UnicodeDecodeError) as exc:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the gateway journal does not verify: {exc}"))
-        return []
+        return (), None
+    findings += incomplete
+    return journal, head
 
 
-def _database_findings(attempt_dir: Path, name: str, journal: list[dict[str, Any]]) -> list[Finding]:
+def _database_findings(attempt_dir: Path, name: str, journal: Iterable[dict[str, Any]]) -> list[Finding]:
     """Rows, schema and header of one database: PRE vs POST, explained by the journaled changesets."""
     pre, post = attempt_dir / "db-pre" / f"{name}.sqlite", attempt_dir / "db-post" / f"{name}.sqlite"
     for side, path in (("pre", pre), ("post", post)):
@@ -136,8 +143,7 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
     findings: list[Finding] = []
     facts = _guarded(findings, "container.json", lambda: read_json(attempt_dir / "container.json"), {})
     findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.get("harness_errors", [])]
-    journal = _guarded(findings, "journal", lambda: _journal(attempt_dir / "gateway" / "journal.jsonl", findings), [])
-    head = {"seq": journal[-1]["seq"], "hash": journal[-1]["hash"]} if journal else None
+    journal, head = _guarded(findings, "journal", lambda: _journal(attempt_dir / "gateway" / "journal.jsonl", findings, facts.get("gateway")), ((), None))
     recorded = facts.get("journal_head")
     if recorded is not None and recorded != head:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"journal head {head} differs from the head recorded at collection {recorded}"))
@@ -183,5 +189,6 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
         finding = _guarded(findings, f"assertion {next(iter(a))}", check, None)
         if finding is not None:
             findings.append(finding)
-    claims = [r.get("claim") for r in journal if isinstance(r, dict) and r.get("tool") == "task.report" and r.get("decision") == "allow"]
+    claims = _guarded(findings, "claim", lambda: [r.get("claim") for r in journal if isinstance(r, dict) and r.get("event") == "tool_call"
+                                                  and r.get("tool") == "task.report" and r.get("decision") == "allow"], [])
     return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head, checked)

@@ -46,7 +46,7 @@ BASE = dict(
     operator_dial=COMMIT,
     verifier_trust=COMMIT,
     verifier_fresh=True,
-    rollbacks=frozenset({"rb-1"}),
+    rollbacks={"rb-1": ("db:shop",), "rb-vault": ("db:vault",)},
     human_gates=GATES,
 )
 
@@ -128,6 +128,8 @@ TABLE = [
     row("reversible_confirmed_needs_commit", LIVE_REV, (ALLOW, "autonomy", COMMIT, COMMIT)),
     row("rollback_ref_forged", live(reversible=True, rollback_ref="rb-forged"), (ESCALATE, "escalate.irreversible", IRREVERSIBLE, COMMIT)),
     row("rollback_ref_missing", live(reversible=True), (ESCALATE, "escalate.irreversible", IRREVERSIBLE, COMMIT)),
+    row("rollback_ref_for_another_scope", live(reversible=True, rollback_ref="rb-vault"), (ESCALATE, "escalate.irreversible", IRREVERSIBLE, COMMIT)),
+    row("rollback_ref_for_an_http_effect", dataclasses.replace(EXTERNAL, reversible=True, rollback_ref="rb-1"), (ESCALATE, "escalate.irreversible", IRREVERSIBLE, COMMIT)),
     row("reversible_missing", live(rollback_ref="rb-1"), (ESCALATE, "escalate.irreversible", IRREVERSIBLE, COMMIT)),
     row("reversible_false", live(reversible=False, rollback_ref="rb-1"), (ESCALATE, "escalate.irreversible", IRREVERSIBLE, COMMIT)),
     row("unknown_resource_mode_is_real", live(resource_mode="prod"), (ESCALATE, "escalate.irreversible", IRREVERSIBLE, COMMIT)),

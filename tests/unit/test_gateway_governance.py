@@ -116,15 +116,20 @@ def test_one_idempotency_key_one_effect_across_gateways(gateway, tmp_path):
     gw, client = gateway(idempotency_db=db)
     first = client.call("fs.write", path="n.txt", content="one", idempotency_key="k-1")
     (Path(gw.config.workspace) / "n.txt").write_text("changed by someone else")
-    second = client.call("fs.write", path="n.txt", content="two", idempotency_key="k-1")
+    second = client.call("fs.write", path="n.txt", content="one", idempotency_key="k-1")
     assert second["idempotent_replay"] is True and second["result"] == first["result"]
     assert (Path(gw.config.workspace) / "n.txt").read_text() == "changed by someone else"
     replay = records(gw)[-1]
     assert replay["rule"] == "idempotency" and replay["original_action_id"] == first["action_id"] and replay["effect"] is None
+    assert replay["decision"] == "replay"  # journaled as a replay, never as a fresh allow
+    with pytest.raises(GatewayError) as other:  # the key belongs to the first call: other arguments are refused
+        client.call("fs.write", path="n.txt", content="two", idempotency_key="k-1")
+    assert other.value.status == 409 and other.value.code == "idempotency_mismatch"
+    assert records(gw)[-1]["decision"] == "deny" and records(gw)[-1]["rule"] == "idempotency.mismatch"
     gw.shutdown()
     # A later attempt (a new gateway on the same run-level store) still sees the key.
     gw2, client2 = gateway(idempotency_db=db, journal=str(tmp_path / "journal2.jsonl"))
-    third = client2.call("fs.write", path="n.txt", content="three", idempotency_key="k-1")
+    third = client2.call("fs.write", path="n.txt", content="one", idempotency_key="k-1")
     assert third["idempotent_replay"] is True
     assert (Path(gw2.config.workspace) / "n.txt").read_text() == "changed by someone else"
 

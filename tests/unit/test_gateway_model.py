@@ -734,7 +734,7 @@ def test_the_reference_agent_reports_when_it_stops_at_max_turns(start: Callable[
     gateway = start({"mode": "scripted", "script": str(script)})
     with (tmp_path / "agent.log").open("w") as out:
         assert claude_agent.run("list", socket_path=gateway.config.socket, max_turns=2, log=out) == 3
-    reports = [r for r in verify_chain(gateway.config.journal) if r.get("tool") == "task.report"]
+    reports = [r for r in verify_chain(gateway.config.journal) if r["event"] == "tool_call" and r.get("tool") == "task.report"]
     assert len(reports) == 1 and reports[0]["claim"]["status"] == "max_turns"
 
 

@@ -182,8 +182,8 @@ def test_protected_path_is_denied_and_journaled(start_gateway) -> None:
             assert (info.value.status, info.value.code) == (403, "denied")
             assert info.value.answer["decision"] == "deny"
         assert client.call("fs.list")["result"]["entries"] == []
-    record = journal(gateway)[-2]
-    assert record["event"] == "tool_call" and record["tool"] == "fs.write"
+    record = [r for r in journal(gateway) if r["event"] == "tool_call"][-2]
+    assert record["tool"] == "fs.write"
     assert (record["decision"], record["rule"], record["status"], record["path"]) == ("deny", "protected_path", 403, "tests/test_x.py")
     assert record["effect"] is None and record["error"] == "denied"
     assert not (Path(gateway.config.workspace) / "tests").exists()
@@ -325,12 +325,19 @@ def test_malformed_requests_are_refused_and_journaled(start_gateway, data: bytes
         assert client.health()["status"] == "ok"  # still serving
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"path": "a", "path": "b"}', b"\xff\xfe", b"[" * 100000])
-def test_bad_json_is_400_and_the_connection_stays_usable(start_gateway, body: bytes) -> None:
+@pytest.mark.parametrize(("body", "code"), [
+    (b"not json", "bad_json"), (b"[1, 2]", "bad_json"), (b'{"path": "a", "path": "b"}', "bad_json"), (b"\xff\xfe", "bad_json"),
+    (b"[" * 100000 + b"]" * 100000, "json_too_complex"),  # refused by the pre-scan, never parsed
+    (b'{"params": [' + b"{}," * 200000 + b'{}]}', "json_too_complex"),
+])
+def test_bad_json_is_400_and_the_connection_stays_usable(start_gateway, body: bytes, code: str) -> None:
     gateway = start_gateway()
     request = f"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
     answers = raw_exchange(gateway, request + post("fs.list", {}))
-    assert [(s, b.get("error", {}).get("code")) for s, _, b in answers] == [(400, "bad_json"), (200, None)]
+    assert [(s, b.get("error", {}).get("code")) for s, _, b in answers] == [(400, code), (200, None)]
+    if code == "json_too_complex":
+        rejected = last_rejection(gateway)
+        assert rejected["code"] == code and "refused unparsed" in rejected["reason"]  # journaled with its reason
 
 
 def test_expect_100_continue(start_gateway) -> None:
@@ -465,7 +472,7 @@ def test_a_journal_failure_stops_all_further_tool_calls(start_gateway, monkeypat
     def disk_full(*_args: object, **_fields: object) -> dict[str, Any]:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(gateway._dispatcher._journal, "append", disk_full)
+    monkeypatch.setattr(gateway._dispatcher._journal, "write", disk_full)
     with client_for(gateway) as client:
         with pytest.raises(GatewayError) as info:
             client.call("fs.list")
@@ -497,19 +504,25 @@ def test_journal_has_exactly_the_expected_events_in_order(start_gateway) -> None
     records = journal(gateway)
     assert [(r["event"], r.get("tool"), r.get("status")) for r in records] == [
         ("gateway_started", None, None),
+        ("intent", "fs.write", None),  # write-ahead: journaled and flushed before the effect
         ("tool_call", "fs.write", 200),
+        ("intent", "fs.read", None),
         ("tool_call", "fs.read", 200),
-        ("tool_call", "fs.write", 403),
+        ("tool_call", "fs.write", 403),  # denied: no effect, no intent
         ("request_rejected", "fs.read", 400),
+        ("intent", "fs.delete", None),
         ("tool_call", "fs.delete", 200),
+        ("intent", "task.report", None),
         ("tool_call", "task.report", 200),
         ("gateway_stopped", None, None),
     ]
     assert all((r["run_id"], r["attempt"], r["actor"]) == ("run-test", 1, "gateway") for r in records)
     assert records[0]["config_sha256"] == gateway.config.digest
-    assert records[1]["effect"] == {"op": "write", "path": "a.txt", "sha256": on_disk, "size": 3, "mode": 0o644}
-    assert records[2]["effect"] is None
-    assert records[5]["effect"] == {"op": "delete", "path": "a.txt"}
+    assert records[1]["action_id"] == records[2]["action_id"] and records[1]["args_digest"] == records[2]["args_digest"]
+    assert records[1]["decision"] == "allow" and "effect" not in records[1]
+    assert records[2]["effect"] == {"op": "write", "path": "a.txt", "sha256": on_disk, "size": 3, "mode": 0o644}
+    assert records[4]["effect"] is None
+    assert records[8]["effect"] == {"op": "delete", "path": "a.txt"}
     assert [r["inputs"]["tool_calls_used"] for r in records if r["event"] == "tool_call"] == [0, 1, 2, 3, 4]
     assert len({r["action_id"] for r in records if r["event"] == "tool_call"}) == 5
     assert records[-1]["counters"] == {"requests": 6, "tool_calls": 5, "denied": 1, "rejected": 1, "tokens": 0, "cost": 0.0}
@@ -591,7 +604,7 @@ def test_process_stops_cleanly_on_sigterm(gateway_config, tmp_path: Path) -> Non
         process.kill()
     assert process.returncode == 0, stderr
     records = verify_chain(config["journal"])
-    assert [r["event"] for r in records] == ["gateway_started", "tool_call", "gateway_stopped"]
+    assert [r["event"] for r in records] == ["gateway_started", "intent", "tool_call", "gateway_stopped"]
     assert records[-1]["reason"] == "signal SIGTERM"
     assert records[-1]["counters"] == {"requests": 1, "tool_calls": 1, "denied": 0, "rejected": 0, "tokens": 0, "cost": 0.0}
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+import yaml
 
-from assure import promote
+from assure import control, gate, policy, promote, store
+from assure import spec as spec_mod
 
 
 def _file(path: str, kind: str = "added", mode: int = 0o644) -> dict:
@@ -112,3 +115,22 @@ def test_files_are_applied_with_their_mode_and_sparse_files_stay_sparse(trees):
     assert (target / "out" / "run.sh").stat().st_mode & 0o777 == 0o755
     assert (target / "out" / "big").stat().st_size == 2**40
     assert (target / "out" / "big").stat().st_blocks == 0
+
+
+def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    data = {"version": 1, "name": "p", "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
+            "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
+            "promote": {"target": str(tmp_path / "target")}, "assertions": [{"exit_code": 0}], "expect": "pass",
+            "contract": {"id": "c", "proposed_by": "alice", "ratified_by": "bob", "scope": ["fs:**"], "autonomy_ceiling": "commit"}}
+    c = data["contract"]
+    c["hash"] = gate.contract_hash(policy.contract(c))
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    spec = spec_mod.load(tmp_path / "p.yaml")
+    run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())
+    attempt = tmp_path / "runs" / "p-run" / "attempts" / "1"
+    attempt.mkdir(parents=True)
+    (attempt / "verdict.json").write_text(json.dumps({"changes": [{"path": "src/calc.py", "kind": "modified"}]}))
+    assert promote.decide(spec, run, attempt).outcome == "allow"  # the promote backup is a rollback for fs:**
+    control.request(run.control_dir, run_id="p-run", actor="carol", halt=True)
+    assert (promote.decide(spec, run, attempt).outcome, promote.decide(spec, run, attempt).rule) == ("deny", "operator_halt")
