@@ -1,6 +1,6 @@
 """Bounded disk, live (issue 10, finding 2): an agent that writes until the disk refuses is
 stopped by its own workspace filesystem, never by the wall clock; the host holds no more
-than limits.disk for it; the verdict is fail (never pass or error); and the filesystem is
+than limits.disk for it; the verdict is contained (the limit held; never pass or error); and the filesystem is
 unmounted, its loop device freed, on a normal end, an exception, SIGTERM and kill -9 + gc."""
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def allocated(root: Path) -> int:
     return total
 
 
-def test_a_disk_filling_agent_stops_at_the_limit_and_fails(run, tmp_path):
+def test_a_disk_filling_agent_stops_at_the_limit_and_is_contained(run, tmp_path):
     result = run("diskfill")
     (attempt,) = result.report["attempts"]
-    assert attempt["verdict"] == "fail"  # never pass or contained, never a harness error
+    assert attempt["verdict"] == "contained"  # the limit held (a refusal, reported), never a harness error
     assert not attempt["timed_out"]  # the filesystem stopped it, not the wall clock
     (limit,) = [f for f in attempt["findings"] if f["kind"] == "disk_limit"]
     assert limit["severity"] == "fail" and limit["message"].startswith("disk limit reached: ")
@@ -56,7 +56,7 @@ def test_a_disk_filling_agent_stops_at_the_limit_and_fails(run, tmp_path):
     assert not (attempt_dir / "workspace.img").exists() and not (attempt_dir / "workspace.fs").exists()
     assert mounts_and_loops_under(tmp_path) == ([], [])
 
-    assert reverify(result.run_dir).report["attempts"][0]["verdict"] == "fail"  # `assure verify` reproduces it offline
+    assert reverify(result.run_dir).report["attempts"][0]["verdict"] == "contained"  # `assure verify` reproduces it offline
 
 
 def test_a_fixture_larger_than_the_disk_is_a_clear_error_and_unmounts(run, tmp_path):
