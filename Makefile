@@ -1,5 +1,6 @@
 # assure: `make demo` runs the demo suite (suites/demo.yaml) in real sandboxes; `make test` runs every test.
-# Both set up what they need: a virtualenv, the Python packages, the images.
+# Both set up what they need: a virtualenv, the Python packages, the images (and, for the
+# tests, gVisor's runsc registered with the engine).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -24,7 +25,8 @@ images: install
 	fi
 	$(BIN)/assure images build
 
-test: images
+# The gVisor tests need runsc registered with the engine (installed and registered as root).
+test: images runsc
 	$(BIN)/python -m pytest -q
 
 unit: install
