@@ -169,6 +169,9 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
         return confined.lstat(root, rel)
 
     for change in items:
+        if any(part.casefold() == ".git" for part in change["path"].split("/")):
+            raise PromoteError(f"refusing to promote {display(change['path'])}: it is inside a git folder, and git would run what it holds "
+                               "(hooks, core.fsmonitor) on this host", fix="keep .git out of the contract's scope; nothing was applied")
         if _is_deletion(change):
             continue
         path, kind = change["path"], change["after"]["kind"]
@@ -213,7 +216,8 @@ def _apply(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
 
 def _git_commit(target: Path, run_id: str, task_id: str, task_slug: str, paths: list[str]) -> str:
     def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(target), *args], capture_output=True, text=True, env={**os.environ, **GIT_ENV})
+        # --literal-pathspecs: a promoted name (`:(glob)**`, say) is a path, never pathspec magic
+        done = subprocess.run(["git", "--literal-pathspecs", "-C", str(target), *args], capture_output=True, text=True, env={**os.environ, **GIT_ENV})
         if done.returncode != 0:
             raise PromoteError(f"git {args[0]} failed: {done.stderr.strip()[-500:]}")
         return done.stdout.strip()

@@ -134,3 +134,35 @@ def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path
     assert promote.decide(spec, run, attempt).outcome == "allow"  # the promote backup is a rollback for fs:**
     control.request(run.control_dir, run_id="p-run", actor="carol", halt=True)
     assert (promote.decide(spec, run, attempt).outcome, promote.decide(spec, run, attempt).rule) == ("deny", "operator_halt")
+
+
+
+@pytest.mark.parametrize("path", [".git/config", ".git/hooks/post-commit", "sub/.git/config", ".GIT/config"])
+def test_nothing_is_promoted_into_a_git_folder(trees, path):
+    """A promoted .git/config (core.fsmonitor) or hook would run the agent's code on the host
+    at the commit's own `git add`/`git commit`, as the host's user."""
+    ws, target = trees
+    (target / ".git" / "hooks").mkdir(parents=True)
+    (ws / Path(path).parent).mkdir(parents=True, exist_ok=True)
+    (ws / path).write_text("[core]\n\tfsmonitor = touch /tmp/pwned\n")
+    (ws / "a.txt").write_text("a")
+    before = _tree(target)
+    with pytest.raises(promote.PromoteError, match="refusing to promote .* git"):
+        _commit(ws, target, [_file("a.txt"), _file(path, mode=0o755)])
+    assert _tree(target) == before
+
+
+@pytest.mark.parametrize("name", [":(glob)**", "*"])
+def test_git_reads_promoted_names_literally(tmp_path, name):
+    """A file named `:(glob)**` is a pathspec to git: the commit must stage that file, not
+    the target's untracked files that the attempt never touched."""
+    import subprocess
+
+    target = tmp_path / "repo"
+    target.mkdir()
+    subprocess.run(["git", "init", "-q", str(target)], check=True)
+    (target / "secret.env").write_text("TOKEN=1")
+    (target / name).write_text("agent's file")
+    promote._git_commit(target, "run", "task", "task", [name])
+    listed = subprocess.run(["git", "-C", str(target), "ls-files", "-z"], capture_output=True, text=True, check=True).stdout.split("\0")
+    assert [f for f in listed if f] == [name]
