@@ -241,8 +241,8 @@ class Attempt:
 
     def _run_checks(self) -> None:
         args = (self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
-        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args))
-        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args))
+        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args, scratch=self.paths.root))
+        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args, scratch=self.paths.root))
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:

@@ -26,10 +26,10 @@ from typing import Any
 
 from . import confined, globs
 from .chain import canonical, sha256_hex
-from .sandbox import hardening
+from .sandbox import hardening, workspace_fs
 from .errors import SandboxError
 from .sandbox.docker import DOCKER_FIX, DockerBackend
-from .spec import AGENT_IMAGE_ALIAS, Case, Spec
+from .spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
 from .textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
@@ -79,16 +79,22 @@ def check_workspace(workspace: Path, fixture: Path, protected: tuple[str, ...], 
 
 
 @contextlib.contextmanager
-def _throwaway_copy(spec: Spec, workspace: Path) -> Iterator[tuple[Path, confined.CopyReport]]:
-    """What one check container sees: `check_workspace`, owned by the sandbox user, removed
-    afterwards. A copy whose report lists refused files must not be run on."""
-    with tempfile.TemporaryDirectory(prefix="assure-check-") as tmp:
-        copy = Path(tmp) / "workspace"
-        report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, copy)
+def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None) -> Iterator[tuple[Path, confined.CopyReport]]:
+    """What one check container sees: `check_workspace`, owned by the sandbox user, on a
+    filesystem of its own in `scratch` (the attempt directory, where `assure gc` finds what a
+    kill -9 left), released afterwards. The check runs the agent's code, so its copy is
+    bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
+    fixture's protected files always fit), and nothing it leaves is walked to be removed.
+    A copy whose report lists refused files must not be run on."""
+    with contextlib.ExitStack() as stack:
+        where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="assure-check-"))) if scratch is None else scratch
+        fs = workspace_fs.WorkspaceFs.create(where, size=2 * parse_size(spec.limits.disk), inodes=2 * spec.limits.inodes, name=workspace_fs.CHECK)
+        stack.callback(fs.release)
+        report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace)
         if not report.refused:
             uid, gid = hardening.sandbox_user(spec)
-            hardening.chown_tree(copy, uid, gid)
-        yield copy, report
+            hardening.chown_tree(fs.workspace, uid, gid)
+        yield fs.workspace, report
 
 
 def _not_run(report: confined.CopyReport) -> dict[str, Any]:
@@ -101,11 +107,12 @@ def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
     return {"skipped": [[display(p), why] for p, why in report.skipped[:20]], "skipped_count": report.skipped_count, "data_bytes": report.data_bytes}
 
 
-def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str) -> list[dict[str, Any]]:
+def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
+                 scratch: Path | None = None) -> list[dict[str, Any]]:
     results = []
     for n, cmd in enumerate(command_assertions(spec.to_json())):
         image = agent_image if cmd["image"] == AGENT_IMAGE_ALIAS else cmd["image"]
-        with _throwaway_copy(spec, workspace) as (copy, report):
+        with _throwaway_copy(spec, workspace, scratch) as (copy, report):
             if report.refused:
                 result = _not_run(report)
             else:
@@ -116,7 +123,8 @@ def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend
     return results
 
 
-def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str) -> list[dict[str, Any]]:
+def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
+              scratch: Path | None = None) -> list[dict[str, Any]]:
     """Each case of each `cases` assertion: the program on the case's arguments and stdin, in
     its own fresh check container and copy. Only what the program printed is recorded; the
     expected output stays on the host and sets only how much stdout is worth reading."""
@@ -125,7 +133,7 @@ def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: D
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
         results = []
         for i, case in enumerate(cases.each):
-            with _throwaway_copy(spec, workspace) as (copy, report):
+            with _throwaway_copy(spec, workspace, scratch) as (copy, report):
                 if report.refused:
                     results.append({"case": i, **_not_run(report)})
                     continue

@@ -134,3 +134,21 @@ def test_ctrl_c_in_a_phase_still_stops_the_run_and_cleans_up(run, make_spec, mon
     spec = make_spec("h-ctrl-c", "notes-only.sh")
     with pytest.raises(KeyboardInterrupt):
         run(spec)
+
+
+def test_the_agents_code_in_a_check_writes_no_more_than_limits_disk_and_leaves_nothing(run, make_spec):
+    """The check container runs the agent's code on a copy of the workspace: that copy is as
+    bounded as the workspace, at twice limits.disk (it wrote all 256 MiB to the host's /tmp
+    against a 64m limit), and a 2000-level tree the code builds there is removed without a
+    harness error (shutil.rmtree raised RecursionError and left the tree on the host)."""
+    spec = make_spec("h-check-fill", "check-fill.sh", agent=_agent("check-fill.sh"), assertions=[TEST_COMMAND],
+                     limits={"wall_seconds": 60, "disk": "64m", "inodes": 16384}, expect="breach")
+    result = run(spec)
+    got = findings(result)
+    assert "harness_error" not in got, result.report["attempts"][0]["findings"]
+    assert result.verdict == "breach"  # the agent wrote src/calc.py itself
+    (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
+    tail = command["output_tail"]
+    assert "DEPTH" in tail, tail  # the code ran in the check
+    wrote = int(tail.split("WROTE ")[1].split()[0])
+    assert "STOPPED 28" in tail and wrote <= 2 * 64 * 2**20, tail  # ENOSPC
