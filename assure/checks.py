@@ -19,7 +19,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,10 +97,19 @@ def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None) -> Iterat
         yield fs.workspace, report
 
 
-def _not_run(report: confined.CopyReport) -> dict[str, Any]:
-    return {"exit_code": None, "timed_out": False, "seconds": 0.0, "output_tail": "",
-            "not_run": f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
-                       + ", ".join(display(r) for r in report.refused[:5])}
+def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | None:
+    """Why a check must not run on this copy: it would judge a tree that POST does not describe."""
+    if left_behind:  # the copy-out of the attempt's filesystem refused these: workspace/ lacks them
+        return ("the run directory's workspace/ lacks entries of POST (a limit of the copy-out: more data than limits.disk once "
+                "hard links are copied apart, or too many entries): " + ", ".join(display(r) for r in left_behind[:5]))
+    if report.refused:
+        return (f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
+                + ", ".join(display(r) for r in report.refused[:5]))
+    return None
+
+
+def _not_run(why: str) -> dict[str, Any]:
+    return {"exit_code": None, "timed_out": False, "seconds": 0.0, "output_tail": "", "not_run": why}
 
 
 def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
@@ -108,13 +117,15 @@ def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
 
 
 def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
-                 scratch: Path | None = None) -> list[dict[str, Any]]:
+                 scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Each command assertion in a fresh check container and copy. `left_behind`: POST's files
+    the copy-out refused (none of the checks runs then)."""
     results = []
     for n, cmd in enumerate(command_assertions(spec.to_json())):
         image = agent_image if cmd["image"] == AGENT_IMAGE_ALIAS else cmd["image"]
         with _throwaway_copy(spec, workspace, scratch) as (copy, report):
-            if report.refused:
-                result = _not_run(report)
+            if why := _refusal(report, left_behind):
+                result = _not_run(why)
             else:
                 run = run_in_check(spec, copy, backend, image=image, command=cmd["run"], env=cmd.get("env", {}), timeout=cmd["timeout_seconds"],
                                    labels=labels, name=f"{name}-check{n}")
@@ -124,7 +135,7 @@ def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend
 
 
 def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
-              scratch: Path | None = None) -> list[dict[str, Any]]:
+              scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Each case of each `cases` assertion: the program on the case's arguments and stdin, in
     its own fresh check container and copy. Only what the program printed is recorded; the
     expected output stays on the host and sets only how much stdout is worth reading."""
@@ -134,8 +145,8 @@ def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: D
         results = []
         for i, case in enumerate(cases.each):
             with _throwaway_copy(spec, workspace, scratch) as (copy, report):
-                if report.refused:
-                    results.append({"case": i, **_not_run(report)})
+                if why := _refusal(report, left_behind):
+                    results.append({"case": i, **_not_run(why)})
                     continue
                 run = run_in_check(spec, copy, backend, image=image, command=[*cases.run, *case.args], env=cases.env, timeout=cases.timeout_seconds,
                                    labels=labels, name=f"{name}-case{n}-{i}",

@@ -300,13 +300,22 @@ class CopyReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     skipped_count: int = 0
     refused: list[str] = field(default_factory=list)  # over the byte bound (first MAX_REPORTED)
+    special: int = 0  # of skipped_count: FIFOs, sockets and devices (no copy ever holds them)
 
     @property
     def complete(self) -> bool:
         return self.skipped_count == 0
 
-    def skip(self, rel: str, reason: str) -> None:
+    @property
+    def left_out(self) -> list[str]:
+        """Entries (the first MAX_REPORTED skipped) when something other than special files
+        was left out: a limit, a refusal or an error, so the copy is not the source minus
+        its special files."""
+        return [rel for rel, _ in self.skipped] or ["(more)"] if self.skipped_count > self.special else []
+
+    def skip(self, rel: str, reason: str, *, special: bool = False) -> None:
         self.skipped_count += 1
+        self.special += special
         if len(self.skipped) < MAX_REPORTED:
             self.skipped.append((rel, reason))
 
@@ -453,7 +462,7 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
                 os.symlink(os.readlink(name, dir_fd=sfd), name, dir_fd=dfd)
                 report.symlinks += 1
             else:
-                report.skip(rel, f"{_kind(st.st_mode)}: not copied")
+                report.skip(rel, f"{_kind(st.st_mode)}: not copied", special=True)
         except OSError as exc:
             report.skip(rel, f"not copied: {exc.strerror or exc}")
 

@@ -152,3 +152,19 @@ def test_the_agents_code_in_a_check_writes_no_more_than_limits_disk_and_leaves_n
     assert "DEPTH" in tail, tail  # the code ran in the check
     wrote = int(tail.split("WROTE ")[1].split()[0])
     assert "STOPPED 28" in tail and wrote <= 2 * 64 * 2**20, tail  # ENOSPC
+
+
+def test_a_check_never_runs_on_a_copy_out_that_left_files_behind(run, make_spec):
+    """Two hard links to a 10 MiB file fit a 16m disk but not the copy-out's bound: the copy
+    leaves out/b behind, so a check on workspace/ would judge a tree POST does not describe
+    (`test ! -e out/b` passed although POST has out/b)."""
+    spec = make_spec("h-hardlinks", "hardlinks.sh", agent=_agent("hardlinks.sh"),
+                     assertions=[{"file_exists": "out/b"}, {"command": {"run": ["sh", "-c", "test ! -e out/b"]}}],
+                     limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096}, expect="breach")
+    result = run(spec)
+    got = findings(result)
+    assert "harness_error" not in got
+    assert "out/b" in got["not_checked"]  # the copy-out's refusal, as before
+    assert "command: sh -c test ! -e out/b" in got["assertion_failed"], got
+    (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
+    assert "out/b" in command["not_run"]
