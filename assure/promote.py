@@ -28,6 +28,7 @@ from .spec import Spec
 from .textsafe import display
 
 MAX_PATCH_FILE_BYTES = 1 * 2**20
+MAX_PATCH_BYTES = 16 * 2**20  # a proposal's whole patch: past it, changes are named, not shown
 MAX_PROMOTE_FILE_BYTES = confined.COPY_MAX_BYTES  # data bytes of one promoted file
 GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", "GIT_COMMITTER_NAME": "assure", "GIT_COMMITTER_EMAIL": "assure@localhost"}
 
@@ -86,17 +87,25 @@ def propose(run: store.RunDir, task_id: str, attempt_dir: Path) -> Path:
 
 
 def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
-    out = []
+    """A unified diff of the changes, at most about MAX_PATCH_BYTES (a file whose diff would
+    go past it is named, not shown)."""
+    out, size = [], 0
     for change in items:
         path = change["path"]
         before, after = _text(base, path), _text(workspace, path)
         if before is None or after is None:
             out.append(f"Binary, special or large file {display(path)} ({change['kind']})\n")
             continue
-        for line in difflib.unified_diff(before, after, f"a/{display(path)}", f"b/{display(path)}"):
-            # difflib leaves a last line without its newline as it is; patch(1) and git apply
-            # need it marked, or the next line of the patch is glued onto it
-            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        # difflib leaves a last line without its newline as it is; patch(1) and git apply
+        # need it marked, or the next line of the patch is glued onto it
+        lines = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                 for line in difflib.unified_diff(before, after, f"a/{display(path)}", f"b/{display(path)}")]
+        length = sum(len(line) for line in lines)
+        if size + length > MAX_PATCH_BYTES:
+            out.append(f"Not shown: {display(path)} ({change['kind']}): the patch would exceed {MAX_PATCH_BYTES} bytes\n")
+            continue
+        size += length
+        out.extend(lines)
     return "".join(out)
 
 

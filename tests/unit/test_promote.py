@@ -166,3 +166,15 @@ def test_git_reads_promoted_names_literally(tmp_path, name):
     promote._git_commit(target, "run", "task", "task", [name])
     listed = subprocess.run(["git", "-C", str(target), "ls-files", "-z"], capture_output=True, text=True, check=True).stdout.split("\0")
     assert [f for f in listed if f] == [name]
+
+
+def test_a_proposals_patch_is_bounded_whatever_the_attempt_left(trees):
+    """Each file's diff was bounded (1 MiB) but not their sum: 1 GiB of new files in the
+    writable scope became a patch of about 1 GiB, built in the host's memory."""
+    ws, base = trees
+    line = b"x" * 99 + b"\n"
+    for n in range(40):
+        (ws / f"f{n}").write_bytes(line * (2**20 // 100))
+    patch = promote._patch(base, ws, [_file(f"f{n}") for n in range(40)])
+    assert len(patch.encode()) <= promote.MAX_PATCH_BYTES + 4096
+    assert "f39" in patch  # every change is still named
