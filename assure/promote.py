@@ -139,8 +139,9 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, attempt_dir: Path, base:
     for root in (target, base):
         _apply(attempt_dir / "workspace", root, items)
     result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
-    if (target / ".git").exists():
-        result["git_commit"] = _git_commit(target, run.run_id, task_id, slug(task_id), [c["path"] for c in items])
+    if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
+        staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
+        result["git_commit"] = _git_commit(target, run.run_id, task_id, slug(task_id), staged)
     store.write_json(marker, result)
     return result
 
@@ -235,7 +236,7 @@ def _git_commit(target: Path, run_id: str, task_id: str, task_slug: str, paths: 
     with_head = subprocess.run(["git", "-C", str(target), "log", "-1", "--format=%B"], capture_output=True, text=True)
     if with_head.returncode == 0 and trailer in with_head.stdout:
         return git("rev-parse", "HEAD")  # committed before a crash: do not commit twice
-    if paths:
-        git("add", "--all", "--", *paths)
+    if paths:  # exactly these files, ignored by the target's .gitignore or not (git add refused those, after the apply)
+        git("update-index", "--add", "--remove", "--", *paths)
     git("commit", "--allow-empty", "--no-verify", "-m", f"assure: task {display(task_id)}\n\n{trailer}\n")
     return git("rev-parse", "HEAD")

@@ -178,3 +178,36 @@ def test_a_proposals_patch_is_bounded_whatever_the_attempt_left(trees):
     patch = promote._patch(base, ws, [_file(f"f{n}") for n in range(40)])
     assert len(patch.encode()) <= promote.MAX_PATCH_BYTES + 4096
     assert "f39" in patch  # every change is still named
+
+
+def test_a_git_commit_holds_exactly_the_promoted_files_ignored_or_not(tmp_path):
+    """git add failed on a promoted path the target's .gitignore matches, after every file was
+    written (half-applied: commit_failed, the target changed and uncommitted); and a folder in
+    the changes (a mode change) staged the user's untracked files inside it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    target = tmp_path / "target"
+    (target / "conf").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(target)], check=True)
+    (target / ".gitignore").write_text("*.log\n")
+    subprocess.run(["git", "-C", str(target), "add", ".gitignore"], check=True)
+    subprocess.run(["git", "-C", str(target), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "init"], check=True)
+    (target / "conf" / "secret.yaml").write_text("token: 1")  # the user's, untracked
+    data = {"version": 1, "name": "p", "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
+            "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
+            "promote": {"target": str(target)}, "assertions": [{"exit_code": 0}], "expect": "pass"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    spec = spec_mod.load(tmp_path / "p.yaml")
+    run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())
+    attempt = tmp_path / "runs" / "p-run" / "attempts" / "1"
+    (attempt / "workspace" / "out").mkdir(parents=True)
+    (attempt / "workspace" / "conf").mkdir()
+    (attempt / "workspace" / "out" / "run.log").write_text("log")
+    items = [_dir("out"), _file("out/run.log"), _dir("conf", "modified")]
+    (attempt / "verdict.json").write_text(json.dumps({"changes": items}))
+    base = tmp_path / "base"
+    base.mkdir()
+    promote.commit(spec, run, "main", attempt, base)
+    committed = subprocess.run(["git", "-C", str(target), "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True).stdout.split()
+    assert committed == ["out/run.log"]
