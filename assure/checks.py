@@ -72,9 +72,14 @@ def restore_protected(copy: Path, fixture: Path, protected: tuple[str, ...]) -> 
 def check_workspace(workspace: Path, fixture: Path, protected: tuple[str, ...], copy: Path) -> confined.CopyReport:
     """The tree a command runs on: a confined copy of the POST workspace without its protected
     paths, which are then put back from the fixture. Special files are left out (reported);
-    a file over the copy's byte bound is refused, and the caller must not run on the copy."""
+    anything else left out (a file over the copy's byte bound, a full filesystem) is in the
+    report's `left_out`, and the caller must not run on the copy."""
     report = confined.copy_tree(workspace, copy, max_bytes=COPY_MAX_BYTES, include=lambda rel: not globs.match_any(protected, rel))
-    restore_protected(copy, fixture, protected)
+    if not report.left_out:
+        try:
+            restore_protected(copy, fixture, protected)
+        except OSError as exc:  # the check copy's filesystem is full (the agent's hard links, copied apart)
+            report.skip("(protected paths)", f"not restored: {exc.strerror or exc}")
     return report
 
 
@@ -85,13 +90,13 @@ def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None) -> Iterat
     kill -9 left), released afterwards. The check runs the agent's code, so its copy is
     bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
     fixture's protected files always fit), and nothing it leaves is walked to be removed.
-    A copy whose report lists refused files must not be run on."""
+    A copy whose report has `left_out` entries must not be run on."""
     with contextlib.ExitStack() as stack:
         where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="assure-check-"))) if scratch is None else scratch
         fs = workspace_fs.WorkspaceFs.create(where, size=2 * parse_size(spec.limits.disk), inodes=2 * spec.limits.inodes, name=workspace_fs.CHECK)
         stack.callback(fs.release)
         report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace)
-        if not report.refused:
+        if not report.left_out:
             uid, gid = hardening.sandbox_user(spec)
             hardening.chown_tree(fs.workspace, uid, gid)
         yield fs.workspace, report
@@ -105,6 +110,9 @@ def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | N
     if report.refused:
         return (f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
                 + ", ".join(display(r) for r in report.refused[:5]))
+    if report.left_out:
+        return "the check copy left entries out (its filesystem is full: hard links are copied apart): " + "; ".join(
+            f"{display(rel)}: {why}" for rel, why in report.skipped[:5])
     return None
 
 

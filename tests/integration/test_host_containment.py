@@ -168,3 +168,18 @@ def test_a_check_never_runs_on_a_copy_out_that_left_files_behind(run, make_spec)
     assert "command: sh -c test ! -e out/b" in got["assertion_failed"], got
     (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
     assert "out/b" in command["not_run"]
+
+
+def test_a_check_never_runs_on_a_check_copy_its_filesystem_could_not_hold(run, make_spec):
+    """9000 hard links to an empty file cost one inode on a 4096-inode workspace; copied apart
+    they need 9000, more than the check copy's 8192: the check ran on the copy without them."""
+    spec = make_spec("h-links", "hardlinks.sh", agent=_agent("hardlinks.sh", "many"),
+                     assertions=[{"command": {"run": ["sh", "-c", "test ! -e out/l8999"]}}],
+                     limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096}, expect="breach")
+    result = run(spec)
+    got = findings(result)
+    assert "harness_error" not in got
+    (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
+    assert command["copy"]["skipped_count"] > 0, command  # the check copy could not hold them all
+    assert "command: sh -c test ! -e out/l8999" in got.get("assertion_failed", []), command
+    assert command.get("not_run"), command
