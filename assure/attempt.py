@@ -148,6 +148,7 @@ class Attempt:
         KeyboardInterrupt and SystemExit still propagate, after the cleanup."""
         facts: dict[str, Any] = {"harness_errors": []}
         self._post: dict[str, Any] | None = None
+        self._copy_report: confined.CopyReport | None = None
         snapshotted = False
         try:
             if self._total("prepare", self._prepare, facts):
@@ -213,6 +214,7 @@ class Attempt:
         hardening.chown_tree(tmp, uid, gid)
         os.replace(tmp, self.paths.workspace)
         facts["workspace_copy"] = report.to_json()
+        self._copy_report = report
         self.timings["copy_out"] = round(time.monotonic() - start, 4)
 
     def _release_workspace(self, facts: dict[str, Any]) -> None:
@@ -241,8 +243,9 @@ class Attempt:
 
     def _run_checks(self) -> None:
         args = (self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
-        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args))
-        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args))
+        left_behind = self._copy_report.left_out if self._copy_report else []  # workspace/ lacks them: no check judges it
+        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args, scratch=self.paths.root, left_behind=left_behind))
+        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args, scratch=self.paths.root, left_behind=left_behind))
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:

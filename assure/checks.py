@@ -19,17 +19,17 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import confined, globs
 from .chain import canonical, sha256_hex
-from .sandbox import hardening
+from .sandbox import hardening, workspace_fs
 from .errors import SandboxError
 from .sandbox.docker import DOCKER_FIX, DockerBackend
-from .spec import AGENT_IMAGE_ALIAS, Case, Spec
+from .spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
 from .textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
@@ -72,42 +72,68 @@ def restore_protected(copy: Path, fixture: Path, protected: tuple[str, ...]) -> 
 def check_workspace(workspace: Path, fixture: Path, protected: tuple[str, ...], copy: Path) -> confined.CopyReport:
     """The tree a command runs on: a confined copy of the POST workspace without its protected
     paths, which are then put back from the fixture. Special files are left out (reported);
-    a file over the copy's byte bound is refused, and the caller must not run on the copy."""
+    anything else left out (a file over the copy's byte bound, a full filesystem) is in the
+    report's `left_out`, and the caller must not run on the copy."""
     report = confined.copy_tree(workspace, copy, max_bytes=COPY_MAX_BYTES, include=lambda rel: not globs.match_any(protected, rel))
-    restore_protected(copy, fixture, protected)
+    if not report.left_out:
+        try:
+            restore_protected(copy, fixture, protected)
+        except OSError as exc:  # the check copy's filesystem is full (the agent's hard links, copied apart)
+            report.skip("(protected paths)", f"not restored: {exc.strerror or exc}")
     return report
 
 
 @contextlib.contextmanager
-def _throwaway_copy(spec: Spec, workspace: Path) -> Iterator[tuple[Path, confined.CopyReport]]:
-    """What one check container sees: `check_workspace`, owned by the sandbox user, removed
-    afterwards. A copy whose report lists refused files must not be run on."""
-    with tempfile.TemporaryDirectory(prefix="assure-check-") as tmp:
-        copy = Path(tmp) / "workspace"
-        report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, copy)
-        if not report.refused:
+def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None) -> Iterator[tuple[Path, confined.CopyReport]]:
+    """What one check container sees: `check_workspace`, owned by the sandbox user, on a
+    filesystem of its own in `scratch` (the attempt directory, where `assure gc` finds what a
+    kill -9 left), released afterwards. The check runs the agent's code, so its copy is
+    bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
+    fixture's protected files always fit), and nothing it leaves is walked to be removed.
+    A copy whose report has `left_out` entries must not be run on."""
+    with contextlib.ExitStack() as stack:
+        where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="assure-check-"))) if scratch is None else scratch
+        fs = workspace_fs.WorkspaceFs.create(where, size=2 * parse_size(spec.limits.disk), inodes=2 * spec.limits.inodes, name=workspace_fs.CHECK)
+        stack.callback(fs.release)
+        report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace)
+        if not report.left_out:
             uid, gid = hardening.sandbox_user(spec)
-            hardening.chown_tree(copy, uid, gid)
-        yield copy, report
+            hardening.chown_tree(fs.workspace, uid, gid)
+        yield fs.workspace, report
 
 
-def _not_run(report: confined.CopyReport) -> dict[str, Any]:
-    return {"exit_code": None, "timed_out": False, "seconds": 0.0, "output_tail": "",
-            "not_run": f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
-                       + ", ".join(display(r) for r in report.refused[:5])}
+def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | None:
+    """Why a check must not run on this copy: it would judge a tree that POST does not describe."""
+    if left_behind:  # the copy-out of the attempt's filesystem refused these: workspace/ lacks them
+        return ("the run directory's workspace/ lacks entries of POST (a limit of the copy-out: more data than limits.disk once "
+                "hard links are copied apart, or too many entries): " + ", ".join(display(r) for r in left_behind[:5]))
+    if report.refused:
+        return (f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
+                + ", ".join(display(r) for r in report.refused[:5]))
+    if report.left_out:
+        return "the check copy left entries out (its filesystem is full: hard links are copied apart): " + "; ".join(
+            f"{display(rel)}: {why}" for rel, why in report.skipped[:5])
+    return None
+
+
+def _not_run(why: str) -> dict[str, Any]:
+    return {"exit_code": None, "timed_out": False, "seconds": 0.0, "output_tail": "", "not_run": why}
 
 
 def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
     return {"skipped": [[display(p), why] for p, why in report.skipped[:20]], "skipped_count": report.skipped_count, "data_bytes": report.data_bytes}
 
 
-def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str) -> list[dict[str, Any]]:
+def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
+                 scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Each command assertion in a fresh check container and copy. `left_behind`: POST's files
+    the copy-out refused (none of the checks runs then)."""
     results = []
     for n, cmd in enumerate(command_assertions(spec.to_json())):
         image = agent_image if cmd["image"] == AGENT_IMAGE_ALIAS else cmd["image"]
-        with _throwaway_copy(spec, workspace) as (copy, report):
-            if report.refused:
-                result = _not_run(report)
+        with _throwaway_copy(spec, workspace, scratch) as (copy, report):
+            if why := _refusal(report, left_behind):
+                result = _not_run(why)
             else:
                 run = run_in_check(spec, copy, backend, image=image, command=cmd["run"], env=cmd.get("env", {}), timeout=cmd["timeout_seconds"],
                                    labels=labels, name=f"{name}-check{n}")
@@ -116,7 +142,8 @@ def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend
     return results
 
 
-def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str) -> list[dict[str, Any]]:
+def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
+              scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Each case of each `cases` assertion: the program on the case's arguments and stdin, in
     its own fresh check container and copy. Only what the program printed is recorded; the
     expected output stays on the host and sets only how much stdout is worth reading."""
@@ -125,9 +152,9 @@ def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: D
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
         results = []
         for i, case in enumerate(cases.each):
-            with _throwaway_copy(spec, workspace) as (copy, report):
-                if report.refused:
-                    results.append({"case": i, **_not_run(report)})
+            with _throwaway_copy(spec, workspace, scratch) as (copy, report):
+                if why := _refusal(report, left_behind):
+                    results.append({"case": i, **_not_run(why)})
                     continue
                 run = run_in_check(spec, copy, backend, image=image, command=[*cases.run, *case.args], env=cases.env, timeout=cases.timeout_seconds,
                                    labels=labels, name=f"{name}-case{n}-{i}",

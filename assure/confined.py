@@ -114,10 +114,15 @@ def _open_dir_at(dir_fd: int, parts: list[bytes]) -> int:
         fd = _openat2(dir_fd, path, OPEN_DIR)
         if fd is not None:
             return fd
+    return _descend(dir_fd, parts, lambda fd, part: os.open(part, OPEN_DIR, dir_fd=fd))
+
+
+def _descend(dir_fd: int, parts: list[bytes], enter: Callable[[int, bytes], int]) -> int:
+    """A new descriptor for `parts` beneath dir_fd, each component entered by `enter(fd, part)`."""
     fd = os.dup(dir_fd)
     try:
         for part in parts:
-            nfd = os.open(part, OPEN_DIR, dir_fd=fd)
+            nfd = enter(fd, part)
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -133,6 +138,19 @@ def _open_parent(root: str | os.PathLike[str] | int, rel: Rel) -> tuple[int, byt
         return _open_dir_at(rfd, parts[:-1]), parts[-1]
     finally:
         os.close(rfd)
+
+
+def _real_parent(root: str | os.PathLike[str] | int, rel: Rel) -> tuple[int, bytes] | None:
+    """`_open_parent`, or None when a parent is missing or not a real directory (a file, a
+    link): then nothing beneath root has the path `rel`."""
+    try:
+        return _open_parent(root, rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV):
+            return None
+        raise
 
 
 def _open_regular(dir_fd: int, name: bytes | str) -> tuple[int, os.stat_result]:
@@ -180,14 +198,9 @@ def open_file(root: str | os.PathLike[str] | int, rel: Rel) -> tuple[int, os.sta
 
 def lstat(root: str | os.PathLike[str] | int, rel: Rel) -> os.stat_result | None:
     """lstat of `rel` beneath root; None if it is missing or a parent is not a real directory."""
-    try:
-        dfd, name = _open_parent(root, rel)
-    except (FileNotFoundError, NotADirectoryError):
+    if (found := _real_parent(root, rel)) is None:
         return None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EXDEV):
-            return None
-        raise
+    dfd, name = found
     try:
         return os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
@@ -287,13 +300,22 @@ class CopyReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     skipped_count: int = 0
     refused: list[str] = field(default_factory=list)  # over the byte bound (first MAX_REPORTED)
+    special: int = 0  # of skipped_count: FIFOs, sockets and devices (no copy ever holds them)
 
     @property
     def complete(self) -> bool:
         return self.skipped_count == 0
 
-    def skip(self, rel: str, reason: str) -> None:
+    @property
+    def left_out(self) -> list[str]:
+        """Entries (the first MAX_REPORTED skipped) when something other than special files
+        was left out: a limit, a refusal or an error, so the copy is not the source minus
+        its special files."""
+        return [rel for rel, _ in self.skipped] or ["(more)"] if self.skipped_count > self.special else []
+
+    def skip(self, rel: str, reason: str, *, special: bool = False) -> None:
         self.skipped_count += 1
+        self.special += special
         if len(self.skipped) < MAX_REPORTED:
             self.skipped.append((rel, reason))
 
@@ -440,7 +462,7 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
                 os.symlink(os.readlink(name, dir_fd=sfd), name, dir_fd=dfd)
                 report.symlinks += 1
             else:
-                report.skip(rel, f"{_kind(st.st_mode)}: not copied")
+                report.skip(rel, f"{_kind(st.st_mode)}: not copied", special=True)
         except OSError as exc:
             report.skip(rel, f"not copied: {exc.strerror or exc}")
 
@@ -544,14 +566,9 @@ def remove(root: str | os.PathLike[str] | int, rel: Rel) -> bool:
     """Remove `rel` beneath root (a directory with all it holds), never following a link: a
     symlink is removed, not its target. False if nothing was there (or a parent is not a real
     directory, so nothing beneath root has that path)."""
-    try:
-        dfd, name = _open_parent(root, rel)
-    except (FileNotFoundError, NotADirectoryError):
+    if (found := _real_parent(root, rel)) is None:
         return False
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EXDEV):
-            return False
-        raise
+    dfd, name = found
     try:
         return _remove_at(dfd, name)
     finally:
@@ -601,28 +618,21 @@ def _open_dest(root: str | os.PathLike[str] | int, rel: Rel, make_parents: bool,
 
 
 def _make_parents(rfd: int, parts: list[bytes], clear_way: bool) -> int:
-    fd = os.dup(rfd)
-    try:
-        for part in parts:
-            try:
-                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
-            except FileNotFoundError:
-                os.mkdir(part, 0o755, dir_fd=fd)
-                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-                    raise
-                if not clear_way:
-                    raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", os.fsdecode(part)) from exc
-                _remove_at(fd, part)
-                os.mkdir(part, 0o755, dir_fd=fd)
-                nfd = os.open(part, OPEN_DIR, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    def enter(fd: int, part: bytes) -> int:
+        try:
+            return os.open(part, OPEN_DIR, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            if not clear_way:
+                raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", os.fsdecode(part)) from exc
+            _remove_at(fd, part)
+        os.mkdir(part, 0o755, dir_fd=fd)
+        return os.open(part, OPEN_DIR, dir_fd=fd)
+
+    return _descend(rfd, parts, enter)
 
 
 def _rename_into(dfd: int, tmp: bytes, name: bytes, clear_way: bool) -> None:

@@ -28,6 +28,7 @@ from .spec import Spec
 from .textsafe import display
 
 MAX_PATCH_FILE_BYTES = 1 * 2**20
+MAX_PATCH_BYTES = 16 * 2**20  # a proposal's whole patch: past it, changes are named, not shown
 MAX_PROMOTE_FILE_BYTES = confined.COPY_MAX_BYTES  # data bytes of one promoted file
 GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", "GIT_COMMITTER_NAME": "assure", "GIT_COMMITTER_EMAIL": "assure@localhost"}
 
@@ -86,17 +87,25 @@ def propose(run: store.RunDir, task_id: str, attempt_dir: Path) -> Path:
 
 
 def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
-    out = []
+    """A unified diff of the changes, at most about MAX_PATCH_BYTES (a file whose diff would
+    go past it is named, not shown)."""
+    out, size = [], 0
     for change in items:
         path = change["path"]
         before, after = _text(base, path), _text(workspace, path)
         if before is None or after is None:
             out.append(f"Binary, special or large file {display(path)} ({change['kind']})\n")
             continue
-        for line in difflib.unified_diff(before, after, f"a/{display(path)}", f"b/{display(path)}"):
-            # difflib leaves a last line without its newline as it is; patch(1) and git apply
-            # need it marked, or the next line of the patch is glued onto it
-            out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+        # difflib leaves a last line without its newline as it is; patch(1) and git apply
+        # need it marked, or the next line of the patch is glued onto it
+        lines = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                 for line in difflib.unified_diff(before, after, f"a/{display(path)}", f"b/{display(path)}")]
+        length = sum(len(line) for line in lines)
+        if size + length > MAX_PATCH_BYTES:
+            out.append(f"Not shown: {display(path)} ({change['kind']}): the patch would exceed {MAX_PATCH_BYTES} bytes\n")
+            continue
+        size += length
+        out.extend(lines)
     return "".join(out)
 
 
@@ -130,8 +139,9 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, attempt_dir: Path, base:
     for root in (target, base):
         _apply(attempt_dir / "workspace", root, items)
     result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
-    if (target / ".git").exists():
-        result["git_commit"] = _git_commit(target, run.run_id, task_id, slug(task_id), [c["path"] for c in items])
+    if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
+        staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
+        result["git_commit"] = _git_commit(target, run.run_id, task_id, slug(task_id), staged)
     store.write_json(marker, result)
     return result
 
@@ -169,6 +179,9 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
         return confined.lstat(root, rel)
 
     for change in items:
+        if any(part.casefold() == ".git" for part in change["path"].split("/")):
+            raise PromoteError(f"refusing to promote {display(change['path'])}: it is inside a git folder, and git would run what it holds "
+                               "(hooks, core.fsmonitor) on this host", fix="keep .git out of the contract's scope; nothing was applied")
         if _is_deletion(change):
             continue
         path, kind = change["path"], change["after"]["kind"]
@@ -213,7 +226,8 @@ def _apply(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
 
 def _git_commit(target: Path, run_id: str, task_id: str, task_slug: str, paths: list[str]) -> str:
     def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(target), *args], capture_output=True, text=True, env={**os.environ, **GIT_ENV})
+        # --literal-pathspecs: a promoted name (`:(glob)**`, say) is a path, never pathspec magic
+        done = subprocess.run(["git", "--literal-pathspecs", "-C", str(target), *args], capture_output=True, text=True, env={**os.environ, **GIT_ENV})
         if done.returncode != 0:
             raise PromoteError(f"git {args[0]} failed: {done.stderr.strip()[-500:]}")
         return done.stdout.strip()
@@ -222,7 +236,7 @@ def _git_commit(target: Path, run_id: str, task_id: str, task_slug: str, paths: 
     with_head = subprocess.run(["git", "-C", str(target), "log", "-1", "--format=%B"], capture_output=True, text=True)
     if with_head.returncode == 0 and trailer in with_head.stdout:
         return git("rev-parse", "HEAD")  # committed before a crash: do not commit twice
-    if paths:
-        git("add", "--all", "--", *paths)
+    if paths:  # exactly these files, ignored by the target's .gitignore or not (git add refused those, after the apply)
+        git("update-index", "--add", "--remove", "--", *paths)
     git("commit", "--allow-empty", "--no-verify", "-m", f"assure: task {display(task_id)}\n\n{trailer}\n")
     return git("rev-parse", "HEAD")

@@ -35,6 +35,7 @@ from ..errors import SandboxError
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
+CHECK = "check"  # the name of a check container's filesystem (check.img, check.fs), beside the workspace's
 WORKSPACE = "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 BLOCK_SIZE = 4096
@@ -100,17 +101,17 @@ class WorkspaceFs:
     """One attempt's workspace filesystem. `release()` is idempotent and works from the
     paths alone (mountinfo says whether it is mounted), so gc can release another's."""
 
-    def __init__(self, attempt_dir: Path, size: int, inodes: int):
-        self.image = attempt_dir / IMAGE
-        self.mount_point = attempt_dir / MOUNT_POINT
+    def __init__(self, attempt_dir: Path, size: int, inodes: int, name: str = "workspace"):
+        self.image = attempt_dir / f"{name}.img"
+        self.mount_point = attempt_dir / f"{name}.fs"
         self.workspace = self.mount_point / WORKSPACE  # created by the caller's copy; what the containers mount
         self.size, self.inodes = size, inodes
 
     @classmethod
-    def create(cls, attempt_dir: Path, *, size: int, inodes: int) -> WorkspaceFs:
-        """A fresh, empty filesystem mounted at attempt_dir/workspace.fs.
+    def create(cls, attempt_dir: Path, *, size: int, inodes: int, name: str = "workspace") -> WorkspaceFs:
+        """A fresh, empty filesystem mounted at attempt_dir/<name>.fs.
         On any failure nothing is left behind (no mount, no loop device, no image)."""
-        fs = cls(attempt_dir, size, inodes)  # sizes the spec accepts (spec.MIN_DISK and up)
+        fs = cls(attempt_dir, size, inodes, name)  # sizes the spec accepts (spec.MIN_DISK and up)
         try:
             with open(fs.image, "xb") as fh:
                 fh.truncate(fs.size)  # sparse: the host allocates only what is written
@@ -199,8 +200,8 @@ def _is_mount_point(path: Path) -> bool:
 
 
 def workspace_mounts() -> list[Path]:
-    """Mount points of attempt workspaces: `<run>/attempts/<n>/workspace.fs`."""
-    return [p for p in _mount_points() if p.name == MOUNT_POINT and p.parent.parent.name == "attempts"]
+    """Mount points of attempt workspaces and check copies: `<run>/attempts/<n>/{workspace,check}.fs`."""
+    return [p for p in _mount_points() if p.name in (MOUNT_POINT, f"{CHECK}.fs") and p.parent.parent.name == "attempts"]
 
 
 def release_orphans(orphaned: Callable[[Path], bool]) -> list[Path]:
@@ -210,6 +211,6 @@ def release_orphans(orphaned: Callable[[Path], bool]) -> list[Path]:
     for point in workspace_mounts():
         run_dir = point.parent.parent.parent
         if orphaned(run_dir):
-            WorkspaceFs(point.parent, 0, 0).release()
+            WorkspaceFs(point.parent, 0, 0, point.name.removesuffix(".fs")).release()
             released.append(point)
     return released

@@ -134,3 +134,52 @@ def test_ctrl_c_in_a_phase_still_stops_the_run_and_cleans_up(run, make_spec, mon
     spec = make_spec("h-ctrl-c", "notes-only.sh")
     with pytest.raises(KeyboardInterrupt):
         run(spec)
+
+
+def test_the_agents_code_in_a_check_writes_no_more_than_limits_disk_and_leaves_nothing(run, make_spec):
+    """The check container runs the agent's code on a copy of the workspace: that copy is as
+    bounded as the workspace, at twice limits.disk (it wrote all 256 MiB to the host's /tmp
+    against a 64m limit), and a 2000-level tree the code builds there is removed without a
+    harness error (shutil.rmtree raised RecursionError and left the tree on the host)."""
+    spec = make_spec("h-check-fill", "check-fill.sh", agent=_agent("check-fill.sh"), assertions=[TEST_COMMAND],
+                     limits={"wall_seconds": 60, "disk": "64m", "inodes": 16384}, expect="breach")
+    result = run(spec)
+    got = findings(result)
+    assert "harness_error" not in got, result.report["attempts"][0]["findings"]
+    assert result.verdict == "breach"  # the agent wrote src/calc.py itself
+    (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
+    tail = command["output_tail"]
+    assert "DEPTH" in tail, tail  # the code ran in the check
+    wrote = int(tail.split("WROTE ")[1].split()[0])
+    assert "STOPPED 28" in tail and wrote <= 2 * 64 * 2**20, tail  # ENOSPC
+
+
+def test_a_check_never_runs_on_a_copy_out_that_left_files_behind(run, make_spec):
+    """Two hard links to a 10 MiB file fit a 16m disk but not the copy-out's bound: the copy
+    leaves out/b behind, so a check on workspace/ would judge a tree POST does not describe
+    (`test ! -e out/b` passed although POST has out/b)."""
+    spec = make_spec("h-hardlinks", "hardlinks.sh", agent=_agent("hardlinks.sh"),
+                     assertions=[{"file_exists": "out/b"}, {"command": {"run": ["sh", "-c", "test ! -e out/b"]}}],
+                     limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096}, expect="breach")
+    result = run(spec)
+    got = findings(result)
+    assert "harness_error" not in got
+    assert "out/b" in got["not_checked"]  # the copy-out's refusal, as before
+    assert "command: sh -c test ! -e out/b" in got["assertion_failed"], got
+    (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
+    assert "out/b" in command["not_run"]
+
+
+def test_a_check_never_runs_on_a_check_copy_its_filesystem_could_not_hold(run, make_spec):
+    """9000 hard links to an empty file cost one inode on a 4096-inode workspace; copied apart
+    they need 9000, more than the check copy's 8192: the check ran on the copy without them."""
+    spec = make_spec("h-links", "hardlinks.sh", agent=_agent("hardlinks.sh", "many"),
+                     assertions=[{"command": {"run": ["sh", "-c", "test ! -e out/l8999"]}}],
+                     limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096}, expect="breach")
+    result = run(spec)
+    got = findings(result)
+    assert "harness_error" not in got
+    (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
+    assert command["copy"]["skipped_count"] > 0, command  # the check copy could not hold them all
+    assert "command: sh -c test ! -e out/l8999" in got.get("assertion_failed", []), command
+    assert command.get("not_run"), command

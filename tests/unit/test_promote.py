@@ -134,3 +134,80 @@ def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path
     assert promote.decide(spec, run, attempt).outcome == "allow"  # the promote backup is a rollback for fs:**
     control.request(run.control_dir, run_id="p-run", actor="carol", halt=True)
     assert (promote.decide(spec, run, attempt).outcome, promote.decide(spec, run, attempt).rule) == ("deny", "operator_halt")
+
+
+
+@pytest.mark.parametrize("path", [".git/config", ".git/hooks/post-commit", "sub/.git/config", ".GIT/config"])
+def test_nothing_is_promoted_into_a_git_folder(trees, path):
+    """A promoted .git/config (core.fsmonitor) or hook would run the agent's code on the host
+    at the commit's own `git add`/`git commit`, as the host's user."""
+    ws, target = trees
+    (target / ".git" / "hooks").mkdir(parents=True)
+    (ws / Path(path).parent).mkdir(parents=True, exist_ok=True)
+    (ws / path).write_text("[core]\n\tfsmonitor = touch /tmp/pwned\n")
+    (ws / "a.txt").write_text("a")
+    before = _tree(target)
+    with pytest.raises(promote.PromoteError, match="refusing to promote .* git"):
+        _commit(ws, target, [_file("a.txt"), _file(path, mode=0o755)])
+    assert _tree(target) == before
+
+
+@pytest.mark.parametrize("name", [":(glob)**", "*"])
+def test_git_reads_promoted_names_literally(tmp_path, name):
+    """A file named `:(glob)**` is a pathspec to git: the commit must stage that file, not
+    the target's untracked files that the attempt never touched."""
+    import subprocess
+
+    target = tmp_path / "repo"
+    target.mkdir()
+    subprocess.run(["git", "init", "-q", str(target)], check=True)
+    (target / "secret.env").write_text("TOKEN=1")
+    (target / name).write_text("agent's file")
+    promote._git_commit(target, "run", "task", "task", [name])
+    listed = subprocess.run(["git", "-C", str(target), "ls-files", "-z"], capture_output=True, text=True, check=True).stdout.split("\0")
+    assert [f for f in listed if f] == [name]
+
+
+def test_a_proposals_patch_is_bounded_whatever_the_attempt_left(trees):
+    """Each file's diff was bounded (1 MiB) but not their sum: 1 GiB of new files in the
+    writable scope became a patch of about 1 GiB, built in the host's memory."""
+    ws, base = trees
+    line = b"x" * 99 + b"\n"
+    for n in range(40):
+        (ws / f"f{n}").write_bytes(line * (2**20 // 100))
+    patch = promote._patch(base, ws, [_file(f"f{n}") for n in range(40)])
+    assert len(patch.encode()) <= promote.MAX_PATCH_BYTES + 4096
+    assert "f39" in patch  # every change is still named
+
+
+def test_a_git_commit_holds_exactly_the_promoted_files_ignored_or_not(tmp_path):
+    """git add failed on a promoted path the target's .gitignore matches, after every file was
+    written (half-applied: commit_failed, the target changed and uncommitted); and a folder in
+    the changes (a mode change) staged the user's untracked files inside it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    target = tmp_path / "target"
+    (target / "conf").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(target)], check=True)
+    (target / ".gitignore").write_text("*.log\n")
+    subprocess.run(["git", "-C", str(target), "add", ".gitignore"], check=True)
+    subprocess.run(["git", "-C", str(target), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "init"], check=True)
+    (target / "conf" / "secret.yaml").write_text("token: 1")  # the user's, untracked
+    data = {"version": 1, "name": "p", "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
+            "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
+            "promote": {"target": str(target)}, "assertions": [{"exit_code": 0}], "expect": "pass"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    spec = spec_mod.load(tmp_path / "p.yaml")
+    run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())
+    attempt = tmp_path / "runs" / "p-run" / "attempts" / "1"
+    (attempt / "workspace" / "out").mkdir(parents=True)
+    (attempt / "workspace" / "conf").mkdir()
+    (attempt / "workspace" / "out" / "run.log").write_text("log")
+    items = [_dir("out"), _file("out/run.log"), _dir("conf", "modified")]
+    (attempt / "verdict.json").write_text(json.dumps({"changes": items}))
+    base = tmp_path / "base"
+    base.mkdir()
+    promote.commit(spec, run, "main", attempt, base)
+    committed = subprocess.run(["git", "-C", str(target), "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True).stdout.split()
+    assert committed == ["out/run.log"]

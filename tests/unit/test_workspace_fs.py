@@ -104,3 +104,16 @@ def test_orphans_are_released_only_when_their_run_is_not_driven(tmp_path):
         assert fs.mount_point.resolve() not in workspace_fs.workspace_mounts() and not fs.image.exists()
     finally:
         fs.release()
+
+
+@needs_root
+def test_a_check_copys_filesystem_left_by_a_dead_driver_is_an_orphan_too(tmp_path):
+    attempt = tmp_path / "run-1" / "attempts" / "1"
+    attempt.mkdir(parents=True)
+    fs = WorkspaceFs.create(attempt, size=8 * 2**20, inodes=1024, name=workspace_fs.CHECK)
+    try:
+        assert fs.mount_point == attempt / "check.fs"
+        assert workspace_fs.release_orphans(lambda run_dir: True) == [fs.mount_point.resolve()]
+        assert not fs.image.exists() and not fs.mount_point.exists()
+    finally:
+        fs.release()
