@@ -224,8 +224,8 @@ class Attempt:
         start = time.monotonic()
         try:
             self._fs.release()
-        except AssureError as exc:
-            facts["harness_errors"].append(exc.message)
+        except Exception as exc:  # recorded, like any phase's failure; `assure gc` releases what is left
+            facts["harness_errors"].append(_harness_error("unmount", exc))
         self._fs = None
         self.timings["unmount"] = round(time.monotonic() - start, 4)
 
