@@ -135,7 +135,7 @@ class Dispatcher:
                 "tool": tool.name,
                 "path": path,
                 "args_digest": sha256_hex(canonical(args)),
-                **{name: self._field(meta.get(name)) for name in tools.META_PARAMS},
+                **{name: self.field(meta.get(name)) for name in tools.META_PARAMS},
                 "effect": None,
             }
             answer = self._decide_and_run(tool, args, meta, path, record)
@@ -151,7 +151,7 @@ class Dispatcher:
             return Answer(503, error_body("journal_full", f"the journal reached its {self._config.limits.max_journal_bytes}-byte cap; no tool calls are served"))
         return Answer(503, error_body("unavailable", "the gateway journal is unavailable; no tool calls are served"))
 
-    def _field(self, value: Any) -> Any:
+    def field(self, value: Any) -> Any:
         """A journaled agent string: itself up to `max_journal_field_chars`, else `sha256:<hex>`."""
         if isinstance(value, str) and len(value) > self._config.limits.max_journal_field_chars:
             return "sha256:" + sha256_hex(value.encode("utf-8", "surrogatepass"))
@@ -194,7 +194,10 @@ class Dispatcher:
             self.counters.tokens += tokens
             self.counters.cost += cost
             record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}
-            return self._append("model_call", _outcome=True, **record)  # its cost is spent: always journaled
+            written = self._append("model_call", _outcome=True, **record)  # its cost is spent: always journaled
+            if self._journal.size >= self._config.limits.max_journal_bytes:
+                self._journal_full()  # a model call writes no other line that would find the journal full
+            return written
 
     def beat(self) -> None:
         """Publish `last_success_at` for the host's monitor, at most once a second."""
@@ -270,7 +273,7 @@ class Dispatcher:
 
     def _decided(self, record: dict[str, Any], decision: gate.Decision) -> None:
         """Journal a decision's fields; agent strings the gate quotes are capped like any other."""
-        inputs = {name: self._field(value) for name, value in decision.inputs.items()}
+        inputs = {name: self.field(value) for name, value in decision.inputs.items()}
         record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason[:MAX_REASON_CHARS], inputs=inputs)
 
     def _action(self, tool: tools.Tool, args: dict[str, Any], meta: dict[str, Any], path: str | None, record: dict[str, Any]) -> gate.Action:

@@ -656,7 +656,7 @@ class ModelProxy:
             "mode": self._model.mode,
             "request_sha256": call.digest,
             "request_bytes": len(call.body),
-            "model": call.model,
+            "model": self._dispatcher.field(call.model),  # the agent's string: long ones by digest
             "stream": call.stream,
             "anthropic_version": call.version,
             "anthropic_beta": call.beta,
@@ -784,7 +784,7 @@ class ModelProxy:
         tokens = sum(usage.values())
         found = price_for(self._model.prices, answered_model, call.model)
         cost = (cost_of(usage, found[1]) if found else 0.0) + fees_of(server, self._model.server_tool_fees)
-        record.update(usage=usage, server_tool_use=server, tokens=tokens, cost=round(cost, 9), priced=found[0] if found else None, response_model=answered_model)
+        record.update(usage=usage, server_tool_use=server, tokens=tokens, cost=round(cost, 9), priced=found[0] if found else None, response_model=self._dispatcher.field(answered_model))
         return tokens, cost
 
     def _unrecorded(self, record: dict[str, Any], why: str, tokens: int, cost: float) -> Answer:

@@ -774,3 +774,34 @@ def test_an_operator_halt_stops_model_spending(start: Callable[..., Gateway], tm
         client.messages.create(**ASK)
     assert [(r["served"], r["status"]) for r in calls(gateway)] == [("script", 200), ("gateway", 403)]
     assert calls(gateway)[-1]["rule"] == "operator_halt"
+
+
+# ---------------------------------------------------------------- bounded bookkeeping of model calls
+
+
+def test_a_long_model_name_is_journaled_as_its_digest(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text("[]")  # every call: 409 script_exhausted, still journaled
+    gateway = start({"mode": "scripted", "script": str(script)})
+    name = "m" * 1_000_000
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json={**ASK, "model": name})
+    assert answer.status_code == 409
+    record = calls(gateway)[0]
+    assert record["model"] == "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+    assert max(len(line) for line in Path(gateway.config.journal).read_text().splitlines()) < 8192
+
+
+def test_model_calls_stop_at_the_journal_cap(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    cap = 20_000
+    gateway = start({"mode": "scripted", "script": str(script)}, limits={"max_journal_bytes": cap}, breach_file=str(tmp_path / "breach.json"))
+    statuses = []
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        for _ in range(60):
+            statuses.append(plain.post("http://gateway/v1/messages", json=ASK).status_code)
+    assert statuses[-1] == 503  # once full, no model call is served
+    assert json.loads((tmp_path / "breach.json").read_text())["counter"] == "journal_bytes"
+    gateway.shutdown()
+    assert Path(gateway.config.journal).stat().st_size < cap + 8192
