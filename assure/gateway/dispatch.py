@@ -36,7 +36,7 @@ from assure.chain import ChainWriter, canonical, sha256_hex
 from . import tools
 from .config import Config
 from .fspath import PathError, Workspace
-from .idempotency import Prior, Store, derive_key
+from .idempotency import LEGACY, Prior, Store, derive_key
 
 VERIFIER_FILE = "verifier.json"
 HEARTBEAT_SECONDS = 1.0
@@ -248,7 +248,7 @@ class Dispatcher:
             binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments
             if key is not None and (prior := self._idempotency.claim(key, binding, action_id=record["action_id"], attempt=self._config.attempt)):
                 key = None  # not ours to release
-                return self._replay(prior, binding, record)
+                return self._replay(prior, binding, record, derived=key.startswith("derived:"))
             intent = {name: record[name] for name in ("action_id", "tool", "path", "args_digest", "scope", "resource_mode", "idempotency_key", "decision", "rule")}
             if not self._append("intent", **intent):  # write-ahead: no effect the journal cannot show
                 raise _JournalRefused
@@ -297,11 +297,19 @@ class Dispatcher:
             return derived
         return None
 
-    def _replay(self, prior: Prior, binding: str, record: dict[str, Any]) -> Answer:
+    def _replay(self, prior: Prior, binding: str, record: dict[str, Any], *, derived: bool) -> Answer:
         """The gate allowed this call; the key was used before. Same call: the original answer,
-        no second effect, journaled as a replay. Another call, or one in doubt: 409."""
+        no second effect, journaled as a replay. Another call, or one in doubt: 409. A key
+        from a store older than bindings (LEGACY) is the same call only if it was derived
+        from the call itself; a caller's old key cannot be checked: 409, never a second effect."""
         record.update(original_action_id=prior.action_id)
-        if prior.binding != binding:
+        if prior.binding == LEGACY and not derived:
+            self.counters.denied += 1
+            record.update(decision=gate.DENY, rule="idempotency.unbound",
+                          reason=f"idempotency key used by {prior.action_id} before keys were bound to their call: which call it was cannot be checked, "
+                                 "so it is neither repeated nor replayed; use a new key")
+            return _finish(record, 409, error_body("idempotency_unbound", record["reason"]))
+        if prior.binding != binding and not (prior.binding == LEGACY and derived):
             self.counters.denied += 1
             record.update(decision=gate.DENY, rule="idempotency.mismatch",
                           reason=f"idempotency key already used by {prior.action_id} for another tool or other arguments; use a new key")

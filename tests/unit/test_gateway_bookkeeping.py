@@ -138,6 +138,20 @@ def test_a_key_reused_for_a_protected_path_is_denied_by_the_gate_not_replayed(ga
     assert [(r["path"], r["decision"]) for r in records(gw, "tool_call")] == [("out/a", "allow"), ("tests/test_calc.py", "deny")]
 
 
+def test_a_store_from_before_bindings_refuses_its_old_caller_keys_with_409(gateway, tmp_path):
+    from tests.unit.test_idempotency import _old_store
+
+    _old_store(str(tmp_path / "idem.sqlite"))  # a run resumed across the change: `key:K` done, binding unknown
+    gw, client = gateway()
+    with pytest.raises(GatewayError) as info:
+        client.call("fs.write", path="a.txt", content="x", idempotency_key="K")
+    assert info.value.status == 409  # neither repeated (a second effect) nor replayed unchecked, nor a 500
+    last = records(gw, "tool_call")[-1]
+    assert (last["decision"], last["rule"], last["original_action_id"]) == ("deny", "idempotency.unbound", "a1")
+    assert not (Path(gw.config.workspace) / "a.txt").exists()
+    assert client.call("fs.write", path="a.txt", content="x", idempotency_key="K2")["decision"] == "allow"
+
+
 # ---------------------------------------------------------------- the JSON pre-scan
 
 
