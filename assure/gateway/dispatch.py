@@ -247,8 +247,8 @@ class Dispatcher:
             key = self._idempotency_key(tool, action, args, meta, record)
             binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments
             if key is not None and (prior := self._idempotency.claim(key, binding, action_id=record["action_id"], attempt=self._config.attempt)):
-                key = None  # not ours to release
-                return self._replay(prior, binding, record, derived=key.startswith("derived:"))
+                derived, key = key.startswith("derived:"), None  # not ours to release
+                return self._replay(prior, binding, record, derived=derived)
             intent = {name: record[name] for name in ("action_id", "tool", "path", "args_digest", "scope", "resource_mode", "idempotency_key", "decision", "rule")}
             if not self._append("intent", **intent):  # write-ahead: no effect the journal cannot show
                 raise _JournalRefused
