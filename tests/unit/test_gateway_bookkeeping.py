@@ -165,6 +165,8 @@ def test_a_store_from_before_bindings_refuses_its_old_caller_keys_with_409(gatew
     (b"[" + b"{}," * 60_000 + b"{}]", True),
     (b"[" + b"1," * 99_998 + b"1]", False),
     (b"not json at all", False),  # the parser refuses it
+    (b"]" * 8_000_000, True),  # closers only: no element counted, but 8 M brackets to walk in Python (0.5 s, GIL held)
+    (b'{"a": ' + b"]}" * 300_000 + b"}", True),
 ])
 def test_the_pre_scan_counts_structure_outside_strings(body, refused):
     limits = Limits()
