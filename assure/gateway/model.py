@@ -40,7 +40,8 @@ With a cost limit, a call to a model without a price is denied (the budget could
 kept). Before the call, its most (`max_tokens` plus an input estimate of one token per
 INPUT_BYTES_PER_TOKEN canonical bytes, and their price) is reserved against both budgets, so
 calls in flight together cannot pass a limit; after it, the reservation is settled to the
-usage the answer reports. Gateway-made errors use Anthropic's error shape
+usage the answer reports (an answer whose usage cannot be read counts at its
+reservation). Gateway-made errors use Anthropic's error shape
 `{"type": "error", "error": {"type": ..., "message": ...}}`.
 
 Standard library only (this module runs inside the gateway image).
@@ -523,7 +524,7 @@ def sse_events(data: bytes) -> list[dict[str, Any]]:
             continue
         try:
             value = json.loads("\n".join(lines))
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             out.append(value)
@@ -544,7 +545,7 @@ def usage_of(response: Response) -> tuple[dict[str, int], str | None]:
         return usage, model if isinstance(model, str) else None
     try:
         body = json.loads(response.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # e.g. a tool input the model nested deeper than the parser goes
         return usage, None
     if not isinstance(body, dict):
         return usage, None
@@ -779,6 +780,10 @@ class ModelProxy:
             record.update(usage=None, tokens=0, cost=0.0, priced=None)
             return 0, 0.0
         reported, answered_model = usage_of(response)
+        if not reported and record.get("reserved"):  # an answer whose usage cannot be read costs the most it could
+            tokens, cost = record["reserved"]["tokens"], record["reserved"]["cost"]
+            record.update(usage=None, tokens=tokens, cost=cost, priced=None, usage_unread=True)
+            return tokens, cost
         usage = {name: reported.get(name, 0) for name in USAGE_FIELDS}
         server = {name: reported.get(name, 0) for name in FEE_TOOLS.values()}
         tokens = sum(usage.values())

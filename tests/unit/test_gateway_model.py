@@ -805,3 +805,18 @@ def test_model_calls_stop_at_the_journal_cap(start: Callable[..., Gateway], tmp_
     assert json.loads((tmp_path / "breach.json").read_text())["counter"] == "journal_bytes"
     gateway.shutdown()
     assert Path(gateway.config.journal).stat().st_size < cap + 8192
+
+
+def test_an_answer_too_deep_to_parse_is_still_counted_journaled_and_settled(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    # The agent steers what the model writes (a custom tool's input nested 5,000 deep): a
+    # valid 200 answer, usage included, that Python's json cannot parse (RecursionError).
+    reply = message()
+    reply["content"] = [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"x": "DEEP"}}]
+    api.push(200, json.dumps(reply).replace('"DEEP"', "[" * 5000 + "]" * 5000).encode())
+    gateway = live(policy={"tokens_limit": 1000})
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json=ASK)
+    assert answer.status_code == 200
+    record = calls(gateway)[0]  # journaled, not a 500 without a line
+    assert record["tokens"] == record["reserved"]["tokens"] > 0  # usage it could not read counts at the reservation
+    assert gateway._calls._reserved_tokens == 0 and gateway.counters.tokens == record["tokens"]
