@@ -38,7 +38,7 @@ budget counter `tokens`; priced by `model.prices` (currency per million tokens),
 server-tool fees of `usage.server_tool_use` (`model.server_tool_fees`), they feed `cost`.
 With a cost limit, a call to a model without a price is denied (the budget could not be
 kept). Before the call, its most (`max_tokens` plus an input estimate of one token per
-INPUT_BYTES_PER_TOKEN canonical bytes, and their price) is reserved against both budgets, so
+INPUT_BYTES_PER_TOKEN canonical bytes plus IMAGE_TOKENS per image, and their price) is reserved against both budgets, so
 calls in flight together cannot pass a limit; after it, the reservation is settled to the
 usage the answer reports (an answer whose usage cannot be read counts at its
 reservation). Gateway-made errors use Anthropic's error shape
@@ -79,6 +79,10 @@ MAX_PASSED_HEADERS = 32
 MAX_HEADER_VALUE = 1024
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 INPUT_BYTES_PER_TOKEN = 4  # the input estimate a reservation uses (the answer's usage settles it)
+# An image costs by its pixels, not its bytes (a blank 1092 x 1092 PNG is 304 base64 bytes
+# and ~1,600 tokens): each image block reserves this on top of its bytes. ~1,600 is the most
+# after the provider's resize on Claude 4.x; later models go to ~4,000 for a 12 MP photo.
+IMAGE_TOKENS = 4096
 FEE_TOOLS = {"web_search": "web_search_requests", "web_fetch": "web_fetch_requests"}  # tool type prefix -> usage field
 REPLAYABLE = frozenset(("upstream", "replay", "script"))  # `served` values that carry a real response
 REDACTED = "[redacted]"
@@ -737,7 +741,7 @@ class ModelProxy:
         if call.endpoint != "messages":
             return (0, 0.0), None
         output = call.parsed["max_tokens"]
-        estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN)
+        estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN) + IMAGE_TOKENS * _images(call.parsed)
         found = price_for(self._model.prices, call.model)
         cost = 0.0 if found is None else (estimate * max(found[1].input, found[1].cache_write) + output * found[1].output) / 1_000_000
         tools = call.parsed.get("tools")
@@ -800,6 +804,15 @@ class ModelProxy:
         self._dispatcher.record_model_call(record, tokens, cost)
         message = f"the gateway could not record this call ({why}); nothing is returned"
         return _answer(failure_response(Failure(500, "api_error", message, code="record_failed", retry=False)), record["action_id"])
+
+
+def _images(value: Any) -> int:
+    """The objects of `"type": "image"` anywhere in a request (depth bounded by the pre-scan)."""
+    if isinstance(value, dict):
+        return (value.get("type") == "image") + sum(_images(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_images(v) for v in value)
+    return 0
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -6,11 +6,14 @@ loopback TCP bridge."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import json
+import struct
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -820,3 +823,23 @@ def test_an_answer_too_deep_to_parse_is_still_counted_journaled_and_settled(live
     record = calls(gateway)[0]  # journaled, not a 500 without a line
     assert record["tokens"] == record["reserved"]["tokens"] > 0  # usage it could not read counts at the reservation
     assert gateway._calls._reserved_tokens == 0 and gateway.counters.tokens == record["tokens"]
+
+
+def test_an_image_reserves_what_it_may_cost_not_its_bytes(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    # A blank 1-bit 1092 x 1092 PNG is 304 base64 bytes (76 tokens by bytes / 4) but costs
+    # ~1,600 input tokens once the provider decodes it: ten of them passed a 5,000-token budget.
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\0" * (1 + 1092 // 8 + 1) for _ in range(1092))
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1092, 1092, 1, 0, 0, 0, 0))
+                           + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")).decode()
+    assert len(png) < 400
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    ask = {**ASK, "messages": [{"role": "user", "content": [image] * 10 + [{"type": "text", "text": "describe"}]}]}
+    api.push(200, message(usage={"input_tokens": 16_000, "output_tokens": 5}))
+    gateway = live(policy={"tokens_limit": 5000})
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json=ask)
+    assert answer.status_code == 403 and api.count == 0  # denied before it left: it could not fit
+    assert gateway.counters.tokens <= 5000
