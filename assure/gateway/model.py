@@ -682,7 +682,12 @@ class ModelProxy:
         else:
             message = f"model call denied by the gateway ({decision.rule}): {decision.reason}"
             response = failure_response(Failure(403, "permission_error", message, code="denied", retry=False))
-        tokens, cost = self._account(call, response, record)
+        try:
+            tokens, cost = self._account(call, response, record)
+        except Exception as exc:  # fail closed: journaled, and what it reserved counts as spent
+            reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
+            record.update(tokens=reserved["tokens"], cost=reserved["cost"])
+            return self._unrecorded(record, f"its usage could not be counted: {type(exc).__name__}", reserved["tokens"], reserved["cost"])
         record.update(
             served=response.served,
             status=response.status,

@@ -843,3 +843,14 @@ def test_an_image_reserves_what_it_may_cost_not_its_bytes(live: Callable[..., Ga
         answer = plain.post("http://gateway/v1/messages", json=ask)
     assert answer.status_code == 403 and api.count == 0  # denied before it left: it could not fit
     assert gateway.counters.tokens <= 5000
+
+
+def test_an_allowed_call_that_fails_after_the_gate_is_still_journaled_and_settled(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    api.push(200, json.dumps(message()).replace('"input_tokens": 10', '"input_tokens": 1' + "0" * 400).encode())  # cost_of: OverflowError
+    gateway = live(policy={"tokens_limit": 1000})
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json=ASK)
+    assert answer.status_code == 500 and answer.json()["error"]["type"] == "api_error"
+    record = calls(gateway)[0]  # the call left the gateway: journaled, counted at its reservation
+    assert record["decision"] == "allow" and record["error"] == "record_failed" and record["tokens"] == record["reserved"]["tokens"]
+    assert gateway._calls._reserved_tokens == 0 and gateway.counters.tokens == record["reserved"]["tokens"]
