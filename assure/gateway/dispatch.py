@@ -159,7 +159,8 @@ class Dispatcher:
 
     def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None, reserve: tuple[int, float] = (0, 0.0)) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
-        and fill `record` with the decision. `reserve` (tokens, cost) is the most the call may
+        and fill `record` with the decision; an allowed call's `intent` is journaled first (its
+        `model_call` line, from `record_model_call`, is the outcome). `reserve` (tokens, cost) is the most the call may
         spend: the gate sees it on top of what calls in flight reserved, and an allowed call
         keeps it reserved until `record_model_call` settles it to what was spent. A denial by
         a budget rule is reported like a tool's. `unpriced` (why the cost cannot be counted)
@@ -174,6 +175,9 @@ class Dispatcher:
                 decision = gate.Decision(gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs)
             self._decided(record, decision)
             if decision.allowed:
+                intent = {name: record.get(name) for name in ("action_id", "tool", "endpoint", "request_sha256", "model", "decision", "rule")}
+                if not self._append("intent", scope=action.scope, resource_mode=action.resource_mode, **intent):
+                    return None  # write-ahead: a call the journal cannot show does not leave
                 tokens, cost = reserve[0], round(reserve[1], 9)
                 self._reserved_tokens += tokens
                 self._reserved_cost += cost

@@ -237,3 +237,11 @@ def test_a_clean_journal_is_complete_and_limits_are_findings():
     findings = account(flooded, None)[1]
     assert [(f.kind, f.subject) for f in findings] == [(Kind.GATEWAY_LIMIT, "budget:journal_bytes"), (Kind.GATEWAY_LIMIT, "budget:requests")]
     assert {f.severity for f in findings} == {"fail"}  # never a pass, and not a harness error
+
+
+def test_a_model_call_intent_is_closed_by_its_model_call():
+    open_call = _chain(("gateway_started", {}), ("intent", {"action_id": "m1", "tool": "model.messages", "scope": "model:messages"}), ("gateway_stopped", {}))
+    _, findings = account(open_call, {"exit_code": 0, "oom_killed": False})
+    assert [f.kind for f in findings] == [Kind.JOURNAL_INCOMPLETE] and "model.messages model:messages" in findings[0].message
+    closed = _chain(("gateway_started", {}), ("intent", {"action_id": "m1"}), ("model_call", {"action_id": "m1"}), ("gateway_stopped", {}))
+    assert account(closed, {"exit_code": 0, "oom_killed": False})[1] == []

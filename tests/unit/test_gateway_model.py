@@ -854,3 +854,16 @@ def test_an_allowed_call_that_fails_after_the_gate_is_still_journaled_and_settle
     record = calls(gateway)[0]  # the call left the gateway: journaled, counted at its reservation
     assert record["decision"] == "allow" and record["error"] == "record_failed" and record["tokens"] == record["reserved"]["tokens"]
     assert gateway._calls._reserved_tokens == 0 and gateway.counters.tokens == record["reserved"]["tokens"]
+
+
+def test_an_allowed_model_call_journals_its_intent_before_it_leaves(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"tokens_limit": 100})
+    client = sdk(gateway, max_retries=0)
+    client.messages.create(**ASK)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(**ASK)  # denied by the reservation: no intent
+    journal = [r for r in verify_chain(gateway.config.journal) if r["event"] in ("intent", "model_call")]
+    assert [(r["event"], r["decision"]) for r in journal] == [("intent", "allow"), ("model_call", "allow"), ("model_call", "deny")]
+    intent, outcome = journal[0], journal[1]
+    assert intent["action_id"] == outcome["action_id"] and intent["request_sha256"] == outcome["request_sha256"]
+    assert (intent["tool"], intent["scope"], intent["resource_mode"]) == ("model.messages", "model:messages", "external")
