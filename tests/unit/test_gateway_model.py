@@ -867,3 +867,26 @@ def test_an_allowed_model_call_journals_its_intent_before_it_leaves(live: Callab
     intent, outcome = journal[0], journal[1]
     assert intent["action_id"] == outcome["action_id"] and intent["request_sha256"] == outcome["request_sha256"]
     assert (intent["tool"], intent["scope"], intent["resource_mode"]) == ("model.messages", "model:messages", "external")
+
+
+SHAPES = [  # what the allowlist cannot walk is refused, not forwarded unchecked
+    {"tools": {"0": {"type": "web_fetch_20250910", "name": "web_fetch"}}},
+    {"system": {"type": "document", "source": {"type": "url", "url": "https://attacker.invalid/x.pdf"}}},
+    {"messages": {"role": "user", "content": "hi"}},
+    {"messages": [{"role": "user", "content": {"type": "image", "source": {"type": "url", "url": "https://attacker.invalid/x.png"}}}]},
+    {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": {
+        "type": "document", "source": {"type": "url", "url": "https://attacker.invalid/x.pdf"}}}]}]},
+    {"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "content", "content": {
+        "type": "image", "source": {"type": "url", "url": "https://attacker.invalid/x.png"}}}}]}]},
+    {"messages": [{"role": "user", "content": [{"type": "image", "source": [{"type": "url", "url": "https://attacker.invalid/x.png"}]}]}]},
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_request_the_allowlist_cannot_walk_is_refused(live: Callable[..., Gateway], api: FakeAPI, shape: dict[str, Any]) -> None:
+    gateway = live()
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json={**ASK, **shape})
+    assert answer.status_code == 403 and api.count == 0, answer.text
+    rejected = [r for r in verify_chain(gateway.config.journal) if r["event"] == "request_rejected"]
+    assert [r["code"] for r in rejected] == ["feature_refused"]
