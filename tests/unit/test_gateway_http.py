@@ -220,7 +220,7 @@ def test_a_safe_method_carries_no_body(workspace: Workspace, no_sockets: list[An
         TOOL.scope(env_with(workspace), {"method": method, "url": f"http://{ALLOWED}/", **extra})
 
 
-@pytest.mark.parametrize("query", ["_method=DELETE", "a=1&_method=put", "_METHOD=patch"])
+@pytest.mark.parametrize("query", ["_method=DELETE", "a=1&_method=put", "_METHOD=patch", "%5Fmethod=DELETE", "a=1;_method=DELETE", "_m%65thod=PUT"])
 def test_a_safe_method_url_carries_no_method_parameter(workspace: Workspace, no_sockets: list[Any], query: str) -> None:
     error = refused(env_with(workspace), method="GET", url=f"http://{ALLOWED}/x?{query}")
     assert error.code == "bad_args" and "_method" in error.message
