@@ -245,7 +245,7 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
         lower = name.lower()
         if lower in DROPPED_HEADERS or lower.startswith("proxy-"):
             continue
-        if _METHOD_OVERRIDE.search(lower):
+        if _METHOD_OVERRIDE.search(lower.replace("_", "-")):  # CGI and WSGI read X_HTTP_Method as X-HTTP-Method
             overrides.append(lower)
             continue
         out.append((name, value))
