@@ -78,6 +78,7 @@ PASSED_PREFIXES = ("anthropic-ratelimit-",)
 MAX_PASSED_HEADERS = 32
 MAX_HEADER_VALUE = 1024
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+MAX_TOKENS = 2**31 - 1  # a larger max_tokens is refused: priced, it overflows to inf (no journal line holds it)
 INPUT_BYTES_PER_TOKEN = 4  # the input estimate a reservation uses (the answer's usage settles it)
 # An image costs by its pixels, not its bytes (a blank 1092 x 1092 PNG is 304 base64 bytes
 # and ~1,600 tokens): each image block reserves this on top of its bytes. ~1,600 is the most
@@ -729,8 +730,8 @@ class ModelProxy:
         if not _QUERY.match(query):
             raise bad("bad_query", "the query string may hold only letters, digits and ._=&-")
         max_tokens = parsed.get("max_tokens")
-        if endpoint == "messages" and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0):
-            raise bad("bad_max_tokens", "max_tokens is required: a whole number >= 0 (it is reserved against the token budget before the call)")
+        if endpoint == "messages" and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 <= max_tokens <= MAX_TOKENS):
+            raise bad("bad_max_tokens", f"max_tokens is required: a whole number 0..{MAX_TOKENS} (it is reserved against the token budget before the call)")
         return Call(endpoint, body, canon, hashlib.sha256(canon).hexdigest(), parsed, query, version, beta or None)
 
     def _unpriced(self, call: Call) -> str | None:

@@ -890,3 +890,13 @@ def test_a_request_the_allowlist_cannot_walk_is_refused(live: Callable[..., Gate
     assert answer.status_code == 403 and api.count == 0, answer.text
     rejected = [r for r in verify_chain(gateway.config.journal) if r["event"] == "request_rejected"]
     assert [r["code"] for r in rejected] == ["feature_refused"]
+
+
+def test_a_max_tokens_too_large_to_price_is_refused_and_the_journal_lives(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"tokens_limit": 1000})  # 10**308 tokens at 15 per million is inf: a journal line JSON cannot hold
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json={**ASK, "max_tokens": 10**308})
+        assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+        assert plain.post("http://gateway/v1/messages", json=ASK).status_code == 200  # the journal still takes lines
+    gateway.shutdown()
+    assert verify_chain(gateway.config.journal)[-1]["event"] == "gateway_stopped"
