@@ -52,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import math
 import os
 import re
 import stat
@@ -763,6 +764,8 @@ class ModelProxy:
                     return (estimate + output, cost), f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
                 continue
             cost += uses * fee
+        if not math.isfinite(cost):  # e.g. max_uses of 10**308: no journal line holds inf, and no limit can be kept
+            return (estimate + output, 0.0), "its cost cannot be reserved: it is larger than a float can hold"
         return (estimate + output, cost), None
 
     def _respond(self, call: Call) -> Response:

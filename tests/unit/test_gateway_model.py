@@ -900,3 +900,14 @@ def test_a_max_tokens_too_large_to_price_is_refused_and_the_journal_lives(live: 
         assert plain.post("http://gateway/v1/messages", json=ASK).status_code == 200  # the journal still takes lines
     gateway.shutdown()
     assert verify_chain(gateway.config.journal)[-1]["event"] == "gateway_stopped"
+
+
+def test_a_fee_tool_whose_uses_overflow_the_cost_is_denied_and_the_journal_lives(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"cost_limit": 10}, model={"allow": {"tool_types": ["web_search_20250305"]}, "server_tool_fees": {"web_search_requests": 10}})
+    tool = {"type": "web_search_20250305", "name": "web_search", "max_uses": 10**308}  # x 10 per use: inf
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        assert plain.post("http://gateway/v1/messages", json={**ASK, "tools": [tool]}).status_code == 403
+        assert plain.post("http://gateway/v1/messages", json=ASK).status_code == 200
+    assert api.count == 1
+    gateway.shutdown()
+    assert verify_chain(gateway.config.journal)[-1]["event"] == "gateway_stopped"
