@@ -36,7 +36,7 @@ from assure.chain import ChainWriter, canonical, sha256_hex
 from . import tools
 from .config import Config
 from .fspath import PathError, Workspace
-from .idempotency import Prior, Store, derive_key
+from .idempotency import LEGACY, Prior, Store, derive_key
 
 VERIFIER_FILE = "verifier.json"
 HEARTBEAT_SECONDS = 1.0
@@ -135,7 +135,7 @@ class Dispatcher:
                 "tool": tool.name,
                 "path": path,
                 "args_digest": sha256_hex(canonical(args)),
-                **{name: self._field(meta.get(name)) for name in tools.META_PARAMS},
+                **{name: self.field(meta.get(name)) for name in tools.META_PARAMS},
                 "effect": None,
             }
             answer = self._decide_and_run(tool, args, meta, path, record)
@@ -151,7 +151,7 @@ class Dispatcher:
             return Answer(503, error_body("journal_full", f"the journal reached its {self._config.limits.max_journal_bytes}-byte cap; no tool calls are served"))
         return Answer(503, error_body("unavailable", "the gateway journal is unavailable; no tool calls are served"))
 
-    def _field(self, value: Any) -> Any:
+    def field(self, value: Any) -> Any:
         """A journaled agent string: itself up to `max_journal_field_chars`, else `sha256:<hex>`."""
         if isinstance(value, str) and len(value) > self._config.limits.max_journal_field_chars:
             return "sha256:" + sha256_hex(value.encode("utf-8", "surrogatepass"))
@@ -159,7 +159,8 @@ class Dispatcher:
 
     def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None, reserve: tuple[int, float] = (0, 0.0)) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
-        and fill `record` with the decision. `reserve` (tokens, cost) is the most the call may
+        and fill `record` with the decision; an allowed call's `intent` is journaled first (its
+        `model_call` line, from `record_model_call`, is the outcome). `reserve` (tokens, cost) is the most the call may
         spend: the gate sees it on top of what calls in flight reserved, and an allowed call
         keeps it reserved until `record_model_call` settles it to what was spent. A denial by
         a budget rule is reported like a tool's. `unpriced` (why the cost cannot be counted)
@@ -174,6 +175,9 @@ class Dispatcher:
                 decision = gate.Decision(gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs)
             self._decided(record, decision)
             if decision.allowed:
+                intent = {name: record.get(name) for name in ("action_id", "tool", "endpoint", "request_sha256", "model", "decision", "rule")}
+                if not self._append("intent", scope=action.scope, resource_mode=action.resource_mode, **intent):
+                    return None  # write-ahead: a call the journal cannot show does not leave
                 tokens, cost = reserve[0], round(reserve[1], 9)
                 self._reserved_tokens += tokens
                 self._reserved_cost += cost
@@ -194,7 +198,10 @@ class Dispatcher:
             self.counters.tokens += tokens
             self.counters.cost += cost
             record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}
-            return self._append("model_call", _outcome=True, **record)  # its cost is spent: always journaled
+            written = self._append("model_call", _outcome=True, **record)  # its cost is spent: always journaled
+            if self._journal.size >= self._config.limits.max_journal_bytes:
+                self._journal_full()  # a model call writes no other line that would find the journal full
+            return written
 
     def beat(self) -> None:
         """Publish `last_success_at` for the host's monitor, at most once a second."""
@@ -244,8 +251,8 @@ class Dispatcher:
             key = self._idempotency_key(tool, action, args, meta, record)
             binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments
             if key is not None and (prior := self._idempotency.claim(key, binding, action_id=record["action_id"], attempt=self._config.attempt)):
-                key = None  # not ours to release
-                return self._replay(prior, binding, record)
+                derived, key = key.startswith("derived:"), None  # not ours to release
+                return self._replay(prior, binding, record, derived=derived)
             intent = {name: record[name] for name in ("action_id", "tool", "path", "args_digest", "scope", "resource_mode", "idempotency_key", "decision", "rule")}
             if not self._append("intent", **intent):  # write-ahead: no effect the journal cannot show
                 raise _JournalRefused
@@ -270,7 +277,7 @@ class Dispatcher:
 
     def _decided(self, record: dict[str, Any], decision: gate.Decision) -> None:
         """Journal a decision's fields; agent strings the gate quotes are capped like any other."""
-        inputs = {name: self._field(value) for name, value in decision.inputs.items()}
+        inputs = {name: self.field(value) for name, value in decision.inputs.items()}
         record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason[:MAX_REASON_CHARS], inputs=inputs)
 
     def _action(self, tool: tools.Tool, args: dict[str, Any], meta: dict[str, Any], path: str | None, record: dict[str, Any]) -> gate.Action:
@@ -294,11 +301,19 @@ class Dispatcher:
             return derived
         return None
 
-    def _replay(self, prior: Prior, binding: str, record: dict[str, Any]) -> Answer:
+    def _replay(self, prior: Prior, binding: str, record: dict[str, Any], *, derived: bool) -> Answer:
         """The gate allowed this call; the key was used before. Same call: the original answer,
-        no second effect, journaled as a replay. Another call, or one in doubt: 409."""
+        no second effect, journaled as a replay. Another call, or one in doubt: 409. A key
+        from a store older than bindings (LEGACY) is the same call only if it was derived
+        from the call itself; a caller's old key cannot be checked: 409, never a second effect."""
         record.update(original_action_id=prior.action_id)
-        if prior.binding != binding:
+        if prior.binding == LEGACY and not derived:
+            self.counters.denied += 1
+            record.update(decision=gate.DENY, rule="idempotency.unbound",
+                          reason=f"idempotency key used by {prior.action_id} before keys were bound to their call: which call it was cannot be checked, "
+                                 "so it is neither repeated nor replayed; use a new key")
+            return _finish(record, 409, error_body("idempotency_unbound", record["reason"]))
+        if prior.binding != binding and not (prior.binding == LEGACY and derived):
             self.counters.denied += 1
             record.update(decision=gate.DENY, rule="idempotency.mismatch",
                           reason=f"idempotency key already used by {prior.action_id} for another tool or other arguments; use a new key")

@@ -65,20 +65,28 @@ def check(body: dict[str, Any], beta: str | None, allow: Allow) -> None:
     for name in _betas(beta):
         if name not in BETAS and name not in allow.betas:
             raise _refused(f"anthropic-beta {name!r}", "betas", name, "a beta can switch on features the provider runs by itself")
-    tools = body.get("tools")
-    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+    tools = _shaped(body.get("tools"), "tools", text=False)
+    for i, tool in enumerate(tools):
         kind = tool.get("type", "custom") if isinstance(tool, dict) else None
         kind = kind if isinstance(kind, str) else "(none)"
         if kind not in TOOL_TYPES and kind not in allow.tool_types:
             raise _refused(f"tools[{i}] of type {kind!r}", "tool_types", kind, "it is a server or Anthropic-defined tool, not a custom tool the agent runs itself")
-    system = body.get("system")
-    if isinstance(system, list):
-        _blocks(system, "system", allow, 0)
-    messages = body.get("messages")
-    for i, message in enumerate(messages if isinstance(messages, list) else ()):
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):
-            _blocks(content, f"messages[{i}].content", allow, 0)
+    _blocks(_shaped(body.get("system"), "system"), "system", allow, 0)
+    for i, message in enumerate(_shaped(body.get("messages"), "messages", text=False)):
+        if not isinstance(message, dict):
+            raise Refused(f"messages[{i}] must be an object; anything else is not checked, so it is not sent")
+        _blocks(_shaped(message.get("content"), f"messages[{i}].content"), f"messages[{i}].content", allow, 0)
+
+
+def _shaped(value: Any, where: str, *, text: bool = True) -> list[Any]:
+    """The list to walk at `where` (none for a missing value or, if `text`, a string). Any
+    other shape is refused: what the check cannot walk is not sent unchecked."""
+    if value is None or (text and isinstance(value, str)):
+        return []
+    if not isinstance(value, list):
+        shapes = "a string or a list" if text else "a list"
+        raise Refused(f"{where} must be {shapes}, not {type(value).__name__}; anything else is not checked, so it is not sent")
+    return value
 
 
 def _betas(beta: str | None) -> Iterable[str]:
@@ -86,7 +94,7 @@ def _betas(beta: str | None) -> Iterable[str]:
 
 
 def _blocks(blocks: list[Any], where: str, allow: Allow, depth: int) -> None:
-    if depth > MAX_DEPTH:
+    if depth > MAX_DEPTH and blocks:
         raise Refused(f"{where}: content nested deeper than {MAX_DEPTH} levels is refused")
     for i, block in enumerate(blocks):
         at = f"{where}[{i}]"
@@ -95,16 +103,17 @@ def _blocks(blocks: list[Any], where: str, allow: Allow, depth: int) -> None:
         if kind not in CONTENT_TYPES and kind not in allow.content:
             raise _refused(f"{at}: a block of type {kind!r}", "content", kind, "only text, images, documents and the agent's own tool calls and results are sent")
         source = block.get("source")
+        if kind in ("image", "document") and source is not None and not isinstance(source, dict):
+            raise Refused(f"{at}.source must be an object, not {type(source).__name__}; anything else is not checked, so it is not sent")
         if kind in ("image", "document") and isinstance(source, dict):
             source_type = source.get("type") if isinstance(source.get("type"), str) else "(none)"
             name = f"{kind}.source.{source_type}"
             if source_type not in INLINE_SOURCES and name not in allow.content:
                 raise _refused(f"{at}: {kind} source of type {source_type!r}", "content", name, "the provider would fetch it from outside the request")
-            if source_type == "content" and isinstance(source.get("content"), list):
-                _blocks(source["content"], f"{at}.source.content", allow, depth + 1)
-        inner = block.get("content")
-        if kind in ("tool_result", "search_result") and isinstance(inner, list):
-            _blocks(inner, f"{at}.content", allow, depth + 1)
+            if source_type == "content":
+                _blocks(_shaped(source.get("content"), f"{at}.source.content"), f"{at}.source.content", allow, depth + 1)
+        if kind in ("tool_result", "search_result"):
+            _blocks(_shaped(block.get("content"), f"{at}.content"), f"{at}.content", allow, depth + 1)
 
 
 def _why_key(key: str) -> str:

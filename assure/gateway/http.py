@@ -64,7 +64,7 @@ HIDDEN_RESPONSE_HEADERS = frozenset(("connection", "keep-alive", "transfer-encod
 PROXY_STATUS_TOKEN = "assure-egress"
 
 _METHOD_OVERRIDE = re.compile(r"(^|-)method$|method-override")  # lowercased header names
-_METHOD_PARAM = re.compile(r"(^|&)_method=", re.IGNORECASE)
+_METHOD_PARAM = re.compile(r"(^|[&;])_method=", re.IGNORECASE)  # matched on the percent-decoded query
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 _NUMERIC_ISH = re.compile(r"^[0-9a-fx.]+$")
@@ -165,7 +165,7 @@ def _nothing_to_judge(method: str, args: dict[str, Any], query: str) -> None:
     """A safe method is allowed without a contract: it must not smuggle an effect in."""
     if "body" in args or "body_b64" in args:
         raise Refused("bad_args", f"a {method} request carries no body (a body on a safe method is an effect the gate never judged); use POST, PUT or PATCH")
-    if _METHOD_PARAM.search(query):
+    if _METHOD_PARAM.search(urllib.parse.unquote_plus(query)):  # a server decodes `%5Fmethod` before it reads it
         raise Refused("bad_args", f"a {method} URL may not carry a `_method` parameter (a method override); send the method itself")
 
 
@@ -245,7 +245,7 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
         lower = name.lower()
         if lower in DROPPED_HEADERS or lower.startswith("proxy-"):
             continue
-        if _METHOD_OVERRIDE.search(lower):
+        if _METHOD_OVERRIDE.search(lower.replace("_", "-")):  # CGI and WSGI read X_HTTP_Method as X-HTTP-Method
             overrides.append(lower)
             continue
         out.append((name, value))

@@ -7,6 +7,11 @@ causes no effect; a key left pending by a crash is "in doubt" and refused, never
 Each key is bound to the call that first used it (`binding`: the digest of its tool and
 canonical arguments), so the dispatcher can refuse a key reused for another call. Keys
 are stored as the caller gives them to `claim` (the dispatcher passes a digest).
+
+A store written before keys were bound (a run resumed across that change) is migrated
+when opened: its rows get the binding LEGACY (the call they were used for is unknown), and
+its caller keys, stored then as `key:<the key>`, become `key:<sha256 of the key>` as they
+are looked up now, so a key used before the change still finds its row.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ CREATE TABLE IF NOT EXISTS keys (
     created_at REAL NOT NULL
 )
 """
+LEGACY = ""  # the binding of a row written before keys were bound: unknown
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,21 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(SCHEMA)
+        if "binding" not in {row[1] for row in self._db.execute("PRAGMA table_info(keys)")}:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring a store from before bindings up to date (module docstring), in one transaction."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("ALTER TABLE keys ADD COLUMN binding TEXT NOT NULL DEFAULT ''")
+            for (key,) in self._db.execute("SELECT key FROM keys WHERE key LIKE 'key:%'").fetchall():
+                new = "key:" + sha256_hex(key[len("key:") :].encode("utf-8", "surrogatepass"))
+                self._db.execute("UPDATE keys SET key = ? WHERE key = ?", (new, key))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def claim(self, key: str, binding: str, *, action_id: str, attempt: int) -> Prior | None:
         """Record `key` as pending for the call `binding` and return None, or return what is already there."""
@@ -63,7 +84,10 @@ class Store:
         try:
             row = self._db.execute("SELECT state, action_id, attempt, status, answer, binding FROM keys WHERE key = ?", (key,)).fetchone()
             if row is None:
-                self._db.execute("INSERT INTO keys VALUES (?, 'pending', ?, ?, NULL, NULL, ?, ?)", (key, action_id, attempt, binding, time.time()))
+                self._db.execute(  # by name: a migrated store has `binding` as its last column
+                    "INSERT INTO keys (key, state, action_id, attempt, binding, created_at) VALUES (?, 'pending', ?, ?, ?, ?)",
+                    (key, action_id, attempt, binding, time.time()),
+                )
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

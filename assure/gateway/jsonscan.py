@@ -23,8 +23,11 @@ def too_complex(body: bytes, max_depth: int, max_items: int) -> str | None:
     items = structure.count(b",") + structure.count(b"[") + structure.count(b"{")
     if items > max_items:
         return f"JSON has more than {max_items} elements"
+    brackets = structure.translate(None, _NOT_BRACKETS)
+    if len(brackets) > 2 * max_items:  # valid JSON closes only what it opened (counted above)
+        return f"JSON has more than {max_items} elements"
     depth = 0
-    for char in structure.translate(None, _NOT_BRACKETS):
+    for char in brackets:
         depth += 1 if char in b"[{" else -1
         if depth > max_depth:
             return f"JSON nests deeper than {max_depth} levels"

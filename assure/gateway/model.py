@@ -38,9 +38,10 @@ budget counter `tokens`; priced by `model.prices` (currency per million tokens),
 server-tool fees of `usage.server_tool_use` (`model.server_tool_fees`), they feed `cost`.
 With a cost limit, a call to a model without a price is denied (the budget could not be
 kept). Before the call, its most (`max_tokens` plus an input estimate of one token per
-INPUT_BYTES_PER_TOKEN canonical bytes, and their price) is reserved against both budgets, so
+INPUT_BYTES_PER_TOKEN canonical bytes plus IMAGE_TOKENS per image, and their price) is reserved against both budgets, so
 calls in flight together cannot pass a limit; after it, the reservation is settled to the
-usage the answer reports. Gateway-made errors use Anthropic's error shape
+usage the answer reports (an answer whose usage cannot be read counts at its
+reservation). Gateway-made errors use Anthropic's error shape
 `{"type": "error", "error": {"type": ..., "message": ...}}`.
 
 Standard library only (this module runs inside the gateway image).
@@ -51,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import math
 import os
 import re
 import stat
@@ -77,7 +79,12 @@ PASSED_PREFIXES = ("anthropic-ratelimit-",)
 MAX_PASSED_HEADERS = 32
 MAX_HEADER_VALUE = 1024
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+MAX_TOKENS = 2**31 - 1  # a larger max_tokens is refused: priced, it overflows to inf (no journal line holds it)
 INPUT_BYTES_PER_TOKEN = 4  # the input estimate a reservation uses (the answer's usage settles it)
+# An image costs by its pixels, not its bytes (a blank 1092 x 1092 PNG is 304 base64 bytes
+# and ~1,600 tokens): each image block reserves this on top of its bytes. ~1,600 is the most
+# after the provider's resize on Claude 4.x; later models go to ~4,000 for a 12 MP photo.
+IMAGE_TOKENS = 4096
 FEE_TOOLS = {"web_search": "web_search_requests", "web_fetch": "web_fetch_requests"}  # tool type prefix -> usage field
 REPLAYABLE = frozenset(("upstream", "replay", "script"))  # `served` values that carry a real response
 REDACTED = "[redacted]"
@@ -523,7 +530,7 @@ def sse_events(data: bytes) -> list[dict[str, Any]]:
             continue
         try:
             value = json.loads("\n".join(lines))
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             out.append(value)
@@ -544,7 +551,7 @@ def usage_of(response: Response) -> tuple[dict[str, int], str | None]:
         return usage, model if isinstance(model, str) else None
     try:
         body = json.loads(response.body)
-    except ValueError:
+    except (ValueError, RecursionError):  # e.g. a tool input the model nested deeper than the parser goes
         return usage, None
     if not isinstance(body, dict):
         return usage, None
@@ -656,7 +663,7 @@ class ModelProxy:
             "mode": self._model.mode,
             "request_sha256": call.digest,
             "request_bytes": len(call.body),
-            "model": call.model,
+            "model": self._dispatcher.field(call.model),  # the agent's string: long ones by digest
             "stream": call.stream,
             "anthropic_version": call.version,
             "anthropic_beta": call.beta,
@@ -677,7 +684,12 @@ class ModelProxy:
         else:
             message = f"model call denied by the gateway ({decision.rule}): {decision.reason}"
             response = failure_response(Failure(403, "permission_error", message, code="denied", retry=False))
-        tokens, cost = self._account(call, response, record)
+        try:
+            tokens, cost = self._account(call, response, record)
+        except Exception as exc:  # fail closed: journaled, and what it reserved counts as spent
+            reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
+            record.update(tokens=reserved["tokens"], cost=reserved["cost"])
+            return self._unrecorded(record, f"its usage could not be counted: {type(exc).__name__}", reserved["tokens"], reserved["cost"])
         record.update(
             served=response.served,
             status=response.status,
@@ -719,8 +731,8 @@ class ModelProxy:
         if not _QUERY.match(query):
             raise bad("bad_query", "the query string may hold only letters, digits and ._=&-")
         max_tokens = parsed.get("max_tokens")
-        if endpoint == "messages" and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0):
-            raise bad("bad_max_tokens", "max_tokens is required: a whole number >= 0 (it is reserved against the token budget before the call)")
+        if endpoint == "messages" and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 <= max_tokens <= MAX_TOKENS):
+            raise bad("bad_max_tokens", f"max_tokens is required: a whole number 0..{MAX_TOKENS} (it is reserved against the token budget before the call)")
         return Call(endpoint, body, canon, hashlib.sha256(canon).hexdigest(), parsed, query, version, beta or None)
 
     def _unpriced(self, call: Call) -> str | None:
@@ -736,7 +748,7 @@ class ModelProxy:
         if call.endpoint != "messages":
             return (0, 0.0), None
         output = call.parsed["max_tokens"]
-        estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN)
+        estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN) + IMAGE_TOKENS * _images(call.parsed)
         found = price_for(self._model.prices, call.model)
         cost = 0.0 if found is None else (estimate * max(found[1].input, found[1].cache_write) + output * found[1].output) / 1_000_000
         tools = call.parsed.get("tools")
@@ -752,6 +764,8 @@ class ModelProxy:
                     return (estimate + output, cost), f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
                 continue
             cost += uses * fee
+        if not math.isfinite(cost):  # e.g. max_uses of 10**308: no journal line holds inf, and no limit can be kept
+            return (estimate + output, 0.0), "its cost cannot be reserved: it is larger than a float can hold"
         return (estimate + output, cost), None
 
     def _respond(self, call: Call) -> Response:
@@ -779,12 +793,16 @@ class ModelProxy:
             record.update(usage=None, tokens=0, cost=0.0, priced=None)
             return 0, 0.0
         reported, answered_model = usage_of(response)
+        if not reported and record.get("reserved"):  # an answer whose usage cannot be read costs the most it could
+            tokens, cost = record["reserved"]["tokens"], record["reserved"]["cost"]
+            record.update(usage=None, tokens=tokens, cost=cost, priced=None, usage_unread=True)
+            return tokens, cost
         usage = {name: reported.get(name, 0) for name in USAGE_FIELDS}
         server = {name: reported.get(name, 0) for name in FEE_TOOLS.values()}
         tokens = sum(usage.values())
         found = price_for(self._model.prices, answered_model, call.model)
         cost = (cost_of(usage, found[1]) if found else 0.0) + fees_of(server, self._model.server_tool_fees)
-        record.update(usage=usage, server_tool_use=server, tokens=tokens, cost=round(cost, 9), priced=found[0] if found else None, response_model=answered_model)
+        record.update(usage=usage, server_tool_use=server, tokens=tokens, cost=round(cost, 9), priced=found[0] if found else None, response_model=self._dispatcher.field(answered_model))
         return tokens, cost
 
     def _unrecorded(self, record: dict[str, Any], why: str, tokens: int, cost: float) -> Answer:
@@ -795,6 +813,15 @@ class ModelProxy:
         self._dispatcher.record_model_call(record, tokens, cost)
         message = f"the gateway could not record this call ({why}); nothing is returned"
         return _answer(failure_response(Failure(500, "api_error", message, code="record_failed", retry=False)), record["action_id"])
+
+
+def _images(value: Any) -> int:
+    """The objects of `"type": "image"` anywhere in a request (depth bounded by the pre-scan)."""
+    if isinstance(value, dict):
+        return (value.get("type") == "image") + sum(_images(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_images(v) for v in value)
+    return 0
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

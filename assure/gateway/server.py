@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .model import ModelProxy
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
+DROPS_BATCH_SECONDS = 0.2  # dropped connections are journaled at most this often, one line per reason
 LISTEN_BACKLOG = 128
 RECV_BYTES = 65536
 TOOL_PREFIX = "/v1/tools/"
@@ -390,6 +391,7 @@ class Gateway:
         connections becomes a few lines, not one each), until the acceptor has stopped."""
         while True:
             self._drops_ready.wait()
+            self._drops_final.wait(DROPS_BATCH_SECONDS)  # let a flood gather into one batch (shutdown ends the wait)
             self._drops_ready.clear()
             final = self._drops_final.is_set()
             with self._drops_lock:

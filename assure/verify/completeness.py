@@ -1,7 +1,7 @@
 """Is the gateway's journal a complete account of the attempt? One streaming pass.
 
 The gateway journals an allowed call's `intent` before its effect and the `tool_call`
-outcome after it, and `gateway_stopped` when it stops on SIGTERM. So:
+(for a model call: `model_call`) outcome after it, and `gateway_stopped` when it stops on SIGTERM. So:
 - an intent without an outcome is an effect that may have happened unrecorded;
 - a journal that does not end with `gateway_stopped`, or a gateway container that did not
   exit 0 (killed at the stop grace, OOM-killed), may miss effects in flight.
@@ -33,7 +33,7 @@ def account(journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None) -
         event = record.get("event")
         if event == "intent":
             open_intents[str(record.get("action_id"))] = {"tool": record.get("tool"), "path": record.get("path"), "scope": record.get("scope")}
-        elif event == "tool_call":
+        elif event in ("tool_call", "model_call"):
             open_intents.pop(str(record.get("action_id")), None)
         elif event == "budget_breach" and record.get("counter") in LIMIT_COUNTERS:
             limits.setdefault(str(record["counter"]), record)

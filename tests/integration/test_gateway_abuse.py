@@ -128,3 +128,17 @@ def test_a_rollback_ref_counts_only_for_the_scope_it_covers(run, make_spec, tmp_
     assert calls["db:vault"]["decision"] != "allow" and calls["db:vault"]["inputs"]["rollback_confirmed"] is False
     assert calls["db:ledger"]["decision"] == "allow"  # the ref does cover its own database
     assert sqlite3.connect(vault).execute("SELECT count(*) FROM entries").fetchone() == (0,)
+
+
+def test_model_calls_with_huge_model_names_stay_within_the_journal_cap(run, make_spec):
+    spec = make_spec("model-flood", "model_flood.py", agent={"command": ["python3", "/opt/agent/model_flood.py"], "files": ABUSE},
+                     model={"mode": "scripted", "script": str(ROOT / "fixtures" / "models" / "empty.json")}, limits={"wall_seconds": 120})
+    result = run(spec)
+    size = journal_of(result).stat().st_size
+    assert size < 1024 * 1024, size  # 12 model names of 8 MB: journaled by digest (before: 96 MB, past the 64 MiB cap)
+    journal = records(result)
+    assert max(len(v) for r in journal for v in r.values() if isinstance(v, str)) <= 1024
+    calls = [r for r in journal if r["event"] == "model_call"]
+    assert len(calls) == 12 and all(r["model"].startswith("sha256:") for r in calls)
+    assert journal[-1]["event"] == "gateway_stopped"
+    assert result.report["verdict"] != "error", result.report

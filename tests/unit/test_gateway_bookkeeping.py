@@ -138,6 +138,20 @@ def test_a_key_reused_for_a_protected_path_is_denied_by_the_gate_not_replayed(ga
     assert [(r["path"], r["decision"]) for r in records(gw, "tool_call")] == [("out/a", "allow"), ("tests/test_calc.py", "deny")]
 
 
+def test_a_store_from_before_bindings_refuses_its_old_caller_keys_with_409(gateway, tmp_path):
+    from tests.unit.test_idempotency import _old_store
+
+    _old_store(str(tmp_path / "idem.sqlite"))  # a run resumed across the change: `key:K` done, binding unknown
+    gw, client = gateway()
+    with pytest.raises(GatewayError) as info:
+        client.call("fs.write", path="a.txt", content="x", idempotency_key="K")
+    assert info.value.status == 409  # neither repeated (a second effect) nor replayed unchecked, nor a 500
+    last = records(gw, "tool_call")[-1]
+    assert (last["decision"], last["rule"], last["original_action_id"]) == ("deny", "idempotency.unbound", "a1")
+    assert not (Path(gw.config.workspace) / "a.txt").exists()
+    assert client.call("fs.write", path="a.txt", content="x", idempotency_key="K2")["decision"] == "allow"
+
+
 # ---------------------------------------------------------------- the JSON pre-scan
 
 
@@ -151,6 +165,8 @@ def test_a_key_reused_for_a_protected_path_is_denied_by_the_gate_not_replayed(ga
     (b"[" + b"{}," * 60_000 + b"{}]", True),
     (b"[" + b"1," * 99_998 + b"1]", False),
     (b"not json at all", False),  # the parser refuses it
+    (b"]" * 8_000_000, True),  # closers only: no element counted, but 8 M brackets to walk in Python (0.5 s, GIL held)
+    (b'{"a": ' + b"]}" * 300_000 + b"}", True),
 ])
 def test_the_pre_scan_counts_structure_outside_strings(body, refused):
     limits = Limits()
@@ -221,3 +237,11 @@ def test_a_clean_journal_is_complete_and_limits_are_findings():
     findings = account(flooded, None)[1]
     assert [(f.kind, f.subject) for f in findings] == [(Kind.GATEWAY_LIMIT, "budget:journal_bytes"), (Kind.GATEWAY_LIMIT, "budget:requests")]
     assert {f.severity for f in findings} == {"fail"}  # never a pass, and not a harness error
+
+
+def test_a_model_call_intent_is_closed_by_its_model_call():
+    open_call = _chain(("gateway_started", {}), ("intent", {"action_id": "m1", "tool": "model.messages", "scope": "model:messages"}), ("gateway_stopped", {}))
+    _, findings = account(open_call, {"exit_code": 0, "oom_killed": False})
+    assert [f.kind for f in findings] == [Kind.JOURNAL_INCOMPLETE] and "model.messages model:messages" in findings[0].message
+    closed = _chain(("gateway_started", {}), ("intent", {"action_id": "m1"}), ("model_call", {"action_id": "m1"}), ("gateway_stopped", {}))
+    assert account(closed, {"exit_code": 0, "oom_killed": False})[1] == []

@@ -6,11 +6,14 @@ loopback TCP bridge."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.server
 import json
+import struct
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -774,3 +777,137 @@ def test_an_operator_halt_stops_model_spending(start: Callable[..., Gateway], tm
         client.messages.create(**ASK)
     assert [(r["served"], r["status"]) for r in calls(gateway)] == [("script", 200), ("gateway", 403)]
     assert calls(gateway)[-1]["rule"] == "operator_halt"
+
+
+# ---------------------------------------------------------------- bounded bookkeeping of model calls
+
+
+def test_a_long_model_name_is_journaled_as_its_digest(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text("[]")  # every call: 409 script_exhausted, still journaled
+    gateway = start({"mode": "scripted", "script": str(script)})
+    name = "m" * 1_000_000
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json={**ASK, "model": name})
+    assert answer.status_code == 409
+    record = calls(gateway)[0]
+    assert record["model"] == "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+    assert max(len(line) for line in Path(gateway.config.journal).read_text().splitlines()) < 8192
+
+
+def test_model_calls_stop_at_the_journal_cap(start: Callable[..., Gateway], tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    cap = 20_000
+    gateway = start({"mode": "scripted", "script": str(script)}, limits={"max_journal_bytes": cap}, breach_file=str(tmp_path / "breach.json"))
+    statuses = []
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        for _ in range(60):
+            statuses.append(plain.post("http://gateway/v1/messages", json=ASK).status_code)
+    assert statuses[-1] == 503  # once full, no model call is served
+    assert json.loads((tmp_path / "breach.json").read_text())["counter"] == "journal_bytes"
+    gateway.shutdown()
+    assert Path(gateway.config.journal).stat().st_size < cap + 8192
+
+
+def test_an_answer_too_deep_to_parse_is_still_counted_journaled_and_settled(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    # The agent steers what the model writes (a custom tool's input nested 5,000 deep): a
+    # valid 200 answer, usage included, that Python's json cannot parse (RecursionError).
+    reply = message()
+    reply["content"] = [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"x": "DEEP"}}]
+    api.push(200, json.dumps(reply).replace('"DEEP"', "[" * 5000 + "]" * 5000).encode())
+    gateway = live(policy={"tokens_limit": 1000})
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json=ASK)
+    assert answer.status_code == 200
+    record = calls(gateway)[0]  # journaled, not a 500 without a line
+    assert record["tokens"] == record["reserved"]["tokens"] > 0  # usage it could not read counts at the reservation
+    assert gateway._calls._reserved_tokens == 0 and gateway.counters.tokens == record["tokens"]
+
+
+def test_an_image_reserves_what_it_may_cost_not_its_bytes(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    # A blank 1-bit 1092 x 1092 PNG is 304 base64 bytes (76 tokens by bytes / 4) but costs
+    # ~1,600 input tokens once the provider decodes it: ten of them passed a 5,000-token budget.
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\0" * (1 + 1092 // 8 + 1) for _ in range(1092))
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1092, 1092, 1, 0, 0, 0, 0))
+                           + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")).decode()
+    assert len(png) < 400
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    ask = {**ASK, "messages": [{"role": "user", "content": [image] * 10 + [{"type": "text", "text": "describe"}]}]}
+    api.push(200, message(usage={"input_tokens": 16_000, "output_tokens": 5}))
+    gateway = live(policy={"tokens_limit": 5000})
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json=ask)
+    assert answer.status_code == 403 and api.count == 0  # denied before it left: it could not fit
+    assert gateway.counters.tokens <= 5000
+
+
+def test_an_allowed_call_that_fails_after_the_gate_is_still_journaled_and_settled(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    api.push(200, json.dumps(message()).replace('"input_tokens": 10', '"input_tokens": 1' + "0" * 400).encode())  # cost_of: OverflowError
+    gateway = live(policy={"tokens_limit": 1000})
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json=ASK)
+    assert answer.status_code == 500 and answer.json()["error"]["type"] == "api_error"
+    record = calls(gateway)[0]  # the call left the gateway: journaled, counted at its reservation
+    assert record["decision"] == "allow" and record["error"] == "record_failed" and record["tokens"] == record["reserved"]["tokens"]
+    assert gateway._calls._reserved_tokens == 0 and gateway.counters.tokens == record["reserved"]["tokens"]
+
+
+def test_an_allowed_model_call_journals_its_intent_before_it_leaves(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"tokens_limit": 100})
+    client = sdk(gateway, max_retries=0)
+    client.messages.create(**ASK)
+    with pytest.raises(anthropic.PermissionDeniedError):
+        client.messages.create(**ASK)  # denied by the reservation: no intent
+    journal = [r for r in verify_chain(gateway.config.journal) if r["event"] in ("intent", "model_call")]
+    assert [(r["event"], r["decision"]) for r in journal] == [("intent", "allow"), ("model_call", "allow"), ("model_call", "deny")]
+    intent, outcome = journal[0], journal[1]
+    assert intent["action_id"] == outcome["action_id"] and intent["request_sha256"] == outcome["request_sha256"]
+    assert (intent["tool"], intent["scope"], intent["resource_mode"]) == ("model.messages", "model:messages", "external")
+
+
+SHAPES = [  # what the allowlist cannot walk is refused, not forwarded unchecked
+    {"tools": {"0": {"type": "web_fetch_20250910", "name": "web_fetch"}}},
+    {"system": {"type": "document", "source": {"type": "url", "url": "https://attacker.invalid/x.pdf"}}},
+    {"messages": {"role": "user", "content": "hi"}},
+    {"messages": [{"role": "user", "content": {"type": "image", "source": {"type": "url", "url": "https://attacker.invalid/x.png"}}}]},
+    {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": {
+        "type": "document", "source": {"type": "url", "url": "https://attacker.invalid/x.pdf"}}}]}]},
+    {"messages": [{"role": "user", "content": [{"type": "document", "source": {"type": "content", "content": {
+        "type": "image", "source": {"type": "url", "url": "https://attacker.invalid/x.png"}}}}]}]},
+    {"messages": [{"role": "user", "content": [{"type": "image", "source": [{"type": "url", "url": "https://attacker.invalid/x.png"}]}]}]},
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_request_the_allowlist_cannot_walk_is_refused(live: Callable[..., Gateway], api: FakeAPI, shape: dict[str, Any]) -> None:
+    gateway = live()
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json={**ASK, **shape})
+    assert answer.status_code == 403 and api.count == 0, answer.text
+    rejected = [r for r in verify_chain(gateway.config.journal) if r["event"] == "request_rejected"]
+    assert [r["code"] for r in rejected] == ["feature_refused"]
+
+
+def test_a_max_tokens_too_large_to_price_is_refused_and_the_journal_lives(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"tokens_limit": 1000})  # 10**308 tokens at 15 per million is inf: a journal line JSON cannot hold
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        answer = plain.post("http://gateway/v1/messages", json={**ASK, "max_tokens": 10**308})
+        assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
+        assert plain.post("http://gateway/v1/messages", json=ASK).status_code == 200  # the journal still takes lines
+    gateway.shutdown()
+    assert verify_chain(gateway.config.journal)[-1]["event"] == "gateway_stopped"
+
+
+def test_a_fee_tool_whose_uses_overflow_the_cost_is_denied_and_the_journal_lives(live: Callable[..., Gateway], api: FakeAPI) -> None:
+    gateway = live(policy={"cost_limit": 10}, model={"allow": {"tool_types": ["web_search_20250305"]}, "server_tool_fees": {"web_search_requests": 10}})
+    tool = {"type": "web_search_20250305", "name": "web_search", "max_uses": 10**308}  # x 10 per use: inf
+    with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
+        assert plain.post("http://gateway/v1/messages", json={**ASK, "tools": [tool]}).status_code == 403
+        assert plain.post("http://gateway/v1/messages", json=ASK).status_code == 200
+    assert api.count == 1
+    gateway.shutdown()
+    assert verify_chain(gateway.config.journal)[-1]["event"] == "gateway_stopped"

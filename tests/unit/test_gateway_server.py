@@ -408,6 +408,19 @@ def test_connections_over_every_slot_are_closed_not_queued(start_gateway) -> Non
     assert sum(reason.endswith("answered 503") for reason in reasons) == 4
 
 
+def test_a_flood_of_dropped_connections_is_journaled_in_a_few_lines(start_gateway) -> None:
+    gateway = start_gateway(max_connections=1, read_timeout_seconds=1)
+    socks = [raw_connect(gateway) for _ in range(1 + 4 + 100)]  # within the listen backlog
+    for sock in socks[5:]:
+        assert sock.recv(100) == b""  # closed by the acceptor
+    for sock in socks:
+        sock.close()
+    gateway.shutdown()
+    dropped = [r["reason"] for r in journal(gateway) if r.get("code") == "too_many_connections" and r["reason"].endswith("closed without an answer")]
+    assert sum(int(reason.split("; ")[1].split()[0]) for reason in dropped) == 100
+    assert len(dropped) <= 10, len(dropped)  # batched: one line each was ~half the drops (197 lines for 380)
+
+
 def test_the_accept_loop_never_waits_for_the_dispatcher(start_gateway) -> None:
     gateway = start_gateway(max_connections=1, read_timeout_seconds=5)
     with gateway._calls._lock:  # as during a long tool call (an http.request holds it up to 30 s)
