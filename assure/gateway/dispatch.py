@@ -82,6 +82,7 @@ class Dispatcher:
         self.counters = Counters()
         self._override = control.Override()
         self._reserved_tokens, self._reserved_cost = 0, 0.0  # what model calls in flight may still spend
+        self._model_calls: dict[str, dict[str, Any]] = {}  # in flight, by action_id: settled at close if still there
         self._breached: set[str] = set()  # budget counters already reported
         self._full = False  # the journal reached its cap
         self._last_beat = 0.0
@@ -182,6 +183,7 @@ class Dispatcher:
                 self._reserved_tokens += tokens
                 self._reserved_cost += cost
                 record["reserved"] = {"tokens": tokens, "cost": cost}
+                self._model_calls[str(record.get("action_id"))] = record
             else:
                 self.counters.denied += 1
                 if decision.rule.startswith("budget."):
@@ -192,6 +194,8 @@ class Dispatcher:
         """Count a model call's tokens and cost, release what it reserved, and journal its
         `model_call` line (False: the journal could not be written, so the answer must not be sent)."""
         with self._lock:
+            if self._model_calls.pop(str(record.get("action_id")), None) is None and "reserved" in record:
+                return False  # settled at close: the journal has its outcome, and is closed
             reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
             self._reserved_tokens = max(0, self._reserved_tokens - reserved["tokens"])
             self._reserved_cost = max(0.0, self._reserved_cost - reserved["cost"])
@@ -228,11 +232,28 @@ class Dispatcher:
         """Journal `gateway_stopped` with the counters and fsync the journal (idempotent)."""
         with self._lock:
             if self._open:
+                self._settle_interrupted_model_calls()
                 self._append("gateway_stopped", _outcome=True, reason=reason, counters=asdict(self.counters))
             self._open = False
             self._journal.close()
             if self._idempotency is not None:
                 self._idempotency.close()
+
+    def _settle_interrupted_model_calls(self) -> None:
+        """A model call still in flight when the gateway stops (the agent hit its deadline
+        during a slow call, say) gets its outcome now, spent at its reservation: the most it
+        could cost. Caller holds the lock. Its answer never reaches the agent."""
+        for action_id in list(self._model_calls):
+            record = self._model_calls.pop(action_id)
+            reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
+            self._reserved_tokens = max(0, self._reserved_tokens - reserved["tokens"])
+            self._reserved_cost = max(0.0, self._reserved_cost - reserved["cost"])
+            self.counters.tokens += reserved["tokens"]
+            self.counters.cost += reserved["cost"]
+            outcome = {k: record.get(k) for k in ("action_id", "tool", "endpoint", "request_sha256", "model", "decision", "rule")}
+            self._append("model_call", _outcome=True, **outcome, status="interrupted", usage={"counted_at_reservation": reserved},
+                         reason="the gateway stopped with this call in flight: counted at its reservation",
+                         counters={"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)})
 
     def _decide_and_run(self, tool: tools.Tool, args: dict[str, Any], meta: dict[str, Any], path: str | None, record: dict[str, Any]) -> Answer:
         """Gate first (halt, budget, scope); then the idempotency store; then intent, effect."""

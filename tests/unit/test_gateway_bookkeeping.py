@@ -245,3 +245,26 @@ def test_a_model_call_intent_is_closed_by_its_model_call():
     assert [f.kind for f in findings] == [Kind.JOURNAL_INCOMPLETE] and "model.messages model:messages" in findings[0].message
     closed = _chain(("gateway_started", {}), ("intent", {"action_id": "m1"}), ("model_call", {"action_id": "m1"}), ("gateway_stopped", {}))
     assert account(closed, {"exit_code": 0, "oom_killed": False})[1] == []
+
+
+def test_a_model_call_in_flight_at_the_stop_is_settled_at_its_reservation(gateway):
+    """An agent killed at its deadline during a slow model call: the gateway stops before the
+    upstream answers. The call gets its outcome at close, counted at the most it could cost,
+    so the journal is complete (no journal_incomplete for an honest agent) and nothing is
+    spent unrecorded; the late answer writes nothing more."""
+    from assure import gate
+    from assure.gateway.dispatch import MODEL_TOOL
+
+    gw, _ = gateway()
+    dispatcher = gw._dispatcher
+    record = {"action_id": "m-slow", "tool": MODEL_TOOL, "endpoint": "messages", "model": "claude-test-1"}
+    action = gate.Action(MODEL_TOOL, False, scope="model:messages", resource_mode=gate.SANDBOX, spends=True)
+    assert dispatcher.decide_model_call(record, action, None, reserve=(500, 0.25)).allowed
+    gw.shutdown()
+    assert dispatcher.record_model_call(record, 10, 0.01) is False  # the upstream answered too late
+    journal = records(gw)
+    (outcome,) = [r for r in journal if r["event"] == "model_call"]
+    assert outcome["action_id"] == "m-slow" and outcome["status"] == "interrupted"
+    assert outcome["counters"] == {"tokens": 500, "cost": 0.25}
+    assert journal[-1]["event"] == "gateway_stopped" and journal[-1]["counters"]["tokens"] == 500
+    assert account(journal, {"exit_code": 0, "oom_killed": False})[1] == []
