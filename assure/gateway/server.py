@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .model import ModelProxy
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
+SHUTDOWN_JOIN_SECONDS = 1.0  # well inside the host's stop grace (3 s: sandbox.hardening.STOP_GRACE_SECONDS)
 DROPS_BATCH_SECONDS = 0.2  # dropped connections are journaled at most this often, one line per reason
 LISTEN_BACKLOG = 128
 RECV_BYTES = 65536
@@ -334,13 +335,17 @@ class Gateway:
                     end.close()
 
     def _end_connections(self) -> None:
+        """Close every connection and give their calls SHUTDOWN_JOIN_SECONDS in all to end, so
+        the journal is closed (model calls still waiting on the upstream settled at their
+        reservation, `gateway_stopped` written) within the host's stop grace."""
         with self._conns_lock:
             conns = list(self._conns.items())
         for sock, _ in conns:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
         for _, thread in conns:
-            thread.join(self.config.limits.read_timeout_seconds + 1)
+            thread.join(max(deadline - time.monotonic(), 0))
 
     def _accept_loop(self, listener: socket.socket) -> None:
         with selectors.DefaultSelector() as selector:

@@ -108,3 +108,27 @@ def test_a_recorded_run_replays_with_zero_upstream_calls_and_a_changed_request_f
     report = agent_report(changed)
     assert report["error"]["status"] == 409 and "replay_mismatch" in json.dumps(report["error"]["body"])
     assert len(upstream_requests(server)) == before
+
+
+def test_a_deadline_during_a_model_call_leaves_a_complete_journal(run, make_spec, fake_api):
+    """An honest agent stopped at its deadline while the provider is still thinking: the
+    gateway settles the call at its reservation and stops cleanly within the stop grace, so
+    the verdict rests on the work (nothing unexplained) and never on a false breach."""
+    network, _server = fake_api
+    spec = make_spec(
+        "model-stall", "unused", agent={"command": ["python3", "/opt/agent/stall.py"], "files": str(ROOT / "fixtures" / "agents" / "model")},
+        egress={"allow": ["fakeapi:8080"], "upstream": network, "allow_private": True}, limits={"wall_seconds": 4},
+        model={"mode": "anthropic", "upstream": "http://fakeapi:8080", "allow_http": True, "key_env": "ASSURE_TEST_MODEL_KEY",
+               "prices": {**PRICES, "stall": {"input": 3, "output": 15}}},
+        assertions=[{"no_unattributed_changes": True}], expect="pass")
+    result = run(spec)
+    (attempt,) = result.report["attempts"]
+    assert attempt["timed_out"], attempt  # the deadline, not the answer, ended it
+    journal = verify_chain(result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl")
+    (intent,) = [r for r in journal if r["event"] == "intent"]
+    (outcome,) = [r for r in journal if r["event"] == "model_call"]
+    assert outcome["action_id"] == intent["action_id"] and outcome["status"] == "interrupted"
+    assert outcome["counters"]["tokens"] > 0  # spent at its reservation, never free
+    assert journal[-1]["event"] == "gateway_stopped"
+    assert not [f for f in attempt["findings"] if f["kind"] == "journal_incomplete"], attempt["findings"]
+    assert result.verdict == "pass", result.report
