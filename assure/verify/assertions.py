@@ -25,6 +25,10 @@ def _read_confined(root: Path, rel: str) -> bytes | None:
 
 
 def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
+    """An intent says a call was allowed to start, not that it happened: it matches only an
+    assertion that names `event: intent`."""
+    if record.get("event") == "intent" and want.get("event") != "intent":
+        return False
     effect = record.get("effect") if isinstance(record.get("effect"), dict) else {}
     for key, value in want.items():
         got = record.get(key) if key != "path" else (record.get("path") or effect.get("path"))
