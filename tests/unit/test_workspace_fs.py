@@ -113,7 +113,8 @@ def test_a_check_copys_filesystem_left_by_a_dead_driver_is_an_orphan_too(tmp_pat
     fs = WorkspaceFs.create(attempt, size=8 * 2**20, inodes=1024, name=workspace_fs.CHECK)
     try:
         assert fs.mount_point == attempt / "check.fs"
-        assert workspace_fs.release_orphans(lambda run_dir: True) == [fs.mount_point.resolve()]
+        # only this test's run counts as orphaned: another session's live mounts are never touched
+        assert workspace_fs.release_orphans(lambda run_dir: run_dir == (tmp_path / "run-1").resolve()) == [fs.mount_point.resolve()]
         assert not fs.image.exists() and not fs.mount_point.exists()
     finally:
         fs.release()
