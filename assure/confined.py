@@ -9,7 +9,7 @@ file. Names are data: `rel` is a `/`-separated str (surrogate escapes allowed) o
 `..`, `.` and empty components are refused, never interpreted.
 
 The API: reading `open_dir`, `open_file`, `read_file`, `lstat`, `data_bytes`, `walk`;
-copying `copy_tree` (with its `CopyReport`), `copy_file`; writing `write_file`, `make_dirs`,
+copying `copy_tree` (with its `CopyReport`), `copy_file`; writing `make_dirs`,
 `symlink`, `chown_tree`, `remove`. Errors are OSError (`NotRegular`, `TooLarge` among them),
 bounded and naming the entry; a copy never raises for what it finds in the source.
 
@@ -471,8 +471,10 @@ def copy_file(src_root: str | os.PathLike[str] | int, src_rel: Rel, dst_root: st
               max_bytes: int, mode: int | None = None, make_parents: bool = True, clear_way: bool = False) -> int:
     """Copy one regular file (sparse) from beneath src_root to beneath dst_root, through a
     temporary name and a rename in the destination directory; the data bytes copied.
-    TooLarge when its data exceeds max_bytes (nothing is written). See `write_file` for
-    `make_parents` and `clear_way`."""
+    TooLarge when its data exceeds max_bytes (nothing is written). Missing parents are created
+    (fd-relative) when `make_parents`; a parent that is not a real directory raises
+    NotADirectoryError, or is removed and replaced by one when `clear_way` (for trees the host
+    owns, like a check copy), which also lets a directory at `dst_rel` itself be replaced."""
     sdir, sname = _open_parent(src_root, src_rel)
     try:
         fd, st = _open_regular(sdir, sname)
@@ -493,33 +495,8 @@ def copy_file(src_root: str | os.PathLike[str] | int, src_rel: Rel, dst_root: st
 
 # --- writing and removing -------------------------------------------------------------------
 
-def write_file(root: str | os.PathLike[str] | int, rel: Rel, data: bytes, *, mode: int = 0o644, make_parents: bool = True, clear_way: bool = False) -> None:
-    """Write `data` as the regular file `rel` beneath root: a temporary file in the same
-    directory, renamed over the old one. Missing parents are created (fd-relative) when
-    `make_parents`; a parent that is not a real directory raises NotADirectoryError, or is
-    removed and replaced by one when `clear_way` (for trees the host owns, like a check copy),
-    which also lets a directory at `rel` itself be replaced."""
-    dfd, name = _open_dest(root, rel, make_parents, clear_way)
-    try:
-        tmp = _tmp_name(name)
-        fd = os.open(tmp, _CREATE, 0o600, dir_fd=dfd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchmod(fd, mode & 0o777)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp, dir_fd=dfd)
-            raise
-        os.close(fd)
-        _rename_into(dfd, tmp, name, clear_way)
-    finally:
-        os.close(dfd)
-
-
 def make_dirs(root: str | os.PathLike[str] | int, rel: Rel, *, clear_way: bool = False) -> None:
-    """The directory `rel` beneath root and its parents (see `write_file` for `clear_way`)."""
+    """The directory `rel` beneath root and its parents (see `copy_file` for `clear_way`)."""
     parts = _parts(rel)
     rfd = _open_root(root)
     try:
@@ -552,7 +529,7 @@ def _chown_dir(fd: int, uid: int, gid: int, depth: int) -> None:
 
 
 def symlink(root: str | os.PathLike[str] | int, rel: Rel, target: str | bytes, *, clear_way: bool = False) -> None:
-    """Create (or replace) the symlink `rel` beneath root; see `write_file` for `clear_way`."""
+    """Create (or replace) the symlink `rel` beneath root; see `copy_file` for `clear_way`."""
     dfd, name = _open_dest(root, rel, True, clear_way)
     try:
         tmp = _tmp_name(name)

@@ -32,6 +32,14 @@ def host(tmp_path: Path) -> Path:
     return outside
 
 
+def _write(root: Path, rel: str, data: bytes, **options) -> None:
+    """Write `data` beneath root the way the host does: a confined copy of a file of its own."""
+    source = root.parent / ".source"
+    source.mkdir(exist_ok=True)
+    (source / "f").write_bytes(data)
+    confined.copy_file(source, "f", root, rel, max_bytes=1 << 20, **options)
+
+
 def _symlinked_tree(root: Path, host: Path) -> None:
     """A symlink to the host directory at every depth, in place of a directory."""
     (root / "a" / "b" / "c").mkdir(parents=True)
@@ -68,11 +76,11 @@ def test_writes_and_removals_never_reach_through_a_symlink(tmp_path, host, resol
     _symlinked_tree(root, host)
     for rel in ("link/canary", "a/link/canary", "a/b/c/link/new"):
         with pytest.raises(NotADirectoryError):
-            confined.write_file(root, rel, b"evil")
+            _write(root, rel, b"evil")
         assert confined.remove(root, rel) is False
     assert confined.remove(root, "a/b/c/file_link") is True  # the link goes, not its target
     # clear_way (a tree the host owns): the symlinked parent is replaced by a real directory
-    confined.write_file(root, "a/b/link/canary", b"restored", clear_way=True)
+    _write(root, "a/b/link/canary", b"restored", clear_way=True)
     assert (root / "a" / "b" / "link").is_dir() and not (root / "a" / "b" / "link").is_symlink()
     assert confined.read_file(root, "a/b/link/canary", 100) == b"restored"
     assert confined.remove(root, "a") is True
@@ -144,7 +152,7 @@ def test_hostile_names_are_data(tmp_path, resolver):
     root.mkdir()
     names = ["new\nline", "[bold]x", "x]", "[link=https:evil]y", "-rf", "\x1b[31mred", os.fsdecode(b"bad\xffutf8")]
     for name in names:
-        confined.write_file(root, f"d/{name}", name.encode("utf-8", "surrogateescape"))
+        _write(root, f"d/{name}", name.encode("utf-8", "surrogateescape"))
     report = confined.copy_tree(root, tmp_path / "copy", max_bytes=1 << 20)
     assert report.complete and report.files == len(names)
     for name in names:
