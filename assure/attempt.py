@@ -23,7 +23,7 @@ from typing import Any
 
 from . import checks, confined, control, failpoints, health, modelaccess, policy, store
 from .chain import ChainError, chain_head, utc_now
-from .errors import AssureError, SandboxError
+from .errors import AssureError, SandboxError, describe
 from .sandbox import hardening, runtimes, workspace_fs
 from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
 from .sandbox.images import ImageSet
@@ -107,11 +107,8 @@ def fresh_copy(source: Path, target: Path) -> None:
 
 
 def _harness_error(phase: str, exc: Exception) -> str:
-    """What a failed phase leaves for the verdict: ours say what to do; anything else is a bug,
-    named by its type (its text may carry agent-controlled names, so it is escaped and cut)."""
-    if isinstance(exc, AssureError):
-        return f"{phase}: {exc.message}"
-    return f"{phase}: {type(exc).__name__}: {display(str(exc))[:2000]}"
+    """What a failed phase leaves for the verdict."""
+    return f"{phase}: {describe(exc)}"
 
 
 def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[dict[str, Any]]:

@@ -42,8 +42,6 @@ def command_assertions(spec_data: dict[str, Any]) -> list[dict[str, Any]]:
     return [a["command"] for a in spec_data["assertions"] if "command" in a]
 
 
-
-
 def snapshot_digest(post_json: dict[str, Any]) -> str:
     return sha256_hex(canonical(post_json))
 

@@ -20,7 +20,7 @@ from typing import Any
 from . import __version__, alerts, confined, control, failpoints, health, promote, receipts, store
 from .attempt import Attempt, Progress, fresh_copy
 from .chain import canonical, sha256_hex, utc_now
-from .errors import AssureError
+from .errors import AssureError, describe
 from .sandbox import live, workspace_fs
 from .sandbox.docker import DockerBackend
 from .sandbox.images import ImageSet
@@ -218,7 +218,7 @@ class Driver:
                 return self._finish_task(task, "proposed", decision.reason)
             commit = promote.commit(self.spec, self.run, task.id, attempt_dir, self._base())
         except Exception as exc:  # any failure of promote: commit_failed, an alert, a harness_error finding; never a crash
-            message = exc.message if isinstance(exc, AssureError) else f"{type(exc).__name__}: {display(str(exc))[:2000]}"
+            message = describe(exc)
             _add_harness_error(attempt_dir, "promote", message, self.spec.hostile)
             alerts.raise_alert(self.run.path, "commit_failed", f"task {task.id!r}: {message}", self.sinks)
             return self._finish_task(task, "commit_failed", message)

@@ -5,6 +5,8 @@ Only the CLI turns these into exit codes and colours; library code raises them.
 
 from __future__ import annotations
 
+from .textsafe import display
+
 
 class AssureError(Exception):
     """Base of every error assure raises on purpose."""
@@ -40,3 +42,11 @@ class ImageError(AssureError):
 
 class RunDirError(AssureError):
     """A run directory is missing, incomplete or was changed after the run."""
+
+
+def describe(exc: Exception) -> str:
+    """One line for a failure that reaches a verdict: ours say what went wrong; anything else
+    is a bug, named by its type (its text may carry agent-controlled names: escaped and cut)."""
+    if isinstance(exc, AssureError):
+        return exc.message
+    return f"{type(exc).__name__}: {display(str(exc))[:2000]}"

@@ -10,16 +10,14 @@ own claim (`task.report`) is carried along as narrative and never read by any ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from collections.abc import Iterable
-
 from ..chain import ChainError, ChainFile, canonical, sha256_hex
+from ..errors import describe
 from ..store import read_json
-from ..textsafe import display
 from . import assertions, attribution, completeness, container, sqlite
 from .diff import Change, diff
 from .findings import Finding, Kind, Verdict, verdict
@@ -135,7 +133,7 @@ def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], def
     try:
         return rule()
     except Exception as exc:
-        findings.append(Finding(Kind.HARNESS_ERROR, subject, f"the verifier failed here: {type(exc).__name__}: {display(str(exc))[:2000]}"))
+        findings.append(Finding(Kind.HARNESS_ERROR, subject, f"the verifier failed here: {describe(exc)}"))
         return default
 
 
