@@ -442,7 +442,7 @@ class Attempt:
         inspect = self.backend.inspect(self._agent)
         facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")},
                             "Mounts": inspect.get("Mounts", []), "AppArmorProfile": inspect.get("AppArmorProfile")}
-        facts["engine_security"] = self.backend.info().get("SecurityOptions") or []
+        facts["engine_security"] = self.backend.security_options()
         facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
         layer = self.backend.writable_layer(self._agent)
         if layer is not None:

@@ -374,7 +374,7 @@ def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.ru
             else:
                 register = True
                 table.add_row(plain(label), Text("optional", style="yellow"), plain(f"{problem}; needed only for sandbox.runtime: {name}"))
-        security = backend.info().get("SecurityOptions") or []
+        security = backend.security_options()
         seccomp_on = any(o.startswith("name=seccomp") for o in security)
         row("seccomp", seccomp_on, "the engine applies assure's profile" if seccomp_on
             else "the engine was built without seccomp: assure's syscall filter would not apply; use an engine with seccomp")

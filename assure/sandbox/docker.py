@@ -52,11 +52,19 @@ class DockerBackend:
         with _mapped("cannot reach the Docker engine"):
             self._client = docker.from_env(timeout=120)
             self._client.ping()
+        self._security: list[str] | None = None
 
     # --- engine -----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         with _mapped("docker info"):
             return self._client.info()
+
+    def security_options(self) -> list[str]:
+        """How the engine confines containers (`name=seccomp,...`, `name=apparmor`): fixed for
+        the daemon's life, so asked once per backend, not once per attempt."""
+        if self._security is None:
+            self._security = list(self.info().get("SecurityOptions") or [])
+        return self._security
 
     def require_runtime(self, name: str) -> None:
         """Refuse, before anything is created, a spec whose `sandbox.runtime` this engine lacks."""
