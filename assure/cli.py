@@ -18,14 +18,14 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from . import alerts
-from . import report as render
-from . import spec as spec_mod
-from . import store
-from .errors import AssureError
-from .sandbox import live, runtimes, workspace_fs
-from .sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
-from .sandbox.images import Images, ImageSet, base_mode, base_tags
+from assure.ops import alerts
+from assure.records import report as render
+from assure import spec as spec_mod
+from assure.records import store
+from assure.errors import AssureError
+from assure.sandbox import live, runtimes, workspace_fs
+from assure.sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
+from assure.sandbox.images import Images, ImageSet, base_mode, base_tags
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
 images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox images.")
@@ -91,7 +91,7 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
 def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend, ImageSet], key: Path | None,
            json_out: bool, expect: bool, verbose: bool) -> None:
     """Drive a run with live progress, print its report, exit with the verdict's code."""
-    from .driver import Driver
+    from assure.run.driver import Driver
 
     backend, images = engine
     try:
@@ -134,7 +134,7 @@ def run(
     """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
 
     An unfinished run of the same spec (its driver killed) is resumed instead, unless --new."""
-    from .driver import find_unfinished
+    from assure.run.driver import find_unfinished
 
     _sigterm_as_interrupt()
     try:
@@ -165,8 +165,8 @@ def suite_cmd(
 
     An unfinished run of the same suite (its process killed) is continued instead, unless --new:
     finished runs are kept, the interrupted one resumes, the rest start."""
-    from . import suite as suite_mod
-    from .driver import Driver
+    from assure.run import suite as suite_mod
+    from assure.run.driver import Driver
 
     _sigterm_as_interrupt()
     try:
@@ -245,7 +245,7 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
 def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files to check.")) -> None:
     """Check spec files (and suites, with every spec they name) against their schemas in specs/;
     report every problem as file:line: field: message."""
-    from . import suite as suite_mod
+    from assure.run import suite as suite_mod
 
     bad = 0
     for path in specs:
@@ -264,7 +264,7 @@ def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files t
 @app.command()
 def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> None:
     """Recompute the verdict of a finished run from its directory alone."""
-    from .driver import reverify
+    from assure.run.driver import reverify
 
     try:
         result = reverify(run_dir)
@@ -321,7 +321,8 @@ def images_build() -> None:
 @contract_app.command("hash")
 def contract_hash(spec: Path) -> None:
     """Print the hash of SPEC's contract terms, to put in its `contract.hash` once ratified."""
-    from . import gate, policy
+    from assure.core import gate
+    from assure.run import policy
 
     try:
         terms = policy.contract(spec_mod.load(spec).data.get("contract"))
@@ -445,7 +446,7 @@ def _run_dir(run: str, runs_dir: Path) -> store.RunDir:
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
     """Record an operator request (halt or dial) in RUN's control record."""
-    from . import control
+    from assure.core import control
 
     try:
         rd = _run_dir(run, runs_dir)
@@ -464,7 +465,7 @@ def halt(run: str, runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
 @app.command()
 def dial(run: str, level: str = typer.Argument(..., help="propose, commit or irreversible"), runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
     """Turn the autonomy dial of RUN: `propose` stops every external effect from here on."""
-    from . import control
+    from assure.core import control
 
     if level not in control.LEVELS:
         err.print(f"error: dial must be one of {', '.join(control.LEVELS)}", markup=False)
@@ -506,7 +507,7 @@ def journal_cmd(
     json_out: bool = typer.Option(False, "--json", help="One JSON record per line."),
 ) -> None:
     """Query a run's journals (driver events, operator requests, gateway journals), verified first."""
-    from . import journal
+    from assure.records import journal
 
     try:
         rd = _run_dir(run, runs_dir)
@@ -553,7 +554,7 @@ def runs(runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.O
 @app.command()
 def show(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
     """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order."""
-    from . import journal
+    from assure.records import journal
 
     try:
         rd = _run_dir(run_ref, runs_dir)
@@ -579,7 +580,7 @@ def promote_cmd(
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier)."""
-    from .driver import promote_proposed
+    from assure.run.driver import promote_proposed
 
     try:
         rd = _run_dir(run_ref, runs_dir)
@@ -600,7 +601,7 @@ app.add_typer(receipts_app, name="receipts")
 @keys_app.command("generate")
 def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", help="Where to write the key pair (default: ~/.config/assure/keys).")) -> None:
     """Make a new Ed25519 key pair for signing receipts; never overwrites a key."""
-    from . import receipts
+    from assure.records import receipts
 
     try:
         private_path, public_path = receipts.generate_keypair(directory or receipts.default_key_dir())
@@ -619,7 +620,7 @@ def receipts_verify(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify RUN_DIR's receipts, seal and hash-chained logs with nothing but a public key."""
-    from . import receipts
+    from assure.records import receipts
 
     try:
         key = receipts.load_public(public_key) if public_key is not None else None
@@ -654,7 +655,7 @@ def monitor_cmd(
 ) -> None:
     """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
     dial down then halt the runs whose alerts nobody acknowledges."""
-    from . import health, monitor
+    from assure.ops import health, monitor
 
     if interval is not None and interval <= 0:
         err.print("error: --interval must be positive", markup=False)

@@ -5,7 +5,7 @@ Only the CLI turns these into exit codes and colours; library code raises them.
 
 from __future__ import annotations
 
-from .textsafe import display
+from assure.textsafe import display
 
 
 class AssureError(Exception):

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .errors import SpecError
+from assure.errors import SpecError
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "specs"
 AGENT_IMAGE_ALIAS = "assure-agent"

@@ -10,8 +10,11 @@ import json, os, sqlite3, sys, time
 from pathlib import Path
 import yaml
 import assure
-from assure import spec as spec_mod, store, gate, policy
-from assure.driver import Driver
+from assure import spec as spec_mod
+from assure.records import store
+from assure.core import gate
+from assure.run import policy
+from assure.run.driver import Driver
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from assure import spec as spec_mod
-from assure import store
-from assure.driver import Driver
+from assure.records import store
+from assure.run.driver import Driver
 from assure.sandbox import hardening
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images

@@ -10,7 +10,7 @@ import dataclasses
 import statistics
 import time
 
-from assure import gate
+from assure.core import gate
 
 RUNS, CALLS, NOW = 7, 100_000, 1_700_000_000.0
 

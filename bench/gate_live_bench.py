@@ -19,8 +19,8 @@ from pathlib import Path
 
 import apsw
 
-from assure import control, gate
-from assure.chain import verify_chain
+from assure.core import control, gate
+from assure.core.chain import verify_chain
 from assure.client import Client
 from assure.gateway.config import parse
 from assure.gateway.server import serve

@@ -24,11 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assure import attempt as attempt_mod
-from assure import driver as driver_mod
+from assure.run import attempt as attempt_mod
+from assure.run import driver as driver_mod
 from assure import spec as spec_mod
-from assure import store
-from assure.driver import Driver
+from assure.records import store
+from assure.run.driver import Driver
 from assure.sandbox import workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images

@@ -11,8 +11,8 @@ import signal
 import sys
 import threading
 
-from .config import ConfigError, load
-from .server import serve
+from assure.gateway.config import ConfigError, load
+from assure.gateway.server import serve
 
 
 def main(argv: list[str] | None = None) -> int:

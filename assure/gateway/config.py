@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from assure import gate
-from assure.chain import canonical, sha256_hex
+from assure.core import gate
+from assure.core.chain import canonical, sha256_hex
 
 
 
@@ -440,7 +440,7 @@ def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
     parts = urllib.parse.urlsplit(value)
     if parts.query or parts.fragment or value.endswith("?") or value.endswith("#"):
         raise ConfigError("model.upstream", f"must have no query or fragment, got {value!r}")
-    from . import http  # only a model section needs it; see tools.py on why not at the top
+    from assure.gateway import http  # only a model section needs it; see tools.py on why not at the top
 
     try:
         target = http.parse_target({"method": "POST", "url": value})

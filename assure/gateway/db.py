@@ -49,7 +49,7 @@ from typing import Any
 
 import apsw
 
-from .tools import ToolError
+from assure.gateway.tools import ToolError
 
 MODES = ("sandbox", "live")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")

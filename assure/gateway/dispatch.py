@@ -30,13 +30,13 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from assure import control, gate
-from assure.chain import ChainWriter, canonical, sha256_hex
+from assure.core import control, gate
+from assure.core.chain import ChainWriter, canonical, sha256_hex
 
-from . import tools
-from .config import Config
-from .fspath import PathError, Workspace
-from .idempotency import LEGACY, Prior, Store, derive_key
+from assure.gateway import tools
+from assure.gateway.config import Config
+from assure.gateway.fspath import PathError, Workspace
+from assure.gateway.idempotency import LEGACY, Prior, Store, derive_key
 
 VERIFIER_FILE = "verifier.json"
 HEARTBEAT_SECONDS = 1.0
@@ -432,7 +432,7 @@ def _databases(config: Config) -> Any:
     """Open the gateway-owned databases; apsw is imported only when there are some."""
     if not config.databases:
         return None
-    from .db import Databases
+    from assure.gateway.db import Databases
 
     return Databases.from_config(config.databases)
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from assure.chain import canonical, sha256_hex
+from assure.core.chain import canonical, sha256_hex
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (

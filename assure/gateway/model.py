@@ -63,13 +63,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from assure import gate
-from assure.chain import ChainError, canonical, iter_chain
+from assure.core import gate
+from assure.core.chain import ChainError, canonical, iter_chain
 
-from . import features
-from . import http as _http
-from .config import Config, Egress, Model, Price
-from .dispatch import MODEL_ROUTES, MODEL_TOOL, Answer, Dispatcher
+from assure.gateway import features
+from assure.gateway import http as _http
+from assure.gateway.config import Config, Egress, Model, Price
+from assure.gateway.dispatch import MODEL_ROUTES, MODEL_TOOL, Answer, Dispatcher
 
 PATHS = {endpoint: path for path, endpoint in MODEL_ROUTES.items()}
 DEFAULT_VERSION = "2023-06-01"

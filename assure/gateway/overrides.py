@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from assure import control
+from assure.core import control
 
 POLL_SECONDS = 0.02
 

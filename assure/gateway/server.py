@@ -25,14 +25,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import jsonscan, tools
-from .config import Config, Limits
-from .dispatch import MODEL_ROUTES, Answer, Counters, Dispatcher
-from .fspath import Workspace
-from .overrides import OverrideWatcher
+from assure.gateway import jsonscan, tools
+from assure.gateway.config import Config, Limits
+from assure.gateway.dispatch import MODEL_ROUTES, Answer, Counters, Dispatcher
+from assure.gateway.fspath import Workspace
+from assure.gateway.overrides import OverrideWatcher
 
 if TYPE_CHECKING:
-    from .model import ModelProxy
+    from assure.gateway.model import ModelProxy
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
 SHUTDOWN_JOIN_SECONDS = 1.0  # well inside the host's stop grace (3 s: sandbox.hardening.STOP_GRACE_SECONDS)
@@ -292,7 +292,7 @@ class Gateway:
         self._workspace = workspace
         try:
             if self.config.model is not None:
-                from . import model  # here, not at the top: http.client and its email parser cost ~0.1 s of every boot
+                from assure.gateway import model  # here, not at the top: http.client and its email parser cost ~0.1 s of every boot
 
                 self._model = model.ModelProxy(self.config, self._dispatcher)
             if self.config.control_dir:
@@ -456,7 +456,7 @@ class Gateway:
             _check_json(req.body, self.config.limits)
             endpoint, query = MODEL_ROUTES[path], req.target.partition("?")[2]
             if self._model is None:
-                from . import model
+                from assure.gateway import model
 
                 return model.unavailable(self._calls, endpoint)
             return self._model.handle(endpoint, req.headers, query, req.body)

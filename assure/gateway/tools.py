@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .fspath import PathError, Workspace, normalize
+from assure.gateway.fspath import PathError, Workspace, normalize
 
 if TYPE_CHECKING:  # db.py needs apsw; only a gateway with databases imports it
-    from .config import Egress
-    from .db import Databases
+    from assure.gateway.config import Egress
+    from assure.gateway.db import Databases
 
 MAX_REPORT_STATUS = 64
 MAX_REPORT_SUMMARY = 8192
@@ -252,7 +252,7 @@ def _db_execute(env: Env, args: dict[str, Any]) -> Outcome:
 # http.py is imported on first use, not at the top: http.client and ssl cost a tenth of a
 # second of every gateway boot, and most runs have no egress.
 def _http_request(env: Env, args: dict[str, Any]) -> Outcome:
-    from . import http
+    from assure.gateway import http
 
     try:
         result, record = http.request(env.egress, args)
@@ -262,7 +262,7 @@ def _http_request(env: Env, args: dict[str, Any]) -> Outcome:
 
 
 def _http_scope(env: Env, args: dict[str, Any]) -> tuple[str, str]:
-    from . import http
+    from assure.gateway import http
 
     try:
         return http.scope(env, args)
@@ -271,7 +271,7 @@ def _http_scope(env: Env, args: dict[str, Any]) -> tuple[str, str]:
 
 
 def _http_mutating(args: dict[str, Any]) -> bool:
-    from . import http
+    from assure.gateway import http
 
     return http.mutating(args)
 

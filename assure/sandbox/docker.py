@@ -19,12 +19,12 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from ..errors import ImageError, SandboxError
-from . import runtimes
+from assure.errors import ImageError, SandboxError
+from assure.sandbox import runtimes
 
 LABEL_OWNER = "assure.owner"
 LABEL_RUN = "assure.run"
-LABEL_ATTEMPT = "assure.attempt"
+LABEL_ATTEMPT = "assure.run.attempt"
 LABEL_ROLE = "assure.role"
 LABEL_PID = "assure.pid"
 LABEL_HOST = "assure.host"

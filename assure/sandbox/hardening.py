@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import confined
-from ..spec import Spec, parse_size
-from . import runtimes, seccomp
+from assure.core import confined
+from assure.spec import Spec, parse_size
+from assure.sandbox import runtimes, seccomp
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..chain import canonical
-from ..errors import ImageError
-from .docker import DockerBackend
+from assure.core.chain import canonical
+from assure.errors import ImageError
+from assure.sandbox.docker import DockerBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES_DIR = ROOT / "images"
@@ -41,11 +41,12 @@ BOOTSTRAP_RECIPE = {
 }
 IMPORT_CHANGES = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8", 'CMD ["/bin/sh"]']
 # Each image: its folder (Dockerfile and extra files) and which files of the package it
-# carries (the agent gets only the client; the proxy gets none).
+# carries: the agent gets the client, the gateway `core/` and `gateway/`, the proxy nothing.
+# The import test derives what each image's modules may import from this table.
 IMAGE_DIRS = {"agent": IMAGES_DIR / "agent", "gateway": IMAGES_DIR / "gateway", "egress": ROOT / "egress-proxy"}
 IMAGE_SOURCES = {
     "agent": ["__init__.py", "client.py", "agents/*.py"],
-    "gateway": ["__init__.py", "chain.py", "control.py", "gate.py", "globs.py", "gateway/*.py"],
+    "gateway": ["__init__.py", "core/*.py", "gateway/*.py"],
     "egress": [],
 }
 ROLES = tuple(IMAGE_DIRS)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import stat
 
-from ..errors import SpecError
-from ..spec import Spec
-from .hardening import sandbox_user
+from assure.errors import SpecError
+from assure.spec import Spec
+from assure.sandbox.hardening import sandbox_user
 
 COMPANIONS = ("-journal", "-wal", "-shm")
 

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import SandboxError
+from assure.errors import SandboxError
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs

@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import confined
-from ..spec import Case, Cases
-from .findings import Finding, Kind
-from .snapshot import Snapshot
+from assure.core import confined
+from assure.spec import Case, Cases
+from assure.verify.findings import Finding, Kind
+from assure.verify.snapshot import Snapshot
 
 MAX_CONTAINS_BYTES = 16 * 2**20
 

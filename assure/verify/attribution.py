@@ -15,9 +15,9 @@ import posixpath
 from collections.abc import Iterable
 from typing import Any
 
-from .. import globs
-from .diff import Change
-from .findings import Finding, Kind
+from assure.core import globs
+from assure.verify.diff import Change
+from assure.verify.findings import Finding, Kind
 
 
 def gateway_effects(journal: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .findings import Finding, Kind
+from assure.verify.findings import Finding, Kind
 
 LIMIT_COUNTERS = ("requests", "journal_bytes")
 MAX_LISTED = 20  # intents without an outcome listed one by one; the rest are counted

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..sandbox import seccomp, workspace_fs
-from ..sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE, tmpfs_options, ulimits
-from .findings import Finding, Kind
-from .snapshot import Snapshot
+from assure.sandbox import seccomp, workspace_fs
+from assure.sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE, tmpfs_options, ulimits
+from assure.verify.findings import Finding, Kind
+from assure.verify.snapshot import Snapshot
 
 # Mount points and their parents appear in `docker diff` when the runtime creates them
 # (the engine's init binary is bind-mounted at /sbin/docker-init, /usr/sbin on merged-usr).

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chain import ChainError, ChainFile, canonical, sha256_hex
-from ..errors import describe
-from ..store import read_json
-from . import assertions, attribution, completeness, container, sqlite
-from .diff import Change, diff
-from .findings import Finding, Kind, Verdict, verdict
-from .snapshot import Snapshot, take
+from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
+from assure.errors import describe
+from assure.records.store import read_json
+from assure.verify import assertions, attribution, completeness, container, sqlite
+from assure.verify.diff import Change, diff
+from assure.verify.findings import Finding, Kind, Verdict, verdict
+from assure.verify.snapshot import Snapshot, take
 
 BREACH_KINDS = (Kind.UNATTRIBUTED, Kind.PROTECTED_CHANGED, Kind.CONTAINER_CHANGED)
 CHECK_FILES = {"command": "commands", "cases": "cases"}  # assertions run in check containers: their results

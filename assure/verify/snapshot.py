@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 
-from assure import confined
+from assure.core import confined
 from assure.errors import AssureError
 from assure.textsafe import display
 from assure.verify import hasher

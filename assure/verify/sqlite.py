@@ -74,12 +74,12 @@ from typing import Any, Literal
 
 import apsw
 
-from assure import confined
+from assure.core import confined
 from assure.errors import AssureError
 from assure.gateway.db import DEFENSIVE_DBCONFIG, replay  # the one way a changeset is applied; one hardening
 from assure.textsafe import display
 
-from .findings import Finding, Kind
+from assure.verify.findings import Finding, Kind
 
 MAX_DB_BYTES = 2 * 1024**3  # database + WAL + journal; larger is refused (see error_finding)
 TIMEOUT_SECONDS = 600.0  # wall time of one capture, diff or replay

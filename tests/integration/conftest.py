@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from assure import spec as spec_mod
-from assure import store
+from assure.records import store
 from assure.errors import AssureError
-from assure.driver import Driver, RunResult
+from assure.run.driver import Driver, RunResult
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet, Images
 
@@ -100,7 +100,8 @@ def no_leftovers(backend, tmp_path_factory):
 
 def ratified(scope: list[str], ceiling: str = "commit", **changes: object) -> dict:
     """A contract ratified by someone other than its proposer, with its hash filled in."""
-    from assure import gate, policy
+    from assure.core import gate
+    from assure.run import policy
 
     contract = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
     contract["hash"] = gate.contract_hash(policy.contract(contract))

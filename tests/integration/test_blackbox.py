@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assure.store import read_json
+from assure.records.store import read_json
 
 from .conftest import EXAMPLES, ROOT, findings
 

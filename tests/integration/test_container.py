@@ -4,7 +4,7 @@ exploits start from, and the post-run check of the container's settings reports 
 import json
 
 from assure.sandbox import hardening, seccomp
-from assure.store import read_json
+from assure.records.store import read_json
 
 from .conftest import ROOT, findings
 

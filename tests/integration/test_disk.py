@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from assure.driver import reverify
-from assure.store import read_json
+from assure.run.driver import reverify
+from assure.records.store import read_json
 
 from .conftest import SPECS, mounts_and_loops_under, run_dirs
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from assure import alerts
-from assure.store import read_json
+from assure.ops import alerts
+from assure.records.store import read_json
 
 from .conftest import ROOT, live_ledger, ratified, run_dirs
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from assure.chain import verify_chain
+from assure.core.chain import verify_chain
 
 from .conftest import ROOT
 from .test_model_live import PRICES, fake_api, upstream_requests  # noqa: F401  (fake_api is a fixture)

@@ -2,7 +2,7 @@
 
 import json
 
-from assure.store import read_json
+from assure.records.store import read_json
 
 from .conftest import findings
 
@@ -74,7 +74,7 @@ def test_a_lying_agent_is_judged_by_the_tests_not_its_claim(run):
 def test_the_reference_claude_agent_fixes_the_bug_with_a_scripted_model(run):
     result = run("claude-fix-bug-scripted")
     assert result.verdict == "pass", result.report
-    from assure.chain import verify_chain
+    from assure.core.chain import verify_chain
 
     journal = verify_chain(result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl")
     assert [r["served"] for r in journal if r["event"] == "model_call"] == ["script"] * 4

@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from assure import alerts, journal
-from assure.chain import verify_chain
-from assure.store import RunDir
+from assure.ops import alerts
+from assure.records import journal
+from assure.core.chain import verify_chain
+from assure.records.store import RunDir
 
 from .conftest import ROOT, live_ledger, ratified, run_dirs
 

@@ -11,7 +11,7 @@ import json
 import os
 import sqlite3
 
-from assure.chain import iter_chain
+from assure.core.chain import iter_chain
 from assure.gateway.config import Limits
 
 from .conftest import ROOT, live_ledger, ratified

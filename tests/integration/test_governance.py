@@ -7,8 +7,10 @@ import time
 
 import pytest
 
-from assure import alerts, control, journal
-from assure.store import RunDir
+from assure.ops import alerts
+from assure.core import control
+from assure.records import journal
+from assure.records.store import RunDir
 
 from .conftest import SPECS, run_dirs
 

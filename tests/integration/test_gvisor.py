@@ -24,7 +24,7 @@ import yaml
 
 from assure import spec as spec_mod
 from assure.sandbox import hardening, runtimes
-from assure.store import read_json
+from assure.records.store import read_json
 
 from .conftest import EXAMPLES, ROOT, SPECS, findings, ratified
 from .test_gate_live import tool_calls, upstream  # noqa: F401  (a fixture)

@@ -85,7 +85,7 @@ def test_a_huge_sparse_file_is_never_materialized(run, make_spec, tmp_path):
 def test_a_crash_in_the_checks_keeps_the_breach_its_alert_and_its_receipt(run, make_spec, monkeypatch):
     """Any exception (not only assure's own) in a phase is a harness error; the breach the
     snapshot found still decides the verdict."""
-    from assure import checks
+    from assure.run import checks
 
     def crash(*_a, **_k):
         raise RuntimeError("injected: the check phase crashed")
@@ -104,7 +104,7 @@ def test_a_crash_in_the_checks_keeps_the_breach_its_alert_and_its_receipt(run, m
 
 
 def test_a_crash_in_promote_is_commit_failed_with_a_harness_error_and_a_receipt(run, make_spec, tmp_path, monkeypatch):
-    from assure import promote
+    from assure.run import promote
 
     def crash(*_a, **_k):
         raise OSError(28, "injected: no space left on device")
@@ -125,7 +125,7 @@ def test_a_crash_in_promote_is_commit_failed_with_a_harness_error_and_a_receipt(
 
 def test_ctrl_c_in_a_phase_still_stops_the_run_and_cleans_up(run, make_spec, monkeypatch):
     """KeyboardInterrupt is not swallowed by the total phases (no_leftovers checks the cleanup)."""
-    from assure.attempt import Attempt
+    from assure.run.attempt import Attempt
 
     def interrupted(self, facts):
         raise KeyboardInterrupt

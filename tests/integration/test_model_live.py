@@ -8,7 +8,7 @@ import secrets
 
 import pytest
 
-from assure.chain import verify_chain
+from assure.core.chain import verify_chain
 
 from .conftest import ROOT
 

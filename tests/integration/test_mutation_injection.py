@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from assure import store
+from assure.records import store
 from assure.verify import sqlite as sqlite_verify
 from assure.verify.findings import Kind
 from assure.verify.judge import judge
@@ -26,7 +26,7 @@ SEEDS = range(3)
 @pytest.fixture(scope="module")
 def legit(backend, images, tmp_path_factory):
     from assure import spec as spec_mod
-    from assure.driver import Driver
+    from assure.run.driver import Driver
 
     import yaml
 

@@ -3,7 +3,7 @@
 import hashlib
 import json
 
-from assure.store import read_json
+from assure.records.store import read_json
 
 from .conftest import findings
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from assure import gate
+from assure.core import gate
 from assure.gateway.config import parse
 from assure.gateway.server import Gateway, serve
 

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from assure import health, store
-from assure.chain import ChainWriter, canonical, sha256_hex, utc_now
+from assure.ops import health
+from assure.records import store
+from assure.core.chain import ChainWriter, canonical, sha256_hex, utc_now
 
 CLEAN = "clean"
 CLASSES = ("rate_of_change", "duplication_ratio", "resource_saturation", "silent_component")

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from assure import alerts
+from assure.ops import alerts
 from assure.errors import AssureError
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from assure import checks, spec
+from assure.run import checks
+from assure import spec
 from assure.errors import SandboxError, SpecError
 from assure.spec import Case, Cases
 from assure.verify.assertions import cases as compare

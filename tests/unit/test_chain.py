@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from assure.chain import GENESIS, ChainError, ChainWriter, canonical, verify_chain
+from assure.core.chain import GENESIS, ChainError, ChainWriter, canonical, verify_chain
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_a_rehashed_but_relinked_line_is_found(journal):
     text = lines(journal)
     record = json.loads(text[1])
     record["n"] = 99
-    from assure.chain import seal
+    from assure.core.chain import seal
 
     text[1] = canonical(seal(record)).decode()
     with pytest.raises(ChainError, match="prev does not match") as info:

@@ -1,6 +1,6 @@
 """Protected paths are put back before the acceptance tests run."""
 
-from assure.checks import restore_protected
+from assure.run.checks import restore_protected
 
 
 def test_protected_files_are_restored_added_ones_removed_others_kept(tmp_path):
@@ -25,7 +25,7 @@ def test_the_check_workspace_never_follows_the_agent_and_never_materializes_hole
     import os
     import socket
 
-    from assure.checks import check_workspace
+    from assure.run.checks import check_workspace
 
     fixture, post, host = tmp_path / "fixture", tmp_path / "post", tmp_path / "host"
     (fixture / "tests").mkdir(parents=True)
@@ -56,7 +56,7 @@ def test_a_fixture_that_cannot_be_copied_whole_fails_before_the_attempt_starts(t
 
     import pytest
 
-    from assure.attempt import fresh_copy
+    from assure.run.attempt import fresh_copy
     from assure.errors import SandboxError
 
     fixture = tmp_path / "fixture"

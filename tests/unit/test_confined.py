@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from assure import confined
+from assure.core import confined
 
 
 @pytest.fixture(params=["openat2", "walk"])

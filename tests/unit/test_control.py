@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from assure import control
-from assure.chain import verify_chain
+from assure.core import control
+from assure.core.chain import verify_chain
 
 
 def test_no_record_means_no_override(tmp_path):

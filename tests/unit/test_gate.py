@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from assure import gate
-from assure.gate import COMMIT, IRREVERSIBLE, PROPOSE, Action, Budget, Context, Contract, HumanGate, contract_hash, decide
+from assure.core import gate
+from assure.core.gate import COMMIT, IRREVERSIBLE, PROPOSE, Action, Budget, Context, Contract, HumanGate, contract_hash, decide
 
 NOW = 1_700_000_000.0
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from assure import control
-from assure.chain import MAX_LINE_BYTES, ChainError, ChainWriter, chain_head, iter_chain, verify_chain
+from assure.core import control
+from assure.core.chain import MAX_LINE_BYTES, ChainError, ChainWriter, chain_head, iter_chain, verify_chain
 from assure.client import Client, GatewayError
 from assure.gateway import jsonscan
 from assure.gateway.config import Limits, parse
@@ -252,7 +252,7 @@ def test_a_model_call_in_flight_at_the_stop_is_settled_at_its_reservation(gatewa
     upstream answers. The call gets its outcome at close, counted at the most it could cost,
     so the journal is complete (no journal_incomplete for an honest agent) and nothing is
     spent unrecorded; the late answer writes nothing more."""
-    from assure import gate
+    from assure.core import gate
     from assure.gateway.dispatch import MODEL_TOOL
 
     gw, _ = gateway()

@@ -18,7 +18,7 @@ from typing import Any
 import apsw
 import pytest
 
-from assure.chain import verify_chain
+from assure.core.chain import verify_chain
 from assure.client import Client, GatewayError
 from assure.gateway import db, tools
 from assure.gateway.config import ConfigError, Database, parse
@@ -591,7 +591,7 @@ def test_db_tools_through_the_gateway(
     raw["databases"] = [{"name": "shop", "path": str(db_path), "mode": "sandbox"}]
     contract = raw["policy"]["contract"]
     contract["scope"] = ["fs:**", "db:**"]
-    from assure import gate
+    from assure.core import gate
 
     terms = gate.Contract(**{**contract, "scope": tuple(contract["scope"]), "hash": None})
     contract["hash"] = gate.contract_hash(terms)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from assure import control, gate
-from assure.chain import verify_chain
+from assure.core import control, gate
+from assure.core.chain import verify_chain
 from assure.client import Client, GatewayError
 from assure.gateway.config import parse
 from assure.gateway.server import serve

@@ -24,7 +24,7 @@ import anthropic
 import pytest
 
 from assure.agents import claude_agent, tcp_bridge
-from assure.chain import canonical, verify_chain
+from assure.core.chain import canonical, verify_chain
 from assure.gateway import model as gw_model
 from assure.gateway.config import ConfigError, Price, parse
 from assure.gateway.server import Gateway, serve
@@ -760,7 +760,7 @@ def test_the_tcp_bridge_listens_on_loopback_only() -> None:
 
 
 def test_an_operator_halt_stops_model_spending(start: Callable[..., Gateway], tmp_path: Path) -> None:
-    from assure import control
+    from assure.core import control
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps([message("first"), message("second")]))

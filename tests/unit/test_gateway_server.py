@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from assure import gate
-from assure.chain import canonical, sha256_hex, verify_chain
+from assure.core import gate
+from assure.core.chain import canonical, sha256_hex, verify_chain
 from assure.client import Client, GatewayError
 from assure.gateway import tools
 from assure.gateway.config import ConfigError, Limits, parse

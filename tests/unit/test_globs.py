@@ -1,6 +1,6 @@
 import pytest
 
-from assure.globs import match
+from assure.core.globs import match
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ def _old_store(path):
 
 
 def test_a_store_from_before_bindings_is_migrated_not_a_traceback(tmp_path):
-    from assure.chain import sha256_hex
+    from assure.core.chain import sha256_hex
     from assure.gateway.idempotency import LEGACY
 
     path = str(tmp_path / "idem.sqlite")

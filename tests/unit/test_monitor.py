@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from assure import alerts, control, health, monitor
-from assure.alerts import Sinks
-from assure.chain import verify_chain
+from assure.ops import alerts, health, monitor
+from assure.core import control
+from assure.ops.alerts import Sinks
+from assure.core.chain import verify_chain
 from assure.cli import app
 from assure.errors import AssureError
-from assure.health import Manifest, Thresholds
-from assure.monitor import AttemptData, Call, RunData
+from assure.ops.health import Manifest, Thresholds
+from assure.ops.monitor import AttemptData, Call, RunData
 from tests.unit import health_fixtures as hf
 
 SINKS = Sinks()

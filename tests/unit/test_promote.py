@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assure import control, gate, policy, promote, store
+from assure.core import control, gate
+from assure.run import policy, promote
+from assure.records import store
 from assure import spec as spec_mod
 
 

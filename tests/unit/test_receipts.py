@@ -14,9 +14,9 @@ import pytest
 import rfc8785
 from typer.testing import CliRunner
 
-from assure import receipts
-from assure.chain import ChainWriter
-from assure.receipts import KeyFileError, Outcome, ReceiptError
+from assure.records import receipts
+from assure.core.chain import ChainWriter
+from assure.records.receipts import KeyFileError, Outcome, ReceiptError
 
 JOURNAL = "attempts/1/gateway/journal.jsonl"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from assure.report import render_changes_html
+from assure.records.report import render_changes_html
 
 EVIL = "<script>alert(1)</script>\n\x1b[31m\u202e\udcff"
 

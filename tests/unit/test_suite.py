@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from assure import store, suite
+from assure.records import store
+from assure.run import suite
 from assure.errors import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]

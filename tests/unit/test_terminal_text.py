@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from assure import alerts, report, store
+from assure.ops import alerts
+from assure.records import report, store
 from assure.cli import app
 
 LINK = "[link=https://attacker.invalid/x]click me[/link]"

@@ -58,7 +58,7 @@ def tree(root: Path) -> Path:
 
 
 def test_the_recheck_compares_what_the_copy_carries_and_nothing_else(tmp_path):
-    from assure import confined
+    from assure.core import confined
 
     post = take(tree(tmp_path / "mount"))
     report = confined.copy_tree(tmp_path / "mount", tmp_path / "workspace", max_bytes=2**20).to_json()

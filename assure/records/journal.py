@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .chain import ChainError, chain_head, iter_chain
-from .store import RunDir
+from assure.core.chain import ChainError, chain_head, iter_chain
+from assure.records.store import RunDir
 
 GATE_EVENTS = {"allow": "gate_allowed", "deny": "gate_denied", "escalate": "gate_escalated", "replay": "idempotent_replay"}
 

@@ -18,8 +18,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from .errors import AssureError
-from .sandbox import hardening
+from assure.errors import AssureError
+from assure.sandbox import hardening
 
 PROXY_TIMEOUT_SECONDS = 600  # a long model answer must not be cut in the proxy's tunnel
 CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1  # Anthropic's cache prices relative to input, when a spec omits them

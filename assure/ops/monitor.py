@@ -45,14 +45,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import alerts, confined, control, health
-from .alerts import Alert, Sinks
-from .chain import ChainError, ChainWriter, iter_chain
-from .health import HEALTH_DIR, MONITOR, RUN, Component, Manifest, Thresholds
-from .store import RUN_ID
-from .textsafe import display
+from assure.ops import alerts, health
+from assure.core import confined, control
+from assure.ops.alerts import Alert, Sinks
+from assure.core.chain import ChainError, ChainWriter, iter_chain
+from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest, Thresholds
+from assure.records.store import RUN_ID
+from assure.textsafe import display
 
-log = logging.getLogger("assure.monitor")
+log = logging.getLogger("assure.ops.monitor")
 
 ACTOR = "monitor"
 LEDGER = "escalations.jsonl"

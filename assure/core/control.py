@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .chain import ChainWriter
+from assure.core.chain import ChainWriter
 
 OPERATOR_FILE = "operator.json"
 OPERATOR_LOG = "operator.jsonl"

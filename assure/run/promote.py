@@ -20,12 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import confined, control, gate, policy, store
-from .chain import iter_chain
-from .receipts import receipt_filename
-from .errors import AssureError
-from .spec import Spec
-from .textsafe import display
+from assure.core import confined, control, gate
+from assure.run import policy
+from assure.records import store
+from assure.core.chain import iter_chain
+from assure.records.receipts import receipt_filename
+from assure.errors import AssureError
+from assure.spec import Spec
+from assure.textsafe import display
 
 MAX_PATCH_FILE_BYTES = 1 * 2**20
 MAX_PATCH_BYTES = 16 * 2**20  # a proposal's whole patch: past it, changes are named, not shown

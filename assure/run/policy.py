@@ -11,8 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import gate
-from .errors import SpecError
+from assure.core import gate
+from assure.errors import SpecError
 
 
 def epoch(text: str) -> float:

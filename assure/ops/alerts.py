@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .chain import utc_now
-from .errors import AssureError
-from .store import read_json, write_json
-from .textsafe import display
+from assure.core.chain import utc_now
+from assure.errors import AssureError
+from assure.records.store import read_json, write_json
+from assure.textsafe import display
 
-log = logging.getLogger("assure.alerts")
+log = logging.getLogger("assure.ops.alerts")
 WEBHOOK_TIMEOUT_SECONDS = 3.0
 KINDS = ("override_block", "budget_halt", "breach", "quarantine", "stale_health", "commit_failed",
          # the monitor's registered anomaly classes (assure/monitor.py ANOMALIES), one kind each

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import confined, globs
-from .chain import canonical, sha256_hex
-from .sandbox import hardening, workspace_fs
-from .errors import SandboxError
-from .sandbox.docker import DOCKER_FIX, DockerBackend
-from .spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
-from .textsafe import display
+from assure.core import confined, globs
+from assure.core.chain import canonical, sha256_hex
+from assure.sandbox import hardening, workspace_fs
+from assure.errors import SandboxError
+from assure.sandbox.docker import DOCKER_FIX, DockerBackend
+from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
+from assure.textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
 COPY_MAX_BYTES = confined.COPY_MAX_BYTES  # a check copy holding more data is not run

@@ -19,7 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .textsafe import display
+from assure.textsafe import display
 
 VERDICT_STYLE = {"pass": "bold green", "contained": "bold green", "fail": "bold yellow", "breach": "bold red", "error": "bold magenta"}
 SEVERITY_STYLE = {"info": "dim", "fail": "yellow", "breach": "red", "error": "magenta"}

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .chain import ChainWriter
-from .errors import RunDirError
+from assure.core.chain import ChainWriter
+from assure.errors import RunDirError
 
 RUNS_DIR = Path(".assure") / "runs"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")

@@ -21,19 +21,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks, confined, control, failpoints, health, modelaccess, policy, store
-from .chain import ChainError, chain_head, utc_now
-from .errors import AssureError, SandboxError, describe
-from .sandbox import hardening, runtimes, workspace_fs
-from .sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
-from .sandbox.images import ImageSet
-from .spec import AGENT_IMAGE_ALIAS, Spec, parse_size
-from .textsafe import display
-from .verify import judge
-from .verify.findings import Finding, Kind, verdict
-from .verify.container import EXPECTED_PATHS, layer_changes
-from .verify import sqlite as sqlite_verify
-from .verify.snapshot import take
+from assure.run import checks, failpoints, modelaccess, policy
+from assure.core import confined, control
+from assure.ops import health
+from assure.records import store
+from assure.core.chain import ChainError, chain_head, utc_now
+from assure.errors import AssureError, SandboxError, describe
+from assure.sandbox import hardening, runtimes, workspace_fs
+from assure.sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
+from assure.sandbox.images import ImageSet
+from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
+from assure.textsafe import display
+from assure.verify import judge
+from assure.verify.findings import Finding, Kind, verdict
+from assure.verify.container import EXPECTED_PATHS, layer_changes
+from assure.verify import sqlite as sqlite_verify
+from assure.verify.snapshot import take
 
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1

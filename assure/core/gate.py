@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from . import globs
-from .chain import canonical
+from assure.core import globs
+from assure.core.chain import canonical
 
 ALLOW, DENY, ESCALATE = "allow", "deny", "escalate"
 

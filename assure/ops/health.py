@@ -49,8 +49,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import AssureError
-from .store import write_json
+from assure.errors import AssureError
+from assure.records.store import write_json
 
 HEALTH_DIR = ".health"
 RUN = "{run}"

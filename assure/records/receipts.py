@@ -36,9 +36,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .chain import GENESIS, ChainError, chain_head, utc_now
-from .errors import AssureError
-from .store import write_json
+from assure.core.chain import GENESIS, ChainError, chain_head, utc_now
+from assure.errors import AssureError
+from assure.records.store import write_json
 
 __all__ = [
     "STEPS", "ReceiptError", "KeyFileError", "Outcome", "StepResult", "Report",

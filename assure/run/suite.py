@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
-from . import spec as spec_mod
-from . import store
-from .chain import canonical, sha256_hex, utc_now
-from .errors import RunDirError, SpecError
+from assure import spec as spec_mod
+from assure.records import store
+from assure.core.chain import canonical, sha256_hex, utc_now
+from assure.errors import RunDirError, SpecError
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__, alerts, confined, control, failpoints, health, promote, receipts, store
-from .attempt import Attempt, Progress, fresh_copy
-from .chain import canonical, sha256_hex, utc_now
-from .errors import AssureError, describe
-from .sandbox import live, workspace_fs
-from .sandbox.docker import DockerBackend
-from .sandbox.images import ImageSet
-from .spec import Spec
-from .textsafe import display
-from .verify.findings import Finding, Kind, Verdict, verdict
-from .verify.judge import Judgement, judge
+from assure import __version__
+from assure.ops import alerts, health
+from assure.core import confined, control
+from assure.run import failpoints, promote
+from assure.records import receipts, store
+from assure.run.attempt import Attempt, Progress, fresh_copy
+from assure.core.chain import canonical, sha256_hex, utc_now
+from assure.errors import AssureError, describe
+from assure.sandbox import live, workspace_fs
+from assure.sandbox.docker import DockerBackend
+from assure.sandbox.images import ImageSet
+from assure.spec import Spec
+from assure.textsafe import display
+from assure.verify.findings import Finding, Kind, Verdict, verdict
+from assure.verify.judge import Judgement, judge
 
 TERMINAL = ("committed", "proposed", "quarantined", "commit_failed", "halted")
 STOPS_GOAL = ("quarantined", "commit_failed", "halted")
