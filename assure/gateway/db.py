@@ -25,8 +25,8 @@ Tables without a PRIMARY KEY are recorded exactly too: the session is configured
 the rowid as an extra leftmost column for those tables; they are listed in the effect's
 `rowid_tables`). Rows whose declared PRIMARY KEY holds a NULL (legal in rowid tables) are
 invisible to sessions, so a statement writing a table that has such a row, before or
-after, is refused. `replay()` applies a journaled changeset to a copy of the database as
-it was (triggers off, FK actions as NO ACTION: their effects are already in it).
+after, is refused. `assure.core.changeset.replay()` applies a journaled changeset to a copy
+of the database as it was (triggers off, FK actions as NO ACTION: their effects are already in it).
 
 Requires apsw (pinned in images/gateway/requirements.txt); the rest of the gateway does
 not import this module, so a gateway without databases runs on the standard library.
@@ -49,7 +49,8 @@ from typing import Any
 
 import apsw
 
-from assure.gateway.tools import ToolError
+from assure.core.changeset import harden
+from assure.gateway.errors import ToolError
 
 MODES = ("sandbox", "live")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -73,15 +74,6 @@ PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "i
 
 _READ_OPS = frozenset({apsw.SQLITE_READ, apsw.SQLITE_SELECT, apsw.SQLITE_RECURSIVE})
 _WRITE_OPS = frozenset({apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE})
-DEFENSIVE_DBCONFIG = (  # every connection: the gateway's, and the verifier's copies
-    ("SQLITE_DBCONFIG_DEFENSIVE", 1),
-    ("SQLITE_DBCONFIG_TRUSTED_SCHEMA", 0),
-    ("SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION", 0),
-    ("SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER", 0),
-    ("SQLITE_DBCONFIG_WRITABLE_SCHEMA", 0),
-    ("SQLITE_DBCONFIG_ENABLE_ATTACH_CREATE", 0),
-    ("SQLITE_DBCONFIG_ENABLE_ATTACH_WRITE", 0),
-)
 
 
 @dataclass(frozen=True)
@@ -250,9 +242,7 @@ def _open(path: str, *, readonly: bool, guard: _Guard) -> apsw.Connection:
     except apsw.Error as exc:
         raise ToolError("io_error", f"cannot open the database: {_message(exc)}") from None
     try:
-        for option, value in DEFENSIVE_DBCONFIG:
-            if hasattr(apsw, option):
-                conn.config(getattr(apsw, option), value)
+        harden(conn)
         if conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) != 1:
             raise ToolError("io_error", "SQLite refused defensive mode")
         conn.limit(apsw.SQLITE_LIMIT_ATTACHED, 0)
@@ -521,22 +511,6 @@ def _sequence(conn: apsw.Connection) -> list[list[Any]] | None:
     if len(rows) > MAX_SEQUENCE_ROWS or not all(isinstance(n, str) and type(v) is int for n, v in rows):
         return None
     return [[n, v] for n, v in rows]
-
-
-def replay(conn: apsw.Connection, changeset: bytes) -> None:
-    """Apply a journaled changeset so the target ends exactly where the gateway's file did.
-
-    The changeset already holds what triggers and foreign-key actions did, so triggers are
-    switched off and FK actions treated as NO ACTION while it applies (else they would
-    fire twice). Any conflict aborts the whole apply: nothing is changed. Not used by the
-    gateway itself; for the host, tests and audits (call outside a transaction).
-    """
-    triggers = conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, -1)
-    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
-    try:
-        apsw.Changeset.apply(changeset, conn, flags=apsw.SQLITE_CHANGESETAPPLY_FKNOACTION)
-    finally:
-        conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, triggers)
 
 
 # ---------------------------------------------------------------- errors

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assure.gateway.config import Egress
+    from assure.gateway.egress import Egress
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 MAX_REQUEST_BYTES = 1024 * 1024

@@ -68,7 +68,8 @@ from assure.core.chain import ChainError, canonical, iter_chain
 
 from assure.gateway import features
 from assure.gateway import http as _http
-from assure.gateway.config import Config, Egress, Model, Price
+from assure.gateway.config import Config, Model, Price
+from assure.gateway.egress import Egress
 from assure.gateway.dispatch import MODEL_ROUTES, MODEL_TOOL, Answer, Dispatcher
 
 PATHS = {endpoint: path for path, endpoint in MODEL_ROUTES.items()}

@@ -76,7 +76,7 @@ import apsw
 
 from assure.core import confined
 from assure.errors import AssureError
-from assure.gateway.db import DEFENSIVE_DBCONFIG, replay  # the one way a changeset is applied; one hardening
+from assure.core.changeset import harden, replay  # the one way a changeset is applied; one hardening
 from assure.textsafe import display
 
 from assure.verify.findings import Finding, Kind
@@ -314,9 +314,7 @@ def _configure(conn: apsw.Connection, deadline: _Deadline, *, attached: int = 0,
     passed an integrity check with it on; the comparisons run on captured copies that have
     (private files, never shared with the agent) and leave it off: it costs them about 20%.
     """
-    for option, value in DEFENSIVE_DBCONFIG:
-        if hasattr(apsw, option):
-            conn.config(getattr(apsw, option), value)
+    harden(conn)
     if conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) != 1 or conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, -1) != 0:
         raise DatabaseError("SQLite refused defensive mode")
     conn.limit(apsw.SQLITE_LIMIT_ATTACHED, attached)

@@ -19,10 +19,12 @@ import apsw
 import pytest
 
 from assure.core.chain import verify_chain
+from assure.core.changeset import replay
 from assure.client import Client, GatewayError
 from assure.gateway import db, tools
 from assure.gateway.config import ConfigError, Database, parse
 from assure.gateway.db import Databases, DbSpec
+from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import Workspace
 
 SCHEMA = """
@@ -79,8 +81,8 @@ def call(env: tools.Env, name: str, **body: Any) -> tools.Outcome:
     return tools.run(tool, env, args)
 
 
-def refused(env: tools.Env, name: str, **body: Any) -> tools.ToolError:
-    with pytest.raises(tools.ToolError) as info:
+def refused(env: tools.Env, name: str, **body: Any) -> ToolError:
+    with pytest.raises(ToolError) as info:
         call(env, name, **body)
     return info.value
 
@@ -109,7 +111,7 @@ def apply(effect: dict[str, Any], replica: Path) -> None:
     assert hashlib.sha256(changeset).hexdigest() == effect["changeset_sha256"]
     conn = apsw.Connection(str(replica))
     try:
-        db.replay(conn, changeset)  # aborts (raises) on any conflict
+        replay(conn, changeset)  # aborts (raises) on any conflict
     finally:
         conn.close()
 
@@ -131,7 +133,7 @@ def test_registry_entries_and_scope(env: tools.Env, tmp_path: Path, db_path: Pat
     live_env = tools.Env(env.workspace, 1, databases=Databases({"shop": DbSpec(str(db_path)), "prod": DbSpec(str(live), "live")}))
     assert execute.scope(live_env, {"db": "prod", "sql": "x"}) == ("db:prod", "live")
     assert tools.BY_NAME["fs.read"].scope is None
-    with pytest.raises(tools.ToolError) as info:
+    with pytest.raises(ToolError) as info:
         query.scope(env, {"db": "nope", "sql": "SELECT 1"})
     assert (info.value.code, info.value.status) == ("not_found", 404)
 
@@ -197,7 +199,7 @@ def test_query_bad_params(env: tools.Env, params: list[Any], code: str) -> None:
 
 
 def test_params_must_be_a_list(env: tools.Env) -> None:
-    with pytest.raises(tools.ArgError):
+    with pytest.raises(ArgError):
         call(env, "db.query", db="shop", sql="SELECT ?", params={"a": 1})
 
 
@@ -481,7 +483,7 @@ def test_execute_enforces_foreign_keys(tmp_path: Path) -> None:
     conn.close()
     env = tools.Env(Workspace(str(tmp_path)), 1, databases=Databases({"fk": DbSpec(str(path))}))
     before = path.read_bytes()
-    with pytest.raises(tools.ToolError) as info:
+    with pytest.raises(ToolError) as info:
         call(env, "db.execute", db="fk", sql="INSERT INTO child VALUES (1, 99)")
     assert info.value.code == "sql_error" and "FOREIGN KEY" in info.value.message
     assert path.read_bytes() == before
@@ -505,7 +507,7 @@ def test_foreign_key_cascades_are_recorded_and_replay_once(tmp_path: Path) -> No
     assert effect["tables"] == {"parent": {"insert": 0, "update": 0, "delete": 1}, "child": {"insert": 0, "update": 0, "delete": 2}}
     target = apsw.Connection(str(replica))
     target.pragma("foreign_keys", 1)  # the cascade must not fire a second time
-    db.replay(target, base64.b64decode(effect["changeset"]))
+    replay(target, base64.b64decode(effect["changeset"]))
     assert list(target.execute("SELECT id, p FROM child ORDER BY id")) == [(12, 2)]
     assert list(target.execute("SELECT id FROM parent")) == [(2,)]
     target.close()

@@ -16,7 +16,9 @@ import pytest
 
 from assure.gateway import http as gw_http
 from assure.gateway import tools
-from assure.gateway.config import ConfigError, Egress, parse
+from assure.gateway.config import ConfigError, parse
+from assure.gateway.egress import Egress
+from assure.gateway.errors import ToolError
 from assure.gateway.fspath import Workspace
 from tests.unit._egress import loopback_only, origin  # noqa: F401  (fixtures: loopback_only applies to every test here)
 from tests.unit._egress import GET_BODY, Origin, load_proxy, start_origin, stop_origin, wait_for_log
@@ -64,8 +66,8 @@ def call(env: tools.Env, **body: Any) -> tools.Outcome:
     return tools.run(TOOL, env, args)
 
 
-def refused(env: tools.Env, **body: Any) -> tools.ToolError:
-    with pytest.raises(tools.ToolError) as info:
+def refused(env: tools.Env, **body: Any) -> ToolError:
+    with pytest.raises(ToolError) as info:
         call(env, **body)
     return info.value
 
@@ -89,7 +91,7 @@ def test_scope_is_host_and_port_and_external(workspace: Workspace) -> None:
     assert TOOL.scope is not None
     assert TOOL.scope(env, {"method": "GET", "url": "https://API.Example.invalid/v1?q=1"}) == ("http:api.example.invalid:443", "external")
     assert TOOL.scope(env, {"method": "POST", "url": "http://127.0.0.1:8080/"}) == ("http:127.0.0.1:8080", "external")
-    with pytest.raises(tools.ToolError) as info:
+    with pytest.raises(ToolError) as info:
         TOOL.scope(env, {"method": "GET", "url": "ftp://x.invalid/"})
     assert info.value.code == "bad_args"
 
@@ -216,7 +218,7 @@ def test_an_oversize_request_body_is_refused(workspace: Workspace, no_sockets: l
 def test_a_safe_method_carries_no_body(workspace: Workspace, no_sockets: list[Any], method: str, extra: dict[str, Any]) -> None:
     error = refused(env_with(workspace), method=method, url=f"http://{ALLOWED}/records/1", **extra)
     assert error.code == "bad_args" and "carries no body" in error.message
-    with pytest.raises(tools.ToolError):  # refused already where the gate's scope is computed
+    with pytest.raises(ToolError):  # refused already where the gate's scope is computed
         TOOL.scope(env_with(workspace), {"method": method, "url": f"http://{ALLOWED}/", **extra})
 
 

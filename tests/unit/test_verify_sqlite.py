@@ -21,7 +21,7 @@ import apsw
 import pytest
 
 from assure.gateway.db import Databases, DbSpec
-from assure.gateway.tools import ToolError
+from assure.gateway.errors import ToolError
 from assure.verify import sqlite
 from assure.verify.findings import Kind
 from assure.verify.sqlite import DatabaseError, DatabaseTooLarge, DbChange, attribute, capture, db_effects, diff
