@@ -401,7 +401,7 @@ def dial(run: str, level: str = typer.Argument(..., help="propose, commit or irr
 @app.command("alerts")
 def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alerts not yet acknowledged."), runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.Option(False, "--json")) -> None:
     """List alerts (pending ones stay until `assure ack ID`)."""
-    found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == "pending"]
+    found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == alerts.AlertState.PENDING]
     if json_out:
         _print_json([dataclasses.asdict(a) for a in found])
         return

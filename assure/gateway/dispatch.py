@@ -187,8 +187,8 @@ class Dispatcher:
                 self._model_calls[str(record.get("action_id"))] = record
             else:
                 self.counters.denied += 1
-                if decision.rule.startswith("budget."):
-                    self._report_breach(decision.rule.split(".", 1)[1])
+                if decision.exhausted is not None:
+                    self._report_breach(decision.exhausted)
             return decision
 
     def record_model_call(self, record: dict[str, Any], tokens: int, cost: float) -> bool:
@@ -267,8 +267,8 @@ class Dispatcher:
             self._decided(record, decision)
             if not decision.allowed:
                 self.counters.denied += 1
-                if decision.rule.startswith("budget."):
-                    self._report_breach(decision.rule.split(".", 1)[1])
+                if decision.exhausted is not None:
+                    self._report_breach(decision.exhausted)
                 return _finish(record, 403, error_body("denied" if decision.outcome == gate.DENY else "escalated", decision.reason))
             key = self._idempotency_key(tool, action, args, meta, record)
             binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments

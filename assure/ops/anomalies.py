@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assure.ops.health import Thresholds
+from assure.run.stop import StopReason
 from assure.textsafe import display
 
 RUNNING = "running"
@@ -120,7 +121,7 @@ def resource_saturation(run: RunData, t: Thresholds, now: float) -> list[Finding
     for a in run.attempts:
         if a.oom_killed:
             out.append(Finding(a.number, "oom", f"attempt {a.number}: the agent was killed for running out of memory (OOM)", {"oom_killed": True}))
-        if a.stopped in ("budget", "deadline") or a.budget_breach:
+        if a.stopped in (StopReason.BUDGET, StopReason.DEADLINE) or a.budget_breach:
             counter = a.stopped_counter or a.budget_breach or a.stopped
             out.append(Finding(a.number, "budget", f"attempt {a.number}: budget {display(str(counter))} exhausted", {"counter": counter, "stopped": a.stopped}))
             continue

@@ -47,7 +47,7 @@ from typing import Any
 from assure.core import control
 from assure.core.chain import ChainError, ChainWriter, iter_chain
 from assure.ops import alerts, health
-from assure.ops.alerts import Alert, Sinks
+from assure.ops.alerts import Alert, AlertKind, AlertState, Sinks
 from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
 from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.ops.runsbase import MAX_ENTRIES, Refused, Tree, count, parse_journal, parse_json, parse_time
@@ -364,12 +364,12 @@ class _Scan:
             detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
             if isinstance(detail.get("key"), str):
                 known.keys.add(detail["key"])
-            if data.get("state") == "pending":
+            if data.get("state") == AlertState.PENDING:
                 raised = parse_time(data.get("raised_at"))
                 if raised is None:
                     self.skip(f"{where}/alerts/{name}", "pending alert without a readable raised_at: not escalated")
                     continue
-                component = detail.get("component") if data["kind"] == "stale_health" and isinstance(detail.get("component"), str) else None
+                component = detail.get("component") if data["kind"] == AlertKind.STALE_HEALTH and isinstance(detail.get("component"), str) else None
                 known.pending.append({"id": data["id"][:128], "kind": data["kind"][:64], "raised_at": raised, "component": component})
         return known
 
@@ -441,7 +441,7 @@ class _Scan:
             message = f"{what}: no success for {age:.0f} s (limit {component.stale_after_seconds:.0f} s)"
         else:
             message = f"{what}: no usable heartbeat at {display(rel)} ({display(problem)}) {age:.0f} s after it was expected (limit {component.stale_after_seconds:.0f} s)"
-        self._raise(where, "stale_health", message, f"stale_health:{component.name}:{run_id or '-'}:{attempt or '-'}:{episode}", {
+        self._raise(where, AlertKind.STALE_HEALTH, message, f"stale_health:{component.name}:{run_id or '-'}:{attempt or '-'}:{episode}", {
             "component": component.name, "heartbeat": rel, "last_success_at": last, "problem": problem or None,
             "age_seconds": round(age, 1), "stale_after_seconds": component.stale_after_seconds, "run_id": run_id, "attempt": attempt,
         })

@@ -159,6 +159,13 @@ def test_decide_table(action: Action, overrides: dict[str, Any], expect: tuple[s
     assert (decision.inputs["required_trust"], decision.inputs["effective_autonomy"]) == expect[2:]
 
 
+def test_a_budget_denial_names_the_exhausted_counter() -> None:
+    spent = decide(WRITE, Context(**{**BASE, "budget": dataclasses.replace(BUDGET, tokens_used=101)}))
+    assert (spent.rule, spent.exhausted) == ("budget.tokens", "tokens")
+    other = decide(WRITE, Context(**{**BASE, "halted": True}))
+    assert not other.allowed and other.exhausted is None
+
+
 def test_a_raising_rule_denies_with_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(_action: Action, _ctx: Context) -> None:
         raise RuntimeError("boom")

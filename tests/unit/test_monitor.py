@@ -44,7 +44,7 @@ def test_the_registry_is_a_finite_tuple_with_one_alert_kind_per_class():
     names = [name for name, _ in anomalies.ANOMALIES]
     assert isinstance(anomalies.ANOMALIES, tuple)
     assert names == list(hf.CLASSES) and len(set(names)) == len(names)
-    assert set(names) <= set(alerts.KINDS) and "stale_health" in alerts.KINDS
+    assert set(names) <= set(alerts.AlertKind) and "stale_health" in set(alerts.AlertKind)
     assert all(callable(detector) for _, detector in anomalies.ANOMALIES)
 
 
