@@ -15,7 +15,7 @@ Standard library only: this module runs inside the gateway image.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -368,12 +368,12 @@ def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
     }
 
 
-def decide(action: Action, ctx: Context) -> Decision:
-    """Run RULES in order; the first that returns a Decision decides. Fail closed."""
+def decide(action: Action, ctx: Context, rules: Sequence[Rule] = RULES) -> Decision:
+    """Run `rules` (the gate's RULES) in order; the first that returns a Decision decides. Fail closed."""
     inputs: dict[str, Any] = {}
     try:
         inputs = _inputs(action, ctx)
-        for rule in RULES:
+        for rule in rules:
             decision = rule(action, ctx)
             if decision is not None:
                 inputs.update(required_trust=decision.required_trust, effective_autonomy=decision.effective_autonomy)

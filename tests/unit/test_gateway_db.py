@@ -8,6 +8,7 @@ on a pristine copy to exactly the state the gateway left.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -23,7 +24,7 @@ from assure.core.changeset import replay
 from assure.client import Client, GatewayError
 from assure.gateway import db, tools
 from assure.gateway.config import ConfigError, Database, parse
-from assure.gateway.db import Databases, DbSpec
+from assure.gateway.db import Databases, DbLimits, DbSpec
 from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import Workspace
 
@@ -73,6 +74,11 @@ def env(tmp_path: Path, db_path: Path) -> Iterator[tools.Env]:
     ws = Workspace(str(workspace))
     yield tools.Env(ws, 1 << 20, databases=Databases({"shop": DbSpec(str(db_path), "sandbox")}))
     ws.close()
+
+
+def limited(env: tools.Env, db_path: Path, **limits: Any) -> tools.Env:
+    """`env` with the shop database served under tighter DbLimits."""
+    return dataclasses.replace(env, databases=Databases({"shop": DbSpec(str(db_path), "sandbox")}, DbLimits(**limits)))
 
 
 def call(env: tools.Env, name: str, **body: Any) -> tools.Outcome:
@@ -213,10 +219,9 @@ def test_query_row_cap_and_cell_cap(env: tools.Env) -> None:
     assert big["truncated"] is True
 
 
-def test_query_that_runs_too_long_is_stopped(env: tools.Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "TIMEOUT_SECONDS", 0.2)
+def test_query_that_runs_too_long_is_stopped(env: tools.Env, db_path: Path) -> None:
     sql = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT count(*) FROM c"
-    err = refused(env, "db.query", db="shop", sql=sql)
+    err = refused(limited(env, db_path, timeout_seconds=0.2), "db.query", db="shop", sql=sql)
     assert (err.code, err.status) == ("timeout", 504)
 
 
@@ -446,24 +451,23 @@ def test_execute_refuses_tables_holding_a_null_primary_key(env: tools.Env, db_pa
     execute(env, "UPDATE items SET price = 1 WHERE id = 1")  # other tables are still usable
 
 
-def test_execute_too_large_to_journal_is_rolled_back(env: tools.Env, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "MAX_CHANGESET_BYTES", 64)
+def test_execute_too_large_to_journal_is_rolled_back(env: tools.Env, db_path: Path) -> None:
     before = file_bytes(db_path)
-    err = refused(env, "db.execute", db="shop", sql="UPDATE items SET name = name || '-renamed-with-a-long-suffix'")
+    err = refused(limited(env, db_path, max_changeset_bytes=64), "db.execute", db="shop", sql="UPDATE items SET name = name || '-renamed-with-a-long-suffix'")
     assert (err.code, err.status) == ("too_large", 413)
     assert file_bytes(db_path) == before
 
 
-def test_execute_session_memory_is_bounded(env: tools.Env, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "MAX_SESSION_MEMORY", 1024)
+def test_execute_session_memory_is_bounded(env: tools.Env, db_path: Path) -> None:
+    env = limited(env, db_path, max_session_memory=1024)
     before = file_bytes(db_path)
     sql = "INSERT INTO log SELECT 'row', value FROM (WITH RECURSIVE c(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM c WHERE value < 5000) SELECT value FROM c)"
     assert refused(env, "db.execute", db="shop", sql=sql).code == "too_large"
     assert file_bytes(db_path) == before
 
 
-def test_execute_that_runs_too_long_is_rolled_back(env: tools.Env, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "TIMEOUT_SECONDS", 0.2)
+def test_execute_that_runs_too_long_is_rolled_back(env: tools.Env, db_path: Path) -> None:
+    env = limited(env, db_path, timeout_seconds=0.2)
     before = file_bytes(db_path)
     sql = "INSERT INTO log SELECT 'x', i FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT i FROM c)"
     assert refused(env, "db.execute", db="shop", sql=sql).code == "timeout"
