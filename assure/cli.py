@@ -22,6 +22,7 @@ from assure.ops import alerts
 from assure.records import report as render
 from assure import spec as spec_mod
 from assure.records import store
+from assure.records.layout import AttemptPaths, RunPaths
 from assure.errors import AssureError
 from assure.sandbox import live, runtimes, workspace_fs
 from assure.sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
@@ -268,7 +269,7 @@ def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> Non
 
     try:
         result = reverify(run_dir)
-        recorded = store.read_json(run_dir / "report.json")
+        recorded = store.read_json(RunPaths(run_dir).report)
     except AssureError as exc:
         raise _fail(exc) from None
     same = recorded.get("verdict") == result.verdict
@@ -295,7 +296,7 @@ def diff(
         chosen = run.attempt_dir(attempt) if attempt else (attempts[-1] if attempts else None)
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))
-        verdict = store.read_json(chosen / "verdict.json")
+        verdict = store.read_json(AttemptPaths(chosen).verdict)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
