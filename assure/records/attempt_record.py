@@ -128,10 +128,10 @@ class AttemptRecord:
         return cls(paths, facts, pre, post, MappingProxyType(loaded), MappingProxyType(unreadable))
 
     @classmethod
-    def load(cls, paths: AttemptPaths, *, snapshots: bool = True, verdict_file: str = "verdict.json") -> AttemptRecord:
-        """The record from the attempt's folder alone, judged if `verdict_file` is there.
-        `snapshots=False` leaves out PRE, POST and the check results (the report and the
-        receipts need only the facts and the judgement)."""
+    def load(cls, paths: AttemptPaths, *, snapshots: bool = True, judged: bool = True) -> AttemptRecord:
+        """The record from the attempt's folder alone, with its live judgement (`verdict.json`)
+        if there is one and `judged`. `snapshots=False` leaves out PRE, POST and the check
+        results (promote, the report and the receipts need only the facts and the judgement)."""
         unreadable: dict[str, Exception] = {}
         try:
             facts = ContainerFacts(read_json(paths.container))
@@ -140,10 +140,9 @@ class AttemptRecord:
             facts = ContainerFacts()
         pre, post = _snapshots(paths, unreadable) if snapshots else (None, None)
         checks = {kind: _check_file(paths, kind, unreadable) if snapshots else [] for kind in CHECK_KINDS}
-        verdict = paths.root / verdict_file
         judgement, judged_at = None, None
-        if verdict.is_file():
-            data = read_json(verdict)
+        if judged and paths.verdict.is_file():
+            data = read_json(paths.verdict)
             judgement, judged_at = Judgement.from_json(data), data.get("judged_at")
         return cls(paths, facts, pre, post, MappingProxyType(checks), MappingProxyType(unreadable), judgement, judged_at)
 

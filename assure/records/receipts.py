@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -316,9 +317,14 @@ def _tree_hash(nodes: list[bytes]) -> bytes:
     return hashlib.sha256(b"\x01" + _tree_hash(nodes[:split]) + _tree_hash(nodes[split:])).digest()
 
 
-def seal_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Verify every hash-chained log of the run and return the seal over their heads."""
+def seal_run(run_dir: str | os.PathLike[str], verified: Mapping[str, tuple[int, str]] | None = None) -> dict[str, Any]:
+    """Verify every hash-chained log of the run and return the seal over their heads.
+
+    `verified` holds the (lines, head hash) of logs this process has just verified as a
+    stream (an attempt's journal, by its judge), by relative path: those are sealed as the
+    judge saw them, not streamed again. A log changed since then fails `verify_run`."""
     run_dir = Path(run_dir)
+    verified = verified or {}
     paths = chain_logs(run_dir)
     if layout.EVENTS_LOG not in paths:
         raise ReceiptError(4, layout.EVENTS_LOG, "missing: not a run directory, nothing to seal")
@@ -326,7 +332,11 @@ def seal_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     for rel in paths:
         if not _LOG_PATH.match(rel):
             raise ReceiptError(4, rel, "not a log name assure writes; refusing to seal it")
-        lines, head = _read_chain(run_dir, rel)
+        if rel in verified:
+            _inside(run_dir, rel, 4)  # no link, nothing outside the run: as for a log read here
+            lines, head = verified[rel]
+        else:
+            lines, head = _read_chain(run_dir, rel)
         logs.append({"path": rel, "lines": lines, "head_hash": head})
     return {"run_id": run_dir.resolve().name, "sealed_at": utc_now(), "logs": logs,
             "merkle_root": merkle_root([(log["path"], log["head_hash"]) for log in logs])}

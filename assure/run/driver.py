@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from assure.core import confined, control
 from assure.run import failpoints, promote
 from assure.records import receipts, store
 from assure.records.attempt_record import AttemptRecord
+from assure.records import layout
 from assure.records.layout import RunPaths
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
@@ -93,6 +94,7 @@ class Driver:
         self.signing_key = signing_key
         self.tasks = tasks_of(spec.data)
         self._records: dict[int, AttemptRecord] = {}  # this process's attempts, and those loaded for promote, report and receipts
+        self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
         conf = spec.data.get("alerts", {})
         self.sinks = alerts.Sinks(jsonl=Path(conf["file"]) if conf.get("file") else run.path.parent.parent / "alerts.jsonl", webhook=conf.get("webhook"))
 
@@ -151,7 +153,7 @@ class Driver:
                 raise
             finally:
                 self.events.close()  # sealed next: nothing more is appended to it
-            issue_receipts(self.run, self.spec, self.state, self.signing_key, self._record_of)
+            issue_receipts(self.run, self.spec, self.state, self.signing_key, self._record_of, self._judged)
             return RunResult(self.run.path, report)
 
     def _recover(self) -> None:
@@ -203,7 +205,7 @@ class Driver:
         base = self._base()
         spec = task_spec(self.spec, task, base)
         record = Attempt(spec, self.run, n, self.backend, self.images, self.progress).execute()
-        self._records[n] = record
+        self._records[n] = self._judged[n] = record
         store.write_json(record.paths.task, {"task": task.id, "spec": spec.to_json()})
         return record
 
@@ -335,15 +337,19 @@ def loader(run: store.RunDir) -> Records:
     return record
 
 
-def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None, records: Records) -> None:
+def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None, records: Records,
+                   judged: Mapping[int, AttemptRecord] | None = None) -> None:
     """Seal the run's logs and issue one AAR per resolved task (signed when a key is given).
 
     Issued anew each time the run's record changes (e.g. a later `assure promote`), so every
-    receipt carries the seal of the logs as they finally are."""
+    receipt carries the seal of the logs as they finally are. The journals of the attempts
+    `judged` in this process are sealed with the heads their judge verified."""
     key = receipts.load_private(signing_key) if signing_key else None
     principal = receipts.key_id(key.public_key()) if key else "keyless"
     shutil.rmtree(run.paths.receipts, ignore_errors=True)
-    seal = receipts.seal_run(run.path)
+    heads = {layout.journal_log(str(n)): (head["seq"], head["hash"])
+             for n, r in (judged or {}).items() if r.judgement is not None and (head := r.judgement.journal_head) is not None}
+    seal = receipts.seal_run(run.path, heads)
     for task in tasks_of(spec.data):
         ts = state["tasks"][task.id]
         if ts["state"] not in TERMINAL or not ts["attempts"]:
@@ -441,7 +447,7 @@ def reverify(run_dir: Path) -> RunResult:
         paths = run.attempt(int(path.name))
         if paths.container.is_file():
             spec = store.read_json(paths.task)["spec"] if paths.task.is_file() else run.spec_json()
-            record = AttemptRecord.load(paths)
+            record = AttemptRecord.load(paths, judged=False)
             judgement = judge(record, spec, recheck_workspace=True)
             store.write_json(paths.reverify, judgement.to_json())
             rejudged[paths.number] = record.judged(judgement, None)

@@ -64,20 +64,28 @@ class Judgement:
         return replace(self, findings=found, verdict=verdict(list(found), hostile=hostile))
 
 
-def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None]:
-    """The verified journal, streamed again by each reader (never loaded whole), and its head.
-    The first pass also checks it is a complete account (completeness.py)."""
+def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None, Any]:
+    """The verified journal, streamed again by each reader (never loaded whole), its head and
+    the agent's last claim. The first pass also checks it is a complete account (completeness.py)
+    and picks up the claim on its way."""
     if not path.is_file():
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", "no gateway journal: the gateway never ran"))
-        return (), None
+        return (), None, None
     journal = ChainFile(path)
+    claims = []
+
+    def noting_claims(records: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+        for r in records:
+            if r.get("event") == "tool_call" and r.get("tool") == "task.report" and r.get("decision") == "allow":
+                claims.append(r.get("claim"))
+            yield r
     try:
-        head, incomplete = completeness.account(journal, gateway)
+        head, incomplete = completeness.account(noting_claims(journal), gateway)
     except (ChainError, OSError, UnicodeDecodeError) as exc:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the gateway journal does not verify: {exc}"))
-        return (), None
+        return (), None, None
     findings += incomplete
-    return journal, head
+    return journal, head, claims[-1] if claims else None
 
 
 def _database_findings(paths: AttemptPaths, name: str, journal: Iterable[dict[str, Any]]) -> list[Finding]:
@@ -165,7 +173,7 @@ def judge(record: AttemptRecord, spec: dict[str, Any], *, recheck_workspace: boo
     findings: list[Finding] = []
     _unreadable(findings, record, paths.container.name)
     findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.harness_errors]
-    journal, head = _guarded(findings, "journal", lambda: _journal(paths.journal, findings, facts.gateway), ((), None))
+    journal, head, claim = _guarded(findings, "journal", lambda: _journal(paths.journal, findings, facts.gateway), ((), None, None))
     recorded = facts.journal_head
     if recorded is not None and recorded != head:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"journal head {head} differs from the head recorded at collection {recorded}"))
@@ -209,6 +217,4 @@ def judge(record: AttemptRecord, spec: dict[str, Any], *, recheck_workspace: boo
         finding = _guarded(findings, f"assertion {next(iter(a))}", check, None)
         if finding is not None:
             findings.append(finding)
-    claims = _guarded(findings, "claim", lambda: [r.get("claim") for r in journal if isinstance(r, dict) and r.get("event") == "tool_call"
-                                                  and r.get("tool") == "task.report" and r.get("decision") == "allow"], [])
-    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head, checked)
+    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claim, head, checked)
