@@ -122,13 +122,14 @@ def test_a_legitimate_run_has_no_unattributed_change(legit, tmp_path):
     assert any(s.startswith("db:shop:orders") for s in attributed) and any(s.startswith("db:shop:audit") for s in attributed)
 
 
-def test_the_record_loaded_from_disk_is_judged_as_the_live_one_was(legit, tmp_path):
+def test_the_record_loaded_from_disk_is_judged_as_the_live_one_was(legit):
     """The live judge ran on the record held in memory; the same judge on the record loaded
-    from a copy of the attempt folder alone gives the same judgement, finding for finding."""
+    from the attempt folder alone (in place: its mounts name it) gives the same judgement,
+    finding for finding."""
     attempt, spec = legit
     live = store.read_json(attempt / "verdict.json")
     assert live.pop("judged_at")
-    record = AttemptRecord.load(AttemptPaths(copy_attempt(attempt, tmp_path)))
+    record = AttemptRecord.load(AttemptPaths(attempt))
     assert record.unreadable == {} and record.pre is not None and record.post is not None
     assert judge(record, spec).to_json() == live
     assert judge(record, spec, recheck_workspace=True).to_json() == live
