@@ -293,7 +293,7 @@ def diff(
     try:
         run = store.RunDir.open(run_dir)
         attempts = run.attempts()
-        chosen = run.attempt_dir(attempt) if attempt else (attempts[-1] if attempts else None)
+        chosen = run.attempt(attempt).root if attempt else (attempts[-1] if attempts else None)
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))
         verdict = store.read_json(AttemptPaths(chosen).verdict)

@@ -49,6 +49,7 @@ from assure.ops import alerts, health
 from assure.core import confined, control
 from assure.ops.alerts import Alert, Sinks
 from assure.core.chain import ChainError, ChainWriter, iter_chain
+from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE
 from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest, Thresholds
 from assure.records.store import RUN_ID
 from assure.textsafe import display
@@ -73,9 +74,6 @@ MAX_ATTEMPTS = 20  # the most recent attempts of a run that are examined
 MAX_SKIPPED = 200  # skipped items kept per pass
 
 READY = "gateway/ready"
-JOURNAL = "gateway/journal.jsonl"
-BREACH = "gateway/breach.json"
-CONTAINER = "container.json"
 
 
 # --- plain data the detectors look at ----------------------------------------------------
@@ -601,12 +599,12 @@ class _Scan:
         return st.st_mtime if st else None
 
     def _run(self, run_id: str) -> RunData | None:
-        data, st, problem = self._json(f"{run_id}/state.json", MAX_JSON_BYTES)
+        data, st, problem = self._json(f"{run_id}/{STATE}", MAX_JSON_BYTES)
         if problem == "missing":
             return None  # not (yet) a run
         if st is None or not isinstance(data, dict):
             if problem is None:
-                self.skip(f"{run_id}/state.json", "not a JSON object")
+                self.skip(f"{run_id}/{STATE}", "not a JSON object")
             return RunData(run_id, None, None, None, self.now)
         state = data.get("state") if isinstance(data.get("state"), str) else None
         run = RunData(run_id, state, _int(data.get("attempt")), parse_time(data.get("started_at")), st.st_mtime)
@@ -616,7 +614,7 @@ class _Scan:
         for number in self._attempt_numbers(run_id):
             attempts.append(self._attempt(run_id, number))
         return RunData(run.run_id, run.state, run.attempt, run.started_at, run.state_mtime,
-                       self._mtime(f"{run_id}/events.jsonl"), tuple(attempts), examined=True)
+                       self._mtime(f"{run_id}/{EVENTS_LOG}"), tuple(attempts), examined=True)
 
     def _attempt_numbers(self, run_id: str) -> list[int]:
         try:

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from assure.errors import RunDirError
-from assure.records.layout import AttemptPaths
+from assure.records.layout import AttemptPaths, RunPaths
 from assure.records.store import read_json
 from assure.verify.judge import CHECK_KINDS, SNAPSHOTS, Judgement
 from assure.verify.snapshot import Snapshot
@@ -162,3 +162,20 @@ def _check_file(paths: AttemptPaths, kind: str, unreadable: dict[str, Exception]
     except Exception as exc:
         unreadable[path.name] = exc
         return []
+
+
+class Records:
+    """A run's attempt records by number: the ones kept here (judged in this process, or
+    amended), else loaded once from the run directory (the facts and the judgement)."""
+
+    def __init__(self, run: RunPaths):
+        self._run = run
+        self._held: dict[int, AttemptRecord] = {}
+
+    def keep(self, record: AttemptRecord) -> None:
+        self._held[record.number] = record
+
+    def get(self, n: int) -> AttemptRecord:
+        if n not in self._held:
+            self._held[n] = AttemptRecord.load(self._run.attempt(n), snapshots=False)
+        return self._held[n]

@@ -93,9 +93,6 @@ class RunDir:
     def attempt(self, n: int) -> AttemptPaths:
         return self.paths.attempt(n)
 
-    def attempt_dir(self, n: int) -> Path:
-        return self.paths.attempt(n).root
-
     def attempts(self) -> list[Path]:
         found = [p for p in self.paths.attempts.iterdir() if p.name.isdigit()]
         return sorted(found, key=lambda p: int(p.name))

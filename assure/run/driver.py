@@ -22,9 +22,8 @@ from assure import __version__
 from assure.ops import alerts, health
 from assure.core import confined, control
 from assure.run import failpoints, promote
-from assure.records import receipts, store
-from assure.records.attempt_record import AttemptRecord
-from assure.records import layout
+from assure.records import layout, receipts, store
+from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import RunPaths
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
@@ -38,7 +37,6 @@ from assure.textsafe import display
 from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, unexplained_subjects
 from assure.verify.judge import Judgement, judge
 
-Records = Callable[[int], AttemptRecord]  # an attempt's record by number
 SEVERITY_ORDER = ("breach", "error", "fail", "contained", "pass")
 
 
@@ -93,7 +91,7 @@ class Driver:
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
         self.signing_key = signing_key
         self.tasks = tasks_of(spec.data)
-        self._records: dict[int, AttemptRecord] = {}  # this process's attempts, and those loaded for promote, report and receipts
+        self.records = Records(run.paths)
         self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
         conf = spec.data.get("alerts", {})
         self.sinks = alerts.Sinks(jsonl=Path(conf["file"]) if conf.get("file") else run.path.parent.parent / "alerts.jsonl", webhook=conf.get("webhook"))
@@ -109,12 +107,6 @@ class Driver:
             "tasks": {t.id: {"state": TaskState.PENDING, "attempts": []} for t in self.tasks}, "order": [t.id for t in self.tasks],
         }
 
-    def _record_of(self, n: int) -> AttemptRecord:
-        """Attempt `n`'s record: held since it ran, or loaded once from its folder (a resumed run)."""
-        if n not in self._records:
-            self._records[n] = AttemptRecord.load(self.run.attempt(n), snapshots=False)
-        return self._records[n]
-
     def _record(self, event: str, **fields: Any) -> None:
         """Write-ahead: the event first, then the state that follows from it."""
         self.events.append(event, **fields)
@@ -127,7 +119,7 @@ class Driver:
             self.state = self._load_state()
             if self.state["state"] in RUN_OVER:
                 if not self.run.paths.seal.is_file():  # issuing them failed last time
-                    issue_receipts(self.run, self.spec, self.state, self.signing_key, self._record_of)
+                    issue_receipts(self.run, self.spec, self.state, self.signing_key, self.records)
                 return RunResult(self.run.path, store.read_json(self.run.paths.report))
             live.check(self.spec)  # before anything starts: a live database the gateway cannot use
             self.events = self.run.events()
@@ -153,7 +145,7 @@ class Driver:
                 raise
             finally:
                 self.events.close()  # sealed next: nothing more is appended to it
-            issue_receipts(self.run, self.spec, self.state, self.signing_key, self._record_of, self._judged)
+            issue_receipts(self.run, self.spec, self.state, self.signing_key, self.records, self._judged)
             return RunResult(self.run.path, report)
 
     def _recover(self) -> None:
@@ -205,7 +197,8 @@ class Driver:
         base = self._base()
         spec = task_spec(self.spec, task, base)
         record = Attempt(spec, self.run, n, self.backend, self.images, self.progress).execute()
-        self._records[n] = self._judged[n] = record
+        self.records.keep(record)
+        self._judged[n] = record
         store.write_json(record.paths.task, {"task": task.id, "spec": spec.to_json()})
         return record
 
@@ -223,7 +216,7 @@ class Driver:
     # --- outcomes ---------------------------------------------------------------------------
     def _promote(self, task: Task, n: int) -> TaskState:
         ts = self.state["tasks"][task.id]
-        record = self._record_of(n)
+        record = self.records.get(n)
         decision = promote.decide(task_spec(self.spec, task, self._base()), self.run, record)
         if ts["state"] != TaskState.PROMOTING:
             ts["state"] = TaskState.PROMOTING
@@ -237,7 +230,7 @@ class Driver:
             commit = promote.commit(self.spec, self.run, task.id, record, self._base())
         except Exception as exc:  # any failure of promote: commit_failed, an alert, a harness_error finding; never a crash
             message = describe(exc)
-            self._records[n] = _add_harness_error(record, "promote", message, self.spec.hostile)
+            self.records.keep(_add_harness_error(record, "promote", message, self.spec.hostile))
             alerts.raise_alert(self.run.path, "commit_failed", f"task {task.id!r}: {message}", self.sinks)
             return self._finish_task(task, TaskState.COMMIT_FAILED, message)
         self._record("promote_committed", task=task.id, attempt=n, **commit)
@@ -278,7 +271,7 @@ class Driver:
             alerts.raise_alert(self.run.path, "breach", f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]})
 
     def _report(self) -> dict[str, Any]:
-        return build_report(self.run, self.spec.data, self.state, self._record_of)
+        return build_report(self.run, self.spec.data, self.state, self.records.get)
 
 
 def _add_harness_error(record: AttemptRecord, subject: str, message: str, hostile: bool) -> AttemptRecord:
@@ -299,7 +292,7 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
     """`assure promote`: commit proposed tasks that a fresh gate decision now allows."""
     with store.exclusive(run.path, "run"):
         state = store.read_json(run.paths.state)
-        records = loader(run)
+        records = Records(run.paths)
         events = run.events()
         done = []
         try:
@@ -307,7 +300,7 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
                 ts = state["tasks"][task.id]
                 if ts["state"] != TaskState.PROPOSED or (task_id is not None and task.id != task_id):
                     continue
-                record = records(ts["attempts"][-1]["n"])
+                record = records.get(ts["attempts"][-1]["n"])
                 base = run.paths.base
                 decision = promote.decide(task_spec(spec, task, base), run, record)
                 events.append("promote_decided", task=task.id, attempt=record.number, decision=decision.to_json())
@@ -325,16 +318,6 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
             issue_receipts(run, spec, state, signing_key, records)
         return done
 
-
-def loader(run: store.RunDir) -> Records:
-    """Records loaded from the run directory, each once (the facts and the judgement only)."""
-    loaded: dict[int, AttemptRecord] = {}
-
-    def record(n: int) -> AttemptRecord:
-        if n not in loaded:
-            loaded[n] = AttemptRecord.load(run.attempt(n), snapshots=False)
-        return loaded[n]
-    return record
 
 
 def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None, records: Records,
@@ -354,7 +337,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
         ts = state["tasks"][task.id]
         if ts["state"] not in TERMINAL or not ts["attempts"]:
             continue
-        last = records(ts["attempts"][-1]["n"])
+        last = records.get(ts["attempts"][-1]["n"])
         judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
         verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
         record = receipts.build_receipt(
