@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assure import spec as spec_mod
+from assure.records.layout import AttemptPaths, RunPaths
 from assure.errors import AssureError
 from assure.ops import alerts
 from assure.ops import runs as runs_mod
@@ -266,7 +267,7 @@ def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> Non
 
     try:
         result = reverify(run_dir)
-        recorded = store.read_json(run_dir / "report.json")
+        recorded = store.read_json(RunPaths(run_dir).report)
     except AssureError as exc:
         raise _fail(exc) from None
     same = recorded.get("verdict") == result.verdict
@@ -290,10 +291,10 @@ def diff(
     try:
         run = store.RunDir.open(run_dir)
         attempts = run.attempts()
-        chosen = run.attempt_dir(attempt) if attempt else (attempts[-1] if attempts else None)
+        chosen = run.attempt(attempt).root if attempt else (attempts[-1] if attempts else None)
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))
-        verdict = store.read_json(chosen / "verdict.json")
+        verdict = store.read_json(AttemptPaths(chosen).verdict)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:

@@ -20,6 +20,7 @@ from typing import Any
 
 from assure.core.chain import utc_now
 from assure.errors import AssureError
+from assure.records.layout import RunPaths
 from assure.records.store import read_json, write_json
 from assure.textsafe import display
 
@@ -72,12 +73,13 @@ def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: di
     except ValueError:
         raise ValueError(f"unknown alert kind {kind!r}") from None
     alert = Alert(f"{kind}-{secrets.token_hex(4)}", run_dir.name, kind, message, utc_now(), detail=detail)
-    (run_dir / "alerts").mkdir(exist_ok=True)
-    write_json(run_dir / "alerts" / f"{alert.id}.json", asdict(alert))
+    folder = RunPaths(run_dir).alerts
+    folder.mkdir(exist_ok=True)
+    write_json(folder / f"{alert.id}.json", asdict(alert))
     errors = _deliver(alert, sinks)
     if errors:
         alert = replace(alert, sink_errors=tuple(errors))
-        write_json(run_dir / "alerts" / f"{alert.id}.json", asdict(alert))
+        write_json(folder / f"{alert.id}.json", asdict(alert))
     log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, display(message), alert.id)
     return alert
 

@@ -51,6 +51,7 @@ from assure.ops.alerts import Alert, AlertKind, AlertState, Sinks
 from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
 from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.ops.runsbase import MAX_ENTRIES, Refused, Tree, count, parse_journal, parse_json, parse_time
+from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE
 from assure.records.store import RUN_ID
 from assure.textsafe import display
 
@@ -71,9 +72,6 @@ MAX_ATTEMPTS = 20  # the most recent attempts of a run that are examined
 MAX_SKIPPED = 200  # skipped items kept per pass
 
 READY = "gateway/ready"
-JOURNAL = "gateway/journal.jsonl"
-BREACH = "gateway/breach.json"
-CONTAINER = "container.json"
 
 
 # --- results -------------------------------------------------------------------------------
@@ -271,12 +269,12 @@ class _Scan:
         return st.st_mtime if st else None
 
     def _run(self, run_id: str) -> RunData | None:
-        data, st, problem = self._json(f"{run_id}/state.json", MAX_JSON_BYTES)
+        data, st, problem = self._json(f"{run_id}/{STATE}", MAX_JSON_BYTES)
         if problem == "missing":
             return None  # not (yet) a run
         if st is None or not isinstance(data, dict):
             if problem is None:
-                self.skip(f"{run_id}/state.json", "not a JSON object")
+                self.skip(f"{run_id}/{STATE}", "not a JSON object")
             return RunData(run_id, None, None, None, self.now)
         state = data.get("state") if isinstance(data.get("state"), str) else None
         run = RunData(run_id, state, count(data.get("attempt")), parse_time(data.get("started_at")), st.st_mtime)
@@ -286,7 +284,7 @@ class _Scan:
         for number in self._attempt_numbers(run_id):
             attempts.append(self._attempt(run_id, number))
         return RunData(run.run_id, run.state, run.attempt, run.started_at, run.state_mtime,
-                       self._mtime(f"{run_id}/events.jsonl"), tuple(attempts), examined=True)
+                       self._mtime(f"{run_id}/{EVENTS_LOG}"), tuple(attempts), examined=True)
 
     def _attempt_numbers(self, run_id: str) -> list[int]:
         try:

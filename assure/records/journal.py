@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.core.chain import ChainError, chain_head, iter_chain
+from assure.records import layout
 from assure.records.store import RunDir
 
 GATE_EVENTS = {"allow": "gate_allowed", "deny": "gate_denied", "escalate": "gate_escalated", "replay": "idempotent_replay"}
@@ -35,8 +36,8 @@ class Source:
 
 
 def sources(run: RunDir) -> list[Source]:
-    paths = [("events", run.path / "events.jsonl"), ("operator", run.path / "control" / "operator.jsonl")]
-    paths += [(f"gateway/{a.name}", a / "gateway" / "journal.jsonl") for a in run.attempts()]
+    paths = [("events", run.paths.events), ("operator", run.paths.operator_log)]
+    paths += [(f"gateway/{a.name}", a / layout.JOURNAL) for a in run.attempts()]
     out = []
     for name, path in paths:
         if not path.is_file():

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -38,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from assure.core.chain import GENESIS, ChainError, chain_head, utc_now
 from assure.errors import AssureError
+from assure.records import layout
 from assure.records.store import write_json
 
 __all__ = [
@@ -52,8 +54,8 @@ SEAL_VERSION = "1"
 ALG = "Ed25519"
 VERDICTS = ("verified", "rejected")
 GROUND_TRUTHS = ("confirmed", "contradicted")
-RECEIPTS_DIR = "receipts"
-SEAL_FILE = "seal.json"
+RECEIPTS_DIR = layout.RECEIPTS
+SEAL_FILE = layout.SEAL
 PRIVATE_NAME, PUBLIC_NAME = "aar-ed25519.pem", "aar-ed25519.pub.pem"
 SLUG_MAX = 40  # characters of a task id kept, after encoding, in its receipt's file name
 DIGEST_CHARS = 12  # hex digits of the task id's SHA-256 that make the file name unique
@@ -76,7 +78,7 @@ SEAL_FILE_FIELDS = frozenset({"aar_seal", "seal", "receipts", "signature"})
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _KEY_ID = re.compile(r"^ed25519:[0-9a-f]{16}$")
 _TIMESTAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$")
-_LOG_PATH = re.compile(r"^(events\.jsonl|control/operator\.jsonl|attempts/[0-9]{1,9}/gateway/journal\.jsonl)$")
+_LOG_PATH = re.compile(rf"^({re.escape(layout.EVENTS_LOG)}|{re.escape(layout.OPERATOR_LOG)}|{re.escape(layout.ATTEMPTS)}/[0-9]{{1,9}}/{re.escape(layout.JOURNAL)})$")
 _RECEIPT_FILE = re.compile(rf"^[a-z0-9-]{{1,{SLUG_MAX}}}-[0-9a-f]{{{DIGEST_CHARS}}}\.json$")
 
 
@@ -290,13 +292,13 @@ def _jcs(obj: Any, step: int, path: str) -> bytes:
 
 def chain_logs(run_dir: Path) -> list[str]:
     """Relative paths of the run's hash-chained logs present on disk, sorted."""
-    found = [rel for rel in ("events.jsonl", "control/operator.jsonl") if (run_dir / rel).is_file() or (run_dir / rel).is_symlink()]
-    attempts = run_dir / "attempts"
+    found = [rel for rel in (layout.EVENTS_LOG, layout.OPERATOR_LOG) if (run_dir / rel).is_file() or (run_dir / rel).is_symlink()]
+    attempts = run_dir / layout.ATTEMPTS
     if attempts.is_dir():
         for attempt in attempts.iterdir():
-            journal = attempt / "gateway" / "journal.jsonl"
-            if attempt.name.isdigit() and (journal.is_file() or journal.is_symlink()):
-                found.append(f"attempts/{attempt.name}/gateway/journal.jsonl")
+            rel = layout.journal_log(attempt.name)
+            if attempt.name.isdigit() and ((run_dir / rel).is_file() or (run_dir / rel).is_symlink()):
+                found.append(rel)
     return sorted(found)
 
 
@@ -315,17 +317,26 @@ def _tree_hash(nodes: list[bytes]) -> bytes:
     return hashlib.sha256(b"\x01" + _tree_hash(nodes[:split]) + _tree_hash(nodes[split:])).digest()
 
 
-def seal_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Verify every hash-chained log of the run and return the seal over their heads."""
+def seal_run(run_dir: str | os.PathLike[str], verified: Mapping[str, tuple[int, str]] | None = None) -> dict[str, Any]:
+    """Verify every hash-chained log of the run and return the seal over their heads.
+
+    `verified` holds the (lines, head hash) of logs this process has just verified as a
+    stream (an attempt's journal, by its judge), by relative path: those are sealed as the
+    judge saw them, not streamed again. A log changed since then fails `verify_run`."""
     run_dir = Path(run_dir)
+    verified = verified or {}
     paths = chain_logs(run_dir)
-    if "events.jsonl" not in paths:
-        raise ReceiptError(4, "events.jsonl", "missing: not a run directory, nothing to seal")
+    if layout.EVENTS_LOG not in paths:
+        raise ReceiptError(4, layout.EVENTS_LOG, "missing: not a run directory, nothing to seal")
     logs = []
     for rel in paths:
         if not _LOG_PATH.match(rel):
             raise ReceiptError(4, rel, "not a log name assure writes; refusing to seal it")
-        lines, head = _read_chain(run_dir, rel)
+        if rel in verified:
+            _inside(run_dir, rel, 4)  # no link, nothing outside the run: as for a log read here
+            lines, head = verified[rel]
+        else:
+            lines, head = _read_chain(run_dir, rel)
         logs.append({"path": rel, "lines": lines, "head_hash": head})
     return {"run_id": run_dir.resolve().name, "sealed_at": utc_now(), "logs": logs,
             "merkle_root": merkle_root([(log["path"], log["head_hash"]) for log in logs])}
@@ -483,7 +494,7 @@ def _check_seal(seal: Any, path: str) -> None:
         _fail_unless(isinstance(log["head_hash"], str) and bool(_HEX64.match(log["head_hash"])), path, f"seal.logs[{n}].head_hash must be 64 hex digits")
         names.append(log["path"])
     _fail_unless(names == sorted(set(names)), path, "seal.logs must be sorted by path, each path once")
-    _fail_unless("events.jsonl" in names, path, "seal.logs must name events.jsonl")
+    _fail_unless(layout.EVENTS_LOG in names, path, f"seal.logs must name {layout.EVENTS_LOG}")
 
 
 def _check_seal_file(doc: Any, path: str) -> None:

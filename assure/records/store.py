@@ -1,8 +1,7 @@
 """The run directory: where a run keeps everything needed to re-verify it offline.
 
-Layout (a contract, see README): `.assure/runs/<run_id>/` with `state.json` (atomic
-write-then-rename), `events.jsonl` (the host's hash-chained log), `spec.yaml` + `spec.json`,
-`attempts/<n>/` and `report.json`.
+Its file names are `layout`'s; `state.json` is written atomically (write-then-rename) and
+`events.jsonl` is the host's hash-chained log.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from typing import Any
 
 from assure.core.chain import ChainWriter
 from assure.errors import RunDirError
+from assure.records.layout import AttemptPaths, RunPaths
 
 RUNS_DIR = Path(".assure") / "runs"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -56,22 +56,23 @@ class RunDir:
 
     def __init__(self, path: Path):
         self.path = path.resolve()  # containers mount from it: Docker wants absolute paths
+        self.paths = RunPaths(self.path)
 
     @classmethod
     def create(cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
-        path = base.resolve() / run_id
-        (path / "attempts").mkdir(parents=True)
-        (path / "control").mkdir()
-        (path / "gateway-state").mkdir()
-        shutil.copyfile(spec_source, path / "spec.yaml")
-        write_json(path / "spec.json", spec_json)
-        return cls(path)
+        paths = RunPaths(base.resolve() / run_id)
+        paths.attempts.mkdir(parents=True)
+        paths.control.mkdir()
+        paths.gateway_state.mkdir()
+        shutil.copyfile(spec_source, paths.spec_yaml)
+        write_json(paths.spec_json, spec_json)
+        return cls(paths.root)
 
     @classmethod
     def open(cls, path: Path) -> RunDir:
-        if not (path / "spec.json").is_file():
+        if not RunPaths(path).spec_json.is_file():
             raise RunDirError("not a run directory (no spec.json)", where=str(path), fix="pass a folder under .assure/runs/")
         return cls(path)
 
@@ -82,28 +83,28 @@ class RunDir:
     @property
     def control_dir(self) -> Path:
         """Operator overrides (`assure halt|dial`); read-only to the gateway."""
-        return self.path / "control"
+        return self.paths.control
 
     @property
     def state_dir(self) -> Path:
         """Run-level gateway state that outlives attempts (the idempotency store)."""
-        return self.path / "gateway-state"
+        return self.paths.gateway_state
 
-    def attempt_dir(self, n: int) -> Path:
-        return self.path / "attempts" / str(n)
+    def attempt(self, n: int) -> AttemptPaths:
+        return self.paths.attempt(n)
 
     def attempts(self) -> list[Path]:
-        found = [p for p in (self.path / "attempts").iterdir() if p.name.isdigit()]
+        found = [p for p in self.paths.attempts.iterdir() if p.name.isdigit()]
         return sorted(found, key=lambda p: int(p.name))
 
     def events(self) -> ChainWriter:
-        return ChainWriter(self.path / "events.jsonl", base={"run_id": self.run_id, "actor": "driver"})
+        return ChainWriter(self.paths.events, base={"run_id": self.run_id, "actor": "driver"})
 
     def spec_json(self) -> dict[str, Any]:
-        return read_json(self.path / "spec.json")
+        return read_json(self.paths.spec_json)
 
     def save_state(self, state: dict[str, Any]) -> None:
-        write_json(self.path / "state.json", state)
+        write_json(self.paths.state, state)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,9 @@
 
 prepare -> start -> run -> stop -> collect -> verify. Whatever happens (agent failure,
 deadline, Docker error, Ctrl-C), every container and volume of the attempt is removed
-before this returns or raises. The verdict comes from `verify.judge`, the same function
-`assure verify` runs offline on the run directory.
+before this returns or raises. What the attempt collected is written to its folder and
+kept in memory as an `AttemptRecord`, which goes to `verify.judge`: the same function
+`assure verify` runs offline on the record loaded from the folder.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from assure.run.stop import StopReason
 from assure.core import confined, control
 from assure.ops import health
 from assure.records import store
+from assure.records.attempt_record import AttemptRecord, ContainerFacts
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
 from assure.sandbox import hardening, runtimes, workspace_fs
@@ -37,11 +38,10 @@ from assure.verify import judge
 from assure.verify.findings import Finding, Kind, verdict
 from assure.verify.container import EXPECTED_PATHS, layer_changes
 from assure.verify import sqlite as sqlite_verify
-from assure.verify.snapshot import take
+from assure.verify.snapshot import Snapshot, take
 
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1
-BREACH_FILE = "breach.json"
 POLL_SECONDS = 0.05
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
@@ -49,34 +49,6 @@ MAX_CONTAINER_CHANGES = 1000
 DIFF_KINDS = {0: "modified", 1: "added", 2: "deleted"}
 
 Progress = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class AttemptPaths:
-    root: Path
-
-    @property
-    def workspace(self) -> Path:
-        """The POST tree, copied out of the attempt's filesystem after the run: what the
-        verifier's file assertions, the checks, promote and proposals read."""
-        return self.root / "workspace"
-
-    @property
-    def gateway_state(self) -> Path:
-        return self.root / "gateway"
-
-    @property
-    def gateway_config(self) -> Path:
-        return self.root / "gateway-config"
-
-    @property
-    def socket_folder(self) -> Path:
-        """The gateway's socket on the host, when the agent's runtime is not runc."""
-        return self.root / "socket"
-
-    @property
-    def journal(self) -> Path:
-        return self.gateway_state / "journal.jsonl"
 
 
 def _copy_database(source: Path, target: Path) -> None:
@@ -127,7 +99,7 @@ class Attempt:
     def __init__(self, spec: Spec, run: store.RunDir, number: int, backend: DockerBackend, images: ImageSet, progress: Progress):
         self.spec, self.run, self.number = spec, run, number
         self.backend, self.images, self.progress = backend, images, progress
-        self.paths = AttemptPaths(run.attempt_dir(number))
+        self.paths = run.attempt(number)
         self.labels = {
             LABEL_OWNER: "assure", LABEL_RUN: run.run_id, LABEL_ATTEMPT: str(number),
             LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname(),
@@ -143,12 +115,14 @@ class Attempt:
         uid, gid = hardening.sandbox_user(spec)
         self.model = modelaccess.ModelAccess(spec.data, spec.path.parent, self.paths.gateway_config, uid, gid)
 
-    def execute(self) -> judge.Judgement:
+    def execute(self) -> AttemptRecord:
         """Every phase is total: an exception in one (any Exception, not only ours) becomes a
         harness error naming the phase, and the attempt is judged on what was collected.
         KeyboardInterrupt and SystemExit still propagate, after the cleanup."""
         facts: dict[str, Any] = {"harness_errors": []}
-        self._post: dict[str, Any] | None = None
+        self._pre: Snapshot | None = None
+        self._post: Snapshot | None = None
+        self._checks: dict[str, list[Any] | None] = dict.fromkeys(judge.CHECK_KINDS)
         self._copy_report: confined.CopyReport | None = None
         snapshotted = False
         try:
@@ -164,17 +138,26 @@ class Attempt:
         if snapshotted and (checks.command_assertions(self.spec.to_json()) or self.spec.cases()):
             self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
-        self._total("record", lambda: store.write_json(self.paths.root / "container.json", facts), facts)
+        written = {**facts, "timings": dict(self.timings)}  # as container.json holds them
+        self._total("record", lambda: store.write_json(self.paths.container, written), facts)
+        # a failure to write container.json is in the record's harness errors: never judged as a pass
+        record = AttemptRecord.collected(self.paths, ContainerFacts({**written, "harness_errors": list(facts["harness_errors"])}),
+                                         pre=self._pre, post=self._post, checks=self._checks)
         self.progress("verify", {})
         failpoints.hit("verify")
+        spec_json = self.spec.to_json()
         try:
-            judgement = judge.judge(self.paths.root, self.spec.to_json())
+            judgement = judge.judge(record, spec_json)
         except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
-            errors = [*facts["harness_errors"], _harness_error("judge", exc)]
+            errors = [*record.facts.harness_errors, _harness_error("judge", exc)]
             found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
             judgement = judge.Judgement(verdict(list(found), hostile=self.spec.data["hostile"]), found, (), None, None)
-        self._total("record", lambda: store.write_json(self.paths.root / "verdict.json", {**judgement.to_json(), "judged_at": utc_now()}), facts)
-        return judgement
+        record = record.judged(judgement, utc_now())
+        if not self._total("record", lambda: store.write_json(self.paths.verdict, record.verdict_json()), facts):
+            # no verdict.json: the run directory cannot show this judgement, so nothing may act on it
+            failed = Finding(Kind.HARNESS_ERROR, "harness", facts["harness_errors"][-1])
+            record = record.judged(judgement.with_finding(failed, hostile=self.spec.data["hostile"]), record.judged_at)
+        return record
 
     def _total(self, name: str, fn: Callable[[], None], facts: dict[str, Any]) -> bool:
         """Run one phase; False (and a harness error recorded) if it raised."""
@@ -198,8 +181,9 @@ class Attempt:
         """POST on the attempt's own filesystem (everything the agent left, special files and
         links included), its counters, then the copy-out to the plain `workspace/`."""
         assert self._fs is not None
-        self._post = take(self._fs.workspace, reuse=self._pre).to_json()
-        store.write_json(self.paths.root / "post.json", self._post)
+        post = take(self._fs.workspace, reuse=self._pre)
+        store.write_json(self.paths.post, post.to_json())
+        self._post = post
         facts["workspace_fs"] = self._fs.usage().to_json()
         self._copy_out(facts)
         self._capture_databases("post")
@@ -234,19 +218,24 @@ class Attempt:
         """Self-contained copies of every database (WAL and journal included) for the verifier;
         a capture that fails is recorded for it, never skipped."""
         for db in self.spec.databases:
-            source = self.paths.gateway_state / "db" / f"{db.name}.sqlite" if db.mode == "sandbox" else db.fixture
-            target = self.paths.root / f"db-{side}"
+            source = self.paths.sandbox_db(db.name) if db.mode == "sandbox" else db.fixture
+            target = self.paths.db_capture(side, db.name).parent
             target.mkdir(exist_ok=True)
             try:
                 sqlite_verify.capture(source, target, db.name)
             except sqlite_verify.DatabaseError as exc:
-                store.write_json(target / f"{db.name}.error.json", {"error": type(exc).__name__, "message": exc.message})
+                store.write_json(self.paths.db_error(side, db.name), {"error": type(exc).__name__, "message": exc.message})
 
     def _run_checks(self) -> None:
-        args = (self.spec, self.paths.workspace, self._post, self.backend, self.images.agent, self.labels, self.prefix)
+        assert self._post is not None
+        args = (self.spec, self.paths.workspace, self._post.to_json(), self.backend, self.images.agent, self.labels, self.prefix)
         left_behind = self._copy_report.left_out if self._copy_report else []  # workspace/ lacks them: no check judges it
-        store.write_json(self.paths.root / "commands.json", checks.run_commands(*args, scratch=self.paths.root, left_behind=left_behind))
-        store.write_json(self.paths.root / "cases.json", checks.run_cases(*args, scratch=self.paths.root, left_behind=left_behind))
+        commands = checks.run_commands(*args, scratch=self.paths.root, left_behind=left_behind)
+        store.write_json(self.paths.commands, commands)
+        self._checks["command"] = commands
+        cases = checks.run_cases(*args, scratch=self.paths.root, left_behind=left_behind)
+        store.write_json(self.paths.cases, cases)
+        self._checks["cases"] = cases
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -265,12 +254,12 @@ class Attempt:
                                    where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
             raise
         p.gateway_state.mkdir()
-        (p.gateway_state / "blobs").mkdir()
+        p.blobs.mkdir()
         p.gateway_config.mkdir()
         for db in self.spec.databases:
             if db.mode == "sandbox":
-                (p.gateway_state / "db").mkdir(exist_ok=True)
-                _copy_database(db.fixture, p.gateway_state / "db" / f"{db.name}.sqlite")
+                p.sandbox_db(db.name).parent.mkdir(exist_ok=True)
+                _copy_database(db.fixture, p.sandbox_db(db.name))
         self._capture_databases("pre")
         hardening.chown_tree(live, uid, gid)
         hardening.chown_tree(p.gateway_state, uid, gid)
@@ -278,11 +267,11 @@ class Attempt:
             os.chown(self.run.state_dir, uid, gid)
         config = {
             "run_id": self.run.run_id, "attempt": self.number, "socket": hardening.SOCKET_PATH,
-            "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/journal.jsonl",
-            "ready_file": f"{hardening.GATEWAY_STATE}/ready", "protected": list(self.spec.workspace.protected),
+            "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/{p.journal.name}",
+            "ready_file": f"{hardening.GATEWAY_STATE}/{p.ready.name}", "protected": list(self.spec.workspace.protected),
             "limits": {"tool_calls": self.spec.limits.tool_calls},  # the gateway's own defaults rule the rest
             "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec.to_json()),
-            "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{BREACH_FILE}",
+            "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{p.breach.name}",
             "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/idempotency.sqlite",
             "heartbeat_file": f"{hardening.GATEWAY_STATE}/heartbeat.json",
             "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
@@ -291,8 +280,9 @@ class Attempt:
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
-        self._pre = take(live)
-        store.write_json(p.root / "pre.json", self._pre.to_json())
+        pre = take(live)
+        store.write_json(p.pre, pre.to_json())
+        self._pre = pre
 
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:
@@ -332,7 +322,7 @@ class Attempt:
         if not egress:
             return None
         self._network = self.backend.create_network(f"{self.prefix}-egress", self.labels, internal=True)
-        cfg_dir, log_dir = self.paths.root / "egress-config", self.paths.root / "egress"
+        cfg_dir, log_dir = self.paths.egress_config, self.paths.egress_log
         cfg_dir.mkdir()
         log_dir.mkdir()
         if os.geteuid() == 0:
@@ -352,7 +342,7 @@ class Attempt:
 
     def _await_gateway(self, cid: str) -> None:
         deadline = time.monotonic() + GATEWAY_READY_SECONDS
-        ready = self.paths.gateway_state / "ready"
+        ready = self.paths.ready
         while not ready.exists():
             if time.monotonic() > deadline or self.backend.wait(cid, POLL_SECONDS) is not None:
                 logs = self.backend.logs(cid, 4000).decode(errors="replace")
@@ -401,7 +391,7 @@ class Attempt:
     def _budget_breached(self) -> dict[str, Any] | None:
         """The gateway writes `breach.json` when a budget counter runs out (its content is the gateway's)."""
         try:
-            data = json.loads((self.paths.gateway_state / BREACH_FILE).read_text(encoding="utf-8"))
+            data = json.loads(self.paths.breach.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
@@ -435,7 +425,7 @@ class Attempt:
             stopping.result()
         state = self.backend.inspect(self._gateway).get("State", {})
         facts["gateway"] = {"exit_code": state.get("ExitCode"), "oom_killed": bool(state.get("OOMKilled"))}
-        (self.paths.root / "gateway.log").write_bytes(self.backend.logs(self._gateway, LOG_LIMIT_BYTES))
+        self.paths.gateway_log.write_bytes(self.backend.logs(self._gateway, LOG_LIMIT_BYTES))
         try:
             _, last = chain_head(self.paths.journal)
             facts["journal_head"] = {"seq": last["seq"], "hash": last["hash"]} if last else None
@@ -455,7 +445,7 @@ class Attempt:
         else:
             facts["fs_changes_source"] = "docker diff"
             facts["fs_changes"] = self._container_changes()
-        (self.paths.root / "agent.log").write_bytes(self.backend.logs(self._agent, LOG_LIMIT_BYTES))
+        self.paths.agent_log.write_bytes(self.backend.logs(self._agent, LOG_LIMIT_BYTES))
 
     def _container_changes(self) -> list[dict[str, Any]]:
         out = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ from assure.ops import alerts, health
 from assure.ops.alerts import AlertKind
 from assure.core import confined, control
 from assure.run import failpoints, promote
-from assure.records import receipts, store
+from assure.records import layout, receipts, store
+from assure.records.attempt_record import AttemptRecord, Records
+from assure.records.layout import RunPaths
+from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
@@ -32,11 +36,9 @@ from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec
 from assure.textsafe import display
-from assure.verify.findings import Finding, Kind, Severity, Verdict, verdict
+from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, unexplained_subjects
 from assure.verify.judge import Judgement, judge
 
-TERMINAL = ("committed", "proposed", "quarantined", "commit_failed", "halted")
-STOPS_GOAL = ("quarantined", "commit_failed", "halted")
 SEVERITY_ORDER = ("breach", "error", "fail", "contained", "pass")
 
 
@@ -91,18 +93,20 @@ class Driver:
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
         self.signing_key = signing_key
         self.tasks = tasks_of(spec.data)
+        self.records = Records(run.paths)
+        self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
         conf = spec.data.get("alerts", {})
         self.sinks = alerts.Sinks(jsonl=Path(conf["file"]) if conf.get("file") else run.path.parent.parent / "alerts.jsonl", webhook=conf.get("webhook"))
 
     # --- state ----------------------------------------------------------------------------
     def _load_state(self) -> dict[str, Any]:
-        path = self.run.path / "state.json"
+        path = self.run.paths.state
         self.resumed = path.is_file()
         if self.resumed:
             return store.read_json(path)
         return {
-            "run_id": self.run.run_id, "spec": self.spec.name, "state": "running", "next_attempt": 1, "started_at": utc_now(),
-            "tasks": {t.id: {"state": "pending", "attempts": []} for t in self.tasks}, "order": [t.id for t in self.tasks],
+            "run_id": self.run.run_id, "spec": self.spec.name, "state": RunState.RUNNING, "next_attempt": 1, "started_at": utc_now(),
+            "tasks": {t.id: {"state": TaskState.PENDING, "attempts": []} for t in self.tasks}, "order": [t.id for t in self.tasks],
         }
 
     def _record(self, event: str, **fields: Any) -> None:
@@ -115,10 +119,10 @@ class Driver:
     def drive(self) -> RunResult:
         with store.exclusive(self.run.path, "run"):
             self.state = self._load_state()
-            if self.state["state"] in ("finished", "halted"):
-                if not (self.run.path / "receipts" / receipts.SEAL_FILE).is_file():  # issuing them failed last time
-                    issue_receipts(self.run, self.spec, self.state, self.signing_key)
-                return RunResult(self.run.path, store.read_json(self.run.path / "report.json"))
+            if self.state["state"] in RUN_OVER:
+                if not self.run.paths.seal.is_file():  # issuing them failed last time
+                    issue_receipts(self.run, self.spec, self.state, self.signing_key, self.records)
+                return RunResult(self.run.path, store.read_json(self.run.paths.report))
             live.check(self.spec)  # before anything starts: a live database the gateway cannot use
             self.events = self.run.events()
             try:
@@ -130,20 +134,20 @@ class Driver:
                         continue
                     if self._run_task(task) in STOPS_GOAL:
                         break
-                self.state["state"] = "halted" if control.read(self.run.control_dir).halted else "finished"
+                self.state["state"] = RunState.HALTED if control.read(self.run.control_dir).halted else RunState.FINISHED
                 self.state["finished_at"] = utc_now()
                 report = self._report()
-                store.write_json(self.run.path / "report.json", report)
+                store.write_json(self.run.paths.report, report)
                 self.state["verdict"] = report["verdict"]
                 self._record("run_finished", verdict=report["verdict"], state=self.state["state"])
             except BaseException as exc:
-                self.state["state"] = "aborted"
+                self.state["state"] = RunState.ABORTED
                 self.state["reason"] = type(exc).__name__
                 self._record("run_aborted", reason=type(exc).__name__)
                 raise
             finally:
                 self.events.close()  # sealed next: nothing more is appended to it
-            issue_receipts(self.run, self.spec, self.state, self.signing_key)
+            issue_receipts(self.run, self.spec, self.state, self.signing_key, self.records, self._judged)
             return RunResult(self.run.path, report)
 
     def _recover(self) -> None:
@@ -151,7 +155,7 @@ class Driver:
         if not self.resumed:
             self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": self.images.agent, "gateway": self.images.gateway})
             return
-        self.state["state"] = "running"
+        self.state["state"] = RunState.RUNNING
         reaped = reap(self.backend, self.run.run_id)
         mine = self.run.path.resolve()
         released = workspace_fs.release_orphans(lambda run_dir: run_dir == mine)
@@ -162,44 +166,47 @@ class Driver:
                     attempt["interrupted"] = True
                     self._record("attempt_interrupted", task=task_id, attempt=attempt["n"])
 
-    def _run_task(self, task: Task) -> str:
+    def _run_task(self, task: Task) -> TaskState:
         ts = self.state["tasks"][task.id]
-        if ts["state"] == "promoting":
+        if ts["state"] == TaskState.PROMOTING:
             return self._promote(task, ts["attempts"][-1]["n"])
-        if ts["state"] == "pending":
-            ts["state"] = "running"
+        if ts["state"] == TaskState.PENDING:
+            ts["state"] = TaskState.RUNNING
             self._record("task_started", task=task.id, contract_id=(task.contract or {}).get("id"))
             self._contract_events(task)
         while len(ts["attempts"]) < task.max_attempts:
             if control.read(self.run.control_dir).halted:
-                return self._finish_task(task, "halted", "the operator halted the run: no new attempt")
+                return self._finish_task(task, TaskState.HALTED, "the operator halted the run: no new attempt")
             n = self.state["next_attempt"]
             self.state["next_attempt"] = n + 1
             ts["attempts"].append({"n": n, "verdict": None})
             self._record("attempt_started", task=task.id, attempt=n)
-            judgement = self._attempt(task, n)
+            record = self._attempt(task, n)
+            judgement = record.judgement
+            assert judgement is not None
             ts["attempts"][-1]["verdict"] = judgement.verdict.value
             self._record("attempt_verified", task=task.id, attempt=n, verdict=judgement.verdict.value, journal_head=judgement.journal_head)
-            self._escalate(n, judgement)
+            self._escalate(record)
             if judgement.verdict in (Verdict.PASS, Verdict.CONTAINED):
                 return self._promote(task, n)
             if control.read(self.run.control_dir).halted:
-                return self._finish_task(task, "halted", "the operator halted the run")
+                return self._finish_task(task, TaskState.HALTED, "the operator halted the run")
             if judgement.verdict is Verdict.BREACH and task.on_breach == "quarantine":
                 return self._quarantine(task, f"breach in attempt {n}")
         return self._quarantine(task, f"{task.max_attempts} attempts, none verified")
 
-    def _attempt(self, task: Task, n: int) -> Judgement:
+    def _attempt(self, task: Task, n: int) -> AttemptRecord:
         base = self._base()
         spec = task_spec(self.spec, task, base)
-        attempt_dir = self.run.attempt_dir(n)
-        judgement = Attempt(spec, self.run, n, self.backend, self.images, self.progress).execute()
-        store.write_json(attempt_dir / "task.json", {"task": task.id, "spec": spec.to_json()})
-        return judgement
+        record = Attempt(spec, self.run, n, self.backend, self.images, self.progress).execute()
+        self.records.keep(record)
+        self._judged[n] = record
+        store.write_json(record.paths.task, {"task": task.id, "spec": spec.to_json()})
+        return record
 
     def _base(self) -> Path:
         """What a task starts from: the fixture, plus every task committed so far."""
-        base = self.run.path / "base"
+        base = self.run.paths.base
         if not base.exists():
             tmp = self.run.path / ".base.tmp"
             if tmp.exists():
@@ -209,33 +216,33 @@ class Driver:
         return base
 
     # --- outcomes ---------------------------------------------------------------------------
-    def _promote(self, task: Task, n: int) -> str:
+    def _promote(self, task: Task, n: int) -> TaskState:
         ts = self.state["tasks"][task.id]
-        attempt_dir = self.run.attempt_dir(n)
-        decision = promote.decide(task_spec(self.spec, task, self._base()), self.run, attempt_dir)
-        if ts["state"] != "promoting":
-            ts["state"] = "promoting"
+        record = self.records.get(n)
+        decision = promote.decide(task_spec(self.spec, task, self._base()), self.run, record)
+        if ts["state"] != TaskState.PROMOTING:
+            ts["state"] = TaskState.PROMOTING
             self._record("promote_started", task=task.id, attempt=n, decision=decision.to_json())
         failpoints.hit("promote")
         try:
             if not decision.allowed:
-                bundle = promote.propose(self.run, task.id, attempt_dir)
+                bundle = promote.propose(self.run, task.id, record)
                 self._record("promote_proposed", task=task.id, attempt=n, bundle=str(bundle.relative_to(self.run.path)), rule=decision.rule, reason=decision.reason)
-                return self._finish_task(task, "proposed", decision.reason)
-            commit = promote.commit(self.spec, self.run, task.id, attempt_dir, self._base())
+                return self._finish_task(task, TaskState.PROPOSED, decision.reason)
+            commit = promote.commit(self.spec, self.run, task.id, record, self._base())
         except Exception as exc:  # any failure of promote: commit_failed, an alert, a harness_error finding; never a crash
             message = describe(exc)
-            _add_harness_error(attempt_dir, "promote", message, self.spec.hostile)
+            self.records.keep(_add_harness_error(record, "promote", message, self.spec.hostile))
             alerts.raise_alert(self.run.path, AlertKind.COMMIT_FAILED, f"task {task.id!r}: {message}", self.sinks)
-            return self._finish_task(task, "commit_failed", message)
+            return self._finish_task(task, TaskState.COMMIT_FAILED, message)
         self._record("promote_committed", task=task.id, attempt=n, **commit)
-        return self._finish_task(task, "committed", "verified and committed")
+        return self._finish_task(task, TaskState.COMMITTED, "verified and committed")
 
-    def _quarantine(self, task: Task, reason: str) -> str:
+    def _quarantine(self, task: Task, reason: str) -> TaskState:
         alerts.raise_alert(self.run.path, AlertKind.QUARANTINE, f"task {task.id!r} quarantined: {reason}", self.sinks)
-        return self._finish_task(task, "quarantined", reason)
+        return self._finish_task(task, TaskState.QUARANTINED, reason)
 
-    def _finish_task(self, task: Task, state: str, reason: str) -> str:
+    def _finish_task(self, task: Task, state: TaskState, reason: str) -> TaskState:
         self.state["tasks"][task.id]["state"] = state
         self.state["tasks"][task.id]["reason"] = reason
         self._record("task_resolved", task=task.id, state=state, reason=reason)
@@ -251,10 +258,10 @@ class Driver:
         if contract.get("revoked"):
             self._record("contract_revoked", task=task.id, contract=fields)
 
-    def _escalate(self, n: int, judgement: Judgement) -> None:
+    def _escalate(self, record: AttemptRecord) -> None:
         """Journal how the attempt was stopped and raise the alerts that need a person."""
-        facts = store.read_json(self.run.attempt_dir(n) / "container.json")
-        stop = facts.get("stopped")
+        n, judgement, stop = record.number, record.judgement, record.facts.stopped
+        assert judgement is not None
         if stop and stop["reason"] == StopReason.OPERATOR_HALT:
             self._record("override_effective", attempt=n, request_id=stop.get("request_id"), latency_ms=stop.get("latency_ms"), effect="agent stopped; no new attempt or commit")
             alerts.raise_alert(self.run.path, AlertKind.OVERRIDE_BLOCK, f"operator {stop.get('actor')} halted the run; the agent was stopped", self.sinks, stop)
@@ -262,77 +269,83 @@ class Driver:
             self._record("budget_halt", attempt=n, counter=stop["counter"], breach_at=stop.get("breach_at"), halted_at=stop.get("halted_at"), latency_ms=stop.get("latency_ms"))
             alerts.raise_alert(self.run.path, AlertKind.BUDGET_HALT, f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach", self.sinks, stop)
         if judgement.verdict is Verdict.BREACH:
-            subjects = [f.subject for f in judgement.findings if f.severity is Severity.BREACH]
+            subjects = breach_subjects(judgement.findings)
             alerts.raise_alert(self.run.path, AlertKind.BREACH, f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]})
 
     def _report(self) -> dict[str, Any]:
-        return build_report(self.run, self.spec.data, self.state)
+        return build_report(self.run, self.spec.data, self.state, self.records.get)
 
 
-def _add_harness_error(attempt_dir: Path, subject: str, message: str, hostile: bool) -> None:
+def _add_harness_error(record: AttemptRecord, subject: str, message: str, hostile: bool) -> AttemptRecord:
     """Record a failure after the judgement (promote) in the attempt's verdict, recomputed by
-    the same rule (a breach would stay a breach). Best effort: the task state and the alert
-    carry the failure even when the verdict file cannot be rewritten."""
-    path = attempt_dir / "verdict.json"
+    the same rule (a breach would stay a breach). Rewriting `verdict.json` is best effort: the
+    task state and the alert carry the failure even when it cannot be rewritten."""
+    if record.judgement is None:
+        return record
+    amended = record.judged(record.judgement.with_finding(Finding(Kind.HARNESS_ERROR, subject, message), hostile=hostile), record.judged_at)
     try:
-        data = store.read_json(path)
-        found = [Finding.from_json(f) for f in data["findings"]] + [Finding(Kind.HARNESS_ERROR, subject, message)]
-        store.write_json(path, {**data, "findings": [f.to_json() for f in found], "verdict": verdict(found, hostile=hostile).value})
-    except (OSError, ValueError, KeyError, TypeError):
+        store.write_json(record.paths.verdict, amended.verdict_json())
+    except OSError:
         pass
+    return amended
 
 
 def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing_key: Path | None = None) -> list[tuple[str, str, str]]:
     """`assure promote`: commit proposed tasks that a fresh gate decision now allows."""
     with store.exclusive(run.path, "run"):
-        state = store.read_json(run.path / "state.json")
+        state = store.read_json(run.paths.state)
+        records = Records(run.paths)
         events = run.events()
         done = []
         try:
             for task in tasks_of(spec.data):
                 ts = state["tasks"][task.id]
-                if ts["state"] != "proposed" or (task_id is not None and task.id != task_id):
+                if ts["state"] != TaskState.PROPOSED or (task_id is not None and task.id != task_id):
                     continue
-                n = ts["attempts"][-1]["n"]
-                base = run.path / "base"
-                decision = promote.decide(task_spec(spec, task, base), run, run.attempt_dir(n))
-                events.append("promote_decided", task=task.id, attempt=n, decision=decision.to_json())
+                record = records.get(ts["attempts"][-1]["n"])
+                base = run.paths.base
+                decision = promote.decide(task_spec(spec, task, base), run, record)
+                events.append("promote_decided", task=task.id, attempt=record.number, decision=decision.to_json())
                 if not decision.allowed:
-                    done.append((task.id, "proposed", decision.reason))
+                    done.append((task.id, TaskState.PROPOSED, decision.reason))
                     continue
-                commit = promote.commit(spec, run, task.id, run.attempt_dir(n), base)
-                ts["state"], ts["reason"] = "committed", "committed later by an operator's promote"
-                events.append("promote_committed", task=task.id, attempt=n, **commit)
+                commit = promote.commit(spec, run, task.id, record, base)
+                ts["state"], ts["reason"] = TaskState.COMMITTED, "committed later by an operator's promote"
+                events.append("promote_committed", task=task.id, attempt=record.number, **commit)
                 run.save_state(state)
-                done.append((task.id, "committed", ts["reason"]))
+                done.append((task.id, TaskState.COMMITTED, ts["reason"]))
         finally:
             events.close()
-        if any(st == "committed" for _, st, _ in done):
-            issue_receipts(run, spec, state, signing_key)
+        if any(st == TaskState.COMMITTED for _, st, _ in done):
+            issue_receipts(run, spec, state, signing_key, records)
         return done
 
 
-def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None) -> None:
+
+def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None, records: Records,
+                   judged: Mapping[int, AttemptRecord] | None = None) -> None:
     """Seal the run's logs and issue one AAR per resolved task (signed when a key is given).
 
     Issued anew each time the run's record changes (e.g. a later `assure promote`), so every
-    receipt carries the seal of the logs as they finally are."""
+    receipt carries the seal of the logs as they finally are. The journals of the attempts
+    `judged` in this process are sealed with the heads their judge verified."""
     key = receipts.load_private(signing_key) if signing_key else None
     principal = receipts.key_id(key.public_key()) if key else "keyless"
-    folder = run.path / "receipts"
-    shutil.rmtree(folder, ignore_errors=True)
-    seal = receipts.seal_run(run.path)
+    shutil.rmtree(run.paths.receipts, ignore_errors=True)
+    heads = {layout.journal_log(str(n)): (head["seq"], head["hash"])
+             for n, r in (judged or {}).items() if r.judgement is not None and (head := r.judgement.journal_head) is not None}
+    seal = receipts.seal_run(run.path, heads)
     for task in tasks_of(spec.data):
         ts = state["tasks"][task.id]
         if ts["state"] not in TERMINAL or not ts["attempts"]:
             continue
-        last = run.attempt_dir(ts["attempts"][-1]["n"])
-        verdict = store.read_json(last / "verdict.json") if (last / "verdict.json").is_file() else {"verdict": "error", "findings": [], "claim": None}
-        verified = ts["state"] in ("committed", "proposed") and verdict["verdict"] in ("pass", "contained")
+        last = records.get(ts["attempts"][-1]["n"])
+        judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
+        verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
         record = receipts.build_receipt(
-            run_id=run.run_id, task_id=task.id, claim=_shown(verdict.get("claim") or {"status": "none", "summary": "the agent made no claim"}),
+            run_id=run.run_id, task_id=task.id, claim=_shown(judgement.claim or {"status": "none", "summary": "the agent made no claim"}),
             verdict="verified" if verified else "rejected", ground_truth="confirmed" if verified else "contradicted",
-            reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(verdict),
+            reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(judgement, last.judged_at),
             subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
             verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
             deployment_id=os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname()), scope_id=(task.contract or {}).get("id", "no-contract"), seal=seal,
@@ -353,15 +366,16 @@ def _shown(value: Any) -> Any:
     return value
 
 
-def _checks(verdict: dict[str, Any]) -> list[dict[str, Any]]:
+def _checks(judgement: Judgement, judged_at: str | None) -> list[dict[str, Any]]:
     """The verifier's checks behind a receipt: each assertion, plus the attribution of changes."""
-    observed = verdict.get("judged_at") or utc_now()
-    items = [f for f in verdict["findings"] if f["kind"] in ("assertion_passed", "assertion_failed")]
-    unexplained = [f["subject"] for f in verdict["findings"] if f["severity"] == Severity.BREACH]
+    observed = judged_at or utc_now()
+    findings = [f.to_json() for f in judgement.findings]
+    items = [f for f in findings if f["kind"] in (Kind.ASSERTION_PASSED, Kind.ASSERTION_FAILED)]
+    unexplained = unexplained_subjects(judgement.findings)
     checks = [{"source": "verifier:assertion", "query": display(f["subject"]), "observed_at": observed,
                "response_sha256": sha256_hex(canonical(f)), "excerpt": display(f"{f['kind']}: {f['message']}")[:200]} for f in items]
     checks.append({"source": "verifier:attribution", "query": "every change explained by an allowed journal entry or a writable scope",
-                   "observed_at": observed, "response_sha256": sha256_hex(canonical(verdict["findings"])),
+                   "observed_at": observed, "response_sha256": sha256_hex(canonical(findings)),
                    "excerpt": f"{len(unexplained)} unexplained: {', '.join(display(s) for s in unexplained[:5])}"[:200]})
     return checks
 
@@ -378,24 +392,22 @@ def reap(backend: DockerBackend, run_id: str) -> int:
     return sum(len(v) for v in owned.values())
 
 
-def build_report(run: store.RunDir, spec: dict[str, Any], state: dict[str, Any], verdict_file: str = "verdict.json") -> dict[str, Any]:
-    """The machine-readable report: tasks, every attempt's findings, and an overall verdict
-    (the worst final verdict of the tasks, by breach > error > fail > contained > pass).
-    `verdict_file` is `reverify.json` when the verdicts were recomputed offline."""
+def build_report(run: store.RunDir, spec: dict[str, Any], state: dict[str, Any], records: Callable[[int], AttemptRecord | None]) -> dict[str, Any]:
+    """The machine-readable report: tasks, every judged attempt's findings, and an overall
+    verdict (the worst final verdict of the tasks, by breach > error > fail > contained > pass)."""
     attempts = []
     finals = []
     for task_id in state["order"]:
         ts = state["tasks"][task_id]
         for a in ts["attempts"]:
-            attempt_dir = run.attempt_dir(a["n"])
-            if not (attempt_dir / verdict_file).is_file():
+            record = records(a["n"])
+            if record is None or record.judgement is None:
                 continue
-            verdict = store.read_json(attempt_dir / verdict_file)
-            facts = store.read_json(attempt_dir / "container.json")
+            verdict, facts = record.judgement.to_json(), record.facts
             attempts.append({
-                "attempt": a["n"], "task": task_id, "verdict": verdict["verdict"], "exit_code": facts.get("exit_code"),
-                "timed_out": facts.get("timed_out"), "stopped": facts.get("stopped"), "timings": facts.get("timings", {}),
-                "claim": verdict.get("claim"), "journal_head": verdict.get("journal_head"), "findings": verdict["findings"],
+                "attempt": a["n"], "task": task_id, "verdict": verdict["verdict"], "exit_code": facts.exit_code,
+                "timed_out": facts.timed_out, "stopped": facts.stopped, "timings": facts.timings,
+                "claim": verdict["claim"], "journal_head": verdict["journal_head"], "findings": verdict["findings"],
             })
         verdicts = [a["verdict"] for a in attempts if a["task"] == task_id]
         if verdicts:
@@ -411,14 +423,20 @@ def build_report(run: store.RunDir, spec: dict[str, Any], state: dict[str, Any],
 
 
 def reverify(run_dir: Path) -> RunResult:
-    """Recompute every attempt's verdict from the run directory alone."""
+    """Recompute every attempt's verdict from the run directory alone: each record loaded from
+    its folder and judged by the same judge as the live attempt, into `reverify.json`."""
     run = store.RunDir.open(run_dir)
-    state = store.read_json(run.path / "state.json")
+    state = store.read_json(run.paths.state)
+    rejudged: dict[int, AttemptRecord] = {}
     for path in run.attempts():
-        if (path / "container.json").is_file():
-            spec = store.read_json(path / "task.json")["spec"] if (path / "task.json").is_file() else run.spec_json()
-            store.write_json(path / "reverify.json", judge(path, spec, recheck_workspace=True).to_json())
-    return RunResult(run.path, build_report(run, run.spec_json(), state, "reverify.json"))
+        paths = run.attempt(int(path.name))
+        if paths.container.is_file():
+            spec = store.read_json(paths.task)["spec"] if paths.task.is_file() else run.spec_json()
+            record = AttemptRecord.load(paths, judged=False)
+            judgement = judge(record, spec, recheck_workspace=True)
+            store.write_json(paths.reverify, judgement.to_json())
+            rejudged[paths.number] = record.judged(judgement, None)
+    return RunResult(run.path, build_report(run, run.spec_json(), state, rejudged.get))
 
 
 def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:
@@ -427,14 +445,15 @@ def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:
         return None
     candidates = []
     for path in runs_base.iterdir():
-        state_file = path / "state.json"
+        paths = RunPaths(path)
+        state_file = paths.state
         try:
             state = store.read_json(state_file)
-            source = store.read_json(path / "spec.json").get("_source")
+            source = store.read_json(paths.spec_json).get("_source")
         except AssureError:
             continue
         resumable = isinstance(state, dict) and {"tasks", "order", "next_attempt"} <= state.keys()
-        if resumable and source == str(spec.path) and state.get("state") in ("running", "aborted") and not store.is_locked(path):
+        if resumable and source == str(spec.path) and state.get("state") in (RunState.RUNNING, RunState.ABORTED) and not store.is_locked(path):
             candidates.append((state_file.stat().st_mtime, path))
     return store.RunDir(max(candidates)[1]) if candidates else None
 

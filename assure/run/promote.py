@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shutil
 import stat
 import subprocess
 import time
@@ -23,6 +22,7 @@ from typing import Any
 from assure.core import confined, control, gate
 from assure.run import policy
 from assure.records import store
+from assure.records.attempt_record import AttemptRecord
 from assure.core.chain import iter_chain
 from assure.records.receipts import receipt_filename
 from assure.errors import AssureError
@@ -44,11 +44,7 @@ def slug(task_id: str) -> str:
     return receipt_filename(task_id).removesuffix(".json")
 
 
-def changes(attempt_dir: Path) -> list[dict[str, Any]]:
-    return store.read_json(attempt_dir / "verdict.json")["changes"]
-
-
-def decide(spec: Spec, run: store.RunDir, attempt_dir: Path) -> gate.Decision:
+def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decision:
     """One decision per changed path; the first that is not `allow` decides."""
     if not spec.data.get("promote"):
         return gate.Decision(gate.DENY, "promote.no_target", "no promote target in the spec: propose-only")
@@ -58,7 +54,7 @@ def decide(spec: Spec, run: store.RunDir, attempt_dir: Path) -> gate.Decision:
     if override.dial is not None:
         dial = min(dial, gate.LEVELS[override.dial])
     has_verifier = bool(spec.data["assertions"])
-    rollback = f"promote:{run.run_id}:{attempt_dir.name}"  # the host keeps a backup of what it replaces
+    rollback = f"promote:{run.run_id}:{record.number}"  # the host keeps a backup of what it replaces
     ctx = gate.Context(
         known_tools=frozenset({"promote"}), now=time.time(), budget=gate.Budget(),
         protected=spec.workspace.protected, contract=policy.contract(spec.data.get("contract")),
@@ -66,7 +62,7 @@ def decide(spec: Spec, run: store.RunDir, attempt_dir: Path) -> gate.Decision:
         verifier_fresh=has_verifier, rollbacks={rollback: ("fs:**",)}, halted=override.halted,  # the backup covers every promoted path
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
-    for change in changes(attempt_dir):
+    for change in record.changes():
         action = gate.Action("promote", True, path=change["path"], resource_mode="live", reversible=True, rollback_ref=rollback)
         decision = gate.decide(action, ctx)
         if not decision.allowed:
@@ -74,17 +70,18 @@ def decide(spec: Spec, run: store.RunDir, attempt_dir: Path) -> gate.Decision:
     return decision
 
 
-def propose(run: store.RunDir, task_id: str, attempt_dir: Path) -> Path:
+def propose(run: store.RunDir, task_id: str, record: AttemptRecord) -> Path:
     """A reviewable bundle: the changes, a patch, the SQL changesets and the verdict."""
-    bundle = run.path / "proposals" / slug(task_id)
+    bundle = run.paths.proposals / slug(task_id)
     bundle.mkdir(parents=True, exist_ok=True)
-    store.write_json(bundle / "proposal.json", {"task": task_id, "attempt": int(attempt_dir.name), "changes": changes(attempt_dir)})
-    (bundle / "patch.diff").write_text(_patch(run.path / "base", attempt_dir / "workspace", changes(attempt_dir)), encoding="utf-8")
-    journal = attempt_dir / "gateway" / "journal.jsonl"
+    items = record.changes()
+    store.write_json(bundle / "proposal.json", {"task": task_id, "attempt": record.number, "changes": items})
+    (bundle / "patch.diff").write_text(_patch(run.paths.base, record.paths.workspace, items), encoding="utf-8")
+    journal = record.paths.journal
     records = iter_chain(journal) if journal.is_file() else []
     sql = [r["effect"] for r in records if r.get("event") == "tool_call" and r.get("decision") == "allow" and isinstance(r.get("effect"), dict) and r["effect"].get("op") == "sql"]
     store.write_json(bundle / "changesets.json", sql)
-    shutil.copyfile(attempt_dir / "verdict.json", bundle / "verdict.json")
+    store.write_json(bundle / record.paths.verdict.name, record.verdict_json())
     return bundle
 
 
@@ -123,10 +120,10 @@ def _text(root: Path, rel: str) -> list[str] | None:
         return None
 
 
-def commit(spec: Spec, run: store.RunDir, task_id: str, attempt_dir: Path, base: Path) -> dict[str, Any]:
+def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, base: Path) -> dict[str, Any]:
     """Apply an attempt's changes to the target (and the run's base); in a git target, one
     commit per task. Idempotent: a finished commit is recorded and returned as is."""
-    record_dir = run.path / "promotions" / slug(task_id)
+    record_dir = run.paths.promotions / slug(task_id)
     marker = record_dir / "committed.json"
     if marker.is_file():
         return store.read_json(marker)
@@ -134,12 +131,13 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, attempt_dir: Path, base:
     if not target.is_dir():
         raise PromoteError(f"the promote target {target} is not a folder", fix="create it (or `git init` it) first")
     record_dir.mkdir(parents=True, exist_ok=True)
-    items = changes(attempt_dir)
+    items = record.changes()
+    workspace = record.paths.workspace
     for root in (target, base):
-        preflight(attempt_dir / "workspace", root, items)
+        preflight(workspace, root, items)
     _backup(target, items, record_dir / "backup")
     for root in (target, base):
-        _apply(attempt_dir / "workspace", root, items)
+        _apply(workspace, root, items)
     result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
     if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
         staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]

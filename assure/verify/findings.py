@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
@@ -73,6 +74,21 @@ class Finding:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
         return cls(Kind(data["kind"]), data["subject"], data["message"], data.get("attribution"), data.get("detail", {}))
+
+
+# A change nobody explained: no allowed journal entry and no writable scope accounts for it.
+# The one definition of "unexplained", for the assertion that forbids them and for receipts.
+UNEXPLAINED_KINDS = frozenset({Kind.UNATTRIBUTED, Kind.PROTECTED_CHANGED, Kind.CONTAINER_CHANGED})
+
+
+def unexplained_subjects(findings: Iterable[Finding]) -> list[str]:
+    return [f.subject for f in findings if f.kind in UNEXPLAINED_KINDS]
+
+
+def breach_subjects(findings: Iterable[Finding]) -> list[str]:
+    """What made a verdict a breach: every breach-severity finding (unexplained changes, a
+    containment that failed, an incomplete journal)."""
+    return [f.subject for f in findings if f.severity == "breach"]
 
 
 # A limit the agent ran into (the disk, the gateway's request budget or journal cap): it held.

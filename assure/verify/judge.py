@@ -1,30 +1,35 @@
-"""The verdict of one attempt, computed from its directory alone (live and offline alike).
+"""The verdict of one attempt, from its record alone (live and offline alike).
 
-Inputs, all in the attempt directory: `pre.json` and `post.json` (workspace snapshots),
-`gateway/journal.jsonl` (the gateway's hash-chained journal), `container.json` (what the
-engine reported: exit code, hardening, filesystem changes), `commands.json` and `cases.json`
-(what the check containers printed and returned, each bound to the POST snapshot's digest)
-and the resolved spec. The agent's
-own claim (`task.report`) is carried along as narrative and never read by any rule.
+Inputs, an `AttemptRecord` (what the attempt collected, held in memory live and loaded from
+the attempt folder by `assure verify`): the PRE and POST workspace snapshots, the container
+facts (what the engine reported: exit code, hardening, filesystem changes), the check
+containers' results (each bound to the POST snapshot's digest) and, read from the attempt
+folder, the gateway's hash-chained journal, the database captures and `workspace/`; and the
+resolved spec. The agent's own claim (`task.report`) is carried along as narrative and never
+read by any rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
 from assure.errors import describe
 from assure.records.store import read_json
 from assure.verify import assertions, attribution, completeness, container, sqlite
 from assure.verify.diff import Change, diff
-from assure.verify.findings import Finding, Kind, Verdict, verdict
+from assure.verify.findings import Finding, Kind, Verdict, unexplained_subjects, verdict
 from assure.verify.snapshot import Snapshot, take
 
-BREACH_KINDS = (Kind.UNATTRIBUTED, Kind.PROTECTED_CHANGED, Kind.CONTAINER_CHANGED)
-CHECK_FILES = {"command": "commands", "cases": "cases"}  # assertions run in check containers: their results
+if TYPE_CHECKING:
+    from assure.records.attempt_record import AttemptRecord
+    from assure.records.layout import AttemptPaths
+
+CHECK_KINDS = ("command", "cases")  # assertions run in check containers: their results are in the record
+SNAPSHOTS = "snapshot"  # a record's `unreadable` key for pre.json and post.json, loaded together
 
 
 @dataclass(frozen=True)
@@ -46,29 +51,49 @@ class Judgement:
             "journal_head": self.journal_head,
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Judgement:
+        """Inverse of `to_json` (a `verdict.json`)."""
+        return cls(Verdict(data["verdict"]), tuple(Finding.from_json(f) for f in data["findings"]),
+                   tuple(Change.from_json(c) for c in data["changes"]), data.get("claim"), data.get("journal_head"), data.get("containment"))
 
-def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None]:
-    """The verified journal, streamed again by each reader (never loaded whole), and its head.
-    The first pass also checks it is a complete account (completeness.py)."""
+    def with_finding(self, finding: Finding, *, hostile: bool) -> Judgement:
+        """The judgement with one more finding (a failure after judging), its verdict
+        recomputed by the same rule: a breach stays a breach."""
+        found = (*self.findings, finding)
+        return replace(self, findings=found, verdict=verdict(list(found), hostile=hostile))
+
+
+def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None, Any]:
+    """The verified journal, streamed again by each reader (never loaded whole), its head and
+    the agent's last claim. The first pass also checks it is a complete account (completeness.py)
+    and picks up the claim on its way."""
     if not path.is_file():
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", "no gateway journal: the gateway never ran"))
-        return (), None
+        return (), None, None
     journal = ChainFile(path)
+    claims = []
+
+    def noting_claims(records: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
+        for r in records:
+            if r.get("event") == "tool_call" and r.get("tool") == "task.report" and r.get("decision") == "allow":
+                claims.append(r.get("claim"))
+            yield r
     try:
-        head, incomplete = completeness.account(journal, gateway)
+        head, incomplete = completeness.account(noting_claims(journal), gateway)
     except (ChainError, OSError, UnicodeDecodeError) as exc:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the gateway journal does not verify: {exc}"))
-        return (), None
+        return (), None, None
     findings += incomplete
-    return journal, head
+    return journal, head, claims[-1] if claims else None
 
 
-def _database_findings(attempt_dir: Path, name: str, journal: Iterable[dict[str, Any]]) -> list[Finding]:
+def _database_findings(paths: AttemptPaths, name: str, journal: Iterable[dict[str, Any]]) -> list[Finding]:
     """Rows, schema and header of one database: PRE vs POST, explained by the journaled changesets."""
-    pre, post = attempt_dir / "db-pre" / f"{name}.sqlite", attempt_dir / "db-post" / f"{name}.sqlite"
+    pre, post = paths.db_capture("pre", name), paths.db_capture("post", name)
     for side, path in (("pre", pre), ("post", post)):
         if not path.is_file():
-            error = path.with_name(f"{name}.error.json")
+            error = paths.db_error(side, name)
             message = read_json(error).get("message", "?") if error.is_file() else "no capture"
             exc = sqlite.DatabaseError(str(message))
             return [sqlite.error_finding(name, exc, side=side)]
@@ -137,56 +162,59 @@ def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], def
         return default
 
 
-def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = False) -> Judgement:
+def _unreadable(findings: list[Finding], record: AttemptRecord, name: str) -> None:
+    """A part of the record that did not load, reported as its rule would have."""
+    if name in record.unreadable:
+        findings.append(Finding(Kind.HARNESS_ERROR, name, f"the verifier failed here: {describe(record.unreadable[name])}"))
+
+
+def judge(record: AttemptRecord, spec: dict[str, Any], *, recheck_workspace: bool = False) -> Judgement:
+    paths, facts = record.paths, record.facts
     findings: list[Finding] = []
-    facts = _guarded(findings, "container.json", lambda: read_json(attempt_dir / "container.json"), {})
-    findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.get("harness_errors", [])]
-    journal, head = _guarded(findings, "journal", lambda: _journal(attempt_dir / "gateway" / "journal.jsonl", findings, facts.get("gateway")), ((), None))
-    recorded = facts.get("journal_head")
+    _unreadable(findings, record, paths.container.name)
+    findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.harness_errors]
+    journal, head, claim = _guarded(findings, "journal", lambda: _journal(paths.journal, findings, facts.gateway), ((), None, None))
+    recorded = facts.journal_head
     if recorded is not None and recorded != head:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"journal head {head} differs from the head recorded at collection {recorded}"))
     checked = None
-    if "inspect" in facts:
-        failed = _guarded(findings, "containment", lambda: container.containment(facts["inspect"], spec, facts.get("engine_security"), attempt_dir.name), [])
+    if facts.inspect is not None:
+        failed = _guarded(findings, "containment", lambda: container.containment(facts.inspect, spec, facts.engine_security, paths.root.name), [])
         checked = {"checked": container.containment_checked(spec), "failed": [f.subject for f in failed]}
         findings += failed
-    findings += _guarded(findings, "container filesystem", lambda: container.filesystem_changes(facts.get("fs_changes", [])), [])
-    try:
-        pre = Snapshot.from_json(read_json(attempt_dir / "pre.json"))
-        post = Snapshot.from_json(read_json(attempt_dir / "post.json"))
-    except Exception as exc:  # a missing or unreadable snapshot: cannot judge, never pass
-        findings.append(Finding(Kind.HARNESS_ERROR, "snapshot", f"snapshot unavailable: {exc}"))
+    findings += _guarded(findings, "container filesystem", lambda: container.filesystem_changes(facts.fs_changes), [])
+    pre, post = record.pre, record.post
+    if pre is None or post is None:  # a missing or unreadable snapshot: cannot judge, never pass
+        findings.append(Finding(Kind.HARNESS_ERROR, "snapshot", f"snapshot unavailable: {record.unreadable.get(SNAPSHOTS, 'not collected')}"))
         return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), (), None, head, checked)
-    if recheck_workspace and _guarded(findings, "workspace", lambda: _workspace_moved(post, take(attempt_dir / "workspace"), facts.get("workspace_copy")), False):
-        findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the run directory's workspace no longer matches post.json"))
-    findings += _guarded(findings, "workspace copy", lambda: _not_carried(facts.get("workspace_copy")), [])
+    if recheck_workspace and _guarded(findings, "workspace", lambda: _workspace_moved(post, take(paths.workspace), facts.workspace_copy), False):
+        findings.append(Finding(Kind.HARNESS_ERROR, "workspace", f"the run directory's workspace no longer matches {paths.post.name}"))
+    findings += _guarded(findings, "workspace copy", lambda: _not_carried(facts.workspace_copy), [])
     if pre.truncated:
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the fixture exceeds the verifier's limits: " + "; ".join(pre.notes)))
     if post.truncated:
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
-    findings += _guarded(findings, "disk limit", lambda: _disk_limit(facts.get("workspace_fs")), [])
+    findings += _guarded(findings, "disk limit", lambda: _disk_limit(facts.workspace_fs), [])
     changes = _guarded(findings, "diff", lambda: diff(pre, post), [])
     ws = spec["workspace"]
     findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"]), [])
     findings += [Finding(Kind.NOT_CHECKED, e.path, e.note) for e in post.entries.values() if e.note]
     for db in spec.get("databases", []):
-        findings += _guarded(findings, f"db:{db['name']}", lambda db=db: _database_findings(attempt_dir, db["name"], journal), [])
-    unexplained = [f.subject for f in findings if f.kind in BREACH_KINDS]
-    check_runs = {kind: _guarded(findings, f"{file}.json", lambda file=file: read_json(attempt_dir / f"{file}.json") if (attempt_dir / f"{file}.json").is_file() else [], [])
-                  for kind, file in CHECK_FILES.items()}
+        findings += _guarded(findings, f"db:{db['name']}", lambda db=db: _database_findings(paths, db["name"], journal), [])
+    unexplained = unexplained_subjects(findings)
+    for name in (paths.commands.name, paths.cases.name):
+        _unreadable(findings, record, name)
     post_digest = sha256_hex(canonical(post.to_json()))
-    counts = dict.fromkeys(CHECK_FILES, 0)
+    counts = dict.fromkeys(CHECK_KINDS, 0)
     for a in spec["assertions"]:
         result = None
-        for kind in CHECK_FILES.keys() & a.keys():  # the nth assertion of a kind has index n in its file
-            result = next((c for c in check_runs[kind] if isinstance(c, dict) and c.get("index") == counts[kind]), None)
+        for kind in a.keys() & CHECK_KINDS:  # the nth assertion of a kind has index n in its results
+            result = next((c for c in record.checks.get(kind, []) if isinstance(c, dict) and c.get("index") == counts[kind]), None)
             counts[kind] += 1
         def check(a: dict[str, Any] = a, result: dict[str, Any] | None = result) -> Finding:
-            return assertions.check(a, post=post, workspace=attempt_dir / "workspace", exit_code=facts.get("exit_code"), journal=journal,
+            return assertions.check(a, post=post, workspace=paths.workspace, exit_code=facts.exit_code, journal=journal,
                                     unexplained=unexplained, command_result=result, post_digest=post_digest)
         finding = _guarded(findings, f"assertion {next(iter(a))}", check, None)
         if finding is not None:
             findings.append(finding)
-    claims = _guarded(findings, "claim", lambda: [r.get("claim") for r in journal if isinstance(r, dict) and r.get("event") == "tool_call"
-                                                  and r.get("tool") == "task.report" and r.get("decision") == "allow"], [])
-    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head, checked)
+    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claim, head, checked)

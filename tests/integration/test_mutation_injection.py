@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from assure.records import store
+from assure.records.attempt_record import AttemptRecord
+from assure.records.layout import AttemptPaths
 from assure.verify import sqlite as sqlite_verify
 from assure.verify.findings import Kind
 from assure.verify.judge import judge
@@ -61,7 +63,7 @@ def rejudge(attempt: Path, spec: dict, mutate_ws=None, mutate_db=None):
         shutil.rmtree(attempt / "db-post")
         (attempt / "db-post").mkdir()
         sqlite_verify.capture(source, attempt / "db-post", "shop")
-    return judge(attempt, spec)
+    return judge(AttemptRecord.load(AttemptPaths(attempt)), spec)
 
 
 def unexplained(judgement) -> list[str]:
@@ -118,6 +120,19 @@ def test_a_legitimate_run_has_no_unattributed_change(legit, tmp_path):
     attributed = sorted(f.subject for f in judgement.findings if f.kind is Kind.ATTRIBUTED)
     assert "src/calc.py" in attributed and "out/notes.txt" in attributed
     assert any(s.startswith("db:shop:orders") for s in attributed) and any(s.startswith("db:shop:audit") for s in attributed)
+
+
+def test_the_record_loaded_from_disk_is_judged_as_the_live_one_was(legit):
+    """The live judge ran on the record held in memory; the same judge on the record loaded
+    from the attempt folder alone (in place: its mounts name it) gives the same judgement,
+    finding for finding."""
+    attempt, spec = legit
+    live = store.read_json(attempt / "verdict.json")
+    assert live.pop("judged_at")
+    record = AttemptRecord.load(AttemptPaths(attempt))
+    assert record.unreadable == {} and record.pre is not None and record.post is not None
+    assert judge(record, spec).to_json() == live
+    assert judge(record, spec, recheck_workspace=True).to_json() == live
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -12,6 +12,11 @@ import yaml
 from assure.core import control, gate
 from assure.run import policy, promote
 from assure.records import store
+from assure.records.attempt_record import AttemptRecord
+from assure.verify.diff import Change
+from assure.verify.snapshot import Entry
+from assure.verify.findings import Verdict
+from assure.verify.judge import Judgement
 from assure import spec as spec_mod
 
 
@@ -25,6 +30,15 @@ def _dir(path: str, kind: str = "added") -> dict:
 
 def _deleted(path: str) -> dict:
     return {"path": path, "kind": "deleted", "after": None}
+
+
+def _judged(run: store.RunDir, items: list[dict]) -> AttemptRecord:
+    """Attempt 1's record as `assure verify` loads it, judged with `items` as its changes."""
+    def entry(path: str, after: dict | None) -> Entry | None:
+        return None if after is None else Entry(path, after["kind"], after["mode"], 0, 0, 0, None, None, 1, None, (), None)
+    changes = tuple(Change(c["path"], c["kind"], (), None, entry(c["path"], c["after"])) for c in items)
+    run.attempt(1).verdict.write_text(json.dumps(Judgement(Verdict.PASS, (), changes, None, None).to_json()))
+    return AttemptRecord.load(run.attempt(1), snapshots=False)
 
 
 def _commit(workspace: Path, target: Path, items: list[dict]) -> None:
@@ -130,9 +144,8 @@ def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     spec = spec_mod.load(tmp_path / "p.yaml")
     run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())
-    attempt = tmp_path / "runs" / "p-run" / "attempts" / "1"
-    attempt.mkdir(parents=True)
-    (attempt / "verdict.json").write_text(json.dumps({"changes": [{"path": "src/calc.py", "kind": "modified"}]}))
+    run.attempt(1).root.mkdir(parents=True)
+    attempt = _judged(run, [_file("src/calc.py", "modified")])
     assert promote.decide(spec, run, attempt).outcome == "allow"  # the promote backup is a rollback for fs:**
     control.request(run.control_dir, run_id="p-run", actor="carol", halt=True)
     assert (promote.decide(spec, run, attempt).outcome, promote.decide(spec, run, attempt).rule) == ("deny", "operator_halt")
@@ -207,9 +220,8 @@ def test_a_git_commit_holds_exactly_the_promoted_files_ignored_or_not(tmp_path):
     (attempt / "workspace" / "conf").mkdir()
     (attempt / "workspace" / "out" / "run.log").write_text("log")
     items = [_dir("out"), _file("out/run.log"), _dir("conf", "modified")]
-    (attempt / "verdict.json").write_text(json.dumps({"changes": items}))
     base = tmp_path / "base"
     base.mkdir()
-    promote.commit(spec, run, "main", attempt, base)
+    promote.commit(spec, run, "main", _judged(run, items), base)
     committed = subprocess.run(["git", "-C", str(target), "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True).stdout.split()
     assert committed == ["out/run.log"]

@@ -403,6 +403,27 @@ def test_seal_refuses_a_broken_chain(tmp_path: Path) -> None:
     assert (caught.value.step, caught.value.path, caught.value.line) == (4, "events.jsonl", 1)
 
 
+def test_a_journal_its_judge_verified_is_sealed_with_that_head_and_a_later_change_fails(tmp_path: Path) -> None:
+    """The driver hands the seal the head each attempt's judge verified, instead of a second
+    pass: the same seal when the journal is unchanged; a journal changed after judging fails
+    verification (the seal holds what was judged, not what is there now)."""
+    run = make_run(tmp_path)
+    streamed = receipts.seal_run(run)
+    (journal,) = [log for log in streamed["logs"] if log["path"] == JOURNAL]
+    judged = receipts.seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
+    assert judged["logs"] == streamed["logs"] and judged["merkle_root"] == streamed["merkle_root"]
+    rewrite_lines(run / JOURNAL, lambda lines: lines[:-1])  # after judging, before sealing
+    seal = receipts.seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
+    receipts.write_receipt(run, receipt_for(seal, "t"))
+    receipts.write_seal(run, seal)
+    error = fails(run, None)
+    assert (error.step, error.path) == (4, JOURNAL)
+    (run / JOURNAL).unlink()
+    (run / JOURNAL).symlink_to(run / "events.jsonl")
+    with pytest.raises(ReceiptError, match="symbolic link"):  # a judged log is still checked in place
+        receipts.seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
+
+
 def test_hostile_seal_path_is_refused_at_step_1(tmp_path: Path) -> None:
     run = make_run(tmp_path)
     issue(run, None, [])

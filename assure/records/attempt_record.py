@@ -1,0 +1,181 @@
+"""What one attempt collected, and its judgement: one typed value for judge, promote, the
+report and the receipts.
+
+The attempt builds it in memory and writes each part to its folder as it goes (the on-disk
+format is `layout`'s); `assure verify` loads the same record from the folder alone
+(`AttemptRecord.load`) and hands it to the same judge. A part that cannot be loaded is kept
+as the exception that stopped it (`unreadable`), for the judge to report: it never passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from assure.errors import RunDirError
+from assure.records.layout import AttemptPaths, RunPaths
+from assure.records.store import read_json
+from assure.verify.judge import CHECK_KINDS, SNAPSHOTS, Judgement
+from assure.verify.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    """`container.json`: how the attempt ran, as the harness and the engine reported it.
+    Every key may be missing (a phase that failed records nothing)."""
+
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
+
+    @property
+    def harness_errors(self) -> list[str]:
+        return list(self.data.get("harness_errors", []))
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.data.get("exit_code")
+
+    @property
+    def timed_out(self) -> bool | None:
+        return self.data.get("timed_out")
+
+    @property
+    def stopped(self) -> dict[str, Any] | None:
+        """Why the harness stopped the agent (`reason`: deadline, operator_halt, budget), if it did."""
+        return self.data.get("stopped")
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return self.data.get("timings", {})
+
+    @property
+    def journal_head(self) -> dict[str, Any] | None:
+        """The journal's last line when it was collected."""
+        return self.data.get("journal_head")
+
+    @property
+    def gateway(self) -> dict[str, Any] | None:
+        """How the gateway container ended (exit code, OOM)."""
+        return self.data.get("gateway")
+
+    @property
+    def inspect(self) -> dict[str, Any] | None:
+        """The agent container's inspected hardening; None if it never started."""
+        return self.data.get("inspect")
+
+    @property
+    def engine_security(self) -> Any:
+        return self.data.get("engine_security")
+
+    @property
+    def fs_changes(self) -> list[dict[str, Any]]:
+        return self.data.get("fs_changes", [])
+
+    @property
+    def workspace_copy(self) -> dict[str, Any] | None:
+        return self.data.get("workspace_copy")
+
+    @property
+    def workspace_fs(self) -> dict[str, Any] | None:
+        return self.data.get("workspace_fs")
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    paths: AttemptPaths
+    facts: ContainerFacts
+    pre: Snapshot | None
+    post: Snapshot | None
+    checks: Mapping[str, list[Any]]  # check-container results by assertion kind (commands.json, cases.json)
+    unreadable: Mapping[str, Exception] = field(default_factory=dict)  # file name -> why it did not load
+    judgement: Judgement | None = None
+    judged_at: str | None = None
+
+    @property
+    def number(self) -> int:
+        return self.paths.number
+
+    def judged(self, judgement: Judgement, judged_at: str | None) -> AttemptRecord:
+        return replace(self, judgement=judgement, judged_at=judged_at)
+
+    def verdict_json(self) -> dict[str, Any]:
+        """What `verdict.json` holds."""
+        assert self.judgement is not None
+        return {**self.judgement.to_json(), "judged_at": self.judged_at}
+
+    def changes(self) -> list[dict[str, Any]]:
+        """The judged workspace changes, as `verdict.json` lists them."""
+        if self.judgement is None:
+            raise RunDirError(f"missing {self.paths.verdict.name}: the attempt was never judged", where=str(self.paths.root))
+        return [c.to_json() for c in self.judgement.changes]
+
+    @classmethod
+    def collected(cls, paths: AttemptPaths, facts: ContainerFacts, *, pre: Snapshot | None, post: Snapshot | None,
+                  checks: Mapping[str, list[Any] | None]) -> AttemptRecord:
+        """The live record: what the attempt holds in memory; a part it does not hold (a phase
+        failed before it) is loaded as `assure verify` would load it."""
+        unreadable: dict[str, Exception] = {}
+        if pre is None or post is None:
+            pre, post = _snapshots(paths, unreadable)
+        loaded = {kind: found if found is not None else _check_file(paths, kind, unreadable) for kind, found in checks.items()}
+        return cls(paths, facts, pre, post, MappingProxyType(loaded), MappingProxyType(unreadable))
+
+    @classmethod
+    def load(cls, paths: AttemptPaths, *, snapshots: bool = True, judged: bool = True) -> AttemptRecord:
+        """The record from the attempt's folder alone, with its live judgement (`verdict.json`)
+        if there is one and `judged`. `snapshots=False` leaves out PRE, POST and the check
+        results (promote, the report and the receipts need only the facts and the judgement)."""
+        unreadable: dict[str, Exception] = {}
+        try:
+            facts = ContainerFacts(read_json(paths.container))
+        except Exception as exc:
+            unreadable[paths.container.name] = exc
+            facts = ContainerFacts()
+        pre, post = _snapshots(paths, unreadable) if snapshots else (None, None)
+        checks = {kind: _check_file(paths, kind, unreadable) if snapshots else [] for kind in CHECK_KINDS}
+        judgement, judged_at = None, None
+        if judged and paths.verdict.is_file():
+            data = read_json(paths.verdict)
+            judgement, judged_at = Judgement.from_json(data), data.get("judged_at")
+        return cls(paths, facts, pre, post, MappingProxyType(checks), MappingProxyType(unreadable), judgement, judged_at)
+
+
+def _snapshots(paths: AttemptPaths, unreadable: dict[str, Exception]) -> tuple[Snapshot | None, Snapshot | None]:
+    try:
+        return Snapshot.from_json(read_json(paths.pre)), Snapshot.from_json(read_json(paths.post))
+    except Exception as exc:  # a missing or unreadable snapshot: the judge cannot judge, never passes
+        unreadable[SNAPSHOTS] = exc
+        return None, None
+
+
+def _check_file(paths: AttemptPaths, kind: str, unreadable: dict[str, Exception]) -> list[Any]:
+    path = paths.commands if kind == "command" else paths.cases
+    try:
+        return read_json(path) if path.is_file() else []
+    except Exception as exc:
+        unreadable[path.name] = exc
+        return []
+
+
+class Records:
+    """A run's attempt records by number: the ones kept here (judged in this process, or
+    amended), else loaded once from the run directory (the facts and the judgement)."""
+
+    def __init__(self, run: RunPaths):
+        self._run = run
+        self._held: dict[int, AttemptRecord] = {}
+
+    def keep(self, record: AttemptRecord) -> None:
+        self._held[record.number] = record
+
+    def get(self, n: int) -> AttemptRecord:
+        if n not in self._held:
+            self._held[n] = AttemptRecord.load(self._run.attempt(n), snapshots=False)
+        return self._held[n]
