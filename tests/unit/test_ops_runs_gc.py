@@ -25,9 +25,11 @@ def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:
     assert runs.listing(tmp_path / "missing") == []
 
 
-def test_a_run_reference_that_is_neither_an_id_nor_a_folder_is_refused(tmp_path: Path) -> None:
+def test_a_run_reference_that_is_neither_an_id_nor_a_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative reference resolves against the working folder
+    (tmp_path / "runs").mkdir()
     with pytest.raises(AssureError, match="not a run id"):
-        runs.find("../../etc", tmp_path)
+        runs.find("../../no-such-run", tmp_path / "runs")
 
 
 def test_a_resource_is_an_orphan_only_when_its_process_on_this_host_is_gone() -> None:
