@@ -24,7 +24,8 @@ from assure import spec as spec_mod
 from assure.records import store
 from assure.errors import AssureError
 from assure.sandbox import live, runtimes, workspace_fs
-from assure.sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
+from assure.sandbox.backend import LABEL_HOST, LABEL_PID
+from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet, base_mode, base_tags
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Run an untrusted agent in a sealed container and judge it by ground truth.")

@@ -1,4 +1,5 @@
-"""The hardened container settings, as pure functions from a spec to Docker keyword arguments.
+"""The hardened container settings, as pure functions from a spec to container requests
+(`backend.ContainerRequest`: Docker's keyword arguments, which every backend interprets).
 
 Nothing here talks to Docker, so the settings are tested without a daemon; the integration
 tests then observe them from inside a real container. `CONTAINMENT` lists what the verifier
@@ -15,6 +16,7 @@ from typing import Any
 from assure.core import confined
 from assure.spec import Spec, parse_size
 from assure.sandbox import runtimes, seccomp
+from assure.sandbox.backend import ContainerRequest
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
@@ -82,7 +84,7 @@ def ulimits(nofile: int, agent_pids: int, disk: str | None) -> list[dict[str, An
             (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]
 
 
-def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> dict[str, Any]:
+def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> ContainerRequest:
     """The hardening every container of a run shares (agent, gateway, proxy, checks); the
     runtime is the spec's unless the caller says otherwise (the gateway and proxy: runc)."""
     uid, gid = sandbox_user(spec)
@@ -136,7 +138,7 @@ def socket_mount(mounts: Mounts, mode: str) -> dict[str, dict[str, str]]:
     return {mounts.socket_volume: {"bind": SOCKET_DIR, "mode": f"{mode},nocopy"}}
 
 
-def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
+def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> ContainerRequest:
     volumes = {
         str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
         **socket_mount(mounts, "ro"),
@@ -156,7 +158,7 @@ def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: d
 
 
 def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None,
-                   extra_volumes: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+                   extra_volumes: dict[str, dict[str, str]] | None = None) -> ContainerRequest:
     """The gateway: no network, or only the internal egress network it shares with the proxy."""
     return {
         **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime()),
@@ -180,7 +182,7 @@ def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels:
     }
 
 
-def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str) -> dict[str, Any]:
+def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str) -> ContainerRequest:
     """The egress proxy: on the internal network with the gateway (the upstream network is
     connected before it starts); the only container of a run that can reach anything."""
     return {
@@ -192,6 +194,19 @@ def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_di
         "name": name,
         "hostname": "egress-proxy",
         "volumes": {str(config_dir): {"bind": "/etc/egress", "mode": "ro"}, str(log_dir): {"bind": "/var/log/egress", "mode": "rw"}},
+    }
+
+
+def check_kwargs(spec: Spec, *, image: str, name: str, command: list[str], env: dict[str, str], copy: Path, labels: dict[str, str],
+                 stdin: bool) -> ContainerRequest:
+    """A check: the agent's limits on a throwaway copy of the workspace, read-only root;
+    `stdin` keeps stdin open for a case's input."""
+    return {
+        **common_kwargs(spec, labels, spec.limits.memory, spec.limits.pids),
+        "image": image, "name": name, "command": command, "working_dir": WORKSPACE,
+        "environment": {**env, "HOME": "/tmp"}, "read_only": True,
+        "volumes": {str(copy): {"bind": WORKSPACE, "mode": "rw"}},
+        "stdin_open": stdin,
     }
 
 
