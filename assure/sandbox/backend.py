@@ -104,7 +104,7 @@ class SandboxBackend(Protocol):
 
     # --- volumes and networks ---------------------------------------------------------------
     def create_volume(self, name: str, labels: dict[str, str], driver_opts: dict[str, str]) -> str:
-        """A named volume (for the gateway's socket); returns its name. SandboxError if it exists."""
+        """A named volume (for the gateway's socket) with the engine's local driver options; returns its name."""
         ...
 
     def remove_volume(self, name: str) -> None:
