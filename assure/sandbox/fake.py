@@ -88,9 +88,10 @@ class _Container:
 
 class FakeBackend:
     """A `SandboxBackend` without an engine. `programs` maps a command's first word to what the
-    container runs; `images` are the tags that exist (creating from another is an ImageError)."""
+    container runs; `images` are the tags that exist (creating from another is an ImageError);
+    volumes and containers' own folders live in a fresh folder under `tmp`."""
 
-    def __init__(self, programs: dict[str, Program] | None = None, images: set[str] | None = None):
+    def __init__(self, programs: dict[str, Program] | None = None, images: set[str] | None = None, *, tmp: str = "/tmp"):
         self.programs: dict[str, Program] = dict(programs or {})
         self.images: set[str] = set(images or ())
         self.created: list[ContainerRequest] = []  # every request, in order, for tests to read
@@ -98,7 +99,7 @@ class FakeBackend:
         self._volumes: dict[str, tuple[Path, dict[str, str]]] = {}
         self._networks: dict[str, tuple[str, dict[str, str], set[str]]] = {}
         self._ids = itertools.count(1)
-        self._scratch = Path(tempfile.mkdtemp(prefix="fk", dir="/tmp"))  # short: unix socket paths are ~100 bytes at most
+        self._scratch = Path(tempfile.mkdtemp(prefix="fk", dir=tmp))  # keep it short: a unix socket's path is ~100 bytes at most
 
     def close(self) -> None:
         """Remove every container and volume left, and the fake's own folder."""
