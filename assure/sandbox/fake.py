@@ -79,7 +79,8 @@ class _Container:
     exit_code: int | None = None
     logs: bytearray = field(default_factory=bytearray)
     attached: socket.socket | None = None  # the backend's end of an attached stream
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # exit_code, logs, attached
+    sending: threading.Lock = field(default_factory=threading.Lock)  # one frame at a time, never under `lock`
 
     @property
     def running(self) -> bool:
@@ -312,9 +313,10 @@ class FakeBackend:
             if container.exit_code is not None:
                 return
             container.logs += data
-            if container.attached is not None:
-                with contextlib.suppress(OSError):
-                    container.attached.sendall(struct.pack(">BxxxI", stream, len(data)) + data)
+            attached = container.attached
+        if attached is not None:  # a reader that stopped reading blocks this program only, never `stop`
+            with container.sending, contextlib.suppress(OSError):
+                attached.sendall(struct.pack(">BxxxI", stream, len(data)) + data)
 
     @staticmethod
     def _close_attached(container: _Container) -> None:
