@@ -123,6 +123,8 @@ class BackendConformance:
         assert harness.backend.read_file(cid, "/tmp/made/file.txt", 100) == ("file", None, None)  # over the bound: not read
         assert harness.backend.read_file(cid, "/tmp/made/link", 2**20) == ("symlink", None, "file.txt")
         assert harness.backend.read_file(cid, "/tmp/made", 2**20) == ("dir", None, None)
+        with pytest.raises(SandboxError):
+            harness.backend.read_file(cid, "/tmp/made/absent", 2**20)
         layer = harness.backend.writable_layer(cid)
         assert layer is None or (layer / "tmp" / "made" / "file.txt").read_bytes() == WRITTEN
 
