@@ -17,7 +17,8 @@ import socket
 import struct
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 
@@ -40,11 +41,11 @@ class Harness:
     def labels(self, run_id: str | None = None) -> dict[str, str]:
         return {LABEL_OWNER: OWNER, LABEL_RUN: run_id or self.run_id, LABEL_PID: str(os.getpid())}
 
-    def request(self, behaviour: str, *, run_id: str | None = None, **extra: object) -> ContainerRequest:
-        return {"image": self.image, "name": f"{self.run_id}-{behaviour}-{uuid.uuid4().hex[:6]}", "command": self.command(behaviour),
-                "labels": {**self.labels(run_id), LABEL_ROLE: Role.AGENT}, "init": True, "detach": True, **extra}  # type: ignore[typeddict-item]
+    def request(self, behaviour: str, *, run_id: str | None = None, **extra: Any) -> ContainerRequest:
+        return ContainerRequest(role=Role.AGENT, image=self.image, name=f"{self.run_id}-{behaviour}-{uuid.uuid4().hex[:6]}",
+                                command=tuple(self.command(behaviour)), labels=self.labels(run_id), init=True, **extra)
 
-    def started(self, behaviour: str, **extra: object) -> str:
+    def started(self, behaviour: str, **extra: Any) -> str:
         cid = self.backend.start_container(self.request(behaviour, **extra))
         self.made.append(("container", cid))
         return cid
@@ -129,7 +130,7 @@ class BackendConformance:
         assert layer is None or (layer / "tmp" / "made" / "file.txt").read_bytes() == WRITTEN
 
     def test_inspect_reports_the_request(self, harness):
-        cid = harness.started("exit3", network_mode="none", cap_drop=["ALL"], mem_limit=64 * 2**20, memswap_limit=64 * 2**20, pids_limit=32)
+        cid = harness.started("exit3", network="none", cap_drop=("ALL",), memory=64 * 2**20, memory_swap=64 * 2**20, pids_limit=32)
         harness.backend.wait(cid, 30)
         info = harness.backend.inspect(cid)
         host = info["HostConfig"]
@@ -171,7 +172,7 @@ class BackendConformance:
 
     def test_errors_are_the_protocols_own(self, harness):
         with pytest.raises(ImageError):
-            harness.backend.create_container({**harness.request("exit3"), "image": "assure-absent-image:conformance"})
+            harness.backend.create_container(replace(harness.request("exit3"), image="assure-absent-image:conformance"))
         for call in (lambda: harness.backend.inspect(harness.absent_id), lambda: harness.backend.start(harness.absent_id),
                      lambda: harness.backend.logs(harness.absent_id, 10)):
             with pytest.raises(SandboxError) as info:

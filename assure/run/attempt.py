@@ -29,7 +29,7 @@ from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
 from assure.sandbox import hardening, runtimes, workspace_fs
 from assure.sandbox import backend as sandbox
-from assure.sandbox.backend import LABEL_ROLE, Role, SandboxBackend
+from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from assure.textsafe import display
@@ -302,17 +302,16 @@ class Attempt:
         mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
-        gateway = self.backend.start_container(hardening.gateway_kwargs(
-            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: Role.GATEWAY},
-            network=network, extra_volumes=self.model.volumes()))
+        gateway = self.backend.start_container(hardening.gateway_request(
+            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
+            network=network, extra_mounts=self.model.mounts()))
         self._containers.append(gateway)
         self._gateway = gateway
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
         env = {"ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
-        agent_kwargs = hardening.agent_kwargs(
-            self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels={**self.labels, LABEL_ROLE: Role.AGENT}, env=env)
+        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=env)
         with ThreadPoolExecutor(max_workers=1) as pool:  # create the agent while the gateway boots
-            creating = pool.submit(self.backend.create_container, agent_kwargs)
+            creating = pool.submit(self.backend.create_container, agent)
             try:
                 self._await_gateway(gateway)
             finally:
@@ -338,9 +337,9 @@ class Attempt:
                                                     "log": "/var/log/egress/requests.jsonl", "allow_private": egress["allow_private"],
                                                     "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS, "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS})
         os.chmod(cfg_dir / "config.json", 0o644)
-        proxy = self.backend.create_container(hardening.egress_kwargs(
+        proxy = self.backend.create_container(hardening.egress_request(
             self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
-            labels={**self.labels, LABEL_ROLE: Role.EGRESS}, network=self._network))
+            labels=self.labels, network=self._network))
         self._containers.append(proxy)
         if egress["upstream"] != "none":
             self.backend.connect(egress["upstream"], proxy)

@@ -28,7 +28,7 @@ from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
 from assure.sandbox import hardening, workspace_fs
 from assure.errors import SandboxError
-from assure.sandbox.backend import ENGINE_FIX, LABEL_ROLE, Role, SandboxBackend
+from assure.sandbox.backend import ENGINE_FIX, SandboxBackend
 from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
 from assure.textsafe import display
 
@@ -191,8 +191,8 @@ def run_in_check(spec: Spec, copy: Path, backend: SandboxBackend, *, image: str,
     """Run `command` in a fresh hardened container on `copy`: the one way a check runs the
     agent's code. Output is read from the attached stream as it is written (bounded: stdout
     up to `stdout_cap`, a tail of both), never from a log the engine may rotate."""
-    cid = backend.create_container(hardening.check_kwargs(spec, image=image, name=name, command=command, env=env, copy=copy,
-                                                          labels={**labels, LABEL_ROLE: Role.CHECK}, stdin=stdin is not None))
+    cid = backend.create_container(hardening.check_request(spec, image=image, name=name, command=command, env=env, copy=copy,
+                                                           labels=labels, stdin=stdin is not None))
     try:
         run = CheckRun()
         with backend.attached(cid, stdin=stdin is not None) as sock:

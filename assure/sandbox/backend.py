@@ -20,10 +20,10 @@ Cleanup guarantees.
   them by `LABEL_OWNER` (and one run's by `LABEL_RUN`), so a driver killed at any moment is
   reaped on resume and `assure gc` removes the rest.
 
-Requests. A container is described by a `ContainerRequest`: the docker-py `containers.create`
-keyword arguments that `sandbox.hardening` builds (the one place that decides the hardening).
-Another backend interprets the same keys (the fake reads image, command, environment, volumes,
-labels and the limits it reports back in `inspect`).
+Requests. A container is described by a `ContainerRequest` (role, image, command, env, mounts,
+user, limits, runtime, network, read-only root, tmpfs, ulimits, security options, labels),
+built by `sandbox.hardening`, the one place that decides the hardening. Docker translates it
+into its create arguments; the fake runs it and reports it back in `inspect`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from __future__ import annotations
 import socket
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, TypedDict, runtime_checkable
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 LABEL_OWNER = "assure.owner"
 LABEL_RUN = "assure.run"
@@ -55,38 +57,58 @@ class Role:
     CHECK = "check"
 
 
-class ContainerRequest(TypedDict, total=False):
-    """One container, as hardening.py builds it (docker-py `containers.create` keywords).
+@dataclass(frozen=True)
+class Mount:
+    """A host folder (absolute path) or a named volume, at `target` in the container."""
 
-    `volumes` maps a host path or a volume name to `{"bind": container path, "mode": "rw"|"ro"[,nocopy]}`;
-    `labels` carries `LABEL_ROLE` and the run's labels."""
+    source: str
+    target: str
+    read_only: bool = False
+    nocopy: bool = False  # a volume: the engine must not copy the image's files at `target` into it
 
-    image: str
+
+@dataclass(frozen=True)
+class Ulimit:
     name: str
-    command: list[str]
-    environment: dict[str, str]
-    working_dir: str
-    hostname: str
-    user: str
-    labels: dict[str, str]
-    volumes: dict[str, dict[str, str]]
-    network_mode: str
-    read_only: bool
-    tmpfs: dict[str, str]
-    ulimits: list[dict[str, Any]]
-    cap_drop: list[str]
-    security_opt: list[str]
-    ipc_mode: str
-    pids_limit: int
-    mem_limit: int
-    memswap_limit: int
-    nano_cpus: int
-    log_config: dict[str, Any]
-    privileged: bool
-    init: bool
-    runtime: str
-    detach: bool
-    stdin_open: bool
+    soft: int
+    hard: int
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """One container, backend-neutral: what to run, what it sees, how it is confined.
+    sandbox/hardening.py builds every request of an attempt; a backend translates it (Docker:
+    `docker.create_kwargs`) or interprets it (the fake). None: the engine's or image's own."""
+
+    role: str  # Role.*: also the `LABEL_ROLE` label
+    image: str
+    name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    hostname: str | None = None
+    user: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    network: str | None = None  # "none", a network's name, or None: the engine's default
+    read_only_root: bool = False
+    tmpfs: Mapping[str, str] = field(default_factory=dict)  # path -> mount options
+    ulimits: tuple[Ulimit, ...] = ()
+    cap_drop: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+    ipc: str | None = None
+    pids_limit: int | None = None
+    memory: int | None = None  # bytes
+    memory_swap: int | None = None  # memory + swap, bytes (equal to memory: no swap)
+    nano_cpus: int | None = None
+    log_max: str | None = None  # the size past which the engine rotates the container's log
+    init: bool = False
+    runtime: str | None = None
+    stdin_open: bool = False
+
+    @property
+    def all_labels(self) -> dict[str, str]:
+        return {**self.labels, LABEL_ROLE: self.role}
 
 
 Owned = dict[str, list[dict[str, str]]]  # "containers" | "volumes" | "networks" -> [{"id", "name", **labels}]

@@ -41,6 +41,26 @@ def _mapped(what: str) -> Iterator[None]:
         raise SandboxError(f"{what}: {exc}", fix=ENGINE_FIX) from exc
 
 
+def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
+    """A request as docker-py's `containers.create` keyword arguments (what is None is left
+    to the engine or the image)."""
+    optional = {
+        "name": request.name, "command": None if request.command is None else list(request.command),
+        "environment": dict(request.env) or None, "working_dir": request.working_dir, "hostname": request.hostname,
+        "user": request.user, "network_mode": request.network, "tmpfs": dict(request.tmpfs) or None,
+        "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits] or None,
+        "cap_drop": list(request.cap_drop) or None, "security_opt": list(request.security_opt) or None,
+        "ipc_mode": request.ipc, "pids_limit": request.pids_limit, "mem_limit": request.memory,
+        "memswap_limit": request.memory_swap, "nano_cpus": request.nano_cpus, "runtime": request.runtime,
+        "log_config": {"type": "json-file", "config": {"max-size": request.log_max, "max-file": "1"}} if request.log_max else None,
+        "volumes": {m.source: {"bind": m.target, "mode": ("ro" if m.read_only else "rw") + (",nocopy" if m.nocopy else "")}
+                    for m in request.mounts} or None,
+        "stdin_open": request.stdin_open or None,
+    }
+    return {"image": request.image, "labels": request.all_labels, "read_only": request.read_only_root, "privileged": False,
+            "init": request.init, **{k: v for k, v in optional.items() if v is not None}}
+
+
 class DockerBackend:
     """The Docker engine: a `SandboxBackend` for attempts and cleanup, an `ImageBuilder` for
     images, and the engine facts doctor reports."""
@@ -128,8 +148,8 @@ class DockerBackend:
 
     # --- containers -------------------------------------------------------------------
     def create_container(self, request: ContainerRequest) -> str:
-        with _mapped(f"create container {request.get('name')}"):
-            return self._client.containers.create(**{k: v for k, v in request.items() if k != "detach"}).id
+        with _mapped(f"create container {request.name}"):
+            return self._client.containers.create(**create_kwargs(request)).id
 
     def start(self, cid: str) -> None:
         with _mapped("start container"):

@@ -1,6 +1,6 @@
 """An in-memory `SandboxBackend` for unit tests: whole attempts run with no Docker engine.
 
-Each container is a thread. What it runs is decided by its role label:
+Each container is a thread. What it runs is decided by its request's role:
 - `gateway`: the real gateway (assure.gateway, stdlib) in this process, on the unix socket
   the attempt expects; its config is the attempt's, with every container path mapped to the
   host folder mounted there.
@@ -35,8 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.errors import ImageError, SandboxError
-from assure.sandbox.backend import (CHANGE_ADDED, ENGINE_FIX, LABEL_OWNER, LABEL_ROLE, LABEL_RUN, OWNER, ContainerRequest, Owned,
-                                    Role)
+from assure.sandbox.backend import CHANGE_ADDED, ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned, Role
 
 KILLED = 137  # what a container killed at the end of its stop grace exits with (128 + SIGKILL)
 TERMINATED = 143  # 128 + SIGTERM: what a program stopped without handling SIGTERM reports
@@ -140,17 +139,17 @@ class FakeBackend:
 
     # --- lifecycle ------------------------------------------------------------------------------
     def create_container(self, request: ContainerRequest) -> str:
-        name = request.get("name")
-        if request.get("image") not in self.images:
+        name = request.name
+        if request.image not in self.images:
             raise ImageError(f"create container {name}: image not found", fix="run `assure images build` (or `make images`)")
-        if name and any(c.request.get("name") == name for c in self._containers.values()):
+        if name and any(c.request.name == name for c in self._containers.values()):
             raise SandboxError(f"create container {name}: the name is already in use", fix=ENGINE_FIX)
         cid = f"fake{next(self._ids):06d}"
         root = self._scratch / cid
         root.mkdir()
-        mounts = {spec["bind"]: self._source(source) for source, spec in (request.get("volumes") or {}).items()}
-        container = _Container(cid, request, Context(list(request.get("command") or []), dict(request.get("environment") or {}),
-                                                     request.get("working_dir") or "/", mounts, root, threading.Event(), lambda *_: None), self._program(request))
+        mounts = {m.target: self._source(m.source) for m in request.mounts}
+        container = _Container(cid, request, Context(list(request.command or ()), dict(request.env), request.working_dir or "/",
+                                                     mounts, root, threading.Event(), lambda *_: None), self._program(request))
         container.context.output = lambda stream, data: self._output(container, stream, data)
         self._containers[cid] = container
         self.created.append(request)
@@ -220,20 +219,19 @@ class FakeBackend:
         c = self._get(cid)
         r = c.request
         status = "running" if c.running else ("exited" if c.thread is not None else "created")
-        mounts = [{"Type": "bind" if os.path.isabs(src) else "volume", "Source": src if os.path.isabs(src) else str(self._source(src)),
-                   "Destination": spec["bind"], "RW": spec["mode"].split(",")[0] == "rw"} for src, spec in (r.get("volumes") or {}).items()]
+        mounts = [{"Type": "bind" if os.path.isabs(m.source) else "volume", "Source": str(self._source(m.source)),
+                   "Destination": m.target, "RW": not m.read_only} for m in r.mounts]
         return {
-            "Id": c.id, "Name": f"/{r.get('name', c.id)}",
+            "Id": c.id, "Name": f"/{r.name or c.id}",
             "State": {"Status": status, "Running": c.running, "ExitCode": c.exit_code or 0, "OOMKilled": False},
-            "Config": {"User": r.get("user", ""), "Labels": dict(r.get("labels") or {}), "Image": r.get("image"), "Cmd": c.context.command},
+            "Config": {"User": r.user or "", "Labels": r.all_labels, "Image": r.image, "Cmd": c.context.command},
             "HostConfig": {
-                "NetworkMode": r.get("network_mode", "default"), "CapDrop": r.get("cap_drop"), "CapAdd": None,
-                "Privileged": bool(r.get("privileged")), "SecurityOpt": r.get("security_opt"), "IpcMode": r.get("ipc_mode", "private"),
-                "PidMode": "", "Devices": [], "PidsLimit": r.get("pids_limit"), "Memory": r.get("mem_limit", 0),
-                "MemorySwap": r.get("memswap_limit", 0), "NanoCpus": r.get("nano_cpus", 0), "ReadonlyRootfs": bool(r.get("read_only")),
-                "Tmpfs": dict(r.get("tmpfs") or {}), "Runtime": r.get("runtime", "runc"), "Init": r.get("init"),
-                "Ulimits": [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]} for u in r.get("ulimits") or []],
-                "Binds": [f"{src}:{spec['bind']}:{spec['mode']}" for src, spec in (r.get("volumes") or {}).items()],
+                "NetworkMode": r.network or "default", "CapDrop": list(r.cap_drop) or None, "CapAdd": None, "Privileged": False,
+                "SecurityOpt": list(r.security_opt) or None, "IpcMode": r.ipc or "private", "PidMode": "", "Devices": [],
+                "PidsLimit": r.pids_limit, "Memory": r.memory or 0, "MemorySwap": r.memory_swap or 0, "NanoCpus": r.nano_cpus or 0,
+                "ReadonlyRootfs": r.read_only_root, "Tmpfs": dict(r.tmpfs), "Runtime": r.runtime or "runc", "Init": r.init,
+                "Ulimits": [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in r.ulimits],
+                "Binds": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in r.mounts if os.path.isabs(m.source)],
             },
             "Mounts": mounts, "AppArmorProfile": "",
         }
@@ -269,8 +267,8 @@ class FakeBackend:
             return labels.get(LABEL_OWNER) == OWNER and (run_id is None or labels.get(LABEL_RUN) == run_id)
 
         return {
-            "containers": [{"id": c.id, "name": c.request.get("name", c.id), **(c.request.get("labels") or {})}
-                           for c in self._containers.values() if ours(c.request.get("labels") or {})],
+            "containers": [{"id": c.id, "name": c.request.name or c.id, **c.request.all_labels}
+                           for c in self._containers.values() if ours(c.request.all_labels)],
             "volumes": [{"id": name, "name": name, **labels} for name, (_, labels) in self._volumes.items() if ours(labels)],
             "networks": [{"id": nid, "name": name, **labels} for nid, (name, labels, _) in self._networks.items() if ours(labels)],
         }
@@ -289,12 +287,11 @@ class FakeBackend:
         return self._volumes[self.create_volume(source, {}, {})][0]
 
     def _program(self, request: ContainerRequest) -> Program | None:
-        role = (request.get("labels") or {}).get(LABEL_ROLE)
-        if role == Role.GATEWAY:
+        if request.role == Role.GATEWAY:
             return _gateway
-        if role == Role.CHECK:
+        if request.role == Role.CHECK:
             return _subprocess
-        return self.programs.get((request.get("command") or [""])[0])
+        return self.programs.get((request.command or ("",))[0])
 
     def _run(self, container: _Container) -> None:
         assert container.program is not None

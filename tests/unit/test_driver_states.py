@@ -27,7 +27,7 @@ from assure.ops import alerts
 from assure.records import receipts, store
 from assure.run import failpoints, policy
 from assure.run.driver import Driver, RunResult
-from assure.sandbox.backend import LABEL_ROLE, Role, labels
+from assure.sandbox.backend import ContainerRequest, Role, labels
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
 from assure.sandbox.images import ImageSet
 
@@ -166,7 +166,7 @@ def test_a_verified_attempt_is_promoted_and_committed_once(tmp_path, short_tmp, 
     assert (target / "src" / "calc.py").read_text() == FIXED
     assert names(run) == ["run_started", "task_started", "contract_ratified", "attempt_started", "attempt_verified",
                           "promote_started", "promote_committed", "task_resolved", "run_finished"]
-    roles = [r["labels"][LABEL_ROLE] for r in backend.created]
+    roles = [r.role for r in backend.created]
     assert roles == [Role.GATEWAY, Role.AGENT, Role.CHECK]  # the acceptance test ran in a check container, not the agent's
     assert backend.owned(run.run_id) == {"containers": [], "volumes": [], "networks": []}  # the attempt cleaned up
     assert mounted_under(tmp_path) == []
@@ -199,8 +199,7 @@ def test_a_driver_killed_at_each_failpoint_resumes_the_same_task_and_commits_onc
     assert store.read_json(run.path / "state.json")["state"] == "running"
 
     backend = fake({"fix": fix}, short_tmp)  # the engine still holds a container of the dead driver's attempt
-    leftover = backend.create_container({"image": IMAGES.agent, "name": "left-behind", "command": ["fix"],
-                                         "labels": {**labels(run.run_id, 1, pid, "h"), LABEL_ROLE: Role.AGENT}})
+    leftover = backend.create_container(ContainerRequest(Role.AGENT, IMAGES.agent, "left-behind", labels(run.run_id, 1, pid, "h"), ("fix",)))
     result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {}, backend=backend)
     task = task_of(result)
     assert task["state"] == "committed" and result.verdict == "pass"
