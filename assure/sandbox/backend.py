@@ -29,10 +29,11 @@ into its create arguments; the fake runs it and reports it back in `inspect`.
 from __future__ import annotations
 
 import socket
-from contextlib import AbstractContextManager
-from pathlib import Path
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 LABEL_OWNER = "assure.owner"
@@ -48,7 +49,7 @@ ENGINE_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check 
 CHANGE_MODIFIED, CHANGE_ADDED, CHANGE_DELETED = 0, 1, 2
 
 
-class Role:
+class Role(StrEnum):
     """`LABEL_ROLE` of each kind of container; the fake decides by it what a container runs."""
 
     AGENT = "agent"
