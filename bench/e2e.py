@@ -15,11 +15,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from dataclasses import replace
 
 from assure import spec as spec_mod
 from assure.records import store
 from assure.run.driver import Driver
 from assure.sandbox import hardening
+from assure.sandbox.backend import Mount, Role
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
 
@@ -39,11 +41,10 @@ def baseline(backend: DockerBackend, images, spec, n: int) -> float:
     start = time.perf_counter()
     labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
     volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(spec))
-    common = hardening.common_kwargs(spec, labels, "256m", 64)
-    sidecar = backend.start_container({**common, "image": images.gateway, "name": f"bench-side-{n}", "command": ["sleep", "60"],
-                                       "volumes": {volume: {"bind": "/run/assure", "mode": "rw"}}})
-    agent = backend.start_container({**common, "image": images.agent, "name": f"bench-agent-{n}", "command": ["true"],
-                                     "volumes": {volume: {"bind": "/run/assure", "mode": "ro"}}})
+    common = hardening.common_request(spec, Role.AGENT, images.agent, labels, "256m", 64)
+    sidecar = backend.start_container(replace(common, role=Role.GATEWAY, image=images.gateway, name=f"bench-side-{n}", command=("sleep", "60"),
+                                              mounts=(Mount(volume, "/run/assure"),)))
+    agent = backend.start_container(replace(common, name=f"bench-agent-{n}", command=("true",), mounts=(Mount(volume, "/run/assure", read_only=True),)))
     backend.wait(agent, 60)
     for cid in (agent, sidecar):
         backend.remove_container(cid)

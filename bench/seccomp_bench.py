@@ -1,6 +1,6 @@
 """Cost of assure's seccomp profile against the engine's default profile, measured in the same run.
 
-Each round starts two containers with the same hardening (`hardening.common_kwargs` of the
+Each round starts two containers with the same hardening (`hardening.common_request` of the
 benign example), one with the engine's default profile, one with ours, interleaved, each
 running a syscall-heavy workload to completion: 200k stat calls, 50 process spawns, a
 thread pool. Prints medians and the ratio ours / default (target: <= 1.05x).
@@ -12,9 +12,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from dataclasses import replace
 
 from assure import spec as spec_mod
 from assure.sandbox import hardening, seccomp
+from assure.sandbox.backend import Role
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
 
@@ -32,12 +34,12 @@ with concurrent.futures.ThreadPoolExecutor(8) as pool:
 
 
 def one(backend: DockerBackend, image: str, spec, ours: bool, n: int) -> float:
-    kwargs = {**hardening.common_kwargs(spec, {"assure.owner": "assure", "assure.run": f"bench-seccomp-{n}"}, spec.limits.memory, spec.limits.pids),
-              "image": image, "command": ["python3", "-c", WORKLOAD]}
+    request = replace(hardening.common_request(spec, Role.AGENT, image, {"assure.owner": "assure", "assure.run": f"bench-seccomp-{n}"},
+                                               spec.limits.memory, spec.limits.pids), command=("python3", "-c", WORKLOAD))
     if not ours:
-        kwargs["security_opt"] = [o for o in kwargs["security_opt"] if o != seccomp.security_opt()]
+        request = replace(request, security_opt=tuple(o for o in request.security_opt if o != seccomp.security_opt()))
     start = time.perf_counter()
-    cid = backend.start_container(kwargs)
+    cid = backend.start_container(request)
     try:
         code = backend.wait(cid, 300)
     finally:

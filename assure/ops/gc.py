@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from assure.records import store
 from assure.sandbox import workspace_fs
-from assure.sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
+from assure.sandbox.backend import LABEL_HOST, LABEL_PID, SandboxBackend
 
 KINDS = ("containers", "networks", "volumes")  # removal order: a network or volume is freed by its containers
 
@@ -37,7 +37,7 @@ def is_orphan(labels: Mapping[str, str], host: str, everything: bool) -> bool:
         return False
 
 
-def collect(backend: DockerBackend, *, everything: bool = False) -> Removed:
+def collect(backend: SandboxBackend, *, everything: bool = False) -> Removed:
     """Remove the orphans; raises AssureError if the engine or the workspaces cannot be listed."""
     owned = backend.owned()
     host = socket.gethostname()

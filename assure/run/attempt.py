@@ -30,7 +30,8 @@ from assure.records.attempt_record import AttemptRecord, ContainerFacts
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
 from assure.sandbox import hardening, runtimes, workspace_fs
-from assure.sandbox.docker import LABEL_ATTEMPT, LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, DockerBackend
+from assure.sandbox import backend as sandbox
+from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from assure.textsafe import display
@@ -46,7 +47,7 @@ POLL_SECONDS = 0.05
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
-DIFF_KINDS = {0: "modified", 1: "added", 2: "deleted"}
+DIFF_KINDS = {sandbox.CHANGE_MODIFIED: "modified", sandbox.CHANGE_ADDED: "added", sandbox.CHANGE_DELETED: "deleted"}
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -96,14 +97,11 @@ def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[di
 
 
 class Attempt:
-    def __init__(self, spec: Spec, run: store.RunDir, number: int, backend: DockerBackend, images: ImageSet, progress: Progress):
+    def __init__(self, spec: Spec, run: store.RunDir, number: int, backend: SandboxBackend, images: ImageSet, progress: Progress):
         self.spec, self.run, self.number = spec, run, number
         self.backend, self.images, self.progress = backend, images, progress
         self.paths = run.attempt(number)
-        self.labels = {
-            LABEL_OWNER: "assure", LABEL_RUN: run.run_id, LABEL_ATTEMPT: str(number),
-            LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname(),
-        }
+        self.labels = sandbox.labels(run.run_id, number, os.getpid(), socket.gethostname())
         self.prefix = f"assure-{hashlib.sha256(run.run_id.encode()).hexdigest()[:10]}-{number}"
         self.timings: dict[str, float] = {}
         self._containers: list[str] = []
@@ -295,17 +293,16 @@ class Attempt:
         mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
-        gateway = self.backend.start_container(hardening.gateway_kwargs(
-            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels={**self.labels, LABEL_ROLE: "gateway"},
-            network=network, extra_volumes=self.model.volumes()))
+        gateway = self.backend.start_container(hardening.gateway_request(
+            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
+            network=network, extra_mounts=self.model.mounts()))
         self._containers.append(gateway)
         self._gateway = gateway
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
         env = {"ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
-        agent_kwargs = hardening.agent_kwargs(
-            self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels={**self.labels, LABEL_ROLE: "agent"}, env=env)
+        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=env)
         with ThreadPoolExecutor(max_workers=1) as pool:  # create the agent while the gateway boots
-            creating = pool.submit(self.backend.create_container, agent_kwargs)
+            creating = pool.submit(self.backend.create_container, agent)
             try:
                 self._await_gateway(gateway)
             finally:
@@ -331,9 +328,9 @@ class Attempt:
                                                     "log": "/var/log/egress/requests.jsonl", "allow_private": egress["allow_private"],
                                                     "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS, "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS})
         os.chmod(cfg_dir / "config.json", 0o644)
-        proxy = self.backend.create_container(hardening.egress_kwargs(
+        proxy = self.backend.create_container(hardening.egress_request(
             self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
-            labels={**self.labels, LABEL_ROLE: "egress"}, network=self._network))
+            labels=self.labels, network=self._network))
         self._containers.append(proxy)
         if egress["upstream"] != "none":
             self.backend.connect(egress["upstream"], proxy)

@@ -28,7 +28,7 @@ from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
 from assure.sandbox import hardening, workspace_fs
 from assure.errors import SandboxError
-from assure.sandbox.docker import DOCKER_FIX, DockerBackend
+from assure.sandbox.backend import ENGINE_FIX, SandboxBackend
 from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
 from assure.textsafe import display
 
@@ -122,7 +122,7 @@ def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
     return {"skipped": [[display(p), why] for p, why in report.skipped[:20]], "skipped_count": report.skipped_count, "data_bytes": report.data_bytes}
 
 
-def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
+def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: SandboxBackend, agent_image: str, labels: dict[str, str], name: str,
                  scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Each command assertion in a fresh check container and copy. `left_behind`: POST's files
     the copy-out refused (none of the checks runs then)."""
@@ -140,7 +140,7 @@ def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend
     return results
 
 
-def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: DockerBackend, agent_image: str, labels: dict[str, str], name: str,
+def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: SandboxBackend, agent_image: str, labels: dict[str, str], name: str,
               scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Each case of each `cases` assertion: the program on the case's arguments and stdin, in
     its own fresh check container and copy. Only what the program printed is recorded; the
@@ -186,19 +186,13 @@ class CheckRun:
         return self.combined.decode("utf-8", errors="replace")
 
 
-def run_in_check(spec: Spec, copy: Path, backend: DockerBackend, *, image: str, command: list[str], env: dict[str, str], timeout: float,
+def run_in_check(spec: Spec, copy: Path, backend: SandboxBackend, *, image: str, command: list[str], env: dict[str, str], timeout: float,
                  labels: dict[str, str], name: str, stdin: bytes | None = None, stdout_cap: int | None = None) -> CheckRun:
     """Run `command` in a fresh hardened container on `copy`: the one way a check runs the
     agent's code. Output is read from the attached stream as it is written (bounded: stdout
     up to `stdout_cap`, a tail of both), never from a log the engine may rotate."""
-    kwargs = {
-        **hardening.common_kwargs(spec, {**labels, "assure.role": "check"}, spec.limits.memory, spec.limits.pids),
-        "image": image, "name": name, "command": command, "working_dir": hardening.WORKSPACE,
-        "environment": {**env, "HOME": "/tmp"}, "read_only": True,
-        "volumes": {str(copy): {"bind": hardening.WORKSPACE, "mode": "rw"}},
-        "stdin_open": stdin is not None,
-    }
-    cid = backend.create_container(kwargs)
+    cid = backend.create_container(hardening.check_request(spec, image=image, name=name, command=command, env=env, copy=copy,
+                                                           labels=labels, stdin=stdin is not None))
     try:
         run = CheckRun()
         with backend.attached(cid, stdin=stdin is not None) as sock:
@@ -242,7 +236,7 @@ def _read_frames(sock: socket.socket, deadline: float, stdout_cap: int | None, r
             run.timed_out = True
             return
         except OSError as exc:  # the engine's stream broke: no result, never a partial one
-            raise SandboxError(f"reading a check container's output: {exc}", fix=DOCKER_FIX) from exc
+            raise SandboxError(f"reading a check container's output: {exc}", fix=ENGINE_FIX) from exc
         if not data:
             return
         while data:

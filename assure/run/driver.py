@@ -32,7 +32,7 @@ from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, describe
 from assure.sandbox import live, workspace_fs
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec
 from assure.textsafe import display
@@ -89,7 +89,7 @@ def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
 
 
 class Driver:
-    def __init__(self, spec: Spec, run: store.RunDir, backend: DockerBackend, images: ImageSet, progress: Progress, *, signing_key: Path | None = None):
+    def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *, signing_key: Path | None = None):
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
         self.signing_key = signing_key
         self.tasks = tasks_of(spec.data)
@@ -380,7 +380,7 @@ def _checks(judgement: Judgement, judged_at: str | None) -> list[dict[str, Any]]
     return checks
 
 
-def reap(backend: DockerBackend, run_id: str) -> int:
+def reap(backend: SandboxBackend, run_id: str) -> int:
     """Remove every container, network and volume left by an earlier driver of this run."""
     owned = backend.owned(run_id)
     for c in owned["containers"]:

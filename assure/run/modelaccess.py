@@ -20,6 +20,7 @@ from typing import Any
 
 from assure.errors import AssureError
 from assure.sandbox import hardening
+from assure.sandbox.backend import Mount
 
 PROXY_TIMEOUT_SECONDS = 600  # a long model answer must not be cut in the proxy's tunnel
 CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1  # Anthropic's cache prices relative to input, when a spec omits them
@@ -67,16 +68,16 @@ class ModelAccess:
             conf["script"] = f"{hardening.GATEWAY_CONFIG}/model-script.json"
         return conf
 
-    def volumes(self) -> dict[str, dict[str, str]]:
+    def mounts(self) -> tuple[Mount, ...]:
         """Gateway-only mounts: the key (anthropic) or the recording (replay)."""
         if not self.model:
-            return {}
+            return ()
         if self.model["mode"] == "anthropic":
             self.secrets = self._write_key()
-            return {str(self.secrets): {"bind": hardening.GATEWAY_SECRETS, "mode": "ro"}}
+            return (Mount(str(self.secrets), hardening.GATEWAY_SECRETS, read_only=True),)
         if self.model["mode"] == "replay":
-            return {str(self._path("recording") / "gateway"): {"bind": hardening.GATEWAY_RECORDING, "mode": "ro"}}
-        return {}
+            return (Mount(str(self._path("recording") / "gateway"), hardening.GATEWAY_RECORDING, read_only=True),)
+        return ()
 
     def cleanup(self) -> None:
         if self.secrets is not None:

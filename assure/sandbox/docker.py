@@ -1,7 +1,9 @@
-"""The one module that imports `docker`: a few typed operations, Docker errors mapped once.
+"""The one module that imports `docker`: the Docker engine as a `SandboxBackend` and an
+`ImageBuilder` (sandbox/backend.py), Docker errors mapped once.
 
-Everything else in assure talks to `DockerBackend`. Every error leaves here as a
-`SandboxError` (or `ImageError`) with the Docker exception kept as its cause.
+Every error leaves here as a `SandboxError` (or `ImageError`) with the Docker exception kept
+as its cause. Engine facts for `assure doctor` (`info`, `version`, `runtimes`,
+`require_runtime`) are Docker's alone.
 """
 
 from __future__ import annotations
@@ -21,15 +23,9 @@ import requests.exceptions
 
 from assure.errors import ImageError, SandboxError
 from assure.sandbox import runtimes
+from assure.sandbox.backend import ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned
 
-LABEL_OWNER = "assure.owner"
-LABEL_RUN = "assure.run"
-LABEL_ATTEMPT = "assure.run.attempt"
-LABEL_ROLE = "assure.role"
-LABEL_PID = "assure.pid"
-LABEL_HOST = "assure.host"
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
-DOCKER_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this user"
 
 
 @contextlib.contextmanager
@@ -42,11 +38,32 @@ def _mapped(what: str) -> Iterator[None]:
         tail = "".join(str(x.get("stream", x.get("error", ""))) for x in list(exc.build_log)[-15:])
         raise ImageError(f"{what}: build failed: {exc.msg}\n{tail}") from exc
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-        raise SandboxError(f"{what}: {exc}", fix=DOCKER_FIX) from exc
+        raise SandboxError(f"{what}: {exc}", fix=ENGINE_FIX) from exc
+
+
+def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
+    """A request as docker-py's `containers.create` keyword arguments (what is None is left
+    to the engine or the image)."""
+    optional = {
+        "name": request.name, "command": None if request.command is None else list(request.command),
+        "environment": dict(request.env) or None, "working_dir": request.working_dir, "hostname": request.hostname,
+        "user": request.user, "network_mode": request.network, "tmpfs": dict(request.tmpfs) or None,
+        "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits] or None,
+        "cap_drop": list(request.cap_drop) or None, "security_opt": list(request.security_opt) or None,
+        "ipc_mode": request.ipc, "pids_limit": request.pids_limit, "mem_limit": request.memory,
+        "memswap_limit": request.memory_swap, "nano_cpus": request.nano_cpus, "runtime": request.runtime,
+        "log_config": {"type": "json-file", "config": {"max-size": request.log_max, "max-file": "1"}} if request.log_max else None,
+        "volumes": {m.source: {"bind": m.target, "mode": ("ro" if m.read_only else "rw") + (",nocopy" if m.nocopy else "")}
+                    for m in request.mounts} or None,
+        "stdin_open": request.stdin_open or None,
+    }
+    return {"image": request.image, "labels": request.all_labels, "read_only": request.read_only_root, "privileged": False,
+            "init": request.init, **{k: v for k, v in optional.items() if v is not None}}
 
 
 class DockerBackend:
-    """Typed Docker operations used by images, attempts, cleanup and doctor."""
+    """The Docker engine: a `SandboxBackend` for attempts and cleanup, an `ImageBuilder` for
+    images, and the engine facts doctor reports."""
 
     def __init__(self) -> None:
         with _mapped("cannot reach the Docker engine"):
@@ -88,7 +105,7 @@ class DockerBackend:
         except docker.errors.ImageNotFound:
             return False
         except docker.errors.DockerException as exc:
-            raise SandboxError(f"inspect image {tag}: {exc}", fix=DOCKER_FIX) from exc
+            raise SandboxError(f"inspect image {tag}: {exc}", fix=ENGINE_FIX) from exc
 
     def try_pull(self, reference: str) -> bool:
         """True if the image is present or could be pulled; False when no registry answers."""
@@ -127,20 +144,20 @@ class DockerBackend:
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
-            raise SandboxError(f"remove volume {name}: {exc}", fix=DOCKER_FIX) from exc
+            raise SandboxError(f"remove volume {name}: {exc}", fix=ENGINE_FIX) from exc
 
     # --- containers -------------------------------------------------------------------
-    def create_container(self, kwargs: dict[str, Any]) -> str:
-        with _mapped(f"create container {kwargs.get('name')}"):
-            return self._client.containers.create(**{k: v for k, v in kwargs.items() if k != "detach"}).id
+    def create_container(self, request: ContainerRequest) -> str:
+        with _mapped(f"create container {request.name}"):
+            return self._client.containers.create(**create_kwargs(request)).id
 
     def start(self, cid: str) -> None:
         with _mapped("start container"):
             self._client.api.start(cid)
 
-    def start_container(self, kwargs: dict[str, Any]) -> str:
+    def start_container(self, request: ContainerRequest) -> str:
         """Create and start; a container that fails to start is removed before raising."""
-        cid = self.create_container(kwargs)
+        cid = self.create_container(request)
         try:
             self.start(cid)
         except BaseException:
@@ -156,7 +173,7 @@ class DockerBackend:
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             return None
         except docker.errors.DockerException as exc:
-            raise SandboxError(f"wait for container: {exc}", fix=DOCKER_FIX) from exc
+            raise SandboxError(f"wait for container: {exc}", fix=ENGINE_FIX) from exc
         return int(result.get("StatusCode", -1))
 
     @contextlib.contextmanager
@@ -175,7 +192,8 @@ class DockerBackend:
                 raw.close()
 
     def stop(self, cid: str, grace: float) -> None:
-        """SIGTERM, then SIGKILL after `grace` seconds."""
+        """SIGTERM, then SIGKILL after `grace` seconds (the engine answers 304, not an error,
+        for a container that already exited)."""
         with _mapped("stop container"):
             self._client.api.stop(cid, timeout=int(grace))
 
@@ -236,15 +254,15 @@ class DockerBackend:
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # removal already in progress
                 return
-            raise SandboxError(f"remove container: {exc}", fix=DOCKER_FIX) from exc
+            raise SandboxError(f"remove container: {exc}", fix=ENGINE_FIX) from exc
 
     # --- cleanup ----------------------------------------------------------------------
-    def owned(self, run_id: str | None = None) -> dict[str, list[dict[str, str]]]:
+    def owned(self, run_id: str | None = None) -> Owned:
         """Containers, volumes and networks labelled as ours (optionally for one run).
 
         Uses the engine's list summaries (labels included), so a resource removed while we
         list is simply absent instead of failing an inspect."""
-        labels = [f"{LABEL_OWNER}=assure"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])
+        labels = [f"{LABEL_OWNER}={OWNER}"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])
         with _mapped("list assure resources"):
             containers = self._client.api.containers(all=True, filters={"label": labels})
             volumes = (self._client.api.volumes(filters={"label": labels}) or {}).get("Volumes") or []
@@ -269,4 +287,4 @@ class DockerBackend:
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
-            raise SandboxError(f"remove network: {exc}", fix=DOCKER_FIX) from exc
+            raise SandboxError(f"remove network: {exc}", fix=ENGINE_FIX) from exc

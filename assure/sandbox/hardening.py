@@ -1,4 +1,5 @@
-"""The hardened container settings, as pure functions from a spec to Docker keyword arguments.
+"""The hardened container settings, as pure functions from a spec to container requests
+(`backend.ContainerRequest`, which each backend translates or interprets).
 
 Nothing here talks to Docker, so the settings are tested without a daemon; the integration
 tests then observe them from inside a real container. `CONTAINMENT` lists what the verifier
@@ -8,13 +9,14 @@ re-checks on the stopped container (ground truth from the engine, not the agent'
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from assure.core import confined
 from assure.spec import Spec, parse_size
 from assure.sandbox import runtimes, seccomp
+from assure.sandbox.backend import ContainerRequest, Mount, Role, Ulimit
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
@@ -82,32 +84,32 @@ def ulimits(nofile: int, agent_pids: int, disk: str | None) -> list[dict[str, An
             (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]
 
 
-def common_kwargs(spec: Spec, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> dict[str, Any]:
+def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> ContainerRequest:
     """The hardening every container of a run shares (agent, gateway, proxy, checks); the
     runtime is the spec's unless the caller says otherwise (the gateway and proxy: runc)."""
     uid, gid = sandbox_user(spec)
     mem = parse_size(memory)
     runtime = runtime or spec.sandbox.runtime
-    return {
-        "user": f"{uid}:{gid}",
-        "labels": labels,
-        "network_mode": "none",
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true", seccomp.security_opt()],
-        "read_only": spec.sandbox.read_only_root,
-        "tmpfs": {"/tmp": tmpfs_options(spec.limits.tmpfs)},
-        "ipc_mode": "none",
-        "pids_limit": runtimes.pids_limit(runtime, pids),
-        "mem_limit": mem,
-        "memswap_limit": mem,
-        "nano_cpus": int(spec.limits.cpus * 1e9),
-        "ulimits": ulimits(spec.limits.nofile, spec.limits.pids, spec.limits.disk),
-        "log_config": {"type": "json-file", "config": {"max-size": LOG_MAX, "max-file": "1"}},
-        "privileged": False,
-        "init": True,
-        "runtime": runtime,
-        "detach": True,
-    }
+    return ContainerRequest(
+        role=role,
+        image=image,
+        labels=labels,
+        user=f"{uid}:{gid}",
+        network="none",
+        cap_drop=("ALL",),
+        security_opt=("no-new-privileges:true", seccomp.security_opt()),
+        read_only_root=spec.sandbox.read_only_root,
+        tmpfs={"/tmp": tmpfs_options(spec.limits.tmpfs)},
+        ipc="none",
+        pids_limit=runtimes.pids_limit(runtime, pids),
+        memory=mem,
+        memory_swap=mem,
+        nano_cpus=int(spec.limits.cpus * 1e9),
+        ulimits=tuple(Ulimit(**u) for u in ulimits(spec.limits.nofile, spec.limits.pids, spec.limits.disk)),
+        log_max=LOG_MAX,
+        init=True,
+        runtime=runtime,
+    )
 
 
 def database_path(db: Any) -> str:
@@ -117,9 +119,9 @@ def database_path(db: Any) -> str:
     return f"{GATEWAY_LIVE}/{db.name}/{db.fixture.name}"
 
 
-def live_database_volumes(spec: Spec) -> dict[str, dict[str, str]]:
+def live_database_mounts(spec: Spec) -> tuple[Mount, ...]:
     """Live databases: the folder of each (SQLite writes -wal/-journal beside it), gateway only."""
-    return {str(db.fixture.parent): {"bind": f"{GATEWAY_LIVE}/{db.name}", "mode": "rw"} for db in spec.databases if db.mode == "live"}
+    return tuple(Mount(str(db.fixture.parent), f"{GATEWAY_LIVE}/{db.name}") for db in spec.databases if db.mode == "live")
 
 
 def chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -129,70 +131,71 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
     confined.chown_tree(root, uid, gid)
 
 
-def socket_mount(mounts: Mounts, mode: str) -> dict[str, dict[str, str]]:
+def socket_mount(mounts: Mounts, *, read_only: bool) -> Mount:
     """The socket folder: a volume (`nocopy`, see socket_volume_options), or a host folder."""
-    if os.path.isabs(mounts.socket_volume):
-        return {mounts.socket_volume: {"bind": SOCKET_DIR, "mode": mode}}
-    return {mounts.socket_volume: {"bind": SOCKET_DIR, "mode": f"{mode},nocopy"}}
+    return Mount(mounts.socket_volume, SOCKET_DIR, read_only=read_only, nocopy=not os.path.isabs(mounts.socket_volume))
 
 
-def agent_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> dict[str, Any]:
-    volumes = {
-        str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-        **socket_mount(mounts, "ro"),
-    }
-    if mounts.agent_files is not None:
-        volumes[str(mounts.agent_files)] = {"bind": AGENT_FILES, "mode": "ro"}
-    return {
-        **common_kwargs(spec, labels, spec.limits.memory, spec.limits.pids),
-        "image": image,
-        "name": name,
-        "command": list(spec.agent.command),
-        "environment": {**spec.agent.env, **env, "ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"},
-        "working_dir": WORKSPACE,
-        "hostname": "sandbox",
-        "volumes": volumes,
-    }
+def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> ContainerRequest:
+    agent_files = (Mount(str(mounts.agent_files), AGENT_FILES, read_only=True),) if mounts.agent_files is not None else ()
+    return replace(
+        common_request(spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids),
+        name=name,
+        command=tuple(spec.agent.command),
+        env={**spec.agent.env, **env, "ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"},
+        working_dir=WORKSPACE,
+        hostname="sandbox",
+        mounts=(Mount(str(mounts.workspace), WORKSPACE), socket_mount(mounts, read_only=True), *agent_files),
+    )
 
 
-def gateway_kwargs(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None,
-                   extra_volumes: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+def gateway_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None,
+                    extra_mounts: tuple[Mount, ...] = ()) -> ContainerRequest:
     """The gateway: no network, or only the internal egress network it shares with the proxy."""
-    return {
-        **common_kwargs(spec, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime()),
-        "network_mode": network or "none",
-        "read_only": True,
-        "image": image,
-        "name": name,
-        "command": ["python3", "-m", "assure.gateway", "--config", f"{GATEWAY_CONFIG}/gateway.json"],
-        "environment": {"PYTHONDONTWRITEBYTECODE": "1"},
-        "hostname": "gateway",
-        "volumes": {
-            str(mounts.workspace): {"bind": WORKSPACE, "mode": "rw"},
-            **socket_mount(mounts, "rw"),
-            str(mounts.gateway_state): {"bind": GATEWAY_STATE, "mode": "rw"},
-            str(mounts.gateway_config): {"bind": GATEWAY_CONFIG, "mode": "ro"},
-            str(mounts.control): {"bind": GATEWAY_CONTROL, "mode": "ro"},
-            str(mounts.run_state): {"bind": GATEWAY_RUN_STATE, "mode": "rw"},
-            **live_database_volumes(spec),
-            **(extra_volumes or {}),
-        },
-    }
+    return replace(
+        common_request(spec, Role.GATEWAY, image, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime()),
+        network=network or "none",
+        read_only_root=True,
+        name=name,
+        command=("python3", "-m", "assure.gateway", "--config", f"{GATEWAY_CONFIG}/gateway.json"),
+        env={"PYTHONDONTWRITEBYTECODE": "1"},
+        hostname="gateway",
+        mounts=(
+            Mount(str(mounts.workspace), WORKSPACE),
+            socket_mount(mounts, read_only=False),
+            Mount(str(mounts.gateway_state), GATEWAY_STATE),
+            Mount(str(mounts.gateway_config), GATEWAY_CONFIG, read_only=True),
+            Mount(str(mounts.control), GATEWAY_CONTROL, read_only=True),
+            Mount(str(mounts.run_state), GATEWAY_RUN_STATE),
+            *live_database_mounts(spec),
+            *extra_mounts,
+        ),
+    )
 
 
-def egress_kwargs(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str) -> dict[str, Any]:
+def egress_request(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str) -> ContainerRequest:
     """The egress proxy: on the internal network with the gateway (the upstream network is
     connected before it starts); the only container of a run that can reach anything."""
-    return {
-        **common_kwargs(spec, labels, EGRESS_MEMORY, EGRESS_PIDS, runtimes.sidecar_runtime()),
-        "user": f"{DEFAULT_UID}:{DEFAULT_UID}",
-        "network_mode": network,
-        "read_only": True,
-        "image": image,
-        "name": name,
-        "hostname": "egress-proxy",
-        "volumes": {str(config_dir): {"bind": "/etc/egress", "mode": "ro"}, str(log_dir): {"bind": "/var/log/egress", "mode": "rw"}},
-    }
+    return replace(
+        common_request(spec, Role.EGRESS, image, labels, EGRESS_MEMORY, EGRESS_PIDS, runtimes.sidecar_runtime()),
+        user=f"{DEFAULT_UID}:{DEFAULT_UID}",
+        network=network,
+        read_only_root=True,
+        name=name,
+        hostname="egress-proxy",
+        mounts=(Mount(str(config_dir), "/etc/egress", read_only=True), Mount(str(log_dir), "/var/log/egress")),
+    )
+
+
+def check_request(spec: Spec, *, image: str, name: str, command: list[str], env: dict[str, str], copy: Path, labels: dict[str, str],
+                  stdin: bool) -> ContainerRequest:
+    """A check: the agent's limits on a throwaway copy of the workspace, read-only root;
+    `stdin` keeps stdin open for a case's input."""
+    return replace(
+        common_request(spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids),
+        name=name, command=tuple(command), working_dir=WORKSPACE, env={**env, "HOME": "/tmp"}, read_only_root=True,
+        mounts=(Mount(str(copy), WORKSPACE),), stdin_open=stdin,
+    )
 
 
 def socket_volume_options(spec: Spec) -> dict[str, str]:

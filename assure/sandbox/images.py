@@ -26,7 +26,7 @@ from pathlib import Path
 
 from assure.core.chain import canonical
 from assure.errors import ImageError
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.backend import ImageBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES_DIR = ROOT / "images"
@@ -128,7 +128,7 @@ def image_tag(name: str, base: str) -> str:
 class Images:
     """Find or build the images for this checkout."""
 
-    def __init__(self, backend: DockerBackend, progress: Progress = lambda _: None):
+    def __init__(self, backend: ImageBuilder, progress: Progress = lambda _: None):
         self.backend = backend
         self.progress = progress
 
@@ -185,7 +185,7 @@ def _context_of(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
-def bootstrap(tag: str, backend: DockerBackend, progress: Progress) -> None:
+def bootstrap(tag: str, backend: ImageBuilder, progress: Progress) -> None:
     """debootstrap a minimal Debian into a temporary folder, trim it, `docker import` it."""
     if shutil.which("debootstrap") is None:
         raise ImageError(

@@ -4,6 +4,7 @@ exploits start from, and the post-run check of the container's settings reports 
 import json
 
 from assure.sandbox import hardening, seccomp
+from assure.sandbox.backend import ContainerRequest, Mount
 from assure.records.store import read_json
 
 from .conftest import ROOT, findings
@@ -46,12 +47,11 @@ def test_the_same_calls_go_through_without_the_profile(backend, images, tmp_path
     (out / "out").mkdir(parents=True)
     out.chmod(0o777)
     (out / "out").chmod(0o777)
-    kwargs = {"image": images.agent, "command": ["python3", "/opt/agent/run.py"], "working_dir": "/workspace", "user": "10001:10001",
-              "network_mode": "none", "cap_drop": ["ALL"], "security_opt": ["no-new-privileges:true", "seccomp=unconfined"],
-              "labels": {"assure.owner": "assure", "assure.role": "test-control"}, "detach": True,
-              "volumes": {str(out): {"bind": "/workspace", "mode": "rw"},
-                          str(ROOT / "fixtures" / "agents" / "syscalls"): {"bind": "/opt/agent", "mode": "ro"}}}
-    cid = backend.start_container(kwargs)
+    request = ContainerRequest(role="test-control", image=images.agent, command=("python3", "/opt/agent/run.py"), working_dir="/workspace",
+                               user="10001:10001", network="none", cap_drop=("ALL",), security_opt=("no-new-privileges:true", "seccomp=unconfined"),
+                               labels={"assure.owner": "assure"},
+                               mounts=(Mount(str(out), "/workspace"), Mount(str(ROOT / "fixtures" / "agents" / "syscalls"), "/opt/agent", read_only=True)))
+    cid = backend.start_container(request)
     try:
         assert backend.wait(cid, 60) == 0
     finally:

@@ -9,6 +9,8 @@ import pytest
 
 from assure import spec
 from assure.sandbox import hardening, runtimes, seccomp
+from assure.sandbox.backend import Role
+from assure.sandbox.docker import create_kwargs
 from assure.verify.container import containment, containment_checked
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
@@ -19,12 +21,25 @@ def benign():
     return spec.load(EXAMPLES / "benign.yaml")
 
 
+def agent_kwargs(*args, **kwargs):
+    """What the engine is asked for: the request as Docker's create arguments."""
+    return create_kwargs(hardening.agent_request(*args, **kwargs))
+
+
+def gateway_kwargs(*args, **kwargs):
+    return create_kwargs(hardening.gateway_request(*args, **kwargs))
+
+
+def egress_kwargs(*args, **kwargs):
+    return create_kwargs(hardening.egress_request(*args, **kwargs))
+
+
 def mounts(tmp_path):
     return hardening.Mounts(tmp_path / "ws", "vol-sock", tmp_path / "gw", tmp_path / "cfg", tmp_path / "agent", tmp_path / "control", tmp_path / "run-state")
 
 
 def test_agent_container_is_sealed(benign, tmp_path):
-    kw = hardening.agent_kwargs(benign, image="img", name="n", mounts=mounts(tmp_path), labels={"a": "b"}, env={"ASSURE_RUN_ID": "r"})
+    kw = agent_kwargs(benign, image="img", name="n", mounts=mounts(tmp_path), labels={"a": "b"}, env={"ASSURE_RUN_ID": "r"})
     assert kw["network_mode"] == "none"
     assert kw["cap_drop"] == ["ALL"] and "cap_add" not in kw
     assert kw["security_opt"] == ["no-new-privileges:true", f"seccomp={seccomp.profile_text()}"]
@@ -51,8 +66,8 @@ def test_agent_container_is_sealed(benign, tmp_path):
 
 def test_gateway_holds_state_the_agent_never_mounts(benign, tmp_path):
     m = mounts(tmp_path)
-    agent = hardening.agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={})
-    gateway = hardening.gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})
+    agent = agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={})
+    gateway = gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})
     assert gateway["network_mode"] == "none" and gateway["read_only"] is True and gateway["cap_drop"] == ["ALL"]
     assert gateway["volumes"]["vol-sock"]["mode"] == "rw,nocopy"
     assert str(m.gateway_state) in gateway["volumes"] and str(m.gateway_state) not in agent["volumes"]
@@ -223,10 +238,10 @@ def gvisor(benign):
 def test_under_gvisor_the_agent_and_checks_run_in_runsc_and_the_sidecars_in_runc(benign, tmp_path):
     spec = gvisor(benign)
     m = dataclasses.replace(mounts(tmp_path), socket_volume=str(tmp_path / "socket"))
-    agent = hardening.agent_kwargs(spec, image="i", name="a", mounts=m, labels={}, env={})
-    gateway = hardening.gateway_kwargs(spec, image="g", name="g", mounts=m, labels={})
-    egress = hardening.egress_kwargs(spec, image="e", name="e", config_dir=tmp_path, log_dir=tmp_path, labels={}, network="n")
-    assert agent["runtime"] == "runsc" and hardening.common_kwargs(spec, {}, "1m", 8)["runtime"] == "runsc"
+    agent = agent_kwargs(spec, image="i", name="a", mounts=m, labels={}, env={})
+    gateway = gateway_kwargs(spec, image="g", name="g", mounts=m, labels={})
+    egress = egress_kwargs(spec, image="e", name="e", config_dir=tmp_path, log_dir=tmp_path, labels={}, network="n")
+    assert agent["runtime"] == "runsc" and hardening.common_request(spec, Role.CHECK, "i", {}, "1m", 8).runtime == "runsc"
     assert gateway["runtime"] == egress["runtime"] == "runc"
     # the socket folder is a bind mount (no `nocopy`, which only volumes take): read-only for the agent
     assert agent["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "ro"}
@@ -238,8 +253,8 @@ def test_under_gvisor_the_agent_and_checks_run_in_runsc_and_the_sidecars_in_runc
 
 def test_under_runc_every_container_runs_in_runc_with_the_socket_volume(benign, tmp_path):
     m = mounts(tmp_path)
-    for kw in (hardening.agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={}),
-               hardening.gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})):
+    for kw in (agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={}),
+               gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})):
         assert kw["runtime"] == "runc" and kw["volumes"]["vol-sock"]["mode"].endswith(",nocopy")
     assert not runtimes.socket_on_host("runc") and runtimes.socket_on_host("runsc")
 

@@ -10,6 +10,7 @@ import yaml
 from assure import spec
 from assure.errors import SpecError
 from assure.sandbox import hardening, live
+from assure.sandbox.backend import Mount
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,8 +61,8 @@ def test_a_database_in_its_own_folder_writable_by_the_sandbox_user_is_accepted(t
         (db.parent / (db.name + companion)).write_bytes(b"")
     user = me(db.parent, *db.parent.iterdir())
     live.check(load(tmp_path, db, user))
-    mounted = hardening.live_database_volumes(load(tmp_path, db, user))
-    assert mounted == {str(db.parent): {"bind": f"{hardening.GATEWAY_LIVE}/ledger", "mode": "rw"}}
+    mounted = hardening.live_database_mounts(load(tmp_path, db, user))
+    assert mounted == (Mount(str(db.parent), f"{hardening.GATEWAY_LIVE}/ledger", read_only=False),)
 
 
 def test_a_folder_shared_with_other_files_is_refused_naming_them(tmp_path):

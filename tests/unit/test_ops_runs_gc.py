@@ -12,7 +12,7 @@ import pytest
 
 from assure.errors import AssureError
 from assure.ops import gc, runs
-from assure.sandbox.docker import LABEL_HOST, LABEL_PID
+from assure.sandbox.backend import LABEL_HOST, LABEL_PID
 
 
 def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:

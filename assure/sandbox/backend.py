@@ -1,0 +1,228 @@
+"""What an attempt needs from a sandbox engine, as a protocol: Docker runs it, a fake tests it.
+
+`SandboxBackend` is everything the attempt, the checks, the driver's reaping and `assure gc`
+do with containers, volumes and networks. `ImageBuilder` is the Docker-only part (building
+and tagging the images); engine facts for `assure doctor` (`info`, `version`, `runtimes`,
+`require_runtime`) stay on `DockerBackend` alone.
+
+Errors. Every method raises only `SandboxError` (the engine refused or failed; the engine's
+own exception, if any, is kept as `__cause__`), and `ImageError` where a container is created
+from an image that is missing. Both are `AssureError`s; nothing of the engine's client library
+leaks out. Waiting past a timeout is not an error (`wait` returns None).
+
+Cleanup guarantees.
+- `remove_container`, `remove_volume`, `remove_network` are idempotent: removing what is
+  absent (never created, already removed, removal in progress) returns quietly. A running
+  container is killed and removed, with its anonymous volumes.
+- `stop` of a container that already exited does nothing and does not raise; its exit state
+  stays as it was. `stop` returns once the container has exited (killed after `grace`).
+- Every container, volume and network an attempt makes carries `labels(...)`: `owned()` finds
+  them by `LABEL_OWNER` (and one run's by `LABEL_RUN`), so a driver killed at any moment is
+  reaped on resume and `assure gc` removes the rest.
+
+Requests. A container is described by a `ContainerRequest` (role, image, command, env, mounts,
+user, limits, runtime, network, read-only root, tmpfs, ulimits, security options, labels),
+built by `sandbox.hardening`, the one place that decides the hardening. Docker translates it
+into its create arguments; the fake runs it and reports it back in `inspect`.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+LABEL_OWNER = "assure.owner"
+LABEL_RUN = "assure.run"
+LABEL_ATTEMPT = "assure.run.attempt"
+LABEL_ROLE = "assure.role"
+LABEL_PID = "assure.pid"
+LABEL_HOST = "assure.host"
+OWNER = "assure"
+ENGINE_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this user"
+
+# What `fs_changes` reports for each path, as `docker diff` numbers it.
+CHANGE_MODIFIED, CHANGE_ADDED, CHANGE_DELETED = 0, 1, 2
+
+
+class Role(StrEnum):
+    """`LABEL_ROLE` of each kind of container; the fake decides by it what a container runs."""
+
+    AGENT = "agent"
+    GATEWAY = "gateway"
+    EGRESS = "egress"
+    CHECK = "check"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host folder (absolute path) or a named volume, at `target` in the container."""
+
+    source: str
+    target: str
+    read_only: bool = False
+    nocopy: bool = False  # a volume: the engine must not copy the image's files at `target` into it
+
+
+@dataclass(frozen=True)
+class Ulimit:
+    name: str
+    soft: int
+    hard: int
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """One container, backend-neutral: what to run, what it sees, how it is confined.
+    sandbox/hardening.py builds every request of an attempt; a backend translates it (Docker:
+    `docker.create_kwargs`) or interprets it (the fake). None: the engine's or image's own."""
+
+    role: str  # Role.*: also the `LABEL_ROLE` label
+    image: str
+    name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    hostname: str | None = None
+    user: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    network: str | None = None  # "none", a network's name, or None: the engine's default
+    read_only_root: bool = False
+    tmpfs: Mapping[str, str] = field(default_factory=dict)  # path -> mount options
+    ulimits: tuple[Ulimit, ...] = ()
+    cap_drop: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+    ipc: str | None = None
+    pids_limit: int | None = None
+    memory: int | None = None  # bytes
+    memory_swap: int | None = None  # memory + swap, bytes (equal to memory: no swap)
+    nano_cpus: int | None = None
+    log_max: str | None = None  # the size past which the engine rotates the container's log
+    init: bool = False
+    runtime: str | None = None
+    stdin_open: bool = False
+
+    @property
+    def all_labels(self) -> dict[str, str]:
+        return {**self.labels, LABEL_ROLE: self.role}
+
+
+Owned = dict[str, list[dict[str, str]]]  # "containers" | "volumes" | "networks" -> [{"id", "name", **labels}]
+
+
+@runtime_checkable
+class SandboxBackend(Protocol):
+    """Containers, volumes and networks for one attempt; see the module docstring for the
+    errors every method may raise and the cleanup guarantees."""
+
+    # --- engine ---------------------------------------------------------------------------
+    def security_options(self) -> list[str]:
+        """How the engine confines containers (`name=seccomp,...`, `name=apparmor`), for the verifier."""
+        ...
+
+    # --- volumes and networks ---------------------------------------------------------------
+    def create_volume(self, name: str, labels: dict[str, str], driver_opts: dict[str, str]) -> str:
+        """A named volume (for the gateway's socket) with the engine's local driver options; returns its name."""
+        ...
+
+    def remove_volume(self, name: str) -> None:
+        """Idempotent."""
+        ...
+
+    def create_network(self, name: str, labels: dict[str, str], *, internal: bool) -> str:
+        """A bridge network (internal: no route out); returns its id."""
+        ...
+
+    def connect(self, network: str, cid: str) -> None:
+        """Attach a created container to a network before it starts."""
+        ...
+
+    def remove_network(self, nid: str) -> None:
+        """Idempotent."""
+        ...
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def create_container(self, request: ContainerRequest) -> str:
+        """A created, not started container; returns its id. ImageError if the image is missing."""
+        ...
+
+    def start(self, cid: str) -> None:
+        ...
+
+    def start_container(self, request: ContainerRequest) -> str:
+        """Create and start; a container that fails to start is removed before raising."""
+        ...
+
+    def wait(self, cid: str, timeout: float) -> int | None:
+        """The exit code, or None if still running after `timeout` seconds."""
+        ...
+
+    def attached(self, cid: str, *, stdin: bool) -> AbstractContextManager[socket.socket]:
+        """The stdio of a created container as one socket; attach before `start` so no byte is
+        missed. Write stdin (shut the write side to close it; the request sets `stdin_open`);
+        read stdout and stderr as frames (8-byte header: stream 1|2, 0, 0, 0, big-endian size)."""
+        ...
+
+    def stop(self, cid: str, grace: float) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds; returns once it exited. A container that
+        already exited is left as it is (no error, same exit code)."""
+        ...
+
+    def remove_container(self, cid: str) -> None:
+        """Kill if running, then remove. Idempotent."""
+        ...
+
+    # --- inspect and collect (on a stopped container) ---------------------------------------
+    def inspect(self, cid: str) -> dict[str, Any]:
+        """The engine's own record, in `docker inspect`'s shape: `State` (Status, Running,
+        ExitCode, OOMKilled), `Config` (User, Labels), `HostConfig`, `Mounts`, `AppArmorProfile`."""
+        ...
+
+    def logs(self, cid: str, limit: int) -> bytes:
+        """stdout and stderr as written, at most the last `limit` bytes."""
+        ...
+
+    def fs_changes(self, cid: str) -> list[dict[str, Any]]:
+        """What the container changed in its own filesystem (not in mounts or tmpfs), as
+        `docker diff` reports it: `{"Path": "/abs", "Kind": CHANGE_*}`."""
+        ...
+
+    def writable_layer(self, cid: str) -> Path | None:
+        """A host folder holding the container's own writes, when this host can read it;
+        None otherwise (use `fs_changes` and `read_file`)."""
+        ...
+
+    def read_file(self, cid: str, path: str, limit: int) -> tuple[str, bytes | None, str | None]:
+        """(kind, content, link target) of one path: kind is file, dir, symlink or other;
+        content only for a file of at most `limit` bytes, never a folder's contents."""
+        ...
+
+    # --- cleanup ----------------------------------------------------------------------------
+    def owned(self, run_id: str | None = None) -> Owned:
+        """Containers, volumes and networks labelled `LABEL_OWNER=assure` (and, given, `LABEL_RUN=run_id`)."""
+        ...
+
+
+@runtime_checkable
+class ImageBuilder(Protocol):
+    """The images' build (sandbox/images.py): Docker only."""
+
+    def image_exists(self, tag: str) -> bool: ...
+
+    def try_pull(self, reference: str) -> bool: ...
+
+    def import_rootfs(self, tar_path: str, repository: str, tag: str, changes: list[str]) -> None: ...
+
+    def build(self, context: bytes, tag: str, buildargs: dict[str, str], labels: dict[str, str], *, network: bool = False) -> None: ...
+
+    def tag(self, source: str, repository: str, tag: str) -> None: ...
+
+
+def labels(run_id: str, attempt: int, pid: int, host: str) -> dict[str, str]:
+    """The labels every resource of one attempt carries (`owned()` and `assure gc` find it by them)."""
+    return {LABEL_OWNER: OWNER, LABEL_RUN: run_id, LABEL_ATTEMPT: str(attempt), LABEL_PID: str(pid), LABEL_HOST: host}

@@ -1,0 +1,295 @@
+"""The driver's state machine on the in-memory backend: whole runs (real gateway, real
+workspace filesystem, real verifier) with no Docker engine.
+
+Pass and promote, resume after kill -9 at each failpoint (a forked driver that really
+SIGKILLs itself, resumed by a new driver), quarantine, budget halt, operator halt, receipts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from assure import spec as spec_mod
+from assure.client import Client, GatewayError
+from assure.core import control, gate
+from assure.ops import alerts
+from assure.records import receipts, store
+from assure.run import failpoints, policy
+from assure.run.driver import Driver, RunResult
+from assure.sandbox.backend import ContainerRequest, Role, labels
+from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
+from assure.sandbox.images import ImageSet
+
+ROOT = Path(__file__).resolve().parents[2]
+CALC = ROOT / "fixtures" / "workspaces" / "calc"
+IMAGES = ImageSet("fake-base:1", "fake-agent:1", "fake-gateway:1", "fake-egress:1")
+FIXED = "def add(a: int, b: int) -> int:\n    return a + b\n"
+
+
+def ratified(scope: list[str], ceiling: str = "commit") -> dict[str, Any]:
+    contract = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
+    contract["hash"] = gate.contract_hash(policy.contract(contract))
+    return contract
+
+
+def gateway(ctx: Context) -> Client:
+    return Client(str(ctx.path(ctx.env["ASSURE_GATEWAY_SOCKET"])))
+
+
+def fix(ctx: Context) -> int:
+    """Fixes add() through the gateway, reports, and lingers until stopped or 0.5 s."""
+    with gateway(ctx) as client:
+        client.call("fs.write", path="src/calc.py", content=FIXED)
+        client.call("task.report", status="done", summary="fixed add()")
+    ctx.stopping.wait(0.5)
+    return 0
+
+
+def notes(ctx: Context) -> int:
+    """Writes notes directly in its writable scope; never what the assertion wants."""
+    (ctx.path("/workspace") / "out" / "notes.txt").write_text("looked at add()\n")
+    return 0
+
+
+def tamper(ctx: Context) -> int:
+    """Edits a protected test behind the gateway's back: a breach."""
+    (ctx.path("/workspace") / "tests" / "test_calc.py").write_text("print('acceptance tests passed')\n")
+    return 0
+
+
+def spend(ctx: Context) -> int:
+    """Calls until the gateway refuses, then waits to be stopped (a budget breach stops it)."""
+    with gateway(ctx) as client:
+        for _ in range(10):
+            try:
+                client.call("fs.read", path="src/calc.py")
+            except GatewayError:
+                break
+    return TERMINATED if ctx.stopping.wait(20) else 0
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[str]:
+    """The fake's folder (the gateway's socket is in it): a short path."""
+    path = tempfile.mkdtemp(prefix="drv", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def target(tmp_path: Path) -> Path:
+    """A git repository holding the fixture: where verified results are committed."""
+    repo = tmp_path / "target"
+    shutil.copytree(CALC, repo)
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "fixture"]):
+        git(repo, *cmd)
+    return repo
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env).stdout
+
+
+def write_spec(tmp_path: Path, command: str, **fields: Any) -> spec_mod.Spec:
+    data = {
+        "version": 1, "name": f"fake-{command}", "agent": {"command": [command]},
+        "workspace": {"fixture": str(CALC), "writable": ["out/**"], "protected": ["tests/**"]},
+        "limits": {"wall_seconds": 30}, "assertions": [], "expect": "pass", **fields,
+    }
+    path = tmp_path / f"{command}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return spec_mod.load(path)
+
+
+def new_run(tmp_path: Path, spec: spec_mod.Spec) -> store.RunDir:
+    return store.RunDir.create(tmp_path / "runs", store.new_run_id(spec.name), spec.path, spec.to_json())
+
+
+def drive(spec: spec_mod.Spec, run: store.RunDir, tmp: str, programs: dict[str, Program], *, backend: FakeBackend | None = None,
+          signing_key: Path | None = None) -> tuple[RunResult, FakeBackend]:
+    backend = backend or fake(programs, tmp)
+    try:
+        return Driver(spec, run, backend, IMAGES, lambda *_: None, signing_key=signing_key).drive(), backend
+    finally:
+        backend.close()
+
+
+def fake(programs: dict[str, Program], tmp: str) -> FakeBackend:
+    return FakeBackend(programs, images={IMAGES.agent, IMAGES.gateway, IMAGES.egress}, tmp=tmp)
+
+
+def events(run: store.RunDir) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run.path / "events.jsonl").read_text().splitlines()]
+
+
+def names(run: store.RunDir) -> list[str]:
+    return [e["event"] for e in events(run)]
+
+
+def task_of(result: RunResult) -> dict[str, Any]:
+    (task,) = result.report["tasks"]
+    return task
+
+
+def pending(tmp_path: Path, kind: str) -> list[alerts.Alert]:
+    return [a for a in alerts.all_alerts(tmp_path / "runs") if a.kind == kind and a.state == "pending"]
+
+
+def mounted_under(root: Path) -> list[str]:
+    prefix = str(root.resolve()) + "/"
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        return [p for p in (line.split(" ")[4] for line in fh) if p.startswith(prefix)]
+
+
+ACCEPTANCE = [{"command": {"run": ["python3", "tests/test_calc.py"]}}, {"exit_code": 0}]
+
+
+def test_a_verified_attempt_is_promoted_and_committed_once(tmp_path, short_tmp, target):
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE)
+    run = new_run(tmp_path, spec)
+    result, backend = drive(spec, run, short_tmp, {"fix": fix})
+    assert result.verdict == "pass" and result.report["state"] == "finished"
+    assert (task_of(result)["state"], task_of(result)["attempts"]) == ("committed", [1])
+    assert git(target, "log", "--format=%s").splitlines() == ["assure: task main", "fixture"]
+    assert (target / "src" / "calc.py").read_text() == FIXED
+    assert names(run) == ["run_started", "task_started", "contract_ratified", "attempt_started", "attempt_verified",
+                          "promote_started", "promote_committed", "task_resolved", "run_finished"]
+    roles = [r.role for r in backend.created]
+    assert roles == [Role.GATEWAY, Role.AGENT, Role.CHECK]  # the acceptance test ran in a check container, not the agent's
+    assert backend.owned(run.run_id) == {"containers": [], "volumes": [], "networks": []}  # the attempt cleaned up
+    assert mounted_under(tmp_path) == []
+    again = Driver(spec, store.RunDir.open(run.path), fake({}, short_tmp), IMAGES, lambda *_: None).drive()
+    assert again.report == result.report  # a finished run is not run again
+
+
+def test_without_a_target_the_verified_result_is_proposed_not_committed(tmp_path, short_tmp):
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    run = new_run(tmp_path, spec)
+    result, _ = drive(spec, run, short_tmp, {"fix": fix})
+    assert task_of(result)["state"] == "proposed"
+    bundle = next((run.path / "proposals").iterdir())
+    assert "return a + b" in (bundle / "patch.diff").read_text()
+
+
+@pytest.mark.parametrize("point", failpoints.POINTS)
+def test_a_driver_killed_at_each_failpoint_resumes_the_same_task_and_commits_once(point, tmp_path, short_tmp, target):
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE, max_attempts=3)
+    run = new_run(tmp_path, spec)
+    pid = os.fork()
+    if pid == 0:  # the driver that dies: SIGKILL at the failpoint, as `kill -9` would
+        try:
+            os.environ["ASSURE_FAILPOINT"] = point
+            drive(spec, run, short_tmp, {"fix": fix})
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"not killed at {point}: {status}"
+    assert store.read_json(run.path / "state.json")["state"] == "running"
+
+    backend = fake({"fix": fix}, short_tmp)  # the engine still holds a container of the dead driver's attempt
+    leftover = backend.create_container(ContainerRequest(Role.AGENT, IMAGES.agent, "left-behind", labels(run.run_id, 1, pid, "h"), ("fix",)))
+    result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {}, backend=backend)
+    task = task_of(result)
+    assert task["state"] == "committed" and result.verdict == "pass"
+    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt counts
+    assert git(target, "log", "--format=%s").splitlines() == ["assure: task main", "fixture"]  # one commit, never two
+    resumed = next(e for e in events(run) if e["event"] == "run_resumed")
+    assert resumed["reaped"] == 1 and leftover not in {c["id"] for c in backend.owned()["containers"]}
+    if point in ("start", "run"):  # the dead attempt's workspace filesystem was still mounted
+        assert resumed["released"]
+    assert ("attempt_interrupted" in names(run)) is (point != "promote")
+    assert mounted_under(tmp_path) == []
+
+
+def test_max_attempts_without_a_verified_result_quarantine_with_a_pending_alert(tmp_path, short_tmp):
+    spec = write_spec(tmp_path, "notes", contract=ratified(["fs:**"]), max_attempts=2, assertions=[{"file_exists": "out/never.txt"}])
+    run = new_run(tmp_path, spec)
+    result, _ = drive(spec, run, short_tmp, {"notes": notes})
+    assert (task_of(result)["state"], task_of(result)["attempts"]) == ("quarantined", [1, 2])
+    assert [a["verdict"] for a in result.report["attempts"]] == ["fail", "fail"]
+    assert len(pending(tmp_path, "quarantine")) == 1
+
+
+def test_a_breach_quarantines_at_once_with_attempts_left(tmp_path, short_tmp):
+    spec = write_spec(tmp_path, "tamper", contract=ratified(["fs:**"]), max_attempts=3, assertions=ACCEPTANCE)
+    run = new_run(tmp_path, spec)
+    result, _ = drive(spec, run, short_tmp, {"tamper": tamper})
+    assert result.verdict == "breach"
+    assert (task_of(result)["state"], task_of(result)["attempts"]) == ("quarantined", [1])
+    assert "breach in attempt 1" in task_of(result)["reason"]
+    assert len(pending(tmp_path, "breach")) == 1 and len(pending(tmp_path, "quarantine")) == 1
+
+
+def test_a_spent_budget_stops_the_agent_and_is_journaled_and_alerted(tmp_path, short_tmp):
+    spec = write_spec(tmp_path, "spend", contract=ratified(["fs:**"]), limits={"wall_seconds": 30, "tool_calls": 2})
+    run = new_run(tmp_path, spec)
+    result, _ = drive(spec, run, short_tmp, {"spend": spend})
+    (attempt,) = result.report["attempts"]
+    assert attempt["stopped"]["reason"] == "budget" and attempt["stopped"]["counter"] == "tool_calls"
+    assert attempt["exit_code"] == TERMINATED  # stopped by the host, not ended by the agent
+    halt = next(e for e in events(run) if e["event"] == "budget_halt")
+    assert halt["counter"] == "tool_calls" and halt["latency_ms"] is not None
+    assert len(pending(tmp_path, "budget_halt")) == 1
+
+
+@pytest.mark.parametrize("verified", [False, True])
+def test_an_operator_halt_stops_the_agent_and_the_run_with_no_new_attempt_or_commit(verified, tmp_path, short_tmp, target):
+    """Unverified: the task is halted. Verified: the gate refuses to commit under a halt, so it is only proposed."""
+    spec = write_spec(tmp_path, "halt", contract=ratified(["fs:**"]), promote={"target": str(target)}, max_attempts=3,
+                      assertions=[] if verified else [{"file_exists": "out/never.txt"}])
+    run = new_run(tmp_path, spec)
+
+    def halted_mid_run(ctx: Context) -> int:
+        with gateway(ctx) as client:
+            client.call("fs.write", path="src/calc.py", content=FIXED)
+        control.request(run.control_dir, run_id=run.run_id, actor="operator-1", halt=True)
+        return TERMINATED if ctx.stopping.wait(20) else 0
+
+    result, _ = drive(spec, run, short_tmp, {"halt": halted_mid_run})
+    task = task_of(result)
+    assert (task["state"], task["attempts"], result.report["state"]) == ("proposed" if verified else "halted", [1], "halted")
+    (attempt,) = result.report["attempts"]
+    assert attempt["stopped"]["reason"] == "operator_halt" and attempt["stopped"]["actor"] == "operator-1"
+    assert "override_effective" in names(run) and ("promote_proposed" in names(run)) is verified
+    assert "promote_committed" not in names(run)
+    assert git(target, "log", "--format=%s").splitlines() == ["fixture"]
+    assert len(pending(tmp_path, "override_block")) == 1
+
+
+def test_receipts_of_a_signed_run_verify_and_fail_after_one_changed_byte(tmp_path, short_tmp, target):
+    private, public = receipts.generate_keypair(tmp_path / "keys")
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE)
+    run = new_run(tmp_path, spec)
+    drive(spec, run, short_tmp, {"fix": fix}, signing_key=private)
+    receipt = json.loads(next((run.path / "receipts").glob("main-*.json")).read_text())
+    assert receipt["verdict"] == "verified" and receipt["scope_id"] == "c-test" and receipt["signature"]["alg"] == "Ed25519"
+    report = receipts.verify_run(run.path, receipts.load_public(public))
+    assert report.run_id == run.run_id and len(report.receipts) == 1
+    journal = run.attempt(1).journal
+    data = bytearray(journal.read_bytes())
+    data[data.index(b'"tool":"fs.write"') + 9] ^= 0x01
+    journal.write_bytes(bytes(data))
+    with pytest.raises(receipts.ReceiptError):
+        receipts.verify_run(run.path, receipts.load_public(public))
+
+
+def test_a_quarantined_run_issues_a_rejected_receipt(tmp_path, short_tmp):
+    spec = write_spec(tmp_path, "notes", contract=ratified(["fs:**"]), assertions=[{"file_exists": "out/never.txt"}])
+    run = new_run(tmp_path, spec)
+    drive(spec, run, short_tmp, {"notes": notes})
+    receipt = json.loads(next((run.path / "receipts").glob("main-*.json")).read_text())
+    assert (receipt["verdict"], receipt["ground_truth"]) == ("rejected", "contradicted")
+    assert receipts.verify_run(run.path, None).run_id == run.run_id
+
