@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from assure.core import atomic
 from assure.core.chain import ChainWriter
 
 OPERATOR_FILE = "operator.json"
@@ -87,8 +88,5 @@ def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, hal
                 log.append("dial_changed", dial=dial, previous=current.dial, **fields)
         finally:
             log.close()
-        tmp = directory / f".{OPERATOR_FILE}.tmp"
-        tmp.write_text(json.dumps(asdict(update), sort_keys=True), encoding="utf-8")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / OPERATOR_FILE)
+        atomic.write_json(directory / OPERATOR_FILE, asdict(update), indent=None)
     return update

@@ -7,8 +7,8 @@ import hashlib
 import os
 import re
 import stat
-import uuid
 
+from assure.core import atomic
 from assure.gateway.modelwire import ModelError
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -33,24 +33,7 @@ class Blobs:
         final = os.path.join(self.path, digest)
         if self._intact(final, digest):
             return digest
-        tmp = f"{final}.tmp-{uuid.uuid4().hex}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        os.replace(tmp, final)
-        dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic.write_bytes(final, data, sync_dir=True)
         return digest
 
     def get(self, digest: str) -> bytes:

@@ -30,7 +30,7 @@ import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from assure.core import control, gate
+from assure.core import atomic, control, gate
 from assure.core.chain import ChainWriter, canonical, sha256_hex
 
 from assure.gateway import tools
@@ -214,11 +214,8 @@ class Dispatcher:
         if not self._config.heartbeat_file or now - self._last_beat < HEARTBEAT_SECONDS:
             return
         self._last_beat = now
-        tmp = self._config.heartbeat_file + ".tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, fh)
-            os.replace(tmp, self._config.heartbeat_file)
+            atomic.write_json(self._config.heartbeat_file, {"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, indent=None)
         except OSError:
             pass  # a missed beat shows up as staleness, which is the point
 
@@ -390,10 +387,7 @@ class Dispatcher:
         self._breached.add(counter)
         now = time.time()
         if first and self._config.breach_file:
-            tmp = self._config.breach_file + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"counter": counter, "breach_at": now}, fh)
-            os.replace(tmp, self._config.breach_file)
+            atomic.write_json(self._config.breach_file, {"counter": counter, "breach_at": now}, indent=None)
         self._append("budget_breach", _outcome=True, counter=counter, breach_at=now)
 
     def _append(self, event: str, _outcome: bool = False, **fields: Any) -> bool:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from assure.core import atomic
 from assure.gateway import jsonscan, tools
 from assure.gateway.config import Config, Limits
 from assure.gateway.dispatch import MODEL_ROUTES, Answer, Counters, Dispatcher
@@ -535,14 +536,8 @@ def _bind(path: str) -> socket.socket:
 
 
 def _write_ready(config: Config) -> None:
-    """Atomically publish the ready file (write a temp file, then rename it into place)."""
-    tmp = f"{config.ready_file}.tmp-{os.getpid()}"
-    payload = json.dumps({"run_id": config.run_id, "attempt": config.attempt, "pid": os.getpid(), "socket": config.socket})
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(payload + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, config.ready_file)
+    """Publish the ready file whole: the host polls for it."""
+    atomic.write_json(config.ready_file, {"run_id": config.run_id, "attempt": config.attempt, "pid": os.getpid(), "socket": config.socket}, indent=None)
 
 
 def serve(config: Config) -> Gateway:

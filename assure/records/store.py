@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from assure.core import atomic
 from assure.core.chain import ChainWriter
 from assure.errors import RunDirError
 from assure.records.layout import AttemptPaths, RunPaths
@@ -32,14 +33,8 @@ def new_run_id(name: str) -> str:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write-then-rename with fsync: a reader sees the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True, ensure_ascii=True)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """A run-directory JSON file, written atomically (`core.atomic`)."""
+    atomic.write_json(path, data)
 
 
 def read_json(path: Path) -> Any:
