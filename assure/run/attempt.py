@@ -138,9 +138,9 @@ class Attempt:
         self._network: str | None = None
         self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
-        self.egress = modelaccess.egress(spec.data)
+        self.egress = modelaccess.egress(spec)
         uid, gid = hardening.sandbox_user(spec)
-        self.model = modelaccess.ModelAccess(spec.data, spec.path.parent, self.paths.gateway_config, uid, gid)
+        self.model = modelaccess.ModelAccess(spec.model, spec.path.parent, self.paths.gateway_config, uid, gid)
 
     def execute(self) -> judge.Judgement:
         """Every phase is total: an exception in one (any Exception, not only ours) becomes a
@@ -160,18 +160,18 @@ class Attempt:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
             self._release_workspace(facts)
-        if snapshotted and (checks.command_assertions(self.spec.to_json()) or self.spec.cases()):
+        if snapshotted and (self.spec.commands() or self.spec.cases()):
             self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
         self._total("record", lambda: store.write_json(self.paths.root / "container.json", facts), facts)
         self.progress("verify", {})
         failpoints.hit("verify")
         try:
-            judgement = judge.judge(self.paths.root, self.spec.to_json())
+            judgement = judge.judge(self.paths.root, self.spec)
         except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
             errors = [*facts["harness_errors"], _harness_error("judge", exc)]
             found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
-            judgement = judge.Judgement(verdict(list(found), hostile=self.spec.data["hostile"]), found, (), None, None)
+            judgement = judge.Judgement(verdict(list(found), hostile=self.spec.hostile), found, (), None, None)
         self._total("record", lambda: store.write_json(self.paths.root / "verdict.json", {**judgement.to_json(), "judged_at": utc_now()}), facts)
         return judgement
 
@@ -280,12 +280,12 @@ class Attempt:
             "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/journal.jsonl",
             "ready_file": f"{hardening.GATEWAY_STATE}/ready", "protected": list(self.spec.workspace.protected),
             "limits": {"tool_calls": self.spec.limits.tool_calls},  # the gateway's own defaults rule the rest
-            "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec.to_json()),
+            "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec),
             "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{BREACH_FILE}",
             "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/idempotency.sqlite",
             "heartbeat_file": f"{hardening.GATEWAY_STATE}/heartbeat.json",
             "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
-            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress["allow"]}} if self.egress else {}),
+            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress.allow}} if self.egress else {}),
             **({"model": model} if (model := self.model.gateway_config()) else {}),
         }
         store.write_json(p.gateway_config / "gateway.json", config)
@@ -336,16 +336,16 @@ class Attempt:
         log_dir.mkdir()
         if os.geteuid() == 0:
             os.chown(log_dir, hardening.DEFAULT_UID, hardening.DEFAULT_UID)
-        store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress["allow"],
-                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress["allow_private"],
+        store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress.allow,
+                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress.allow_private,
                                                     "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS, "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS})
         os.chmod(cfg_dir / "config.json", 0o644)
         proxy = self.backend.create_container(hardening.egress_kwargs(
             self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
             labels={**self.labels, LABEL_ROLE: "egress"}, network=self._network))
         self._containers.append(proxy)
-        if egress["upstream"] != "none":
-            self.backend.connect(egress["upstream"], proxy)
+        if egress.upstream != "none":
+            self.backend.connect(egress.upstream, proxy)
         self.backend.start(proxy)
         return self._network
 

@@ -50,19 +50,18 @@ def changes(attempt_dir: Path) -> list[dict[str, Any]]:
 
 def decide(spec: Spec, run: store.RunDir, attempt_dir: Path) -> gate.Decision:
     """One decision per changed path; the first that is not `allow` decides."""
-    if not spec.data.get("promote"):
+    if spec.promote is None:
         return gate.Decision(gate.DENY, "promote.no_target", "no promote target in the spec: propose-only")
-    autonomy = spec.data.get("autonomy", {})
     override = control.read(run.control_dir)
-    dial = gate.LEVELS[autonomy.get("dial", "commit")]
+    dial = gate.LEVELS[spec.autonomy.dial]
     if override.dial is not None:
         dial = min(dial, gate.LEVELS[override.dial])
-    has_verifier = bool(spec.data["assertions"])
+    has_verifier = bool(spec.assertions)
     rollback = f"promote:{run.run_id}:{attempt_dir.name}"  # the host keeps a backup of what it replaces
     ctx = gate.Context(
         known_tools=frozenset({"promote"}), now=time.time(), budget=gate.Budget(),
-        protected=spec.workspace.protected, contract=policy.contract(spec.data.get("contract")),
-        operator_dial=dial, verifier_trust=gate.LEVELS[autonomy.get("verifier_trust", "commit")] if has_verifier else gate.PROPOSE,
+        protected=spec.workspace.protected, contract=policy.contract(spec.contract),
+        operator_dial=dial, verifier_trust=policy.verifier_trust(spec),
         verifier_fresh=has_verifier, rollbacks={rollback: ("fs:**",)}, halted=override.halted,  # the backup covers every promoted path
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
@@ -130,7 +129,7 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, attempt_dir: Path, base:
     marker = record_dir / "committed.json"
     if marker.is_file():
         return store.read_json(marker)
-    target = (spec.path.parent / spec.data["promote"]["target"]).resolve()
+    target = (spec.path.parent / spec.promote.target).resolve()
     if not target.is_dir():
         raise PromoteError(f"the promote target {target} is not a folder", fix="create it (or `git init` it) first")
     record_dir.mkdir(parents=True, exist_ok=True)

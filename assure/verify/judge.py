@@ -18,6 +18,7 @@ from typing import Any
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
 from assure.errors import describe
 from assure.records.store import read_json
+from assure.spec import Spec
 from assure.verify import assertions, attribution, completeness, container, sqlite
 from assure.verify.diff import Change, diff
 from assure.verify.findings import Finding, Kind, Verdict, verdict
@@ -137,7 +138,7 @@ def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], def
         return default
 
 
-def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = False) -> Judgement:
+def judge(attempt_dir: Path, spec: Spec, *, recheck_workspace: bool = False) -> Judgement:
     findings: list[Finding] = []
     facts = _guarded(findings, "container.json", lambda: read_json(attempt_dir / "container.json"), {})
     findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.get("harness_errors", [])]
@@ -156,7 +157,7 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
         post = Snapshot.from_json(read_json(attempt_dir / "post.json"))
     except Exception as exc:  # a missing or unreadable snapshot: cannot judge, never pass
         findings.append(Finding(Kind.HARNESS_ERROR, "snapshot", f"snapshot unavailable: {exc}"))
-        return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), (), None, head, checked)
+        return Judgement(verdict(findings, hostile=spec.hostile), tuple(findings), (), None, head, checked)
     if recheck_workspace and _guarded(findings, "workspace", lambda: _workspace_moved(post, take(attempt_dir / "workspace"), facts.get("workspace_copy")), False):
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the run directory's workspace no longer matches post.json"))
     findings += _guarded(findings, "workspace copy", lambda: _not_carried(facts.get("workspace_copy")), [])
@@ -166,17 +167,17 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
     findings += _guarded(findings, "disk limit", lambda: _disk_limit(facts.get("workspace_fs")), [])
     changes = _guarded(findings, "diff", lambda: diff(pre, post), [])
-    ws = spec["workspace"]
-    findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"]), [])
+    ws = spec.workspace
+    findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws.writable, protected=ws.protected), [])
     findings += [Finding(Kind.NOT_CHECKED, e.path, e.note) for e in post.entries.values() if e.note]
-    for db in spec.get("databases", []):
-        findings += _guarded(findings, f"db:{db['name']}", lambda db=db: _database_findings(attempt_dir, db["name"], journal), [])
+    for db in spec.databases:
+        findings += _guarded(findings, f"db:{db.name}", lambda name=db.name: _database_findings(attempt_dir, name, journal), [])
     unexplained = [f.subject for f in findings if f.kind in BREACH_KINDS]
     check_runs = {kind: _guarded(findings, f"{file}.json", lambda file=file: read_json(attempt_dir / f"{file}.json") if (attempt_dir / f"{file}.json").is_file() else [], [])
                   for kind, file in CHECK_FILES.items()}
     post_digest = sha256_hex(canonical(post.to_json()))
     counts = dict.fromkeys(CHECK_FILES, 0)
-    for a in spec["assertions"]:
+    for a in spec.assertions:
         result = None
         for kind in CHECK_FILES.keys() & a.keys():  # the nth assertion of a kind has index n in its file
             result = next((c for c in check_runs[kind] if isinstance(c, dict) and c.get("index") == counts[kind]), None)
@@ -189,4 +190,4 @@ def judge(attempt_dir: Path, spec: dict[str, Any], *, recheck_workspace: bool = 
             findings.append(finding)
     claims = _guarded(findings, "claim", lambda: [r.get("claim") for r in journal if isinstance(r, dict) and r.get("event") == "tool_call"
                                                   and r.get("tool") == "task.report" and r.get("decision") == "allow"], [])
-    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claims[-1] if claims else None, head, checked)
+    return Judgement(verdict(findings, hostile=spec.hostile), tuple(findings), tuple(changes), claims[-1] if claims else None, head, checked)
