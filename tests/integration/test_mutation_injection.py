@@ -51,7 +51,7 @@ def copy_attempt(attempt: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def rejudge(attempt: Path, spec: spec_mod.Spec, mutate_ws=None, mutate_db=None):
+def rejudge(attempt: Path, spec, mutate_ws=None, mutate_db=None):
     if mutate_ws:
         mutate_ws(attempt / "workspace")
         store.write_json(attempt / "post.json", take(attempt / "workspace").to_json())
