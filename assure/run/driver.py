@@ -30,12 +30,11 @@ from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec, Task
 from assure.textsafe import display
-from assure.verify.findings import Finding, Kind, Verdict, verdict
+from assure.verify.findings import Finding, Kind, Verdict, verdict, worst
 from assure.verify.judge import Judgement, judge
 
 TERMINAL = ("committed", "proposed", "quarantined", "commit_failed", "halted")
 STOPS_GOAL = ("quarantined", "commit_failed", "halted")
-SEVERITY_ORDER = ("breach", "error", "fail", "contained", "pass")
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,7 @@ class Driver:
             return self._promote(task, ts["attempts"][-1]["n"])
         if ts["state"] == "pending":
             ts["state"] = "running"
-            self._record("task_started", task=task.id, contract_id=(task.contract or {}).get("id"))
+            self._record("task_started", task=task.id, contract_id=task.contract.id if task.contract else None)
             self._contract_events(task)
         while len(ts["attempts"]) < task.max_attempts:
             if control.read(self.run.control_dir).halted:
@@ -348,7 +347,7 @@ def reap(backend: DockerBackend, run_id: str) -> int:
 
 def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], verdict_file: str = "verdict.json") -> dict[str, Any]:
     """The machine-readable report: tasks, every attempt's findings, and an overall verdict
-    (the worst final verdict of the tasks, by breach > error > fail > contained > pass).
+    (the worst final verdict of the tasks, by `findings.VERDICT_ORDER`).
     `verdict_file` is `reverify.json` when the verdicts were recomputed offline."""
     attempts = []
     finals = []
@@ -368,7 +367,7 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], verdict_f
         verdicts = [a["verdict"] for a in attempts if a["task"] == task_id]
         if verdicts:
             finals.append(verdicts[-1])
-    overall = min(finals, key=SEVERITY_ORDER.index) if finals else "error"
+    overall = worst(finals) if finals else Verdict.ERROR.value
     return {
         "run_id": run.run_id, "spec": spec.name, "hostile": spec.hostile, "expect": spec.expect, "verdict": overall,
         "state": state["state"],

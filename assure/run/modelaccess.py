@@ -73,7 +73,7 @@ class ModelAccess:
         if not self.model:
             return {}
         if self.model.mode == "anthropic":
-            self.secrets = self._write_key()
+            self.secrets = self._write_key(self.model)
             return {str(self.secrets): {"bind": hardening.GATEWAY_SECRETS, "mode": "ro"}}
         if self.model.mode == "replay":
             return {str(self._path("recording") / "gateway"): {"bind": hardening.GATEWAY_RECORDING, "mode": "ro"}}
@@ -90,8 +90,7 @@ class ModelAccess:
             raise AssureError(f"model.{field}: {path} does not exist", fix="point it at an existing file or attempt directory")
         return path
 
-    def _write_key(self) -> Path:
-        m = self.model
+    def _write_key(self, m: Model) -> Path:
         key = self._path("key_file").read_text().strip() if m.key_file else os.environ.get(m.key_env, "")
         if not key:
             raise AssureError(f"model.mode is anthropic but no key: set {m.key_env} (or model.key_file)", fix=f"export {m.key_env}=... before `assure run`")

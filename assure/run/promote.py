@@ -129,6 +129,8 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, attempt_dir: Path, base:
     marker = record_dir / "committed.json"
     if marker.is_file():
         return store.read_json(marker)
+    if spec.promote is None:
+        raise PromoteError("the spec has no promote target", fix="add `promote: {target: ...}` to the spec")
     target = (spec.path.parent / spec.promote.target).resolve()
     if not target.is_dir():
         raise PromoteError(f"the promote target {target} is not a folder", fix="create it (or `git init` it) first")
