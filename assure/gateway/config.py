@@ -1,4 +1,4 @@
-"""Load and validate the gateway's JSON config; the one place that holds the limit defaults.
+"""Load and validate the gateway's JSON config; the one place that holds the gateway's limit defaults.
 
 A typo in the config must not silently weaken the gateway (a misspelt `protected` would
 drop every protection), so unknown fields are errors and every error names its field.
@@ -29,9 +29,11 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits; the defaults here are the only defaults."""
+    """Resource limits; the defaults here are the only defaults, but for `tool_calls`: that
+    one is the spec's `limits.tool_calls` (its default is in specs/spec.schema.json), which
+    the host always passes."""
 
-    tool_calls: int = 1000
+    tool_calls: int
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 8 * 1024
     read_timeout_seconds: float = 10.0
@@ -226,6 +228,8 @@ def _limits(value: Any) -> Limits:
         raise ConfigError("limits", "must be a JSON object")
     known = {f.name: f for f in fields(Limits)}
     _no_unknown(value, frozenset(known), "limits.")
+    if "tool_calls" not in value:
+        raise ConfigError("limits.tool_calls", "is required: the host passes the spec's limit")
     checked: dict[str, Any] = {}
     for name, item in value.items():
         if known[name].type == "float":
