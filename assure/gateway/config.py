@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from assure.core import gate
+from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.core.chain import canonical, sha256_hex
 
 
@@ -126,7 +127,7 @@ class Model:
     recording: tuple[str, ...] = ()  # replay: gateway journals, in order
     recording_blob_dir: str | None = None  # replay: the blob dir those journals reference
     script: str | None = None  # scripted: a JSON list of responses
-    timeout_seconds: float = 600.0  # one upstream exchange, start to end
+    timeout_seconds: float = MODEL_EXCHANGE_SECONDS  # one upstream exchange, start to end
     max_response_bytes: int = 32 * 1024 * 1024
     allow: Mapping[str, frozenset[str]] = field(default_factory=dict)  # ALLOW_FIELDS -> names beyond features.py's defaults
     server_tool_fees: Mapping[str, float] = field(default_factory=lambda: dict(SERVER_TOOL_FEES))

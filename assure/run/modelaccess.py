@@ -19,11 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.errors import AssureError
 from assure.sandbox import hardening
 from assure.spec import Egress, Model, Spec, no_egress
 
-PROXY_TIMEOUT_SECONDS = 600  # a long model answer must not be cut in the proxy's tunnel
+PROXY_TIMEOUT_SECONDS = MODEL_EXCHANGE_SECONDS  # a long model answer must not be cut in the proxy's tunnel
 CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1  # Anthropic's cache prices relative to input, when a spec omits them
 
 
