@@ -240,6 +240,8 @@ class Spec:
         under `_source`): what a run directory records in `spec.json`; `from_json` reads it back."""
         out = _plain(self)
         out["_source"] = out.pop("path")
+        for task, typed in zip(out["tasks"], self.tasks):
+            task["contract"] = _plain(typed.contract)  # null: this task has none, whatever the spec's is
         return out
 
     @classmethod
@@ -474,7 +476,7 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
             id=t["id"],
             description=t.get("description", ""),
             assertions=tuple(t.get("assertions", data["assertions"])),
-            contract=Contract.from_json(t["contract"]) if "contract" in t else contract,
+            contract=(t["contract"] and Contract.from_json(t["contract"])) if "contract" in t else contract,
             max_attempts=t.get("max_attempts", data["max_attempts"]),
             on_breach=t.get("on_breach", data["on_breach"]),
         ) for t in tasks),

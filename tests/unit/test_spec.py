@@ -1,5 +1,6 @@
 """Spec loading: defaults from the schema, every problem as file:line: field: message."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -176,6 +177,18 @@ def test_to_json_round_trips(tmp_path, which):
     assert data["_source"] == str(loaded.path) and data["workspace"]["fixture"] == str(loaded.workspace.fixture)
     assert spec.Spec.from_json(data) == loaded
     assert spec.Spec.from_json(json.loads(json.dumps(data))) == loaded  # as written to and read from spec.json
+
+
+def test_a_task_spec_round_trips(tmp_path):
+    from assure.run.driver import task_spec
+
+    loaded = full(tmp_path)
+    for task in loaded.tasks:
+        one = task_spec(loaded, task, tmp_path / "base")
+        assert (one.assertions, one.contract, one.agent.env["ASSURE_TASK"]) == (task.assertions, task.contract, task.description)
+        assert spec.Spec.from_json(one.to_json()) == one
+    no_top_contract = dataclasses.replace(loaded, contract=None, tasks=(dataclasses.replace(loaded.tasks[0], contract=None), loaded.tasks[1]))
+    assert spec.Spec.from_json(task_spec(no_top_contract, no_top_contract.tasks[1], tmp_path).to_json()).tasks[0].contract is None
 
 
 def test_a_bad_field_in_a_typed_block_is_reported_at_its_line(tmp_path):
