@@ -5,10 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import shutil
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -18,14 +15,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from assure.ops import alerts
-from assure.records import report as render
 from assure import spec as spec_mod
-from assure.records import store
 from assure.errors import AssureError
+from assure.ops import alerts
+from assure.ops import runs as runs_mod
+from assure.records import report as render
+from assure.records import store
 from assure.sandbox import live, runtimes, workspace_fs
-from assure.sandbox.docker import LABEL_HOST, LABEL_PID, DockerBackend
-from assure.sandbox.images import Images, ImageSet, base_mode, base_tags
+from assure.sandbox.docker import DockerBackend
+from assure.sandbox.images import Images, ImageSet
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
 images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox images.")
@@ -222,7 +220,7 @@ def resume(
     """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
     _sigterm_as_interrupt()
     try:
-        rd = _run_dir(run_ref, runs_dir)
+        rd = runs_mod.find(run_ref, runs_dir)
         loaded = _spec_of(rd)
         engine = _backend_and_images(loaded)
     except AssureError as exc:
@@ -337,111 +335,37 @@ def contract_hash(spec: Path) -> None:
 @app.command()
 def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.runtime must be available here.")) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
-    table = Table("check", "status", "detail / fix", show_header=True)
-    ok = True
-    register = False
-
-    def row(name: str, good: bool, detail: str) -> None:
-        nonlocal ok
-        ok &= good
-        table.add_row(plain(name), Text("ok", style="green") if good else Text("missing", style="red"), plain(detail))
+    from assure.ops import doctor as checks
 
     try:
         wanted = {spec_mod.load(path).sandbox.runtime for path in specs or []}
     except AssureError as exc:
         raise _fail(exc) from None
-    try:
-        workspace_fs.require()
-        row("bounded workspace", True, "root, loop devices, mkfs.ext4: each attempt gets a filesystem of limits.disk")
-    except AssureError as exc:
-        row("bounded workspace", False, f"{exc.message}; fix: {exc.fix}")
-    try:
-        backend = DockerBackend()
-        version = backend.version()
-        row("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")
-        engine_runtimes = backend.runtimes()
-        row("runtime runc", "runc" in engine_runtimes, ", ".join(sorted(engine_runtimes)))
-        for name in sorted(wanted | {runtimes.RUNSC}):
-            if name == runtimes.RUNC:
-                continue
-            label = f"runtime {name}" + (" (gVisor)" if runtimes.is_gvisor(name) else "")
-            problem = runtimes.problem(name, engine_runtimes)
-            if problem is None:
-                args = " ".join(engine_runtimes[name].get("runtimeArgs") or [])
-                row(label, True, f"registered: {engine_runtimes[name].get('path')} {args}; specs may set sandbox.runtime: {name}")
-            elif name in wanted:
-                register |= runtimes.is_gvisor(name)
-                row(label, False, f"{problem}; " + ("register it (the steps are below)" if runtimes.is_gvisor(name) else runtimes.fix(name)))
-            else:
-                register = True
-                table.add_row(plain(label), Text("optional", style="yellow"), plain(f"{problem}; needed only for sandbox.runtime: {name}"))
-        security = backend.security_options()
-        seccomp_on = any(o.startswith("name=seccomp") for o in security)
-        row("seccomp", seccomp_on, "the engine applies assure's profile" if seccomp_on
-            else "the engine was built without seccomp: assure's syscall filter would not apply; use an engine with seccomp")
-        apparmor = any(o.startswith("name=apparmor") for o in security)
-        table.add_row("AppArmor", Text("ok", style="green") if apparmor else Text("absent", style="yellow"),
-                      "the engine confines containers with its default profile" if apparmor else "not on this host: seccomp, capabilities and no-new-privileges still apply")
-        found = Images(backend).resolve()
-        row("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
-        mode = base_mode()
-        tags = base_tags()
-        have_tool = shutil.which("debootstrap") is not None
-        table.add_row("base image source", plain(mode), plain(f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}"))
-    except AssureError as exc:
-        row("docker engine", False, exc.explain())
+    report = checks.diagnose(wanted)
+    styles = {checks.Status.OK: "green", checks.Status.MISSING: "red", checks.Status.OPTIONAL: "yellow", checks.Status.ABSENT: "yellow"}
+    table = Table("check", "status", "detail / fix", show_header=True)
+    for c in report.checks:
+        status = plain(c.value or "") if c.status is checks.Status.INFO else Text(str(c.status), style=styles[c.status])
+        table.add_row(plain(c.name), status, plain(c.detail))
     out.print(table)
-    if register:
+    if report.register_gvisor:
         out.print("to register gVisor's runsc with this engine, as root:", markup=False, highlight=False)
         for step in runtimes.registration_steps():
             out.print(f"  {step}", markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(0 if ok else 1)
+    raise typer.Exit(0 if report.ok else 1)
 
 
 @app.command()
 def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going.")) -> None:
     """Remove containers, volumes, networks and workspace filesystems left by assure processes that are gone."""
+    from assure.ops import gc as collector
+
     try:
-        backend = DockerBackend()
-        owned = backend.owned()
+        removed = collector.collect(DockerBackend(), everything=everything)
     except AssureError as exc:
         raise _fail(exc) from None
-    host = socket.gethostname()
-
-    def orphan(labels: dict[str, str]) -> bool:
-        if everything or labels.get(LABEL_HOST) != host:
-            return everything
-        try:
-            os.kill(int(labels.get(LABEL_PID, "0")), 0)
-            return False
-        except (ProcessLookupError, ValueError):
-            return True
-        except PermissionError:
-            return False
-
-    removed = {"containers": 0, "volumes": 0, "networks": 0}
-    remove = {"containers": backend.remove_container, "volumes": backend.remove_volume, "networks": backend.remove_network}
-    for kind in ("containers", "networks", "volumes"):
-        for item in owned[kind]:
-            if orphan(item):
-                remove[kind](item["id"])
-                removed[kind] += 1
-    try:  # after the containers: nothing holds their workspaces now
-        released = workspace_fs.release_orphans(lambda run_dir: everything or not store.is_locked(run_dir))
-    except AssureError as exc:
-        raise _fail(exc) from None
-    out.print(f"removed {removed['containers']} containers, {removed['volumes']} volumes, {removed['networks']} networks, "
-              f"{len(released)} workspace filesystems")
-
-
-def _run_dir(run: str, runs_dir: Path) -> store.RunDir:
-    """A run by id (under --runs-dir) or by path; a hostile id never leaves the runs folder."""
-    path = Path(run)
-    if not path.is_dir():
-        if not store.RUN_ID.match(run):
-            raise AssureError(f"{run!r} is not a run id or a run directory", fix="`assure runs` lists them")
-        path = runs_dir / run
-    return store.RunDir.open(path)
+    out.print(f"removed {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
+              f"{removed.workspaces} workspace filesystems")
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
@@ -449,7 +373,7 @@ def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, An
     from assure.core import control
 
     try:
-        rd = _run_dir(run, runs_dir)
+        rd = runs_mod.find(run, runs_dir)
         return rd, control.request(rd.control_dir, run_id=rd.run_id, actor=alerts.operator_name(), **change)
     except AssureError as exc:
         raise _fail(exc) from None
@@ -477,7 +401,7 @@ def dial(run: str, level: str = typer.Argument(..., help="propose, commit or irr
 @app.command("alerts")
 def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alerts not yet acknowledged."), runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.Option(False, "--json")) -> None:
     """List alerts (pending ones stay until `assure ack ID`)."""
-    found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == "pending"]
+    found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == alerts.AlertState.PENDING]
     if json_out:
         _print_json([dataclasses.asdict(a) for a in found])
         return
@@ -510,7 +434,7 @@ def journal_cmd(
     from assure.records import journal
 
     try:
-        rd = _run_dir(run, runs_dir)
+        rd = runs_mod.find(run, runs_dir)
         broken = [s for s in journal.sources(rd) if s.error]
         records = list(journal.query(rd, event=event, actor=actor, since=since))
     except AssureError as exc:
@@ -532,15 +456,7 @@ def journal_cmd(
 @app.command()
 def runs(runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.Option(False, "--json")) -> None:
     """List runs with their state, tasks and verdicts."""
-    rows = []
-    for path in sorted(runs_dir.glob("*/state.json")) if runs_dir.is_dir() else []:
-        try:
-            state = store.read_json(path)
-        except AssureError:
-            continue
-        tasks = state.get("tasks", {})
-        rows.append({"run_id": path.parent.name, "state": state.get("state"), "verdict": state.get("verdict"), "started_at": state.get("started_at"),
-                     "tasks": {t: v.get("state") for t, v in tasks.items()}})
+    rows = [r.to_json() for r in runs_mod.listing(runs_dir)]
     if json_out:
         _print_json(rows)
         return
@@ -557,7 +473,7 @@ def show(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Path = typ
     from assure.records import journal
 
     try:
-        rd = _run_dir(run_ref, runs_dir)
+        rd = runs_mod.find(run_ref, runs_dir)
         records = list(journal.query(rd))
     except AssureError as exc:
         raise _fail(exc) from None
@@ -583,7 +499,7 @@ def promote_cmd(
     from assure.run.driver import promote_proposed
 
     try:
-        rd = _run_dir(run_ref, runs_dir)
+        rd = runs_mod.find(run_ref, runs_dir)
         done = promote_proposed(_spec_of(rd), rd, task, key)
     except AssureError as exc:
         raise _fail(exc) from None

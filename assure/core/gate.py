@@ -15,7 +15,7 @@ Standard library only: this module runs inside the gateway image.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ PROPOSE, COMMIT, IRREVERSIBLE = 0, 1, 2
 LEVELS = {"propose": PROPOSE, "commit": COMMIT, "irreversible": IRREVERSIBLE}
 SANDBOX = "sandbox"  # a per-attempt copy: reversible by construction (the PRE snapshot)
 BUDGET_COUNTERS = ("tool_calls", "tokens", "cost", "wall_seconds")
+BUDGET_RULE = "budget."  # + the counter: the rule of a budget denial (budget.tool_calls, ...)
 
 
 # ---------------------------------------------------------------- values
@@ -161,6 +162,11 @@ class Decision:
     def allowed(self) -> bool:
         return self.outcome == ALLOW
 
+    @property
+    def exhausted(self) -> str | None:
+        """The budget counter this decision denied for (one of BUDGET_COUNTERS), else None."""
+        return self.rule.removeprefix(BUDGET_RULE) if self.rule.startswith(BUDGET_RULE) else None
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -240,13 +246,13 @@ def _budget(action: Action, ctx: Context) -> Decision | None:
     for name in BUDGET_COUNTERS:
         used, limit = getattr(ctx.budget, f"{name}_used"), getattr(ctx.budget, f"{name}_limit")
         if limit is not None and not used < limit:
-            return Decision(DENY, f"budget.{name}", f"{name} budget exhausted ({used} of {limit} used)")
+            return Decision(DENY, BUDGET_RULE + name, f"{name} budget exhausted ({used} of {limit} used)")
     if action.spends:
         for name in ("tokens", "cost"):
             used, limit, reserved = (getattr(ctx.budget, f"{name}_{part}") for part in ("used", "limit", "reserved"))
             if limit is not None and reserved and not used + reserved <= limit:
                 reason = f"{name} budget: {used} used + {reserved} reserved by this call and the calls in flight would pass the limit of {limit}"
-                return Decision(DENY, f"budget.{name}", reason)
+                return Decision(DENY, BUDGET_RULE + name, reason)
     return None
 
 
@@ -362,12 +368,12 @@ def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
     }
 
 
-def decide(action: Action, ctx: Context) -> Decision:
-    """Run RULES in order; the first that returns a Decision decides. Fail closed."""
+def decide(action: Action, ctx: Context, rules: Sequence[Rule] = RULES) -> Decision:
+    """Run `rules` (the gate's RULES) in order; the first that returns a Decision decides. Fail closed."""
     inputs: dict[str, Any] = {}
     try:
         inputs = _inputs(action, ctx)
-        for rule in RULES:
+        for rule in rules:
             decision = rule(action, ctx)
             if decision is not None:
                 inputs.update(required_trust=decision.required_trust, effective_autonomy=decision.effective_autonomy)

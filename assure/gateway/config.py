@@ -17,6 +17,7 @@ from typing import Any
 from assure.core import gate
 from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.core.chain import canonical, sha256_hex
+from assure.gateway.egress import Egress
 
 
 
@@ -70,16 +71,6 @@ class Policy:
     rollbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # confirmed ref -> scope globs it covers
     tokens_limit: int | None = None  # counted by the model proxy
     cost_limit: float | None = None
-
-
-@dataclass(frozen=True)
-class Egress:
-    """Outbound HTTP for `http.request`: the egress proxy to send through and the exact
-    `host:port`s (host lowercased) the gateway itself lets pass. Absent: no egress."""
-
-    proxy_host: str
-    proxy_port: int
-    allow: frozenset[str]
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ Tables without a PRIMARY KEY are recorded exactly too: the session is configured
 the rowid as an extra leftmost column for those tables; they are listed in the effect's
 `rowid_tables`). Rows whose declared PRIMARY KEY holds a NULL (legal in rowid tables) are
 invisible to sessions, so a statement writing a table that has such a row, before or
-after, is refused. `replay()` applies a journaled changeset to a copy of the database as
-it was (triggers off, FK actions as NO ACTION: their effects are already in it).
+after, is refused. `assure.core.changeset.replay()` applies a journaled changeset to a copy
+of the database as it was (triggers off, FK actions as NO ACTION: their effects are already in it).
 
 Requires apsw (pinned in images/gateway/requirements.txt); the rest of the gateway does
 not import this module, so a gateway without databases runs on the standard library.
@@ -44,12 +44,13 @@ import stat
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import apsw
 
-from assure.gateway.tools import ToolError
+from assure.core.changeset import harden
+from assure.gateway.errors import ToolError
 
 MODES = ("sandbox", "live")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -59,10 +60,7 @@ MAX_CELL_BYTES = 64 * 1024  # a larger text/blob cell is replaced by {"omitted":
 MAX_RESULT_BYTES = 4 * 1024 * 1024  # approximate answer size; past it rows stop and `truncated` is set
 MAX_VALUE_BYTES = 32 * 1024 * 1024  # SQLITE_LIMIT_LENGTH: largest string/blob a statement may build
 MAX_PARAMS = 1000
-MAX_CHANGESET_BYTES = 1024 * 1024  # a larger change is refused (too_large): it could not be journaled
 MAX_SEQUENCE_ROWS = 1000  # sqlite_sequence rows journaled with a change; a bigger table is left to the verifier
-MAX_SESSION_MEMORY = 64 * 1024 * 1024  # session bookkeeping past this interrupts the statement
-TIMEOUT_SECONDS = 10.0  # wall time of one call's SQL, including our own checks
 BUSY_TIMEOUT_MS = 5000  # waiting for another connection's lock (live databases)
 PROGRESS_OPS = 1000  # VM instructions between deadline checks
 _MAX_INT64 = 2**63 - 1
@@ -73,15 +71,6 @@ PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "i
 
 _READ_OPS = frozenset({apsw.SQLITE_READ, apsw.SQLITE_SELECT, apsw.SQLITE_RECURSIVE})
 _WRITE_OPS = frozenset({apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE})
-DEFENSIVE_DBCONFIG = (  # every connection: the gateway's, and the verifier's copies
-    ("SQLITE_DBCONFIG_DEFENSIVE", 1),
-    ("SQLITE_DBCONFIG_TRUSTED_SCHEMA", 0),
-    ("SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION", 0),
-    ("SQLITE_DBCONFIG_ENABLE_FTS3_TOKENIZER", 0),
-    ("SQLITE_DBCONFIG_WRITABLE_SCHEMA", 0),
-    ("SQLITE_DBCONFIG_ENABLE_ATTACH_CREATE", 0),
-    ("SQLITE_DBCONFIG_ENABLE_ATTACH_WRITE", 0),
-)
 
 
 @dataclass(frozen=True)
@@ -92,10 +81,19 @@ class DbSpec:
     mode: str = "sandbox"
 
 
+@dataclass(frozen=True)
+class DbLimits:
+    """What one call may cost; past a limit the statement is stopped and nothing is changed."""
+
+    timeout_seconds: float = 10.0  # wall time of one call's SQL, including our own checks
+    max_changeset_bytes: int = 1024 * 1024  # a larger change is refused (too_large): it could not be journaled
+    max_session_memory: int = 64 * 1024 * 1024  # session bookkeeping past this interrupts the statement
+
+
 class Databases:
     """The databases this gateway serves, by name. Connections are opened per call."""
 
-    def __init__(self, specs: Mapping[str, DbSpec]):
+    def __init__(self, specs: Mapping[str, DbSpec], limits: DbLimits = DbLimits()):
         for name, spec in specs.items():
             if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
                 raise ValueError(f"database name {name!r} must match {NAME_PATTERN.pattern}")
@@ -108,6 +106,7 @@ class Databases:
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"database {name!r}: {spec.path} is not a regular file")
         self._specs = dict(specs)
+        self.limits = limits
 
     @classmethod
     def from_config(cls, entries: Iterable[Any]) -> Databases:
@@ -132,7 +131,7 @@ class Databases:
         """Run one read-only statement; returns {columns, rows, truncated}."""
         spec = self.spec(name)
         bindings = _bindings(params)
-        guard = _Guard()
+        guard = _Guard(self.limits)
         conn = _open(spec.path, readonly=True, guard=guard)
         try:
             policy = _Policy(write=False)
@@ -151,7 +150,7 @@ class Databases:
         """Run one changing statement atomically; returns (result, journal effect)."""
         spec = self.spec(name)
         bindings = _bindings(params)
-        guard = _Guard()
+        guard = _Guard(self.limits)
         conn = _open(spec.path, readonly=False, guard=guard)
         try:
             tables = _tables(conn)
@@ -197,10 +196,10 @@ class Databases:
             except apsw.Error as exc:
                 raise _tool_error(exc, policy, guard, "db.execute") from None
             changeset = session.changeset()
-            if len(changeset) > MAX_CHANGESET_BYTES:
+            if len(changeset) > self.limits.max_changeset_bytes:
                 raise ToolError(
                     "too_large",
-                    f"the change is {len(changeset)} bytes as a changeset, over the {MAX_CHANGESET_BYTES}-byte limit; "
+                    f"the change is {len(changeset)} bytes as a changeset, over the {self.limits.max_changeset_bytes}-byte limit; "
                     "split it into smaller statements (nothing was changed)",
                 )
             conn.authorizer = None
@@ -226,18 +225,19 @@ class Databases:
 # ---------------------------------------------------------------- connections
 
 
-@dataclass
 class _Guard:
     """Interrupts a statement past the deadline or when the session grows too large."""
 
-    deadline: float = field(default_factory=lambda: time.monotonic() + TIMEOUT_SECONDS)
-    session: apsw.Session | None = None
-    reason: str | None = None
+    def __init__(self, limits: DbLimits):
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.timeout_seconds
+        self.session: apsw.Session | None = None
+        self.reason: str | None = None
 
     def __call__(self) -> bool:
         if time.monotonic() > self.deadline:
             self.reason = "timeout"
-        elif self.session is not None and self.session.memory_used > MAX_SESSION_MEMORY:
+        elif self.session is not None and self.session.memory_used > self.limits.max_session_memory:
             self.reason = "too_large"
         return self.reason is not None
 
@@ -250,9 +250,7 @@ def _open(path: str, *, readonly: bool, guard: _Guard) -> apsw.Connection:
     except apsw.Error as exc:
         raise ToolError("io_error", f"cannot open the database: {_message(exc)}") from None
     try:
-        for option, value in DEFENSIVE_DBCONFIG:
-            if hasattr(apsw, option):
-                conn.config(getattr(apsw, option), value)
+        harden(conn)
         if conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) != 1:
             raise ToolError("io_error", "SQLite refused defensive mode")
         conn.limit(apsw.SQLITE_LIMIT_ATTACHED, 0)
@@ -523,22 +521,6 @@ def _sequence(conn: apsw.Connection) -> list[list[Any]] | None:
     return [[n, v] for n, v in rows]
 
 
-def replay(conn: apsw.Connection, changeset: bytes) -> None:
-    """Apply a journaled changeset so the target ends exactly where the gateway's file did.
-
-    The changeset already holds what triggers and foreign-key actions did, so triggers are
-    switched off and FK actions treated as NO ACTION while it applies (else they would
-    fire twice). Any conflict aborts the whole apply: nothing is changed. Not used by the
-    gateway itself; for the host, tests and audits (call outside a transaction).
-    """
-    triggers = conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, -1)
-    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)
-    try:
-        apsw.Changeset.apply(changeset, conn, flags=apsw.SQLITE_CHANGESETAPPLY_FKNOACTION)
-    finally:
-        conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, triggers)
-
-
 # ---------------------------------------------------------------- errors
 
 
@@ -554,7 +536,7 @@ def _tool_error(exc: apsw.Error, policy: _Policy | None, guard: _Guard, tool: st
         reason = next((r for r in policy.denied if "internal table" not in r), policy.denied[0])
         return ToolError(code, f"{tool}: {reason}; nothing was changed")
     if isinstance(exc, apsw.InterruptError) and guard.reason == "timeout":
-        return ToolError("timeout", f"{tool}: the statement ran over {TIMEOUT_SECONDS:g} s and was stopped; nothing was changed")
+        return ToolError("timeout", f"{tool}: the statement ran over {guard.limits.timeout_seconds:g} s and was stopped; nothing was changed")
     if isinstance(exc, apsw.InterruptError) and guard.reason == "too_large":
         return ToolError("too_large", f"{tool}: the change grew too large to journal and was stopped; nothing was changed")
     if isinstance(exc, (apsw.TooBigError, apsw.NoMemError)):

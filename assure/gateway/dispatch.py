@@ -35,6 +35,7 @@ from assure.core.chain import ChainWriter, canonical, sha256_hex
 
 from assure.gateway import tools
 from assure.gateway.config import Config
+from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace
 from assure.gateway.idempotency import LEGACY, Prior, Store, derive_key
 
@@ -126,7 +127,7 @@ class Dispatcher:
         try:
             args, meta = tools.parse(tool, body)
             path = tools.target_path(args)
-        except (tools.ArgError, PathError) as exc:
+        except (ArgError, PathError) as exc:
             return self.reject(400, exc.code, exc.message, tool=tool.name)
         with self._lock:
             if not self._open or self._full:
@@ -186,8 +187,8 @@ class Dispatcher:
                 self._model_calls[str(record.get("action_id"))] = record
             else:
                 self.counters.denied += 1
-                if decision.rule.startswith("budget."):
-                    self._report_breach(decision.rule.split(".", 1)[1])
+                if decision.exhausted is not None:
+                    self._report_breach(decision.exhausted)
             return decision
 
     def record_model_call(self, record: dict[str, Any], tokens: int, cost: float) -> bool:
@@ -266,8 +267,8 @@ class Dispatcher:
             self._decided(record, decision)
             if not decision.allowed:
                 self.counters.denied += 1
-                if decision.rule.startswith("budget."):
-                    self._report_breach(decision.rule.split(".", 1)[1])
+                if decision.exhausted is not None:
+                    self._report_breach(decision.exhausted)
                 return _finish(record, 403, error_body("denied" if decision.outcome == gate.DENY else "escalated", decision.reason))
             key = self._idempotency_key(tool, action, args, meta, record)
             binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments
@@ -285,7 +286,7 @@ class Dispatcher:
                 self._idempotency.complete(key, answer.status, answer.body)
                 key = None
             return answer
-        except tools.ToolError as exc:
+        except ToolError as exc:
             return _finish(record, exc.status, error_body(exc.code, exc.message))
         except Exception as exc:  # fail closed: never an allow without a finished, journaled call
             if record["decision"] != gate.ALLOW or isinstance(exc, _JournalRefused):

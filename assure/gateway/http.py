@@ -17,7 +17,7 @@ a body, or a `_method` query parameter, is refused. Method-override headers
 acts on the method the gate decided on; the journal lists what was dropped.
 Hop-by-hop, `Proxy-*`, `Host`, `Content-Length` and `Expect` headers from the agent are
 dropped too; the gateway adds no credentials of its own (an `Authorization` header is sent
-only if the agent set it). The response body is capped at `MAX_RESPONSE_BYTES`
+only if the agent set it). The response body is capped at `Egress.max_response_bytes`
 (`truncated` says so) and the whole exchange at `DEADLINE_SECONDS`.
 
 Standard library only (this module runs inside the gateway image). Errors are `Refused`
@@ -41,10 +41,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assure.gateway.config import Egress
+    from assure.gateway.egress import Egress
 
-MAX_RESPONSE_BYTES = 1024 * 1024
-MAX_REQUEST_BYTES = 1024 * 1024
 MAX_URL_CHARS = 4096
 MAX_HEADERS = 64
 MAX_HEADER_BYTES = 16 * 1024
@@ -254,7 +252,7 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
     return out, sorted(set(overrides))
 
 
-def _body(args: dict[str, Any]) -> bytes | None:
+def _body(args: dict[str, Any], limit: int) -> bytes | None:
     if "body" in args and "body_b64" in args:
         raise Refused("bad_args", "send at most one of 'body' (UTF-8 text) or 'body_b64' (base64)")
     if "body" in args:
@@ -269,8 +267,8 @@ def _body(args: dict[str, Any]) -> bytes | None:
             raise Refused("bad_args", "'body_b64' is not valid base64") from None
     else:
         return None
-    if len(data) > MAX_REQUEST_BYTES:
-        raise Refused("too_large", f"the request body is {len(data)} bytes, over the {MAX_REQUEST_BYTES}-byte limit")
+    if len(data) > limit:
+        raise Refused("too_large", f"the request body is {len(data)} bytes, over the {limit}-byte limit")
     return data
 
 
@@ -284,11 +282,11 @@ def request(egress: Egress | None, args: dict[str, Any]) -> tuple[dict[str, Any]
     target = parse_target(args)
     check(egress, target)
     headers, overrides = _headers(args)
-    body = _body(args)
+    body = _body(args, egress.max_request_bytes)
     deadline = time.monotonic() + DEADLINE_SECONDS
     conn = _connection(egress, target)
     try:
-        status, reason_headers, data, truncated = _exchange(conn, target, headers, body, deadline)
+        status, reason_headers, data, truncated = _exchange(conn, target, headers, body, deadline, egress.max_response_bytes)
     finally:
         conn.close()
     result: dict[str, Any] = {"status": status, "headers": reason_headers, "truncated": truncated}
@@ -325,7 +323,7 @@ def _connection(egress: Egress, target: Target) -> http.client.HTTPConnection:
 
 
 def _exchange(
-    conn: http.client.HTTPConnection, target: Target, headers: list[tuple[str, str]], body: bytes | None, deadline: float
+    conn: http.client.HTTPConnection, target: Target, headers: list[tuple[str, str]], body: bytes | None, deadline: float, limit: int
 ) -> tuple[int, dict[str, str], bytes, bool]:
     # http: the proxy gets the absolute URL; https: the tunnel is to the target, so origin-form.
     request_target = target.url if target.scheme == "http" else target.path
@@ -345,7 +343,7 @@ def _exchange(
         response_headers = _response_headers(response)
         if _from_proxy(response):
             raise _proxy_refusal(response)
-        data, truncated = _read(sock, response, deadline)
+        data, truncated = _read(sock, response, deadline, limit)
     except Refused:
         raise
     except ssl.SSLCertVerificationError as exc:
@@ -368,15 +366,15 @@ def _tighten(sock: socket.socket | None, deadline: float) -> None:
         sock.settimeout(min(TIMEOUT_SECONDS, remaining))
 
 
-def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadline: float) -> tuple[bytes, bool]:
+def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadline: float, limit: int) -> tuple[bytes, bool]:
     data = bytearray()
-    while len(data) <= MAX_RESPONSE_BYTES:
+    while len(data) <= limit:
         _tighten(sock, deadline)
-        chunk = response.read(min(READ_BYTES, MAX_RESPONSE_BYTES + 1 - len(data)))
+        chunk = response.read(min(READ_BYTES, limit + 1 - len(data)))
         if not chunk:
             return bytes(data), False
         data += chunk
-    return bytes(data[:MAX_RESPONSE_BYTES]), True
+    return bytes(data[:limit]), True
 
 
 def _response_headers(response: http.client.HTTPResponse) -> dict[str, str]:

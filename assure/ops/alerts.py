@@ -14,6 +14,7 @@ import secrets
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,25 @@ from assure.textsafe import display
 
 log = logging.getLogger("assure.ops.alerts")
 WEBHOOK_TIMEOUT_SECONDS = 3.0
-KINDS = ("override_block", "budget_halt", "breach", "quarantine", "stale_health", "commit_failed",
-         # the monitor's registered anomaly classes (assure/monitor.py ANOMALIES), one kind each
-         "rate_of_change", "duplication_ratio", "resource_saturation", "silent_component")
+
+
+class AlertKind(StrEnum):
+    OVERRIDE_BLOCK = "override_block"
+    BUDGET_HALT = "budget_halt"
+    BREACH = "breach"
+    QUARANTINE = "quarantine"
+    STALE_HEALTH = "stale_health"
+    COMMIT_FAILED = "commit_failed"
+    # the monitor's registered anomaly classes (assure/ops/anomalies.py ANOMALIES), one kind each
+    RATE_OF_CHANGE = "rate_of_change"
+    DUPLICATION_RATIO = "duplication_ratio"
+    RESOURCE_SATURATION = "resource_saturation"
+    SILENT_COMPONENT = "silent_component"
+
+
+class AlertState(StrEnum):
+    PENDING = "pending"  # until a person acknowledges it; the monitor escalates it meanwhile
+    ACKED = "acked"
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,7 @@ class Alert:
     kind: str
     message: str
     raised_at: str
-    state: str = "pending"
+    state: str = AlertState.PENDING.value
     acked_by: str | None = None
     acked_at: str | None = None
     sink_errors: tuple[str, ...] = ()
@@ -50,8 +67,10 @@ class Sinks:
 
 
 def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: dict[str, Any] | None = None) -> Alert:
-    if kind not in KINDS:
-        raise ValueError(f"unknown alert kind {kind!r}")
+    try:
+        kind = AlertKind(kind).value
+    except ValueError:
+        raise ValueError(f"unknown alert kind {kind!r}") from None
     alert = Alert(f"{kind}-{secrets.token_hex(4)}", run_dir.name, kind, message, utc_now(), detail=detail)
     (run_dir / "alerts").mkdir(exist_ok=True)
     write_json(run_dir / "alerts" / f"{alert.id}.json", asdict(alert))
@@ -107,9 +126,9 @@ def ack(runs_base: Path, alert_id: str, actor: str) -> Alert:
         raise AssureError(f"no alert {alert_id!r}", where=str(runs_base), fix="`assure alerts` lists the pending ones")
     path = matches[0]
     alert = load(path)
-    if alert.state == "acked":
+    if alert.state == AlertState.ACKED:
         return alert
-    alert = replace(alert, state="acked", acked_by=actor, acked_at=utc_now())
+    alert = replace(alert, state=AlertState.ACKED.value, acked_by=actor, acked_at=utc_now())
     write_json(path, asdict(alert))
     return alert
 

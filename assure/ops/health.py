@@ -149,7 +149,7 @@ def default_path(name: str, runs_base: Path, run_dir: Path | None = None, attemp
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The limits of the registered anomaly classes (see `monitor.ANOMALIES`)."""
+    """The limits of the registered anomaly classes (see `anomalies.ANOMALIES`)."""
 
     max_tool_calls_per_minute: int = MAX_TOOL_CALLS_PER_MINUTE
     max_changes_per_minute: int = MAX_CHANGES_PER_MINUTE

@@ -20,36 +20,37 @@ and staleness episode, or anomaly class, run, attempt and subject); a pass raise
 for a key that already has an alert, pending or acknowledged.
 
 The runs base is treated as hostile: every file is opened below the runs base without
-following a symlink anywhere (`assure.confined`: openat2 with RESOLVE_NO_SYMLINKS, or
+following a symlink anywhere (`assure.core.confined`: openat2 with RESOLVE_NO_SYMLINKS, or
 `O_NOFOLLOW` component by component; a FIFO is never opened), only regular files are read,
 every read is bounded, and every parse error is caught. Garbage (unparsable JSON, a symlink, a FIFO, an oversized file, a broken journal
 line) is a *skipped, reported item* (`Pass.skipped`, printed by the CLI, counted in the
 monitor's heartbeat), not an alert; the one exception is a heartbeat: garbage where an
 expected heartbeat should be counts as no heartbeat, so it raises `stale_health`.
+
+The detectors and the data they see are in anomalies.py, the hostile-ground reading in
+runsbase.py; this module is the pass itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
-import json
 import logging
 import os
-import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from assure.ops import alerts, health
-from assure.core import confined, control
-from assure.ops.alerts import Alert, Sinks
+from assure.core import control
 from assure.core.chain import ChainError, ChainWriter, iter_chain
-from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest, Thresholds
+from assure.ops import alerts, health
+from assure.ops.alerts import Alert, AlertKind, AlertState, Sinks
+from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
+from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
+from assure.ops.runsbase import MAX_ENTRIES, Refused, Tree, count, parse_journal, parse_json, parse_time
 from assure.records.store import RUN_ID
 from assure.textsafe import display
 
@@ -58,9 +59,7 @@ log = logging.getLogger("assure.ops.monitor")
 ACTOR = "monitor"
 LEDGER = "escalations.jsonl"
 LOCK_FILE = "monitor.lock"
-RUNNING = "running"
 TERMINAL_STATES = frozenset({"finished", "halted", "quarantined"})  # the driver never continues these: their alerts do not escalate
-WINDOW_SECONDS = 60.0  # "per minute"
 DIAL_DOWN, HALT = "dial_down", "halt"
 
 MAX_JSON_BYTES = 1 << 20  # state.json, an alert, breach.json, operator.json
@@ -68,7 +67,6 @@ MAX_HEARTBEAT_BYTES = 64 << 10
 MAX_CONTAINER_BYTES = 16 << 20  # container.json lists up to 1000 container changes
 MAX_JOURNAL_BYTES = 8 << 20  # a larger gateway journal is read from its head and its last 8 MiB
 MAX_LOG_BYTES = 16 << 20  # the ledger and an operator log (both are verified whole)
-MAX_ENTRIES = 10_000  # directory entries read per directory
 MAX_ATTEMPTS = 20  # the most recent attempts of a run that are examined
 MAX_SKIPPED = 200  # skipped items kept per pass
 
@@ -76,157 +74,6 @@ READY = "gateway/ready"
 JOURNAL = "gateway/journal.jsonl"
 BREACH = "gateway/breach.json"
 CONTAINER = "container.json"
-
-
-# --- plain data the detectors look at ----------------------------------------------------
-@dataclass(frozen=True)
-class Call:
-    """One journaled tool call."""
-
-    at: float | None
-    tool: str
-    args_digest: str
-    effect: bool  # the gateway journaled an effect (file write/delete, SQL, HTTP)
-    rule: str | None = None
-
-
-@dataclass(frozen=True)
-class AttemptData:
-    number: int
-    calls: tuple[Call, ...] = ()
-    tool_calls_used: int | None = None  # the gateway's counter at `gateway_stopped`
-    tool_calls_limit: int | None = None  # from `gateway_started`
-    budget_breach: str | None = None  # the counter the gateway said ran out
-    finished: bool = False  # container.json exists: the attempt's agent is gone
-    oom_killed: bool = False
-    stopped: str | None = None  # container.json `stopped.reason`
-    stopped_counter: str | None = None
-    ready_at: float | None = None  # mtime of the gateway's ready file
-    journal_mtime: float | None = None
-
-
-@dataclass(frozen=True)
-class RunData:
-    run_id: str
-    state: str | None  # None: state.json is garbage
-    attempt: int | None
-    started_at: float | None
-    state_mtime: float
-    events_mtime: float | None = None
-    attempts: tuple[AttemptData, ...] = ()
-    examined: bool = False  # running or finished within the lookback: attempts were read
-
-    @property
-    def running(self) -> bool:
-        return self.state == RUNNING
-
-    @property
-    def current(self) -> AttemptData | None:
-        found = [a for a in self.attempts if a.number == self.attempt]
-        return found[0] if found else (self.attempts[-1] if self.attempts else None)
-
-
-@dataclass(frozen=True)
-class Finding:
-    attempt: int | None
-    subject: str  # with the class, the run and the attempt: the alert's dedup key
-    message: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-Detector = Callable[[RunData, Thresholds, float], list[Finding]]
-
-
-# --- the registered anomaly classes: small pure functions --------------------------------
-def peak_per_window(times: list[float], window: float = WINDOW_SECONDS) -> int:
-    """The largest number of `times` inside any `window` seconds."""
-    ordered, best, start = sorted(times), 0, 0
-    for end, t in enumerate(ordered):
-        while t - ordered[start] >= window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
-def rate_of_change(run: RunData, t: Thresholds, now: float) -> list[Finding]:
-    """Tool calls, or journaled effects, per minute above their limit in some attempt."""
-    out = []
-    for a in run.attempts:
-        calls = peak_per_window([c.at for c in a.calls if c.at is not None])
-        if calls > t.max_tool_calls_per_minute:
-            out.append(Finding(a.number, "tool_calls", f"attempt {a.number}: {calls} tool calls within one minute (limit {t.max_tool_calls_per_minute})",
-                               {"per_minute": calls, "limit": t.max_tool_calls_per_minute}))
-        changes = peak_per_window([c.at for c in a.calls if c.at is not None and c.effect])
-        if changes > t.max_changes_per_minute:
-            out.append(Finding(a.number, "changes", f"attempt {a.number}: {changes} effects (writes, deletes, SQL, HTTP) within one minute (limit {t.max_changes_per_minute})",
-                               {"per_minute": changes, "limit": t.max_changes_per_minute}))
-    return out
-
-
-def duplication_ratio(run: RunData, t: Thresholds, now: float) -> list[Finding]:
-    """The share of tool calls that repeat an earlier call exactly (same tool and args_digest)."""
-    out = []
-    for a in run.attempts:
-        total = len(a.calls)
-        if total < t.min_calls_for_ratio:
-            continue
-        duplicates = total - len({(c.tool, c.args_digest) for c in a.calls})
-        ratio = duplicates / total
-        if ratio > t.max_duplicate_ratio:
-            out.append(Finding(a.number, "duplicates", f"attempt {a.number}: {duplicates} of {total} tool calls are exact duplicates ({ratio:.0%}, limit {t.max_duplicate_ratio:.0%})",
-                               {"duplicates": duplicates, "calls": total, "ratio": round(ratio, 4), "limit": t.max_duplicate_ratio}))
-    return out
-
-
-def resource_saturation(run: RunData, t: Thresholds, now: float) -> list[Finding]:
-    """An attempt killed by the OOM killer, stopped by a budget or the deadline, or whose
-    tool-call counter reached `near_limit_ratio` of its limit."""
-    out = []
-    for a in run.attempts:
-        if a.oom_killed:
-            out.append(Finding(a.number, "oom", f"attempt {a.number}: the agent was killed for running out of memory (OOM)", {"oom_killed": True}))
-        if a.stopped in ("budget", "deadline") or a.budget_breach:
-            counter = a.stopped_counter or a.budget_breach or a.stopped
-            out.append(Finding(a.number, "budget", f"attempt {a.number}: budget {display(str(counter))} exhausted", {"counter": counter, "stopped": a.stopped}))
-            continue
-        if a.tool_calls_limit and a.tool_calls_used is not None and a.tool_calls_used >= t.near_limit_ratio * a.tool_calls_limit:
-            out.append(Finding(a.number, "tool_calls_near_limit",
-                               f"attempt {a.number}: {a.tool_calls_used} of {a.tool_calls_limit} tool calls used (alert at {t.near_limit_ratio:.0%})",
-                               {"used": a.tool_calls_used, "limit": a.tool_calls_limit, "ratio": t.near_limit_ratio}))
-    return out
-
-
-def silent_component(run: RunData, t: Thresholds, now: float) -> list[Finding]:
-    """A running run whose driver events and current gateway journal have not grown for a while."""
-    if not run.running:
-        return []
-    current = run.current
-    marks = [m for m in (run.events_mtime, current.journal_mtime if current else None) if m is not None]
-    last = max(marks) if marks else (run.started_at or run.state_mtime)
-    quiet = now - last
-    if quiet <= t.silent_after_seconds:
-        return []
-    return [Finding(run.attempt, f"since:{last:.0f}", f"running, but its events and gateway journal have not grown for {quiet:.0f} s (limit {t.silent_after_seconds:.0f} s)",
-                    {"last_growth_at": last, "quiet_seconds": round(quiet, 1), "limit": t.silent_after_seconds})]
-
-
-ANOMALIES: tuple[tuple[str, Detector], ...] = (
-    ("rate_of_change", rate_of_change),
-    ("duplication_ratio", duplication_ratio),
-    ("resource_saturation", resource_saturation),
-    ("silent_component", silent_component),
-)
-
-
-def staleness(last: float | None, active_since: float | None, stale_after: float, now: float) -> float | None:
-    """Seconds without a success once a heartbeat is overdue, else None. A heartbeat is due
-    `stale_after` seconds after its last success or after it became expected
-    (`active_since`), whichever is later; never expected and never seen is never overdue."""
-    marks = [m for m in (last, active_since) if m is not None]
-    if not marks:
-        return None
-    age = now - max(marks)
-    return age if age > stale_after else None
 
 
 # --- results -------------------------------------------------------------------------------
@@ -272,7 +119,7 @@ def read_runs(runs_base: Path, manifest: Manifest, now: float) -> tuple[list[Run
         root = os.open(runs_base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         return [], [Skipped(display(str(runs_base)), display(f"cannot open: {exc.strerror}"))]
-    scan.tree = _Tree(root)
+    scan.tree = Tree(root)
     try:
         return scan._runs(), scan.out.skipped
     finally:
@@ -301,183 +148,6 @@ def run_forever(runs_base: Path, manifest: Manifest, sinks: Sinks, interval: flo
         stop.wait(max(0.0, every - (time.monotonic() - started)))
 
 
-# --- reading the runs base without following links ------------------------------------------
-class _Refused(Exception):
-    """A path the monitor will not read (symlink, not a regular file, oversized, ...)."""
-
-
-class _Tree:
-    """Opens paths below one directory fd, refusing a symlink at every component."""
-
-    def __init__(self, root_fd: int):
-        self.root_fd = root_fd
-
-    def _fd(self, rel: str, directory: bool) -> int | None:
-        """An fd for `rel` (through `confined`), None if it does not exist; `_Refused` if a
-        component is a link or the target is not a directory / regular file."""
-        parts = [p for p in rel.split("/") if p]
-        if any(p in (".", "..") for p in parts):
-            raise _Refused("'..' in path")
-        if not parts:
-            if not directory:
-                raise _Refused("not a regular file")
-            return os.dup(self.root_fd)
-        try:
-            return confined.open_dir(self.root_fd, "/".join(parts)) if directory else confined.open_file(self.root_fd, "/".join(parts))[0]
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if isinstance(exc, confined.NotRegular) or exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR, errno.EXDEV):
-                raise _Refused(self._why(parts, directory)) from None
-            raise _Refused(f"cannot open: {exc.strerror}") from None
-
-    def _why(self, parts: list[str], directory: bool) -> str:
-        """Which component made an open fail, for the refusal message (nothing is followed)."""
-        for i, part in enumerate(parts):
-            st = confined.lstat(self.root_fd, "/".join(parts[: i + 1]))
-            if st is None:
-                return "unusable"
-            if stat.S_ISLNK(st.st_mode):
-                return f"{part!r} is a symlink"
-            last = i == len(parts) - 1
-            if (not last or directory) and not stat.S_ISDIR(st.st_mode):
-                return f"{part!r} is not a directory" if not last else "not a directory"
-        return "not a directory" if directory else "not a regular file"
-
-    @contextlib.contextmanager
-    def open(self, rel: str, *, directory: bool = False) -> Iterator[int | None]:
-        fd = self._fd(rel, directory)
-        try:
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def stat(self, rel: str, *, directory: bool = False) -> os.stat_result | None:
-        with self.open(rel, directory=directory) as fd:
-            return None if fd is None else os.fstat(fd)
-
-    def read(self, rel: str, limit: int) -> tuple[bytes, os.stat_result] | None:
-        """The whole file; `_Refused` if it is larger than `limit`."""
-        with self.open(rel) as fd:
-            if fd is None:
-                return None
-            st = os.fstat(fd)
-            if st.st_size > limit:
-                raise _Refused(f"{st.st_size} bytes, over the {limit}-byte limit")
-            data = _read_fd(fd, limit + 1)
-            if len(data) > limit:
-                raise _Refused(f"over the {limit}-byte limit")
-            return data, st
-
-    def read_ends(self, rel: str, limit: int, head: int) -> tuple[bytes, bytes, os.stat_result, bool] | None:
-        """(first `head` bytes, last `limit` bytes, stat, truncated) of a possibly large file."""
-        with self.open(rel) as fd:
-            if fd is None:
-                return None
-            st = os.fstat(fd)
-            if st.st_size <= limit:
-                data = _read_fd(fd, limit)
-                return b"", data, st, False
-            first = _read_fd(fd, head)
-            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
-            return first, _read_fd(fd, limit), st, True
-
-    def listdir(self, rel: str) -> tuple[list[tuple[str, bool, bool]], bool] | None:
-        """([(name, is_dir, is_symlink)], truncated) of a directory, None if missing."""
-        with self.open(rel, directory=True) as fd:
-            if fd is None:
-                return None
-            out, truncated = [], False
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    if len(out) >= MAX_ENTRIES:
-                        truncated = True
-                        break
-                    out.append((entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink()))
-            return out, truncated
-
-
-def _read_fd(fd: int, limit: int) -> bytes:
-    chunks, left = [], limit
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _parse(data: bytes) -> Any:
-    """JSON, or `_Refused` (garbage, deeply nested, huge numbers...)."""
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise _Refused(f"not JSON ({type(exc).__name__})") from None
-
-
-def parse_time(value: Any) -> float | None:
-    """Unix seconds of an ISO-8601 UTC time as `chain.utc_now` writes it (or any ISO time)."""
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        parsed = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
-    except ValueError:
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.timestamp()
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def parse_journal(head: bytes, body: bytes, truncated: bool) -> tuple[dict[str, Any], int]:
-    """The fields the detectors use from a gateway journal, and how many lines were garbage.
-    A truncated journal's tail starts mid-line: that first piece is dropped, and so is an
-    unfinished last line."""
-    lines = body.split(b"\n")
-    if not body.endswith(b"\n"):
-        lines = lines[:-1]  # a line the gateway is still writing
-    if truncated:
-        lines = head.split(b"\n")[:1] + lines[1:]
-    calls: list[Call] = []
-    facts: dict[str, Any] = {"limit": None, "used": None, "breach": None}
-    garbage = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            garbage += 1
-            continue
-        if not isinstance(record, dict):
-            garbage += 1
-            continue
-        event = record.get("event")
-        if event == "tool_call":
-            tool, digest = record.get("tool"), record.get("args_digest")
-            if not isinstance(tool, str) or not isinstance(digest, str):
-                garbage += 1
-                continue
-            rule = record.get("rule") if isinstance(record.get("rule"), str) else None
-            calls.append(Call(parse_time(record.get("ts")), tool[:128], digest[:128], isinstance(record.get("effect"), dict), rule))
-        elif event == "gateway_started" and isinstance(record.get("limits"), dict):
-            facts["limit"] = _int(record["limits"].get("tool_calls"))
-        elif event == "gateway_stopped" and isinstance(record.get("counters"), dict):
-            facts["used"] = _int(record["counters"].get("tool_calls"))
-        elif event == "budget_breach":
-            facts["breach"] = str(record.get("counter"))[:64]
-    facts["calls"] = tuple(calls)
-    return facts, garbage
-
-
 # --- one pass ---------------------------------------------------------------------------------
 @dataclass
 class _Known:
@@ -491,7 +161,7 @@ class _Scan:
     def __init__(self, runs_base: Path, manifest: Manifest, now: float, sinks: Sinks):
         self.base, self.manifest, self.now, self.sinks = runs_base, manifest, now, sinks
         self.out = Pass()
-        self.tree: _Tree | None = None
+        self.tree: Tree | None = None
         self._known: dict[str, _Known] = {}
         self._ledger: ChainWriter | None = None
         self._done: set[tuple[str, str, str]] | None = None
@@ -510,7 +180,7 @@ class _Scan:
         except OSError as exc:
             self.skip(str(self.base), f"cannot use the runs base: {exc.strerror or exc}")
             return self.out
-        self.tree = _Tree(root)
+        self.tree = Tree(root)
         try:
             if self._health_dir_ok():
                 self._locked_pass()
@@ -523,8 +193,8 @@ class _Scan:
     def _health_dir_ok(self) -> bool:
         try:
             if self.tree.stat(HEALTH_DIR, directory=True) is None:
-                raise _Refused("missing")
-        except _Refused as exc:
+                raise Refused("missing")
+        except Refused as exc:
             self.skip(HEALTH_DIR, f"refused ({exc}); the monitor writes nothing this pass")
             return False
         return True
@@ -553,7 +223,7 @@ class _Scan:
     def _runs(self) -> list[RunData]:
         try:
             listing = self.tree.listdir("")
-        except _Refused as exc:
+        except Refused as exc:
             self.skip(".", str(exc))
             return []
         entries, truncated = listing or ([], False)
@@ -570,7 +240,7 @@ class _Scan:
                 continue
             try:
                 run = self._run(name)
-            except _Refused as exc:
+            except Refused as exc:
                 self.skip(name, str(exc))
                 continue
             except Exception as exc:  # never let one run stop the pass
@@ -586,8 +256,8 @@ class _Scan:
             found = self.tree.read(rel, limit)
             if found is None:
                 return None, None, "missing"
-            return _parse(found[0]), found[1], None
-        except _Refused as exc:
+            return parse_json(found[0]), found[1], None
+        except Refused as exc:
             if report:
                 self.skip(rel, str(exc))
             return None, None, str(exc)
@@ -595,7 +265,7 @@ class _Scan:
     def _mtime(self, rel: str) -> float | None:
         try:
             st = self.tree.stat(rel)
-        except _Refused as exc:
+        except Refused as exc:
             self.skip(rel, str(exc))
             return None
         return st.st_mtime if st else None
@@ -609,7 +279,7 @@ class _Scan:
                 self.skip(f"{run_id}/state.json", "not a JSON object")
             return RunData(run_id, None, None, None, self.now)
         state = data.get("state") if isinstance(data.get("state"), str) else None
-        run = RunData(run_id, state, _int(data.get("attempt")), parse_time(data.get("started_at")), st.st_mtime)
+        run = RunData(run_id, state, count(data.get("attempt")), parse_time(data.get("started_at")), st.st_mtime)
         if not (run.running or self.now - st.st_mtime <= self.manifest.lookback_seconds):
             return run
         attempts = []
@@ -621,7 +291,7 @@ class _Scan:
     def _attempt_numbers(self, run_id: str) -> list[int]:
         try:
             listing = self.tree.listdir(f"{run_id}/attempts")
-        except _Refused as exc:
+        except Refused as exc:
             self.skip(f"{run_id}/attempts", str(exc))
             return []
         if listing is None:
@@ -644,7 +314,7 @@ class _Scan:
         journal_mtime = None
         try:
             found = self.tree.read_ends(f"{rel}/{JOURNAL}", MAX_JOURNAL_BYTES, MAX_JSON_BYTES)
-        except _Refused as exc:
+        except Refused as exc:
             self.skip(f"{rel}/{JOURNAL}", str(exc))
             found = None
         if found is not None:
@@ -679,7 +349,7 @@ class _Scan:
         self._known[where] = known
         try:
             listing = self.tree.listdir(f"{where}/alerts")
-        except _Refused as exc:
+        except Refused as exc:
             self.skip(f"{where}/alerts", str(exc))
             return known
         for name, _, _ in (listing or ([], False))[0]:
@@ -694,12 +364,12 @@ class _Scan:
             detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
             if isinstance(detail.get("key"), str):
                 known.keys.add(detail["key"])
-            if data.get("state") == "pending":
+            if data.get("state") == AlertState.PENDING:
                 raised = parse_time(data.get("raised_at"))
                 if raised is None:
                     self.skip(f"{where}/alerts/{name}", "pending alert without a readable raised_at: not escalated")
                     continue
-                component = detail.get("component") if data["kind"] == "stale_health" and isinstance(detail.get("component"), str) else None
+                component = detail.get("component") if data["kind"] == AlertKind.STALE_HEALTH and isinstance(detail.get("component"), str) else None
                 known.pending.append({"id": data["id"][:128], "kind": data["kind"][:64], "raised_at": raised, "component": component})
         return known
 
@@ -709,10 +379,10 @@ class _Scan:
             return
         try:
             if self.tree.stat(where, directory=True) is None:
-                raise _Refused("missing")
+                raise Refused("missing")
             self.tree.stat(f"{where}/alerts", directory=True)  # refuses a symlinked alerts dir
             alert = alerts.raise_alert(self.base / where, kind, message, self.sinks, {**detail, "key": key, "source": ACTOR})
-        except _Refused as exc:
+        except Refused as exc:
             self.skip(f"{where}/alerts", f"cannot raise {kind}: {exc}")
             return
         except OSError as exc:
@@ -771,7 +441,7 @@ class _Scan:
             message = f"{what}: no success for {age:.0f} s (limit {component.stale_after_seconds:.0f} s)"
         else:
             message = f"{what}: no usable heartbeat at {display(rel)} ({display(problem)}) {age:.0f} s after it was expected (limit {component.stale_after_seconds:.0f} s)"
-        self._raise(where, "stale_health", message, f"stale_health:{component.name}:{run_id or '-'}:{attempt or '-'}:{episode}", {
+        self._raise(where, AlertKind.STALE_HEALTH, message, f"stale_health:{component.name}:{run_id or '-'}:{attempt or '-'}:{episode}", {
             "component": component.name, "heartbeat": rel, "last_success_at": last, "problem": problem or None,
             "age_seconds": round(age, 1), "stale_after_seconds": component.stale_after_seconds, "run_id": run_id, "attempt": attempt,
         })
@@ -818,7 +488,7 @@ class _Scan:
             found = self.tree.read(rel, MAX_LOG_BYTES)
             for r in iter_chain(found[0].decode("ascii").splitlines()) if found else ():
                 self._done.add((str(r.get("alert_id")), str(r.get("run_id")), str(r.get("step"))))
-        except (_Refused, ChainError, UnicodeDecodeError) as exc:
+        except (Refused, ChainError, UnicodeDecodeError) as exc:
             broken = path.with_name(f"{LEDGER}.broken-{int(self.now)}")
             self.skip(rel, f"unusable escalation ledger ({exc}); moved to {broken.name}: an escalation already in effect is not requested again")
             with contextlib.suppress(OSError):
@@ -840,8 +510,8 @@ class _Scan:
             for name, limit in ((control.OPERATOR_FILE, MAX_JSON_BYTES), (control.OPERATOR_LOG, MAX_LOG_BYTES)):
                 st = self.tree.stat(f"{control_rel}/{name}")
                 if st is not None and st.st_size > limit:
-                    raise _Refused(f"{name} is {st.st_size} bytes, over the {limit}-byte limit")
-        except _Refused as exc:
+                    raise Refused(f"{name} is {st.st_size} bytes, over the {limit}-byte limit")
+        except Refused as exc:
             self.skip(control_rel, f"cannot escalate {alert['id']} ({step}): {exc}")
             return
         control_dir = self.base / control_rel
@@ -874,9 +544,9 @@ class _Scan:
                 (self.base / parent).mkdir(parents=True, exist_ok=True)
                 self.tree.stat(parent, directory=True)
             if (self.base / rel).is_symlink():
-                raise _Refused("the heartbeat file is a symlink")
+                raise Refused("the heartbeat file is a symlink")
             health.beat(self.base / rel, MONITOR, now=self.now, runs=len(runs), alerts=len(self.out.alerts),
                         escalations=len(self.out.escalations), skipped=len(self.out.skipped),
                         skipped_items=[asdict(s) for s in self.out.skipped[:20]])
-        except (_Refused, OSError) as exc:
+        except (Refused, OSError) as exc:
             self.skip(rel, f"cannot publish the monitor heartbeat: {exc}")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.run import checks, failpoints, modelaccess, policy
+from assure.run.stop import StopReason
 from assure.core import confined, control
 from assure.ops import health
 from assure.records import store
@@ -365,7 +366,7 @@ class Attempt:
         while exit_code is None and stop is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                stop = {"reason": "deadline", "counter": "wall_seconds", "breach_at": time.time()}
+                stop = {"reason": StopReason.DEADLINE, "counter": "wall_seconds", "breach_at": time.time()}
                 break
             self._heartbeat()
             exit_code = self.backend.wait(self._agent, min(RUN_POLL_SECONDS, remaining))
@@ -382,7 +383,7 @@ class Attempt:
             since = stop.get("requested_at", stop.get("breach_at"))
             stop["latency_ms"] = round((stop["halted_at"] - since) * 1000, 1) if since else None
         facts["stopped"] = stop
-        facts["timed_out"] = bool(stop and stop["reason"] == "deadline")
+        facts["timed_out"] = bool(stop and stop["reason"] == StopReason.DEADLINE)
         facts["exit_code"] = exit_code
 
     def _heartbeat(self) -> None:
@@ -395,7 +396,7 @@ class Attempt:
         override = control.read(self.run.control_dir)
         if not override.halted:
             return None
-        return {"reason": "operator_halt", "request_id": override.request_id, "actor": override.actor, "requested_at": override.requested_at}
+        return {"reason": StopReason.OPERATOR_HALT, "request_id": override.request_id, "actor": override.actor, "requested_at": override.requested_at}
 
     def _budget_breached(self) -> dict[str, Any] | None:
         """The gateway writes `breach.json` when a budget counter runs out (its content is the gateway's)."""
@@ -407,7 +408,7 @@ class Attempt:
             data = {}
         counter = data.get("counter") if isinstance(data, dict) else None
         breach_at = data.get("breach_at") if isinstance(data, dict) else None
-        return {"reason": "budget", "counter": str(counter or "unknown"), "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time()}
+        return {"reason": StopReason.BUDGET, "counter": str(counter or "unknown"), "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time()}
 
     def _count_tool_calls(self) -> int:
         """Tool calls journaled so far, for the progress line: reads only what was appended

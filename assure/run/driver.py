@@ -19,10 +19,12 @@ from typing import Any
 
 from assure import __version__
 from assure.ops import alerts, health
+from assure.ops.alerts import AlertKind
 from assure.core import confined, control
 from assure.run import failpoints, promote
 from assure.records import receipts, store
 from assure.run.attempt import Attempt, Progress, fresh_copy
+from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, describe
 from assure.sandbox import live, workspace_fs
@@ -30,7 +32,7 @@ from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec, Task
 from assure.textsafe import display
-from assure.verify.findings import Finding, Kind, Verdict, verdict, worst
+from assure.verify.findings import Finding, Kind, Severity, Verdict, verdict, worst
 from assure.verify.judge import Judgement, judge
 
 TERMINAL = ("committed", "proposed", "quarantined", "commit_failed", "halted")
@@ -193,13 +195,13 @@ class Driver:
         except Exception as exc:  # any failure of promote: commit_failed, an alert, a harness_error finding; never a crash
             message = describe(exc)
             _add_harness_error(attempt_dir, "promote", message, self.spec.hostile)
-            alerts.raise_alert(self.run.path, "commit_failed", f"task {task.id!r}: {message}", self.sinks)
+            alerts.raise_alert(self.run.path, AlertKind.COMMIT_FAILED, f"task {task.id!r}: {message}", self.sinks)
             return self._finish_task(task, "commit_failed", message)
         self._record("promote_committed", task=task.id, attempt=n, **commit)
         return self._finish_task(task, "committed", "verified and committed")
 
     def _quarantine(self, task: Task, reason: str) -> str:
-        alerts.raise_alert(self.run.path, "quarantine", f"task {task.id!r} quarantined: {reason}", self.sinks)
+        alerts.raise_alert(self.run.path, AlertKind.QUARANTINE, f"task {task.id!r} quarantined: {reason}", self.sinks)
         return self._finish_task(task, "quarantined", reason)
 
     def _finish_task(self, task: Task, state: str, reason: str) -> str:
@@ -222,15 +224,15 @@ class Driver:
         """Journal how the attempt was stopped and raise the alerts that need a person."""
         facts = store.read_json(self.run.attempt_dir(n) / "container.json")
         stop = facts.get("stopped")
-        if stop and stop["reason"] == "operator_halt":
+        if stop and stop["reason"] == StopReason.OPERATOR_HALT:
             self._record("override_effective", attempt=n, request_id=stop.get("request_id"), latency_ms=stop.get("latency_ms"), effect="agent stopped; no new attempt or commit")
-            alerts.raise_alert(self.run.path, "override_block", f"operator {stop.get('actor')} halted the run; the agent was stopped", self.sinks, stop)
+            alerts.raise_alert(self.run.path, AlertKind.OVERRIDE_BLOCK, f"operator {stop.get('actor')} halted the run; the agent was stopped", self.sinks, stop)
         elif stop:
             self._record("budget_halt", attempt=n, counter=stop["counter"], breach_at=stop.get("breach_at"), halted_at=stop.get("halted_at"), latency_ms=stop.get("latency_ms"))
-            alerts.raise_alert(self.run.path, "budget_halt", f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach", self.sinks, stop)
+            alerts.raise_alert(self.run.path, AlertKind.BUDGET_HALT, f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach", self.sinks, stop)
         if judgement.verdict is Verdict.BREACH:
-            subjects = [f.subject for f in judgement.findings if f.severity == "breach"]
-            alerts.raise_alert(self.run.path, "breach", f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]})
+            subjects = [f.subject for f in judgement.findings if f.severity is Severity.BREACH]
+            alerts.raise_alert(self.run.path, AlertKind.BREACH, f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]})
 
     def _report(self) -> dict[str, Any]:
         return build_report(self.run, self.spec, self.state)
@@ -324,7 +326,7 @@ def _checks(verdict: dict[str, Any]) -> list[dict[str, Any]]:
     """The verifier's checks behind a receipt: each assertion, plus the attribution of changes."""
     observed = verdict.get("judged_at") or utc_now()
     items = [f for f in verdict["findings"] if f["kind"] in ("assertion_passed", "assertion_failed")]
-    unexplained = [f["subject"] for f in verdict["findings"] if f["severity"] == "breach"]
+    unexplained = [f["subject"] for f in verdict["findings"] if f["severity"] == Severity.BREACH]
     checks = [{"source": "verifier:assertion", "query": display(f["subject"]), "observed_at": observed,
                "response_sha256": sha256_hex(canonical(f)), "excerpt": display(f"{f['kind']}: {f['message']}")[:200]} for f in items]
     checks.append({"source": "verifier:attribution", "query": "every change explained by an allowed journal entry or a writable scope",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 
@@ -30,19 +30,28 @@ class Verdict(str, Enum):
     ERROR = "error"
 
 
+class Severity(StrEnum):
+    """How much a finding weighs; the verdict is the heaviest (see `verdict`)."""
+
+    INFO = "info"
+    FAIL = "fail"
+    BREACH = "breach"
+    ERROR = "error"
+
+
 SEVERITY = {
-    Kind.ATTRIBUTED: "info",
-    Kind.NOT_CHECKED: "info",
-    Kind.ASSERTION_PASSED: "info",
-    Kind.ASSERTION_FAILED: "fail",
-    Kind.DISK_LIMIT: "fail",
-    Kind.UNATTRIBUTED: "breach",
-    Kind.PROTECTED_CHANGED: "breach",
-    Kind.CONTAINER_CHANGED: "breach",
-    Kind.CONTAINMENT_FAILED: "breach",
-    Kind.HARNESS_ERROR: "error",
-    Kind.JOURNAL_INCOMPLETE: "breach",
-    Kind.GATEWAY_LIMIT: "fail",
+    Kind.ATTRIBUTED: Severity.INFO,
+    Kind.NOT_CHECKED: Severity.INFO,
+    Kind.ASSERTION_PASSED: Severity.INFO,
+    Kind.ASSERTION_FAILED: Severity.FAIL,
+    Kind.DISK_LIMIT: Severity.FAIL,
+    Kind.UNATTRIBUTED: Severity.BREACH,
+    Kind.PROTECTED_CHANGED: Severity.BREACH,
+    Kind.CONTAINER_CHANGED: Severity.BREACH,
+    Kind.CONTAINMENT_FAILED: Severity.BREACH,
+    Kind.HARNESS_ERROR: Severity.ERROR,
+    Kind.JOURNAL_INCOMPLETE: Severity.BREACH,
+    Kind.GATEWAY_LIMIT: Severity.FAIL,
 }
 
 
@@ -55,11 +64,11 @@ class Finding:
     detail: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def severity(self) -> str:
+    def severity(self) -> Severity:
         return SEVERITY[self.kind]
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "kind": self.kind.value, "severity": self.severity}
+        return {**asdict(self), "kind": self.kind.value, "severity": self.severity.value}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Finding:
@@ -71,7 +80,7 @@ class Finding:
 LIMIT_KINDS = frozenset({Kind.DISK_LIMIT, Kind.GATEWAY_LIMIT})
 
 
-# Worst first: the one order of verdicts. The first three are also finding severities.
+# Worst first: the one order of verdicts. The first three share their names with a `Severity`.
 VERDICT_ORDER = (Verdict.BREACH, Verdict.ERROR, Verdict.FAIL, Verdict.CONTAINED, Verdict.PASS)
 
 
@@ -79,7 +88,7 @@ def verdict(findings: list[Finding], *, hostile: bool) -> Verdict:
     """breach > error > fail > (contained | pass). A harness error is never a pass, and never
     hides a breach: what was found before (or beside) the failure still counts."""
     severities = {f.severity for f in findings if not (hostile and f.kind in LIMIT_KINDS)}
-    found = [v for v in VERDICT_ORDER[:3] if v.value in severities]
+    found = [v for v in VERDICT_ORDER[:3] if Severity(v.value) in severities]
     return found[0] if found else Verdict.CONTAINED if hostile else Verdict.PASS
 
 

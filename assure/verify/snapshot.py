@@ -35,9 +35,6 @@ FORMAT_VERSION = 1
 BATCH_FILES = hasher.MAX_BATCH  # files hashed as one batch: one round trip to a helper, not one per file
 BATCH_BYTES = 4 << 20  # ... or fewer files, once they hold this many bytes
 _CPUS = len(os.sched_getaffinity(0))
-HASH_HELPERS = min(4, _CPUS) if _CPUS > 1 else 0  # processes hashing beside the walk
-HELPER_AFTER_BYTES = 16 << 20  # until the helpers run, a tree this small is hashed by the walk alone
-MAX_BATCHES_IN_FLIGHT = 2 * HASH_HELPERS  # keeps every helper busy; bounds open descriptors
 
 _KIND_BY_FORMAT: dict[int, EntryKind] = {
     stat.S_IFREG: "file",
@@ -110,6 +107,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Hashing:
+    """How a walk shares its hashing with helper processes (see hasher.py)."""
+
+    helpers: int = min(4, _CPUS) if _CPUS > 1 else 0  # processes hashing beside the walk
+    helper_after_bytes: int = 16 << 20  # until the helpers run, a tree this small is hashed by the walk alone
+
+    @property
+    def max_batches_in_flight(self) -> int:
+        """Keeps every helper busy; bounds open descriptors."""
+        return 2 * self.helpers
+
+
+HASHING = Hashing()
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Entries by path (sorted, read-only). `truncated` means a limit cut the listing short,
     so entries may be missing: a caller must not treat the snapshot as complete."""
@@ -142,16 +155,17 @@ class Snapshot:
         return cls(entries=by_path, truncated=bool(data["truncated"]), notes=tuple(data["notes"]))
 
 
-def take(root: str | os.PathLike[str], limits: Limits = Limits(), *, reuse: Snapshot | None = None) -> Snapshot:
+def take(root: str | os.PathLike[str], limits: Limits = Limits(), *, reuse: Snapshot | None = None, hashing: Hashing | None = None) -> Snapshot:
     """Snapshot the tree under `root` (the root itself is not an entry).
 
     With `reuse` (an earlier snapshot of the same tree), a file whose stamp is unchanged keeps
     its earlier entry (the very object) and is not even opened. Raises SnapshotError if `root`
     is not a real directory or cannot be listed; everything below it that cannot be checked is
-    noted instead.
+    noted instead. `hashing`: how it uses helper processes (default HASHING).
     """
-    with hasher.lease(HASH_HELPERS) as pool:
-        walk = _Walk(limits, pool, reuse.entries if reuse is not None else {})
+    hashing = hashing or HASHING
+    with hasher.lease(hashing.helpers) as pool:
+        walk = _Walk(limits, pool, reuse.entries if reuse is not None else {}, hashing)
         try:
             walk.run(_open_root(root))
             walk.drain()
@@ -171,12 +185,13 @@ class _Walk:
     """Iterative depth-first walk holding one open descriptor per directory level.
 
     It opens and checks each file to hash and hashes it in batches: itself while the tree is
-    small, then in helper processes (see hasher.py), at most MAX_BATCHES_IN_FLIGHT batches
+    small, then in helper processes (see hasher.py), at most `max_batches_in_flight` batches
     at a time, while it walks on. A file enters `entries` once its hash is known.
     """
 
-    def __init__(self, limits: Limits, pool: HashPool, reuse: Mapping[str, Entry]):
+    def __init__(self, limits: Limits, pool: HashPool, reuse: Mapping[str, Entry], hashing: Hashing):
         self.limits = limits
+        self.sharing = hashing
         self.pool = pool
         self.reuse = reuse
         self.entries: dict[str, Entry] = {}
@@ -342,14 +357,14 @@ class _Walk:
         if self.batch:
             batch, self.batch, self.batch_bytes = self.batch, [], 0
             self.hashing.append(batch)  # from here on, `close` finds its descriptors there
-            if self.pool.usable and (self.pool.helpers or self.hashed_bytes >= HELPER_AFTER_BYTES):
+            if self.pool.usable and (self.pool.helpers or self.hashed_bytes >= self.sharing.helper_after_bytes):
                 try:
                     self.pool.submit([(p.fd, identity(p.st)) for p in batch])
                 except HasherError:
                     self._finish(self.hashing.pop(), None)
             else:
                 self._finish(self.hashing.pop(), None)
-        self._collect(keep=MAX_BATCHES_IN_FLIGHT)
+        self._collect(keep=self.sharing.max_batches_in_flight)
 
     def _collect(self, keep: int) -> None:
         """Take the answers for the oldest batches out until at most `keep` are left."""

@@ -159,19 +159,24 @@ def test_decide_table(action: Action, overrides: dict[str, Any], expect: tuple[s
     assert (decision.inputs["required_trust"], decision.inputs["effective_autonomy"]) == expect[2:]
 
 
-def test_a_raising_rule_denies_with_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_budget_denial_names_the_exhausted_counter() -> None:
+    spent = decide(WRITE, Context(**{**BASE, "budget": dataclasses.replace(BUDGET, tokens_used=101)}))
+    assert (spent.rule, spent.exhausted) == ("budget.tokens", "tokens")
+    other = decide(WRITE, Context(**{**BASE, "halted": True}))
+    assert not other.allowed and other.exhausted is None
+
+
+def test_a_raising_rule_denies_with_internal_error() -> None:
     def boom(_action: Action, _ctx: Context) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(gate, "RULES", (boom, *gate.RULES))
-    decision = decide(READ, Context(**BASE))
+    decision = decide(READ, Context(**BASE), rules=(boom, *gate.RULES))
     assert (decision.outcome, decision.rule, decision.reason) == ("deny", "internal_error", "gate error: RuntimeError")
     assert decision.inputs["mutates"] is False
 
 
-def test_no_rule_deciding_denies(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate, "RULES", ())
-    decision = decide(READ, Context(**BASE))
+def test_no_rule_deciding_denies() -> None:
+    decision = decide(READ, Context(**BASE), rules=())
     assert (decision.outcome, decision.rule, decision.reason) == ("deny", "internal_error", "no rule decided")
 
 

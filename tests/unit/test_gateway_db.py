@@ -8,6 +8,7 @@ on a pristine copy to exactly the state the gateway left.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -19,10 +20,12 @@ import apsw
 import pytest
 
 from assure.core.chain import verify_chain
+from assure.core.changeset import replay
 from assure.client import Client, GatewayError
 from assure.gateway import db, tools
 from assure.gateway.config import ConfigError, Database, parse
-from assure.gateway.db import Databases, DbSpec
+from assure.gateway.db import Databases, DbLimits, DbSpec
+from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import Workspace
 
 SCHEMA = """
@@ -73,14 +76,19 @@ def env(tmp_path: Path, db_path: Path) -> Iterator[tools.Env]:
     ws.close()
 
 
+def limited(env: tools.Env, db_path: Path, **limits: Any) -> tools.Env:
+    """`env` with the shop database served under tighter DbLimits."""
+    return dataclasses.replace(env, databases=Databases({"shop": DbSpec(str(db_path), "sandbox")}, DbLimits(**limits)))
+
+
 def call(env: tools.Env, name: str, **body: Any) -> tools.Outcome:
     tool = tools.BY_NAME[name]
     args, _meta = tools.parse(tool, body)
     return tools.run(tool, env, args)
 
 
-def refused(env: tools.Env, name: str, **body: Any) -> tools.ToolError:
-    with pytest.raises(tools.ToolError) as info:
+def refused(env: tools.Env, name: str, **body: Any) -> ToolError:
+    with pytest.raises(ToolError) as info:
         call(env, name, **body)
     return info.value
 
@@ -109,7 +117,7 @@ def apply(effect: dict[str, Any], replica: Path) -> None:
     assert hashlib.sha256(changeset).hexdigest() == effect["changeset_sha256"]
     conn = apsw.Connection(str(replica))
     try:
-        db.replay(conn, changeset)  # aborts (raises) on any conflict
+        replay(conn, changeset)  # aborts (raises) on any conflict
     finally:
         conn.close()
 
@@ -131,7 +139,7 @@ def test_registry_entries_and_scope(env: tools.Env, tmp_path: Path, db_path: Pat
     live_env = tools.Env(env.workspace, 1, databases=Databases({"shop": DbSpec(str(db_path)), "prod": DbSpec(str(live), "live")}))
     assert execute.scope(live_env, {"db": "prod", "sql": "x"}) == ("db:prod", "live")
     assert tools.BY_NAME["fs.read"].scope is None
-    with pytest.raises(tools.ToolError) as info:
+    with pytest.raises(ToolError) as info:
         query.scope(env, {"db": "nope", "sql": "SELECT 1"})
     assert (info.value.code, info.value.status) == ("not_found", 404)
 
@@ -197,7 +205,7 @@ def test_query_bad_params(env: tools.Env, params: list[Any], code: str) -> None:
 
 
 def test_params_must_be_a_list(env: tools.Env) -> None:
-    with pytest.raises(tools.ArgError):
+    with pytest.raises(ArgError):
         call(env, "db.query", db="shop", sql="SELECT ?", params={"a": 1})
 
 
@@ -211,10 +219,9 @@ def test_query_row_cap_and_cell_cap(env: tools.Env) -> None:
     assert big["truncated"] is True
 
 
-def test_query_that_runs_too_long_is_stopped(env: tools.Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "TIMEOUT_SECONDS", 0.2)
+def test_query_that_runs_too_long_is_stopped(env: tools.Env, db_path: Path) -> None:
     sql = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT count(*) FROM c"
-    err = refused(env, "db.query", db="shop", sql=sql)
+    err = refused(limited(env, db_path, timeout_seconds=0.2), "db.query", db="shop", sql=sql)
     assert (err.code, err.status) == ("timeout", 504)
 
 
@@ -444,24 +451,23 @@ def test_execute_refuses_tables_holding_a_null_primary_key(env: tools.Env, db_pa
     execute(env, "UPDATE items SET price = 1 WHERE id = 1")  # other tables are still usable
 
 
-def test_execute_too_large_to_journal_is_rolled_back(env: tools.Env, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "MAX_CHANGESET_BYTES", 64)
+def test_execute_too_large_to_journal_is_rolled_back(env: tools.Env, db_path: Path) -> None:
     before = file_bytes(db_path)
-    err = refused(env, "db.execute", db="shop", sql="UPDATE items SET name = name || '-renamed-with-a-long-suffix'")
+    err = refused(limited(env, db_path, max_changeset_bytes=64), "db.execute", db="shop", sql="UPDATE items SET name = name || '-renamed-with-a-long-suffix'")
     assert (err.code, err.status) == ("too_large", 413)
     assert file_bytes(db_path) == before
 
 
-def test_execute_session_memory_is_bounded(env: tools.Env, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "MAX_SESSION_MEMORY", 1024)
+def test_execute_session_memory_is_bounded(env: tools.Env, db_path: Path) -> None:
+    env = limited(env, db_path, max_session_memory=1024)
     before = file_bytes(db_path)
     sql = "INSERT INTO log SELECT 'row', value FROM (WITH RECURSIVE c(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM c WHERE value < 5000) SELECT value FROM c)"
     assert refused(env, "db.execute", db="shop", sql=sql).code == "too_large"
     assert file_bytes(db_path) == before
 
 
-def test_execute_that_runs_too_long_is_rolled_back(env: tools.Env, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(db, "TIMEOUT_SECONDS", 0.2)
+def test_execute_that_runs_too_long_is_rolled_back(env: tools.Env, db_path: Path) -> None:
+    env = limited(env, db_path, timeout_seconds=0.2)
     before = file_bytes(db_path)
     sql = "INSERT INTO log SELECT 'x', i FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT i FROM c)"
     assert refused(env, "db.execute", db="shop", sql=sql).code == "timeout"
@@ -481,7 +487,7 @@ def test_execute_enforces_foreign_keys(tmp_path: Path) -> None:
     conn.close()
     env = tools.Env(Workspace(str(tmp_path)), 1, databases=Databases({"fk": DbSpec(str(path))}))
     before = path.read_bytes()
-    with pytest.raises(tools.ToolError) as info:
+    with pytest.raises(ToolError) as info:
         call(env, "db.execute", db="fk", sql="INSERT INTO child VALUES (1, 99)")
     assert info.value.code == "sql_error" and "FOREIGN KEY" in info.value.message
     assert path.read_bytes() == before
@@ -505,7 +511,7 @@ def test_foreign_key_cascades_are_recorded_and_replay_once(tmp_path: Path) -> No
     assert effect["tables"] == {"parent": {"insert": 0, "update": 0, "delete": 1}, "child": {"insert": 0, "update": 0, "delete": 2}}
     target = apsw.Connection(str(replica))
     target.pragma("foreign_keys", 1)  # the cascade must not fire a second time
-    db.replay(target, base64.b64decode(effect["changeset"]))
+    replay(target, base64.b64decode(effect["changeset"]))
     assert list(target.execute("SELECT id, p FROM child ORDER BY id")) == [(12, 2)]
     assert list(target.execute("SELECT id FROM parent")) == [(2,)]
     target.close()

@@ -16,7 +16,9 @@ import pytest
 
 from assure.gateway import http as gw_http
 from assure.gateway import tools
-from assure.gateway.config import ConfigError, Egress, parse
+from assure.gateway.config import ConfigError, parse
+from assure.gateway.egress import Egress
+from assure.gateway.errors import ToolError
 from assure.gateway.fspath import Workspace
 from tests.unit._egress import loopback_only, origin  # noqa: F401  (fixtures: loopback_only applies to every test here)
 from tests.unit._egress import GET_BODY, Origin, load_proxy, start_origin, stop_origin, wait_for_log
@@ -55,8 +57,8 @@ def proxy(tmp_path: Path, origin: Origin) -> Iterator[Any]:
     running.shutdown()
 
 
-def env_with(workspace: Workspace, proxy_port: int = 9, allow: tuple[str, ...] = (f"{ALLOWED}:80", f"{ALLOWED}:443")) -> tools.Env:
-    return tools.Env(workspace, 1024, egress=Egress("127.0.0.1", proxy_port, frozenset(allow)))
+def env_with(workspace: Workspace, proxy_port: int = 9, allow: tuple[str, ...] = (f"{ALLOWED}:80", f"{ALLOWED}:443"), **limits: int) -> tools.Env:
+    return tools.Env(workspace, 1024, egress=Egress("127.0.0.1", proxy_port, frozenset(allow), **limits))
 
 
 def call(env: tools.Env, **body: Any) -> tools.Outcome:
@@ -64,8 +66,8 @@ def call(env: tools.Env, **body: Any) -> tools.Outcome:
     return tools.run(TOOL, env, args)
 
 
-def refused(env: tools.Env, **body: Any) -> tools.ToolError:
-    with pytest.raises(tools.ToolError) as info:
+def refused(env: tools.Env, **body: Any) -> ToolError:
+    with pytest.raises(ToolError) as info:
         call(env, **body)
     return info.value
 
@@ -89,7 +91,7 @@ def test_scope_is_host_and_port_and_external(workspace: Workspace) -> None:
     assert TOOL.scope is not None
     assert TOOL.scope(env, {"method": "GET", "url": "https://API.Example.invalid/v1?q=1"}) == ("http:api.example.invalid:443", "external")
     assert TOOL.scope(env, {"method": "POST", "url": "http://127.0.0.1:8080/"}) == ("http:127.0.0.1:8080", "external")
-    with pytest.raises(tools.ToolError) as info:
+    with pytest.raises(ToolError) as info:
         TOOL.scope(env, {"method": "GET", "url": "ftp://x.invalid/"})
     assert info.value.code == "bad_args"
 
@@ -205,9 +207,8 @@ def test_bad_arguments_are_refused(workspace: Workspace, no_sockets: list[Any], 
     assert error.code == "bad_args" and fragment in error.message
 
 
-def test_an_oversize_request_body_is_refused(workspace: Workspace, no_sockets: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gw_http, "MAX_REQUEST_BYTES", 10)
-    error = refused(env_with(workspace), method="POST", url=f"http://{ALLOWED}/", body="x" * 11)
+def test_an_oversize_request_body_is_refused(workspace: Workspace, no_sockets: list[Any]) -> None:
+    error = refused(env_with(workspace, max_request_bytes=10), method="POST", url=f"http://{ALLOWED}/", body="x" * 11)
     assert (error.code, error.status) == ("too_large", 413)
 
 
@@ -216,7 +217,7 @@ def test_an_oversize_request_body_is_refused(workspace: Workspace, no_sockets: l
 def test_a_safe_method_carries_no_body(workspace: Workspace, no_sockets: list[Any], method: str, extra: dict[str, Any]) -> None:
     error = refused(env_with(workspace), method=method, url=f"http://{ALLOWED}/records/1", **extra)
     assert error.code == "bad_args" and "carries no body" in error.message
-    with pytest.raises(tools.ToolError):  # refused already where the gate's scope is computed
+    with pytest.raises(ToolError):  # refused already where the gate's scope is computed
         TOOL.scope(env_with(workspace), {"method": method, "url": f"http://{ALLOWED}/", **extra})
 
 
@@ -229,8 +230,8 @@ def test_a_safe_method_url_carries_no_method_parameter(workspace: Workspace, no_
 # ---------------------------------------------------------------- through the proxy
 
 
-def proxied_env(workspace: Workspace, proxy: Any, origin: Origin, *extra: str) -> tools.Env:
-    return env_with(workspace, proxy.address[1], allow=(origin.key, *extra))
+def proxied_env(workspace: Workspace, proxy: Any, origin: Origin, *extra: str, **limits: int) -> tools.Env:
+    return env_with(workspace, proxy.address[1], allow=(origin.key, *extra), **limits)
 
 
 def test_get_through_the_proxy(workspace: Workspace, proxy: Any, origin: Origin, tmp_path: Path) -> None:
@@ -295,9 +296,8 @@ def test_head_has_no_body(workspace: Workspace, proxy: Any, origin: Origin) -> N
     assert outcome.result["status"] == 200 and outcome.result["body"] == ""
 
 
-def test_large_responses_are_truncated(workspace: Workspace, proxy: Any, origin: Origin, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gw_http, "MAX_RESPONSE_BYTES", 1000)
-    outcome = call(proxied_env(workspace, proxy, origin), method="GET", url=origin.url("/big/5000"))
+def test_large_responses_are_truncated(workspace: Workspace, proxy: Any, origin: Origin) -> None:
+    outcome = call(proxied_env(workspace, proxy, origin, max_response_bytes=1000), method="GET", url=origin.url("/big/5000"))
     assert outcome.result["truncated"] is True and outcome.result["body"] == "x" * 1000
 
 

@@ -25,7 +25,7 @@ import pytest
 
 from assure.agents import claude_agent, tcp_bridge
 from assure.core.chain import canonical, verify_chain
-from assure.gateway import model as gw_model
+from assure.gateway.modelwire import ModelError
 from assure.gateway.config import ConfigError, Price, parse
 from assure.gateway.server import Gateway, serve
 from tests.unit._egress import loopback_only  # noqa: F401  (an autouse fixture: applies to every test here)
@@ -579,7 +579,7 @@ def test_a_damaged_recording_stops_the_gateway_from_starting(live: Callable[...,
     victim = calls(recorded)[1]["response_sha256"]
     assert recorded.config.model is not None
     (Path(recorded.config.model.blob_dir) / victim).write_bytes(b"tampered")
-    with pytest.raises(gw_model.ModelError, match="altered"):
+    with pytest.raises(ModelError, match="altered"):
         start(replay_model(recorded), "replay")
 
 
@@ -694,7 +694,7 @@ def test_config_model_section(gateway_config: Callable[..., dict[str, Any]], api
 def test_an_unusable_key_file_stops_the_gateway_without_quoting_it(start: Callable[..., Gateway], api: FakeAPI, proxy: Any, tmp_path: Path, content: str, why: str) -> None:
     key = tmp_path / "bad-key"
     key.write_text(content)
-    with pytest.raises(gw_model.ModelError) as info:
+    with pytest.raises(ModelError) as info:
         start(anthropic_model(api, key), egress=egress(proxy, api))
     assert why in str(info.value) and (not content or content not in str(info.value))
 

@@ -22,12 +22,12 @@ def pool():
     pool.close()
 
 
+HELPED = snapshot.Hashing(helpers=2, helper_after_bytes=0)  # every file hashed in two helpers, whatever this machine's CPUs
+
+
 @pytest.fixture
 def helped(monkeypatch: pytest.MonkeyPatch):
-    """Snapshots hash every file in two helpers (whatever this machine's CPUs), from a pool of their own."""
-    monkeypatch.setattr(snapshot, "HELPER_AFTER_BYTES", 0)
-    monkeypatch.setattr(snapshot, "HASH_HELPERS", 2)
-    monkeypatch.setattr(snapshot, "MAX_BATCHES_IN_FLIGHT", 4)
+    """A pool of their own for snapshots taken with HELPED."""
     monkeypatch.setattr(hasher, "_shared", None)
     yield
     if hasher._shared is not None:
@@ -106,7 +106,7 @@ def test_snapshot_through_helpers_matches_hashlib_and_keeps_the_checks(tmp_path:
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_bytes(data)
 
-    entries = snapshot.take(tmp_path).entries
+    entries = snapshot.take(tmp_path, hashing=HELPED).entries
 
     assert hasher._shared is not None and len(hasher._shared.helpers) == 2
     assert {p: (e.sha256, e.note) for p, e in entries.items() if e.kind == "file"} == {
@@ -132,9 +132,9 @@ def test_helpers_killed_mid_walk_cost_time_not_findings_and_the_next_snapshot_st
                 process.wait()
 
     monkeypatch.setattr(HashPool, "submit", submit_then_kill)
-    killed = snapshot.take(tmp_path).entries
+    killed = snapshot.take(tmp_path, hashing=HELPED).entries
     monkeypatch.setattr(HashPool, "submit", real_submit)
-    again = snapshot.take(tmp_path).entries
+    again = snapshot.take(tmp_path, hashing=HELPED).entries
 
     assert len(sent) >= 2  # the helpers did get batches before they died
     assert {p: (e.sha256, e.note) for p, e in killed.items()} == expected == {p: (e.sha256, e.note) for p, e in again.items()}
@@ -144,7 +144,7 @@ def test_helpers_killed_mid_walk_cost_time_not_findings_and_the_next_snapshot_st
 def test_an_interrupted_snapshot_stops_its_helpers(tmp_path: Path, helped: None, monkeypatch: pytest.MonkeyPatch) -> None:
     for n in range(300):
         (tmp_path / f"f{n}").write_bytes(b"x" * n)
-    snapshot.take(tmp_path)
+    snapshot.take(tmp_path, hashing=HELPED)
     helpers = [process for process, _ in hasher._shared.helpers]
     real_collect = snapshot._Walk._collect
 
@@ -155,7 +155,7 @@ def test_an_interrupted_snapshot_stops_its_helpers(tmp_path: Path, helped: None,
 
     monkeypatch.setattr(snapshot._Walk, "_collect", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        snapshot.take(tmp_path)
+        snapshot.take(tmp_path, hashing=HELPED)
 
     assert hasher._shared is None
     assert all(process.poll() is not None for process in helpers)

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from assure.ops import alerts, health, monitor
+from assure.ops import alerts, anomalies, health, monitor, runsbase
 from assure.core import control
 from assure.ops.alerts import Sinks
 from assure.core.chain import verify_chain
 from assure.cli import app
 from assure.errors import AssureError
 from assure.ops.health import Manifest, Thresholds
-from assure.ops.monitor import AttemptData, Call, RunData
+from assure.ops.anomalies import AttemptData, Call, RunData
 from tests.unit import health_fixtures as hf
 
 SINKS = Sinks()
@@ -41,11 +41,11 @@ def alert_files(where: Path) -> list[dict]:
 
 # --- the registry -------------------------------------------------------------------------------
 def test_the_registry_is_a_finite_tuple_with_one_alert_kind_per_class():
-    names = [name for name, _ in monitor.ANOMALIES]
-    assert isinstance(monitor.ANOMALIES, tuple)
+    names = [name for name, _ in anomalies.ANOMALIES]
+    assert isinstance(anomalies.ANOMALIES, tuple)
     assert names == list(hf.CLASSES) and len(set(names)) == len(names)
-    assert set(names) <= set(alerts.KINDS) and "stale_health" in alerts.KINDS
-    assert all(callable(detector) for _, detector in monitor.ANOMALIES)
+    assert set(names) <= set(alerts.AlertKind) and "stale_health" in set(alerts.AlertKind)
+    assert all(callable(detector) for _, detector in anomalies.ANOMALIES)
 
 
 # --- each anomaly class has a fixture that fires it, and only it ----------------------------------
@@ -73,7 +73,7 @@ def test_each_detector_is_quiet_on_the_other_fixtures(base, anomaly):
     for name, build in hf.BUILDERS.items():
         build(base / name)
     now = time.time()
-    detector = dict(monitor.ANOMALIES)[anomaly]
+    detector = dict(anomalies.ANOMALIES)[anomaly]
     fired = set()
     for name in hf.BUILDERS:
         runs, skipped = monitor.read_runs(base / name, Manifest(), now)
@@ -89,17 +89,17 @@ def _run(*attempts: AttemptData, state: str = "running", events_mtime: float | N
 
 
 def test_rate_of_change_counts_any_sixty_second_window():
-    assert monitor.peak_per_window([0, 10, 59.9, 60, 61, 200]) == 4
+    assert anomalies.peak_per_window([0, 10, 59.9, 60, 61, 200]) == 4
     calls = tuple(Call(float(i), "fs.write", str(i), effect=True) for i in range(5))
     t = Thresholds(max_tool_calls_per_minute=10, max_changes_per_minute=4)
-    found = monitor.rate_of_change(_run(AttemptData(1, calls)), t, 100.0)
+    found = anomalies.rate_of_change(_run(AttemptData(1, calls)), t, 100.0)
     assert [f.subject for f in found] == ["changes"]
 
 
 def test_duplication_needs_enough_calls():
     same = tuple(Call(0.0, "fs.read", "d", effect=False) for _ in range(5))
-    assert monitor.duplication_ratio(_run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=6), 0.0) == []
-    assert [f.subject for f in monitor.duplication_ratio(_run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=5), 0.0)] == ["duplicates"]
+    assert anomalies.duplication_ratio(_run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=6), 0.0) == []
+    assert [f.subject for f in anomalies.duplication_ratio(_run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=5), 0.0)] == ["duplicates"]
 
 
 def test_resource_saturation_budget_stop_and_near_limit():
@@ -108,22 +108,22 @@ def test_resource_saturation_budget_stop_and_near_limit():
     near = AttemptData(2, tool_calls_used=9, tool_calls_limit=10)
     fine = AttemptData(3, tool_calls_used=8, tool_calls_limit=10)
     zero = AttemptData(4, tool_calls_used=0, tool_calls_limit=0)
-    found = monitor.resource_saturation(_run(budget, near, fine, zero), t, 0.0)
+    found = anomalies.resource_saturation(_run(budget, near, fine, zero), t, 0.0)
     assert [(f.attempt, f.subject) for f in found] == [(1, "budget"), (2, "tool_calls_near_limit")]
 
 
 def test_silent_component_only_for_running_runs():
     t = Thresholds(silent_after_seconds=100)
-    assert monitor.silent_component(_run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 149.0) == []
-    assert len(monitor.silent_component(_run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 151.0)) == 1
-    assert monitor.silent_component(_run(AttemptData(1, journal_mtime=50.0), state="finished"), t, 1e9) == []
+    assert anomalies.silent_component(_run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 149.0) == []
+    assert len(anomalies.silent_component(_run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 151.0)) == 1
+    assert anomalies.silent_component(_run(AttemptData(1, journal_mtime=50.0), state="finished"), t, 1e9) == []
 
 
 def test_staleness_counts_from_the_later_of_last_success_and_expected_since():
-    assert monitor.staleness(None, None, 10, 100) is None  # never expected, never seen
-    assert monitor.staleness(80.0, None, 10, 100) == 20
-    assert monitor.staleness(50.0, 95.0, 10, 100) is None  # expected only 5 s ago
-    assert monitor.staleness(None, 80.0, 10, 100) == 20
+    assert anomalies.staleness(None, None, 10, 100) is None  # never expected, never seen
+    assert anomalies.staleness(80.0, None, 10, 100) == 20
+    assert anomalies.staleness(50.0, 95.0, 10, 100) is None  # expected only 5 s ago
+    assert anomalies.staleness(None, 80.0, 10, 100) == 20
 
 
 # --- stale heartbeats ---------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def _stale_verifier(base: Path) -> tuple[Path, alerts.Alert]:
 
 
 def _raised_at(alert: alerts.Alert) -> float:
-    return monitor.parse_time(alert.raised_at)
+    return runsbase.parse_time(alert.raised_at)
 
 
 def test_unacked_alerts_dial_down_after_t1_and_halt_after_t2_once_each(base):
@@ -383,7 +383,7 @@ def test_cli_monitor_refuses_a_bad_manifest(base, tmp_path):
 
 def test_a_journal_line_still_being_written_is_not_garbage():
     line = b'{"event":"tool_call","tool":"fs.read","args_digest":"d","ts":"2026-01-01T00:00:00.000000Z"}\n'
-    facts, garbage = monitor.parse_journal(b"", line + line[:20], False)
+    facts, garbage = runsbase.parse_journal(b"", line + line[:20], False)
     assert (len(facts["calls"]), garbage) == (1, 0)
-    facts, garbage = monitor.parse_journal(line, line[30:] + line + b"not json\n", True)
+    facts, garbage = runsbase.parse_journal(line, line[30:] + line + b"not json\n", True)
     assert (len(facts["calls"]), garbage) == (2, 1)  # the head's first line, one whole tail line

@@ -21,7 +21,7 @@ import apsw
 import pytest
 
 from assure.gateway.db import Databases, DbSpec
-from assure.gateway.tools import ToolError
+from assure.gateway.errors import ToolError
 from assure.verify import sqlite
 from assure.verify.findings import Kind
 from assure.verify.sqlite import DatabaseError, DatabaseTooLarge, DbChange, attribute, capture, db_effects, diff
@@ -57,10 +57,10 @@ def rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-def cap(tmp_path: Path, source: Path, name: str) -> Path:
+def cap(tmp_path: Path, source: Path, name: str, **limits: int) -> Path:
     target = tmp_path / "captured"
     target.mkdir(exist_ok=True)
-    return capture(source, target, name)
+    return capture(source, target, name, **limits)
 
 
 def pair(tmp_path: Path, schema: str, change: str) -> tuple[Path, Path]:
@@ -212,11 +212,10 @@ def test_capture_refuses_a_sidecar_that_is_not_a_regular_file(tmp_path: Path) ->
         cap(tmp_path, src, "s")
 
 
-def test_capture_refuses_a_database_over_the_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_capture_refuses_a_database_over_the_size_limit(tmp_path: Path) -> None:
     src = make(tmp_path / "big.db", "CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(100000))")
-    monkeypatch.setattr(sqlite, "MAX_DB_BYTES", 50_000)
     with pytest.raises(DatabaseTooLarge, match="over the 50000-byte limit"):
-        cap(tmp_path, src, "big")
+        cap(tmp_path, src, "big", max_bytes=50_000)
     post = sqlite.error_finding("shop", DatabaseTooLarge("too big"), side="post")
     pre = sqlite.error_finding("shop", DatabaseTooLarge("too big"), side="pre")
     assert (post.kind, post.subject, pre.kind) == (Kind.UNATTRIBUTED, "db:shop", Kind.HARNESS_ERROR)

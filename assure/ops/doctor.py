@@ -1,0 +1,93 @@
+"""What is missing to run assure on this host (bounded workspaces, the engine, runtimes,
+seccomp, images) and how to fix it: a list of checks the CLI renders."""
+
+from __future__ import annotations
+
+import enum
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from assure.errors import AssureError
+from assure.sandbox import runtimes, workspace_fs
+from assure.sandbox.docker import DockerBackend
+from assure.sandbox.images import Images, base_mode, base_tags
+
+
+class Status(enum.StrEnum):
+    OK = "ok"
+    MISSING = "missing"  # the host cannot run assure (or a wanted runtime) until it is fixed
+    OPTIONAL = "optional"  # missing, but no spec asked for it
+    ABSENT = "absent"  # not on this host; assure works without it
+    INFO = "info"  # a fact, not a check
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    value: str | None = None  # INFO: what to show as the status
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+    register_gvisor: bool = False  # print runtimes.registration_steps()
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status is not Status.MISSING for c in self.checks)
+
+    def add(self, name: str, good: bool, detail: str) -> None:
+        self.checks.append(Check(name, Status.OK if good else Status.MISSING, detail))
+
+
+def diagnose(wanted: Iterable[str] = ()) -> Report:
+    """Every check; `wanted`: the sandbox runtimes the caller's specs need."""
+    wanted = set(wanted)
+    report = Report()
+    try:
+        workspace_fs.require()
+        report.add("bounded workspace", True, "root, loop devices, mkfs.ext4: each attempt gets a filesystem of limits.disk")
+    except AssureError as exc:
+        report.add("bounded workspace", False, f"{exc.message}; fix: {exc.fix}")
+    try:
+        _engine(report, wanted)
+    except AssureError as exc:
+        report.add("docker engine", False, exc.explain())
+    return report
+
+
+def _engine(report: Report, wanted: set[str]) -> None:
+    backend = DockerBackend()
+    version = backend.version()
+    report.add("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")
+    engine_runtimes = backend.runtimes()
+    report.add("runtime runc", "runc" in engine_runtimes, ", ".join(sorted(engine_runtimes)))
+    for name in sorted(wanted | {runtimes.RUNSC}):
+        if name == runtimes.RUNC:
+            continue
+        label = f"runtime {name}" + (" (gVisor)" if runtimes.is_gvisor(name) else "")
+        problem = runtimes.problem(name, engine_runtimes)
+        if problem is None:
+            args = " ".join(engine_runtimes[name].get("runtimeArgs") or [])
+            report.add(label, True, f"registered: {engine_runtimes[name].get('path')} {args}; specs may set sandbox.runtime: {name}")
+        elif name in wanted:
+            report.register_gvisor |= runtimes.is_gvisor(name)
+            report.add(label, False, f"{problem}; " + ("register it (the steps are below)" if runtimes.is_gvisor(name) else runtimes.fix(name)))
+        else:
+            report.register_gvisor = True
+            report.checks.append(Check(label, Status.OPTIONAL, f"{problem}; needed only for sandbox.runtime: {name}"))
+    security = backend.security_options()
+    seccomp_on = any(o.startswith("name=seccomp") for o in security)
+    report.add("seccomp", seccomp_on, "the engine applies assure's profile" if seccomp_on
+               else "the engine was built without seccomp: assure's syscall filter would not apply; use an engine with seccomp")
+    apparmor = any(o.startswith("name=apparmor") for o in security)
+    report.checks.append(Check("AppArmor", Status.OK if apparmor else Status.ABSENT,
+                               "the engine confines containers with its default profile" if apparmor else "not on this host: seccomp, capabilities and no-new-privileges still apply"))
+    found = Images(backend).resolve()
+    report.add("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
+    tags = base_tags()
+    have_tool = shutil.which("debootstrap") is not None
+    report.checks.append(Check("base image source", Status.INFO, f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}", value=base_mode()))

@@ -1,0 +1,41 @@
+"""The library behind `assure runs` and `assure gc`: listing runs, resolving a run reference,
+and telling an orphaned resource from one a live process still owns."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from assure.errors import AssureError
+from assure.ops import gc, runs
+from assure.sandbox.docker import LABEL_HOST, LABEL_PID
+
+
+def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "state.json").write_text(json.dumps({"state": "finished", "verdict": "pass", "started_at": "t0", "tasks": {"a": {"state": "done"}}}))
+    (tmp_path / "r2").mkdir()
+    (tmp_path / "r2" / "state.json").write_text("{not json")
+    listed = runs.listing(tmp_path)
+    assert [r.to_json() for r in listed] == [{"run_id": "r1", "state": "finished", "verdict": "pass", "started_at": "t0", "tasks": {"a": "done"}}]
+    assert runs.listing(tmp_path / "missing") == []
+
+
+def test_a_run_reference_that_is_neither_an_id_nor_a_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(AssureError, match="not a run id"):
+        runs.find("../../etc", tmp_path)
+
+
+def test_a_resource_is_an_orphan_only_when_its_process_on_this_host_is_gone() -> None:
+    host = socket.gethostname()
+    alive = {LABEL_HOST: host, LABEL_PID: str(os.getpid())}
+    gone = {LABEL_HOST: host, LABEL_PID: "999999999"}
+    foreign = {LABEL_HOST: host + "-elsewhere", LABEL_PID: "1"}
+    assert not gc.is_orphan(alive, host, everything=False)
+    assert gc.is_orphan(gone, host, everything=False)
+    assert not gc.is_orphan(foreign, host, everything=False)
+    assert all(gc.is_orphan(labels, host, everything=True) for labels in (alive, gone, foreign))
