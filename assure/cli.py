@@ -233,10 +233,10 @@ def resume(
 
 def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
     """The run's spec, reloaded from its source and checked unchanged since the run began."""
-    recorded = rd.spec_json()
-    loaded = spec_mod.load(Path(recorded["_source"]))
-    if loaded.to_json() != recorded:
-        raise AssureError("the spec changed since this run started", where=recorded["_source"], fix="restore it, or start a new run with --new")
+    recorded = spec_mod.Spec.from_json(rd.spec_json())
+    loaded = spec_mod.load(recorded.path)
+    if loaded != recorded:
+        raise AssureError("the spec changed since this run started", where=str(recorded.path), fix="restore it, or start a new run with --new")
     return loaded
 
 
@@ -324,7 +324,7 @@ def contract_hash(spec: Path) -> None:
     from assure.run import policy
 
     try:
-        terms = policy.contract(spec_mod.load(spec).data.get("contract"))
+        terms = policy.contract(spec_mod.load(spec).contract)
     except AssureError as exc:
         raise _fail(exc) from None
     if terms is None:

@@ -7,9 +7,10 @@ spec in one pass.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class Database:
     name: str
     fixture: Path
     mode: str
+    rollback: str | None = None  # relative to the spec's folder
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class Limits:
     pids: int
     nofile: int
     tool_calls: int
+    tokens: int | None = None
+    cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -102,8 +106,115 @@ class Cases:
 
 
 @dataclass(frozen=True)
+class Command:
+    """A `command` assertion: `run` in a check container on a copy of POST; passes on exit 0."""
+
+    run: tuple[str, ...]
+    image: str
+    timeout_seconds: float
+    env: dict[str, str]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Command:
+        """From a validated spec (defaults filled in)."""
+        return cls(tuple(data["run"]), data["image"], float(data["timeout_seconds"]), dict(data.get("env", {})))
+
+
+@dataclass(frozen=True)
+class Contract:
+    id: str
+    proposed_by: str
+    scope: tuple[str, ...]
+    autonomy_ceiling: str
+    irreversible_min_trust: str
+    revoked: bool
+    ratified_by: str | None = None
+    expires_at: str | None = None  # ISO 8601, as written
+    hash: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Contract:
+        """From a valid contract block; the schema's defaults fill what it leaves out."""
+        c = _with_defaults(data, schema()["properties"]["contract"], schema())
+        return cls(id=c["id"], proposed_by=c["proposed_by"], scope=tuple(c["scope"]), autonomy_ceiling=c["autonomy_ceiling"],
+                   irreversible_min_trust=c["irreversible_min_trust"], revoked=c["revoked"], ratified_by=c.get("ratified_by"),
+                   expires_at=c.get("expires_at"), hash=c.get("hash"))
+
+
+@dataclass(frozen=True)
+class HumanGate:
+    id: str
+    scope: str
+    approved_by: str
+    expires_at: str
+
+
+@dataclass(frozen=True)
+class Autonomy:
+    dial: str
+    verifier_trust: str
+    human_gates: tuple[HumanGate, ...]
+
+
+@dataclass(frozen=True)
+class Egress:
+    allow: tuple[str, ...]
+    upstream: str
+    allow_private: bool
+
+
+def no_egress() -> Egress:
+    """An egress block that allows nothing, with the schema's defaults (what a model upstream joins)."""
+    block = _with_defaults({"allow": []}, schema()["properties"]["egress"], schema())
+    return Egress((), block["upstream"], block["allow_private"])
+
+
+@dataclass(frozen=True)
+class Model:
+    """The `model` block; file names stay relative to the spec's folder."""
+
+    mode: str
+    upstream: str
+    allow_http: bool
+    key_env: str
+    key_file: str | None = None
+    recording: str | None = None
+    script: str | None = None
+    prices: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    allow: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    server_tool_fees: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Alerts:
+    webhook: str | None = None
+    file: str | None = None
+
+
+@dataclass(frozen=True)
+class Promote:
+    target: str  # relative to the spec's folder
+
+
+Assertion = dict[str, Any]  # one validated assertion: {kind: argument}, checked by verify/assertions.py
+
+
+@dataclass(frozen=True)
+class Task:
+    """One move of the goal, with the top-level assertions, contract and retry rules it inherits."""
+
+    id: str
+    description: str
+    assertions: tuple[Assertion, ...]
+    contract: Contract | None
+    max_attempts: int
+    on_breach: str
+
+
+@dataclass(frozen=True)
 class Spec:
     path: Path
+    version: int
     name: str
     description: str
     hostile: bool
@@ -112,16 +223,49 @@ class Spec:
     databases: tuple[Database, ...]
     limits: Limits
     sandbox: Sandbox
-    assertions: tuple[dict[str, Any], ...]
+    assertions: tuple[Assertion, ...]
     expect: str
-    data: dict[str, Any] = field(repr=False)
+    autonomy: Autonomy
+    alerts: Alerts
+    max_attempts: int
+    on_breach: str
+    tasks: tuple[Task, ...]
+    contract: Contract | None = None
+    egress: Egress | None = None
+    promote: Promote | None = None
+    model: Model | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The validated document with defaults filled in and paths made absolute."""
-        return {**self.data, "_source": str(self.path)}
+        """The resolved spec as JSON (defaults filled in, fixture paths absolute, the spec file
+        under `_source`): what a run directory records in `spec.json`; `from_json` reads it back."""
+        out = _plain(self)
+        out["_source"] = out.pop("path")
+        for task, typed in zip(out["tasks"], self.tasks):
+            task["contract"] = _plain(typed.contract)  # null: this task has none, whatever the spec's is
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Spec:
+        return _build(Path(data["_source"]), data)
 
     def cases(self) -> tuple[Cases, ...]:
         return tuple(Cases.from_json(a["cases"]) for a in self.assertions if "cases" in a)
+
+    def commands(self) -> tuple[Command, ...]:
+        return tuple(Command.from_json(a["command"]) for a in self.assertions if "command" in a)
+
+
+def _plain(value: Any) -> Any:
+    """A typed value as JSON: dataclasses as objects (absent optional fields left out)."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(v) for f in dataclasses.fields(value) if (v := getattr(value, f.name)) is not None}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value
 
 
 def parse_size(text: str) -> int:
@@ -302,26 +446,44 @@ def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], i
 
 
 def _build(path: Path, data: dict[str, Any]) -> Spec:
+    """The typed spec of a validated document (defaults filled in); paths are resolved against
+    the spec's folder (an absolute one, as `to_json` writes, stays as it is)."""
     base = path.parent
-    a, w, lim, sb = data["agent"], data["workspace"], data["limits"], data["sandbox"]
-    resolved = json.loads(json.dumps(data))
-    resolved["workspace"]["fixture"] = str(base / w["fixture"])
-    if a.get("files"):
-        resolved["agent"]["files"] = str(base / a["files"])
-    for db in resolved.get("databases", []):
-        db["fixture"] = str(base / db["fixture"])
+    a, w, lim, sb, au = data["agent"], data["workspace"], data["limits"], data["sandbox"], data["autonomy"]
+    contract = Contract.from_json(data["contract"]) if data.get("contract") else None
+    tasks = data.get("tasks") or [{"id": "main", "description": data.get("description", "")}]
+    eg, m, al = data.get("egress"), data.get("model"), data.get("alerts", {})
     return Spec(
         path=path,
+        version=data["version"],
         name=data["name"],
         description=data.get("description", ""),
         hostile=data["hostile"],
         agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None),
         workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
-        databases=tuple(Database(d["name"], base / d["fixture"], d["mode"]) for d in data.get("databases", [])),
+        databases=tuple(Database(d["name"], base / d["fixture"], d["mode"], d.get("rollback")) for d in data.get("databases", [])),
         limits=Limits(wall_seconds=float(lim["wall_seconds"]), memory=lim["memory"], tmpfs=lim["tmpfs"], disk=lim["disk"], inodes=lim["inodes"],
-                      cpus=float(lim["cpus"]), pids=lim["pids"], nofile=lim["nofile"], tool_calls=lim["tool_calls"]),
+                      cpus=float(lim["cpus"]), pids=lim["pids"], nofile=lim["nofile"], tool_calls=lim["tool_calls"], tokens=lim.get("tokens"),
+                      cost=float(lim["cost"]) if lim.get("cost") is not None else None),
         sandbox=Sandbox(sb["user"], sb["runtime"], sb["read_only_root"]),
         assertions=tuple(data["assertions"]),
         expect=data["expect"],
-        data=resolved,
+        autonomy=Autonomy(au["dial"], au["verifier_trust"], tuple(HumanGate(**g) for g in au.get("human_gates", []))),
+        alerts=Alerts(al.get("webhook"), al.get("file")),
+        max_attempts=data["max_attempts"],
+        on_breach=data["on_breach"],
+        tasks=tuple(Task(
+            id=t["id"],
+            description=t.get("description", ""),
+            assertions=tuple(t.get("assertions", data["assertions"])),
+            contract=(t["contract"] and Contract.from_json(t["contract"])) if "contract" in t else contract,
+            max_attempts=t.get("max_attempts", data["max_attempts"]),
+            on_breach=t.get("on_breach", data["on_breach"]),
+        ) for t in tasks),
+        contract=contract,
+        egress=Egress(tuple(eg["allow"]), eg["upstream"], eg["allow_private"]) if eg else None,
+        promote=Promote(data["promote"]["target"]) if data.get("promote") else None,
+        model=Model(mode=m["mode"], upstream=m["upstream"], allow_http=m["allow_http"], key_env=m["key_env"], key_file=m.get("key_file"),
+                    recording=m.get("recording"), script=m.get("script"), prices={k: dict(v) for k, v in m.get("prices", {}).items()},
+                    allow={k: tuple(v) for k, v in m.get("allow", {}).items()}, server_tool_fees=dict(m.get("server_tool_fees", {}))) if m else None,
     )

@@ -26,7 +26,7 @@ backend = DockerBackend(); images = Images(backend).ensure()
 
 def ratified(scope):
     c = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": "commit"}
-    c["hash"] = gate.contract_hash(policy.contract(c)); return c
+    c["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(c))); return c
 
 def make(name, cmd, **fields):
     data = {"version": 1, "name": name, "agent": {"command": cmd, "files": ABUSE},

@@ -37,6 +37,7 @@ from typing import Any, TextIO
 import anthropic
 
 from assure.client import DEFAULT_SOCKET, SOCKET_ENV, Client, GatewayError
+from assure.core.limits import MODEL_EXCHANGE_SECONDS
 
 DEFAULT_MODEL = "claude-sonnet-4-6"  # override with $ASSURE_MODEL
 DEFAULT_MAX_TURNS = 20
@@ -87,7 +88,7 @@ def http_module() -> ModuleType:
     return importlib.import_module("httpx")
 
 
-def make_client(socket_path: str, *, max_retries: int = 2, timeout: float = 600.0) -> anthropic.Anthropic:
+def make_client(socket_path: str, *, max_retries: int = 2, timeout: float = MODEL_EXCHANGE_SECONDS) -> anthropic.Anthropic:
     """The stock SDK with its HTTP client bound to the gateway's unix socket."""
     httpx = http_module()
     http_client = httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), timeout=timeout)

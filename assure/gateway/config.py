@@ -1,4 +1,4 @@
-"""Load and validate the gateway's JSON config; the one place that holds the limit defaults.
+"""Load and validate the gateway's JSON config; the one place that holds the gateway's limit defaults.
 
 A typo in the config must not silently weaken the gateway (a misspelt `protected` would
 drop every protection), so unknown fields are errors and every error names its field.
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from assure.core import gate
+from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.core.chain import canonical, sha256_hex
 from assure.gateway.egress import Egress
 
@@ -30,9 +31,11 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits; the defaults here are the only defaults."""
+    """Resource limits; the defaults here are the only defaults, but for `tool_calls`: that
+    one is the spec's `limits.tool_calls` (its default is in specs/spec.schema.json), which
+    the host always passes."""
 
-    tool_calls: int = 1000
+    tool_calls: int
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 8 * 1024
     read_timeout_seconds: float = 10.0
@@ -115,7 +118,7 @@ class Model:
     recording: tuple[str, ...] = ()  # replay: gateway journals, in order
     recording_blob_dir: str | None = None  # replay: the blob dir those journals reference
     script: str | None = None  # scripted: a JSON list of responses
-    timeout_seconds: float = 600.0  # one upstream exchange, start to end
+    timeout_seconds: float = MODEL_EXCHANGE_SECONDS  # one upstream exchange, start to end
     max_response_bytes: int = 32 * 1024 * 1024
     allow: Mapping[str, frozenset[str]] = field(default_factory=dict)  # ALLOW_FIELDS -> names beyond features.py's defaults
     server_tool_fees: Mapping[str, float] = field(default_factory=lambda: dict(SERVER_TOOL_FEES))
@@ -217,6 +220,8 @@ def _limits(value: Any) -> Limits:
         raise ConfigError("limits", "must be a JSON object")
     known = {f.name: f for f in fields(Limits)}
     _no_unknown(value, frozenset(known), "limits.")
+    if "tool_calls" not in value:
+        raise ConfigError("limits.tool_calls", "is required: the host passes the spec's limit")
     checked: dict[str, Any] = {}
     for name, item in value.items():
         if known[name].type == "float":

@@ -109,9 +109,9 @@ class Attempt:
         self._network: str | None = None
         self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
-        self.egress = modelaccess.egress(spec.data)
+        self.egress = modelaccess.egress(spec)
         uid, gid = hardening.sandbox_user(spec)
-        self.model = modelaccess.ModelAccess(spec.data, spec.path.parent, self.paths.gateway_config, uid, gid)
+        self.model = modelaccess.ModelAccess(spec.model, spec.path.parent, self.paths.gateway_config, uid, gid)
 
     def execute(self) -> AttemptRecord:
         """Every phase is total: an exception in one (any Exception, not only ours) becomes a
@@ -133,7 +133,7 @@ class Attempt:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
             self._release_workspace(facts)
-        if snapshotted and (checks.command_assertions(self.spec.to_json()) or self.spec.cases()):
+        if snapshotted and (self.spec.commands() or self.spec.cases()):
             self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
         written = {**facts, "timings": dict(self.timings)}  # as container.json holds them
@@ -143,18 +143,17 @@ class Attempt:
                                          pre=self._pre, post=self._post, checks=self._checks)
         self.progress("verify", {})
         failpoints.hit("verify")
-        spec_json = self.spec.to_json()
         try:
-            judgement = judge.judge(record, spec_json)
+            judgement = judge.judge(record, self.spec)
         except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
             errors = [*record.facts.harness_errors, _harness_error("judge", exc)]
             found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
-            judgement = judge.Judgement(verdict(list(found), hostile=self.spec.data["hostile"]), found, (), None, None)
+            judgement = judge.Judgement(verdict(list(found), hostile=self.spec.hostile), found, (), None, None)
         record = record.judged(judgement, utc_now())
         if not self._total("record", lambda: store.write_json(self.paths.verdict, record.verdict_json()), facts):
             # no verdict.json: the run directory cannot show this judgement, so nothing may act on it
             failed = Finding(Kind.HARNESS_ERROR, "harness", facts["harness_errors"][-1])
-            record = record.judged(judgement.with_finding(failed, hostile=self.spec.data["hostile"]), record.judged_at)
+            record = record.judged(judgement.with_finding(failed, hostile=self.spec.hostile), record.judged_at)
         return record
 
     def _total(self, name: str, fn: Callable[[], None], facts: dict[str, Any]) -> bool:
@@ -268,12 +267,12 @@ class Attempt:
             "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/{p.journal.name}",
             "ready_file": f"{hardening.GATEWAY_STATE}/{p.ready.name}", "protected": list(self.spec.workspace.protected),
             "limits": {"tool_calls": self.spec.limits.tool_calls},  # the gateway's own defaults rule the rest
-            "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec.to_json()),
+            "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec),
             "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{p.breach.name}",
             "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/idempotency.sqlite",
             "heartbeat_file": f"{hardening.GATEWAY_STATE}/heartbeat.json",
             "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
-            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress["allow"]}} if self.egress else {}),
+            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress.allow}} if self.egress else {}),
             **({"model": model} if (model := self.model.gateway_config()) else {}),
         }
         store.write_json(p.gateway_config / "gateway.json", config)
@@ -324,16 +323,16 @@ class Attempt:
         log_dir.mkdir()
         if os.geteuid() == 0:
             os.chown(log_dir, hardening.DEFAULT_UID, hardening.DEFAULT_UID)
-        store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress["allow"],
-                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress["allow_private"],
+        store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress.allow,
+                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress.allow_private,
                                                     "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS, "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS})
         os.chmod(cfg_dir / "config.json", 0o644)
         proxy = self.backend.create_container(hardening.egress_request(
             self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
             labels=self.labels, network=self._network))
         self._containers.append(proxy)
-        if egress["upstream"] != "none":
-            self.backend.connect(egress["upstream"], proxy)
+        if egress.upstream != "none":
+            self.backend.connect(egress.upstream, proxy)
         self.backend.start(proxy)
         return self._network
 

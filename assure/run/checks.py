@@ -38,10 +38,6 @@ READ_CHUNK = 65536
 FRAME_HEADER, STDOUT = 8, 1
 
 
-def command_assertions(spec_data: dict[str, Any]) -> list[dict[str, Any]]:
-    return [a["command"] for a in spec_data["assertions"] if "command" in a]
-
-
 def snapshot_digest(post_json: dict[str, Any]) -> str:
     return sha256_hex(canonical(post_json))
 
@@ -127,16 +123,16 @@ def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend
     """Each command assertion in a fresh check container and copy. `left_behind`: POST's files
     the copy-out refused (none of the checks runs then)."""
     results = []
-    for n, cmd in enumerate(command_assertions(spec.to_json())):
-        image = agent_image if cmd["image"] == AGENT_IMAGE_ALIAS else cmd["image"]
+    for n, cmd in enumerate(spec.commands()):
+        image = agent_image if cmd.image == AGENT_IMAGE_ALIAS else cmd.image
         with _throwaway_copy(spec, workspace, scratch) as (copy, report):
             if why := _refusal(report, left_behind):
                 result = _not_run(why)
             else:
-                run = run_in_check(spec, copy, backend, image=image, command=cmd["run"], env=cmd.get("env", {}), timeout=cmd["timeout_seconds"],
+                run = run_in_check(spec, copy, backend, image=image, command=list(cmd.run), env=cmd.env, timeout=cmd.timeout_seconds,
                                    labels=labels, name=f"{name}-check{n}")
                 result = {"exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds, "output_tail": run.tail(), "runtime": run.runtime}
-        results.append({**result, "copy": _copy_record(report), "index": n, "run": cmd["run"], "post_digest": snapshot_digest(post_json)})
+        results.append({**result, "copy": _copy_record(report), "index": n, "run": list(cmd.run), "post_digest": snapshot_digest(post_json)})
     return results
 
 

@@ -34,23 +34,10 @@ from assure.errors import AssureError, describe
 from assure.sandbox import live, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
-from assure.spec import Spec
+from assure.spec import Spec, Task
 from assure.textsafe import display
-from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, unexplained_subjects
+from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, unexplained_subjects, worst
 from assure.verify.judge import Judgement, judge
-
-SEVERITY_ORDER = ("breach", "error", "fail", "contained", "pass")
-
-
-@dataclass(frozen=True)
-class Task:
-    id: str
-    description: str
-    assertions: tuple[dict[str, Any], ...]
-    contract: dict[str, Any] | None
-    max_attempts: int
-    on_breach: str
-
 
 @dataclass(frozen=True)
 class RunResult:
@@ -62,41 +49,21 @@ class RunResult:
         return self.report["verdict"]
 
 
-def tasks_of(spec_data: dict[str, Any]) -> list[Task]:
-    """The goal's tasks; without a `tasks` list, one task `main` from the top-level fields."""
-    defaults = {"max_attempts": spec_data["max_attempts"], "on_breach": spec_data["on_breach"]}
-    raw = spec_data.get("tasks") or [{"id": "main", "description": spec_data.get("description", "")}]
-    return [
-        Task(
-            id=t["id"],
-            description=t.get("description", ""),
-            assertions=tuple(t.get("assertions", spec_data["assertions"])),
-            contract=t.get("contract", spec_data.get("contract")),
-            max_attempts=t.get("max_attempts", defaults["max_attempts"]),
-            on_breach=t.get("on_breach", defaults["on_breach"]),
-        )
-        for t in raw
-    ]
-
-
 def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
     """The spec one attempt of `task` runs: its assertions and contract, the current base."""
-    data = {**spec.data, "assertions": list(task.assertions), "contract": task.contract}
-    data["workspace"] = {**data["workspace"], "fixture": str(base)}
-    data["agent"] = {**data["agent"], "env": {**data["agent"].get("env", {}), "ASSURE_TASK": task.description}}
     agent = replace(spec.agent, env={**spec.agent.env, "ASSURE_TASK": task.description})
-    return replace(spec, assertions=task.assertions, workspace=replace(spec.workspace, fixture=base), agent=agent, data=data)
+    return replace(spec, assertions=task.assertions, contract=task.contract, workspace=replace(spec.workspace, fixture=base), agent=agent)
 
 
 class Driver:
     def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *, signing_key: Path | None = None):
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
         self.signing_key = signing_key
-        self.tasks = tasks_of(spec.data)
+        self.tasks = spec.tasks
         self.records = Records(run.paths)
         self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
-        conf = spec.data.get("alerts", {})
-        self.sinks = alerts.Sinks(jsonl=Path(conf["file"]) if conf.get("file") else run.path.parent.parent / "alerts.jsonl", webhook=conf.get("webhook"))
+        conf = spec.alerts
+        self.sinks = alerts.Sinks(jsonl=Path(conf.file) if conf.file else run.path.parent.parent / "alerts.jsonl", webhook=conf.webhook)
 
     # --- state ----------------------------------------------------------------------------
     def _load_state(self) -> dict[str, Any]:
@@ -172,7 +139,7 @@ class Driver:
             return self._promote(task, ts["attempts"][-1]["n"])
         if ts["state"] == TaskState.PENDING:
             ts["state"] = TaskState.RUNNING
-            self._record("task_started", task=task.id, contract_id=(task.contract or {}).get("id"))
+            self._record("task_started", task=task.id, contract_id=task.contract.id if task.contract else None)
             self._contract_events(task)
         while len(ts["attempts"]) < task.max_attempts:
             if control.read(self.run.control_dir).halted:
@@ -252,10 +219,10 @@ class Driver:
         contract = task.contract
         if not contract:
             return
-        fields = {k: contract.get(k) for k in ("id", "proposed_by", "ratified_by", "hash")}
-        if contract.get("ratified_by"):
+        fields = {k: getattr(contract, k) for k in ("id", "proposed_by", "ratified_by", "hash")}
+        if contract.ratified_by:
             self._record("contract_ratified", task=task.id, contract=fields)
-        if contract.get("revoked"):
+        if contract.revoked:
             self._record("contract_revoked", task=task.id, contract=fields)
 
     def _escalate(self, record: AttemptRecord) -> None:
@@ -273,7 +240,7 @@ class Driver:
             alerts.raise_alert(self.run.path, AlertKind.BREACH, f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]})
 
     def _report(self) -> dict[str, Any]:
-        return build_report(self.run, self.spec.data, self.state, self.records.get)
+        return build_report(self.run, self.spec, self.state, self.records.get)
 
 
 def _add_harness_error(record: AttemptRecord, subject: str, message: str, hostile: bool) -> AttemptRecord:
@@ -298,7 +265,7 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
         events = run.events()
         done = []
         try:
-            for task in tasks_of(spec.data):
+            for task in spec.tasks:
                 ts = state["tasks"][task.id]
                 if ts["state"] != TaskState.PROPOSED or (task_id is not None and task.id != task_id):
                     continue
@@ -335,7 +302,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
     heads = {layout.journal_log(str(n)): (head["seq"], head["hash"])
              for n, r in (judged or {}).items() if r.judgement is not None and (head := r.judgement.journal_head) is not None}
     seal = receipts.seal_run(run.path, heads)
-    for task in tasks_of(spec.data):
+    for task in spec.tasks:
         ts = state["tasks"][task.id]
         if ts["state"] not in TERMINAL or not ts["attempts"]:
             continue
@@ -348,7 +315,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
             reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(judgement, last.judged_at),
             subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
             verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
-            deployment_id=os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname()), scope_id=(task.contract or {}).get("id", "no-contract"), seal=seal,
+            deployment_id=os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname()), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
         )
         receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
     receipts.write_seal(run.path, seal, key)
@@ -392,9 +359,9 @@ def reap(backend: SandboxBackend, run_id: str) -> int:
     return sum(len(v) for v in owned.values())
 
 
-def build_report(run: store.RunDir, spec: dict[str, Any], state: dict[str, Any], records: Callable[[int], AttemptRecord | None]) -> dict[str, Any]:
+def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: Callable[[int], AttemptRecord | None]) -> dict[str, Any]:
     """The machine-readable report: tasks, every judged attempt's findings, and an overall
-    verdict (the worst final verdict of the tasks, by breach > error > fail > contained > pass)."""
+    verdict (the worst final verdict of the tasks, by `findings.VERDICT_ORDER`)."""
     attempts = []
     finals = []
     for task_id in state["order"]:
@@ -412,9 +379,9 @@ def build_report(run: store.RunDir, spec: dict[str, Any], state: dict[str, Any],
         verdicts = [a["verdict"] for a in attempts if a["task"] == task_id]
         if verdicts:
             finals.append(verdicts[-1])
-    overall = min(finals, key=SEVERITY_ORDER.index) if finals else "error"
+    overall = worst(finals) if finals else Verdict.ERROR.value
     return {
-        "run_id": run.run_id, "spec": spec["name"], "hostile": spec["hostile"], "expect": spec["expect"], "verdict": overall,
+        "run_id": run.run_id, "spec": spec.name, "hostile": spec.hostile, "expect": spec.expect, "verdict": overall,
         "state": state["state"],
         "tasks": [{"id": t, "state": state["tasks"][t]["state"], "reason": state["tasks"][t].get("reason"),
                    "attempts": [a["n"] for a in state["tasks"][t]["attempts"]]} for t in state["order"]],
@@ -431,12 +398,12 @@ def reverify(run_dir: Path) -> RunResult:
     for path in run.attempts():
         paths = run.attempt(int(path.name))
         if paths.container.is_file():
-            spec = store.read_json(paths.task)["spec"] if paths.task.is_file() else run.spec_json()
+            spec = Spec.from_json(store.read_json(paths.task)["spec"] if paths.task.is_file() else run.spec_json())
             record = AttemptRecord.load(paths, judged=False)
             judgement = judge(record, spec, recheck_workspace=True)
             store.write_json(paths.reverify, judgement.to_json())
             rejudged[paths.number] = record.judged(judgement, None)
-    return RunResult(run.path, build_report(run, run.spec_json(), state, rejudged.get))
+    return RunResult(run.path, build_report(run, Spec.from_json(run.spec_json()), state, rejudged.get))
 
 
 def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:

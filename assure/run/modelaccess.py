@@ -15,14 +15,17 @@ import os
 import shutil
 import tempfile
 import urllib.parse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.errors import AssureError
 from assure.sandbox import hardening
 from assure.sandbox.backend import Mount
+from assure.spec import Egress, Model, Spec, no_egress
 
-PROXY_TIMEOUT_SECONDS = 600  # a long model answer must not be cut in the proxy's tunnel
+PROXY_TIMEOUT_SECONDS = MODEL_EXCHANGE_SECONDS  # a long model answer must not be cut in the proxy's tunnel
 CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1  # Anthropic's cache prices relative to input, when a spec omits them
 
 
@@ -35,20 +38,19 @@ def upstream_hostport(url: str) -> str:
     return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
-def egress(spec_data: dict[str, Any]) -> dict[str, Any] | None:
+def egress(spec: Spec) -> Egress | None:
     """The egress the run needs: the spec's own, plus the model API for `anthropic` mode."""
-    own, model = spec_data.get("egress"), spec_data.get("model")
-    if not model or model["mode"] != "anthropic":
-        return own
-    base = own or {"upstream": "bridge", "allow_private": False, "allow": []}
-    return {**base, "allow": sorted({*base["allow"], upstream_hostport(model["upstream"])})}
+    if spec.model is None or spec.model.mode != "anthropic":
+        return spec.egress
+    base = spec.egress or no_egress()
+    return replace(base, allow=tuple(sorted({*base.allow, upstream_hostport(spec.model.upstream)})))
 
 
 class ModelAccess:
     """The per-attempt pieces for one spec's model block (nothing when there is none)."""
 
-    def __init__(self, spec_data: dict[str, Any], spec_dir: Path, config_dir: Path, uid: int, gid: int):
-        self.model = spec_data.get("model")
+    def __init__(self, model: Model | None, spec_dir: Path, config_dir: Path, uid: int, gid: int):
+        self.model = model
         self.spec_dir, self.config_dir, self.uid, self.gid = spec_dir, config_dir, uid, gid
         self.secrets: Path | None = None
 
@@ -56,11 +58,11 @@ class ModelAccess:
         m = self.model
         if not m:
             return None
-        conf: dict[str, Any] = {"mode": m["mode"], "blob_dir": f"{hardening.GATEWAY_STATE}/blobs", "prices": prices(m.get("prices", {}))}
-        conf.update({name: m[name] for name in ("allow", "server_tool_fees") if m.get(name)})  # what the provider may do beyond the defaults
-        if m["mode"] == "anthropic":
-            conf.update(upstream=m["upstream"], key_file=f"{hardening.GATEWAY_SECRETS}/model-key", allow_http=m["allow_http"])
-        elif m["mode"] == "replay":
+        conf: dict[str, Any] = {"mode": m.mode, "blob_dir": f"{hardening.GATEWAY_STATE}/blobs", "prices": prices(m.prices)}
+        conf.update({name: value for name, value in (("allow", m.allow), ("server_tool_fees", m.server_tool_fees)) if value})  # what the provider may do beyond the defaults
+        if m.mode == "anthropic":
+            conf.update(upstream=m.upstream, key_file=f"{hardening.GATEWAY_SECRETS}/model-key", allow_http=m.allow_http)
+        elif m.mode == "replay":
             conf["recording"] = {"journals": [f"{hardening.GATEWAY_RECORDING}/journal.jsonl"], "blob_dir": f"{hardening.GATEWAY_RECORDING}/blobs"}
         else:
             shutil.copyfile(self._path("script"), self.config_dir / "model-script.json")
@@ -72,10 +74,10 @@ class ModelAccess:
         """Gateway-only mounts: the key (anthropic) or the recording (replay)."""
         if not self.model:
             return ()
-        if self.model["mode"] == "anthropic":
-            self.secrets = self._write_key()
+        if self.model.mode == "anthropic":
+            self.secrets = self._write_key(self.model)
             return (Mount(str(self.secrets), hardening.GATEWAY_SECRETS, read_only=True),)
-        if self.model["mode"] == "replay":
+        if self.model.mode == "replay":
             return (Mount(str(self._path("recording") / "gateway"), hardening.GATEWAY_RECORDING, read_only=True),)
         return ()
 
@@ -85,16 +87,15 @@ class ModelAccess:
             self.secrets = None
 
     def _path(self, field: str) -> Path:
-        path = (self.spec_dir / self.model[field]).resolve()
+        path = (self.spec_dir / (getattr(self.model, field) or "")).resolve()
         if not path.exists():
             raise AssureError(f"model.{field}: {path} does not exist", fix="point it at an existing file or attempt directory")
         return path
 
-    def _write_key(self) -> Path:
-        m = self.model
-        key = self._path("key_file").read_text().strip() if m.get("key_file") else os.environ.get(m["key_env"], "")
+    def _write_key(self, m: Model) -> Path:
+        key = self._path("key_file").read_text().strip() if m.key_file else os.environ.get(m.key_env, "")
         if not key:
-            raise AssureError(f"model.mode is anthropic but no key: set {m['key_env']} (or model.key_file)", fix=f"export {m['key_env']}=... before `assure run`")
+            raise AssureError(f"model.mode is anthropic but no key: set {m.key_env} (or model.key_file)", fix=f"export {m.key_env}=... before `assure run`")
         folder = Path(tempfile.mkdtemp(prefix="assure-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
         path = folder / "model-key"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)

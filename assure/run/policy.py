@@ -6,13 +6,14 @@ promotion with the same `gate.decide()`. Times become epoch seconds, levels beco
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from assure.core import gate
 from assure.errors import SpecError
+from assure.spec import Contract, Spec
 
 
 def epoch(text: str) -> float:
@@ -22,56 +23,58 @@ def epoch(text: str) -> float:
         raise SpecError([f"{text!r} is not an ISO 8601 date-time (e.g. 2027-01-31T12:00:00Z)"]) from exc
 
 
-def contract(data: dict[str, Any] | None) -> gate.Contract | None:
-    if not data:
+def contract(c: Contract | None) -> gate.Contract | None:
+    if c is None:
         return None
     return gate.Contract(
-        id=data["id"],
-        proposed_by=data["proposed_by"],
-        ratified_by=data.get("ratified_by"),
-        scope=tuple(data["scope"]),
-        autonomy_ceiling=gate.LEVELS[data["autonomy_ceiling"]],
-        irreversible_min_trust=gate.LEVELS[data.get("irreversible_min_trust", "irreversible")],
-        expires_at=epoch(data["expires_at"]) if data.get("expires_at") else None,
-        revoked=bool(data.get("revoked", False)),
-        hash=data.get("hash"),
+        id=c.id,
+        proposed_by=c.proposed_by,
+        ratified_by=c.ratified_by,
+        scope=c.scope,
+        autonomy_ceiling=gate.LEVELS[c.autonomy_ceiling],
+        irreversible_min_trust=gate.LEVELS[c.irreversible_min_trust],
+        expires_at=epoch(c.expires_at) if c.expires_at else None,
+        revoked=c.revoked,
+        hash=c.hash,
     )
 
 
-def confirmed_rollbacks(spec_data: dict[str, Any]) -> dict[str, str]:
+def confirmed_rollbacks(spec: Spec) -> dict[str, str]:
     """Rollback refs the host can confirm: a declared rollback file that exists, by its digest."""
     found = {}
-    for db in spec_data.get("databases", []):
-        ref = db.get("rollback")
-        if ref:
-            path = Path(spec_data["_source"]).parent / ref
+    for db in spec.databases:
+        if db.rollback:
+            path = spec.path.parent / db.rollback
             if path.is_file():
-                found[ref] = hashlib.sha256(path.read_bytes()).hexdigest()
+                found[db.rollback] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
 
-def rollback_scopes(spec_data: dict[str, Any]) -> dict[str, list[str]]:
+def rollback_scopes(spec: Spec) -> dict[str, list[str]]:
     """Each confirmed rollback ref and the scopes it covers: the databases that declared it
     (a ref restores those databases, so it makes no other effect reversible)."""
-    confirmed = confirmed_rollbacks(spec_data)
+    confirmed = confirmed_rollbacks(spec)
     scopes: dict[str, list[str]] = {}
-    for db in spec_data.get("databases", []):
-        if db.get("rollback") in confirmed:
-            scopes.setdefault(db["rollback"], []).append(f"db:{db['name']}")
+    for db in spec.databases:
+        if db.rollback in confirmed:
+            scopes.setdefault(db.rollback, []).append(f"db:{db.name}")
     return scopes
 
 
-def gateway_policy(spec_data: dict[str, Any]) -> dict[str, Any]:
+def verifier_trust(spec: Spec) -> int:
+    """The trust the host's verifier is granted: none without an assertion to check."""
+    return gate.LEVELS[spec.autonomy.verifier_trust] if spec.assertions else gate.PROPOSE
+
+
+def gateway_policy(spec: Spec) -> dict[str, Any]:
     """The policy block of the gateway config: everything `gate.Context` needs but the clock."""
-    autonomy = spec_data.get("autonomy", {})
-    c = contract(spec_data.get("contract"))
-    has_verifier = bool(spec_data.get("assertions"))
+    c = contract(spec.contract)
     return {
         "contract": None if c is None else {**gate.contract_terms(c), "ratified_by": c.ratified_by, "revoked": c.revoked, "hash": c.hash},
-        "operator_dial": gate.LEVELS[autonomy.get("dial", "commit")],
-        "verifier_trust": gate.LEVELS[autonomy.get("verifier_trust", "commit")] if has_verifier else gate.PROPOSE,
-        "human_gates": [{**g, "expires_at": epoch(g["expires_at"])} for g in autonomy.get("human_gates", [])],
-        "rollbacks": rollback_scopes(spec_data),
-        "tokens_limit": spec_data["limits"].get("tokens"),
-        "cost_limit": spec_data["limits"].get("cost"),
+        "operator_dial": gate.LEVELS[spec.autonomy.dial],
+        "verifier_trust": verifier_trust(spec),
+        "human_gates": [{**dataclasses.asdict(g), "expires_at": epoch(g.expires_at)} for g in spec.autonomy.human_gates],
+        "rollbacks": rollback_scopes(spec),
+        "tokens_limit": spec.limits.tokens,
+        "cost_limit": spec.limits.cost,
     }

@@ -46,19 +46,18 @@ def slug(task_id: str) -> str:
 
 def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decision:
     """One decision per changed path; the first that is not `allow` decides."""
-    if not spec.data.get("promote"):
+    if spec.promote is None:
         return gate.Decision(gate.DENY, "promote.no_target", "no promote target in the spec: propose-only")
-    autonomy = spec.data.get("autonomy", {})
     override = control.read(run.control_dir)
-    dial = gate.LEVELS[autonomy.get("dial", "commit")]
+    dial = gate.LEVELS[spec.autonomy.dial]
     if override.dial is not None:
         dial = min(dial, gate.LEVELS[override.dial])
-    has_verifier = bool(spec.data["assertions"])
+    has_verifier = bool(spec.assertions)
     rollback = f"promote:{run.run_id}:{record.number}"  # the host keeps a backup of what it replaces
     ctx = gate.Context(
         known_tools=frozenset({"promote"}), now=time.time(), budget=gate.Budget(),
-        protected=spec.workspace.protected, contract=policy.contract(spec.data.get("contract")),
-        operator_dial=dial, verifier_trust=gate.LEVELS[autonomy.get("verifier_trust", "commit")] if has_verifier else gate.PROPOSE,
+        protected=spec.workspace.protected, contract=policy.contract(spec.contract),
+        operator_dial=dial, verifier_trust=policy.verifier_trust(spec),
         verifier_fresh=has_verifier, rollbacks={rollback: ("fs:**",)}, halted=override.halted,  # the backup covers every promoted path
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
@@ -127,7 +126,9 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     marker = record_dir / "committed.json"
     if marker.is_file():
         return store.read_json(marker)
-    target = (spec.path.parent / spec.data["promote"]["target"]).resolve()
+    if spec.promote is None:
+        raise PromoteError("the spec has no promote target", fix="add `promote: {target: ...}` to the spec")
+    target = (spec.path.parent / spec.promote.target).resolve()
     if not target.is_dir():
         raise PromoteError(f"the promote target {target} is not a folder", fix="create it (or `git init` it) first")
     record_dir.mkdir(parents=True, exist_ok=True)

@@ -45,7 +45,7 @@ IMPORT_CHANGES = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 # The import test derives what each image's modules may import from this table.
 IMAGE_DIRS = {"agent": IMAGES_DIR / "agent", "gateway": IMAGES_DIR / "gateway", "egress": ROOT / "egress-proxy"}
 IMAGE_SOURCES = {
-    "agent": ["__init__.py", "client.py", "agents/*.py"],
+    "agent": ["__init__.py", "client.py", "agents/*.py", "core/__init__.py", "core/limits.py"],
     "gateway": ["__init__.py", "core/*.py", "gateway/*.py"],
     "egress": [],
 }

@@ -12,6 +12,7 @@ from typing import Any
 
 from assure.sandbox import seccomp, workspace_fs
 from assure.sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE, tmpfs_options, ulimits
+from assure.spec import Spec
 from assure.verify.findings import Finding, Kind
 from assure.verify.snapshot import Snapshot
 
@@ -32,13 +33,13 @@ def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
     return data
 
 
-def containment(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None, attempt: str) -> list[Finding]:
+def containment(inspect: dict[str, Any], spec: Spec, engine_security: list[str] | None, attempt: str) -> list[Finding]:
     """The static table of `CONTAINMENT`, then what this spec asked for: read-only root,
     runtime, seccomp profile, AppArmor, mounts (the workspace that of `attempt`), /tmp tmpfs
     and ulimits."""
     findings = []
     for description, path, ok in CONTAINMENT + (
-            ("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is spec["sandbox"]["read_only_root"]),):
+            ("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is spec.sandbox.read_only_root),):
         value = _lookup(inspect, path)
         if not ok(value):
             findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {value!r}"))
@@ -48,30 +49,30 @@ def containment(inspect: dict[str, Any], spec: dict[str, Any], engine_security: 
     return findings
 
 
-def containment_checked(spec: dict[str, Any]) -> list[str]:
+def containment_checked(spec: Spec) -> list[str]:
     """The subjects `containment` checks, for the record that they were checked and held."""
     return [".".join(path) for _, path, _ in CONTAINMENT] + ["HostConfig.ReadonlyRootfs"] + [s for s, _, _ in _spec_checks({}, spec, None, "")]
 
 
-def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security: list[str] | None, attempt: str) -> list[tuple[str, Any, Any]]:
+def _spec_checks(inspect: dict[str, Any], spec: Spec, engine_security: list[str] | None, attempt: str) -> list[tuple[str, Any, Any]]:
     """(subject, expected, what the engine reports), each in a form that compares with ==."""
-    limits = spec["limits"]
+    limits = spec.limits
     security_opt = _lookup(inspect, ("HostConfig", "SecurityOpt")) or []
     profiles = sorted(_seccomp_summary(o) for o in security_opt if o.startswith("seccomp="))
     apparmor = inspect.get("AppArmorProfile")
     engine = engine_security or []
     mounts = {m.get("Destination"): "rw" if m.get("RW") else "ro" for m in inspect.get("Mounts") or []}
-    expected_mounts = {WORKSPACE: "rw", SOCKET_DIR: "ro", **({AGENT_FILES: "ro"} if spec["agent"].get("files") else {})}
+    expected_mounts = {WORKSPACE: "rw", SOCKET_DIR: "ro", **({AGENT_FILES: "ro"} if spec.agent.files else {})}
     # the bind sources that matter: the spec's agent files, and this attempt's workspace (by
     # its place in the run directory, so a moved run directory still verifies)
     sources = {m.get("Destination"): str(m.get("Source")) for m in inspect.get("Mounts") or [] if m.get("Destination") in (WORKSPACE, AGENT_FILES)}
     workspace_source = sources.get(WORKSPACE, "")
     sources[WORKSPACE] = "…/" + "/".join(workspace_source.split("/")[-4:]) if workspace_source.startswith("/") else workspace_source
-    expected_sources = {WORKSPACE: f"…/attempts/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}", **({AGENT_FILES: os.path.normpath(spec["agent"]["files"])} if spec["agent"].get("files") else {})}
+    expected_sources = {WORKSPACE: f"…/attempts/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}", **({AGENT_FILES: os.path.normpath(spec.agent.files)} if spec.agent.files else {})}
     tmpfs = {k: sorted(str(v).split(",")) for k, v in (_lookup(inspect, ("HostConfig", "Tmpfs")) or {}).items()}
     reported_ulimits = {u.get("Name"): (u.get("Soft"), u.get("Hard")) for u in _lookup(inspect, ("HostConfig", "Ulimits")) or []}
     return [
-        ("HostConfig.Runtime", spec["sandbox"]["runtime"], _lookup(inspect, ("HostConfig", "Runtime"))),
+        ("HostConfig.Runtime", spec.sandbox.runtime, _lookup(inspect, ("HostConfig", "Runtime"))),
         ("HostConfig.SecurityOpt seccomp", [_seccomp_summary(seccomp.security_opt())], profiles),
         # the engine applies a seccomp profile only where it was built with seccomp support
         ("engine seccomp support", True, any(o.startswith("name=seccomp") for o in engine)),
@@ -79,8 +80,8 @@ def _spec_checks(inspect: dict[str, Any], spec: dict[str, Any], engine_security:
         ("AppArmorProfile", "confined", _apparmor(apparmor, security_opt, any(o.startswith("name=apparmor") for o in engine))),
         ("Mounts", expected_mounts, mounts),
         ("Mounts sources", expected_sources, sources),
-        ("HostConfig.Tmpfs", {"/tmp": sorted(tmpfs_options(limits["tmpfs"]).split(","))}, tmpfs),
-        ("HostConfig.Ulimits", {u["name"]: (u["soft"], u["hard"]) for u in ulimits(limits["nofile"], limits["pids"], limits.get("disk"))}, reported_ulimits),
+        ("HostConfig.Tmpfs", {"/tmp": sorted(tmpfs_options(limits.tmpfs).split(","))}, tmpfs),
+        ("HostConfig.Ulimits", {u["name"]: (u["soft"], u["hard"]) for u in ulimits(limits.nofile, limits.pids, limits.disk)}, reported_ulimits),
     ]
 
 

@@ -96,14 +96,18 @@ def breach_subjects(findings: Iterable[Finding]) -> list[str]:
 LIMIT_KINDS = frozenset({Kind.DISK_LIMIT, Kind.GATEWAY_LIMIT})
 
 
+# Worst first: the one order of verdicts. The first three share their names with a `Severity`.
+VERDICT_ORDER = (Verdict.BREACH, Verdict.ERROR, Verdict.FAIL, Verdict.CONTAINED, Verdict.PASS)
+
+
 def verdict(findings: list[Finding], *, hostile: bool) -> Verdict:
     """breach > error > fail > (contained | pass). A harness error is never a pass, and never
     hides a breach: what was found before (or beside) the failure still counts."""
     severities = {f.severity for f in findings if not (hostile and f.kind in LIMIT_KINDS)}
-    if Severity.BREACH in severities:
-        return Verdict.BREACH
-    if Severity.ERROR in severities:
-        return Verdict.ERROR
-    if Severity.FAIL in severities:
-        return Verdict.FAIL
-    return Verdict.CONTAINED if hostile else Verdict.PASS
+    found = [v for v in VERDICT_ORDER[:3] if Severity(v.value) in severities]
+    return found[0] if found else Verdict.CONTAINED if hostile else Verdict.PASS
+
+
+def worst(verdicts: list[str]) -> str:
+    """The worst of recorded verdicts (by `VERDICT_ORDER`)."""
+    return min(verdicts, key=[v.value for v in VERDICT_ORDER].index)

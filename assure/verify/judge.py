@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
 from assure.errors import describe
 from assure.records.store import read_json
+from assure.spec import Spec
 from assure.verify import assertions, attribution, completeness, container, sqlite
 from assure.verify.diff import Change, diff
 from assure.verify.findings import Finding, Kind, Verdict, unexplained_subjects, verdict
@@ -168,7 +169,7 @@ def _unreadable(findings: list[Finding], record: AttemptRecord, name: str) -> No
         findings.append(Finding(Kind.HARNESS_ERROR, name, f"the verifier failed here: {describe(record.unreadable[name])}"))
 
 
-def judge(record: AttemptRecord, spec: dict[str, Any], *, recheck_workspace: bool = False) -> Judgement:
+def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False) -> Judgement:
     paths, facts = record.paths, record.facts
     findings: list[Finding] = []
     _unreadable(findings, record, paths.container.name)
@@ -186,7 +187,7 @@ def judge(record: AttemptRecord, spec: dict[str, Any], *, recheck_workspace: boo
     pre, post = record.pre, record.post
     if pre is None or post is None:  # a missing or unreadable snapshot: cannot judge, never pass
         findings.append(Finding(Kind.HARNESS_ERROR, "snapshot", f"snapshot unavailable: {record.unreadable.get(SNAPSHOTS, 'not collected')}"))
-        return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), (), None, head, checked)
+        return Judgement(verdict(findings, hostile=spec.hostile), tuple(findings), (), None, head, checked)
     if recheck_workspace and _guarded(findings, "workspace", lambda: _workspace_moved(post, take(paths.workspace), facts.workspace_copy), False):
         findings.append(Finding(Kind.HARNESS_ERROR, "workspace", f"the run directory's workspace no longer matches {paths.post.name}"))
     findings += _guarded(findings, "workspace copy", lambda: _not_carried(facts.workspace_copy), [])
@@ -196,17 +197,17 @@ def judge(record: AttemptRecord, spec: dict[str, Any], *, recheck_workspace: boo
         findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
     findings += _guarded(findings, "disk limit", lambda: _disk_limit(facts.workspace_fs), [])
     changes = _guarded(findings, "diff", lambda: diff(pre, post), [])
-    ws = spec["workspace"]
-    findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws["writable"], protected=ws["protected"]), [])
+    ws = spec.workspace
+    findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws.writable, protected=ws.protected), [])
     findings += [Finding(Kind.NOT_CHECKED, e.path, e.note) for e in post.entries.values() if e.note]
-    for db in spec.get("databases", []):
-        findings += _guarded(findings, f"db:{db['name']}", lambda db=db: _database_findings(paths, db["name"], journal), [])
+    for db in spec.databases:
+        findings += _guarded(findings, f"db:{db.name}", lambda name=db.name: _database_findings(paths, name, journal), [])
     unexplained = unexplained_subjects(findings)
     for name in (paths.commands.name, paths.cases.name):
         _unreadable(findings, record, name)
     post_digest = sha256_hex(canonical(post.to_json()))
     counts = dict.fromkeys(CHECK_KINDS, 0)
-    for a in spec["assertions"]:
+    for a in spec.assertions:
         result = None
         for kind in a.keys() & CHECK_KINDS:  # the nth assertion of a kind has index n in its results
             result = next((c for c in record.checks.get(kind, []) if isinstance(c, dict) and c.get("index") == counts[kind]), None)
@@ -217,4 +218,4 @@ def judge(record: AttemptRecord, spec: dict[str, Any], *, recheck_workspace: boo
         finding = _guarded(findings, f"assertion {next(iter(a))}", check, None)
         if finding is not None:
             findings.append(finding)
-    return Judgement(verdict(findings, hostile=spec["hostile"]), tuple(findings), tuple(changes), claim, head, checked)
+    return Judgement(verdict(findings, hostile=spec.hostile), tuple(findings), tuple(changes), claim, head, checked)

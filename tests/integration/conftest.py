@@ -104,7 +104,7 @@ def ratified(scope: list[str], ceiling: str = "commit", **changes: object) -> di
     from assure.run import policy
 
     contract = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
-    contract["hash"] = gate.contract_hash(policy.contract(contract))
+    contract["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(contract)))
     contract.update(changes)
     return contract
 

@@ -48,10 +48,10 @@ def test_replays_with_huge_keys_are_gated_and_journaled_by_digest(run, make_spec
 
 def test_a_flood_of_rejected_requests_runs_out_of_budget_and_stops_the_attempt(run, make_spec):
     result = run(flood(make_spec, "rejects"))
-    assert journal_of(result).stat().st_size <= Limits().max_journal_bytes + 64 * 1024  # the cap, plus the closing records
+    assert journal_of(result).stat().st_size <= Limits(tool_calls=0).max_journal_bytes + 64 * 1024  # the cap, plus the closing records
     journal = records(result)
     assert journal[-1]["event"] == "gateway_stopped"  # it stopped cleanly and said so
-    assert sum(1 for r in journal if r["event"] == "request_rejected") <= Limits().requests
+    assert sum(1 for r in journal if r["event"] == "request_rejected") <= Limits(tool_calls=0).requests
     stopped = result.report["attempts"][0]["stopped"]
     assert stopped and stopped["reason"] == "budget" and stopped["counter"] in ("requests", "journal_bytes")  # not the deadline
     findings = {f["kind"]: f["subject"] for f in result.report["attempts"][0]["findings"]}
@@ -61,7 +61,7 @@ def test_a_flood_of_rejected_requests_runs_out_of_budget_and_stops_the_attempt(r
 
 def test_a_journal_that_reaches_its_cap_stops_the_attempt(run, make_spec):
     result = run(flood(make_spec, "paths", tool_calls=100_000))
-    cap = Limits().max_journal_bytes
+    cap = Limits(tool_calls=0).max_journal_bytes
     assert cap - 64 * 1024 < journal_of(result).stat().st_size <= cap + 64 * 1024  # reached; past it only the closing records
     journal = records(result)
     assert [r["event"] for r in journal[-3:]] == ["journal_full", "budget_breach", "gateway_stopped"]

@@ -43,7 +43,7 @@ def legit(backend, images, tmp_path_factory):
     run = store.RunDir.create(tmp / "runs", store.new_run_id("legit"), spec.path, spec.to_json())
     result = Driver(spec, run, backend, images, lambda *_: None).drive()
     assert result.verdict == "pass", result.report
-    return result.run_dir / "attempts" / "1", store.read_json(result.run_dir / "attempts" / "1" / "task.json")["spec"]
+    return result.run_dir / "attempts" / "1", spec_mod.Spec.from_json(store.read_json(result.run_dir / "attempts" / "1" / "task.json")["spec"])
 
 
 def copy_attempt(attempt: Path, tmp_path: Path) -> Path:
@@ -53,7 +53,7 @@ def copy_attempt(attempt: Path, tmp_path: Path) -> Path:
     return copy
 
 
-def rejudge(attempt: Path, spec: dict, mutate_ws=None, mutate_db=None):
+def rejudge(attempt: Path, spec, mutate_ws=None, mutate_db=None):
     if mutate_ws:
         mutate_ws(attempt / "workspace")
         store.write_json(attempt / "post.json", take(attempt / "workspace").to_json())

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from assure import spec
 from assure.core import gate
 from assure.gateway.config import parse
 from assure.gateway.server import Gateway, serve
@@ -30,6 +31,9 @@ def ratified_policy(**overrides: Any) -> dict[str, Any]:
     return {"contract": terms, "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT, **overrides}
 
 
+SPEC_TOOL_CALLS = spec.schema()["properties"]["limits"]["properties"]["tool_calls"]["default"]  # what the host passes when a spec says none
+
+
 @pytest.fixture()
 def gateway_config(tmp_path: Path, short_dir: Path) -> Callable[..., dict[str, Any]]:
     """Build a raw config dict; keyword arguments override `limits` fields."""
@@ -45,7 +49,7 @@ def gateway_config(tmp_path: Path, short_dir: Path) -> Callable[..., dict[str, A
             "journal": str(tmp_path / "journal.jsonl"),
             "ready_file": str(tmp_path / "ready"),
             "protected": ["tests/**"] if protected is None else protected,
-            "limits": limits,
+            "limits": {"tool_calls": SPEC_TOOL_CALLS, **limits},
             "policy": ratified_policy(),
         }
 

@@ -39,7 +39,7 @@ FIXED = "def add(a: int, b: int) -> int:\n    return a + b\n"
 
 def ratified(scope: list[str], ceiling: str = "commit") -> dict[str, Any]:
     contract = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
-    contract["hash"] = gate.contract_hash(policy.contract(contract))
+    contract["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(contract)))
     return contract
 
 

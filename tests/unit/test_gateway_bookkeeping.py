@@ -169,7 +169,7 @@ def test_a_store_from_before_bindings_refuses_its_old_caller_keys_with_409(gatew
     (b'{"a": ' + b"]}" * 300_000 + b"}", True),
 ])
 def test_the_pre_scan_counts_structure_outside_strings(body, refused):
-    limits = Limits()
+    limits = Limits(tool_calls=0)  # the pre-scan's limits; tool_calls has no default
     assert (jsonscan.too_complex(body, limits.max_json_depth, limits.max_json_items) is not None) is refused
 
 

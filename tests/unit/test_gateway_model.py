@@ -795,11 +795,11 @@ def test_a_long_model_name_is_journaled_as_its_digest(start: Callable[..., Gatew
     assert max(len(line) for line in Path(gateway.config.journal).read_text().splitlines()) < 8192
 
 
-def test_model_calls_stop_at_the_journal_cap(start: Callable[..., Gateway], tmp_path: Path) -> None:
+def test_model_calls_stop_at_the_journal_cap(start: Callable[..., Gateway], gateway_config: Callable[..., dict[str, Any]], tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text("[]")
     cap = 20_000
-    gateway = start({"mode": "scripted", "script": str(script)}, limits={"max_journal_bytes": cap}, breach_file=str(tmp_path / "breach.json"))
+    gateway = start({"mode": "scripted", "script": str(script)}, limits={**gateway_config()["limits"], "max_journal_bytes": cap}, breach_file=str(tmp_path / "breach.json"))
     statuses = []
     with httpx.Client(transport=httpx.HTTPTransport(uds=gateway.config.socket)) as plain:
         for _ in range(60):

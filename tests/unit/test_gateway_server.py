@@ -97,14 +97,14 @@ def last_rejection(gateway: Gateway) -> dict[str, Any]:
 # ---------------------------------------------------------------- protocol and tools
 
 
-def test_health(start_gateway) -> None:
+def test_health(start_gateway, gateway_config) -> None:
     gateway = start_gateway()
     with client_for(gateway) as client:
         answer = client.health()
     assert answer["status"] == "ok"
     assert answer["run_id"] == "run-test" and answer["attempt"] == 1
     assert [t["name"] for t in answer["tools"]] == [t.name for t in tools.TOOLS]
-    assert answer["limits"] == dataclasses.asdict(Limits())
+    assert answer["limits"] == dataclasses.asdict(Limits(tool_calls=gateway_config()["limits"]["tool_calls"]))
     assert Path(gateway.config.ready_file).exists()
     assert os.stat(gateway.config.socket).st_mode & 0o777 == 0o666
 
@@ -581,15 +581,16 @@ def test_config_errors_name_the_field(gateway_config) -> None:
         ({**good, "attempt": "1"}, "attempt"),
         ({**good, "protect": ["x"]}, "protect"),
         ({**good, "protected": "tests/**"}, "protected"),
+        ({**good, "limits": {}}, "limits.tool_calls"),  # the host always passes the spec's
         ({**good, "limits": {"tool_calls": -1}}, "limits.tool_calls"),
-        ({**good, "limits": {"read_timeout_seconds": 0}}, "limits.read_timeout_seconds"),
-        ({**good, "limits": {"max_connections": True}}, "limits.max_connections"),
-        ({**good, "limits": {"max_fds": 3}}, "limits.max_fds"),
+        ({**good, "limits": {**good["limits"], "read_timeout_seconds": 0}}, "limits.read_timeout_seconds"),
+        ({**good, "limits": {**good["limits"], "max_connections": True}}, "limits.max_connections"),
+        ({**good, "limits": {**good["limits"], "max_fds": 3}}, "limits.max_fds"),
     ]:
         with pytest.raises(ConfigError) as info:
             parse(broken)
         assert info.value.field == field
-    assert parse(good).limits == Limits()
+    assert parse(good).limits == Limits(tool_calls=good["limits"]["tool_calls"])
 
 
 def _run_gateway(config: dict[str, Any], tmp_path: Path) -> subprocess.Popen[str]:

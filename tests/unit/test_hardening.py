@@ -88,32 +88,32 @@ def test_socket_volume_is_a_private_tmpfs_owned_by_the_sandbox_user(benign):
     assert f"uid={uid},gid={gid}" in opts["o"] and "noexec" in opts["o"]
 
 
-def good_inspect(spec_json, **host_config):
+def good_inspect(spec, **host_config):
     """An inspect dict as the engine reports a container created with exactly what we ask for."""
-    limits = spec_json["limits"]
+    limits = spec.limits
     return {"HostConfig": {"NetworkMode": "none", "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
                            "SecurityOpt": ["no-new-privileges:true", seccomp.security_opt()], "IpcMode": "none", "PidMode": "",
                            "Devices": [], "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"],
-                           "ReadonlyRootfs": True, "Runtime": "runc", "Tmpfs": {"/tmp": hardening.tmpfs_options(limits["tmpfs"])},
+                           "ReadonlyRootfs": True, "Runtime": "runc", "Tmpfs": {"/tmp": hardening.tmpfs_options(limits.tmpfs)},
                            "Ulimits": [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]}
-                                       for u in hardening.ulimits(limits["nofile"], limits["pids"], limits["disk"])], **host_config},
+                                       for u in hardening.ulimits(limits.nofile, limits.pids, limits.disk)], **host_config},
             "Config": {"User": "10001:10001"}, "AppArmorProfile": "",
             "Mounts": [{"Type": "bind", "Source": "/home/u/.assure/runs/r/attempts/1/workspace.fs/workspace", "Destination": "/workspace", "RW": True},
                        {"Type": "volume", "Name": "sock", "Destination": "/run/assure", "RW": False},
-                       {"Type": "bind", "Source": os.path.normpath(spec_json["agent"]["files"]), "Destination": "/opt/agent", "RW": False}]}
+                       {"Type": "bind", "Source": os.path.normpath(spec.agent.files), "Destination": "/opt/agent", "RW": False}]}
 
 
-def failed(inspect, spec_json, engine=("name=seccomp,profile=default",)):
-    return sorted(f.subject for f in containment(inspect, spec_json, list(engine), "1"))
+def failed(inspect, spec, engine=("name=seccomp,profile=default",)):
+    return sorted(f.subject for f in containment(inspect, spec, list(engine), "1"))
 
 
 def test_containment_accepts_the_settings_we_ask_for(benign):
-    s = benign.to_json()
+    s = benign
     good = good_inspect(s)
     assert failed(good, s) == []
     bad = {**good, "HostConfig": {**good["HostConfig"], "NetworkMode": "bridge", "Binds": ["/var/run/docker.sock:/s"]}, "Config": {"User": "0"}}
     assert failed(bad, s) == ["Config.User", "HostConfig.Binds", "HostConfig.NetworkMode"]
-    assert failed(good, {**s, "sandbox": {**s["sandbox"], "read_only_root": False}}) == ["HostConfig.ReadonlyRootfs"]
+    assert failed(good, dataclasses.replace(s, sandbox=dataclasses.replace(s.sandbox, read_only_root=False))) == ["HostConfig.ReadonlyRootfs"]
 
 
 @pytest.mark.parametrize("security_opt", [
@@ -123,23 +123,23 @@ def test_containment_accepts_the_settings_we_ask_for(benign):
     ["no-new-privileges:true", seccomp.security_opt(), "seccomp=unconfined"],
 ])
 def test_containment_requires_our_seccomp_profile(benign, security_opt):
-    s = benign.to_json()
+    s = benign
     assert failed(good_inspect(s, SecurityOpt=security_opt), s) == ["HostConfig.SecurityOpt seccomp"]
 
 
 def test_containment_reports_a_profile_by_digest_not_its_text(benign):
-    s = benign.to_json()
+    s = benign
     [finding] = containment(good_inspect(s, SecurityOpt=["no-new-privileges:true", "seccomp={}"]), s, ["name=seccomp"], "1")
     assert len(finding.message) < 300 and f"sha256:{seccomp.digest('{}')}" in finding.message
 
 
 def test_containment_requires_an_engine_that_applies_seccomp(benign):
-    s = benign.to_json()
+    s = benign
     assert failed(good_inspect(s), s, engine=["name=apparmor"]) == ["AppArmorProfile", "engine seccomp support"]
 
 
 def test_containment_refuses_unconfined_apparmor(benign):
-    s = benign.to_json()
+    s = benign
     engine = ["name=apparmor", "name=seccomp,profile=default"]
     assert failed({**good_inspect(s), "AppArmorProfile": "docker-default"}, s, engine) == []
     assert failed({**good_inspect(s), "AppArmorProfile": "unconfined"}, s, engine) == ["AppArmorProfile"]
@@ -150,13 +150,13 @@ def test_containment_refuses_unconfined_apparmor(benign):
 
 
 def test_containment_requires_the_spec_runtime(benign):
-    s = benign.to_json()
+    s = benign
     assert failed(good_inspect(s, Runtime="runsc"), s) == ["HostConfig.Runtime"]
-    assert failed(good_inspect(s, Runtime="runsc"), {**s, "sandbox": {**s["sandbox"], "runtime": "runsc"}}) == []
+    assert failed(good_inspect(s, Runtime="runsc"), dataclasses.replace(s, sandbox=dataclasses.replace(s.sandbox, runtime="runsc"))) == []
 
 
 def test_containment_requires_exactly_the_expected_mounts_and_modes(benign):
-    s = benign.to_json()
+    s = benign
     good = good_inspect(s)
     extra = {**good, "Mounts": good["Mounts"] + [{"Type": "bind", "Source": "/home", "Destination": "/mnt", "RW": False}]}
     writable_socket = {**good, "Mounts": [{**m, "RW": True} if m["Destination"] == "/run/assure" else m for m in good["Mounts"]]}
@@ -164,7 +164,7 @@ def test_containment_requires_exactly_the_expected_mounts_and_modes(benign):
     for inspect in (extra, writable_socket):
         assert failed(inspect, s) == ["Mounts"]
     assert failed(missing_agent_files, s) == ["Mounts", "Mounts sources"]
-    assert failed(missing_agent_files, {**s, "agent": {**s["agent"], "files": None}}) == []
+    assert failed(missing_agent_files, dataclasses.replace(s, agent=dataclasses.replace(s.agent, files=None))) == []
 
 
 @pytest.mark.parametrize("destination, source", [
@@ -173,7 +173,7 @@ def test_containment_requires_exactly_the_expected_mounts_and_modes(benign):
     ("/opt/agent", "/home/u"),                                      # not the spec's agent files
 ])
 def test_containment_requires_the_bind_sources(benign, destination, source):
-    s = benign.to_json()
+    s = benign
     good = good_inspect(s)
     moved = {**good, "Mounts": [{**m, "Source": source} if m["Destination"] == destination else m for m in good["Mounts"]]}
     assert failed(moved, s) == ["Mounts sources"]
@@ -189,12 +189,12 @@ def test_containment_requires_the_bind_sources(benign, destination, source):
     None,
 ])
 def test_containment_requires_the_tmp_tmpfs_options(benign, tmpfs):
-    s = benign.to_json()
+    s = benign
     assert failed(good_inspect(s, Tmpfs=tmpfs), s) == ["HostConfig.Tmpfs"]
 
 
 def test_containment_requires_the_ulimits(benign):
-    s = benign.to_json()
+    s = benign
     good = good_inspect(s)
     no_core_limit = [u for u in good["HostConfig"]["Ulimits"] if u["Name"] != "core"]
     raised = [{**u, "Hard": u["Hard"] * 2} if u["Name"] == "nproc" else u for u in good["HostConfig"]["Ulimits"]]
@@ -203,7 +203,7 @@ def test_containment_requires_the_ulimits(benign):
 
 
 def test_every_check_is_named_in_the_record(benign):
-    checked = containment_checked(benign.to_json())
+    checked = containment_checked(benign)
     assert {"HostConfig.Runtime", "HostConfig.SecurityOpt seccomp", "AppArmorProfile", "Mounts", "HostConfig.Tmpfs",
             "HostConfig.Ulimits", "HostConfig.NetworkMode"} <= set(checked)
     assert len(checked) == len(set(checked))
@@ -225,8 +225,8 @@ def test_the_profile_is_dockers_default_with_the_exploit_syscalls_denied():
     assert [r for r in kept if r["names"]] == ours["syscalls"][:-1]
 
 def test_containment_names_a_runtime_other_than_the_specs(benign):
-    s = benign.to_json()
-    wanted = {**s, "sandbox": {**s["sandbox"], "runtime": "runsc"}}
+    s = benign
+    wanted = dataclasses.replace(s, sandbox=dataclasses.replace(s.sandbox, runtime="runsc"))
     assert failed(good_inspect(s), wanted) == ["HostConfig.Runtime"]
     assert "HostConfig.Runtime" in failed(good_inspect(s, Runtime=None), s)
 

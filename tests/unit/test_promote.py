@@ -140,7 +140,7 @@ def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path
             "promote": {"target": str(tmp_path / "target")}, "assertions": [{"exit_code": 0}], "expect": "pass",
             "contract": {"id": "c", "proposed_by": "alice", "ratified_by": "bob", "scope": ["fs:**"], "autonomy_ceiling": "commit"}}
     c = data["contract"]
-    c["hash"] = gate.contract_hash(policy.contract(c))
+    c["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(c)))
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     spec = spec_mod.load(tmp_path / "p.yaml")
     run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())

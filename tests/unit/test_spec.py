@@ -1,5 +1,7 @@
 """Spec loading: defaults from the schema, every problem as file:line: field: message."""
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,89 @@ def test_a_workspace_filesystem_too_small_or_all_inodes_is_refused_at_its_line(t
     (problem,) = problems(crowded)
     assert problem.startswith(f"{crowded}:11: limits.inodes: 40000 inodes take 10240000 bytes, more than half of limits.disk")
     assert spec.load(write(tmp_path, MINIMAL + "limits: {disk: 16m, inodes: 20000}\n")).limits.inodes == 20000
+
+
+FULL = MINIMAL.replace("assertions: []\n", """\
+description: every block given
+assertions:
+  - exit_code: 0
+  - command: {run: [python3, -m, pytest]}
+databases:
+  - {name: shop, fixture: shop.sql, mode: live, rollback: undo.sql}
+limits: {tokens: 5000, cost: 2}
+contract: {id: c, proposed_by: alice, ratified_by: bob, scope: ["fs:**"], autonomy_ceiling: commit, expires_at: "2030-01-01T00:00:00Z"}
+autonomy:
+  dial: propose
+  human_gates: [{id: g, scope: "fs:**", approved_by: carol, expires_at: "2030-01-01T00:00:00Z"}]
+egress: {allow: ["example.com:443"]}
+alerts: {webhook: "https://hooks.example/x"}
+promote: {target: out}
+model: {mode: scripted, script: answers.json, prices: {claude: {input: 3, output: 15}}, allow: {betas: [b1]}}
+max_attempts: 3
+tasks:
+  - {id: first, description: do one}
+  - {id: second, assertions: [], contract: {id: c2, proposed_by: dan, scope: ["db:shop"], autonomy_ceiling: propose}, max_attempts: 1, on_breach: retry}
+""")
+
+
+def full(tmp_path: Path) -> spec.Spec:
+    path = write(tmp_path, FULL)
+    (tmp_path / "shop.sql").write_text("CREATE TABLE t (x);\n")
+    return spec.load(path)
+
+
+def test_every_field_is_typed_and_no_raw_document_is_kept(tmp_path):
+    loaded = full(tmp_path)
+    assert not hasattr(loaded, "data")
+    assert loaded.contract == spec.Contract(id="c", proposed_by="alice", scope=("fs:**",), autonomy_ceiling="commit", irreversible_min_trust="irreversible",
+                                            revoked=False, ratified_by="bob", expires_at="2030-01-01T00:00:00Z")
+    assert loaded.autonomy == spec.Autonomy("propose", "commit", (spec.HumanGate("g", "fs:**", "carol", "2030-01-01T00:00:00Z"),))
+    assert loaded.egress == spec.Egress(("example.com:443",), "bridge", False)
+    assert loaded.alerts == spec.Alerts(webhook="https://hooks.example/x")
+    assert loaded.promote == spec.Promote("out")
+    assert loaded.model == spec.Model(mode="scripted", upstream="https://api.anthropic.com", allow_http=False, key_env="ANTHROPIC_API_KEY",
+                                      script="answers.json", prices={"claude": {"input": 3, "output": 15}}, allow={"betas": ("b1",)})
+    assert loaded.databases == (spec.Database("shop", (tmp_path / "shop.sql").resolve(), "live", "undo.sql"),)
+    assert (loaded.limits.tokens, loaded.limits.cost) == (5000, 2.0)
+    assert loaded.commands() == (spec.Command(("python3", "-m", "pytest"), "assure-agent", 120.0, {}),)
+    # nothing typed holds a plain dict but the free-form maps (env, prices, allow) and assertions
+    for name in ("agent", "workspace", "limits", "sandbox", "autonomy", "alerts", "contract", "egress", "promote", "model"):
+        assert not isinstance(getattr(loaded, name), dict), name
+
+
+def test_tasks_are_parsed_once_with_what_they_inherit(tmp_path):
+    loaded = full(tmp_path)
+    first, second = loaded.tasks
+    assert first == spec.Task("first", "do one", loaded.assertions, loaded.contract, 3, "quarantine")
+    assert second.assertions == () and second.contract.id == "c2" and second.contract.irreversible_min_trust == "irreversible"
+    assert (second.max_attempts, second.on_breach) == (1, "retry")
+    [main] = spec.load(write(tmp_path, MINIMAL.replace("name: demo", "name: demo\ndescription: the goal"))).tasks
+    assert main == spec.Task("main", "the goal", (), None, 1, "quarantine")
+
+
+@pytest.mark.parametrize("which", ["minimal", "full", "benign", "claude-fix-bug-scripted"])
+def test_to_json_round_trips(tmp_path, which):
+    loaded = {"minimal": lambda: spec.load(write(tmp_path, MINIMAL)), "full": lambda: full(tmp_path)}.get(which, lambda: spec.load(EXAMPLES / f"{which}.yaml"))()
+    data = loaded.to_json()
+    assert data["_source"] == str(loaded.path) and data["workspace"]["fixture"] == str(loaded.workspace.fixture)
+    assert spec.Spec.from_json(data) == loaded
+    assert spec.Spec.from_json(json.loads(json.dumps(data))) == loaded  # as written to and read from spec.json
+
+
+def test_a_task_spec_round_trips(tmp_path):
+    from assure.run.driver import task_spec
+
+    loaded = full(tmp_path)
+    for task in loaded.tasks:
+        one = task_spec(loaded, task, tmp_path / "base")
+        assert (one.assertions, one.contract, one.agent.env["ASSURE_TASK"]) == (task.assertions, task.contract, task.description)
+        assert spec.Spec.from_json(one.to_json()) == one
+    no_top_contract = dataclasses.replace(loaded, contract=None, tasks=(dataclasses.replace(loaded.tasks[0], contract=None), loaded.tasks[1]))
+    assert spec.Spec.from_json(task_spec(no_top_contract, no_top_contract.tasks[1], tmp_path).to_json()).tasks[0].contract is None
+
+
+def test_a_bad_field_in_a_typed_block_is_reported_at_its_line(tmp_path):
+    path = write(tmp_path, MINIMAL + "autonomy: {dial: sometimes}\ntasks:\n  - {id: t, max_attempts: 0}\n")
+    got = problems(path)
+    assert got == [f"{path}:9: autonomy.dial: 'sometimes' is not one of ['propose', 'commit', 'irreversible']",
+                   f"{path}:11: tasks[0].max_attempts: 0 is less than the minimum of 1"]
