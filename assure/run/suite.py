@@ -64,17 +64,27 @@ def load(path: str | Path) -> Suite:
     data, lines = spec_mod.read_document(path, spec_mod.schema("suite"), "suite")
     specs, problems = [], []
     for i, rel in enumerate(data["specs"]):
-        target = path.resolve().parent / rel
-        if not target.is_file():
-            problems.append(f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file: {target}")
-            continue
-        try:
-            specs.append(spec_mod.load(target))
-        except SpecError as exc:
-            problems += exc.problems
+        targets = _expand(path.resolve().parent, rel)
+        if not targets:
+            problems.append(f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file: {path.resolve().parent / rel}")
+        for target in targets:
+            try:
+                specs.append(spec_mod.load(target))
+            except SpecError as exc:
+                problems += exc.problems
+    names = [s.name for s in specs]
+    problems += [f"{path}: two specs are named {name!r}: a suite's report tells its specs apart by name" for name in sorted({n for n in names if names.count(n) > 1})]
     if problems:
         raise SpecError(problems, fix="spec paths in a suite are relative to the suite file's folder")
     return Suite(data["name"], path.resolve(), data.get("description", ""), tuple(specs), data["stop_on_unexpected"])
+
+
+def _expand(folder: Path, entry: str) -> list[Path]:
+    """A spec file, or a glob (`containment/*.yaml`) of them in name order; relative to the suite."""
+    if any(c in entry for c in "*?["):
+        return sorted(p for p in folder.glob(entry) if p.is_file())
+    target = folder / entry
+    return [target] if target.is_file() else []
 
 
 class SuiteRun:

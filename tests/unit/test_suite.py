@@ -124,3 +124,19 @@ def test_validate_takes_suites_and_specs_alike(specs: Path) -> None:
     assert done.returncode == 1
     assert done.stdout.split() == ["ok", str(good), "ok", str(specs / "one.yaml")]
     assert f"{bad}:3: specs[1]: no such file: {specs / 'gone.yaml'}" in done.stderr
+
+
+def test_a_glob_names_every_matching_spec_in_name_order_and_a_glob_that_matches_nothing_is_refused(specs: Path) -> None:
+    (specs / "corpus").mkdir()
+    for name in ("b-two", "a-one"):
+        (specs / "corpus" / f"{name}.yaml").write_text(SPEC.format(name=name, expect="pass").replace("fixture: ws", "fixture: ../ws"))
+    loaded = suite.load(write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, 'corpus/*.yaml']\n"))
+    assert [s.name for s in loaded.specs] == ["one", "a-one", "b-two"]
+    path = write_suite(specs, "version: 1\nname: s\nspecs: ['none/*.yaml']\n")
+    assert problems(path) == [f"{path}:3: specs[0]: no such file: {specs / 'none/*.yaml'}"]
+
+
+def test_two_specs_with_one_name_are_refused(specs: Path) -> None:
+    (specs / "again.yaml").write_text(SPEC.format(name="one", expect="pass"))
+    path = write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, again.yaml]\n")
+    assert problems(path) == [f"{path}: two specs are named 'one': a suite's report tells its specs apart by name"]
