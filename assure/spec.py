@@ -89,23 +89,6 @@ class Case:
 
 
 @dataclass(frozen=True)
-class Cases:
-    """A black-box `cases` assertion: `run` plus each case's args, compared on the host."""
-
-    run: tuple[str, ...]
-    image: str
-    timeout_seconds: float
-    env: dict[str, str]
-    each: tuple[Case, ...]
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Cases:
-        """From a validated spec (defaults filled in)."""
-        each = tuple(Case(tuple(c["args"]), c.get("stdin"), c["stdout"], c["exit_code"]) for c in data["each"])
-        return cls(tuple(data["run"]), data["image"], float(data["timeout_seconds"]), dict(data.get("env", {})), each)
-
-
-@dataclass(frozen=True)
 class Command:
     """A `command` assertion: `run` in a check container on a copy of POST; passes on exit 0."""
 
@@ -118,6 +101,20 @@ class Command:
     def from_json(cls, data: dict[str, Any]) -> Command:
         """From a validated spec (defaults filled in)."""
         return cls(tuple(data["run"]), data["image"], float(data["timeout_seconds"]), dict(data.get("env", {})))
+
+
+@dataclass(frozen=True)
+class Cases(Command):
+    """A black-box `cases` assertion: `run` plus each case's args, compared on the host."""
+
+    each: tuple[Case, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Cases:
+        """From a validated spec (defaults filled in)."""
+        command = Command.from_json(data)
+        each = tuple(Case(tuple(c["args"]), c.get("stdin"), c["stdout"], c["exit_code"]) for c in data["each"])
+        return cls(command.run, command.image, command.timeout_seconds, command.env, each)
 
 
 @dataclass(frozen=True)
