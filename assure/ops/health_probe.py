@@ -240,7 +240,8 @@ class _Pass:
             observed = last if last is not None and (since is None or last >= since) else self.now
             if last is None and since is None:  # expected, never seen, with nothing saying since when
                 return Check(cid, FAIL, self.now, stale, f"{name}: no usable heartbeat ({why})", reason_code="heartbeat_missing", evidence=evidence)
-            return Check(cid, PASS, observed, stale, f"{name}: last success {self.now - (last or self.now):.0f} s ago", evidence=evidence)
+            summary = f"{name}: last success {self.now - last:.0f} s ago" if last is not None else f"{name}: no heartbeat yet, {self.now - since:.0f} s after it was expected (limit {stale:g} s)"
+            return Check(cid, PASS, observed, stale, summary, evidence=evidence)
         code = "heartbeat_stale" if last is not None else "heartbeat_missing"
         return Check(cid, FAIL, self.now, stale, f"{name}: no success for {age:.0f} s (limit {stale:g} s)" if last is not None
                      else f"{name}: no usable heartbeat ({why}) {age:.0f} s after it was expected", reason_code=code, evidence=evidence)
