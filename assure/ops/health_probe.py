@@ -17,7 +17,7 @@ symlink followed, every read bounded) and judges only what it read:
 | execution | `execution.model_provider@RUN` | the last model call of the latest attempt failed at the provider | `provider_credit`, `provider_auth`; `provider_unavailable` (optional) |
 | governance | `governance.operator@RUN` | the operator halted the run, or dialled it to `propose` | `operator_halt`, `operator_dial_propose` |
 | governance | `governance.verifier@RUN` | no verifier (no assertion, or `verifier_trust: propose`), or its heartbeat is stale during an attempt | `verifier_missing`, `verifier_stale` |
-| governance | `governance.contract@RUN` | a task's contract is missing, unratified, self-ratified or its hash does not match its terms | `contract_missing`, `contract_unratified`, `contract_hash_mismatch` |
+| governance | `governance.contract@RUN` | the gate's own box-0 rule denies a task's mutations: contract missing, unratified, self-ratified, changed since ratified, revoked or expired | `contract_missing`, `contract_unratified`, `contract_self_ratified`, `contract_hash`, `contract_revoked`, `contract_expired` |
 | governance | `governance.alerts` | an alert is pending acknowledgement | `alerts_pending` |
 
 With a RUN, the `@RUN` checks are about that run, whatever its state. Without one, they are
@@ -292,12 +292,14 @@ class _Pass:
         tasks = run.state.get("tasks") if run.state is not None else None
         if not isinstance(tasks, dict):
             return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, "no readable task states", reason_code="state_unreadable")
-        states = {str(t)[:64]: str(v.get("state") if isinstance(v, dict) else None)[:32] for t, v in list(tasks.items())[:MAX_EVIDENCE_ITEMS]}
+        states = {str(t)[:64]: str(v.get("state") if isinstance(v, dict) else None)[:32] for t, v in tasks.items()}
+        shown = dict(list(states.items())[:MAX_EVIDENCE_ITEMS])
         for bad, code in ((TaskState.QUARANTINED, "task_quarantined"), (TaskState.COMMIT_FAILED, "commit_failed")):
             hit = [t for t, s in states.items() if s == bad]
             if hit:
-                return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"task {', '.join(hit)} {bad}: surfaced, never re-queued", reason_code=code, evidence={"tasks": states})
-        return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, "no task quarantined or failed to commit", evidence={"tasks": states})
+                return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"{len(hit)} task(s) {bad} ({', '.join(hit[:MAX_EVIDENCE_ITEMS])}): surfaced, never re-queued",
+                             reason_code=code, evidence={"tasks": shown})
+        return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"{len(states)} task(s), none quarantined or failed to commit", evidence={"tasks": shown})
 
     # -- execution
     def _provider(self, run: _Run, spec: spec_mod.Spec | str) -> Check:
@@ -315,12 +317,12 @@ class _Pass:
         if call is None:
             return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, "no model call journaled yet: nothing says the provider fails", evidence=evidence)
         status, served, error = call.get("status"), call.get("served"), call.get("error")
-        evidence.update(status=status, served=served, error=error, at=call.get("ts"))
+        evidence.update(status=_plain(status), served=_plain(served), error=_plain(error), at=_plain(call.get("ts")))
         failure = self._provider_failure(run.run_id, numbers[-1], call)
         if failure is None:
-            return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"last model call: {status} ({served})", evidence=evidence)
+            return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"last model call: {_plain(status)} ({_plain(served)})", evidence=evidence)
         code, message = failure
-        return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"last model call failed at the provider ({status}): {message}",
+        return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"last model call failed at the provider ({_plain(status)}): {message}",
                      critical=code != "provider_unavailable", reason_code=code, evidence=evidence)
 
     def _last_model_call(self, run_id: str, attempt: int) -> dict[str, Any] | str | None:
@@ -397,23 +399,22 @@ class _Pass:
         return Check(cid, PASS, beat.observed_at, beat.stale_after_seconds, "every task has a verifier" + (" and its heartbeat is fresh" if run.attempt else ""), evidence=beat.evidence)
 
     def _contract(self, run: _Run, spec: spec_mod.Spec | str) -> Check:
+        """Box 0 as the gate judges it: its own contract rule, on a mutation inside the contract's scope."""
         cid = f"governance.contract@{run.run_id}"
         if isinstance(spec, str):
             return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, spec, reason_code="spec_unreadable")
-        problems = {}
-        for task in spec.tasks[:MAX_EVIDENCE_ITEMS]:
+        problems: dict[str, tuple[str, str]] = {}
+        for task in spec.tasks:
             c = policy.contract(task.contract)
-            if c is None:
-                problems[task.id] = "contract_missing"
-            elif not (c.ratified_by or "").strip() or c.ratified_by.strip().casefold() == (c.proposed_by or "").strip().casefold():
-                problems[task.id] = "contract_unratified"
-            elif c.hash != gate.contract_hash(c):
-                problems[task.id] = "contract_hash_mismatch"  # its terms changed since they were ratified
+            action = gate.Action("health.contract", mutates=True, scope=c.scope[0] if c and c.scope else None)
+            decision = gate._contract(action, gate.Context(known_tools=frozenset(), now=self.now, budget=gate.Budget(), contract=c))
+            if decision is not None and decision.rule != "contract.scope":  # scope is a property of a move, not of the contract
+                problems[task.id] = (decision.rule.replace(".", "_"), decision.reason)
         if problems:
-            code = next(iter(problems.values()))
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, "the gate denies every mutation: " + ", ".join(f"{t}: {p}" for t, p in problems.items()),
-                         reason_code=code, evidence={"tasks": problems})
-        return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, "every task's contract is ratified by someone other than its proposer, and its hash matches its terms")
+            shown = dict(list(problems.items())[:MAX_EVIDENCE_ITEMS])
+            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, "the gate denies every mutation: " + "; ".join(f"{t}: {why}" for t, (_, why) in shown.items()),
+                         reason_code=next(iter(problems.values()))[0], evidence={"tasks": {t: code for t, (code, _) in shown.items()}})
+        return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, "every task's contract is valid and ratified by someone other than its proposer")
 
     def _alerts(self, run_id: str | None) -> Check:
         pending, unreadable = [], 0
@@ -443,3 +444,10 @@ class _Pass:
 def _task(spec: spec_mod.Spec, task: spec_mod.Task) -> spec_mod.Spec:
     """The spec one attempt of `task` runs, as far as the verifier is concerned."""
     return replace(spec, assertions=task.assertions)
+
+
+def _plain(value: Any) -> Any:
+    """A journal value fit for evidence: a number, a flag or null as it is, anything else as a short string."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)[:64]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +158,9 @@ def test_the_schema_refuses_what_the_standard_forbids():
 
 # --- the probe on real run folders ---------------------------------------------------------
 def spec_file(tmp_path: Path, **fields: Any) -> spec_mod.Spec:
-    return write_spec(tmp_path, "true", **{"contract": ratified(["fs:**"]), "assertions": ACCEPTANCE, **fields})
+    """A spec with a verifier and a ratified contract, unless `fields` say otherwise (None: left out)."""
+    data = {"contract": ratified(["fs:**"]), "assertions": ACCEPTANCE, **fields}
+    return write_spec(tmp_path, "true", **{k: v for k, v in data.items() if v is not None})
 
 
 def finished_run(tmp_path: Path, spec: spec_mod.Spec, *, journal: list[dict[str, Any]] = (), blobs: dict[str, bytes] | None = None) -> store.RunDir:
@@ -245,13 +248,42 @@ def test_an_operator_halt_is_halted_and_a_dial_down_is_propose_only(tmp_path):
 def test_an_unratified_contract_a_quarantine_and_a_pending_alert_block(tmp_path):
     contract = {**ratified(["fs:**"]), "ratified_by": "alice"}  # ratified by its proposer
     run = finished_run(tmp_path, spec_file(tmp_path, contract=contract))
-    assert statuses(probe(run, tmp_path))["governance.contract"] == ("fail", "contract_unratified")
+    assert statuses(probe(run, tmp_path))["governance.contract"] == ("fail", "contract_self_ratified")
     run.save_state({"state": "finished", "tasks": {"main": {"state": "quarantined", "attempts": [1]}}})
     (run.path / "alerts").mkdir()
     store.write_json(run.path / "alerts" / "a1.json", {"id": "a1", "run_id": run.run_id, "kind": "quarantine", "state": "pending"})
     doc = probe(run, tmp_path)
     assert statuses(doc)["scheduler.tasks"] == ("fail", "task_quarantined") and statuses(doc)["governance.alerts"] == ("fail", "alerts_pending")
     assert doc["aggregate"]["status"] == "blocked"
+
+
+def test_an_attempt_in_progress_needs_a_fresh_gateway_and_verifier(tmp_path):
+    run = finished_run(tmp_path, spec_file(tmp_path))
+    run.save_state({"state": "running", "next_attempt": 2, "tasks": {"main": {"state": "running", "attempts": [1]}}})
+    attempt = run.attempt(1)
+    attempt.container.unlink()  # the attempt has not finished
+    attempt.ready.write_text("")
+    os.utime(attempt.ready, (NOW - 400, NOW - 400))  # its gateway has been up for 400 s
+    health.beat(tmp_path / "runs" / ".health" / "driver.json", health.DRIVER, now=NOW - 1)
+    doc = probe(run, tmp_path)
+    assert statuses(doc)["process.gateway"] == ("fail", "heartbeat_missing")  # 400 s > 300 s with no success
+    assert statuses(doc)["governance.verifier"] == ("fail", "verifier_stale")
+    assert doc["aggregate"]["status"] == "blocked"
+    health.beat(attempt.gateway_state / "heartbeat.json", health.GATEWAY, now=NOW - 10)
+    assert probe(run, tmp_path)["aggregate"]["status"] == "propose_only"  # the verifier is still stale: trust 0
+    health.beat(run.control_dir / "verifier.json", health.VERIFIER, now=NOW - 1)
+    doc = probe(run, tmp_path)
+    assert doc["aggregate"] == {"status": "pass", "causes": []}, doc["aggregate"]
+
+
+@pytest.mark.parametrize("contract, code", [
+    (None, "contract_missing"),
+    ({**ratified(["fs:**"]), "scope": ["fs:src/**"]}, "contract_hash"),  # a term changed since it was ratified
+    ({k: v for k, v in ratified(["fs:**"]).items() if k != "ratified_by"}, "contract_unratified"),
+])
+def test_the_contract_check_is_the_gates_own_rule(tmp_path, contract, code):
+    doc = probe(finished_run(tmp_path, spec_file(tmp_path, contract=contract)), tmp_path)
+    assert statuses(doc)["governance.contract"] == ("fail", code) and doc["aggregate"]["status"] == "blocked"
 
 
 def test_the_runs_base_counts_live_runs_only_and_a_dead_driver_blocks(tmp_path):
