@@ -100,6 +100,8 @@ def probe(runs_base: Path, run_id: str | None, engine: Engine, now: float, manif
     else:
         try:
             layers = _Pass(runs_base, Tree(root), manifest, now).layers(run_id, engine)
+        except Exception as exc:  # a probe that cannot judge says unknown for every layer: fail closed, never a crash
+            layers = {layer: [Check(f"{layer}.probe", UNKNOWN, now, 0.0, f"the probe failed: {type(exc).__name__}", reason_code="probe_error")] for layer in health_v1.LAYERS}
         finally:
             os.close(root)
     return health_v1.document(deployment_id(), now, layers)
@@ -142,10 +144,11 @@ class _Pass:
         self.base, self.tree, self.manifest, self.now = base, tree, manifest, now
 
     def layers(self, run_id: str | None, engine: Engine) -> dict[str, list[Check]]:
-        runs = [self._run(run_id)] if run_id is not None else [r for r in self._all_runs() if r.state is None or r.state.get("state") in LIVE_STATES]
+        every = self._all_runs() if run_id is None else []
+        runs = [self._run(run_id)] if run_id is not None else [r for r in every if r.state is None or r.state.get("state") in LIVE_STATES]
         layers: dict[str, list[Check]] = {
             "process": [self._heartbeat(health.DRIVER, None, any(r.running for r in runs)), self._monitor()],
-            "scheduler": [] if run_id is not None else [self._runs_check()],
+            "scheduler": [] if run_id is not None else [self._runs_check(every)],
             "execution": _engine_checks(engine, self.now),
             "governance": [self._alerts(run_id)],
         }
@@ -261,8 +264,7 @@ class _Pass:
                      reason_code="heartbeat_stale" if last is not None else "heartbeat_missing", evidence=evidence)
 
     # -- scheduler
-    def _runs_check(self) -> Check:
-        runs = self._all_runs()
+    def _runs_check(self, runs: list[_Run]) -> Check:
         by_state: dict[str, int] = {}
         for r in runs:
             key = str(r.state.get("state"))[:32] if r.state is not None else "unreadable"

@@ -325,3 +325,15 @@ def test_assure_health_on_a_real_run_emits_a_valid_document(tmp_path, short_tmp)
     assert statuses(doc)["process.monitor"] == ("fail", "heartbeat_missing")  # no monitor ran: degraded at best
     assert doc["aggregate"]["status"] != "pass"
     assert all(c["id"].endswith("@" + run.run_id) for c in doc["layers"]["scheduler"])
+
+
+def test_hostile_run_files_are_unknown_never_followed_and_block(tmp_path):
+    run = finished_run(tmp_path, spec_file(tmp_path))
+    run.paths.state.unlink()
+    run.paths.state.symlink_to("/etc/hostname")  # never followed
+    run.paths.spec_json.write_text("[" * 100_000)  # nested past any parser's depth
+    doc = probe(run, tmp_path)
+    got = statuses(doc)
+    assert got["scheduler.run_state"] == ("unknown", "state_unreadable") and got["governance.contract"] == ("unknown", "spec_unreadable")
+    assert "symlink" in next(c for c in doc["layers"]["scheduler"] if c["id"].startswith("scheduler.run_state"))["summary"]
+    assert doc["aggregate"]["status"] == "blocked"
