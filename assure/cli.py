@@ -609,6 +609,32 @@ def monitor_cmd(
     raise typer.Exit(0)
 
 
+@app.command("health")
+def health_cmd(
+    run_ref: Optional[str] = typer.Argument(None, metavar="[RUN]", help="A run id or directory; default: every live run of the runs base."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR, "--runs-dir", help="The runs base (for a RUN given by id, and without a RUN)."),
+    manifest_file: Optional[Path] = typer.Option(None, "--manifest", help="The monitor's manifest: heartbeat paths and staleness limits."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Also write the document to this file."),
+) -> None:
+    """Print a frontier.machine.health.v1 document (specs/health.schema.json) on stdout.
+    Exit 0 only when the aggregate is pass; 1 when it is degraded, propose_only, blocked or
+    halted (the document is printed all the same, its `aggregate.causes` say why)."""
+    from assure.ops import health, health_probe
+
+    try:
+        manifest = health.Manifest.load(manifest_file)
+        run = runs_mod.find(run_ref, runs_dir) if run_ref is not None else None
+    except AssureError as exc:
+        raise _fail(exc) from None
+    engine = health_probe.engine_facts(DockerBackend)
+    base, run_id = (run.path.parent, run.run_id) if run else (runs_dir, None)
+    doc = health_probe.probe(base, run_id, engine, time.time(), manifest)
+    if out_file is not None:
+        out_file.write_text(json.dumps(doc, indent=2, ensure_ascii=True) + "\n", encoding="utf-8")
+    _print_json(doc)
+    raise typer.Exit(0 if doc["aggregate"]["status"] == "pass" else 1)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
