@@ -9,6 +9,8 @@ collected (`pre.json`, `post.json`, `container.json`, `commands.json`, `cases.js
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,22 @@ CONTAINER = "container.json"
 STATE = "state.json"
 RECEIPTS = "receipts"
 SEAL = "seal.json"
+
+
+SLUG_MAX = 40  # characters of a task id kept, after encoding, in its file names
+DIGEST_CHARS = 12  # hex digits of the task id's SHA-256 that make its file names unique
+
+
+def task_slug(task_id: str) -> str:
+    """`<readable slug>-<sha256(task id)[:12]>`: a task's name in `receipts/`, `proposals/` and
+    `promotions/` (task ids are hostile input): unique per id, never a path, never hidden."""
+    readable = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:SLUG_MAX] or "task"
+    return f"{readable}-{hashlib.sha256(task_id.encode('utf-8', 'surrogatepass')).hexdigest()[:DIGEST_CHARS]}"
+
+
+def receipt_filename(task_id: str) -> str:
+    """A task's receipt in `receipts/`, as a commit's `receipt:` trailer names it."""
+    return task_slug(task_id) + ".json"
 
 
 def journal_log(attempt: str) -> str:

@@ -21,10 +21,9 @@ from typing import Any
 
 from assure.core import confined, control, gate
 from assure.run import policy
-from assure.records import store
+from assure.records import layout, store
 from assure.records.attempt_record import AttemptRecord
 from assure.core.chain import iter_chain
-from assure.records.receipts import receipt_filename
 from assure.errors import AssureError
 from assure.spec import Spec
 from assure.textsafe import display
@@ -37,11 +36,6 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", 
 
 class PromoteError(AssureError):
     """A commit could not be completed; the task becomes `commit_failed`, never `committed`."""
-
-
-def slug(task_id: str) -> str:
-    """A file name for a task id that is hostile input (the receipt's name, less `.json`)."""
-    return receipt_filename(task_id).removesuffix(".json")
 
 
 def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decision:
@@ -71,7 +65,7 @@ def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decisio
 
 def propose(run: store.RunDir, task_id: str, record: AttemptRecord) -> Path:
     """A reviewable bundle: the changes, a patch, the SQL changesets and the verdict."""
-    bundle = run.paths.proposals / slug(task_id)
+    bundle = run.paths.proposals / layout.task_slug(task_id)
     bundle.mkdir(parents=True, exist_ok=True)
     items = record.changes()
     store.write_json(bundle / "proposal.json", {"task": task_id, "attempt": record.number, "changes": items})
@@ -122,7 +116,7 @@ def _text(root: Path, rel: str) -> list[str] | None:
 def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, base: Path) -> dict[str, Any]:
     """Apply an attempt's changes to the target (and the run's base); in a git target, one
     commit per task. Idempotent: a finished commit is recorded and returned as is."""
-    record_dir = run.paths.promotions / slug(task_id)
+    record_dir = run.paths.promotions / layout.task_slug(task_id)
     marker = record_dir / "committed.json"
     if marker.is_file():
         return store.read_json(marker)
@@ -142,7 +136,7 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
     if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
         staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
-        result["git_commit"] = _git_commit(target, run.run_id, task_id, slug(task_id), staged)
+        result["git_commit"] = _git_commit(target, run.run_id, task_id, layout.task_slug(task_id), staged)
     store.write_json(marker, result)
     return result
 
