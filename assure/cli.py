@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assure import spec as spec_mod
+from assure.records import layout
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.errors import AssureError
 from assure.ops import alerts
@@ -174,7 +175,7 @@ def suite_cmd(
             out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
             raise typer.Exit(0)
         backend, images = _backend_and_images(*loaded.specs)
-        base = suite_mod.default_base(runs_dir)
+        base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
         if record is not None:
             err.print(f"continuing unfinished suite run {record.suite_run_id}", markup=False)

@@ -64,7 +64,7 @@ class Driver:
         self.records = Records(run.paths)
         self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
         conf = spec.alerts
-        self.sinks = alerts.Sinks(jsonl=Path(conf.file) if conf.file else run.path.parent.parent / "alerts.jsonl", webhook=conf.webhook)
+        self.sinks = alerts.Sinks(jsonl=Path(conf.file) if conf.file else layout.alerts_sink(run.path.parent), webhook=conf.webhook)
 
     # --- state ----------------------------------------------------------------------------
     def _load_state(self) -> dict[str, Any]:
@@ -176,7 +176,7 @@ class Driver:
         """What a task starts from: the fixture, plus every task committed so far."""
         base = self.run.paths.base
         if not base.exists():
-            tmp = self.run.path / ".base.tmp"
+            tmp = self.run.paths.base_staging
             if tmp.exists():
                 confined.remove(tmp.parent, tmp.name)
             fresh_copy(self.spec.workspace.fixture, tmp)
