@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assure import spec as spec_mod
+from assure.records import layout
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.errors import AssureError
 from assure.ops import alerts
@@ -174,7 +175,7 @@ def suite_cmd(
             out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
             raise typer.Exit(0)
         backend, images = _backend_and_images(*loaded.specs)
-        base = suite_mod.default_base(runs_dir)
+        base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
         if record is not None:
             err.print(f"continuing unfinished suite run {record.suite_run_id}", markup=False)
@@ -518,11 +519,11 @@ app.add_typer(receipts_app, name="receipts")
 @keys_app.command("generate")
 def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", help="Where to write the key pair (default: ~/.config/assure/keys).")) -> None:
     """Make a new Ed25519 key pair for signing receipts; never overwrites a key."""
-    from assure.records import receipts
+    from assure.records import keys
 
     try:
-        private_path, public_path = receipts.generate_keypair(directory or receipts.default_key_dir())
-        kid = receipts.key_id(receipts.load_public(public_path))
+        private_path, public_path = keys.generate_keypair(directory or keys.default_key_dir())
+        kid = keys.key_id(keys.load_public(public_path))
     except AssureError as exc:
         raise _fail(exc) from None
     out.print(f"private key {render.display(str(private_path))} (mode 0600: keep it secret)", markup=False, highlight=False)
@@ -537,14 +538,16 @@ def receipts_verify(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Verify RUN_DIR's receipts, seal and hash-chained logs with nothing but a public key."""
-    from assure.records import receipts
+    from assure.records import keys
+    from assure.records.receipt_format import STEPS, ReceiptError
+    from assure.records.receipt_verify import Outcome, verify_run
 
     try:
-        key = receipts.load_public(public_key) if public_key is not None else None
-        report = receipts.verify_run(run_dir, key)
-    except receipts.ReceiptError as exc:
+        key = keys.load_public(public_key) if public_key is not None else None
+        report = verify_run(run_dir, key)
+    except ReceiptError as exc:
         if json_out:
-            _print_json({"verified": False, "step": exc.step, "step_name": receipts.STEPS[exc.step], "path": exc.path,
+            _print_json({"verified": False, "step": exc.step, "step_name": STEPS[exc.step], "path": exc.path,
                          "line": exc.line, "message": exc.detail})
             raise typer.Exit(1) from None
         raise _fail(exc) from None
@@ -555,7 +558,7 @@ def receipts_verify(
         raise typer.Exit(0)
     table = Table("step", "check", "outcome", "detail")
     for step in report.steps:
-        table.add_row(str(step.number), plain(step.name), Text("passed", style="green") if step.outcome is receipts.Outcome.PASSED else Text("NOT-RUN", style="yellow"),
+        table.add_row(str(step.number), plain(step.name), Text("passed", style="green") if step.outcome is Outcome.PASSED else Text("NOT-RUN", style="yellow"),
                       plain(step.detail))
     out.print(table)
     signer = f"signed by {report.key_id}" if report.key_id else "signatures NOT-RUN (no public key given)"

@@ -20,7 +20,7 @@ from typing import Any
 
 from assure.core.chain import utc_now
 from assure.errors import AssureError
-from assure.records.layout import RunPaths
+from assure.records.layout import ALERTS, RunPaths
 from assure.records.store import read_json, write_json
 from assure.textsafe import display
 
@@ -73,13 +73,13 @@ def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: di
     except ValueError:
         raise ValueError(f"unknown alert kind {kind!r}") from None
     alert = Alert(f"{kind}-{secrets.token_hex(4)}", run_dir.name, kind, message, utc_now(), detail=detail)
-    folder = RunPaths(run_dir).alerts
-    folder.mkdir(exist_ok=True)
-    write_json(folder / f"{alert.id}.json", asdict(alert))
+    paths = RunPaths(run_dir)
+    paths.alerts.mkdir(exist_ok=True)
+    write_json(paths.alert(alert.id), asdict(alert))
     errors = _deliver(alert, sinks)
     if errors:
         alert = replace(alert, sink_errors=tuple(errors))
-        write_json(folder / f"{alert.id}.json", asdict(alert))
+        write_json(paths.alert(alert.id), asdict(alert))
     log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, display(message), alert.id)
     return alert
 
@@ -114,7 +114,7 @@ def all_alerts(runs_base: Path) -> list[Alert]:
     if not runs_base.is_dir():
         return []
     found = []
-    for path in runs_base.glob("*/alerts/*.json"):
+    for path in runs_base.glob(f"*/{ALERTS}/*.json"):
         try:
             found.append(load(path))
         except (AssureError, TypeError, ValueError) as exc:
@@ -123,7 +123,7 @@ def all_alerts(runs_base: Path) -> list[Alert]:
 
 
 def ack(runs_base: Path, alert_id: str, actor: str) -> Alert:
-    matches = [p for p in runs_base.glob(f"*/alerts/{alert_id}.json")] if _safe_id(alert_id) else []
+    matches = [p for p in runs_base.glob(f"*/{ALERTS}/{alert_id}.json")] if _safe_id(alert_id) else []
     if not matches:
         raise AssureError(f"no alert {alert_id!r}", where=str(runs_base), fix="`assure alerts` lists the pending ones")
     path = matches[0]

@@ -50,6 +50,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from assure.errors import AssureError
+from assure.records import layout
 from assure.records.store import write_json
 
 HEALTH_DIR = ".health"
@@ -136,8 +137,8 @@ class Component:
 
 DEFAULT_COMPONENTS = (
     Component(DRIVER, f"{HEALTH_DIR}/driver.json", DRIVER_STALE_SECONDS),
-    Component(VERIFIER, f"{RUN}/control/verifier.json", VERIFIER_STALE_SECONDS),
-    Component(GATEWAY, f"{RUN}/attempts/{ATTEMPT}/gateway/heartbeat.json", GATEWAY_STALE_SECONDS),
+    Component(VERIFIER, f"{RUN}/{layout.CONTROL}/{layout.VERIFIER_HEARTBEAT}", VERIFIER_STALE_SECONDS),
+    Component(GATEWAY, f"{RUN}/{layout.ATTEMPTS}/{ATTEMPT}/{layout.HEARTBEAT}", GATEWAY_STALE_SECONDS),
     Component(MONITOR, f"{HEALTH_DIR}/monitor.json", MONITOR_STALE_SECONDS),
 )
 

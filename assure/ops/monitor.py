@@ -51,7 +51,7 @@ from assure.ops.alerts import Alert, AlertKind, AlertState, Sinks
 from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
 from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.ops.runsbase import MAX_ENTRIES, Refused, Tree, count, parse_journal, parse_json, parse_time
-from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE
+from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE, alerts_sink
 from assure.records.store import RUN_ID
 from assure.textsafe import display
 
@@ -125,7 +125,7 @@ def read_runs(runs_base: Path, manifest: Manifest, now: float) -> tuple[list[Run
 
 
 def sinks_for(runs_base: Path, manifest: Manifest) -> Sinks:
-    path = Path(manifest.alerts_file) if manifest.alerts_file else Path(runs_base).parent / "alerts.jsonl"
+    path = Path(manifest.alerts_file) if manifest.alerts_file else alerts_sink(Path(runs_base))
     return Sinks(jsonl=path, webhook=manifest.webhook)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.errors import AssureError
-from assure.records import store
+from assure.records import layout, store
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,9 @@ def find(run: str, runs_dir: Path) -> store.RunDir:
 
 
 def listing(runs_dir: Path) -> list[RunSummary]:
-    """Every run with a readable state.json, by run id; unreadable ones are left out."""
+    """Every run with a readable state file, by run id; unreadable ones are left out."""
     rows = []
-    for path in sorted(runs_dir.glob("*/state.json")) if runs_dir.is_dir() else []:
+    for path in sorted(runs_dir.glob(f"*/{layout.STATE}")) if runs_dir.is_dir() else []:
         try:
             state = store.read_json(path)
         except AssureError:

@@ -4,30 +4,126 @@
 `control/`, `gateway-state/`, `base/`, `attempts/<n>/`, `proposals/`, `promotions/`,
 `receipts/`, `alerts/` and `report.json`. Each attempt folder holds what the attempt
 collected (`pre.json`, `post.json`, `container.json`, `commands.json`, `cases.json`,
-`db-pre/`, `db-post/`, `gateway/journal.jsonl`, ...) and its `verdict.json`.
+`db-pre/`, `db-post/`, `gateway/journal.jsonl`, ...) and its `verdict.json`. Beside the runs
+folder: `suites/<suite_run_id>/state.json` and the default `alerts.jsonl` sink.
+
+The gateway cannot import this module: the names it must know reach it in its config file
+(journal, ready, heartbeat, idempotency store), or are spelled in `gateway/` and checked
+against these by tests/unit/test_layout.py.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from assure.core import control
 
+SUITES = "suites"  # suite runs, beside the runs base
+ALERTS_SINK = "alerts.jsonl"  # the default JSON-lines alert sink, beside the runs base
+
 EVENTS_LOG = "events.jsonl"
-OPERATOR_LOG = f"control/{control.OPERATOR_LOG}"
+CONTROL = "control"
+OPERATOR_LOG = f"{CONTROL}/{control.OPERATOR_LOG}"
 ATTEMPTS = "attempts"
 JOURNAL = "gateway/journal.jsonl"  # relative to an attempt folder
 BREACH = "gateway/breach.json"
 CONTAINER = "container.json"
-STATE = "state.json"
+HEARTBEAT = "gateway/heartbeat.json"  # relative to an attempt folder
+VERDICT = "verdict.json"
+STATE = "state.json"  # a run's, and a suite run's
+LOCK = "lock"  # held by the one process driving a run, or a suite run
+VERIFIER_HEARTBEAT = "verifier.json"  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
+GATEWAY_RUN_STATE = "gateway-state"
+IDEMPOTENCY_DB = "idempotency.sqlite"  # in gateway-state/
 RECEIPTS = "receipts"
 SEAL = "seal.json"
+ALERTS = "alerts"
+
+SLUG_MAX = 40  # characters of a task id kept, after encoding, in its file names
+DIGEST_CHARS = 12  # hex digits of the task id's SHA-256 that make its file names unique
+
+
+def task_slug(task_id: str) -> str:
+    """`<readable slug>-<sha256(task id)[:12]>`: a task's name in `receipts/`, `proposals/` and
+    `promotions/` (task ids are hostile input): unique per id, never a path, never hidden."""
+    readable = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:SLUG_MAX] or "task"
+    return f"{readable}-{hashlib.sha256(task_id.encode('utf-8', 'surrogatepass')).hexdigest()[:DIGEST_CHARS]}"
+
+
+def receipt_filename(task_id: str) -> str:
+    """A task's receipt in `receipts/`, as a commit's `receipt:` trailer names it."""
+    return task_slug(task_id) + ".json"
 
 
 def journal_log(attempt: str) -> str:
     """An attempt's gateway journal, relative to the run folder (as the seal names it)."""
     return f"{ATTEMPTS}/{attempt}/{JOURNAL}"
+
+
+def suites_base(runs_dir: Path) -> Path:
+    """Suite runs live beside the runs folder: `.assure/suites` for `.assure/runs`."""
+    return runs_dir.parent / SUITES
+
+
+def alerts_sink(runs_dir: Path) -> Path:
+    """The JSON-lines alert sink when the spec or the manifest names none."""
+    return runs_dir.parent / ALERTS_SINK
+
+
+@dataclass(frozen=True)
+class SuitePaths:
+    """One suite run's folder, `suites/<suite_run_id>/`."""
+
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / STATE
+
+
+@dataclass(frozen=True)
+class ProposalPaths:
+    """A task's reviewable bundle, `proposals/<task slug>/`."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        """The task, the attempt and the changes."""
+        return self.root / "proposal.json"
+
+    @property
+    def patch(self) -> Path:
+        return self.root / "patch.diff"
+
+    @property
+    def changesets(self) -> Path:
+        """The SQL the gateway allowed, from the journal."""
+        return self.root / "changesets.json"
+
+    @property
+    def verdict(self) -> Path:
+        return self.root / VERDICT
+
+
+@dataclass(frozen=True)
+class PromotionPaths:
+    """A task's commit record, `promotions/<task slug>/`."""
+
+    root: Path
+
+    @property
+    def committed(self) -> Path:
+        """Written last: a commit that has it is finished (promote is idempotent)."""
+        return self.root / "committed.json"
+
+    @property
+    def backup(self) -> Path:
+        """What the commit replaced in the target."""
+        return self.root / "backup"
 
 
 @dataclass(frozen=True)
@@ -45,6 +141,11 @@ class AttemptPaths:
         """The POST tree, copied out of the attempt's filesystem after the run: what the
         verifier's file assertions, the checks, promote and proposals read."""
         return self.root / "workspace"
+
+    @property
+    def workspace_staging(self) -> Path:
+        """The copy under way, renamed to `workspace` once complete."""
+        return self.root / ".workspace.copy"
 
     @property
     def gateway_state(self) -> Path:
@@ -71,6 +172,11 @@ class AttemptPaths:
     @property
     def ready(self) -> Path:
         return self.gateway_state / "ready"
+
+    @property
+    def heartbeat(self) -> Path:
+        """The gateway's `last_success_at`, for the monitor."""
+        return self.root / HEARTBEAT
 
     @property
     def blobs(self) -> Path:
@@ -110,7 +216,7 @@ class AttemptPaths:
 
     @property
     def verdict(self) -> Path:
-        return self.root / "verdict.json"
+        return self.root / VERDICT
 
     @property
     def reverify(self) -> Path:
@@ -168,21 +274,35 @@ class RunPaths:
     @property
     def control(self) -> Path:
         """Operator overrides (`assure halt|dial`); read-only to the gateway."""
-        return self.root / "control"
+        return self.root / CONTROL
 
     @property
     def operator_log(self) -> Path:
         return self.root / OPERATOR_LOG
 
     @property
+    def verifier_heartbeat(self) -> Path:
+        """The host's attempt loop beats here while an attempt runs; the gateway reads it."""
+        return self.control / VERIFIER_HEARTBEAT
+
+    @property
     def gateway_state(self) -> Path:
         """Run-level gateway state that outlives attempts (the idempotency store)."""
-        return self.root / "gateway-state"
+        return self.root / GATEWAY_RUN_STATE
+
+    @property
+    def idempotency_db(self) -> Path:
+        return self.gateway_state / IDEMPOTENCY_DB
 
     @property
     def base(self) -> Path:
         """What a task starts from: the fixture, plus every task committed so far."""
         return self.root / "base"
+
+    @property
+    def base_staging(self) -> Path:
+        """The fixture's copy under way, renamed to `base` once complete."""
+        return self.root / ".base.tmp"
 
     @property
     def attempts(self) -> Path:
@@ -195,13 +315,22 @@ class RunPaths:
     def proposals(self) -> Path:
         return self.root / "proposals"
 
+    def proposal(self, task_id: str) -> ProposalPaths:
+        return ProposalPaths(self.proposals / task_slug(task_id))
+
     @property
     def promotions(self) -> Path:
         return self.root / "promotions"
 
+    def promotion(self, task_id: str) -> PromotionPaths:
+        return PromotionPaths(self.promotions / task_slug(task_id))
+
     @property
     def receipts(self) -> Path:
         return self.root / RECEIPTS
+
+    def receipt(self, task_id: str) -> Path:
+        return self.receipts / receipt_filename(task_id)
 
     @property
     def seal(self) -> Path:
@@ -209,4 +338,7 @@ class RunPaths:
 
     @property
     def alerts(self) -> Path:
-        return self.root / "alerts"
+        return self.root / ALERTS
+
+    def alert(self, alert_id: str) -> Path:
+        return self.alerts / f"{alert_id}.json"

@@ -22,7 +22,7 @@ from typing import Any
 from assure.core import atomic
 from assure.core.chain import ChainWriter
 from assure.errors import RunDirError
-from assure.records.layout import AttemptPaths, RunPaths
+from assure.records.layout import LOCK, AttemptPaths, RunPaths
 
 RUNS_DIR = Path(".assure") / "runs"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -105,8 +105,8 @@ class RunDir:
 @contextlib.contextmanager
 def exclusive(folder: Path, what: str) -> Iterator[None]:
     """One process drives a run (or a suite run) at a time: a second one, or a resume while the
-    first lives, is refused. The lock is `folder/lock`, released when the process dies."""
-    with open(folder / "lock", "a+") as fh:
+    first lives, is refused. The lock is `folder/lock` (`layout.LOCK`), released when the process dies."""
+    with open(folder / LOCK, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -121,7 +121,7 @@ def exclusive(folder: Path, what: str) -> Iterator[None]:
 def is_locked(folder: Path) -> bool:
     """Whether a live process holds `exclusive(folder)`."""
     try:
-        with open(folder / "lock", "a+") as fh:
+        with open(folder / LOCK, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return False
     except BlockingIOError:

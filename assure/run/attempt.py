@@ -190,7 +190,7 @@ class Attempt:
         special files), bounded by limits.disk, into a temporary name renamed into place."""
         assert self._fs is not None
         start = time.monotonic()
-        tmp = self.paths.root / ".workspace.copy"
+        tmp = self.paths.workspace_staging
         report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk))
         uid, gid = hardening.sandbox_user(self.spec)
         hardening.chown_tree(tmp, uid, gid)
@@ -269,8 +269,8 @@ class Attempt:
             "limits": {"tool_calls": self.spec.limits.tool_calls},  # the gateway's own defaults rule the rest
             "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec),
             "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{p.breach.name}",
-            "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/idempotency.sqlite",
-            "heartbeat_file": f"{hardening.GATEWAY_STATE}/heartbeat.json",
+            "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/{self.run.paths.idempotency_db.name}",
+            "heartbeat_file": f"{hardening.GATEWAY_STATE}/{p.heartbeat.name}",
             "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
             **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress.allow}} if self.egress else {}),
             **({"model": model} if (model := self.model.gateway_config()) else {}),
@@ -375,7 +375,7 @@ class Attempt:
     def _heartbeat(self) -> None:
         """Publish the verifier's `last_success_at` (the gateway trusts it only while fresh) and
         the driver's, for the monitor."""
-        health.beat(self.run.control_dir / "verifier.json", health.VERIFIER, attempt=self.number)
+        health.beat(self.run.paths.verifier_heartbeat, health.VERIFIER, attempt=self.number)
         health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, attempt=self.number)
 
     def _halt_requested(self) -> dict[str, Any] | None:

@@ -23,9 +23,10 @@ from assure.ops import alerts, health
 from assure.ops.alerts import AlertKind
 from assure.core import confined, control
 from assure.run import failpoints, promote
-from assure.records import layout, receipts, store
+from assure.records import keys, layout, receipts, store
 from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import RunPaths
+from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
 from assure.run.stop import StopReason
@@ -63,7 +64,7 @@ class Driver:
         self.records = Records(run.paths)
         self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
         conf = spec.alerts
-        self.sinks = alerts.Sinks(jsonl=Path(conf.file) if conf.file else run.path.parent.parent / "alerts.jsonl", webhook=conf.webhook)
+        self.sinks = alerts.Sinks(jsonl=Path(conf.file) if conf.file else layout.alerts_sink(run.path.parent), webhook=conf.webhook)
 
     # --- state ----------------------------------------------------------------------------
     def _load_state(self) -> dict[str, Any]:
@@ -175,7 +176,7 @@ class Driver:
         """What a task starts from: the fixture, plus every task committed so far."""
         base = self.run.paths.base
         if not base.exists():
-            tmp = self.run.path / ".base.tmp"
+            tmp = self.run.paths.base_staging
             if tmp.exists():
                 confined.remove(tmp.parent, tmp.name)
             fresh_copy(self.spec.workspace.fixture, tmp)
@@ -296,12 +297,12 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
     Issued anew each time the run's record changes (e.g. a later `assure promote`), so every
     receipt carries the seal of the logs as they finally are. The journals of the attempts
     `judged` in this process are sealed with the heads their judge verified."""
-    key = receipts.load_private(signing_key) if signing_key else None
-    principal = receipts.key_id(key.public_key()) if key else "keyless"
+    key = keys.load_private(signing_key) if signing_key else None
+    principal = keys.key_id(key.public_key()) if key else "keyless"
     shutil.rmtree(run.paths.receipts, ignore_errors=True)
     heads = {layout.journal_log(str(n)): (head["seq"], head["hash"])
              for n, r in (judged or {}).items() if r.judgement is not None and (head := r.judgement.journal_head) is not None}
-    seal = receipts.seal_run(run.path, heads)
+    seal = seal_run(run.path, heads)
     for task in spec.tasks:
         ts = state["tasks"][task.id]
         if ts["state"] not in TERMINAL or not ts["attempts"]:
@@ -318,7 +319,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
             deployment_id=os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname()), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
         )
         receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
-    receipts.write_seal(run.path, seal, key)
+    write_seal(run.path, seal, key)
 
 
 def _shown(value: Any) -> Any:

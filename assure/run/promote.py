@@ -21,10 +21,9 @@ from typing import Any
 
 from assure.core import confined, control, gate
 from assure.run import policy
-from assure.records import store
+from assure.records import layout, store
 from assure.records.attempt_record import AttemptRecord
 from assure.core.chain import iter_chain
-from assure.records.receipts import receipt_filename
 from assure.errors import AssureError
 from assure.spec import Spec
 from assure.textsafe import display
@@ -37,11 +36,6 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", 
 
 class PromoteError(AssureError):
     """A commit could not be completed; the task becomes `commit_failed`, never `committed`."""
-
-
-def slug(task_id: str) -> str:
-    """A file name for a task id that is hostile input (the receipt's name, less `.json`)."""
-    return receipt_filename(task_id).removesuffix(".json")
 
 
 def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decision:
@@ -71,17 +65,17 @@ def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decisio
 
 def propose(run: store.RunDir, task_id: str, record: AttemptRecord) -> Path:
     """A reviewable bundle: the changes, a patch, the SQL changesets and the verdict."""
-    bundle = run.paths.proposals / slug(task_id)
-    bundle.mkdir(parents=True, exist_ok=True)
+    bundle = run.paths.proposal(task_id)
+    bundle.root.mkdir(parents=True, exist_ok=True)
     items = record.changes()
-    store.write_json(bundle / "proposal.json", {"task": task_id, "attempt": record.number, "changes": items})
-    (bundle / "patch.diff").write_text(_patch(run.paths.base, record.paths.workspace, items), encoding="utf-8")
+    store.write_json(bundle.manifest, {"task": task_id, "attempt": record.number, "changes": items})
+    bundle.patch.write_text(_patch(run.paths.base, record.paths.workspace, items), encoding="utf-8")
     journal = record.paths.journal
     records = iter_chain(journal) if journal.is_file() else []
     sql = [r["effect"] for r in records if r.get("event") == "tool_call" and r.get("decision") == "allow" and isinstance(r.get("effect"), dict) and r["effect"].get("op") == "sql"]
-    store.write_json(bundle / "changesets.json", sql)
-    store.write_json(bundle / record.paths.verdict.name, record.verdict_json())
-    return bundle
+    store.write_json(bundle.changesets, sql)
+    store.write_json(bundle.verdict, record.verdict_json())
+    return bundle.root
 
 
 def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
@@ -122,8 +116,8 @@ def _text(root: Path, rel: str) -> list[str] | None:
 def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, base: Path) -> dict[str, Any]:
     """Apply an attempt's changes to the target (and the run's base); in a git target, one
     commit per task. Idempotent: a finished commit is recorded and returned as is."""
-    record_dir = run.paths.promotions / slug(task_id)
-    marker = record_dir / "committed.json"
+    promotion = run.paths.promotion(task_id)
+    marker = promotion.committed
     if marker.is_file():
         return store.read_json(marker)
     if spec.promote is None:
@@ -131,18 +125,18 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     target = (spec.path.parent / spec.promote.target).resolve()
     if not target.is_dir():
         raise PromoteError(f"the promote target {target} is not a folder", fix="create it (or `git init` it) first")
-    record_dir.mkdir(parents=True, exist_ok=True)
+    promotion.root.mkdir(parents=True, exist_ok=True)
     items = record.changes()
     workspace = record.paths.workspace
     for root in (target, base):
         preflight(workspace, root, items)
-    _backup(target, items, record_dir / "backup")
+    _backup(target, items, promotion.backup)
     for root in (target, base):
         _apply(workspace, root, items)
     result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
     if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
         staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
-        result["git_commit"] = _git_commit(target, run.run_id, task_id, slug(task_id), staged)
+        result["git_commit"] = _git_commit(target, run.run_id, task_id, staged)
     store.write_json(marker, result)
     return result
 
@@ -225,7 +219,7 @@ def _apply(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
             confined.copy_file(workspace, path, root, path, max_bytes=MAX_PROMOTE_FILE_BYTES, mode=change["after"]["mode"] & 0o777)
 
 
-def _git_commit(target: Path, run_id: str, task_id: str, task_slug: str, paths: list[str]) -> str:
+def _git_commit(target: Path, run_id: str, task_id: str, paths: list[str]) -> str:
     def git(*args: str) -> str:
         # --literal-pathspecs: a promoted name (`:(glob)**`, say) is a path, never pathspec magic
         done = subprocess.run(["git", "--literal-pathspecs", "-C", str(target), *args], capture_output=True, text=True, env={**os.environ, **GIT_ENV})
@@ -233,7 +227,7 @@ def _git_commit(target: Path, run_id: str, task_id: str, task_slug: str, paths: 
             raise PromoteError(f"git {args[0]} failed: {done.stderr.strip()[-500:]}")
         return done.stdout.strip()
 
-    trailer = f"run: {run_id}\ntask: {display(task_id)}\nreceipt: receipts/{task_slug}.json"
+    trailer = f"run: {run_id}\ntask: {display(task_id)}\nreceipt: {layout.RECEIPTS}/{layout.receipt_filename(task_id)}"
     with_head = subprocess.run(["git", "-C", str(target), "log", "-1", "--format=%B"], capture_output=True, text=True)
     if with_head.returncode == 0 and trailer in with_head.stdout:
         return git("rev-parse", "HEAD")  # committed before a crash: do not commit twice

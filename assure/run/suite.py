@@ -18,6 +18,7 @@ import yaml
 
 from assure import spec as spec_mod
 from assure.records import store
+from assure.records.layout import SuitePaths
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import RunDirError, SpecError
 
@@ -92,7 +93,7 @@ class SuiteRun:
 
     def __init__(self, path: Path, suite: Suite):
         self.path, self.suite = path, suite
-        self.state: dict[str, Any] = store.read_json(path / "state.json")
+        self.state: dict[str, Any] = store.read_json(SuitePaths(path).state)
 
     @property
     def suite_run_id(self) -> str:
@@ -102,7 +103,7 @@ class SuiteRun:
     def create(cls, base: Path, suite: Suite) -> SuiteRun:
         path = base / store.new_run_id(suite.name)
         path.mkdir(parents=True)
-        store.write_json(path / "state.json", {
+        store.write_json(SuitePaths(path).state, {
             "suite": suite.name, "source": str(suite.path), "digest": suite.digest, "state": "running",
             "started_at": utc_now(), "runs": [{"spec": str(s.path), "run_id": None, "verdict": None} for s in suite.specs],
         })
@@ -114,11 +115,11 @@ class SuiteRun:
         candidates = []
         for path in base.iterdir() if base.is_dir() else ():
             try:
-                state = store.read_json(path / "state.json")
+                state = store.read_json(SuitePaths(path).state)
             except RunDirError:  # not a suite run (or a damaged one): never continued
                 continue
             if isinstance(state, dict) and state.get("digest") == suite.digest and state.get("state") == "running" and not store.is_locked(path):
-                candidates.append(((path / "state.json").stat().st_mtime, path))
+                candidates.append((SuitePaths(path).state.stat().st_mtime, path))
         return cls(max(candidates)[1], suite) if candidates else None
 
     def drive(self, runs_dir: Path, run_one: Callable[[spec_mod.Spec, store.RunDir], str], started: Callable[[int, spec_mod.Spec], None]) -> list[Outcome]:
@@ -146,9 +147,4 @@ class SuiteRun:
         return outcomes
 
     def _save(self) -> None:
-        store.write_json(self.path / "state.json", self.state)
-
-
-def default_base(runs_dir: Path) -> Path:
-    """Suite runs live beside the runs folder: `.assure/suites` for `.assure/runs`."""
-    return runs_dir.parent / "suites"
+        store.write_json(SuitePaths(self.path).state, self.state)

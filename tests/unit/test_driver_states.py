@@ -24,7 +24,8 @@ from assure import spec as spec_mod
 from assure.client import Client, GatewayError
 from assure.core import control, gate
 from assure.ops import alerts
-from assure.records import receipts, store
+from assure.records import keys, receipt_verify, store
+from assure.records.receipt_format import ReceiptError
 from assure.run import failpoints, policy
 from assure.run.driver import Driver, RunResult
 from assure.sandbox.backend import ContainerRequest, Role, labels
@@ -269,20 +270,20 @@ def test_an_operator_halt_stops_the_agent_and_the_run_with_no_new_attempt_or_com
 
 
 def test_receipts_of_a_signed_run_verify_and_fail_after_one_changed_byte(tmp_path, short_tmp, target):
-    private, public = receipts.generate_keypair(tmp_path / "keys")
+    private, public = keys.generate_keypair(tmp_path / "keys")
     spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE)
     run = new_run(tmp_path, spec)
     drive(spec, run, short_tmp, {"fix": fix}, signing_key=private)
     receipt = json.loads(next((run.path / "receipts").glob("main-*.json")).read_text())
     assert receipt["verdict"] == "verified" and receipt["scope_id"] == "c-test" and receipt["signature"]["alg"] == "Ed25519"
-    report = receipts.verify_run(run.path, receipts.load_public(public))
+    report = receipt_verify.verify_run(run.path, keys.load_public(public))
     assert report.run_id == run.run_id and len(report.receipts) == 1
     journal = run.attempt(1).journal
     data = bytearray(journal.read_bytes())
     data[data.index(b'"tool":"fs.write"') + 9] ^= 0x01
     journal.write_bytes(bytes(data))
-    with pytest.raises(receipts.ReceiptError):
-        receipts.verify_run(run.path, receipts.load_public(public))
+    with pytest.raises(ReceiptError):
+        receipt_verify.verify_run(run.path, keys.load_public(public))
 
 
 def test_a_quarantined_run_issues_a_rejected_receipt(tmp_path, short_tmp):
@@ -291,5 +292,5 @@ def test_a_quarantined_run_issues_a_rejected_receipt(tmp_path, short_tmp):
     drive(spec, run, short_tmp, {"notes": notes})
     receipt = json.loads(next((run.path / "receipts").glob("main-*.json")).read_text())
     assert (receipt["verdict"], receipt["ground_truth"]) == ("rejected", "contradicted")
-    assert receipts.verify_run(run.path, None).run_id == run.run_id
+    assert receipt_verify.verify_run(run.path, None).run_id == run.run_id
 

@@ -178,7 +178,7 @@ def test_git_reads_promoted_names_literally(tmp_path, name):
     subprocess.run(["git", "init", "-q", str(target)], check=True)
     (target / "secret.env").write_text("TOKEN=1")
     (target / name).write_text("agent's file")
-    promote._git_commit(target, "run", "task", "task", [name])
+    promote._git_commit(target, "run", "task", [name])
     listed = subprocess.run(["git", "-C", str(target), "ls-files", "-z"], capture_output=True, text=True, check=True).stdout.split("\0")
     assert [f for f in listed if f] == [name]
 

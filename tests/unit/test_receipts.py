@@ -14,9 +14,12 @@ import pytest
 import rfc8785
 from typer.testing import CliRunner
 
-from assure.records import receipts
 from assure.core.chain import ChainWriter
-from assure.records.receipts import KeyFileError, Outcome, ReceiptError
+from assure.records import keys, layout, receipt_format, receipt_verify, receipts
+from assure.records.seal import merkle_root, seal_run, write_seal
+from assure.records.keys import KeyFileError
+from assure.records.receipt_format import ReceiptError
+from assure.records.receipt_verify import Outcome
 
 JOURNAL = "attempts/1/gateway/journal.jsonl"
 
@@ -63,19 +66,19 @@ def receipt_for(seal: dict[str, Any], task_id: str, **overrides: Any) -> dict[st
 
 def issue(run: Path, key: Any, task_ids: list[str], **overrides: Any) -> list[Path]:
     """Seal, write one receipt per task (signed when `key`), then write the seal file."""
-    seal = receipts.seal_run(run)
+    seal = seal_run(run)
     paths = []
     for task_id in task_ids:
         record = receipt_for(seal, task_id, **overrides)
         paths.append(receipts.write_receipt(run, receipts.sign(record, key) if key is not None else record))
-    receipts.write_seal(run, seal, key)
+    write_seal(run, seal, key)
     return paths
 
 
 @pytest.fixture(scope="module")
 def keypair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    private_path, public_path = receipts.generate_keypair(tmp_path_factory.mktemp("keys"))
-    return receipts.load_private(private_path), receipts.load_public(public_path)
+    private_path, public_path = keys.generate_keypair(tmp_path_factory.mktemp("keys"))
+    return keys.load_private(private_path), keys.load_public(public_path)
 
 
 @pytest.fixture()
@@ -87,7 +90,7 @@ def signed_run(tmp_path: Path, keypair: tuple[Any, Any]) -> Path:
 
 def fails(run: Path, public: Any) -> ReceiptError:
     with pytest.raises(ReceiptError) as caught:
-        receipts.verify_run(run, public)
+        receipt_verify.verify_run(run, public)
     return caught.value
 
 
@@ -100,50 +103,50 @@ def rewrite_lines(path: Path, change: Any) -> None:
 
 
 def test_generate_keypair_modes_and_refuses_to_overwrite(tmp_path: Path) -> None:
-    private_path, public_path = receipts.generate_keypair(tmp_path / "k")
+    private_path, public_path = keys.generate_keypair(tmp_path / "k")
     assert stat.S_IMODE(private_path.stat().st_mode) == 0o600
     assert private_path.read_text().startswith("-----BEGIN PRIVATE KEY-----")
     assert public_path.read_text().startswith("-----BEGIN PUBLIC KEY-----")
     before = private_path.read_bytes()
     with pytest.raises(KeyFileError, match="refusing to overwrite"):
-        receipts.generate_keypair(tmp_path / "k")
+        keys.generate_keypair(tmp_path / "k")
     assert private_path.read_bytes() == before
-    private, public = receipts.load_private(private_path), receipts.load_public(public_path)
-    assert receipts.key_id(private.public_key()) == receipts.key_id(public)
+    private, public = keys.load_private(private_path), keys.load_public(public_path)
+    assert keys.key_id(private.public_key()) == keys.key_id(public)
 
 
 def test_key_id_is_sha256_of_the_raw_public_key(keypair: tuple[Any, Any]) -> None:
     from cryptography.hazmat.primitives import serialization
 
     raw = keypair[1].public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    assert receipts.key_id(keypair[1]) == "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+    assert keys.key_id(keypair[1]) == "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
 
 
 def test_load_private_refuses_a_key_others_can_read(tmp_path: Path) -> None:
-    private_path, _ = receipts.generate_keypair(tmp_path)
+    private_path, _ = keys.generate_keypair(tmp_path)
     os.chmod(private_path, 0o644)
     with pytest.raises(KeyFileError, match="readable by others"):
-        receipts.load_private(private_path)
+        keys.load_private(private_path)
 
 
 def test_load_public_refuses_a_private_key_file(tmp_path: Path) -> None:
-    private_path, _ = receipts.generate_keypair(tmp_path)
+    private_path, _ = keys.generate_keypair(tmp_path)
     with pytest.raises(KeyFileError, match="not a PEM public key"):
-        receipts.load_public(private_path)
+        keys.load_public(private_path)
 
 
 # Building --------------------------------------------------------------------------------
 
 
 def test_receipt_has_every_field_machine_md_names(signed_run: Path, keypair: tuple[Any, Any]) -> None:
-    path = signed_run / "receipts" / receipts.receipt_filename("task-1")
+    path = signed_run / "receipts" / layout.receipt_filename("task-1")
     record = json.loads(path.read_text())
     assert set(record) == {"aar", "run_id", "task", "subject", "principal", "verdict", "ground_truth", "reason", "checks",
                            "verifier", "deployment_id", "scope_id", "seal", "issued", "signature"}
     assert record["aar"] == "1"
     assert record["task"] == {"id": "task-1", "claim": "tests in tests/ pass"}
     assert record["signature"]["alg"] == "Ed25519"
-    assert record["signature"]["key_id"] == receipts.key_id(keypair[1])
+    assert record["signature"]["key_id"] == keys.key_id(keypair[1])
 
 
 @pytest.mark.parametrize(
@@ -160,14 +163,14 @@ def test_receipt_has_every_field_machine_md_names(signed_run: Path, keypair: tup
     ],
 )
 def test_build_receipt_refuses_incomplete_records(tmp_path: Path, override: dict[str, Any], message: str) -> None:
-    seal = receipts.seal_run(make_run(tmp_path))
+    seal = seal_run(make_run(tmp_path))
     with pytest.raises(ReceiptError, match="step 1 ") as caught:
         receipt_for(seal, override.pop("task_id", "t"), **override)
     assert message in caught.value.detail
 
 
 def test_keyless_receipt_has_signature_null(tmp_path: Path) -> None:
-    seal = receipts.seal_run(make_run(tmp_path))
+    seal = seal_run(make_run(tmp_path))
     assert receipt_for(seal, "t")["signature"] is None
 
 
@@ -175,10 +178,10 @@ def test_keyless_receipt_has_signature_null(tmp_path: Path) -> None:
 
 
 def test_clean_run_verifies(signed_run: Path, keypair: tuple[Any, Any]) -> None:
-    report = receipts.verify_run(signed_run, keypair[1])
-    assert report.key_id == receipts.key_id(keypair[1])
+    report = receipt_verify.verify_run(signed_run, keypair[1])
+    assert report.key_id == keys.key_id(keypair[1])
     assert report.signatures is Outcome.PASSED
-    assert report.receipts == tuple(sorted(f"receipts/{receipts.receipt_filename(t)}" for t in ("task-1", "task-2")))
+    assert report.receipts == tuple(sorted(f"receipts/{layout.receipt_filename(t)}" for t in ("task-1", "task-2")))
     assert report.logs == ("attempts/1/gateway/journal.jsonl", "control/operator.jsonl", "events.jsonl")
     assert [(s.number, s.outcome) for s in report.steps] == [(n, Outcome.PASSED) for n in range(1, 7)]
     with pytest.raises(AttributeError):
@@ -189,7 +192,7 @@ def test_keyless_run_verifies_with_signatures_not_run(tmp_path: Path) -> None:
     run = make_run(tmp_path)
     issue(run, None, ["task-1", "task-2"])
     assert json.loads((run / "receipts" / "seal.json").read_text())["signature"] is None
-    report = receipts.verify_run(run, None)
+    report = receipt_verify.verify_run(run, None)
     assert report.key_id is None
     assert report.signatures is Outcome.NOT_RUN
     assert [(s.number, s.outcome) for s in report.steps] == [
@@ -217,7 +220,7 @@ def test_unsigned_receipts_fail_when_a_key_is_given(tmp_path: Path, keypair: tup
 
 
 def test_one_byte_change_in_a_receipt_fails_at_step_2_naming_it(signed_run: Path, keypair: tuple[Any, Any]) -> None:
-    path = signed_run / "receipts" / receipts.receipt_filename("task-2")
+    path = signed_run / "receipts" / layout.receipt_filename("task-2")
     data = path.read_bytes()
     assert data.count(b"pytest exited 0") == 1
     path.write_bytes(data.replace(b"pytest exited 0", b"pytest exited 1"))
@@ -225,25 +228,25 @@ def test_one_byte_change_in_a_receipt_fails_at_step_2_naming_it(signed_run: Path
     assert error.step == 2
     assert error.path == f"receipts/{path.name}"
     assert str(error) == (f"step 2 (receipt signatures verify with the key) failed: receipts/{path.name}: "
-                          f"signature by {receipts.key_id(keypair[1])} does not match the content (changed after signing)")
+                          f"signature by {keys.key_id(keypair[1])} does not match the content (changed after signing)")
 
 
 def test_receipt_signed_by_another_key_fails_naming_both_key_ids(tmp_path: Path, keypair: tuple[Any, Any]) -> None:
     run = make_run(tmp_path)
-    seal = receipts.seal_run(run)
-    other_private, _ = receipts.generate_keypair(tmp_path / "other")
-    other = receipts.load_private(other_private)
+    seal = seal_run(run)
+    other_private, _ = keys.generate_keypair(tmp_path / "other")
+    other = keys.load_private(other_private)
     receipts.write_receipt(run, receipts.sign(receipt_for(seal, "task-1"), keypair[0]))
     forged = receipts.write_receipt(run, receipts.sign(receipt_for(seal, "task-2"), other))
-    receipts.write_seal(run, seal, keypair[0])
+    write_seal(run, seal, keypair[0])
     error = fails(run, keypair[1])
     assert (error.step, error.path) == (2, f"receipts/{forged.name}")
-    assert error.detail == f"signed by key {receipts.key_id(other.public_key())}, not by {receipts.key_id(keypair[1])} (the public key given)"
+    assert error.detail == f"signed by key {keys.key_id(other.public_key())}, not by {keys.key_id(keypair[1])} (the public key given)"
 
 
 def test_whole_run_checked_with_the_wrong_public_key_fails_at_step_2(signed_run: Path, tmp_path: Path) -> None:
-    _, public_path = receipts.generate_keypair(tmp_path / "stranger")
-    error = fails(signed_run, receipts.load_public(public_path))
+    _, public_path = keys.generate_keypair(tmp_path / "stranger")
+    error = fails(signed_run, keys.load_public(public_path))
     assert error.step == 2
     assert "not by" in error.detail
 
@@ -258,7 +261,7 @@ def test_changed_seal_file_fails_at_step_3(signed_run: Path, keypair: tuple[Any,
 
 
 def test_removed_receipt_fails_at_step_6(signed_run: Path, keypair: tuple[Any, Any]) -> None:
-    gone = signed_run / "receipts" / receipts.receipt_filename("task-1")
+    gone = signed_run / "receipts" / layout.receipt_filename("task-1")
     gone.unlink()
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path) == (6, f"receipts/{gone.name}")
@@ -273,7 +276,7 @@ def test_receipt_added_after_sealing_fails_at_step_6(signed_run: Path, keypair: 
 
 
 def test_receipt_under_another_seal_fails_at_step_6(signed_run: Path, keypair: tuple[Any, Any]) -> None:
-    later = receipts.seal_run(signed_run)  # same logs, another sealed_at
+    later = seal_run(signed_run)  # same logs, another sealed_at
     path = receipts.write_receipt(signed_run, receipts.sign(receipt_for(later, "task-1"), keypair[0]))
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path) == (6, f"receipts/{path.name}")
@@ -282,12 +285,12 @@ def test_receipt_under_another_seal_fails_at_step_6(signed_run: Path, keypair: t
 
 def test_write_seal_refuses_a_stale_receipt(signed_run: Path, keypair: tuple[Any, Any]) -> None:
     with pytest.raises(ReceiptError, match="carries another seal"):
-        receipts.write_seal(signed_run, receipts.seal_run(signed_run), keypair[0])
+        write_seal(signed_run, seal_run(signed_run), keypair[0])
 
 
 def test_renamed_receipt_fails_at_step_1(signed_run: Path, keypair: tuple[Any, Any]) -> None:
-    path = signed_run / "receipts" / receipts.receipt_filename("task-1")
-    path.rename(path.with_name(receipts.receipt_filename("task-9")))
+    path = signed_run / "receipts" / layout.receipt_filename("task-1")
+    path.rename(path.with_name(layout.receipt_filename("task-9")))
     error = fails(signed_run, keypair[1])
     assert error.step == 1
     assert "file name does not match task.id" in error.detail
@@ -303,7 +306,7 @@ def test_renamed_receipt_fails_at_step_1(signed_run: Path, keypair: tuple[Any, A
     ],
 )
 def test_malformed_receipt_fails_at_step_1(signed_run: Path, keypair: tuple[Any, Any], raw: bytes, message: str) -> None:
-    path = signed_run / "receipts" / receipts.receipt_filename("task-1")
+    path = signed_run / "receipts" / layout.receipt_filename("task-1")
     path.write_bytes(raw)
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path) == (1, f"receipts/{path.name}")
@@ -399,7 +402,7 @@ def test_seal_refuses_a_broken_chain(tmp_path: Path) -> None:
     run = make_run(tmp_path)
     rewrite_lines(run / "events.jsonl", lambda lines: [lines[1], lines[0], *lines[2:]])
     with pytest.raises(ReceiptError) as caught:
-        receipts.seal_run(run)
+        seal_run(run)
     assert (caught.value.step, caught.value.path, caught.value.line) == (4, "events.jsonl", 1)
 
 
@@ -408,20 +411,20 @@ def test_a_journal_its_judge_verified_is_sealed_with_that_head_and_a_later_chang
     pass: the same seal when the journal is unchanged; a journal changed after judging fails
     verification (the seal holds what was judged, not what is there now)."""
     run = make_run(tmp_path)
-    streamed = receipts.seal_run(run)
+    streamed = seal_run(run)
     (journal,) = [log for log in streamed["logs"] if log["path"] == JOURNAL]
-    judged = receipts.seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
+    judged = seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
     assert judged["logs"] == streamed["logs"] and judged["merkle_root"] == streamed["merkle_root"]
     rewrite_lines(run / JOURNAL, lambda lines: lines[:-1])  # after judging, before sealing
-    seal = receipts.seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
+    seal = seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
     receipts.write_receipt(run, receipt_for(seal, "t"))
-    receipts.write_seal(run, seal)
+    write_seal(run, seal)
     error = fails(run, None)
     assert (error.step, error.path) == (4, JOURNAL)
     (run / JOURNAL).unlink()
     (run / JOURNAL).symlink_to(run / "events.jsonl")
     with pytest.raises(ReceiptError, match="symbolic link"):  # a judged log is still checked in place
-        receipts.seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
+        seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
 
 
 def test_hostile_seal_path_is_refused_at_step_1(tmp_path: Path) -> None:
@@ -447,9 +450,9 @@ def test_merkle_root_is_rfc6962_over_sorted_leaves() -> None:
         return hashlib.sha256(b"\x01" + a + b).digest()
 
     a, b, c = ("a", "1" * 64), ("b", "2" * 64), ("c", "3" * 64)
-    assert receipts.merkle_root([]) == hashlib.sha256(b"").hexdigest()
-    assert receipts.merkle_root([a]) == leaf(*a).hex()
-    assert receipts.merkle_root([c, a, b]) == node(node(leaf(*a), leaf(*b)), leaf(*c)).hex()
+    assert merkle_root([]) == hashlib.sha256(b"").hexdigest()
+    assert merkle_root([a]) == leaf(*a).hex()
+    assert merkle_root([c, a, b]) == node(node(leaf(*a), leaf(*b)), leaf(*c)).hex()
 
 
 def test_wrong_merkle_root_fails_at_step_5(tmp_path: Path) -> None:
@@ -476,17 +479,17 @@ def test_hostile_task_ids_stay_inside_receipts(tmp_path: Path, keypair: tuple[An
     for task_id, path in zip(HOSTILE, paths):
         assert path.resolve().parent == folder
         assert path.name != "seal.json" and not path.name.startswith(".")
-        assert len(path.name) <= receipts.SLUG_MAX + 1 + 12 + 5
+        assert len(path.name) <= layout.SLUG_MAX + 1 + 12 + 5
         assert json.loads(path.read_text())["task"]["id"] == task_id
     assert sorted(p.name for p in folder.iterdir()) == sorted([*(p.name for p in paths), "seal.json"])
     assert not (tmp_path / "etc").exists()
-    assert len(receipts.verify_run(run, keypair[1]).receipts) == len(HOSTILE)
+    assert len(receipt_verify.verify_run(run, keypair[1]).receipts) == len(HOSTILE)
 
 
 def test_receipt_filename_is_a_readable_slug_and_a_digest() -> None:
-    assert receipts.receipt_filename("../../etc/x") == "etc-x-" + hashlib.sha256(b"../../etc/x").hexdigest()[:12] + ".json"
-    assert receipts.receipt_filename("..") == "task-" + hashlib.sha256(b"..").hexdigest()[:12] + ".json"
-    assert receipts.receipt_filename("Task-A") != receipts.receipt_filename("task-a")
+    assert layout.receipt_filename("../../etc/x") == "etc-x-" + hashlib.sha256(b"../../etc/x").hexdigest()[:12] + ".json"
+    assert layout.receipt_filename("..") == "task-" + hashlib.sha256(b"..").hexdigest()[:12] + ".json"
+    assert layout.receipt_filename("Task-A") != layout.receipt_filename("task-a")
 
 
 # RFC 8785 --------------------------------------------------------------------------------
@@ -502,7 +505,7 @@ def test_floats_and_unicode_sign_and_verify_over_rfc8785(tmp_path: Path, keypair
 
     keypair[1].verify(base64.b64decode(record["signature"]["value"]), rfc8785.dumps(body))
     assert b'"huge":1.5e+21' in rfc8785.dumps(body) and b'"neg_zero":0' in rfc8785.dumps(body)
-    receipts.verify_run(run, keypair[1])
+    receipt_verify.verify_run(run, keypair[1])
 
 
 def test_key_order_and_layout_in_the_file_do_not_matter(signed_run: Path, keypair: tuple[Any, Any]) -> None:
@@ -516,7 +519,7 @@ def test_key_order_and_layout_in_the_file_do_not_matter(signed_run: Path, keypai
     for path in (signed_run / "receipts").iterdir():
         doc = json.loads(path.read_text())
         path.write_text(json.dumps(reverse(doc), ensure_ascii=False, indent=None))
-    receipts.verify_run(signed_run, keypair[1])
+    receipt_verify.verify_run(signed_run, keypair[1])
 
 
 # CLI -------------------------------------------------------------------------------------
@@ -528,20 +531,20 @@ def test_cli_keys_generate_and_receipts_verify(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["keys", "generate", "--dir", str(tmp_path / "keys")])
     assert result.exit_code == 0, result.output
-    private_path, public_path = tmp_path / "keys" / receipts.PRIVATE_NAME, tmp_path / "keys" / receipts.PUBLIC_NAME
-    public = receipts.load_public(public_path)
-    assert receipts.key_id(public) in result.output
+    private_path, public_path = tmp_path / "keys" / keys.PRIVATE_NAME, tmp_path / "keys" / keys.PUBLIC_NAME
+    public = keys.load_public(public_path)
+    assert keys.key_id(public) in result.output
 
     again = runner.invoke(app, ["keys", "generate", "--dir", str(tmp_path / "keys")])
     assert again.exit_code == 1
     assert "refusing to overwrite" in again.output
 
     run = make_run(tmp_path)
-    issue(run, receipts.load_private(private_path), ["task-1", "task-2"])
+    issue(run, keys.load_private(private_path), ["task-1", "task-2"])
     ok = runner.invoke(app, ["receipts", "verify", str(run), "--public-key", str(public_path), "--json"])
     assert ok.exit_code == 0, ok.output
     report = json.loads(ok.stdout)
-    assert report["verified"] is True and report["key_id"] == receipts.key_id(public) and report["signatures"] == "passed"
+    assert report["verified"] is True and report["key_id"] == keys.key_id(public) and report["signatures"] == "passed"
     assert [s["outcome"] for s in report["steps"]] == ["passed"] * 6
 
     table = runner.invoke(app, ["receipts", "verify", str(run), "--public-key", str(public_path)])
@@ -561,5 +564,5 @@ def test_cli_keys_generate_and_receipts_verify(tmp_path: Path) -> None:
     bad_json = runner.invoke(app, ["receipts", "verify", str(run), "--public-key", str(public_path), "--json"])
     assert bad_json.exit_code == 1
     failure = json.loads(bad_json.stdout)
-    assert failure == {"verified": False, "step": 4, "step_name": receipts.STEPS[4], "path": JOURNAL, "line": 5,
+    assert failure == {"verified": False, "step": 4, "step_name": receipt_format.STEPS[4], "path": JOURNAL, "line": 5,
                        "message": "missing (sealed 5 lines, found 4)"}
