@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,7 +44,7 @@ from assure.ops.alerts import AlertState
 from assure.ops.anomalies import staleness
 from assure.ops.health_v1 import FAIL, PASS, UNKNOWN, Check
 from assure.ops.runsbase import Refused, Tree, parse_json
-from assure.records import layout
+from assure.records import layout, receipts
 from assure.records.states import RunState, TaskState
 from assure.records.store import RUN_ID
 from assure.run import policy
@@ -59,11 +58,6 @@ ENGINE_STALE_SECONDS = 60.0
 LIVE_STATES = frozenset({RunState.RUNNING, RunState.ABORTED})
 CREDIT_WORDS = ("credit balance", "billing", "payment", "insufficient credit", "quota")  # Anthropic answers 400 "Your credit balance is too low..."
 UNAVAILABLE_CODES = frozenset({"upstream_error", "upstream_timeout", "too_large"})  # the gateway's codes for a provider that did not answer usably
-
-
-def deployment_id() -> str:
-    """The deployment this host's runs belong to, as the driver signs it into receipts."""
-    return os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname())
 
 
 @dataclass(frozen=True)
@@ -104,7 +98,7 @@ def probe(runs_base: Path, run_id: str | None, engine: Engine, now: float, manif
             layers = {layer: [Check(f"{layer}.probe", UNKNOWN, now, 0.0, f"the probe failed: {type(exc).__name__}", reason_code="probe_error")] for layer in health_v1.LAYERS}
         finally:
             os.close(root)
-    return health_v1.document(deployment_id(), now, layers)
+    return health_v1.document(receipts.deployment_id(), now, layers)
 
 
 def _no_base(runs_base: Path, problem: str | None, engine: Engine, now: float) -> dict[str, list[Check]]:

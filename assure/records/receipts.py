@@ -10,6 +10,7 @@ verifies what a run claims about each task. Issuing, in this order (sealing last
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ from assure.records import layout
 from assure.records.keys import signature
 from assure.records.receipt_format import AAR_VERSION, ReceiptError, canonical, check_receipt, receipts_dir
 from assure.records.store import write_json
+
+
+def deployment_id() -> str:
+    """The deployment a receipt (and a health document) belongs to: `ASSURE_DEPLOYMENT_ID`, else
+    this host's name."""
+    return os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname())
 
 
 def build_receipt(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -316,7 +315,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
             reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(judgement, last.judged_at),
             subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
             verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
-            deployment_id=os.environ.get("ASSURE_DEPLOYMENT_ID", socket.gethostname()), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
+            deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
         )
         receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
     write_seal(run.path, seal, key)
