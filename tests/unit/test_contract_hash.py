@@ -17,6 +17,7 @@ from assure.cli import app
 from assure.client import Client, GatewayError
 from assure.core import gate
 from assure.core.chain import verify_chain
+from assure.errors import AssureError
 from assure.gateway.config import parse
 from assure.gateway.server import serve
 from assure.run import policy
@@ -175,3 +176,9 @@ def test_no_contract_or_no_task_is_an_error_that_says_what_to_pass(tmp_path):
     assert result.exit_code != 0 and "no contract block" in result.output
     result = CliRunner().invoke(app, ["contract", "hash", str(write(tmp_path)), "--task", "nope"])
     assert result.exit_code != 0 and "no task 'nope'" in result.output and "'main'" in result.output
+
+
+def test_the_schema_refuses_a_term_it_does_not_know(tmp_path):
+    path = write(tmp_path, SPEC + "  terms: {budget: sha256:" + "0" * 64 + "}\n")
+    with pytest.raises(AssureError, match="budget"):
+        spec_mod.load(path)
