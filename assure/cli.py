@@ -319,19 +319,32 @@ def images_build() -> None:
 
 
 @contract_app.command("hash")
-def contract_hash(spec: Path) -> None:
-    """Print the hash of SPEC's contract terms, to put in its `contract.hash` once ratified."""
-    from assure.core import gate
-    from assure.run import policy
+def contract_hash(
+    spec: Path,
+    task: Optional[str] = typer.Option(None, "--task", help="The contract governing this task (its own block, else the spec's)."),
+    write: bool = typer.Option(False, "--write", help="Put the new terms and hash into SPEC's contract block (the rest stays as written)."),
+) -> None:
+    """Print the term digests and hash SPEC's contract must carry to be ratified as it stands
+    (YAML for its contract block), and say which terms changed since the ones it carries."""
+    from assure.run import ratify
 
     try:
-        terms = policy.contract(spec_mod.load(spec).contract)
+        loaded = spec_mod.load(spec)
+        found = ratify.compute(loaded, task)
+        if write:
+            ratify.write(loaded, found)
     except AssureError as exc:
         raise _fail(exc) from None
-    if terms is None:
-        err.print(f"error: {render.display(str(spec))} has no contract block", markup=False)
-        raise typer.Exit(1)
-    out.print(gate.contract_hash(terms), markup=False, highlight=False)
+    sys.stdout.write(found.to_yaml())
+    changed = found.changed()
+    if changed is None:
+        err.print("the contract carries no term digests (none yet, or an older format): have these ratified", markup=False)
+    elif changed or found.carried_hash != found.hash:
+        err.print("changed since the terms it carries: " + (", ".join(changed) or "hash") + "; have it re-ratified", markup=False)
+    else:
+        err.print("unchanged: the contract carries these terms and hash", markup=False)
+    if write:
+        err.print(f"written to {render.display(str(spec))}", markup=False)
 
 
 @app.command()

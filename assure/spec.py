@@ -127,6 +127,7 @@ class Contract:
     revoked: bool
     ratified_by: str | None = None
     expires_at: str | None = None  # ISO 8601, as written
+    terms: dict[str, str] | None = None  # each term's digest, as ratified (`assure contract hash`)
     hash: str | None = None
 
     @classmethod
@@ -135,7 +136,7 @@ class Contract:
         c = _with_defaults(data, schema()["properties"]["contract"], schema())
         return cls(id=c["id"], proposed_by=c["proposed_by"], scope=tuple(c["scope"]), autonomy_ceiling=c["autonomy_ceiling"],
                    irreversible_min_trust=c["irreversible_min_trust"], revoked=c["revoked"], ratified_by=c.get("ratified_by"),
-                   expires_at=c.get("expires_at"), hash=c.get("hash"))
+                   expires_at=c.get("expires_at"), terms=c.get("terms"), hash=c.get("hash"))
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ import yaml
 import assure
 from assure import spec as spec_mod
 from assure.records import store
-from assure.core import gate
-from assure.run import policy
+from assure.run import ratify
 from assure.run.driver import Driver
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
@@ -24,15 +23,17 @@ out = Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
 which = sys.argv[2:]
 backend = DockerBackend(); images = Images(backend).ensure()
 
-def ratified(scope):
-    c = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": "commit"}
-    c["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(c))); return c
+def ratified(scope):  # make() fills in its digests for the spec it ends up in
+    return {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": "commit"}
 
 def make(name, cmd, **fields):
     data = {"version": 1, "name": name, "agent": {"command": cmd, "files": ABUSE},
             "workspace": {"fixture": str(ROOT / "fixtures" / "workspaces" / "calc"), "writable": ["out/**"], "protected": ["tests/**"]},
             "limits": {"wall_seconds": 60}, "assertions": [], "expect": "pass", **fields}
-    p = out / f"{name}.yaml"; p.write_text(yaml.safe_dump(data, sort_keys=False)); return p
+    p = out / f"{name}.yaml"; p.write_text(yaml.safe_dump(data, sort_keys=False))
+    if "contract" in data:
+        ratify.write(spec_mod.load(p), ratify.compute(spec_mod.load(p)))
+    return p
 
 def go(path):
     spec = spec_mod.load(path)

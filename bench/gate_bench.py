@@ -6,7 +6,6 @@ Median of 7 runs of 100,000 calls each. Run: .venv/bin/python bench/gate_bench.p
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 
@@ -24,7 +23,7 @@ def setup() -> tuple[gate.Action, gate.Context]:
         autonomy_ceiling=gate.IRREVERSIBLE,
         expires_at=NOW + 3600,
     )
-    contract = dataclasses.replace(terms, hash=gate.contract_hash(terms))
+    contract = gate.ratify(terms, protected=("tests/**",))
     action = gate.Action("db.execute", True, scope="db:shop", resource_mode="live", reversible=True, rollback_ref="rb-1")
     ctx = gate.Context(
         known_tools=frozenset({"fs.read", "fs.write", "db.execute"}),
@@ -35,7 +34,7 @@ def setup() -> tuple[gate.Action, gate.Context]:
         operator_dial=gate.COMMIT,
         verifier_trust=gate.COMMIT,
         verifier_fresh=True,
-        rollbacks=frozenset({"rb-1"}),
+        rollbacks={"rb-1": ("db:shop",)},
     )
     return action, ctx
 

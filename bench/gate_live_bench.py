@@ -9,6 +9,7 @@ Decision cost alone: bench/gate_bench.py.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sqlite3
 import statistics
@@ -32,8 +33,7 @@ SQL = "INSERT INTO orders (item, qty) VALUES (?, ?)"
 
 def policy() -> dict:
     contract = gate.Contract(id="bench", proposed_by="a", ratified_by="b", scope=("db:*", "fs:**"), autonomy_ceiling=gate.COMMIT)
-    return {"contract": {**gate.contract_terms(contract), "scope": list(contract.scope), "ratified_by": "b", "hash": gate.contract_hash(contract)},
-            "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT}
+    return {"contract": dataclasses.asdict(gate.ratify(contract)), "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT}
 
 
 def config(root: Path, journal: str, **extra) -> dict:

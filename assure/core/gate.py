@@ -36,7 +36,11 @@ BUDGET_RULE = "budget."  # + the counter: the rule of a budget denial (budget.to
 
 @dataclass(frozen=True, kw_only=True)
 class Contract:
-    """A ratified move: what may be touched, and how much autonomy the worker may have."""
+    """A ratified move: what may be touched, and how much autonomy the worker may have.
+
+    `terms` are the digests of every term it was ratified over (`TERMS`), `hash` the digest
+    of those: the gate recomputes each from what the attempt runs under, so a term changed
+    after ratification is named, not just detected."""
 
     id: str
     proposed_by: str
@@ -46,29 +50,52 @@ class Contract:
     irreversible_min_trust: int = IRREVERSIBLE
     expires_at: float | None = None
     revoked: bool = False
+    terms: Mapping[str, str] | None = None
     hash: str | None = None
 
 
-def contract_terms(contract: Contract) -> dict[str, Any]:
-    """The terms the proposer wrote, which the ratifier approved.
+# What "done" means, pinned by ratification: the contract's own terms, then what the attempt
+# runs under (the acceptance tests of the tasks it governs, the protected paths, the writable
+# scope). `ratified_by` and `revoked` are left out on purpose: they are later events about the
+# terms (journaled as `contract_ratified` / `contract_revoked`), not part of them.
+TERMS = ("id", "proposed_by", "scope", "autonomy_ceiling", "irreversible_min_trust", "expires_at", "assertions", "protected", "writable")
 
-    `ratified_by` and `revoked` are left out on purpose: they are later events about the
-    terms (journaled as `contract_ratified` / `contract_revoked`), not part of them, so
-    ratifying or revoking does not change the hash the ratifier signed off on.
-    """
-    return {
+
+def contract_terms(contract: Contract, *, assertions: Any = (), protected: Sequence[str] = (), writable: Sequence[str] = ()) -> dict[str, str]:
+    """Each term's `sha256:` digest (of its canonical JSON): what the ratifier approved."""
+    values = {
         "id": contract.id,
         "proposed_by": contract.proposed_by,
         "scope": list(contract.scope),
         "autonomy_ceiling": contract.autonomy_ceiling,
         "irreversible_min_trust": contract.irreversible_min_trust,
         "expires_at": contract.expires_at,
+        "assertions": assertions,
+        "protected": list(protected),
+        "writable": list(writable),
     }
+    return {name: digest(values[name]) for name in TERMS}
 
 
-def contract_hash(contract: Contract) -> str:
-    """`sha256:` + SHA-256 of the canonical JSON of `contract_terms(contract)`."""
-    return "sha256:" + hashlib.sha256(canonical(contract_terms(contract))).hexdigest()
+def contract_hash(terms: Mapping[str, str]) -> str:
+    """The contract's hash: the digest of its term digests."""
+    return digest(dict(terms))
+
+
+def digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical(value)).hexdigest()
+
+
+def ratify(contract: Contract, **pinned: Any) -> Contract:
+    """`contract` with its term digests and hash filled in (`pinned`: `contract_terms`'s keywords)."""
+    terms = contract_terms(contract, **pinned)
+    return replace(contract, terms=terms, hash=contract_hash(terms))
+
+
+def changed_terms(ratified: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """The terms whose digest differs (missing on either side counts), in `TERMS` order."""
+    names = [*TERMS, *sorted(set(ratified) - set(TERMS))]
+    return [n for n in names if ratified.get(n) != current.get(n)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +161,8 @@ class Context:
     now: float
     budget: Budget
     protected: tuple[str, ...] = ()
+    assertions: Any = ()  # the acceptance tests the contract pins (policy.pinned), as plain JSON
+    writable: tuple[str, ...] = ()
     contract: Contract | None = None
     require_contract: bool = True
     operator_dial: int = COMMIT
@@ -292,8 +321,17 @@ def _contract(action: Action, ctx: Context) -> Decision | None:
         return Decision(DENY, "contract.unratified", f"contract {c.id!r} is not ratified")
     if ratifier == proposer:
         return Decision(DENY, "contract.self_ratified", f"contract {c.id!r} was ratified by its own proposer {c.proposed_by!r}")
-    if c.hash is None or c.hash != contract_hash(c):
-        return Decision(DENY, "contract.hash", f"contract {c.id!r} hash is missing or does not match its terms")
+    if c.hash is None:
+        return Decision(DENY, "contract.hash", f"contract {c.id!r} has no hash: run `assure contract hash SPEC` and have it ratified")
+    if c.terms is None:
+        return Decision(DENY, "contract.old_format", f"contract {c.id!r} has a hash but no term digests (an older format): "
+                        "run `assure contract hash SPEC` and have it re-ratified")
+    if not isinstance(c.terms, Mapping) or c.hash != contract_hash(c.terms):
+        return Decision(DENY, "contract.hash", f"contract {c.id!r} hash does not match its term digests")
+    changed = changed_terms(c.terms, contract_terms(c, assertions=ctx.assertions, protected=ctx.protected, writable=ctx.writable))
+    if changed:
+        return Decision(DENY, "contract.terms_changed", f"contract {c.id!r} terms changed since it was ratified: {', '.join(changed)}; "
+                        "re-ratify (`assure contract hash SPEC` prints the new hash)")
     if c.revoked:
         return Decision(DENY, "contract.revoked", f"contract {c.id!r} was revoked")
     if _expired(ctx.now, c.expires_at):

@@ -64,6 +64,8 @@ class Policy:
     mutation is denied (fail closed)."""
 
     contract: gate.Contract | None = None
+    assertions: Any = ()  # what the contract pins besides its own terms (the host's policy.pinned):
+    writable: tuple[str, ...] = ()  # digested by the gate, never interpreted here
     operator_dial: int = gate.PROPOSE
     verifier_trust: int = gate.PROPOSE
     verifier_stale_seconds: float = 10.0
@@ -253,6 +255,12 @@ def _policy(value: Any) -> Policy:
         out["verifier_stale_seconds"] = _seconds(value["verifier_stale_seconds"], "policy.verifier_stale_seconds")
     if value.get("contract") is not None:
         out["contract"] = _record(gate.Contract, value["contract"], "policy.contract", tuples=("scope",))
+    if "assertions" in value:
+        out["assertions"] = value["assertions"]
+    if "writable" in value:
+        if not isinstance(value["writable"], list) or not all(isinstance(g, str) for g in value["writable"]):
+            raise ConfigError("policy.writable", "must be a list of globs")
+        out["writable"] = tuple(value["writable"])
     if "human_gates" in value:
         if not isinstance(value["human_gates"], list):
             raise ConfigError("policy.human_gates", "must be a list")

@@ -358,6 +358,8 @@ class Dispatcher:
                 cost_used=self.counters.cost, cost_limit=policy.cost_limit,
             ),
             protected=self._config.protected,
+            assertions=policy.assertions,
+            writable=policy.writable,
             contract=policy.contract,
             operator_dial=dial,
             verifier_trust=policy.verifier_trust,

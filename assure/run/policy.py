@@ -35,8 +35,17 @@ def contract(c: Contract | None) -> gate.Contract | None:
         irreversible_min_trust=gate.LEVELS[c.irreversible_min_trust],
         expires_at=epoch(c.expires_at) if c.expires_at else None,
         revoked=c.revoked,
+        terms=c.terms,
         hash=c.hash,
     )
+
+
+def pinned(spec: Spec) -> dict[str, Any]:
+    """What `spec.contract`'s ratification pins besides its own terms, as this spec runs them:
+    the acceptance tests of every task it governs (by task id), the protected paths and the
+    writable scope. `gate.contract_terms` takes these as keywords."""
+    governed = [{"task": t.id, "assertions": list(t.assertions)} for t in spec.tasks if t.contract == spec.contract]
+    return {"assertions": governed, "protected": list(spec.workspace.protected), "writable": list(spec.workspace.writable)}
 
 
 def confirmed_rollbacks(spec: Spec) -> dict[str, str]:
@@ -69,8 +78,11 @@ def verifier_trust(spec: Spec) -> int:
 def gateway_policy(spec: Spec) -> dict[str, Any]:
     """The policy block of the gateway config: everything `gate.Context` needs but the clock."""
     c = contract(spec.contract)
+    pins = pinned(spec)
     return {
-        "contract": None if c is None else {**gate.contract_terms(c), "ratified_by": c.ratified_by, "revoked": c.revoked, "hash": c.hash},
+        "contract": None if c is None else dataclasses.asdict(c),
+        "assertions": pins["assertions"],
+        "writable": pins["writable"],
         "operator_dial": gate.LEVELS[spec.autonomy.dial],
         "verifier_trust": verifier_trust(spec),
         "human_gates": [{**dataclasses.asdict(g), "expires_at": epoch(g.expires_at)} for g in spec.autonomy.human_gates],

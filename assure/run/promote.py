@@ -51,6 +51,7 @@ def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decisio
     ctx = gate.Context(
         known_tools=frozenset({"promote"}), now=time.time(), budget=gate.Budget(),
         protected=spec.workspace.protected, contract=policy.contract(spec.contract),
+        assertions=policy.pinned(spec)["assertions"], writable=spec.workspace.writable,
         operator_dial=dial, verifier_trust=policy.verifier_trust(spec),
         verifier_fresh=has_verifier, rollbacks={rollback: ("fs:**",)}, halted=override.halted,  # the backup covers every promoted path
     )

@@ -14,6 +14,7 @@ from assure.errors import AssureError
 from assure.run.driver import Driver, RunResult
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet, Images
+from tests.contracts import ratify_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = Path(__file__).resolve().parent / "specs"
@@ -99,14 +100,9 @@ def no_leftovers(backend, tmp_path_factory):
 
 
 def ratified(scope: list[str], ceiling: str = "commit", **changes: object) -> dict:
-    """A contract ratified by someone other than its proposer, with its hash filled in."""
-    from assure.core import gate
-    from assure.run import policy
-
-    contract = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
-    contract["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(contract)))
-    contract.update(changes)
-    return contract
+    """A contract ratified by someone other than its proposer; `make_spec` fills in its digests
+    (`tests.contracts.ratify_in_place`) for the spec it ends up in."""
+    return {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling, **changes}
 
 
 @pytest.fixture
@@ -127,7 +123,7 @@ def make_spec(tmp_path):
         }
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return path
+        return ratify_in_place(path)
 
     return make
 

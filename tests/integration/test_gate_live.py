@@ -26,6 +26,28 @@ def tool_calls(result, attempt=1):
     return [r for r in verify_chain(result.run_dir / "attempts" / str(attempt) / "gateway" / "journal.jsonl") if r["event"] == "tool_call"]
 
 
+def test_acceptance_tests_edited_after_ratification_deny_every_mutation_naming_assertions(run, make_spec):
+    """The contract pins what done means: the spec is ratified (make_spec), then its assertions
+    are loosened without re-ratifying. Every mutation is denied, the reason names the term."""
+    import yaml
+
+    path = make_spec("loosened", "every-mutation.sh", contract=ratified(["fs:**", "db:shop"]), databases=[{"name": "shop", "fixture": SHOP}],
+                     assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}])
+    data = yaml.safe_load(path.read_text())
+    data["assertions"] = [{"exit_code": 0}]  # "done" made easier after the ratifier signed off
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run(path)
+    calls = {r["tool"]: r for r in tool_calls(result)}
+    for tool in ("fs.write", "fs.delete", "db.execute"):
+        assert (calls[tool]["decision"], calls[tool]["rule"]) == ("deny", "contract.terms_changed"), calls[tool]
+        assert "ratified: assertions;" in calls[tool]["reason"], calls[tool]
+    assert calls["db.query"]["decision"] == "allow"
+    verdict = json.loads((result.run_dir / "attempts" / "1" / "verdict.json").read_text())
+    assert verdict["changes"] == []
+    db = sqlite3.connect(result.run_dir / "attempts" / "1" / "gateway" / "db" / "shop.sqlite")
+    assert db.execute("SELECT item FROM orders ORDER BY id").fetchall() == [("pen",), ("ink",)]
+
+
 def test_an_unratified_contract_denies_every_mutation_and_nothing_changes(run, make_spec):
     unratified = ratified(["fs:**", "db:shop"])
     del unratified["ratified_by"]

@@ -20,6 +20,8 @@ from assure.verify.findings import Kind
 from assure.verify.judge import judge
 from assure.verify.snapshot import take
 
+from tests.contracts import ratify_in_place
+
 from .conftest import ROOT, ratified
 
 SEEDS = range(3)
@@ -39,7 +41,7 @@ def legit(backend, images, tmp_path_factory):
             "databases": [{"name": "shop", "fixture": str(ROOT / "fixtures" / "databases" / "shop.sql")}],
             "contract": ratified(["fs:**", "db:shop"]), "assertions": [{"exit_code": 0}], "expect": "pass"}
     (tmp / "legit.yaml").write_text(yaml.safe_dump(data))
-    spec = spec_mod.load(tmp / "legit.yaml")
+    spec = spec_mod.load(ratify_in_place(tmp / "legit.yaml"))
     run = store.RunDir.create(tmp / "runs", store.new_run_id("legit"), spec.path, spec.to_json())
     result = Driver(spec, run, backend, images, lambda *_: None).drive()
     assert result.verdict == "pass", result.report

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,11 @@ def short_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def ratified_policy(**overrides: Any) -> dict[str, Any]:
-    """A policy whose contract (covering the whole workspace) is ratified by someone else."""
+def ratified_policy(protected: Sequence[str] = ("tests/**",), **overrides: Any) -> dict[str, Any]:
+    """A policy whose contract (covering the whole workspace, pinning `protected` and no
+    acceptance tests or writable scope) is ratified by someone else."""
     contract = gate.Contract(id="c1", proposed_by="alice", ratified_by="bob", scope=("fs:**",), autonomy_ceiling=gate.COMMIT)
-    terms = {**gate.contract_terms(contract), "scope": ["fs:**"], "ratified_by": "bob", "hash": gate.contract_hash(contract)}
-    return {"contract": terms, "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT, **overrides}
+    return {"contract": dataclasses.asdict(gate.ratify(contract, protected=protected)), "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT, **overrides}
 
 
 SPEC_TOOL_CALLS = spec.schema()["properties"]["limits"]["properties"]["tool_calls"]["default"]  # what the host passes when a spec says none
@@ -50,7 +51,7 @@ def gateway_config(tmp_path: Path, short_dir: Path) -> Callable[..., dict[str, A
             "ready_file": str(tmp_path / "ready"),
             "protected": ["tests/**"] if protected is None else protected,
             "limits": {"tool_calls": SPEC_TOOL_CALLS, **limits},
-            "policy": ratified_policy(),
+            "policy": ratified_policy() if protected is None else ratified_policy(protected),
         }
 
     return make

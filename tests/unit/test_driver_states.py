@@ -22,15 +22,16 @@ import yaml
 
 from assure import spec as spec_mod
 from assure.client import Client, GatewayError
-from assure.core import control, gate
+from assure.core import control
 from assure.ops import alerts
 from assure.records import keys, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
-from assure.run import failpoints, policy
+from assure.run import failpoints
 from assure.run.driver import Driver, RunResult
 from assure.sandbox.backend import ContainerRequest, Role, labels
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
 from assure.sandbox.images import ImageSet
+from tests.contracts import ratify_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
 CALC = ROOT / "fixtures" / "workspaces" / "calc"
@@ -39,9 +40,8 @@ FIXED = "def add(a: int, b: int) -> int:\n    return a + b\n"
 
 
 def ratified(scope: list[str], ceiling: str = "commit") -> dict[str, Any]:
-    contract = {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
-    contract["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(contract)))
-    return contract
+    """A contract ratified by someone other than its proposer; `write_spec` fills in its digests."""
+    return {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling}
 
 
 def gateway(ctx: Context) -> Client:
@@ -111,7 +111,7 @@ def write_spec(tmp_path: Path, command: str, **fields: Any) -> spec_mod.Spec:
     }
     path = tmp_path / f"{command}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return spec_mod.load(path)
+    return spec_mod.load(ratify_in_place(path))
 
 
 def new_run(tmp_path: Path, spec: spec_mod.Spec) -> store.RunDir:

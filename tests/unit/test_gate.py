@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 
 from assure.core import gate
-from assure.core.gate import COMMIT, IRREVERSIBLE, PROPOSE, Action, Budget, Context, Contract, HumanGate, contract_hash, decide
+from assure.core.gate import COMMIT, IRREVERSIBLE, PROPOSE, Action, Budget, Context, Contract, HumanGate, contract_hash, contract_terms, decide
 
 NOW = 1_700_000_000.0
+# what the contract pins besides its own terms, as the attempt runs them (BASE passes the same)
+PINNED = dict(assertions=[{"task": "main", "assertions": [{"exit_code": 0}]}], protected=("tests/**",), writable=("src/**",))
 
 
 def signed(**terms: Any) -> Contract:
-    """A ratified contract whose hash matches its terms."""
+    """A ratified contract whose term digests and hash match its terms and PINNED."""
     base = dict(
         id="c-1",
         proposed_by="planner",
@@ -24,8 +26,7 @@ def signed(**terms: Any) -> Contract:
         autonomy_ceiling=IRREVERSIBLE,
         expires_at=NOW + 3600,
     )
-    contract = Contract(**{**base, **terms})
-    return dataclasses.replace(contract, hash=contract_hash(contract))
+    return gate.ratify(Contract(**{**base, **terms}), **PINNED)
 
 
 C = signed()
@@ -41,7 +42,7 @@ BASE = dict(
     known_tools=frozenset({"fs.read", "fs.write", "db.execute", "http.request", "model.messages"}),
     now=NOW,
     budget=BUDGET,
-    protected=("tests/**",),
+    **PINNED,
     contract=C,
     operator_dial=COMMIT,
     verifier_trust=COMMIT,
@@ -104,9 +105,15 @@ TABLE = [
     row("contract_self_ratified", WRITE, (DENY, "contract.self_ratified", None, None), contract=dataclasses.replace(C, ratified_by="planner")),
     row("contract_self_ratified_spelling", WRITE, (DENY, "contract.self_ratified", None, None), contract=dataclasses.replace(C, ratified_by=" Planner")),
     row("contract_hash_missing", WRITE, (DENY, "contract.hash", None, None), contract=dataclasses.replace(C, hash=None)),
-    row("contract_hash_forged_scope", WRITE, (DENY, "contract.hash", None, None), contract=dataclasses.replace(C, scope=("**",))),
-    row("contract_hash_forged_ceiling", WRITE, (DENY, "contract.hash", None, None), contract=dataclasses.replace(C, autonomy_ceiling=9)),
-    row("contract_hash_forged_expiry", WRITE, (DENY, "contract.hash", None, None), contract=dataclasses.replace(C, expires_at=None)),
+    row("contract_old_format", WRITE, (DENY, "contract.old_format", None, None), contract=dataclasses.replace(C, terms=None)),
+    row("contract_hash_forged_terms", WRITE, (DENY, "contract.hash", None, None), contract=dataclasses.replace(C, terms={**C.terms, "scope": C.terms["id"]})),
+    row("contract_terms_not_a_mapping", WRITE, (DENY, "contract.hash", None, None), contract=dataclasses.replace(C, terms=list(C.terms))),
+    row("contract_forged_scope", WRITE, (DENY, "contract.terms_changed", None, None), contract=dataclasses.replace(C, scope=("**",))),
+    row("contract_forged_ceiling", WRITE, (DENY, "contract.terms_changed", None, None), contract=dataclasses.replace(C, autonomy_ceiling=9)),
+    row("contract_forged_expiry", WRITE, (DENY, "contract.terms_changed", None, None), contract=dataclasses.replace(C, expires_at=None)),
+    row("contract_assertions_edited", WRITE, (DENY, "contract.terms_changed", None, None), assertions=[{"task": "main", "assertions": []}]),
+    row("contract_protected_edited", WRITE, (DENY, "contract.terms_changed", None, None), protected=()),
+    row("contract_writable_edited", WRITE, (DENY, "contract.terms_changed", None, None), writable=("**",)),
     row("contract_reratified_keeps_hash", WRITE, (ALLOW, "autonomy", PROPOSE, COMMIT), contract=dataclasses.replace(C, ratified_by="carol")),
     row("contract_revoked", WRITE, (DENY, "contract.revoked", None, None), contract=dataclasses.replace(C, revoked=True)),
     row("contract_expired_at_deadline", WRITE, (DENY, "contract.expired", None, None), contract=signed(expires_at=NOW)),
@@ -237,9 +244,58 @@ def test_decision_is_frozen_and_serializes() -> None:
 
 def test_contract_hash_covers_the_terms_only() -> None:
     assert C.hash is not None and C.hash.startswith("sha256:") and len(C.hash) == len("sha256:") + 64
-    assert contract_hash(dataclasses.replace(C, ratified_by="zed", revoked=True, hash="x")) == C.hash
+    assert C.hash == contract_hash(C.terms) and list(C.terms) == list(gate.TERMS)
+    assert contract_terms(dataclasses.replace(C, ratified_by="zed", revoked=True, terms=None, hash="x"), **PINNED) == C.terms
     for change in ({"id": "c-2"}, {"proposed_by": "p2"}, {"scope": ("fs:src/**",)}, {"autonomy_ceiling": COMMIT}, {"irreversible_min_trust": 3}, {"expires_at": NOW}):
-        assert contract_hash(dataclasses.replace(C, **change)) != C.hash, change
+        assert contract_hash(contract_terms(dataclasses.replace(C, **change), **PINNED)) != C.hash, change
+
+
+CHANGES: dict[str, dict[str, Any]] = {  # each term, changed after ratification: in the contract, or in what the attempt runs under
+    "id": {"contract": dataclasses.replace(C, id="c-2")},
+    "proposed_by": {"contract": dataclasses.replace(C, proposed_by="p2")},
+    "scope": {"contract": dataclasses.replace(C, scope=("fs:**",))},
+    "autonomy_ceiling": {"contract": dataclasses.replace(C, autonomy_ceiling=COMMIT)},
+    "irreversible_min_trust": {"contract": dataclasses.replace(C, irreversible_min_trust=COMMIT)},
+    "expires_at": {"contract": dataclasses.replace(C, expires_at=NOW + 7200)},
+    "assertions": {"assertions": [{"task": "main", "assertions": [{"exit_code": 1}]}]},
+    "protected": {"protected": ("tests/**", "docs/**")},
+    "writable": {"writable": ("src/**", "out/**")},
+}
+
+
+def test_every_term_is_a_change_case() -> None:
+    assert set(CHANGES) == set(gate.TERMS)
+
+
+@pytest.mark.parametrize("term", list(CHANGES))
+def test_a_term_changed_after_ratification_denies_every_mutation_naming_it(term: str) -> None:
+    ctx = Context(**{**BASE, **CHANGES[term]})
+    for action in (WRITE, LIVE_REV, EXTERNAL):
+        d = decide(action, ctx)
+        assert (d.outcome, d.rule) == (DENY, "contract.terms_changed"), (term, action, d)
+        assert f"since it was ratified: {term};" in d.reason and "assure contract hash" in d.reason
+    assert decide(READ, ctx).allowed  # a read needs no contract
+
+
+def test_unchanged_terms_allow_and_several_changes_are_all_named() -> None:
+    assert decide(WRITE, Context(**BASE)).allowed
+    d = decide(WRITE, Context(**{**BASE, "writable": (), "assertions": [], "contract": dataclasses.replace(C, scope=("fs:**",))}))
+    assert d.rule == "contract.terms_changed" and "ratified: scope, assertions, writable;" in d.reason
+
+
+def test_recomputing_the_hash_over_forged_digests_still_names_the_term() -> None:
+    forged = {**C.terms, "assertions": gate.digest([])}
+    d = decide(WRITE, Context(**{**BASE, "contract": dataclasses.replace(C, terms=forged, hash=contract_hash(forged))}))
+    assert d.rule == "contract.terms_changed" and "ratified: assertions;" in d.reason
+    extra = {**C.terms, "budget": gate.digest(1)}  # a term the gate does not know is a change, not ignored
+    d = decide(WRITE, Context(**{**BASE, "contract": dataclasses.replace(C, terms=extra, hash=contract_hash(extra))}))
+    assert d.rule == "contract.terms_changed" and "ratified: budget;" in d.reason
+
+
+def test_an_old_format_contract_is_denied_with_the_fix() -> None:
+    old = dataclasses.replace(C, terms=None)
+    d = decide(WRITE, Context(**{**BASE, "contract": old}))
+    assert (d.outcome, d.rule) == (DENY, "contract.old_format") and "assure contract hash" in d.reason
 
 
 def test_levels() -> None:

@@ -599,8 +599,7 @@ def test_db_tools_through_the_gateway(
     contract["scope"] = ["fs:**", "db:**"]
     from assure.core import gate
 
-    terms = gate.Contract(**{**contract, "scope": tuple(contract["scope"]), "hash": None})
-    contract["hash"] = gate.contract_hash(terms)
+    contract.update(dataclasses.asdict(gate.ratify(gate.Contract(**{**contract, "scope": tuple(contract["scope"])}), protected=raw["protected"])))
     config = parse(raw)
     real_env = tools.Env
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assure.core import control, gate
-from assure.run import policy, promote
+from assure.core import control
+from assure.run import promote
 from assure.records import store
 from assure.records.attempt_record import AttemptRecord
 from assure.verify.diff import Change
@@ -18,6 +18,7 @@ from assure.verify.snapshot import Entry
 from assure.verify.findings import Verdict
 from assure.verify.judge import Judgement
 from assure import spec as spec_mod
+from tests.contracts import ratify_in_place
 
 
 def _file(path: str, kind: str = "added", mode: int = 0o644) -> dict:
@@ -139,10 +140,8 @@ def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path
             "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
             "promote": {"target": str(tmp_path / "target")}, "assertions": [{"exit_code": 0}], "expect": "pass",
             "contract": {"id": "c", "proposed_by": "alice", "ratified_by": "bob", "scope": ["fs:**"], "autonomy_ceiling": "commit"}}
-    c = data["contract"]
-    c["hash"] = gate.contract_hash(policy.contract(spec_mod.Contract.from_json(c)))
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
-    spec = spec_mod.load(tmp_path / "p.yaml")
+    spec = spec_mod.load(ratify_in_place(tmp_path / "p.yaml"))
     run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())
     run.attempt(1).root.mkdir(parents=True)
     attempt = _judged(run, [_file("src/calc.py", "modified")])

@@ -1,0 +1,87 @@
+"""`assure contract hash`: the digests a spec's contract must carry to be ratified as the spec
+stands, which terms changed since the ones it carries, and writing them into the spec file.
+
+The gate recomputes the same digests (`gate.contract_terms` over `policy.pinned`), so what
+this prints is exactly what an attempt of the spec will accept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import yaml
+
+from assure.core import atomic, gate
+from assure.errors import SpecError
+from assure.run import policy
+from assure.spec import Spec, load
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratification:
+    at: tuple[Any, ...]  # where the contract block is in the document: ("contract",) or ("tasks", i, "contract")
+    terms: dict[str, str]
+    hash: str
+    carried: dict[str, str] | None  # the term digests the spec carries now (None: none, or an older format)
+    carried_hash: str | None
+
+    def changed(self) -> list[str] | None:
+        """The terms whose digest differs from what the spec carries; None if it carries none."""
+        return None if self.carried is None else gate.changed_terms(self.carried, self.terms)
+
+    def to_yaml(self) -> str:
+        """The contract block's `terms` and `hash` lines, to paste in."""
+        return yaml.safe_dump({"terms": self.terms, "hash": self.hash}, sort_keys=False, width=1000)
+
+
+def compute(spec: Spec, task_id: str | None = None) -> Ratification:
+    """For the spec's contract, or with `task_id` the contract governing that task."""
+    data = yaml.safe_load(spec.path.read_text(encoding="utf-8"))
+    at: tuple[Any, ...] = ("contract",)
+    contract = spec.contract
+    if task_id is not None:
+        index = next((i for i, t in enumerate(spec.tasks) if t.id == task_id), None)
+        if index is None:
+            raise SpecError([f"{spec.path}: no task {task_id!r}"], fix="pass one of: " + ", ".join(repr(t.id) for t in spec.tasks))
+        contract = spec.tasks[index].contract
+        if "contract" in (data.get("tasks") or [{}])[index]:
+            at = ("tasks", index, "contract")
+    if contract is None:
+        raise SpecError([f"{spec.path}: {'task ' + repr(task_id) if task_id else 'the spec'} has no contract block"],
+                        fix="add one (see the contract section of README.md)" + ("" if task_id else ", or pass --task for a task's own"))
+    terms = gate.contract_terms(policy.contract(contract), **policy.pinned(dataclasses.replace(spec, contract=contract)))
+    return Ratification(at, terms, gate.contract_hash(terms), dict(contract.terms) if contract.terms else None, contract.hash)
+
+
+def write(spec: Spec, r: Ratification) -> None:
+    """Replace the contract block's `terms` and `hash` lines in the spec file, keeping the rest
+    (comments included) as written; then check the file now carries them."""
+    text = spec.path.read_text(encoding="utf-8")
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    for step in r.at:
+        node = node.value[step] if isinstance(step, int) else next(v for k, v in node.value if k.value == step)
+    if not isinstance(node, yaml.MappingNode) or node.flow_style or not node.value:
+        raise SpecError([f"{spec.path}: the contract block is not a block mapping"], fix="paste the printed lines into it by hand")
+    lines = text.splitlines(keepends=True)
+    indent = " " * node.value[0][0].start_mark.column
+    old = [(k.start_mark.line, _last_line(v)) for k, v in node.value if k.value in ("terms", "hash")]
+    at = min((first for first, _ in old), default=_last_line(node.value[-1][1]) + 1)
+    for first, last in sorted(old, reverse=True):
+        del lines[first:last + 1]
+    if at and not lines[at - 1].endswith("\n"):
+        lines[at - 1] += "\n"
+    lines[at:at] = [indent + line + "\n" for line in r.to_yaml().splitlines()]
+    atomic.write_bytes(spec.path, "".join(lines).encode("utf-8"))
+    again = compute(load(spec.path), None if r.at == ("contract",) else spec.tasks[r.at[1]].id)
+    if (again.carried, again.carried_hash) != (r.terms, r.hash):
+        raise SpecError([f"{spec.path}: the rewritten contract block does not carry the new digests"], fix="paste the printed lines by hand")
+
+
+def _last_line(node: yaml.Node) -> int:
+    """The 0-based line of a value's last character (a block collection ends with its last child)."""
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and not node.flow_style and node.value:
+        last = node.value[-1]
+        return _last_line(last[1] if isinstance(node, yaml.MappingNode) else last)
+    end = node.end_mark
+    return end.line - 1 if end.column == 0 and end.line > node.start_mark.line else end.line
