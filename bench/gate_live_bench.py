@@ -39,7 +39,8 @@ def policy() -> dict:
 def config(root: Path, journal: str, **extra) -> dict:
     (root / "ws").mkdir(exist_ok=True)
     return {"run_id": "bench", "attempt": 1, "socket": str(root / "gw.sock"), "workspace": str(root / "ws"),
-            "journal": str(root / journal), "ready_file": str(root / "ready"), "policy": policy(), **extra}
+            "journal": str(root / journal), "ready_file": str(root / "ready"), "policy": policy(),
+            "limits": {"tool_calls": 100_000}, **extra}  # the host always passes it (the spec's limits.tool_calls)
 
 
 def bench_db(root: Path) -> tuple[float, float]:
