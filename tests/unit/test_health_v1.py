@@ -278,7 +278,7 @@ def test_an_attempt_in_progress_needs_a_fresh_gateway_and_verifier(tmp_path):
 
 @pytest.mark.parametrize("contract, code", [
     (None, "contract_missing"),
-    ({**ratified(["fs:**"]), "scope": ["fs:src/**"]}, "contract_hash"),  # a term changed since it was ratified
+    ({**ratified(["fs:**"]), "scope": ["fs:src/**"]}, "contract_terms_changed"),  # a term changed since it was ratified
     ({k: v for k, v in ratified(["fs:**"]).items() if k != "ratified_by"}, "contract_unratified"),
 ])
 def test_the_contract_check_is_the_gates_own_rule(tmp_path, contract, code):
