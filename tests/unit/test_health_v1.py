@@ -278,12 +278,19 @@ def test_an_attempt_in_progress_needs_a_fresh_gateway_and_verifier(tmp_path):
 
 @pytest.mark.parametrize("contract, code", [
     (None, "contract_missing"),
-    ({**ratified(["fs:**"]), "scope": ["fs:src/**"]}, "contract_terms_changed"),  # a term changed since it was ratified
     ({k: v for k, v in ratified(["fs:**"]).items() if k != "ratified_by"}, "contract_unratified"),
 ])
 def test_the_contract_check_is_the_gates_own_rule(tmp_path, contract, code):
     doc = probe(finished_run(tmp_path, spec_file(tmp_path, contract=contract)), tmp_path)
     assert statuses(doc)["governance.contract"] == ("fail", code) and doc["aggregate"]["status"] == "blocked"
+
+
+def test_a_contract_whose_terms_changed_since_ratification_blocks(tmp_path):
+    spec = spec_file(tmp_path)  # ratified as written
+    text = spec.path.read_text()
+    spec.path.write_text(text.replace("fs:**", "fs:src/**", 1))  # the scope changed after ratification
+    doc = probe(finished_run(tmp_path, spec_mod.load(spec.path)), tmp_path)
+    assert statuses(doc)["governance.contract"] == ("fail", "contract_terms_changed") and doc["aggregate"]["status"] == "blocked"
 
 
 def test_the_runs_base_counts_live_runs_only_and_a_dead_driver_blocks(tmp_path):
