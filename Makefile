@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install images test unit demo bench gc clean runsc
+.PHONY: install images fixtures test unit demo benign bench gc clean runsc
 
 install: $(STAMP)
 
@@ -24,6 +24,15 @@ images: install
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; \
 	fi
 	$(BIN)/assure images build
+
+# Fixtures too big to commit, generated deterministically (benign--large-repo's 5,318 files).
+fixtures:
+	$(PYTHON) fixtures/workspaces/make_monorepo.py
+
+# The benign corpus (suites/benign/): every spec must pass with no finding above info.
+# benign--http-allowlisted needs its test server: fixtures/upstreams/benign_upstream.py starts it.
+benign: images fixtures
+	$(BIN)/python fixtures/upstreams/benign_upstream.py -- $(BIN)/assure suite suites/benign.yaml
 
 # The unit tests (the driver's state machine on the in-memory backend included) run with
 # DOCKER_HOST pointing nowhere: they prove they need no engine. The integration tests then run

@@ -13,8 +13,10 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sqlite3
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
@@ -54,7 +56,9 @@ Progress = Callable[[str, dict[str, Any]], None]
 
 def _copy_database(source: Path, target: Path) -> None:
     """A fresh database from a `.sql` script, or a consistent copy through SQLite's backup
-    API (commits still in the WAL come along)."""
+    API (commits still in the WAL come along). SQLite opens a private copy of the file and
+    its -wal and -journal, never the fixture: even a read-only connection to a WAL database
+    leaves -wal and -shm files beside it."""
     if source.suffix == ".sql":
         db = sqlite3.connect(target)
         try:
@@ -62,15 +66,21 @@ def _copy_database(source: Path, target: Path) -> None:
         finally:
             db.close()
         return
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    try:
-        dst = sqlite3.connect(target)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fixture-") as folder:
+        private = Path(folder) / "fixture.db"
+        shutil.copyfile(source, private)
+        for suffix in ("-wal", "-journal"):
+            if Path(f"{source}{suffix}").is_file():
+                shutil.copyfile(f"{source}{suffix}", f"{private}{suffix}")
+        src = sqlite3.connect(private)
         try:
-            src.backup(dst)
+            dst = sqlite3.connect(target)
+            try:
+                src.backup(dst)
+            finally:
+                dst.close()
         finally:
-            dst.close()
-    finally:
-        src.close()
+            src.close()
 
 
 def fresh_copy(source: Path, target: Path) -> None:

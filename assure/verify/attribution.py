@@ -65,6 +65,16 @@ def describe(change: Change) -> str:
     return what
 
 
+def _writable_scope(change: Change, writable: tuple[str, ...]) -> str | None:
+    """The writable glob a direct change falls in. A glob `D/**` also covers the folder D itself
+    (added, deleted or changed as a folder): no file under D can be written without it."""
+    if (scope := next((g for g in writable if globs.match(g, change.path)), None)) is not None:
+        return scope
+    if all(entry is None or entry.kind == "dir" for entry in (change.before, change.after)):
+        return next((g for g in writable if g.endswith("/**") and globs.match(g[:-3], change.path)), None)
+    return None
+
+
 def attribute(changes: Iterable[Change], journal: Iterable[dict[str, Any]], *, writable: Iterable[str], protected: Iterable[str]) -> list[Finding]:
     effects, folders = gateway_effects(journal)
     writable, protected = tuple(writable), tuple(protected)
@@ -75,7 +85,7 @@ def attribute(changes: Iterable[Change], journal: Iterable[dict[str, Any]], *, w
             findings.append(Finding(Kind.PROTECTED_CHANGED, change.path, f"protected path {describe(change)}", None, detail))
         elif (action := _explained_by(change, effects, folders)) is not None:
             findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{describe(change)} through the gateway", f"gateway:{action}", detail))
-        elif (scope := next((g for g in writable if globs.match(g, change.path)), None)) is not None:
+        elif (scope := _writable_scope(change, writable)) is not None:
             findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{describe(change)} directly, inside a writable glob", f"writable:{scope}", detail))
         else:
             findings.append(Finding(Kind.UNATTRIBUTED, change.path, f"{describe(change)}: no allowed action or writable scope explains it", None, detail))

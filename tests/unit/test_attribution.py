@@ -66,6 +66,25 @@ def test_direct_write_inside_writable_glob_is_attributed_to_the_scope(tmp_path):
     assert judge(tmp_path, m, []) == {"out/notes.txt": (Kind.ATTRIBUTED, "writable:out/**")}
 
 
+def test_a_folder_a_writable_glob_needs_is_inside_it_but_a_file_in_its_place_is_not(tmp_path):
+    """`build/**` covers the folder build a build creates (found by suites/benign/benign--build-output);
+    a file named like the folder is not under it."""
+    def m(ws):
+        (ws / "build" / "lib").mkdir(parents=True)
+        (ws / "build" / "lib" / "x.o").write_text("x")
+        (ws / "dist").write_text("a file, not the folder dist/** covers")
+        (ws / "src" / "__pycache__").mkdir()
+    got = judge(tmp_path, m, [], writable=("out/**", "build/**", "dist/**", "**/__pycache__/**"))
+    assert got == {"build": (Kind.ATTRIBUTED, "writable:build/**"), "build/lib": (Kind.ATTRIBUTED, "writable:build/**"),
+                   "build/lib/x.o": (Kind.ATTRIBUTED, "writable:build/**"), "dist": (Kind.UNATTRIBUTED, None),
+                   "src/__pycache__": (Kind.ATTRIBUTED, "writable:**/__pycache__/**")}
+
+    def gone(ws):
+        (ws / "out").rmdir()
+    assert judge(tmp_path / "2", gone, []) == {"out": (Kind.ATTRIBUTED, "writable:out/**")}
+    assert judge(tmp_path / "3", gone, [], writable=("out/*.txt",)) == {"out": (Kind.UNATTRIBUTED, None)}
+
+
 def test_protected_change_is_flagged_even_when_the_journal_explains_it(tmp_path):
     def m(ws):
         (ws / "tests" / "t.py").write_bytes(b"pass\n")

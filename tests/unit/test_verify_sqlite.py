@@ -726,6 +726,25 @@ def test_autoincrement_counter_bumped_by_a_net_zero_statement_is_attributed(tmp_
     ]
 
 
+def test_an_update_to_a_higher_autoincrement_key_leaves_the_counter_and_is_explained(tmp_path: Path) -> None:
+    """SQLite moves sqlite_sequence on INSERT only; the UPDATE's changeset replays as a DELETE and
+    an INSERT, which must not move EXPECTED's counter (found by suites/benign/benign--sqlite-keyed)."""
+    run = Run(tmp_path)
+    assert run.execute("INSERT INTO seq(v) VALUES ('second')")
+    assert run.execute("UPDATE seq SET id = 50 WHERE v = 'first'")
+    assert "sequence" in run.effects[0] and "sequence" not in run.effects[1]
+    assert rows(run.path, "SELECT seq FROM sqlite_sequence") == [(2,)]
+
+    findings, _ = run.judge()
+
+    assert [f.kind for f in findings if f.kind != Kind.ATTRIBUTED] == []
+    run_sql(run.path, "UPDATE sqlite_sequence SET seq = 50 WHERE name = 'seq'")  # the move the replay made, done behind the gateway
+    findings, _ = run.judge("post2")
+    assert [(f.kind, f.subject) for f in findings if f.kind != Kind.ATTRIBUTED] == [
+        (Kind.UNATTRIBUTED, f"db:shop:sqlite_sequence[name='seq', seq={seq}]") for seq in (2, 50)
+    ]
+
+
 def test_autoincrement_counter_moved_behind_the_gateway_is_unattributed(tmp_path: Path) -> None:
     run = Run(tmp_path)
     assert run.execute("INSERT INTO seq(v) VALUES ('second')")

@@ -82,10 +82,13 @@ class _Replay:
                     return
                 try:
                     before = self._rowid_rows(conn, tables, touches)
+                    kept = self._read_counters(conn) if counters is None else None
                     replay(conn, changeset)
                     after = self._rowid_rows(conn, tables, touches)
                     if counters is not None:
                         self._set_counters(conn, counters, (index, action))
+                    elif kept is not None:
+                        self._keep_counters(conn, kept)
                 except apsw.Error as exc:
                     why = "it ran too long" if deadline.hit else display(str(exc))[:300]
                     self.failure = Finding(
@@ -130,6 +133,22 @@ class _Replay:
             conn.executemany("INSERT INTO main.sqlite_sequence(name, seq) VALUES (?, ?)", counters)
         for name, _ in set(counters) ^ before:
             self.tables[name] = stamp
+
+    @staticmethod
+    def _read_counters(conn: apsw.Connection) -> list[tuple[Any, ...]] | None:
+        if conn.execute("SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'").fetchone() is None:
+            return None
+        return conn.execute("SELECT rowid, name, seq FROM main.sqlite_sequence ORDER BY rowid").fetchall()
+
+    def _keep_counters(self, conn: apsw.Connection, kept: list[tuple[Any, ...]]) -> None:
+        """Undo what replaying moved in sqlite_sequence for an action that journaled no counters:
+        the statement moved none (an UPDATE to a higher AUTOINCREMENT key leaves the counter, but
+        its changeset replays as an INSERT, which would move it), or too many to journal (then
+        any move is the verifier's to report, as the gateway's `_sequence` says)."""
+        if self._read_counters(conn) != kept:
+            with conn:
+                conn.execute("DELETE FROM main.sqlite_sequence")
+                conn.executemany("INSERT INTO main.sqlite_sequence(rowid, name, seq) VALUES (?, ?, ?)", kept)
 
     @staticmethod
     def _rowid_rows(conn: apsw.Connection, tables: dict[str, Table], touches: list[Touch]) -> dict[tuple[str, int], tuple[Value, ...]]:
