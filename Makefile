@@ -39,7 +39,7 @@ benign: images fixtures
 # on the real one; the gVisor tests need runsc registered with it (as root).
 NO_DOCKER := DOCKER_HOST=unix:///nonexistent/docker.sock
 
-test: images runsc
+test: images runsc fixtures
 	$(NO_DOCKER) $(BIN)/python -m pytest -q tests/unit
 	$(BIN)/python -m pytest -q tests/integration
 
