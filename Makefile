@@ -43,7 +43,7 @@ test: images runsc fixtures
 	$(NO_DOCKER) $(BIN)/python -m pytest -q tests/unit
 	$(BIN)/python -m pytest -q tests/integration
 
-unit: install
+unit: install fixtures
 	$(NO_DOCKER) $(BIN)/python -m pytest -q tests/unit
 
 demo: images
