@@ -31,11 +31,15 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits; the defaults here are the only defaults, but for `tool_calls`: that
-    one is the spec's `limits.tool_calls` (its default is in specs/spec.schema.json), which
-    the host always passes."""
+    """Resource limits; the defaults here are the only defaults, but for `tool_calls` and
+    `wall_seconds`: those are the spec's (defaults in specs/spec.schema.json), which the host
+    always passes."""
 
     tool_calls: int
+    # Counted from the gateway's own start, which precedes the agent's: the gateway's budget
+    # runs out before the host's deadline, so no call is allowed while the host stops the
+    # agent (its SIGTERM grace). None: no wall-clock budget (a gateway run by a test).
+    wall_seconds: float | None = None
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 8 * 1024
     read_timeout_seconds: float = 10.0
@@ -226,7 +230,7 @@ def _limits(value: Any) -> Limits:
         raise ConfigError("limits.tool_calls", "is required: the host passes the spec's limit")
     checked: dict[str, Any] = {}
     for name, item in value.items():
-        if known[name].type == "float":
+        if known[name].type in ("float", "float | None"):
             checked[name] = _seconds(item, f"limits.{name}")
         else:
             checked[name] = _integer(item, f"limits.{name}", minimum=0 if name == "tool_calls" else 1)

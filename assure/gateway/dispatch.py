@@ -87,6 +87,7 @@ class Dispatcher:
         self._breached: set[str] = set()  # budget counters already reported
         self._full = False  # the journal reached its cap
         self._last_beat = 0.0
+        self._started = time.monotonic()  # the wall-clock budget counts from here
         self._idempotency = Store(config.idempotency_db) if config.idempotency_db else None
         self._journal = ChainWriter(config.journal, base={"run_id": config.run_id, "attempt": config.attempt, "actor": "gateway"})
         self._open = True
@@ -356,6 +357,7 @@ class Dispatcher:
                 tool_calls_used=self.counters.tool_calls, tool_calls_limit=self._config.limits.tool_calls,
                 tokens_used=self.counters.tokens, tokens_limit=policy.tokens_limit,
                 cost_used=self.counters.cost, cost_limit=policy.cost_limit,
+                wall_seconds_used=time.monotonic() - self._started, wall_seconds_limit=self._config.limits.wall_seconds,
             ),
             protected=self._config.protected,
             assertions=policy.assertions,

@@ -276,7 +276,7 @@ class Attempt:
             "run_id": self.run.run_id, "attempt": self.number, "socket": hardening.SOCKET_PATH,
             "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/{p.journal.name}",
             "ready_file": f"{hardening.GATEWAY_STATE}/{p.ready.name}", "protected": list(self.spec.workspace.protected),
-            "limits": {"tool_calls": self.spec.limits.tool_calls},  # the gateway's own defaults rule the rest
+            "limits": {"tool_calls": self.spec.limits.tool_calls, "wall_seconds": self.spec.limits.wall_seconds},  # the gateway's own defaults rule the rest
             "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec),
             "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{p.breach.name}",
             "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/{self.run.paths.idempotency_db.name}",

@@ -111,6 +111,22 @@ def test_budget_breach_is_written_once_for_the_host(gateway, tmp_path):
     assert len(records(gw, "budget_breach")) == 1
 
 
+def test_past_its_wall_clock_budget_the_gateway_refuses_every_call_and_tells_the_host(gateway, tmp_path):
+    """The host stops the agent at its deadline with a grace of seconds; the gateway's own
+    wall-clock budget (counted from its start, before the agent's) ends first, so nothing is
+    allowed in that grace (corpus spec override--outlive-deadline)."""
+    breach = tmp_path / "breach.json"
+    gw, client = gateway(policy=ratified_policy(), breach_file=str(breach), limits={"tool_calls": 100, "wall_seconds": 0.5})
+    client.call("fs.write", path="early.txt", content="in time")
+    time.sleep(0.6)
+    for call in (lambda: client.call("fs.write", path="late.txt", content="after the deadline"), lambda: client.call("fs.read", path="early.txt")):
+        with pytest.raises(GatewayError) as info:
+            call()
+        assert info.value.status == 403 and records(gw)[-1]["rule"] == "budget.wall_seconds"
+    assert not (Path(gw.config.workspace) / "late.txt").exists()
+    assert json.loads(breach.read_text())["counter"] == "wall_seconds"
+
+
 def test_one_idempotency_key_one_effect_across_gateways(gateway, tmp_path):
     db = str(tmp_path / "idem.sqlite")
     gw, client = gateway(idempotency_db=db)
