@@ -133,7 +133,8 @@ def markdown(packet: dict[str, Any]) -> str:
              f"Docker {packet['machine'].get('docker')}. Signed by {packet.get('signature', {}).get('key_id', 'nobody')}.", "",
              "| obligation | status | seconds | measured / reason |", "|---|---|---|---|"]
     for oid, ob in packet["obligations"].items():
-        shown = ob["reason"] or "; ".join(f"{k}={v}" for k, v in ob["evidence"].get("measured", {}).items())
+        held = f"{sum(c['held'] for c in ob['checks'])}/{len(ob['checks'])} checks held"
+        shown = ob["reason"] or "; ".join([held] + [f"{k}={v}" for k, v in ob["evidence"].get("measured", {}).items()])
         seconds = "" if ob["seconds"] is None else f"{ob['seconds']:.1f}"
         lines.append(f"| `{oid}` | {ob['status']} | {seconds} | {_cell(shown)} |")
     lines += ["", "## Measured figures", ""]
