@@ -259,7 +259,9 @@ def test_every_log_line_has_the_fields(start_proxy: Any, origin: Origin, other_o
         assert LOG_FIELDS <= set(line), line
         assert line["decision"] in ("allow", "deny", "error")
     assert len(lines[0]["path"]) <= 256
-    assert [line["status"] for line in lines] == [200, 403, 403, 400]
+    # each connection is served on its own thread and logged when it ends: the order of the
+    # lines is the order the connections finished, not the order they were made
+    assert sorted(line["status"] for line in lines) == [200, 400, 403, 403]
 
 
 def test_config_errors_name_the_field() -> None:
