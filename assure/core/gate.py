@@ -308,10 +308,11 @@ def _protected_path(action: Action, ctx: Context) -> Decision | None:
     return None
 
 
-def _contract(action: Action, ctx: Context) -> Decision | None:
+def contract_rule(action: Action, ctx: Context) -> Decision | None:
     """Box 0: no mutation without a valid contract ratified by someone other than its proposer.
 
     Checked whenever a contract is required or presented; only a legacy spec may go without.
+    Public because `assure health` judges a run's contract with this same rule.
     """
     c = ctx.contract
     if c is None:
@@ -376,7 +377,7 @@ def _human_gate(action: Action, ctx: Context, figures: dict[str, int]) -> Decisi
     return Decision(ESCALATE, "escalate.irreversible", f"irreversible effect on {scope!r} needs trust {needed} or a human gate", **figures)
 
 
-RULES: tuple[Rule, ...] = (_known_tool, _budget, _operator_halt, _read_only, _protected_path, _contract, _autonomy)
+RULES: tuple[Rule, ...] = (_known_tool, _budget, _operator_halt, _read_only, _protected_path, contract_rule, _autonomy)
 
 
 # ---------------------------------------------------------------- decide

@@ -404,7 +404,7 @@ class _Pass:
             c = policy.contract(task.contract)
             pins = policy.pinned(replace(spec, contract=task.contract))  # what the task's attempts run under, as the gateway is told
             action = gate.Action("health.contract", mutates=True, scope=c.scope[0] if c and c.scope else None)
-            decision = gate._contract(action, gate.Context(known_tools=frozenset(), now=self.now, budget=gate.Budget(), contract=c,
+            decision = gate.contract_rule(action, gate.Context(known_tools=frozenset(), now=self.now, budget=gate.Budget(), contract=c,
                                                            assertions=pins["assertions"], protected=tuple(pins["protected"]), writable=tuple(pins["writable"])))
             if decision is not None and decision.rule != "contract.scope":  # scope is a property of a move, not of the contract
                 problems[task.id] = (decision.rule.replace(".", "_"), decision.reason)

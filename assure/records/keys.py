@@ -4,10 +4,12 @@ from receipts so that `assure keys` and the verifier need nothing else."""
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import os
 from pathlib import Path
 
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -104,6 +106,22 @@ def key_id(public_key: Ed25519PublicKey) -> str:
     """`ed25519:` and the first 16 hex digits of the SHA-256 of the raw 32-byte public key."""
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def signature_problem(sig: dict[str, str], message: bytes, public_key: Ed25519PublicKey) -> str | None:
+    """Why `sig` (as `signature` made it) is not `public_key`'s signature of `message`; None if it is."""
+    expected = key_id(public_key)
+    if sig["key_id"] != expected:
+        return f"signed by key {sig['key_id']}, not by {expected} (the public key given)"
+    try:
+        value = base64.b64decode(sig["value"], validate=True)
+    except (binascii.Error, ValueError):
+        return "signature.value is not base64"
+    try:
+        public_key.verify(value, message)
+    except InvalidSignature:
+        return f"signature by {expected} does not match the content (changed after signing)"
+    return None
 
 
 def signature(message: bytes, private_key: Ed25519PrivateKey) -> dict[str, str]:
