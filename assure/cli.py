@@ -109,7 +109,7 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
         err.print(Text("interrupted: containers and volumes of this run were removed; `assure resume` continues it", style="yellow"))
         raise typer.Exit(130) from None
     if junit_file is not None:
-        _write_out(junit_file, lambda: junit.write(junit_file, junit.render(loaded.name, [summary.run_result(result.run_dir)], {})))
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_run(result.run_dir)))
     if json_out:
         _print_json(summary.run_document(result.run_dir, result.report))
     else:

@@ -201,19 +201,48 @@ def props(element: ET.Element) -> dict[str, str]:
     return {p.get("name"): p.get("value") for p in element.findall("properties/property")}
 
 
+def run_of(case: ET.Element) -> dict[str, str]:
+    """A testcase's run, from its system-out (the common schema has no testcase properties)."""
+    return dict(line.split(": ", 1) for line in case.find("system-out").text.splitlines())
+
+
+# The common JUnit schema (Ant's format, as Jenkins' junit-10.xsd and pytest's xunit2 read it):
+# each element's allowed attributes (required ones first, by count) and children.
+SHAPE = {
+    "testsuites": (0, ("name", "time", "tests", "failures", "errors"), {"testsuite"}),
+    "testsuite": (4, ("name", "tests", "failures", "errors", "group", "time", "skipped", "timestamp", "hostname", "id", "package", "file", "log", "url"),
+                  {"testsuite", "properties", "testcase", "system-out", "system-err"}),
+    "properties": (0, (), {"property"}),
+    "property": (2, ("name", "value"), set()),
+    "testcase": (1, ("name", "time", "classname", "group"), {"skipped", "error", "failure", "system-out", "system-err"}),
+    "failure": (0, ("type", "message"), set()), "error": (0, ("type", "message"), set()), "skipped": (0, ("type", "message"), set()),
+    "system-out": (0, (), set()), "system-err": (0, (), set()),
+}
+TIME = re.compile(r"^[0-9]+(\.[0-9]*)?$")
+
+
+def assert_common_shape(element: ET.Element) -> None:
+    required, allowed, children = SHAPE[element.tag]
+    assert set(allowed[:required]) <= set(element.attrib) <= set(allowed), (element.tag, element.attrib)
+    assert {c.tag for c in element} <= children, element.tag
+    assert element.get("time") is None or TIME.match(element.get("time"))
+    for child in element:
+        assert_common_shape(child)
+
+
 def test_junit_has_a_testcase_per_spec_failing_where_the_verdict_is_unexpected(ran):
     xml = junit.of_summary(ran.doc)
 
+    assert_common_shape(ET.fromstring(xml))
     suite, found = cases(xml)
     assert {k: suite.get(k) for k in ("name", "tests", "failures", "errors", "skipped")} == {"name": "s", "tests": "4", "failures": "2", "errors": "0", "skipped": "0"}
     assert float(suite.get("time")) == pytest.approx(sum(r["duration_seconds"] for r in ran.doc["results"]), abs=0.01)
     assert props(suite)["suite_run_id"] == ran.record.suite_run_id
     assert [(c.get("classname"), c.get("name")) for c in found] == [("s", r["spec"]) for r in ran.doc["results"]]
     for case, r in zip(found, ran.doc["results"]):
-        assert props(case) == {"run_id": r["run_id"], "run_dir": r["run_dir"], "verdict": r["verdict"], "expect": r["expect"]}
+        assert run_of(case) == {"run_id": r["run_id"], "run_dir": r["run_dir"], "verdict": r["verdict"], "expect": r["expect"]}
         assert float(case.get("time")) == pytest.approx(r["duration_seconds"], abs=0.001)
-        outcome = [e for e in case if e.tag != "properties"]
-        assert [e.tag for e in outcome] == ([] if r["as_expected"] else ["failure"])
+        assert [e.tag for e in case] == (["system-out"] if r["as_expected"] else ["failure", "system-out"])
     failure = found[2].find("failure")
     assert failure.get("type") == "fail" and failure.get("message") == ran.doc["results"][2]["reason"]
     assert failure.text.splitlines()[0] == "verdict fail, the spec expects pass"
@@ -234,6 +263,7 @@ def test_junit_keeps_hostile_names_visible_and_well_formed(ran):
     suite, found = cases(xml)
     assert suite.get("name") == found[3].get("classname") == found[3].get("name") == display(name)
     text = found[3].find("failure").text
+    assert_common_shape(ET.fromstring(xml))
     assert display(os.fsdecode(HOSTILE)) in text and "\\x1b[2J<b>&amp;]]>\\xff\\u202e.txt" in text
     for element in ET.fromstring(xml).iter():
         for value in [element.text or "", *element.attrib.values()]:
@@ -250,7 +280,9 @@ def test_junit_errors_and_skips(ran):
     doc = copy.deepcopy(ran.doc)
     doc["results"][2].update(verdict="error", as_expected=False, reason="harness_error harness: boom")
     doc["results"][3].update(verdict=None, as_expected=False, reason="not run", findings=[])
-    suite, found = cases(junit.of_summary(doc))
+    xml = junit.of_summary(doc)
+    assert_common_shape(ET.fromstring(xml))
+    suite, found = cases(xml)
     assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("0", "1", "1")
     assert found[2].find("error").get("message") == "harness_error harness: boom"
     assert found[3].find("skipped").get("message") == "not run"
@@ -258,9 +290,11 @@ def test_junit_errors_and_skips(ran):
 
 def test_junit_of_a_run(ran):
     run_dir = Path(ran.doc["results"][3]["run_dir"])
-    suite, [case] = cases(junit.render("fake-hostile", [summary.run_result(run_dir)], {}))
+    xml = junit.of_run(run_dir)
+    assert_common_shape(ET.fromstring(xml))
+    suite, [case] = cases(xml)
     assert (suite.get("name"), case.get("name"), suite.get("failures")) == ("fake-hostile", "fake-hostile", "1")
-    assert props(case)["run_dir"] == str(run_dir)
+    assert props(suite) == {"run_id": run_dir.name, "run_dir": str(run_dir)} and run_of(case)["run_dir"] == str(run_dir)
 
 
 # --- merge --------------------------------------------------------------------------------
