@@ -54,6 +54,8 @@ def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
     """One spec's result, from its run directory alone (`spec.json`, `state.json`, `report.json`)."""
     paths = RunPaths(run_dir)
     spec = store.read_json(paths.spec_json)
+    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), str) for k in ("name", "_source", "expect")):
+        raise RunDirError("spec.json has no spec name, source or expect", where=str(paths.spec_json))
     state = _read_or_empty(paths.state)
     try:
         report, error = store.read_json(paths.report), None

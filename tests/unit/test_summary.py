@@ -117,6 +117,8 @@ def test_specs_not_run_interrupted_or_gone_have_no_verdict_and_say_why(ran, tmp_
     record.state["runs"][0]["run_id"] = interrupted.run_id
     record.state["runs"][1]["run_id"] = "gone-20261201T000000Z-abcdef"
     record.state["runs"][2]["run_id"] = "../../etc"
+    damaged = store.RunDir.create(tmp_path / "runs", store.new_run_id(spec.name), spec.path, [])
+    record.state["runs"][3]["run_id"] = damaged.run_id
     store.write_json(SuitePaths(record.path).state, record.state)
 
     doc = summary.suite_document(ran.suite, record.path, tmp_path / "runs")
@@ -125,6 +127,7 @@ def test_specs_not_run_interrupted_or_gone_have_no_verdict_and_say_why(ran, tmp_
     assert reasons[0] == "no verdict: missing report.json (run state aborted: KeyboardInterrupt)"
     assert reasons[1].startswith("run directory unreadable: not a run directory") or reasons[1].startswith("run directory unreadable: missing spec.json")
     assert reasons[2] == "unusable run id '../../etc'" and doc["results"][2]["run_dir"] is None
+    assert reasons[3] == "run directory unreadable: spec.json has no spec name, source or expect"
     assert doc["results"][0]["started_at"] == "2026-12-01T10:00:00.000000Z" and doc["results"][0]["duration_seconds"] is None
     assert summary.problems(doc) == [] and doc["counts"]["not_run"] == 4
 
