@@ -146,7 +146,7 @@ def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[st
         position, spec = by_path[entry["spec"]]
         results.append(_suite_result(position, spec, entry, runs_dir))
     results.sort(key=lambda r: r["position"])
-    return _suite(suite.name, suite.digest, state.get("source", str(suite.path)), suite_run.name, state.get("shard"), None,
+    return _suite(suite.name, suite.digest, len(suite.specs), state.get("source", str(suite.path)), suite_run.name, state.get("shard"), None,
                   state["started_at"], state.get("finished_at"), results)
 
 
@@ -162,10 +162,10 @@ def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], run
         return _result(position, spec.name, str(spec.path), spec.expect, run_dir, None, {}, f"run directory unreadable: {exc.message}", entry)
 
 
-def _suite(name: str, digest: str, source: str, suite_run_id: str | None, shard: dict[str, int] | None,
+def _suite(name: str, digest: str, size: int, source: str, suite_run_id: str | None, shard: dict[str, int] | None,
            merged_from: list[dict[str, Any]] | None, started: str, finished: str | None, results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION, "kind": "suite", "suite": name, "suite_digest": digest, "suite_run_id": suite_run_id,
+        "schema_version": SCHEMA_VERSION, "kind": "suite", "suite": name, "suite_digest": digest, "suite_size": size, "suite_run_id": suite_run_id,
         "source": source, "shard": shard, "merged_from": merged_from, "started_at": started, "finished_at": finished,
         "as_expected": all(r["as_expected"] for r in results), "counts": counts(results), "results": results,
     }
@@ -251,8 +251,11 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             seen[r["position"]] = where
             results.append(r)
     results.sort(key=lambda r: r["position"])
+    uncovered = sorted(set(range(1, first["suite_size"] + 1)) - set(seen))
+    if uncovered:
+        raise AssureError(f"no shard has the spec{'s' if len(uncovered) > 1 else ''} at position {', '.join(map(str, uncovered))} of the suite's {first['suite_size']}", fix=fix)
     finished = [d["finished_at"] for _, d in ordered]
-    return _suite(first["suite"], first["suite_digest"], first["source"], None, None,
+    return _suite(first["suite"], first["suite_digest"], first["suite_size"], first["source"], None, None,
                   [{"index": d["shard"]["index"], "suite_run_id": d["suite_run_id"]} for _, d in ordered],
                   min((d["started_at"] for _, d in ordered), key=_instant), None if None in finished else max(finished, key=_instant), results)
 

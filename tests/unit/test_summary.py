@@ -79,7 +79,7 @@ def test_a_suite_summary_is_read_from_the_run_directories_and_validates(ran):
         (3, "fake-notes", "fail", "pass", False), (4, "fake-hostile", "breach", "pass", False)]
     assert doc["counts"] == {"total": 4, "as_expected": 2, "unexpected": 2, "pass": 1, "fail": 1, "breach": 2, "contained": 0, "error": 0, "not_run": 0}
     assert doc["as_expected"] is False and doc["shard"] is None and doc["merged_from"] is None
-    assert (doc["suite"], doc["suite_digest"], doc["suite_run_id"]) == ("s", ran.suite.digest, ran.record.suite_run_id)
+    assert (doc["suite"], doc["suite_digest"], doc["suite_size"], doc["suite_run_id"]) == ("s", ran.suite.digest, 4, ran.record.suite_run_id)
     fix_, tampered, noted, hostile_ = doc["results"]
     assert fix_["reason"] is None and fix_["findings"] == []
     assert tampered["reason"].startswith("protected_changed tests/test_calc.py: protected path")
@@ -347,6 +347,9 @@ def test_merge_refuses_what_is_not_every_shard_of_one_suite_once(ran):
     moved = copy.deepcopy(b)
     moved["results"][0]["position"] = 1
     assert "is in two shards: a.json and b.json" in refusal(named(a, moved, c)).message
+    lost = copy.deepcopy(a)
+    del lost["results"][-1]  # position 4
+    assert refusal(named(lost, b, c)).message == "no shard has the spec at position 4 of the suite's 4"
 
 
 def test_merge_refuses_a_file_that_does_not_validate_naming_file_and_field(ran):
