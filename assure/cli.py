@@ -22,7 +22,7 @@ from assure.errors import AssureError
 from assure.ops import alerts
 from assure.ops import runs as runs_mod
 from assure.records import report as render
-from assure.records import store
+from assure.records import junit, store, summary
 from assure.sandbox import live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
@@ -89,7 +89,7 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
 
 
 def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend, ImageSet], key: Path | None,
-           json_out: bool, expect: bool, verbose: bool) -> None:
+           json_out: bool, expect: bool, verbose: bool, junit_file: Path | None = None) -> None:
     """Drive a run with live progress, print its report, exit with the verdict's code."""
     from assure.run.driver import Driver
 
@@ -108,8 +108,10 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     except KeyboardInterrupt:
         err.print(Text("interrupted: containers and volumes of this run were removed; `assure resume` continues it", style="yellow"))
         raise typer.Exit(130) from None
+    if junit_file is not None:
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_run(result.run_dir)))
     if json_out:
-        _print_json(result.report)
+        _print_json(summary.run_document(result.run_dir, result.report))
     else:
         out.print(render.render_report(result.report, str(result.run_dir), verbose=verbose))
     code = EXIT[result.verdict]
@@ -119,6 +121,21 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
 
 
 KEY_OPTION = typer.Option(None, "--key", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) to sign receipts; none: keyless.")
+JUNIT_OPTION = typer.Option(None, "--junit", help="Also write a JUnit XML report here (one testcase per spec), for CI.")
+
+
+def _writable(*files: Path | None) -> None:
+    """Refuse before anything runs an output file whose folder is missing."""
+    for f in files:
+        if f is not None and not f.parent.is_dir():
+            raise AssureError("no such folder for an output file", where=str(f), fix="create the folder first, or name another file")
+
+
+def _write_out(path: Path, write: Any) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise _fail(AssureError(f"cannot write it: {exc.strerror or exc}", where=str(path))) from None
 
 
 @app.command()
@@ -130,6 +147,7 @@ def run(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show attributed changes too."),
     new: bool = typer.Option(False, "--new", help="Start a new run even if an unfinished run of this spec exists."),
     key: Optional[Path] = KEY_OPTION,
+    junit_file: Optional[Path] = JUNIT_OPTION,
 ) -> None:
     """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
 
@@ -139,6 +157,7 @@ def run(
     _sigterm_as_interrupt()
     try:
         loaded = spec_mod.load(spec)
+        _writable(junit_file)
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
         if rd is not None:
@@ -149,13 +168,15 @@ def run(
         raise _fail(exc) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    _drive(loaded, rd, engine, key, json_out, expect, verbose)
+    _drive(loaded, rd, engine, key, json_out, expect, verbose, junit_file)
 
 
 @app.command("suite")
 def suite_cmd(
     suite_file: Path = typer.Argument(..., metavar="SUITE", help="Suite file (e.g. suites/containment.yaml)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable outcome on stdout."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary (specs/report.schema.json) on stdout."),
+    summary_file: Optional[Path] = typer.Option(None, "--summary", help="Also write the summary (specs/report.schema.json) here."),
+    junit_file: Optional[Path] = JUNIT_OPTION,
     runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go (suite runs go beside it, in suites/)."),
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
@@ -174,6 +195,7 @@ def suite_cmd(
         if check:
             out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
             raise typer.Exit(0)
+        _writable(summary_file, junit_file)
         backend, images = _backend_and_images(*loaded.specs)
         base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
@@ -198,15 +220,19 @@ def suite_cmd(
                 return verdict
 
             outcomes = record.drive(runs_dir, run_one, begin)
+        doc = summary.suite_document(loaded, record.path, runs_dir)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
         err.print(plain(f"interrupted: containers and volumes were removed; `assure suite {suite_file}` continues this suite run", "yellow"))
         raise typer.Exit(130) from None
     ok = len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
+    if summary_file is not None:
+        _write_out(summary_file, lambda: summary.write(summary_file, doc))
+    if junit_file is not None:
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_summary(doc)))
     if json_out:
-        _print_json({"suite": loaded.name, "suite_run_id": record.suite_run_id, "as_expected": ok,
-                     "results": [{**dataclasses.asdict(o), "as_expected": o.as_expected} for o in outcomes]})
+        _print_json(doc)
     else:
         out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
@@ -697,6 +723,42 @@ def conformance_verify(
         raise _fail(exc) from None
     counts = {s: sum(o["status"] == s for o in doc["obligations"].values()) for s in ("PASS", "FAIL", "NOT-RUN")}
     out.print(plain(f"packet verified, signed by {doc['signature']['key_id']}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), "green"))
+
+
+report_app = typer.Typer(no_args_is_help=True, help="Work with summaries (specs/report.schema.json).")
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("merge")
+def report_merge(
+    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY.json...", help="The summaries of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
+    out_file: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the merged summary here (default: print it)."),
+    junit_file: Optional[Path] = JUNIT_OPTION,
+) -> None:
+    """Join the summaries of the shards of one suite into one: counts recomputed, results in suite
+    order. Refuses summaries of different suites, a missing or repeated shard, a file that does not
+    validate. Exit 0 only if every spec got the verdict it expects."""
+    try:
+        _writable(out_file, junit_file)
+        merged = summary.merge([(str(p), _read_summary(p)) for p in summaries])
+    except AssureError as exc:
+        raise _fail(exc) from None
+    if out_file is not None:
+        _write_out(out_file, lambda: summary.write(out_file, merged))
+    if junit_file is not None:
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_summary(merged)))
+    if out_file is None:
+        _print_json(merged)
+    raise typer.Exit(0 if merged["as_expected"] else EXIT_UNEXPECTED)
+
+
+def _read_summary(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AssureError(f"cannot read it: {exc.strerror or exc}", where=str(path)) from None
+    except ValueError as exc:
+        raise AssureError(f"not JSON: {exc}", where=str(path), fix="pass a summary written by `assure suite --summary FILE`") from None
 
 
 def main() -> None:  # pragma: no cover - console entry point
