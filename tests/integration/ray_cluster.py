@@ -57,6 +57,7 @@ class Node:
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
+    node_id: str = ""  # Ray's id for it, once it has joined
 
     @property
     def sid(self) -> int:
@@ -137,10 +138,12 @@ def start(tmp: Path, workers: int = 2) -> LocalCluster:
     try:
         subprocess.run(cluster.in_ns("ip", "link", "set", "lo", "up"), check=True)
         cluster.start_node("head", "--head", f"--port={cluster.port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={cluster.ray_tmp}")
-        cluster.wait_for(1)
+        seen = {n["NodeID"] for n in cluster.wait_for(1)}
+        cluster.nodes[0].node_id = next(iter(seen))
         for n in range(workers):  # one at a time: two raylets registering at once on one host can stall
-            cluster.start_node(f"worker{n + 1}", f"--address={cluster.address}", "--num-cpus=1", '--resources={"docker": 1}')
-            cluster.wait_for(n + 2)
+            node = cluster.start_node(f"worker{n + 1}", f"--address={cluster.address}", "--num-cpus=1", '--resources={"docker": 1}')
+            (node.node_id,) = {m["NodeID"] for m in cluster.wait_for(n + 2)} - seen
+            seen.add(node.node_id)
     except BaseException:
         cluster.stop()
         raise
