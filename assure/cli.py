@@ -18,6 +18,7 @@ from rich.text import Text
 from assure import spec as spec_mod
 from assure.records import layout
 from assure.records.layout import AttemptPaths, RunPaths
+from assure.core.chain import utc_now
 from assure.errors import AssureError
 from assure.ops import alerts
 from assure.ops import runs as runs_mod
@@ -180,6 +181,8 @@ def suite_cmd(
     runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go (suite runs go beside it, in suites/)."),
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", metavar="ADDRESS", help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray]."),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="With --cluster: specs in flight at once (default: the cluster's docker resource)."),
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Run every spec of SUITE in order; exit 0 only if each verdict is the one its spec expects.
@@ -196,7 +199,12 @@ def suite_cmd(
             out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
             raise typer.Exit(0)
         _writable(summary_file, junit_file)
-        backend, images = _backend_and_images(*loaded.specs)
+        if cluster is not None:
+            from assure.run import cluster as cluster_mod
+
+            cluster_mod.refuse_outside_effects(loaded.specs)  # before a suite run is made for nothing
+        else:
+            backend, images = _backend_and_images(*loaded.specs)
         base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
         if record is not None:
@@ -219,7 +227,18 @@ def suite_cmd(
                 err.print(f"{label}: {verdict} (expects {spec.expect})", markup=False, highlight=False)
                 return verdict
 
-            outcomes = record.drive(runs_dir, run_one, begin)
+            def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
+                where = f" on {entry['node'][:12]}" if entry.get("node") else ""
+                lost = f", {len(entry['lost'])} lost with their node" if entry.get("lost") else ""
+                note = f" — {entry['node_finding']}" if entry.get("node_finding") else ""
+                err.print(plain(f"{utc_now()} suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}: {outcome.verdict} "
+                                f"(expects {spec.expect}){where}{lost}{note}"))
+
+            if cluster is not None:
+                status.update(plain(f"suite {loaded.name}: on the Ray cluster {cluster}"))
+                outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived)
+            else:
+                outcomes = record.drive(runs_dir, run_one, begin)
         doc = summary.suite_document(loaded, record.path, runs_dir)
     except AssureError as exc:
         raise _fail(exc) from None

@@ -151,6 +151,14 @@ def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[st
 
 
 def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+    result = _from_run_dir(position, spec, entry, runs_dir)
+    overruled = entry.get("node_finding") or (entry.get("reason") if entry.get("verdict") == "error" else None)
+    if overruled:  # cluster mode: the caller's `error` (a node that disagreed, or was lost) overrules what the run dir says
+        result.update(verdict="error", as_expected=spec.expect == "error", reason=_line(f"node: {overruled}"))
+    return result
+
+
+def _from_run_dir(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
     if entry.get("run_id") is None:
         return _result(position, spec.name, str(spec.path), spec.expect, None, None, {}, "not run", entry)
     if not store.RUN_ID.match(str(entry["run_id"])):

@@ -56,9 +56,11 @@ def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
 
 
 class Driver:
-    def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *, signing_key: Path | None = None):
+    def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *,
+                 signing_key: Path | None = None, first_attempt: int = 1):
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
         self.signing_key = signing_key
+        self.first_attempt = first_attempt  # above 1 when earlier attempts were lost elsewhere (a cluster node)
         self.tasks = spec.tasks
         self.records = Records(run.paths)
         self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
@@ -72,7 +74,7 @@ class Driver:
         if self.resumed:
             return store.read_json(path)
         return {
-            "run_id": self.run.run_id, "spec": self.spec.name, "state": RunState.RUNNING, "next_attempt": 1, "started_at": utc_now(),
+            "run_id": self.run.run_id, "spec": self.spec.name, "state": RunState.RUNNING, "next_attempt": self.first_attempt, "started_at": utc_now(),
             "tasks": {t.id: {"state": TaskState.PENDING, "attempts": []} for t in self.tasks}, "order": [t.id for t in self.tasks],
         }
 
@@ -390,8 +392,13 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
 
 
 def reverify(run_dir: Path) -> RunResult:
-    """Recompute every attempt's verdict from the run directory alone: each record loaded from
-    its folder and judged by the same judge as the live attempt, into `reverify.json`."""
+    """Recompute every attempt's verdict from the run directory alone, into `reverify.json`."""
+    return rejudge(run_dir)[0]
+
+
+def rejudge(run_dir: Path) -> tuple[RunResult, dict[int, AttemptRecord]]:
+    """The run's report as judged again here, and each attempt's record with that judgement:
+    each record loaded from its folder and judged by the same judge as the live attempt."""
     run = store.RunDir.open(run_dir)
     state = store.read_json(run.paths.state)
     rejudged: dict[int, AttemptRecord] = {}
@@ -403,7 +410,7 @@ def reverify(run_dir: Path) -> RunResult:
             judgement = judge(record, spec, recheck_workspace=True)
             store.write_json(paths.reverify, judgement.to_json())
             rejudged[paths.number] = record.judged(judgement, None)
-    return RunResult(run.path, build_report(run, Spec.from_json(run.spec_json()), state, rejudged.get))
+    return RunResult(run.path, build_report(run, Spec.from_json(run.spec_json()), state, rejudged.get)), rejudged
 
 
 def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:

@@ -133,18 +133,18 @@ class SuiteRun:
                     if entry["run_id"] is None:
                         run = store.RunDir.create(runs_dir, store.new_run_id(spec.name), spec.path, spec.to_json())
                         entry["run_id"] = run.run_id
-                        self._save()  # before the run starts: a kill from here on resumes this run
+                        self.save()  # before the run starts: a kill from here on resumes this run
                     else:
                         run = store.RunDir.open(runs_dir / entry["run_id"])
                     entry["verdict"] = run_one(spec, run)
-                    self._save()
+                    self.save()
                 outcomes.append(Outcome(spec.name, entry["run_id"], entry["verdict"], spec.expect))
                 if self.suite.stop_on_unexpected and not outcomes[-1].as_expected:
                     break
             self.state["state"] = "finished"
             self.state["finished_at"] = utc_now()
-            self._save()
+            self.save()
         return outcomes
 
-    def _save(self) -> None:
+    def save(self) -> None:
         store.write_json(SuitePaths(self.path).state, self.state)
