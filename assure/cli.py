@@ -134,7 +134,7 @@ def run(
     """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
 
     An unfinished run of the same spec (its driver killed) is resumed instead, unless --new."""
-    from assure.run.driver import find_unfinished
+    from assure.run.driver import find_unfinished, resume_note
 
     _sigterm_as_interrupt()
     try:
@@ -142,7 +142,7 @@ def run(
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
         if rd is not None:
-            err.print(f"resuming unfinished run {rd.run_id}", markup=False)
+            err.print(resume_note(rd, loaded), markup=False)
         else:
             rd = store.RunDir.create(runs_dir, store.new_run_id(loaded.name), loaded.path, loaded.to_json())
     except AssureError as exc:
@@ -220,11 +220,14 @@ def resume(
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
+    from assure.run.driver import resume_note
+
     _sigterm_as_interrupt()
     try:
         rd = runs_mod.find(run_ref, runs_dir)
         loaded = _spec_of(rd)
         engine = _backend_and_images(loaded)
+        err.print(resume_note(rd, loaded), markup=False)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:

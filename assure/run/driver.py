@@ -3,9 +3,11 @@
 No model call and no network: it creates attempts, waits, verifies, promotes and records.
 Every transition is appended to the run's hash-chained `events.jsonl` first and then
 written to `state.json` (atomic), so after `kill -9` at any moment `resume()` picks up the
-same run and task, reaps the orphaned containers, counts the interrupted attempt, and
-starts the next one (attempt counter + 1). Effects are not repeated: the gateway's
-idempotency store belongs to the run, and promotion is idempotent.
+same run and task, reaps the orphaned containers, records the interrupted attempt, and
+starts the next one (attempt counter + 1). An interrupted attempt (one the driver never
+finished: Ctrl-C, SIGTERM, kill -9) does not use up `max_attempts`: it judged nothing.
+Effects are not repeated: the gateway's idempotency store belongs to the run, and promotion
+is idempotent.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ class Driver:
             ts["state"] = TaskState.RUNNING
             self._record("task_started", task=task.id, contract_id=task.contract.id if task.contract else None)
             self._contract_events(task)
-        while len(ts["attempts"]) < task.max_attempts:
+        while counted(ts["attempts"]) < task.max_attempts:
             if control.read(self.run.control_dir).halted:
                 return self._finish_task(task, TaskState.HALTED, "the operator halted the run: no new attempt")
             n = self.state["next_attempt"]
@@ -241,6 +243,36 @@ class Driver:
 
     def _report(self) -> dict[str, Any]:
         return build_report(self.run, self.spec, self.state, self.records.get)
+
+
+def counted(attempts: list[dict[str, Any]]) -> int:
+    """The attempts that use up `max_attempts`: every one but those the driver never finished."""
+    return sum(1 for a in attempts if not a.get("interrupted"))
+
+
+def resume_note(run: store.RunDir, spec: Spec) -> str:
+    """What resuming `run` will do, in a sentence: which attempts were interrupted (they do
+    not count) and which attempt runs next, of how many."""
+    state = store.read_json(run.paths.state)
+    if state.get("state") in RUN_OVER:
+        return f"run {run.run_id} is over ({state.get('state')}): nothing to resume, its report follows"
+    for task in spec.tasks:
+        ts = state["tasks"].get(task.id, {})
+        if ts.get("state") in TERMINAL:
+            continue
+        which = f" of task {display(task.id)}" if len(spec.tasks) > 1 else ""
+        if ts.get("state") == TaskState.PROMOTING:
+            return f"resuming run {run.run_id}: the last attempt{which} was verified; finishing its promotion (no attempt runs again)"
+        attempts = ts.get("attempts", [])
+        lost = [a["n"] for a in attempts if a.get("verdict") is None or a.get("interrupted")]
+        used = len(attempts) - len(lost)
+        head = f"resuming run {run.run_id}: "
+        if lost:
+            head += f"attempt{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} {'were' if len(lost) > 1 else 'was'} interrupted; "
+        if used >= task.max_attempts:
+            return head + f"all {task.max_attempts} attempts{which} were used"
+        return head + f"running attempt {state['next_attempt']}{which} of max {task.max_attempts}" + (" (interrupted attempts don't count)" if lost else "")
+    return f"resuming run {run.run_id}: every task is resolved; finishing the run"
 
 
 def _add_harness_error(record: AttemptRecord, subject: str, message: str, hostile: bool) -> AttemptRecord:
