@@ -387,12 +387,10 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
-    """Record an operator request (halt or dial) in RUN's control record."""
-    from assure.core import control
-
+    """Record an operator request (halt or dial) in RUN's control record; refused once RUN is over."""
     try:
         rd = runs_mod.find(run, runs_dir)
-        return rd, control.request(rd.control_dir, run_id=rd.run_id, actor=alerts.operator_name(), **change)
+        return rd, rd.override(alerts.operator_name(), **change)
     except AssureError as exc:
         raise _fail(exc) from None
 
@@ -512,13 +510,19 @@ def promote_cmd(
     task: Optional[str] = typer.Option(None, help="Task id (default: every proposed task)."),
     runs_dir: Path = typer.Option(store.RUNS_DIR),
     key: Optional[Path] = KEY_OPTION,
+    dial: Optional[str] = typer.Option(None, "--dial", help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's."),
 ) -> None:
-    """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier)."""
+    """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier);
+    refuses, writing nothing, when no task can be committed."""
+    from assure.core import control
     from assure.run.driver import promote_proposed
 
+    if dial is not None and dial not in control.LEVELS:
+        err.print(f"error: --dial must be one of {', '.join(control.LEVELS)}", markup=False)
+        raise typer.Exit(2)
     try:
         rd = runs_mod.find(run_ref, runs_dir)
-        done = promote_proposed(_spec_of(rd), rd, task, key)
+        done = promote_proposed(_spec_of(rd), rd, task, key, dial)
     except AssureError as exc:
         raise _fail(exc) from None
     for task_id, state, reason in done:
