@@ -60,7 +60,8 @@ def decide(spec: Spec, run: store.RunDir, record: AttemptRecord, *, dial: str | 
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
     for change in record.changes():
-        action = gate.Action("promote", True, path=change["path"], resource_mode="live", reversible=True, rollback_ref=rollback)
+        created = change["kind"] == "added" and (change.get("after") or {}).get("kind") == "dir"
+        action = gate.Action("promote", True, path=change["path"], resource_mode="live", reversible=True, rollback_ref=rollback, folder=created)
         decision = gate.decide(action, ctx)
         if not decision.allowed:
             return decision

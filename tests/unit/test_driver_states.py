@@ -238,6 +238,27 @@ def test_an_interrupted_attempt_does_not_use_up_max_attempts(tmp_path, short_tmp
     assert resume_note(store.RunDir.open(run.path), spec).endswith("is over (finished): nothing to resume, its report follows")
 
 
+@pytest.mark.parametrize("glob", ["out/**", "out/reports/**"])
+def test_a_writable_glob_lets_the_agent_create_its_folders_and_promote_commits_them(glob, tmp_path, short_tmp):
+    """On a fixture with no out/, the agent creates out/ and out/reports/ directly: the verifier
+    attributes both to the writable glob, and the promote gate (scope `fs:<glob>`) commits them."""
+    fixture = tmp_path / "no-out"
+    shutil.copytree(CALC, fixture, ignore=shutil.ignore_patterns("out"))
+    target = shutil.copytree(fixture, tmp_path / "folder-target")
+
+    def report(ctx: Context) -> int:
+        (ctx.path("/workspace") / "out" / "reports").mkdir(parents=True)
+        (ctx.path("/workspace") / "out" / "reports" / "r.txt").write_text("looked at add()\n")
+        return 0
+
+    spec = write_spec(tmp_path, "report", contract=ratified([f"fs:{glob}"]), promote={"target": str(target)},
+                      workspace={"fixture": str(fixture), "writable": [glob], "protected": ["tests/**"]},
+                      assertions=[{"file_exists": "out/reports/r.txt"}, {"no_unattributed_changes": True}])
+    result, _ = drive(spec, new_run(tmp_path, spec), short_tmp, {"report": report})
+    assert (result.verdict, task_of(result)["state"]) == ("pass", "committed"), task_of(result)
+    assert (target / "out" / "reports" / "r.txt").read_text() == "looked at add()\n"
+
+
 def test_max_attempts_without_a_verified_result_quarantine_with_a_pending_alert(tmp_path, short_tmp):
     spec = write_spec(tmp_path, "notes", contract=ratified(["fs:**"]), max_attempts=2, assertions=[{"file_exists": "out/never.txt"}])
     run = new_run(tmp_path, spec)
