@@ -246,21 +246,29 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
 
 @app.command()
 def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files to check.")) -> None:
-    """Check spec files (and suites, with every spec they name) against their schemas in specs/;
-    report every problem as file:line: field: message."""
+    """Check spec files (and suites, with every spec they name) against their schemas in specs/,
+    and that each can work: its contract as the gate will judge it (ratified, by someone other
+    than its proposer, hash and terms as they stand) and its agent command among the agent
+    files. Report every problem as file:line: field: message, with the command that fixes it."""
+    from assure.run import preflight
     from assure.run import suite as suite_mod
 
     bad = 0
     for path in specs:
         try:
-            if suite_mod.is_suite(path):
-                suite_mod.load(path)
-            else:
-                spec_mod.load(path)
-            out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
+            loaded = suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
+            found = [p for s in loaded for p in preflight.problems(s)]
         except AssureError as exc:
             bad += 1
             err.print(_safe_lines(exc.explain()), markup=False, highlight=False)
+            continue
+        for problem in found:
+            first, *rest = problem.lines()
+            err.print(_safe_lines("\n".join([first if problem.fatal else f"note: {first}", *rest])), markup=False, highlight=False)
+        if any(p.fatal for p in found):
+            bad += 1
+        else:
+            out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
     raise typer.Exit(1 if bad else 0)
 
 
