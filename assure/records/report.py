@@ -46,6 +46,7 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
         head = Text.assemble(f"attempt {attempt['attempt']}{task}: ", verdict_text(attempt["verdict"]),
                              f"   exit code {attempt['exit_code']}" + ("  (deadline hit)" if attempt.get("timed_out") else ""))
         parts.append(head)
+        parts.extend(_reason_lines(attempt.get("reason")))
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("", "finding", "subject", "detail"):
             table.add_column(col, overflow="fold")
@@ -76,6 +77,31 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
                      style="green" if expect == report["verdict"] else "bold red")
     parts.append(Text(f"run directory: {display(run_dir)}", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left")
+
+
+def _reason_lines(reason: dict[str, Any] | None) -> list[Text]:
+    """Why the attempt did not pass (the report's `reason`): the summary, the gate's first
+    denial when the summary is something else, and the agent's last output lines."""
+    if not reason:
+        return []
+    lines = []
+    if reason.get("summary"):
+        lines.append(Text.assemble(("  why: ", "bold"), (_safe(reason["summary"]), "yellow")))
+    denial = reason.get("gate_denial")
+    if denial and not str(reason.get("summary") or "").startswith("the gate denied"):
+        target = f" {denial['path']}" if denial.get("path") else ""
+        lines.append(Text(_safe(f"  the gate's first denial: {denial['tool']}{target}: {denial['rule']}: {denial['message']}"
+                                f" ({denial['denied']} calls denied)"), style="yellow"))
+    if reason.get("agent_output"):
+        lines.append(Text("  the agent's last output lines (agent.log):", style="dim"))
+        lines.extend(Text(f"    │ {_safe(line)}", style="dim") for line in reason["agent_output"])
+    return lines
+
+
+def _safe(value: Any) -> str:
+    """A value the report already escaped (`display`) as it is; anything else escaped now."""
+    text = str(value)
+    return text if text.isprintable() else display(text)
 
 
 def _change_rows(changes: list[dict[str, Any]], findings: list[dict[str, Any]]) -> list[tuple[str, str, str, str, bool]]:

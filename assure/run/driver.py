@@ -30,6 +30,7 @@ from assure.records.layout import RunPaths
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
+from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, describe
@@ -434,6 +435,7 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
                 "attempt": a["n"], "task": task_id, "verdict": verdict["verdict"], "exit_code": facts.exit_code,
                 "timed_out": facts.timed_out, "stopped": facts.stopped, "timings": facts.timings,
                 "claim": verdict["claim"], "journal_head": verdict["journal_head"], "findings": verdict["findings"],
+                "reason": attempt_reason(record, spec),  # why it did not pass, from the records (never the claim)
             })
         verdicts = [a["verdict"] for a in attempts if a["task"] == task_id]
         if verdicts:
