@@ -62,7 +62,7 @@ def test_kill_9_resumes_the_same_task_with_no_duplicate_effect(point, make_spec,
     report = json.loads(resumed.stdout)
     (task,) = report["tasks"]
     assert task["id"] == "main" and task["state"] == "committed"
-    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt counts
+    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt is kept, the next one runs
     assert sqlite3.connect(ledger).execute("SELECT count(*) FROM entries").fetchone() == (1,)  # one effect
     assert commits(target) == ["assure: task main", "fixture"]  # one commit, never two
     assert "return a + b" in (target / "src" / "calc.py").read_text()
