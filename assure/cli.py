@@ -153,7 +153,7 @@ def run(
     """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
 
     An unfinished run of the same spec (its driver killed) is resumed instead, unless --new."""
-    from assure.run.driver import find_unfinished
+    from assure.run.driver import find_unfinished, resume_note
 
     _sigterm_as_interrupt()
     try:
@@ -162,7 +162,7 @@ def run(
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
         if rd is not None:
-            err.print(f"resuming unfinished run {rd.run_id}", markup=False)
+            err.print(resume_note(rd, loaded), markup=False)
         else:
             rd = store.RunDir.create(runs_dir, store.new_run_id(loaded.name), loaded.path, loaded.to_json())
     except AssureError as exc:
@@ -265,11 +265,14 @@ def resume(
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
+    from assure.run.driver import resume_note
+
     _sigterm_as_interrupt()
     try:
         rd = runs_mod.find(run_ref, runs_dir)
         loaded = _spec_of(rd)
         engine = _backend_and_images(loaded)
+        err.print(resume_note(rd, loaded), markup=False)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -288,21 +291,29 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
 
 @app.command()
 def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files to check.")) -> None:
-    """Check spec files (and suites, with every spec they name) against their schemas in specs/;
-    report every problem as file:line: field: message."""
+    """Check spec files (and suites, with every spec they name) against their schemas in specs/,
+    and that each can work: its contract as the gate will judge it (ratified, by someone other
+    than its proposer, hash and terms as they stand) and its agent command among the agent
+    files. Report every problem as file:line: field: message, with the command that fixes it."""
+    from assure.run import preflight
     from assure.run import suite as suite_mod
 
     bad = 0
     for path in specs:
         try:
-            if suite_mod.is_suite(path):
-                suite_mod.load(path)
-            else:
-                spec_mod.load(path)
-            out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
+            loaded = suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
+            found = [p for s in loaded for p in preflight.problems(s)]
         except AssureError as exc:
             bad += 1
             err.print(_safe_lines(exc.explain()), markup=False, highlight=False)
+            continue
+        for problem in found:
+            first, *rest = problem.lines()
+            err.print(_safe_lines("\n".join([first if problem.fatal else f"note: {first}", *rest])), markup=False, highlight=False)
+        if any(p.fatal for p in found):
+            bad += 1
+        else:
+            out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
     raise typer.Exit(1 if bad else 0)
 
 
@@ -429,12 +440,10 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
-    """Record an operator request (halt or dial) in RUN's control record."""
-    from assure.core import control
-
+    """Record an operator request (halt or dial) in RUN's control record; refused once RUN is over."""
     try:
         rd = runs_mod.find(run, runs_dir)
-        return rd, control.request(rd.control_dir, run_id=rd.run_id, actor=alerts.operator_name(), **change)
+        return rd, rd.override(alerts.operator_name(), **change)
     except AssureError as exc:
         raise _fail(exc) from None
 
@@ -554,13 +563,19 @@ def promote_cmd(
     task: Optional[str] = typer.Option(None, help="Task id (default: every proposed task)."),
     runs_dir: Path = typer.Option(store.RUNS_DIR),
     key: Optional[Path] = KEY_OPTION,
+    dial: Optional[str] = typer.Option(None, "--dial", help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's."),
 ) -> None:
-    """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier)."""
+    """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier);
+    refuses, writing nothing, when no task can be committed."""
+    from assure.core import control
     from assure.run.driver import promote_proposed
 
+    if dial is not None and dial not in control.LEVELS:
+        err.print(f"error: --dial must be one of {', '.join(control.LEVELS)}", markup=False)
+        raise typer.Exit(2)
     try:
         rd = runs_mod.find(run_ref, runs_dir)
-        done = promote_proposed(_spec_of(rd), rd, task, key)
+        done = promote_proposed(_spec_of(rd), rd, task, key, dial)
     except AssureError as exc:
         raise _fail(exc) from None
     for task_id, state, reason in done:
