@@ -139,7 +139,7 @@ class _Attempt:
         for f in findings:
             counts[str(f.get("kind"))] = counts.get(str(f.get("kind")), 0) + 1
         facts = [f"verdict: {_verdict_word(self.verdict)}", f"{len(changes)} changed paths",
-                 f"{len([r for r in self.journal if _is_denied(r)])} denied calls"]
+                 f"{len([r for r in self.journal if _is_denied(r)])} denied or rejected calls"]
         facts += [f"{_h(kind)}: {n}" for kind, n in sorted(counts.items())]
         return ('<h3>The agent\'s claim beside the evidence</h3><table class="claim"><tr><th>claim (narrative, not evidence)</th>'
                 '<th>evidence (snapshots, journal, checks)</th></tr>'
@@ -211,13 +211,13 @@ class _Attempt:
 
     def _denied(self) -> str:
         rows = [r for r in self.journal if _is_denied(r)]
-        head = f"<h3>Denied calls ({len(rows)})</h3>"
+        head = f"<h3>Denied and rejected calls ({len(rows)})</h3>"
         if not rows:
-            return head + "<p>The gate denied no call.</p>"
+            return head + "<p>The gateway denied or rejected no call.</p>"
         return head + _table(("journal", "time", "tool", "path", "decision", "rule", "reason"),
                              [(f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))}</a>', _h(r.get("ts")), _h(r.get("tool")), _h(r.get("path") or r.get("endpoint")),
-                               f'<span class="bad">{_h(r.get("decision"))}</span>', _h(r.get("rule")), _h(r.get("reason") or r.get("error")))
-                              for r in rows])
+                               f'<span class="bad">{_h(r.get("decision") or r.get("event"))}</span>', _h(r.get("rule") or r.get("code")),
+                               _h(r.get("reason") or r.get("error"))) for r in rows])
 
     def _journal_table(self) -> str:
         head = f"<h3>Gateway journal ({len(self.journal)} lines shown)</h3>"
@@ -289,7 +289,9 @@ def _entry_field(entry: dict[str, Any] | None, key: str) -> str:
 
 
 def _is_denied(record: dict[str, Any]) -> bool:
-    return record.get("event") == "tool_call" and record.get("decision") in _DENIED
+    """A call the gate denied (or escalated), or a request refused before the gate (a path escape, a bad argument)."""
+    event = record.get("event")
+    return event == "request_rejected" or (event in ("tool_call", "model_call") and record.get("decision") in _DENIED)
 
 
 class _Budget:
