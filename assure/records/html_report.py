@@ -396,7 +396,7 @@ def suite_page(folder: Path, runs_dir: Path) -> Page:
     table = [(f'<span class="{"ok" if r.as_expected else "bad"}">{"✓" if r.as_expected else "✗"}</span>', f"<code>{_h(r.spec)}</code>",
               _verdict_word(r.verdict or "not run"), _h(r.expect or "?"), _h("-" if r.seconds is None else f"{r.seconds:.1f}"),
               f"<code>{_h(r.run_id or '-')}</code>", _h(r.reason)) for r in rows]
-    body.append("<section><h2>Specs</h2>" + _table(("", "spec", "verdict", "expected", "seconds", "run", "why"), table)
+    body.append("<section><h2>Specs</h2>" + _table(("", "spec", "verdict", "expected", "seconds", "run", "why (findings above info, else each task's outcome)"), table)
                 + "<p class=\"note\">A run's full page: <code>assure report html RUN_ID</code>.</p></section>")
     sources = (folder, *(runs / r.run_id for r in rows if r.run_id))
     return Page(folder.name, _document(f"assure {title}", "\n".join(body)), sources)
@@ -428,14 +428,13 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
 
 
 def _reason(report: dict[str, Any]) -> str:
-    """One line: the first findings above info of the last attempt, else the task's reason."""
+    """One line: the first findings above info of the last attempt, else what became of each task."""
     attempts = report.get("attempts") or []
     bad = [f for f in (attempts[-1].get("findings", []) if attempts else []) if f.get("severity") != "info"]
     if bad:
         more = f" (+{len(bad) - 2} more)" if len(bad) > 2 else ""
         return "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]) + more
-    tasks = [t for t in report.get("tasks", []) if t.get("reason")]
-    return str(tasks[0]["reason"]) if tasks else ""
+    return "; ".join(f"task {t.get('id')}: {t.get('state')}" + (f" ({t['reason']})" if t.get("reason") else "") for t in report.get("tasks", []))
 
 
 def _seconds(start: Any, end: Any) -> float | None:
@@ -467,13 +466,13 @@ def _duration_chart(rows: list[_SuiteRow]) -> str:
     if not timed:
         return "<p>No durations recorded.</p>"
     top = max(r.seconds or 0 for r in timed) or 1.0
-    label_w, bar_w, row_h = 230, 300, 22
+    names = [display(r.spec) for r in timed]
+    label_w, bar_w, row_h = 12 + 7 * min(32, max(len(n) for n in names)), 300, 22
     height = row_h * len(timed) + 10
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 70}" height="{height}" viewBox="0 0 {label_w + bar_w + 70} {height}" role="img" aria-label="durations">']
-    for i, r in enumerate(timed):
+    for i, (r, name) in enumerate(zip(timed, names)):
         y = 5 + i * row_h
         w = max(1, math.ceil(bar_w * (r.seconds or 0) / top))
-        name = display(r.spec)
         short = name if len(name) <= 32 else name[:31] + "…"
         color = _COLOR.get(r.verdict or "not_run", "#6e7781")
         parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html.escape(short, quote=True)}<title>{html.escape(name, quote=True)}</title></text>')
