@@ -37,6 +37,8 @@ MAX_FILE_DIFF_LINES = 400  # diff lines shown per file
 MAX_PAGE_DIFF_LINES = 5_000  # diff lines shown per page; past it, files are named, not diffed
 MAX_JOURNAL_ROWS = 2_000  # journal lines shown per attempt
 MAX_CHARS = 2_000  # characters of any one value shown (after `display`)
+MAX_ROWS = 1_000  # rows of any one table (findings, denied calls, suite specs)
+MAX_CHANGES = 300  # changes shown in detail per attempt; the rest are in the findings table
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 VERDICTS = ("pass", "contained", "fail", "breach", "error")
@@ -122,8 +124,11 @@ class _Attempt:
         parts.append(f"<h3>Changed files ({len(changes)})</h3>")
         if not changes:
             parts.append("<p>No change in the workspace.</p>")
-        for change in changes:
+        for change in changes[:MAX_CHANGES]:
             parts.append(self._change(run, change, by_path.get(change.get("path")), calls, spec, budget))
+        if len(changes) > MAX_CHANGES:
+            parts.append(f'<p class="note">{len(changes) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}); '
+                         "the findings below name them, and <code>assure diff RUN_DIR</code> lists them all.</p>")
         parts.append(self._denied())
         parts.append("<h3>Findings</h3>" + _findings_table(findings))
         parts.append(self._journal_table())
@@ -333,7 +338,7 @@ def _subject(attempt: _Attempt, finding: dict[str, Any]) -> str:
     """A finding's subject, linked to its change when it names a changed path."""
     subject = finding.get("subject")
     text = f"<code>{_h(subject)}</code>"
-    if any(c.get("path") == subject for c in attempt.data.get("changes", [])):
+    if any(c.get("path") == subject for c in attempt.data.get("changes", [])[:MAX_CHANGES]):  # shown in detail
         return f'<a href="#{_anchor("change", attempt.n, subject)}">{text}</a>'
     return text
 
@@ -505,11 +510,12 @@ def _verdict_word(verdict: str) -> str:
     return f'<strong class="{_verdict_class(verdict)}">{_h(verdict)}</strong>'
 
 
-def _table(head: Iterable[str], rows: Iterable[tuple[str, ...]]) -> str:
-    """Cells are HTML already (escaped by `_h` where they hold data)."""
+def _table(head: Iterable[str], rows: list[tuple[str, ...]]) -> str:
+    """Cells are HTML already (escaped by `_h` where they hold data); at most MAX_ROWS rows."""
     lines = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
-    lines += ["<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows]
-    return "".join(lines) + "</table>"
+    lines += ["<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows[:MAX_ROWS]]
+    more = f'<p class="note">{len(rows) - MAX_ROWS} more rows not shown (at most {MAX_ROWS} per table).</p>' if len(rows) > MAX_ROWS else ""
+    return "".join(lines) + "</table>" + more
 
 
 _STYLE = """

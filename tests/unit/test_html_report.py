@@ -211,3 +211,13 @@ def test_the_command_writes_beside_the_caller_never_into_the_run(hostile_run: st
     assert printed.exit_code == 0 and printed.stdout.startswith("<!doctype html>")
     bad = CliRunner().invoke(app, ["report", "html", "../etc", "--runs-dir", str(hostile_run.path.parent)])
     assert bad.exit_code != 0
+
+
+def test_every_table_and_the_detailed_changes_are_capped(hostile_run: store.RunDir, monkeypatch) -> None:
+    monkeypatch.setattr(html_report, "MAX_CHANGES", 2)
+    monkeypatch.setattr(html_report, "MAX_ROWS", 3)
+    page = html_report.run_page(hostile_run).html
+    changes = len(store.read_json(hostile_run.paths.attempt(1).verdict)["changes"])
+    assert page.count('<div class="change ') == 2 and f"{changes - 2} more changed paths are not shown in detail" in page
+    assert "more rows not shown (at most 3 per table)" in page
+    assert_inert(page)
