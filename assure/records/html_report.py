@@ -428,7 +428,7 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
             report = store.read_json(run.report) if run.report.is_file() else {}
             reason = _reason(report)
         except RunDirError as exc:
-            reason = f"its run directory cannot be read: {exc.what if hasattr(exc, 'what') else exc}"
+            reason = f"its run directory cannot be read: {exc.message} ({exc.where})"
     return _SuiteRow(spec_name, run_id, entry.get("verdict"), expect, seconds, reason)
 
 

@@ -221,3 +221,12 @@ def test_every_table_and_the_detailed_changes_are_capped(hostile_run: store.RunD
     assert page.count('<div class="change ') == 2 and f"{changes - 2} more changed paths are not shown in detail" in page
     assert "more rows not shown (at most 3 per table)" in page
     assert_inert(page)
+
+
+def test_a_suite_row_whose_run_cannot_be_read_says_so(tmp_path: Path, short_tmp: str) -> None:
+    runs_dir, folder = suite_run(tmp_path, short_tmp)
+    state = store.read_json(folder / layout.STATE)
+    (runs_dir / state["runs"][1]["run_id"] / "spec.json").unlink()
+    page = html_report.render(str(folder), runs_dir).html
+    assert_inert(page)
+    assert "its run directory cannot be read: missing spec.json" in page and "fake-fixer" in page
