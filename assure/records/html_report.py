@@ -220,7 +220,7 @@ class _Attempt:
         if not rows:
             return head + "<p>The gateway denied or rejected no call.</p>"
         return head + _table(("journal", "time", "tool", "path", "decision", "rule", "reason"),
-                             [(f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))}</a>', _h(r.get("ts")), _h(r.get("tool")), _h(r.get("path") or r.get("endpoint")),
+                             [(f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))}</a>', f'<span class="time">{_h(r.get("ts"))}</span>', _h(r.get("tool")), _h(r.get("path") or r.get("endpoint")),
                                f'<span class="bad">{_h(r.get("decision") or r.get("event"))}</span>', _h(r.get("rule") or r.get("code")),
                                _h(r.get("reason") or r.get("error"))) for r in rows])
 
@@ -523,7 +523,7 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 1.5em 2em; color: #1f2328;
 h1 { margin: 0 0 .2em; font-size: 1.6em; } h2 { border-bottom: 1px solid #d0d7de; padding-bottom: .2em; margin-top: 1.6em; }
 h4 { margin: .2em 0 .4em; font-weight: 600; }
 code, pre, td { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px; }
-td { overflow-wrap: break-word; } code { overflow-wrap: anywhere; } td.time { white-space: nowrap; }
+td { overflow-wrap: break-word; } code { overflow-wrap: anywhere; } .time { white-space: nowrap; }
 table { border-collapse: collapse; margin: .4em 0 1em; }
 th, td { border: 1px solid #d0d7de; padding: .25em .55em; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; font-family: system-ui, sans-serif; }
