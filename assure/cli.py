@@ -312,7 +312,7 @@ app.add_typer(report_app, name="report")
 
 @report_app.command("html")
 def report_html(
-    ref: str = typer.Argument(..., metavar="RUN_OR_SUITE_RUN", help="Run id, suite run id, or either's directory."),
+    ref: str = typer.Argument(..., metavar="RUN_OR_SUITE_RUN", help="Run id, suite run id, either's directory, or a suite summary JSON file."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
     runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run ids are looked up (suite runs: beside it, in suites/)."),
 ) -> None:

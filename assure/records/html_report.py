@@ -59,12 +59,14 @@ class Page:
 
 def render(ref: str, runs_dir: Path) -> Page:
     """The page of a run or a suite run, given by id (under `runs_dir` or its suites folder)
-    or by directory."""
+    or by directory, or of a suite summary file."""
     path = Path(ref)
-    if not path.is_dir():
+    if not path.exists():
         if not store.RUN_ID.match(ref):
             raise AssureError(f"{ref!r} is not a run id, a suite run id or a directory", fix="`assure runs` lists runs")
         path = next((p for p in (runs_dir / ref, layout.suites_base(runs_dir) / ref) if p.is_dir()), path)
+    if path.is_file():
+        return summary_page(path)
     if RunPaths(path).spec_json.is_file():
         return run_page(store.RunDir.open(path))
     if SuitePaths(path).state.is_file():
@@ -388,13 +390,42 @@ def suite_page(folder: Path, runs_dir: Path) -> Page:
         raise RunDirError("not a suite run's state (no runs)", where=str(SuitePaths(folder).state))
     runs = _runs_dir_of(folder, runs_dir)
     rows = [_suite_row(entry, runs) for entry in state["runs"] if isinstance(entry, dict)]
+    head = f"suite run <code>{_h(folder.name)}</code>, from <code>{_h(state.get('source'))}</code>"
+    sources = (folder, *(runs / r.run_id for r in rows if r.run_id))
+    return Page(folder.name, _suite_document(str(state.get("suite", "?")), head, state, rows), sources)
+
+
+def summary_page(path: Path) -> Page:
+    """The suite page of a suite summary (`assure suite --summary`, or `assure report merge`'s
+    merged one: INTERFACES.md, schema_version 1), from the summary alone."""
+    data = store.read_json(path)
+    if not isinstance(data, dict) or data.get("kind") != "suite" or data.get("schema_version") != 1 or not isinstance(data.get("results"), list):
+        raise AssureError("not a suite summary (kind suite, schema_version 1)", where=str(path), fix="pass `assure suite --summary`'s file, a run or a suite run")
+    rows = [_summary_row(r) for r in data["results"] if isinstance(r, dict)]
+    shard = data.get("shard")
+    head = (f"suite run <code>{_h(data.get('suite_run_id'))}</code>, from <code>{_h(data.get('source'))}</code>"
+            + (f", shard {_h(shard.get('index'))} of {_h(shard.get('count'))}" if isinstance(shard, dict) else "") + f"; summary <code>{_h(path.name)}</code>")
+    sources = tuple(Path(r["run_dir"]) for r in data["results"] if isinstance(r, dict) and isinstance(r.get("run_dir"), str))
+    name = str(data.get("suite_run_id") or path.stem)
+    return Page(name if store.RUN_ID.match(name) else path.stem, _suite_document(str(data.get("suite", "?")), head, data, rows), sources)
+
+
+def _summary_row(result: dict[str, Any]) -> _SuiteRow:
+    seconds = result.get("duration_seconds")
+    bad = [f for f in result.get("findings") or [] if isinstance(f, dict)]
+    reason = result.get("reason") or "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2])
+    return _SuiteRow(str(result.get("spec", "?")), result.get("run_id") if isinstance(result.get("run_id"), str) else None,
+                     result.get("verdict"), result.get("expect"), float(seconds) if isinstance(seconds, (int, float)) else None, str(reason or ""))
+
+
+def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_SuiteRow]) -> str:
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in VERDICTS}
-    counts["not_run"] = sum(1 for r in rows if r.verdict is None)
+    counts["not_run"] = sum(1 for r in rows if r.verdict not in VERDICTS)
     ok = bool(rows) and all(r.as_expected for r in rows)
-    title = f"suite {state.get('suite', '?')}"
-    body = [f'<header><h1>{_h(title)}</h1><p>suite run <code>{_h(folder.name)}</code>, from <code>{_h(state.get("source"))}</code></p>'
+    title = f"suite {suite}"
+    body = [f'<header><h1>{_h(title)}</h1><p>{head}</p>'
             f'<p class="verdict {"ok" if ok else "bad"}">{"AS EXPECTED" if ok else "UNEXPECTED"}</p>'
-            f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(state.get('state'))}, "
+            f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(state.get('state', '-'))}, "
             f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p></header>"]
     body.append('<section class="charts"><figure><figcaption>Outcomes (specs per verdict)</figcaption>' + _outcome_chart(counts)
                 + '</figure><figure><figcaption>Duration per spec (seconds)</figcaption>' + _duration_chart(rows) + "</figure></section>")
@@ -403,8 +434,7 @@ def suite_page(folder: Path, runs_dir: Path) -> Page:
               f"<code>{_h(r.run_id or '-')}</code>", _h(r.reason)) for r in rows]
     body.append("<section><h2>Specs</h2>" + _table(("", "spec", "verdict", "expected", "seconds", "run", "why (findings above info, else each task's outcome)"), table)
                 + "<p class=\"note\">A run's full page: <code>assure report html RUN_ID</code>.</p></section>")
-    sources = (folder, *(runs / r.run_id for r in rows if r.run_id))
-    return Page(folder.name, _document(f"assure {title}", "\n".join(body)), sources)
+    return _document(f"assure {title}", "\n".join(body))
 
 
 def _runs_dir_of(folder: Path, runs_dir: Path) -> Path:

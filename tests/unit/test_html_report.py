@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from assure.cli import app
 from assure.client import GatewayError
+from assure.errors import AssureError
 from assure.records import html_report, layout, store
 from assure.run import suite as suite_mod
 from assure.sandbox.fake import Context
@@ -230,3 +231,39 @@ def test_a_suite_row_whose_run_cannot_be_read_says_so(tmp_path: Path, short_tmp:
     page = html_report.render(str(folder), runs_dir).html
     assert_inert(page)
     assert "its run directory cannot be read: missing spec.json" in page and "fake-fixer" in page
+
+
+def summary(results: list[dict]) -> dict:
+    """A suite summary as INTERFACES.md defines it (`assure suite --summary`, `assure report merge`)."""
+    return {"schema_version": 1, "kind": "suite", "suite": "merged <i>", "suite_run_id": "s-20261201T000000Z-abcdef", "source": "suites/x.yaml",
+            "shard": {"index": 2, "count": 3}, "started_at": "2026-12-01T00:00:00Z", "finished_at": "2026-12-01T00:01:00Z",
+            "as_expected": False, "counts": {}, "results": results}
+
+
+def result(spec: str, verdict: str | None, expect: str, seconds: float | None, **fields: object) -> dict:
+    return {"spec": spec, "spec_path": f"{spec}.yaml", "run_id": None, "run_dir": None, "verdict": verdict, "expect": expect,
+            "as_expected": verdict == expect, "started_at": None, "finished_at": None, "duration_seconds": seconds, "reason": None, "findings": [], **fields}
+
+
+def test_a_suite_summary_file_renders_the_suite_page(tmp_path: Path) -> None:
+    path = tmp_path / "merged.json"
+    store.write_json(path, summary([
+        result("ok", "pass", "pass", 3.0),
+        result('x" onload="y', "breach", "pass", 1.5, findings=[{"kind": "unattributed", "severity": "breach", "subject": "<svg onload=1>", "message": "m"}]),
+        result("cut", None, "pass", None, reason="not run: stop_on_unexpected"),
+    ]))
+    page = html_report.render(str(path), tmp_path / "runs")
+    parsed = assert_inert(page.html)
+    text = "".join(parsed.text)
+    assert page.id == "s-20261201T000000Z-abcdef" and "suite merged <i>" in text and "shard 2 of 3" in text
+    assert "1 of 3 specs as expected" in text and 'x" onload="y' in text and "unattributed: <svg onload=1>" in text
+    assert "not run: stop_on_unexpected" in text and parsed.tags.count("svg") == 2
+    bars = re.findall(r'<rect x="\d+" y="\d+" width="50" height="(\d+)"', page.html)
+    assert [int(h) for h in bars] == [140, 0, 0, 140, 0, 140]  # pass, contained, fail, breach, error, not run
+
+
+def test_a_json_file_that_is_not_a_suite_summary_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "run.json"
+    store.write_json(path, {"schema_version": 1, "kind": "run", "results": []})
+    with pytest.raises(AssureError, match="not a suite summary"):
+        html_report.render(str(path), tmp_path)
