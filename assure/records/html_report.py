@@ -162,7 +162,7 @@ class _Attempt:
                 f'{" <span class=tag>" + _h(", ".join(change.get("fields", []))) + "</span>" if change.get("fields") else ""}</h4>')
         meta = ["<table class=\"meta\"><tr><th></th><th>before (PRE)</th><th>after (POST)</th></tr>"]
         for label, key in (("type", "kind"), ("mode", "mode"), ("owner", "uid"), ("size", "size"), ("sha256", "sha256"), ("target", "target"), ("note", "note")):
-            if key in ("target", "note") and not any(entry and entry.get(key) for entry in (before, after)):
+            if key in ("sha256", "target", "note") and not any(entry and entry.get(key) for entry in (before, after)):
                 continue
             values = [_entry_field(entry, key) for entry in (before, after)]
             changed = ' class="changed"' if values[0] != values[1] and before and after else ""
