@@ -362,6 +362,39 @@ def diff(
         out.print(render.render_changes(verdict["changes"], verdict["findings"]))
 
 
+report_app = typer.Typer(no_args_is_help=True, help="Reports of runs and suite runs, for people and for CI.")
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("html")
+def report_html(
+    ref: str = typer.Argument(..., metavar="RUN_OR_SUITE_RUN", help="Run id, suite run id, either's directory, or a suite summary JSON file."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run ids are looked up (suite runs: beside it, in suites/)."),
+) -> None:
+    """A self-contained HTML page (no script, no network) of a run or a suite run, for a reviewer.
+
+    It is written to the current folder by default, never into a run directory: those are sealed."""
+    from assure.records import html_report
+
+    try:
+        page = html_report.render(ref, runs_dir)
+        if output is not None and str(output) == "-":
+            sys.stdout.write(page.html)
+            return
+        target = (output or Path(f"{page.id}.html")).resolve()
+        inside = next((s for s in page.sources if target.is_relative_to(s.resolve())), None)
+        if inside is not None:
+            raise AssureError("the page would be written inside a run directory, which is sealed", where=str(target),
+                              fix="pass -o with a path outside it (or -o - for stdout)")
+        target.write_text(page.html, encoding="utf-8")
+    except AssureError as exc:
+        raise _fail(exc) from None
+    except OSError as exc:
+        raise _fail(AssureError(f"cannot write the page: {exc.strerror}", where=str(exc.filename))) from None
+    err.print(f"wrote {render.display(str(target))}", markup=False, highlight=False)
+
+
 @images_app.command("build")
 def images_build() -> None:
     """Build the base, agent and gateway images (no registry needed); skip what is up to date."""
