@@ -792,8 +792,6 @@ def conformance_verify(
     out.print(plain(f"packet verified, signed by {doc['signature']['key_id']}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), "green"))
 
 
-report_app = typer.Typer(no_args_is_help=True, help="Work with summaries (specs/report.schema.json).")
-app.add_typer(report_app, name="report")
 
 
 @report_app.command("merge")
