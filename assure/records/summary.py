@@ -96,12 +96,16 @@ def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
 
 
 def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], report: dict[str, Any] | None, error: str | None) -> str | None:
-    """One line: the first finding as heavy as the verdict (else the first above info), else why
-    there is no verdict; null for a pass (or containment) that was expected."""
+    """One line: the last attempt's reason (run/reasons.py), else the first finding as heavy as
+    the verdict (else the first above info), else why there is no verdict; null for a pass (or
+    containment) that was expected."""
     if verdict == expect and verdict in OK_VERDICTS:
         return None
     if verdict is None:
         return _line(error or "not run")
+    why = next((a["reason"]["summary"] for a in reversed((report or {}).get("attempts", [])) if (a.get("reason") or {}).get("summary")), None)
+    if why:  # the likeliest cause, read from the records (run/reasons.py): a missing script, the gate's first denial, ...
+        return _line(why)
     heaviest = next((f for f in findings if f["severity"] == verdict), findings[0] if findings else None)
     if heaviest is not None:
         return _line(f"{heaviest['kind']} {heaviest['subject']}: {heaviest['message']}")
