@@ -8,7 +8,8 @@ memory, CPU, pids and ulimits must be exactly the request's. An item that does n
 this container or host says why (`not_applicable`); nothing passes by being skipped.
 
 Input is what the engine reports: `docker inspect`, `docker top` (the live processes, None
-for a container that is not running) and `docker info`; nothing here talks to Docker.
+for a container that is not running) and `docker info`, gathered by `gather`; the check
+itself is a pure function of them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from assure.sandbox import hardening, seccomp
 from assure.sandbox.backend import ContainerRequest, Role
+from assure.sandbox.docker import DockerBackend
 from assure.spec import Spec
 
 BENCHMARK = "CIS Docker Benchmark v1.6.0, section 5 (Container Runtime)"
@@ -296,6 +298,14 @@ ITEMS: tuple[tuple[str, str, Callable[[Evidence, ContainerRequest], Result]], ..
     ("5.31", "the host's user namespaces are not shared", _namespace("UsernsMode", lambda want: "")),
     ("5.32", "the Docker socket is not mounted", _docker_socket),
 )
+
+
+def gather(backend: DockerBackend, cid: str) -> Evidence:
+    inspect = backend.inspect(cid)
+    running = bool((inspect.get("State") or {}).get("Running"))
+    info = backend.info()
+    return Evidence(inspect, backend.processes(cid) if running else None, list(info.get("SecurityOptions") or []),
+                    str((info.get("Swarm") or {}).get("LocalNodeState") or ""))
 
 
 def check(evidence: Evidence, expected: ContainerRequest) -> list[Item]:

@@ -1,0 +1,72 @@
+"""The CIS Docker Benchmark section 5 self-check on live containers: the agent and the gateway
+of a real attempt (an agent that sleeps until the test has inspected it), and a container
+started with one hardening setting taken away, which the same check must catch."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from assure import spec as spec_mod
+from assure.ops import cis
+from assure.sandbox import hardening
+
+from .conftest import SPECS
+
+HANG = SPECS / "hang.yaml"
+
+
+def _running(backend, pid: int, timeout: float = 60) -> dict[str, str]:
+    """role -> container id, once the run's agent container is running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ours = {c["assure.role"]: c["id"] for c in backend.owned()["containers"] if c.get("assure.pid") == str(pid)}
+        if "agent" in ours and backend.inspect(ours["agent"])["State"]["Running"]:
+            return ours
+        time.sleep(0.2)
+    pytest.fail("the agent container never started")
+
+
+def test_a_live_agent_and_gateway_hold_every_item_that_applies(backend, images, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "assure.cli", "run", str(HANG)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        containers = _running(backend, proc.pid)
+        evidence = {role: cis.gather(backend, containers[role]) for role in ("agent", "gateway")}
+    finally:
+        proc.send_signal(signal.SIGTERM)  # cleans up like Ctrl-C
+        proc.communicate(timeout=60)
+    spec = spec_mod.load(HANG)
+    security = backend.security_options()
+    for role, image in (("agent", images.agent), ("gateway", images.gateway)):
+        items = cis.check(evidence[role], cis.expected_request(spec, role, image))
+        assert [(i.id, i.detail) for i in cis.failed(items)] == [], role
+        status = {i.id: i for i in items}
+        # what does not apply says so, and only where this host makes it so
+        assert status["5.27"].status is cis.Status.NOT_APPLICABLE and status["5.27"].detail == cis.NO_HEALTHCHECK[role]
+        for item, name in (("5.2", "apparmor"), ("5.3", "selinux")):
+            on_host = any(o.startswith(f"name={name}") for o in security)
+            assert (status[item].status is cis.Status.PASS) if on_host else (status[item].status is cis.Status.NOT_APPLICABLE), status[item]
+        assert status["5.7"].status is cis.Status.PASS  # the processes were listed: the container was live
+        others = {i.id for i in items} - {"5.2", "5.3", "5.27"}
+        assert {status[i].status for i in others} == {cis.Status.PASS}
+
+
+def test_a_container_without_cap_drop_all_fails_the_live_check(backend, images, tmp_path):
+    """The same check on a container the test weakens itself: assure's agent hardening minus
+    `cap_drop ALL`, plus a writable root; the engine reports it and the check fails 5.4 and 5.13."""
+    spec = spec_mod.load(HANG)
+    want = cis.expected_request(spec, "agent", images.agent)
+    weak = dataclasses.replace(want, cap_drop=(), read_only_root=False, mounts=(), command=("sleep", "60"), name=None,
+                               labels={}, role="agent")
+    cid = backend.start_container(weak)
+    try:
+        items = cis.check(cis.gather(backend, cid), dataclasses.replace(want, mounts=()))
+    finally:
+        backend.remove_container(cid)
+    assert {i.id for i in cis.failed(items)} == {"5.4", "5.13"}, [(i.id, i.detail) for i in cis.failed(items)]
+    assert hardening.common_request(spec, "agent", images.agent, {}, spec.limits.memory, spec.limits.pids).cap_drop == ("ALL",)
