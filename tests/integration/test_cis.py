@@ -21,21 +21,21 @@ from .conftest import SPECS
 HANG = SPECS / "hang.yaml"
 
 
-def _running(backend, pid: int, timeout: float = 60) -> dict[str, str]:
+def _running(backend, proc: subprocess.Popen, timeout: float = 60) -> dict[str, str]:
     """role -> container id, once the run's agent container is running."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ours = {c["assure.role"]: c["id"] for c in backend.owned()["containers"] if c.get("assure.pid") == str(pid)}
+    while time.monotonic() < deadline and proc.poll() is None:
+        ours = {c["assure.role"]: c["id"] for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)}
         if "agent" in ours and backend.inspect(ours["agent"])["State"]["Running"]:
             return ours
         time.sleep(0.2)
-    pytest.fail("the agent container never started")
+    pytest.fail(f"the agent container never started: {proc.stderr.read() if proc.poll() is not None else 'timed out'}")
 
 
 def test_a_live_agent_and_gateway_hold_every_item_that_applies(backend, images, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "assure.cli", "run", str(HANG)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        containers = _running(backend, proc.pid)
+        containers = _running(backend, proc)
         evidence = {role: cis.gather(backend, containers[role]) for role in ("agent", "gateway")}
     finally:
         proc.send_signal(signal.SIGTERM)  # cleans up like Ctrl-C
@@ -70,3 +70,16 @@ def test_a_container_without_cap_drop_all_fails_the_live_check(backend, images, 
         backend.remove_container(cid)
     assert {i.id for i in cis.failed(items)} == {"5.4", "5.13"}, [(i.id, i.detail) for i in cis.failed(items)]
     assert hardening.common_request(spec, "agent", images.agent, {}, spec.limits.memory, spec.limits.pids).cap_drop == ("ALL",)
+
+
+def test_doctor_runs_the_check_on_what_the_engine_makes_of_our_requests(backend, images):
+    from assure.ops import doctor
+
+    rows = {c.name: c for c in doctor.diagnose().checks if c.name.startswith("CIS 5")}
+    assert sorted(rows) == ["CIS 5 (agent)", "CIS 5 (gateway)"]
+    security = backend.security_options()
+    skipped = [i for i, name in (("5.2", "apparmor"), ("5.3", "selinux")) if not any(o.startswith(f"name={name}") for o in security)]
+    skipped += ["5.7", "5.27"]  # created, never started: no processes; no health check by design
+    for row in rows.values():
+        assert row.status is doctor.Status.OK, row.detail
+        assert row.detail == f"{32 - len(skipped)} of 32 items hold; not applicable here: {', '.join(sorted(skipped, key=lambda i: int(i[2:])))}"
