@@ -16,7 +16,7 @@ from assure import spec as spec_mod
 from assure.ops import cis
 from assure.sandbox import hardening
 
-from .conftest import SPECS
+from .conftest import EXAMPLES, SPECS
 
 HANG = SPECS / "hang.yaml"
 
@@ -83,3 +83,26 @@ def test_doctor_runs_the_check_on_what_the_engine_makes_of_our_requests(backend,
     for row in rows.values():
         assert row.status is doctor.Status.OK, row.detail
         assert row.detail == f"{32 - len(skipped)} of 32 items hold; not applicable here: {', '.join(sorted(skipped, key=lambda i: int(i[2:])))}"
+
+
+def test_tasks_of_the_sandbox_uid_elsewhere_on_the_host_do_not_stop_a_run(backend, images, run):
+    """5.19, the ulimits as intended: RLIMIT_NPROC is one budget for every task of the uid on the
+    host, shared by every run. With nproc set to one run's pids (256 here, as it was), 300
+    threads of the same uid in another container, well inside their own pids limit, left the
+    next attempt's gateway unable to start a thread: a harness error instead of a pass."""
+    spec = spec_mod.load(EXAMPLES / "benign.yaml")
+    uid, gid = hardening.sandbox_user(spec)
+    hog = dataclasses.replace(cis.expected_request(spec, "agent", images.agent), mounts=(), name=None, labels={}, pids_limit=400,
+                              command=("python3", "-c", "import threading, time\n"
+                                       "for _ in range(300): threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
+                                       "print('ready', flush=True); time.sleep(120)"), user=f"{uid}:{gid}")
+    cid = backend.start_container(hog)
+    try:
+        deadline = time.monotonic() + 30
+        while b"ready" not in backend.logs(cid, 1000) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert b"ready" in backend.logs(cid, 1000)
+        result = run("benign")
+    finally:
+        backend.remove_container(cid)
+    assert result.verdict == "pass", result.report
