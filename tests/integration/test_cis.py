@@ -5,10 +5,12 @@ started with one hardening setting taken away, which the same check must catch."
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +108,41 @@ def test_tasks_of_the_sandbox_uid_elsewhere_on_the_host_do_not_stop_a_run(backen
     finally:
         backend.remove_container(cid)
     assert result.verdict == "pass", result.report
+
+
+def _egress_run(backend, make_spec, tmp_path, name: str, upstream: str) -> tuple[dict[str, cis.Evidence], str, Path]:
+    """A run whose spec allowlists a host (so it has an egress proxy), caught live."""
+    spec = make_spec(name, "notes-only.sh", agent={"command": ["sh", "-c", "sleep 300"]},
+                     egress={"allow": ["example.invalid:443"], "upstream": upstream})
+    proc = subprocess.Popen([sys.executable, "-m", "assure.cli", "run", str(spec)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        containers = _running(backend, proc)
+        run_id = next(c["assure.run"] for c in backend.owned()["containers"] if c["id"] == containers["egress"])
+        (internal,) = [n["id"] for n in backend.owned(run_id)["networks"]]  # the request names it by id
+        evidence = {role: cis.gather(backend, containers[role]) for role in ("gateway", "egress")}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    return evidence, internal, spec
+
+
+def test_the_egress_proxy_on_the_default_bridge_is_5_30_and_nothing_else(backend, images, make_spec, tmp_path):
+    """`egress.upstream: bridge` (the default) connects the proxy to docker0, which 5.30 asks
+    not to use; everything else holds for the proxy and for the gateway on the internal network.
+    With a user-defined upstream network the proxy passes 5.30 too."""
+    evidence, internal, spec_path = _egress_run(backend, make_spec, tmp_path, "cis-egress-bridge", "bridge")
+    spec = spec_mod.load(spec_path)
+    gateway = cis.check(evidence["gateway"], cis.expected_request(spec, "gateway", images.gateway, network=internal))
+    assert [(i.id, i.detail) for i in cis.failed(gateway)] == []
+    proxy = cis.check(evidence["egress"], cis.expected_request(spec, "egress", images.egress, network=internal))
+    failed = {i.id: i.detail for i in cis.failed(proxy)}
+    assert list(failed) == ["5.30"] and "egress.upstream: bridge" in failed["5.30"], failed
+
+    upstream = backend.create_network(f"cis-upstream-{os.getpid()}", {"assure.owner": "assure", "assure.pid": str(os.getpid())}, internal=False)
+    try:
+        (tmp_path / "second").mkdir()
+        evidence, internal, spec_path = _egress_run(backend, make_spec, tmp_path / "second", "cis-egress-own", f"cis-upstream-{os.getpid()}")
+    finally:
+        backend.remove_network(upstream)
+    proxy = cis.check(evidence["egress"], cis.expected_request(spec_mod.load(spec_path), "egress", images.egress, network=internal))
+    assert [(i.id, i.detail) for i in cis.failed(proxy)] == []

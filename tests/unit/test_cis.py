@@ -144,3 +144,10 @@ def test_a_stopped_container_says_it_has_no_processes_and_a_request_mismatch_fai
     gateway = evidence("gateway")
     wrong = {i.id for i in cis.failed(cis.check(gateway, cis.expected_request(SPEC, "agent", gateway.inspect["Config"]["Image"])))}
     assert wrong == {"5.6", "5.11", "5.29"}
+
+
+def test_an_egress_proxy_is_judged_only_against_its_network():
+    with pytest.raises(ValueError, match="without its network"):
+        cis.expected_request(SPEC, "egress", "assure-egress:x")
+    want = cis.expected_request(SPEC, "egress", "assure-egress:x", network="net-id")
+    assert want.network == "net-id" and {m.target for m in want.mounts} == {"/etc/egress", "/var/log/egress"}
