@@ -25,7 +25,6 @@ from assure.sandbox.backend import ContainerRequest, Role
 from assure.sandbox.docker import DockerBackend
 from assure.spec import Spec
 
-BENCHMARK = "CIS Docker Benchmark v1.6.0, section 5 (Container Runtime)"
 SENSITIVE_DIRS = ("/", "/boot", "/dev", "/etc", "/lib", "/proc", "/sys", "/usr")
 # Why a container of each role has no engine health check (5.27).
 NO_HEALTHCHECK = {
@@ -74,7 +73,7 @@ def _ok(good: bool, detail: str) -> Result:
 
 
 def _swarm(e: Evidence, _: ContainerRequest) -> Result:
-    return _ok(e.swarm in ("inactive", ""), f"swarm mode: {e.swarm or 'inactive'}")
+    return _ok(e.swarm == "inactive", f"the engine's swarm mode: {e.swarm or 'not reported'}")
 
 
 def _apparmor(e: Evidence, _: ContainerRequest) -> Result:
@@ -213,7 +212,7 @@ def _no_exec(e: Evidence, _: ContainerRequest) -> Result:
     return _ok(not execs, f"exec sessions: {len(execs)}" if execs else "no exec session (assure never runs docker exec)")
 
 
-def _cgroup(e: Evidence, want: ContainerRequest) -> Result:
+def _cgroup(e: Evidence, _: ContainerRequest) -> Result:
     parent = e.host("CgroupParent") or ""
     return _ok(parent == "", f"CgroupParent {parent!r} (the engine's default)" if not parent else f"CgroupParent {parent!r}, assure sets none")
 
@@ -228,7 +227,7 @@ def _health(e: Evidence, _: ContainerRequest) -> Result:
     check = (e.inspect.get("Config") or {}).get("Healthcheck") or {}
     if check.get("Test") and check["Test"] != ["NONE"]:
         return Status.PASS, f"health check {check['Test']}"
-    role = ((e.inspect.get("Config") or {}).get("Labels") or {}).get("assure.role", "")
+    role = _role(e)
     if role in NO_HEALTHCHECK:
         return Status.NOT_APPLICABLE, NO_HEALTHCHECK[role]
     return Status.FAIL, f"no health check, and {role!r} is no role of assure's"
