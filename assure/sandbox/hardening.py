@@ -71,17 +71,16 @@ def tmpfs_options(size: str) -> str:
     return f"rw,nosuid,nodev,noexec,size={parse_size(size)}"
 
 
-def ulimits(nofile: int, agent_pids: int, disk: str | None) -> list[dict[str, Any]]:
+def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
     """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
-    core 0 (no core dump lands anywhere); nproc.
+    core 0 (no core dump lands anywhere).
 
-    RLIMIT_NPROC counts every task of the uid on the host, not of one container: the agent,
-    its gateway and its proxy run as the same uid, so nproc is their pids limits added up
-    (never binding while each pids cgroup holds; a second bound should one not)."""
-    nproc = agent_pids + GATEWAY_PIDS + EGRESS_PIDS
+    No nproc: RLIMIT_NPROC counts every task of the uid on the host, and every container of
+    every run on the host runs as the same uid, so it is one budget shared by all of them: an
+    agent of one run, within its own pids limit, could use it up and stop another run's
+    gateway from starting a thread. Each container's processes are bounded by its pids cgroup."""
     fsize = parse_size(disk or FILE_SIZE_LIMIT)
-    return [{"name": name, "soft": value, "hard": value} for name, value in
-            (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]
+    return [{"name": name, "soft": value, "hard": value} for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))]
 
 
 def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> ContainerRequest:
@@ -105,7 +104,7 @@ def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], me
         memory=mem,
         memory_swap=mem,
         nano_cpus=int(spec.limits.cpus * 1e9),
-        ulimits=tuple(Ulimit(**u) for u in ulimits(spec.limits.nofile, spec.limits.pids, spec.limits.disk)),
+        ulimits=tuple(Ulimit(**u) for u in ulimits(spec.limits.nofile, spec.limits.disk)),
         log_max=LOG_MAX,
         init=True,
         runtime=runtime,
