@@ -58,9 +58,13 @@ class RunDir:
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
         paths = RunPaths(base.resolve() / run_id)
-        paths.attempts.mkdir(parents=True)
-        paths.control.mkdir()
-        paths.gateway_state.mkdir()
+        try:
+            paths.attempts.mkdir(parents=True)
+            paths.control.mkdir()
+            paths.gateway_state.mkdir()
+        except OSError as exc:
+            raise RunDirError(f"cannot make the run directory: {exc.strerror or exc}", where=str(paths.root),
+                              fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from None
         shutil.copyfile(spec_source, paths.spec_yaml)
         write_json(paths.spec_json, spec_json)
         return cls(paths.root)
@@ -68,7 +72,8 @@ class RunDir:
     @classmethod
     def open(cls, path: Path) -> RunDir:
         if not RunPaths(path).spec_json.is_file():
-            raise RunDirError("not a run directory (no spec.json)", where=str(path), fix="pass a folder under .assure/runs/")
+            raise RunDirError(f"not a run directory (it has no {RunPaths(path).spec_json.name})", where=str(path),
+                              fix="pass a run id or a run's folder: `assure runs` lists them")
         return cls(path)
 
     @property
