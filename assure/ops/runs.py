@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assure.errors import AssureError
+from assure.errors import AssureError, unreadable
 from assure.records import layout, store
 from assure.textsafe import display
 
@@ -32,14 +33,20 @@ def check_base(runs_dir: Path, *, writable: bool = False) -> Path:
     """`runs_dir` as a runs base: a folder (a missing one is an empty base), and with `writable`
     one a run directory can be made in (created here if missing). Refused in words, never a traceback."""
     fix = "pass --runs-dir a folder you can write to (the default is .assure/runs)"
-    if runs_dir.exists() and not runs_dir.is_dir():
-        raise AssureError("--runs-dir is not a folder", where=str(runs_dir), fix=fix)
+    try:
+        if not stat.S_ISDIR(runs_dir.stat().st_mode):
+            raise AssureError("--runs-dir is not a folder", where=str(runs_dir), fix=fix)
+    except FileNotFoundError:
+        pass  # an empty base (made when a run is)
+    except OSError as exc:
+        raise AssureError(f"--runs-dir is unusable: {unreadable(exc)}", where=str(runs_dir), fix=fix) from None
     if writable:
         try:
             runs_dir.mkdir(parents=True, exist_ok=True)
             os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=runs_dir))
         except OSError as exc:
-            raise AssureError(f"cannot make a run directory in --runs-dir: {exc.strerror or exc}", where=str(runs_dir), fix=fix) from None
+            raise AssureError(f"--runs-dir is not a folder a run directory can be made in (the system says: {exc.strerror or exc})",
+                              where=str(runs_dir), fix=fix) from None
     return runs_dir
 
 
@@ -50,10 +57,10 @@ def locate(run: str, runs_dir: Path) -> Path:
     if path.is_dir():
         return path
     if not store.RUN_ID.match(run):
-        raise AssureError(f"no run directory {display(run)}, and that is not a run id either", fix=LIST_FIX)
+        raise AssureError(f"`{display(run)}` is neither a run's folder nor a run id", fix=LIST_FIX)
     check_base(runs_dir)
     if not (runs_dir / run).is_dir():
-        raise AssureError(f"no run {run} under {display(str(runs_dir))}", fix=f"{LIST_FIX}; or pass the run's folder")
+        raise AssureError(f"no run `{run}` under {display(str(runs_dir))}", fix=f"{LIST_FIX}; or pass the run's folder")
     return runs_dir / run
 
 

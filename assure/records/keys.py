@@ -37,6 +37,8 @@ def generate_keypair(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
         if path.exists() or path.is_symlink():
             raise KeyFileError("a key file is already there; refusing to overwrite it", where=str(path),
                                fix="use another --dir, or move the old key away yourself")
+    if directory.exists() and not directory.is_dir():
+        raise KeyFileError("--dir is not a folder", where=str(directory), fix="pass --dir a folder (made if missing) for the key pair")
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
