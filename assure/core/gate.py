@@ -339,7 +339,7 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
         return Decision(DENY, "contract.expired", f"contract {c.id!r} expired at {c.expires_at}")
     scope = action_scope(action)
     if scope is None or not globs.match_any(c.scope, scope):
-        return Decision(DENY, "contract.scope", f"{scope!r} is outside contract {c.id!r} scope {list(c.scope)}")
+        return Decision(DENY, "contract.scope", f"{scope!r} is outside contract {c.id!r} scope ({', '.join(c.scope) or 'empty'})")
     return None
 
 
