@@ -352,9 +352,12 @@ def diff(
         run = runs_mod.find(run_ref, runs_dir)
         run_dir = run.path
         attempts = run.attempts()
-        chosen = run.attempt(attempt).root if attempt else (attempts[-1] if attempts else None)
+        chosen = run.attempt(attempt).root if attempt is not None else (attempts[-1] if attempts else None)
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))
+        if chosen not in attempts:
+            have = ", ".join(a.name for a in attempts) or "none"
+            raise AssureError(f"the run has no attempt {attempt} (it has: {have})", where=str(run_dir), fix="pass --attempt N with one of those, or leave it out for the last")
         verdict = store.read_json(AttemptPaths(chosen).verdict)
     except AssureError as exc:
         raise _fail(exc) from None
@@ -525,8 +528,12 @@ def journal_cmd(
     json_out: bool = typer.Option(False, "--json", help="One JSON record per line."),
 ) -> None:
     """Query a run's journals (driver events, operator requests, gateway journals), verified first."""
+    from assure.ops.runsbase import parse_time
     from assure.records import journal
 
+    if since is not None and parse_time(since) is None:
+        err.print(f"error: --since must be an ISO time, e.g. 2026-11-30T08:00 (got {render.display(since)})", markup=False, highlight=False)
+        raise typer.Exit(2)
     try:
         rd = runs_mod.find(run, runs_dir)
         broken = [s for s in journal.sources(rd) if s.error]

@@ -264,3 +264,18 @@ def test_a_long_run_id_is_printed_whole_in_a_narrow_table(tmp_path: Path) -> Non
         result = invoke(*argv, "--runs-dir", str(tmp_path / "runs"), columns=60)
         assert result.exit_code == 0, result.output
         assert run_id in result.output and "…" not in result.output, result.output
+
+
+def test_diff_of_an_attempt_the_run_does_not_have_says_which_it_has(finished: tuple[Path, Path]) -> None:
+    run, _ = finished
+    for n in ("5", "0"):
+        result = invoke("diff", str(run), "--attempt", n)
+        assert result.exit_code == 1 and f"the run has no attempt {n} (it has: 1)" in result.output, result.output
+
+
+def test_journal_since_must_be_a_time(finished: tuple[Path, Path]) -> None:
+    run, _ = finished
+    bad = invoke("journal", str(run), "--since", "yesterday")
+    assert bad.exit_code == 2 and "--since must be an ISO time" in bad.output
+    good = invoke("journal", str(run), "--since", "2000-01-01T00:00", "--json")
+    assert good.exit_code == 0 and good.stdout.strip()
