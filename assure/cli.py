@@ -370,14 +370,18 @@ def diff(
 
 
 @images_app.command("build")
-def images_build() -> None:
+def images_build(json_out: bool = JSON_OPTION) -> None:
     """Build the base, agent and gateway images (no registry needed); skip what is up to date."""
     try:
         backend = DockerBackend()
         built = Images(backend, lambda msg: err.print(f"images: {msg}")).ensure()
     except AssureError as exc:
         raise _fail(exc) from None
-    for role in ("base", "agent", "gateway", "egress"):
+    roles = ("base", "agent", "gateway", "egress")
+    if json_out:
+        _print_json({role: getattr(built, role) for role in roles})
+        return
+    for role in roles:
         out.print(f"{role:8} {getattr(built, role)}")
 
 
@@ -623,7 +627,8 @@ app.add_typer(receipts_app, name="receipts")
 
 
 @keys_app.command("generate")
-def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", metavar="DIR", help="Where to write the key pair (default: ~/.config/assure/keys).")) -> None:
+def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", metavar="DIR", help="Where to write the key pair (default: ~/.config/assure/keys)."),
+                  json_out: bool = JSON_OPTION) -> None:
     """Make a new Ed25519 key pair for signing receipts; never overwrites a key."""
     from assure.records import keys
 
@@ -632,6 +637,9 @@ def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", metava
         kid = keys.key_id(keys.load_public(public_path))
     except AssureError as exc:
         raise _fail(exc) from None
+    if json_out:
+        _print_json({"private_key": str(private_path), "public_key": str(public_path), "key_id": kid})
+        return
     out.print(f"private key {render.display(str(private_path))} (mode 0600: keep it secret)", markup=False, highlight=False)
     out.print(f"public key  {render.display(str(public_path))} (publish it: it verifies every receipt)", markup=False, highlight=False)
     out.print(f"key id      {kid}", markup=False, highlight=False)

@@ -279,3 +279,26 @@ def test_journal_since_must_be_a_time(finished: tuple[Path, Path]) -> None:
     assert bad.exit_code == 2 and "--since must be an ISO time" in bad.output
     good = invoke("journal", str(run), "--since", "2000-01-01T00:00", "--json")
     assert good.exit_code == 0 and good.stdout.strip()
+
+
+def test_operator_results_answer_in_json(tmp_path: Path) -> None:
+    from assure.ops import alerts
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: live\n")
+    run = store.RunDir.create(tmp_path / "runs", "live-20261201T000000Z-abcdef", spec, {"name": "live"}).path
+    (run / "state.json").write_text(json.dumps({"state": "running", "tasks": {}}))
+    base = ["--runs-dir", str(tmp_path / "runs"), "--json"]
+    halted = invoke("halt", run.name, *base)
+    assert halted.exit_code == 0, halted.output
+    assert json.loads(halted.stdout)["halt"] is True and json.loads(halted.stdout)["run_id"] == run.name
+    dialed = invoke("dial", run.name, "propose", *base)
+    assert dialed.exit_code == 0, dialed.output
+    assert json.loads(dialed.stdout)["dial"] == "propose"
+    alert = alerts.raise_alert(run, "breach", "look at this", alerts.Sinks())
+    acked = invoke("ack", alert.id, *base)
+    assert acked.exit_code == 0, acked.output
+    assert json.loads(acked.stdout)["id"] == alert.id and json.loads(acked.stdout)["state"] == "acked"
+    made = invoke("keys", "generate", "--dir", str(tmp_path / "keys"), "--json")
+    assert made.exit_code == 0, made.output
+    assert json.loads(made.stdout)["key_id"] == keys.key_id(keys.load_public(tmp_path / "keys" / keys.PUBLIC_NAME))
