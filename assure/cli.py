@@ -157,11 +157,17 @@ def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started",
 
 
 def _print_table(table: Table) -> None:
-    """Print `table` at least as wide as its uncut columns need (a narrow terminal wraps the lines;
-    every id stays one copyable string)."""
+    """Print `table` at least as wide as its uncut columns need, the others folding into what is
+    left (a narrow terminal wraps the lines; every id stays one copyable string)."""
     from rich.measure import Measurement
 
-    needed = Measurement.get(out, out.options.update(width=10_000), table).minimum
+    options = out.options.update(width=10_000)
+    needed = 1
+    for column in table.columns:
+        cells = [Measurement.get(out, options, c).maximum for c in (column.header, *column.cells)]
+        if column.no_wrap:
+            column.min_width = max(cells)
+        needed += 3 + (max(cells) if column.no_wrap else min(max(cells), max(8, cells[0])))
     if needed <= out.width:
         out.print(table)
         return

@@ -302,3 +302,12 @@ def test_operator_results_answer_in_json(tmp_path: Path) -> None:
     made = invoke("keys", "generate", "--dir", str(tmp_path / "keys"), "--json")
     assert made.exit_code == 0, made.output
     assert json.loads(made.stdout)["key_id"] == keys.key_id(keys.load_public(tmp_path / "keys" / keys.PUBLIC_NAME))
+
+
+def test_a_narrow_timeline_keeps_every_time_whole_and_folds_the_rest(finished: tuple[Path, Path]) -> None:
+    run, _ = finished
+    events = json.loads(invoke("show", str(run), "--json").stdout)["events"]
+    narrow = invoke("show", str(run), columns=60)
+    assert narrow.exit_code == 0, narrow.output
+    assert all(e["ts"] in narrow.output for e in events) and "…" not in narrow.output
+    assert max(len(line) for line in narrow.output.splitlines()) < 80  # long details fold; only the times set the width
