@@ -21,7 +21,7 @@ from typing import Any
 
 from assure.core import atomic
 from assure.core.chain import ChainWriter
-from assure.errors import RunDirError
+from assure.errors import RunDirError, unreadable
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
 
 RUNS_DIR = Path(".assure") / "runs"
@@ -42,8 +42,10 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise RunDirError(f"missing {path.name}", where=str(path), fix="is this a run directory made by `assure run`?") from exc
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"unreadable {path.name}: {exc}", where=str(path)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
+    except ValueError as exc:
+        raise RunDirError(f"unreadable {path.name}: not JSON ({exc})", where=str(path)) from exc
 
 
 class RunDir:

@@ -311,3 +311,14 @@ def test_a_narrow_timeline_keeps_every_time_whole_and_folds_the_rest(finished: t
     assert narrow.exit_code == 0, narrow.output
     assert all(e["ts"] in narrow.output for e in events) and "…" not in narrow.output
     assert max(len(line) for line in narrow.output.splitlines()) < 80  # long details fold; only the times set the width
+
+
+def test_a_run_file_that_is_a_folder_or_not_utf8_is_explained(run_copy: Path) -> None:
+    (run_copy / "report.json").unlink()
+    (run_copy / "report.json").mkdir()
+    folder = invoke("verify", str(run_copy))
+    assert folder.exit_code == 1 and "unreadable report.json: is a folder, not a file" in folder.output, folder.output
+    (run_copy / "report.json").rmdir()
+    (run_copy / "report.json").write_bytes(b"\xff{}")
+    binary = invoke("verify", str(run_copy))
+    assert binary.exit_code == 1 and "unreadable report.json: not UTF-8 text" in binary.output and "Errno" not in binary.output
