@@ -21,7 +21,7 @@ from typing import Any
 
 from assure.core import atomic, control
 from assure.core.chain import ChainWriter
-from assure.errors import RunDirError
+from assure.errors import RunDirError, unreadable
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
 from assure.records.states import RUN_OVER
 
@@ -43,8 +43,10 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise RunDirError(f"missing {path.name}", where=str(path), fix="is this a run directory made by `assure run`?") from exc
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"unreadable {path.name}: {exc}", where=str(path)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
+    except ValueError as exc:
+        raise RunDirError(f"unreadable {path.name}: not JSON ({exc})", where=str(path)) from exc
 
 
 class RunDir:
@@ -59,9 +61,13 @@ class RunDir:
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
         paths = RunPaths(base.resolve() / run_id)
-        paths.attempts.mkdir(parents=True)
-        paths.control.mkdir()
-        paths.gateway_state.mkdir()
+        try:
+            paths.attempts.mkdir(parents=True)
+            paths.control.mkdir()
+            paths.gateway_state.mkdir()
+        except OSError as exc:
+            raise RunDirError(f"cannot make the run directory: {exc.strerror or exc}", where=str(paths.root),
+                              fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from None
         shutil.copyfile(spec_source, paths.spec_yaml)
         write_json(paths.spec_json, spec_json)
         return cls(paths.root)
@@ -69,7 +75,8 @@ class RunDir:
     @classmethod
     def open(cls, path: Path) -> RunDir:
         if not RunPaths(path).spec_json.is_file():
-            raise RunDirError("not a run directory (no spec.json)", where=str(path), fix="pass a folder under .assure/runs/")
+            raise RunDirError(f"not a run directory (it has no {RunPaths(path).spec_json.name})", where=str(path),
+                              fix="pass a run id or a run's folder: `assure runs` lists them")
         return cls(path)
 
     @property
