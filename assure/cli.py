@@ -238,7 +238,7 @@ def suite_cmd(
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
     cluster: Optional[str] = typer.Option(None, "--cluster", metavar="ADDRESS", help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray]."),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="With --cluster: specs in flight at once (default: the cluster's docker resource)."),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="With --cluster: specs in flight at once (default: the cluster's docker resource)."),
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Run every spec of SUITE in order; exit 0 only if each verdict is the one its spec expects.
@@ -440,9 +440,9 @@ app.add_typer(report_app, name="report")
 
 @report_app.command("html")
 def report_html(
-    ref: str = typer.Argument(..., metavar="RUN_OR_SUITE_RUN", help="Run id, suite run id, either's directory, or a suite summary JSON file."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run ids are looked up (suite runs: beside it, in suites/)."),
+    ref: str = typer.Argument(..., metavar="RUN", help="A run or a suite run (id or folder), or a suite summary JSON file."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
+    runs_dir: Path = runs_option("Where run ids are looked up (suite runs: beside it, in suites/)."),
 ) -> None:
     """A self-contained HTML page (no script, no network) of a run or a suite run, for a reviewer.
 
@@ -450,7 +450,8 @@ def report_html(
     from assure.records import html_report
 
     try:
-        page = html_report.render(ref, runs_dir)
+        named = Path(ref).exists() or (store.RUN_ID.match(ref) and (layout.suites_base(runs_dir) / ref).is_dir())
+        page = html_report.render(ref if named else str(runs_mod.locate(ref, runs_dir)), runs_dir)  # a run: the one resolver
         if output is not None and str(output) == "-":
             sys.stdout.write(page.html)
             return
@@ -912,8 +913,8 @@ def conformance_verify(
 
 @report_app.command("merge")
 def report_merge(
-    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY.json...", help="The summaries of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
-    out_file: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the merged summary here (default: print it)."),
+    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY...", help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
+    out_file: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE", help="Write the merged summary here (default: print it)."),
     junit_file: Optional[Path] = JUNIT_OPTION,
 ) -> None:
     """Join the summaries of the shards of one suite into one: counts recomputed, results in suite
