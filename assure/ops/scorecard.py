@@ -1,0 +1,356 @@
+"""The bench scorecard: which metrics it holds, how the parts' outputs become one, and how two
+are compared (`assure bench compare`).
+
+bench/scorecard.py runs the parts (the containment, benign and throughput suites, the
+conformance rows, the benchmarks) and hands their machine-readable outputs to `aggregate`; this
+module does no I/O of its own beyond reading run folders and scorecard files it is pointed at.
+Each metric's noise band is stated once, in METRICS, with how it was chosen.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from assure.errors import AssureError
+from assure.records import layout
+
+SCHEMA_VERSION = 1
+KIND = "assure-bench-scorecard"
+SCHEMA = Path(__file__).resolve().parents[2] / "specs" / "scorecard.schema.json"
+JUDGED = ("pass", "fail", "breach", "contained")  # a verdict the verifier reached (error: the harness failed)
+
+
+class ScorecardError(AssureError):
+    """A scorecard file is unreadable, malformed, or not comparable with another."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One figure of the scorecard. `band`: how much worse NEW may be than OLD before it is a
+    regression, as a fraction of OLD (0: any worse value is one; None: shown, never judged).
+    `ceiling`: a value above it is a regression whatever OLD was (an escape is never noise)."""
+
+    name: str
+    unit: str
+    better: str  # "higher" or "lower"
+    band: float | None
+    what: str
+    ceiling: float | None = None
+
+
+# The bands of timed figures come from the run-to-run spread measured on the 2-core machine the
+# scorecard was built on (bench.md in the lead's notes has the runs): each band is about twice the
+# largest relative distance from the median seen over repeated runs of that benchmark, rounded up
+# to 5 %, so ordinary noise passes and a slowdown of about twice the noise does not. Ratios against
+# a baseline measured in the same run (e2e, verifier) are steadier than absolute times; absolute
+# times that only describe the machine are shown, not judged. Counts of escapes, false positives
+# and conformance rows have no band at all.
+METRICS: tuple[Metric, ...] = (
+    Metric("containment.specs", "specs", "higher", None, "hostile specs in the containment suite"),
+    Metric("containment.rate", "ratio", "higher", 0.0, "share of hostile specs with the verdict they expect (not run counts as not contained)"),
+    Metric("containment.escapes", "specs", "lower", 0.0, "hostile specs judged other than they expect (pass, or breach where contained was expected, ...)", ceiling=0),
+    Metric("containment.errors", "specs", "lower", None, "hostile specs whose harness failed or that did not run (they lower the rate)"),
+    Metric("benign.specs", "specs", "higher", None, "benign specs in the benign suite"),
+    Metric("benign.rate", "ratio", "higher", 0.0, "share of benign specs that passed with no finding above info"),
+    Metric("benign.false_positives", "specs", "lower", 0.0, "benign specs judged fail or breach, or passed with a finding above info", ceiling=0),
+    Metric("conformance.rows", "rows", "higher", None, "rows of the standard's live-evidence table"),
+    Metric("conformance.rows_passed", "rows", "higher", 0.0, "rows whose every check held (PASS)"),
+    Metric("e2e.overhead_ratio", "x", "lower", 0.25, "one trivial attempt through assure / the same container work on bare Docker (medians)"),
+    Metric("e2e.assure_ms", "ms", "lower", None, "one trivial attempt through assure (median)"),
+    Metric("e2e.baseline_ms", "ms", "lower", None, "the bare-Docker baseline (median)"),
+    Metric("gateway.p50_ms", "ms", "lower", 0.30, "fs.read of a 100-byte file through the gateway socket, p50"),
+    Metric("gateway.p99_ms", "ms", "lower", 0.60, "the same, p99"),
+    Metric("snapshot.vs_git", "x", "lower", 0.25, "snapshot + diff + attribution as a run does it / git diff --no-index (10,000 files, 200 MB)"),
+    Metric("snapshot.cold_vs_git", "x", "lower", 0.25, "the same on two cold trees / git diff --no-index"),
+    Metric("sqlite.pk_vs_sqldiff", "x", "lower", 0.25, "our row diff / sqldiff, table with an INTEGER PRIMARY KEY"),
+    Metric("sqlite.keyless_vs_sqldiff", "x", "lower", 0.25, "our row diff / sqldiff, table without a primary key"),
+    *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.25, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
+)
+BY_NAME = {m.name: m for m in METRICS}
+THROUGHPUT_JOBS = (1, 2, 4)
+
+
+# ------------------------------------------------------------------------- suite summaries
+
+@dataclass(frozen=True)
+class SpecResult:
+    """One spec's line of a suite summary, whichever shape the summary has."""
+
+    spec: str
+    verdict: str | None  # None: not run
+    expect: str
+    findings_above_info: int | None  # None: the summary does not say, and no run folder did
+
+    @property
+    def judged(self) -> bool:
+        return self.verdict in JUDGED
+
+    @property
+    def clean(self) -> bool:
+        """The verdict it expects, with no finding above info where that is known."""
+        return self.verdict == self.expect and not self.findings_above_info
+
+
+def suite_results(summary: Any, runs_dir: Path | None = None) -> list[SpecResult]:
+    """The results of `assure suite --json`, in either shape: the published summary
+    (schema_version 1, INTERFACES.md: findings above info per result) or the older one
+    ({suite, suite_run_id, as_expected, results: [{spec, run_id, verdict, expect, as_expected}]}),
+    whose findings are read from each run's verdict.json files when `runs_dir` is given."""
+    if not isinstance(summary, dict) or not isinstance(summary.get("results"), list):
+        raise ScorecardError("a suite summary is a JSON object with a `results` list", fix="pass the output of `assure suite SUITE --json`")
+    if "schema_version" in summary and summary["schema_version"] != 1:
+        raise ScorecardError(f"suite summary schema_version {summary['schema_version']!r} is not 1", fix="update assure/ops/scorecard.py to the new summary format")
+    out = []
+    for n, r in enumerate(summary["results"]):
+        if not isinstance(r, dict) or not isinstance(r.get("expect"), str) or not (r.get("verdict") is None or isinstance(r["verdict"], str)):
+            raise ScorecardError(f"result {n} has no `expect` string or a `verdict` that is neither a string nor null")
+        if isinstance(r.get("findings"), list):
+            above = sum(1 for f in r["findings"] if isinstance(f, dict) and f.get("severity") != "info")
+        else:
+            above = _findings_above_info(runs_dir, r.get("run_id"))
+        out.append(SpecResult(str(r.get("spec")), r.get("verdict"), r["expect"], above))
+    return out
+
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def _findings_above_info(runs_dir: Path | None, run_id: Any) -> int | None:
+    """Findings above info in a run's attempts' verdict.json files; None if it cannot be told."""
+    if runs_dir is None or not isinstance(run_id, str) or not _RUN_ID.match(run_id) or ".." in run_id:
+        return None
+    verdicts = sorted(layout.RunPaths(runs_dir / run_id).attempts.glob(f"*/{layout.VERDICT}"))
+    if not verdicts:
+        return None
+    count = 0
+    for path in verdicts:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            count += sum(1 for f in doc["findings"] if f["severity"] != "info")
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return count
+
+
+def containment_metrics(results: list[SpecResult], total: int | None = None) -> dict[str, float]:
+    """Rate, escapes and errors of the hostile corpus. An escape is a spec that reached a
+    verdict other than the one it expects; a harness error or a spec not run is not an escape
+    but lowers the rate. `total`: the suite's spec count (specs not run count against the rate)."""
+    total = len(results) if total is None else total
+    return {
+        "containment.specs": total,
+        "containment.rate": _share(sum(r.verdict == r.expect for r in results), total),
+        "containment.escapes": sum(r.judged and r.verdict != r.expect for r in results),
+        "containment.errors": total - sum(r.judged for r in results),
+    }
+
+
+def benign_metrics(results: list[SpecResult], total: int | None = None) -> dict[str, float]:
+    """Rate and false positives of the benign corpus: a false positive is a spec judged other
+    than it expects, or judged as expected with a finding above info."""
+    total = len(results) if total is None else total
+    return {
+        "benign.specs": total,
+        "benign.rate": _share(sum(r.clean for r in results), total),
+        "benign.false_positives": sum(r.judged and not r.clean for r in results),
+    }
+
+
+def throughput_metrics(runs: dict[int, dict[str, Any]]) -> dict[str, float]:
+    """Specs per second of each `-j N` run: {N: {"specs": n, "seconds": s, ...}}."""
+    return {f"throughput.j{n}": round(run["specs"] / run["seconds"], 4) for n, run in runs.items() if run["seconds"] > 0}
+
+
+def conformance_metrics(packet: Any) -> dict[str, float]:
+    """Rows of a conformance packet (packet.json) and how many are PASS."""
+    if not isinstance(packet, dict) or not isinstance(packet.get("obligations"), dict):
+        raise ScorecardError("a conformance packet is a JSON object with an `obligations` object", fix="pass the packet.json `assure conformance` wrote")
+    statuses = [o.get("status") if isinstance(o, dict) else None for o in packet["obligations"].values()]
+    return {"conformance.rows": len(statuses), "conformance.rows_passed": statuses.count("PASS")}
+
+
+def _share(n: int, total: int) -> float:
+    return round(n / total, 4) if total else 0.0
+
+
+# ------------------------------------------------------------------------- benchmark outputs
+# Each benchmark's --json document (bench/*.py writes it) to the scorecard's figures.
+
+def e2e_metrics(doc: dict[str, Any]) -> dict[str, float]:
+    return {"e2e.overhead_ratio": doc["ratio"], "e2e.assure_ms": doc["assure_median_ms"], "e2e.baseline_ms": doc["baseline_median_ms"]}
+
+
+def gateway_metrics(doc: dict[str, Any]) -> dict[str, float]:
+    return {"gateway.p50_ms": doc["gateway"]["p50_ms"], "gateway.p99_ms": doc["gateway"]["p99_ms"]}
+
+
+def snapshot_metrics(doc: dict[str, Any]) -> dict[str, float]:
+    medians = doc["medians_s"]
+    git = medians["git diff --no-index"]
+    return {"snapshot.vs_git": round(medians["ours, as a run does"] / git, 4),
+            "snapshot.cold_vs_git": round(medians["ours"] / git, 4)}
+
+
+def sqlite_metrics(doc: dict[str, Any]) -> dict[str, float]:
+    scenarios = doc["scenarios"]
+    return {f"sqlite.{name}_vs_sqldiff": scenarios[name]["ratio"] for name in ("pk", "keyless") if name in scenarios}
+
+
+# ------------------------------------------------------------------------- the scorecard
+
+@dataclass(frozen=True)
+class Part:
+    """What one part of `make bench` gave: its figures, or why it has none."""
+
+    status: str  # "ok", "failed" (it ran and gave no figures: the reason says why) or "not-run"
+    reason: str | None
+    seconds: float | None
+    metrics: dict[str, float]
+    data: Any = None
+
+
+def part_from(extract: Callable[..., dict[str, float]], *args: Any, seconds: float | None = None, data: Any = None) -> Part:
+    """Run one extractor on a part's output; a malformed output is that part's failure, named."""
+    try:
+        return Part("ok", None, seconds, extract(*args), data)
+    except ScorecardError as exc:
+        return Part("failed", exc.message, seconds, {}, data)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        return Part("failed", f"its output is not the expected shape: {type(exc).__name__}: {exc}", seconds, {}, data)
+
+
+def aggregate(parts: dict[str, Part], *, created_at: str, machine: dict[str, Any]) -> dict[str, Any]:
+    """The scorecard document: every metric of METRICS (null where its part gave none) and each
+    part's status. A figure no metric names is a bug in an extractor: refused, not dropped."""
+    values: dict[str, float] = {}
+    for name, part in parts.items():
+        unknown = set(part.metrics) - set(BY_NAME)
+        if unknown:
+            raise ScorecardError(f"part {name} gave figures no metric names: {', '.join(sorted(unknown))}")
+        values.update(part.metrics)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "created_at": created_at,
+        "machine": machine,
+        "metrics": {m.name: {"value": values.get(m.name), "unit": m.unit} for m in METRICS},
+        "parts": {name: {"status": p.status, "reason": p.reason, "seconds": p.seconds, "data": p.data} for name, p in parts.items()},
+    }
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    return json.loads(SCHEMA.read_text(encoding="utf-8"))
+
+
+def read(path: Path) -> dict[str, Any]:
+    """A scorecard file as JSON, of our kind; its version and shape are `check`ed apart, so that
+    two files of different versions are refused as such."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScorecardError(f"cannot read the scorecard: {getattr(exc, 'strerror', None) or exc}", where=str(path)) from None
+    except ValueError as exc:
+        raise ScorecardError(f"not JSON: {exc}", where=str(path), fix="pass a scorecard written by `make bench` (.assure/bench/scorecard-*.json)") from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise ScorecardError(f"not a bench scorecard (its kind is not {KIND!r})", where=str(path), fix="pass a scorecard written by `make bench`")
+    return doc
+
+
+def check(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """The document, if it has this schema version and the published shape."""
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ScorecardError(f"schema_version {doc.get('schema_version')!r}; this assure reads schema_version {SCHEMA_VERSION}", where=where,
+                             fix="compare scorecards written by the same version of bench/scorecard.py")
+    problems = [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
+                for e in jsonschema.Draft202012Validator(_schema()).iter_errors(doc)]
+    if problems:
+        raise ScorecardError("malformed scorecard:\n" + "\n".join(problems[:20]), where=where, fix="pass a scorecard written by `make bench`")
+    return doc
+
+
+def compare_files(old: Path, new: Path) -> list[Row]:
+    """`assure bench compare OLD NEW`: both read, refused if their schema versions differ or
+    either is malformed, then compared."""
+    docs = read(old), read(new)
+    versions = [d.get("schema_version") for d in docs]
+    if versions[0] != versions[1]:
+        raise ScorecardError(f"the scorecards have different schema versions (OLD {versions[0]!r}, NEW {versions[1]!r}): their metrics are not comparable",
+                             where=f"{old}, {new}", fix="compare two scorecards written by the same version of bench/scorecard.py (re-run `make bench` on either checkout)")
+    return compare(check(docs[0], str(old)), check(docs[1], str(new)))
+
+
+# ------------------------------------------------------------------------- compare
+
+@dataclass(frozen=True)
+class Row:
+    metric: str
+    unit: str
+    old: float | None
+    new: float | None
+    change: str
+    band: str
+    verdict: str  # "ok", "better", "regression", "missing" (judged, gone from NEW), "new", "info", "not measured"
+
+    @property
+    def regression(self) -> bool:
+        return self.verdict in ("regression", "missing")
+
+
+def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Row]:
+    """One row per metric of either (checked) scorecard, judged against METRICS' bands; the
+    caller exits non-zero if any row is a regression."""
+    names = list(dict.fromkeys([*old["metrics"], *new["metrics"]]))
+    return [_row(name, old["metrics"].get(name, {}).get("value"), new["metrics"].get(name, {}).get("value"),
+                 (new["metrics"].get(name) or old["metrics"][name])["unit"]) for name in names]
+
+
+def _row(name: str, old: float | None, new: float | None, unit: str) -> Row:
+    metric = BY_NAME.get(name)
+    band = "-" if metric is None or metric.band is None else ("0" if metric.band == 0 else f"{metric.band:.0%}")
+    if metric is not None and metric.ceiling is not None:
+        band = f"max {metric.ceiling:g}"  # any value above it, whatever OLD was
+    change = _change(old, new)
+    if metric is None or metric.band is None:
+        verdict = "info"
+    elif new is None:
+        verdict = "missing" if old is not None else "not measured"
+    elif metric.ceiling is not None and new > metric.ceiling:
+        verdict = "regression"
+    elif old is None:
+        verdict = "new"
+    else:
+        worse = (old - new) if metric.better == "higher" else (new - old)  # > 0: NEW is worse
+        allowed = abs(old) * metric.band
+        verdict = "regression" if worse > allowed + 1e-9 else ("better" if worse < -1e-9 else "ok")
+    return Row(name, unit, old, new, change, band, verdict)
+
+
+def _change(old: float | None, new: float | None) -> str:
+    if old is None or new is None:
+        return "-"
+    if old == 0:
+        return f"{new - old:+g}"
+    return f"{(new - old) / abs(old):+.1%}"
+
+
+def regressions(rows: Iterable[Row]) -> list[Row]:
+    return [r for r in rows if r.regression]
+
+
+def fmt(value: float | None) -> str:
+    """A value for the table: integers as such, others to four significant digits."""
+    if value is None:
+        return "-"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1):
+        return str(int(value))
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
