@@ -11,6 +11,8 @@ Writes .assure/bench/scorecard-<UTC stamp>.json (the parts' runs and packet stay
 (the latest; `assure bench compare OLD NEW` reads two of them). A part that fails or gives no
 figures is recorded with its reason, its metrics null; the exit status is then 1.
 Usage: python bench/scorecard.py [--only PART ...] [--rounds N] [--out DIR]
+       python bench/scorecard.py --spread SCORECARD ...   (each metric's run-to-run spread over
+       repeated scorecards of this machine, and the noise band it suggests for METRICS)
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -46,6 +49,14 @@ class PartFailed(Exception):
     """A part ran but gave nothing to parse; the message says why."""
 
 
+class OptionRefused(PartFailed):
+    """`assure` does not know an option this runner passes (e.g. -j before `par` is merged)."""
+
+    def __init__(self, option: str):
+        super().__init__(f"`assure suite` refused an option it does not have: {option}")
+        self.option = option
+
+
 def _run(argv: list[str], timeout: float, cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     try:
@@ -62,8 +73,9 @@ def _tail(text: str, n: int = 600) -> str:
 def suite_summary(suite: Path, runs_dir: Path, extra: list[str] = (), wrap: list[str] = ()) -> tuple[dict[str, Any], float]:
     """`assure suite SUITE --json` (a new suite run, its runs in runs_dir); its summary and wall time."""
     done, seconds = _run([*wrap, *ASSURE, "suite", str(suite), "--json", "--new", "--runs-dir", str(runs_dir), *extra], SUITE_SECONDS)
-    if done.returncode == 2 and "No such option" in done.stderr:
-        raise PartFailed(f"`assure suite` refused an option: {_tail(done.stderr, 300)}")
+    refused = re.search(r"No such option: (\S+)", done.stderr) if done.returncode == 2 else None
+    if refused:
+        raise OptionRefused(refused.group(1))
     try:
         return json.loads(done.stdout), seconds
     except ValueError:
@@ -108,8 +120,8 @@ def part_throughput(work: Path) -> sc.Part:
     for n in sc.THROUGHPUT_JOBS:
         try:
             summary, seconds = suite_summary(suite, work / "throughput" / f"j{n}", extra=["-j", str(n)])
-        except PartFailed as exc:
-            raise PartFailed(NO_JOBS_FLAG if "-j" in str(exc) and "refused an option" in str(exc) else str(exc)) from None
+        except OptionRefused as exc:
+            raise PartFailed(NO_JOBS_FLAG if exc.option == "-j" else str(exc)) from None
         results = sc.suite_results(summary)
         if len(results) != total or not all(r.verdict == r.expect for r in results):
             raise PartFailed(f"-j {n}: {sum(r.verdict == r.expect for r in results)} of {total} trivial specs as expected; a throughput over failures means nothing")
@@ -160,7 +172,14 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=every, metavar="PART", help="run only these parts (the rest are not-run)")
     parser.add_argument("--rounds", type=int, help="timed rounds of e2e, snapshot and sqlite (default: each script's own)")
     parser.add_argument("--out", type=Path, default=ROOT / ".assure" / "bench", help="where the scorecards go")
+    parser.add_argument("--spread", nargs="+", type=Path, metavar="SCORECARD", help="only print the spread of these scorecards' metrics")
     args = parser.parse_args()
+    if args.spread:
+        for s in sc.spread(sc.check(sc.read(p), str(p)) for p in args.spread):
+            print(f"  {s.metric:28} median {sc.fmt(s.median):>8}  max deviation {s.deviation:6.1%}  suggested band {s.band:.0%}  "
+                  f"(stated {sc.BY_NAME[s.metric].band if sc.BY_NAME[s.metric].band is None else format(sc.BY_NAME[s.metric].band, '.0%')})  "
+                  + " ".join(sc.fmt(v) for v in s.values))
+        return 0
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     args.out.mkdir(parents=True, exist_ok=True)

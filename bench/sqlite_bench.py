@@ -135,6 +135,11 @@ def run(scenario: str, rows: int, work: Path, rounds: int) -> dict[str, object]:
     print(f"  sqldiff  {theirs:7.3f} s  (median of {rounds})")
     print(f"  ratio    {ours / theirs:7.2f}x  (target <= 1.5x)")
     print(f"  peak RSS {peak:7.1f} MiB in a child process (VmHWM; {base:.1f} MiB after imports, {peak - base:.1f} MiB for the diff)")
+    return figures(rows, changed, found, rounds, ours, theirs, peak)
+
+
+def figures(rows: int, changed: int, found: int, rounds: int, ours: float, theirs: float, peak: float) -> dict[str, object]:
+    """One scenario's figures (the --json document holds one per scenario)."""
     return {"rows": rows, "changed": changed, "found": found, "rounds": rounds, "ours_s": round(ours, 4), "sqldiff_s": round(theirs, 4),
             "ratio": round(ours / theirs, 4), "peak_rss_mib": round(peak, 1)}
 

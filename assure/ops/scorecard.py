@@ -13,6 +13,7 @@ import functools
 import json
 import math
 import re
+import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,6 +342,32 @@ def _change(old: float | None, new: float | None) -> str:
     if old == 0:
         return f"{new - old:+g}"
     return f"{(new - old) / abs(old):+.1%}"
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How one metric varied over repeated scorecards of one machine: the evidence for its band."""
+
+    metric: str
+    values: tuple[float, ...]
+    median: float
+    deviation: float  # the largest |value - median| / median seen
+    band: float  # twice that, rounded up to 5 %: what METRICS should state
+
+
+def spread(docs: Iterable[dict[str, Any]]) -> list[Spread]:
+    """Each metric measured in two or more of `docs` (scorecards of repeated runs on the same
+    machine), with its run-to-run spread and the band that spread suggests."""
+    docs = list(docs)
+    out = []
+    for m in METRICS:
+        values = tuple(float(d["metrics"][m.name]["value"]) for d in docs if d["metrics"].get(m.name, {}).get("value") is not None)
+        if len(values) < 2:
+            continue
+        median = statistics.median(values)
+        deviation = max(abs(v - median) for v in values) / abs(median) if median else 0.0
+        out.append(Spread(m.name, values, median, round(deviation, 4), math.ceil(round(2 * deviation / 0.05, 6)) * 0.05))
+    return out
 
 
 def regressions(rows: Iterable[Row]) -> list[Row]:
