@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import statistics
 import tempfile
 import time
@@ -30,6 +31,7 @@ from assure.sandbox.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 7
+TOKEN = secrets.token_hex(4)
 SPEC = f"""\
 version: 1
 name: trivial
@@ -40,8 +42,9 @@ expect: pass
 """
 
 
-def baseline(backend: DockerBackend, images, spec, n: int) -> float:
+def baseline(backend: DockerBackend, images, spec, n: int | str) -> float:
     start = time.perf_counter()
+    n = f"{TOKEN}-{n}"  # names of this process's own: two benchmarks on one engine must not collide
     labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
     volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(spec))
     common = hardening.common_request(spec, Role.AGENT, images.agent, labels, "256m", 64)
