@@ -98,7 +98,8 @@ def part_conformance(work: Path) -> sc.Part:
     if not packets:
         raise PartFailed(f"`assure conformance` wrote no packet (exit {done.returncode}): {_tail(done.stderr)}")
     packet = json.loads(packets[-1].read_text(encoding="utf-8"))
-    failing = {oid: o.get("status") for oid, o in packet.get("obligations", {}).items() if isinstance(o, dict) and o.get("status") != "PASS"}
+    failing = {oid: f"{o.get('status')}: {str(o.get('reason'))[:300]}" for oid, o in packet.get("obligations", {}).items()
+               if isinstance(o, dict) and o.get("status") != "PASS"}
     return sc.part_from(sc.conformance_metrics, packet, seconds=round(seconds, 1), data={"packet": str(packets[-1]), "not_pass": failing})
 
 
