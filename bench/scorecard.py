@@ -177,7 +177,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.spread:
         for s in sc.spread(sc.check(sc.read(p), str(p)) for p in args.spread):
-            print(f"  {s.metric:28} median {sc.fmt(s.median):>8}  max deviation {s.deviation:6.1%}  suggested band {s.band:.0%}  "
+            print(f"  {s.metric:28} median {sc.fmt(s.median):>8}  worst pair {s.worst_pair:6.1%}  suggested band {s.band:.0%}  "
                   f"(stated {sc.BY_NAME[s.metric].band if sc.BY_NAME[s.metric].band is None else format(sc.BY_NAME[s.metric].band, '.0%')})  "
                   + " ".join(sc.fmt(v) for v in s.values))
         return 0

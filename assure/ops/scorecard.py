@@ -37,8 +37,9 @@ class ScorecardError(AssureError):
 @dataclass(frozen=True)
 class Metric:
     """One figure of the scorecard. `band`: how much worse NEW may be than OLD before it is a
-    regression, as a fraction of OLD (0: any worse value is one; None: shown, never judged).
-    `ceiling`: a value above it is a regression whatever OLD was (an escape is never noise)."""
+    regression, as a factor (0.6: NEW may be up to 1.6 times worse, new/old for a lower-is-better
+    figure, old/new for a higher-is-better one; 0: any worse value is one; None: shown, never
+    judged). `ceiling`: a value above it is a regression whatever OLD was (an escape is never noise)."""
 
     name: str
     unit: str
@@ -48,13 +49,15 @@ class Metric:
     ceiling: float | None = None
 
 
-# The bands of timed figures come from the run-to-run spread measured on the 2-core machine the
-# scorecard was built on (bench.md in the lead's notes has the runs): each band is about twice the
-# largest relative distance from the median seen over repeated runs of that benchmark, rounded up
-# to 5 %, so ordinary noise passes and a slowdown of about twice the noise does not. Ratios against
-# a baseline measured in the same run (e2e, verifier) are steadier than absolute times; absolute
-# times that only describe the machine are shown, not judged. Counts of escapes, false positives
-# and conformance rows have no band at all.
+# How the bands of timed figures were chosen: six runs of the benchmarks, unchanged code, on the
+# 2-core machine of issue 13 while seven other sessions shared it (load average 5 to 11), and
+# `spread` over their scorecards. Each band is the largest worsening between any two of those
+# runs (max / min - 1), rounded up to 5 %: no pair of them is called a regression, and a change
+# beyond it is larger than any seen from noise alone. Absolute times only describe the machine
+# and are shown, not judged; so is gateway p99, which ranged 0.9 to 8.8 ms over the six runs (no
+# band separates a change from that). Throughput was not measured here (no -j before `par`):
+# its 60 % is provisional (the e2e ratio's), to be replaced by `--spread` of repeated runs.
+# Counts of escapes, false positives and conformance rows have no band at all.
 METRICS: tuple[Metric, ...] = (
     Metric("containment.specs", "specs", "higher", None, "hostile specs in the containment suite"),
     Metric("containment.rate", "ratio", "higher", 0.0, "share of hostile specs with the verdict they expect (not run counts as not contained)"),
@@ -65,16 +68,16 @@ METRICS: tuple[Metric, ...] = (
     Metric("benign.false_positives", "specs", "lower", 0.0, "benign specs judged fail or breach, or passed with a finding above info", ceiling=0),
     Metric("conformance.rows", "rows", "higher", None, "rows of the standard's live-evidence table"),
     Metric("conformance.rows_passed", "rows", "higher", 0.0, "rows whose every check held (PASS)"),
-    Metric("e2e.overhead_ratio", "x", "lower", 0.25, "one trivial attempt through assure / the same container work on bare Docker (medians)"),
+    Metric("e2e.overhead_ratio", "x", "lower", 0.60, "one trivial attempt through assure / the same container work on bare Docker (medians)"),
     Metric("e2e.assure_ms", "ms", "lower", None, "one trivial attempt through assure (median)"),
     Metric("e2e.baseline_ms", "ms", "lower", None, "the bare-Docker baseline (median)"),
-    Metric("gateway.p50_ms", "ms", "lower", 0.30, "fs.read of a 100-byte file through the gateway socket, p50"),
-    Metric("gateway.p99_ms", "ms", "lower", 0.60, "the same, p99"),
-    Metric("snapshot.vs_git", "x", "lower", 0.25, "snapshot + diff + attribution as a run does it / git diff --no-index (10,000 files, 200 MB)"),
-    Metric("snapshot.cold_vs_git", "x", "lower", 0.25, "the same on two cold trees / git diff --no-index"),
-    Metric("sqlite.pk_vs_sqldiff", "x", "lower", 0.25, "our row diff / sqldiff, table with an INTEGER PRIMARY KEY"),
-    Metric("sqlite.keyless_vs_sqldiff", "x", "lower", 0.25, "our row diff / sqldiff, table without a primary key"),
-    *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.25, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
+    Metric("gateway.p50_ms", "ms", "lower", 0.80, "fs.read of a 100-byte file through the gateway socket, p50"),
+    Metric("gateway.p99_ms", "ms", "lower", None, "the same, p99"),
+    Metric("snapshot.vs_git", "x", "lower", 1.25, "snapshot + diff + attribution as a run does it / git diff --no-index (10,000 files, 200 MB)"),
+    Metric("snapshot.cold_vs_git", "x", "lower", 1.15, "the same on two cold trees / git diff --no-index"),
+    Metric("sqlite.pk_vs_sqldiff", "x", "lower", 0.70, "our row diff / sqldiff, table with an INTEGER PRIMARY KEY"),
+    Metric("sqlite.keyless_vs_sqldiff", "x", "lower", 0.50, "our row diff / sqldiff, table without a primary key"),
+    *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.60, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
 )
 BY_NAME = {m.name: m for m in METRICS}
 THROUGHPUT_JOBS = (1, 2, 4)
@@ -330,10 +333,19 @@ def _row(name: str, old: float | None, new: float | None, unit: str) -> Row:
     elif old is None:
         verdict = "new"
     else:
-        worse = (old - new) if metric.better == "higher" else (new - old)  # > 0: NEW is worse
-        allowed = abs(old) * metric.band
-        verdict = "regression" if worse > allowed + 1e-9 else ("better" if worse < -1e-9 else "ok")
+        verdict = _judge(old, new, metric)
     return Row(name, unit, old, new, change, band, verdict)
+
+
+def _judge(old: float, new: float, metric: Metric) -> str:
+    worse, better = (old, new) if metric.better == "higher" else (new, old)  # worse > better: NEW is worse
+    if abs(worse - better) < 1e-9:
+        return "ok"
+    if worse < better:
+        return "better"
+    if metric.band == 0 or better <= 0:
+        return "regression"
+    return "regression" if worse / better > 1 + metric.band + 1e-9 else "ok"
 
 
 def _change(old: float | None, new: float | None) -> str:
@@ -351,22 +363,23 @@ class Spread:
     metric: str
     values: tuple[float, ...]
     median: float
-    deviation: float  # the largest |value - median| / median seen
-    band: float  # twice that, rounded up to 5 %: what METRICS should state
+    worst_pair: float  # max / min - 1: the largest worsening between two of the runs
+    band: float  # that, rounded up to 5 %: what METRICS should state
 
 
 def spread(docs: Iterable[dict[str, Any]]) -> list[Spread]:
-    """Each metric measured in two or more of `docs` (scorecards of repeated runs on the same
-    machine), with its run-to-run spread and the band that spread suggests."""
+    """Each metric measured in two or more of `docs` (scorecards of repeated runs of the same
+    code on the same machine), with its run-to-run spread and the band that spread suggests."""
     docs = list(docs)
     out = []
     for m in METRICS:
         values = tuple(float(d["metrics"][m.name]["value"]) for d in docs if d["metrics"].get(m.name, {}).get("value") is not None)
         if len(values) < 2:
             continue
-        median = statistics.median(values)
-        deviation = max(abs(v - median) for v in values) / abs(median) if median else 0.0
-        out.append(Spread(m.name, values, median, round(deviation, 4), math.ceil(round(2 * deviation / 0.05, 6)) * 0.05))
+        low, high = min(values), max(values)
+        worst = high / low - 1 if low > 0 else (0.0 if high == low else math.inf)
+        band = math.ceil(round(worst / 0.05, 6)) * 0.05 if math.isfinite(worst) else math.inf
+        out.append(Spread(m.name, values, statistics.median(values), round(worst, 4), band))
     return out
 
 

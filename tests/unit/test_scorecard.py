@@ -193,7 +193,7 @@ def test_a_figure_no_metric_names_is_refused() -> None:
         sc.aggregate({"x": sc.Part("ok", None, 1.0, {"x.bogus": 1})}, created_at="2026-12-01T13:00:00Z", machine={})
 
 
-def test_the_spread_of_repeated_scorecards_suggests_twice_the_largest_deviation(tmp_path: Path) -> None:
+def test_the_spread_of_repeated_scorecards_suggests_the_worst_pair_rounded_up(tmp_path: Path) -> None:
     base = scorecard_of(canned_parts(tmp_path))
     docs = []
     for p50 in (0.40, 0.44, 0.38):
@@ -201,8 +201,9 @@ def test_the_spread_of_repeated_scorecards_suggests_twice_the_largest_deviation(
         doc["metrics"]["gateway.p50_ms"]["value"] = p50
         docs.append(doc)
     by = {s.metric: s for s in sc.spread(docs)}
-    assert by["gateway.p50_ms"].median == 0.40 and by["gateway.p50_ms"].deviation == 0.1 and by["gateway.p50_ms"].band == pytest.approx(0.2)
-    assert by["gateway.p99_ms"].deviation == 0 and "throughput.j4" not in by
+    assert by["gateway.p50_ms"].median == 0.40 and by["gateway.p50_ms"].worst_pair == round(0.44 / 0.38 - 1, 4)
+    assert by["gateway.p50_ms"].band == pytest.approx(0.20)
+    assert by["gateway.p99_ms"].worst_pair == 0 and by["gateway.p99_ms"].band == 0 and "throughput.j4" not in by
 
 
 # ------------------------------------------------------------------------- compare
@@ -230,7 +231,7 @@ def card(tmp_path: Path) -> dict[str, Any]:
 
 def test_a_change_within_every_band_exits_zero(tmp_path: Path, card: dict[str, Any]) -> None:
     band = sc.BY_NAME["gateway.p50_ms"].band
-    new = with_value(card, gateway__p50_ms=0.4 * (1 + band * 0.9), throughput__j1=0.5 * (1 - sc.BY_NAME["throughput.j1"].band * 0.9))
+    new = with_value(card, gateway__p50_ms=0.4 * (1 + band * 0.9), throughput__j1=0.5 / (1 + sc.BY_NAME["throughput.j1"].band * 0.9))
     result = compare(tmp_path, card, new)
     assert result.exit_code == 0, result.output
     assert "no regression beyond the noise bands" in result.output
@@ -243,12 +244,14 @@ def test_a_slowdown_beyond_its_band_exits_non_zero_and_names_it(tmp_path: Path, 
     assert "1 regression(s): gateway.p50_ms" in result.output
     rows = {r.metric: r for r in sc.compare(card, with_value(card, gateway__p50_ms=0.4 * (1 + band * 1.1)))}
     assert rows["gateway.p50_ms"].verdict == "regression" and rows["gateway.p50_ms"].change == f"{band * 1.1:+.1%}"
-    assert rows["gateway.p99_ms"].verdict == "ok" and rows["e2e.assure_ms"].verdict == "info"
+    assert rows["sqlite.pk_vs_sqldiff"].verdict == "ok" and rows["e2e.assure_ms"].verdict == "info"
 
 
 def test_higher_is_better_metrics_regress_downwards(card: dict[str, Any]) -> None:
-    rows = {r.metric: r for r in sc.compare(card, with_value(card, throughput__j2=0.5, conformance__rows_passed=1, sqlite__pk_vs_sqldiff=1.0))}
-    assert rows["throughput.j2"].verdict == "regression"  # 0.8 -> 0.5 specs/s
+    band = sc.BY_NAME["throughput.j2"].band
+    rows = {r.metric: r for r in sc.compare(card, with_value(card, throughput__j2=0.8 / (1 + band * 1.1), throughput__j1=0.5 / (1 + band * 0.9),
+                                                             conformance__rows_passed=1, sqlite__pk_vs_sqldiff=1.0))}
+    assert rows["throughput.j2"].verdict == "regression" and rows["throughput.j1"].verdict == "ok"
     assert rows["conformance.rows_passed"].verdict == "regression"  # zero band: one row fewer
     assert rows["sqlite.pk_vs_sqldiff"].verdict == "better"
 
