@@ -49,14 +49,14 @@ class Metric:
     ceiling: float | None = None
 
 
-# How the bands of timed figures were chosen: six runs of the benchmarks, unchanged code, on the
-# 2-core machine of issue 13 while seven other sessions shared it (load average 5 to 11), and
-# `spread` over their scorecards. Each band is the largest worsening between any two of those
+# How the bands of timed figures were chosen: six runs of the benchmarks (five for e2e), unchanged
+# code, on the 2-core machine of issue 13 while seven other sessions shared it (load average 5 to
+# 11), and `spread` over their scorecards. Each band is the largest worsening between any two of those
 # runs (max / min - 1), rounded up to 5 %: no pair of them is called a regression, and a change
 # beyond it is larger than any seen from noise alone. Absolute times only describe the machine
 # and are shown, not judged; so is gateway p99, which ranged 0.9 to 8.8 ms over the six runs (no
 # band separates a change from that). Throughput was not measured here (no -j before `par`):
-# its 60 % is provisional (the e2e ratio's), to be replaced by `--spread` of repeated runs.
+# its 65 % is provisional (the e2e ratio's), to be replaced by `--spread` of repeated runs.
 # Counts of escapes, false positives and conformance rows have no band at all.
 METRICS: tuple[Metric, ...] = (
     Metric("containment.specs", "specs", "higher", None, "hostile specs in the containment suite"),
@@ -68,7 +68,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("benign.false_positives", "specs", "lower", 0.0, "benign specs judged fail or breach, or passed with a finding above info", ceiling=0),
     Metric("conformance.rows", "rows", "higher", None, "rows of the standard's live-evidence table"),
     Metric("conformance.rows_passed", "rows", "higher", 0.0, "rows whose every check held (PASS)"),
-    Metric("e2e.overhead_ratio", "x", "lower", 0.60, "one trivial attempt through assure / the same container work on bare Docker (medians)"),
+    Metric("e2e.overhead_ratio", "x", "lower", 0.65, "one trivial attempt through assure / the same container work on bare Docker (medians)"),
     Metric("e2e.assure_ms", "ms", "lower", None, "one trivial attempt through assure (median)"),
     Metric("e2e.baseline_ms", "ms", "lower", None, "the bare-Docker baseline (median)"),
     Metric("gateway.p50_ms", "ms", "lower", 0.80, "fs.read of a 100-byte file through the gateway socket, p50"),
@@ -77,7 +77,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("snapshot.cold_vs_git", "x", "lower", 1.15, "the same on two cold trees / git diff --no-index"),
     Metric("sqlite.pk_vs_sqldiff", "x", "lower", 0.70, "our row diff / sqldiff, table with an INTEGER PRIMARY KEY"),
     Metric("sqlite.keyless_vs_sqldiff", "x", "lower", 0.50, "our row diff / sqldiff, table without a primary key"),
-    *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.60, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
+    *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.65, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
 )
 BY_NAME = {m.name: m for m in METRICS}
 THROUGHPUT_JOBS = (1, 2, 4)
