@@ -338,14 +338,14 @@ def _row(name: str, old: float | None, new: float | None, unit: str) -> Row:
 
 
 def _judge(old: float, new: float, metric: Metric) -> str:
-    worse, better = (old, new) if metric.better == "higher" else (new, old)  # worse > better: NEW is worse
-    if abs(worse - better) < 1e-9:
+    """"regression" or "better" only beyond the band (a zero band: any change); else "ok"."""
+    high, low = (old, new) if metric.better == "higher" else (new, old)  # high > low: NEW is worse
+    if abs(high - low) < 1e-9:
         return "ok"
-    if worse < better:
-        return "better"
-    if metric.band == 0 or better <= 0:
-        return "regression"
-    return "regression" if worse / better > 1 + metric.band + 1e-9 else "ok"
+    verdict, high, low = ("regression", high, low) if high > low else ("better", low, high)
+    if metric.band == 0 or low <= 0:
+        return verdict
+    return verdict if high / low > 1 + metric.band + 1e-9 else "ok"
 
 
 def _change(old: float | None, new: float | None) -> str:

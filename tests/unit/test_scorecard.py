@@ -250,10 +250,12 @@ def test_a_slowdown_beyond_its_band_exits_non_zero_and_names_it(tmp_path: Path, 
 def test_higher_is_better_metrics_regress_downwards(card: dict[str, Any]) -> None:
     band = sc.BY_NAME["throughput.j2"].band
     rows = {r.metric: r for r in sc.compare(card, with_value(card, throughput__j2=0.8 / (1 + band * 1.1), throughput__j1=0.5 / (1 + band * 0.9),
-                                                             conformance__rows_passed=1, sqlite__pk_vs_sqldiff=1.0))}
+                                                             conformance__rows_passed=1, sqlite__pk_vs_sqldiff=1.0,
+                                                             sqlite__keyless_vs_sqldiff=0.25 / (1 + sc.BY_NAME["sqlite.keyless_vs_sqldiff"].band * 1.1)))}
     assert rows["throughput.j2"].verdict == "regression" and rows["throughput.j1"].verdict == "ok"
     assert rows["conformance.rows_passed"].verdict == "regression"  # zero band: one row fewer
-    assert rows["sqlite.pk_vs_sqldiff"].verdict == "better"
+    assert rows["sqlite.pk_vs_sqldiff"].verdict == "ok"  # 1.5 -> 1.0: better, but within the noise
+    assert rows["sqlite.keyless_vs_sqldiff"].verdict == "better"  # better beyond it
 
 
 @pytest.mark.parametrize("old, new", [(0, 1), (1, 1), (2, 1)])
