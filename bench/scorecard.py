@@ -87,8 +87,9 @@ def part_suite(name: str, suite: Path, metrics: Callable[..., dict[str, float]],
     runs = work / name / "runs"
     summary, seconds = suite_summary(suite, runs, wrap=wrap)
     results = sc.suite_results(summary, runs)  # a malformed summary raises ScorecardError: the part failed
-    brief = [{"spec": r.spec, "verdict": r.verdict, "expect": r.expect, "findings_above_info": r.findings_above_info} for r in results if not r.clean]
-    return sc.part_from(metrics, results, total, seconds=round(seconds, 1), data={"suite_run_id": summary.get("suite_run_id"), "not_clean": brief})
+    off = [r for r in results if (not r.clean if metrics is sc.benign_metrics else r.verdict != r.expect)]  # a breach expected has findings
+    brief = [{"spec": r.spec, "verdict": r.verdict, "expect": r.expect, "findings_above_info": r.findings_above_info} for r in off]
+    return sc.part_from(metrics, results, total, seconds=round(seconds, 1), data={"suite_run_id": summary.get("suite_run_id"), "not_as_expected": brief})
 
 
 def part_conformance(work: Path) -> sc.Part:
