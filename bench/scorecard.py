@@ -37,6 +37,7 @@ from assure.core.atomic import write_bytes as atomic_write  # noqa: E402
 from assure.errors import AssureError  # noqa: E402
 from assure.ops import scorecard as sc  # noqa: E402
 from assure.run import suite as suite_mod  # noqa: E402
+from assure.textsafe import display  # noqa: E402
 
 PY = sys.executable
 ASSURE = [PY, "-m", "assure.cli"]
@@ -88,7 +89,7 @@ def part_suite(name: str, suite: Path, metrics: Callable[..., dict[str, float]],
     summary, seconds = suite_summary(suite, runs, wrap=wrap)
     results = sc.suite_results(summary, runs)  # a malformed summary raises ScorecardError: the part failed
     off = [r for r in results if (not r.clean if metrics is sc.benign_metrics else r.verdict != r.expect)]  # a breach expected has findings
-    brief = [{"spec": r.spec, "verdict": r.verdict, "expect": r.expect, "findings_above_info": r.findings_above_info} for r in off]
+    brief = [{"spec": r.spec, "verdict": r.verdict, "expect": r.expect, "findings_above_info": r.findings_above_info, "reason": r.reason} for r in off]
     return sc.part_from(metrics, results, total, seconds=round(seconds, 1), data={"suite_run_id": summary.get("suite_run_id"), "not_as_expected": brief})
 
 
@@ -164,7 +165,7 @@ def render(card: dict[str, Any]) -> str:
     lines.append("")
     for name, p in card["parts"].items():
         took = "" if p["seconds"] is None else f" ({p['seconds']:.0f} s)"
-        lines.append(f"  part {name:12} {p['status']}{took}" + (f": {p['reason']}" if p["reason"] else ""))
+        lines.append(f"  part {name:12} {p['status']}{took}" + (f": {display(p['reason'])}" if p["reason"] else ""))
     return "\n".join(lines)
 
 
@@ -198,7 +199,7 @@ def main() -> int:
             results[name] = run()
         except (PartFailed, AssureError) as exc:
             results[name] = sc.Part("failed", str(exc) if isinstance(exc, PartFailed) else exc.message, round(time.monotonic() - started, 1), {})
-        print(f"   {results[name].status}" + (f": {results[name].reason}" if results[name].reason else ""), flush=True)
+        print(f"   {results[name].status}" + (f": {display(results[name].reason)}" if results[name].reason else ""), flush=True)
     card = sc.aggregate(results, created_at=created_at, machine=info)
     body = (json.dumps(card, indent=2, ensure_ascii=True) + "\n").encode()
     stamped, latest = args.out / f"scorecard-{stamp}.json", args.out / "scorecard.json"

@@ -23,6 +23,7 @@ import jsonschema
 
 from assure.errors import AssureError
 from assure.records import layout
+from assure.textsafe import display
 
 SCHEMA_VERSION = 1
 KIND = "assure-bench-scorecard"
@@ -93,6 +94,7 @@ class SpecResult:
     verdict: str | None  # None: not run
     expect: str
     findings_above_info: int | None  # None: the summary does not say, and no run folder did
+    reason: str | None = None  # the first finding above info (or the summary's reason), cut short
 
     @property
     def judged(self) -> bool:
@@ -118,31 +120,34 @@ def suite_results(summary: Any, runs_dir: Path | None = None) -> list[SpecResult
         if not isinstance(r, dict) or not isinstance(r.get("expect"), str) or not (r.get("verdict") is None or isinstance(r["verdict"], str)):
             raise ScorecardError(f"result {n} has no `expect` string or a `verdict` that is neither a string nor null")
         if isinstance(r.get("findings"), list):
-            above = sum(1 for f in r["findings"] if isinstance(f, dict) and f.get("severity") != "info")
+            above = [f for f in r["findings"] if isinstance(f, dict) and f.get("severity") != "info"]
+            count, reason = len(above), r.get("reason") or (str(above[0].get("message")) if above else None)
         else:
-            above = _findings_above_info(runs_dir, r.get("run_id"))
-        out.append(SpecResult(str(r.get("spec")), r.get("verdict"), r["expect"], above))
+            count, reason = _findings_above_info(runs_dir, r.get("run_id"))
+        out.append(SpecResult(str(r.get("spec")), r.get("verdict"), r["expect"], count, None if reason is None else display(str(reason))[:REASON_CHARS]))
     return out
 
 
+REASON_CHARS = 300  # of a spec's reason kept in the scorecard
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 
-def _findings_above_info(runs_dir: Path | None, run_id: Any) -> int | None:
-    """Findings above info in a run's attempts' verdict.json files; None if it cannot be told."""
+def _findings_above_info(runs_dir: Path | None, run_id: Any) -> tuple[int | None, str | None]:
+    """How many findings above info a run's attempts' verdict.json files hold, and the first's
+    message; (None, None) if it cannot be told."""
     if runs_dir is None or not isinstance(run_id, str) or not _RUN_ID.match(run_id) or ".." in run_id:
-        return None
+        return None, None
     verdicts = sorted(layout.RunPaths(runs_dir / run_id).attempts.glob(f"*/{layout.VERDICT}"))
     if not verdicts:
-        return None
-    count = 0
+        return None, None
+    above = []
     for path in verdicts:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-            count += sum(1 for f in doc["findings"] if f["severity"] != "info")
+            above += [str(f["message"]) for f in doc["findings"] if f["severity"] != "info"]
         except (OSError, ValueError, KeyError, TypeError):
-            return None
-    return count
+            return None, None
+    return len(above), (above[0] if above else None)
 
 
 def containment_metrics(results: list[SpecResult], total: int | None = None) -> dict[str, float]:

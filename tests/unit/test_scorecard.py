@@ -100,6 +100,7 @@ def test_a_benign_pass_with_a_finding_above_info_is_a_false_positive_read_from_i
     ], runs)
     results = sc.suite_results(summary, runs)
     assert [r.findings_above_info for r in results] == [0, 1, 1, 1]
+    assert [r.reason for r in results] == [None, "m", "m", "m"]  # the first finding above info's message
     assert sc.benign_metrics(results) == {"benign.specs": 4, "benign.rate": 0.25, "benign.false_positives": 2}
     # without the run folders the old summary cannot tell a warned pass from a clean one
     assert sc.benign_metrics(sc.suite_results(summary))["benign.false_positives"] == 1
