@@ -31,7 +31,7 @@ LIST_FIX = "`assure runs` lists the runs (add --runs-dir DIR if they are elsewhe
 
 def check_base(runs_dir: Path, *, writable: bool = False) -> Path:
     """`runs_dir` as a runs base: a folder (a missing one is an empty base), and with `writable`
-    one a run directory can be made in (created here if missing). Refused in words, never a traceback."""
+    one a run directory can be made in. Refused in words, never a traceback."""
     fix = "pass --runs-dir a folder you can write to (the default is .assure/runs)"
     try:
         if not stat.S_ISDIR(runs_dir.stat().st_mode):
@@ -40,10 +40,10 @@ def check_base(runs_dir: Path, *, writable: bool = False) -> Path:
         pass  # an empty base (made when a run is)
     except OSError as exc:
         raise AssureError(f"--runs-dir is unusable: {unreadable(exc)}", where=str(runs_dir), fix=fix) from None
-    if writable:
+    if writable:  # probed where it exists, or in its nearest existing folder: nothing is made before a run is
+        existing = next(p for p in (runs_dir, *runs_dir.absolute().parents) if p.exists())
         try:
-            runs_dir.mkdir(parents=True, exist_ok=True)
-            os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=runs_dir))
+            os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=existing))
         except OSError as exc:
             raise AssureError(f"--runs-dir is not a folder a run directory can be made in (the system says: {exc.strerror or exc})",
                               where=str(runs_dir), fix=fix) from None
