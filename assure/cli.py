@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -88,21 +90,41 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
     return backend, found or images.ensure()
 
 
+def _stamp() -> str:
+    """The UTC second, for progress lines off a terminal (a CI log keeps them in order)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend, ImageSet], key: Path | None,
-           json_out: bool, expect: bool, verbose: bool) -> None:
-    """Drive a run with live progress, print its report, exit with the verdict's code."""
+           json_out: bool, expect: bool, verbose: bool, resumed: bool = False) -> None:
+    """Drive a run with live progress (a status line on a terminal, a timestamped line per
+    phase elsewhere), print its report, exit with the verdict's code. A `resumed` run found
+    unfinished that another process claimed first gives way to a new run."""
     from assure.run.driver import Driver
 
     backend, images = engine
     try:
         started = time.monotonic()
-        with err.status(plain(f"{loaded.name}: starting")) as status:  # a str status would be read as markup
+        with contextlib.ExitStack() as stack:
+            status = stack.enter_context(err.status(plain(f"{loaded.name}: starting"))) if err.is_terminal else None  # a str status would be read as markup
+            last = [""]
 
             def progress(phase: str, info: dict[str, Any]) -> None:
                 calls = f" · {info['tool_calls']} tool calls" if "tool_calls" in info else ""
-                status.update(plain(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}"))
+                if status is not None:
+                    status.update(plain(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}"))
+                elif phase != last[0]:
+                    last[0] = phase
+                    err.print(plain(f"{_stamp()} {loaded.name}: {phase} {time.monotonic() - started:.1f}s"), soft_wrap=True)
 
-            result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
+            try:
+                result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
+            except store.Busy:
+                if not resumed:
+                    raise
+                run = store.RunDir.new(run.path.parent, loaded.name, loaded.path, loaded.to_json())
+                err.print(plain(f"another process resumed that run first: starting a new run {run.run_id}"))
+                result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -141,75 +163,133 @@ def run(
         loaded = spec_mod.load(spec)
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
+        resumed = rd is not None
         if rd is not None:
             err.print(f"resuming unfinished run {rd.run_id}", markup=False)
         else:
-            rd = store.RunDir.create(runs_dir, store.new_run_id(loaded.name), loaded.path, loaded.to_json())
+            rd = store.RunDir.new(runs_dir, loaded.name, loaded.path, loaded.to_json())
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    _drive(loaded, rd, engine, key, json_out, expect, verbose)
+    _drive(loaded, rd, engine, key, json_out, expect, verbose, resumed)
 
 
 @app.command("suite")
 def suite_cmd(
-    suite_file: Path = typer.Argument(..., metavar="SUITE", help="Suite file (e.g. suites/containment.yaml)."),
+    suite_files: list[Path] = typer.Argument(..., metavar="SUITE...", help="Suite files (e.g. suites/containment.yaml), run one after another."),
     json_out: bool = typer.Option(False, "--json", help="Print the machine-readable outcome on stdout."),
     runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go (suite runs go beside it, in suites/)."),
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="Specs run at once (default: as many as this machine's CPUs and memory hold under the specs' limits)."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Run only shard K of N (1-based), e.g. one job of a CI matrix."),
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
-    """Run every spec of SUITE in order; exit 0 only if each verdict is the one its spec expects.
+    """Run every spec of each SUITE, -j at a time; exit 0 only if each verdict is the one its spec expects.
 
     An unfinished run of the same suite (its process killed) is continued instead, unless --new:
-    finished runs are kept, the interrupted one resumes, the rest start."""
+    finished runs are kept, the interrupted ones resume, the rest start."""
     from assure.run import suite as suite_mod
-    from assure.run.driver import Driver
 
     _sigterm_as_interrupt()
     try:
-        loaded = suite_mod.load(suite_file)
+        cut = suite_mod.Shard.parse(shard) if shard is not None else None
+        suites = [suite_mod.load(path).sharded(cut) for path in suite_files]
         if check:
-            out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
+            for path, loaded in zip(suite_files, suites):
+                out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs", markup=False, highlight=False)
             raise typer.Exit(0)
-        backend, images = _backend_and_images(*loaded.specs)
+        engine = _backend_and_images(*(s for loaded in suites for s in loaded.specs))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    results = []
+    for path, loaded in zip(suite_files, suites):
+        if jobs is None:
+            chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
+            err.print(plain(f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"))
+        else:
+            chosen = jobs
+        results.append(_drive_suite(path, loaded, engine, runs_dir, new, chosen, key))
+    ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes in results)
+    if json_out:
+        docs = [{"suite": loaded.name, "suite_run_id": record.suite_run_id, "as_expected": len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes),
+                 "shard": loaded.shard.to_json() if loaded.shard else None,
+                 "results": [{**dataclasses.asdict(o), "as_expected": o.as_expected} for o in outcomes]} for loaded, record, outcomes in results]
+        _print_json(docs[0] if len(docs) == 1 else docs)
+    else:
+        for loaded, record, outcomes in results:
+            out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
+    raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
+
+
+def _drive_suite(path: Path, loaded: Any, engine: tuple[DockerBackend, ImageSet], runs_dir: Path, new: bool, jobs: int, key: Path | None) -> tuple[Any, Any, list[Any]]:
+    """Drive one suite run (continuing an unfinished one unless `new`), `jobs` specs at a time,
+    each worker thread with its own engine client; progress on stderr: a bar on a terminal,
+    one timestamped line per finished spec elsewhere."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from assure.run import suite as suite_mod
+    from assure.run.driver import Driver
+
+    backend, images = engine
+    local = threading.local()
+    in_flight: dict[str, str] = {}  # spec name -> its phase
+    total = len(loaded.specs)
+    try:
         base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
         if record is not None:
-            err.print(f"continuing unfinished suite run {record.suite_run_id}", markup=False)
+            err.print(plain(f"continuing unfinished suite run {record.suite_run_id}"))
         else:
             record = suite_mod.SuiteRun.create(base, loaded)
-        started = time.monotonic()
-        with err.status(plain(f"suite {loaded.name}: starting")) as status:
-            label = ""
+        shard = f" shard {loaded.shard}" if loaded.shard else ""
+        with contextlib.ExitStack() as stack:
+            bar = None
+            if err.is_terminal:
+                bar = stack.enter_context(Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                                                   TimeElapsedColumn(), TextColumn("{task.fields[flight]}", markup=False), console=err, transient=True))
+                task = bar.add_task(f"suite {render.display(loaded.name)}{shard}", total=total, flight="")
+
+            def shown() -> None:
+                if bar is not None:
+                    bar.update(task, flight=render.display(" · ".join(f"{name}: {phase}" for name, phase in list(in_flight.items()))))
 
             def begin(n: int, spec: spec_mod.Spec) -> None:
-                nonlocal label
-                label = f"suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}"
+                in_flight[spec.name] = "starting"
+                shown()
 
-            def progress(phase: str, info: dict[str, Any]) -> None:
-                status.update(plain(f"{label} · {phase} · {time.monotonic() - started:5.1f}s"))
+            def done(n: int, outcome: Any, seconds: float | None) -> None:
+                in_flight.pop(outcome.spec, None)
+                took = "kept from before" if seconds is None else f"{seconds:.1f}s"
+                line = f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}"
+                if bar is not None:
+                    bar.advance(task)
+                    shown()
+                    bar.console.print(Text.assemble(Text("✓ " if outcome.as_expected else "✗ ", style="green" if outcome.as_expected else "bold red"), plain(line)))
+                else:
+                    err.print(plain(f"{_stamp()} {line}"), soft_wrap=True)
 
             def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
-                verdict = Driver(spec, run, backend, images, progress, signing_key=key).drive().verdict
-                err.print(f"{label}: {verdict} (expects {spec.expect})", markup=False, highlight=False)
-                return verdict
+                if threading.current_thread() is threading.main_thread():
+                    local.backend = backend
+                elif not hasattr(local, "backend"):
+                    local.backend = DockerBackend()  # docker-py's client is one HTTP session: one per thread
 
-            outcomes = record.drive(runs_dir, run_one, begin)
+                def progress(phase: str, info: dict[str, Any]) -> None:
+                    if in_flight.get(spec.name) != phase:
+                        in_flight[spec.name] = phase
+                        shown()
+
+                return Driver(spec, run, local.backend, images, progress, signing_key=key).drive().verdict
+
+            outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs, finished=done)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        err.print(plain(f"interrupted: containers and volumes were removed; `assure suite {suite_file}` continues this suite run", "yellow"))
+        err.print(plain(f"interrupted: containers and volumes were removed; `assure suite {path}` continues this suite run", "yellow"))
         raise typer.Exit(130) from None
-    ok = len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
-    if json_out:
-        _print_json({"suite": loaded.name, "suite_run_id": record.suite_run_id, "as_expected": ok,
-                     "results": [{**dataclasses.asdict(o), "as_expected": o.as_expected} for o in outcomes]})
-    else:
-        out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
-    raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
+    return loaded, record, outcomes
 
 
 @app.command()
