@@ -46,7 +46,7 @@ class Shard:
         match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
         index, count = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
         if not match or count < 1 or not 1 <= index <= count:
-            raise AssureError(f"--shard {text!r} is not K/N with 1 <= K <= N", where="--shard",
+            raise AssureError(f"{text!r} is not K/N with 1 <= K <= N", where="--shard",
                               fix="e.g. --shard 1/3, --shard 2/3 and --shard 3/3 split a suite over three CI jobs")
         return cls(index, count)
 
