@@ -38,6 +38,7 @@ EGRESS_MEMORY = "128m"
 EGRESS_PIDS = 64
 EGRESS_PORT = 3128
 SOCKET_VOLUME_SIZE = "1m"
+SIDE_BY_SIDE_RUNS = 64  # runs one host holds at once (`assure suite -j` at most; RLIMIT_NPROC is sized for them)
 # RLIMIT_FSIZE: the largest file any process of a run may write is the workspace's disk,
 # `limits.disk`. This was the limit before that field existed (for specs resolved without it).
 FILE_SIZE_LIMIT = "1g"
@@ -75,10 +76,13 @@ def ulimits(nofile: int, agent_pids: int, disk: str | None) -> list[dict[str, An
     """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
     core 0 (no core dump lands anywhere); nproc.
 
-    RLIMIT_NPROC counts every task of the uid on the host, not of one container: the agent,
-    its gateway and its proxy run as the same uid, so nproc is their pids limits added up
-    (never binding while each pids cgroup holds; a second bound should one not)."""
-    nproc = agent_pids + GATEWAY_PIDS + EGRESS_PIDS
+    RLIMIT_NPROC counts every task (thread) of the uid on the host, not of one container, and
+    every container of every run on this host runs as the sandbox uid: runs side by side
+    (`assure suite -j`, several `assure run`) share one count. Sized for one run (its pids
+    limits added up), two agents filling their pids cgroups left a third run's gateway unable
+    to start a thread. So a container's own bound is its pids cgroup, and nproc bounds every
+    sandbox task of the host at once: SIDE_BY_SIDE_RUNS runs of this spec's size."""
+    nproc = SIDE_BY_SIDE_RUNS * (agent_pids + GATEWAY_PIDS + EGRESS_PIDS)
     fsize = parse_size(disk or FILE_SIZE_LIMIT)
     return [{"name": name, "soft": value, "hard": value} for name, value in
             (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]

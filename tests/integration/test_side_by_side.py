@@ -135,3 +135,51 @@ def test_a_suite_killed_with_two_specs_in_flight_is_finished_by_the_same_command
         assert "run_resumed" in events and "attempt_interrupted" in events
     assert len(run_dirs(runs)) == 3
     assert os.path.isdir(tmp_path / ".assure" / "suites") and len(list((tmp_path / ".assure" / "suites").iterdir())) == 1
+
+
+HOG = """\
+import os, time
+kids = []
+for i in range(400):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(25)
+        os._exit(0)
+    kids.append(pid)
+print("holding", len(kids), flush=True)
+time.sleep(25)
+"""
+
+
+def sandbox_tasks() -> int:
+    """Tasks (threads) on this host whose real uid is the sandbox user's: what RLIMIT_NPROC counts."""
+    done = subprocess.run(["ps", "-u", "10001", "-L", "--no-headers"], capture_output=True, text=True)
+    return len(done.stdout.splitlines())
+
+
+def test_two_agents_filling_their_pids_limits_do_not_starve_a_third_run(tmp_path, images):
+    """Two hostile agents each fill their own pids cgroup (contained); a benign run started
+    meanwhile must still start its gateway. With nproc sized for one run, the uid's shared
+    count left it "can't start new thread" (a harness error)."""
+    hog = spec_file(tmp_path, "hog", ["python3", "-c", HOG], hostile=True, limits={"wall_seconds": 30, "pids": 128},
+                    assertions=[{"exit_code": 0}], expect="contained")
+    benign = notes(tmp_path, "bystander")
+    hogs = [subprocess.Popen(ASSURE + ["run", "--json", "--new", str(hog)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    try:
+        deadline = time.monotonic() + 60
+        while sandbox_tasks() < 250 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sandbox_tasks() >= 250, "the hogs never filled their pids limits"
+
+        bystander = subprocess.run(ASSURE + ["run", "--json", str(benign)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    finally:
+        hogged = [p.communicate(timeout=120) for p in hogs]  # each cleans up after itself
+
+    report = json.loads(bystander.stdout)
+    assert report["verdict"] == "pass", [f for a in report["attempts"] for f in a["findings"] if f["severity"] != "info"]
+    for out, err in hogged:
+        assert json.loads(out)["verdict"] == "contained", err

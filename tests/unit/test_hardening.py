@@ -49,7 +49,7 @@ def test_agent_container_is_sealed(benign, tmp_path):
     assert kw["pids_limit"] == 128
     assert kw["mem_limit"] == kw["memswap_limit"] == 512 * 2**20
     assert kw["nano_cpus"] == 1_000_000_000
-    nproc = 128 + hardening.GATEWAY_PIDS + hardening.EGRESS_PIDS
+    nproc = hardening.SIDE_BY_SIDE_RUNS * (128 + hardening.GATEWAY_PIDS + hardening.EGRESS_PIDS)  # the uid's count spans every run of the host
     assert kw["ulimits"] == [{"name": "nofile", "soft": 1024, "hard": 1024}, {"name": "fsize", "soft": 2**30, "hard": 2**30},
                              {"name": "core", "soft": 0, "hard": 0}, {"name": "nproc", "soft": nproc, "hard": nproc}]
     assert kw["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,noexec,size={64 * 2**20}"}
