@@ -198,7 +198,7 @@ def suite_cmd(
         suites = [suite_mod.load(path).sharded(cut) for path in suite_files]
         if check:
             for path, loaded in zip(suite_files, suites):
-                out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs", markup=False, highlight=False)
+                out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(0)
         engine = _backend_and_images(*(s for loaded in suites for s in loaded.specs))
     except AssureError as exc:

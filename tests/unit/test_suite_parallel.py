@@ -363,3 +363,53 @@ def test_two_drivers_run_side_by_side_in_one_suite_each_on_its_own_run(tmp_path:
 def _dump(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def test_ctrl_c_reaches_every_spec_in_flight_and_leaves_the_suite_to_be_continued(tmp_path: Path) -> None:
+    """SIGINT lands in the main thread; each worker gets the KeyboardInterrupt too and runs
+    its cleanup (a driver removes its containers there), then the suite run stays `running`."""
+    loaded = make_suite(tmp_path, ["a", "b", "c"])
+    record = suite.SuiteRun.create(tmp_path / "suites", loaded)
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            both = threading.Barrier(3)
+
+            def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
+                try:
+                    both.wait()
+                    while True:
+                        time.sleep(0.05)
+                finally:
+                    (tmp_path / f"cleaned-{spec.name}").touch()
+
+            threading.Thread(target=lambda: (both.wait(), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+            suite.SuiteRun(record.path, loaded).drive(tmp_path / "runs", run_one, jobs=2)
+        except KeyboardInterrupt:
+            code = 7
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 7, status
+    assert sorted(p.name for p in tmp_path.glob("cleaned-*")) == ["cleaned-a", "cleaned-b"]  # c never started
+    state = store.read_json(record.path / "state.json")
+    assert state["state"] == "running" and [e["run_id"] is not None for e in state["runs"]] == [True, True, False]
+
+
+def test_the_suite_command_checks_shards_before_anything_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    make_suite(tmp_path, ["a", "b", "c"])
+    (tmp_path / "t.yaml").write_text("version: 1\nname: t\nspecs: [a.yaml]\n")
+    cli = [sys.executable, "-m", "assure.cli", "suite", "--check"]
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+    bad = subprocess.run(cli + ["--shard", "4/3", str(tmp_path / "s.yaml")], capture_output=True, text=True, timeout=60, env=env)
+    good = subprocess.run(cli + ["--shard", "1/2", str(tmp_path / "s.yaml"), str(tmp_path / "t.yaml")], capture_output=True, text=True, timeout=60, env=env)
+
+    assert bad.returncode == 1 and "--shard: '4/3' is not K/N with 1 <= K <= N" in bad.stderr
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.splitlines() == [f"ok {tmp_path / 's.yaml'}: 2 specs", f"ok {tmp_path / 't.yaml'}: 1 specs"]
