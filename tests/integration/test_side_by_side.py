@@ -183,3 +183,24 @@ def test_two_agents_filling_their_pids_limits_do_not_starve_a_third_run(tmp_path
     assert report["verdict"] == "pass", [f for a in report["attempts"] for f in a["findings"] if f["severity"] != "info"]
     for out, err in hogged:
         assert json.loads(out)["verdict"] == "contained", err
+
+
+def test_runs_started_at_once_beside_an_unfinished_run_resume_it_once_and_the_rest_start_anew(tmp_path, images):
+    spec = spec_file(tmp_path, "again", ["sh", "/opt/agent/notes-only.sh"], max_attempts=2)  # the interrupted attempt counts
+    killed = subprocess.run(ASSURE + ["run", str(spec)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "ASSURE_FAILPOINT": "start"})
+    assert killed.returncode == -9, killed.stderr
+    runs = tmp_path / ".assure" / "runs"
+    [interrupted] = run_dirs(runs)
+
+    procs = [subprocess.Popen(ASSURE + ["run", "--json", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    done = [(p.wait(timeout=600), p.stdout.read(), p.stderr.read()) for p in procs]
+
+    for code, _, err in done:
+        assert code == 0 and "Traceback" not in err, err  # none turned away by the one that resumed it
+    ids = [json.loads(out)["run_id"] for _, out, _ in done]
+    assert ids.count(interrupted.name) == 1 and len(set(ids)) == 3
+    assert {p.name for p in run_dirs(runs)} == set(ids)
+    events = [json.loads(line)["event"] for line in (interrupted / "events.jsonl").read_text().splitlines()]
+    assert events.count("run_resumed") == 1
