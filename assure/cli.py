@@ -287,7 +287,8 @@ def _drive_suite(path: Path, loaded: Any, engine: tuple[DockerBackend, ImageSet]
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        err.print(plain(f"interrupted: containers and volumes were removed; `assure suite {path}` continues this suite run", "yellow"))
+        again = f"assure suite {path}" + (f" --shard {loaded.shard}" if loaded.shard else "")
+        err.print(plain(f"interrupted: containers and volumes were removed; `{again}` continues this suite run", "yellow"))
         raise typer.Exit(130) from None
     return loaded, record, outcomes
 

@@ -90,13 +90,15 @@ def test_j_1_runs_one_spec_at_a_time_in_order(tmp_path: Path) -> None:
 def test_stop_on_unexpected_starts_nothing_after_an_unexpected_verdict_and_lets_the_flight_land(tmp_path: Path) -> None:
     loaded = make_suite(tmp_path, ["a", "b", "c", "d"], stop=True)
     record = suite.SuiteRun.create(tmp_path / "suites", loaded)
-    a_done = threading.Event()
+    a_done, b_started = threading.Event(), threading.Event()
     started: list[str] = []
 
     def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
         started.append(spec.name)
         if spec.name == "a":
+            assert b_started.wait(10)  # b is in flight when a lands
             return "breach"  # expects pass
+        b_started.set()
         assert a_done.wait(10)
         time.sleep(0.1)  # the scheduler has seen a's verdict by now
         return "pass"
