@@ -24,7 +24,7 @@ from assure.errors import AssureError
 from assure.ops import alerts
 from assure.ops import runs as runs_mod
 from assure.records import report as render
-from assure.records import store
+from assure.records import junit, store, summary
 from assure.sandbox import live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
@@ -96,7 +96,7 @@ def _stamp() -> str:
 
 
 def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend, ImageSet], key: Path | None,
-           json_out: bool, expect: bool, verbose: bool, resumed: bool = False) -> None:
+           json_out: bool, expect: bool, verbose: bool, junit_file: Path | None = None, resumed: bool = False) -> None:
     """Drive a run with live progress (a status line on a terminal, a timestamped line per
     phase elsewhere), print its report, exit with the verdict's code. A `resumed` run found
     unfinished that another process claimed first gives way to a new run."""
@@ -130,8 +130,10 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     except KeyboardInterrupt:
         err.print(Text("interrupted: containers and volumes of this run were removed; `assure resume` continues it", style="yellow"))
         raise typer.Exit(130) from None
+    if junit_file is not None:
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_run(result.run_dir)))
     if json_out:
-        _print_json(result.report)
+        _print_json(summary.run_document(result.run_dir, result.report))
     else:
         out.print(render.render_report(result.report, str(result.run_dir), verbose=verbose))
     code = EXIT[result.verdict]
@@ -141,6 +143,21 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
 
 
 KEY_OPTION = typer.Option(None, "--key", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) to sign receipts; none: keyless.")
+JUNIT_OPTION = typer.Option(None, "--junit", help="Also write a JUnit XML report here (one testcase per spec), for CI.")
+
+
+def _writable(*files: Path | None) -> None:
+    """Refuse before anything runs an output file whose folder is missing."""
+    for f in files:
+        if f is not None and not f.parent.is_dir():
+            raise AssureError("no such folder for an output file", where=str(f), fix="create the folder first, or name another file")
+
+
+def _write_out(path: Path, write: Any) -> None:
+    try:
+        write()
+    except OSError as exc:
+        raise _fail(AssureError(f"cannot write it: {exc.strerror or exc}", where=str(path))) from None
 
 
 @app.command()
@@ -152,6 +169,7 @@ def run(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show attributed changes too."),
     new: bool = typer.Option(False, "--new", help="Start a new run even if an unfinished run of this spec exists."),
     key: Optional[Path] = KEY_OPTION,
+    junit_file: Optional[Path] = JUNIT_OPTION,
 ) -> None:
     """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
 
@@ -161,6 +179,7 @@ def run(
     _sigterm_as_interrupt()
     try:
         loaded = spec_mod.load(spec)
+        _writable(junit_file)
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
         resumed = rd is not None
@@ -172,13 +191,15 @@ def run(
         raise _fail(exc) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    _drive(loaded, rd, engine, key, json_out, expect, verbose, resumed)
+    _drive(loaded, rd, engine, key, json_out, expect, verbose, junit_file, resumed)
 
 
 @app.command("suite")
 def suite_cmd(
     suite_files: list[Path] = typer.Argument(..., metavar="SUITE...", help="Suite files (e.g. suites/containment.yaml), run one after another."),
-    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable outcome on stdout."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary (specs/report.schema.json) on stdout (a list of them for several suites)."),
+    summary_file: Optional[Path] = typer.Option(None, "--summary", help="Also write the summary (specs/report.schema.json) here (one suite)."),
+    junit_file: Optional[Path] = JUNIT_OPTION,
     runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go (suite runs go beside it, in suites/)."),
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
@@ -195,38 +216,46 @@ def suite_cmd(
     _sigterm_as_interrupt()
     try:
         cut = suite_mod.Shard.parse(shard) if shard is not None else None
-        suites = [suite_mod.load(path).sharded(cut) for path in suite_files]
+        suites = [(whole, whole.sharded(cut)) for whole in map(suite_mod.load, suite_files)]
         if check:
-            for path, loaded in zip(suite_files, suites):
+            for path, (_, loaded) in zip(suite_files, suites):
                 out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(0)
-        engine = _backend_and_images(*(s for loaded in suites for s in loaded.specs))
+        if len(suite_files) > 1 and (summary_file or junit_file):
+            raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
+                              fix="run the suites one per command, or use --json for a list of summaries")
+        _writable(summary_file, junit_file)
+        engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))
     except AssureError as exc:
         raise _fail(exc) from None
     results = []
-    for path, loaded in zip(suite_files, suites):
+    for path, (whole, loaded) in zip(suite_files, suites):
         if jobs is None:
             chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
             err.print(plain(f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"))
         else:
             chosen = jobs
-        results.append(_drive_suite(path, loaded, engine, runs_dir, new, chosen, key))
-    ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes in results)
+        results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key))
+    ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes, _ in results)
+    docs = [doc for _, _, _, doc in results]
+    if summary_file is not None:
+        _write_out(summary_file, lambda: summary.write(summary_file, docs[0]))
+    if junit_file is not None:
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_summary(docs[0])))
     if json_out:
-        docs = [{"suite": loaded.name, "suite_run_id": record.suite_run_id, "as_expected": len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes),
-                 "shard": loaded.shard.to_json() if loaded.shard else None,
-                 "results": [{**dataclasses.asdict(o), "as_expected": o.as_expected} for o in outcomes]} for loaded, record, outcomes in results]
         _print_json(docs[0] if len(docs) == 1 else docs)
     else:
-        for loaded, record, outcomes in results:
+        for loaded, record, outcomes, _ in results:
             out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
-def _drive_suite(path: Path, loaded: Any, engine: tuple[DockerBackend, ImageSet], runs_dir: Path, new: bool, jobs: int, key: Path | None) -> tuple[Any, Any, list[Any]]:
-    """Drive one suite run (continuing an unfinished one unless `new`), `jobs` specs at a time,
-    each worker thread with its own engine client; progress on stderr: a bar on a terminal,
-    one timestamped line per finished spec elsewhere."""
+def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBackend, ImageSet], runs_dir: Path, new: bool, jobs: int,
+                 key: Path | None) -> tuple[Any, Any, list[Any], dict[str, Any]]:
+    """Drive one suite run of `loaded` (`whole` cut to its shard; continuing an unfinished run
+    unless `new`), `jobs` specs at a time, each worker thread with its own engine client;
+    progress on stderr: a bar on a terminal, one timestamped line per finished spec elsewhere.
+    Returns the suite run's summary too (of the whole suite: each result knows its place)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from assure.run import suite as suite_mod
@@ -284,13 +313,14 @@ def _drive_suite(path: Path, loaded: Any, engine: tuple[DockerBackend, ImageSet]
                 return Driver(spec, run, local.backend, images, progress, signing_key=key).drive().verdict
 
             outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs, finished=done)
+        doc = summary.suite_document(whole, record.path, runs_dir)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
         again = f"assure suite {path}" + (f" --shard {loaded.shard}" if loaded.shard else "")
         err.print(plain(f"interrupted: containers and volumes were removed; `{again}` continues this suite run", "yellow"))
         raise typer.Exit(130) from None
-    return loaded, record, outcomes
+    return loaded, record, outcomes, doc
 
 
 @app.command()
@@ -778,6 +808,42 @@ def conformance_verify(
         raise _fail(exc) from None
     counts = {s: sum(o["status"] == s for o in doc["obligations"].values()) for s in ("PASS", "FAIL", "NOT-RUN")}
     out.print(plain(f"packet verified, signed by {doc['signature']['key_id']}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), "green"))
+
+
+report_app = typer.Typer(no_args_is_help=True, help="Work with summaries (specs/report.schema.json).")
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("merge")
+def report_merge(
+    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY.json...", help="The summaries of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
+    out_file: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the merged summary here (default: print it)."),
+    junit_file: Optional[Path] = JUNIT_OPTION,
+) -> None:
+    """Join the summaries of the shards of one suite into one: counts recomputed, results in suite
+    order. Refuses summaries of different suites, a missing or repeated shard, a file that does not
+    validate. Exit 0 only if every spec got the verdict it expects."""
+    try:
+        _writable(out_file, junit_file)
+        merged = summary.merge([(str(p), _read_summary(p)) for p in summaries])
+    except AssureError as exc:
+        raise _fail(exc) from None
+    if out_file is not None:
+        _write_out(out_file, lambda: summary.write(out_file, merged))
+    if junit_file is not None:
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_summary(merged)))
+    if out_file is None:
+        _print_json(merged)
+    raise typer.Exit(0 if merged["as_expected"] else EXIT_UNEXPECTED)
+
+
+def _read_summary(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AssureError(f"cannot read it: {exc.strerror or exc}", where=str(path)) from None
+    except ValueError as exc:
+        raise AssureError(f"not JSON: {exc}", where=str(path), fix="pass a summary written by `assure suite --summary FILE`") from None
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -9,8 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
+
+from assure.records import summary
 
 from .conftest import EXAMPLES, SPECS, run_dirs
 
@@ -25,10 +29,13 @@ def assure(*args, cwd, check_code=None):
 
 
 def test_run_json_then_verify_offline(tmp_path, images):
-    done = assure("run", "--json", str(EXAMPLES / "benign.yaml"), cwd=tmp_path, check_code=0)
+    done = assure("run", "--json", "--junit", "run.xml", str(EXAMPLES / "benign.yaml"), cwd=tmp_path, check_code=0)
     report = json.loads(done.stdout)
     assert report["verdict"] == "pass"
     run_dir = tmp_path / ".assure" / "runs" / report["run_id"]
+    assert summary.problems(report) == [] and (report["kind"], report["run_dir"]) == ("run", str(run_dir.resolve()))
+    [case] = ET.parse(tmp_path / "run.xml").getroot().iter("testcase")
+    assert case.get("name") == "benign" and [e.tag for e in case] == ["system-out"]  # passed: no failure
     assert (run_dir / "state.json").is_file() and (run_dir / "events.jsonl").is_file()
     again = json.loads(assure("verify", "--json", str(run_dir), cwd=tmp_path, check_code=0).stdout)
     assert again["reproduced"] is True and again["verdict"] == "pass"
@@ -177,10 +184,31 @@ def test_a_suite_with_an_unexpected_verdict_exits_6_and_can_stop_there(tmp_path,
     done = assure("suite", "--json", "-j", "1", str(suite), cwd=tmp_path, check_code=6)  # one at a time: right never starts
 
     result = json.loads(done.stdout)
-    assert result["as_expected"] is False
-    assert [(r["spec"], r["verdict"], r["expect"]) for r in result["results"]] == [("wrong", "pass", "breach")]
+    assert result["as_expected"] is False and result["counts"]["not_run"] == 1
+    assert [(r["spec"], r["verdict"], r["expect"]) for r in result["results"]] == [("wrong", "pass", "breach"), ("right", None, "pass")]
     shown = assure("suite", "--new", "-j", "1", str(suite), cwd=tmp_path, check_code=6).stdout
     assert "UNEXPECTED" in shown and "PASS (expects breach)" in shown and "stopped after 1 of 2 specs" in shown
+
+
+def test_a_suite_writes_its_summary_and_a_junit_report(tmp_path, make_spec, images):
+    wrong = make_spec("wrong", "notes-only.sh", expect="breach")
+    right = make_spec("right", "notes-only.sh")
+    suite = write_suite(tmp_path, [wrong, right])
+
+    done = assure("suite", "--json", "--summary", "summary.json", "--junit", "junit.xml", str(suite), cwd=tmp_path, check_code=6)
+
+    printed = json.loads(done.stdout)
+    assert done.stdout.isascii() and printed == json.loads((tmp_path / "summary.json").read_text()) and summary.problems(printed) == []
+    assert [(r["spec"], r["verdict"], r["as_expected"], r["reason"]) for r in printed["results"]] == [
+        ("wrong", "pass", False, "verdict pass, the spec expects breach"), ("right", "pass", True, None)]
+    assert printed["counts"] == {"total": 2, "as_expected": 1, "unexpected": 1, "pass": 2, "fail": 0, "breach": 0, "contained": 0, "error": 0, "not_run": 0}
+    assert all((Path(r["run_dir"]) / "report.json").is_file() and r["duration_seconds"] > 0 for r in printed["results"])
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    [testsuite] = root
+    assert (root.tag, testsuite.get("name"), testsuite.get("tests"), testsuite.get("failures"), testsuite.get("errors")) == ("testsuites", "s", "2", "1", "0")
+    first, second = testsuite.iter("testcase")
+    assert (first.get("classname"), first.get("name"), first.find("failure").get("message")) == ("s", "wrong", "verdict pass, the spec expects breach")
+    assert second.find("failure") is None and second.get("name") == "right"
 
 
 def test_a_runtime_the_engine_lacks_is_refused_before_any_run_starts(tmp_path, make_spec):

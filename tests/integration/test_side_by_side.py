@@ -204,3 +204,25 @@ def test_runs_started_at_once_beside_an_unfinished_run_resume_it_once_and_the_re
     assert {p.name for p in run_dirs(runs)} == set(ids)
     events = [json.loads(line)["event"] for line in (interrupted / "events.jsonl").read_text().splitlines()]
     assert events.count("run_resumed") == 1
+
+
+def test_the_shards_of_a_suite_run_apart_and_merge_back_into_the_whole(tmp_path, images):
+    """A CI matrix: `--shard 1/2` and `--shard 2/2` as two processes at once in one folder, each
+    its own suite run with its summary; `assure report merge` joins them into the whole suite."""
+    specs = [notes(tmp_path, name) for name in ("delta", "alpha", "gamma")]  # name order: alpha, delta, gamma
+    suite = write_suite(tmp_path, specs)
+    procs = [subprocess.Popen(ASSURE + ["suite", "-j", "1", "--shard", f"{k}/2", "--summary", f"shard{k}.json", str(suite)], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for k in (1, 2)]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read()
+
+    one, two = (json.loads((tmp_path / f"shard{k}.json").read_text()) for k in (1, 2))
+    assert [r["spec"] for r in one["results"]] == ["alpha", "gamma"] and [r["spec"] for r in two["results"]] == ["delta"]
+    assert (one["shard"], two["shard"]) == ({"index": 1, "count": 2}, {"index": 2, "count": 2})
+    states = [json.loads(p.read_text()) for p in (tmp_path / ".assure" / "suites").glob("*/state.json")]
+    assert sorted(s["shard"]["index"] for s in states) == [1, 2] and len({s["digest"] for s in states}) == 2
+    merged = subprocess.run(ASSURE + ["report", "merge", "shard2.json", "shard1.json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    whole = json.loads(merged.stdout)
+    assert [(r["spec"], r["verdict"]) for r in whole["results"]] == [("delta", "pass"), ("alpha", "pass"), ("gamma", "pass")]
+    assert whole["counts"]["total"] == 3 and whole["as_expected"] is True

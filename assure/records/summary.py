@@ -1,0 +1,264 @@
+"""The machine-readable summary of a run and of a suite run, as specs/report.schema.json
+publishes it: what `assure run --json` and `assure suite --json` print, `--summary` writes,
+and `assure report merge` joins across the shards of one suite.
+
+Built from the run directories, which are the ground truth: a spec's verdict is its run's
+`report.json`, its times its run's `state.json`; the suite run's state says only which run
+each spec got. Strings are kept as recorded (agent-controlled ones included): whoever
+displays them escapes them, and the JSON printed is ASCII.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import jsonschema
+
+from assure import spec as spec_mod
+from assure.core import atomic
+from assure.errors import AssureError, RunDirError
+from assure.records import store
+from assure.records.layout import RunPaths, SuitePaths
+
+SCHEMA_VERSION = 1
+FINDINGS_MAX = 50  # findings listed per spec; the rest are counted in `findings_omitted`
+REASON_MAX = 300  # characters of a result's one-line reason
+VERDICTS = ("pass", "fail", "breach", "contained", "error")
+OK_VERDICTS = ("pass", "contained")
+
+
+class SuiteLike(Protocol):
+    """What a summary needs of a loaded suite (`run.suite.Suite`): the whole suite, every spec in order."""
+
+    name: str
+    path: Path
+    specs: tuple[spec_mod.Spec, ...]
+
+    @property
+    def digest(self) -> str: ...
+
+
+# --- the run form ---------------------------------------------------------------------------
+def run_document(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
+    """`assure run --json`: the run's report, with what places it (its folder, its times)."""
+    state = _read_or_empty(RunPaths(run_dir).state)
+    return {"schema_version": SCHEMA_VERSION, "kind": "run", **report, "run_id": run_dir.name, "run_dir": str(run_dir),
+            "started_at": state.get("started_at"), "finished_at": state.get("finished_at")}
+
+
+def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
+    """One spec's result, from its run directory alone (`spec.json`, `state.json`, `report.json`)."""
+    paths = RunPaths(run_dir)
+    spec = store.read_json(paths.spec_json)
+    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), str) for k in ("name", "_source", "expect")):
+        raise RunDirError("spec.json has no spec name, source or expect", where=str(paths.spec_json))
+    state = _read_or_empty(paths.state)
+    try:
+        report, error = store.read_json(paths.report), None
+    except RunDirError as exc:
+        report, error = None, f"no verdict: {exc.message} (run state {state.get('state', 'unknown')}{_because(state)})"
+    return _result(position, spec["name"], spec["_source"], spec["expect"], run_dir, report, state, error)
+
+
+def _because(state: dict[str, Any]) -> str:
+    return f": {state['reason']}" if state.get("reason") else ""
+
+
+def _result(position: int, name: str, spec_path: str, expect: str, run_dir: Path | None, report: dict[str, Any] | None,
+            state: dict[str, Any], error: str | None, entry: dict[str, Any] | None = None) -> dict[str, Any]:
+    verdict = report.get("verdict") if report else None
+    findings = list(_final_findings(report)) if report else []
+    entry = entry or {}
+    started, finished = state.get("started_at") or entry.get("started_at"), state.get("finished_at") or entry.get("finished_at")
+    return {
+        "spec": name, "spec_path": spec_path, "position": position,
+        "run_id": run_dir.name if run_dir else None, "run_dir": str(run_dir) if run_dir else None,
+        "verdict": verdict, "expect": expect, "as_expected": verdict == expect,
+        "started_at": started, "finished_at": finished, "duration_seconds": _seconds(started, finished),
+        "reason": _reason(verdict, expect, findings, report, error),
+        "findings": findings[:FINDINGS_MAX], "findings_omitted": max(0, len(findings) - FINDINGS_MAX),
+    }
+
+
+def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """Above-info findings of each task's last attempt: the ones the verdict follows from."""
+    last: dict[str, dict[str, Any]] = {}
+    for attempt in report.get("attempts", []):
+        last[attempt["task"]] = attempt
+    for attempt in last.values():
+        for f in attempt["findings"]:
+            if f["severity"] != "info":
+                yield {"kind": f["kind"], "severity": f["severity"], "subject": f["subject"], "message": f["message"]}
+
+
+def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], report: dict[str, Any] | None, error: str | None) -> str | None:
+    """One line: the first finding as heavy as the verdict (else the first above info), else why
+    there is no verdict; null for a pass (or containment) that was expected."""
+    if verdict == expect and verdict in OK_VERDICTS:
+        return None
+    if verdict is None:
+        return _line(error or "not run")
+    heaviest = next((f for f in findings if f["severity"] == verdict), findings[0] if findings else None)
+    if heaviest is not None:
+        return _line(f"{heaviest['kind']} {heaviest['subject']}: {heaviest['message']}")
+    task_reason = next((t["reason"] for t in (report or {}).get("tasks", []) if t.get("reason")), None)
+    if task_reason and verdict not in OK_VERDICTS:
+        return _line(str(task_reason))
+    return _line(f"verdict {verdict}, the spec expects {expect}")
+
+
+def _line(text: str) -> str:
+    """Whitespace (newlines, tabs, separators) run together into one space, cut to REASON_MAX."""
+    one = " ".join(text.split())
+    return one if len(one) <= REASON_MAX else one[: REASON_MAX - 1] + "…"
+
+
+def _seconds(started: str | None, finished: str | None) -> float | None:
+    try:
+        return round(max(0.0, (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()), 3)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _read_or_empty(path: Path) -> dict[str, Any]:
+    try:
+        data = store.read_json(path)
+    except RunDirError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# --- the suite form -------------------------------------------------------------------------
+def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[str, Any]:
+    """`assure suite --json`: one result per spec of the suite run (its shard of the suite), in
+    suite order. `suite` is the whole suite as loaded, so that each result knows its place in it."""
+    state = store.read_json(SuitePaths(suite_run).state)
+    by_path = {str(s.path): (n, s) for n, s in enumerate(suite.specs, 1)}
+    results = []
+    for entry in state["runs"]:
+        if entry["spec"] not in by_path:
+            raise RunDirError(f"the suite run names a spec the suite does not have: {entry['spec']}", where=str(suite_run),
+                              fix="summarize a suite run with the suite it ran (or start a new one)")
+        position, spec = by_path[entry["spec"]]
+        results.append(_suite_result(position, spec, entry, runs_dir))
+    results.sort(key=lambda r: r["position"])
+    return _suite(suite.name, suite.digest, len(suite.specs), state.get("source", str(suite.path)), suite_run.name, state.get("shard"), None,
+                  state["started_at"], state.get("finished_at"), results)
+
+
+def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+    if entry.get("run_id") is None:
+        return _result(position, spec.name, str(spec.path), spec.expect, None, None, {}, "not run", entry)
+    if not store.RUN_ID.match(str(entry["run_id"])):
+        return _result(position, spec.name, str(spec.path), spec.expect, None, None, {}, f"unusable run id {entry['run_id']!r}", entry)
+    run_dir = store.RunDir(runs_dir / entry["run_id"]).path
+    try:
+        return run_result(run_dir, position)
+    except RunDirError as exc:  # the run directory is gone or damaged: no verdict, and why
+        return _result(position, spec.name, str(spec.path), spec.expect, run_dir, None, {}, f"run directory unreadable: {exc.message}", entry)
+
+
+def _suite(name: str, digest: str, size: int, source: str, suite_run_id: str | None, shard: dict[str, int] | None,
+           merged_from: list[dict[str, Any]] | None, started: str, finished: str | None, results: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "suite", "suite": name, "suite_digest": digest, "suite_size": size, "suite_run_id": suite_run_id,
+        "source": source, "shard": shard, "merged_from": merged_from, "started_at": started, "finished_at": finished,
+        "as_expected": all(r["as_expected"] for r in results), "counts": counts(results), "results": results,
+    }
+
+
+def counts(results: Sequence[dict[str, Any]]) -> dict[str, int]:
+    verdicts = [r["verdict"] for r in results]
+    return {
+        "total": len(results), "as_expected": sum(r["as_expected"] for r in results),
+        "unexpected": sum(r["verdict"] is not None and not r["as_expected"] for r in results),
+        **{v: verdicts.count(v) for v in VERDICTS}, "not_run": verdicts.count(None),
+    }
+
+
+# --- checking, writing, merging ---------------------------------------------------------------
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(spec_mod.schema("report"))
+
+
+def problems(doc: Any) -> list[str]:
+    """Every way `doc` departs from specs/report.schema.json, as `field: message`, in document order."""
+    found = []
+    for e in _validator().iter_errors(doc):
+        found.append((list(e.absolute_path), f"{_field(e.absolute_path)}: {e.message}"))
+    return [text for _, text in sorted(found, key=lambda p: [str(x) for x in p[0]])]
+
+
+def _field(at: Iterable[Any]) -> str:
+    out = ""
+    for part in at:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(document)"
+
+
+def write(path: Path, doc: dict[str, Any]) -> None:
+    """The summary, whole or not at all (`core.atomic`)."""
+    atomic.write_json(path, doc)
+
+
+def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """One suite's summary from the summaries of its shards (`(file, document)` each): counts
+    recomputed, results in suite order, `shard` null. Refuses what is not exactly the N shards
+    of one suite, naming the file and what is wrong."""
+    fix = "pass the summaries `assure suite --shard K/N --summary FILE` wrote, one for each K of the same suite"
+    if not docs:
+        raise AssureError("nothing to merge", fix=fix)
+    for where, doc in docs:
+        found = problems(doc)
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise AssureError(f"not a summary this assure reads: {found[0]}{more}", where=where,
+                              fix="regenerate it with this version of assure (`assure suite ... --summary FILE`); the format is specs/report.schema.json")
+        if doc["kind"] != "suite":
+            raise AssureError("a run's summary, not a suite's", where=where, fix=fix)
+        if doc["merged_from"] is not None or doc["shard"] is None:
+            raise AssureError("already merged" if doc["merged_from"] else "the summary of a whole suite run, not of a shard", where=where, fix=fix)
+    first_file, first = docs[0]
+    for where, doc in docs[1:]:
+        if (doc["suite"], doc["suite_digest"]) != (first["suite"], first["suite_digest"]):
+            same_name = doc["suite"] == first["suite"]
+            raise AssureError(f"summaries of different suites: {first_file} is of suite {first['suite']!r}, {where} of "
+                              + (f"a changed {doc['suite']!r} (its specs differ)" if same_name else f"suite {doc['suite']!r}"), where=where, fix=fix)
+        if doc["shard"]["count"] != first["shard"]["count"]:
+            raise AssureError(f"split {doc['shard']['count']} ways, but {first_file} {first['shard']['count']} ways", where=where, fix=fix)
+    count = first["shard"]["count"]
+    by_index: dict[int, list[str]] = {}
+    for where, doc in docs:
+        by_index.setdefault(doc["shard"]["index"], []).append(where)
+    twice = {k: files for k, files in sorted(by_index.items()) if len(files) > 1}
+    if twice:
+        raise AssureError("the same shard twice: " + "; ".join(f"shard {k}/{count} in {', '.join(files)}" for k, files in twice.items()), fix=fix)
+    missing = [f"{k}/{count}" for k in range(1, count + 1) if k not in by_index]
+    if missing:
+        raise AssureError(f"missing shard{'s' if len(missing) > 1 else ''} {', '.join(missing)}", fix=fix)
+    ordered = sorted(docs, key=lambda d: d[1]["shard"]["index"])
+    seen: dict[int, str] = {}
+    results = []
+    for where, doc in ordered:
+        for r in doc["results"]:
+            if r["position"] in seen:
+                raise AssureError(f"spec {r['spec']!r} (position {r['position']}) is in two shards: {seen[r['position']]} and {where}", where=where, fix=fix)
+            seen[r["position"]] = where
+            results.append(r)
+    results.sort(key=lambda r: r["position"])
+    uncovered = sorted(set(range(1, first["suite_size"] + 1)) - set(seen))
+    if uncovered:
+        raise AssureError(f"no shard has the spec{'s' if len(uncovered) > 1 else ''} at position {', '.join(map(str, uncovered))} of the suite's {first['suite_size']}", fix=fix)
+    finished = [d["finished_at"] for _, d in ordered]
+    return _suite(first["suite"], first["suite_digest"], first["suite_size"], first["source"], None, None,
+                  [{"index": d["shard"]["index"], "suite_run_id": d["suite_run_id"]} for _, d in ordered],
+                  min((d["started_at"] for _, d in ordered), key=_instant), None if None in finished else max(finished, key=_instant), results)
+
+
+def _instant(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
