@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install images fixtures test unit demo benign bench gc clean runsc
+.PHONY: install images fixtures test unit demo benign bench gc clean runsc chromium
 
 install: $(STAMP)
 
@@ -39,7 +39,7 @@ benign: images fixtures
 # on the real one; the gVisor tests need runsc registered with it (as root).
 NO_DOCKER := DOCKER_HOST=unix:///nonexistent/docker.sock
 
-test: images runsc fixtures
+test: images runsc chromium fixtures
 	$(NO_DOCKER) $(BIN)/python -m pytest -q tests/unit
 	$(BIN)/python -m pytest -q tests/integration
 
@@ -61,6 +61,14 @@ bench: images
 	$(BIN)/python bench/sqlite_bench.py
 	$(BIN)/python bench/workspace_fs_bench.py
 	$(BIN)/python bench/seccomp_bench.py
+
+# Headless Chromium renders the HTML reports in tests/integration/test_html_report.py (as root
+# on a Debian-like host we install Debian's package if it is missing).
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (renders the HTML reports in the integration tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	fi
 
 # Register gVisor's runsc with the running dockerd (as root; installs Debian's package if missing).
 runsc:

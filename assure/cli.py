@@ -174,7 +174,7 @@ def run(
     """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
 
     An unfinished run of the same spec (its driver killed) is resumed instead, unless --new."""
-    from assure.run.driver import find_unfinished
+    from assure.run.driver import find_unfinished, resume_note
 
     _sigterm_as_interrupt()
     try:
@@ -184,7 +184,7 @@ def run(
         rd = None if new else find_unfinished(runs_dir, loaded)
         resumed = rd is not None
         if rd is not None:
-            err.print(f"resuming unfinished run {rd.run_id}", markup=False)
+            err.print(resume_note(rd, loaded), markup=False)
         else:
             rd = store.RunDir.new(runs_dir, loaded.name, loaded.path, loaded.to_json())
     except AssureError as exc:
@@ -203,8 +203,9 @@ def suite_cmd(
     runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go (suite runs go beside it, in suites/)."),
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="Specs run at once (default: as many as this machine's CPUs and memory hold under the specs' limits)."),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource)."),
     shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Run only shard K of N (1-based), e.g. one job of a CI matrix."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", metavar="ADDRESS", help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray]."),
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Run every spec of each SUITE, -j at a time; exit 0 only if each verdict is the one its spec expects.
@@ -225,17 +226,23 @@ def suite_cmd(
             raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
                               fix="run the suites one per command, or use --json for a list of summaries")
         _writable(summary_file, junit_file)
-        engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))
+        if cluster is not None:
+            from assure.run import cluster as cluster_mod
+
+            for _, loaded in suites:
+                cluster_mod.refuse_outside_effects(loaded.specs)  # before a suite run is made for nothing
+            engine = None
+        else:
+            engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))
     except AssureError as exc:
         raise _fail(exc) from None
     results = []
     for path, (whole, loaded) in zip(suite_files, suites):
-        if jobs is None:
+        chosen = jobs
+        if jobs is None and cluster is None:
             chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
             err.print(plain(f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"))
-        else:
-            chosen = jobs
-        results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key))
+        results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster))
     ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes, _ in results)
     docs = [doc for _, _, _, doc in results]
     if summary_file is not None:
@@ -250,18 +257,19 @@ def suite_cmd(
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
-def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBackend, ImageSet], runs_dir: Path, new: bool, jobs: int,
-                 key: Path | None) -> tuple[Any, Any, list[Any], dict[str, Any]]:
+def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, new: bool,
+                 jobs: int | None, key: Path | None, cluster: str | None) -> tuple[Any, Any, list[Any], dict[str, Any]]:
     """Drive one suite run of `loaded` (`whole` cut to its shard; continuing an unfinished run
-    unless `new`), `jobs` specs at a time, each worker thread with its own engine client;
-    progress on stderr: a bar on a terminal, one timestamped line per finished spec elsewhere.
-    Returns the suite run's summary too (of the whole suite: each result knows its place)."""
+    unless `new`), `jobs` specs at a time: here, each worker thread with its own engine client,
+    or on the Ray `cluster`. Progress on stderr: a bar on a terminal, one timestamped line per
+    finished spec elsewhere. Returns the suite run's summary too (of the whole suite: each
+    result knows its place)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from assure.run import suite as suite_mod
     from assure.run.driver import Driver
 
-    backend, images = engine
+    backend, images = engine if engine is not None else (None, None)
     local = threading.local()
     in_flight: dict[str, str] = {}  # spec name -> its phase
     total = len(loaded.specs)
@@ -312,7 +320,24 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
 
                 return Driver(spec, run, local.backend, images, progress, signing_key=key).drive().verdict
 
-            outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs, finished=done)
+            def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
+                where = f" on {entry['node'][:12]}" if entry.get("node") else ""
+                lost = f", {len(entry['lost'])} lost with their node" if entry.get("lost") else ""
+                note = f" — {entry['node_finding']}" if entry.get("node_finding") else ""
+                line = f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}"
+                if bar is not None:
+                    bar.advance(task)
+                    bar.console.print(plain(line))
+                else:
+                    err.print(plain(f"{_stamp()} {line}"), soft_wrap=True)
+
+            if cluster is not None:
+                from assure.run import cluster as cluster_mod
+
+                err.print(plain(f"suite {loaded.name}: on the Ray cluster {cluster}"))
+                outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived)
+            else:
+                outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
         doc = summary.suite_document(whole, record.path, runs_dir)
     except AssureError as exc:
         raise _fail(exc) from None
@@ -331,11 +356,14 @@ def resume(
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
+    from assure.run.driver import resume_note
+
     _sigterm_as_interrupt()
     try:
         rd = runs_mod.find(run_ref, runs_dir)
         loaded = _spec_of(rd)
         engine = _backend_and_images(loaded)
+        err.print(resume_note(rd, loaded), markup=False)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -354,21 +382,29 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
 
 @app.command()
 def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files to check.")) -> None:
-    """Check spec files (and suites, with every spec they name) against their schemas in specs/;
-    report every problem as file:line: field: message."""
+    """Check spec files (and suites, with every spec they name) against their schemas in specs/,
+    and that each can work: its contract as the gate will judge it (ratified, by someone other
+    than its proposer, hash and terms as they stand) and its agent command among the agent
+    files. Report every problem as file:line: field: message, with the command that fixes it."""
+    from assure.run import preflight
     from assure.run import suite as suite_mod
 
     bad = 0
     for path in specs:
         try:
-            if suite_mod.is_suite(path):
-                suite_mod.load(path)
-            else:
-                spec_mod.load(path)
-            out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
+            loaded = suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
+            found = [p for s in loaded for p in preflight.problems(s)]
         except AssureError as exc:
             bad += 1
             err.print(_safe_lines(exc.explain()), markup=False, highlight=False)
+            continue
+        for problem in found:
+            first, *rest = problem.lines()
+            err.print(_safe_lines("\n".join([first if problem.fatal else f"note: {first}", *rest])), markup=False, highlight=False)
+        if any(p.fatal for p in found):
+            bad += 1
+        else:
+            out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
     raise typer.Exit(1 if bad else 0)
 
 
@@ -415,6 +451,39 @@ def diff(
         sys.stdout.write(render.render_changes_html(f"{run_dir.name}, attempt {chosen.name}", verdict))
     else:
         out.print(render.render_changes(verdict["changes"], verdict["findings"]))
+
+
+report_app = typer.Typer(no_args_is_help=True, help="Reports of runs and suite runs, for people and for CI.")
+app.add_typer(report_app, name="report")
+
+
+@report_app.command("html")
+def report_html(
+    ref: str = typer.Argument(..., metavar="RUN_OR_SUITE_RUN", help="Run id, suite run id, either's directory, or a suite summary JSON file."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
+    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run ids are looked up (suite runs: beside it, in suites/)."),
+) -> None:
+    """A self-contained HTML page (no script, no network) of a run or a suite run, for a reviewer.
+
+    It is written to the current folder by default, never into a run directory: those are sealed."""
+    from assure.records import html_report
+
+    try:
+        page = html_report.render(ref, runs_dir)
+        if output is not None and str(output) == "-":
+            sys.stdout.write(page.html)
+            return
+        target = (output or Path(f"{page.id}.html")).resolve()
+        inside = next((s for s in page.sources if target.is_relative_to(s.resolve())), None)
+        if inside is not None:
+            raise AssureError("the page would be written inside a run directory, which is sealed", where=str(target),
+                              fix="pass -o with a path outside it (or -o - for stdout)")
+        target.write_text(page.html, encoding="utf-8")
+    except AssureError as exc:
+        raise _fail(exc) from None
+    except OSError as exc:
+        raise _fail(AssureError(f"cannot write the page: {exc.strerror}", where=str(exc.filename))) from None
+    err.print(f"wrote {render.display(str(target))}", markup=False, highlight=False)
 
 
 @images_app.command("build")
@@ -495,12 +564,10 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
-    """Record an operator request (halt or dial) in RUN's control record."""
-    from assure.core import control
-
+    """Record an operator request (halt or dial) in RUN's control record; refused once RUN is over."""
     try:
         rd = runs_mod.find(run, runs_dir)
-        return rd, control.request(rd.control_dir, run_id=rd.run_id, actor=alerts.operator_name(), **change)
+        return rd, rd.override(alerts.operator_name(), **change)
     except AssureError as exc:
         raise _fail(exc) from None
 
@@ -620,13 +687,19 @@ def promote_cmd(
     task: Optional[str] = typer.Option(None, help="Task id (default: every proposed task)."),
     runs_dir: Path = typer.Option(store.RUNS_DIR),
     key: Optional[Path] = KEY_OPTION,
+    dial: Optional[str] = typer.Option(None, "--dial", help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's."),
 ) -> None:
-    """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier)."""
+    """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier);
+    refuses, writing nothing, when no task can be committed."""
+    from assure.core import control
     from assure.run.driver import promote_proposed
 
+    if dial is not None and dial not in control.LEVELS:
+        err.print(f"error: --dial must be one of {', '.join(control.LEVELS)}", markup=False)
+        raise typer.Exit(2)
     try:
         rd = runs_mod.find(run_ref, runs_dir)
-        done = promote_proposed(_spec_of(rd), rd, task, key)
+        done = promote_proposed(_spec_of(rd), rd, task, key, dial)
     except AssureError as exc:
         raise _fail(exc) from None
     for task_id, state, reason in done:
@@ -810,8 +883,6 @@ def conformance_verify(
     out.print(plain(f"packet verified, signed by {doc['signature']['key_id']}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), "green"))
 
 
-report_app = typer.Typer(no_args_is_help=True, help="Work with summaries (specs/report.schema.json).")
-app.add_typer(report_app, name="report")
 
 
 @report_app.command("merge")

@@ -10,11 +10,13 @@ Standard library only: the gateway imports this module.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -63,14 +65,28 @@ def _dial(value: Any) -> str | None:
     return value if value in LEVELS else LEVELS[0]
 
 
-def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, halt: bool | None = None, dial: str | None = None) -> Override:
-    """Record an operator request: update `operator.json` atomically and log it, under a lock."""
-    if dial is not None and dial not in LEVELS:
-        raise ValueError(f"dial must be one of {', '.join(LEVELS)}")
+@contextlib.contextmanager
+def locked(control_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """The control record's lock: held by every request, and by the host while it seals the
+    run's logs (`operator.jsonl` among them), so no request lands after the seal unseen."""
     directory = Path(control_dir)
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, halt: bool | None = None, dial: str | None = None,
+            check: Callable[[], None] | None = None) -> Override:
+    """Record an operator request: update `operator.json` atomically and log it, under a lock.
+    `check` runs under the lock before anything is written and refuses by raising (a run
+    that is over: `RunDir.require_open`)."""
+    if dial is not None and dial not in LEVELS:
+        raise ValueError(f"dial must be one of {', '.join(LEVELS)}")
+    directory = Path(control_dir)
+    with locked(directory):
+        if check is not None:
+            check()
         current = read(directory)
         update = Override(
             halted=current.halted if halt is None else halt,

@@ -146,6 +146,7 @@ class Action:
     rollback_ref: str | None = None
     human_gate: str | None = None
     spends: bool = False  # costs money or tokens without mutating (a model call)
+    folder: bool = False  # creates a folder (promote of an added one): a scope glob naming it covers it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -338,7 +339,8 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
     if _expired(ctx.now, c.expires_at):
         return Decision(DENY, "contract.expired", f"contract {c.id!r} expired at {c.expires_at}")
     scope = action_scope(action)
-    if scope is None or not globs.match_any(c.scope, scope):
+    covered = scope is not None and (globs.match_any(c.scope, scope) or (action.folder and any(globs.names_folder(g, scope) for g in c.scope)))
+    if not covered:
         return Decision(DENY, "contract.scope", f"{scope!r} is outside contract {c.id!r} scope {list(c.scope)}")
     return None
 

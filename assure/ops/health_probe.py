@@ -401,12 +401,8 @@ class _Pass:
             return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, spec, reason_code="spec_unreadable")
         problems: dict[str, tuple[str, str]] = {}
         for task in spec.tasks:
-            c = policy.contract(task.contract)
-            pins = policy.pinned(replace(spec, contract=task.contract))  # what the task's attempts run under, as the gateway is told
-            action = gate.Action("health.contract", mutates=True, scope=c.scope[0] if c and c.scope else None)
-            decision = gate.contract_rule(action, gate.Context(known_tools=frozenset(), now=self.now, budget=gate.Budget(), contract=c,
-                                                           assertions=pins["assertions"], protected=tuple(pins["protected"]), writable=tuple(pins["writable"])))
-            if decision is not None and decision.rule != "contract.scope":  # scope is a property of a move, not of the contract
+            decision = policy.contract_denial(spec, task, self.now)
+            if decision is not None:
                 problems[task.id] = (decision.rule.replace(".", "_"), decision.reason)
         if problems:
             shown = dict(list(problems.items())[:MAX_EVIDENCE_ITEMS])

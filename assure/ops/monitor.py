@@ -52,7 +52,8 @@ from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
 from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.ops.runsbase import MAX_ENTRIES, Refused, Tree, count, parse_journal, parse_json, parse_time
 from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE, alerts_sink
-from assure.records.store import RUN_ID
+from assure.errors import RunDirError
+from assure.records.store import RUN_ID, RunDir
 from assure.textsafe import display
 
 log = logging.getLogger("assure.ops.monitor")
@@ -517,11 +518,12 @@ class _Scan:
         already = current.halted or (step == DIAL_DOWN and current.dial == control.LEVELS[0])
         request_id = None
         if not already:
+            over = RunDir(self.base / run.run_id)
             try:
-                if step == DIAL_DOWN:
-                    request_id = control.request(control_dir, run_id=run.run_id, actor=ACTOR, dial=control.LEVELS[0]).request_id
-                else:
-                    request_id = control.request(control_dir, run_id=run.run_id, actor=ACTOR, halt=True).request_id
+                request_id = control.request(control_dir, run_id=run.run_id, actor=ACTOR, check=lambda: over.require_open(f"escalating ({step})", "none: the run is over"),
+                                             **({"dial": control.LEVELS[0]} if step == DIAL_DOWN else {"halt": True})).request_id
+            except RunDirError:  # it finished since it was read: nothing to escalate, its logs are sealed
+                return
             except (OSError, ValueError, ChainError, UnicodeDecodeError) as exc:
                 self.skip(control_rel, f"cannot escalate {alert['id']} ({step}): {type(exc).__name__}: {exc}")
                 return

@@ -15,6 +15,7 @@ import html
 from typing import Any
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -46,6 +47,7 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
         head = Text.assemble(f"attempt {attempt['attempt']}{task}: ", verdict_text(attempt["verdict"]),
                              f"   exit code {attempt['exit_code']}" + ("  (deadline hit)" if attempt.get("timed_out") else ""))
         parts.append(head)
+        parts.extend(_reason_lines(attempt.get("reason")))
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("", "finding", "subject", "detail"):
             table.add_column(col, overflow="fold")
@@ -76,6 +78,32 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
                      style="green" if expect == report["verdict"] else "bold red")
     parts.append(Text(f"run directory: {display(run_dir)}", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left")
+
+
+def _reason_lines(reason: dict[str, Any] | None) -> list[Padding]:
+    """Why the attempt did not pass (the report's `reason`): the summary, the gate's first
+    denial when the summary is something else, and the agent's last output lines; indented,
+    so a wrapped line stays under its own."""
+    if not reason:
+        return []
+    lines = []
+    if reason.get("summary"):
+        lines.append(Padding(Text.assemble(("why: ", "bold"), (_safe(reason["summary"]), "yellow")), (0, 0, 0, 2)))
+    denial = reason.get("gate_denial")
+    if denial and not str(reason.get("summary") or "").startswith("the gate denied"):
+        target = f" {denial['path']}" if denial.get("path") else ""
+        lines.append(Padding(Text(_safe(f"the gate's first denial: {denial['tool']}{target}: {denial['rule']}: {denial['message']}"
+                                        f" ({denial['denied']} calls denied)"), style="yellow"), (0, 0, 0, 2)))
+    if reason.get("agent_output"):
+        lines.append(Padding(Text("the agent's last output lines (agent.log):", style="dim"), (0, 0, 0, 2)))
+        lines.extend(Padding(Text(f"│ {_safe(line)}", style="dim"), (0, 0, 0, 4)) for line in reason["agent_output"])
+    return lines
+
+
+def _safe(value: Any) -> str:
+    """A value the report already escaped (`display`) as it is; anything else escaped now."""
+    text = str(value)
+    return text if text.isprintable() else display(text)
 
 
 def _change_rows(changes: list[dict[str, Any]], findings: list[dict[str, Any]]) -> list[tuple[str, str, str, str, bool]]:

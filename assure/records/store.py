@@ -19,10 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assure.core import atomic
+from assure.core import atomic, control
 from assure.core.chain import ChainWriter
 from assure.errors import RunDirError
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
+from assure.records.states import RUN_OVER
 
 RUNS_DIR = Path(".assure") / "runs"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -134,6 +135,27 @@ class RunDir:
 
     def save_state(self, state: dict[str, Any]) -> None:
         write_json(self.paths.state, state)
+
+    def require_open(self, doing: str, instead: str) -> None:
+        """Refuse `doing` once the run is over: its logs are sealed (`receipts/seal.json`), and a
+        line appended to one would fail `assure receipts verify`. The one check every writer
+        into a finished run goes through (operator requests, the monitor's escalations); `assure
+        promote`, which re-seals, is the one command that may still change a finished run."""
+        try:
+            state = read_json(self.paths.state).get("state")
+        except (RunDirError, AttributeError):
+            state = None  # not known to be over: a halt still lands (the safe side)
+        if state in RUN_OVER or self.paths.seal.exists():
+            raise RunDirError(f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed logs, "
+                              "and `assure receipts verify` would then fail", where=str(self.path), fix=instead)
+
+    def override(self, actor: str, *, halt: bool | None = None, dial: str | None = None) -> control.Override:
+        """An operator's halt or dial for this run; refused once the run is over (`require_open`)."""
+        doing = "a halt" if halt else f"a dial to {dial}"
+        instead = ("nothing is left to halt or dial: the run is over; to commit a proposed result under another dial, "
+                   f"`assure promote {self.run_id} --dial LEVEL`")
+        return control.request(self.control_dir, run_id=self.run_id, actor=actor, halt=halt, dial=dial,
+                               check=lambda: self.require_open(doing, instead))
 
 
 PROBE_GRACE_SECONDS = 0.5  # `is_locked` holds the lock for a moment: a driver taking it meanwhile waits this long

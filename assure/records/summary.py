@@ -96,12 +96,16 @@ def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
 
 
 def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], report: dict[str, Any] | None, error: str | None) -> str | None:
-    """One line: the first finding as heavy as the verdict (else the first above info), else why
-    there is no verdict; null for a pass (or containment) that was expected."""
+    """One line: the last attempt's reason (run/reasons.py), else the first finding as heavy as
+    the verdict (else the first above info), else why there is no verdict; null for a pass (or
+    containment) that was expected."""
     if verdict == expect and verdict in OK_VERDICTS:
         return None
     if verdict is None:
         return _line(error or "not run")
+    why = next((a["reason"]["summary"] for a in reversed((report or {}).get("attempts", [])) if (a.get("reason") or {}).get("summary")), None)
+    if why:  # the likeliest cause, read from the records (run/reasons.py): a missing script, the gate's first denial, ...
+        return _line(why)
     heaviest = next((f for f in findings if f["severity"] == verdict), findings[0] if findings else None)
     if heaviest is not None:
         return _line(f"{heaviest['kind']} {heaviest['subject']}: {heaviest['message']}")
@@ -151,6 +155,14 @@ def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[st
 
 
 def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+    result = _from_run_dir(position, spec, entry, runs_dir)
+    overruled = entry.get("node_finding") or (entry.get("reason") if entry.get("verdict") == "error" else None)
+    if overruled:  # cluster mode: the caller's `error` (a node that disagreed, or was lost) overrules what the run dir says
+        result.update(verdict="error", as_expected=spec.expect == "error", reason=_line(f"node: {overruled}"))
+    return result
+
+
+def _from_run_dir(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
     if entry.get("run_id") is None:
         return _result(position, spec.name, str(spec.path), spec.expect, None, None, {}, "not run", entry)
     if not store.RUN_ID.match(str(entry["run_id"])):

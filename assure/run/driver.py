@@ -3,9 +3,11 @@
 No model call and no network: it creates attempts, waits, verifies, promotes and records.
 Every transition is appended to the run's hash-chained `events.jsonl` first and then
 written to `state.json` (atomic), so after `kill -9` at any moment `resume()` picks up the
-same run and task, reaps the orphaned containers, counts the interrupted attempt, and
-starts the next one (attempt counter + 1). Effects are not repeated: the gateway's
-idempotency store belongs to the run, and promotion is idempotent.
+same run and task, reaps the orphaned containers, records the interrupted attempt, and
+starts the next one (attempt counter + 1). An interrupted attempt (one the driver never
+finished: Ctrl-C, SIGTERM, kill -9) does not use up `max_attempts`: it judged nothing.
+Effects are not repeated: the gateway's idempotency store belongs to the run, and promotion
+is idempotent.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from assure.records.layout import RunPaths
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
+from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, describe
@@ -56,9 +59,11 @@ def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
 
 
 class Driver:
-    def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *, signing_key: Path | None = None):
+    def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *,
+                 signing_key: Path | None = None, first_attempt: int = 1):
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
         self.signing_key = signing_key
+        self.first_attempt = first_attempt  # above 1 when earlier attempts were lost elsewhere (a cluster node)
         self.tasks = spec.tasks
         self.records = Records(run.paths)
         self._judged: dict[int, AttemptRecord] = {}  # the attempts judged in this process
@@ -72,7 +77,7 @@ class Driver:
         if self.resumed:
             return store.read_json(path)
         return {
-            "run_id": self.run.run_id, "spec": self.spec.name, "state": RunState.RUNNING, "next_attempt": 1, "started_at": utc_now(),
+            "run_id": self.run.run_id, "spec": self.spec.name, "state": RunState.RUNNING, "next_attempt": self.first_attempt, "started_at": utc_now(),
             "tasks": {t.id: {"state": TaskState.PENDING, "attempts": []} for t in self.tasks}, "order": [t.id for t in self.tasks],
         }
 
@@ -141,7 +146,7 @@ class Driver:
             ts["state"] = TaskState.RUNNING
             self._record("task_started", task=task.id, contract_id=task.contract.id if task.contract else None)
             self._contract_events(task)
-        while len(ts["attempts"]) < task.max_attempts:
+        while counted(ts["attempts"]) < task.max_attempts:
             if control.read(self.run.control_dir).halted:
                 return self._finish_task(task, TaskState.HALTED, "the operator halted the run: no new attempt")
             n = self.state["next_attempt"]
@@ -243,6 +248,36 @@ class Driver:
         return build_report(self.run, self.spec, self.state, self.records.get)
 
 
+def counted(attempts: list[dict[str, Any]]) -> int:
+    """The attempts that use up `max_attempts`: every one but those the driver never finished."""
+    return sum(1 for a in attempts if not a.get("interrupted"))
+
+
+def resume_note(run: store.RunDir, spec: Spec) -> str:
+    """What resuming `run` will do, in a sentence: which attempts were interrupted (they do
+    not count) and which attempt runs next, of how many."""
+    state = store.read_json(run.paths.state)
+    if state.get("state") in RUN_OVER:
+        return f"run {run.run_id} is over ({state.get('state')}): nothing to resume, its report follows"
+    for task in spec.tasks:
+        ts = state["tasks"].get(task.id, {})
+        if ts.get("state") in TERMINAL:
+            continue
+        which = f" of task {display(task.id)}" if len(spec.tasks) > 1 else ""
+        if ts.get("state") == TaskState.PROMOTING:
+            return f"resuming run {run.run_id}: the last attempt{which} was verified; finishing its promotion (no attempt runs again)"
+        attempts = ts.get("attempts", [])
+        lost = [a["n"] for a in attempts if a.get("verdict") is None or a.get("interrupted")]
+        used = len(attempts) - len(lost)
+        head = f"resuming run {run.run_id}: "
+        if lost:
+            head += f"attempt{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} {'were' if len(lost) > 1 else 'was'} interrupted; "
+        if used >= task.max_attempts:
+            return head + f"all {task.max_attempts} attempts{which} were used"
+        return head + f"running attempt {state['next_attempt']}{which} of max {task.max_attempts}" + (" (interrupted attempts don't count)" if lost else "")
+    return f"resuming run {run.run_id}: every task is resolved; finishing the run"
+
+
 def _add_harness_error(record: AttemptRecord, subject: str, message: str, hostile: bool) -> AttemptRecord:
     """Record a failure after the judgement (promote) in the attempt's verdict, recomputed by
     the same rule (a breach would stay a breach). Rewriting `verdict.json` is best effort: the
@@ -257,36 +292,60 @@ def _add_harness_error(record: AttemptRecord, subject: str, message: str, hostil
     return amended
 
 
-def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing_key: Path | None = None) -> list[tuple[str, str, str]]:
-    """`assure promote`: commit proposed tasks that a fresh gate decision now allows."""
+def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing_key: Path | None = None,
+                     dial: str | None = None) -> list[tuple[str, str, str]]:
+    """`assure promote`: commit proposed tasks that a fresh gate decision now allows (`dial`:
+    the operator's dial for this decision, else the run's). The one command that may change
+    a finished run: it decides every task first, writes nothing unless one commits, and then
+    seals the logs again and re-issues the receipts, signed as before."""
     with store.exclusive(run.path, "run"):
         state = store.read_json(run.paths.state)
         records = Records(run.paths)
+        wanted = [t for t in spec.tasks if state["tasks"][t.id]["state"] == TaskState.PROPOSED and task_id in (None, t.id)]
+        if not wanted:
+            raise AssureError(f"run {run.run_id} has no proposed task{' ' + repr(task_id) if task_id else ''} to promote",
+                              where=str(run.path), fix=f"`assure show {run.run_id}` lists its tasks and their states")
+        if spec.promote is None:
+            bundles = ", ".join(str(run.paths.proposal(t.id).patch.relative_to(run.path)) for t in wanted)
+            raise AssureError(f"run {run.run_id} is propose-only: its spec has no promote target, so nothing can be committed",
+                              where=str(run.path), fix=f"apply the proposal yourself ({bundles}, e.g. `git apply`), "
+                              "or give the spec a promote.target and run it anew (`assure run SPEC --new`)")
+        _require_same_signer(run, signing_key)
+        decided = [(t, records.get(state["tasks"][t.id]["attempts"][-1]["n"])) for t in wanted]
+        decisions = [(t, r, promote.decide(task_spec(spec, t, run.paths.base), run, r, dial=dial)) for t, r in decided]
+        if not any(d.allowed for _, _, d in decisions):
+            why = "; ".join(f"task {display(t.id)}: {d.rule}: {display(d.reason)}" for t, _, d in decisions)
+            dialled = any(d.rule == "autonomy.insufficient" for _, _, d in decisions)
+            raise AssureError(f"the gate still allows no commit in run {run.run_id} ({why}); nothing was written",
+                              where=str(run.path), fix=(f"if a dial below commit is the cause: `assure promote {run.run_id} --dial commit`; " if dialled else "")
+                              + "else review the proposal in proposals/ and apply it yourself (the spec cannot change under a run)")
         events = run.events()
         done = []
         try:
-            for task in spec.tasks:
+            for task, record, decision in decisions:
                 ts = state["tasks"][task.id]
-                if ts["state"] != TaskState.PROPOSED or (task_id is not None and task.id != task_id):
-                    continue
-                record = records.get(ts["attempts"][-1]["n"])
-                base = run.paths.base
-                decision = promote.decide(task_spec(spec, task, base), run, record)
-                events.append("promote_decided", task=task.id, attempt=record.number, decision=decision.to_json())
+                events.append("promote_decided", task=task.id, attempt=record.number, decision=decision.to_json(), dial=dial)
                 if not decision.allowed:
                     done.append((task.id, TaskState.PROPOSED, decision.reason))
                     continue
-                commit = promote.commit(spec, run, task.id, record, base)
+                commit = promote.commit(spec, run, task.id, record, run.paths.base)
                 ts["state"], ts["reason"] = TaskState.COMMITTED, "committed later by an operator's promote"
                 events.append("promote_committed", task=task.id, attempt=record.number, **commit)
                 run.save_state(state)
                 done.append((task.id, TaskState.COMMITTED, ts["reason"]))
         finally:
             events.close()
-        if any(st == TaskState.COMMITTED for _, st, _ in done):
-            issue_receipts(run, spec, state, signing_key, records)
+            issue_receipts(run, spec, state, signing_key, records)  # the logs changed: seal them again
         return done
 
+
+def _require_same_signer(run: store.RunDir, signing_key: Path | None) -> None:
+    """Re-issued receipts are signed as the run's were: by the same key, or by none."""
+    signed = run.paths.seal.is_file() and (store.read_json(run.paths.seal).get("signature") or {}).get("key_id")
+    mine = keys.key_id(keys.load_private(signing_key).public_key()) if signing_key else None
+    if signed and signed != mine:
+        raise AssureError(f"run {run.run_id}'s receipts are signed by {signed}: promote re-issues them, and would sign "
+                          + (f"with {mine}" if mine else "none"), where=str(run.path), fix="pass that key: --key (or ASSURE_SIGNING_KEY)")
 
 
 def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None, records: Records,
@@ -295,30 +354,33 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
 
     Issued anew each time the run's record changes (e.g. a later `assure promote`), so every
     receipt carries the seal of the logs as they finally are. The journals of the attempts
-    `judged` in this process are sealed with the heads their judge verified."""
+    `judged` in this process are sealed with the heads their judge verified. Sealed under the
+    control record's lock: an operator request either lands before the seal (and is sealed)
+    or after the state says the run is over (and is refused, `RunDir.require_open`)."""
     key = keys.load_private(signing_key) if signing_key else None
     principal = keys.key_id(key.public_key()) if key else "keyless"
-    shutil.rmtree(run.paths.receipts, ignore_errors=True)
-    heads = {layout.journal_log(str(n)): (head["seq"], head["hash"])
-             for n, r in (judged or {}).items() if r.judgement is not None and (head := r.judgement.journal_head) is not None}
-    seal = seal_run(run.path, heads)
-    for task in spec.tasks:
-        ts = state["tasks"][task.id]
-        if ts["state"] not in TERMINAL or not ts["attempts"]:
-            continue
-        last = records.get(ts["attempts"][-1]["n"])
-        judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
-        verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
-        record = receipts.build_receipt(
-            run_id=run.run_id, task_id=task.id, claim=_shown(judgement.claim or {"status": "none", "summary": "the agent made no claim"}),
-            verdict="verified" if verified else "rejected", ground_truth="confirmed" if verified else "contradicted",
-            reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(judgement, last.judged_at),
-            subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
-            verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
-            deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
-        )
-        receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
-    write_seal(run.path, seal, key)
+    with control.locked(run.control_dir):  # no operator request lands between the seal and its receipts
+        shutil.rmtree(run.paths.receipts, ignore_errors=True)
+        heads = {layout.journal_log(str(n)): (head["seq"], head["hash"])
+                 for n, r in (judged or {}).items() if r.judgement is not None and (head := r.judgement.journal_head) is not None}
+        seal = seal_run(run.path, heads)
+        for task in spec.tasks:
+            ts = state["tasks"][task.id]
+            if ts["state"] not in TERMINAL or not ts["attempts"]:
+                continue
+            last = records.get(ts["attempts"][-1]["n"])
+            judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
+            verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
+            record = receipts.build_receipt(
+                run_id=run.run_id, task_id=task.id, claim=_shown(judgement.claim or {"status": "none", "summary": "the agent made no claim"}),
+                verdict="verified" if verified else "rejected", ground_truth="confirmed" if verified else "contradicted",
+                reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(judgement, last.judged_at),
+                subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
+                verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
+                deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
+            )
+            receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
+        write_seal(run.path, seal, key)
 
 
 def _shown(value: Any) -> Any:
@@ -375,6 +437,7 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
                 "attempt": a["n"], "task": task_id, "verdict": verdict["verdict"], "exit_code": facts.exit_code,
                 "timed_out": facts.timed_out, "stopped": facts.stopped, "timings": facts.timings,
                 "claim": verdict["claim"], "journal_head": verdict["journal_head"], "findings": verdict["findings"],
+                "reason": attempt_reason(record, spec),  # why it did not pass, from the records (never the claim)
             })
         verdicts = [a["verdict"] for a in attempts if a["task"] == task_id]
         if verdicts:
@@ -390,8 +453,13 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
 
 
 def reverify(run_dir: Path) -> RunResult:
-    """Recompute every attempt's verdict from the run directory alone: each record loaded from
-    its folder and judged by the same judge as the live attempt, into `reverify.json`."""
+    """Recompute every attempt's verdict from the run directory alone, into `reverify.json`."""
+    return rejudge(run_dir)[0]
+
+
+def rejudge(run_dir: Path) -> tuple[RunResult, dict[int, AttemptRecord]]:
+    """The run's report as judged again here, and each attempt's record with that judgement:
+    each record loaded from its folder and judged by the same judge as the live attempt."""
     run = store.RunDir.open(run_dir)
     state = store.read_json(run.paths.state)
     rejudged: dict[int, AttemptRecord] = {}
@@ -403,7 +471,7 @@ def reverify(run_dir: Path) -> RunResult:
             judgement = judge(record, spec, recheck_workspace=True)
             store.write_json(paths.reverify, judgement.to_json())
             rejudged[paths.number] = record.judged(judgement, None)
-    return RunResult(run.path, build_report(run, Spec.from_json(run.spec_json()), state, rejudged.get))
+    return RunResult(run.path, build_report(run, Spec.from_json(run.spec_json()), state, rejudged.get)), rejudged
 
 
 def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from assure.core import gate
 from assure.errors import SpecError
-from assure.spec import Contract, Spec
+from assure.spec import Contract, Spec, Task
 
 
 def epoch(text: str) -> float:
@@ -46,6 +46,19 @@ def pinned(spec: Spec) -> dict[str, Any]:
     writable scope. `gate.contract_terms` takes these as keywords."""
     governed = [{"task": t.id, "assertions": list(t.assertions)} for t in spec.tasks if t.contract == spec.contract]
     return {"assertions": governed, "protected": list(spec.workspace.protected), "writable": list(spec.workspace.writable)}
+
+
+def contract_denial(spec: Spec, task: Task, now: float) -> gate.Decision | None:
+    """How the gate judges `task`'s contract, before any move: its own contract rule on a
+    mutation inside the contract's scope, under what the task's attempts run with (a missing
+    contract, unratified, self-ratified, hash or terms changed, revoked, expired). None: valid.
+    Scope is left out: it is a property of a move, not of the contract."""
+    c = contract(task.contract)
+    pins = pinned(dataclasses.replace(spec, contract=task.contract))
+    action = gate.Action("contract.check", mutates=True, scope=c.scope[0] if c and c.scope else None)
+    decision = gate.contract_rule(action, gate.Context(known_tools=frozenset(), now=now, budget=gate.Budget(), contract=c,
+                                                       assertions=pins["assertions"], protected=tuple(pins["protected"]), writable=tuple(pins["writable"])))
+    return None if decision is None or decision.rule == "contract.scope" else decision
 
 
 def confirmed_rollbacks(spec: Spec) -> dict[str, str]:

@@ -41,26 +41,30 @@ class PromoteError(AssureError):
     """A commit could not be completed; the task becomes `commit_failed`, never `committed`."""
 
 
-def decide(spec: Spec, run: store.RunDir, record: AttemptRecord) -> gate.Decision:
-    """One decision per changed path; the first that is not `allow` decides."""
+def decide(spec: Spec, run: store.RunDir, record: AttemptRecord, *, dial: str | None = None) -> gate.Decision:
+    """One decision per changed path; the first that is not `allow` decides. The operator's
+    dial is `dial` when given (a later `assure promote --dial`), else the run's control record;
+    either only lowers the spec's own."""
     if spec.promote is None:
         return gate.Decision(gate.DENY, "promote.no_target", "no promote target in the spec: propose-only")
     override = control.read(run.control_dir)
-    dial = gate.LEVELS[spec.autonomy.dial]
-    if override.dial is not None:
-        dial = min(dial, gate.LEVELS[override.dial])
+    operator = dial if dial is not None else override.dial
+    level = gate.LEVELS[spec.autonomy.dial]
+    if operator is not None:
+        level = min(level, gate.LEVELS[operator])
     has_verifier = bool(spec.assertions)
     rollback = f"promote:{run.run_id}:{record.number}"  # the host keeps a backup of what it replaces
     ctx = gate.Context(
         known_tools=frozenset({"promote"}), now=time.time(), budget=gate.Budget(),
         protected=spec.workspace.protected, contract=policy.contract(spec.contract),
         assertions=policy.pinned(spec)["assertions"], writable=spec.workspace.writable,
-        operator_dial=dial, verifier_trust=policy.verifier_trust(spec),
+        operator_dial=level, verifier_trust=policy.verifier_trust(spec),
         verifier_fresh=has_verifier, rollbacks={rollback: ("fs:**",)}, halted=override.halted,  # the backup covers every promoted path
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
     for change in record.changes():
-        action = gate.Action("promote", True, path=change["path"], resource_mode="live", reversible=True, rollback_ref=rollback)
+        created = change["kind"] == "added" and (change.get("after") or {}).get("kind") == "dir"
+        action = gate.Action("promote", True, path=change["path"], resource_mode="live", reversible=True, rollback_ref=rollback, folder=created)
         decision = gate.decide(action, ctx)
         if not decision.allowed:
             return decision

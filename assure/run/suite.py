@@ -218,7 +218,7 @@ class SuiteRun:
                 raise failure
             self.state["state"] = "finished"
             self.state["finished_at"] = utc_now()
-            self._save()
+            self.save()
         return [self._outcome(n) for n, entry in enumerate(self.state["runs"]) if entry["verdict"] is not None]
 
     def _schedule(self, pending: list[int], runs_dir: Path, run_one: RunOne, started: Started, finished: Finished, jobs: int) -> BaseException | None:
@@ -263,13 +263,13 @@ class SuiteRun:
                 else:
                     run = store.RunDir.open(runs_dir / entry["run_id"])
                 entry["started_at"] = entry.get("started_at") or utc_now()  # a resumed spec keeps when it first started
-                self._save()  # before the run starts: a kill from here on resumes this run
+                self.save()  # before the run starts: a kill from here on resumes this run
             started(n, spec)
             began = time.monotonic()
             verdict = run_one(spec, run)
             with self._lock:
                 entry["verdict"], entry["finished_at"] = verdict, utc_now()
-                self._save()
+                self.save()
             finished(n, self._outcome(n), time.monotonic() - began)
         finally:
             workers.pop(n, None)
@@ -284,7 +284,7 @@ class SuiteRun:
             return self.suite.stop_on_unexpected and any(
                 e["verdict"] is not None and e["verdict"] != s.expect for s, e in zip(self.suite.specs, self.state["runs"], strict=True))
 
-    def _save(self) -> None:
+    def save(self) -> None:
         store.write_json(SuitePaths(self.path).state, self.state)
 
 

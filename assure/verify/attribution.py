@@ -67,11 +67,16 @@ def describe(change: Change) -> str:
 
 def _writable_scope(change: Change, writable: tuple[str, ...]) -> str | None:
     """The writable glob a direct change falls in. A glob `D/**` also covers the folder D itself
-    (added, deleted or changed as a folder): no file under D can be written without it."""
+    (added, deleted or changed as a folder): no file under D can be written without it; and a
+    folder a glob's leading segments name may be created (`out/sub/**` needs `out`,
+    `globs.names_folder`). Only folders: a file or a link at such a path is not covered."""
     if (scope := next((g for g in writable if globs.match(g, change.path)), None)) is not None:
         return scope
     if all(entry is None or entry.kind == "dir" for entry in (change.before, change.after)):
-        return next((g for g in writable if g.endswith("/**") and globs.match(g[:-3], change.path)), None)
+        whole = next((g for g in writable if g.endswith("/**") and globs.match(g[:-3], change.path)), None)
+        if whole is not None or change.kind != "added":
+            return whole
+        return next((g for g in writable if globs.names_folder(g, change.path)), None)
     return None
 
 

@@ -155,7 +155,7 @@ def write_suite(tmp_path, specs, **fields):
 
 
 def test_a_suite_killed_mid_run_continues_where_it_stopped(tmp_path, make_spec, images):
-    first = make_spec("first", "notes-only.sh", max_attempts=2)  # the interrupted attempt counts
+    first = make_spec("first", "notes-only.sh")  # max_attempts 1: the interrupted attempt does not count
     second = make_spec("second", "notes-only.sh")
     suite = write_suite(tmp_path, [first, second])
 
@@ -247,3 +247,44 @@ def test_sigterm_stops_a_suite_cleanly_and_leaves_it_to_be_continued(tmp_path, i
     [record] = (tmp_path / ".assure" / "suites").iterdir()
     state = json.loads((record / "state.json").read_text())
     assert state["state"] == "running" and state["runs"][0]["run_id"] == run_dirs(tmp_path / ".assure" / "runs")[0].name
+
+
+def _benign_variant(tmp_path, name, change):
+    """The benign example with absolute paths and `change(data)` applied."""
+    import yaml
+
+    from .conftest import ROOT
+
+    data = yaml.safe_load((EXAMPLES / "benign.yaml").read_text())
+    data["name"] = name
+    data["workspace"]["fixture"] = str(ROOT / "fixtures" / "workspaces" / "calc")
+    data["agent"]["files"] = str(ROOT / "fixtures" / "agents" / "benign")
+    change(data)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_failed_run_says_why_a_self_ratified_contract_and_a_missing_script(tmp_path, images):
+    """Real containers: the gateway journals the gate's denial, the shell its own complaint; the
+    report's reason and the box name them (and `validate` had said so before the run)."""
+    def self_ratified(d):
+        d["contract"]["ratified_by"] = d["contract"]["proposed_by"]
+
+    def missing(d):
+        d["agent"]["command"] = ["sh", "/opt/agent/gone.sh"]
+
+    spec = _benign_variant(tmp_path, "self-ratified", self_ratified)
+    assert "contract.self_ratified" in assure("validate", str(spec), cwd=tmp_path, check_code=1).stderr
+    (attempt,) = json.loads(assure("run", "--json", str(spec), cwd=tmp_path, check_code=3).stdout)["attempts"]
+    denial = attempt["reason"]["gate_denial"]
+    assert (denial["tool"], denial["path"], denial["rule"]) == ("fs.write", "src/calc.py", "contract.self_ratified")
+    assert attempt["reason"]["summary"].startswith("the gate denied fs.write src/calc.py: contract.self_ratified: ")
+    assert attempt["reason"]["agent_output"]  # assure-tool's complaint, as the agent printed it
+
+    spec = _benign_variant(tmp_path, "missing-script", missing)
+    assert "agent.command[1]" in assure("validate", str(spec), cwd=tmp_path, check_code=1).stderr
+    shown = assure("run", str(spec), cwd=tmp_path, check_code=3).stdout
+    flat = " ".join(line.strip("│ ") for line in shown.splitlines())
+    assert "why: the agent's command was not found: /opt/agent/gone.sh is not among the agent files" in flat, shown
+    assert "cannot open /opt/agent/gone.sh" in flat, shown

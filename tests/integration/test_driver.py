@@ -62,7 +62,7 @@ def test_kill_9_resumes_the_same_task_with_no_duplicate_effect(point, make_spec,
     report = json.loads(resumed.stdout)
     (task,) = report["tasks"]
     assert task["id"] == "main" and task["state"] == "committed"
-    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt counts
+    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt is kept, the next one runs
     assert sqlite3.connect(ledger).execute("SELECT count(*) FROM entries").fetchone() == (1,)  # one effect
     assert commits(target) == ["assure: task main", "fixture"]  # one commit, never two
     assert "return a + b" in (target / "src" / "calc.py").read_text()
@@ -156,7 +156,7 @@ def wait_for(predicate, timeout=60):
     pytest.fail("timed out")
 
 
-def test_dial_down_proposes_and_promote_commits_after_the_dial_is_raised(make_spec, tmp_path, target, images, backend):
+def test_dial_down_proposes_and_promote_commits_under_a_raised_dial(make_spec, tmp_path, target, images, backend):
     spec = make_spec("dialed", "fix-slow.sh", contract=ratified(["fs:**"]), promote={"target": str(target)},
                      assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}])
     proc = subprocess.Popen(ASSURE + ["run", "--json", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -167,8 +167,8 @@ def test_dial_down_proposes_and_promote_commits_after_the_dial_is_raised(make_sp
     report = json.loads(proc.communicate(timeout=120)[0])
     assert report["tasks"][0]["state"] == "proposed" and commits(target) == ["fixture"]
     assert assure("promote", run_id, cwd=tmp_path).returncode == 1  # still dialled down: stays proposed
-    assert assure("dial", run_id, "commit", cwd=tmp_path).returncode == 0
-    promoted = assure("promote", run_id, cwd=tmp_path)
+    assert assure("dial", run_id, "commit", cwd=tmp_path).returncode == 1  # the run is over: its logs are sealed
+    promoted = assure("promote", run_id, "--dial", "commit", cwd=tmp_path)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     assert commits(target) == ["assure: task main", "fixture"]
     assert "return a + b" in (target / "src" / "calc.py").read_text()
@@ -177,6 +177,7 @@ def test_dial_down_proposes_and_promote_commits_after_the_dial_is_raised(make_sp
     timeline = assure("show", run_id, cwd=tmp_path).stdout
     for event in ("attempt_started", "dial_changed", "promote_proposed", "promote_decided", "promote_committed"):
         assert event in timeline, event
+    assert assure("receipts", "verify", str(tmp_path / ".assure" / "runs" / run_id), cwd=tmp_path).returncode == 0
 
 
 def test_a_failed_commit_is_commit_failed_with_an_alert_never_done(make_spec, tmp_path, images):

@@ -38,8 +38,8 @@ def notes(folder: Path, name: str) -> Path:
 
 
 def slow(folder: Path, name: str) -> Path:
-    """An agent that outlives its wall clock (a fail, as expected); a killed attempt counts, so two attempts."""
-    return spec_file(folder, name, ["sh", "-c", "echo started; sleep 300"], limits={"wall_seconds": 15}, max_attempts=2,
+    """An agent that outlives its wall clock (a fail, as expected); an interrupted attempt does not count."""
+    return spec_file(folder, name, ["sh", "-c", "echo started; sleep 300"], limits={"wall_seconds": 15}, max_attempts=1,
                      assertions=[{"exit_code": 0}], expect="fail")
 
 

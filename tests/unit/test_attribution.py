@@ -85,6 +85,28 @@ def test_a_folder_a_writable_glob_needs_is_inside_it_but_a_file_in_its_place_is_
     assert judge(tmp_path / "3", gone, [], writable=("out/*.txt",)) == {"out": (Kind.UNATTRIBUTED, None)}
 
 
+def test_folders_a_writable_glob_names_may_be_created_and_protected_does_not_widen(tmp_path):
+    """`reports/2026/**` needs `reports` too, `logs/*.txt` needs `logs`: creating them is inside
+    the scope. Only creating, only folders; and `protected` keeps its exact meaning (checked
+    first, it still wins: a folder it names is protected; one it only implies is not)."""
+    def m(ws):
+        (ws / "reports" / "2026").mkdir(parents=True)
+        (ws / "reports" / "2026" / "q1.txt").write_text("x")
+        (ws / "logs").mkdir()
+        (ws / "logs" / "run.txt").write_text("x")
+        (ws / "gen" / "keep").mkdir(parents=True)
+        (ws / "lib").write_text("a file where lib/x/** names a folder")
+    got = judge(tmp_path, m, [], writable=("reports/2026/**", "logs/*.txt", "gen/keep/**", "lib/x/**"), protected=("tests/**", "gen"))
+    assert got == {"reports": (Kind.ATTRIBUTED, "writable:reports/2026/**"), "reports/2026": (Kind.ATTRIBUTED, "writable:reports/2026/**"),
+                   "reports/2026/q1.txt": (Kind.ATTRIBUTED, "writable:reports/2026/**"), "logs": (Kind.ATTRIBUTED, "writable:logs/*.txt"),
+                   "logs/run.txt": (Kind.ATTRIBUTED, "writable:logs/*.txt"), "gen": (Kind.PROTECTED_CHANGED, None),
+                   "gen/keep": (Kind.ATTRIBUTED, "writable:gen/keep/**"), "lib": (Kind.UNATTRIBUTED, None)}
+
+    def implied(ws):
+        (ws / "vendor").mkdir()
+    assert judge(tmp_path / "2", implied, [], writable=("**",), protected=("vendor/**",)) == {"vendor": (Kind.ATTRIBUTED, "writable:**")}
+
+
 def test_protected_change_is_flagged_even_when_the_journal_explains_it(tmp_path):
     def m(ws):
         (ws / "tests" / "t.py").write_bytes(b"pass\n")

@@ -27,7 +27,7 @@ from assure.ops import alerts
 from assure.records import keys, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
 from assure.run import failpoints
-from assure.run.driver import Driver, RunResult
+from assure.run.driver import Driver, RunResult, resume_note
 from assure.sandbox.backend import ContainerRequest, Role, labels
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
 from assure.sandbox.images import ImageSet
@@ -184,19 +184,25 @@ def test_without_a_target_the_verified_result_is_proposed_not_committed(tmp_path
     assert "return a + b" in (bundle / "patch.diff").read_text()
 
 
-@pytest.mark.parametrize("point", failpoints.POINTS)
-def test_a_driver_killed_at_each_failpoint_resumes_the_same_task_and_commits_once(point, tmp_path, short_tmp, target):
-    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE, max_attempts=3)
-    run = new_run(tmp_path, spec)
+def killed_at(point: str, spec: spec_mod.Spec, run: store.RunDir, tmp: str, programs: dict[str, Program]) -> int:
+    """Drive `run` in a forked driver that SIGKILLs itself at `point`, as `kill -9` would; its pid."""
     pid = os.fork()
-    if pid == 0:  # the driver that dies: SIGKILL at the failpoint, as `kill -9` would
+    if pid == 0:
         try:
             os.environ["ASSURE_FAILPOINT"] = point
-            drive(spec, run, short_tmp, {"fix": fix})
+            drive(spec, run, tmp, programs)
         finally:
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, f"not killed at {point}: {status}"
+    return pid
+
+
+@pytest.mark.parametrize("point", failpoints.POINTS)
+def test_a_driver_killed_at_each_failpoint_resumes_the_same_task_and_commits_once(point, tmp_path, short_tmp, target):
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE, max_attempts=3)
+    run = new_run(tmp_path, spec)
+    pid = killed_at(point, spec, run, short_tmp, {"fix": fix})
     assert store.read_json(run.path / "state.json")["state"] == "running"
 
     backend = fake({"fix": fix}, short_tmp)  # the engine still holds a container of the dead driver's attempt
@@ -204,7 +210,7 @@ def test_a_driver_killed_at_each_failpoint_resumes_the_same_task_and_commits_onc
     result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {}, backend=backend)
     task = task_of(result)
     assert task["state"] == "committed" and result.verdict == "pass"
-    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt counts
+    assert task["attempts"] == ([1] if point == "promote" else [1, 2])  # the interrupted attempt is kept, the next one runs
     assert git(target, "log", "--format=%s").splitlines() == ["assure: task main", "fixture"]  # one commit, never two
     resumed = next(e for e in events(run) if e["event"] == "run_resumed")
     assert resumed["reaped"] == 1 and leftover not in {c["id"] for c in backend.owned()["containers"]}
@@ -212,6 +218,45 @@ def test_a_driver_killed_at_each_failpoint_resumes_the_same_task_and_commits_onc
         assert resumed["released"]
     assert ("attempt_interrupted" in names(run)) is (point != "promote")
     assert mounted_under(tmp_path) == []
+
+
+def test_an_interrupted_attempt_does_not_use_up_max_attempts(tmp_path, short_tmp, target):
+    """max_attempts 1, the driver killed mid-attempt: the resumed run says so, records attempt 1
+    as interrupted and runs attempt 2, which verifies and commits once."""
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE, max_attempts=1)
+    run = new_run(tmp_path, spec)
+    killed_at("run", spec, run, short_tmp, {"fix": fix})
+    note = resume_note(store.RunDir.open(run.path), spec)
+    assert note == f"resuming run {run.run_id}: attempt 1 was interrupted; running attempt 2 of max 1 (interrupted attempts don't count)"
+
+    result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {"fix": fix})
+    assert (task_of(result)["state"], task_of(result)["attempts"], result.verdict) == ("committed", [1, 2], "pass")
+    attempts = store.read_json(run.path / "state.json")["tasks"]["main"]["attempts"]
+    assert attempts == [{"n": 1, "verdict": None, "interrupted": True}, {"n": 2, "verdict": "pass"}]
+    assert [e["attempt"] for e in events(run) if e["event"] == "attempt_interrupted"] == [1]
+    assert git(target, "log", "--format=%s").splitlines() == ["assure: task main", "fixture"]
+    assert resume_note(store.RunDir.open(run.path), spec).endswith("is over (finished): nothing to resume, its report follows")
+
+
+@pytest.mark.parametrize("glob", ["out/**", "out/reports/**"])
+def test_a_writable_glob_lets_the_agent_create_its_folders_and_promote_commits_them(glob, tmp_path, short_tmp):
+    """On a fixture with no out/, the agent creates out/ and out/reports/ directly: the verifier
+    attributes both to the writable glob, and the promote gate (scope `fs:<glob>`) commits them."""
+    fixture = tmp_path / "no-out"
+    shutil.copytree(CALC, fixture, ignore=shutil.ignore_patterns("out"))
+    target = shutil.copytree(fixture, tmp_path / "folder-target")
+
+    def report(ctx: Context) -> int:
+        (ctx.path("/workspace") / "out" / "reports").mkdir(parents=True)
+        (ctx.path("/workspace") / "out" / "reports" / "r.txt").write_text("looked at add()\n")
+        return 0
+
+    spec = write_spec(tmp_path, "report", contract=ratified([f"fs:{glob}"]), promote={"target": str(target)},
+                      workspace={"fixture": str(fixture), "writable": [glob], "protected": ["tests/**"]},
+                      assertions=[{"file_exists": "out/reports/r.txt"}, {"no_unattributed_changes": True}])
+    result, _ = drive(spec, new_run(tmp_path, spec), short_tmp, {"report": report})
+    assert (result.verdict, task_of(result)["state"]) == ("pass", "committed"), task_of(result)
+    assert (target / "out" / "reports" / "r.txt").read_text() == "looked at add()\n"
 
 
 def test_max_attempts_without_a_verified_result_quarantine_with_a_pending_alert(tmp_path, short_tmp):

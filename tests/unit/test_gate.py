@@ -301,3 +301,12 @@ def test_an_old_format_contract_is_denied_with_the_fix() -> None:
 def test_levels() -> None:
     assert gate.LEVELS == {"propose": 0, "commit": 1, "irreversible": 2}
     assert PROPOSE < COMMIT < IRREVERSIBLE
+
+
+def test_a_folder_a_scope_glob_names_may_be_created_and_nothing_else_at_that_path() -> None:
+    """Promote of an added folder `src` under scope `fs:src/**`: covered as a folder, not as a file."""
+    promote = {**BASE, **HIGH}
+    folder = Action("fs.write", True, path="src", folder=True)
+    assert decide(folder, Context(**promote)).rule == "autonomy"
+    assert decide(dataclasses.replace(folder, folder=False), Context(**promote)).rule == "contract.scope"
+    assert decide(Action("fs.write", True, path="lib", folder=True), Context(**promote)).rule == "contract.scope"

@@ -105,6 +105,20 @@ def test_the_verdict_is_the_run_directorys_not_the_suite_states(ran, tmp_path):
     assert doc["results"][0]["verdict"] == "pass" and doc["results"] == ran.doc["results"]
 
 
+def test_the_callers_error_in_cluster_mode_overrules_the_run_directory_and_says_why(ran, tmp_path):
+    """A node whose verdict the caller did not reproduce: the spec is `error`, whatever the run dir says."""
+    copied = tmp_path / ran.record.path.name
+    shutil.copytree(ran.record.path, copied)
+    state = store.read_json(SuitePaths(copied).state)
+    state["runs"][0].update(verdict="error", node_finding="the node's verdict (pass) differs from the verdict judged here (breach)")
+    store.write_json(SuitePaths(copied).state, state)
+
+    first = summary.suite_document(ran.suite, copied, ran.runs)["results"][0]
+
+    assert (first["verdict"], first["as_expected"]) == ("error", False)
+    assert first["reason"] == "node: the node's verdict (pass) differs from the verdict judged here (breach)"
+
+
 def test_specs_not_run_interrupted_or_gone_have_no_verdict_and_say_why(ran, tmp_path):
     record = suite_mod.SuiteRun.create(tmp_path / "suites", ran.suite)
     fresh = summary.suite_document(ran.suite, record.path, ran.runs)

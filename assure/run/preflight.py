@@ -1,0 +1,110 @@
+"""Why a spec that matches its schema still cannot work, found before anything runs
+(`assure validate`): each problem with the command that fixes it, judged by the functions the
+gate and the driver use (`policy.contract_denial` is the gate's own contract rule).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from assure.core import confined
+from assure.run import policy
+from assure.sandbox.hardening import AGENT_FILES
+from assure.spec import Spec, line_of, read_document, schema
+
+# What fixes each contract denial (gate rule -> fix); {hash} is the `assure contract hash` command.
+CONTRACT_FIXES = {
+    "contract.unratified": "have someone other than the proposer review the terms and put their name in `ratified_by`",
+    "contract.self_ratified": "have someone other than the proposer review the terms and put their name in `ratified_by`",
+    "contract.hash": "after review, `{hash} --write` puts the term digests and hash in the spec; then have them ratified",
+    "contract.old_format": "after review, `{hash} --write` puts the term digests in the spec; then have them re-ratified",
+    "contract.terms_changed": "after review, `{hash} --write` puts the new digests in the spec; then have them re-ratified",
+    "contract.revoked": "propose a new contract (a new `id`) and have it ratified",
+    "contract.expired": "move `expires_at` forward (a changed term: re-ratify it, `{hash} --write`)",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason the spec cannot work, where it is (`file:line: field`), and its fix."""
+
+    where: str
+    message: str
+    fix: str
+    fatal: bool = True  # False: a note (no contract, or a hostile spec's: it runs, and every mutation is denied)
+
+    def lines(self) -> list[str]:
+        return [f"{self.where}: {self.message}", f"  fix: {self.fix}"]
+
+
+def problems(spec: Spec) -> list[Problem]:
+    """Every problem of a loaded spec: its contracts as the gate judges them now, and an agent
+    command that names a script the spec does not ship to the agent."""
+    _, lines = read_document(spec.path, schema(), "spec")
+    return [*_contracts(spec, lines), *_agent_command(spec, lines)]
+
+
+def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+    found: list[Problem] = []
+    seen: set[int] = set()
+    for i, task in enumerate(spec.tasks):
+        own = task.contract is not spec.contract  # the task's own block (or its `contract: null`)
+        at = ("tasks", i, "contract") if own else ("contract",)
+        key = id(task.contract) if own else -1
+        if key in seen:
+            continue
+        seen.add(key)
+        decision = policy.contract_denial(spec, task, time.time())
+        if decision is None:
+            continue
+        field = f"tasks[{i}].contract" if own else "contract"
+        where = f"{spec.path}:{line_of(at, lines)}: {field}" if at in lines else f"{spec.path}: {field}"
+        if decision.rule == "contract.missing":
+            found.append(Problem(where, "no contract: the gate will deny every mutation (contract.missing); fine for a hostile spec",
+                                 "add a contract block (see the contract section of README.md) and have it ratified", fatal=False))
+            continue
+        command = f"assure contract hash {spec.path}" + (f" --task {task.id}" if own else "")
+        fix = CONTRACT_FIXES.get(decision.rule, "see the contract section of README.md").format(hash=command)
+        expected = "; expected of a hostile spec" if spec.hostile else ""
+        found.append(Problem(where, f"{decision.reason} ({decision.rule}): the gate will deny every mutation{expected}", fix, fatal=not spec.hostile))
+    return found
+
+
+def missing_agent_script(spec: Spec) -> tuple[int, str] | None:
+    """(index, path) of the first agent command argument that names a file under the agent
+    files' mount (`/opt/agent/...`) which the spec's `agent.files` folder does not hold as a
+    regular file; None when every such argument is there (or none names one)."""
+    prefix = AGENT_FILES + "/"
+    for index, arg in enumerate(spec.agent.command):
+        if not arg.startswith(prefix) or any(c.isspace() for c in arg):
+            continue
+        rel = posixpath.normpath(arg[len(prefix):])
+        if spec.agent.files is None or rel.startswith("..") or not _regular(spec.agent.files, rel):
+            return index, arg
+    return None
+
+
+def _regular(folder: Path, rel: str) -> bool:
+    """A regular file at `rel` beneath `folder`, no link followed (the agent sees the folder as it is)."""
+    try:
+        st = confined.lstat(folder, rel)
+    except OSError:
+        return False
+    return st is not None and stat.S_ISREG(st.st_mode)
+
+
+def _agent_command(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+    missing = missing_agent_script(spec)
+    if missing is None:
+        return []
+    index, arg = missing
+    where = f"{spec.path}:{line_of(('agent', 'command', index), lines)}: agent.command[{index}]"
+    if spec.agent.files is None:
+        return [Problem(where, f"{arg} is under {AGENT_FILES}, but the spec ships no agent files (no agent.files)",
+                        f"set agent.files to the folder that holds {arg[len(AGENT_FILES) + 1:]}")]
+    return [Problem(where, f"{arg} is not among the agent files ({spec.agent.files}): the agent would exit 127, command not found",
+                    f"put {arg[len(AGENT_FILES) + 1:]} in {spec.agent.files}, or fix the path in agent.command")]

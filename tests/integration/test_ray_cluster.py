@@ -1,0 +1,154 @@
+"""`assure suite --cluster` on a real Ray cluster on this machine: a head and two workers with
+the `docker` resource, on loopback only (tests/integration/ray_cluster.py), each spec run by a
+worker on the engine, judged again and signed by the caller.
+
+A suite spread over both workers; a worker whose raylet is SIGKILLed mid-run (the spec runs
+again on the other worker, one attempt number on, and `assure gc` removes what the dead worker
+left); the caller killed with kill -9 mid-suite (the same command continues it, finished specs
+kept). Every Ray process is stopped by process id at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+
+from assure.records import keys
+from assure.sandbox.backend import LABEL_PID, LABEL_RUN
+from tests.integration import ray_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = Path(__file__).resolve().parent / "specs" / "cluster" / "suite.yaml"
+SLOW = SUITE.parent / "specs" / "slow-pass.yaml"
+ASSURE = [sys.executable, "-m", "assure.cli"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, images):  # `images`: built once here, so no node builds them mid-test
+    c = ray_cluster.start(tmp_path_factory.mktemp("ray"))
+    yield c
+    c.stop()
+    leftover = [p for n in c.nodes for p in n.pids()]
+    assert leftover == [], f"Ray processes still alive: {leftover}"
+
+
+def caller(c: ray_cluster.LocalCluster, suite: Path, runs: Path, *extra: str) -> list[str]:
+    return c.in_ns(*ASSURE, "suite", str(suite), "--cluster", c.address, "--runs-dir", str(runs), *extra)
+
+
+def suite_state(runs: Path) -> dict:
+    (state,) = (runs.parent / "suites").glob("*/state.json")
+    return json.loads(state.read_text())
+
+
+def run_assure(argv: list[str], cwd: Path, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=ray_cluster.ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def tcp_peers(netns: str) -> list[str]:
+    """Every TCP address (local and peer) of every socket in the namespace."""
+    lines = subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "--", "ss", "-tanH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return [addr.rsplit(":", 1)[0].removeprefix("[::ffff:").rstrip("]") for line in lines for addr in line.split()[3:5]]
+
+
+def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_here(cluster, tmp_path):
+    private, public = keys.generate_keypair(tmp_path / "keys")
+    runs = tmp_path / "runs"
+    out = run_assure(caller(cluster, SUITE, runs, "--json", "--key", str(private)), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    state = suite_state(runs)
+    assert [(r["verdict"], r.get("node_finding"), r["lost"]) for r in state["runs"]] == [("fail", None, []), *[("pass", None, [])] * 4]
+    workers = {n["NodeID"] for n in cluster.alive_nodes() if n["Resources"].get("docker")}
+    assert {r["node"] for r in state["runs"]} == workers and len(workers) == 2  # each worker ran at least one spec
+    for r in state["runs"]:
+        run_dir = runs / r["run_id"]
+        verified = run_assure([*ASSURE, "receipts", "verify", str(run_dir), "--public-key", str(public), "--json"], tmp_path, 60)
+        assert verified.returncode == 0 and json.loads(verified.stdout)["signatures"] == "passed", verified.stdout + verified.stderr
+        assert (run_dir / "attempts" / "1" / "reverify.json").is_file()  # judged here, from the folder alone
+    peers = tcp_peers(cluster.netns)
+    assert peers and set(peers) <= {"127.0.0.1", "0.0.0.0", "*"}, peers  # all of Ray's traffic is on loopback
+    ray_pids = {p for n in cluster.nodes for p in n.pids()}
+    host = subprocess.run(["ss", "-tanpH"], capture_output=True, text=True, check=True).stdout
+    assert not any(f"pid={p}," in host for p in ray_pids)  # and none of it is on the host's network
+
+
+def wait_until(what, timeout: float, step: float = 0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := what()):
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what.__doc__ or what}")
+
+
+def one_spec_suite(tmp_path: Path, spec: Path) -> Path:
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"version: 1\nname: one\nspecs: [{json.dumps(str(spec))}]\n")
+    return suite
+
+
+def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_finished_specs(cluster, tmp_path):
+    runs = tmp_path / "runs"
+    argv = caller(cluster, SUITE, runs, "-j", "1")
+    first = subprocess.Popen(argv, cwd=tmp_path, env=ray_cluster.ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        def two_finished():
+            """two specs finished"""
+            try:
+                done = [r for r in suite_state(runs)["runs"] if r["verdict"] is not None]
+            except (ValueError, OSError):
+                return None
+            return done if len(done) >= 2 else None
+
+        kept = wait_until(two_finished, 240)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    again = run_assure(argv, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "continuing unfinished suite run" in again.stderr
+    state = suite_state(runs)
+    assert all(r["verdict"] is not None for r in state["runs"])
+    by_id = {r["run_id"]: r for r in state["runs"]}
+    for r in kept:  # finished before the kill: the same run, not run again
+        assert by_id[r["run_id"]]["finished_at"] == r["finished_at"]
+    assert len(list(runs.iterdir())) == len(state["runs"])  # one run directory per spec, nothing half-arrived
+
+
+def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_the_other(cluster, tmp_path):
+    runs = tmp_path / "runs"
+    engine = docker.from_env()
+    proc = subprocess.Popen(caller(cluster, one_spec_suite(tmp_path, SLOW), runs, "--json"), cwd=tmp_path, env=ray_cluster.ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def agent_running():
+            """the slow spec's agent container"""
+            found = engine.containers.list(filters={"label": ["assure.role=agent"]})
+            return [c for c in found if c.labels.get(LABEL_RUN, "").startswith("slow-pass-")]
+
+        (agent,) = wait_until(agent_running, 240)
+        worker_pid = int(agent.labels[LABEL_PID])
+        (victim,) = [n for n in cluster.nodes if worker_pid in n.pids()]
+        os.kill(victim.raylet(), signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    (entry,) = suite_state(runs)["runs"]
+    assert entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
+    assert entry["lost"][0]["node"] in (victim.node_id, None) and entry["node"] != victim.node_id
+    assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
+    left = [c for c in engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})]
+    assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind
+    gc = run_assure([*ASSURE, "gc"], tmp_path, 120)
+    assert gc.returncode == 0, gc.stderr
+    assert engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]}) == []

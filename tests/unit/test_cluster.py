@@ -1,0 +1,147 @@
+"""Cluster mode without a cluster: what crosses from a node (the run directory as a tar) is
+checked as it arrives, the node's verdict is judged again here, specs with outside effects are
+refused, and the core needs no Ray."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from assure.errors import SpecError
+from assure.records import keys, receipt_verify, store
+from assure.run import cluster
+from tests.unit.test_driver_states import ACCEPTANCE, drive, fix, new_run, ratified, write_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tar_of(*members: tuple[tarfile.TarInfo, bytes | None]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def member(name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE, link: str = "") -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+STATE = member("state.json", b"{}")
+SPEC = member("spec.json", b"{}")
+
+
+@pytest.fixture
+def finished_run(tmp_path, short_dir):
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    result, _ = drive(spec, new_run(tmp_path, spec), str(short_dir), {"fix": fix})
+    assert result.verdict == "pass"
+    return spec, result.run_dir
+
+
+def test_a_run_directory_survives_the_trip_and_is_judged_again_with_the_same_verdict(finished_run, tmp_path):
+    spec, run_dir = finished_run
+    (tmp_path / "caller").mkdir()
+    arrived = cluster.unpack(cluster.pack(run_dir), tmp_path / "caller", run_dir.name)
+    assert sorted(p.relative_to(arrived.path) for p in arrived.path.rglob("*")) == sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    private, public = keys.generate_keypair(tmp_path / "keys")
+    arrival = cluster.settle(arrived, spec, "pass", private)
+    assert (arrival.verdict, arrival.node_finding) == ("pass", None)
+    report = receipt_verify.verify_run(arrived.path, keys.load_public(public))  # the node ran keyless: signed here
+    assert report.key_id is not None and len(report.receipts) == 1
+
+
+def test_a_node_whose_verdict_differs_gets_a_finding_and_the_spec_is_error(finished_run, tmp_path):
+    spec, run_dir = finished_run
+    (tmp_path / "caller").mkdir()
+    arrived = cluster.unpack(cluster.pack(run_dir), tmp_path / "caller", run_dir.name)
+    arrival = cluster.settle(arrived, spec, "contained", None)  # what a lying node would return
+    assert arrival.verdict == "error"
+    assert "contained" in arrival.node_finding and "(pass)" in arrival.node_finding
+
+
+def test_a_forged_report_is_caught_by_judging_again(finished_run, tmp_path):
+    spec, run_dir = finished_run
+    report = store.read_json(run_dir / "report.json")
+    store.write_json(run_dir / "report.json", {**report, "verdict": "contained"})
+    (tmp_path / "caller").mkdir()
+    arrived = cluster.unpack(cluster.pack(run_dir), tmp_path / "caller", run_dir.name)
+    assert cluster.settle(arrived, spec, "contained", None).verdict == "error"
+
+
+@pytest.mark.parametrize("bad", [
+    member("link", kind=tarfile.SYMTYPE, link="/etc/passwd"),
+    member("inner", kind=tarfile.SYMTYPE, link="state.json"),  # even a link that stays inside
+    member("hard", kind=tarfile.LNKTYPE, link="state.json"),
+    member("fifo", kind=tarfile.FIFOTYPE),
+    member("dev", kind=tarfile.CHRTYPE),
+    member("/etc/cron.d/x"),
+    member("../escape"),
+    member("attempts/../../escape"),
+], ids=["symlink-out", "symlink-in", "hardlink", "fifo", "device", "absolute", "dotdot", "nested-dotdot"])
+def test_an_archive_with_anything_but_files_and_folders_inside_is_refused(bad, tmp_path):
+    with pytest.raises(cluster.ArrivalError):
+        cluster.unpack(tar_of(STATE, SPEC, bad), tmp_path, "r1")
+    assert sorted(tmp_path.iterdir()) == []  # nothing left: not the run, not its staging folder
+    assert not (tmp_path.parent / "escape").exists()
+
+
+def test_an_archive_above_the_bounds_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "MAX_MEMBERS", 3)
+    with pytest.raises(cluster.ArrivalError, match="members"):
+        cluster.unpack(tar_of(STATE, SPEC, *(member(f"f{i}") for i in range(3))), tmp_path, "r1")
+    monkeypatch.setattr(cluster, "MAX_ARCHIVE_BYTES", 10)
+    with pytest.raises(cluster.ArrivalError, match="bytes"):
+        cluster.unpack(tar_of(STATE, SPEC, member("big", b"y" * 11)), tmp_path, "r1")
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_an_archive_that_is_not_a_run_directory_is_refused(tmp_path):
+    with pytest.raises(cluster.ArrivalError, match="not a run directory"):
+        cluster.unpack(tar_of(member("notes.txt")), tmp_path, "r1")
+    with pytest.raises(cluster.ArrivalError, match="cannot be unpacked"):
+        cluster.unpack(b"not a tar at all" * 100, tmp_path, "r1")
+
+
+def test_hostile_names_arrive_as_data(tmp_path):
+    name = "attempts/1/\x1b[31mred\u202e\udcff.txt"
+    run = cluster.unpack(tar_of(STATE, SPEC, member(name, b"kept")), tmp_path, "r1")
+    (path,) = (run.path / "attempts" / "1").iterdir()
+    assert path.name == name.rsplit("/", 1)[1] and path.read_bytes() == b"kept"
+
+
+def test_packing_refuses_a_link_in_the_run_directory(finished_run):
+    _, run_dir = finished_run
+    (run_dir / "sneaky").symlink_to("/etc")
+    with pytest.raises(cluster.AssureError, match="neither a file nor a folder"):
+        cluster.pack(run_dir)
+
+
+def test_specs_with_effects_a_retry_could_repeat_are_refused(tmp_path):
+    plain = write_spec(tmp_path, "fix")
+    egress = write_spec(tmp_path, "web", egress={"allow": ["api.example.org:443"]})
+    target = write_spec(tmp_path, "commit", promote={"target": str(tmp_path)})
+    cluster.refuse_outside_effects((plain,))
+    with pytest.raises(SpecError) as caught:
+        cluster.refuse_outside_effects((plain, egress, target))
+    text = caught.value.explain()
+    assert "web.yaml" in text and "egress.allow" in text and "commit.yaml" in text and "promote target" in text
+    assert "fix.yaml" not in text
+
+
+def test_the_core_works_without_ray():
+    code = ("import sys; sys.modules['ray'] = None\n"  # `import ray` now fails as if it were not installed
+            "import assure.cli, assure.run.cluster as c\n"
+            "from assure.errors import AssureError\n"
+            "try:\n    c.connect('auto')\nexcept AssureError as e:\n    print(e.explain())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'assure[ray]'" in out.stdout
