@@ -8,6 +8,7 @@ spec in one pass.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import json
 from dataclasses import dataclass
@@ -346,6 +347,9 @@ def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict
 
 
 def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "type" and isinstance(error.instance, datetime.date):
+        written = error.instance.isoformat().replace("+00:00", "Z")
+        return f'quote the timestamp ("{written}"): YAML read it as a date'
     if error.validator == "required":
         return error.message.replace("is a required property", "is required")
     if error.validator in ("minProperties", "maxProperties") and "assertion" in str(error.schema_path):

@@ -319,13 +319,13 @@ class Gateway:
             if self._watcher is not None:
                 self._watcher.stop()
             self._waker[1].send(b"x")
-            if self._acceptor is not None:
+            if self._acceptor is not None and self._acceptor.ident is not None:  # a thread that never started (start failed) cannot be joined
                 self._acceptor.join()
             if self._listener is not None:
                 self._listener.close()
             self._drops_final.set()
             self._drops_ready.set()
-            if self._drop_journal is not None:
+            if self._drop_journal is not None and self._drop_journal.ident is not None:
                 self._drop_journal.join()
             self._end_connections()
             try:

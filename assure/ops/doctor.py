@@ -3,15 +3,23 @@ seccomp, images) and how to fix it: a list of checks the CLI renders."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import os
 import shutil
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from assure.errors import AssureError
-from assure.sandbox import runtimes, workspace_fs
+from assure import spec as spec_mod
+from assure.ops import cis
+from assure.sandbox import backend as sandbox, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images, base_mode, base_tags
+from assure.sandbox.images import ImageSet, Images, base_mode, base_tags
+
+# The spec whose defaults the CIS check creates containers for (every limit at its default).
+DEFAULTS_SPEC = spec_mod.SCHEMAS / "examples" / "benign.yaml"
 
 
 class Status(enum.StrEnum):
@@ -90,4 +98,29 @@ def _engine(report: Report, wanted: set[str]) -> None:
     report.add("images", found is not None, f"{found.agent}, {found.gateway}" if found else "run `assure images build` (or `make images`)")
     tags = base_tags()
     have_tool = shutil.which("debootstrap") is not None
+    if found is not None:
+        _cis(report, backend, found)
     report.checks.append(Check("base image source", Status.INFO, f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}", value=base_mode()))
+
+
+def _cis(report: Report, backend: DockerBackend, images: ImageSet) -> None:
+    """CIS Docker Benchmark section 5 on what this engine makes of assure's agent and gateway
+    requests: each created (never started, so no mounts and no processes), inspected, removed."""
+    spec = spec_mod.load(DEFAULTS_SPEC)
+    labels = sandbox.labels("doctor", 0, os.getpid(), socket.gethostname())
+    for role, image in ((sandbox.Role.AGENT, images.agent), (sandbox.Role.GATEWAY, images.gateway)):
+        want = dataclasses.replace(cis.expected_request(spec, role, image), mounts=(), name=None, labels=labels)
+        try:
+            cid = backend.create_container(want)
+            try:
+                items = cis.check(cis.gather(backend, cid), want)
+            finally:
+                backend.remove_container(cid)
+        except AssureError as exc:
+            report.add(f"CIS 5 ({role})", False, f"cannot create a container to inspect: {exc.explain()}")
+            continue
+        failed = cis.failed(items)
+        skipped = [i.id for i in items if i.status is cis.Status.NOT_APPLICABLE]
+        detail = (f"{len(items) - len(failed) - len(skipped)} of {len(items)} items hold; not applicable here: {', '.join(skipped)}" if not failed
+                  else "; ".join(f"{i.id} {i.title}: {i.detail}" for i in failed))
+        report.add(f"CIS 5 ({role})", not failed, detail)

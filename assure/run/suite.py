@@ -28,9 +28,9 @@ from assure.records import store
 from assure.records.layout import SuitePaths
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, SpecError
-from assure.sandbox.hardening import GATEWAY_MEMORY, SIDE_BY_SIDE_RUNS
+from assure.sandbox.hardening import GATEWAY_MEMORY
 
-MAX_JOBS = SIDE_BY_SIDE_RUNS  # -j: specs in flight at once, at most
+MAX_JOBS = 64  # -j: specs in flight at once, at most
 
 
 @dataclass(frozen=True)

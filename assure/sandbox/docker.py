@@ -201,6 +201,13 @@ class DockerBackend:
         with _mapped("inspect container"):
             return self._client.api.inspect_container(cid)
 
+    def processes(self, cid: str) -> list[str]:
+        """The running container's processes, as command lines (`docker top`: the host's ps)."""
+        with _mapped("docker top"):
+            top = self._client.api.top(cid)
+        column = (top.get("Titles") or []).index("CMD")
+        return [str(row[column]) for row in top.get("Processes") or []]
+
     def logs(self, cid: str, limit: int) -> bytes:
         with _mapped("container logs"):
             return bytes(self._client.api.logs(cid, stdout=True, stderr=True, timestamps=False))[-limit:]

@@ -38,7 +38,6 @@ EGRESS_MEMORY = "128m"
 EGRESS_PIDS = 64
 EGRESS_PORT = 3128
 SOCKET_VOLUME_SIZE = "1m"
-SIDE_BY_SIDE_RUNS = 64  # runs one host holds at once (`assure suite -j` at most; RLIMIT_NPROC is sized for them)
 # RLIMIT_FSIZE: the largest file any process of a run may write is the workspace's disk,
 # `limits.disk`. This was the limit before that field existed (for specs resolved without it).
 FILE_SIZE_LIMIT = "1g"
@@ -72,20 +71,16 @@ def tmpfs_options(size: str) -> str:
     return f"rw,nosuid,nodev,noexec,size={parse_size(size)}"
 
 
-def ulimits(nofile: int, agent_pids: int, disk: str | None) -> list[dict[str, Any]]:
+def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
     """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
-    core 0 (no core dump lands anywhere); nproc.
+    core 0 (no core dump lands anywhere).
 
-    RLIMIT_NPROC counts every task (thread) of the uid on the host, not of one container, and
-    every container of every run on this host runs as the sandbox uid: runs side by side
-    (`assure suite -j`, several `assure run`) share one count. Sized for one run (its pids
-    limits added up), two agents filling their pids cgroups left a third run's gateway unable
-    to start a thread. So a container's own bound is its pids cgroup, and nproc bounds every
-    sandbox task of the host at once: SIDE_BY_SIDE_RUNS runs of this spec's size."""
-    nproc = SIDE_BY_SIDE_RUNS * (agent_pids + GATEWAY_PIDS + EGRESS_PIDS)
+    No nproc: RLIMIT_NPROC counts every task of the uid on the host, and every container of
+    every run on the host runs as the same uid, so it is one budget shared by all of them: an
+    agent of one run, within its own pids limit, could use it up and stop another run's
+    gateway from starting a thread. Each container's processes are bounded by its pids cgroup."""
     fsize = parse_size(disk or FILE_SIZE_LIMIT)
-    return [{"name": name, "soft": value, "hard": value} for name, value in
-            (("nofile", nofile), ("fsize", fsize), ("core", 0), ("nproc", nproc))]
+    return [{"name": name, "soft": value, "hard": value} for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))]
 
 
 def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> ContainerRequest:
@@ -109,7 +104,7 @@ def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], me
         memory=mem,
         memory_swap=mem,
         nano_cpus=int(spec.limits.cpus * 1e9),
-        ulimits=tuple(Ulimit(**u) for u in ulimits(spec.limits.nofile, spec.limits.pids, spec.limits.disk)),
+        ulimits=tuple(Ulimit(**u) for u in ulimits(spec.limits.nofile, spec.limits.disk)),
         log_max=LOG_MAX,
         init=True,
         runtime=runtime,

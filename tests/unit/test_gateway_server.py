@@ -630,3 +630,19 @@ def test_process_refuses_a_bad_config_with_one_line(gateway_config, tmp_path: Pa
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 2
     assert len(stderr.strip().splitlines()) == 1 and "'workspace'" in stderr
+
+
+def test_a_gateway_that_cannot_start_a_thread_says_so_and_journals_why(gateway_config, monkeypatch, tmp_path) -> None:
+    """The cause reaches the harness: not `cannot join thread before it is started` from the cleanup."""
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "gateway-accept":
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        Gateway(parse(gateway_config())).start()
+    last = json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[-1])
+    assert last["event"] == "gateway_stopped" and "can't start new thread" in last["reason"]

@@ -49,9 +49,8 @@ def test_agent_container_is_sealed(benign, tmp_path):
     assert kw["pids_limit"] == 128
     assert kw["mem_limit"] == kw["memswap_limit"] == 512 * 2**20
     assert kw["nano_cpus"] == 1_000_000_000
-    nproc = hardening.SIDE_BY_SIDE_RUNS * (128 + hardening.GATEWAY_PIDS + hardening.EGRESS_PIDS)  # the uid's count spans every run of the host
     assert kw["ulimits"] == [{"name": "nofile", "soft": 1024, "hard": 1024}, {"name": "fsize", "soft": 2**30, "hard": 2**30},
-                             {"name": "core", "soft": 0, "hard": 0}, {"name": "nproc", "soft": nproc, "hard": nproc}]
+                             {"name": "core", "soft": 0, "hard": 0}]  # no nproc: one budget for every container of the host's uid
     assert kw["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,noexec,size={64 * 2**20}"}
     assert kw["log_config"]["config"]["max-size"] == hardening.LOG_MAX
     assert kw["user"].split(":")[0] != "0"
@@ -96,7 +95,7 @@ def good_inspect(spec, **host_config):
                            "Devices": [], "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"],
                            "ReadonlyRootfs": True, "Runtime": "runc", "Tmpfs": {"/tmp": hardening.tmpfs_options(limits.tmpfs)},
                            "Ulimits": [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]}
-                                       for u in hardening.ulimits(limits.nofile, limits.pids, limits.disk)], **host_config},
+                                       for u in hardening.ulimits(limits.nofile, limits.disk)], **host_config},
             "Config": {"User": "10001:10001"}, "AppArmorProfile": "",
             "Mounts": [{"Type": "bind", "Source": "/home/u/.assure/runs/r/attempts/1/workspace.fs/workspace", "Destination": "/workspace", "RW": True},
                        {"Type": "volume", "Name": "sock", "Destination": "/run/assure", "RW": False},
@@ -197,7 +196,7 @@ def test_containment_requires_the_ulimits(benign):
     s = benign
     good = good_inspect(s)
     no_core_limit = [u for u in good["HostConfig"]["Ulimits"] if u["Name"] != "core"]
-    raised = [{**u, "Hard": u["Hard"] * 2} if u["Name"] == "nproc" else u for u in good["HostConfig"]["Ulimits"]]
+    raised = [{**u, "Hard": u["Hard"] * 2} if u["Name"] == "nofile" else u for u in good["HostConfig"]["Ulimits"]]
     for ulimits in (no_core_limit, raised, None):
         assert failed(good_inspect(s, Ulimits=ulimits), s) == ["HostConfig.Ulimits"]
 

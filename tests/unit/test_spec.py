@@ -196,3 +196,16 @@ def test_a_bad_field_in_a_typed_block_is_reported_at_its_line(tmp_path):
     got = problems(path)
     assert got == [f"{path}:9: autonomy.dial: 'sometimes' is not one of ['propose', 'commit', 'irreversible']",
                    f"{path}:11: tasks[0].max_attempts: 0 is less than the minimum of 1"]
+
+
+def test_an_unquoted_timestamp_says_to_quote_it(tmp_path):
+    """YAML reads `expires_at: 2027-01-31T00:00:00Z` as a datetime, which the schema (a string)
+    refused as "datetime.datetime(2027, 1, 31, 0, 0, tzinfo=...) is not of type 'string'"."""
+    text = MINIMAL + ("contract: {id: c, proposed_by: alice, ratified_by: bob, scope: ['fs:**'], autonomy_ceiling: commit,\n"
+                      "           expires_at: 2027-01-31T00:00:00Z}\n"
+                      "autonomy:\n  human_gates: [{id: g, scope: 'fs:**', approved_by: carol, expires_at: 2026-12-01}]\n")
+    path = write(tmp_path, text)
+    assert problems(path) == [f'{path}:10: contract.expires_at: quote the timestamp ("2027-01-31T00:00:00Z"): YAML read it as a date',
+                              f'{path}:12: autonomy.human_gates[0].expires_at: quote the timestamp ("2026-12-01"): YAML read it as a date']
+    quoted = write(tmp_path, text.replace("2027-01-31T00:00:00Z", '"2027-01-31T00:00:00Z"').replace("2026-12-01}", '"2026-12-01T00:00:00Z"}'))
+    assert spec.load(quoted).contract.expires_at == "2027-01-31T00:00:00Z"

@@ -1,0 +1,32 @@
+"""The README's own-agent example works as written: its files, saved as the README says, and
+its commands, run as given (`assure validate`, `assure contract hash --write`, `assure run`),
+give a passing run whose fix went through the gateway."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.readme import blocks
+from tests.unit.test_readme import write_example
+
+from .conftest import run_dirs
+
+
+def test_the_own_agent_example_runs_as_written(images, tmp_path):
+    write_example(tmp_path)
+    (commands,) = [b for b in blocks() if b.mark == "run"]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["sh", "-eu", "-c", commands.text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS" in done.stdout and "as expected" in done.stdout, done.stdout
+    (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["verdict"] == "pass"
+    kinds = {f["kind"] for f in report["attempts"][0]["findings"]}
+    assert kinds <= {"assertion_passed", "attributed", "info"} and "assertion_passed" in kinds, kinds
+    assert (run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").read_text().count("return a + b") == 1
+    assert (run_dir / "attempts" / "1" / "workspace" / "out" / "notes.txt").read_text() == "add() returns a + b\n"
