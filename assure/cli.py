@@ -20,7 +20,7 @@ from rich.text import Text
 from assure import spec as spec_mod
 from assure.records import layout
 from assure.records.layout import AttemptPaths, RunPaths
-from assure.errors import AssureError
+from assure.errors import AssureError, unreadable
 from assure.ops import alerts
 from assure.ops import runs as runs_mod
 from assure.records import report as render
@@ -29,10 +29,11 @@ from assure.sandbox import live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
-images_app = typer.Typer(no_args_is_help=True, help="Build and inspect the sandbox images.")
+HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
+app = typer.Typer(no_args_is_help=True, add_completion=False, context_settings=HELP, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
+images_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Build and inspect the sandbox images.")
 app.add_typer(images_app, name="images")
-contract_app = typer.Typer(no_args_is_help=True, help="Work with a spec's contract.")
+contract_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Work with a spec's contract.")
 app.add_typer(contract_app, name="contract")
 out = render.console()  # no markup, emoji or highlighting: every str is printed as text; styles only through Text
 err = render.console(stderr=True)
@@ -45,8 +46,16 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=True) + "\n")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        out.print(f"assure {version('assure')}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _setup() -> None:
+def _setup(_: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print assure's version and exit.")) -> None:
     """Library code logs (alerts among it); the CLI shows warnings on stderr."""
     from rich.logging import RichHandler
 
@@ -142,8 +151,8 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     raise typer.Exit(code)
 
 
-KEY_OPTION = typer.Option(None, "--key", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) to sign receipts; none: keyless.")
-JUNIT_OPTION = typer.Option(None, "--junit", help="Also write a JUnit XML report here (one testcase per spec), for CI.")
+KEY_OPTION = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) to sign receipts; none: keyless.")
+JUNIT_OPTION = typer.Option(None, "--junit", metavar="FILE", help="Also write a JUnit XML report here (one testcase per spec), for CI.")
 
 
 def _writable(*files: Path | None) -> None:
@@ -160,12 +169,58 @@ def _write_out(path: Path, write: Any) -> None:
         raise _fail(AssureError(f"cannot write it: {exc.strerror or exc}", where=str(path))) from None
 
 
+def _runs_base(value: Path) -> Path:
+    """--runs-dir, refused in words when it names a file (a missing folder is an empty base)."""
+    try:
+        return runs_mod.check_base(value)
+    except AssureError as exc:
+        raise _fail(exc) from None
+
+
+def runs_option(help: str = "The runs base: where run directories are (and a RUN given by id is looked up).") -> Any:
+    return typer.Option(store.RUNS_DIR, "--runs-dir", metavar="DIR", callback=_runs_base, help=help)
+
+
+RUNS_OPTION = runs_option()
+RUN_ARG = typer.Argument(..., metavar="RUN", help="A run id (looked up under --runs-dir) or a run's folder.")
+JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
+
+
+def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started", "raised")) -> Table:
+    """A table whose id and time columns are never cut (no wrap, no ellipsis: copy them whole);
+    the other columns fold rather than end in an ellipsis."""
+    table = Table()
+    for h in headers:
+        table.add_column(h, no_wrap=h in keep, overflow="fold")
+    return table
+
+
+def _print_table(table: Table) -> None:
+    """Print `table` at least as wide as its uncut columns need, the others folding into what is
+    left (a narrow terminal wraps the lines; every id stays one copyable string)."""
+    from rich.measure import Measurement
+
+    options = out.options.update(width=10_000)
+    needed = 1
+    for column in table.columns:
+        cells = [Measurement.get(out, options, c).maximum for c in (column.header, *column.cells)]
+        if column.no_wrap:
+            column.min_width = max(cells)
+        needed += 3 + (max(cells) if column.no_wrap else min(max(cells), max(8, cells[0])))
+    if needed <= out.width:
+        out.print(table)
+        return
+    wide = render.console()
+    wide.width = needed
+    wide.print(table)
+
+
 @app.command()
 def run(
-    spec: Path = typer.Argument(DEFAULT_SPEC, help="Spec file (default: the built-in benign example)."),
+    spec: Path = typer.Argument(DEFAULT_SPEC, metavar="[SPEC]", help="Spec file (default: the built-in benign example)."),
     json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
     expect: bool = typer.Option(False, "--expect", help="Exit 0 only if the verdict is the one the spec expects."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go."),
+    runs_dir: Path = runs_option("Where run directories go."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show attributed changes too."),
     new: bool = typer.Option(False, "--new", help="Start a new run even if an unfinished run of this spec exists."),
     key: Optional[Path] = KEY_OPTION,
@@ -180,6 +235,7 @@ def run(
     try:
         loaded = spec_mod.load(spec)
         _writable(junit_file)
+        runs_mod.check_base(runs_dir, writable=True)
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
         resumed = rd is not None
@@ -196,14 +252,14 @@ def run(
 
 @app.command("suite")
 def suite_cmd(
-    suite_files: list[Path] = typer.Argument(..., metavar="SUITE...", help="Suite files (e.g. suites/containment.yaml), run one after another."),
+    suite_files: list[Path] = typer.Argument(..., metavar="SUITE", help="Suite files (e.g. suites/containment.yaml), run one after another."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary (specs/report.schema.json) on stdout (a list of them for several suites)."),
-    summary_file: Optional[Path] = typer.Option(None, "--summary", help="Also write the summary (specs/report.schema.json) here (one suite)."),
+    summary_file: Optional[Path] = typer.Option(None, "--summary", metavar="FILE", help="Also write the summary (specs/report.schema.json) here (one suite)."),
     junit_file: Optional[Path] = JUNIT_OPTION,
-    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run directories go (suite runs go beside it, in suites/)."),
+    runs_dir: Path = runs_option("Where run directories go (suite runs go beside it, in suites/)."),
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource)."),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource)."),
     shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Run only shard K of N (1-based), e.g. one job of a CI matrix."),
     cluster: Optional[str] = typer.Option(None, "--cluster", metavar="ADDRESS", help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray]."),
     key: Optional[Path] = KEY_OPTION,
@@ -226,6 +282,7 @@ def suite_cmd(
             raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
                               fix="run the suites one per command, or use --json for a list of summaries")
         _writable(summary_file, junit_file)
+        runs_mod.check_base(runs_dir, writable=True)
         if cluster is not None:
             from assure.run import cluster as cluster_mod
 
@@ -323,7 +380,8 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
             def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
                 where = f" on {entry['node'][:12]}" if entry.get("node") else ""
                 lost = f", {len(entry['lost'])} lost with their node" if entry.get("lost") else ""
-                note = f" — {entry['node_finding']}" if entry.get("node_finding") else ""
+                why = entry.get("node_finding") or (entry.get("reason") if outcome.verdict == "error" else None)
+                note = f" — {why}" if why else ""
                 line = f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}"
                 if bar is not None:
                     bar.advance(task)
@@ -350,9 +408,9 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
 
 @app.command()
 def resume(
-    run_ref: str = typer.Argument(..., metavar="RUN", help="Run id or run directory."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR),
-    json_out: bool = typer.Option(False, "--json"),
+    run_ref: str = RUN_ARG,
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
@@ -381,7 +439,7 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
 
 
 @app.command()
-def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files to check.")) -> None:
+def validate(specs: list[Path] = typer.Argument(..., metavar="FILE...", help="Spec or suite files to check."), json_out: bool = JSON_OPTION) -> None:
     """Check spec files (and suites, with every spec they name) against their schemas in specs/,
     and that each can work: its contract as the gate will judge it (ratified, by someone other
     than its proposer, hash and terms as they stand) and its agent command among the agent
@@ -389,31 +447,40 @@ def validate(specs: list[Path] = typer.Argument(..., help="Spec or suite files t
     from assure.run import preflight
     from assure.run import suite as suite_mod
 
-    bad = 0
+    bad, results = 0, []
     for path in specs:
         try:
             loaded = suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
             found = [p for s in loaded for p in preflight.problems(s)]
         except AssureError as exc:
             bad += 1
-            err.print(_safe_lines(exc.explain()), markup=False, highlight=False)
+            results.append({"file": str(path), "ok": False, "problems": exc.message.split("\n"), "fix": exc.fix, "notes": []})
+            if not json_out:
+                err.print(_safe_lines(exc.explain()), markup=False, highlight=False)
+            continue
+        fatal = [p for p in found if p.fatal]
+        bad += bool(fatal)
+        results.append({"file": str(path), "ok": not fatal, "problems": [f"{p.where}: {p.message}" for p in fatal],
+                        "fix": "; ".join(p.fix for p in fatal) or None, "notes": [f"{p.where}: {p.message}" for p in found if not p.fatal]})
+        if json_out:
             continue
         for problem in found:
             first, *rest = problem.lines()
             err.print(_safe_lines("\n".join([first if problem.fatal else f"note: {first}", *rest])), markup=False, highlight=False)
-        if any(p.fatal for p in found):
-            bad += 1
-        else:
+        if not fatal:
             out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
+    if json_out:
+        _print_json(results)
     raise typer.Exit(1 if bad else 0)
 
 
 @app.command()
-def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> None:
+def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     """Recompute the verdict of a finished run from its directory alone."""
     from assure.run.driver import reverify
 
     try:
+        run_dir = runs_mod.find(run_ref, runs_dir).path
         result = reverify(run_dir)
         recorded = store.read_json(RunPaths(run_dir).report)
     except AssureError as exc:
@@ -430,18 +497,23 @@ def verify(run_dir: Path, json_out: bool = typer.Option(False, "--json")) -> Non
 
 @app.command()
 def diff(
-    run_dir: Path,
-    attempt: Optional[int] = typer.Option(None, help="Attempt number (default: the last)."),
-    json_out: bool = typer.Option(False, "--json"),
+    run_ref: str = RUN_ARG,
+    attempt: Optional[int] = typer.Option(None, metavar="N", help="Attempt number (default: the last)."),
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
     html_out: bool = typer.Option(False, "--html", help="A standalone HTML page (changes and findings), for a CI artifact."),
 ) -> None:
     """Show each workspace change of an attempt with its attribution."""
     try:
-        run = store.RunDir.open(run_dir)
+        run = runs_mod.find(run_ref, runs_dir)
+        run_dir = run.path
         attempts = run.attempts()
-        chosen = run.attempt(attempt).root if attempt else (attempts[-1] if attempts else None)
+        chosen = run.attempt(attempt).root if attempt is not None else (attempts[-1] if attempts else None)
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))
+        if chosen not in attempts:
+            have = ", ".join(a.name for a in attempts) or "none"
+            raise AssureError(f"the run has no attempt {attempt} (it has: {have})", where=str(run_dir), fix="pass --attempt N with one of those, or leave it out for the last")
         verdict = store.read_json(AttemptPaths(chosen).verdict)
     except AssureError as exc:
         raise _fail(exc) from None
@@ -459,9 +531,9 @@ app.add_typer(report_app, name="report")
 
 @report_app.command("html")
 def report_html(
-    ref: str = typer.Argument(..., metavar="RUN_OR_SUITE_RUN", help="Run id, suite run id, either's directory, or a suite summary JSON file."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR, help="Where run ids are looked up (suite runs: beside it, in suites/)."),
+    ref: str = typer.Argument(..., metavar="RUN", help="A run or a suite run (id or folder), or a suite summary JSON file."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
+    runs_dir: Path = runs_option("Where run ids are looked up (suite runs: beside it, in suites/)."),
 ) -> None:
     """A self-contained HTML page (no script, no network) of a run or a suite run, for a reviewer.
 
@@ -469,7 +541,8 @@ def report_html(
     from assure.records import html_report
 
     try:
-        page = html_report.render(ref, runs_dir)
+        named = Path(ref).exists() or (store.RUN_ID.match(ref) and (layout.suites_base(runs_dir) / ref).is_dir())
+        page = html_report.render(ref if named else str(runs_mod.locate(ref, runs_dir)), runs_dir)  # a run: the one resolver
         if output is not None and str(output) == "-":
             sys.stdout.write(page.html)
             return
@@ -487,21 +560,25 @@ def report_html(
 
 
 @images_app.command("build")
-def images_build() -> None:
+def images_build(json_out: bool = JSON_OPTION) -> None:
     """Build the base, agent and gateway images (no registry needed); skip what is up to date."""
     try:
         backend = DockerBackend()
         built = Images(backend, lambda msg: err.print(f"images: {msg}")).ensure()
     except AssureError as exc:
         raise _fail(exc) from None
-    for role in ("base", "agent", "gateway", "egress"):
+    roles = ("base", "agent", "gateway", "egress")
+    if json_out:
+        _print_json({role: getattr(built, role) for role in roles})
+        return
+    for role in roles:
         out.print(f"{role:8} {getattr(built, role)}")
 
 
 @contract_app.command("hash")
 def contract_hash(
-    spec: Path,
-    task: Optional[str] = typer.Option(None, "--task", help="The contract governing this task (its own block, else the spec's)."),
+    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file."),
+    task: Optional[str] = typer.Option(None, "--task", metavar="TASK", help="The contract governing this task (its own block, else the spec's)."),
     write: bool = typer.Option(False, "--write", help="Put the new terms and hash into SPEC's contract block (the rest stays as written)."),
 ) -> None:
     """Print the term digests and hash SPEC's contract must carry to be ratified as it stands
@@ -528,7 +605,8 @@ def contract_hash(
 
 
 @app.command()
-def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.runtime must be available here.")) -> None:
+def doctor(specs: list[Path] = typer.Argument(None, metavar="[SPEC]...", help="Specs whose sandbox.runtime must be available here."),
+           json_out: bool = JSON_OPTION) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
     from assure.ops import doctor as checks
 
@@ -537,8 +615,12 @@ def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.ru
     except AssureError as exc:
         raise _fail(exc) from None
     report = checks.diagnose(wanted)
+    if json_out:
+        _print_json({"ok": report.ok, "checks": [dataclasses.asdict(c) for c in report.checks],
+                     "register_gvisor": list(runtimes.registration_steps()) if report.register_gvisor else []})
+        raise typer.Exit(0 if report.ok else 1)
     styles = {checks.Status.OK: "green", checks.Status.MISSING: "red", checks.Status.OPTIONAL: "yellow", checks.Status.ABSENT: "yellow"}
-    table = Table("check", "status", "detail / fix", show_header=True)
+    table = _whole("check", "status", "detail / fix")
     for c in report.checks:
         status = plain(c.value or "") if c.status is checks.Status.INFO else Text(str(c.status), style=styles[c.status])
         table.add_row(plain(c.name), status, plain(c.detail))
@@ -551,7 +633,7 @@ def doctor(specs: list[Path] = typer.Argument(None, help="Specs whose sandbox.ru
 
 
 @app.command()
-def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going.")) -> None:
+def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going."), json_out: bool = JSON_OPTION) -> None:
     """Remove containers, volumes, networks and workspace filesystems left by assure processes that are gone."""
     from assure.ops import gc as collector
 
@@ -559,6 +641,9 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
         removed = collector.collect(DockerBackend(), everything=everything)
     except AssureError as exc:
         raise _fail(exc) from None
+    if json_out:
+        _print_json(dataclasses.asdict(removed))
+        return
     out.print(f"removed {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
               f"{removed.workspaces} workspace filesystems")
 
@@ -573,14 +658,18 @@ def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, An
 
 
 @app.command()
-def halt(run: str, runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+def halt(run: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     """Halt RUN now: every further mutation is denied, the agent is stopped, no new attempt starts."""
     rd, done = _override(run, runs_dir, halt=True)
+    if json_out:
+        _print_json({"run_id": rd.run_id, "halt": True, "request_id": done.request_id})
+        return
     out.print(f"halt requested for {rd.run_id} (request {done.request_id}); the gateway and the driver act on it within a second")
 
 
 @app.command()
-def dial(run: str, level: str = typer.Argument(..., help="propose, commit or irreversible"), runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+def dial(run: str = RUN_ARG, level: str = typer.Argument(..., metavar="LEVEL", help="propose, commit or irreversible"), runs_dir: Path = RUNS_OPTION,
+         json_out: bool = JSON_OPTION) -> None:
     """Turn the autonomy dial of RUN: `propose` stops every external effect from here on."""
     from assure.core import control
 
@@ -588,44 +677,55 @@ def dial(run: str, level: str = typer.Argument(..., help="propose, commit or irr
         err.print(f"error: dial must be one of {', '.join(control.LEVELS)}", markup=False)
         raise typer.Exit(2)
     rd, done = _override(run, runs_dir, dial=level)
+    if json_out:
+        _print_json({"run_id": rd.run_id, "dial": level, "request_id": done.request_id})
+        return
     out.print(f"dial of {rd.run_id} set to {level} (request {done.request_id})")
 
 
 @app.command("alerts")
-def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alerts not yet acknowledged."), runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.Option(False, "--json")) -> None:
+def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alerts not yet acknowledged."), runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     """List alerts (pending ones stay until `assure ack ID`)."""
     found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == alerts.AlertState.PENDING]
     if json_out:
         _print_json([dataclasses.asdict(a) for a in found])
         return
-    table = Table("id", "run", "kind", "state", "raised", "message")
+    table = _whole("id", "run", "kind", "state", "raised", "message")
     for a in found:
         table.add_row(plain(a.id), plain(a.run_id), plain(a.kind), plain(a.state), plain(a.raised_at), plain(a.message))
-    out.print(table)
+    _print_table(table)
 
 
 @app.command()
-def ack(alert_id: str, runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+def ack(alert_id: str = typer.Argument(..., metavar="ALERT", help="The alert's id (`assure alerts` lists them)."), runs_dir: Path = RUNS_OPTION,
+        json_out: bool = JSON_OPTION) -> None:
     """Acknowledge a pending alert."""
     try:
         done = alerts.ack(runs_dir, alert_id, alerts.operator_name())
     except AssureError as exc:
         raise _fail(exc) from None
+    if json_out:
+        _print_json(dataclasses.asdict(done))
+        return
     out.print(f"{done.id} acknowledged by {render.display(str(done.acked_by))} at {done.acked_at}", markup=False)
 
 
 @app.command("journal")
 def journal_cmd(
-    run: str,
-    event: Optional[str] = typer.Option(None, help="e.g. gate_denied, override_effective, tool_call"),
-    actor: Optional[str] = typer.Option(None, help="gateway, driver, or an operator's name"),
-    since: Optional[str] = typer.Option(None, help="ISO time, e.g. 2026-11-30T08:00"),
-    runs_dir: Path = typer.Option(store.RUNS_DIR),
+    run: str = RUN_ARG,
+    event: Optional[str] = typer.Option(None, metavar="EVENT", help="e.g. gate_denied, override_effective, tool_call"),
+    actor: Optional[str] = typer.Option(None, metavar="NAME", help="gateway, driver, or an operator's name"),
+    since: Optional[str] = typer.Option(None, metavar="TIME", help="ISO time, e.g. 2026-11-30T08:00"),
+    runs_dir: Path = RUNS_OPTION,
     json_out: bool = typer.Option(False, "--json", help="One JSON record per line."),
 ) -> None:
     """Query a run's journals (driver events, operator requests, gateway journals), verified first."""
+    from assure.ops.runsbase import parse_time
     from assure.records import journal
 
+    if since is not None and parse_time(since) is None:
+        err.print(f"error: --since must be an ISO time, e.g. 2026-11-30T08:00 (got {render.display(since)})", markup=False, highlight=False)
+        raise typer.Exit(2)
     try:
         rd = runs_mod.find(run, runs_dir)
         broken = [s for s in journal.sources(rd) if s.error]
@@ -638,30 +738,30 @@ def journal_cmd(
         for r in records:
             out.print(json.dumps(r, sort_keys=True, ensure_ascii=True), markup=False, highlight=False, soft_wrap=True)
     else:
-        table = Table("ts", "source", "actor", "event", "detail")
+        table = _whole("ts", "source", "actor", "event", "detail")
         for r in records:
-            detail = " ".join(f"{k}={r[k]}" for k in ("tool", "path", "decision", "rule", "reason", "latency_ms", "verdict") if r.get(k) is not None)
+            detail = journal.detail(r, ("tool", "path", "decision", "rule", "reason", "latency_ms", "verdict"))
             table.add_row(plain(r.get("ts")), plain(r["source"]), plain(r.get("actor")), plain(journal.standard_event(r)), plain(detail))
-        out.print(table)
+        _print_table(table)
     raise typer.Exit(1 if broken else 0)
 
 
 @app.command()
-def runs(runs_dir: Path = typer.Option(store.RUNS_DIR), json_out: bool = typer.Option(False, "--json")) -> None:
+def runs(runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     """List runs with their state, tasks and verdicts."""
     rows = [r.to_json() for r in runs_mod.listing(runs_dir)]
     if json_out:
         _print_json(rows)
         return
-    table = Table("run", "state", "verdict", "started", "tasks")
+    table = _whole("run", "state", "verdict", "started", "tasks")
     for r in rows:
         table.add_row(plain(r["run_id"]), plain(r["state"]), plain(r["verdict"] or "-"), plain(r["started_at"]),
                       plain(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())))
-    out.print(table)
+    _print_table(table)
 
 
 @app.command()
-def show(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Path = typer.Option(store.RUNS_DIR)) -> None:
+def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order."""
     from assure.records import journal
 
@@ -670,24 +770,28 @@ def show(run_ref: str = typer.Argument(..., metavar="RUN"), runs_dir: Path = typ
         records = list(journal.query(rd))
     except AssureError as exc:
         raise _fail(exc) from None
-    table = Table("ts", "source", "event", "detail")
+    run_alerts = [a for a in alerts.all_alerts(rd.path.parent) if a.run_id == rd.run_id]
+    if json_out:
+        _print_json({"run_id": rd.run_id, "events": [{**r, "standard_event": journal.standard_event(r)} for r in records],
+                     "alerts": [dataclasses.asdict(a) for a in run_alerts]})
+        return
+    table = _whole("ts", "source", "event", "detail")
     keys = ("task", "attempt", "verdict", "tool", "path", "decision", "rule", "state", "reason", "latency_ms", "counter")
     for r in records:
-        detail = " ".join(f"{k}={r[k]}" for k in keys if r.get(k) is not None)
-        table.add_row(plain(r.get("ts")), plain(r["source"]), plain(journal.standard_event(r)), plain(detail))
-    out.print(table)
-    for alert in alerts.all_alerts(rd.path.parent):
-        if alert.run_id == rd.run_id:
-            out.print(f"alert {alert.id} [{alert.kind}] {alert.state}: {render.display(alert.message)}", markup=False, highlight=False)
+        table.add_row(plain(r.get("ts")), plain(r["source"]), plain(journal.standard_event(r)), plain(journal.detail(r, keys)))
+    _print_table(table)
+    for alert in run_alerts:
+        out.print(f"alert {alert.id} [{alert.kind}] {alert.state}: {render.display(alert.message)}", markup=False, highlight=False)
 
 
 @app.command("promote")
 def promote_cmd(
-    run_ref: str = typer.Argument(..., metavar="RUN"),
-    task: Optional[str] = typer.Option(None, help="Task id (default: every proposed task)."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR),
+    run_ref: str = RUN_ARG,
+    task: Optional[str] = typer.Option(None, metavar="TASK", help="Task id (default: every proposed task)."),
+    runs_dir: Path = RUNS_OPTION,
     key: Optional[Path] = KEY_OPTION,
-    dial: Optional[str] = typer.Option(None, "--dial", help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's."),
+    dial: Optional[str] = typer.Option(None, "--dial", metavar="LEVEL", help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's."),
+    json_out: bool = JSON_OPTION,
 ) -> None:
     """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier);
     refuses, writing nothing, when no task can be committed."""
@@ -702,19 +806,23 @@ def promote_cmd(
         done = promote_proposed(_spec_of(rd), rd, task, key, dial)
     except AssureError as exc:
         raise _fail(exc) from None
-    for task_id, state, reason in done:
-        out.print(f"{render.display(task_id)}: {state} ({render.display(reason)})", markup=False, highlight=False)
+    if json_out:
+        _print_json([{"task": task_id, "state": state, "reason": reason} for task_id, state, reason in done])
+    else:
+        for task_id, state, reason in done:
+            out.print(f"{render.display(task_id)}: {state} ({render.display(reason)})", markup=False, highlight=False)
     raise typer.Exit(0 if all(state == "committed" for _, state, _ in done) and done else 1)
 
 
-keys_app = typer.Typer(no_args_is_help=True, help="Manage the Ed25519 key that signs receipts.")
+keys_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Manage the Ed25519 key that signs receipts.")
 app.add_typer(keys_app, name="keys")
-receipts_app = typer.Typer(no_args_is_help=True, help="Verify a run's signed receipts and sealed logs.")
+receipts_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Verify a run's signed receipts and sealed logs.")
 app.add_typer(receipts_app, name="receipts")
 
 
 @keys_app.command("generate")
-def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", help="Where to write the key pair (default: ~/.config/assure/keys).")) -> None:
+def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", metavar="DIR", help="Where to write the key pair (default: ~/.config/assure/keys)."),
+                  json_out: bool = JSON_OPTION) -> None:
     """Make a new Ed25519 key pair for signing receipts; never overwrites a key."""
     from assure.records import keys
 
@@ -723,6 +831,9 @@ def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", help="
         kid = keys.key_id(keys.load_public(public_path))
     except AssureError as exc:
         raise _fail(exc) from None
+    if json_out:
+        _print_json({"private_key": str(private_path), "public_key": str(public_path), "key_id": kid})
+        return
     out.print(f"private key {render.display(str(private_path))} (mode 0600: keep it secret)", markup=False, highlight=False)
     out.print(f"public key  {render.display(str(public_path))} (publish it: it verifies every receipt)", markup=False, highlight=False)
     out.print(f"key id      {kid}", markup=False, highlight=False)
@@ -730,18 +841,20 @@ def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", help="
 
 @receipts_app.command("verify")
 def receipts_verify(
-    run_dir: Path,
-    public_key: Optional[Path] = typer.Option(None, "--public-key", help="Ed25519 public key (PEM); without it signatures are NOT-RUN."),
-    json_out: bool = typer.Option(False, "--json"),
+    run_ref: str = RUN_ARG,
+    public_key: Optional[Path] = typer.Option(None, "--public-key", metavar="FILE", help="Ed25519 public key (PEM); without it signatures are NOT-RUN."),
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
 ) -> None:
-    """Verify RUN_DIR's receipts, seal and hash-chained logs with nothing but a public key."""
+    """Verify RUN's receipts, seal and hash-chained logs with nothing but a public key
+    (RUN may be an exported run's folder)."""
     from assure.records import keys
     from assure.records.receipt_format import STEPS, ReceiptError
     from assure.records.receipt_verify import Outcome, verify_run
 
     try:
         key = keys.load_public(public_key) if public_key is not None else None
-        report = verify_run(run_dir, key)
+        report = verify_run(runs_mod.locate(run_ref, runs_dir), key)
     except ReceiptError as exc:
         if json_out:
             _print_json({"verified": False, "step": exc.step, "step_name": STEPS[exc.step], "path": exc.path,
@@ -753,11 +866,11 @@ def receipts_verify(
     if json_out:
         _print_json(report.to_json())
         raise typer.Exit(0)
-    table = Table("step", "check", "outcome", "detail")
+    table = _whole("step", "check", "outcome", "detail")
     for step in report.steps:
         table.add_row(str(step.number), plain(step.name), Text("passed", style="green") if step.outcome is Outcome.PASSED else Text("NOT-RUN", style="yellow"),
                       plain(step.detail))
-    out.print(table)
+    _print_table(table)
     signer = f"signed by {report.key_id}" if report.key_id else "signatures NOT-RUN (no public key given)"
     out.print(plain(f"{report.run_id}: {len(report.receipts)} receipts, {len(report.logs)} logs verified; {signer}", "green"))
     raise typer.Exit(0)
@@ -766,9 +879,9 @@ def receipts_verify(
 @app.command("monitor")
 def monitor_cmd(
     once: bool = typer.Option(False, "--once", help="One pass, then exit."),
-    interval: Optional[float] = typer.Option(None, "--interval", help="Seconds between passes (default: the manifest's interval_seconds)."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR, "--runs-dir", help="The runs base to watch."),
-    manifest_file: Optional[Path] = typer.Option(None, "--manifest", help="JSON or YAML manifest (default: the built-in one, see assure/health.py)."),
+    interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", help="Seconds between passes (default: the manifest's interval_seconds)."),
+    runs_dir: Path = runs_option("The runs base to watch."),
+    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="JSON or YAML manifest (default: the built-in one, see assure/health.py)."),
 ) -> None:
     """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
     dial down then halt the runs whose alerts nobody acknowledges."""
@@ -812,9 +925,9 @@ def monitor_cmd(
 @app.command("health")
 def health_cmd(
     run_ref: Optional[str] = typer.Argument(None, metavar="[RUN]", help="A run id or directory; default: every live run of the runs base."),
-    runs_dir: Path = typer.Option(store.RUNS_DIR, "--runs-dir", help="The runs base (for a RUN given by id, and without a RUN)."),
-    manifest_file: Optional[Path] = typer.Option(None, "--manifest", help="The monitor's manifest: heartbeat paths and staleness limits."),
-    out_file: Optional[Path] = typer.Option(None, "--out", help="Also write the document to this file."),
+    runs_dir: Path = runs_option("The runs base (for a RUN given by id, and without a RUN)."),
+    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="The monitor's manifest: heartbeat paths and staleness limits."),
+    out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="Also write the document to this file."),
 ) -> None:
     """Print a frontier.machine.health.v1 document (specs/health.schema.json) on stdout.
     Exit 0 only when the aggregate is pass; 1 when it is degraded, propose_only, blocked or
@@ -830,21 +943,24 @@ def health_cmd(
     base, run_id = (run.path.parent, run.run_id) if run else (runs_dir, None)
     doc = health_probe.probe(base, run_id, engine, time.time(), manifest)
     if out_file is not None:
-        out_file.write_text(json.dumps(doc, indent=2, ensure_ascii=True) + "\n", encoding="utf-8")
+        try:
+            out_file.write_text(json.dumps(doc, indent=2, ensure_ascii=True) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise _fail(AssureError(f"cannot write the document: {exc.strerror or exc}", where=str(out_file), fix="pass --out a file path in a folder you can write to")) from None
     _print_json(doc)
     raise typer.Exit(0 if doc["aggregate"]["status"] == "pass" else 1)
 
 
-conformance_app = typer.Typer(invoke_without_command=True, help="Run suites/conformance/ live and write the signed packet; verify one.")
+conformance_app = typer.Typer(invoke_without_command=True, context_settings=HELP, help="Run suites/conformance/ live and write the signed packet; verify one.")
 app.add_typer(conformance_app, name="conformance")
 
 
 @conformance_app.callback()
 def conformance_cmd(
     ctx: typer.Context,
-    out_dir: Path = typer.Option(Path(".assure") / "conformance", "--out", help="Where the dated packet folder goes."),
-    key: Optional[Path] = typer.Option(None, "--key", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the packet."),
-    only: Optional[list[str]] = typer.Option(None, "--only", help="Run only these obligation ids (the rest are NOT-RUN)."),
+    out_dir: Path = typer.Option(Path(".assure") / "conformance", "--out", metavar="DIR", help="Where the dated packet folder goes."),
+    key: Optional[Path] = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the packet."),
+    only: Optional[list[str]] = typer.Option(None, "--only", metavar="ID", help="Run only these obligation ids (the rest are NOT-RUN)."),
 ) -> None:
     """Run every row of the standard's live-evidence table on this machine (real containers)
     and write packet.json, packet.md and packet.pub.pem. Exit 0 only if every row is PASS."""
@@ -865,8 +981,8 @@ def conformance_cmd(
 
 @conformance_app.command("verify")
 def conformance_verify(
-    packet: Path,
-    public_key: Path = typer.Option(..., "--public-key", help="Ed25519 public key (PEM) of the packet's signer."),
+    packet: Path = typer.Argument(..., metavar="PACKET", help="The packet.json to check."),
+    public_key: Path = typer.Option(..., "--public-key", metavar="FILE", help="Ed25519 public key (PEM) of the packet's signer."),
 ) -> None:
     """Check a packet offline: its shape, every obligation PASS, FAIL or NOT-RUN with a reason, its signature."""
     from assure.records import conformance_packet, keys
@@ -874,9 +990,10 @@ def conformance_verify(
     try:
         doc = json.loads(packet.read_text(encoding="utf-8"))
         conformance_packet.verify(doc, keys.load_public(public_key))
-    except (OSError, ValueError) as exc:
-        err.print(plain(f"error: unreadable packet: {exc}"))
-        raise typer.Exit(1) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(AssureError(f"unreadable packet: {unreadable(exc)}", where=str(packet), fix="pass the packet.json `assure conformance` wrote")) from None
+    except ValueError as exc:
+        raise _fail(AssureError(f"unreadable packet: not JSON ({exc})", where=str(packet), fix="pass the packet.json `assure conformance` wrote")) from None
     except AssureError as exc:
         raise _fail(exc) from None
     counts = {s: sum(o["status"] == s for o in doc["obligations"].values()) for s in ("PASS", "FAIL", "NOT-RUN")}
@@ -887,8 +1004,8 @@ def conformance_verify(
 
 @report_app.command("merge")
 def report_merge(
-    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY.json...", help="The summaries of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
-    out_file: Optional[Path] = typer.Option(None, "-o", "--out", help="Write the merged summary here (default: print it)."),
+    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY...", help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
+    out_file: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE", help="Write the merged summary here (default: print it)."),
     junit_file: Optional[Path] = JUNIT_OPTION,
 ) -> None:
     """Join the summaries of the shards of one suite into one: counts recomputed, results in suite

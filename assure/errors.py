@@ -50,3 +50,18 @@ def describe(exc: Exception) -> str:
     if isinstance(exc, AssureError):
         return exc.message
     return f"{type(exc).__name__}: {display(str(exc))[:2000]}"
+
+
+def unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a file could not be read, in words (never a Python repr of the error)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+    if isinstance(exc, IsADirectoryError):
+        return "is a folder, not a file"
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, NotADirectoryError):
+        return "a part of the path is not a folder"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return exc.strerror or type(exc).__name__

@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from assure.errors import SpecError
+from assure.errors import SpecError, unreadable
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "specs"
 AGENT_IMAGE_ALIAS = "assure-agent"
@@ -294,7 +294,7 @@ def read_document(path: Path, against: dict[str, Any], kind: str) -> tuple[Any, 
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"{path}: cannot read {kind}: {exc}"], fix=f"pass the path of a YAML {kind} file") from exc
+        raise SpecError([f"{path}: cannot read the {kind}: {unreadable(exc)}"], fix=f"pass the path of a YAML {kind} file (UTF-8 text)") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -304,7 +304,7 @@ def read_document(path: Path, against: dict[str, Any], kind: str) -> tuple[Any, 
         raise SpecError([f"{path}:{line}: (document): not valid YAML: {getattr(exc, 'problem', exc)}"]) from exc
     lines: dict[tuple[Any, ...], int] = {}
     problems = [f"{path}:{line}: {_dotted(p)}: duplicate key" for p, line in _index(node, (), lines)]
-    problems += [f"{path}:{line}: {where}: {msg}" for line, where, msg in _schema_problems(data, lines, against)]
+    problems += [f"{path}:{line}: {where}: {msg}" for line, where, msg in _schema_problems(data, lines, against, kind)]
     if problems:
         raise SpecError(problems, fix=f"see the {kind} reference in README.md or specs/{kind}.schema.json")
     return _with_defaults(data, against, against), lines
@@ -331,7 +331,11 @@ def _index(node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, .
     return dupes
 
 
-def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict[str, Any]) -> list[tuple[int, str, str]]:
+def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict[str, Any], kind: str) -> list[tuple[int, str, str]]:
+    if not isinstance(data, dict):  # nothing below the top makes sense then: one problem, in words
+        fields = ", ".join(against.get("required", []))
+        what = "the file is empty" if data is None else f"the file holds {_kind_of(data)}"
+        return [(1, "(document)", f"{what}: a {kind} is a mapping with the fields {fields} (and optional ones)")]
     validator = jsonschema.Draft202012Validator(against)
     out: list[tuple[int, str, str]] = []
     for error in validator.iter_errors(data):
@@ -346,17 +350,67 @@ def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict
     return sorted(set(out))
 
 
+TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "text", "integer": "a whole number", "number": "a number",
+              "boolean": "true or false", "null": "nothing"}
+
+
 def _message(error: jsonschema.ValidationError) -> str:
-    if error.validator == "type" and isinstance(error.instance, datetime.date):
-        written = error.instance.isoformat().replace("+00:00", "Z")
+    """The schema's complaint in words: no Python repr of a value (None, {...}, [...]) reaches a user."""
+    v, value, instance = error.validator, error.validator_value, error.instance
+    if v == "type" and isinstance(instance, datetime.date):
+        written = instance.isoformat().replace("+00:00", "Z")
         return f'quote the timestamp ("{written}"): YAML read it as a date'
-    if error.validator == "required":
+    if v == "required":
         return error.message.replace("is a required property", "is required")
-    if error.validator in ("minProperties", "maxProperties") and "assertion" in str(error.schema_path):
+    if v in ("minProperties", "maxProperties") and "assertion" in str(error.schema_path):
         return "an assertion has exactly one kind, e.g. `- file_exists: out/result.txt`"
-    if error.validator == "pattern" or error.validator == "not":
-        return f"{error.instance!r} is not allowed here ({error.schema.get('description', 'see the schema')})"
+    if v == "pattern" or v == "not":
+        return f"{_shown(instance)} is not allowed here ({error.schema.get('description', 'see the schema')})"
+    if v == "type":
+        wanted = [value] if isinstance(value, str) else list(value)
+        return f"expected {' or '.join(TYPE_WORDS.get(t, t) for t in wanted)}, found {_kind_of(instance)}"
+    if v == "enum":
+        return f"{_shown(instance)} is not one of: {', '.join(_shown(x) for x in value)}"
+    if v == "const":
+        return f"must be {_shown(value)}, not {_shown(instance)}"
+    if v in ("minItems", "minLength") and value == 1:
+        return "must not be empty"
+    if v == "minItems":
+        return f"needs at least {value} items, has {len(instance)}"
+    if v == "maxItems":
+        return f"takes at most {value} items, has {len(instance)}"
+    if v == "uniqueItems":
+        twice: list[Any] = []
+        for i, x in enumerate(instance):
+            if x in instance[:i] and x not in twice:
+                twice.append(x)
+        return f"lists {', '.join(_shown(x) for x in twice)} more than once"
+    if v in ("anyOf", "oneOf"):
+        many = v == "oneOf" and "is valid under each of" in error.message
+        return ("matches more than one of the allowed forms" if many else "matches none of the allowed forms") + f" ({error.schema.get('description', 'see the schema')})"
+    if isinstance(instance, (dict, list)) or instance is None:
+        return error.message.replace(repr(instance), _kind_of(instance), 1)
     return error.message
+
+
+def _kind_of(value: Any) -> str:
+    """What a YAML value is, in words."""
+    if value is None:
+        return "nothing (an empty value)"
+    if isinstance(value, bool):
+        return f"true or false ({_shown(value)})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"text ({_shown(value)})"
+    return "a list" if isinstance(value, list) else "a mapping"
+
+
+def _shown(value: Any) -> str:
+    """A scalar as a user would spell it (text quoted, controls escaped); a list or mapping in words."""
+    if isinstance(value, (dict, list)) or value is None:
+        return _kind_of(value)
+    return json.dumps(value) if isinstance(value, bool) else repr(value)
 
 
 def line_of(at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int:

@@ -341,7 +341,7 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
     scope = action_scope(action)
     covered = scope is not None and (globs.match_any(c.scope, scope) or (action.folder and any(globs.names_folder(g, scope) for g in c.scope)))
     if not covered:
-        return Decision(DENY, "contract.scope", f"{scope!r} is outside contract {c.id!r} scope {list(c.scope)}")
+        return Decision(DENY, "contract.scope", f"{scope!r} is outside contract {c.id!r} scope ({', '.join(c.scope) or 'empty'})")
     return None
 
 

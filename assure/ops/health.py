@@ -49,7 +49,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from assure.errors import AssureError
+from assure.errors import AssureError, unreadable
 from assure.records import layout
 from assure.records.store import write_json
 
@@ -193,7 +193,9 @@ class Manifest:
                 data = yaml.safe_load(text)
             else:
                 data = json.loads(text)
-        except (OSError, ValueError) as exc:
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AssureError(f"unreadable manifest: {unreadable(exc)}", where=str(path), fix="pass the path of a JSON or YAML manifest") from None
+        except ValueError as exc:
             raise AssureError(f"unreadable manifest: {exc}", where=str(path)) from None
         except Exception as exc:  # yaml.YAMLError
             raise AssureError(f"unreadable manifest: {type(exc).__name__}: {exc}", where=str(path)) from None

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assure.errors import AssureError
+from assure.errors import AssureError, unreadable
 from assure.records import layout, store
+from assure.textsafe import display
 
 
 @dataclass(frozen=True)
@@ -22,14 +26,47 @@ class RunSummary:
         return {"run_id": self.run_id, "state": self.state, "verdict": self.verdict, "started_at": self.started_at, "tasks": self.tasks}
 
 
-def find(run: str, runs_dir: Path) -> store.RunDir:
-    """A run by id (under `runs_dir`) or by path; a hostile id never leaves the runs folder."""
+LIST_FIX = "`assure runs` lists the runs (add --runs-dir DIR if they are elsewhere)"
+
+
+def check_base(runs_dir: Path, *, writable: bool = False) -> Path:
+    """`runs_dir` as a runs base: a folder (a missing one is an empty base), and with `writable`
+    one a run directory can be made in (created here if missing). Refused in words, never a traceback."""
+    fix = "pass --runs-dir a folder you can write to (the default is .assure/runs)"
+    try:
+        if not stat.S_ISDIR(runs_dir.stat().st_mode):
+            raise AssureError("--runs-dir is not a folder", where=str(runs_dir), fix=fix)
+    except FileNotFoundError:
+        pass  # an empty base (made when a run is)
+    except OSError as exc:
+        raise AssureError(f"--runs-dir is unusable: {unreadable(exc)}", where=str(runs_dir), fix=fix) from None
+    if writable:
+        try:
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=runs_dir))
+        except OSError as exc:
+            raise AssureError(f"--runs-dir is not a folder a run directory can be made in (the system says: {exc.strerror or exc})",
+                              where=str(runs_dir), fix=fix) from None
+    return runs_dir
+
+
+def locate(run: str, runs_dir: Path) -> Path:
+    """The folder a run reference names: an existing folder given as a path wins; otherwise a
+    run id, looked up under `runs_dir` (a hostile id never leaves it)."""
     path = Path(run)
-    if not path.is_dir():
-        if not store.RUN_ID.match(run):
-            raise AssureError(f"{run!r} is not a run id or a run directory", fix="`assure runs` lists them")
-        path = runs_dir / run
-    return store.RunDir.open(path)
+    if path.is_dir():
+        return path
+    if not store.RUN_ID.match(run):
+        raise AssureError(f"`{display(run)}` is neither a run's folder nor a run id", fix=LIST_FIX)
+    check_base(runs_dir)
+    if not (runs_dir / run).is_dir():
+        raise AssureError(f"no run `{run}` under {display(str(runs_dir))}", fix=f"{LIST_FIX}; or pass the run's folder")
+    return runs_dir / run
+
+
+def find(run: str, runs_dir: Path) -> store.RunDir:
+    """A run by id (under `runs_dir`) or by its folder: the one way every command names a run."""
+    return store.RunDir.open(locate(run, runs_dir))
 
 
 def listing(runs_dir: Path) -> list[RunSummary]:

@@ -67,3 +67,24 @@ def query(run: RunDir, *, event: str | None = None, actor: str | None = None, si
         if since and str(record.get("ts")) < since:
             continue
         yield record
+
+
+def detail(record: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """`key=value` for each of `keys` the record has, in words: a nested mapping (the host's
+    promote `decision`) as `key.field=value` for its plain fields, a list comma-joined, never a repr."""
+    parts = []
+    for key in keys:
+        value = record.get(key)
+        if isinstance(value, dict):
+            parts += [f"{key}.{k}={_word(v)}" for k, v in value.items() if v is not None and not isinstance(v, (dict, list))]
+        elif value is not None:
+            parts.append(f"{key}={_word(value)}")
+    return " ".join(parts)
+
+
+def _word(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(_word(v) for v in value if not isinstance(v, (dict, list)))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

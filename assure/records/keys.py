@@ -13,7 +13,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from assure.errors import AssureError
+from assure.errors import AssureError, unreadable
 
 ALG = "Ed25519"
 PRIVATE_NAME, PUBLIC_NAME = "aar-ed25519.pem", "aar-ed25519.pub.pem"
@@ -37,6 +37,8 @@ def generate_keypair(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
         if path.exists() or path.is_symlink():
             raise KeyFileError("a key file is already there; refusing to overwrite it", where=str(path),
                                fix="use another --dir, or move the old key away yourself")
+    if directory.exists() and not directory.is_dir():
+        raise KeyFileError("--dir is not a folder", where=str(directory), fix="pass --dir a folder (made if missing) for the key pair")
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -99,7 +101,7 @@ def _read_key(path: Path) -> bytes:
     except FileNotFoundError as exc:
         raise KeyFileError("no such key file", where=str(path), fix="make one with `assure keys generate`") from exc
     except OSError as exc:
-        raise KeyFileError(f"unreadable key file: {exc.strerror}", where=str(path)) from exc
+        raise KeyFileError(f"unreadable key file: {unreadable(exc)}", where=str(path), fix="pass the path of a PEM key file") from exc
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:

@@ -144,7 +144,7 @@ def render_suite(name: str, suite_run_id: str, outcomes: list[Any], total: int) 
         parts.append(Text(f"stopped after {len(outcomes)} of {total} specs (stop_on_unexpected)", style="yellow"))
     title = Text.assemble(f"suite {display(name)}  ", Text("AS EXPECTED", style="bold green") if ok else Text("UNEXPECTED", style="bold red"))
     parts.append(Text(f"suite run: {display(suite_run_id)}", style="dim"))
-    parts.append(Text("a run's timeline: assure show RUN · its changes: assure diff RUN_DIR", style="dim"))
+    parts.append(Text("a run's timeline: assure show RUN · its changes: assure diff RUN", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left")
 
 

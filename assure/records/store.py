@@ -21,7 +21,7 @@ from typing import Any
 
 from assure.core import atomic, control
 from assure.core.chain import ChainWriter
-from assure.errors import RunDirError
+from assure.errors import RunDirError, unreadable
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
 from assure.records.states import RUN_OVER
 
@@ -42,17 +42,30 @@ def new_dir(base: Path, name: str) -> Path:
     """A folder `base/<new_run_id(name)>` that no other process made: the id is taken by an
     exclusive mkdir, and a taken one is drawn again, so runs (and suite runs) started side by
     side in one folder never share a directory."""
-    base.mkdir(parents=True, exist_ok=True)
+    with _making(base):
+        base.mkdir(parents=True, exist_ok=True)
     for _ in range(NEW_ID_TRIES):
         path = base / new_run_id(name)
         if not RUN_ID.match(path.name):
             raise RunDirError(f"unusable run id {path.name!r}", fix="give the spec (or suite) a shorter name")
         try:
-            path.mkdir()
+            with _making(path):
+                path.mkdir()
             return path
-        except FileExistsError:
-            continue
+        except RunDirError as exc:
+            if not isinstance(exc.__cause__, FileExistsError):
+                raise
     raise RunDirError(f"no free run id after {NEW_ID_TRIES} tries", where=str(base))
+
+
+@contextlib.contextmanager
+def _making(path: Path) -> Iterator[None]:
+    """A folder of the runs base that cannot be made is said in words, with what to do."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunDirError(f"cannot make the run directory: {exc.strerror or exc}", where=str(path),
+                          fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from exc
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -65,8 +78,10 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise RunDirError(f"missing {path.name}", where=str(path), fix="is this a run directory made by `assure run`?") from exc
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"unreadable {path.name}: {exc}", where=str(path)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
+    except ValueError as exc:
+        raise RunDirError(f"unreadable {path.name}: not JSON ({exc})", where=str(path)) from exc
 
 
 class RunDir:
@@ -78,11 +93,12 @@ class RunDir:
 
     @classmethod
     def create(cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
-        """The run `run_id`, which must not exist yet (FileExistsError if it does)."""
+        """The run `run_id`, which must not exist yet (a RunDirError if it does)."""
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
-        base.mkdir(parents=True, exist_ok=True)
-        (base / run_id).mkdir()
+        with _making(base / run_id):
+            base.mkdir(parents=True, exist_ok=True)
+            (base / run_id).mkdir()
         return cls._populate(base / run_id, spec_source, spec_json)
 
     @classmethod
@@ -93,9 +109,10 @@ class RunDir:
     @classmethod
     def _populate(cls, root: Path, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
         paths = RunPaths(root.resolve())
-        paths.attempts.mkdir()
-        paths.control.mkdir()
-        paths.gateway_state.mkdir()
+        with _making(paths.root):
+            paths.attempts.mkdir()
+            paths.control.mkdir()
+            paths.gateway_state.mkdir()
         shutil.copyfile(spec_source, paths.spec_yaml)
         write_json(paths.spec_json, spec_json)
         return cls(paths.root)
@@ -103,7 +120,8 @@ class RunDir:
     @classmethod
     def open(cls, path: Path) -> RunDir:
         if not RunPaths(path).spec_json.is_file():
-            raise RunDirError("not a run directory (no spec.json)", where=str(path), fix="pass a folder under .assure/runs/")
+            raise RunDirError(f"not a run directory (it has no {RunPaths(path).spec_json.name})", where=str(path),
+                              fix="pass a run id or a run's folder: `assure runs` lists them")
         return cls(path)
 
     @property

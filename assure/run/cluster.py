@@ -113,7 +113,8 @@ def pack(run_dir: Path) -> bytes:
                     raise AssureError(f"{display(info.name)} in the run directory is neither a file nor a folder", where=str(run_dir))
                 total += info.size
                 if total > MAX_ARCHIVE_BYTES:
-                    raise AssureError(f"the run directory is larger than {MAX_ARCHIVE_BYTES >> 20} MiB", where=str(run_dir))
+                    raise AssureError(f"the run directory is larger than {MAX_ARCHIVE_BYTES >> 20} MiB "
+                                      f"(at {display(info.name)}, {info.size} bytes)", where=str(run_dir))
                 if info.isfile():
                     with open(path, "rb") as fh:
                         tar.addfile(info, fh)

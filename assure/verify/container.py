@@ -7,6 +7,7 @@ mounts and the tmpfs (`docker diff`, with content digests collected by the host)
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -27,6 +28,15 @@ EXPECTED_PATHS = frozenset({
 MOUNTED_PREFIXES = tuple(f"{p}/" for p in (WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/proc", "/sys", "/dev"))
 
 
+def _as_json(value: Any) -> str:
+    """A value as the engine's JSON spells it (null, true, [...]), not as a Python repr; a
+    value JSON cannot spell (a key that is not text) falls back to the repr."""
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
     for key in path:
         data = data.get(key) if isinstance(data, dict) else None
@@ -42,10 +52,10 @@ def containment(inspect: dict[str, Any], spec: Spec, engine_security: list[str] 
             ("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is spec.sandbox.read_only_root),):
         value = _lookup(inspect, path)
         if not ok(value):
-            findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {value!r}"))
+            findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {_as_json(value)}"))
     for subject, expected, reported in _spec_checks(inspect, spec, engine_security, attempt):
         if expected != reported:
-            findings.append(Finding(Kind.CONTAINMENT_FAILED, subject, f"expected {expected!r}, engine reports {reported!r}"))
+            findings.append(Finding(Kind.CONTAINMENT_FAILED, subject, f"expected {_as_json(expected)}, engine reports {_as_json(reported)}"))
     return findings
 
 

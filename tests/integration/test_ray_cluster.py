@@ -121,6 +121,21 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     for r in kept:  # finished before the kill: the same run, not run again
         assert by_id[r["run_id"]]["finished_at"] == r["finished_at"]
     assert len(list(runs.iterdir())) == len(state["runs"])  # one run directory per spec, nothing half-arrived
+    gc_left_behind(tmp_path, [r["run_id"] for r in state["runs"]])  # what the task Ray ended with the caller left
+
+
+def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
+    """`assure gc` removes every container and volume of these runs (their makers are dead).
+    Whether a task Ray ended left any depends on when Ray ended it; the node-kill test's does."""
+    engine = docker.from_env()
+
+    def ours() -> list[str]:
+        found = [*engine.containers.list(all=True, filters={"label": LABEL_RUN}), *engine.volumes.list(filters={"label": LABEL_RUN})]
+        return [x.name for x in found if (x.attrs.get("Labels") or x.attrs.get("Config", {}).get("Labels") or {}).get(LABEL_RUN) in run_ids]
+
+    gc = run_assure([*ASSURE, "gc"], cwd, 120)
+    assert gc.returncode == 0, gc.stderr
+    assert ours() == []
 
 
 def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_the_other(cluster, tmp_path):
@@ -147,8 +162,6 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     assert entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
     assert entry["lost"][0]["node"] in (victim.node_id, None) and entry["node"] != victim.node_id
     assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
-    left = [c for c in engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})]
-    assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind
-    gc = run_assure([*ASSURE, "gc"], tmp_path, 120)
-    assert gc.returncode == 0, gc.stderr
-    assert engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]}) == []
+    left = engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
+    assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind, only
+    gc_left_behind(tmp_path, [entry["run_id"]])

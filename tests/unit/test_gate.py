@@ -173,6 +173,12 @@ def test_a_budget_denial_names_the_exhausted_counter() -> None:
     assert not other.allowed and other.exhausted is None
 
 
+def test_a_scope_denial_names_the_contract_scope_in_words() -> None:
+    denied = decide(Action("fs.write", True, path="docs/readme.md"), Context(**BASE))
+    assert denied.rule == "contract.scope"
+    assert "[" not in denied.reason and ", ".join(BASE["contract"].scope) in denied.reason, denied.reason
+
+
 def test_a_raising_rule_denies_with_internal_error() -> None:
     def boom(_action: Action, _ctx: Context) -> None:
         raise RuntimeError("boom")

@@ -126,6 +126,16 @@ def test_containment_requires_our_seccomp_profile(benign, security_opt):
     assert failed(good_inspect(s, SecurityOpt=security_opt), s) == ["HostConfig.SecurityOpt seccomp"]
 
 
+def test_containment_says_what_the_engine_reports_as_json_not_a_python_repr(benign):
+    s = benign
+    inspect = good_inspect(s, Runtime=None, Privileged=None)
+    inspect["Mounts"][1]["Destination"] = None  # a mount the engine reports without a destination
+    messages = {f.subject: f.message for f in containment(inspect, s, ["name=seccomp,profile=default"], "1")}
+    assert messages["HostConfig.Runtime"] == 'expected "runc", engine reports null'
+    assert messages["HostConfig.Privileged"].endswith("engine reports null")
+    assert '"null": "ro"' in messages["Mounts"] and "None" not in " ".join(messages.values())
+
+
 def test_containment_reports_a_profile_by_digest_not_its_text(benign):
     s = benign
     [finding] = containment(good_inspect(s, SecurityOpt=["no-new-privileges:true", "seccomp={}"]), s, ["name=seccomp"], "1")

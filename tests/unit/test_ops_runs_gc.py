@@ -28,7 +28,7 @@ def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:
 def test_a_run_reference_that_is_neither_an_id_nor_a_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # a relative reference resolves against the working folder
     (tmp_path / "runs").mkdir()
-    with pytest.raises(AssureError, match="not a run id"):
+    with pytest.raises(AssureError, match="neither a run.s folder nor a run id"):
         runs.find("../../no-such-run", tmp_path / "runs")
 
 

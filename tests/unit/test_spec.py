@@ -194,7 +194,7 @@ def test_a_task_spec_round_trips(tmp_path):
 def test_a_bad_field_in_a_typed_block_is_reported_at_its_line(tmp_path):
     path = write(tmp_path, MINIMAL + "autonomy: {dial: sometimes}\ntasks:\n  - {id: t, max_attempts: 0}\n")
     got = problems(path)
-    assert got == [f"{path}:9: autonomy.dial: 'sometimes' is not one of ['propose', 'commit', 'irreversible']",
+    assert got == [f"{path}:9: autonomy.dial: 'sometimes' is not one of: 'propose', 'commit', 'irreversible'",
                    f"{path}:11: tasks[0].max_attempts: 0 is less than the minimum of 1"]
 
 

@@ -70,8 +70,8 @@ def test_every_problem_is_named_with_its_line(specs: Path) -> None:
 
 
 def test_an_empty_or_repeated_list_is_refused(specs: Path) -> None:
-    assert problems(write_suite(specs, "version: 1\nname: s\nspecs: []\n"))[0].endswith("specs: [] should be non-empty")
-    assert "has non-unique elements" in problems(write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, one.yaml]\n"))[0]
+    assert problems(write_suite(specs, "version: 1\nname: s\nspecs: []\n"))[0].endswith("specs: must not be empty")
+    assert "lists 'one.yaml' more than once" in problems(write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, one.yaml]\n"))[0]
 
 
 def test_the_digest_follows_the_specs_so_a_changed_spec_starts_a_new_suite_run(specs: Path, tmp_path: Path) -> None:

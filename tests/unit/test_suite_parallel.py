@@ -268,7 +268,7 @@ def test_two_runs_drawing_the_same_id_in_the_same_second_get_two_directories(tmp
     second = store.RunDir.new(tmp_path / "runs", "x", spec, {})
 
     assert (first.run_id, second.run_id) == ("x-20261201T130000Z-aaaaaa", "x-20261201T130000Z-bbbbbb")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(store.RunDirError, match="cannot make the run directory: File exists"):
         store.RunDir.create(tmp_path / "runs", first.run_id, spec, {})  # an id given is never shared either
 
 
