@@ -49,18 +49,20 @@ unit: install fixtures
 demo: images
 	$(BIN)/assure suite suites/demo.yaml
 
-bench: images
+# The scorecard (bench/scorecard.py, last so it is what stays on screen): the containment, benign
+# and conformance suites, the throughput suite at -j1/-j2/-j4 and the benchmarks, in one table and
+# .assure/bench/scorecard.json; `assure bench compare OLD NEW` judges two. The gate, workspace and
+# seccomp benchmarks print their own lines first (not in the scorecard: one failing does not stop
+# it, make says "Error ignored"). BENCH_ARGS: e.g. --only e2e gateway.
+bench: images fixtures
 	@if ! command -v sqldiff >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3-tools >/dev/null; \
 	fi
-	$(BIN)/python bench/e2e.py
-	$(BIN)/python bench/gateway_latency.py
-	$(BIN)/python bench/snapshot_bench.py
-	$(BIN)/python bench/gate_bench.py
-	$(BIN)/python bench/gate_live_bench.py
-	$(BIN)/python bench/sqlite_bench.py
-	$(BIN)/python bench/workspace_fs_bench.py
-	$(BIN)/python bench/seccomp_bench.py
+	-$(BIN)/python bench/gate_bench.py
+	-$(BIN)/python bench/gate_live_bench.py
+	-$(BIN)/python bench/workspace_fs_bench.py
+	-$(BIN)/python bench/seccomp_bench.py
+	$(BIN)/python bench/scorecard.py $(BENCH_ARGS)
 
 # Headless Chromium renders the HTML reports in tests/integration/test_html_report.py (as root
 # on a Debian-like host we install Debian's package if it is missing).

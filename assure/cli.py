@@ -525,7 +525,7 @@ def diff(
         out.print(render.render_changes(verdict["changes"], verdict["findings"]))
 
 
-report_app = typer.Typer(no_args_is_help=True, help="Reports of runs and suite runs, for people and for CI.")
+report_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Reports of runs and suite runs, for people and for CI.")
 app.add_typer(report_app, name="report")
 
 
@@ -1000,8 +1000,6 @@ def conformance_verify(
     out.print(plain(f"packet verified, signed by {doc['signature']['key_id']}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), "green"))
 
 
-
-
 @report_app.command("merge")
 def report_merge(
     summaries: list[Path] = typer.Argument(..., metavar="SUMMARY...", help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
@@ -1032,6 +1030,39 @@ def _read_summary(path: Path) -> Any:
         raise AssureError(f"cannot read it: {exc.strerror or exc}", where=str(path)) from None
     except ValueError as exc:
         raise AssureError(f"not JSON: {exc}", where=str(path), fix="pass a summary written by `assure suite --summary FILE`") from None
+
+
+bench_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Compare the scorecards `make bench` writes (.assure/bench/scorecard*.json).")
+app.add_typer(bench_app, name="bench")
+EXIT_REGRESSION, EXIT_BAD_SCORECARD = 1, 2
+
+
+@bench_app.command("compare")
+def bench_compare(
+    old: Path = typer.Argument(..., metavar="OLD", help="The earlier scorecard (the baseline)."),
+    new: Path = typer.Argument(..., metavar="NEW", help="The later scorecard."),
+) -> None:
+    """Print metric / old / new / change / band / verdict; exit 1 if any metric of NEW is worse
+    than OLD beyond its noise band (any escape or false positive is), 2 if a file is malformed
+    or the two have different schema versions."""
+    from assure.ops import scorecard
+
+    try:
+        rows = scorecard.compare_files(old, new)
+    except AssureError as exc:
+        err.print("error:", _safe_lines(exc.explain()), style="bold red", markup=False, highlight=False)
+        raise typer.Exit(EXIT_BAD_SCORECARD) from None
+    table = Table("metric", "old", "new", "change", "band", "verdict", box=None)
+    styles = {"regression": "bold red", "missing": "bold red", "better": "green", "ok": "green"}
+    for r in rows:
+        table.add_row(plain(r.metric), plain(scorecard.fmt(r.old)), plain(scorecard.fmt(r.new)), plain(r.change), plain(r.band),
+                      plain(r.verdict, styles.get(r.verdict, "")))
+    out.print(table)
+    bad = scorecard.regressions(rows)
+    if bad:
+        err.print(plain(f"{len(bad)} regression(s): " + ", ".join(r.metric for r in bad), "bold red"))
+        raise typer.Exit(EXIT_REGRESSION)
+    out.print(plain("no regression beyond the noise bands", "green"))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -6,12 +6,16 @@ ours:     one trivial attempt through assure (fresh workspace, PRE snapshot, soc
 baseline: the same Docker work with nothing of ours: create a volume, start a hardened
           sidecar, run a hardened `--network none` container to completion, remove both.
 Prints medians and the ratio (target: ours <= 1.5x baseline). Runs are interleaved.
+Usage: python bench/e2e.py [ROUNDS] [--json PATH] (--json also writes the figures there, for
+bench/scorecard.py).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import secrets
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +30,8 @@ from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+ROUNDS = 7
+TOKEN = secrets.token_hex(4)
 SPEC = f"""\
 version: 1
 name: trivial
@@ -37,8 +42,9 @@ expect: pass
 """
 
 
-def baseline(backend: DockerBackend, images, spec, n: int) -> float:
+def baseline(backend: DockerBackend, images, spec, n: int | str) -> float:
     start = time.perf_counter()
+    n = f"{TOKEN}-{n}"  # names of this process's own: two benchmarks on one engine must not collide
     labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
     volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(spec))
     common = hardening.common_request(spec, Role.AGENT, images.agent, labels, "256m", 64)
@@ -63,7 +69,26 @@ def ours(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -> f
     return elapsed
 
 
+def summary(base_t: list[float], our_t: list[float], phases: dict[str, list[float]]) -> dict[str, object]:
+    """The figures, in milliseconds: what the human lines and the --json document both show."""
+    b, o = statistics.median(base_t), statistics.median(our_t)
+    return {
+        "rounds": len(our_t),
+        "baseline_median_ms": round(b * 1000, 1),
+        "assure_median_ms": round(o * 1000, 1),
+        "ratio": round(o / b, 4),
+        "baseline_ms": [round(t * 1000, 1) for t in base_t],
+        "assure_ms": [round(t * 1000, 1) for t in our_t],
+        "phases_median_ms": {k: round(statistics.median(v) * 1000, 1) for k, v in phases.items()},
+    }
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rounds", type=int, nargs="?", default=ROUNDS)
+    parser.add_argument("--json", type=Path, dest="json_path", help="also write the figures to this file as JSON")
+    args = parser.parse_args()
+    rounds = args.rounds
     backend = DockerBackend()
     images = Images(backend).ensure()
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,12 +99,15 @@ def main() -> None:
         phases: dict[str, list[float]] = {}
         ours(backend, images, spec, Path(tmp) / "runs", {})  # warm-up
         base_t, our_t = [], []
-        for n in range(ROUNDS):
+        for n in range(rounds):
             base_t.append(baseline(backend, images, spec, n))
             our_t.append(ours(backend, images, spec, Path(tmp) / "runs", phases))
-    b, o = statistics.median(base_t), statistics.median(our_t)
-    print("assure phases (median ms): " + ", ".join(f"{k} {statistics.median(v) * 1000:.0f}" for k, v in phases.items()))
-    print(f"e2e attempt, {ROUNDS} rounds: baseline median {b * 1000:.0f} ms, assure median {o * 1000:.0f} ms, ratio {o / b:.2f}x (target <= 1.5x)")
+    figures = summary(base_t, our_t, phases)
+    print("assure phases (median ms): " + ", ".join(f"{k} {v:.0f}" for k, v in figures["phases_median_ms"].items()))
+    print(f"e2e attempt, {rounds} rounds: baseline median {figures['baseline_median_ms']:.0f} ms, assure median {figures['assure_median_ms']:.0f} ms, "
+          f"ratio {figures['ratio']:.2f}x (target <= 1.5x)")
+    if args.json_path is not None:
+        args.json_path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

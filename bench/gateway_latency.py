@@ -2,11 +2,14 @@
 
 In-process gateway on a unix socket, one kept-alive client, 200 warm-up calls, then 2000
 timed calls; the baseline is the same number of os.open/os.read/os.close of the file.
-Run: .venv/bin/python bench/gateway_latency.py
+Run: .venv/bin/python bench/gateway_latency.py [--json PATH] (--json also writes the figures
+there, for bench/scorecard.py).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -47,7 +50,21 @@ def direct_samples(path: Path) -> list[float]:
     return samples[WARMUP:]
 
 
+def summary(via_gateway: list[float], direct: list[float]) -> dict[str, object]:
+    """p50/p99 of both, in milliseconds: what the human lines and the --json document show."""
+    ms = 1000
+    return {
+        "calls": len(via_gateway),
+        "gateway": {"p50_ms": round(statistics.median(via_gateway) * ms, 4), "p99_ms": round(percentile(via_gateway, 0.99) * ms, 4)},
+        "direct": {"p50_ms": round(statistics.median(direct) * ms, 5), "p99_ms": round(percentile(direct, 0.99) * ms, 5)},
+        "ratio_p50": round(statistics.median(via_gateway) / statistics.median(direct), 1),
+    }
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, dest="json_path", help="also write the figures to this file as JSON")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gwbench", dir="/tmp") as tmp:
         root = Path(tmp)
         (root / "ws").mkdir()
@@ -70,10 +87,13 @@ def main() -> None:
         finally:
             gateway.shutdown()
         direct = direct_samples(root / "ws" / "small.txt")
-    ms = 1000
-    print(f"fs.read via gateway ({CALLS} calls, keep-alive): p50 {statistics.median(via_gateway) * ms:.3f} ms, p99 {percentile(via_gateway, 0.99) * ms:.3f} ms")
-    print(f"direct os.open/os.read ({CALLS} reads):          p50 {statistics.median(direct) * ms:.4f} ms, p99 {percentile(direct, 0.99) * ms:.4f} ms")
-    print(f"ratio p50 gateway / direct: {statistics.median(via_gateway) / statistics.median(direct):.0f}x")
+    figures = summary(via_gateway, direct)
+    gw, dr = figures["gateway"], figures["direct"]
+    print(f"fs.read via gateway ({CALLS} calls, keep-alive): p50 {gw['p50_ms']:.3f} ms, p99 {gw['p99_ms']:.3f} ms")
+    print(f"direct os.open/os.read ({CALLS} reads):          p50 {dr['p50_ms']:.4f} ms, p99 {dr['p99_ms']:.4f} ms")
+    print(f"ratio p50 gateway / direct: {figures['ratio_p50']:.0f}x")
+    if args.json_path is not None:
+        args.json_path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

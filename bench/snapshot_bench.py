@@ -11,12 +11,14 @@ half of the rewritten files. Then times, warm page cache, the median of several 
   git       git diff --no-index --stat PRE POST
 The hash helper processes are started by the warm-up round, as a run's first snapshot starts
 them for the rest of the run. Prints medians, ratios and peak RSS (ours and its helpers).
-Usage: python bench/snapshot_bench.py [--rounds 5]
+Usage: python bench/snapshot_bench.py [--rounds 5] [--json PATH] (--json also writes the
+medians and samples there, for bench/scorecard.py)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import resource
 import shutil
@@ -124,7 +126,9 @@ def timed(fn: Callable[[Path, Path], int], pre: Path, post: Path) -> tuple[float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--json", type=Path, dest="json_path", help="also write the figures to this file as JSON")
+    args = parser.parse_args()
+    rounds = args.rounds
     base = Path(tempfile.mkdtemp(prefix="assure-bench-", dir="/tmp"))
     try:
         pre, post = base / "pre", base / "post"
@@ -140,8 +144,19 @@ def main() -> None:
             for name, fn in contenders.items():
                 times[name].append(timed(fn, pre, post)[0])
         report(times, changed, rss_before)
+        if args.json_path is not None:
+            args.json_path.write_text(json.dumps(summary(times, len(changed)), indent=2) + "\n")
     finally:
         shutil.rmtree(base)
+
+
+def summary(times: dict[str, list[float]], changed: int) -> dict[str, object]:
+    """Each contender's median and samples, in seconds (the --json document)."""
+    return {
+        "files": FILES, "bytes_per_tree": TOTAL_BYTES, "changed": changed, "rounds": len(times["ours"]),
+        "medians_s": {name: round(statistics.median(values), 4) for name, values in times.items()},
+        "samples_s": {name: [round(v, 4) for v in values] for name, values in times.items()},
+    }
 
 
 def report(times: dict[str, list[float]], changed: list[Path], rss_before: int) -> None:

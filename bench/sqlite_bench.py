@@ -12,6 +12,7 @@ the median of --rounds runs (alternating, after one warm-up run each) of:
 Prints medians, the ratio (target: ours <= 1.5x sqldiff) and our peak RSS, measured in a child
 process (VmHWM of a fresh interpreter that runs one diff; its peak after imports alone is shown
 beside it; ru_maxrss would include this parent's size, see peak_rss_mib). Usage: python bench/sqlite_bench.py [--rounds 5] [--keep DIR]
+[--json PATH] (--json also writes each scenario's figures there, for bench/scorecard.py).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def peak_rss_mib(pre: Path, post: Path) -> tuple[float, float]:
     return int(out[0]) / 1024, int(out[1]) / 1024
 
 
-def run(scenario: str, rows: int, work: Path, rounds: int) -> None:
+def run(scenario: str, rows: int, work: Path, rounds: int) -> dict[str, object]:
     start = time.perf_counter()
     raw_pre, raw_post, changed = build(work, scenario, rows)
     built = time.perf_counter() - start
@@ -134,6 +135,13 @@ def run(scenario: str, rows: int, work: Path, rounds: int) -> None:
     print(f"  sqldiff  {theirs:7.3f} s  (median of {rounds})")
     print(f"  ratio    {ours / theirs:7.2f}x  (target <= 1.5x)")
     print(f"  peak RSS {peak:7.1f} MiB in a child process (VmHWM; {base:.1f} MiB after imports, {peak - base:.1f} MiB for the diff)")
+    return figures(rows, changed, found, rounds, ours, theirs, peak)
+
+
+def figures(rows: int, changed: int, found: int, rounds: int, ours: float, theirs: float, peak: float) -> dict[str, object]:
+    """One scenario's figures (the --json document holds one per scenario)."""
+    return {"rows": rows, "changed": changed, "found": found, "rounds": rounds, "ours_s": round(ours, 4), "sqldiff_s": round(theirs, 4),
+            "ratio": round(ours / theirs, 4), "peak_rss_mib": round(peak, 1)}
 
 
 def main() -> None:
@@ -142,12 +150,14 @@ def main() -> None:
     parser.add_argument("--pk-rows", type=int, default=1_000_000)
     parser.add_argument("--keyless-rows", type=int, default=100_000)
     parser.add_argument("--keep", type=Path, help="build in this directory and keep it")
+    parser.add_argument("--json", type=Path, dest="json_path", help="also write the figures to this file as JSON")
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="assure-sqlite-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        run("pk", args.pk_rows, work, args.rounds)
-        run("keyless", args.keyless_rows, work, args.rounds)
+        scenarios = {"pk": run("pk", args.pk_rows, work, args.rounds), "keyless": run("keyless", args.keyless_rows, work, args.rounds)}
+        if args.json_path is not None:
+            args.json_path.write_text(json.dumps({"scenarios": scenarios}, indent=2) + "\n")
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

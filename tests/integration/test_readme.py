@@ -1,5 +1,5 @@
 """The README's own-agent example works as written: its files, saved as the README says, and
-its commands, run as given (`assure validate`, `assure contract hash --write`, `assure run`),
+its commands, run as given (`assure contract hash --write`, `assure validate`, `assure run`),
 give a passing run whose fix went through the gateway."""
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def test_the_run_naming_commands_are_found() -> None:
 
 
 @pytest.mark.parametrize("path", RUN_COMMANDS, ids=" ".join)
-def test_every_command_that_names_a_run_takes_its_id_or_its_folder(path: tuple[str, ...], run_copy: Path, tmp_path: Path) -> None:
+def test_every_command_that_names_a_run_takes_its_id_or_its_folder(path: tuple[str, ...], run_copy: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # what a command writes to its working folder (report html's page) lands here
     command = dict(commands())[path]
     by_id = invoke(*path, *argv_for(command, run_copy.name), "--runs-dir", str(run_copy.parent))
     empty = tmp_path / "elsewhere"

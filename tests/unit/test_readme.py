@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 
 from assure import spec as spec_mod
+from tests.contracts import ratify_in_place
 from tests.readme import blocks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +108,9 @@ def test_the_own_agent_spec_validates_as_written(tmp_path):
     written = write_example(tmp_path)
     specs = [p for p in written if p.suffix == ".yaml"]
     assert [p.name for p in specs] == ["my-agent.yaml"] and (tmp_path / "my-agent" / "run.sh") in written
+    unhashed = _validate(*specs, cwd=tmp_path)
+    assert unhashed.returncode == 1 and "contract hash" in unhashed.stderr  # what the README's first command fixes
+    ratify_in_place(specs[0])
     done = _validate(*specs, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     loaded = spec_mod.load(specs[0])
