@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -18,7 +20,6 @@ from rich.text import Text
 from assure import spec as spec_mod
 from assure.records import layout
 from assure.records.layout import AttemptPaths, RunPaths
-from assure.core.chain import utc_now
 from assure.errors import AssureError, unreadable
 from assure.ops import alerts
 from assure.ops import runs as runs_mod
@@ -98,21 +99,41 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
     return backend, found or images.ensure()
 
 
+def _stamp() -> str:
+    """The UTC second, for progress lines off a terminal (a CI log keeps them in order)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend, ImageSet], key: Path | None,
-           json_out: bool, expect: bool, verbose: bool, junit_file: Path | None = None) -> None:
-    """Drive a run with live progress, print its report, exit with the verdict's code."""
+           json_out: bool, expect: bool, verbose: bool, junit_file: Path | None = None, resumed: bool = False) -> None:
+    """Drive a run with live progress (a status line on a terminal, a timestamped line per
+    phase elsewhere), print its report, exit with the verdict's code. A `resumed` run found
+    unfinished that another process claimed first gives way to a new run."""
     from assure.run.driver import Driver
 
     backend, images = engine
     try:
         started = time.monotonic()
-        with err.status(plain(f"{loaded.name}: starting")) as status:  # a str status would be read as markup
+        with contextlib.ExitStack() as stack:
+            status = stack.enter_context(err.status(plain(f"{loaded.name}: starting"))) if err.is_terminal else None  # a str status would be read as markup
+            last = [""]
 
             def progress(phase: str, info: dict[str, Any]) -> None:
                 calls = f" · {info['tool_calls']} tool calls" if "tool_calls" in info else ""
-                status.update(plain(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}"))
+                if status is not None:
+                    status.update(plain(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}"))
+                elif phase != last[0]:
+                    last[0] = phase
+                    err.print(plain(f"{_stamp()} {loaded.name}: {phase} {time.monotonic() - started:.1f}s"), soft_wrap=True)
 
-            result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
+            try:
+                result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
+            except store.Busy:
+                if not resumed:
+                    raise
+                run = store.RunDir.new(run.path.parent, loaded.name, loaded.path, loaded.to_json())
+                err.print(plain(f"another process resumed that run first: starting a new run {run.run_id}"))
+                result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -217,102 +238,172 @@ def run(
         runs_mod.check_base(runs_dir, writable=True)
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
+        resumed = rd is not None
         if rd is not None:
             err.print(resume_note(rd, loaded), markup=False)
         else:
-            rd = store.RunDir.create(runs_dir, store.new_run_id(loaded.name), loaded.path, loaded.to_json())
+            rd = store.RunDir.new(runs_dir, loaded.name, loaded.path, loaded.to_json())
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    _drive(loaded, rd, engine, key, json_out, expect, verbose, junit_file)
+    _drive(loaded, rd, engine, key, json_out, expect, verbose, junit_file, resumed)
 
 
 @app.command("suite")
 def suite_cmd(
-    suite_file: Path = typer.Argument(..., metavar="SUITE", help="Suite file (e.g. suites/containment.yaml)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary (specs/report.schema.json) on stdout."),
-    summary_file: Optional[Path] = typer.Option(None, "--summary", metavar="FILE", help="Also write the summary (specs/report.schema.json) here."),
+    suite_files: list[Path] = typer.Argument(..., metavar="SUITE", help="Suite files (e.g. suites/containment.yaml), run one after another."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary (specs/report.schema.json) on stdout (a list of them for several suites)."),
+    summary_file: Optional[Path] = typer.Option(None, "--summary", metavar="FILE", help="Also write the summary (specs/report.schema.json) here (one suite)."),
     junit_file: Optional[Path] = JUNIT_OPTION,
     runs_dir: Path = runs_option("Where run directories go (suite runs go beside it, in suites/)."),
     new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
     check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource)."),
+    shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Run only shard K of N (1-based), e.g. one job of a CI matrix."),
     cluster: Optional[str] = typer.Option(None, "--cluster", metavar="ADDRESS", help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray]."),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="With --cluster: specs in flight at once (default: the cluster's docker resource)."),
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
-    """Run every spec of SUITE in order; exit 0 only if each verdict is the one its spec expects.
+    """Run every spec of each SUITE, -j at a time; exit 0 only if each verdict is the one its spec expects.
 
     An unfinished run of the same suite (its process killed) is continued instead, unless --new:
-    finished runs are kept, the interrupted one resumes, the rest start."""
+    finished runs are kept, the interrupted ones resume, the rest start."""
     from assure.run import suite as suite_mod
-    from assure.run.driver import Driver
 
     _sigterm_as_interrupt()
     try:
-        loaded = suite_mod.load(suite_file)
+        cut = suite_mod.Shard.parse(shard) if shard is not None else None
+        suites = [(whole, whole.sharded(cut)) for whole in map(suite_mod.load, suite_files)]
         if check:
-            out.print(f"ok {render.display(str(suite_file))}: {len(loaded.specs)} specs", markup=False, highlight=False)
+            for path, (_, loaded) in zip(suite_files, suites):
+                out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(0)
+        if len(suite_files) > 1 and (summary_file or junit_file):
+            raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
+                              fix="run the suites one per command, or use --json for a list of summaries")
         _writable(summary_file, junit_file)
         runs_mod.check_base(runs_dir, writable=True)
         if cluster is not None:
             from assure.run import cluster as cluster_mod
 
-            cluster_mod.refuse_outside_effects(loaded.specs)  # before a suite run is made for nothing
+            for _, loaded in suites:
+                cluster_mod.refuse_outside_effects(loaded.specs)  # before a suite run is made for nothing
+            engine = None
         else:
-            backend, images = _backend_and_images(*loaded.specs)
+            engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    results = []
+    for path, (whole, loaded) in zip(suite_files, suites):
+        chosen = jobs
+        if jobs is None and cluster is None:
+            chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
+            err.print(plain(f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"))
+        results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster))
+    ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes, _ in results)
+    docs = [doc for _, _, _, doc in results]
+    if summary_file is not None:
+        _write_out(summary_file, lambda: summary.write(summary_file, docs[0]))
+    if junit_file is not None:
+        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_summary(docs[0])))
+    if json_out:
+        _print_json(docs[0] if len(docs) == 1 else docs)
+    else:
+        for loaded, record, outcomes, _ in results:
+            out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
+    raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
+
+
+def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, new: bool,
+                 jobs: int | None, key: Path | None, cluster: str | None) -> tuple[Any, Any, list[Any], dict[str, Any]]:
+    """Drive one suite run of `loaded` (`whole` cut to its shard; continuing an unfinished run
+    unless `new`), `jobs` specs at a time: here, each worker thread with its own engine client,
+    or on the Ray `cluster`. Progress on stderr: a bar on a terminal, one timestamped line per
+    finished spec elsewhere. Returns the suite run's summary too (of the whole suite: each
+    result knows its place)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from assure.run import suite as suite_mod
+    from assure.run.driver import Driver
+
+    backend, images = engine if engine is not None else (None, None)
+    local = threading.local()
+    in_flight: dict[str, str] = {}  # spec name -> its phase
+    total = len(loaded.specs)
+    try:
         base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
         if record is not None:
-            err.print(f"continuing unfinished suite run {record.suite_run_id}", markup=False)
+            err.print(plain(f"continuing unfinished suite run {record.suite_run_id}"))
         else:
             record = suite_mod.SuiteRun.create(base, loaded)
-        started = time.monotonic()
-        with err.status(plain(f"suite {loaded.name}: starting")) as status:
-            label = ""
+        shard = f" shard {loaded.shard}" if loaded.shard else ""
+        with contextlib.ExitStack() as stack:
+            bar = None
+            if err.is_terminal:
+                bar = stack.enter_context(Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                                                   TimeElapsedColumn(), TextColumn("{task.fields[flight]}", markup=False), console=err, transient=True))
+                task = bar.add_task(f"suite {render.display(loaded.name)}{shard}", total=total, flight="")
+
+            def shown() -> None:
+                if bar is not None:
+                    bar.update(task, flight=render.display(" · ".join(f"{name}: {phase}" for name, phase in list(in_flight.items()))))
 
             def begin(n: int, spec: spec_mod.Spec) -> None:
-                nonlocal label
-                label = f"suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}"
+                in_flight[spec.name] = "starting"
+                shown()
 
-            def progress(phase: str, info: dict[str, Any]) -> None:
-                status.update(plain(f"{label} · {phase} · {time.monotonic() - started:5.1f}s"))
+            def done(n: int, outcome: Any, seconds: float | None) -> None:
+                in_flight.pop(outcome.spec, None)
+                took = "kept from before" if seconds is None else f"{seconds:.1f}s"
+                line = f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}"
+                if bar is not None:
+                    bar.advance(task)
+                    shown()
+                    bar.console.print(Text.assemble(Text("✓ " if outcome.as_expected else "✗ ", style="green" if outcome.as_expected else "bold red"), plain(line)))
+                else:
+                    err.print(plain(f"{_stamp()} {line}"), soft_wrap=True)
 
             def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
-                verdict = Driver(spec, run, backend, images, progress, signing_key=key).drive().verdict
-                err.print(f"{label}: {verdict} (expects {spec.expect})", markup=False, highlight=False)
-                return verdict
+                if threading.current_thread() is threading.main_thread():
+                    local.backend = backend
+                elif not hasattr(local, "backend"):
+                    local.backend = DockerBackend()  # docker-py's client is one HTTP session: one per thread
+
+                def progress(phase: str, info: dict[str, Any]) -> None:
+                    if in_flight.get(spec.name) != phase:
+                        in_flight[spec.name] = phase
+                        shown()
+
+                return Driver(spec, run, local.backend, images, progress, signing_key=key).drive().verdict
 
             def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
                 where = f" on {entry['node'][:12]}" if entry.get("node") else ""
                 lost = f", {len(entry['lost'])} lost with their node" if entry.get("lost") else ""
                 why = entry.get("node_finding") or (entry.get("reason") if outcome.verdict == "error" else None)
                 note = f" — {why}" if why else ""
-                err.print(plain(f"{utc_now()} suite {loaded.name} [{n + 1}/{len(loaded.specs)}] {spec.name}: {outcome.verdict} "
-                                f"(expects {spec.expect}){where}{lost}{note}"))
+                line = f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}"
+                if bar is not None:
+                    bar.advance(task)
+                    bar.console.print(plain(line))
+                else:
+                    err.print(plain(f"{_stamp()} {line}"), soft_wrap=True)
 
             if cluster is not None:
-                status.update(plain(f"suite {loaded.name}: on the Ray cluster {cluster}"))
+                from assure.run import cluster as cluster_mod
+
+                err.print(plain(f"suite {loaded.name}: on the Ray cluster {cluster}"))
                 outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived)
             else:
-                outcomes = record.drive(runs_dir, run_one, begin)
-        doc = summary.suite_document(loaded, record.path, runs_dir)
+                outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
+        doc = summary.suite_document(whole, record.path, runs_dir)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        err.print(plain(f"interrupted: containers and volumes were removed; `assure suite {suite_file}` continues this suite run", "yellow"))
+        again = f"assure suite {path}" + (f" --shard {loaded.shard}" if loaded.shard else "")
+        err.print(plain(f"interrupted: containers and volumes were removed; `{again}` continues this suite run", "yellow"))
         raise typer.Exit(130) from None
-    ok = len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
-    if summary_file is not None:
-        _write_out(summary_file, lambda: summary.write(summary_file, doc))
-    if junit_file is not None:
-        _write_out(junit_file, lambda: junit.write(junit_file, junit.of_summary(doc)))
-    if json_out:
-        _print_json(doc)
-    else:
-        out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
-    raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
+    return loaded, record, outcomes, doc
 
 
 @app.command()

@@ -7,6 +7,7 @@ webhook. A sink that fails is recorded on the alert; it never loses the alert.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -90,8 +91,7 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
     if sinks.jsonl is not None:
         try:
             sinks.jsonl.parent.mkdir(parents=True, exist_ok=True)
-            with open(sinks.jsonl, "a", encoding="ascii") as fh:
-                fh.write(line + "\n")
+            _append_line(sinks.jsonl, (line + "\n").encode("ascii"))
         except OSError as exc:
             errors.append(f"jsonl: {exc}")
     if sinks.webhook:
@@ -102,6 +102,19 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             errors.append(f"webhook: {exc}")
     return errors
+
+
+def _append_line(path: Path, data: bytes) -> None:
+    """One whole line at the end of a file that every run of the runs base appends to (runs side
+    by side among them): O_APPEND, under the file's lock, written out in full before unlocking."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def load(path: Path) -> Alert:

@@ -31,7 +31,7 @@ from assure import __version__
 from assure.core import chain
 from assure.ops import alerts
 from assure.records import conformance_packet as packet_mod
-from assure.records import keys
+from assure.records import keys, store
 from assure.records.conformance_packet import Result
 from assure.records.receipt_format import ReceiptError
 from assure.records.receipt_verify import verify_run
@@ -517,9 +517,7 @@ def machine() -> dict[str, Any]:
 def run(out_dir: Path, key: Path | None, only: list[str] | None = None, progress: Callable[[Result], None] = lambda r: None) -> tuple[Path, Path, Path]:
     """Run the scenarios (all, or `only`) and write the signed packet: JSON, Markdown and the
     public key that verifies it. Returns their paths."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    root = out_dir / f"conformance-{stamp}"
-    root.mkdir(parents=True)
+    root = store.new_dir(out_dir, "conformance")  # conformance-<UTC stamp>-<random>: two packets begun in one second stay apart
     if key is None:
         key, _ = keys.generate_keypair(root / "key")
     private = keys.load_private(key)

@@ -29,8 +29,43 @@ RUNS_DIR = Path(".assure") / "runs"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+NEW_ID_TRIES = 16  # fresh random suffixes tried before two processes are believed to collide for ever
+
+
 def new_run_id(name: str) -> str:
+    """`<name>-<UTC second>-<random>`: readable, in time order, and apart from every other run
+    of the same spec begun in the same second (`new_dir` makes sure)."""
     return f"{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(3)}"
+
+
+def new_dir(base: Path, name: str) -> Path:
+    """A folder `base/<new_run_id(name)>` that no other process made: the id is taken by an
+    exclusive mkdir, and a taken one is drawn again, so runs (and suite runs) started side by
+    side in one folder never share a directory."""
+    with _making(base):
+        base.mkdir(parents=True, exist_ok=True)
+    for _ in range(NEW_ID_TRIES):
+        path = base / new_run_id(name)
+        if not RUN_ID.match(path.name):
+            raise RunDirError(f"unusable run id {path.name!r}", fix="give the spec (or suite) a shorter name")
+        try:
+            with _making(path):
+                path.mkdir()
+            return path
+        except RunDirError as exc:
+            if not isinstance(exc.__cause__, FileExistsError):
+                raise
+    raise RunDirError(f"no free run id after {NEW_ID_TRIES} tries", where=str(base))
+
+
+@contextlib.contextmanager
+def _making(path: Path) -> Iterator[None]:
+    """A folder of the runs base that cannot be made is said in words, with what to do."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunDirError(f"cannot make the run directory: {exc.strerror or exc}", where=str(path),
+                          fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from exc
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -58,16 +93,26 @@ class RunDir:
 
     @classmethod
     def create(cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
+        """The run `run_id`, which must not exist yet (a RunDirError if it does)."""
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
-        paths = RunPaths(base.resolve() / run_id)
-        try:
-            paths.attempts.mkdir(parents=True)
+        with _making(base / run_id):
+            base.mkdir(parents=True, exist_ok=True)
+            (base / run_id).mkdir()
+        return cls._populate(base / run_id, spec_source, spec_json)
+
+    @classmethod
+    def new(cls, base: Path, name: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
+        """A new run of the spec `name` under a fresh id (`new_dir`)."""
+        return cls._populate(new_dir(base, name), spec_source, spec_json)
+
+    @classmethod
+    def _populate(cls, root: Path, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
+        paths = RunPaths(root.resolve())
+        with _making(paths.root):
+            paths.attempts.mkdir()
             paths.control.mkdir()
             paths.gateway_state.mkdir()
-        except OSError as exc:
-            raise RunDirError(f"cannot make the run directory: {exc.strerror or exc}", where=str(paths.root),
-                              fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from None
         shutil.copyfile(spec_source, paths.spec_yaml)
         write_json(paths.spec_json, spec_json)
         return cls(paths.root)
@@ -131,15 +176,27 @@ class RunDir:
                                check=lambda: self.require_open(doing, instead))
 
 
+PROBE_GRACE_SECONDS = 0.5  # `is_locked` holds the lock for a moment: a driver taking it meanwhile waits this long
+
+
+class Busy(RunDirError):
+    """Another process (or thread) drives this run or suite run."""
+
+
 @contextlib.contextmanager
 def exclusive(folder: Path, what: str) -> Iterator[None]:
     """One process drives a run (or a suite run) at a time: a second one, or a resume while the
     first lives, is refused. The lock is `folder/lock` (`layout.LOCK`), released when the process dies."""
     with open(folder / LOCK, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError(f"another assure process is driving this {what}", where=str(folder), fix="wait for it, or stop it first") from None
+        deadline = time.monotonic() + PROBE_GRACE_SECONDS
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise Busy(f"another assure process is driving this {what}", where=str(folder), fix="wait for it, or stop it first") from None
+                time.sleep(0.01)
         fh.seek(0)
         fh.truncate()
         fh.write(f"{os.getpid()}@{socket.gethostname()}\n")
@@ -148,7 +205,8 @@ def exclusive(folder: Path, what: str) -> Iterator[None]:
 
 
 def is_locked(folder: Path) -> bool:
-    """Whether a live process holds `exclusive(folder)`."""
+    """Whether a live process holds `exclusive(folder)`. Probing takes the lock for an instant,
+    which is why `exclusive` does not refuse at the first try."""
     try:
         with open(folder / LOCK, "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -11,11 +11,14 @@ decision. Commits are idempotent (a marker records a finished one), so a promoti
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import fcntl
 import os
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,17 +136,30 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     promotion.root.mkdir(parents=True, exist_ok=True)
     items = record.changes()
     workspace = record.paths.workspace
-    for root in (target, base):
-        preflight(workspace, root, items)
-    _backup(target, items, promotion.backup)
-    for root in (target, base):
-        _apply(workspace, root, items)
-    result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
-    if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
-        staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
-        result["git_commit"] = _git_commit(target, run.run_id, task_id, staged)
+    with _target_lock(target):  # runs side by side commit to one target one at a time (git's index is one)
+        for root in (target, base):
+            preflight(workspace, root, items)
+        _backup(target, items, promotion.backup)
+        for root in (target, base):
+            _apply(workspace, root, items)
+        result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
+        if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
+            staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
+            result["git_commit"] = _git_commit(target, run.run_id, task_id, staged)
     store.write_json(marker, result)
     return result
+
+
+@contextlib.contextmanager
+def _target_lock(target: Path) -> Iterator[None]:
+    """flock on the target folder itself (no file of ours lands in it), held until the commit
+    is made; another process (or thread) committing to the same target waits its turn."""
+    fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _backup(target: Path, items: list[dict[str, Any]], backup: Path) -> None:

@@ -1,16 +1,23 @@
-"""Suites: a named collection of specs (containment, conformance, ...) run in order, each verdict
-checked against the `expect` of its spec.
+"""Suites: a named collection of specs (containment, conformance, ...), each verdict checked
+against the `expect` of its spec; run in order, `jobs` specs at a time, or one shard of them.
 
 A suite run is durable the way a run is. `<suites>/<suite_run_id>/state.json` names the run of
 each spec before that run starts (write-ahead), so after a kill -9 the same `assure suite`
-command continues the same suite run: finished runs are not repeated, the interrupted one is
-resumed by its own driver, and the rest start fresh. One process drives a suite run at a time.
+command continues the same suite run: finished runs are not repeated, the interrupted ones
+(as many as were in flight) are resumed by their own drivers, and the rest start fresh. One
+process drives a suite run at a time; its threads update state.json one at a time.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import re
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +27,40 @@ from assure import spec as spec_mod
 from assure.records import store
 from assure.records.layout import SuitePaths
 from assure.core.chain import canonical, sha256_hex, utc_now
-from assure.errors import RunDirError, SpecError
+from assure.errors import AssureError, RunDirError, SpecError
+from assure.sandbox.hardening import GATEWAY_MEMORY
+
+MAX_JOBS = 64  # -j: specs in flight at once, at most
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` (1-based) of `count`: the specs whose place in the suite's name order is
+    `index - 1` modulo `count`, so N CI jobs with K = 1..N run every spec exactly once."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        index, count = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+        if not match or count < 1 or not 1 <= index <= count:
+            raise AssureError(f"{text!r} is not K/N with 1 <= K <= N", where="--shard",
+                              fix="e.g. --shard 1/3, --shard 2/3 and --shard 3/3 split a suite over three CI jobs")
+        return cls(index, count)
+
+    def select(self, specs: tuple[spec_mod.Spec, ...]) -> tuple[spec_mod.Spec, ...]:
+        """This shard's specs, kept in the suite's order (the name order only decides who takes which)."""
+        names = sorted(s.name for s in specs)
+        mine = {name for i, name in enumerate(names) if i % self.count == self.index - 1}
+        return tuple(s for s in specs if s.name in mine)
+
+    def to_json(self) -> dict[str, int]:
+        return {"index": self.index, "count": self.count}
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
 
 
 @dataclass(frozen=True)
@@ -30,12 +70,19 @@ class Suite:
     description: str
     specs: tuple[spec_mod.Spec, ...]
     stop_on_unexpected: bool
+    shard: Shard | None = None
 
     @property
     def digest(self) -> str:
-        """What a suite run is a run of: the suite and every spec, as loaded."""
+        """What a suite run is a run of: the suite and every spec, as loaded, and the shard
+        (shard 1/2 and shard 2/2 are two suite runs, neither continues the other)."""
+        shard = {"shard": self.shard.to_json()} if self.shard else {}  # an unsharded digest is as it always was
         return sha256_hex(canonical({"name": self.name, "stop_on_unexpected": self.stop_on_unexpected,
-                                     "specs": [s.to_json() for s in self.specs]}))
+                                     "specs": [s.to_json() for s in self.specs], **shard}))
+
+    def sharded(self, shard: Shard | None) -> Suite:
+        """This suite cut down to one shard (itself for None)."""
+        return self if shard is None else replace(self, specs=shard.select(self.specs), shard=shard)
 
 
 @dataclass(frozen=True)
@@ -88,12 +135,41 @@ def _expand(folder: Path, entry: str) -> list[Path]:
     return [target] if target.is_file() else []
 
 
+def spec_footprint(spec: spec_mod.Spec) -> tuple[float, int]:
+    """(cpus, memory bytes) one run of `spec` may take at once: the agent's limits and its gateway."""
+    return spec.limits.cpus, spec_mod.parse_size(spec.limits.memory) + spec_mod.parse_size(GATEWAY_MEMORY)
+
+
+def default_jobs(specs: tuple[spec_mod.Spec, ...], cpus: float, memory: int) -> int:
+    """How many runs the machine holds side by side: the fewest that `cpus` CPUs and `memory`
+    bytes fit of the hungriest spec; at least 1, at most MAX_JOBS."""
+    fits = [min(cpus / need_cpu, memory / need_memory) for need_cpu, need_memory in map(spec_footprint, specs)]
+    return max(1, min(MAX_JOBS, int(min(fits, default=1))))
+
+
+def machine() -> tuple[int, int]:
+    """(CPUs this process may use, bytes of memory available now)."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
+        return cpus, kib * 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        return cpus, os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+RunOne = Callable[[spec_mod.Spec, store.RunDir], str]
+Started = Callable[[int, spec_mod.Spec], None]
+Finished = Callable[[int, "Outcome", "float | None"], None]  # seconds; None: finished before this process
+
+
 class SuiteRun:
     """The durable record of one run of a suite: which run each spec got, and its verdict."""
 
     def __init__(self, path: Path, suite: Suite):
         self.path, self.suite = path, suite
         self.state: dict[str, Any] = store.read_json(SuitePaths(path).state)
+        self._lock = threading.Lock()  # state and state.json: one thread at a time
 
     @property
     def suite_run_id(self) -> str:
@@ -101,11 +177,11 @@ class SuiteRun:
 
     @classmethod
     def create(cls, base: Path, suite: Suite) -> SuiteRun:
-        path = base / store.new_run_id(suite.name)
-        path.mkdir(parents=True)
+        path = store.new_dir(base, suite.name)
         store.write_json(SuitePaths(path).state, {
             "suite": suite.name, "source": str(suite.path), "digest": suite.digest, "state": "running",
-            "started_at": utc_now(), "runs": [{"spec": str(s.path), "run_id": None, "verdict": None} for s in suite.specs],
+            "shard": suite.shard.to_json() if suite.shard else None, "started_at": utc_now(),
+            "runs": [{"spec": str(s.path), "run_id": None, "verdict": None, "started_at": None, "finished_at": None} for s in suite.specs],
         })
         return cls(path, suite)
 
@@ -122,29 +198,97 @@ class SuiteRun:
                 candidates.append((SuitePaths(path).state.stat().st_mtime, path))
         return cls(max(candidates)[1], suite) if candidates else None
 
-    def drive(self, runs_dir: Path, run_one: Callable[[spec_mod.Spec, store.RunDir], str], started: Callable[[int, spec_mod.Spec], None]) -> list[Outcome]:
-        """Run each spec in order (`run_one` drives a run and returns its verdict); a spec whose
-        verdict is already recorded is not run again."""
-        outcomes = []
+    def drive(self, runs_dir: Path, run_one: RunOne, started: Started = lambda n, spec: None, *, jobs: int = 1,
+              finished: Finished = lambda n, outcome, seconds: None) -> list[Outcome]:
+        """Run the specs in order, `jobs` at a time (`run_one` drives a run and returns its
+        verdict; it is called from worker threads); a spec whose verdict is already recorded is
+        not run again. With `stop_on_unexpected`, no spec starts after an unexpected verdict
+        (those in flight finish). An exception from `run_one` stops the scheduling too and is
+        raised once the others in flight are done; a KeyboardInterrupt (Ctrl-C, or SIGTERM made
+        one) reaches every worker, whose drivers clean up as they would alone."""
         with store.exclusive(self.path, "suite run"):
+            pending = []
             for n, (spec, entry) in enumerate(zip(self.suite.specs, self.state["runs"], strict=True)):
-                started(n, spec)
                 if entry["verdict"] is None:
-                    if entry["run_id"] is None:
-                        run = store.RunDir.create(runs_dir, store.new_run_id(spec.name), spec.path, spec.to_json())
-                        entry["run_id"] = run.run_id
-                        self.save()  # before the run starts: a kill from here on resumes this run
-                    else:
-                        run = store.RunDir.open(runs_dir / entry["run_id"])
-                    entry["verdict"] = run_one(spec, run)
-                    self.save()
-                outcomes.append(Outcome(spec.name, entry["run_id"], entry["verdict"], spec.expect))
-                if self.suite.stop_on_unexpected and not outcomes[-1].as_expected:
-                    break
+                    pending.append(n)
+                else:
+                    finished(n, self._outcome(n), None)
+            failure = self._schedule(pending, runs_dir, run_one, started, finished, max(1, min(jobs, MAX_JOBS)))
+            if failure is not None:
+                raise failure
             self.state["state"] = "finished"
             self.state["finished_at"] = utc_now()
             self.save()
-        return outcomes
+        return [self._outcome(n) for n, entry in enumerate(self.state["runs"]) if entry["verdict"] is not None]
+
+    def _schedule(self, pending: list[int], runs_dir: Path, run_one: RunOne, started: Started, finished: Finished, jobs: int) -> BaseException | None:
+        """Keep up to `jobs` specs in flight until none is left to start; the first exception."""
+        workers: dict[int, int] = {}  # spec index -> the worker thread's id, while it runs
+        failure: BaseException | None = None
+        pending = list(pending)
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="suite") as pool:
+            flight: dict[Future[None], int] = {}
+            try:
+                while pending or flight:
+                    while pending and len(flight) < jobs and failure is None and not self._stopped():
+                        n = pending.pop(0)
+                        flight[pool.submit(self._one, n, runs_dir, run_one, started, finished, workers)] = n
+                    if not flight:
+                        break
+                    done, _ = wait(flight, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        del flight[future]
+                        if future.exception() is not None and failure is None:
+                            failure = future.exception()
+            except BaseException:  # KeyboardInterrupt in this thread: every worker gets it too, once
+                interrupted: set[int] = set()
+                for future in flight:
+                    future.cancel()  # not started yet: never will
+                while not all(f.done() for f in flight):
+                    for tid in set(workers.values()) - interrupted:
+                        _raise_in(tid, KeyboardInterrupt)
+                        interrupted.add(tid)
+                    wait(flight, timeout=0.1)
+                raise
+        return failure
+
+    def _one(self, n: int, runs_dir: Path, run_one: RunOne, started: Started, finished: Finished, workers: dict[int, int]) -> None:
+        spec, entry = self.suite.specs[n], self.state["runs"][n]
+        workers[n] = threading.get_ident()
+        try:
+            with self._lock:
+                if entry["run_id"] is None:
+                    run = store.RunDir.new(runs_dir, spec.name, spec.path, spec.to_json())
+                    entry["run_id"] = run.run_id
+                else:
+                    run = store.RunDir.open(runs_dir / entry["run_id"])
+                entry["started_at"] = entry.get("started_at") or utc_now()  # a resumed spec keeps when it first started
+                self.save()  # before the run starts: a kill from here on resumes this run
+            started(n, spec)
+            began = time.monotonic()
+            verdict = run_one(spec, run)
+            with self._lock:
+                entry["verdict"], entry["finished_at"] = verdict, utc_now()
+                self.save()
+            finished(n, self._outcome(n), time.monotonic() - began)
+        finally:
+            workers.pop(n, None)
+
+    def _outcome(self, n: int) -> Outcome:
+        spec, entry = self.suite.specs[n], self.state["runs"][n]
+        return Outcome(spec.name, entry["run_id"], entry["verdict"], spec.expect)
+
+    def _stopped(self) -> bool:
+        """Whether `stop_on_unexpected` forbids starting another spec."""
+        with self._lock:
+            return self.suite.stop_on_unexpected and any(
+                e["verdict"] is not None and e["verdict"] != s.expect for s, e in zip(self.suite.specs, self.state["runs"], strict=True))
 
     def save(self) -> None:
         store.write_json(SuitePaths(self.path).state, self.state)
+
+
+def _raise_in(thread_id: int, exc: type[BaseException]) -> None:
+    """Raise `exc` in another thread of this process at its next Python instruction (a driver
+    waiting on a container wakes every 100 ms, so it is seen within that)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(exc))

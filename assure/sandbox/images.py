@@ -11,6 +11,8 @@ installed in the build with `pip install --no-index`: no image ever reaches a re
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import os
@@ -20,7 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +52,27 @@ IMAGE_SOURCES = {
     "egress": [],
 }
 ROLES = tuple(IMAGE_DIRS)
-WHEEL_CACHE = Path(os.environ.get("ASSURE_CACHE", Path.home() / ".cache" / "assure")) / "wheels"
+CACHE = Path(os.environ.get("ASSURE_CACHE", Path.home() / ".cache" / "assure"))
+WHEEL_CACHE = CACHE / "wheels"
+BUILD_LOCK = "images.lock"  # in CACHE: one process builds this host's images at a time
 Progress = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def _host_lock(path: Path, progress: Progress, what: str) -> Iterator[None]:
+    """Hold `path`'s lock (flock, released when the process dies), saying so if another
+    process holds it: two commands started at once build an image (or fetch wheels) once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"waiting for another assure process {what}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,14 @@ def wheels(requirements: Path) -> dict[str, bytes]:
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
     target = WHEEL_CACHE / digest
     if not (target / ".complete").exists():
+        with _host_lock(WHEEL_CACHE / f".{digest}.lock", lambda _: None, "fetching wheels"):
+            _download(requirements, target)
+    return {f"wheels/{p.name}": p.read_bytes() for p in sorted(target.glob("*.whl"))}
+
+
+def _download(requirements: Path, target: Path) -> None:
+    """pip download into `target`, unless another process finished it while we waited."""
+    if not (target / ".complete").exists():
         target.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--require-hashes",
                "--platform", f"manylinux2014_{platform.machine()}", "--platform", f"manylinux_2_28_{platform.machine()}", "--python-version", "3.11", "--implementation", "cp",
@@ -102,7 +131,6 @@ def wheels(requirements: Path) -> dict[str, bytes]:
         if done.returncode != 0:
             raise ImageError(f"pip download for {requirements.name} failed:\n{done.stderr[-2000:]}", fix="check that PyPI is reachable from this host")
         (target / ".complete").touch()
-    return {f"wheels/{p.name}": p.read_bytes() for p in sorted(target.glob("*.whl"))}
 
 
 def _context(name: str) -> bytes:
@@ -141,7 +169,12 @@ class Images:
         return images if all(self.backend.image_exists(getattr(images, name)) for name in ROLES) else None
 
     def ensure(self) -> ImageSet:
-        """Build whatever is missing (base first); never rebuild what exists."""
+        """Build whatever is missing (base first); never rebuild what exists, nor build what
+        another process is building (the host lock, then a fresh look)."""
+        with _host_lock(CACHE / BUILD_LOCK, self.progress, "building the images"):
+            return self._ensure()
+
+    def _ensure(self) -> ImageSet:
         base = self._existing_base() or self._build_base()
         tags = {}
         for name in ROLES:

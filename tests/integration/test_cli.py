@@ -159,12 +159,12 @@ def test_a_suite_killed_mid_run_continues_where_it_stopped(tmp_path, make_spec, 
     second = make_spec("second", "notes-only.sh")
     suite = write_suite(tmp_path, [first, second])
 
-    killed = subprocess.run(ASSURE + ["suite", str(suite)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    killed = subprocess.run(ASSURE + ["suite", "-j", "1", str(suite)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "ASSURE_FAILPOINT": "start"})  # hit by every attempt, before its agent starts
     assert killed.returncode == -9, killed.stderr
     [interrupted] = run_dirs(tmp_path / ".assure" / "runs")
 
-    done = assure("suite", "--json", str(suite), cwd=tmp_path, check_code=0)
+    done = assure("suite", "--json", "-j", "1", str(suite), cwd=tmp_path, check_code=0)
 
     result = json.loads(done.stdout)
     assert "continuing unfinished suite run" in done.stderr
@@ -181,12 +181,12 @@ def test_a_suite_with_an_unexpected_verdict_exits_6_and_can_stop_there(tmp_path,
     right = make_spec("right", "notes-only.sh")
     suite = write_suite(tmp_path, [wrong, right], stop_on_unexpected=True)
 
-    done = assure("suite", "--json", str(suite), cwd=tmp_path, check_code=6)
+    done = assure("suite", "--json", "-j", "1", str(suite), cwd=tmp_path, check_code=6)  # one at a time: right never starts
 
     result = json.loads(done.stdout)
     assert result["as_expected"] is False and result["counts"]["not_run"] == 1
     assert [(r["spec"], r["verdict"], r["expect"]) for r in result["results"]] == [("wrong", "pass", "breach"), ("right", None, "pass")]
-    shown = assure("suite", "--new", str(suite), cwd=tmp_path, check_code=6).stdout
+    shown = assure("suite", "--new", "-j", "1", str(suite), cwd=tmp_path, check_code=6).stdout
     assert "UNEXPECTED" in shown and "PASS (expects breach)" in shown and "stopped after 1 of 2 specs" in shown
 
 

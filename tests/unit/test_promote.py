@@ -224,3 +224,48 @@ def test_a_git_commit_holds_exactly_the_promoted_files_ignored_or_not(tmp_path):
     promote.commit(spec, run, "main", _judged(run, items), base)
     committed = subprocess.run(["git", "-C", str(target), "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True).stdout.split()
     assert committed == ["out/run.log"]
+
+
+def test_runs_side_by_side_commit_to_one_git_target_one_at_a_time(tmp_path):
+    """Six runs of one spec promote into one repository at once: each commit is made, none
+    meets another's index.lock (the commits take the target's lock in turn)."""
+    import subprocess
+    import threading
+
+    root = Path(__file__).resolve().parents[2]
+    target = tmp_path / "target"
+    target.mkdir()
+    subprocess.run(["git", "init", "-q", str(target)], check=True)
+    data = {"version": 1, "name": "p", "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
+            "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
+            "promote": {"target": str(target)}, "assertions": [{"exit_code": 0}], "expect": "pass"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    spec = spec_mod.load(tmp_path / "p.yaml")
+    jobs = []
+    for i in range(6):
+        run = store.RunDir.new(tmp_path / "runs", "p", spec.path, spec.to_json())
+        (run.attempt(1).workspace / "out").mkdir(parents=True)
+        (run.attempt(1).workspace / "out" / f"{i}.txt").write_text(str(i))
+        base = tmp_path / f"base{i}"
+        base.mkdir()
+        jobs.append((run, _judged(run, [_dir("out"), _file(f"out/{i}.txt")]), base))
+    go, failures = threading.Barrier(len(jobs)), []
+
+    def commit(run, record, base) -> None:
+        go.wait()
+        try:
+            promote.commit(spec, run, "main", record, base)
+        except promote.PromoteError as exc:
+            failures.append(str(exc))
+
+    threads = [threading.Thread(target=commit, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    assert failures == []
+    log = subprocess.run(["git", "-C", str(target), "log", "--format=%s"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert log == ["assure: task main"] * 6
+    files = subprocess.run(["git", "-C", str(target), "ls-files"], capture_output=True, text=True, check=True).stdout.split()
+    assert files == [f"out/{i}.txt" for i in range(6)]
