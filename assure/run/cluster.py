@@ -257,7 +257,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 _settle_arrived(i, entry, suite.specs[i], runs_dir, key, conclude)  # arrived before the caller died
                 continue
             if entry["run_id"] is not None:  # in flight when the caller died: Ray ended it with its driver
-                entry["lost"] = [*entry.get("lost", []), {"node": None, "attempt": entry.get("next_attempt", 1), "error": "the caller stopped"}]
+                entry["lost"] = [*entry.get("lost", []), {"node": None, "attempt": entry.get("next_attempt", 1), "error": "the caller stopped", "at": utc_now()}]
                 entry["next_attempt"] = entry.get("next_attempt", 1) + 1
             waiting.append(i)
         stop = False
@@ -270,7 +270,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
             try:
                 result: NodeResult = ray.get(ref)
             except lost_errors as exc:
-                entry["lost"].append({"node": getattr(exc, "node_id", None), "attempt": entry["next_attempt"], "error": type(exc).__name__})
+                entry["lost"].append({"node": getattr(exc, "node_id", None), "attempt": entry["next_attempt"], "error": type(exc).__name__, "at": utc_now()})
                 entry["next_attempt"] += 1
                 if len(entry["lost"]) >= MAX_LOST:
                     conclude(i, "error", reason=f"lost with its node {len(entry['lost'])} times")
