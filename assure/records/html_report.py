@@ -433,7 +433,7 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
               _verdict_word(r.verdict or "not run"), _h(r.expect or "?"), _h("-" if r.seconds is None else f"{r.seconds:.1f}"),
               f"<code>{_h(r.run_id or '-')}</code>", _h(r.reason)) for r in rows]
     body.append("<section><h2>Specs</h2>" + _table(("", "spec", "verdict", "expected", "seconds", "run", "why (findings above info, else each task's outcome)"), table)
-                + "<p class=\"note\">A run's full page: <code>assure report html RUN_ID</code>.</p></section>")
+                + "<p class=\"note\">A run's full page: <code>assure report html RUN</code>.</p></section>")
     return _document(f"assure {title}", "\n".join(body))
 
 

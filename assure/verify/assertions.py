@@ -4,6 +4,7 @@ container's exit code and the gateway journal. Never against what the agent clai
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_co
         ok, why = _command(command_result, post_digest)
         return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, "command: " + " ".join(arg["run"]), why,
                        detail={"output_tail": (command_result or {}).get("output_tail", "")[-2000:]})
-    subject = f"{kind}: {arg}" if not isinstance(arg, dict) else f"{kind}: " + ", ".join(f"{k}={v}" for k, v in arg.items())
+    subject = f"{kind}: {_written(arg)}" if not isinstance(arg, dict) else f"{kind}: " + ", ".join(f"{k}={_written(v)}" for k, v in arg.items())
     ok, why = _evaluate(kind, arg, post, workspace, exit_code, journal, unexplained)
     return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, subject, why)
 
@@ -136,3 +137,8 @@ def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: i
     if kind == "no_unattributed_changes":
         return (not unexplained, f"{len(unexplained)} unexplained changes" + (f": {', '.join(unexplained[:5])}" if unexplained else ""))
     return False, f"unknown assertion {kind!r}"  # the schema forbids this; fail closed
+
+
+def _written(value: Any) -> str:
+    """An argument as the spec's YAML writes it (`true`, `[a, b]`), never a Python repr (`True`)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

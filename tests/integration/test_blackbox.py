@@ -41,7 +41,7 @@ def test_the_exit0_liar_fails_the_shipped_examples(run, tmp_path, example):
     # what the liar fakes still holds: its code exits 0 under the acceptance test, and its
     # changes are attributed; only the black-box cases see that add() is wrong
     assert "command: python3 tests/test_calc.py" in got["assertion_passed"]
-    assert "no_unattributed_changes: True" in got["assertion_passed"]
+    assert "no_unattributed_changes: true" in got["assertion_passed"]
     failed = [f for f in result.report["attempts"][0]["findings"] if f["kind"] == "assertion_failed" and f["subject"].startswith("cases: ")]
     assert len(failed) == 1, got
     assert "stdout differs" in failed[0]["message"], failed[0]
