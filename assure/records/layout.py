@@ -268,6 +268,11 @@ class RunPaths:
         return self.root / "spec.json"
 
     @property
+    def node_report(self) -> Path:
+        """In cluster mode, the report the node wrote; `report` is the one judged where it arrived."""
+        return self.root / "node-report.json"
+
+    @property
     def report(self) -> Path:
         return self.root / "report.json"
 

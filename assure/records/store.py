@@ -82,6 +82,8 @@ def read_json(path: Path) -> Any:
         raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
     except ValueError as exc:
         raise RunDirError(f"unreadable {path.name}: not JSON ({exc})", where=str(path)) from exc
+    except RecursionError:  # `[[[[...` nested deeper than the parser goes: hostile, never a crash
+        raise RunDirError(f"unreadable {path.name}: nested too deeply", where=str(path)) from None
 
 
 class RunDir:

@@ -3,16 +3,24 @@ resource, on that node's own engine, through the same driver and attempt pipelin
 run. Ray places and runs the tasks; nothing here schedules.
 
 The node is not trusted with the verdict. Its run directory comes back as a bounded tar in the
-object store, is checked as it is unpacked (sizes, member count, files and folders only, names
-kept as data), and is judged again here by the code `assure verify` uses; the receipts are
-signed here, with the caller's key. A node whose verdict differs from the caller's gets a
-finding, and the spec's verdict is `error`.
+object store, is checked as it is unpacked (sizes, member count, files and folders only but
+for the agent's own links inside the workspace copies, kept as data and never followed; names
+kept as data), and every attempt is judged again here against the caller's own spec (never the
+spec files the node sent) by the code `assure verify` uses; that report replaces the node's,
+which is kept beside it, and the receipts are signed here with the caller's key. A node whose
+verdict differs gets a finding, and the spec's verdict is `error`.
+
+What re-judging cannot catch is a node that fabricates consistent evidence (snapshots, journal,
+inspect), and Ray itself trusts every node (a result is unpickled where it arrives): the nodes
+of a cluster must be machines you would run `assure run` on.
 
 A node lost mid-run (its raylet killed, the machine gone) loses the attempt it ran: the spec
-is submitted again, to any node, and its run continues with the next attempt number. The
-suite run's `state.json` is write-ahead as for a local suite, so a caller killed with kill -9
-continues with the same command; Ray ends the tasks of a driver that died, so every spec that
-was in flight runs again, one attempt number on.
+is submitted again, to any node, and its run continues with the next attempt number. A task
+that outlives its spec's whole budget (every task's attempts at the wall deadline, plus
+`GRACE_SECONDS`) is cancelled and counted as lost the same way. The suite run's `state.json`
+is write-ahead as for a local suite, so a caller killed with kill -9 continues with the same
+command; Ray ends the tasks of a driver that died, so every spec that was in flight runs again,
+one attempt number on.
 
 Specs with effects outside the sandbox are refused here: a live database or an HTTP upstream
 (the idempotency store that keeps a retried effect from repeating lives with the run on its
@@ -26,6 +34,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -33,16 +42,17 @@ from typing import Any
 
 from assure import spec as spec_mod
 from assure.core.chain import canonical, sha256_hex, utc_now
-from assure.errors import AssureError, SpecError
+from assure.errors import AssureError, SpecError, describe
 from assure.records import store
-from assure.records.layout import RunPaths
+from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
 from assure.run.suite import Outcome, SuiteRun
 from assure.textsafe import display
 
 RESOURCE = "docker"  # what a node advertises to take specs: `ray start --resources '{"docker": 2}'`
-MAX_ARCHIVE_BYTES = 256 << 20  # a run directory larger than this is not sent (the spec's verdict is error)
-MAX_MEMBERS = 50_000  # files and folders in one arriving run directory
-MAX_LOST = 3  # submissions of one spec lost with their node before its verdict is error
+MAX_ARCHIVE_BYTES = 256 << 20  # the files of a run directory larger than this are not sent (the spec's verdict is error)
+MAX_MEMBERS = 50_000  # files, folders and links in one arriving run directory
+MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
+GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
 
 
@@ -77,6 +87,10 @@ def refuse_outside_effects(specs: tuple[spec_mod.Spec, ...]) -> None:
         raise SpecError(problems, fix="run these specs locally (without --cluster), or leave them out of the suite")
 
 
+def _budget_seconds(spec: spec_mod.Spec) -> float:
+    return spec.limits.wall_seconds * spec.max_attempts * len(spec.tasks) + GRACE_SECONDS
+
+
 # --- on the node ------------------------------------------------------------------------------
 
 def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) -> NodeResult:
@@ -100,16 +114,26 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) ->
         return NodeResult(ray.get_runtime_context().get_node_id(), result.verdict, pack(run.path))
 
 
+def _agents_tree(name: str) -> bool:
+    """Whether `name` (relative to the run directory) is inside a copy of the agent's tree (the
+    base a task starts from, an attempt's POST workspace): where its links are kept as data."""
+    parts = PurePosixPath(name).parts
+    base, workspace = RunPaths(Path()).base.name, AttemptPaths(Path("1")).workspace.name
+    return (len(parts) > 1 and parts[0] == base) or (len(parts) > 3 and parts[0] == ATTEMPTS and parts[2] == workspace)
+
+
 def pack(run_dir: Path) -> bytes:
-    """The run directory as an uncompressed tar: files and folders only, bounded."""
+    """The run directory as an uncompressed tar: files, folders, and the agent's links where its
+    tree is kept (each as a link, never followed), bounded."""
     buf, total = io.BytesIO(), 0
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for root, dirs, files in os.walk(run_dir):
+        for root, dirs, files in os.walk(run_dir):  # os.walk never descends into a link
             dirs.sort()
             for name in sorted(dirs + files):
                 path = Path(root) / name
+                tar.inodes.clear()  # a file with other links is sent whole, never as a hard link
                 info = tar.gettarinfo(path, arcname=str(path.relative_to(run_dir)))
-                if not (info.isfile() or info.isdir()):
+                if not (info.isfile() or info.isdir() or (info.issym() and _agents_tree(info.name))):
                     raise AssureError(f"{display(info.name)} in the run directory is neither a file nor a folder", where=str(run_dir))
                 total += info.size
                 if total > MAX_ARCHIVE_BYTES:
@@ -125,31 +149,48 @@ def pack(run_dir: Path) -> bytes:
 
 # --- where it arrives ----------------------------------------------------------------------------
 
-def _only_files(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
-    """tarfile's `data` filter (no absolute names, no `..`, no device, safe modes), and no links at all."""
+def _files_and_folders(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter (no absolute name, no `..`, nothing outside, no setuid), with the
+    permission bits kept (the verifier compares them with POST); links are made afterwards."""
+    if member.issym():
+        return None
     if not (member.isfile() or member.isdir()):
-        raise ArrivalError(f"{display(member.name)}: only files and folders may arrive, not a link or special file")
-    return tarfile.data_filter(member, dest)
+        raise ArrivalError(f"{display(member.name)}: only files, folders and the agent's links may arrive, not a hard link or special file")
+    return tarfile.data_filter(member, dest).replace(mode=member.mode & 0o777, deep=False)
+
+
+def _checked(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """Every member, read header by header: refused at the first one past a bound or out of place."""
+    members, size = [], 0
+    for m in tar:
+        members.append(m)
+        size += m.size
+        if len(members) > MAX_MEMBERS:
+            raise ArrivalError(f"more than {MAX_MEMBERS} members")
+        if size > MAX_ARCHIVE_BYTES:
+            raise ArrivalError(f"more than {MAX_ARCHIVE_BYTES} bytes of files")
+        if m.name.startswith("/") or any(part in ("", ".", "..") for part in PurePosixPath(m.name).parts):
+            raise ArrivalError(f"{display(m.name)}: a name that leaves its folder")
+        if m.issym() and not _agents_tree(m.name):
+            raise ArrivalError(f"{display(m.name)}: a link outside the agent's tree")
+    return members
 
 
 def unpack(archive: bytes, runs_dir: Path, run_id: str) -> store.RunDir:
     """Check and unpack an arriving run directory into `runs_dir/run_id` (which must not exist)."""
-    if len(archive) > MAX_ARCHIVE_BYTES + (64 << 20):
-        raise ArrivalError(f"the archive is {len(archive)} bytes, above the {MAX_ARCHIVE_BYTES >> 20} MiB bound")
     final = runs_dir / run_id
+    if os.path.lexists(final):
+        raise ArrivalError(f"{final} exists already: a run directory is never written over")
     staging = Path(tempfile.mkdtemp(prefix=ARRIVING + run_id + "-", dir=runs_dir))
     try:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-            members = tar.getmembers()
-            if len(members) > MAX_MEMBERS:
-                raise ArrivalError(f"{len(members)} members, above the bound of {MAX_MEMBERS}")
-            size = sum(m.size for m in members)
-            if size > MAX_ARCHIVE_BYTES:
-                raise ArrivalError(f"{size} bytes of files, above the {MAX_ARCHIVE_BYTES >> 20} MiB bound")
-            for m in members:
-                if m.name.startswith("/") or any(part in ("", ".", "..") for part in PurePosixPath(m.name).parts):
-                    raise ArrivalError(f"{display(m.name)}: a name that leaves its folder")
-            tar.extractall(staging, filter=_only_files)
+            members = _checked(tar)
+            tar.extractall(staging, members=members, filter=_files_and_folders)
+        for m in (m for m in members if m.issym()):  # last: no file was written through a link
+            parts = PurePosixPath(m.name).parts
+            if any((staging.joinpath(*parts[:i])).is_symlink() for i in range(1, len(parts))):
+                raise ArrivalError(f"{display(m.name)}: a link inside a link")
+            os.symlink(m.linkname, staging.joinpath(*parts))
         paths = RunPaths(staging)
         if not (paths.state.is_file() and paths.spec_json.is_file()):
             raise ArrivalError(f"it has no {paths.state.name} or {paths.spec_json.name}: not a run directory")
@@ -169,17 +210,23 @@ class Arrival:
 
 
 def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path | None) -> Arrival:
-    """Judge the arrived run again from its folder alone, compare with the node, sign its receipts here."""
+    """Judge the arrived run again, against the caller's spec, from its folder alone; keep the
+    node's report beside the one judged here; compare; sign the receipts here."""
     from assure.records.attempt_record import Records
     from assure.run.driver import issue_receipts, rejudge
 
-    recomputed, judged = rejudge(run.path)
+    ran = spec_mod.Spec.from_json(store.read_json(run.paths.spec_json))
+    if spec_digest(ran) != spec_digest(spec):
+        return Arrival("error", "the run directory it sent is of another spec than the one it was given")
+    if run.paths.report.is_file() and not run.paths.node_report.is_file():  # once: a settle cut short is done again
+        os.replace(run.paths.report, run.paths.node_report)
+    recorded = store.read_json(run.paths.node_report).get("verdict") if run.paths.node_report.is_file() else None
+    recomputed, judged = rejudge(run.path, spec)
+    store.write_json(run.paths.report, recomputed.report)
     records = Records(run.paths)
     for record in judged.values():
         records.keep(record)
-    state = store.read_json(run.paths.state)
-    issue_receipts(run, spec, state, key, records, judged)
-    recorded = store.read_json(run.paths.report).get("verdict")
+    issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged)
     if node_verdict == recomputed.verdict == recorded:
         return Arrival(recomputed.verdict, None)
     return Arrival("error", f"the node's verdict ({display(str(node_verdict))}, recorded {display(str(recorded))}) "
@@ -209,10 +256,10 @@ def connect(address: str) -> Any:
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
-    """What Ray raises when a task's node or worker, not the task's code, failed."""
+    """What Ray raises when a task's node or worker, not the task's code, failed: worth a retry."""
     ex = ray.exceptions
     return tuple(getattr(ex, name) for name in ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError",
-                                                 "ObjectFetchTimedOutError", "TaskUnschedulableError", "RaySystemError")
+                                                 "ObjectFetchTimedOutError", "RaySystemError")
                  if hasattr(ex, name))
 
 
@@ -228,19 +275,19 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
     cap = jobs or max(1, int(ray.cluster_resources()[RESOURCE]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     entries = record.state["runs"]
-    in_flight: dict[Any, int] = {}
+    in_flight: dict[Any, tuple[int, float]] = {}  # ref -> (spec index, monotonic deadline)
 
     def submit(i: int) -> None:
         spec, entry = suite.specs[i], entries[i]
         if entry["run_id"] is None:
             entry["run_id"] = store.new_run_id(spec.name)
-        entry["started_at"] = entry.get("started_at") or utc_now()  # a suite run's entries start with it null
+        entry.setdefault("started_at", utc_now())
         entry.setdefault("next_attempt", 1)
         entry.setdefault("lost", [])
         record.save()  # write-ahead: a caller killed from here on continues this spec one attempt on
         opts = {"resources": {RESOURCE: 1}, "num_cpus": spec.limits.cpus, "memory": spec_mod.parse_size(spec.limits.memory), "max_retries": 0}
         ref = remote.options(**opts).remote(str(spec.path), spec_digest(spec), entry["run_id"], entry["next_attempt"])
-        in_flight[ref] = i
+        in_flight[ref] = (i, time.monotonic() + _budget_seconds(spec))
 
     def conclude(i: int, verdict: str, **fields: Any) -> None:
         entries[i].update(verdict=verdict, finished_at=utc_now(), **fields)
@@ -248,59 +295,78 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         outcome = Outcome(suite.specs[i].name, entries[i]["run_id"], verdict, suite.specs[i].expect)
         finished(i, suite.specs[i], outcome, entries[i])
 
+    def lose(i: int, node: str | None, error: str) -> bool:
+        """Count a lost submission; True when the spec may be submitted again."""
+        entry = entries[i]
+        entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": entry.get("next_attempt", 1), "error": error, "at": utc_now()}]
+        entry["next_attempt"] = entry.get("next_attempt", 1) + 1
+        if len(entry["lost"]) >= MAX_LOST:
+            conclude(i, "error", reason=f"lost with its node {len(entry['lost'])} times")
+            return False
+        record.save()
+        return True
+
     with store.exclusive(record.path, "suite run"):
         waiting = []
         for i, entry in enumerate(entries):
             if entry["verdict"] is not None:
                 continue
-            if entry["run_id"] is not None and (runs_dir / entry["run_id"]).is_dir():
-                _settle_arrived(i, entry, suite.specs[i], runs_dir, key, conclude)  # arrived before the caller died
-                continue
-            if entry["run_id"] is not None:  # in flight when the caller died: Ray ended it with its driver
-                entry["lost"] = [*entry.get("lost", []), {"node": None, "attempt": entry.get("next_attempt", 1), "error": "the caller stopped", "at": utc_now()}]
-                entry["next_attempt"] = entry.get("next_attempt", 1) + 1
+            if entry["run_id"] is not None:
+                for stale in runs_dir.glob(f"{ARRIVING}{entry['run_id']}-*"):  # an unpack the caller's death cut short
+                    shutil.rmtree(stale, ignore_errors=True)
+                if (runs_dir / entry["run_id"]).is_dir():
+                    _settle_arrived(i, entry, suite.specs[i], runs_dir, key, conclude)  # arrived before the caller died
+                    continue
+                if not lose(i, None, "the caller stopped"):  # in flight when the caller died: Ray ended it with its driver
+                    continue
             waiting.append(i)
         stop = False
         while (waiting and not stop) or in_flight:
             while waiting and not stop and len(in_flight) < cap:
                 submit(waiting.pop(0))
-            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
-            i = in_flight.pop(ref)
+            timeout = max(0.0, min(deadline for _, deadline in in_flight.values()) - time.monotonic())
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=timeout)
+            if not ready:  # the nearest task outlived its spec's whole budget: a hung node
+                ref = min(in_flight, key=lambda r: in_flight[r][1])
+                i, _ = in_flight.pop(ref)
+                ray.cancel(ref, force=True)
+                if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):
+                    waiting.insert(0, i)
+                continue
+            (ref,) = ready
+            i, _ = in_flight.pop(ref)
             entry, spec = entries[i], suite.specs[i]
             try:
                 result: NodeResult = ray.get(ref)
             except lost_errors as exc:
-                entry["lost"].append({"node": getattr(exc, "node_id", None), "attempt": entry["next_attempt"], "error": type(exc).__name__, "at": utc_now()})
-                entry["next_attempt"] += 1
-                if len(entry["lost"]) >= MAX_LOST:
-                    conclude(i, "error", reason=f"lost with its node {len(entry['lost'])} times")
-                else:
-                    record.save()
+                if lose(i, getattr(exc, "node_id", None), type(exc).__name__):
                     waiting.insert(0, i)
                 continue
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.cause if isinstance(getattr(exc, "cause", None), AssureError) else None
-                conclude(i, "error", reason=display(cause.explain() if cause else f"{type(exc).__name__} on the node")[:2000])
+                conclude(i, "error", reason=describe(cause) if cause else f"{type(exc).__name__} on the node")
+            except ray.exceptions.RayError as exc:  # out of memory, cancelled, a runtime env that failed: no retry
+                conclude(i, "error", reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000])
             else:
-                entry["node"] = result.node_id
+                entry.update(node=result.node_id, node_verdict=result.verdict)
+                record.save()  # write-ahead: what the node said, before the arrival is judged
                 try:
                     unpack(result.archive, runs_dir, entry["run_id"])
                 except ArrivalError as exc:
                     conclude(i, "error", node_finding=f"its run directory was refused on arrival: {exc.explain()}")
                 else:
-                    _settle_arrived(i, entry, spec, runs_dir, key, conclude, node_verdict=result.verdict)
+                    _settle_arrived(i, entry, spec, runs_dir, key, conclude)
             stop = suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
+        record.finish()
     return [Outcome(s.name, e["run_id"], e["verdict"], s.expect) for s, e in zip(suite.specs, entries) if e["verdict"] is not None]
 
 
 def _settle_arrived(i: int, entry: dict[str, Any], spec: spec_mod.Spec, runs_dir: Path, key: Path | None,
-                    conclude: Callable[..., None], node_verdict: str | None = None) -> None:
-    run = store.RunDir.open(runs_dir / entry["run_id"])
-    if node_verdict is None:  # arrived before the caller was killed: the node's verdict is the one it wrote
-        node_verdict = store.read_json(run.paths.report).get("verdict")
+                    conclude: Callable[..., None]) -> None:
+    """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing: `error`."""
     try:
-        arrival = settle(run, spec, node_verdict, key)
-    except AssureError as exc:
-        conclude(i, "error", node_finding=f"its run directory cannot be judged here: {exc.explain()}")
+        arrival = settle(store.RunDir.open(runs_dir / entry["run_id"]), spec, entry.get("node_verdict"), key)
+    except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
+        conclude(i, "error", node_finding=f"its run directory cannot be judged here: {describe(exc)}")
         return
     conclude(i, arrival.verdict, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))

@@ -33,7 +33,7 @@ from assure.run.attempt import Attempt, Progress, fresh_copy
 from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
-from assure.errors import AssureError, describe
+from assure.errors import AssureError, RunDirError, describe
 from assure.sandbox import live, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
@@ -457,21 +457,34 @@ def reverify(run_dir: Path) -> RunResult:
     return rejudge(run_dir)[0]
 
 
-def rejudge(run_dir: Path) -> tuple[RunResult, dict[int, AttemptRecord]]:
+def rejudge(run_dir: Path, spec: Spec | None = None) -> tuple[RunResult, dict[int, AttemptRecord]]:
     """The run's report as judged again here, and each attempt's record with that judgement:
-    each record loaded from its folder and judged by the same judge as the live attempt."""
+    each record loaded from its folder and judged by the same judge as the live attempt.
+
+    With `spec` (cluster mode: the caller's own), every attempt is judged against it, never
+    against the spec files the run directory carries; otherwise against those."""
     run = store.RunDir.open(run_dir)
     state = store.read_json(run.paths.state)
+    tasks = {t.id: t for t in spec.tasks} if spec is not None else {}
     rejudged: dict[int, AttemptRecord] = {}
     for path in run.attempts():
         paths = run.attempt(int(path.name))
-        if paths.container.is_file():
-            spec = Spec.from_json(store.read_json(paths.task)["spec"] if paths.task.is_file() else run.spec_json())
-            record = AttemptRecord.load(paths, judged=False)
-            judgement = judge(record, spec, recheck_workspace=True)
-            store.write_json(paths.reverify, judgement.to_json())
-            rejudged[paths.number] = record.judged(judgement, None)
-    return RunResult(run.path, build_report(run, Spec.from_json(run.spec_json()), state, rejudged.get)), rejudged
+        if not paths.container.is_file():
+            continue
+        recorded = store.read_json(paths.task) if paths.task.is_file() else None
+        if spec is None:
+            attempt_spec = Spec.from_json(recorded["spec"] if recorded else run.spec_json())
+        else:
+            task_id = recorded.get("task") if isinstance(recorded, dict) else spec.tasks[0].id
+            if task_id not in tasks:
+                raise RunDirError(f"attempt {paths.number} names a task the spec does not have: {display(str(task_id))}", where=str(paths.root))
+            attempt_spec = task_spec(spec, tasks[task_id], run.paths.base)
+        record = AttemptRecord.load(paths, judged=False)
+        judgement = judge(record, attempt_spec, recheck_workspace=True)
+        store.write_json(paths.reverify, judgement.to_json())
+        rejudged[paths.number] = record.judged(judgement, None)
+    report = build_report(run, spec if spec is not None else Spec.from_json(run.spec_json()), state, rejudged.get)
+    return RunResult(run.path, report), rejudged
 
 
 def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:

@@ -216,10 +216,14 @@ class SuiteRun:
             failure = self._schedule(pending, runs_dir, run_one, started, finished, max(1, min(jobs, MAX_JOBS)))
             if failure is not None:
                 raise failure
-            self.state["state"] = "finished"
-            self.state["finished_at"] = utc_now()
-            self.save()
+            self.finish()
         return [self._outcome(n) for n, entry in enumerate(self.state["runs"]) if entry["verdict"] is not None]
+
+    def finish(self) -> None:
+        """Every spec has its verdict (or the suite stopped on an unexpected one): never continued again."""
+        self.state["state"] = "finished"
+        self.state["finished_at"] = utc_now()
+        self.save()
 
     def _schedule(self, pending: list[int], runs_dir: Path, run_one: RunOne, started: Started, finished: Finished, jobs: int) -> BaseException | None:
         """Keep up to `jobs` specs in flight until none is left to start; the first exception."""

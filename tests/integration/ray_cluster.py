@@ -110,9 +110,10 @@ class LocalCluster:
         return node
 
     def alive_nodes(self) -> list[dict[str, object]]:
-        code = "import json, ray; ray.init(address='%s', logging_level='ERROR', log_to_driver=False); print(json.dumps([n for n in ray.nodes() if n['Alive']]))" % self.address
+        code = "import json, ray; ray.init(address='%s', logging_level='ERROR', log_to_driver=False); print('NODES', json.dumps([n for n in ray.nodes() if n['Alive']]))" % self.address
         out = subprocess.run(self.in_ns(sys.executable, "-c", code), env=ENV, capture_output=True, text=True, timeout=60)
-        return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 and out.stdout.strip() else []
+        lines = [line for line in out.stdout.splitlines() if line.startswith("NODES ")]  # Ray may print its own lines too
+        return json.loads(lines[-1].removeprefix("NODES ")) if out.returncode == 0 and lines else []
 
     def wait_for(self, count: int, timeout: float = 90) -> list[dict[str, object]]:
         deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ refused, and the core needs no Ray."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -15,7 +16,7 @@ import pytest
 from assure.errors import SpecError
 from assure.records import keys, receipt_verify, store
 from assure.run import cluster
-from tests.unit.test_driver_states import ACCEPTANCE, drive, fix, new_run, ratified, write_spec
+from tests.unit.test_driver_states import ACCEPTANCE, drive, fix, new_run, notes, ratified, write_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -145,3 +146,67 @@ def test_the_core_works_without_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "pip install 'assure[ray]'" in out.stdout
+
+
+def fix_with_links_and_modes(ctx) -> int:
+    """Fixes add() through the gateway, then leaves in its writable scope what a copy must carry
+    exactly: group-writable modes and a link to a host file (data, never to be followed)."""
+    out = ctx.path("/workspace") / "out"
+    (out / "shared").mkdir(parents=True)
+    os.chmod(out / "shared", 0o775)
+    (out / "shared" / "notes.txt").write_text("notes\n")
+    os.chmod(out / "shared" / "notes.txt", 0o664)
+    os.symlink("/etc/shadow", out / "shadow")
+    return fix(ctx)
+
+
+def test_modes_and_the_agents_links_arrive_as_they_were_and_the_verdict_holds(tmp_path, short_dir):
+    spec = write_spec(tmp_path, "links", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    result, _ = drive(spec, new_run(tmp_path, spec), str(short_dir), {"links": fix_with_links_and_modes})
+    assert result.verdict == "pass"
+    (tmp_path / "caller").mkdir()
+    arrived = cluster.unpack(cluster.pack(result.run_dir), tmp_path / "caller", result.run_dir.name)
+    workspace = arrived.path / "attempts" / "1" / "workspace" / "out"
+    assert os.readlink(workspace / "shadow") == "/etc/shadow"  # kept as a link, its target as text
+    assert (os.stat(workspace / "shared").st_mode & 0o777, os.stat(workspace / "shared" / "notes.txt").st_mode & 0o777) == (0o775, 0o664)
+    assert cluster.settle(arrived, spec, "pass", None) == cluster.Arrival("pass", None)
+
+
+def test_a_link_outside_the_agents_tree_or_inside_another_link_is_refused(tmp_path):
+    for members in ([member("attempts/1/workspace/a", kind=tarfile.SYMTYPE, link="/etc"), member("attempts/1/workspace/a/b", kind=tarfile.SYMTYPE, link="x")],
+                    [member("attempts/1/gateway", kind=tarfile.SYMTYPE, link="/etc")]):
+        with pytest.raises(cluster.ArrivalError, match="link"):
+            cluster.unpack(tar_of(STATE, SPEC, *members), tmp_path, "r1")
+        assert sorted(tmp_path.iterdir()) == []
+    assert not os.path.lexists("/etc/b")
+
+
+def test_a_node_that_sends_another_spec_or_rewrites_a_tasks_spec_is_not_believed(tmp_path, short_dir):
+    spec = write_spec(tmp_path, "notes", assertions=[{"file_exists": "out/never.txt"}])
+    result, _ = drive(spec, new_run(tmp_path, spec), str(short_dir), {"notes": notes})
+    assert result.verdict == "fail"
+    task = result.run_dir / "attempts" / "1" / "task.json"
+    weakened = store.read_json(task)
+    weakened["spec"]["assertions"] = [{"file_exists": "out/notes.txt"}]  # what the node says it was asked
+    store.write_json(task, weakened)
+    store.write_json(result.run_dir / "report.json", {**store.read_json(result.run_dir / "report.json"), "verdict": "pass"})
+    (tmp_path / "caller").mkdir()
+    arrived = cluster.unpack(cluster.pack(result.run_dir), tmp_path / "caller", result.run_dir.name)
+    arrival = cluster.settle(arrived, spec, "pass", None)
+    assert arrival.verdict == "error" and "(fail)" in arrival.node_finding  # judged against the caller's spec: fail
+    assert store.read_json(arrived.paths.report)["verdict"] == "fail"  # the report judged here replaces the node's...
+    assert store.read_json(arrived.paths.node_report)["verdict"] == "pass"  # ...which is kept beside it
+
+    other = tmp_path / "caller2"
+    other.mkdir()
+    arrived = cluster.unpack(cluster.pack(result.run_dir), other, result.run_dir.name)
+    store.write_json(arrived.paths.spec_json, {**store.read_json(arrived.paths.spec_json), "expect": "fail"})
+    arrival = cluster.settle(arrived, spec, "pass", None)
+    assert arrival == cluster.Arrival("error", "the run directory it sent is of another spec than the one it was given")
+
+
+def test_an_arrival_never_writes_over_a_run_directory(finished_run, tmp_path):
+    _, run_dir = finished_run
+    (tmp_path / "caller" / run_dir.name).mkdir(parents=True)
+    with pytest.raises(cluster.ArrivalError, match="exists already"):
+        cluster.unpack(cluster.pack(run_dir), tmp_path / "caller", run_dir.name)
