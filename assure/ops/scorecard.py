@@ -261,11 +261,16 @@ def _schema() -> dict[str, Any]:
     return json.loads(SCHEMA.read_text(encoding="utf-8"))
 
 
+def _not_a_number(token: str) -> Any:
+    """NaN compares false with everything: a NaN escape count would pass every ceiling."""
+    raise ValueError(f"{token} is not a measurement")
+
+
 def read(path: Path) -> dict[str, Any]:
     """A scorecard file as JSON, of our kind; its version and shape are `check`ed apart, so that
     two files of different versions are refused as such."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_not_a_number)
     except (OSError, UnicodeDecodeError) as exc:
         raise ScorecardError(f"cannot read the scorecard: {getattr(exc, 'strerror', None) or exc}", where=str(path)) from None
     except ValueError as exc:

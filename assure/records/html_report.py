@@ -34,6 +34,7 @@ from assure.textsafe import display
 
 MAX_FILE_BYTES = 256 * 2**10  # of each side of one file read to diff it; a bigger file is shown by size and hash
 MAX_FILE_DIFF_LINES = 400  # diff lines shown per file
+MAX_DIFF_INPUT_LINES = 4_000  # lines of both sides together that are diffed (difflib is superlinear on repetitive text)
 MAX_PAGE_DIFF_LINES = 5_000  # diff lines shown per page; past it, files are named, not diffed
 MAX_JOURNAL_ROWS = 2_000  # journal lines shown per attempt
 MAX_CHARS = 2_000  # characters of any one value shown (after `display`)
@@ -207,6 +208,8 @@ class _Attempt:
                 texts.append(content.decode("utf-8").splitlines())
             except UnicodeDecodeError:
                 return f'<p class="note">Binary content (not UTF-8): {_sizes(before, after)}</p>'
+        if len(texts[0]) + len(texts[1]) > MAX_DIFF_INPUT_LINES:
+            return f'<p class="note">Not diffed: {len(texts[0])} and {len(texts[1])} lines, above the {MAX_DIFF_INPUT_LINES} diffed per file; {_sizes(before, after)}</p>'
         lines = list(difflib.unified_diff(texts[0], texts[1], "a/" + display(path), "b/" + display(path), lineterm="", n=3))
         if not lines:
             return '<p class="note">The content is the same.</p>'

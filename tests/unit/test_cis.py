@@ -104,6 +104,8 @@ WEAKENED = {
     "seccomp unconfined": (lambda d: d["inspect"]["HostConfig"].__setitem__(
         "SecurityOpt", ["no-new-privileges:true", "seccomp=unconfined"]), {"5.22"}),
     "the engine's default seccomp profile, not assure's": (_drop_option("seccomp="), {"5.22"}),
+    "seccomp unconfined, written with a colon": (lambda d: d["inspect"]["HostConfig"].__setitem__(
+        "SecurityOpt", ["no-new-privileges:true", "seccomp:unconfined"]), {"5.22"}),
     "an exec session": (_top("ExecIDs", ["0123abcd"]), {"5.23", "5.24"}),
     "a cgroup parent": (_host("CgroupParent", "/elsewhere"), {"5.25"}),
     "no-new-privileges dropped": (_drop_option("no-new-privileges"), {"5.26"}),

@@ -294,6 +294,13 @@ def test_a_malformed_scorecard_is_refused(tmp_path: Path, card: dict[str, Any], 
     assert result.exit_code == 2 and message in result.output, result.output
 
 
+def test_a_scorecard_with_a_nan_escape_count_is_refused_not_passed(tmp_path: Path, card: dict[str, Any]) -> None:
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(with_value(card, containment__escapes=float("nan"))))  # Python writes NaN; NaN > 0 is False
+    result = CliRunner().invoke(app, ["bench", "compare", str(write(tmp_path / "old.json", card)), str(bad)])
+    assert result.exit_code == 2 and "NaN is not a measurement" in result.output, result.output
+
+
 def test_the_e2e_figures_are_the_medians_the_script_prints() -> None:
     e2e = bench_module("e2e")
     doc = e2e.summary([0.5, 0.7, 0.6, 0.9], [0.8, 1.0, 0.9, 2.0], {})
