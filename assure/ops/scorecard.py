@@ -23,6 +23,7 @@ import jsonschema
 
 from assure.errors import AssureError
 from assure.records import layout
+from assure.records.summary import REASON_MAX
 from assure.textsafe import display
 
 SCHEMA_VERSION = 1
@@ -124,11 +125,10 @@ def suite_results(summary: Any, runs_dir: Path | None = None) -> list[SpecResult
             count, reason = len(above), r.get("reason") or (str(above[0].get("message")) if above else None)
         else:
             count, reason = _findings_above_info(runs_dir, r.get("run_id"))
-        out.append(SpecResult(str(r.get("spec")), r.get("verdict"), r["expect"], count, None if reason is None else display(str(reason))[:REASON_CHARS]))
+        out.append(SpecResult(str(r.get("spec")), r.get("verdict"), r["expect"], count, None if reason is None else display(str(reason))[:REASON_MAX]))
     return out
 
 
-REASON_CHARS = 300  # of a spec's reason kept in the scorecard
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 
 

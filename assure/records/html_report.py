@@ -21,14 +21,13 @@ import html
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from assure.core import confined
 from assure.core.chain import ChainError, iter_chain
 from assure.errors import AssureError, RunDirError
-from assure.records import layout, store
+from assure.records import layout, store, summary
 from assure.records.layout import AttemptPaths, RunPaths, SuitePaths
 from assure.textsafe import display
 
@@ -457,7 +456,7 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
             spec = store.read_json(run.spec_json)
             spec_name, expect = str(spec.get("name", spec_name)), spec.get("expect")
             state = store.read_json(run.state) if run.state.is_file() else {}
-            seconds = _seconds(entry.get("started_at") or state.get("started_at"), entry.get("finished_at") or state.get("finished_at"))
+            seconds = summary.seconds_between(entry.get("started_at") or state.get("started_at"), entry.get("finished_at") or state.get("finished_at"))
             report = store.read_json(run.report) if run.report.is_file() else {}
             reason = _reason(report)
         except RunDirError as exc:
@@ -473,13 +472,6 @@ def _reason(report: dict[str, Any]) -> str:
         more = f" (+{len(bad) - 2} more)" if len(bad) > 2 else ""
         return "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]) + more
     return "; ".join(f"task {t.get('id')}: {t.get('state')}" + (f" ({t['reason']})" if t.get("reason") else "") for t in report.get("tasks", []))
-
-
-def _seconds(start: Any, end: Any) -> float | None:
-    try:
-        return (datetime.fromisoformat(str(end).replace("Z", "+00:00")) - datetime.fromisoformat(str(start).replace("Z", "+00:00"))).total_seconds()
-    except ValueError:
-        return None
 
 
 def _outcome_chart(counts: dict[str, int]) -> str:
@@ -500,7 +492,7 @@ def _outcome_chart(counts: dict[str, int]) -> str:
 
 def _duration_chart(rows: list[_SuiteRow]) -> str:
     """Horizontal bars, one per spec, coloured by verdict, each labelled with its seconds."""
-    timed = [r for r in rows if r.seconds is not None]
+    timed = [r for r in rows if r.seconds is not None and math.isfinite(r.seconds) and r.seconds >= 0]  # a summary file's NaN is no bar
     if not timed:
         return "<p>No durations recorded.</p>"
     top = max(r.seconds or 0 for r in timed) or 1.0

@@ -78,7 +78,7 @@ def _result(position: int, name: str, spec_path: str, expect: str, run_dir: Path
         "spec": name, "spec_path": spec_path, "position": position,
         "run_id": run_dir.name if run_dir else None, "run_dir": str(run_dir) if run_dir else None,
         "verdict": verdict, "expect": expect, "as_expected": verdict == expect,
-        "started_at": started, "finished_at": finished, "duration_seconds": _seconds(started, finished),
+        "started_at": started, "finished_at": finished, "duration_seconds": seconds_between(started, finished),
         "reason": _reason(verdict, expect, findings, report, error),
         "findings": findings[:FINDINGS_MAX], "findings_omitted": max(0, len(findings) - FINDINGS_MAX),
     }
@@ -121,7 +121,9 @@ def _line(text: str) -> str:
     return one if len(one) <= REASON_MAX else one[: REASON_MAX - 1] + "…"
 
 
-def _seconds(started: str | None, finished: str | None) -> float | None:
+def seconds_between(started: Any, finished: Any) -> float | None:
+    """Seconds from one RFC 3339 time to another; None when either is missing or odd (a naive and
+    an aware time, text that is no time)."""
     try:
         return round(max(0.0, (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()), 3)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -261,7 +263,7 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             if r["position"] in seen:
                 raise AssureError(f"spec {r['spec']!r} (position {r['position']}) is in two shards: {seen[r['position']]} and {where}", where=where, fix=fix)
             seen[r["position"]] = where
-            results.append(r)
+            results.append({**r, "as_expected": r["verdict"] == r["expect"]})  # recomputed: a shard's word is not taken
     results.sort(key=lambda r: r["position"])
     uncovered = sorted(set(range(1, first["suite_size"] + 1)) - set(seen))
     if uncovered:

@@ -58,6 +58,9 @@ def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
     return replace(spec, assertions=task.assertions, contract=task.contract, workspace=replace(spec.workspace, fixture=base), agent=agent)
 
 
+MAX_INTERRUPTED = 3  # interrupted attempts of one task (they use up no max_attempts) before it is quarantined
+
+
 class Driver:
     def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *,
                  signing_key: Path | None = None, first_attempt: int = 1):
@@ -147,6 +150,9 @@ class Driver:
             self._record("task_started", task=task.id, contract_id=task.contract.id if task.contract else None)
             self._contract_events(task)
         while counted(ts["attempts"]) < task.max_attempts:
+            interrupted = len(ts["attempts"]) - counted(ts["attempts"])
+            if interrupted >= MAX_INTERRUPTED:  # an agent that gets its driver killed each time gets no endless retries
+                return self._quarantine(task, f"{interrupted} attempts interrupted (the driver was killed each time)")
             if control.read(self.run.control_dir).halted:
                 return self._finish_task(task, TaskState.HALTED, "the operator halted the run: no new attempt")
             n = self.state["next_attempt"]

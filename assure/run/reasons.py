@@ -97,7 +97,7 @@ def agent_output(record: AttemptRecord) -> list[str]:
     kept: list[str] = []
     for line in reversed(lines[-OUTPUT_LINES:]):
         room = OUTPUT_CHARS - sum(len(k) for k in kept)
-        if room <= 0:
+        if room <= 1:
             break
         kept.insert(0, line if len(line) <= room else "…" + line[-(room - 1):])
     return kept

@@ -27,7 +27,7 @@ from assure.ops import alerts
 from assure.records import keys, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
 from assure.run import failpoints
-from assure.run.driver import Driver, RunResult, resume_note
+from assure.run.driver import MAX_INTERRUPTED, Driver, RunResult, resume_note
 from assure.sandbox.backend import ContainerRequest, Role, labels
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
 from assure.sandbox.images import ImageSet
@@ -236,6 +236,17 @@ def test_an_interrupted_attempt_does_not_use_up_max_attempts(tmp_path, short_tmp
     assert [e["attempt"] for e in events(run) if e["event"] == "attempt_interrupted"] == [1]
     assert git(target, "log", "--format=%s").splitlines() == ["assure: task main", "fixture"]
     assert resume_note(store.RunDir.open(run.path), spec).endswith("is over (finished): nothing to resume, its report follows")
+
+
+def test_a_task_whose_driver_is_killed_in_every_attempt_is_quarantined_not_retried_forever(tmp_path, short_tmp):
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE, max_attempts=1)
+    run = new_run(tmp_path, spec)
+    for _ in range(MAX_INTERRUPTED):
+        killed_at("run", spec, run, short_tmp, {"fix": fix})
+    result, backend = drive(spec, store.RunDir.open(run.path), short_tmp, {"fix": fix})
+    assert (task_of(result)["state"], result.verdict) == ("quarantined", "error")
+    assert task_of(result)["reason"] == f"{MAX_INTERRUPTED} attempts interrupted (the driver was killed each time)"
+    assert [r.role for r in backend.created] == []  # no attempt ran again
 
 
 @pytest.mark.parametrize("glob", ["out/**", "out/reports/**"])
