@@ -165,7 +165,7 @@ class RunDir:
             state = read_json(self.paths.state).get("state")
         except (RunDirError, AttributeError):
             state = None  # not known to be over: a halt still lands (the safe side)
-        if state in RUN_OVER or self.paths.seal.exists():
+        if state in RUN_OVER or (state is None and self.paths.seal.exists()):  # a resumed run's old seal does not close it
             raise RunDirError(f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed logs, "
                               "and `assure receipts verify` would then fail", where=str(self.path), fix=instead)
 

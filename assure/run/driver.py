@@ -306,6 +306,9 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
     seals the logs again and re-issues the receipts, signed as before."""
     with store.exclusive(run.path, "run"):
         state = store.read_json(run.paths.state)
+        if state.get("state") not in RUN_OVER:  # a run that goes on (or will be resumed) is sealed by its driver, not here
+            raise AssureError(f"run {run.run_id} is {state.get('state')}, not over: its driver may still change it",
+                              where=str(run.path), fix=f"let it finish (`assure resume {run.run_id}` if its driver was killed), then promote")
         records = Records(run.paths)
         wanted = [t for t in spec.tasks if state["tasks"][t.id]["state"] == TaskState.PROPOSED and task_id in (None, t.id)]
         if not wanted:

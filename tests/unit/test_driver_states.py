@@ -23,11 +23,12 @@ import yaml
 from assure import spec as spec_mod
 from assure.client import Client, GatewayError
 from assure.core import control
+from assure.errors import AssureError
 from assure.ops import alerts
 from assure.records import keys, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
 from assure.run import failpoints
-from assure.run.driver import MAX_INTERRUPTED, Driver, RunResult, resume_note
+from assure.run.driver import MAX_INTERRUPTED, Driver, RunResult, promote_proposed, resume_note
 from assure.sandbox.backend import ContainerRequest, Role, labels
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
 from assure.sandbox.images import ImageSet
@@ -350,3 +351,14 @@ def test_a_quarantined_run_issues_a_rejected_receipt(tmp_path, short_tmp):
     assert (receipt["verdict"], receipt["ground_truth"]) == ("rejected", "contradicted")
     assert receipt_verify.verify_run(run.path, None).run_id == run.run_id
 
+
+
+def test_a_run_that_is_not_over_takes_a_halt_even_with_an_old_seal_and_refuses_promote(tmp_path, short_tmp, target):
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE)
+    run = new_run(tmp_path, spec)
+    killed_at("run", spec, run, short_tmp, {"fix": fix})
+    (run.path / "receipts").mkdir(exist_ok=True)
+    (run.path / "receipts" / "seal.json").write_text("{}")  # sealed once, then resumed and killed again
+    assert store.RunDir.open(run.path).override("operator", halt=True).halted  # lands: the run goes on
+    with pytest.raises(AssureError, match="not over"):
+        promote_proposed(spec, store.RunDir.open(run.path), None)
