@@ -1,21 +1,33 @@
-"""End-to-end attempt cost against a bare Docker baseline, measured in the same run.
+"""End-to-end attempt cost against a bare Docker baseline, measured in the same run, phase by phase.
 
-ours:     one trivial attempt through assure (fresh workspace, PRE snapshot, socket volume,
-          gateway container ready on its socket, hardened agent running `true`, collect,
-          cleanup, POST snapshot, verify).
-baseline: the same Docker work with nothing of ours: create a volume, start a hardened
-          sidecar, run a hardened `--network none` container to completion, remove both.
-Prints medians and the ratio (target: ours <= 1.5x baseline). Runs are interleaved.
+bare:       the same Docker work with nothing of ours: create a volume, start a hardened
+            sidecar, run a hardened `--network none` container to completion, remove both.
+trivial:    one trivial attempt through assure, prepare through verdict (fresh workspace, PRE
+            snapshot, socket volume, gateway ready on its socket, hardened agent running
+            `true`, collect, cleanup, POST snapshot, judge, records).
+first call: the same attempt with an agent that makes one gateway call (`fs.list`): the time
+            from the attempt's start to that call's journal line.
+
+Runs are interleaved (bare, trivial, first call, bare, ...) so a machine shared with other
+work slows all three alike; medians and ratios are reported, never absolute targets.
+Each attempt's Docker API round trips are counted (a response hook on docker-py's session).
+
+    python bench/e2e.py [--rounds N] [--json PATH] [--profile PATH]
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
+import datetime
+import json
+import re
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from assure import spec as spec_mod
 from assure.records import store
@@ -26,18 +38,37 @@ from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-SPEC = f"""\
+SCHEMA_VERSION = 1
+SPEC = """\
 version: 1
-name: trivial
-agent: {{command: ["true"]}}
-workspace: {{fixture: {ROOT / 'fixtures' / 'workspaces' / 'calc'}}}
+name: {name}
+agent: {{command: {command}}}
+workspace: {{fixture: {fixture}}}
 assertions: [{{exit_code: 0}}]
 expect: pass
 """
+FIXTURE = ROOT / "fixtures" / "workspaces" / "calc"
+COMMANDS = {"trivial": '["true"]', "first_call": '["assure-tool", "fs.list"]'}
 
 
-def baseline(backend: DockerBackend, images, spec, n: int) -> float:
+class RoundTrips:
+    """Counts the engine's answers by method and path (ids folded), on docker-py's session."""
+
+    def __init__(self, backend: DockerBackend):
+        self.counts: collections.Counter[str] = collections.Counter()
+        backend._client.api.hooks["response"].append(self._seen)
+
+    def _seen(self, response: Any, *_args: Any, **_kwargs: Any) -> None:
+        path = re.sub(r"^/v[0-9.]+", "", response.request.path_url.split("?")[0])
+        path = re.sub(r"/(containers|volumes|networks)/(?!create$)[^/]+", r"/\1/{id}", path)
+        self.counts[f"{response.request.method} {path}"] += 1
+
+    def take(self) -> collections.Counter[str]:
+        counts, self.counts = self.counts, collections.Counter()
+        return counts
+
+
+def bare(backend: DockerBackend, images, spec, n: int) -> float:
     start = time.perf_counter()
     labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
     volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(spec))
@@ -52,34 +83,92 @@ def baseline(backend: DockerBackend, images, spec, n: int) -> float:
     return time.perf_counter() - start
 
 
-def ours(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -> float:
+def _wall(ts: str) -> float:
+    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def first_call_seconds(run: store.RunDir) -> float | None:
+    """From the attempt's start (container.json) to its first `tool_call` journal line (None
+    before container.json recorded `started_at`)."""
+    paths = run.attempt(1)
+    started = json.loads(paths.container.read_text()).get("started_at")
+    if started is None:
+        return None
+    for line in paths.journal.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "tool_call":
+            return _wall(record["ts"]) - started
+    raise AssertionError("the agent made no gateway call")
+
+
+def ours(backend, images, spec, runs: Path) -> tuple[float, dict[str, float], store.RunDir]:
     start = time.perf_counter()
-    run = store.RunDir.create(runs, store.new_run_id("trivial"), spec.path, spec.to_json())
+    run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
     result = Driver(spec, run, backend, images, lambda *_: None).drive()
     elapsed = time.perf_counter() - start
     assert result.verdict == "pass", result.report
-    for phase, seconds in result.report["attempts"][0]["timings"].items():
-        phases.setdefault(phase, []).append(seconds)
-    return elapsed
+    return elapsed, dict(result.report["attempts"][0]["timings"]), run
+
+
+def _ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 1)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--json", type=Path, help="write the medians here (schema_version 1)")
+    parser.add_argument("--profile", type=Path, help="profile one trivial attempt with pyinstrument, text to this file")
+    args = parser.parse_args()
     backend = DockerBackend()
     images = Images(backend).ensure()
+    trips = RoundTrips(backend)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trivial.yaml"
-        path.write_text(SPEC)
-        spec = spec_mod.load(path)
-        baseline(backend, images, spec, -1)
+        specs = {}
+        for name, command in COMMANDS.items():
+            path = Path(tmp) / f"{name}.yaml"
+            path.write_text(SPEC.format(name=name, command=command, fixture=FIXTURE))
+            specs[name] = spec_mod.load(path)
+        runs = Path(tmp) / "runs"
+        bare(backend, images, specs["trivial"], -1)  # warm-up
+        for spec in specs.values():
+            ours(backend, images, spec, runs)
+        trips.take()
+        bare_t, trivial_t, first_t, calls_t = [], [], [], []
         phases: dict[str, list[float]] = {}
-        ours(backend, images, spec, Path(tmp) / "runs", {})  # warm-up
-        base_t, our_t = [], []
-        for n in range(ROUNDS):
-            base_t.append(baseline(backend, images, spec, n))
-            our_t.append(ours(backend, images, spec, Path(tmp) / "runs", phases))
-    b, o = statistics.median(base_t), statistics.median(our_t)
-    print("assure phases (median ms): " + ", ".join(f"{k} {statistics.median(v) * 1000:.0f}" for k, v in phases.items()))
-    print(f"e2e attempt, {ROUNDS} rounds: baseline median {b * 1000:.0f} ms, assure median {o * 1000:.0f} ms, ratio {o / b:.2f}x (target <= 1.5x)")
+        api: collections.Counter[str] = collections.Counter()
+        for n in range(args.rounds):
+            bare_t.append(bare(backend, images, specs["trivial"], n))
+            trips.take()
+            elapsed, timings, _ = ours(backend, images, specs["trivial"], runs)
+            api += trips.take()
+            trivial_t.append(elapsed)
+            for phase, seconds in timings.items():
+                phases.setdefault(phase, []).append(seconds)
+            elapsed, _, run = ours(backend, images, specs["first_call"], runs)
+            calls_t.append(elapsed)
+            if (seconds := first_call_seconds(run)) is not None:
+                first_t.append(seconds)
+        if args.profile:
+            from pyinstrument import Profiler
+
+            with Profiler(interval=0.001) as profiler:
+                ours(backend, images, specs["trivial"], runs)
+            args.profile.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+    medians = {"bare": _ms(bare_t), "trivial": _ms(trivial_t), "first_call_attempt": _ms(calls_t),
+               **{f"phase.{k}": _ms(v) for k, v in phases.items()}}
+    ratio = round(statistics.median(trivial_t) / statistics.median(bare_t), 3)
+    first_p50 = _ms(first_t) if first_t else None
+    print("assure phases (median ms): " + ", ".join(f"{k} {_ms(v):.0f}" for k, v in phases.items()))
+    print("Docker API round trips per trivial attempt: " + ", ".join(f"{k} {v / args.rounds:g}" for k, v in sorted(api.items())))
+    print(f"  total {sum(api.values()) / args.rounds:g}")
+    print(f"e2e attempt, {args.rounds} interleaved rounds: bare two-container sequence median {medians['bare']:.0f} ms, "
+          f"trivial attempt median {medians['trivial']:.0f} ms, ratio {ratio:.2f}x")
+    print(f"attempt start to the agent's first gateway call: p50 {first_p50} ms (whole attempt {medians['first_call_attempt']:.0f} ms)")
+    if args.json:
+        args.json.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "medians_ms": medians, "ratio_vs_bare": ratio,
+                                         "first_call_p50_ms": first_p50, "rounds": args.rounds,
+                                         "api_round_trips": {k: v / args.rounds for k, v in sorted(api.items())}}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

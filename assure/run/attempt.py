@@ -18,10 +18,11 @@ import socket
 import sqlite3
 import tempfile
 import time
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run.stop import StopReason
@@ -127,7 +128,7 @@ class Attempt:
         """Every phase is total: an exception in one (any Exception, not only ours) becomes a
         harness error naming the phase, and the attempt is judged on what was collected.
         KeyboardInterrupt and SystemExit still propagate, after the cleanup."""
-        facts: dict[str, Any] = {"harness_errors": []}
+        facts: dict[str, Any] = {"harness_errors": [], "started_at": time.time()}
         self._pre: Snapshot | None = None
         self._post: Snapshot | None = None
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(judge.CHECK_KINDS)
@@ -154,7 +155,8 @@ class Attempt:
         self.progress("verify", {})
         failpoints.hit("verify")
         try:
-            judgement = judge.judge(record, self.spec)
+            with self._timed("judge"):
+                judgement = judge.judge(record, self.spec)
         except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
             errors = [*record.facts.harness_errors, _harness_error("judge", exc)]
             found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
@@ -181,6 +183,16 @@ class Attempt:
         start = time.monotonic()
         try:
             fn()
+        finally:
+            self.timings[name] = round(time.monotonic() - start, 4)
+
+    @contextmanager
+    def _timed(self, name: str) -> Iterator[None]:
+        """A step inside a phase, timed on its own (`prepare.copy`, `start.ready`...): the
+        benchmark's breakdown of where an attempt's time goes."""
+        start = time.monotonic()
+        try:
+            yield
         finally:
             self.timings[name] = round(time.monotonic() - start, 4)
 
@@ -250,10 +262,12 @@ class Attempt:
         workspace_fs.require()
         p.root.mkdir(parents=True)
         uid, gid = hardening.sandbox_user(self.spec)
-        self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes)
+        with self._timed("prepare.fs"):
+            self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes)
         live = self._fs.workspace
         try:
-            fresh_copy(self.spec.workspace.fixture, live)
+            with self._timed("prepare.copy"):
+                fresh_copy(self.spec.workspace.fixture, live)
         except SandboxError as exc:
             if os.strerror(errno.ENOSPC) in exc.message:  # the copy's report names the error of each entry
                 raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
@@ -287,7 +301,8 @@ class Attempt:
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
-        pre = take(live)
+        with self._timed("prepare.pre"):
+            pre = take(live)
         store.write_json(p.pre, pre.to_json())
         self._pre = pre
 
@@ -297,29 +312,46 @@ class Attempt:
             hardening.make_socket_folder(self.paths.socket_folder, self.spec)
             socket_source = str(self.paths.socket_folder.resolve())
         else:
-            self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
+            with self._timed("start.volume"):
+                self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
         assert self._fs is not None
         mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
-        gateway = self.backend.start_container(hardening.gateway_request(
-            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
-            network=network, extra_mounts=self.model.mounts()))
-        self._containers.append(gateway)
-        self._gateway = gateway
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
         env = {"ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
-        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=env)
-        with ThreadPoolExecutor(max_workers=1) as pool:  # create the agent while the gateway boots
-            creating = pool.submit(self.backend.create_container, agent)
+        # The stock agent image (a /bin/bash, no entrypoint) under runc starts while the gateway
+        # boots, its command gated on the gateway's socket, which is bound only once the journal
+        # is open. Another image or runtime is created meanwhile and started once the gateway is ready.
+        gated = self.spec.agent.image == AGENT_IMAGE_ALIAS and not runtimes.socket_on_host(self.spec.sandbox.runtime)
+        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=env,
+                                        gate_seconds=GATEWAY_READY_SECONDS if gated else None)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            preparing = pool.submit(self._start_agent if gated else self.backend.create_container, agent)
             try:
-                self._await_gateway(gateway)
+                with self._timed("start.gateway"):
+                    gateway = self.backend.start_container(hardening.gateway_request(
+                        self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
+                        network=network, extra_mounts=self.model.mounts()))
+                self._containers.append(gateway)
+                self._gateway = gateway
+                with self._timed("start.ready"):
+                    self._await_gateway(gateway)
             finally:
-                self._agent = creating.result()
+                self._agent = preparing.result()
                 self._containers.append(self._agent)
         failpoints.hit("start")
-        self.backend.start(self._agent)
-        facts["agent_started_at"] = time.time()
+        if not gated:
+            with self._timed("start.agent"):
+                self.backend.start(self._agent)
+            self._agent_started_at = time.time()
+        facts["agent_started_at"] = self._agent_started_at
+
+    def _start_agent(self, request: sandbox.ContainerRequest) -> str:
+        with self._timed("start.agent"):
+            cid = self.backend.start_container(request)
+        self._agent_started_at = time.time()
+        return cid
 
     def _start_egress(self) -> str | None:
         """Only when the spec allowlists hosts: an internal network shared by the gateway and

@@ -26,6 +26,22 @@ from assure.sandbox import runtimes
 from assure.sandbox.backend import ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
+GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
+# `ContainerRequest.gate` as the container's entry: wait for the socket ($1) for at most $2
+# seconds, polled every 10 ms without a fork (bash's `read -t` on a pipe that never speaks),
+# then exec the command in its place: same pid, no fd or process left over.
+GATE_SCRIPT = ('exec 3<> <(:); n=0; limit=$(($2 * 100)); while [ ! -S "$1" ]; do n=$((n + 1)); if [ "$n" -gt "$limit" ]; then '
+               f'echo "assure: no gateway socket at $1 after $2 s: the agent was not started" >&2; exit {GATE_EXIT}; fi; '
+               'read -t 0.01 -u 3; done; exec 3<&-; shift 2; exec "$@"')
+
+
+def command(request: ContainerRequest) -> list[str] | None:
+    """The request's command, behind its gate if it has one (`GATE_SCRIPT`)."""
+    if request.gate is None:
+        return None if request.command is None else list(request.command)
+    if not request.command:
+        raise SandboxError(f"create container {request.name}: a gated container needs a command", fix="give the agent a command")
+    return ["/bin/bash", "-c", GATE_SCRIPT, "assure-gate", request.gate, str(max(1, int(request.gate_seconds))), *request.command]
 
 
 @contextlib.contextmanager
@@ -45,7 +61,7 @@ def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
     """A request as docker-py's `containers.create` keyword arguments (what is None is left
     to the engine or the image)."""
     optional = {
-        "name": request.name, "command": None if request.command is None else list(request.command),
+        "name": request.name, "command": command(request),
         "environment": dict(request.env) or None, "working_dir": request.working_dir, "hostname": request.hostname,
         "user": request.user, "network_mode": request.network, "tmpfs": dict(request.tmpfs) or None,
         "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits] or None,
