@@ -47,6 +47,8 @@ from assure.verify.snapshot import Snapshot, take
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1
 POLL_SECONDS = 0.05
+READY_POLL_SECONDS = 0.005  # the gateway's ready file
+GATEWAY_ALIVE_SECONDS = 0.25  # how often a gateway not yet ready is asked whether it exited
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
@@ -155,8 +157,7 @@ class Attempt:
         self.progress("verify", {})
         failpoints.hit("verify")
         try:
-            with self._timed("judge"):
-                judgement = judge.judge(record, self.spec)
+            judgement = judge.judge(record, self.spec)
         except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
             errors = [*record.facts.harness_errors, _harness_error("judge", exc)]
             found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
@@ -379,12 +380,21 @@ class Attempt:
         return self._network
 
     def _await_gateway(self, cid: str) -> None:
-        deadline = time.monotonic() + GATEWAY_READY_SECONDS
+        """The ready file is a local stat, polled often (it gates the agent's deadline and the
+        start phase); whether the gateway died instead is an engine round trip, asked less often."""
+        now = time.monotonic()
+        deadline, alive_until = now + GATEWAY_READY_SECONDS, now + GATEWAY_ALIVE_SECONDS
         ready = self.paths.ready
         while not ready.exists():
-            if time.monotonic() > deadline or self.backend.wait(cid, POLL_SECONDS) is not None:
+            now = time.monotonic()
+            exited = now >= alive_until and self.backend.wait(cid, POLL_SECONDS) is not None
+            if now > deadline or exited:
                 logs = self.backend.logs(cid, 4000).decode(errors="replace")
                 raise SandboxError(f"the gateway did not become ready:\n{logs}")
+            if now >= alive_until:
+                alive_until = time.monotonic() + GATEWAY_ALIVE_SECONDS
+            else:
+                time.sleep(READY_POLL_SECONDS)
 
     # --- run ----------------------------------------------------------------------------
     def _run(self, facts: dict[str, Any]) -> None:
@@ -502,13 +512,19 @@ class Attempt:
         return _bounded(out, total=len(changes))
 
     # --- cleanup ------------------------------------------------------------------------
+    def _remove_container(self, cid: str) -> str | None:
+        try:
+            self.backend.remove_container(cid)
+        except AssureError as exc:
+            return exc.message
+        return None
+
     def _cleanup(self) -> None:
+        """The containers side by side (each removal is the engine's round trip and unmount),
+        then what they used: the socket volume, the network."""
         errors = []
-        for cid in reversed(self._containers):
-            try:
-                self.backend.remove_container(cid)
-            except AssureError as exc:
-                errors.append(exc.message)
+        with ThreadPoolExecutor(max_workers=max(1, len(self._containers))) as pool:
+            errors += [e for e in pool.map(self._remove_container, reversed(self._containers)) if e]
         if self._volume:
             try:
                 self.backend.remove_volume(self._volume)
