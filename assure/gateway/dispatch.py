@@ -26,7 +26,6 @@ import json
 import os
 import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -134,7 +133,7 @@ class Dispatcher:
             if not self._open or self._full:
                 return self._unavailable()
             record = {
-                "action_id": uuid.uuid4().hex,
+                "action_id": os.urandom(16).hex(),
                 "tool": tool.name,
                 "path": path,
                 "args_digest": sha256_hex(canonical(args)),
