@@ -49,11 +49,16 @@ unit: install fixtures
 demo: images
 	$(BIN)/assure suite suites/demo.yaml
 
+# Each benchmark that can writes its figures as JSON here (bench/e2e.py: ratio to the bare
+# two-container sequence, first gateway call p50, phase medians).
+BENCH_OUT ?= .assure/bench
+
 bench: images
 	@if ! command -v sqldiff >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3-tools >/dev/null; \
 	fi
-	$(BIN)/python bench/e2e.py
+	@mkdir -p $(BENCH_OUT)
+	$(BIN)/python bench/e2e.py --json $(BENCH_OUT)/e2e.json
 	$(BIN)/python bench/gateway_latency.py
 	$(BIN)/python bench/snapshot_bench.py
 	$(BIN)/python bench/gate_bench.py

@@ -215,7 +215,7 @@ class Dispatcher:
             return
         self._last_beat = now
         try:
-            atomic.write_json(self._config.heartbeat_file, {"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, indent=None)
+            atomic.write_json(self._config.heartbeat_file, {"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, indent=None, sync=False)
         except OSError:
             pass  # a missed beat shows up as staleness, which is the point
 
