@@ -20,9 +20,9 @@ import tempfile
 import time
 from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run.stop import StopReason
