@@ -8,7 +8,7 @@ that socket, JSON in and out, non-2xx answers raised as `GatewayError`.
 from __future__ import annotations
 
 import contextlib
-import http.client
+import functools
 import json
 import os
 import socket
@@ -38,13 +38,23 @@ class GatewayError(Exception):
         self.answer = answer or {}
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """An HTTP/1.1 connection to a unix socket; connecting retries until `connect_timeout`."""
+MAX_HEAD_BYTES = 64 * 1024  # an answer's status line and headers
+
+
+class BadAnswer(OSError):
+    """The gateway's bytes are not an HTTP/1.1 answer with a Content-Length body."""
+
+
+class Connection:
+    """HTTP/1.1 over the gateway's unix socket, one exchange at a time, kept alive; connecting
+    retries until `connect_timeout`. Plain sockets: http.client (and the email parser it
+    imports) would be ~65 ms of every agent's first call, and the gateway answers with
+    Content-Length bodies only."""
 
     def __init__(self, socket_path: str, *, timeout: float, connect_timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = socket_path
-        self.connect_timeout = connect_timeout
+        self.socket_path, self.timeout, self.connect_timeout = socket_path, timeout, connect_timeout
+        self.sock: socket.socket | None = None
+        self._buffer = bytearray()
 
     def connect(self) -> None:
         deadline = time.monotonic() + self.connect_timeout
@@ -62,8 +72,94 @@ class UnixHTTPConnection(http.client.HTTPConnection):
             except BaseException:
                 sock.close()
                 raise
-            self.sock = sock
+            self.sock, self._buffer = sock, bytearray()
             return
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def exchange(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        """Send one request, return (status, body). EOF before the answer's first byte is a
+        ConnectionResetError (a kept-alive connection the gateway had closed)."""
+        if self.sock is None:
+            self.connect()
+        assert self.sock is not None
+        head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        # The gateway may answer early (e.g. 413) and close before the body is sent: read that answer.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.sock.sendall(head.encode("ascii") + b"\r\n" + (body or b""))
+        status, headers = self._head()
+        length = headers.get("content-length", "")
+        if not length.isdigit():
+            raise BadAnswer(f"the gateway's answer has no Content-Length (status {status})")
+        raw = self._take(int(length))
+        if "close" in headers.get("connection", "").lower():
+            self.close()
+        return status, raw
+
+    def _head(self) -> tuple[int, dict[str, str]]:
+        while (end := self._buffer.find(b"\r\n\r\n")) < 0:
+            if len(self._buffer) > MAX_HEAD_BYTES:
+                raise BadAnswer("the gateway's answer headers are too long")
+            if not self._fill():
+                if not self._buffer:
+                    raise ConnectionResetError("the gateway closed the connection without an answer")
+                raise BadAnswer("the gateway's answer ended inside its headers")
+        lines = bytes(self._buffer[:end]).decode("latin-1").split("\r\n")
+        del self._buffer[: end + 4]
+        version, _, rest = lines[0].partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise BadAnswer(f"not an HTTP/1.1 status line: {lines[0][:100]!r}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return int(code), headers
+
+    def _take(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            if not self._fill():
+                raise BadAnswer(f"the gateway's answer ended after {len(self._buffer)} of {size} bytes")
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def _fill(self) -> bool:
+        assert self.sock is not None
+        chunk = self.sock.recv(65536)
+        self._buffer += chunk
+        return bool(chunk)
+
+
+def __getattr__(name: str) -> Any:
+    """`UnixHTTPConnection` (http.client over the socket, for probes that send raw requests),
+    built on first use so that no agent pays http.client's import unless it asks for it."""
+    if name == "UnixHTTPConnection":
+        return _unix_http_connection()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _unix_http_connection() -> type:
+    import http.client
+
+    class UnixHTTPConnection(http.client.HTTPConnection):
+        """An http.client connection to a unix socket, connecting as `Connection` does."""
+
+        def __init__(self, socket_path: str, *, timeout: float, connect_timeout: float):
+            super().__init__("localhost", timeout=timeout)
+            self._unix = Connection(socket_path, timeout=timeout, connect_timeout=connect_timeout)
+
+        def connect(self) -> None:
+            self._unix.connect()
+            self.sock = self._unix.sock
+
+    return UnixHTTPConnection
 
 
 class Client:
@@ -71,7 +167,7 @@ class Client:
 
     def __init__(self, socket_path: str | None = None, *, connect_timeout: float = 10.0, timeout: float = 60.0):
         self.socket_path = socket_path or os.environ.get(SOCKET_ENV, DEFAULT_SOCKET)
-        self._conn = UnixHTTPConnection(self.socket_path, timeout=timeout, connect_timeout=connect_timeout)
+        self._conn = Connection(self.socket_path, timeout=timeout, connect_timeout=connect_timeout)
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/v1/health", None)
@@ -100,13 +196,8 @@ class Client:
         return _decode(status, raw)
 
     def _exchange(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
         try:
-            # The gateway may answer early (e.g. 413) and close before the body is sent: read that answer.
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._conn.request(method, path, body=body, headers=headers)
-            response = self._conn.getresponse()
-            return response.status, response.read()
+            return self._conn.exchange(method, path, body)
         except BaseException:
             self._conn.close()  # leave the connection reusable: the next request reconnects
             raise
@@ -188,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(exc.answer, indent=2))
         print(f"assure-tool: {tool}: {exc}", file=sys.stderr)
         return 1
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:
         print(f"assure-tool: cannot reach the gateway at {client.socket_path}: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(answer, indent=2))

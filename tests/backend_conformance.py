@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -23,10 +24,16 @@ from typing import Any
 import pytest
 
 from assure.errors import AssureError, ImageError, SandboxError
-from assure.sandbox.backend import CHANGE_ADDED, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, OWNER, ContainerRequest, Role, SandboxBackend
+from assure.sandbox.backend import CHANGE_ADDED, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, OWNER, ContainerRequest, Mount, Role, SandboxBackend
 
 BEHAVIOURS = ("exit3", "sleep", "chatty", "write", "cat")
 WRITTEN = b"a" * 5000
+GATE_EXIT = 125  # a gated command whose socket never appeared
+
+
+def gated(folder: str, seconds: float) -> dict[str, Any]:
+    """A request's gate on `folder`/gate.sock (mounted at /run/gate, read-only)."""
+    return {"mounts": (Mount(folder, "/run/gate", read_only=True),), "gate": "/run/gate/gate.sock", "gate_seconds": seconds}
 
 
 @dataclass
@@ -147,6 +154,35 @@ class BackendConformance:
             out = frames(sock)
         assert out.get(1) == b"ping\n"
         assert harness.backend.wait(cid, 30) == 0
+
+    def test_a_gated_command_runs_only_once_its_socket_exists(self, harness):
+        folder = tempfile.mkdtemp(prefix="gate", dir="/tmp")  # a socket's path is ~100 bytes at most
+        os.chmod(folder, 0o755)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            cid = harness.started("exit3", **gated(folder, 30))
+            assert harness.backend.wait(cid, 1.0) is None  # held at its gate: nothing of the command ran
+            assert b"hello" not in harness.backend.logs(cid, 2**20)
+            listener.bind(os.path.join(folder, "gate.sock"))
+            assert harness.backend.wait(cid, 30) == 3
+            assert b"hello" in harness.backend.logs(cid, 2**20)
+        finally:
+            listener.close()
+            os.unlink(os.path.join(folder, "gate.sock")) if os.path.exists(os.path.join(folder, "gate.sock")) else None
+            os.rmdir(folder)
+
+    def test_a_gated_command_never_runs_if_its_socket_never_appears(self, harness):
+        folder = tempfile.mkdtemp(prefix="gate", dir="/tmp")
+        os.chmod(folder, 0o755)
+        try:
+            with open(os.path.join(folder, "gate.sock"), "w") as fh:
+                fh.write("a file where the socket should be")
+            cid = harness.started("exit3", **gated(folder, 1))
+            assert harness.backend.wait(cid, 30) == GATE_EXIT
+            assert b"hello" not in harness.backend.logs(cid, 2**20)
+        finally:
+            os.unlink(os.path.join(folder, "gate.sock"))
+            os.rmdir(folder)
 
     def test_owned_finds_everything_labelled_for_the_run_and_nothing_else(self, harness):
         backend = harness.backend

@@ -15,7 +15,6 @@ import fcntl
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -91,7 +90,7 @@ def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, hal
         update = Override(
             halted=current.halted if halt is None else halt,
             dial=current.dial if dial is None else dial,
-            request_id=uuid.uuid4().hex[:12],
+            request_id=os.urandom(6).hex(),
             requested_at=time.time(),
             actor=actor,
         )

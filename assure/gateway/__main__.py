@@ -1,12 +1,11 @@
 """`python3 -m assure.gateway --config PATH`: run the gateway until SIGTERM or SIGINT.
 
-Exit codes: 0 after a clean stop, 2 for a bad config (one line naming the field), 1 when
+Exit codes: 0 after a clean stop, 2 for a bad config (one line naming the field) or usage, 1 when
 the gateway cannot start (workspace, journal or socket unusable).
 """
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import threading
@@ -14,13 +13,17 @@ import threading
 from assure.gateway.config import ConfigError, load
 from assure.gateway.server import serve
 
+# One form only, read by hand: argparse (and the gettext it imports) would be ~10 ms of every boot.
+USAGE = "usage: python3 -m assure.gateway --config PATH"
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m assure.gateway", description="Run the assure gateway.")
-    parser.add_argument("--config", required=True, help="path of the gateway's JSON config")
-    args = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "--config":
+        print(USAGE, file=sys.stderr)
+        return 2
     try:
-        config = load(args.config)
+        config = load(args[1])
     except ConfigError as exc:
         print(f"assure.gateway: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -445,6 +444,8 @@ def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
     it through the egress proxy)."""
     if not isinstance(value, str):
         raise ConfigError("model.upstream", f'must be a base URL like "https://api.anthropic.com", got {value!r}')
+    import urllib.parse  # here, not at the top: it (and the ipaddress it imports) costs every boot, and only a model or egress URL needs it
+
     parts = urllib.parse.urlsplit(value)
     if parts.query or parts.fragment or value.endswith("?") or value.endswith("#"):
         raise ConfigError("model.upstream", f"must have no query or fragment, got {value!r}")

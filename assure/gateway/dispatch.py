@@ -26,7 +26,6 @@ import json
 import os
 import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -134,7 +133,7 @@ class Dispatcher:
             if not self._open or self._full:
                 return self._unavailable()
             record = {
-                "action_id": uuid.uuid4().hex,
+                "action_id": os.urandom(16).hex(),
                 "tool": tool.name,
                 "path": path,
                 "args_digest": sha256_hex(canonical(args)),
@@ -216,7 +215,7 @@ class Dispatcher:
             return
         self._last_beat = now
         try:
-            atomic.write_json(self._config.heartbeat_file, {"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, indent=None)
+            atomic.write_json(self._config.heartbeat_file, {"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, indent=None, sync=False)
         except OSError:
             pass  # a missed beat shows up as staleness, which is the point
 

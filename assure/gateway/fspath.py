@@ -13,7 +13,6 @@ import contextlib
 import errno
 import os
 import stat
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -105,7 +104,7 @@ class Workspace:
             parent, name = self._parent(stack, shown, create=True)
             if _kind(parent, name) == "dir":
                 raise PathError("is_a_directory", f"{shown!r} is a directory")
-            tmp = f"{_TMP_PREFIX}{uuid.uuid4().hex}"
+            tmp = f"{_TMP_PREFIX}{os.urandom(16).hex()}"
             fd = _open(tmp, _TMP_FLAGS, parent, shown)
             renamed = False
             try:

@@ -536,8 +536,8 @@ def _bind(path: str) -> socket.socket:
 
 
 def _write_ready(config: Config) -> None:
-    """Publish the ready file whole: the host polls for it."""
-    atomic.write_json(config.ready_file, {"run_id": config.run_id, "attempt": config.attempt, "pid": os.getpid(), "socket": config.socket}, indent=None)
+    """Publish the ready file whole: the host polls for it (a signal, not a record: not fsynced)."""
+    atomic.write_json(config.ready_file, {"run_id": config.run_id, "attempt": config.attempt, "pid": os.getpid(), "socket": config.socket}, indent=None, sync=False)
 
 
 def serve(config: Config) -> Gateway:

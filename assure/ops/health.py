@@ -49,9 +49,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from assure.core import atomic
 from assure.errors import AssureError, unreadable
 from assure.records import layout
-from assure.records.store import write_json
 
 HEALTH_DIR = ".health"
 RUN = "{run}"
@@ -86,7 +86,7 @@ def beat(path: Path, component: str, *, now: float | None = None, **detail: Any)
         "detail": detail,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, record)
+    atomic.write_json(path, record, sync=False)  # a heartbeat lost in a crash is stale: the truth
     return record
 
 

@@ -18,8 +18,9 @@ import socket
 import sqlite3
 import tempfile
 import time
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,8 @@ from assure.verify.snapshot import Snapshot, take
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1
 POLL_SECONDS = 0.05
+READY_POLL_SECONDS = 0.005  # the gateway's ready file
+GATEWAY_ALIVE_SECONDS = 0.25  # how often a gateway not yet ready is asked whether it exited
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
@@ -127,7 +130,7 @@ class Attempt:
         """Every phase is total: an exception in one (any Exception, not only ours) becomes a
         harness error naming the phase, and the attempt is judged on what was collected.
         KeyboardInterrupt and SystemExit still propagate, after the cleanup."""
-        facts: dict[str, Any] = {"harness_errors": []}
+        facts: dict[str, Any] = {"harness_errors": [], "started_at": time.time()}
         self._pre: Snapshot | None = None
         self._post: Snapshot | None = None
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(judge.CHECK_KINDS)
@@ -181,6 +184,16 @@ class Attempt:
         start = time.monotonic()
         try:
             fn()
+        finally:
+            self.timings[name] = round(time.monotonic() - start, 4)
+
+    @contextmanager
+    def _timed(self, name: str) -> Iterator[None]:
+        """A step inside a phase, timed on its own (`prepare.copy`, `start.ready`...): the
+        benchmark's breakdown of where an attempt's time goes."""
+        start = time.monotonic()
+        try:
+            yield
         finally:
             self.timings[name] = round(time.monotonic() - start, 4)
 
@@ -250,10 +263,12 @@ class Attempt:
         workspace_fs.require()
         p.root.mkdir(parents=True)
         uid, gid = hardening.sandbox_user(self.spec)
-        self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes)
+        with self._timed("prepare.fs"):
+            self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes)
         live = self._fs.workspace
         try:
-            fresh_copy(self.spec.workspace.fixture, live)
+            with self._timed("prepare.copy"):
+                fresh_copy(self.spec.workspace.fixture, live)
         except SandboxError as exc:
             if os.strerror(errno.ENOSPC) in exc.message:  # the copy's report names the error of each entry
                 raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
@@ -287,7 +302,8 @@ class Attempt:
         }
         store.write_json(p.gateway_config / "gateway.json", config)
         os.chmod(p.gateway_config / "gateway.json", 0o644)
-        pre = take(live)
+        with self._timed("prepare.pre"):
+            pre = take(live)
         store.write_json(p.pre, pre.to_json())
         self._pre = pre
 
@@ -297,29 +313,46 @@ class Attempt:
             hardening.make_socket_folder(self.paths.socket_folder, self.spec)
             socket_source = str(self.paths.socket_folder.resolve())
         else:
-            self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
+            with self._timed("start.volume"):
+                self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
         assert self._fs is not None
         mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
-        gateway = self.backend.start_container(hardening.gateway_request(
-            self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
-            network=network, extra_mounts=self.model.mounts()))
-        self._containers.append(gateway)
-        self._gateway = gateway
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
         env = {"ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
-        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=env)
-        with ThreadPoolExecutor(max_workers=1) as pool:  # create the agent while the gateway boots
-            creating = pool.submit(self.backend.create_container, agent)
+        # The stock agent image (a /bin/bash, no entrypoint) under runc starts while the gateway
+        # boots, its command gated on the gateway's socket, which is bound only once the journal
+        # is open. Another image or runtime is created meanwhile and started once the gateway is ready.
+        gated = self.spec.agent.image == AGENT_IMAGE_ALIAS and not runtimes.socket_on_host(self.spec.sandbox.runtime)
+        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=env,
+                                        gate_seconds=GATEWAY_READY_SECONDS if gated else None)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            preparing = pool.submit(self._start_agent if gated else self.backend.create_container, agent)
             try:
-                self._await_gateway(gateway)
+                with self._timed("start.gateway"):
+                    gateway = self.backend.start_container(hardening.gateway_request(
+                        self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
+                        network=network, extra_mounts=self.model.mounts()))
+                self._containers.append(gateway)
+                self._gateway = gateway
+                with self._timed("start.ready"):
+                    self._await_gateway(gateway)
             finally:
-                self._agent = creating.result()
+                self._agent = preparing.result()
                 self._containers.append(self._agent)
         failpoints.hit("start")
-        self.backend.start(self._agent)
-        facts["agent_started_at"] = time.time()
+        if not gated:
+            with self._timed("start.agent"):
+                self.backend.start(self._agent)
+            self._agent_started_at = time.time()
+        facts["agent_started_at"] = self._agent_started_at
+
+    def _start_agent(self, request: sandbox.ContainerRequest) -> str:
+        with self._timed("start.agent"):
+            cid = self.backend.start_container(request)
+        self._agent_started_at = time.time()
+        return cid
 
     def _start_egress(self) -> str | None:
         """Only when the spec allowlists hosts: an internal network shared by the gateway and
@@ -347,12 +380,21 @@ class Attempt:
         return self._network
 
     def _await_gateway(self, cid: str) -> None:
-        deadline = time.monotonic() + GATEWAY_READY_SECONDS
+        """The ready file is a local stat, polled often (it gates the agent's deadline and the
+        start phase); whether the gateway died instead is an engine round trip, asked less often."""
+        now = time.monotonic()
+        deadline, alive_until = now + GATEWAY_READY_SECONDS, now + GATEWAY_ALIVE_SECONDS
         ready = self.paths.ready
         while not ready.exists():
-            if time.monotonic() > deadline or self.backend.wait(cid, POLL_SECONDS) is not None:
+            now = time.monotonic()
+            exited = now >= alive_until and self.backend.wait(cid, POLL_SECONDS) is not None
+            if now > deadline or exited:
                 logs = self.backend.logs(cid, 4000).decode(errors="replace")
                 raise SandboxError(f"the gateway did not become ready:\n{logs}")
+            if now >= alive_until:
+                alive_until = time.monotonic() + GATEWAY_ALIVE_SECONDS
+            else:
+                time.sleep(READY_POLL_SECONDS)
 
     # --- run ----------------------------------------------------------------------------
     def _run(self, facts: dict[str, Any]) -> None:
@@ -470,13 +512,19 @@ class Attempt:
         return _bounded(out, total=len(changes))
 
     # --- cleanup ------------------------------------------------------------------------
+    def _remove_container(self, cid: str) -> str | None:
+        try:
+            self.backend.remove_container(cid)
+        except AssureError as exc:
+            return exc.message
+        return None
+
     def _cleanup(self) -> None:
+        """The containers side by side (each removal is the engine's round trip and unmount),
+        then what they used: the socket volume, the network."""
         errors = []
-        for cid in reversed(self._containers):
-            try:
-                self.backend.remove_container(cid)
-            except AssureError as exc:
-                errors.append(exc.message)
+        with ThreadPoolExecutor(max_workers=max(1, len(self._containers))) as pool:
+            errors += [e for e in pool.map(self._remove_container, reversed(self._containers)) if e]
         if self._volume:
             try:
                 self.backend.remove_volume(self._volume)

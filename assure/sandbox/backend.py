@@ -106,6 +106,11 @@ class ContainerRequest:
     init: bool = False
     runtime: str | None = None
     stdin_open: bool = False
+    # The command runs only once a unix socket exists at `gate` (a container path), and never
+    # if none does within `gate_seconds`: the container may start before the server it talks
+    # to is up, with nothing of its own running until it is. Needs a command and /bin/bash.
+    gate: str | None = None
+    gate_seconds: float = 0.0
 
     @property
     def all_labels(self) -> dict[str, str]:

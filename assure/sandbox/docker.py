@@ -19,6 +19,7 @@ from typing import Any
 
 import docker
 import docker.errors
+from docker.models.containers import _create_container_args
 import requests.exceptions
 
 from assure.errors import ImageError, SandboxError
@@ -26,6 +27,22 @@ from assure.sandbox import runtimes
 from assure.sandbox.backend import ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
+GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
+# `ContainerRequest.gate` as the container's entry: wait for the socket ($1) for at most $2
+# seconds, polled every 10 ms without a fork (bash's `read -t` on a pipe that never speaks),
+# then exec the command in its place: same pid, no fd or process left over.
+GATE_SCRIPT = ('exec 3<> <(:); n=0; limit=$(($2 * 100)); while [ ! -S "$1" ]; do n=$((n + 1)); if [ "$n" -gt "$limit" ]; then '
+               f'echo "assure: no gateway socket at $1 after $2 s: the agent was not started" >&2; exit {GATE_EXIT}; fi; '
+               'read -t 0.01 -u 3; done; exec 3<&-; shift 2; exec "$@"')
+
+
+def command(request: ContainerRequest) -> list[str] | None:
+    """The request's command, behind its gate if it has one (`GATE_SCRIPT`)."""
+    if request.gate is None:
+        return None if request.command is None else list(request.command)
+    if not request.command:
+        raise SandboxError(f"create container {request.name}: a gated container needs a command", fix="give the agent a command")
+    return ["/bin/bash", "-c", GATE_SCRIPT, "assure-gate", request.gate, str(max(1, int(request.gate_seconds))), *request.command]
 
 
 @contextlib.contextmanager
@@ -41,11 +58,21 @@ def _mapped(what: str) -> Iterator[None]:
         raise SandboxError(f"{what}: {exc}", fix=ENGINE_FIX) from exc
 
 
+def _demultiplexed(data: bytes) -> bytes:
+    """The payloads of the engine's log frames (8-byte header: stream, 0, 0, 0, big-endian size)."""
+    out, at = bytearray(), 0
+    while at + 8 <= len(data):
+        size = int.from_bytes(data[at + 4: at + 8], "big")
+        out += data[at + 8: at + 8 + size]
+        at += 8 + size
+    return bytes(out)
+
+
 def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
     """A request as docker-py's `containers.create` keyword arguments (what is None is left
     to the engine or the image)."""
     optional = {
-        "name": request.name, "command": None if request.command is None else list(request.command),
+        "name": request.name, "command": command(request),
         "environment": dict(request.env) or None, "working_dir": request.working_dir, "hostname": request.hostname,
         "user": request.user, "network_mode": request.network, "tmpfs": dict(request.tmpfs) or None,
         "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits] or None,
@@ -70,6 +97,7 @@ class DockerBackend:
             self._client = docker.from_env(timeout=120)
             self._client.ping()
         self._security: list[str] | None = None
+        self._layers: dict[str, str | None] = {}  # container id -> its UpperDir, from its last inspect
 
     # --- engine -----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -140,7 +168,7 @@ class DockerBackend:
 
     def remove_volume(self, name: str) -> None:
         try:
-            self._client.volumes.get(name).remove(force=True)
+            self._client.api.remove_volume(name, force=True)
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
@@ -148,8 +176,11 @@ class DockerBackend:
 
     # --- containers -------------------------------------------------------------------
     def create_container(self, request: ContainerRequest) -> str:
+        """docker-py's own translation of `containers.create` arguments, sent without the
+        inspect its model adds after every create: one round trip, not two."""
         with _mapped(f"create container {request.name}"):
-            return self._client.containers.create(**create_kwargs(request)).id
+            args = _create_container_args({**create_kwargs(request), "version": self._client.api._version})
+            return self._client.api.create_container(**args)["Id"]
 
     def start(self, cid: str) -> None:
         with _mapped("start container"):
@@ -199,7 +230,9 @@ class DockerBackend:
 
     def inspect(self, cid: str) -> dict[str, Any]:
         with _mapped("inspect container"):
-            return self._client.api.inspect_container(cid)
+            info = self._client.api.inspect_container(cid)
+        self._layers[cid] = ((info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
+        return info
 
     def processes(self, cid: str) -> list[str]:
         """The running container's processes, as command lines (`docker top`: the host's ps)."""
@@ -209,8 +242,13 @@ class DockerBackend:
         return [str(row[column]) for row in top.get("Processes") or []]
 
     def logs(self, cid: str, limit: int) -> bytes:
+        """stdout and stderr, demultiplexed. Asked directly: docker-py's `logs` inspects the
+        container first to learn whether it has a TTY, and ours never do."""
+        api = self._client.api
         with _mapped("container logs"):
-            return bytes(self._client.api.logs(cid, stdout=True, stderr=True, timestamps=False))[-limit:]
+            res = api._get(api._url("/containers/{0}/logs", cid), params={"stdout": 1, "stderr": 1, "timestamps": 0, "tail": "all"})
+            api._raise_for_status(res)
+            return _demultiplexed(res.content)[-limit:]
 
     def fs_changes(self, cid: str) -> list[dict[str, Any]]:
         with _mapped("docker diff"):
@@ -218,9 +256,11 @@ class DockerBackend:
 
     def writable_layer(self, cid: str) -> Path | None:
         """The host folder holding the container's own writes (overlay upper dir), when this
-        host can read it (a local engine, as root); None otherwise (use `fs_changes`)."""
-        data = (self.inspect(cid).get("GraphDriver") or {}).get("Data") or {}
-        upper = data.get("UpperDir")
+        host can read it (a local engine, as root); None otherwise (use `fs_changes`). A
+        container's layer never moves: an earlier `inspect` of it answers."""
+        if cid not in self._layers:
+            self.inspect(cid)
+        upper = self._layers.get(cid)
         if not upper or not os.access(upper, os.R_OK | os.X_OK):
             return None
         return Path(upper)
@@ -254,6 +294,7 @@ class DockerBackend:
             return "file", fh.read() if fh else None, None
 
     def remove_container(self, cid: str) -> None:
+        self._layers.pop(cid, None)
         try:
             self._client.api.remove_container(cid, force=True, v=True)
         except docker.errors.NotFound:

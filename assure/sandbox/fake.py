@@ -28,6 +28,7 @@ import struct
 import subprocess
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from assure.errors import ImageError, SandboxError
 from assure.sandbox.backend import CHANGE_ADDED, ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned, Role
 
 KILLED = 137  # what a container killed at the end of its stop grace exits with (128 + SIGKILL)
+GATE_EXIT = 125  # as the Docker backend's gate script: the socket never appeared, the command never ran
+GATE_POLL_SECONDS = 0.01
 TERMINATED = 143  # 128 + SIGTERM: what a program stopped without handling SIGTERM reports
 
 
@@ -296,7 +299,9 @@ class FakeBackend:
     def _run(self, container: _Container) -> None:
         assert container.program is not None
         try:
-            code = container.program(container.context)
+            code = _gated(container) if container.request.gate else None
+            if code is None:
+                code = container.program(container.context)
         except BaseException:
             container.context.output(2, traceback.format_exc().encode())
             code = 1
@@ -321,6 +326,27 @@ class FakeBackend:
         if container.attached is not None:
             with contextlib.suppress(OSError):
                 container.attached.shutdown(socket.SHUT_WR)
+
+
+def _gated(container: _Container) -> int | None:
+    """`ContainerRequest.gate`, as the engine's entry script runs it: None once the socket
+    exists (the program may run), GATE_EXIT if it did not appear in time or the container was stopped."""
+    request, ctx = container.request, container.context
+    assert request.gate is not None
+    deadline = time.monotonic() + max(1, int(request.gate_seconds))
+    path = ctx.path(request.gate)
+    while not _is_socket(path):
+        if time.monotonic() > deadline or ctx.stopping.wait(GATE_POLL_SECONDS):
+            ctx.output(2, f"assure: no gateway socket at {request.gate}: the agent was not started\n".encode())
+            return GATE_EXIT
+    return None
+
+
+def _is_socket(path: Path) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _gateway(ctx: Context) -> int:

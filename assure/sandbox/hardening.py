@@ -135,7 +135,11 @@ def socket_mount(mounts: Mounts, *, read_only: bool) -> Mount:
     return Mount(mounts.socket_volume, SOCKET_DIR, read_only=read_only, nocopy=not os.path.isabs(mounts.socket_volume))
 
 
-def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str]) -> ContainerRequest:
+def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str],
+                  gate_seconds: float | None = None) -> ContainerRequest:
+    """`gate_seconds`: the agent's command waits (at most that long) for the gateway's socket,
+    which the gateway binds only once its journal is open: the container may then be started
+    while the gateway boots, and the agent still acts only once the gateway journals."""
     agent_files = (Mount(str(mounts.agent_files), AGENT_FILES, read_only=True),) if mounts.agent_files is not None else ()
     return replace(
         common_request(spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids),
@@ -145,6 +149,7 @@ def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: 
         working_dir=WORKSPACE,
         hostname="sandbox",
         mounts=(Mount(str(mounts.workspace), WORKSPACE), socket_mount(mounts, read_only=True), *agent_files),
+        **({"gate": SOCKET_PATH, "gate_seconds": gate_seconds} if gate_seconds is not None else {}),
     )
 
 

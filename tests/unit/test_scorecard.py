@@ -139,7 +139,7 @@ def test_a_refused_option_of_assure_suite_is_told_apart_from_a_failed_suite(tmp_
 def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
     """Every part's output as its real producer shapes it, through the real extractors."""
     e2e, gateway, snapshot, sqlite = (bench_module(n) for n in ("e2e", "gateway_latency", "snapshot_bench", "sqlite_bench"))
-    e2e_doc = e2e.summary([0.60, 0.62, 0.58], [0.90, 0.93, 0.87], {"start": [0.6, 0.7, 0.65]})
+    e2e_doc = e2e.summary([0.60, 0.62, 0.58], [0.90, 0.93, 0.87], {"start": [0.6, 0.7, 0.65]}, [0.30, 0.35, 0.32])
     gw_doc = gateway.summary([0.0004] * 98 + [0.0009, 0.002], [0.000005] * 100)
     snap_doc = snapshot.summary({"ours": [2.0, 2.2], "ours, as a run does": [0.5, 0.7], "sha256sum x2": [1.5, 1.5], "git diff --no-index": [2.5, 2.5]}, 100)
     sqlite_doc = {"scenarios": {"pk": sqlite.figures(1000, 10, 10, 3, 0.3, 0.2, 50.0), "keyless": sqlite.figures(100, 1, 1, 3, 0.1, 0.4, 40.0)}}
@@ -170,7 +170,7 @@ def test_the_scorecard_holds_each_figure_its_part_gave(tmp_path: Path) -> None:
         "containment.specs": 2, "containment.rate": 0.5, "containment.escapes": 1, "containment.errors": 0,
         "benign.specs": 1, "benign.rate": 1.0, "benign.false_positives": 0,
         "conformance.rows": 3, "conformance.rows_passed": 2,
-        "e2e.overhead_ratio": round(0.90 / 0.60, 4), "e2e.assure_ms": 900.0, "e2e.baseline_ms": 600.0,
+        "e2e.overhead_ratio": round(0.90 / 0.60, 3), "e2e.assure_ms": 900.0, "e2e.baseline_ms": 600.0, "e2e.first_call_p50_ms": 320.0,
         "gateway.p50_ms": 0.4, "gateway.p99_ms": 2.0,
         "snapshot.vs_git": round(0.6 / 2.5, 4), "snapshot.cold_vs_git": round(2.1 / 2.5, 4),
         "sqlite.pk_vs_sqldiff": 1.5, "sqlite.keyless_vs_sqldiff": 0.25,
@@ -303,6 +303,7 @@ def test_a_scorecard_with_a_nan_escape_count_is_refused_not_passed(tmp_path: Pat
 
 def test_the_e2e_figures_are_the_medians_the_script_prints() -> None:
     e2e = bench_module("e2e")
-    doc = e2e.summary([0.5, 0.7, 0.6, 0.9], [0.8, 1.0, 0.9, 2.0], {})
-    assert doc["ratio"] == round(statistics.median([0.8, 1.0, 0.9, 2.0]) / statistics.median([0.5, 0.7, 0.6, 0.9]), 4)
-    assert doc["assure_ms"] == [800.0, 1000.0, 900.0, 2000.0] and doc["rounds"] == 4
+    doc = e2e.summary([0.5, 0.7, 0.6, 0.9], [0.8, 1.0, 0.9, 2.0], {"start": [0.4, 0.5, 0.45, 0.6]})
+    assert doc["ratio_vs_bare"] == round(statistics.median([0.8, 1.0, 0.9, 2.0]) / statistics.median([0.5, 0.7, 0.6, 0.9]), 3)
+    assert doc["medians_ms"] == {"bare": 650.0, "trivial": 950.0, "phase.start": 475.0} and doc["rounds"] == 4
+    assert doc["first_call_p50_ms"] is None  # no first call measured
