@@ -186,9 +186,9 @@ RUN_ARG = typer.Argument(..., metavar="RUN", help="A run id (looked up under --r
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 
 
-def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started", "raised")) -> Table:
-    """A table whose id and time columns are never cut (no wrap, no ellipsis: copy them whole);
-    the other columns fold rather than end in an ellipsis."""
+def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started", "raised", "event", "kind", "state", "verdict", "status", "outcome")) -> Table:
+    """A table whose ids, times and one-word names (events, states, verdicts) are never cut (no
+    wrap, no ellipsis: copy or grep them whole); the other columns fold rather than end in an ellipsis."""
     table = Table()
     for h in headers:
         table.add_column(h, no_wrap=h in keep, overflow="fold")
