@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -107,10 +104,9 @@ def assert_inert(page: str) -> Parsed:
 
 
 @pytest.fixture
-def short_tmp() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="htm", dir="/tmp")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def short_tmp(short_dir: Path) -> str:
+    """The fake's folder (the gateway's socket is in it): conftest's short path."""
+    return str(short_dir)
 
 
 @pytest.fixture
