@@ -281,7 +281,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         spec, entry = suite.specs[i], entries[i]
         if entry["run_id"] is None:
             entry["run_id"] = store.new_run_id(spec.name)
-        entry.setdefault("started_at", utc_now())
+        entry["started_at"] = entry.get("started_at") or utc_now()  # kept across a resubmission
         entry.setdefault("next_attempt", 1)
         entry.setdefault("lost", [])
         record.save()  # write-ahead: a caller killed from here on continues this spec one attempt on

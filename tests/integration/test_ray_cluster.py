@@ -68,6 +68,7 @@ def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_her
     assert [(r["verdict"], r.get("node_finding"), r["lost"]) for r in state["runs"]] == [("fail", None, []), *[("pass", None, [])] * 4]
     workers = {n["NodeID"] for n in cluster.alive_nodes() if n["Resources"].get("docker")}
     assert {r["node"] for r in state["runs"]} == workers and len(workers) == 2  # each worker ran at least one spec
+    assert all(r["started_at"] and r["finished_at"] for r in state["runs"])
     for r in state["runs"]:
         run_dir = runs / r["run_id"]
         verified = run_assure([*ASSURE, "receipts", "verify", str(run_dir), "--public-key", str(public), "--json"], tmp_path, 60)
