@@ -67,8 +67,8 @@ class PlainWorkspace:
 
 class PlainAttempt(attempt_mod.Attempt):
     def _snapshot_post(self, facts: dict[str, Any]) -> None:
-        self._post = take(self.paths.workspace, reuse=self._pre).to_json()
-        store.write_json(self.paths.root / "post.json", self._post)
+        self._post = take(self.paths.workspace, reuse=self._pre)
+        store.write_json(self.paths.post, self._post.to_json())
         self._capture_databases("post")
 
 
