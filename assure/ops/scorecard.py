@@ -57,8 +57,8 @@ class Metric:
 # runs (max / min - 1), rounded up to 5 %: no pair of them is called a regression, and a change
 # beyond it is larger than any seen from noise alone. Absolute times only describe the machine
 # and are shown, not judged; so is gateway p99, which ranged 0.9 to 8.8 ms over the six runs (no
-# band separates a change from that). Throughput was not measured here (no -j before `par`):
-# its 65 % is provisional (the e2e ratio's), to be replaced by `--spread` of repeated runs.
+# band separates a change from that). Throughput's band comes the same way from four runs of
+# `--only throughput` on the quiet machine (worst pair 10 % at -j1, 15 % at -j2, 11 % at -j4): 20 %.
 # Counts of escapes, false positives and conformance rows have no band at all.
 METRICS: tuple[Metric, ...] = (
     Metric("containment.specs", "specs", "higher", None, "hostile specs in the containment suite"),
@@ -80,7 +80,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("snapshot.cold_vs_git", "x", "lower", 1.15, "the same on two cold trees / git diff --no-index"),
     Metric("sqlite.pk_vs_sqldiff", "x", "lower", 0.70, "our row diff / sqldiff, table with an INTEGER PRIMARY KEY"),
     Metric("sqlite.keyless_vs_sqldiff", "x", "lower", 0.50, "our row diff / sqldiff, table without a primary key"),
-    *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.65, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
+    *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.20, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
 )
 BY_NAME = {m.name: m for m in METRICS}
 THROUGHPUT_JOBS = (1, 2, 4)
