@@ -353,16 +353,19 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
                 in_flight[spec.name] = "starting"
                 shown()
 
-            def done(n: int, outcome: Any, seconds: float | None) -> None:
-                in_flight.pop(outcome.spec, None)
-                took = "kept from before" if seconds is None else f"{seconds:.1f}s"
-                line = f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}"
+            def report_line(line: str, outcome: Any) -> None:
+                """One finished spec: a ✓/✗ line above the bar, or a timestamped line off a terminal."""
                 if bar is not None:
                     bar.advance(task)
                     shown()
                     bar.console.print(Text.assemble(Text("✓ " if outcome.as_expected else "✗ ", style="green" if outcome.as_expected else "bold red"), plain(line)))
                 else:
                     err.print(plain(f"{_stamp()} {line}"), soft_wrap=True)
+
+            def done(n: int, outcome: Any, seconds: float | None) -> None:
+                in_flight.pop(outcome.spec, None)
+                took = "kept from before" if seconds is None else f"{seconds:.1f}s"
+                report_line(f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}", outcome)
 
             def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
                 if threading.current_thread() is threading.main_thread():
@@ -382,12 +385,7 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
                 lost = f", {len(entry['lost'])} lost with their node" if entry.get("lost") else ""
                 why = entry.get("node_finding") or (entry.get("reason") if outcome.verdict == "error" else None)
                 note = f" — {why}" if why else ""
-                line = f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}"
-                if bar is not None:
-                    bar.advance(task)
-                    bar.console.print(plain(line))
-                else:
-                    err.print(plain(f"{_stamp()} {line}"), soft_wrap=True)
+                report_line(f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}", outcome)
 
             if cluster is not None:
                 from assure.run import cluster as cluster_mod
