@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
+from collections.abc import Iterator
 
 import typer
 from rich.table import Table
@@ -262,6 +263,8 @@ def suite_cmd(
     jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource)."),
     shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Run only shard K of N (1-based), e.g. one job of a CI matrix."),
     cluster: Optional[str] = typer.Option(None, "--cluster", metavar="ADDRESS", help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray]."),
+    pool_size: Optional[int] = typer.Option(None, "--pool", min=0, metavar="N", help="Keep N booted gateway and agent pairs per shape, one claimed per fresh attempt (default: the suite's `pool`, else none)."),
+    pool_idle: Optional[float] = typer.Option(None, "--pool-idle", metavar="SECONDS", help="Replace a pooled pair idle this long (default: the suite's, else 300)."),
     key: Optional[Path] = KEY_OPTION,
 ) -> None:
     """Run every spec of each SUITE, -j at a time; exit 0 only if each verdict is the one its spec expects.
@@ -299,7 +302,8 @@ def suite_cmd(
         if jobs is None and cluster is None:
             chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
             err.print(plain(f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"))
-        results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster))
+        with _warm_pool(engine, runs_dir, loaded, pool_size, pool_idle) as warm:
+            results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm))
     ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes, _ in results)
     docs = [doc for _, _, _, doc in results]
     if summary_file is not None:
@@ -314,8 +318,35 @@ def suite_cmd(
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
+@contextlib.contextmanager
+def _warm_pool(engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, loaded: Any, size: int | None, idle: float | None) -> Iterator[Any]:
+    """The suite's warm pool (run/pool.py), or None: `--pool`/`--pool-idle` over the suite
+    file's `pool`; never on a cluster. Removed on the way out, Ctrl-C included."""
+    from assure.run import pool as pool_mod
+
+    given = loaded.pool or {}
+    size = given.get("size", 0) if size is None else size
+    if engine is None or not size:
+        yield None
+        return
+    idle = given.get("idle_seconds", pool_mod.DEFAULT_IDLE_SECONDS) if idle is None else idle
+    try:
+        settings = pool_mod.Settings(size, float(idle))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    cold = [(s.name, why) for s in loaded.specs if (why := pool_mod.ineligible(s))]
+    err.print(plain(f"suite {loaded.name}: a warm pool of {settings.size} pairs per shape, idle at most {settings.idle_seconds:g} s"
+                    + (f"; {len(cold)} specs start cold ({cold[0][0]}: {cold[0][1]}{', ...' if len(cold) > 1 else ''})" if cold else "")))
+    warm = pool_mod.WarmPool(DockerBackend(), engine[1], runs_dir, settings, say=lambda msg: err.print(plain(msg)))
+    try:
+        warm.want(loaded.specs)
+        yield warm
+    finally:
+        warm.close()
+
+
 def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, new: bool,
-                 jobs: int | None, key: Path | None, cluster: str | None) -> tuple[Any, Any, list[Any], dict[str, Any]]:
+                 jobs: int | None, key: Path | None, cluster: str | None, warm: Any = None) -> tuple[Any, Any, list[Any], dict[str, Any]]:
     """Drive one suite run of `loaded` (`whole` cut to its shard; continuing an unfinished run
     unless `new`), `jobs` specs at a time: here, each worker thread with its own engine client,
     or on the Ray `cluster`. Progress on stderr: a bar on a terminal, one timestamped line per
@@ -378,7 +409,7 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
                         in_flight[spec.name] = phase
                         shown()
 
-                return Driver(spec, run, local.backend, images, progress, signing_key=key).drive().verdict
+                return Driver(spec, run, local.backend, images, progress, signing_key=key, pool=warm).drive().verdict
 
             def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
                 where = f" on {entry['node'][:12]}" if entry.get("node") else ""
@@ -631,12 +662,13 @@ def doctor(specs: list[Path] = typer.Argument(None, metavar="[SPEC]...", help="S
 
 
 @app.command()
-def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going."), json_out: bool = JSON_OPTION) -> None:
+def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going."), json_out: bool = JSON_OPTION,
+       runs_dir: Path = RUNS_OPTION) -> None:
     """Remove containers, volumes, networks and workspace filesystems left by assure processes that are gone."""
     from assure.ops import gc as collector
 
     try:
-        removed = collector.collect(DockerBackend(), everything=everything)
+        removed = collector.collect(DockerBackend(), everything=everything, runs_dir=runs_dir)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:

@@ -1,4 +1,8 @@
-"""`python3 -m assure.gateway --config PATH`: run the gateway until SIGTERM or SIGINT.
+"""`python3 -m assure.gateway --config PATH [--wait SECONDS]`: run the gateway until SIGTERM or SIGINT.
+
+`--wait`: a warm pool's gateway (run/pool.py) boots (its imports are most of its start) before
+its attempt exists, then waits up to SECONDS for the config, written (atomically) when the pair
+is claimed; a gateway never claimed exits 0 when the wait ends.
 
 Exit codes: 0 after a clean stop, 2 for a bad config (one line naming the field) or usage, 1 when
 the gateway cannot start (workspace, journal or socket unusable).
@@ -6,24 +10,52 @@ the gateway cannot start (workspace, journal or socket unusable).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
 
 from assure.gateway.config import ConfigError, load
 from assure.gateway.server import serve
 
 # One form only, read by hand: argparse (and the gettext it imports) would be ~10 ms of every boot.
-USAGE = "usage: python3 -m assure.gateway --config PATH"
+USAGE = "usage: python3 -m assure.gateway --config PATH [--wait SECONDS]"
+WAIT_POLL_SECONDS = 0.002  # a stat every 2 ms: what the claimed pair's first call waits for, at most
+
+
+def _wait_for(path: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(WAIT_POLL_SECONDS)
+    return True
+
+
+def _parse(args: list[str]) -> tuple[str, float | None] | None:
+    """(config path, seconds to wait for it or None), or None for bad usage."""
+    if len(args) == 2 and args[0] == "--config":
+        return args[1], None
+    if len(args) == 4 and args[0] == "--config" and args[2] == "--wait":
+        try:
+            wait = float(args[3])
+        except ValueError:
+            return None
+        return (args[1], wait) if wait > 0 else None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] != "--config":
+    parsed = _parse(sys.argv[1:] if argv is None else argv)
+    if parsed is None:
         print(USAGE, file=sys.stderr)
         return 2
+    path, wait = parsed
+    if wait is not None and not _wait_for(path, wait):
+        return 0  # never claimed: the pool removes it
     try:
-        config = load(args[1])
+        config = load(path)
     except ConfigError as exc:
         print(f"assure.gateway: {exc}", file=sys.stderr)
         return 2

@@ -8,8 +8,10 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from assure.records import store
+from assure.run import pool
 from assure.sandbox import workspace_fs
 from assure.sandbox.backend import LABEL_HOST, LABEL_PID, SandboxBackend
 
@@ -37,8 +39,9 @@ def is_orphan(labels: Mapping[str, str], host: str, everything: bool) -> bool:
         return False
 
 
-def collect(backend: SandboxBackend, *, everything: bool = False) -> Removed:
-    """Remove the orphans; raises AssureError if the engine or the workspaces cannot be listed."""
+def collect(backend: SandboxBackend, *, everything: bool = False, runs_dir: Path | None = None) -> Removed:
+    """Remove the orphans (and, given the runs folder, the folders of dead warm pools); raises
+    AssureError if the engine or the workspaces cannot be listed."""
     owned = backend.owned()
     host = socket.gethostname()
     removed = dict.fromkeys(KINDS, 0)
@@ -50,4 +53,6 @@ def collect(backend: SandboxBackend, *, everything: bool = False) -> Removed:
                 removed[kind] += 1
     # after the containers: nothing holds their workspaces now
     released = workspace_fs.release_orphans(lambda run_dir: everything or not store.is_locked(run_dir))
+    if runs_dir is not None:
+        pool.release_orphans(runs_dir, backend, everything)
     return Removed(removed["containers"], removed["volumes"], removed["networks"], len(released))

@@ -22,6 +22,7 @@ from pathlib import Path
 from assure.core import control
 
 SUITES = "suites"  # suite runs, beside the runs base
+POOL = ".pool"  # warm pools (run/pool.py), in the runs base: a claimed pair is renamed into a run, on one filesystem
 ALERTS_SINK = "alerts.jsonl"  # the default JSON-lines alert sink, beside the runs base
 
 EVENTS_LOG = "events.jsonl"
@@ -154,6 +155,11 @@ class AttemptPaths:
     @property
     def gateway_config(self) -> Path:
         return self.root / "gateway-config"
+
+    @property
+    def pool_claim(self) -> Path:
+        """The pooled pair an attempt claimed (run/pool.py): its containers carry no run label."""
+        return self.root / "pool.json"
 
     @property
     def socket_folder(self) -> Path:

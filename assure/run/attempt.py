@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import sqlite3
+import stat
 import tempfile
 import time
 from contextlib import contextmanager
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from assure.run import checks, failpoints, modelaccess, policy
+from assure.run import checks, failpoints, modelaccess, policy, pool as warm
 from assure.run.stop import StopReason
 from assure.core import confined, control
 from assure.ops import health
@@ -86,9 +87,21 @@ def _copy_database(source: Path, target: Path) -> None:
             src.close()
 
 
-def fresh_copy(source: Path, target: Path) -> None:
+def fresh_copy(source: Path, target: Path, *, into: bool = False) -> None:
     """A workspace (or base) from a fixture: a confined copy (sparse files stay sparse, links
-    stay links); one that would leave anything out fails the attempt before it starts."""
+    stay links); one that would leave anything out fails the attempt before it starts.
+    `into`: `target` exists (a pooled pair's workspace, which its containers mount): the copy
+    is made beside it on the same filesystem and its entries renamed in."""
+    if into:
+        staging = target.parent / f".{target.name}.copy"
+        try:
+            fresh_copy(source, staging)
+            for entry in os.listdir(staging):
+                os.rename(staging / entry, target / entry)
+            os.chmod(target, stat.S_IMODE(os.lstat(staging).st_mode))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return
     report = confined.copy_tree(source, target, max_bytes=confined.COPY_MAX_BYTES)
     if not report.complete:
         shown = "; ".join(f"{display(path)}: {why}" for path, why in report.skipped[:5])
@@ -110,8 +123,11 @@ def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[di
 
 
 class Attempt:
-    def __init__(self, spec: Spec, run: store.RunDir, number: int, backend: SandboxBackend, images: ImageSet, progress: Progress):
+    def __init__(self, spec: Spec, run: store.RunDir, number: int, backend: SandboxBackend, images: ImageSet, progress: Progress,
+                 pool: warm.WarmPool | None = None):
         self.spec, self.run, self.number = spec, run, number
+        self.pool = pool
+        self._pair: warm.Pair | None = None  # the pooled pair this attempt claimed, if any
         self.backend, self.images, self.progress = backend, images, progress
         self.paths = run.attempt(number)
         self.labels = sandbox.labels(run.run_id, number, os.getpid(), socket.gethostname())
@@ -261,23 +277,27 @@ class Attempt:
     def _prepare(self) -> None:
         p = self.paths
         workspace_fs.require()
-        p.root.mkdir(parents=True)
         uid, gid = hardening.sandbox_user(self.spec)
+        size, inodes = parse_size(self.spec.limits.disk), self.spec.limits.inodes
         with self._timed("prepare.fs"):
-            self._fs = workspace_fs.WorkspaceFs.create(p.root, size=parse_size(self.spec.limits.disk), inodes=self.spec.limits.inodes)
+            if self._claim():
+                self._fs = workspace_fs.WorkspaceFs(p.root, size, inodes)  # the pair's, mounted, now at attempts/<n>
+            else:
+                p.root.mkdir(parents=True)
+                self._fs = workspace_fs.WorkspaceFs.create(p.root, size=size, inodes=inodes)
         live = self._fs.workspace
         try:
             with self._timed("prepare.copy"):
-                fresh_copy(self.spec.workspace.fixture, live)
+                fresh_copy(self.spec.workspace.fixture, live, into=self._pair is not None)
         except SandboxError as exc:
             if os.strerror(errno.ENOSPC) in exc.message:  # the copy's report names the error of each entry
                 raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
                                    f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {exc.message}",
                                    where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
             raise
-        p.gateway_state.mkdir()
+        p.gateway_state.mkdir(exist_ok=self._pair is not None)
         p.blobs.mkdir()
-        p.gateway_config.mkdir()
+        p.gateway_config.mkdir(exist_ok=self._pair is not None)
         for db in self.spec.databases:
             if db.mode == "sandbox":
                 p.sandbox_db(db.name).parent.mkdir(exist_ok=True)
@@ -300,15 +320,46 @@ class Attempt:
             **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress.allow}} if self.egress else {}),
             **({"model": model} if (model := self.model.gateway_config()) else {}),
         }
-        store.write_json(p.gateway_config / "gateway.json", config)
-        os.chmod(p.gateway_config / "gateway.json", 0o644)
         with self._timed("prepare.pre"):
             pre = take(live)
         store.write_json(p.pre, pre.to_json())
         self._pre = pre
+        if self._pair is not None:
+            if self.spec.agent.files:
+                warm.copy_agent_files(self.spec.agent.files, p.root / warm.AGENT_FILES)
+            warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, self._agent_env())
+        # last: a pooled gateway starts its journal on it, and only then may the agent act
+        store.write_json(p.gateway_config / "gateway.json", config)
+
+    def _agent_env(self) -> dict[str, str]:
+        return {**self.spec.agent.env, "ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
+
+    def _claim(self) -> bool:
+        """Take a pooled pair (run/pool.py) if the pool has one for this spec and the run's
+        folders can still take it; the containers are then this attempt's to remove."""
+        pair = self.pool.claim(self.spec) if self.pool is not None else None
+        if pair is None:
+            return False
+        try:
+            warm.take(pair, self.run, self.paths.root)
+        except OSError:  # a retry, a resumed run or a halt already recorded: cold, and the pair goes
+            self.pool.give_back(pair)
+            return False
+        self._pair = pair
+        self._containers, self._volume = [pair.gateway, pair.agent], pair.volume
+        self._gateway, self._agent = pair.gateway, pair.agent
+        store.write_json(self.paths.pool_claim, pair.describe())  # a resumed driver reaps by it (no run label)
+        return True
 
     # --- start --------------------------------------------------------------------------
     def _start(self, facts: dict[str, Any]) -> None:
+        if self._pair is not None:
+            facts["pool"] = self._pair.describe()
+            with self._timed("start.ready"):
+                self._await_gateway(self._gateway)
+            self._agent_started_at = facts["agent_started_at"] = time.time()  # its gate opens on the socket, bound just before ready
+            failpoints.hit("start")
+            return
         if runtimes.socket_on_host(self.spec.sandbox.runtime):
             hardening.make_socket_folder(self.paths.socket_folder, self.spec)
             socket_source = str(self.paths.socket_folder.resolve())
@@ -320,12 +371,11 @@ class Attempt:
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
         image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
-        env = {"ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
         # The stock agent image (a /bin/bash, no entrypoint) under runc starts while the gateway
         # boots, its command gated on the gateway's socket, which is bound only once the journal
         # is open. Another image or runtime is created meanwhile and started once the gateway is ready.
         gated = self.spec.agent.image == AGENT_IMAGE_ALIAS and not runtimes.socket_on_host(self.spec.sandbox.runtime)
-        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=env,
+        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=self._agent_env(),
                                         gate_seconds=GATEWAY_READY_SECONDS if gated else None)
         with ThreadPoolExecutor(max_workers=1) as pool:
             preparing = pool.submit(self._start_agent if gated else self.backend.create_container, agent)

@@ -30,6 +30,7 @@ from assure.records.layout import RunPaths
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
+from assure.run.pool import WarmPool
 from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
@@ -63,8 +64,9 @@ MAX_INTERRUPTED = 3  # interrupted attempts of one task (they use up no max_atte
 
 class Driver:
     def __init__(self, spec: Spec, run: store.RunDir, backend: SandboxBackend, images: ImageSet, progress: Progress, *,
-                 signing_key: Path | None = None, first_attempt: int = 1):
+                 signing_key: Path | None = None, first_attempt: int = 1, pool: WarmPool | None = None):
         self.spec, self.run, self.backend, self.images, self.progress = spec, run, backend, images, progress
+        self.pool = pool
         self.signing_key = signing_key
         self.first_attempt = first_attempt  # above 1 when earlier attempts were lost elsewhere (a cluster node)
         self.tasks = spec.tasks
@@ -131,7 +133,7 @@ class Driver:
             self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": self.images.agent, "gateway": self.images.gateway})
             return
         self.state["state"] = RunState.RUNNING
-        reaped = reap(self.backend, self.run.run_id)
+        reaped = reap(self.backend, self.run)
         mine = self.run.path.resolve()
         released = workspace_fs.release_orphans(lambda run_dir: run_dir == mine)
         self._record("run_resumed", reaped=reaped, released=[str(p.relative_to(mine)) for p in released], pid=os.getpid())
@@ -176,7 +178,7 @@ class Driver:
     def _attempt(self, task: Task, n: int) -> AttemptRecord:
         base = self._base()
         spec = task_spec(self.spec, task, base)
-        record = Attempt(spec, self.run, n, self.backend, self.images, self.progress).execute()
+        record = Attempt(spec, self.run, n, self.backend, self.images, self.progress, pool=self.pool).execute()
         self.records.keep(record)
         self._judged[n] = record
         store.write_json(record.paths.task, {"task": task.id, "spec": spec.to_json()})
@@ -418,9 +420,18 @@ def _checks(judgement: Judgement, judged_at: str | None) -> list[dict[str, Any]]
     return checks
 
 
-def reap(backend: SandboxBackend, run_id: str) -> int:
-    """Remove every container, network and volume left by an earlier driver of this run."""
-    owned = backend.owned(run_id)
+def reap(backend: SandboxBackend, run: store.RunDir) -> int:
+    """Remove every container, network and volume left by an earlier driver of this run: by
+    the run's label, and the pooled pairs its attempts claimed (their `pool.json`)."""
+    owned = backend.owned(run.run_id)
+    for attempt in run.attempts():
+        try:
+            claimed = store.read_json(layout.AttemptPaths(attempt).pool_claim)
+        except RunDirError:
+            continue
+        if isinstance(claimed, dict):
+            owned["containers"] += [{"id": str(claimed.get(k))} for k in ("agent", "gateway") if claimed.get(k)]
+            owned["volumes"] += [{"id": str(claimed["volume"])}] if claimed.get("volume") else []
     for c in owned["containers"]:
         backend.remove_container(c["id"])
     for n in owned["networks"]:

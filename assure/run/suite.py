@@ -71,6 +71,7 @@ class Suite:
     specs: tuple[spec_mod.Spec, ...]
     stop_on_unexpected: bool
     shard: Shard | None = None
+    pool: dict[str, Any] | None = None  # the suite file's `pool` (how it runs, not what: not in the digest)
 
     @property
     def digest(self) -> str:
@@ -124,7 +125,7 @@ def load(path: str | Path) -> Suite:
     problems += [f"{path}: two specs are named {name!r}: a suite's report tells its specs apart by name" for name in sorted({n for n in names if names.count(n) > 1})]
     if problems:
         raise SpecError(problems, fix="spec paths in a suite are relative to the suite file's folder")
-    return Suite(data["name"], path.resolve(), data.get("description", ""), tuple(specs), data["stop_on_unexpected"])
+    return Suite(data["name"], path.resolve(), data.get("description", ""), tuple(specs), data["stop_on_unexpected"], pool=data.get("pool"))
 
 
 def _expand(folder: Path, entry: str) -> list[Path]:

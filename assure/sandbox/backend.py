@@ -111,6 +111,10 @@ class ContainerRequest:
     # to is up, with nothing of its own running until it is. Needs a command and /bin/bash.
     gate: str | None = None
     gate_seconds: float = 0.0
+    # A warm pool's agent (run/pool.py; Docker only): created before its attempt exists, so its
+    # command and environment are read, once the gate opens, from this folder (a container
+    # path): `argv` and `env` (`NAME=value`), each NUL-separated. `command` is then None.
+    claim: str | None = None
 
     @property
     def all_labels(self) -> dict[str, str]:

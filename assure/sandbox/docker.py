@@ -33,16 +33,25 @@ GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
 # then exec the command in its place: same pid, no fd or process left over.
 GATE_SCRIPT = ('exec 3<> <(:); n=0; limit=$(($2 * 100)); while [ ! -S "$1" ]; do n=$((n + 1)); if [ "$n" -gt "$limit" ]; then '
                f'echo "assure: no gateway socket at $1 after $2 s: the agent was not started" >&2; exit {GATE_EXIT}; fi; '
-               'read -t 0.01 -u 3; done; exec 3<&-; shift 2; exec "$@"')
+               'read -t 0.01 -u 3; done; exec 3<&-; shift 2; ')
+GATE_EXEC = 'exec "$@"'
+# A claimed pair's agent (`ContainerRequest.claim`, $3): its command and environment from the
+# claim, written before the gateway could bind; the shell's own variables are not exported.
+GATE_CLAIM = ('mapfile -d "" -t argv < "$1/argv" && mapfile -d "" -t envs < "$1/env" && [ "${#argv[@]}" -gt 0 ] || '
+              f'{{ echo "assure: no claim at $1: the agent was not started" >&2; exit {GATE_EXIT}; }}; '
+              'for kv in "${envs[@]}"; do export "$kv" || exit ' f'{GATE_EXIT}; done; exec "${{argv[@]}}"')
 
 
 def command(request: ContainerRequest) -> list[str] | None:
     """The request's command, behind its gate if it has one (`GATE_SCRIPT`)."""
     if request.gate is None:
         return None if request.command is None else list(request.command)
+    gate = [request.gate, str(max(1, int(request.gate_seconds)))]
+    if request.claim is not None:
+        return ["/bin/bash", "-c", GATE_SCRIPT + GATE_CLAIM, "assure-gate", *gate, request.claim]
     if not request.command:
         raise SandboxError(f"create container {request.name}: a gated container needs a command", fix="give the agent a command")
-    return ["/bin/bash", "-c", GATE_SCRIPT, "assure-gate", request.gate, str(max(1, int(request.gate_seconds))), *request.command]
+    return ["/bin/bash", "-c", GATE_SCRIPT + GATE_EXEC, "assure-gate", *gate, *request.command]
 
 
 @contextlib.contextmanager

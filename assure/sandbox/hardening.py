@@ -22,6 +22,7 @@ SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
 WORKSPACE = "/workspace"
 AGENT_FILES = "/opt/agent"
+AGENT_CLAIM = "/run/assure-claim"  # a pooled agent's command and environment (run/pool.py)
 GATEWAY_STATE = "/var/lib/assure"
 GATEWAY_CONFIG = "/etc/assure"
 GATEWAY_CONTROL = "/run/assure-control"
@@ -145,12 +146,17 @@ def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: 
         common_request(spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids),
         name=name,
         command=tuple(spec.agent.command),
-        env={**spec.agent.env, **env, "ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"},
+        env={**spec.agent.env, **env, **agent_base_env()},
         working_dir=WORKSPACE,
         hostname="sandbox",
         mounts=(Mount(str(mounts.workspace), WORKSPACE), socket_mount(mounts, read_only=True), *agent_files),
         **({"gate": SOCKET_PATH, "gate_seconds": gate_seconds} if gate_seconds is not None else {}),
     )
+
+
+def agent_base_env() -> dict[str, str]:
+    """What every agent's environment holds, whatever its spec (a pooled agent's, before its claim)."""
+    return {"ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"}
 
 
 def gateway_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None,

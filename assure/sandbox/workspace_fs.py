@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.errors import SandboxError
+from assure.records import layout
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
@@ -199,17 +200,30 @@ def _is_mount_point(path: Path) -> bool:
     return path.resolve() in _mount_points()
 
 
-def workspace_mounts() -> list[Path]:
-    """Mount points of attempt workspaces and check copies: `<run>/attempts/<n>/{workspace,check}.fs`."""
-    return [p for p in _mount_points() if p.name in (MOUNT_POINT, f"{CHECK}.fs") and p.parent.parent.name == "attempts"]
+def mounted_under(folder: Path) -> bool:
+    """Whether anything is mounted at or below `folder`: never delete a folder while it is."""
+    top = folder.resolve()
+    return any(p == top or top in p.parents for p in _mount_points())
+
+
+def workspace_mounts() -> list[tuple[Path, Path]]:
+    """(mount point, the folder whose lock says whether someone owns it) of attempt workspaces
+    and check copies, `<run>/attempts/<n>/{workspace,check}.fs` (the run), and of warm pools'
+    pairs, `<runs>/.pool/<pool>/<pair>/workspace.fs` (the pool)."""
+    found = []
+    for p in _mount_points():
+        if p.name in (MOUNT_POINT, f"{CHECK}.fs") and p.parent.parent.name == layout.ATTEMPTS:
+            found.append((p, p.parent.parent.parent))
+        elif p.name == MOUNT_POINT and p.parent.parent.parent.name == layout.POOL:
+            found.append((p, p.parent.parent))
+    return found
 
 
 def release_orphans(orphaned: Callable[[Path], bool]) -> list[Path]:
-    """Release every attempt workspace whose run directory `orphaned(run_dir)` says nobody
+    """Release every workspace whose run directory (or pool) `orphaned(folder)` says nobody
     drives any more; returns their mount points."""
     released = []
-    for point in workspace_mounts():
-        run_dir = point.parent.parent.parent
+    for point, run_dir in workspace_mounts():
         if orphaned(run_dir):
             WorkspaceFs(point.parent, 0, 0, point.name.removesuffix(".fs")).release()
             released.append(point)

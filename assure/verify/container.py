@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from assure.sandbox import seccomp, workspace_fs
-from assure.sandbox.hardening import AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE, tmpfs_options, ulimits
+from assure.sandbox.hardening import AGENT_CLAIM, AGENT_FILES, CONTAINMENT, SOCKET_DIR, WORKSPACE, tmpfs_options, ulimits
 from assure.spec import Spec
 from assure.verify.findings import Finding, Kind
 from assure.verify.snapshot import Snapshot
@@ -21,7 +21,7 @@ from assure.verify.snapshot import Snapshot
 # (the engine's init binary is bind-mounted at /sbin/docker-init, /usr/sbin on merged-usr).
 # Exact paths only: anything created beside or below them is still reported.
 EXPECTED_PATHS = frozenset({
-    WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/run", "/opt", "/dev", "/proc", "/sys",
+    WORKSPACE, SOCKET_DIR, AGENT_FILES, AGENT_CLAIM, "/tmp", "/run", "/opt", "/dev", "/proc", "/sys",
     "/etc", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf",
     "/usr", "/usr/sbin", "/usr/sbin/docker-init", "/sbin", "/sbin/docker-init",
 })
@@ -43,17 +43,18 @@ def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
     return data
 
 
-def containment(inspect: dict[str, Any], spec: Spec, engine_security: list[str] | None, attempt: str) -> list[Finding]:
+def containment(inspect: dict[str, Any], spec: Spec, engine_security: list[str] | None, attempt: str,
+                pooled: dict[str, Any] | None = None) -> list[Finding]:
     """The static table of `CONTAINMENT`, then what this spec asked for: read-only root,
-    runtime, seccomp profile, AppArmor, mounts (the workspace that of `attempt`), /tmp tmpfs
-    and ulimits."""
+    runtime, seccomp profile, AppArmor, mounts (the workspace that of `attempt`, or of the
+    pooled pair the attempt claimed: container.json `pool`), /tmp tmpfs and ulimits."""
     findings = []
     for description, path, ok in CONTAINMENT + (
             ("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is spec.sandbox.read_only_root),):
         value = _lookup(inspect, path)
         if not ok(value):
             findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {_as_json(value)}"))
-    for subject, expected, reported in _spec_checks(inspect, spec, engine_security, attempt):
+    for subject, expected, reported in _spec_checks(inspect, spec, engine_security, attempt, pooled):
         if expected != reported:
             findings.append(Finding(Kind.CONTAINMENT_FAILED, subject, f"expected {_as_json(expected)}, engine reports {_as_json(reported)}"))
     return findings
@@ -64,7 +65,8 @@ def containment_checked(spec: Spec) -> list[str]:
     return [".".join(path) for _, path, _ in CONTAINMENT] + ["HostConfig.ReadonlyRootfs"] + [s for s, _, _ in _spec_checks({}, spec, None, "")]
 
 
-def _spec_checks(inspect: dict[str, Any], spec: Spec, engine_security: list[str] | None, attempt: str) -> list[tuple[str, Any, Any]]:
+def _spec_checks(inspect: dict[str, Any], spec: Spec, engine_security: list[str] | None, attempt: str,
+                 pooled: dict[str, Any] | None = None) -> list[tuple[str, Any, Any]]:
     """(subject, expected, what the engine reports), each in a form that compares with ==."""
     limits = spec.limits
     security_opt = _lookup(inspect, ("HostConfig", "SecurityOpt")) or []
@@ -72,13 +74,16 @@ def _spec_checks(inspect: dict[str, Any], spec: Spec, engine_security: list[str]
     apparmor = inspect.get("AppArmorProfile")
     engine = engine_security or []
     mounts = {m.get("Destination"): "rw" if m.get("RW") else "ro" for m in inspect.get("Mounts") or []}
-    expected_mounts = {WORKSPACE: "rw", SOCKET_DIR: "ro", **({AGENT_FILES: "ro"} if spec.agent.files else {})}
+    expected_mounts = {WORKSPACE: "rw", SOCKET_DIR: "ro", **({AGENT_FILES: "ro"} if spec.agent.files or pooled else {}),
+                       **({AGENT_CLAIM: "ro"} if pooled else {})}
     # the bind sources that matter: the spec's agent files, and this attempt's workspace (by
     # its place in the run directory, so a moved run directory still verifies)
     sources = {m.get("Destination"): str(m.get("Source")) for m in inspect.get("Mounts") or [] if m.get("Destination") in (WORKSPACE, AGENT_FILES)}
     workspace_source = sources.get(WORKSPACE, "")
     sources[WORKSPACE] = "…/" + "/".join(workspace_source.split("/")[-4:]) if workspace_source.startswith("/") else workspace_source
     expected_sources = {WORKSPACE: f"…/attempts/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}", **({AGENT_FILES: os.path.normpath(spec.agent.files)} if spec.agent.files else {})}
+    if pooled:  # the pair's own folders, made for it, renamed to attempts/<n> when claimed (run/pool.py)
+        expected_sources = {WORKSPACE: "…/" + "/".join(str(pooled.get("workspace")).split("/")[-4:]), AGENT_FILES: str(pooled.get("agent_files"))}
     tmpfs = {k: sorted(str(v).split(",")) for k, v in (_lookup(inspect, ("HostConfig", "Tmpfs")) or {}).items()}
     reported_ulimits = {u.get("Name"): (u.get("Soft"), u.get("Hard")) for u in _lookup(inspect, ("HostConfig", "Ulimits")) or []}
     return [

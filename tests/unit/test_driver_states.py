@@ -29,6 +29,7 @@ from assure.records import keys, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
 from assure.run import failpoints
 from assure.run.driver import MAX_INTERRUPTED, Driver, RunResult, promote_proposed, resume_note
+from assure.sandbox import workspace_fs
 from assure.sandbox.backend import ContainerRequest, Role, labels
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
 from assure.sandbox.images import ImageSet
@@ -363,3 +364,4 @@ def test_a_run_that_is_not_over_takes_a_halt_even_with_an_old_seal_and_refuses_p
     assert store.RunDir.open(run.path).override("operator", halt=True).halted  # lands: the run goes on
     with pytest.raises(AssureError, match="not over"):
         promote_proposed(spec, store.RunDir.open(run.path), None)
+    workspace_fs.release_orphans(lambda run_dir: run_dir == run.path.resolve())  # what the killed driver left mounted

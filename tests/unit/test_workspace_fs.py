@@ -99,9 +99,9 @@ def test_orphans_are_released_only_when_their_run_is_not_driven(tmp_path):
     fs = WorkspaceFs.create(attempt, size=8 * 2**20, inodes=1024)
     try:
         assert workspace_fs.release_orphans(lambda run_dir: False) == []
-        assert fs.mount_point.resolve() in workspace_fs.workspace_mounts()
+        assert fs.mount_point.resolve() in [p for p, _ in workspace_fs.workspace_mounts()]
         assert workspace_fs.release_orphans(lambda run_dir: run_dir == (tmp_path / "run-1").resolve()) == [fs.mount_point.resolve()]
-        assert fs.mount_point.resolve() not in workspace_fs.workspace_mounts() and not fs.image.exists()
+        assert fs.mount_point.resolve() not in [p for p, _ in workspace_fs.workspace_mounts()] and not fs.image.exists()
     finally:
         fs.release()
 

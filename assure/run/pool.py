@@ -1,0 +1,385 @@
+"""A warm pool: gateway and agent pairs created, started and booted ahead of need, per shape.
+
+Why: an attempt's start is two container creates and starts and the gateway's Python boot,
+about half a second before the agent's first call (issue 14). A claimed pair has done all of it.
+
+How a never-used pair becomes one attempt's, and only that one's:
+- A pair is a folder laid out as an attempt's (`AttemptPaths`: its workspace filesystem mounted
+  and empty, empty gateway state and config folders) with an empty control folder, run-state
+  folder, agent-files folder and claim folder. Its containers were started on those folders:
+  the gateway polls for its config (`assure.gateway --wait`), the agent waits behind its gate
+  for the gateway's socket, with nothing of its own running.
+- A claim renames the control and run-state folders onto the run's own, which must still be
+  empty (a fresh run's first attempt; a retry or a resumed run starts cold), then the pair's
+  folder to `attempts/<n>`: the running containers keep the same directories under new names.
+- The attempt then fills the workspace, copies the agent's files, writes the agent's command
+  and environment into the claim folder, takes PRE, and writes the gateway's config last. Only
+  then does the gateway open the journal and bind the socket, and only then does the agent's
+  gate exec its command: the agent sees the workspace PRE describes, and its first call journals.
+- A pair is claimed once and removed with its attempt; a pair idle past `idle_seconds`, and
+  every free pair on `close()` (exit, Ctrl-C), is removed; `assure gc` removes those of a pool
+  whose process died (labels name it; its folder's lock is free).
+
+Only specs whose containers are the same for every attempt of a shape are pooled: runc, the
+stock agent image, no egress, no live database, no model credentials mounted. Any other starts
+cold (`ineligible` says why).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from assure.core import atomic, confined
+from assure.errors import AssureError, SandboxError
+from assure.records import layout, store
+from assure.records.layout import AttemptPaths
+from assure.run import modelaccess
+from assure.sandbox import hardening, runtimes, workspace_fs
+from assure.sandbox.backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, OWNER, Mount, SandboxBackend
+from assure.sandbox.images import ImageSet
+from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
+
+log = logging.getLogger(__name__)
+
+LABEL_POOL = "assure.pool"
+CONTROL, RUN_STATE, AGENT_FILES, CLAIM = ".run-control", ".run-state", "agent-files", "agent-claim"
+WAIT_MARGIN_SECONDS = 60  # a pair's containers wait this much longer than its idle lifetime, then exit
+REFILL_POLL_SECONDS = 0.5
+MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
+DEFAULT_IDLE_SECONDS = 300.0
+MAX_SIZE = 64  # free pairs per shape
+MOUNTED_MODEL_MODES = ("anthropic", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`size` free pairs kept per shape; a pair idle longer than `idle_seconds` is replaced."""
+
+    size: int
+    idle_seconds: float = DEFAULT_IDLE_SECONDS
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.size <= MAX_SIZE or not self.idle_seconds > 0:
+            raise AssureError(f"a pool of {self.size} pairs idle at most {self.idle_seconds} s", where="pool",
+                              fix=f"give a size from 0 to {MAX_SIZE} and an idle lifetime above 0 seconds")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Everything a pair's containers and filesystem are made with; the rest arrives at claim."""
+
+    user: str
+    read_only_root: bool
+    memory: str
+    pids: int
+    cpus: float
+    tmpfs: str
+    nofile: int
+    disk: str
+    inodes: int
+
+    @classmethod
+    def of(cls, spec: Spec) -> Shape:
+        s, lim = spec.sandbox, spec.limits
+        return cls(s.user, s.read_only_root, lim.memory, lim.pids, lim.cpus, lim.tmpfs, lim.nofile, lim.disk, lim.inodes)
+
+
+def ineligible(spec: Spec) -> str | None:
+    """Why the spec's attempts cannot use a pooled pair (None: they can)."""
+    if runtimes.socket_on_host(spec.sandbox.runtime):
+        return f"runtime {spec.sandbox.runtime}"
+    if spec.agent.image != AGENT_IMAGE_ALIAS:
+        return f"agent image {spec.agent.image}"
+    if modelaccess.egress(spec):
+        return "egress"
+    if any(db.mode == "live" for db in spec.databases):
+        return "a live database"
+    if spec.model is not None and spec.model.mode in MOUNTED_MODEL_MODES:
+        return f"model mode {spec.model.mode} (its key or recording is mounted into the gateway)"
+    if any("\0" in part for part in [*spec.agent.command, *spec.agent.env, *spec.agent.env.values()]):
+        return "a NUL in the agent's command or environment"
+    return None
+
+
+@dataclass
+class Pair:
+    """A free pair: its folder (an attempt's layout) and what the engine made for it."""
+
+    root: Path
+    shape: Shape
+    gateway: str
+    agent: str
+    volume: str
+    created_at: float  # time.time()
+    pool_id: str
+
+    def describe(self) -> dict[str, object]:
+        """What the attempt records (container.json `pool`): the verifier expects its mounts."""
+        return {"pool": self.pool_id, "pair": self.root.name, "created_at": self.created_at,
+                "workspace": str(workspace_fs.WorkspaceFs(self.root, 0, 0).workspace), "agent_files": str(self.root / AGENT_FILES),
+                "gateway": self.gateway, "agent": self.agent, "volume": self.volume}
+
+
+def take(pair: Pair, run: store.RunDir, attempt_root: Path) -> None:
+    """Make the pair the attempt's: its control and run-state folders become the run's (each
+    must still be an empty folder: rename refuses a full one), then its folder `attempt_root`.
+    Raises OSError, having moved nothing of the pair's into the attempt, if a step is refused."""
+    os.rename(pair.root / CONTROL, run.control_dir)
+    os.rename(pair.root / RUN_STATE, run.state_dir)
+    if attempt_root.exists():
+        raise FileExistsError(f"{attempt_root} exists")
+    os.rename(pair.root, attempt_root)
+
+
+def write_claim(folder: Path, command: Iterable[str], env: dict[str, str]) -> None:
+    """The agent's command and environment for its gate (`ContainerRequest.claim`)."""
+    atomic.write_bytes(folder / "env", _nul_separated(f"{k}={v}" for k, v in env.items()), sync=False)
+    atomic.write_bytes(folder / "argv", _nul_separated(command), sync=False)
+
+
+def _nul_separated(parts: Iterable[str]) -> bytes:
+    return b"".join(part.encode() + b"\0" for part in parts)
+
+
+def copy_agent_files(source: Path, folder: Path) -> None:
+    """The spec's agent files into the pair's (mounted read-only at /opt/agent), whole or not at all."""
+    staging = folder.parent / f".{folder.name}.copy"
+    report = confined.copy_tree(source, staging, max_bytes=confined.COPY_MAX_BYTES)
+    try:
+        if not report.complete:
+            raise SandboxError(f"the agent files {source} cannot be copied whole ({report.skipped_count} entries)",
+                               where="agent.files", fix="keep only folders, regular files and symlinks in the agent's files")
+        for entry in os.listdir(staging):
+            os.rename(staging / entry, folder / entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class WarmPool:
+    """Free pairs per shape, refilled by one background thread; one pool per process."""
+
+    def __init__(self, backend: SandboxBackend, images: ImageSet, runs_dir: Path, settings: Settings,
+                 say: Callable[[str], None] = lambda _: None):
+        self.backend, self.images, self.settings, self.say = backend, images, settings, say
+        self._stack = ExitStack()
+        self.dir = store.new_dir(runs_dir.resolve() / layout.POOL, "pool")  # the engine binds absolute paths
+        self._stack.enter_context(store.exclusive(self.dir, "pool"))  # gc: a pool whose lock is free is an orphan
+        self.pool_id = self.dir.name
+        self.labels = {LABEL_OWNER: OWNER, LABEL_POOL: self.pool_id, LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname()}
+        self._free: dict[Shape, list[Pair]] = {}
+        self._doomed: list[Pair] = []  # given back by attempts: removed by the refill thread (the backend is its own)
+        self._specs: dict[Shape, Spec] = {}
+        self._made = 0
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._refill, name="assure-pool", daemon=True)
+        self._thread.start()
+
+    # --- use ---------------------------------------------------------------------------
+    def want(self, specs: Iterable[Spec]) -> None:
+        """Keep pairs of these specs' shapes (the eligible ones) from now on."""
+        with self._cv:
+            for spec in specs:
+                if ineligible(spec) is None:
+                    self._specs.setdefault(Shape.of(spec), spec)
+                    self._free.setdefault(Shape.of(spec), [])
+            self._cv.notify_all()
+
+    def claim(self, spec: Spec) -> Pair | None:
+        """A never-used, booted pair for the spec, or None (ineligible, or none free yet: the
+        attempt starts cold, and the pool refills for its shape)."""
+        if ineligible(spec) is not None:
+            return None
+        self.want([spec])
+        shape = Shape.of(spec)
+        with self._cv:
+            free = self._free.get(shape, [])
+            if self._closed or not free or time.time() - free[-1].created_at >= self.settings.idle_seconds:
+                return None  # an expired pair is the refill thread's to remove
+            self._cv.notify_all()
+            return free.pop()  # the newest: the furthest from its idle lifetime
+
+    def give_back(self, pair: Pair) -> None:
+        """A claimed pair the attempt could not take: removed, never claimed again."""
+        with self._cv:
+            self._doomed.append(pair)
+            self._cv.notify_all()
+
+    def wait_full(self, timeout: float) -> bool:
+        """Until every wanted shape has `size` free pairs (the benchmark's warm start)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while not all(len(f) >= self.settings.size for f in self._free.values()):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def close(self) -> None:
+        """Stop refilling and remove every free pair and the pool's folder (claimed pairs are
+        their attempts' to remove)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout=120)
+        with self._cv:
+            pairs = [p for free in self._free.values() for p in free] + self._doomed
+            self._free.clear()
+            self._doomed = []
+        for pair in pairs:
+            self.discard(pair)
+        self._stack.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> WarmPool:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- refill ------------------------------------------------------------------------
+    def _refill(self) -> None:
+        """One pair at a time, for the shape with the fewest free: the pool never takes more
+        than one core from the attempts it serves; idle pairs past their lifetime go first."""
+        failures = 0
+        while True:
+            with self._cv:
+                if self._closed:
+                    return
+                expired, self._doomed = self._expired() + self._doomed, []
+            for pair in expired:
+                self.discard(pair)
+            with self._cv:
+                short = [(len(f), s) for s, f in self._free.items() if len(f) < self.settings.size]
+                if not short:
+                    self._cv.wait(REFILL_POLL_SECONDS)
+                    continue
+                shape = min(short, key=lambda x: x[0])[1]
+                spec = self._specs[shape]
+            try:
+                pair = self._make(spec, shape)
+                failures = 0
+            except Exception as exc:  # the engine may answer later: retried after a pause, a few times
+                failures += 1
+                give_up = failures >= MAX_FAILURES
+                self.say(f"pool: cannot make a pair: {exc}" + ("; no more tries: attempts start cold" if give_up else ""))
+                if give_up:
+                    return
+                with self._cv:
+                    self._cv.wait(REFILL_POLL_SECONDS * 4)
+                continue
+            with self._cv:
+                if self._closed:
+                    keep = False
+                else:
+                    self._free[shape].append(pair)
+                    keep = True
+                self._cv.notify_all()
+            if not keep:
+                self.discard(pair)
+
+    def _expired(self) -> list[Pair]:
+        """Take the pairs idle past their lifetime out of the free lists (the caller removes them)."""
+        now, old = time.time(), []
+        for free in self._free.values():
+            old += [p for p in free if now - p.created_at >= self.settings.idle_seconds]
+            free[:] = [p for p in free if p not in old]
+        return old
+
+    def _make(self, spec: Spec, shape: Shape) -> Pair:
+        """A pair's folder, filesystem, socket volume and both containers, started; on any
+        failure, whatever was made is removed."""
+        self._made += 1
+        root = self.dir / f"pair-{self._made}"
+        paths = AttemptPaths(root)
+        uid, gid = hardening.sandbox_user(spec)
+        made: dict[str, str] = {}
+        fs = None
+        try:
+            root.mkdir()
+            fs = workspace_fs.WorkspaceFs.create(root, size=parse_size(shape.disk), inodes=shape.inodes)
+            fs.workspace.mkdir()
+            for folder in (paths.gateway_state, paths.gateway_config, root / CONTROL, root / RUN_STATE, root / AGENT_FILES, root / CLAIM):
+                folder.mkdir()
+            for folder in (fs.workspace, paths.gateway_state, root / RUN_STATE):
+                hardening.chown_tree(folder, uid, gid)
+            prefix = f"assure-{self.pool_id[-12:]}-{self._made}"
+            made["volume"] = self.backend.create_volume(f"{prefix}-sock", self.labels, hardening.socket_volume_options(spec))
+            mounts = hardening.Mounts(fs.workspace, made["volume"], paths.gateway_state, paths.gateway_config,
+                                      root / AGENT_FILES, root / CONTROL, root / RUN_STATE)
+            wait = self.settings.idle_seconds + WAIT_MARGIN_SECONDS
+            gateway = hardening.gateway_request(spec, image=self.images.gateway, name=f"{prefix}-gateway", mounts=mounts, labels=self.labels)
+            gateway = replace(gateway, command=(*gateway.command, "--wait", str(wait)))
+            made["gateway"] = self.backend.start_container(gateway)
+            agent = hardening.agent_request(spec, image=self.images.agent, name=f"{prefix}-agent", mounts=mounts, labels=self.labels,
+                                            env={}, gate_seconds=wait)
+            agent = replace(agent, command=None, claim=hardening.AGENT_CLAIM, env=hardening.agent_base_env(),
+                            mounts=(*agent.mounts, Mount(str(root / CLAIM), hardening.AGENT_CLAIM, read_only=True)))
+            made["agent"] = self.backend.start_container(agent)
+        except BaseException:
+            for key in ("agent", "gateway"):
+                if key in made:
+                    _quietly(self.backend.remove_container, made[key])
+            if "volume" in made:
+                _quietly(self.backend.remove_volume, made["volume"])
+            if fs is not None:
+                fs.release()
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return Pair(root, shape, made["gateway"], made["agent"], made["volume"], time.time(), self.pool_id)
+
+    def discard(self, pair: Pair) -> None:
+        """Remove a pair never claimed (or given back unused): containers, volume, filesystem, folder."""
+        release(self.backend, pair.root, [pair.agent, pair.gateway], [pair.volume])
+
+
+def release(backend: SandboxBackend, root: Path, containers: list[str], volumes: list[str]) -> None:
+    """Containers first (they hold the filesystem and the volume), then the filesystem, then
+    the folder: never removed while something is mounted in it."""
+    for cid in containers:
+        _quietly(backend.remove_container, cid)
+    for volume in volumes:
+        _quietly(backend.remove_volume, volume)
+    try:
+        workspace_fs.WorkspaceFs(root, 0, 0).release()
+    except AssureError as exc:
+        log.warning("pool: %s", exc.message)
+        return
+    if not workspace_fs.mounted_under(root):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _quietly(remove: Callable[[str], None], what: str) -> None:
+    try:
+        remove(what)
+    except AssureError as exc:
+        log.warning("pool: %s", exc.message)
+
+
+def release_orphans(runs_dir: Path, backend: SandboxBackend, everything: bool = False) -> list[Path]:
+    """`assure gc`: every pool folder whose process is gone (its lock is free), after gc removed
+    their containers by label: filesystems released, folders removed."""
+    base = runs_dir / layout.POOL
+    if not base.is_dir():
+        return []
+    removed = []
+    for folder in sorted(base.iterdir()):
+        if not folder.is_dir() or (not everything and store.is_locked(folder)):
+            continue
+        for pair in folder.iterdir():
+            if pair.is_dir():
+                release(backend, pair, [], [])
+        if not workspace_fs.mounted_under(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
