@@ -151,14 +151,16 @@ class Attempt:
         self._post: Snapshot | None = None
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(judge.CHECK_KINDS)
         self._copy_report: confined.CopyReport | None = None
-        snapshotted = False
+        snapshotted = prepared = False
         try:
-            if self._total("prepare", self._prepare, facts):
-                try:
-                    if self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
-                        self._total("collect", lambda: self._collect(facts), facts)
-                finally:
+            try:
+                prepared = self._total("prepare", self._prepare, facts)
+                if prepared and self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
+                    self._total("collect", lambda: self._collect(facts), facts)
+            finally:
+                if prepared or self._containers:  # a pooled pair's containers exist from its claim, in prepare
                     self._total("cleanup", self._cleanup, facts)
+            if prepared:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
             self._release_workspace(facts)
@@ -340,13 +342,14 @@ class Attempt:
         pair = self.pool.claim(self.spec) if self.pool is not None else None
         if pair is None:
             return False
+        self._containers, self._volume = [pair.gateway, pair.agent], pair.volume  # ours from here: removed on every path
         try:
             warm.take(pair, self.run, self.paths.root)
         except OSError:  # a retry, a resumed run or a halt already recorded: cold, and the pair goes
+            self._containers, self._volume = [], None
             self.pool.give_back(pair)
             return False
         self._pair = pair
-        self._containers, self._volume = [pair.gateway, pair.agent], pair.volume
         self._gateway, self._agent = pair.gateway, pair.agent
         store.write_json(self.paths.pool_claim, pair.describe())  # a resumed driver reaps by it (no run label)
         return True

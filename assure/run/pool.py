@@ -238,8 +238,8 @@ class WarmPool:
             self._doomed = []
         for pair in pairs:
             self.discard(pair)
+        _release_folders(self.backend, self.dir)  # a pair claimed by an attempt interrupted before it took the pair
         self._stack.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> WarmPool:
         return self
@@ -372,14 +372,17 @@ def release_orphans(runs_dir: Path, backend: SandboxBackend, everything: bool = 
     base = runs_dir / layout.POOL
     if not base.is_dir():
         return []
-    removed = []
-    for folder in sorted(base.iterdir()):
-        if not folder.is_dir() or (not everything and store.is_locked(folder)):
-            continue
-        for pair in folder.iterdir():
-            if pair.is_dir():
-                release(backend, pair, [], [])
-        if not workspace_fs.mounted_under(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
+    return [folder for folder in sorted(base.iterdir())
+            if folder.is_dir() and (everything or not store.is_locked(folder)) and _release_folders(backend, folder)]
+
+
+def _release_folders(backend: SandboxBackend, folder: Path) -> bool:
+    """Release every pair folder left in a pool's folder, then remove it; False if something
+    stays mounted there (it is then kept: never delete through a mount)."""
+    for pair in folder.iterdir():
+        if pair.is_dir():
+            release(backend, pair, [], [])
+    if workspace_fs.mounted_under(folder):
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    return True

@@ -1,0 +1,167 @@
+"""The warm pool's host-side pieces, without Docker: which specs it takes, how a pair becomes an
+attempt's folders, the claimed agent's gate (run by a real bash), the pooled gateway's wait, and
+the verifier's expectations of a pooled attempt. tests/integration/test_pool.py runs it live."""
+
+import dataclasses
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from assure import spec
+from assure.errors import AssureError
+from assure.gateway import __main__ as gateway_main
+from assure.records import store
+from assure.run import pool
+from assure.sandbox import hardening
+from assure.sandbox.backend import ContainerRequest, Role
+from assure.sandbox.docker import GATE_EXIT, command
+from assure.verify.container import containment
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
+
+
+@pytest.fixture
+def benign():
+    return spec.load(EXAMPLES / "benign.yaml")
+
+
+def test_settings_refuse_what_cannot_be_a_pool():
+    assert pool.Settings(0).size == 0
+    for size, idle in ((-1, 10), (pool.MAX_SIZE + 1, 10), (2, 0), (2, -5)):
+        with pytest.raises(AssureError, match="pool of"):
+            pool.Settings(size, idle)
+
+
+def test_only_specs_whose_containers_never_vary_are_pooled(benign):
+    assert pool.ineligible(benign) is None
+    cases = {
+        "runtime runsc": dataclasses.replace(benign, sandbox=dataclasses.replace(benign.sandbox, runtime="runsc")),
+        "agent image": dataclasses.replace(benign, agent=dataclasses.replace(benign.agent, image="debian:bookworm")),
+        "NUL": dataclasses.replace(benign, agent=dataclasses.replace(benign.agent, env={"A": "x\0y"})),
+    }
+    for reason, changed in cases.items():
+        assert reason in pool.ineligible(changed)
+
+
+def test_specs_of_one_shape_share_pairs_and_a_limit_makes_another(benign):
+    other_agent = dataclasses.replace(benign, name="other", agent=dataclasses.replace(benign.agent, command=("sh", "-c", "exit 3")))
+    assert pool.Shape.of(other_agent) == pool.Shape.of(benign)  # the command arrives with the claim
+    more_memory = dataclasses.replace(benign, limits=dataclasses.replace(benign.limits, memory="1g"))
+    assert pool.Shape.of(more_memory) != pool.Shape.of(benign)
+
+
+def _pair(tmp_path: Path) -> pool.Pair:
+    root = tmp_path / "pool" / "pair-1"
+    for name in (pool.CONTROL, pool.RUN_STATE, pool.AGENT_FILES, pool.CLAIM, "gateway", "gateway-config"):
+        (root / name).mkdir(parents=True)
+    (root / "gateway" / "marker").write_text("the pair's")
+    return pool.Pair(root, None, "gw", "ag", "vol", time.time(), "pool-x")
+
+
+def _run(tmp_path: Path, benign) -> store.RunDir:
+    return store.RunDir.new(tmp_path / "runs", "benign", benign.path, benign.to_json())
+
+
+def test_a_claim_makes_the_pair_the_fresh_runs_first_attempt(tmp_path, benign):
+    run, pair = _run(tmp_path, benign), _pair(tmp_path)
+    control_inode = os.stat(pair.root / pool.CONTROL).st_ino
+    pool.take(pair, run, run.attempt(1).root)
+    assert os.stat(run.control_dir).st_ino == control_inode  # the folder the gateway mounted is the run's now
+    assert (run.attempt(1).gateway_state / "marker").read_text() == "the pair's"
+    assert not pair.root.exists()
+
+
+def test_a_run_whose_control_folder_is_in_use_refuses_the_pair(tmp_path, benign):
+    run, pair = _run(tmp_path, benign), _pair(tmp_path)
+    run.override("operator", dial="propose")  # an operator's request: control/ is no longer empty
+    with pytest.raises(OSError):
+        pool.take(pair, run, run.attempt(1).root)
+    assert (run.control_dir / "operator.json").exists() and pair.root.exists()  # nothing of the run's was replaced
+
+
+def test_an_attempt_folder_already_there_refuses_the_pair(tmp_path, benign):
+    run, pair = _run(tmp_path, benign), _pair(tmp_path)
+    run.attempt(1).root.mkdir(parents=True)
+    with pytest.raises(FileExistsError):
+        pool.take(pair, run, run.attempt(1).root)
+    assert pair.root.exists() and not any(run.attempt(1).root.iterdir())
+
+
+def _serve_socket(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    return server
+
+
+def _gate(tmp_path: Path, seconds: int = 5) -> list[str]:
+    request = ContainerRequest(role=Role.AGENT, image="x", gate=str(tmp_path / "gateway.sock"), gate_seconds=seconds,
+                               claim=str(tmp_path / "claim"))
+    return command(request)
+
+
+def test_the_claimed_agent_runs_its_claim_with_nothing_of_the_gate_left(tmp_path):
+    (tmp_path / "claim").mkdir()
+    pool.write_claim(tmp_path / "claim", ["bash", "-c", 'env; ls /proc/$$/fd; echo "args:$1"', "zero", "one two"],
+                     {"ASSURE_RUN_ID": "r1", "SPACED": "a b=c"})
+    gate = _gate(tmp_path)
+    proc = subprocess.Popen(gate, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
+    time.sleep(0.3)  # the gate waits: no socket yet
+    assert proc.poll() is None
+    server = _serve_socket(tmp_path / "gateway.sock")
+    try:
+        out, err = proc.communicate(timeout=10)
+    finally:
+        server.close()
+    assert proc.returncode == 0, err
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith("args:"))
+    assert env["ASSURE_RUN_ID"] == "r1" and env["SPACED"] == "a b=c"
+    assert not {"n", "limit", "argv", "envs", "kv"} & set(env)  # the gate's own variables never reach the agent
+    fds = [line for line in out.splitlines() if line.isdigit()]
+    assert sorted(fds) == ["0", "1", "2", "255"] or sorted(fds) == ["0", "1", "2"]  # 255: the listing bash's own script fd
+    assert "args:one two" in out
+
+
+def test_a_claimed_agent_without_its_claim_never_runs(tmp_path):
+    (tmp_path / "claim").mkdir()
+    server = _serve_socket(tmp_path / "gateway.sock")
+    try:
+        done = subprocess.run(_gate(tmp_path), capture_output=True, text=True, timeout=10)
+    finally:
+        server.close()
+    assert done.returncode == GATE_EXIT and "no claim" in done.stderr
+
+
+def test_a_pooled_gateway_waits_for_its_config_and_leaves_quietly_if_never_claimed(tmp_path):
+    config = tmp_path / "gateway.json"
+    assert gateway_main._parse(["--config", str(config), "--wait", "0"]) is None
+    assert gateway_main._parse(["--config", str(config), "--wait", "x"]) is None
+    assert gateway_main.main(["--config", str(config), "--wait", "0.2"]) == 0  # never claimed: exits, nothing started
+    threading.Timer(0.2, lambda: config.write_text("{}")).start()
+    started = time.monotonic()
+    assert gateway_main.main(["--config", str(config), "--wait", "5"]) == 2  # claimed: the config is read (and this one is bad)
+    assert time.monotonic() - started < 4
+
+
+def test_the_verifier_expects_a_pooled_attempts_own_mounts(benign, tmp_path):
+    pair = tmp_path / "runs" / ".pool" / "pool-x" / "pair-3"
+    pooled = {"workspace": str(pair / "workspace.fs" / "workspace"), "agent_files": str(pair / pool.AGENT_FILES)}
+    inspect = {"Mounts": [{"Destination": hardening.WORKSPACE, "RW": True, "Source": pooled["workspace"]},
+                          {"Destination": hardening.SOCKET_DIR, "RW": False, "Source": "vol"},
+                          {"Destination": hardening.AGENT_FILES, "RW": False, "Source": pooled["agent_files"]},
+                          {"Destination": hardening.AGENT_CLAIM, "RW": False, "Source": str(pair / pool.CLAIM)}]}
+
+    def mount_findings(pooled_record):
+        return [f for f in containment(inspect, benign, [], "1", pooled_record) if f.subject.startswith("Mounts")]
+
+    assert mount_findings(pooled) == []
+    assert mount_findings(None)  # the same container on a cold attempt: not its workspace
+    other = {**pooled, "workspace": str(tmp_path / "elsewhere" / "pair-9" / "workspace.fs" / "workspace")}
+    assert mount_findings(other)  # another pair's workspace
+    writable = {**inspect, "Mounts": [dict(m, RW=True) if m["Destination"] == hardening.AGENT_CLAIM else m for m in inspect["Mounts"]]}
+    assert [f for f in containment(writable, benign, [], "1", pooled) if f.subject == "Mounts"]
