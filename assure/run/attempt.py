@@ -136,6 +136,7 @@ class Attempt:
         self._containers: list[str] = []
         self._volume: str | None = None
         self._network: str | None = None
+        self._started = False  # `_start` returned: every resource it made is recorded
         self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec)
@@ -400,6 +401,7 @@ class Attempt:
                 self.backend.start(self._agent)
             self._agent_started_at = time.time()
         facts["agent_started_at"] = self._agent_started_at
+        self._started = True
 
     def _start_agent(self, request: sandbox.ContainerRequest) -> str:
         with self._timed("start.agent"):
@@ -572,22 +574,37 @@ class Attempt:
             return exc.message
         return None
 
+    def _unrecorded(self) -> dict[str, list[str]]:
+        """What the engine holds with this attempt's labels beyond what it recorded: a create
+        cut short (Ctrl-C, SIGTERM, an error while the call was in flight) may have made what
+        it never returned the id of. Only after a start that did not finish: one more round trip."""
+        mine = {k: self.labels[k] for k in (sandbox.LABEL_ATTEMPT, sandbox.LABEL_PID, sandbox.LABEL_HOST)}
+        recorded = {*self._containers, self._volume, self._network}
+        return {kind: [item["id"] for item in items if item["id"] not in recorded and all(item.get(k) == v for k, v in mine.items())]
+                for kind, items in self.backend.owned(self.run.run_id).items()}
+
     def _cleanup(self) -> None:
         """The containers side by side (each removal is the engine's round trip and unmount),
-        then what they used: the socket volume, the network."""
+        then what they used: the socket volume, the network. After a start that did not finish,
+        also what the engine lists as this attempt's own (`_unrecorded`), before the volume a
+        container it never recorded would still hold."""
         errors = []
         with ThreadPoolExecutor(max_workers=max(1, len(self._containers))) as pool:
             errors += [e for e in pool.map(self._remove_container, reversed(self._containers)) if e]
-        if self._volume:
+        stray: dict[str, list[str]] = {}
+        if not self._started:
             try:
-                self.backend.remove_volume(self._volume)
+                stray = self._unrecorded()
             except AssureError as exc:
                 errors.append(exc.message)
-        if self._network:
-            try:
-                self.backend.remove_network(self._network)
-            except AssureError as exc:
-                errors.append(exc.message)
+        errors += [e for e in map(self._remove_container, stray.get("containers", [])) if e]
+        for remove, items in ((self.backend.remove_volume, [self._volume, *stray.get("volumes", [])]),
+                              (self.backend.remove_network, [self._network, *stray.get("networks", [])])):
+            for item in filter(None, items):
+                try:
+                    remove(item)
+                except AssureError as exc:
+                    errors.append(exc.message)
         try:  # the gateway's socket folder (gVisor): nothing to keep
             confined.remove(self.paths.root, self.paths.socket_folder.name)
         except OSError as exc:

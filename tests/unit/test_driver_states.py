@@ -23,7 +23,7 @@ import yaml
 from assure import spec as spec_mod
 from assure.client import Client, GatewayError
 from assure.core import control
-from assure.errors import AssureError
+from assure.errors import AssureError, SandboxError
 from assure.ops import alerts
 from assure.records import keys, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
@@ -250,6 +250,78 @@ def test_a_task_whose_driver_is_killed_in_every_attempt_is_quarantined_not_retri
     assert (task_of(result)["state"], result.verdict) == ("quarantined", "error")
     assert task_of(result)["reason"] == f"{MAX_INTERRUPTED} attempts interrupted (the driver was killed each time)"
     assert [r.role for r in backend.created] == []  # no attempt ran again
+
+
+class CutShort(FakeBackend):
+    """The engine makes the first `what` (a role, or "volume"), then its call raises `raised`
+    before the id comes back: Ctrl-C or SIGTERM while the create's HTTP call is in flight.
+    Counts `owned()` calls: the engine round trips of a sweep."""
+
+    def __init__(self, what: str, raised: type[BaseException], programs: dict[str, Program], tmp: str):
+        super().__init__(programs, images={IMAGES.agent, IMAGES.gateway, IMAGES.egress}, tmp=tmp)
+        self.what, self.raised, self.listed = what, raised, 0
+
+    def _cut(self, what: str) -> None:
+        if what == self.what:
+            self.what = ""
+            raise self.raised("the create's reply never came")
+
+    def create_volume(self, name: str, labels: dict[str, str], driver_opts: dict[str, str]) -> str:
+        made = super().create_volume(name, labels, driver_opts)
+        self._cut("volume")
+        return made
+
+    def create_container(self, request: ContainerRequest) -> str:
+        cid = super().create_container(request)
+        self._cut(request.role)
+        return cid
+
+    def owned(self, run_id: str | None = None) -> Any:
+        self.listed += 1
+        return super().owned(run_id)
+
+
+NOTHING = {"containers": [], "volumes": [], "networks": []}
+
+
+@pytest.mark.parametrize("what", ["volume", Role.GATEWAY])
+def test_an_interrupted_create_leaves_nothing_of_the_attempt_behind(what, tmp_path, short_tmp):
+    """The gateway (or socket volume) exists in the engine but its id never came back: the
+    cleanup finds it by the attempt's labels, and the socket volume it held goes too."""
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    run = new_run(tmp_path, spec)
+    backend = CutShort(what, KeyboardInterrupt, {"fix": fix}, short_tmp)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Driver(spec, run, backend, IMAGES, lambda *_: None).drive()
+        assert backend.owned(run.run_id) == NOTHING
+    finally:
+        backend.close()
+    assert mounted_under(tmp_path) == []
+
+
+@pytest.mark.parametrize("what", [Role.GATEWAY, Role.AGENT])
+def test_a_create_that_raises_after_the_engine_made_it_leaves_nothing_behind(what, tmp_path, short_tmp):
+    """The same hole when the create fails mid-call (the agent's in the worker thread): a
+    harness error, and nothing of the attempt left in the engine."""
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE, max_attempts=1)
+    run = new_run(tmp_path, spec)
+    backend = CutShort(what, SandboxError, {"fix": fix}, short_tmp)
+    try:
+        result = Driver(spec, run, backend, IMAGES, lambda *_: None).drive()
+        listed, left = backend.listed, backend.owned(run.run_id)
+    finally:
+        backend.close()  # as `drive` does, but only once the engine's leftovers are seen
+    assert result.verdict == "error" and left == NOTHING
+    assert listed == 1  # the sweep's one listing
+
+
+def test_an_attempt_that_starts_normally_lists_nothing_at_cleanup(tmp_path, short_tmp):
+    """The sweep is for a start cut short: a normal attempt's cleanup costs no extra round trip."""
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    run = new_run(tmp_path, spec)
+    result, backend = drive(spec, run, short_tmp, {}, backend=CutShort("", KeyboardInterrupt, {"fix": fix}, short_tmp))
+    assert result.verdict == "pass" and backend.listed == 0
 
 
 @pytest.mark.parametrize("glob", ["out/**", "out/reports/**"])
