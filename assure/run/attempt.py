@@ -362,6 +362,7 @@ class Attempt:
             with self._timed("start.ready"):
                 self._await_gateway(self._gateway)
             self._agent_started_at = facts["agent_started_at"] = time.time()  # its gate opens on the socket, bound just before ready
+            self._started = True
             failpoints.hit("start")
             return
         if runtimes.socket_on_host(self.spec.sandbox.runtime):

@@ -91,6 +91,9 @@ def test_a_stale_heartbeat_raises_an_alert_that_stays_pending_until_acked(make_s
     manifest.write_text(json.dumps({"components": [{"name": "verifier", "stale_after_seconds": 1}, {"name": "driver", "stale_after_seconds": 1}]}))
     try:
         wait_for_agent(backend, proc.pid)
+        deadline = time.monotonic() + 30  # the agent is listed before the driver's first heartbeats (its run phase)
+        while not list(runs.glob("*/control/verifier.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGSTOP)  # the driver freezes: its heartbeats stop, its run stays "running"
         time.sleep(2.5)
         monitor = subprocess.run(ASSURE + ["monitor", "--once", "--runs-dir", str(runs), "--manifest", str(manifest)], cwd=tmp_path, capture_output=True, text=True, timeout=60)
