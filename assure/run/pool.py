@@ -42,7 +42,7 @@ from assure.core import atomic, confined
 from assure.errors import AssureError, SandboxError
 from assure.records import layout, store
 from assure.records.layout import AttemptPaths
-from assure.run import modelaccess
+from assure.run import modelaccess, suite
 from assure.sandbox import hardening, runtimes, workspace_fs
 from assure.sandbox.backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, OWNER, Mount, SandboxBackend
 from assure.sandbox.images import ImageSet
@@ -266,6 +266,9 @@ class WarmPool:
                     continue
                 shape = min(short, key=lambda x: x[0])[1]
                 spec = self._specs[shape]
+                if not _room_for(spec):  # the attempts come first: wait for memory to be freed
+                    self._cv.wait(REFILL_POLL_SECONDS)
+                    continue
             try:
                 pair = self._make(spec, shape)
                 failures = 0
@@ -357,6 +360,12 @@ def release(backend: SandboxBackend, root: Path, containers: list[str], volumes:
         return
     if not workspace_fs.mounted_under(root):
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _room_for(spec: Spec) -> bool:
+    """Whether the memory available now holds one more pair at its limits (agent and gateway),
+    as -j's default reckons a run's footprint."""
+    return suite.machine()[1] >= suite.spec_footprint(spec)[1]
 
 
 def _quietly(remove: Callable[[str], None], what: str) -> None:

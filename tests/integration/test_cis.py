@@ -24,11 +24,12 @@ HANG = SPECS / "hang.yaml"
 
 
 def _running(backend, proc: subprocess.Popen, timeout: float = 60) -> dict[str, str]:
-    """role -> container id, once the run's agent container is running."""
+    """role -> container id, once the run's agent and gateway containers are running (the agent
+    starts while the gateway is created: either may be listed first)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         ours = {c["assure.role"]: c["id"] for c in backend.owned()["containers"] if c.get("assure.pid") == str(proc.pid)}
-        if "agent" in ours and backend.inspect(ours["agent"])["State"]["Running"]:
+        if {"agent", "gateway"} <= set(ours) and all(backend.inspect(ours[r])["State"]["Running"] for r in ("agent", "gateway")):
             return ours
         time.sleep(0.2)
     pytest.fail(f"the agent container never started: {proc.stderr.read() if proc.poll() is not None else 'timed out'}")
