@@ -126,11 +126,11 @@ def _wall(ts: str) -> float:
     return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
-def first_call_seconds(run: store.RunDir) -> float | None:
-    """From the attempt's start (container.json) to its first `tool_call` journal line (None
-    before container.json recorded `started_at`)."""
+def first_call_seconds(run: store.RunDir, since: str = "started_at") -> float | None:
+    """From the attempt's start (container.json `started_at`, or another of its times) to its
+    first `tool_call` journal line (None if container.json has no such time)."""
     paths = run.attempt(1)
-    started = json.loads(paths.container.read_text()).get("started_at")
+    started = json.loads(paths.container.read_text()).get(since)
     if started is None:
         return None
     for line in paths.journal.read_text().splitlines():
@@ -189,6 +189,8 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="profile one trivial attempt with pyinstrument, text to this file (the pooled one to PATH.pool)")
     parser.add_argument("--no-pool", action="store_true", help="measure without the warm pool only (bare, trivial, first call)")
     args = parser.parse_args()
+    if args.profile:
+        import pyinstrument  # noqa: F401  (before the rounds, not after them)
     backend = DockerBackend()
     images = Images(backend).ensure()
     trips = RoundTrips(backend)
@@ -215,7 +217,7 @@ def main() -> None:
             trips.take()
             bare_t, trivial_t, first_t, calls_t, outside_t = [], [], [], [], []
             phases: dict[str, list[float]] = {}
-            pooled: dict[str, list[float]] = {"trivial": [], "overlap": [], "first": [], "calls": [], "outside": []}
+            pooled: dict[str, list[float]] = {"trivial": [], "overlap": [], "first": [], "calls": [], "outside": [], "after_ready": []}
             pool_phases: dict[str, list[float]] = {}
             api: collections.Counter[str] = collections.Counter()
             api_pool: collections.Counter[str] = collections.Counter()
@@ -246,6 +248,8 @@ def main() -> None:
                 pooled["calls"].append(elapsed)
                 if (seconds := first_call_seconds(run)) is not None:
                     pooled["first"].append(seconds)
+                if (seconds := first_call_seconds(run, "agent_started_at")) is not None:  # pooled: when the gateway was ready
+                    pooled["after_ready"].append(seconds)
                 elapsed, _, _ = ours(backend, images, specs["trivial"], runs, pool, hold=False)
                 pooled["overlap"].append(elapsed)
             trips.take()
@@ -292,7 +296,8 @@ def main() -> None:
     print(f"attempt start to the agent's first gateway call, pool off: p50 {first_p50} ms (whole attempt {medians['first_call_attempt']:.0f} ms)")
     if pool is not None:
         print(f"attempt start to the agent's first gateway call, pool on:  p50 {doc['first_call_p50_ms_pool']} ms "
-              f"(whole attempt {medians['first_call_pool_attempt']:.0f} ms)")
+              f"(whole attempt {medians['first_call_pool_attempt']:.0f} ms; from the gateway ready to the call, the agent's "
+              f"gate, its python3 -m assure.client and the call: p50 {_ms(pooled['after_ready']) if pooled['after_ready'] else '-'} ms)")
     print(f"outside the attempt's phases (run dir, state, judge, promote, receipts): {medians['outside_phases']:.0f} ms"
           + (f" (pool on {medians['outside_phases_pool']:.0f} ms)" if pool is not None else ""))
     for target in doc["targets"]:
@@ -304,6 +309,7 @@ def main() -> None:
     if args.json:
         doc.update(failed_attempts=len(FAILED), api_round_trips={k: v / args.rounds for k, v in sorted(api.items())})
         if pool is not None:
+            doc.update(first_call_after_ready_p50_ms_pool=_ms(pooled["after_ready"]) if pooled["after_ready"] else None)
             doc.update(api_round_trips_pool={k: v / args.rounds for k, v in sorted(api_pool.items())}, api_round_trips_per_pool_pair=per_pair)
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
 
