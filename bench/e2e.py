@@ -298,6 +298,9 @@ def main() -> None:
         print(f"attempt start to the agent's first gateway call, pool on:  p50 {doc['first_call_p50_ms_pool']} ms "
               f"(whole attempt {medians['first_call_pool_attempt']:.0f} ms; from the gateway ready to the call, the agent's "
               f"gate, its python3 -m assure.client and the call: p50 {_ms(pooled['after_ready']) if pooled['after_ready'] else '-'} ms)")
+        if doc["first_call_p50_ms_pool"] is not None:  # the target is absolute: this says how far a loaded machine moved it
+            print(f"  first call p50 pool on / bare median of the same run: {doc['first_call_p50_ms_pool'] / medians['bare']:.3f} "
+                  f"(issue 14 measured bare at 520 ms: 150 ms is 0.288 of it)")
     print(f"outside the attempt's phases (run dir, state, judge, promote, receipts): {medians['outside_phases']:.0f} ms"
           + (f" (pool on {medians['outside_phases_pool']:.0f} ms)" if pool is not None else ""))
     for target in doc["targets"]:
