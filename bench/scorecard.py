@@ -6,6 +6,7 @@ Each part is a subprocess whose machine-readable output assure/ops/scorecard.py 
   conformance  assure conformance --out DIR (its packet.json)           rows passed
   e2e, gateway, snapshot, sqlite   bench/<script>.py --json PATH       overhead, p50/p99, verifier ratios
   throughput   assure suite bench/suites/throughput.yaml -j N --json, N = 1, 2, 4   specs per second
+               and -j 2 --pool 2 (the warm pool)
 Writes .assure/bench/scorecard-<UTC stamp>.json (the parts' runs and packet stay in
 .assure/bench/work-<stamp>/) and the same document to .assure/bench/scorecard.json
 (the latest; `assure bench compare OLD NEW` reads two of them). A part that fails or gives no
@@ -117,29 +118,36 @@ def part_script(script: str, args: list[str], metrics: Callable[[dict[str, Any]]
 
 
 def part_throughput(work: Path) -> sc.Part:
+    """The throughput suite at each -j of THROUGHPUT_JOBS, and at -j 2 with the warm pool run
+    right after -j 2 without it (the two figures side by side come from neighbouring runs)."""
     suite = ROOT / "bench" / "suites" / "throughput.yaml"
     total = len(suite_mod.load(suite).specs)
-    runs: dict[int, dict[str, Any]] = {}
+    jobs, pool = sc.THROUGHPUT_POOL
+    plan: list[tuple[int | str, list[str]]] = []
     for n in sc.THROUGHPUT_JOBS:
+        plan.append((n, ["-j", str(n)]))
+        if n == jobs:
+            plan.append((f"{n}_pool", ["-j", str(n), "--pool", str(pool)]))
+    runs: dict[int | str, dict[str, Any]] = {}
+    for key, extra in plan:
         try:
-            summary, seconds = suite_summary(suite, work / "throughput" / f"j{n}", extra=["-j", str(n)])
+            summary, seconds = suite_summary(suite, work / "throughput" / f"j{key}", extra=extra)
         except OptionRefused as exc:
             raise PartFailed(NO_JOBS_FLAG if exc.option == "-j" else str(exc)) from None
         results = sc.suite_results(summary)
         if len(results) != total or not all(r.verdict == r.expect for r in results):
-            raise PartFailed(f"-j {n}: {sum(r.verdict == r.expect for r in results)} of {total} trivial specs as expected; a throughput over failures means nothing")
-        runs[n] = {"specs": total, "seconds": round(seconds, 2)}
+            raise PartFailed(f"{' '.join(extra)}: {sum(r.verdict == r.expect for r in results)} of {total} trivial specs as expected; a throughput over failures means nothing")
+        runs[key] = {"specs": total, "seconds": round(seconds, 2), "args": extra}
     return sc.part_from(sc.throughput_metrics, runs, seconds=round(sum(r["seconds"] for r in runs.values()), 1), data=runs)
 
 
 def parts(work: Path, rounds: int | None) -> dict[str, Callable[[], sc.Part]]:
     """Every part, in the order they run: the cheap, steady benchmarks before the long suites."""
-    r = [] if rounds is None else [str(rounds)]
     rr = [] if rounds is None else ["--rounds", str(rounds)]
     benign_upstream = [PY, str(ROOT / "fixtures" / "upstreams" / "benign_upstream.py"), "--"]
     return {
         "gateway": lambda: part_script("gateway_latency.py", [], sc.gateway_metrics, work),
-        "e2e": lambda: part_script("e2e.py", r, sc.e2e_metrics, work),
+        "e2e": lambda: part_script("e2e.py", rr, sc.e2e_metrics, work),
         "snapshot": lambda: part_script("snapshot_bench.py", rr, sc.snapshot_metrics, work),
         "sqlite": lambda: part_script("sqlite_bench.py", rr, sc.sqlite_metrics, work),
         "throughput": lambda: part_throughput(work),

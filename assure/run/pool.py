@@ -34,6 +34,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -57,6 +58,7 @@ REFILL_POLL_SECONDS = 0.5
 MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
+CLOSE_WORKERS = 4  # free pairs removed side by side on close(): each removal mostly waits on the engine
 MOUNTED_MODEL_MODES = ("anthropic", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
 
 
@@ -236,8 +238,9 @@ class WarmPool:
             pairs = [p for free in self._free.values() for p in free] + self._doomed
             self._free.clear()
             self._doomed = []
-        for pair in pairs:
-            self.discard(pair)
+        if pairs:  # side by side, as an attempt's cleanup removes its containers: on exit, each is wall time
+            with ThreadPoolExecutor(max_workers=min(len(pairs), CLOSE_WORKERS)) as workers:
+                list(workers.map(self.discard, pairs))
         _release_folders(self.backend, self.dir)  # a pair claimed by an attempt interrupted before it took the pair
         self._stack.close()
 

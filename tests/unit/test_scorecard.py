@@ -139,7 +139,8 @@ def test_a_refused_option_of_assure_suite_is_told_apart_from_a_failed_suite(tmp_
 def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
     """Every part's output as its real producer shapes it, through the real extractors."""
     e2e, gateway, snapshot, sqlite = (bench_module(n) for n in ("e2e", "gateway_latency", "snapshot_bench", "sqlite_bench"))
-    e2e_doc = e2e.summary([0.60, 0.62, 0.58], [0.90, 0.93, 0.87], {"start": [0.6, 0.7, 0.65]}, [0.30, 0.35, 0.32])
+    e2e_doc = e2e.summary([0.60, 0.62, 0.58], [0.90, 0.93, 0.87], {"start": [0.6, 0.7, 0.65]}, [0.30, 0.35, 0.32],
+                          pool_trivial_t=[0.50, 0.55, 0.45], pool_first_t=[0.10, 0.12, 0.11])
     gw_doc = gateway.summary([0.0004] * 98 + [0.0009, 0.002], [0.000005] * 100)
     snap_doc = snapshot.summary({"ours": [2.0, 2.2], "ours, as a run does": [0.5, 0.7], "sha256sum x2": [1.5, 1.5], "git diff --no-index": [2.5, 2.5]}, 100)
     sqlite_doc = {"scenarios": {"pk": sqlite.figures(1000, 10, 10, 3, 0.3, 0.2, 50.0), "keyless": sqlite.figures(100, 1, 1, 3, 0.1, 0.4, 40.0)}}
@@ -155,7 +156,8 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
         "containment": sc.part_from(sc.containment_metrics, sc.suite_results(hostile, runs), 2),
         "benign": sc.part_from(sc.benign_metrics, sc.suite_results(benign)),
         "conformance": sc.part_from(sc.conformance_metrics, packet),
-        "throughput": sc.part_from(sc.throughput_metrics, {1: {"specs": 8, "seconds": 16.0}, 2: {"specs": 8, "seconds": 10.0}}),
+        "throughput": sc.part_from(sc.throughput_metrics, {1: {"specs": 8, "seconds": 16.0}, 2: {"specs": 8, "seconds": 10.0},
+                                                           "2_pool": {"specs": 8, "seconds": 4.0}}),
     }
 
 
@@ -171,10 +173,11 @@ def test_the_scorecard_holds_each_figure_its_part_gave(tmp_path: Path) -> None:
         "benign.specs": 1, "benign.rate": 1.0, "benign.false_positives": 0,
         "conformance.rows": 3, "conformance.rows_passed": 2,
         "e2e.overhead_ratio": round(0.90 / 0.60, 3), "e2e.assure_ms": 900.0, "e2e.baseline_ms": 600.0, "e2e.first_call_p50_ms": 320.0,
+        "e2e.pool_overhead_ratio": round(0.50 / 0.60, 3), "e2e.pool_assure_ms": 500.0, "e2e.pool_first_call_p50_ms": 110.0,
         "gateway.p50_ms": 0.4, "gateway.p99_ms": 2.0,
         "snapshot.vs_git": round(0.6 / 2.5, 4), "snapshot.cold_vs_git": round(2.1 / 2.5, 4),
         "sqlite.pk_vs_sqldiff": 1.5, "sqlite.keyless_vs_sqldiff": 0.25,
-        "throughput.j1": 0.5, "throughput.j2": 0.8, "throughput.j4": None,
+        "throughput.j1": 0.5, "throughput.j2": 0.8, "throughput.j4": None, "throughput.j2_pool": 2.0,
     }
     assert card["schema_version"] == sc.SCHEMA_VERSION and card["parts"]["e2e"]["data"]["rounds"] == 3
 
@@ -307,3 +310,16 @@ def test_the_e2e_figures_are_the_medians_the_script_prints() -> None:
     assert doc["ratio_vs_bare"] == round(statistics.median([0.8, 1.0, 0.9, 2.0]) / statistics.median([0.5, 0.7, 0.6, 0.9]), 3)
     assert doc["medians_ms"] == {"bare": 650.0, "trivial": 950.0, "phase.start": 475.0} and doc["rounds"] == 4
     assert doc["first_call_p50_ms"] is None  # no first call measured
+    assert doc["ratio_vs_bare_pool"] is None and sc.e2e_metrics(doc).keys() == {"e2e.overhead_ratio", "e2e.assure_ms", "e2e.baseline_ms"}  # no pool measured
+    assert [(t["name"], t["met"]) for t in doc["targets"]] == [("trivial attempt / bare, pool on", None), ("trivial attempt / bare, pool off", False),
+                                                               ("first call p50, pool on", None)]
+
+
+def test_the_e2e_pool_figures_are_medians_against_the_same_bare_sequence() -> None:
+    e2e = bench_module("e2e")
+    doc = e2e.summary([0.5, 0.7, 0.6], [0.8, 1.0, 0.9], {"start": [0.4, 0.5, 0.45]}, [0.3, 0.4, 0.5], pool_trivial_t=[0.5, 0.6, 0.7],
+                      pool_overlap_t=[0.9, 0.6, 0.7], pool_first_t=[0.1, 0.2, 0.14], pool_phases={"start": [0.1, 0.2, 0.3]})
+    assert doc["ratio_vs_bare_pool"] == 1.0 and doc["ratio_vs_bare_pool_overlap"] == round(0.7 / 0.6, 3) and doc["first_call_p50_ms_pool"] == 140.0
+    assert doc["medians_ms"]["pool_phase.start"] == 200.0 and doc["medians_ms"]["trivial_pool"] == 600.0
+    assert [t["met"] for t in doc["targets"]] == [True, False, True]
+    assert sc.e2e_metrics(doc)["e2e.pool_overhead_ratio"] == 1.0
