@@ -340,7 +340,7 @@ class Attempt:
     def _claim(self) -> bool:
         """Take a pooled pair (run/pool.py) if the pool has one for this spec and the run's
         folders can still take it; the containers are then this attempt's to remove."""
-        pair = self.pool.claim(self.spec) if self.pool is not None else None
+        pair = self.pool.claim(self.spec) if self.pool is not None and warm.fresh(self.run) else None
         if pair is None:
             return False
         self._containers, self._volume = [pair.gateway, pair.agent], pair.volume  # ours from here: removed on every path

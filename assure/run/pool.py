@@ -131,10 +131,17 @@ class Pair:
                 "gateway": self.gateway, "agent": self.agent, "volume": self.volume}
 
 
+def fresh(run: store.RunDir) -> bool:
+    """Whether the run's control and run-state folders are still empty, as a pair's replace
+    them: a fresh run's first attempt (a retry, a resumed run, a halt recorded: no)."""
+    return not any(run.control_dir.iterdir()) and not any(run.state_dir.iterdir())
+
+
 def take(pair: Pair, run: store.RunDir, attempt_root: Path) -> None:
     """Make the pair the attempt's: its control and run-state folders become the run's (each
     must still be an empty folder: rename refuses a full one), then its folder `attempt_root`.
-    Raises OSError, having moved nothing of the pair's into the attempt, if a step is refused."""
+    Raises OSError if a step is refused (a folder filled since `fresh`): nothing of the pair's
+    is then in the attempt, and the run's folders are still empty ones."""
     os.rename(pair.root / CONTROL, run.control_dir)
     os.rename(pair.root / RUN_STATE, run.state_dir)
     if attempt_root.exists():
@@ -182,7 +189,7 @@ class WarmPool:
         self._specs: dict[Shape, Spec] = {}
         self._made = 0
         self._cv = threading.Condition()
-        self._closed = False
+        self._closed = self._gave_up = False
         self._thread = threading.Thread(target=self._refill, name="assure-pool", daemon=True)
         self._thread.start()
 
@@ -222,7 +229,7 @@ class WarmPool:
         with self._cv:
             while not all(len(f) >= self.settings.size for f in self._free.values()):
                 left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
+                if left <= 0 or self._closed or self._gave_up:
                     return False
                 self._cv.wait(left)
         return True
@@ -280,6 +287,9 @@ class WarmPool:
                 give_up = failures >= MAX_FAILURES
                 self.say(f"pool: cannot make a pair: {exc}" + ("; no more tries: attempts start cold" if give_up else ""))
                 if give_up:
+                    with self._cv:
+                        self._gave_up = True
+                        self._cv.notify_all()
                     return
                 with self._cv:
                     self._cv.wait(REFILL_POLL_SECONDS * 4)
