@@ -152,13 +152,16 @@ class Attempt:
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(judge.CHECK_KINDS)
         self._copy_report: confined.CopyReport | None = None
         snapshotted = False
+        prepared = False
         try:
-            if self._total("prepare", self._prepare, facts):
-                try:
-                    if self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
-                        self._total("collect", lambda: self._collect(facts), facts)
-                finally:
+            try:
+                prepared = self._total("prepare", self._prepare, facts)
+                if prepared and self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
+                    self._total("collect", lambda: self._collect(facts), facts)
+            finally:  # a pooled pair is this attempt's from its claim, in the prepare phase: removed even if that fails
+                if prepared or self._containers:
                     self._total("cleanup", self._cleanup, facts)
+            if prepared:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
             self._release_workspace(facts)
