@@ -330,7 +330,9 @@ class Attempt:
         if self._pair is not None:
             if self.spec.agent.files:
                 warm.copy_agent_files(self.spec.agent.files, p.root / warm.AGENT_FILES)
-            warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, self._agent_env())
+            # what a cold agent's container is given (hardening.agent_request): assure's own HOME and
+            # socket over the spec's, exported again over the pooled container's same base values
+            warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, {**self._agent_env(), **hardening.agent_base_env()})
         # last: a pooled gateway starts its journal on it, and only then may the agent act
         store.write_json(p.gateway_config / "gateway.json", config)
 

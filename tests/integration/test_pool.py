@@ -180,6 +180,23 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
     assert (attempt(pooled) / "gateway.log").read_bytes() == b""  # the gateway said nothing while it waited
 
 
+def test_the_agent_environment_is_its_spec_s_cold_or_pooled_whatever_its_names(tmp_path, backend, images, warm):
+    """The gate's shell (sandbox/docker.py) must not leak its own variables into the agent's
+    environment, nor let the spec's names collide with them; HOME is assure's, as when cold."""
+    env = {"HOME": "/workspace", "n": "3", "limit": "4", "argv": "5", "envs": "6", "kv": "7", "TRACE": "a b=c\nd"}
+    spec = spec_file(tmp_path, "names", env=env)
+    runs = tmp_path / "runs"
+    cold = drive(spec, runs, backend, images)
+    pooled = drive(spec, runs, backend, images, warm(1, spec))
+
+    assert "pool" in facts(pooled)
+    assert (cold.verdict, pooled.verdict) == ("pass", "pass"), [f for a in pooled.report["attempts"] for f in a["findings"]]
+    expected = {**env, "HOME": "/tmp"}
+    for result in (cold, pooled):
+        got = environ(traced(result)["environ"])
+        assert {k: got.get(k) for k in expected} == expected, result.run_dir.name
+
+
 def test_nothing_of_one_pooled_attempt_reaches_the_next(tmp_path, backend, images, warm):
     spec = spec_file(tmp_path, "twice")
     runs = tmp_path / "runs"
