@@ -58,6 +58,13 @@ MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
 MOUNTED_MODEL_MODES = ("anthropic", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
+# Variables bash sets, resets or keeps read-only itself. A claimed agent's environment is
+# exported by its gate's bash (sandbox/docker.py GATE_CLAIM), a cold one's imported by the
+# same bash at its start, and bash treats these two ways differently: the agent would get
+# another value (PWD, IFS, SECONDS...), or none, or not start at all (UID, EUID, PPID and
+# SHELLOPTS are read-only: the export fails). A spec that sets one starts cold.
+BASH_OWN = frozenset({"DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "FUNCNAME", "GROUPS", "HISTCMD", "IFS", "OLDPWD",
+                      "OPTERR", "OPTIND", "PIPESTATUS", "PPID", "PS1", "PWD", "RANDOM", "SECONDS", "SHELLOPTS", "SRANDOM", "UID"})
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ def ineligible(spec: Spec) -> str | None:
         return f"model mode {spec.model.mode} (its key or recording is mounted into the gateway)"
     if any("\0" in part for part in [*spec.agent.command, *spec.agent.env, *spec.agent.env.values()]):
         return "a NUL in the agent's command or environment"
+    if own := sorted(name for name in spec.agent.env if name in BASH_OWN or name.startswith("BASH")):
+        return f"the agent's environment sets {own[0]}, which bash keeps itself"
     return None
 
 

@@ -197,6 +197,18 @@ def test_the_agent_environment_is_its_spec_s_cold_or_pooled_whatever_its_names(t
         assert {k: got.get(k) for k in expected} == expected, result.run_dir.name
 
 
+def test_a_spec_setting_a_variable_bash_keeps_starts_cold(tmp_path, backend, images, warm):
+    """UID is read-only in bash: the claim's gate could not export it (exit 125, the agent never
+    ran), where a cold start hands it over; such a spec is not pooled (pool.BASH_OWN)."""
+    spec = spec_file(tmp_path, "uid", env={"UID": "1000", "TRACE": "on"})
+    pool = warm(1, spec_file(tmp_path, "same-shape"))
+    result = drive(spec, tmp_path / "runs", backend, images, pool)
+
+    assert result.verdict == "pass", [f for a in result.report["attempts"] for f in a["findings"]]
+    assert "pool" not in facts(result)
+    assert environ(traced(result)["environ"])["UID"] == "1000"
+
+
 def test_nothing_of_one_pooled_attempt_reaches_the_next(tmp_path, backend, images, warm):
     spec = spec_file(tmp_path, "twice")
     runs = tmp_path / "runs"
