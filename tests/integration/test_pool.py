@@ -166,6 +166,11 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
     assert set(p["workspace"].decode().splitlines()) - {""} == set(c["workspace"].decode().splitlines()) - {""} == fixture_listing()
     assert mount_points(p["mountinfo"]) - mount_points(c["mountinfo"]) == {"/run/assure-claim"}
     assert mount_points(c["mountinfo"]) - mount_points(p["mountinfo"]) == set()
+    assert p["workspace-stat"] == c["workspace-stat"]
+    assert sorted(p["agent-files"].splitlines()) == sorted(c["agent-files"].splitlines())  # copied at the claim, as mounted when cold
+    assert p["hello"] == c["hello"] == b"hello\n"  # modes kept: an agent file runs as it is
+    for made in ("status", "ulimits", "id", "cgroup"):  # capabilities, seccomp, limits, user: the same container
+        assert p[made] == c[made] and p[made], made
     assert (p["claim"], c["claim"]) == (b"argv\nenv\n", b"")  # the claim holds this attempt's command and environment, no more
     claim = attempt(pooled) / "agent-claim"
     assert (claim / "argv").read_bytes() == b"".join(a.encode() + b"\0" for a in TRACE)
@@ -282,6 +287,58 @@ def test_a_resumed_run_never_takes_a_pair(tmp_path, backend, images, warm):
     assert "pool" not in facts(run_dir, 2) and not (attempt(run_dir, 2) / "pool.json").exists()
     events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert "run_resumed" in events and "attempt_interrupted" in events
+
+
+CLAIM_AND_DIE = """\
+import sys
+from pathlib import Path
+from assure import spec as spec_mod
+from assure.records import store
+from assure.run.driver import Driver
+from assure.run.pool import Settings, WarmPool
+from assure.sandbox.docker import DockerBackend
+from assure.sandbox.images import Images
+backend = DockerBackend()
+images = Images(backend).ensure()
+spec, runs = spec_mod.load(Path(sys.argv[1])), Path(sys.argv[2])
+pool = WarmPool(DockerBackend(), images, runs, Settings(1))
+pool.want([spec])
+assert pool.wait_full(120)
+run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
+Driver(spec, run, backend, images, lambda *_: None, pool=pool).drive()  # ASSURE_FAILPOINT=start: kill -9 here
+"""
+
+
+def test_a_driver_killed_in_a_pooled_attempt_is_resumed_and_its_pair_reaped(tmp_path, backend, images):
+    """The claimed pair's containers carry the pool's labels, not the run's: `assure resume`
+    finds them by the attempt's pool.json and removes them before its next attempt."""
+    spec = spec_file(tmp_path, "killed", command=["true"], max_attempts=2)
+    runs = tmp_path / ".assure" / "runs"
+    child = subprocess.Popen([sys.executable, "-c", CLAIM_AND_DIE, str(spec), str(runs)], cwd=tmp_path,
+                             env={**os.environ, "ASSURE_FAILPOINT": "start"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = child.communicate(timeout=300)
+        assert child.returncode == -9, err
+        (run_dir,) = run_dirs(runs)
+        claimed = json.loads((attempt(run_dir) / "pool.json").read_text())
+        assert {claimed["agent"], claimed["gateway"]} <= {c["id"] for c in backend.owned()["containers"]}  # what the kill left
+
+        resumed = subprocess.run(ASSURE + ["resume", run_dir.name, "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+        assert resumed.returncode == 0, resumed.stderr
+        report = json.loads(resumed.stdout)
+        assert report["verdict"] == "pass" and report["tasks"][0]["attempts"] == [1, 2]
+        owned = backend.owned()
+        assert not {c["id"] for c in owned["containers"]} & {claimed["agent"], claimed["gateway"]}, "the claimed pair was not reaped"
+        assert claimed["volume"] not in {v["id"] for v in owned["volumes"]}
+        assert "pool" not in facts(run_dir, 2)
+        assert mounts_and_loops_under(run_dir) == ([], [])
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+        gc(runs, tmp_path)  # the dead pool's free pair
+    assert_nothing_left(backend, child.pid, tmp_path)
 
 
 # --- assure suite --pool: the pool's own lifetime ---------------------------------------------
