@@ -165,9 +165,15 @@ def unmount(mount_point: Path) -> None:
 
 
 def detach_loops(image: Path) -> None:
-    """Free any loop device still backed by `image` (one a killed mount set up and never used)."""
+    """Free any loop device still backed by `image` (one a killed mount set up and never used).
+    Right after an umount the kernel may still be freeing it (autoclear runs on its own): a
+    `losetup -d` refused because the device is gone meanwhile is what was wanted."""
     for dev in _loops_backed_by(image):
-        _command(["losetup", "-d", dev], "cannot free the workspace's loop device")
+        try:
+            _command(["losetup", "-d", dev], "cannot free the workspace's loop device")
+        except SandboxError:
+            if dev in _loops_backed_by(image):
+                raise
 
 
 def _loops_backed_by(image: Path) -> list[str]:

@@ -34,6 +34,24 @@ def test_not_root_is_refused_naming_the_field_and_the_fix(monkeypatch):
     assert "run assure as root" in info.value.fix
 
 
+def test_a_loop_device_the_kernel_frees_meanwhile_is_not_an_error(monkeypatch, tmp_path):
+    """The umount's autoclear and our `losetup -d` race: ENXIO for a device no longer backed
+    by the image is a success (the containment suite saw it as a harness error under load)."""
+    image = tmp_path / "workspace.img"
+    backed = [["/dev/loop7"], []]  # listed before the detach; gone by the time it is refused
+    monkeypatch.setattr(workspace_fs, "_loops_backed_by", lambda _: backed.pop(0))
+
+    def refused(args, what):
+        raise SandboxError(f"{what}: `losetup -d /dev/loop7` exited 1: losetup: /dev/loop7: detach failed: No such device or address")
+
+    monkeypatch.setattr(workspace_fs, "_command", refused)
+    workspace_fs.detach_loops(image)
+
+    backed[:] = [["/dev/loop7"], ["/dev/loop7"]]  # still backed by it: a real failure
+    with pytest.raises(SandboxError):
+        workspace_fs.detach_loops(image)
+
+
 def test_full_means_less_than_one_percent_left_of_bytes_or_inodes():
     assert not usage(50 * 2**20, 500).bytes_full
     assert usage(2**20 - 1, 500).bytes_full and not usage(2**20 - 1, 500).inodes_full
