@@ -214,7 +214,7 @@ def test_a_spec_setting_a_variable_bash_keeps_starts_cold(tmp_path, backend, ima
     assert environ(traced(result)["environ"])["UID"] == "1000"
 
 
-def test_idle_pairs_wait_without_using_the_cpu(tmp_path, images, warm):
+def test_idle_pairs_wait_without_using_the_cpu(tmp_path, backend, images, warm):
     """A free pair's gateway and agent block on their FIFOs until the claim: polling (a stat
     every 2 ms, a socket test every 10 ms) cost ~23 and ~17 ms of CPU a second per container,
     plus their roots' FUSE daemons: eighteen idle pairs took a core of this two-core machine."""
@@ -222,7 +222,7 @@ def test_idle_pairs_wait_without_using_the_cpu(tmp_path, images, warm):
 
     pool = warm(2, spec_file(tmp_path, "idle"))
     client = docker.from_env()
-    ids = [c for free in pool._free.values() for p in free for c in (p.gateway, p.agent)]
+    ids = [c["id"] for c in backend.owned()["containers"] if c.get(LABEL_POOL) == pool.pool_id]
 
     def used(cid: str) -> tuple[float, int]:
         usage = client.api.stats(cid, stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"]  # ns
