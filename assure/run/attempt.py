@@ -330,9 +330,14 @@ class Attempt:
         if self._pair is not None:
             if self.spec.agent.files:
                 warm.copy_agent_files(self.spec.agent.files, p.root / warm.AGENT_FILES)
-            warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, self._agent_env())
+            # what a cold agent's container is given (hardening.agent_request): assure's own HOME and
+            # socket over the spec's, exported again over the pooled container's same base values
+            warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, {**self._agent_env(), **hardening.agent_base_env()})
+            warm.wake(p.root / warm.CLAIM)  # its gate then waits for the socket
         # last: a pooled gateway starts its journal on it, and only then may the agent act
         store.write_json(p.gateway_config / "gateway.json", config)
+        if self._pair is not None:
+            warm.wake(p.gateway_config)
 
     def _agent_env(self) -> dict[str, str]:
         return {**self.spec.agent.env, "ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
@@ -606,6 +611,8 @@ class Attempt:
                     remove(item)
                 except AssureError as exc:
                     errors.append(exc.message)
+        if self._pair is not None:  # a claim that failed before its wake-ups: no FIFO stays in the record
+            warm.remove_wakes(self.paths.root)
         try:  # the gateway's socket folder (gVisor): nothing to keep
             confined.remove(self.paths.root, self.paths.socket_folder.name)
         except OSError as exc:

@@ -30,7 +30,7 @@ from assure.records.layout import RunPaths
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run.attempt import Attempt, Progress, fresh_copy
-from assure.run.pool import WarmPool
+from assure.run.pool import WarmPool, remove_wakes
 from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
@@ -430,6 +430,7 @@ def reap(backend: SandboxBackend, run: store.RunDir) -> int:
         except RunDirError:
             continue
         if isinstance(claimed, dict):
+            remove_wakes(attempt)
             owned["containers"] += [{"id": str(claimed.get(k))} for k in ("agent", "gateway") if claimed.get(k)]
             owned["volumes"] += [{"id": str(claimed["volume"])}] if claimed.get("volume") else []
     for c in owned["containers"]:

@@ -7,15 +7,17 @@ How a never-used pair becomes one attempt's, and only that one's:
 - A pair is a folder laid out as an attempt's (`AttemptPaths`: its workspace filesystem mounted
   and empty, empty gateway state and config folders) with an empty control folder, run-state
   folder, agent-files folder and claim folder. Its containers were started on those folders:
-  the gateway polls for its config (`assure.gateway --wait`), the agent waits behind its gate
-  for the gateway's socket, with nothing of its own running.
+  the gateway waits for its config (`assure.gateway --wait`), the agent behind its gate for its
+  claim, both blocked on a FIFO (`WAKE`, in the config and claim folders: an idle pair uses no
+  CPU), with nothing of its own running.
 - A claim renames the control and run-state folders onto the run's own, which must still be
   empty (a fresh run's first attempt; a retry or a resumed run starts cold), then the pair's
   folder to `attempts/<n>`: the running containers keep the same directories under new names.
 - The attempt then fills the workspace, copies the agent's files, writes the agent's command
-  and environment into the claim folder, takes PRE, and writes the gateway's config last. Only
-  then does the gateway open the journal and bind the socket, and only then does the agent's
-  gate exec its command: the agent sees the workspace PRE describes, and its first call journals.
+  and environment into the claim folder, takes PRE, and writes the gateway's config last, each
+  followed by its FIFO's wake-up (then the FIFOs are removed). Only then does the gateway open
+  the journal and bind the socket, and only then does the agent's gate exec its command: the
+  agent sees the workspace PRE describes, and its first call journals.
 - A pair is claimed once and removed with its attempt; a pair idle past `idle_seconds`, and
   every free pair on `close()` (exit, Ctrl-C), is removed; `assure gc` removes those of a pool
   whose process died (labels name it; its folder's lock is free).
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 
 LABEL_POOL = "assure.pool"
 CONTROL, RUN_STATE, AGENT_FILES, CLAIM = ".run-control", ".run-state", "agent-files", "agent-claim"
+WAKE = "wake"  # a FIFO in the claim and gateway config folders: the waiting gate and gateway block on it
 WAIT_MARGIN_SECONDS = 60  # a pair's containers wait this much longer than its idle lifetime, then exit
 REFILL_POLL_SECONDS = 0.5
 MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
@@ -60,6 +63,13 @@ DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
 CLOSE_WORKERS = 4  # free pairs removed side by side on close(): each removal mostly waits on the engine
 MOUNTED_MODEL_MODES = ("anthropic", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
+# Variables bash sets, resets or keeps read-only itself. A claimed agent's environment is
+# exported by its gate's bash (sandbox/docker.py GATE_CLAIM), a cold one's imported by the
+# same bash at its start, and bash treats these two ways differently: the agent would get
+# another value (PWD, IFS, SECONDS...), or none, or not start at all (UID, EUID, PPID and
+# SHELLOPTS are read-only: the export fails). A spec that sets one starts cold.
+BASH_OWN = frozenset({"DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "FUNCNAME", "GROUPS", "HISTCMD", "IFS", "OLDPWD",
+                      "OPTERR", "OPTIND", "PIPESTATUS", "PPID", "PS1", "PWD", "RANDOM", "SECONDS", "SHELLOPTS", "SRANDOM", "UID"})
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,8 @@ def ineligible(spec: Spec) -> str | None:
         return f"model mode {spec.model.mode} (its key or recording is mounted into the gateway)"
     if any("\0" in part for part in [*spec.agent.command, *spec.agent.env, *spec.agent.env.values()]):
         return "a NUL in the agent's command or environment"
+    if own := sorted(name for name in spec.agent.env if name in BASH_OWN or name.startswith("BASH")):
+        return f"the agent's environment sets {own[0]}, which bash keeps itself"
     return None
 
 
@@ -153,6 +165,31 @@ def write_claim(folder: Path, command: Iterable[str], env: dict[str, str]) -> No
     """The agent's command and environment for its gate (`ContainerRequest.claim`)."""
     atomic.write_bytes(folder / "env", _nul_separated(f"{k}={v}" for k, v in env.items()), sync=False)
     atomic.write_bytes(folder / "argv", _nul_separated(command), sync=False)
+
+
+def wake(folder: Path) -> None:
+    """Wake what waits on the folder's FIFO (the claim's gate, or the gateway; its file is in
+    place), then remove the FIFO: the attempt's record holds regular files only. Nobody on it
+    yet is fine: a waiter opens it before it looks for its file."""
+    fifo = folder / WAKE
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: no reader yet; ENOENT: already woken
+        pass
+    else:
+        try:
+            os.write(fd, b"\n")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    fifo.unlink(missing_ok=True)
+
+
+def remove_wakes(root: Path) -> None:
+    """A claimed pair's FIFOs, wherever the claim stopped (its attempt's cleanup, a resumed run's reap)."""
+    for folder in (AttemptPaths(root).gateway_config, root / CLAIM):
+        (folder / WAKE).unlink(missing_ok=True)
 
 
 def _nul_separated(parts: Iterable[str]) -> bytes:
@@ -329,6 +366,9 @@ class WarmPool:
                 folder.mkdir()
             for folder in (fs.workspace, paths.gateway_state, root / RUN_STATE):
                 hardening.chown_tree(folder, uid, gid)
+            for folder in (paths.gateway_config, root / CLAIM):  # the containers' own: opened read-write to block on
+                os.mkfifo(folder / WAKE, 0o600)
+                os.chown(folder / WAKE, uid, gid)
             prefix = f"assure-{self.pool_id[-12:]}-{self._made}"
             made["volume"] = self.backend.create_volume(f"{prefix}-sock", self.labels, hardening.socket_volume_options(spec))
             mounts = hardening.Mounts(fs.workspace, made["volume"], paths.gateway_state, paths.gateway_config,
