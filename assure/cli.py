@@ -78,12 +78,16 @@ def _safe_lines(text: str) -> str:
 
 
 def _sigterm_as_interrupt() -> None:
-    """Make `kill` behave like Ctrl-C so every `finally` cleans up its containers."""
+    """Make `kill` behave like Ctrl-C so every `finally` cleans up its containers; both also
+    set `stop.INTERRUPTED`, which the attempt's run loop reads in case the raise was lost."""
+    from assure.run.stop import INTERRUPTED
 
     def handler(signum: int, frame: Any) -> None:
+        INTERRUPTED.set()
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]:

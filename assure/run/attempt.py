@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.run import checks, failpoints, modelaccess, policy, pool as warm
-from assure.run.stop import StopReason
+from assure.run.stop import INTERRUPTED, StopReason
 from assure.core import confined, control
 from assure.ops import health
 from assure.records import store
@@ -467,6 +467,8 @@ class Attempt:
             if remaining <= 0:
                 stop = {"reason": StopReason.DEADLINE, "counter": "wall_seconds", "breach_at": time.time()}
                 break
+            if INTERRUPTED.is_set():  # a signal whose KeyboardInterrupt was lost (stop.INTERRUPTED)
+                raise KeyboardInterrupt
             self._heartbeat()
             exit_code = self.backend.wait(self._agent, min(RUN_POLL_SECONDS, remaining))
             if exit_code is None:

@@ -173,7 +173,7 @@ def wake(folder: Path) -> None:
     yet is fine: a waiter opens it before it looks for its file."""
     fifo = folder / WAKE
     try:
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:  # ENXIO: no reader yet; ENOENT: already woken
         pass
     else:

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+import threading
 from enum import StrEnum
+
+# Set by the CLI's SIGTERM/SIGINT handler as it raises KeyboardInterrupt. Python drops an
+# exception raised while the main thread runs a finalizer (`__del__`: "Exception ignored"),
+# so a signal can be lost that way; the attempt's run loop raises it again from this flag.
+INTERRUPTED = threading.Event()
 
 
 class StopReason(StrEnum):
