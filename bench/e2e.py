@@ -79,9 +79,9 @@ class BenchPool(WarmPool):
         self.refill.set()
         super().__init__(*args, **kwargs)  # starts the refill thread: `refill` exists first
 
-    def _make(self, spec, shape):
+    def _make(self, spec, shape, number):
         self.refill.wait()
-        return super()._make(spec, shape)
+        return super()._make(spec, shape, number)
 
     def ready(self) -> None:
         """A booted pair free (the refill let run until there is one)."""
@@ -150,6 +150,7 @@ def ours(backend, images, spec, runs: Path, pool: BenchPool | None = None, hold:
     until the attempt is over."""
     for _ in range(RETRIES):
         if pool is not None:
+            pool.want([spec] if hold else [spec, spec])  # this claim; without the hold, the next one's pair is made meanwhile, as in a suite
             pool.ready()
             if hold:
                 pool.refill.clear()
@@ -207,8 +208,7 @@ def main() -> None:
             if not args.no_pool:
                 pool_backend = DockerBackend()  # the refill thread's own client, as `assure suite --pool` gives it
                 pool = BenchPool(pool_backend, images, runs, Settings(size=1))
-                pool_trips = RoundTrips(pool_backend)
-                pool.want(specs.values())  # trivial and first call have one shape: one pair serves both
+                pool_trips = RoundTrips(pool_backend)  # trivial and first call have one shape: one pair serves both
             bare(backend, images, specs["trivial"], -1)  # warm-up
             for spec in specs.values():
                 ours(backend, images, spec, runs)
@@ -263,8 +263,6 @@ def main() -> None:
                     ours(backend, images, specs["trivial"], runs)
                 args.profile.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
                 if pool is not None:
-                    pool.ready()
-                    pool.refill.clear()
                     with Profiler(interval=0.001) as profiler:
                         ours(backend, images, specs["trivial"], runs, pool)
                     args.profile.with_name(args.profile.name + ".pool").write_text(profiler.output_text(unicode=False, color=False, show_all=False))

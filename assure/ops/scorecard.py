@@ -87,6 +87,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("sqlite.keyless_vs_sqldiff", "x", "lower", 0.50, "our row diff / sqldiff, table without a primary key"),
     *(Metric(f"throughput.j{n}", "specs/s", "higher", 0.20, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
     Metric("throughput.j2_pool", "specs/s", "higher", 0.20, "the same at -j 2 with a warm pool (`--pool 2`)"),
+    Metric("throughput.bare_j2", "pairs/s", "higher", None, "bare two-container sequences finished per second, 2 at once: the engine's own ceiling"),
+    Metric("throughput.j2_of_bare", "x", "higher", 0.20, "throughput.j2 / throughput.bare_j2"),
+    Metric("throughput.j2_pool_of_bare", "x", "higher", 0.20, "throughput.j2_pool / throughput.bare_j2"),
 )
 BY_NAME = {m.name: m for m in METRICS}
 THROUGHPUT_JOBS = (1, 2, 4)
@@ -188,8 +191,15 @@ def benign_metrics(results: list[SpecResult], total: int | None = None) -> dict[
 
 def throughput_metrics(runs: dict[int | str, dict[str, Any]]) -> dict[str, float]:
     """Specs per second of each `-j N` run: {N: {"specs": n, "seconds": s, ...}}; the key of a
-    run with the warm pool is "N_pool" (`throughput.jN_pool`)."""
-    return {f"throughput.j{n}": round(run["specs"] / run["seconds"], 4) for n, run in runs.items() if run["seconds"] > 0}
+    run with the warm pool is "N_pool" (`throughput.jN_pool`). "bare" (bench/bare_throughput.py's
+    document, at -j 2) is the baseline each -j 2 figure is also given against."""
+    suites = {k: run for k, run in runs.items() if k != "bare"}
+    figures = {f"throughput.j{n}": round(run["specs"] / run["seconds"], 4) for n, run in suites.items() if run["seconds"] > 0}
+    bare = runs.get("bare", {}).get("per_second")
+    if bare:
+        figures["throughput.bare_j2"] = bare
+        figures.update({f"{name}_of_bare": round(figures[name] / bare, 4) for name in ("throughput.j2", "throughput.j2_pool") if name in figures})
+    return figures
 
 
 def conformance_metrics(packet: Any) -> dict[str, float]:

@@ -58,6 +58,10 @@ CONTROL, RUN_STATE, AGENT_FILES, CLAIM = ".run-control", ".run-state", "agent-fi
 WAKE = "wake"  # a FIFO in the claim and gateway config folders: the waiting gate and gateway block on it
 WAIT_MARGIN_SECONDS = 60  # a pair's containers wait this much longer than its idle lifetime, then exit
 REFILL_POLL_SECONDS = 0.5
+# Pairs made at once: making one mostly waits on the engine (creates, starts, the gateway's
+# boot), so on this 2-core machine 3 at once kept -j 2 fed where 1 left its attempts waiting.
+REFILL_THREADS = max(1, min(4, (os.cpu_count() or 1) + 1))
+CLAIM_WAIT_SECONDS = 2.0  # a claim waits this long for a pair being made for it, rather than start cold
 MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
@@ -211,10 +215,14 @@ def copy_agent_files(source: Path, folder: Path) -> None:
 
 
 class WarmPool:
-    """Free pairs per shape, refilled by one background thread; one pool per process."""
+    """Free pairs per shape, made by a few background threads; one pool per process.
+
+    The pool makes no pair that no attempt will claim: `want` announces the claims to come,
+    and a shape never has more free and in-the-making pairs than claims still to come (a pair
+    made for nobody costs as much as an attempt on a busy machine, and more at the end)."""
 
     def __init__(self, backend: SandboxBackend, images: ImageSet, runs_dir: Path, settings: Settings,
-                 say: Callable[[str], None] = lambda _: None):
+                 say: Callable[[str], None] = lambda _: None, makers: int = REFILL_THREADS):
         self.backend, self.images, self.settings, self.say = backend, images, settings, say
         self._stack = ExitStack()
         self.dir = store.new_dir(runs_dir.resolve() / layout.POOL, "pool")  # the engine binds absolute paths
@@ -222,37 +230,56 @@ class WarmPool:
         self.pool_id = self.dir.name
         self.labels = {LABEL_OWNER: OWNER, LABEL_POOL: self.pool_id, LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname()}
         self._free: dict[Shape, list[Pair]] = {}
-        self._doomed: list[Pair] = []  # given back by attempts: removed by the refill thread (the backend is its own)
+        self._making: dict[Shape, int] = {}
+        self._to_come: dict[Shape, int] = {}  # claims announced by `want` and not yet asked for
+        self._doomed: list[Pair] = []  # given back by attempts: removed by a refill thread (the backend is the pool's)
         self._specs: dict[Shape, Spec] = {}
-        self._made = 0
+        self._made = self._failures = 0
         self._cv = threading.Condition()
         self._closed = self._gave_up = False
-        self._thread = threading.Thread(target=self._refill, name="assure-pool", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._refill, name=f"assure-pool-{i}", daemon=True) for i in range(max(1, makers))]
+        for thread in self._threads:
+            thread.start()
 
     # --- use ---------------------------------------------------------------------------
     def want(self, specs: Iterable[Spec]) -> None:
-        """Keep pairs of these specs' shapes (the eligible ones) from now on."""
+        """One claim to come for each of these specs (the eligible ones): pairs of their shapes
+        are made from now on, never more than the claims still to come."""
         with self._cv:
             for spec in specs:
                 if ineligible(spec) is None:
-                    self._specs.setdefault(Shape.of(spec), spec)
-                    self._free.setdefault(Shape.of(spec), [])
+                    shape = Shape.of(spec)
+                    self._specs.setdefault(shape, spec)
+                    self._free.setdefault(shape, [])
+                    self._to_come[shape] = self._to_come.get(shape, 0) + 1
             self._cv.notify_all()
 
-    def claim(self, spec: Spec) -> Pair | None:
-        """A never-used, booted pair for the spec, or None (ineligible, or none free yet: the
-        attempt starts cold, and the pool refills for its shape)."""
+    def claim(self, spec: Spec, wait: float = CLAIM_WAIT_SECONDS) -> Pair | None:
+        """A never-used, booted pair for the spec, or None: ineligible, never wanted, or none
+        free within `wait` seconds while one is being made for it (the attempt then starts
+        cold). Each call uses up one claim announced by `want`."""
         if ineligible(spec) is not None:
             return None
-        self.want([spec])
         shape = Shape.of(spec)
+        deadline = time.monotonic() + wait
         with self._cv:
-            free = self._free.get(shape, [])
-            if self._closed or not free or time.time() - free[-1].created_at >= self.settings.idle_seconds:
-                return None  # an expired pair is the refill thread's to remove
+            if shape not in self._to_come:
+                return None
+            self._to_come[shape] = max(0, self._to_come[shape] - 1)
             self._cv.notify_all()
-            return free.pop()  # the newest: the furthest from its idle lifetime
+            while True:
+                free = [p for p in self._free[shape] if time.time() - p.created_at < self.settings.idle_seconds]
+                if self._closed:
+                    return None
+                if free:  # an expired pair is a refill thread's to remove
+                    pair = free[-1]  # the newest: the furthest from its idle lifetime
+                    self._free[shape].remove(pair)
+                    self._cv.notify_all()
+                    return pair
+                left = deadline - time.monotonic()
+                if not self._making.get(shape) or self._gave_up or left <= 0:
+                    return None  # nothing on its way: waiting would only delay a cold start
+                self._cv.wait(left)
 
     def give_back(self, pair: Pair) -> None:
         """A claimed pair the attempt could not take: removed, never claimed again."""
@@ -261,10 +288,11 @@ class WarmPool:
             self._cv.notify_all()
 
     def wait_full(self, timeout: float) -> bool:
-        """Until every wanted shape has `size` free pairs (the benchmark's warm start)."""
+        """Until every wanted shape has as many free pairs as it will get (`size`, or fewer
+        claims to come): the benchmark's and the tests' warm start."""
         deadline = time.monotonic() + timeout
         with self._cv:
-            while not all(len(f) >= self.settings.size for f in self._free.values()):
+            while any(len(self._free[s]) < self._target(s) for s in self._free):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed or self._gave_up:
                     return False
@@ -277,7 +305,8 @@ class WarmPool:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        self._thread.join(timeout=120)
+        for thread in self._threads:
+            thread.join(timeout=120)
         with self._cv:
             pairs = [p for free in self._free.values() for p in free] + self._doomed
             self._free.clear()
@@ -288,17 +317,14 @@ class WarmPool:
         _release_folders(self.backend, self.dir)  # a pair claimed by an attempt interrupted before it took the pair
         self._stack.close()
 
-    def __enter__(self) -> WarmPool:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
     # --- refill ------------------------------------------------------------------------
+    def _target(self, shape: Shape) -> int:
+        """Free pairs to keep for the shape: `size`, but never more than the claims to come."""
+        return min(self.settings.size, self._to_come.get(shape, 0))
+
     def _refill(self) -> None:
-        """One pair at a time, for the shape with the fewest free: the pool never takes more
-        than one core from the attempts it serves; idle pairs past their lifetime go first."""
-        failures = 0
+        """Each refill thread makes one pair at a time, for the shape furthest below its target;
+        idle pairs past their lifetime and pairs given back are removed first."""
         while True:
             with self._cv:
                 if self._closed:
@@ -307,36 +333,40 @@ class WarmPool:
             for pair in expired:
                 self.discard(pair)
             with self._cv:
-                short = [(len(f), s) for s, f in self._free.items() if len(f) < self.settings.size]
+                short = [(len(f) + self._making[s] - self._target(s), s) for s, f in self._free.items()
+                         if len(f) + self._making.setdefault(s, 0) < self._target(s)]
                 if not short:
                     self._cv.wait(REFILL_POLL_SECONDS)
                     continue
                 shape = min(short, key=lambda x: x[0])[1]
                 spec = self._specs[shape]
-                if not _room_for(spec):  # the attempts come first: wait for memory to be freed
+                if not _room_for(spec, also=sum(self._making.values())):  # the attempts come first: wait for memory to be freed
                     self._cv.wait(REFILL_POLL_SECONDS)
                     continue
+                self._making[shape] += 1
+                self._made += 1
+                number = self._made
             try:
-                pair = self._make(spec, shape)
-                failures = 0
+                pair = self._make(spec, shape, number)
             except Exception as exc:  # the engine may answer later: retried after a pause, a few times
-                failures += 1
-                give_up = failures >= MAX_FAILURES
-                self.say(f"pool: cannot make a pair: {exc}" + ("; no more tries: attempts start cold" if give_up else ""))
-                if give_up:
-                    with self._cv:
-                        self._gave_up = True
-                        self._cv.notify_all()
-                    return
                 with self._cv:
+                    self._making[shape] -= 1
+                    self._failures += 1
+                    give_up = self._failures >= MAX_FAILURES and not self._gave_up
+                    self._gave_up = self._gave_up or give_up
+                    self._cv.notify_all()
+                self.say(f"pool: cannot make a pair: {exc}" + ("; no more tries: attempts start cold" if give_up else ""))
+                with self._cv:
+                    if self._gave_up:
+                        return
                     self._cv.wait(REFILL_POLL_SECONDS * 4)
                 continue
             with self._cv:
-                if self._closed:
-                    keep = False
-                else:
+                self._making[shape] -= 1
+                self._failures = 0
+                keep = not self._closed
+                if keep:
                     self._free[shape].append(pair)
-                    keep = True
                 self._cv.notify_all()
             if not keep:
                 self.discard(pair)
@@ -349,11 +379,10 @@ class WarmPool:
             free[:] = [p for p in free if p not in old]
         return old
 
-    def _make(self, spec: Spec, shape: Shape) -> Pair:
-        """A pair's folder, filesystem, socket volume and both containers, started; on any
-        failure, whatever was made is removed."""
-        self._made += 1
-        root = self.dir / f"pair-{self._made}"
+    def _make(self, spec: Spec, shape: Shape, number: int) -> Pair:
+        """Pair `number`: its folder, filesystem, socket volume and both containers, started;
+        on any failure, whatever was made is removed."""
+        root = self.dir / f"pair-{number}"
         paths = AttemptPaths(root)
         uid, gid = hardening.sandbox_user(spec)
         made: dict[str, str] = {}
@@ -369,7 +398,7 @@ class WarmPool:
             for folder in (paths.gateway_config, root / CLAIM):  # the containers' own: opened read-write to block on
                 os.mkfifo(folder / WAKE, 0o600)
                 os.chown(folder / WAKE, uid, gid)
-            prefix = f"assure-{self.pool_id[-12:]}-{self._made}"
+            prefix = f"assure-{self.pool_id[-12:]}-{number}"
             made["volume"] = self.backend.create_volume(f"{prefix}-sock", self.labels, hardening.socket_volume_options(spec))
             mounts = hardening.Mounts(fs.workspace, made["volume"], paths.gateway_state, paths.gateway_config,
                                       root / AGENT_FILES, root / CONTROL, root / RUN_STATE)
@@ -415,10 +444,10 @@ def release(backend: SandboxBackend, root: Path, containers: list[str], volumes:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _room_for(spec: Spec) -> bool:
+def _room_for(spec: Spec, also: int = 0) -> bool:
     """Whether the memory available now holds one more pair at its limits (agent and gateway),
-    as -j's default reckons a run's footprint."""
-    return suite.machine()[1] >= suite.spec_footprint(spec)[1]
+    as -j's default reckons a run's footprint, beside `also` more pairs being made."""
+    return suite.machine()[1] >= suite.spec_footprint(spec)[1] * (1 + also)
 
 
 def _quietly(remove: Callable[[str], None], what: str) -> None:

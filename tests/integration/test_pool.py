@@ -63,7 +63,7 @@ def warm(images, tmp_path):
     def make(size: int, *specs: Path) -> WarmPool:
         pool = WarmPool(DockerBackend(), images, tmp_path / "runs", Settings(size))
         made.append(pool)
-        pool.want([spec_mod.load(p) for p in specs])
+        pool.want([spec_mod.load(p) for p in specs for _ in range(size)])  # `size` claims to come each: the pool makes no more
         assert pool.wait_full(FILL_SECONDS), "the pool never filled"
         return pool
 

@@ -157,7 +157,7 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
         "benign": sc.part_from(sc.benign_metrics, sc.suite_results(benign)),
         "conformance": sc.part_from(sc.conformance_metrics, packet),
         "throughput": sc.part_from(sc.throughput_metrics, {1: {"specs": 8, "seconds": 16.0}, 2: {"specs": 8, "seconds": 10.0},
-                                                           "2_pool": {"specs": 8, "seconds": 4.0}}),
+                                                           "2_pool": {"specs": 8, "seconds": 4.0}, "bare": {"per_second": 2.5, "seconds": 3.2}}),
     }
 
 
@@ -178,6 +178,7 @@ def test_the_scorecard_holds_each_figure_its_part_gave(tmp_path: Path) -> None:
         "snapshot.vs_git": round(0.6 / 2.5, 4), "snapshot.cold_vs_git": round(2.1 / 2.5, 4),
         "sqlite.pk_vs_sqldiff": 1.5, "sqlite.keyless_vs_sqldiff": 0.25,
         "throughput.j1": 0.5, "throughput.j2": 0.8, "throughput.j4": None, "throughput.j2_pool": 2.0,
+        "throughput.bare_j2": 2.5, "throughput.j2_of_bare": 0.32, "throughput.j2_pool_of_bare": 0.8,
     }
     assert card["schema_version"] == sc.SCHEMA_VERSION and card["parts"]["e2e"]["data"]["rounds"] == 3
 

@@ -1,0 +1,115 @@
+"""The warm pool's refill policy, without Docker: a pool whose pairs are made by a stand-in
+(`_make` blocks until the test lets it finish) and removed by nobody. How many pairs it makes,
+how many at once, and when a claim waits for one rather than start cold."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from assure import spec
+from assure.run import pool
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
+
+
+class HeldPool(pool.WarmPool):
+    """Pairs appear when `go` is set; `making` is how many _make calls are under way now."""
+
+    def __init__(self, *args, **kwargs):
+        self.go = threading.Event()
+        self.making = self.most_at_once = 0
+        self.count = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def _make(self, spec, shape, number):
+        with self.count:
+            self.making += 1
+            self.most_at_once = max(self.most_at_once, self.making)
+        self.go.wait(10)
+        with self.count:
+            self.making -= 1
+        return pool.Pair(self.dir / f"pair-{number}", shape, f"gw{number}", f"ag{number}", f"vol{number}", time.time(), self.pool_id)
+
+    def discard(self, pair):
+        pass
+
+
+@pytest.fixture
+def benign():
+    return spec.load(EXAMPLES / "benign.yaml")
+
+
+@pytest.fixture
+def make(tmp_path):
+    made = []
+
+    def make(size, makers=2):
+        p = HeldPool(None, None, tmp_path / "runs", pool.Settings(size), makers=makers)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.go.set()
+        p.close()
+
+
+def settle(p: HeldPool, seconds: float = 1.5) -> None:
+    """Long enough for refill threads to start every pair they would (their poll is 0.5 s)."""
+    time.sleep(seconds)
+
+
+def test_no_more_pairs_are_made_than_claims_to_come(make, benign):
+    p = make(size=4)
+    p.go.set()
+    p.want([benign])
+    assert p.wait_full(10)
+    settle(p)
+    assert p._made == 1  # size 4, but one claim to come
+    assert p.claim(benign) is not None
+    settle(p)
+    assert p._made == 1  # and none after it was claimed
+
+
+def test_pairs_are_made_side_by_side_up_to_the_makers(make, benign):
+    p = make(size=4, makers=2)
+    p.want([benign] * 4)
+    settle(p)
+    assert (p.making, p.most_at_once) == (2, 2)  # two at once, never more
+    p.go.set()
+    assert p.wait_full(10) and p._made == 4
+
+
+def test_a_claim_waits_for_the_pair_being_made_for_it(make, benign):
+    p = make(size=1)
+    p.want([benign])
+    settle(p)
+    assert p.making == 1
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(p.claim(benign, wait=10)))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive()  # no pair yet: it waits rather than start cold
+    p.go.set()
+    waiter.join(10)
+    assert got and got[0] is not None and got[0].root.name == "pair-1"
+
+
+def test_a_claim_with_nothing_on_its_way_starts_cold_at_once(make, benign):
+    p = make(size=1)
+    begun = time.monotonic()
+    assert p.claim(benign, wait=10) is None  # never announced: no pair is made for it
+    assert time.monotonic() - begun < 1
+    settle(p)
+    assert p._made == 0
+
+
+def test_a_claim_gives_up_waiting_after_its_bound(make, benign):
+    p = make(size=1)
+    p.want([benign, benign])
+    settle(p)
+    begun = time.monotonic()
+    assert p.claim(benign, wait=0.5) is None  # the pair is still being made
+    assert 0.4 < time.monotonic() - begun < 3
