@@ -87,15 +87,15 @@ def _copy_database(source: Path, target: Path) -> None:
             src.close()
 
 
-def fresh_copy(source: Path, target: Path, *, into: bool = False) -> None:
-    """A workspace (or base) from a fixture: a confined copy (sparse files stay sparse, links
-    stay links); one that would leave anything out fails the attempt before it starts.
-    `into`: `target` exists (a pooled pair's workspace, which its containers mount): the copy
-    is made beside it on the same filesystem and its entries renamed in."""
+def fresh_copy(source: Path, target: Path, *, into: bool = False, what: str = "the fixture") -> None:
+    """A workspace (or base) from a fixture, or a pooled agent's files: a confined copy (sparse
+    files stay sparse, links stay links); one that would leave anything out fails the attempt
+    before it starts. `into`: `target` exists (a pooled pair's folder, which its containers
+    mount): the copy is made beside it on the same filesystem and its entries renamed in."""
     if into:
         staging = target.parent / f".{target.name}.copy"
         try:
-            fresh_copy(source, staging)
+            fresh_copy(source, staging, what=what)
             for entry in os.listdir(staging):
                 os.rename(staging / entry, target / entry)
             os.chmod(target, stat.S_IMODE(os.lstat(staging).st_mode))
@@ -105,8 +105,8 @@ def fresh_copy(source: Path, target: Path, *, into: bool = False) -> None:
     report = confined.copy_tree(source, target, max_bytes=confined.COPY_MAX_BYTES)
     if not report.complete:
         shown = "; ".join(f"{display(path)}: {why}" for path, why in report.skipped[:5])
-        raise SandboxError(f"the fixture {source} cannot be copied whole ({report.skipped_count} entries): {shown}",
-                           fix="keep only folders, regular files and symlinks in a fixture, within the copy bound")
+        raise SandboxError(f"{what} {source} cannot be copied whole ({report.skipped_count} entries): {shown}",
+                           fix=f"keep only folders, regular files and symlinks in {what}, within the copy bound")
 
 
 def _harness_error(phase: str, exc: Exception) -> str:
@@ -329,7 +329,7 @@ class Attempt:
         self._pre = pre
         if self._pair is not None:
             if self.spec.agent.files:
-                warm.copy_agent_files(self.spec.agent.files, p.root / warm.AGENT_FILES)
+                fresh_copy(self.spec.agent.files, p.root / warm.AGENT_FILES, into=True, what="the agent files")
             # what a cold agent's container is given (hardening.agent_request): assure's own HOME and
             # socket over the spec's, exported again over the pooled container's same base values
             warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, {**self._agent_env(), **hardening.agent_base_env()})

@@ -41,8 +41,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from assure.core import atomic, confined
-from assure.errors import AssureError, SandboxError
+from assure.core import atomic
+from assure.errors import AssureError
 from assure.records import layout, store
 from assure.records.layout import AttemptPaths
 from assure.run import modelaccess, suite
@@ -198,20 +198,6 @@ def remove_wakes(root: Path) -> None:
 
 def _nul_separated(parts: Iterable[str]) -> bytes:
     return b"".join(part.encode() + b"\0" for part in parts)
-
-
-def copy_agent_files(source: Path, folder: Path) -> None:
-    """The spec's agent files into the pair's (mounted read-only at /opt/agent), whole or not at all."""
-    staging = folder.parent / f".{folder.name}.copy"
-    report = confined.copy_tree(source, staging, max_bytes=confined.COPY_MAX_BYTES)
-    try:
-        if not report.complete:
-            raise SandboxError(f"the agent files {source} cannot be copied whole ({report.skipped_count} entries)",
-                               where="agent.files", fix="keep only folders, regular files and symlinks in the agent's files")
-        for entry in os.listdir(staging):
-            os.rename(staging / entry, folder / entry)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 class WarmPool:

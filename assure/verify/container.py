@@ -21,7 +21,7 @@ from assure.verify.snapshot import Snapshot
 # (the engine's init binary is bind-mounted at /sbin/docker-init, /usr/sbin on merged-usr).
 # Exact paths only: anything created beside or below them is still reported.
 EXPECTED_PATHS = frozenset({
-    WORKSPACE, SOCKET_DIR, AGENT_FILES, AGENT_CLAIM, "/tmp", "/run", "/opt", "/dev", "/proc", "/sys",
+    WORKSPACE, SOCKET_DIR, AGENT_FILES, "/tmp", "/run", "/opt", "/dev", "/proc", "/sys",
     "/etc", "/etc/hostname", "/etc/hosts", "/etc/resolv.conf",
     "/usr", "/usr/sbin", "/usr/sbin/docker-init", "/sbin", "/sbin/docker-init",
 })

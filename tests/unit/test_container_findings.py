@@ -32,3 +32,12 @@ def test_an_empty_new_folder_is_still_reported(tmp_path):
     layer = tmp_path / "upper"
     (layer / "opt" / "stash").mkdir(parents=True)
     assert {f.subject for f in filesystem_changes(layer_changes(take(layer)))} == {"/opt/stash"}
+
+
+def test_the_claim_folder_is_no_mount_point_to_leave_out(tmp_path):
+    """/run/assure-claim is in the agent image (a pooled agent's claim is mounted on it, which
+    changes no layer): an agent that changes the folder itself is reported, pooled or not."""
+    layer = tmp_path / "upper"
+    (layer / "run" / "assure-claim").mkdir(parents=True)
+    os.utime(layer / "run" / "assure-claim", (0, 0))
+    assert {f.subject for f in filesystem_changes(layer_changes(take(layer)))} == {"/run/assure-claim"}
