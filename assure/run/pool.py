@@ -219,6 +219,7 @@ class WarmPool:
         self._making: dict[Shape, int] = {}
         self._to_come: dict[Shape, int] = {}  # claims announced by `want` and not yet asked for
         self._doomed: list[Pair] = []  # given back by attempts: removed by a refill thread (the backend is the pool's)
+        self._handed: list[Pair] = []  # claimed: an attempt's once `take` moved its folder out of the pool's
         self._specs: dict[Shape, Spec] = {}
         self._made = self._failures = 0
         self._cv = threading.Condition()
@@ -260,6 +261,7 @@ class WarmPool:
                 if free:  # an expired pair is a refill thread's to remove
                     pair = free[-1]  # the newest: the furthest from its idle lifetime
                     self._free[shape].remove(pair)
+                    self._handed.append(pair)
                     self._cv.notify_all()
                     return pair
                 left = deadline - time.monotonic()
@@ -270,6 +272,7 @@ class WarmPool:
     def give_back(self, pair: Pair) -> None:
         """A claimed pair the attempt could not take: removed, never claimed again."""
         with self._cv:
+            self._handed.remove(pair)
             self._doomed.append(pair)
             self._cv.notify_all()
 
@@ -287,16 +290,18 @@ class WarmPool:
 
     def close(self) -> None:
         """Stop refilling and remove every free pair and the pool's folder (claimed pairs are
-        their attempts' to remove)."""
+        their attempts' to remove, once taken). Called once the attempts are over."""
         with self._cv:
+            if self._closed:  # once is enough
+                return
             self._closed = True
             self._cv.notify_all()
         for thread in self._threads:
             thread.join(timeout=120)
-        with self._cv:
-            pairs = [p for free in self._free.values() for p in free] + self._doomed
+        with self._cv:  # a claimed pair whose folder is still here never became an attempt's (Ctrl-C just after the claim)
+            pairs = [p for free in self._free.values() for p in free] + self._doomed + [p for p in self._handed if p.root.exists()]
             self._free.clear()
-            self._doomed = []
+            self._doomed, self._handed = [], []
         if pairs:  # side by side, as an attempt's cleanup removes its containers: on exit, each is wall time
             with ThreadPoolExecutor(max_workers=min(len(pairs), CLOSE_WORKERS)) as workers:
                 list(workers.map(self.discard, pairs))

@@ -19,6 +19,7 @@ class HeldPool(pool.WarmPool):
 
     def __init__(self, *args, **kwargs):
         self.go = threading.Event()
+        self.discarded = []
         self.making = self.most_at_once = 0
         self.count = threading.Lock()
         super().__init__(*args, **kwargs)
@@ -30,10 +31,11 @@ class HeldPool(pool.WarmPool):
         self.go.wait(10)
         with self.count:
             self.making -= 1
+        (self.dir / f"pair-{number}").mkdir()
         return pool.Pair(self.dir / f"pair-{number}", shape, f"gw{number}", f"ag{number}", f"vol{number}", time.time(), self.pool_id)
 
     def discard(self, pair):
-        pass
+        self.discarded.append(pair.root.name)
 
 
 @pytest.fixture
@@ -113,3 +115,16 @@ def test_a_claim_gives_up_waiting_after_its_bound(make, benign):
     begun = time.monotonic()
     assert p.claim(benign, wait=0.5) is None  # the pair is still being made
     assert 0.4 < time.monotonic() - begun < 3
+
+
+def test_a_pair_claimed_but_never_taken_is_removed_on_close(make, benign, tmp_path):
+    """Ctrl-C between the claim and the attempt's `take` leaves the pair in the pool's folder:
+    close() removes it; a pair the attempt took (its folder renamed away) is the attempt's."""
+    p = make(size=2)
+    p.go.set()
+    p.want([benign, benign])
+    assert p.wait_full(10)
+    taken, interrupted = p.claim(benign), p.claim(benign)
+    taken.root.rename(tmp_path / "attempt-1")
+    p.close()
+    assert p.discarded == [interrupted.root.name]
