@@ -210,3 +210,21 @@ def test_an_arrival_never_writes_over_a_run_directory(finished_run, tmp_path):
     (tmp_path / "caller" / run_dir.name).mkdir(parents=True)
     with pytest.raises(cluster.ArrivalError, match="exists already"):
         cluster.unpack(cluster.pack(run_dir), tmp_path / "caller", run_dir.name)
+
+
+def test_gc_removes_only_the_scratch_folders_of_node_tasks_that_are_gone(tmp_path):
+    def scratch(name: str, lock: bool = True) -> Path:
+        folder = tmp_path / f"{cluster.SCRATCH}{name}"
+        (folder / "run-1" / "attempts").mkdir(parents=True)
+        if lock:
+            (folder / "lock").write_text("1@node\n")
+        return folder
+
+    lost, live, unlocked = scratch("lost"), scratch("live"), scratch("nolock", lock=False)
+    elsewhere = tmp_path / "kept"
+    elsewhere.mkdir()
+    (elsewhere / "lock").write_text("")
+    (tmp_path / f"{cluster.SCRATCH}link").symlink_to(elsewhere)  # a link named like one: never followed
+    with store.exclusive(live, "node task"):  # a task still running
+        assert cluster.release_orphan_scratch(tmp_path) == [lost]
+    assert not lost.exists() and (live / "run-1").is_dir() and (unlocked / "run-1").is_dir() and (elsewhere / "lock").is_file()
