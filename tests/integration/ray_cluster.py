@@ -9,7 +9,8 @@ listen on every interface. In a namespace whose only interface is `lo`, the outw
 socket, which a network namespace does not hide.
 
 Everything started is stopped by process id: each node's session (its `ray start` and every
-process it spawned: gcs_server, raylet, workers) is SIGKILLed, then the namespace removed.
+process it spawned: gcs_server, raylet, workers) is SIGKILLed until none is left, then the
+namespace removed.
 """
 
 from __future__ import annotations
@@ -70,16 +71,23 @@ class Node:
         (pid,) = [p for p in self.pids() if comm(p) == "raylet"]
         return pid
 
-    def kill(self) -> None:
-        for pid in self.pids():
+    def kill(self, timeout: float = 30) -> None:
+        """SIGKILL every process of the node's session, again and again until none is left: a
+        process forked between a listing and the kills (a raylet starting a worker) is in the next
+        listing, and one SIGKILLed is listed until it has died."""
+        deadline = time.monotonic() + timeout
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+                self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
                 pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        if pids:
+            raise AssertionError(f"{self.name}: Ray processes still alive after SIGKILL: {pids}")
 
 
 @dataclass
@@ -125,10 +133,16 @@ class LocalCluster:
         raise AssertionError(f"{count} Ray nodes did not come up: " + "; ".join(n.log.read_text(errors="replace")[-800:] for n in self.nodes))
 
     def stop(self) -> None:
+        failed = []
         for node in reversed(self.nodes):
-            node.kill()
+            try:
+                node.kill()
+            except AssertionError as exc:  # the other nodes are stopped all the same
+                failed.append(str(exc))
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
+        if failed:
+            raise AssertionError("; ".join(failed))
 
 
 def start(tmp: Path, workers: int = 2) -> LocalCluster:
