@@ -108,11 +108,11 @@ class LocalCluster:
         dockerd, which bind-mounts them into the containers."""
         return ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
 
-    def start_node(self, name: str, *args: str) -> Node:
+    def start_node(self, name: str, *args: str, env: dict[str, str] | None = None) -> Node:
         log = self.tmp / f"{name}.log"
         with open(log, "wb") as fh:
             proc = subprocess.Popen(self.in_ns(RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats", *args),
-                                    stdout=fh, stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
+                                    stdout=fh, stderr=subprocess.STDOUT, env={**ENV, **(env or {})}, start_new_session=True)
         node = Node(name, proc, log)
         self.nodes.append(node)
         return node
@@ -145,8 +145,9 @@ class LocalCluster:
             raise AssertionError("; ".join(failed))
 
 
-def start(tmp: Path, workers: int = 2) -> LocalCluster:
-    """A head (no `docker` resource: it only places) and `workers` nodes with one `docker` each."""
+def start(tmp: Path, workers: int = 2, worker_env: dict[str, str] | None = None) -> LocalCluster:
+    """A head (no `docker` resource: it only places) and `workers` nodes with one `docker` each
+    (`worker_env` added to their environment, and so to their Ray workers')."""
     netns = f"assure-ray-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     cluster = LocalCluster(netns, 6379, tmp)
@@ -156,7 +157,7 @@ def start(tmp: Path, workers: int = 2) -> LocalCluster:
         seen = {n["NodeID"] for n in cluster.wait_for(1)}
         cluster.nodes[0].node_id = next(iter(seen))
         for n in range(workers):  # one at a time: two raylets registering at once on one host can stall
-            node = cluster.start_node(f"worker{n + 1}", f"--address={cluster.address}", "--num-cpus=1", '--resources={"docker": 1}')
+            node = cluster.start_node(f"worker{n + 1}", f"--address={cluster.address}", "--num-cpus=1", '--resources={"docker": 1}', env=worker_env)
             (node.node_id,) = {m["NodeID"] for m in cluster.wait_for(n + 2)} - seen
             seen.add(node.node_id)
     except BaseException:
