@@ -119,6 +119,8 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     assert "continuing unfinished suite run" in again.stderr
     state = suite_state(runs)
     assert all(r["verdict"] is not None for r in state["runs"])
+    spans = sorted((r["started_at"], r["finished_at"]) for r in state["runs"])
+    assert all(done <= then for (_, done), (then, _) in zip(spans, spans[1:]))  # -j 1: one spec in flight at a time
     by_id = {r["run_id"]: r for r in state["runs"]}
     for r in kept:  # finished before the kill: the same run, not run again
         assert by_id[r["run_id"]]["finished_at"] == r["finished_at"]
