@@ -668,7 +668,7 @@ def doctor(specs: list[Path] = typer.Argument(None, metavar="[SPEC]...", help="S
 @app.command()
 def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going."), json_out: bool = JSON_OPTION,
        runs_dir: Path = RUNS_OPTION) -> None:
-    """Remove containers, volumes, networks and workspace filesystems left by assure processes that are gone."""
+    """Remove containers, volumes, networks, workspace filesystems and cluster tasks' scratch folders left by assure processes that are gone."""
     from assure.ops import gc as collector
 
     try:
@@ -679,7 +679,7 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
         _print_json(dataclasses.asdict(removed))
         return
     out.print(f"removed {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
-              f"{removed.workspaces} workspace filesystems")
+              f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders")
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:

@@ -1,6 +1,7 @@
 """Garbage collection: remove what assure processes that are gone left behind (containers,
-volumes, networks, workspace filesystems). A resource is an orphan when the process its
-labels name (host and pid) is no longer alive on this host; `everything` takes all."""
+volumes, networks, workspace filesystems, the scratch folders of cluster tasks). A resource is
+an orphan when the process its labels name (host and pid) is no longer alive on this host;
+`everything` takes all."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assure.records import store
-from assure.run import pool
+from assure.run import cluster, pool
 from assure.sandbox import workspace_fs
 from assure.sandbox.backend import LABEL_HOST, LABEL_PID, SandboxBackend
 
@@ -24,6 +25,7 @@ class Removed:
     volumes: int
     networks: int
     workspaces: int
+    node_scratch: int  # the scratch folders of cluster tasks lost with their node or driver (run/cluster.py)
 
 
 def is_orphan(labels: Mapping[str, str], host: str, everything: bool) -> bool:
@@ -55,4 +57,5 @@ def collect(backend: SandboxBackend, *, everything: bool = False, runs_dir: Path
     released = workspace_fs.release_orphans(lambda run_dir: everything or not store.is_locked(run_dir))
     if runs_dir is not None:
         pool.release_orphans(runs_dir, backend, everything)
-    return Removed(removed["containers"], removed["volumes"], removed["networks"], len(released))
+    scratch = cluster.release_orphan_scratch()  # after the workspaces: nothing is mounted in them now
+    return Removed(removed["containers"], removed["volumes"], removed["networks"], len(released), len(scratch))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 import time
@@ -54,6 +55,7 @@ MAX_MEMBERS = 50_000  # files, folders and links in one arriving run directory
 MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
 GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
+SCRATCH = "assure-node-"  # prefix of a task's scratch folder in its node's temp folder, locked while the task lives
 
 
 class ArrivalError(AssureError):
@@ -108,10 +110,33 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) ->
     backend = DockerBackend()
     finder = Images(backend)
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
-    with tempfile.TemporaryDirectory(prefix="assure-node-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=SCRATCH) as scratch, store.exclusive(Path(scratch), "node task"):
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
         result = Driver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
         return NodeResult(ray.get_runtime_context().get_node_id(), result.verdict, pack(run.path))
+
+
+def release_orphan_scratch(base: Path | None = None) -> list[Path]:
+    """Remove the scratch folders (in `base`, default the temp folder) of node tasks whose process
+    is gone: a node lost mid-run, or a task Ray ended with its driver, leaves its run directory
+    there. Only a real folder of ours whose lock no live process holds and under which nothing is
+    mounted (`assure gc` releases the workspaces first); anything else is left alone."""
+    from assure.records.layout import LOCK
+    from assure.sandbox import workspace_fs
+
+    removed = []
+    for folder in sorted(Path(base or tempfile.gettempdir()).glob(SCRATCH + "*")):
+        try:
+            st, lock = folder.lstat(), (folder / LOCK).lstat()
+        except OSError:
+            continue
+        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and stat.S_ISREG(lock.st_mode)):
+            continue
+        if store.is_locked(folder) or workspace_fs.mounted_under(folder):
+            continue
+        shutil.rmtree(folder)
+        removed.append(folder)
+    return removed
 
 
 def _agents_tree(name: str) -> bool:

@@ -9,7 +9,8 @@ listen on every interface. In a namespace whose only interface is `lo`, the outw
 socket, which a network namespace does not hide.
 
 Everything started is stopped by process id: each node's session (its `ray start` and every
-process it spawned: gcs_server, raylet, workers) is SIGKILLed, then the namespace removed.
+process it spawned: gcs_server, raylet, workers) is SIGKILLed until none is left, then the
+namespace removed.
 """
 
 from __future__ import annotations
@@ -70,16 +71,23 @@ class Node:
         (pid,) = [p for p in self.pids() if comm(p) == "raylet"]
         return pid
 
-    def kill(self) -> None:
-        for pid in self.pids():
+    def kill(self, timeout: float = 30) -> None:
+        """SIGKILL every process of the node's session, again and again until none is left: a
+        process forked between a listing and the kills (a raylet starting a worker) is in the next
+        listing, and one SIGKILLed is listed until it has died."""
+        deadline = time.monotonic() + timeout
+        while (pids := self.pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+                self.proc.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
                 pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        if pids:
+            raise AssertionError(f"{self.name}: Ray processes still alive after SIGKILL: {pids}")
 
 
 @dataclass
@@ -100,11 +108,11 @@ class LocalCluster:
         dockerd, which bind-mounts them into the containers."""
         return ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
 
-    def start_node(self, name: str, *args: str) -> Node:
+    def start_node(self, name: str, *args: str, env: dict[str, str] | None = None) -> Node:
         log = self.tmp / f"{name}.log"
         with open(log, "wb") as fh:
             proc = subprocess.Popen(self.in_ns(RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats", *args),
-                                    stdout=fh, stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
+                                    stdout=fh, stderr=subprocess.STDOUT, env={**ENV, **(env or {})}, start_new_session=True)
         node = Node(name, proc, log)
         self.nodes.append(node)
         return node
@@ -125,14 +133,21 @@ class LocalCluster:
         raise AssertionError(f"{count} Ray nodes did not come up: " + "; ".join(n.log.read_text(errors="replace")[-800:] for n in self.nodes))
 
     def stop(self) -> None:
+        failed = []
         for node in reversed(self.nodes):
-            node.kill()
+            try:
+                node.kill()
+            except AssertionError as exc:  # the other nodes are stopped all the same
+                failed.append(str(exc))
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         shutil.rmtree(self.ray_tmp, ignore_errors=True)
+        if failed:
+            raise AssertionError("; ".join(failed))
 
 
-def start(tmp: Path, workers: int = 2) -> LocalCluster:
-    """A head (no `docker` resource: it only places) and `workers` nodes with one `docker` each."""
+def start(tmp: Path, workers: int = 2, worker_env: dict[str, str] | None = None) -> LocalCluster:
+    """A head (no `docker` resource: it only places) and `workers` nodes with one `docker` each
+    (`worker_env` added to their environment, and so to their Ray workers')."""
     netns = f"assure-ray-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     cluster = LocalCluster(netns, 6379, tmp)
@@ -142,7 +157,7 @@ def start(tmp: Path, workers: int = 2) -> LocalCluster:
         seen = {n["NodeID"] for n in cluster.wait_for(1)}
         cluster.nodes[0].node_id = next(iter(seen))
         for n in range(workers):  # one at a time: two raylets registering at once on one host can stall
-            node = cluster.start_node(f"worker{n + 1}", f"--address={cluster.address}", "--num-cpus=1", '--resources={"docker": 1}')
+            node = cluster.start_node(f"worker{n + 1}", f"--address={cluster.address}", "--num-cpus=1", '--resources={"docker": 1}', env=worker_env)
             (node.node_id,) = {m["NodeID"] for m in cluster.wait_for(n + 2)} - seen
             seen.add(node.node_id)
     except BaseException:

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -118,6 +119,8 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     assert "continuing unfinished suite run" in again.stderr
     state = suite_state(runs)
     assert all(r["verdict"] is not None for r in state["runs"])
+    spans = sorted((r["started_at"], r["finished_at"]) for r in state["runs"])
+    assert all(done <= then for (_, done), (then, _) in zip(spans, spans[1:]))  # -j 1: one spec in flight at a time
     by_id = {r["run_id"]: r for r in state["runs"]}
     for r in kept:  # finished before the kill: the same run, not run again
         assert by_id[r["run_id"]]["finished_at"] == r["finished_at"]
@@ -126,17 +129,21 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
 
 
 def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
-    """`assure gc` removes every container and volume of these runs (their makers are dead).
-    Whether a task Ray ended left any depends on when Ray ended it; the node-kill test's does."""
+    """`assure gc` removes every container, volume and node scratch folder of these runs (their
+    makers are dead). Whether a task Ray ended left any depends on when Ray ended it; the
+    node-kill test's does."""
     engine = docker.from_env()
 
     def ours() -> list[str]:
         found = [*engine.containers.list(all=True, filters={"label": LABEL_RUN}), *engine.volumes.list(filters={"label": LABEL_RUN})]
         return [x.name for x in found if (x.attrs.get("Labels") or x.attrs.get("Config", {}).get("Labels") or {}).get(LABEL_RUN) in run_ids]
 
+    def scratch() -> list[Path]:  # the nodes' temp folder is this machine's
+        return [p for r in run_ids for p in Path(tempfile.gettempdir()).glob(f"assure-node-*/{r}")]
+
     gc = run_assure([*ASSURE, "gc"], cwd, 120)
     assert gc.returncode == 0, gc.stderr
-    assert ours() == []
+    assert ours() == [] and scratch() == []
 
 
 def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_the_other(cluster, tmp_path):
@@ -165,4 +172,5 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
     left = engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
     assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind, only
+    assert list(Path(tempfile.gettempdir()).glob(f"assure-node-*/{entry['run_id']}"))  # and its task's scratch folder
     gc_left_behind(tmp_path, [entry["run_id"]])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -127,15 +128,26 @@ def test_packing_refuses_a_link_in_the_run_directory(finished_run):
 
 
 def test_specs_with_effects_a_retry_could_repeat_are_refused(tmp_path):
+    db = tmp_path / "ledger.db"
+    sqlite3.connect(db).execute("create table t (x)").connection.commit()
     plain = write_spec(tmp_path, "fix")
+    snapshot = write_spec(tmp_path, "read", databases=[{"name": "ledger", "fixture": str(db)}])  # a copy in the sandbox: no effect outside
+    live = write_spec(tmp_path, "pay", databases=[{"name": "ledger", "fixture": str(db), "mode": "live"}])
     egress = write_spec(tmp_path, "web", egress={"allow": ["api.example.org:443"]})
     target = write_spec(tmp_path, "commit", promote={"target": str(tmp_path)})
-    cluster.refuse_outside_effects((plain,))
+    cluster.refuse_outside_effects((plain, snapshot))
     with pytest.raises(SpecError) as caught:
-        cluster.refuse_outside_effects((plain, egress, target))
+        cluster.refuse_outside_effects((plain, snapshot, live, egress, target))
     text = caught.value.explain()
+    assert "pay.yaml: live database ledger" in text and "idempotency store" in text
     assert "web.yaml" in text and "egress.allow" in text and "commit.yaml" in text and "promote target" in text
-    assert "fix.yaml" not in text
+    assert "fix.yaml" not in text and "read.yaml" not in text
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("version: 1\nname: live\nspecs: [pay.yaml]\n")
+    out = subprocess.run([sys.executable, "-m", "assure.cli", "suite", str(suite), "--cluster", "127.0.0.1:9", "--runs-dir", str(tmp_path / "runs")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode != 0 and "pay.yaml: live database ledger" in out.stderr and "without --cluster" in out.stderr
+    assert not (tmp_path / "suites").exists()  # refused before a suite run was made, before the cluster was asked
 
 
 def test_the_core_works_without_ray():
@@ -210,3 +222,21 @@ def test_an_arrival_never_writes_over_a_run_directory(finished_run, tmp_path):
     (tmp_path / "caller" / run_dir.name).mkdir(parents=True)
     with pytest.raises(cluster.ArrivalError, match="exists already"):
         cluster.unpack(cluster.pack(run_dir), tmp_path / "caller", run_dir.name)
+
+
+def test_gc_removes_only_the_scratch_folders_of_node_tasks_that_are_gone(tmp_path):
+    def scratch(name: str, lock: bool = True) -> Path:
+        folder = tmp_path / f"{cluster.SCRATCH}{name}"
+        (folder / "run-1" / "attempts").mkdir(parents=True)
+        if lock:
+            (folder / "lock").write_text("1@node\n")
+        return folder
+
+    lost, live, unlocked = scratch("lost"), scratch("live"), scratch("nolock", lock=False)
+    elsewhere = tmp_path / "kept"
+    elsewhere.mkdir()
+    (elsewhere / "lock").write_text("")
+    (tmp_path / f"{cluster.SCRATCH}link").symlink_to(elsewhere)  # a link named like one: never followed
+    with store.exclusive(live, "node task"):  # a task still running
+        assert cluster.release_orphan_scratch(tmp_path) == [lost]
+    assert not lost.exists() and (live / "run-1").is_dir() and (unlocked / "run-1").is_dir() and (elsewhere / "lock").is_file()
