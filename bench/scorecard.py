@@ -6,7 +6,7 @@ Each part is a subprocess whose machine-readable output assure/ops/scorecard.py 
   conformance  assure conformance --out DIR (its packet.json)           rows passed
   e2e, gateway, snapshot, sqlite   bench/<script>.py --json PATH       overhead, p50/p99, verifier ratios
   throughput   assure suite bench/suites/throughput.yaml -j N --json, N = 1, 2, 4   specs per second
-               and -j 2 --pool 2 (the warm pool), against bench/bare_throughput.py at -j 2
+               and -j 2 --pool 4 (the warm pool), against bench/bare_throughput.py at -j 2
 Writes .assure/bench/scorecard-<UTC stamp>.json (the parts' runs and packet stay in
 .assure/bench/work-<stamp>/) and the same document to .assure/bench/scorecard.json
 (the latest; `assure bench compare OLD NEW` reads two of them). A part that fails or gives no
