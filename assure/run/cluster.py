@@ -93,6 +93,23 @@ def _budget_seconds(spec: spec_mod.Spec) -> float:
     return spec.limits.wall_seconds * spec.max_attempts * len(spec.tasks) + GRACE_SECONDS
 
 
+def overdue(in_flight: dict[Any, tuple[int, float]], now: float) -> Any | None:
+    """Of the tasks in flight (ref -> (spec index, monotonic deadline)), the one whose deadline
+    passed first, to be cancelled as hung; None while every task is within its spec's budget."""
+    ref = min(in_flight, key=lambda r: in_flight[r][1])
+    return ref if in_flight[ref][1] <= now else None
+
+
+def record_loss(entry: dict[str, Any], node: str | None, error: str) -> str | None:
+    """Count a lost submission in its spec's suite-run entry: the attempt it ran is lost and the
+    next submission runs the one after. None when the spec may be submitted again; otherwise why
+    its verdict is `error` (lost `MAX_LOST` times)."""
+    attempt = entry.get("next_attempt", 1)
+    entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "at": utc_now()}]
+    entry["next_attempt"] = attempt + 1
+    return f"lost with its node {len(entry['lost'])} times" if len(entry["lost"]) >= MAX_LOST else None
+
+
 # --- on the node ------------------------------------------------------------------------------
 
 def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) -> NodeResult:
@@ -322,11 +339,9 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
 
     def lose(i: int, node: str | None, error: str) -> bool:
         """Count a lost submission; True when the spec may be submitted again."""
-        entry = entries[i]
-        entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": entry.get("next_attempt", 1), "error": error, "at": utc_now()}]
-        entry["next_attempt"] = entry.get("next_attempt", 1) + 1
-        if len(entry["lost"]) >= MAX_LOST:
-            conclude(i, "error", reason=f"lost with its node {len(entry['lost'])} times")
+        given_up = record_loss(entries[i], node, error)
+        if given_up:
+            conclude(i, "error", reason=given_up)
             return False
         record.save()
         return True
@@ -352,7 +367,9 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
             timeout = max(0.0, min(deadline for _, deadline in in_flight.values()) - time.monotonic())
             ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=timeout)
             if not ready:  # the nearest task outlived its spec's whole budget: a hung node
-                ref = min(in_flight, key=lambda r: in_flight[r][1])
+                ref = overdue(in_flight, time.monotonic())
+                if ref is None:  # woken a moment early
+                    continue
                 i, _ = in_flight.pop(ref)
                 ray.cancel(ref, force=True)
                 if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):

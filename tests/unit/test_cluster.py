@@ -240,3 +240,26 @@ def test_gc_removes_only_the_scratch_folders_of_node_tasks_that_are_gone(tmp_pat
     with store.exclusive(live, "node task"):  # a task still running
         assert cluster.release_orphan_scratch(tmp_path) == [lost]
     assert not lost.exists() and (live / "run-1").is_dir() and (unlocked / "run-1").is_dir() and (elsewhere / "lock").is_file()
+
+
+def test_a_spec_lost_max_lost_times_is_error_and_each_loss_moves_it_one_attempt_on():
+    entry = {"run_id": "r1", "verdict": None, "next_attempt": 1, "lost": []}
+    for n in range(1, cluster.MAX_LOST):
+        assert cluster.record_loss(entry, "node-a", "NodeDiedError") is None  # submitted again
+        assert entry["next_attempt"] == n + 1
+    assert cluster.record_loss(entry, None, "cancelled after 660 s") == f"lost with its node {cluster.MAX_LOST} times"  # verdict error
+    assert [(lost["attempt"], lost["node"], lost["error"]) for lost in entry["lost"]] == [
+        *[(n, "node-a", "NodeDiedError") for n in range(1, cluster.MAX_LOST)], (cluster.MAX_LOST, None, "cancelled after 660 s")]
+    assert entry["next_attempt"] == cluster.MAX_LOST + 1 and all(lost["at"] for lost in entry["lost"])
+
+
+def test_a_task_is_cancelled_as_hung_only_once_its_specs_whole_budget_and_the_grace_are_spent(tmp_path):
+    spec = write_spec(tmp_path, "fix", limits={"wall_seconds": 30}, max_attempts=2)
+    budget = cluster._budget_seconds(spec)
+    assert budget == 30 * 2 * len(spec.tasks) + cluster.GRACE_SECONDS
+    in_flight = {"late": (0, 100 + budget), "early": (1, 50 + budget)}  # ref -> (spec index, deadline), submitted at 100 and 50
+    assert cluster.overdue(in_flight, 50 + budget - 0.01) is None  # within its budget: never cancelled
+    assert cluster.overdue(in_flight, 50 + budget) == "early"  # the first deadline passed: this one, not the other
+    del in_flight["early"]
+    assert cluster.overdue(in_flight, 99 + budget) is None and cluster.overdue(in_flight, 100.5 + budget) == "late"
+
