@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import stat
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -108,6 +109,19 @@ def record_loss(entry: dict[str, Any], node: str | None, error: str) -> str | No
     entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "at": utc_now()}]
     entry["next_attempt"] = attempt + 1
     return f"lost with its node {len(entry['lost'])} times" if len(entry["lost"]) >= MAX_LOST else None
+
+
+_NODE_ID = re.compile(r"\bnode ID: ([0-9a-f]{56})\b", re.IGNORECASE)
+
+
+def lost_node(exc: BaseException, known: Iterable[str]) -> str | None:
+    """The node a lost task ran on, if Ray's error names exactly one node of the cluster (`known`:
+    every node Ray has seen, dead ones included). A `NodeDiedError` carries it in its message
+    only ("... node ID: <56 hex>. ..."); a node id attribute, should Ray add one, comes first."""
+    named = getattr(exc, "node_id", None)
+    candidates = {str(named)} if named else {m.lower() for m in _NODE_ID.findall(str(exc))}
+    found = candidates & set(known)
+    return found.pop() if len(found) == 1 else None
 
 
 # --- on the node ------------------------------------------------------------------------------
@@ -381,7 +395,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
             try:
                 result: NodeResult = ray.get(ref)
             except lost_errors as exc:
-                if lose(i, getattr(exc, "node_id", None), type(exc).__name__):
+                if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
                     waiting.insert(0, i)
                 continue
             except ray.exceptions.RayTaskError as exc:

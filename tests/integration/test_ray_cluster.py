@@ -168,7 +168,7 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     assert proc.returncode == 0, stderr[-3000:]
     (entry,) = suite_state(runs)["runs"]
     assert entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
-    assert entry["lost"][0]["node"] in (victim.node_id, None) and entry["node"] != victim.node_id
+    assert entry["lost"][0]["node"] == victim.node_id and entry["node"] != victim.node_id  # the loss names the dead node
     assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
     left = engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
     assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind, only

@@ -263,3 +263,24 @@ def test_a_task_is_cancelled_as_hung_only_once_its_specs_whole_budget_and_the_gr
     del in_flight["early"]
     assert cluster.overdue(in_flight, 99 + budget) is None and cluster.overdue(in_flight, 100.5 + budget) == "late"
 
+
+# Ray 2.60's message for a task whose node died (src/ray/core_worker/task_manager.cc): the node id is only in the text.
+NODE_DIED = ("Task failed because the node it was running on is dead or unavailable. Node IP: 127.0.0.1, node ID: {0}. This can happen "
+             "if the node was preempted, had a hardware failure, or its raylet crashed unexpectedly. To see node death information, "
+             "use `ray list nodes --filter node_id={0}`, check the Ray dashboard cluster page, search the node ID in the GCS logs, "
+             "or use `ray logs raylet.out -ip 127.0.0.1`.")
+
+
+def test_a_loss_names_the_node_rays_error_names_when_it_is_a_node_of_the_cluster():
+    class NodeDiedError(Exception):
+        pass
+
+    dead, alive, stranger = "ab" * 28, "cd" * 28, "ef" * 28
+    assert cluster.lost_node(NodeDiedError(NODE_DIED.format(dead)), iter([alive, dead])) == dead
+    assert cluster.lost_node(NodeDiedError(NODE_DIED.format(dead.upper())), [alive, dead]) == dead
+    assert cluster.lost_node(NodeDiedError(NODE_DIED.format(stranger)), [alive, dead]) is None  # no node Ray knows: not recorded
+    assert cluster.lost_node(RuntimeError("The worker died unexpectedly while executing this task."), [alive, dead]) is None
+    named = NodeDiedError(NODE_DIED.format(dead))
+    named.node_id = alive  # should Ray give the error a node id, it comes first
+    assert cluster.lost_node(named, [alive, dead]) == alive
+
