@@ -298,8 +298,7 @@ def connect(address: str) -> Any:
         import ray
     except ImportError:
         raise AssureError("Ray is not installed", fix="pip install 'assure[ray]'") from None
-    host = address.rsplit(":", 1)[0] if address != "auto" else ""
-    extra = {"_node_ip_address": "127.0.0.1"} if host.startswith("127.") or host == "localhost" else {}
+    extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
     try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -309,6 +308,15 @@ def connect(address: str) -> Any:
         raise AssureError(f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
                           fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""")
     return ray
+
+
+def loopback(address: str, environ: Any) -> bool:
+    """Whether the cluster is on this machine's loopback: `address`, or for `auto` the
+    RAY_ADDRESS that Ray's discovery takes first."""
+    if address == "auto":
+        address = environ.get("RAY_ADDRESS") or ""
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return host.startswith("127.") or host == "localhost"
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:

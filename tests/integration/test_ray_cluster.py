@@ -29,6 +29,7 @@ from tests.integration import ray_cluster
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = Path(__file__).resolve().parent / "specs" / "cluster" / "suite.yaml"
 SLOW = SUITE.parent / "specs" / "slow-pass.yaml"
+QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
@@ -174,3 +175,17 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind, only
     assert list(Path(tempfile.gettempdir()).glob(f"assure-node-*/{entry['run_id']}"))  # and its task's scratch folder
     gc_left_behind(tmp_path, [entry["run_id"]])
+
+
+def worker_ids(c: ray_cluster.LocalCluster) -> set[str]:
+    return {n.node_id for n in c.nodes if n.name.startswith("worker")}
+
+
+def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
+    runs = tmp_path / "runs"
+    argv = cluster.in_ns(*ASSURE, "suite", str(one_spec_suite(tmp_path, QUICK)), "--cluster", "auto", "--runs-dir", str(runs))
+    out = subprocess.run(argv, cwd=tmp_path, env={**ray_cluster.ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on the Ray cluster auto" in out.stderr
+    (entry,) = suite_state(runs)["runs"]
+    assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster) and entry["lost"] == []

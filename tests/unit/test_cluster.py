@@ -284,3 +284,9 @@ def test_a_loss_names_the_node_rays_error_names_when_it_is_a_node_of_the_cluster
     named.node_id = alive  # should Ray give the error a node id, it comes first
     assert cluster.lost_node(named, [alive, dead]) == alive
 
+
+def test_the_caller_binds_to_loopback_when_the_cluster_is_there_auto_included():
+    assert cluster.loopback("127.0.0.1:6379", {}) and cluster.loopback("localhost:6379", {})
+    assert not cluster.loopback("10.0.0.5:6379", {"RAY_ADDRESS": "127.0.0.1:6379"})  # Ray reads RAY_ADDRESS for auto only
+    assert cluster.loopback("auto", {"RAY_ADDRESS": "127.0.0.1:6379"})  # what `auto` joins first
+    assert not cluster.loopback("auto", {}) and not cluster.loopback("auto", {"RAY_ADDRESS": "10.0.0.5:6379"})
