@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import time
@@ -134,17 +135,18 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) ->
     from assure.sandbox.docker import DockerBackend
     from assure.sandbox.images import Images
 
+    node_id = ray.get_runtime_context().get_node_id()
     spec = spec_mod.load(spec_path)
     if spec_digest(spec) != digest:
-        raise AssureError("the spec on this node differs from the caller's", where=f"{ray.get_runtime_context().get_node_id()}: {spec_path}",
+        raise AssureError("the spec on this node differs from the caller's", where=f"{node_id}: {spec_path}",
                           fix="deploy the same suite and spec files, at the same paths, to every node")
     backend = DockerBackend()
-    finder = Images(backend)
+    finder = Images(backend, lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True))  # in the node's Ray worker log
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
     with tempfile.TemporaryDirectory(prefix=SCRATCH) as scratch, store.exclusive(Path(scratch), "node task"):
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
         result = Driver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
-        return NodeResult(ray.get_runtime_context().get_node_id(), result.verdict, pack(run.path))
+        return NodeResult(node_id, result.verdict, pack(run.path))
 
 
 def release_orphan_scratch(base: Path | None = None) -> list[Path]:
