@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -93,6 +95,36 @@ def _budget_seconds(spec: spec_mod.Spec) -> float:
     return spec.limits.wall_seconds * spec.max_attempts * len(spec.tasks) + GRACE_SECONDS
 
 
+def overdue(in_flight: dict[Any, tuple[int, float]], now: float) -> Any | None:
+    """Of the tasks in flight (ref -> (spec index, monotonic deadline)), the one whose deadline
+    passed first, to be cancelled as hung; None while every task is within its spec's budget."""
+    ref = min(in_flight, key=lambda r: in_flight[r][1])
+    return ref if in_flight[ref][1] <= now else None
+
+
+def record_loss(entry: dict[str, Any], node: str | None, error: str) -> str | None:
+    """Count a lost submission in its spec's suite-run entry: the attempt it ran is lost and the
+    next submission runs the one after. None when the spec may be submitted again; otherwise why
+    its verdict is `error` (lost `MAX_LOST` times)."""
+    attempt = entry.get("next_attempt", 1)
+    entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "at": utc_now()}]
+    entry["next_attempt"] = attempt + 1
+    return f"lost with its node {len(entry['lost'])} times" if len(entry["lost"]) >= MAX_LOST else None
+
+
+_NODE_ID = re.compile(r"\bnode ID: ([0-9a-f]{56})\b", re.IGNORECASE)
+
+
+def lost_node(exc: BaseException, known: Iterable[str]) -> str | None:
+    """The node a lost task ran on, if Ray's error names exactly one node of the cluster (`known`:
+    every node Ray has seen, dead ones included). A `NodeDiedError` carries it in its message
+    only ("... node ID: <56 hex>. ..."); a node id attribute, should Ray add one, comes first."""
+    named = getattr(exc, "node_id", None)
+    candidates = {str(named)} if named else {m.lower() for m in _NODE_ID.findall(str(exc))}
+    found = candidates & set(known)
+    return found.pop() if len(found) == 1 else None
+
+
 # --- on the node ------------------------------------------------------------------------------
 
 def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) -> NodeResult:
@@ -103,17 +135,18 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) ->
     from assure.sandbox.docker import DockerBackend
     from assure.sandbox.images import Images
 
+    node_id = ray.get_runtime_context().get_node_id()
     spec = spec_mod.load(spec_path)
     if spec_digest(spec) != digest:
-        raise AssureError("the spec on this node differs from the caller's", where=f"{ray.get_runtime_context().get_node_id()}: {spec_path}",
+        raise AssureError("the spec on this node differs from the caller's", where=f"{node_id}: {spec_path}",
                           fix="deploy the same suite and spec files, at the same paths, to every node")
     backend = DockerBackend()
-    finder = Images(backend)
+    finder = Images(backend, lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True))  # in the node's Ray worker log
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
     with tempfile.TemporaryDirectory(prefix=SCRATCH) as scratch, store.exclusive(Path(scratch), "node task"):
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
         result = Driver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
-        return NodeResult(ray.get_runtime_context().get_node_id(), result.verdict, pack(run.path))
+        return NodeResult(node_id, result.verdict, pack(run.path))
 
 
 def release_orphan_scratch(base: Path | None = None) -> list[Path]:
@@ -267,8 +300,7 @@ def connect(address: str) -> Any:
         import ray
     except ImportError:
         raise AssureError("Ray is not installed", fix="pip install 'assure[ray]'") from None
-    host = address.rsplit(":", 1)[0] if address != "auto" else ""
-    extra = {"_node_ip_address": "127.0.0.1"} if host.startswith("127.") or host == "localhost" else {}
+    extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
     try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -278,6 +310,15 @@ def connect(address: str) -> Any:
         raise AssureError(f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
                           fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""")
     return ray
+
+
+def loopback(address: str, environ: Any) -> bool:
+    """Whether the cluster is on this machine's loopback: `address`, or for `auto` the
+    RAY_ADDRESS that Ray's discovery takes first."""
+    if address == "auto":
+        address = environ.get("RAY_ADDRESS") or ""
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return host.startswith("127.") or host == "localhost"
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
@@ -322,11 +363,9 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
 
     def lose(i: int, node: str | None, error: str) -> bool:
         """Count a lost submission; True when the spec may be submitted again."""
-        entry = entries[i]
-        entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": entry.get("next_attempt", 1), "error": error, "at": utc_now()}]
-        entry["next_attempt"] = entry.get("next_attempt", 1) + 1
-        if len(entry["lost"]) >= MAX_LOST:
-            conclude(i, "error", reason=f"lost with its node {len(entry['lost'])} times")
+        given_up = record_loss(entries[i], node, error)
+        if given_up:
+            conclude(i, "error", reason=given_up)
             return False
         record.save()
         return True
@@ -352,7 +391,9 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
             timeout = max(0.0, min(deadline for _, deadline in in_flight.values()) - time.monotonic())
             ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=timeout)
             if not ready:  # the nearest task outlived its spec's whole budget: a hung node
-                ref = min(in_flight, key=lambda r: in_flight[r][1])
+                ref = overdue(in_flight, time.monotonic())
+                if ref is None:  # woken a moment early
+                    continue
                 i, _ = in_flight.pop(ref)
                 ray.cancel(ref, force=True)
                 if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):
@@ -364,7 +405,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
             try:
                 result: NodeResult = ray.get(ref)
             except lost_errors as exc:
-                if lose(i, getattr(exc, "node_id", None), type(exc).__name__):
+                if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
                     waiting.insert(0, i)
                 continue
             except ray.exceptions.RayTaskError as exc:

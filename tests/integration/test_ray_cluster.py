@@ -3,9 +3,11 @@ the `docker` resource, on loopback only (tests/integration/ray_cluster.py), each
 worker on the engine, judged again and signed by the caller.
 
 A suite spread over both workers; a worker whose raylet is SIGKILLed mid-run (the spec runs
-again on the other worker, one attempt number on, and `assure gc` removes what the dead worker
-left); the caller killed with kill -9 mid-suite (the same command continues it, finished specs
-kept). Every Ray process is stopped by process id at the end.
+again on the other worker, one attempt number on, the loss names the dead node, and `assure gc`
+removes what the dead worker left); the caller killed with kill -9 mid-suite (the same command
+continues it, finished specs kept); a node that builds the agent and gateway images on first
+use; `--cluster auto` joining the cluster RAY_ADDRESS names. Every Ray process is stopped by
+process id at the end.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tests.integration import ray_cluster
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = Path(__file__).resolve().parent / "specs" / "cluster" / "suite.yaml"
 SLOW = SUITE.parent / "specs" / "slow-pass.yaml"
+QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
@@ -168,9 +171,53 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     assert proc.returncode == 0, stderr[-3000:]
     (entry,) = suite_state(runs)["runs"]
     assert entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
-    assert entry["lost"][0]["node"] in (victim.node_id, None) and entry["node"] != victim.node_id
+    assert entry["lost"][0]["node"] == victim.node_id and entry["node"] != victim.node_id  # the loss names the dead node
     assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
     left = engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
     assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind, only
     assert list(Path(tempfile.gettempdir()).glob(f"assure-node-*/{entry['run_id']}"))  # and its task's scratch folder
     gc_left_behind(tmp_path, [entry["run_id"]])
+
+
+def worker_ids(c: ray_cluster.LocalCluster) -> set[str]:
+    return {n.node_id for n in c.nodes if n.name.startswith("worker")}
+
+
+def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tmp_path, images):
+    """The agent and gateway images' digest tags are removed from the engine (untagged only:
+    `assure-*:latest` keeps the same images and their layers, so the rebuild is the build cache's
+    and takes seconds; assure-base and the egress image stay). A suite on the cluster then has its
+    node build both again in its task, from the same recipe: the same tags, the same image ids.
+    The engine is shared by everything on this machine, so a test run beside this one could miss
+    the two tags for those seconds; CI runs the integration tests one at a time, in one pytest
+    process, so none does there. The tags are put back whatever happens."""
+    engine = docker.from_env()
+    before = {tag: engine.images.get(tag).id for tag in (images.agent, images.gateway)}
+    try:
+        for tag in before:
+            engine.images.remove(tag, noprune=True)
+        assert not any(t in before for image in engine.images.list() for t in image.tags)
+        runs = tmp_path / "runs"
+        out = run_assure(caller(cluster, one_spec_suite(tmp_path, QUICK), runs), tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        (entry,) = suite_state(runs)["runs"]
+        assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster)
+        assert {tag: engine.images.get(tag).id for tag in before} == before  # the same digest tags, the same images
+        logs = "".join(p.read_text(errors="replace") for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*"))  # every node's
+        for tag in before:  # built in the node's task, the one that ran the spec
+            assert f"assure node {entry['node']}: building {tag}" in logs, tag
+    finally:  # as before, whatever the node built: the digest tag and `latest` on the image they named
+        for tag, image_id in before.items():
+            repo, digest = tag.split(":")
+            for name in (digest, "latest"):
+                engine.images.get(image_id).tag(repo, name)
+
+
+def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
+    runs = tmp_path / "runs"
+    argv = cluster.in_ns(*ASSURE, "suite", str(one_spec_suite(tmp_path, QUICK)), "--cluster", "auto", "--runs-dir", str(runs))
+    out = subprocess.run(argv, cwd=tmp_path, env={**ray_cluster.ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on the Ray cluster auto" in out.stderr
+    (entry,) = suite_state(runs)["runs"]
+    assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster) and entry["lost"] == []

@@ -240,3 +240,53 @@ def test_gc_removes_only_the_scratch_folders_of_node_tasks_that_are_gone(tmp_pat
     with store.exclusive(live, "node task"):  # a task still running
         assert cluster.release_orphan_scratch(tmp_path) == [lost]
     assert not lost.exists() and (live / "run-1").is_dir() and (unlocked / "run-1").is_dir() and (elsewhere / "lock").is_file()
+
+
+def test_a_spec_lost_max_lost_times_is_error_and_each_loss_moves_it_one_attempt_on():
+    entry = {"run_id": "r1", "verdict": None, "next_attempt": 1, "lost": []}
+    for n in range(1, cluster.MAX_LOST):
+        assert cluster.record_loss(entry, "node-a", "NodeDiedError") is None  # submitted again
+        assert entry["next_attempt"] == n + 1
+    assert cluster.record_loss(entry, None, "cancelled after 660 s") == f"lost with its node {cluster.MAX_LOST} times"  # verdict error
+    assert [(lost["attempt"], lost["node"], lost["error"]) for lost in entry["lost"]] == [
+        *[(n, "node-a", "NodeDiedError") for n in range(1, cluster.MAX_LOST)], (cluster.MAX_LOST, None, "cancelled after 660 s")]
+    assert entry["next_attempt"] == cluster.MAX_LOST + 1 and all(lost["at"] for lost in entry["lost"])
+
+
+def test_a_task_is_cancelled_as_hung_only_once_its_specs_whole_budget_and_the_grace_are_spent(tmp_path):
+    spec = write_spec(tmp_path, "fix", limits={"wall_seconds": 30}, max_attempts=2)
+    budget = cluster._budget_seconds(spec)
+    assert budget == 30 * 2 * len(spec.tasks) + cluster.GRACE_SECONDS
+    in_flight = {"late": (0, 100 + budget), "early": (1, 50 + budget)}  # ref -> (spec index, deadline), submitted at 100 and 50
+    assert cluster.overdue(in_flight, 50 + budget - 0.01) is None  # within its budget: never cancelled
+    assert cluster.overdue(in_flight, 50 + budget) == "early"  # the first deadline passed: this one, not the other
+    del in_flight["early"]
+    assert cluster.overdue(in_flight, 99 + budget) is None and cluster.overdue(in_flight, 100.5 + budget) == "late"
+
+
+# Ray 2.60's message for a task whose node died (src/ray/core_worker/task_manager.cc): the node id is only in the text.
+NODE_DIED = ("Task failed because the node it was running on is dead or unavailable. Node IP: 127.0.0.1, node ID: {0}. This can happen "
+             "if the node was preempted, had a hardware failure, or its raylet crashed unexpectedly. To see node death information, "
+             "use `ray list nodes --filter node_id={0}`, check the Ray dashboard cluster page, search the node ID in the GCS logs, "
+             "or use `ray logs raylet.out -ip 127.0.0.1`.")
+
+
+def test_a_loss_names_the_node_rays_error_names_when_it_is_a_node_of_the_cluster():
+    class NodeDiedError(Exception):
+        pass
+
+    dead, alive, stranger = "ab" * 28, "cd" * 28, "ef" * 28
+    assert cluster.lost_node(NodeDiedError(NODE_DIED.format(dead)), iter([alive, dead])) == dead
+    assert cluster.lost_node(NodeDiedError(NODE_DIED.format(dead.upper())), [alive, dead]) == dead
+    assert cluster.lost_node(NodeDiedError(NODE_DIED.format(stranger)), [alive, dead]) is None  # no node Ray knows: not recorded
+    assert cluster.lost_node(RuntimeError("The worker died unexpectedly while executing this task."), [alive, dead]) is None
+    named = NodeDiedError(NODE_DIED.format(dead))
+    named.node_id = alive  # should Ray give the error a node id, it comes first
+    assert cluster.lost_node(named, [alive, dead]) == alive
+
+
+def test_the_caller_binds_to_loopback_when_the_cluster_is_there_auto_included():
+    assert cluster.loopback("127.0.0.1:6379", {}) and cluster.loopback("localhost:6379", {})
+    assert not cluster.loopback("10.0.0.5:6379", {"RAY_ADDRESS": "127.0.0.1:6379"})  # Ray reads RAY_ADDRESS for auto only
+    assert cluster.loopback("auto", {"RAY_ADDRESS": "127.0.0.1:6379"})  # what `auto` joins first
+    assert not cluster.loopback("auto", {}) and not cluster.loopback("auto", {"RAY_ADDRESS": "10.0.0.5:6379"})
