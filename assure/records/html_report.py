@@ -374,7 +374,7 @@ def _scopes(spec: dict[str, Any]) -> str:
     contract = spec.get("contract") or {}
     if contract.get("scope"):
         parts.append("<p>contract scope (what gateway calls may touch): " + ", ".join(f"<code>{_h(s)}</code>" for s in contract["scope"])
-                     + f"; ratified by {_h(contract.get('ratified_by'))}, proposed by {_h(contract.get('proposed_by'))}</p>")
+                     + f"; ratified by {_h(contract.get('ratified_by') or 'nobody (unratified: the gate denies every mutation)')}, proposed by {_h(contract.get('proposed_by'))}</p>")
     return "".join(parts) + "</section>"
 
 

@@ -284,3 +284,10 @@ def test_a_failed_run_and_its_suite_row_say_why_as_the_box_does(tmp_path: Path, 
 
     suite_text = "".join(assert_inert(html_report.render(record.path.name, runs_dir).html).text)
     assert cause in suite_text
+
+
+def test_an_unratified_contract_is_said_to_be_ratified_by_nobody() -> None:
+    contract = {"scope": ["fs:src/**"], "proposed_by": "alice@example.org"}
+    text = "".join(Parsed(html_report._scopes({"workspace": {}, "contract": contract})).text)
+    assert "ratified by nobody (unratified: the gate denies every mutation), proposed by alice@example.org" in text
+    assert "ratified by Bob," in "".join(Parsed(html_report._scopes({"contract": {**contract, "ratified_by": "Bob"}})).text)
