@@ -343,7 +343,7 @@ def _cause(attempt: dict[str, Any]) -> str:
     """What the box says under `why:` (the report's `reason`, run/reasons.py): the likeliest
     cause, the gate's first denial when the cause is something else, the agent's last lines."""
     reason = attempt["reason"]
-    parts = [f'<p class="bad">attempt {_h(attempt.get("attempt"))}: {_h(reason.get("summary") or "no cause found in the records", displayed=True)}</p>']
+    parts = [f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says): {_h(reason.get("summary") or "no cause found in the records", displayed=True)}</p>']
     denial = reason.get("gate_denial")
     if denial and not str(reason.get("summary") or "").startswith("the gate denied"):
         target = f" {denial.get('path')}" if denial.get("path") else ""

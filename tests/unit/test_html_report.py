@@ -279,7 +279,7 @@ def test_a_failed_run_and_its_suite_row_say_why_as_the_box_does(tmp_path: Path, 
     cause = "the gate denied fs.write src/calc.py: contract.missing: no contract covers this move"
 
     run_text = "".join(assert_inert(html_report.render(run_id, runs_dir).html).text)
-    assert f"attempt 1: {cause}" in run_text and "agent: giving up" in run_text
+    assert f"attempt 1, why (as its box says): {cause}" in run_text and "agent: giving up" in run_text
     assert "agent: \\x1b[31mGatewayError" in run_text  # the agent's bytes, escaped
 
     suite_text = "".join(assert_inert(html_report.render(record.path.name, runs_dir).html).text)
