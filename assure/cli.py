@@ -222,7 +222,7 @@ def _print_table(table: Table) -> None:
 
 @app.command()
 def run(
-    spec: Path = typer.Argument(DEFAULT_SPEC, metavar="[SPEC]", help="Spec file (default: the built-in benign example)."),
+    spec: Path = typer.Argument(DEFAULT_SPEC, metavar="SPEC", help="Spec file (default: the built-in benign example)."),
     json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
     expect: bool = typer.Option(False, "--expect", help="Exit 0 only if the verdict is the one the spec expects."),
     runs_dir: Path = runs_option("Where run directories go."),
@@ -472,7 +472,7 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
 
 
 @app.command()
-def validate(specs: list[Path] = typer.Argument(..., metavar="FILE...", help="Spec or suite files to check."), json_out: bool = JSON_OPTION) -> None:
+def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec or suite files to check."), json_out: bool = JSON_OPTION) -> None:
     """Check spec files (and suites, with every spec they name) against their schemas in specs/,
     and that each can work: its contract as the gate will judge it (ratified, by someone other
     than its proposer, hash and terms as they stand) and its agent command among the agent
@@ -638,7 +638,7 @@ def contract_hash(
 
 
 @app.command()
-def doctor(specs: list[Path] = typer.Argument(None, metavar="[SPEC]...", help="Specs whose sandbox.runtime must be available here."),
+def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs whose sandbox.runtime must be available here."),
            json_out: bool = JSON_OPTION) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
     from assure.ops import doctor as checks
@@ -958,7 +958,7 @@ def monitor_cmd(
 
 @app.command("health")
 def health_cmd(
-    run_ref: Optional[str] = typer.Argument(None, metavar="[RUN]", help="A run id or directory; default: every live run of the runs base."),
+    run_ref: Optional[str] = typer.Argument(None, metavar="RUN", help="A run id or directory; default: every live run of the runs base."),
     runs_dir: Path = runs_option("The runs base (for a RUN given by id, and without a RUN)."),
     manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="The monitor's manifest: heartbeat paths and staleness limits."),
     out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="Also write the document to this file."),
@@ -1036,7 +1036,7 @@ def conformance_verify(
 
 @report_app.command("merge")
 def report_merge(
-    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY...", help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
+    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY", help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
     out_file: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE", help="Write the merged summary here (default: print it)."),
     junit_file: Optional[Path] = JUNIT_OPTION,
 ) -> None:

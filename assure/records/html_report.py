@@ -83,7 +83,7 @@ def run_page(run: store.RunDir) -> Page:
     verdict = str(report.get("verdict") or "unfinished")
     body = [_verdict_banner(f"run {run.run_id}", str(spec.get("name", "?")), verdict, spec.get("expect"), report)]
     attempts = [_Attempt.load(run, p) for p in run.attempts()]
-    body.append(_why(attempts))
+    body.append(_why(attempts, report))
     body.append(_scopes(spec))
     body.append('<nav><h2>Attempts</h2><ul>' + "".join(
         f'<li><a href="#{_anchor("attempt", a.n)}">attempt {a.n}</a>: {_verdict_word(a.verdict)}</li>' for a in attempts) + "</ul></nav>"
@@ -328,14 +328,30 @@ def _verdict_banner(title: str, spec_name: str, verdict: str, expect: Any, repor
             + (f"<ul>{tasks}</ul>" if tasks else "") + "</header>")
 
 
-def _why(attempts: list[_Attempt]) -> str:
+def _why(attempts: list[_Attempt], report: dict[str, Any]) -> str:
+    causes = "".join(_cause(a) for a in report.get("attempts") or [] if a.get("reason"))
     rows = [(f'<a href="#{_anchor("attempt", a.n)}">{a.n}</a>', f'<span class="bad">{_h(f.get("severity"))}</span>', _h(f.get("kind")),
              _subject(a, f), _h(f.get("message")))
             for a in attempts for f in a.data.get("findings", []) if f.get("severity") != "info"]
-    head = "<section><h2>Why: the findings that decide the verdict</h2>"
+    head = "<section><h2>Why: the findings that decide the verdict</h2>" + causes
     if not rows:
         return head + "<p>No finding above info: every change is attributed and every assertion held.</p></section>"
     return head + _table(("attempt", "severity", "finding", "subject", "detail"), rows) + "</section>"
+
+
+def _cause(attempt: dict[str, Any]) -> str:
+    """What the box says under `why:` (the report's `reason`, run/reasons.py): the likeliest
+    cause, the gate's first denial when the cause is something else, the agent's last lines."""
+    reason = attempt["reason"]
+    parts = [f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says): {_h(reason.get("summary") or "no cause found in the records", displayed=True)}</p>']
+    denial = reason.get("gate_denial")
+    if denial and not str(reason.get("summary") or "").startswith("the gate denied"):
+        target = f" {denial.get('path')}" if denial.get("path") else ""
+        said = f"{denial.get('tool')}{target}: {denial.get('rule')}: {denial.get('message')} ({denial.get('denied')} calls denied)"
+        parts.append(f"<p>the gate's first denial: {_h(said, displayed=True)}</p>")
+    if reason.get("agent_output"):
+        parts.append("<p>the agent's last output lines (agent.log):</p><pre>" + "\n".join(_h(line, displayed=True) for line in reason["agent_output"]) + "</pre>")
+    return "".join(parts)
 
 
 def _subject(attempt: _Attempt, finding: dict[str, Any]) -> str:
@@ -358,7 +374,7 @@ def _scopes(spec: dict[str, Any]) -> str:
     contract = spec.get("contract") or {}
     if contract.get("scope"):
         parts.append("<p>contract scope (what gateway calls may touch): " + ", ".join(f"<code>{_h(s)}</code>" for s in contract["scope"])
-                     + f"; ratified by {_h(contract.get('ratified_by'))}, proposed by {_h(contract.get('proposed_by'))}</p>")
+                     + f"; ratified by {_h(contract.get('ratified_by') or 'nobody (unratified: the gate denies every mutation)')}, proposed by {_h(contract.get('proposed_by'))}</p>")
     return "".join(parts) + "</section>"
 
 
@@ -465,7 +481,11 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
 
 
 def _reason(report: dict[str, Any]) -> str:
-    """One line: the first findings above info of the last attempt, else what became of each task."""
+    """One line: the last attempt's reason (as the summary and the box say it), else its first
+    findings above info, else what became of each task."""
+    why = summary.attempt_reason(report)
+    if why:
+        return why
     attempts = report.get("attempts") or []
     bad = [f for f in (attempts[-1].get("findings", []) if attempts else []) if f.get("severity") != "info"]
     if bad:
@@ -513,9 +533,12 @@ def _duration_chart(rows: list[_SuiteRow]) -> str:
 
 # ---- shared ----
 
-def _h(value: object) -> str:
-    """Any value as HTML text: made visible by `display`, capped, escaped (quotes too)."""
-    text = display("" if value is None else str(value))
+def _h(value: object, *, displayed: bool = False) -> str:
+    """Any value as HTML text: made visible by `display`, capped, escaped (quotes too).
+    `displayed`: text the records already escaped (run/reasons.py) stays as it is if printable,
+    as the box shows it (escaping it again would double its backslashes)."""
+    text = "" if value is None else str(value)
+    text = text if displayed and text.isprintable() else display(text)
     if len(text) > MAX_CHARS:
         text = text[:MAX_CHARS] + f"… ({len(text) - MAX_CHARS} more characters not shown)"
     return html.escape(text, quote=True)

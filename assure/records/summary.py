@@ -103,7 +103,7 @@ def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], re
         return None
     if verdict is None:
         return _line(error or "not run")
-    why = next((a["reason"]["summary"] for a in reversed((report or {}).get("attempts", [])) if (a.get("reason") or {}).get("summary")), None)
+    why = attempt_reason(report)
     if why:  # the likeliest cause, read from the records (run/reasons.py): a missing script, the gate's first denial, ...
         return _line(why)
     heaviest = next((f for f in findings if f["severity"] == verdict), findings[0] if findings else None)
@@ -113,6 +113,12 @@ def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], re
     if task_reason and verdict not in OK_VERDICTS:
         return _line(str(task_reason))
     return _line(f"verdict {verdict}, the spec expects {expect}")
+
+
+def attempt_reason(report: dict[str, Any] | None) -> str | None:
+    """The last attempt's reason summary (run/reasons.py: the gate's first denial, a command not
+    found, ...), or None when no attempt has one."""
+    return next((a["reason"]["summary"] for a in reversed((report or {}).get("attempts", [])) if (a.get("reason") or {}).get("summary")), None)
 
 
 def _line(text: str) -> str:

@@ -94,6 +94,19 @@ def test_a_suite_with_j_2_runs_two_at_once_and_prints_one_timestamped_line_per_s
     assert at(a["started_at"]) < at(b["finished_at"]) and at(b["started_at"]) < at(a["finished_at"])  # alpha and beta overlapped
 
 
+def test_off_a_terminal_each_finished_spec_is_printed_when_it_finishes_not_at_the_end(tmp_path, images):
+    """Issue 13 found nothing printed until the end when output is not a terminal: the first
+    spec's line must arrive while the second (8 s of sleep) still runs."""
+    suite = write_suite(tmp_path, [notes(tmp_path, "quick"), spec_file(tmp_path, "later", ["sh", "-c", "sleep 8"])])
+    proc = subprocess.Popen(ASSURE + ["suite", "-j", "1", str(suite)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    arrived = None
+    for line in proc.stderr:
+        if arrived is None and re.match(rf"{STAMP} \[1/2\] quick: pass", line):
+            arrived = time.monotonic()
+    assert proc.wait(timeout=300) == 0
+    assert arrived is not None and time.monotonic() - arrived > 5  # printed as it happened, 8 s before the suite ended
+
+
 def test_a_suite_killed_with_two_specs_in_flight_is_finished_by_the_same_command(tmp_path, images, backend):
     specs = [notes(tmp_path, "quick"), slow(tmp_path, "slow-a"), slow(tmp_path, "slow-b")]
     suite = write_suite(tmp_path, specs)

@@ -6,6 +6,7 @@ in words with exit 1, never a traceback or a Python repr. Runs come from the in-
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -171,6 +172,16 @@ def test_every_placeholder_is_uppercase_and_named() -> None:
             if not metavar or metavar != metavar.upper() or metavar.strip("[].") in ("PATH", "TEXT", "INTEGER", "FLOAT") or "_" in metavar:
                 unnamed.append(f"{' '.join(path)} {param.name}: {metavar or '(none)'}")
     assert unnamed == []
+
+
+@pytest.mark.parametrize("path", [p for p, _ in commands()], ids=lambda p: " ".join(p) or "assure")
+def test_the_usage_line_wraps_each_argument_once(path: tuple[str, ...]) -> None:
+    """One style on the usage line: {RUN} required, [SPEC] optional, ... after a list, as the
+    help framework writes them; never [[SPEC]] or {FILE...}... from a metavar that wraps itself."""
+    usage = next(line for line in invoke(*path, "-h").output.splitlines() if "Usage:" in line)
+    words = usage.split("Usage:", 1)[1].split()[len(path) + 1:]  # after `assure` and the command's words
+    odd = [w for w in words if w not in ("[OPTIONS]", "COMMAND", "[ARGS]...") and not re.fullmatch(r"(\{[A-Z/]+\}|\[[A-Z/]+\])(\.\.\.)?", w)]
+    assert odd == [], usage
 
 
 @pytest.mark.parametrize("path", [p for p, c in commands() if any(o.name == "runs_dir" for o in c.params)], ids=" ".join)

@@ -263,3 +263,31 @@ def test_a_json_file_that_is_not_a_suite_summary_is_refused(tmp_path: Path) -> N
     store.write_json(path, {"schema_version": 1, "kind": "run", "results": []})
     with pytest.raises(AssureError, match="not a suite summary"):
         html_report.render(str(path), tmp_path)
+
+
+def test_a_failed_run_and_its_suite_row_say_why_as_the_box_does(tmp_path: Path, short_tmp: str) -> None:
+    """No contract: the run page names the gate's first denial and the agent's last lines, and a
+    suite page read from the suite run's folder gives the same cause, not only the findings."""
+    from tests.unit.test_reasons import FIXED_TEXT, fix_and_complain
+
+    spec = write_spec(tmp_path, "complain", assertions=FIXED_TEXT)
+    suite = suite_mod.Suite("why", tmp_path / "suite.yaml", "", (spec,), False)
+    runs_dir = tmp_path / "runs"
+    record = suite_mod.SuiteRun.create(layout.suites_base(runs_dir), suite)
+    record.drive(runs_dir, lambda s, run: drive(s, run, short_tmp, {"complain": fix_and_complain})[0].verdict, lambda *_: None)
+    (run_id,) = [entry["run_id"] for entry in record.state["runs"]]
+    cause = "the gate denied fs.write src/calc.py: contract.missing: no contract covers this move"
+
+    run_text = "".join(assert_inert(html_report.render(run_id, runs_dir).html).text)
+    assert f"attempt 1, why (as its box says): {cause}" in run_text and "agent: giving up" in run_text
+    assert "agent: \\x1b[31mGatewayError" in run_text  # the agent's bytes, escaped
+
+    suite_text = "".join(assert_inert(html_report.render(record.path.name, runs_dir).html).text)
+    assert cause in suite_text
+
+
+def test_an_unratified_contract_is_said_to_be_ratified_by_nobody() -> None:
+    contract = {"scope": ["fs:src/**"], "proposed_by": "alice@example.org"}
+    text = "".join(Parsed(html_report._scopes({"workspace": {}, "contract": contract})).text)
+    assert "ratified by nobody (unratified: the gate denies every mutation), proposed by alice@example.org" in text
+    assert "ratified by Bob," in "".join(Parsed(html_report._scopes({"contract": {**contract, "ratified_by": "Bob"}})).text)

@@ -324,3 +324,13 @@ def test_the_e2e_pool_figures_are_medians_against_the_same_bare_sequence() -> No
     assert doc["medians_ms"]["pool_phase.start"] == 200.0 and doc["medians_ms"]["trivial_pool"] == 600.0
     assert [t["met"] for t in doc["targets"]] == [True, False, True]
     assert sc.e2e_metrics(doc)["e2e.pool_overhead_ratio"] == 1.0
+
+
+def test_the_readme_states_the_range_of_the_timed_bands_the_code_has() -> None:
+    """The README says how wide the noise bands are; METRICS states them (once): the two agree."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    low, high = map(int, re.search(r"On that loaded machine they are wide \((\d+) % to (\d+) %", text).groups())
+    timed = [m.band for m in sc.METRICS if m.band]  # zero bands (rates, rows) and unjudged figures aside
+    assert (low, high) == (round(min(timed) * 100), round(max(timed) * 100))
