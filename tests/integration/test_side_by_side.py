@@ -107,6 +107,35 @@ def test_off_a_terminal_each_finished_spec_is_printed_when_it_finishes_not_at_th
     assert arrived is not None and time.monotonic() - arrived > 5  # printed as it happened, 8 s before the suite ended
 
 
+def test_on_a_terminal_a_suite_shows_a_progress_bar_and_a_mark_per_finished_spec(tmp_path, images):
+    """On a terminal (a pty here) the suite draws rich's bar, with the specs in flight and the
+    count done, and prints one ✓/✗ line per finished spec above it, not the timestamped lines."""
+    import pty
+
+    suite = write_suite(tmp_path, [notes(tmp_path, "quick"), spec_file(tmp_path, "later", ["sh", "-c", "sleep 3"])])
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(ASSURE + ["suite", "-j", "1", str(suite)], cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    seen = b""
+    while True:  # until the pty closes with the process
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: every end of the follower is closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=300) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode("utf-8", "replace"))
+    assert "━" in text and re.search(r"suite \S+ .*1/2", text), text[-2000:]  # the bar, one of two done
+    assert "later: " in text  # the spec in flight, named in the bar
+    assert re.search(r"✓ \[1/2\] quick: pass", text) and re.search(r"✓ \[2/2\] later: pass", text), text[-2000:]
+    assert not re.search(rf"{STAMP} \[1/2\]", text)  # the off-terminal form is not used
+
+
 def test_a_suite_killed_with_two_specs_in_flight_is_finished_by_the_same_command(tmp_path, images, backend):
     specs = [notes(tmp_path, "quick"), slow(tmp_path, "slow-a"), slow(tmp_path, "slow-b")]
     suite = write_suite(tmp_path, specs)
@@ -199,7 +228,7 @@ def test_two_agents_filling_their_pids_limits_do_not_starve_a_third_run(tmp_path
 
 
 def test_runs_started_at_once_beside_an_unfinished_run_resume_it_once_and_the_rest_start_anew(tmp_path, images):
-    spec = spec_file(tmp_path, "again", ["sh", "/opt/agent/notes-only.sh"], max_attempts=2)  # the interrupted attempt counts
+    spec = spec_file(tmp_path, "again", ["sh", "/opt/agent/notes-only.sh"], max_attempts=2)
     killed = subprocess.run(ASSURE + ["run", str(spec)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "ASSURE_FAILPOINT": "start"})
     assert killed.returncode == -9, killed.stderr
