@@ -5,8 +5,9 @@ Each part is a subprocess whose machine-readable output assure/ops/scorecard.py 
   benign       the same for suites/benign.yaml, with its HTTP upstream  false positives
   conformance  assure conformance --out DIR (its packet.json)           rows passed
   e2e, gateway, snapshot, sqlite   bench/<script>.py --json PATH       overhead, p50/p99, verifier ratios
-  throughput   assure suite bench/suites/throughput.yaml -j N --json, N = 1, 2, 4   specs per second
-               and -j 2 --pool 4 (the warm pool), against bench/bare_throughput.py at -j 2
+  throughput   assure suite SUITE -j N --json, N = 1, 2, 4, and -j 2 --pool 4   specs per second
+               (SUITE: THROUGHPUT_SPECS copies of bench/suites/trivial.yaml), against
+               bench/bare_throughput.py at -j 2
 Writes .assure/bench/scorecard-<UTC stamp>.json (the parts' runs and packet stay in
 .assure/bench/work-<stamp>/) and the same document to .assure/bench/scorecard.json
 (the latest; `assure bench compare OLD NEW` reads two of them). A part that fails or gives no
@@ -29,6 +30,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere, the package from this checkout
@@ -117,10 +120,24 @@ def part_script(script: str, args: list[str], metrics: Callable[[dict[str, Any]]
     return sc.part_from(metrics, doc, seconds=round(seconds, 1), data=doc)
 
 
+def throughput_suite(folder: Path, count: int = sc.THROUGHPUT_SPECS) -> Path:
+    """A suite of `count` copies of bench/suites/trivial.yaml (trivial-1, trivial-2, ...), in
+    `folder`: the suite whose specs per second the throughput part measures."""
+    template = yaml.safe_load((ROOT / "bench" / "suites" / "trivial.yaml").read_text(encoding="utf-8"))
+    template["workspace"]["fixture"] = str((ROOT / "bench" / "suites" / template["workspace"]["fixture"]).resolve())
+    (folder / "specs").mkdir(parents=True, exist_ok=True)
+    for n in range(1, count + 1):
+        (folder / "specs" / f"trivial-{n}.yaml").write_text(yaml.safe_dump({**template, "name": f"trivial-{n}"}, sort_keys=False), encoding="utf-8")
+    suite = folder / "throughput.yaml"
+    suite.write_text(yaml.safe_dump({"version": 1, "name": "throughput", "description": f"{count} trivial agents (`true`) on the small calc fixture",
+                                     "specs": ["specs/*.yaml"]}, sort_keys=False), encoding="utf-8")
+    return suite
+
+
 def part_throughput(work: Path) -> sc.Part:
     """The throughput suite at each -j of THROUGHPUT_JOBS, and at -j 2 with the warm pool run
     right after -j 2 without it (the two figures side by side come from neighbouring runs)."""
-    suite = ROOT / "bench" / "suites" / "throughput.yaml"
+    suite = throughput_suite(work / "throughput" / "suite")
     total = len(suite_mod.load(suite).specs)
     jobs, pool = sc.THROUGHPUT_POOL
     plan: list[tuple[int | str, list[str]]] = []

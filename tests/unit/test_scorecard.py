@@ -129,7 +129,7 @@ def test_a_refused_option_of_assure_suite_is_told_apart_from_a_failed_suite(tmp_
     that printed no summary; bench/scorecard.py names the missing -j instead of falling back."""
     scorecard = bench_module("scorecard")
     with pytest.raises(scorecard.OptionRefused) as refused:
-        scorecard.suite_summary(ROOT / "bench" / "suites" / "throughput.yaml", tmp_path / "runs", extra=["--no-such-option-zz"])
+        scorecard.suite_summary(ROOT / "suites" / "demo.yaml", tmp_path / "runs", extra=["--no-such-option-zz"])
     assert refused.value.option == "--no-such-option-zz"
     assert "-j" in scorecard.NO_JOBS_FLAG and "not measured" in scorecard.NO_JOBS_FLAG
 
@@ -178,7 +178,8 @@ def test_the_scorecard_holds_each_figure_its_part_gave(tmp_path: Path) -> None:
         "snapshot.vs_git": round(0.6 / 2.5, 4), "snapshot.cold_vs_git": round(2.1 / 2.5, 4),
         "sqlite.pk_vs_sqldiff": 1.5, "sqlite.keyless_vs_sqldiff": 0.25,
         "throughput.j1": 0.5, "throughput.j2": 0.8, "throughput.j4": None, "throughput.j2_pool": 2.0,
-        "throughput.bare_j2": 2.5, "throughput.j2_of_bare": 0.32, "throughput.j2_pool_of_bare": 0.8,
+        "throughput.bare_j2": 2.5, "throughput.j1_of_bare": 0.2, "throughput.j2_of_bare": 0.32, "throughput.j4_of_bare": None,
+        "throughput.j2_pool_of_bare": 0.8,
     }
     assert card["schema_version"] == sc.SCHEMA_VERSION and card["parts"]["e2e"]["data"]["rounds"] == 3
 
@@ -236,7 +237,7 @@ def card(tmp_path: Path) -> dict[str, Any]:
 
 def test_a_change_within_every_band_exits_zero(tmp_path: Path, card: dict[str, Any]) -> None:
     band = sc.BY_NAME["gateway.p50_ms"].band
-    new = with_value(card, gateway__p50_ms=0.4 * (1 + band * 0.9), throughput__j1=0.5 / (1 + sc.BY_NAME["throughput.j1"].band * 0.9))
+    new = with_value(card, gateway__p50_ms=0.4 * (1 + band * 0.9), throughput__j1_of_bare=0.2 / (1 + sc.BY_NAME["throughput.j1_of_bare"].band * 0.9))
     result = compare(tmp_path, card, new)
     assert result.exit_code == 0, result.output
     assert "no regression beyond the noise bands" in result.output
@@ -253,11 +254,11 @@ def test_a_slowdown_beyond_its_band_exits_non_zero_and_names_it(tmp_path: Path, 
 
 
 def test_higher_is_better_metrics_regress_downwards(card: dict[str, Any]) -> None:
-    band = sc.BY_NAME["throughput.j2"].band
-    rows = {r.metric: r for r in sc.compare(card, with_value(card, throughput__j2=0.8 / (1 + band * 1.1), throughput__j1=0.5 / (1 + band * 0.9),
+    band = sc.BY_NAME["throughput.j2_of_bare"].band
+    rows = {r.metric: r for r in sc.compare(card, with_value(card, throughput__j2_of_bare=0.32 / (1 + band * 1.1), throughput__j1_of_bare=0.2 / (1 + band * 0.9),
                                                              conformance__rows_passed=1, sqlite__pk_vs_sqldiff=1.0,
                                                              sqlite__keyless_vs_sqldiff=0.25 / (1 + sc.BY_NAME["sqlite.keyless_vs_sqldiff"].band * 1.1)))}
-    assert rows["throughput.j2"].verdict == "regression" and rows["throughput.j1"].verdict == "ok"
+    assert rows["throughput.j2_of_bare"].verdict == "regression" and rows["throughput.j1_of_bare"].verdict == "ok"
     assert rows["conformance.rows_passed"].verdict == "regression"  # zero band: one row fewer
     assert rows["sqlite.pk_vs_sqldiff"].verdict == "ok"  # 1.5 -> 1.0: better, but within the noise
     assert rows["sqlite.keyless_vs_sqldiff"].verdict == "better"  # better beyond it
@@ -277,7 +278,7 @@ def test_a_new_false_positive_is_a_regression(card: dict[str, Any]) -> None:
 def test_a_metric_judged_in_old_and_gone_from_new_is_a_regression(card: dict[str, Any]) -> None:
     rows = {r.metric: r for r in sc.compare(card, with_value(card, containment__rate=None))}
     assert rows["containment.rate"].verdict == "missing" and sc.regressions(rows.values()) == [rows["containment.rate"]]
-    assert rows["throughput.j4"].verdict == "not measured"  # null in both
+    assert rows["throughput.j4_of_bare"].verdict == "not measured"  # null in both
 
 
 def test_scorecards_of_different_schema_versions_are_refused(tmp_path: Path, card: dict[str, Any]) -> None:
