@@ -420,9 +420,14 @@ def summary_page(path: Path) -> Page:
     if not isinstance(data, dict) or data.get("kind") != "suite" or data.get("schema_version") != 1 or not isinstance(data.get("results"), list):
         raise AssureError("not a suite summary (kind suite, schema_version 1)", where=str(path), fix="pass `assure suite --summary`'s file, a run or a suite run")
     rows = [_summary_row(r) for r in data["results"] if isinstance(r, dict)]
-    shard = data.get("shard")
-    head = (f"suite run <code>{_h(data.get('suite_run_id'))}</code>, from <code>{_h(data.get('source'))}</code>"
-            + (f", shard {_h(shard.get('index'))} of {_h(shard.get('count'))}" if isinstance(shard, dict) else "") + f"; summary <code>{_h(path.name)}</code>")
+    shard, merged = data.get("shard"), data.get("merged_from")
+    if isinstance(merged, list):  # `assure report merge`: no suite run of its own, one per shard
+        runs = ", ".join(f"shard {_h(m.get('index'))} (<code>{_h(m.get('suite_run_id'))}</code>)" for m in merged if isinstance(m, dict))
+        head = f"merged from {runs}, from <code>{_h(data.get('source'))}</code>"
+    else:
+        head = (f"suite run <code>{_h(data.get('suite_run_id'))}</code>, from <code>{_h(data.get('source'))}</code>"
+                + (f", shard {_h(shard.get('index'))} of {_h(shard.get('count'))}" if isinstance(shard, dict) else ""))
+    head += f"; summary <code>{_h(path.name)}</code>"
     sources = tuple(Path(r["run_dir"]) for r in data["results"] if isinstance(r, dict) and isinstance(r.get("run_dir"), str))
     name = str(data.get("suite_run_id") or path.stem)
     return Page(name if store.RUN_ID.match(name) else path.stem, _suite_document(str(data.get("suite", "?")), head, data, rows), sources)
@@ -436,6 +441,13 @@ def _summary_row(result: dict[str, Any]) -> _SuiteRow:
                      result.get("verdict"), result.get("expect"), float(seconds) if isinstance(seconds, (int, float)) else None, str(reason or ""))
 
 
+def _suite_state(state: dict[str, Any]) -> str:
+    """A suite run's state, or a summary's (which has none of its own: finished once it has an end)."""
+    if "state" in state:
+        return str(state["state"])
+    return "finished" if state.get("finished_at") else "unfinished"
+
+
 def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_SuiteRow]) -> str:
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in VERDICTS}
     counts["not_run"] = sum(1 for r in rows if r.verdict not in VERDICTS)
@@ -443,7 +455,7 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
     title = f"suite {suite}"
     body = [f'<header><h1>{_h(title)}</h1><p>{head}</p>'
             f'<p class="verdict {"ok" if ok else "bad"}">{"AS EXPECTED" if ok else "UNEXPECTED"}</p>'
-            f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(state.get('state', '-'))}, "
+            f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(_suite_state(state))}, "
             f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p></header>"]
     body.append('<section class="charts"><figure><figcaption>Outcomes (specs per verdict)</figcaption>' + _outcome_chart(counts)
                 + '</figure><figure><figcaption>Duration per spec (seconds)</figcaption>' + _duration_chart(rows) + "</figure></section>")

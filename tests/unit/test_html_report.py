@@ -258,6 +258,20 @@ def test_a_suite_summary_file_renders_the_suite_page(tmp_path: Path) -> None:
     assert [int(h) for h in bars] == [140, 0, 0, 140, 0, 140]  # pass, contained, fail, breach, error, not run
 
 
+def test_a_merged_summary_names_its_shards_suite_runs_and_its_state(tmp_path: Path) -> None:
+    """`assure report merge` has no suite run of its own (suite_run_id null): the page says which
+    shards' runs it joins, never "suite run None", and a state from its end, never "-"."""
+    doc = {**summary([result("ok", "pass", "pass", 3.0)]), "suite_run_id": None, "shard": None,
+           "merged_from": [{"index": 1, "suite_run_id": "s-1"}, {"index": 2, "suite_run_id": "s-<2>"}]}
+    path = tmp_path / "merged.json"
+    store.write_json(path, doc)
+    text = "".join(assert_inert(html_report.render(str(path), tmp_path / "runs").html).text)
+    assert "merged from shard 1 (s-1), shard 2 (s-<2>)" in text and "None" not in text
+    assert "state finished" in text
+    store.write_json(path, {**doc, "finished_at": None})
+    assert "state unfinished" in "".join(assert_inert(html_report.render(str(path), tmp_path / "runs").html).text)
+
+
 def test_a_json_file_that_is_not_a_suite_summary_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     store.write_json(path, {"schema_version": 1, "kind": "run", "results": []})
