@@ -11,6 +11,7 @@ process drives a suite run at a time; its threads update state.json one at a tim
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import re
 import threading
@@ -151,12 +152,33 @@ def default_jobs(specs: tuple[spec_mod.Spec, ...], cpus: float, memory: int) -> 
 def machine() -> tuple[int, int]:
     """(CPUs this process may use, bytes of memory available now)."""
     cpus = len(os.sched_getaffinity(0))
+    quota = cpu_quota()
+    if quota is not None:  # a CI runner started with `docker run --cpus 2` on a 64-core host
+        cpus = max(1, min(cpus, math.ceil(quota)))
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             kib = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
         return cpus, kib * 1024
     except (OSError, StopIteration, ValueError, IndexError):
         return cpus, os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPUs this process's cgroup may use (its CFS quota over its period), None if unlimited
+    or unknown: cgroup v2's cpu.max ("max 100000", "200000 100000"), else v1's cfs_quota_us."""
+    try:
+        quota, period = (root / "cpu.max").read_text(encoding="ascii").split()[:2]
+    except (OSError, ValueError):
+        try:
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text(encoding="ascii").strip()
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text(encoding="ascii").strip()
+        except OSError:
+            return None
+    try:
+        limit, every = int(quota), int(period)
+    except ValueError:  # "max": no quota
+        return None
+    return limit / every if limit > 0 and every > 0 else None
 
 
 RunOne = Callable[[spec_mod.Spec, store.RunDir], str]

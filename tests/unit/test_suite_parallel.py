@@ -253,7 +253,26 @@ def test_the_default_j_is_what_cpus_and_memory_hold_for_the_hungriest_spec(tmp_p
     hungry = make_suite(tmp_path / "big", ["h"], extra="limits: {cpus: 4, memory: 2g}\n").specs
     assert suite.default_jobs(small + hungry, 16, 64 * 2**30) == 4  # the hungriest spec decides
     cpus, memory = suite.machine()
-    assert cpus == len(os.sched_getaffinity(0)) and memory > 0
+    assert 1 <= cpus <= len(os.sched_getaffinity(0)) and memory > 0
+
+
+def test_a_cgroup_cpu_quota_caps_the_cpus_the_default_j_counts(tmp_path: Path) -> None:
+    """A CI runner started with `--cpus 2` on a big host sees every host CPU in its affinity:
+    its cgroup's quota is what it may use (v2 cpu.max, else v1 cfs_quota_us)."""
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("250000 100000\n")
+    assert suite.cpu_quota(v2) == 2.5
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert suite.cpu_quota(v2) is None
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("200000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert suite.cpu_quota(tmp_path / "v1") == 2.0
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert suite.cpu_quota(tmp_path / "v1") is None
+    assert suite.cpu_quota(tmp_path / "nothing") is None
 
 
 # --- run ids and locks ------------------------------------------------------------------
