@@ -344,11 +344,9 @@ def _cause(attempt: dict[str, Any]) -> str:
     cause, the gate's first denial when the cause is something else, the agent's last lines."""
     reason = attempt["reason"]
     parts = [f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says): {_h(reason.get("summary") or "no cause found in the records", displayed=True)}</p>']
-    denial = reason.get("gate_denial")
-    if denial and not str(reason.get("summary") or "").startswith("the gate denied"):
-        target = f" {denial.get('path')}" if denial.get("path") else ""
-        said = f"{denial.get('tool')}{target}: {denial.get('rule')}: {denial.get('message')} ({denial.get('denied')} calls denied)"
-        parts.append(f"<p>the gate's first denial: {_h(said, displayed=True)}</p>")
+    denial = summary.gate_denial_line(reason)
+    if denial:
+        parts.append(f"<p>{_h(denial, displayed=True)}</p>")
     if reason.get("agent_output"):
         parts.append("<p>the agent's last output lines (agent.log):</p><pre>" + "\n".join(_h(line, displayed=True) for line in reason["agent_output"]) + "</pre>")
     return "".join(parts)

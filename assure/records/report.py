@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from assure.records import summary
 from assure.textsafe import display
 
 VERDICT_STYLE = {"pass": "bold green", "contained": "bold green", "fail": "bold yellow", "breach": "bold red", "error": "bold magenta"}
@@ -89,11 +90,9 @@ def _reason_lines(reason: dict[str, Any] | None) -> list[Padding]:
     lines = []
     if reason.get("summary"):
         lines.append(Padding(Text.assemble(("why: ", "bold"), (_safe(reason["summary"]), "yellow")), (0, 0, 0, 2)))
-    denial = reason.get("gate_denial")
-    if denial and not str(reason.get("summary") or "").startswith("the gate denied"):
-        target = f" {denial['path']}" if denial.get("path") else ""
-        lines.append(Padding(Text(_safe(f"the gate's first denial: {denial['tool']}{target}: {denial['rule']}: {denial['message']}"
-                                        f" ({denial['denied']} calls denied)"), style="yellow"), (0, 0, 0, 2)))
+    denial = summary.gate_denial_line(reason)
+    if denial:
+        lines.append(Padding(Text(_safe(denial), style="yellow"), (0, 0, 0, 2)))
     if reason.get("agent_output"):
         lines.append(Padding(Text("the agent's last output lines (agent.log):", style="dim"), (0, 0, 0, 2)))
         lines.extend(Padding(Text(f"│ {_safe(line)}", style="dim"), (0, 0, 0, 4)) for line in reason["agent_output"])

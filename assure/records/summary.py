@@ -121,6 +121,16 @@ def attempt_reason(report: dict[str, Any] | None) -> str | None:
     return next((a["reason"]["summary"] for a in reversed((report or {}).get("attempts", [])) if (a.get("reason") or {}).get("summary")), None)
 
 
+def gate_denial_line(reason: dict[str, Any]) -> str | None:
+    """The gate's first denial as the box and the HTML page show it under the reason's summary,
+    or None: no denial, or the summary already is it."""
+    denial = reason.get("gate_denial")
+    if not denial or str(reason.get("summary") or "").startswith("the gate denied"):
+        return None
+    target = f" {denial.get('path')}" if denial.get("path") else ""
+    return f"the gate's first denial: {denial.get('tool')}{target}: {denial.get('rule')}: {denial.get('message')} ({denial.get('denied')} calls denied)"
+
+
 def _line(text: str) -> str:
     """Whitespace (newlines, tabs, separators) run together into one space, cut to REASON_MAX."""
     one = " ".join(text.split())

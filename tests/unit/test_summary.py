@@ -405,3 +405,11 @@ def test_report_merge_on_the_command_line(ran, tmp_path):
     assert not (tmp_path / "nowhere").exists()
     refused = merge_cli(*map(str, files), "-o", "nowhere/m.json", cwd=tmp_path)
     assert refused.returncode == 1 and "nowhere/m.json: no such folder for an output file" in refused.stderr
+
+
+def test_the_gates_first_denial_is_a_line_of_its_own_only_when_the_summary_is_another_cause() -> None:
+    denial = {"tool": "fs.write", "path": "src/x.py", "rule": "contract.unratified", "message": "not ratified", "denied": 2}
+    line = summary.gate_denial_line({"summary": "the agent's command was not found", "gate_denial": denial})
+    assert line == "the gate's first denial: fs.write src/x.py: contract.unratified: not ratified (2 calls denied)"
+    assert summary.gate_denial_line({"summary": "the gate denied fs.write src/x.py: ...", "gate_denial": denial}) is None
+    assert summary.gate_denial_line({"summary": "exit code 1"}) is None
