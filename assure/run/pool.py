@@ -238,6 +238,7 @@ class WarmPool:
                     shape = Shape.of(spec)
                     self._specs.setdefault(shape, spec)
                     self._free.setdefault(shape, [])
+                    self._making.setdefault(shape, 0)
                     self._to_come[shape] = self._to_come.get(shape, 0) + 1
             self._cv.notify_all()
 
@@ -324,12 +325,12 @@ class WarmPool:
             for pair in expired:
                 self.discard(pair)
             with self._cv:
-                short = [(len(f) + self._making[s] - self._target(s), s) for s, f in self._free.items()
-                         if len(f) + self._making.setdefault(s, 0) < self._target(s)]
+                short = {s: len(f) + self._making[s] - self._target(s) for s, f in self._free.items()}
+                short = {s: gap for s, gap in short.items() if gap < 0}
                 if not short:
                     self._cv.wait(REFILL_POLL_SECONDS)
                     continue
-                shape = min(short, key=lambda x: x[0])[1]
+                shape = min(short, key=short.get)
                 spec = self._specs[shape]
                 if not _room_for(spec, also=sum(self._making.values())):  # the attempts come first: wait for memory to be freed
                     self._cv.wait(REFILL_POLL_SECONDS)
@@ -438,7 +439,7 @@ def release(backend: SandboxBackend, root: Path, containers: list[str], volumes:
 def _room_for(spec: Spec, also: int = 0) -> bool:
     """Whether the memory available now holds one more pair at its limits (agent and gateway),
     as -j's default reckons a run's footprint, beside `also` more pairs being made."""
-    return suite.machine()[1] >= suite.spec_footprint(spec)[1] * (1 + also)
+    return suite.memory_available() >= suite.spec_footprint(spec)[1] * (1 + also)
 
 
 def _quietly(remove: Callable[[str], None], what: str) -> None:

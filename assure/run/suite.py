@@ -155,12 +155,16 @@ def machine() -> tuple[int, int]:
     quota = cpu_quota()
     if quota is not None:  # a CI runner started with `docker run --cpus 2` on a 64-core host
         cpus = max(1, min(cpus, math.ceil(quota)))
+    return cpus, memory_available()
+
+
+def memory_available() -> int:
+    """Bytes of memory available now (MemAvailable)."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
-            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:"))
-        return cpus, kib * 1024
+            return next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:")) * 1024
     except (OSError, StopIteration, ValueError, IndexError):
-        return cpus, os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
