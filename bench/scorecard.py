@@ -109,14 +109,19 @@ def part_conformance(work: Path) -> sc.Part:
     return sc.part_from(sc.conformance_metrics, packet, seconds=round(seconds, 1), data={"packet": str(packets[-1]), "not_pass": failing})
 
 
-def part_script(script: str, args: list[str], metrics: Callable[[dict[str, Any]], dict[str, float]], work: Path) -> sc.Part:
+def script_figures(script: str, args: list[str], work: Path) -> tuple[dict[str, Any], float]:
+    """Run bench/<script> with `--json`: the document it wrote, and its wall time."""
     figures = work / f"{Path(script).stem}.json"
     work.mkdir(parents=True, exist_ok=True)
     done, seconds = _run([PY, str(ROOT / "bench" / script), *args, "--json", str(figures)], BENCH_SECONDS)
     sys.stdout.write(done.stdout)
     if done.returncode != 0 or not figures.is_file():
         raise PartFailed(f"bench/{script} exited {done.returncode}: {_tail(done.stderr)}")
-    doc = json.loads(figures.read_text(encoding="utf-8"))
+    return json.loads(figures.read_text(encoding="utf-8")), seconds
+
+
+def part_script(script: str, args: list[str], metrics: Callable[[dict[str, Any]], dict[str, float]], work: Path) -> sc.Part:
+    doc, seconds = script_figures(script, args, work)
     return sc.part_from(metrics, doc, seconds=round(seconds, 1), data=doc)
 
 
@@ -146,13 +151,12 @@ def part_throughput(work: Path) -> sc.Part:
         if n == jobs:
             plan.append((f"{n}_pool", ["-j", str(n), "--pool", str(pool)]))
     runs: dict[int | str, dict[str, Any]] = {}
-    bare = []  # the baseline: bare two-container sequences at -j 2, before the suites and after them
-    plan.insert(0, ("bare", []))
-    plan.append(("bare", []))
+
+    def bare() -> dict[str, Any]:  # the baseline: bare two-container sequences at -j 2
+        return script_figures("bare_throughput.py", ["--jobs", str(jobs), "--count", str(total)], work)[0]
+
+    before = bare()
     for key, extra in plan:
-        if key == "bare":
-            bare.append(part_script("bare_throughput.py", ["--jobs", str(jobs), "--count", str(total)], lambda doc: {}, work).data)
-            continue
         try:
             summary, seconds = suite_summary(suite, work / "throughput" / f"j{key}", extra=extra)
         except OptionRefused as exc:
@@ -161,7 +165,7 @@ def part_throughput(work: Path) -> sc.Part:
         if len(results) != total or not all(r.verdict == r.expect for r in results):
             raise PartFailed(f"{' '.join(extra)}: {sum(r.verdict == r.expect for r in results)} of {total} trivial specs as expected; a throughput over failures means nothing")
         runs[key] = {"specs": total, "seconds": round(seconds, 2), "args": extra}
-    runs["bare"] = max(bare, key=lambda doc: doc["per_second"])  # the engine at its best in this run: the ratios are not flattered
+    runs["bare"] = max(before, bare(), key=lambda doc: doc["per_second"])  # before the suites and after: the engine at its best, the ratios not flattered
     return sc.part_from(sc.throughput_metrics, runs, seconds=round(sum(r["seconds"] for r in runs.values()), 1), data=runs)
 
 
