@@ -237,9 +237,15 @@ def test_gc_removes_only_the_scratch_folders_of_node_tasks_that_are_gone(tmp_pat
     elsewhere.mkdir()
     (elsewhere / "lock").write_text("")
     (tmp_path / f"{cluster.SCRATCH}link").symlink_to(elsewhere)  # a link named like one: never followed
+    left = lost / "run-1" / "attempts" / "workspace"  # what the agent left in its workspace copy
+    left.mkdir()
+    (left / "out").symlink_to(elsewhere)
+    os.mkfifo(left / "pipe")
+    os.link(elsewhere / "lock", left / "hard")
     with store.exclusive(live, "node task"):  # a task still running
         assert cluster.release_orphan_scratch(tmp_path) == [lost]
     assert not lost.exists() and (live / "run-1").is_dir() and (unlocked / "run-1").is_dir() and (elsewhere / "lock").is_file()
+    assert os.listdir(elsewhere) == ["lock"] and (elsewhere / "lock").stat().st_nlink == 1  # nothing removed through the agent's links
 
 
 def test_a_spec_lost_max_lost_times_is_error_and_each_loss_moves_it_one_attempt_on():
