@@ -91,14 +91,20 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]:
-    """The engine (checked to have each spec's runtime) and this checkout's images, building
-    whatever is missing (with progress)."""
+    """The engine and this checkout's images, building whatever is missing (with progress),
+    once every spec passed `preflight.refuse`: what `validate` refuses, and each image and
+    runtime the engine lacks, every problem of every spec listed before anything starts."""
+    from assure.run import preflight
+
     workspace_fs.require()  # the workspace cannot be bounded here: refuse before any run starts
     for s in specs:
         live.check(s)
-    backend = DockerBackend()
-    for runtime in sorted({s.sandbox.runtime for s in specs}):
-        backend.require_runtime(runtime)
+    try:
+        backend = DockerBackend()
+    except AssureError:
+        preflight.refuse(list(specs), None)  # what needs no engine is told even when there is none
+        raise
+    preflight.refuse(list(specs), backend)
     images = Images(backend, lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg))))
     found = images.resolve()
     return backend, found or images.ensure()
@@ -282,6 +288,9 @@ def suite_cmd(
         cut = suite_mod.Shard.parse(shard) if shard is not None else None
         suites = [(whole, whole.sharded(cut)) for whole in map(suite_mod.load, suite_files)]
         if check:
+            from assure.run import preflight
+
+            preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)
             for path, (_, loaded) in zip(suite_files, suites):
                 out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(0)
@@ -292,7 +301,9 @@ def suite_cmd(
         runs_mod.check_base(runs_dir, writable=True)
         if cluster is not None:
             from assure.run import cluster as cluster_mod
+            from assure.run import preflight
 
+            preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)  # the nodes' engines are theirs to ask
             for _, loaded in suites:
                 cluster_mod.refuse_outside_effects(loaded.specs)  # before a suite run is made for nothing
             engine = None
@@ -476,15 +487,31 @@ def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec 
     """Check spec files (and suites, with every spec they name) against their schemas in specs/,
     and that each can work: its contract as the gate will judge it (ratified, by someone other
     than its proposer, hash and terms as they stand) and its agent command among the agent
-    files. Report every problem as file:line: field: message, with the command that fixes it."""
+    files; and, when the Docker engine answers, that it holds each image and runtime the spec
+    names. Report every problem as file:line: field: message, with the command that fixes it."""
     from assure.run import preflight
     from assure.run import suite as suite_mod
 
     bad, results = 0, []
+    engine: list[Any] = []  # the engine, asked at most once, and only by a spec that names an image or runtime to look for
+
+    def engine_problems(s: spec_mod.Spec) -> list[preflight.Problem]:
+        if not preflight.needs_engine(s):
+            return []
+        if not engine:
+            try:
+                engine.append(DockerBackend())
+            except AssureError as exc:
+                engine.append(exc)
+        if isinstance(engine[0], AssureError):
+            return [preflight.Problem(str(s.path), f"its images and sandbox.runtime were not checked: {engine[0].message}",
+                                      engine[0].fix or "start the Docker engine", fatal=False)]
+        return preflight.engine_problems(s, engine[0])
+
     for path in specs:
         try:
             loaded = suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
-            found = [p for s in loaded for p in preflight.problems(s)]
+            found = [p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]]
         except AssureError as exc:
             bad += 1
             results.append({"file": str(path), "ok": False, "problems": exc.message.split("\n"), "fix": exc.fix, "notes": []})

@@ -1,6 +1,8 @@
 """Why a spec that matches its schema still cannot work, found before anything runs
-(`assure validate`): each problem with the command that fixes it, judged by the functions the
-gate and the driver use (`policy.contract_denial` is the gate's own contract rule).
+(`assure validate`, and `run`/`suite`/`resume` before any container starts): each problem
+with the command that fixes it, judged by the functions the gate and the driver use
+(`policy.contract_denial` is the gate's own contract rule). A mistyped image or script is
+the user's mistake, told before the start, never an attempt judged on what it left.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from assure.core import confined
+from assure.errors import AssureError, SpecError
 from assure.run import policy
+from assure.sandbox import runtimes
 from assure.sandbox.hardening import AGENT_FILES
-from assure.spec import Spec, line_of, read_document, schema
+from assure.spec import AGENT_IMAGE_ALIAS, Spec, line_of, read_document, schema
 
 # What fixes each contract denial (gate rule -> fix); {hash} is the `assure contract hash` command.
 CONTRACT_FIXES = {
@@ -36,6 +41,7 @@ class Problem:
     message: str
     fix: str
     fatal: bool = True  # False: a note (no contract, or a hostile spec's: it runs, and every mutation is denied)
+    stops_run: bool = True  # False: `run` goes ahead all the same (a contract the gate denies: the run shows the denial)
 
     def lines(self) -> list[str]:
         return [f"{self.where}: {self.message}", f"  fix: {self.fix}"]
@@ -65,12 +71,13 @@ def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
         where = f"{spec.path}:{line_of(at, lines)}: {field}" if at in lines else f"{spec.path}: {field}"
         if decision.rule == "contract.missing":
             found.append(Problem(where, "no contract: the gate will deny every mutation (contract.missing); fine for a hostile spec",
-                                 "add a contract block (see the contract section of README.md) and have it ratified", fatal=False))
+                                 "add a contract block (see the contract section of README.md) and have it ratified", fatal=False, stops_run=False))
             continue
         command = f"assure contract hash {spec.path}" + (f" --task {task.id}" if own else "")
         fix = CONTRACT_FIXES.get(decision.rule, "see the contract section of README.md").format(hash=command)
         expected = "; expected of a hostile spec" if spec.hostile else ""
-        found.append(Problem(where, f"{decision.reason} ({decision.rule}): the gate will deny every mutation{expected}", fix, fatal=not spec.hostile))
+        found.append(Problem(where, f"{decision.reason} ({decision.rule}): the gate will deny every mutation{expected}", fix,
+                             fatal=not spec.hostile, stops_run=False))
     return found
 
 
@@ -108,3 +115,73 @@ def _agent_command(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
                         f"set agent.files to the folder that holds {arg[len(AGENT_FILES) + 1:]}")]
     return [Problem(where, f"{arg} is not among the agent files ({spec.agent.files}): the agent would exit 127, command not found",
                     f"put {arg[len(AGENT_FILES) + 1:]} in {spec.agent.files}, or fix the path in agent.command")]
+
+
+class Engine(Protocol):
+    """What `engine_problems` asks of the Docker engine (`DockerBackend`)."""
+
+    def image_exists(self, tag: str) -> bool: ...
+
+    def runtimes(self) -> dict[str, Any]: ...
+
+
+def needs_engine(spec: Spec) -> bool:
+    """Whether `engine_problems` has anything to ask: an image other than assure's own (built
+    when missing), or a runtime other than runc (every engine has it)."""
+    return spec.sandbox.runtime != runtimes.RUNC or any(image != AGENT_IMAGE_ALIAS for _, image, _ in _images(spec))
+
+
+def engine_problems(spec: Spec, engine: Engine) -> list[Problem]:
+    """What the engine lacks for the spec's containers to start: its `sandbox.runtime` (and
+    that runtime's program), the agent's image, each command and cases check's image.
+    `assure-agent` is assure's own image, which `run` builds when it is missing."""
+    _, lines = read_document(spec.path, schema(), "spec")
+    found: list[Problem] = []
+
+    def where(at: tuple[Any, ...]) -> str:
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at).lstrip(".")
+        return f"{spec.path}:{line_of(at, lines)}: {field}"
+
+    runtime = spec.sandbox.runtime
+    problem = runtimes.problem(runtime, engine.runtimes())
+    if problem:
+        found.append(Problem(where(("sandbox", "runtime")), problem, runtimes.fix(runtime)))
+    known: dict[str, str | None] = {}  # image -> why it cannot be used (None: it is there)
+    for at, image, what in _images(spec):
+        if image == AGENT_IMAGE_ALIAS:
+            continue
+        if image not in known:
+            try:
+                known[image] = None if engine.image_exists(image) else "is not in the Docker engine"
+            except AssureError as exc:
+                known[image] = f"cannot be looked up ({exc.message})"
+        if known[image] is not None:
+            found.append(Problem(where(at), f"image {image!r} {known[image]}: {what} could not start",
+                                 f"correct the name (`docker images` lists the engine's), or `docker pull {image}` or build it first; "
+                                 f"`{AGENT_IMAGE_ALIAS}` (the default) is assure's own image"))
+    return found
+
+
+def _images(spec: Spec) -> list[tuple[tuple[Any, ...], str, str]]:
+    """(where in the document, image, whose) of every container image the spec names: the
+    agent's, and each command and cases check's (top-level and per task)."""
+    data, _ = read_document(spec.path, schema(), "spec")
+    found: list[tuple[tuple[Any, ...], str, str]] = [(("agent", "image"), spec.agent.image, "the agent")]
+    lists = [(("assertions",), data["assertions"])] + [(("tasks", t, "assertions"), task["assertions"])
+                                                      for t, task in enumerate(data.get("tasks", [])) if "assertions" in task]
+    for at, items in lists:
+        for n, assertion in enumerate(items):
+            for kind in ("command", "cases"):
+                if kind in assertion:
+                    found.append((at + (n, kind, "image"), assertion[kind]["image"], f"the {kind} check"))
+    return found
+
+
+def refuse(specs: list[Spec], engine: Engine | None) -> None:
+    """Raise a `SpecError` listing every problem of every spec that stops a run (its agent's
+    script, and with an `engine` its images and runtime), each with its fix; nothing when
+    there is none. Called before any run directory or container is made."""
+    found = [p for s in specs for p in [*problems(s), *(engine_problems(s, engine) if engine is not None else [])] if p.fatal and p.stops_run]
+    if found:
+        raise SpecError([line for p in found for line in p.lines()],
+                        fix="fix each problem above; `assure validate FILE` checks a spec without running anything")

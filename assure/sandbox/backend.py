@@ -2,8 +2,8 @@
 
 `SandboxBackend` is everything the attempt, the checks, the driver's reaping and `assure gc`
 do with containers, volumes and networks. `ImageBuilder` is the Docker-only part (building
-and tagging the images); engine facts for `assure doctor` (`info`, `version`, `runtimes`,
-`require_runtime`) stay on `DockerBackend` alone.
+and tagging the images); engine facts for `assure doctor` (`info`, `version`, `runtimes`)
+stay on `DockerBackend` alone.
 
 Errors. Every method raises only `SandboxError` (the engine refused or failed; the engine's
 own exception, if any, is kept as `__cause__`), and `ImageError` where a container is created

@@ -2,8 +2,8 @@
 `ImageBuilder` (sandbox/backend.py), Docker errors mapped once.
 
 Every error leaves here as a `SandboxError` (or `ImageError`) with the Docker exception kept
-as its cause. Engine facts for `assure doctor` (`info`, `version`, `runtimes`,
-`require_runtime`) are Docker's alone.
+as its cause. Engine facts for `assure doctor` (`info`, `version`, `runtimes`) are
+Docker's alone.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from docker.models.containers import _create_container_args
 import requests.exceptions
 
 from assure.errors import ImageError, SandboxError
-from assure.sandbox import runtimes
 from assure.sandbox.backend import ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
@@ -131,12 +130,6 @@ class DockerBackend:
         if self._security is None:
             self._security = list(self.info().get("SecurityOptions") or [])
         return self._security
-
-    def require_runtime(self, name: str) -> None:
-        """Refuse, before anything is created, a spec whose `sandbox.runtime` this engine lacks."""
-        problem = runtimes.problem(name, self.runtimes())
-        if problem:
-            raise SandboxError(problem, where="sandbox.runtime", fix=runtimes.fix(name))
 
     def runtimes(self) -> dict[str, Any]:
         """The engine's registered runtimes, each with its `path` and `runtimeArgs`."""

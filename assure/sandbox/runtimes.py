@@ -12,6 +12,7 @@ a host socket (never create one). Nothing here talks to Docker; stdlib only, so
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 RUNC = "runc"
@@ -75,6 +76,9 @@ def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
     """Why the engine cannot run a spec with `runtime` (None when it can)."""
     if runtime not in engine_runtimes:
         return f"the Docker engine has no runtime {runtime!r} (it has: {', '.join(sorted(engine_runtimes)) or 'none'})"
+    path = (engine_runtimes.get(runtime) or {}).get("path")
+    if runtime != RUNC and isinstance(path, str) and os.path.isabs(path) and not os.path.exists(path):
+        return f"the Docker engine's runtime {runtime!r} is registered as {path}, which is not on this host: no container could start under it"
     if is_gvisor(runtime):
         args = [str(a).lstrip("-") for a in (engine_runtimes.get(runtime) or {}).get("runtimeArgs") or []]
         if not HOST_UDS_FLAGS.intersection(args):
