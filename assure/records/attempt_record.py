@@ -63,6 +63,12 @@ class ContainerFacts:
         return self.data.get("gateway")
 
     @property
+    def agent_started(self) -> bool:
+        """Whether the engine ever started the agent's container: false only when the harness
+        recorded, after a failed start, that the engine never did (`Attempt._agent_ever_started`)."""
+        return self.data.get("agent_started") is not False
+
+    @property
     def inspect(self) -> dict[str, Any] | None:
         """The agent container's inspected hardening; None if it never started."""
         return self.data.get("inspect")

@@ -137,6 +137,7 @@ class Attempt:
         self._volume: str | None = None
         self._network: str | None = None
         self._started = False  # `_start` returned: every resource it made is recorded
+        self._agent_started_at: float | None = None  # the engine started the agent's container
         self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec)
@@ -156,7 +157,10 @@ class Attempt:
         try:
             try:
                 prepared = self._total("prepare", self._prepare, facts)
-                if prepared and self._total("start", lambda: self._start(facts), facts) and self._total("run", lambda: self._run(facts), facts):
+                started = prepared and self._total("start", lambda: self._start(facts), facts)
+                if prepared and not started:
+                    facts["agent_started"] = self._agent_ever_started()
+                if started and self._total("run", lambda: self._run(facts), facts):
                     self._total("collect", lambda: self._collect(facts), facts)
             finally:
                 if prepared or self._containers:  # a pooled pair's containers exist from its claim, in prepare
@@ -408,6 +412,21 @@ class Attempt:
             self._agent_started_at = time.time()
         facts["agent_started_at"] = self._agent_started_at
         self._started = True
+
+    def _agent_ever_started(self) -> bool:
+        """After a start that failed, before its cleanup: whether the engine ever started this
+        attempt's agent container, as the engine says. True unless it says otherwise (a
+        pooled agent was started by the pool; an engine that cannot answer is believed to
+        have started it): only the harness and the engine decide this, never the agent."""
+        if self._pair is not None or self._agent_started_at is not None:
+            return True
+        try:
+            mine = {k: self.labels[k] for k in (sandbox.LABEL_ATTEMPT, sandbox.LABEL_PID, sandbox.LABEL_HOST)}
+            agents = [c["id"] for c in self.backend.owned(self.run.run_id)["containers"]
+                      if c.get(sandbox.LABEL_ROLE) == sandbox.Role.AGENT and all(c.get(k) == v for k, v in mine.items())]
+            return any(self.backend.inspect(cid).get("State", {}).get("Status") != "created" for cid in agents)
+        except Exception:
+            return True
 
     def _start_agent(self, request: sandbox.ContainerRequest) -> str:
         with self._timed("start.agent"):

@@ -10,6 +10,12 @@ was not told about, so an incomplete account never passes; and since an agent ca
 it (memory exhaustion), it is not a harness error. A request budget or journal cap that ran
 out (`budget_breach` of `requests` / `journal_bytes`, `journal_full`) is `gateway_limit`:
 the attempt was stopped for flooding the gateway.
+
+One exception, from ground truth the harness holds: when the engine never started the
+agent's container (`container.json`'s `agent_started` is false) and the journal holds
+nothing but the gateway's own records, no call was served, so no effect can be missing:
+the unclosed journal is then the harness error it is (a mistyped image), not a breach. An
+agent that started, or made a single call, is judged as before.
 """
 
 from __future__ import annotations
@@ -20,17 +26,22 @@ from typing import Any
 from assure.verify.findings import Finding, Kind
 
 LIMIT_COUNTERS = ("requests", "journal_bytes")
+GATEWAY_OWN = frozenset({"gateway_started", "gateway_stopped", "override_effective"})  # journaled with no call from the agent
 MAX_LISTED = 20  # intents without an outcome listed one by one; the rest are counted
 
 
-def account(journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[Finding]]:
-    """(journal head, findings) from one pass over the journal and the gateway's exit facts."""
+def account(journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None,
+            agent_started: bool = True) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """(journal head, findings) from one pass over the journal, the gateway's exit facts and
+    whether the engine ever started the agent's container."""
     open_intents: dict[str, dict[str, Any]] = {}
     limits: dict[str, dict[str, Any]] = {}
     last: dict[str, Any] | None = None
+    served = False  # a record the gateway writes only for a call of the agent's
     for record in journal:
         last = record
         event = record.get("event")
+        served = served or event not in GATEWAY_OWN
         if event == "intent":
             open_intents[str(record.get("action_id"))] = {"tool": record.get("tool"), "path": record.get("path"), "scope": record.get("scope")}
         elif event in ("tool_call", "model_call"):
@@ -51,7 +62,10 @@ def account(journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None) -
                                 f"{call} was allowed and its effect started, but its outcome was never journaled",
                                 None, {"action_id": action_id, **intent}))
     stop = _unclean_stop(last, gateway)
-    if stop:
+    if stop and not agent_started and not served:
+        findings.append(Finding(Kind.HARNESS_ERROR, "gateway", f"the agent's container never started and the gateway served no call; "
+                                f"it did not stop cleanly ({stop}), which leaves no effect unjournaled", None, dict(gateway or {})))
+    elif stop:
         findings.append(Finding(Kind.JOURNAL_INCOMPLETE, "gateway", f"the gateway did not stop cleanly ({stop}): effects in flight may have no journal line",
                                 None, dict(gateway or {})))
     for counter, record in sorted(limits.items()):

@@ -65,7 +65,8 @@ class Judgement:
         return replace(self, findings=found, verdict=verdict(list(found), hostile=hostile))
 
 
-def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None, Any]:
+def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None,
+             agent_started: bool) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None, Any]:
     """The verified journal, streamed again by each reader (never loaded whole), its head and
     the agent's last claim. The first pass also checks it is a complete account (completeness.py)
     and picks up the claim on its way."""
@@ -81,7 +82,7 @@ def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None
                 claims.append(r.get("claim"))
             yield r
     try:
-        head, incomplete = completeness.account(noting_claims(journal), gateway)
+        head, incomplete = completeness.account(noting_claims(journal), gateway, agent_started)
     except (ChainError, OSError, UnicodeDecodeError) as exc:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the gateway journal does not verify: {exc}"))
         return (), None, None
@@ -174,7 +175,7 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
     findings: list[Finding] = []
     _unreadable(findings, record, paths.container.name)
     findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.harness_errors]
-    journal, head, claim = _guarded(findings, "journal", lambda: _journal(paths.journal, findings, facts.gateway), ((), None, None))
+    journal, head, claim = _guarded(findings, "journal", lambda: _journal(paths.journal, findings, facts.gateway, facts.agent_started), ((), None, None))
     recorded = facts.journal_head
     if recorded is not None and recorded != head:
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"journal head {head} differs from the head recorded at collection {recorded}"))
