@@ -26,6 +26,7 @@ from assure.ops import alerts
 from assure.ops import runs as runs_mod
 from assure.records import report as render
 from assure.records import junit, store, summary
+from assure.records.states import RESUMABLE
 from assure.sandbox import live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
@@ -819,6 +820,14 @@ def runs(runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
         table.add_row(plain(r["run_id"]), plain(r["state"]), plain(r["verdict"] or "-"), plain(r["started_at"]),
                       plain(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())))
     _print_table(table)
+    for r in rows:
+        if r["resume"]:
+            out.print(plain(f"{r['run_id']} is {r['state']}: {_gone(r['state'])}; `{r['resume']}` continues it", "yellow"), soft_wrap=True)
+
+
+def _gone(state: str) -> str:
+    """Why a resumable run stopped, in words."""
+    return "its driver is gone (no process holds the run's lock)" if state == "interrupted" else "its driver stopped"
 
 
 @app.command()
@@ -832,8 +841,13 @@ def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = 
     except AssureError as exc:
         raise _fail(exc) from None
     run_alerts = [a for a in alerts.all_alerts(rd.path.parent) if a.run_id == rd.run_id]
+    try:
+        state = runs_mod.shown_state(rd.path, store.read_json(rd.paths.state).get("state"))
+    except (AssureError, AttributeError):
+        state = None  # no readable state.json: the timeline is all there is
+    resume = runs_mod.resume_command(rd.path.parent, rd.run_id) if state in RESUMABLE else None
     if json_out:
-        _print_json({"run_id": rd.run_id, "events": [{**r, "standard_event": journal.standard_event(r)} for r in records],
+        _print_json({"run_id": rd.run_id, "state": state, "resume": resume, "events": [{**r, "standard_event": journal.standard_event(r)} for r in records],
                      "alerts": [dataclasses.asdict(a) for a in run_alerts]})
         return
     table = _whole("ts", "source", "event", "detail")
@@ -843,6 +857,10 @@ def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = 
     _print_table(table)
     for alert in run_alerts:
         out.print(f"alert {alert.id} [{alert.kind}] {alert.state}: {render.display(alert.message)}", markup=False, highlight=False)
+    if resume is not None:
+        out.print(plain(f"run {rd.run_id} is {state}: {_gone(state)}; `{resume}` continues it", "yellow"), soft_wrap=True)
+    elif state is not None:
+        out.print(plain(f"run {rd.run_id} is {state}"), soft_wrap=True)
 
 
 @app.command("promote")

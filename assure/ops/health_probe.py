@@ -6,11 +6,11 @@ symlink followed, every read bounded) and judges only what it read:
 
 | layer | check | fails when | reason_code |
 |---|---|---|---|
-| process | `process.driver` | a run is `running` and the driver's heartbeat is overdue | `heartbeat_stale`, `heartbeat_missing` |
+| process | `process.driver` | a run is `running` and no process holds its lock (its driver is gone: kill -9, a reboot), or the driver's heartbeat is overdue | `driver_gone`, `heartbeat_stale`, `heartbeat_missing` |
 | process | `process.monitor` (optional) | the monitor's heartbeat is overdue: nobody watches | `heartbeat_stale`, `heartbeat_missing` |
 | process | `process.gateway@RUN` | an attempt is in progress and its gateway's heartbeat is overdue | `heartbeat_stale`, `heartbeat_missing` |
 | scheduler | `scheduler.runs` (runs base only) | a run's `state.json` is unreadable | `state_unreadable` |
-| scheduler | `scheduler.run_state@RUN` | the run was aborted (needs `assure resume`) or halted | `run_aborted`, `run_halted`, `state_unreadable` |
+| scheduler | `scheduler.run_state@RUN` | the run was interrupted (`running`, its driver gone) or aborted (either needs `assure resume`), or halted | `run_interrupted`, `run_aborted`, `run_halted`, `state_unreadable` |
 | scheduler | `scheduler.tasks@RUN` | a task is quarantined or its commit failed | `task_quarantined`, `commit_failed` |
 | execution | `execution.engine` | the Docker engine does not answer | `engine_unreachable` |
 | execution | `execution.images` | the images of this checkout are not built | `images_missing` |
@@ -44,9 +44,10 @@ from assure.ops.alerts import AlertState
 from assure.ops.anomalies import staleness
 from assure.ops.health_v1 import FAIL, PASS, UNKNOWN, Check
 from assure.ops.runsbase import Refused, Tree, parse_json
+from assure.ops.runs import resume_command
 from assure.records import layout, receipts
-from assure.records.states import RunState, TaskState
-from assure.records.store import RUN_ID
+from assure.records.states import INTERRUPTED, RunState, TaskState
+from assure.records.store import RUN_ID, lock_held
 from assure.run import policy
 
 MAX_JSON_BYTES = 1 << 20  # state.json, spec.json, an alert, a heartbeat
@@ -127,10 +128,16 @@ class _Run:
     problem: str | None = None
     attempt: int | None = None  # the attempt in progress
     ready_at: float | None = None  # when its gateway became ready
+    driven: bool | None = None  # a running run: whether a process holds its lock (None: the lock cannot be probed)
 
     @property
     def running(self) -> bool:
         return self.state is not None and self.state.get("state") == RunState.RUNNING
+
+    @property
+    def interrupted(self) -> bool:
+        """`running` in state.json, and no process holds the run's lock: its driver is gone."""
+        return self.running and self.driven is False
 
 
 class _Pass:
@@ -141,7 +148,7 @@ class _Pass:
         every = self._all_runs() if run_id is None else []
         runs = [self._run(run_id)] if run_id is not None else [r for r in every if r.state is None or r.state.get("state") in LIVE_STATES]
         layers: dict[str, list[Check]] = {
-            "process": [self._heartbeat(health.DRIVER, None, any(r.running for r in runs)), self._monitor()],
+            "process": [self._driver(runs), self._monitor()],
             "scheduler": [] if run_id is not None else [self._runs_check(every)],
             "execution": _engine_checks(engine, self.now),
             "governance": [self._alerts(run_id)],
@@ -183,6 +190,7 @@ class _Pass:
         run = _Run(run_id, state)
         if not run.running:
             return run
+        run = replace(run, driven=self._locked(run_id))
         numbers = self._attempt_numbers(run_id)
         if not numbers:
             return run
@@ -193,7 +201,16 @@ class _Pass:
             ready = self.tree.stat(f"{rel}/gateway/ready")
         except (Refused, OSError):
             ready = None
-        return _Run(run_id, state, None, numbers[-1], ready.st_mtime) if ready else run
+        return replace(run, attempt=numbers[-1], ready_at=ready.st_mtime) if ready else run
+
+    def _locked(self, run_id: str) -> bool | None:
+        """Whether a process holds the run's lock (`store.lock_held`: the kernel drops it when
+        the driver dies); None when the lock file is not a regular file that can be opened."""
+        try:
+            with self.tree.open(f"{run_id}/{layout.LOCK}") as fd:
+                return False if fd is None else lock_held(fd)
+        except (Refused, OSError):
+            return None
 
     def _attempt_numbers(self, run_id: str) -> list[int]:
         try:
@@ -213,6 +230,18 @@ class _Pass:
             return f"spec.json: {type(exc).__name__}"
 
     # -- process
+    def _driver(self, runs: list[_Run]) -> Check:
+        """A running run whose lock nobody holds has lost its driver, whatever its heartbeat
+        (one file for every driver of the runs base) says; otherwise the heartbeat decides."""
+        gone = [r.run_id for r in runs if r.interrupted]
+        if not gone:
+            return self._heartbeat(health.DRIVER, None, any(r.running for r in runs))
+        shown = gone[:MAX_EVIDENCE_ITEMS]
+        return Check("process.driver", FAIL, self.now, FILE_FACTS_STALE_SECONDS,
+                     f"driver: gone for {len(gone)} running run(s) ({', '.join(shown)}): no process holds their lock; "
+                     + "; ".join(f"`{resume_command(self.base, r)}`" for r in shown) + " continues them",
+                     reason_code="driver_gone", evidence={"runs": shown, "resume": [resume_command(self.base, r) for r in shown]})
+
     def _component(self, name: str) -> health.Component:
         """The manifest's component `name`, or the default one when the manifest leaves it out."""
         return self.manifest.component(name) or next(c for c in health.DEFAULT_COMPONENTS if c.name == name)
@@ -275,12 +304,20 @@ class _Pass:
             return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, f"state.json unreadable: {run.problem}", reason_code="state_unreadable")
         state = run.state.get("state")
         evidence = {"state": str(state)[:32], "attempt_in_progress": run.attempt, "next_attempt": run.state.get("next_attempt")}
+        resume = resume_command(self.base, run.run_id)
+        if run.interrupted:
+            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"run {INTERRUPTED}: state.json says running, but no process holds its lock "
+                         f"(its driver is gone); `{resume}` continues it", reason_code="run_interrupted", evidence={**evidence, "state": INTERRUPTED, "resume": resume})
+        if run.running and run.driven is None:
+            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, "run running, but its lock cannot be probed: whether its driver lives is unknown",
+                         reason_code="lock_unreadable", evidence=evidence)
         if state in (RunState.RUNNING, RunState.FINISHED):
             return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"run {state}", evidence=evidence)
         if state == RunState.HALTED:
             return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, "run halted by the operator: no new attempt or commit", reason_code=health_v1.RUN_HALTED, evidence=evidence)
         if state == RunState.ABORTED:
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, "run aborted (the driver died or was stopped): `assure resume` continues it", reason_code="run_aborted", evidence=evidence)
+            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"run aborted (the driver died or was stopped): `{resume}` continues it", reason_code="run_aborted",
+                         evidence={**evidence, "resume": resume})
         return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, "state.json names no known run state", reason_code="state_unreadable", evidence=evidence)
 
     def _tasks(self, run: _Run) -> Check:

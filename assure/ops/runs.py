@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import tempfile
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Any
 
 from assure.errors import AssureError, unreadable
 from assure.records import layout, store
+from assure.records.states import INTERRUPTED, RESUMABLE, RunState
 from assure.textsafe import display
 
 
@@ -21,9 +23,11 @@ class RunSummary:
     verdict: Any
     started_at: Any
     tasks: dict[str, Any]  # task -> its state
+    resume: str | None = None  # the command that continues it, when its driver is gone
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "state": self.state, "verdict": self.verdict, "started_at": self.started_at, "tasks": self.tasks}
+        return {"run_id": self.run_id, "state": self.state, "verdict": self.verdict, "started_at": self.started_at, "tasks": self.tasks,
+                "resume": self.resume}
 
 
 LIST_FIX = "`assure runs` lists the runs (add --runs-dir DIR if they are elsewhere)"
@@ -69,6 +73,18 @@ def find(run: str, runs_dir: Path) -> store.RunDir:
     return store.RunDir.open(locate(run, runs_dir))
 
 
+def shown_state(run_dir: Path, state: Any) -> Any:
+    """A run's state as people are told it: `running` with no process holding the run's lock
+    (its driver was killed, or its machine went down) is `interrupted`; the rest as recorded."""
+    return INTERRUPTED if state == RunState.RUNNING and not store.is_locked(run_dir) else state
+
+
+def resume_command(base: Path, run_id: str) -> str:
+    """`assure resume RUN`, with the runs base when it is not the default one."""
+    default = base.absolute() == store.RUNS_DIR.absolute()
+    return f"assure resume {run_id}" + ("" if default else f" --runs-dir {shlex.quote(str(base))}")
+
+
 def listing(runs_dir: Path) -> list[RunSummary]:
     """Every run with a readable state file, by run id; unreadable ones are left out."""
     rows = []
@@ -78,6 +94,8 @@ def listing(runs_dir: Path) -> list[RunSummary]:
         except AssureError:
             continue
         tasks = state.get("tasks", {})
-        rows.append(RunSummary(path.parent.name, state.get("state"), state.get("verdict"), state.get("started_at"),
-                               {t: v.get("state") for t, v in tasks.items()}))
+        shown = shown_state(path.parent, state.get("state"))
+        rows.append(RunSummary(path.parent.name, shown, state.get("verdict"), state.get("started_at"),
+                               {t: v.get("state") for t, v in tasks.items()},
+                               resume_command(runs_dir, path.parent.name) if shown in RESUMABLE else None))
     return rows

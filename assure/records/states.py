@@ -23,6 +23,11 @@ class TaskState(StrEnum):
     HALTED = "halted"
 
 
+# Never written to state.json: what `runs`, `show` and `health` say of a run whose state.json
+# says running while no process holds its lock (`store.is_locked`): its driver is gone.
+INTERRUPTED = "interrupted"
+RESUMABLE = frozenset({RunState.ABORTED, INTERRUPTED})  # `assure resume` continues it
+
 RUN_OVER = frozenset({RunState.FINISHED, RunState.HALTED})
 TERMINAL = frozenset({TaskState.COMMITTED, TaskState.PROPOSED, TaskState.QUARANTINED, TaskState.COMMIT_FAILED, TaskState.HALTED})
 STOPS_GOAL = frozenset({TaskState.QUARANTINED, TaskState.COMMIT_FAILED, TaskState.HALTED})  # later tasks do not run

@@ -207,13 +207,28 @@ def exclusive(folder: Path, what: str) -> Iterator[None]:
 
 
 def is_locked(folder: Path) -> bool:
-    """Whether a live process holds `exclusive(folder)`. Probing takes the lock for an instant,
-    which is why `exclusive` does not refuse at the first try."""
+    """Whether a live process holds `exclusive(folder)` (`lock_held`); a missing or unusable
+    lock file is held by nobody. Opened read-only, never made, no link followed."""
     try:
-        with open(folder / LOCK, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
+        fd = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return lock_held(fd)
+    finally:
+        os.close(fd)
+
+
+def lock_held(fd: int) -> bool:
+    """Whether a live process holds `exclusive` on the lock file open at `fd`. The kernel
+    drops an flock when its holder dies, kill -9 included: ground truth a pid in a file is
+    not (a pid is reused). Probing takes a shared lock for an instant, which is why
+    `exclusive` does not refuse at the first try."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:
         return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
