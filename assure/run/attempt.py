@@ -415,16 +415,17 @@ class Attempt:
 
     def _agent_ever_started(self) -> bool:
         """After a start that failed, before its cleanup: whether the engine ever started this
-        attempt's agent container, as the engine says. True unless it says otherwise (a
-        pooled agent was started by the pool; an engine that cannot answer is believed to
-        have started it): only the harness and the engine decide this, never the agent."""
+        attempt's agent container. No id came back: the create (or the start, whose container
+        `start_container` removes) failed, and nothing started it. An id: as the engine
+        inspects it (a pooled agent was started by the pool; an engine that cannot answer is
+        believed to have started it). Only the harness and the engine decide this, never the agent."""
         if self._pair is not None or self._agent_started_at is not None:
             return True
+        agent = getattr(self, "_agent", None)
+        if agent is None:
+            return False
         try:
-            mine = {k: self.labels[k] for k in (sandbox.LABEL_ATTEMPT, sandbox.LABEL_PID, sandbox.LABEL_HOST)}
-            agents = [c["id"] for c in self.backend.owned(self.run.run_id)["containers"]
-                      if c.get(sandbox.LABEL_ROLE) == sandbox.Role.AGENT and all(c.get(k) == v for k, v in mine.items())]
-            return any(self.backend.inspect(cid).get("State", {}).get("Status") != "created" for cid in agents)
+            return self.backend.inspect(agent).get("State", {}).get("Status") != "created"
         except Exception:
             return True
 

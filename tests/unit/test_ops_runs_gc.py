@@ -21,7 +21,7 @@ def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "state.json").write_text("{not json")
     listed = runs.listing(tmp_path)
-    assert [r.to_json() for r in listed] == [{"run_id": "r1", "state": "finished", "verdict": "pass", "started_at": "t0", "tasks": {"a": "done"}}]
+    assert [r.to_json() for r in listed] == [{"run_id": "r1", "state": "finished", "verdict": "pass", "started_at": "t0", "tasks": {"a": "done"}, "resume": None}]
     assert runs.listing(tmp_path / "missing") == []
 
 
