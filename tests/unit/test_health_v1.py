@@ -265,15 +265,18 @@ def test_an_attempt_in_progress_needs_a_fresh_gateway_and_verifier(tmp_path):
     attempt.ready.write_text("")
     os.utime(attempt.ready, (NOW - 400, NOW - 400))  # its gateway has been up for 400 s
     health.beat(tmp_path / "runs" / ".health" / "driver.json", health.DRIVER, now=NOW - 1)
-    doc = probe(run, tmp_path)
-    assert statuses(doc)["process.gateway"] == ("fail", "heartbeat_missing")  # 400 s > 300 s with no success
-    assert statuses(doc)["governance.verifier"] == ("fail", "verifier_stale")
-    assert doc["aggregate"]["status"] == "blocked"
-    health.beat(attempt.gateway_state / "heartbeat.json", health.GATEWAY, now=NOW - 10)
-    assert probe(run, tmp_path)["aggregate"]["status"] == "propose_only"  # the verifier is still stale: trust 0
-    health.beat(run.control_dir / "verifier.json", health.VERIFIER, now=NOW - 1)
-    doc = probe(run, tmp_path)
-    assert doc["aggregate"] == {"status": "pass", "causes": []}, doc["aggregate"]
+    with store.exclusive(run.path, "run"):  # its driver lives
+        doc = probe(run, tmp_path)
+        assert statuses(doc)["process.gateway"] == ("fail", "heartbeat_missing")  # 400 s > 300 s with no success
+        assert statuses(doc)["governance.verifier"] == ("fail", "verifier_stale")
+        assert doc["aggregate"]["status"] == "blocked"
+        health.beat(attempt.gateway_state / "heartbeat.json", health.GATEWAY, now=NOW - 10)
+        assert probe(run, tmp_path)["aggregate"]["status"] == "propose_only"  # the verifier is still stale: trust 0
+        health.beat(run.control_dir / "verifier.json", health.VERIFIER, now=NOW - 1)
+        doc = probe(run, tmp_path)
+        assert doc["aggregate"] == {"status": "pass", "causes": []}, doc["aggregate"]
+    doc = probe(run, tmp_path)  # its driver gone: fresh heartbeats do not make it alive
+    assert statuses(doc)["process.driver"] == ("fail", "driver_gone") and statuses(doc)["scheduler.run_state"] == ("fail", "run_interrupted")
 
 
 @pytest.mark.parametrize("contract, code", [
@@ -300,11 +303,13 @@ def test_the_runs_base_counts_live_runs_only_and_a_dead_driver_blocks(tmp_path):
     assert doc["aggregate"]["status"] == "pass", doc["aggregate"]
     live = finished_run(tmp_path, spec_file(tmp_path))
     live.save_state({"state": "running", "next_attempt": 2, "tasks": {"main": {"state": "running", "attempts": [1]}}})
-    doc = probe(None, tmp_path)  # running, and no driver has ever beaten
-    assert statuses(doc)["process.driver"] == ("fail", "heartbeat_missing") and doc["aggregate"]["status"] == "blocked"
-    assert {c["id"] for c in doc["layers"]["scheduler"]} == {"scheduler.runs", f"scheduler.run_state@{live.run_id}", f"scheduler.tasks@{live.run_id}"}
-    health.beat(tmp_path / "runs" / ".health" / "driver.json", health.DRIVER, now=NOW - 1)
-    assert probe(None, tmp_path)["aggregate"]["status"] == "pass"
+    with store.exclusive(live.path, "run"):  # its driver lives
+        doc = probe(None, tmp_path)  # running, and no driver has ever beaten
+        assert statuses(doc)["process.driver"] == ("fail", "heartbeat_missing") and doc["aggregate"]["status"] == "blocked"
+        assert {c["id"] for c in doc["layers"]["scheduler"]} == {"scheduler.runs", f"scheduler.run_state@{live.run_id}", f"scheduler.tasks@{live.run_id}"}
+        health.beat(tmp_path / "runs" / ".health" / "driver.json", health.DRIVER, now=NOW - 1)
+        assert probe(None, tmp_path)["aggregate"]["status"] == "pass"
+    assert statuses(probe(None, tmp_path))["process.driver"] == ("fail", "driver_gone")  # the same fresh heartbeat, no lock held
     (live.path / "state.json").write_text("{")
     doc = probe(None, tmp_path)
     assert statuses(doc)["scheduler.runs"] == ("unknown", "state_unreadable") and doc["aggregate"]["status"] == "blocked"
