@@ -11,8 +11,11 @@ may hold only the keys, tool types, content blocks and betas listed here, which 
 that; anything else is refused with a reason that names it and the spec field that allows
 it (`model.allow.request_keys | tool_types | content | betas`). Names follow the Messages
 API as the anthropic SDK 2.x types it (MessageCreateParams, ToolUnionParam, ContentBlockParam,
-AnthropicBetaParam). The same check applies in every model mode, so a replayed run is held
-to what the recorded one was.
+AnthropicBetaParam) and, on the OpenAI routes, the openai SDK 3.x's chat and Responses params
+(the provider's own tools, stored state and images or files by URL or id are refused). The
+same check applies in every model mode, so a replayed run is held to what the recorded one was.
+A refusal names every refused part at once, with the `model.allow` lines that would allow them,
+so an agent that shows a 403 as "Failed to authenticate" still shows the whole cause.
 
 Standard library only (this module runs inside the gateway image).
 """

@@ -1,6 +1,10 @@
 """Model access for the agent: `POST /v1/messages` and `POST /v1/messages/count_tokens`,
 compatible with the Anthropic Messages API (incl. `stream: true`), so the stock `anthropic`
-SDK works with its HTTP client bound to the gateway's unix socket.
+SDK works with its HTTP client bound to the gateway's unix socket; and, beside them, the
+OpenAI API's `POST /v1/chat/completions`, `POST /v1/responses` and `GET /v1/models` for the
+stock `openai` SDK and the agents built on it. Both go through the same parse, gate, budget,
+journal and blobs; only the edges differ (the allowlist's names, the usage fields, the error
+shape, the scripted answer's wire format: modelopenai.py).
 
 Where answers come from (config `model.mode`):
 - `anthropic`: the real API at `model.upstream`, reached only through the egress proxy (the
@@ -14,7 +18,11 @@ Where answers come from (config `model.mode`):
   request digest and order: the n-th call with digest D gets the n-th recorded response for
   D, byte for byte. Nothing leaves the gateway. A request the recording does not have is a
   409 `replay_mismatch` naming the digest and position, never a fallback.
-- `scripted`: the responses listed in a JSON fixture, in order (demos and tests).
+- `openai`: any OpenAI-compatible API at `model.upstream` (OpenAI, vLLM, Ollama, a LiteLLM
+  proxy), the same way, the key sent as a bearer token. One upstream speaks one API: the
+  other API's routes answer 404 `other_api`.
+- `scripted`: the responses listed in a JSON fixture, in order (demos and tests), served on
+  either API's routes.
 
 Recording: every call is gated (tool `model.messages`, non-mutating, so the budget rules
 apply) and journaled as one `model_call` line: the request's digest (SHA-256 of its
@@ -33,16 +41,20 @@ request blob is stored only once the gate allowed the call: a refused or denied 
 leaves its digest in the journal and nothing in the blob store.
 
 Accounting: input, output, cache-write and cache-read tokens from `usage` (streams:
-`message_start`'s usage, updated by each `message_delta`'s cumulative usage) feed the
+`message_start`'s usage, updated by each `message_delta`'s cumulative usage; OpenAI answers:
+prompt tokens less cached ones as input, cached ones as cache reads; a chat stream carries
+usage only with `stream_options.include_usage`, else it counts at its reservation) feed the
 budget counter `tokens`; priced by `model.prices` (currency per million tokens), plus the
 server-tool fees of `usage.server_tool_use` (`model.server_tool_fees`), they feed `cost`.
 With a cost limit, a call to a model without a price is denied (the budget could not be
-kept). Before the call, its most (`max_tokens` plus an input estimate of one token per
-INPUT_BYTES_PER_TOKEN canonical bytes plus IMAGE_TOKENS per image, and their price) is reserved against both budgets, so
-calls in flight together cannot pass a limit; after it, the reservation is settled to the
+kept). Before the call, its most (its output cap plus an input estimate of one token per
+INPUT_BYTES_PER_TOKEN canonical bytes plus IMAGE_TOKENS per image, and their price) is
+reserved against both budgets, so calls in flight together cannot pass a limit; an output cap
+larger than what the budgets leave is clamped to it (and forwarded so: `max_tokens`,
+`max_completion_tokens`, `max_output_tokens`), so a large cap does not lock an agent out; after it, the reservation is settled to the
 usage the answer reports (an answer whose usage cannot be read counts at its
 reservation). Gateway-made errors use Anthropic's error shape
-`{"type": "error", "error": {"type": ..., "message": ...}}`.
+`{"type": "error", "error": {"type": ..., "message": ...}}`, or OpenAI's on its routes.
 
 The pieces: modelwire.py (calls, responses, errors), modelsources.py (where answers come
 from), blobs.py (the content-addressed store), modelusage.py (usage and price); this module
