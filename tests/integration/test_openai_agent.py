@@ -16,23 +16,28 @@ from .conftest import ROOT
 WIRES = "chat,chat-stream,responses,responses-stream"
 
 
-def openai_spec(make_spec, name, **env):
-    return make_spec(
-        name, "unused",
-        agent={"command": ["python3", "-m", "assure.agents.tcp_bridge", "--", "python3", "/opt/agent/openai_agent.py"],
-               "files": str(ROOT / "fixtures" / "agents" / "openai"), "env": {"WIRES": WIRES, **env}},
-        model={"mode": "scripted", "script": str(ROOT / "fixtures" / "models" / "fix-calc.json"), "prices": {"claude-sonnet-4-6": {"input": 3, "output": 15}}},
-        limits={"wall_seconds": 60, "tokens": 20000},
-        assertions=[{"exit_code": 0}, {"command": {"run": ["python3", "tests/test_calc.py"]}}, {"journal_has": {"event": "model_call"}}],
-    )
+def openai_spec(tmp_path, name, **env):
+    """The openai-agent example (its ratified contract lets the agent's fs.write through),
+    with the API of each turn and any other environment set for the agent."""
+    import yaml
+
+    example = ROOT / "specs" / "examples" / "openai-agent.yaml"
+    data = yaml.safe_load(example.read_text())
+    data["name"] = name
+    data["agent"].update(files=str((example.parent / data["agent"]["files"]).resolve()), env={"WIRES": WIRES, **env})
+    data["workspace"]["fixture"] = str((example.parent / data["workspace"]["fixture"]).resolve())
+    data["model"]["script"] = str((example.parent / data["model"]["script"]).resolve())
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def journal(result):
     return verify_chain(result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl")
 
 
-def test_a_stock_openai_sdk_agent_fixes_the_bug_over_both_openai_apis(run, make_spec):
-    result = run(openai_spec(make_spec, "openai-agent"))
+def test_a_stock_openai_sdk_agent_fixes_the_bug_over_both_openai_apis(run, tmp_path):
+    result = run(openai_spec(tmp_path, "openai-agent-wires"))
     assert result.verdict == "pass", result.report
     log = (result.run_dir / "attempts" / "1" / "agent.log").read_text().splitlines()
     assert json.loads(log[-1]) == {"models": ["claude-sonnet-4-6"], "turns": WIRES.split(",")}
@@ -46,8 +51,8 @@ def test_a_stock_openai_sdk_agent_fixes_the_bug_over_both_openai_apis(run, make_
     assert [r["tool"] for r in records if r["event"] == "tool_call"] == ["fs.read", "fs.write", "task.report"]
 
 
-def test_one_refusal_names_all_three_refused_parts(run, make_spec):
-    result = run(openai_spec(make_spec, "openai-agent-hostile", HOSTILE="1"))
+def test_one_refusal_names_all_three_refused_parts(run, tmp_path):
+    result = run(openai_spec(tmp_path, "openai-agent-hostile", HOSTILE="1"))
     log = (result.run_dir / "attempts" / "1" / "agent.log").read_text()
     (refused,) = [line for line in log.splitlines() if line.startswith("REFUSED ")]
     assert refused.startswith("REFUSED 403 ") and "not an authentication problem" in refused
