@@ -166,7 +166,7 @@ class ModelProxy:
             features.check(call.parsed, call.beta, self._allow, endpoint)
         except features.Refused as exc:  # something the provider would act on by itself: every part named at once
             allow = {"allow": exc.allow()} if exc.problems else {}
-            failure = Failure(403, "permission_error", f"refused by the gateway, {exc}", code="feature_refused", retry=False, detail=allow)
+            failure = Failure(403, "permission_error", f"refused by the gateway{',' if exc.problems else ':'} {exc}", code="feature_refused", retry=False, detail=allow)
             self._dispatcher.reject(failure.status, failure.code, failure.message, target=PATHS[endpoint], **allow)
             return _answer(failure_response(failure, openai), None)
         except Failure as exc:  # refused before the gate, like any malformed request
