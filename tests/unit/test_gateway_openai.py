@@ -241,3 +241,61 @@ def test_openai_output_caps_are_clamped_too(start: Callable[..., Gateway], api: 
     assert "max_tokens" not in sent[1] and sent[1]["max_completion_tokens"] < 500 - 6
     with pytest.raises(openai.BadRequestError):
         oa.responses.create(model="m", input="x", max_output_tokens=-1)  # type: ignore[arg-type]
+
+
+def test_a_reservation_shrinks_to_what_the_budgets_leave_and_no_further() -> None:
+    from assure.gateway.model import DEFAULT_OUTPUT, _Fit
+
+    unlimited = _Fit(100, 128000, 3e-6, 15e-6, 0.0)
+    assert unlimited(None, None) == (100 + 128000, pytest.approx(100 * 3e-6 + 128000 * 15e-6)) and unlimited.output == 128000
+    by_tokens = _Fit(100, 128000, 3e-6, 15e-6, 0.0)
+    assert by_tokens(20000, None)[0] == 20000 and by_tokens.output == 19900
+    by_cost = _Fit(100, 128000, 3e-6, 15e-6, 0.02)  # fees are reserved whole, before any output
+    tokens, cost = by_cost(None, 0.05)
+    assert by_cost.output == int((0.05 - 0.02 - 100 * 3e-6) / 15e-6) and cost <= 0.05
+    full = _Fit(100, 128000, 3e-6, 15e-6, 0.0)
+    assert full(100, None) == (100 + 128000, pytest.approx(100 * 3e-6 + 128000 * 15e-6))  # no room for output: it asks for all, so the gate denies it
+    uncapped = _Fit(100, None, 0.0, 0.0, 0.0)
+    assert uncapped(10**9, None)[0] == 100 + DEFAULT_OUTPUT and uncapped.output == DEFAULT_OUTPUT
+    free = _Fit(100, None, 0.0, 0.0, 0.0)
+    assert free(None, None) == (100, 0.0) and free.output is None  # no budget: forwarded as the agent sent it
+
+
+def test_the_bridge_gives_a_command_the_openai_sdks_environment(start: Callable[..., Gateway], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from assure.agents import tcp_bridge
+
+    gateway = scripted(start, tmp_path, [message("through the bridge")])
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    out = tmp_path / "out.json"
+    code = ("import json, openai, os; c = openai.OpenAI(max_retries=0); r = c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}]);"
+            f" open({str(out)!r}, 'w').write(json.dumps([os.environ['OPENAI_BASE_URL'], r.choices[0].message.content]))")
+    assert tcp_bridge.main(["--port", "0", "--socket", gateway.config.socket, "--", sys.executable, "-c", code]) == 0
+    base, text = json.loads(out.read_text())
+    assert base.startswith("http://127.0.0.1:") and base.endswith("/v1") and text == "through the bridge"
+    assert [r["endpoint"] for r in calls(gateway)] == ["chat_completions"]
+
+
+def test_mode_openai_needs_its_upstream_and_key_named(tmp_path: Path) -> None:
+    import yaml
+
+    from assure import spec as spec_mod
+    from assure.errors import SpecError
+
+    example = Path(__file__).resolve().parents[2] / "specs" / "examples" / "openai-agent.yaml"
+    data = yaml.safe_load(example.read_text())
+    for name in ("fixture",):
+        data["workspace"][name] = str((example.parent / data["workspace"][name]).resolve())
+    data["agent"]["files"] = str((example.parent / data["agent"]["files"]).resolve())
+    data["model"] = {"mode": "openai", "prices": data["model"]["prices"]}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as info:  # not silently the Anthropic default upstream and key
+        spec_mod.load(path)
+    assert "upstream" in " ".join(info.value.problems)
+    data["model"].update(upstream="http://vllm.internal:8000", key_env="VLLM_KEY", allow_http=True)
+    path.write_text(yaml.safe_dump(data))
+    loaded = spec_mod.load(path)
+    assert loaded.model is not None and (loaded.model.mode, loaded.model.upstream, loaded.model.key_env) == ("openai", "http://vllm.internal:8000", "VLLM_KEY")
