@@ -94,12 +94,15 @@ def test_one_script_answers_the_responses_api_and_lists_its_models(start: Callab
 def test_openai_calls_replay_byte_for_byte(start: Callable[..., Gateway], tmp_path: Path) -> None:
     recorded = scripted(start, tmp_path, [message("one"), message("two")], name="rec")
     oa = client(recorded)
-    first = oa.chat.completions.with_raw_response.create(**CHAT).http_response.content
-    second = b"".join(oa.chat.completions.with_streaming_response.create(**CHAT, stream=True).__enter__().iter_bytes())
+    def streamed(oa: openai.OpenAI) -> bytes:
+        with oa.chat.completions.with_streaming_response.create(**CHAT, stream=True) as response:
+            return b"".join(response.iter_bytes())
+
+    first, second = oa.chat.completions.with_raw_response.create(**CHAT).http_response.content, streamed(oa)
     recorded.shutdown()
     replayed = client(start(replay_model(recorded), "rep"))
     assert replayed.chat.completions.with_raw_response.create(**CHAT).http_response.content == first
-    assert b"".join(replayed.chat.completions.with_streaming_response.create(**CHAT, stream=True).__enter__().iter_bytes()) == second
+    assert streamed(replayed) == second
     with pytest.raises(openai.ConflictError) as info:
         replayed.chat.completions.create(**{**CHAT, "messages": [{"role": "user", "content": "something else"}]})
     assert info.value.body["code"] == "replay_mismatch"  # OpenAI's error shape
