@@ -66,7 +66,7 @@ MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
 CLOSE_WORKERS = 4  # free pairs removed side by side on close(): each removal mostly waits on the engine
-MOUNTED_MODEL_MODES = ("anthropic", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
+MOUNTED_MODEL_MODES = ("anthropic", "openai", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
 # Variables bash sets, resets or keeps read-only itself. A claimed agent's environment is
 # exported by its gate's bash (sandbox/docker.py GATE_CLAIM), a cold one's imported by the
 # same bash at its start, and bash treats these two ways differently: the agent would get
