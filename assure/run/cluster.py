@@ -441,6 +441,10 @@ def connect(address: str) -> Any:
     except ImportError:
         raise AssureError("Ray is not installed", fix="pip install 'assure[ray]'") from None
     extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
+    from ray._private import worker as ray_worker
+
+    to_stdout = ray_worker.print_to_stdstream  # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
+    ray_worker.print_to_stdstream = lambda data, ignore_prefix: to_stdout({**data, "is_err": True}, ignore_prefix)  # stderr: stdout is --json's
     try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -526,7 +530,10 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
     def conclude(i: int, verdict: str, **fields: Any) -> None:
         """Every verdict goes through here: the breaches the spec's nodes claimed count first."""
         take_claims()
-        arrival = with_claims(verdict, fields.pop("node_finding", None), entries[i].get("claims", []))
+        claimed = entries[i].get("claims", [])
+        arrival = with_claims(verdict, fields.pop("node_finding", None), claimed)
+        if arrival.verdict != verdict:  # raised by a claim: the findings it carried are the spec's
+            fields["node_findings"] = [f for c in claimed for f in c["findings"]][:MAX_MESSAGE_FINDINGS]
         entries[i].update(verdict=arrival.verdict, finished_at=utc_now(), **fields, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))
         record.save()
         outcome = Outcome(suite.specs[i].name, entries[i]["run_id"], arrival.verdict, suite.specs[i].expect)
