@@ -62,7 +62,7 @@ from assure.textsafe import display
 from assure.verify.findings import SEVERITY, Kind, Verdict
 
 RESOURCE = "docker"  # what a node advertises to take specs: `ray start --resources '{"docker": 2}'`
-MAX_ARCHIVE_BYTES = 256 << 20  # the files of a run directory larger than this are not sent (the spec's verdict is error)
+MAX_ARCHIVE_BYTES = 256 << 20  # the files of a run directory larger than this are not sent (its node's message goes alone)
 MAX_MEMBERS = 50_000  # files, folders and links in one arriving run directory
 MAX_MESSAGE_BYTES = 32 << 10  # a node's message or claim: under Ray's 100 KiB inlining, so it travels in the task's reply
 MAX_MESSAGE_FINDINGS = 40  # findings a message carries, heaviest first (the summary lists 50)
@@ -549,10 +549,10 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         record.save()
         return True
 
-    def without_bulk(i: int, message: NodeMessage, why: str) -> None:
-        """The node's message arrived and its run directory did not (refused, never sent): see `decide`."""
-        arrival = decide(None, [message.verdict], why)
-        conclude(i, arrival.verdict, node_finding=arrival.node_finding, node_findings=list(message.findings))
+    def without_bulk(i: int, verdict: str | None, why: str) -> None:
+        """The node's message arrived and its run directory did not (refused, never sent, lost): see `decide`."""
+        arrival = decide(None, [verdict], why)
+        conclude(i, arrival.verdict, node_finding=arrival.node_finding)
 
     ray.get(claims.take.remote(), timeout=120)  # up before any task may claim
     with store.exclusive(record.path, "suite run"):
@@ -565,6 +565,9 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                     shutil.rmtree(stale, ignore_errors=True)
                 if (runs_dir / entry["run_id"]).is_dir():
                     _settle_arrived(i, entry, suite.specs[i], runs_dir, key, conclude)  # arrived before the caller died
+                    continue
+                if entry.get("node_verdict") == BREACH:  # its message came, and the caller died before the run directory did
+                    without_bulk(i, BREACH, "the caller stopped before its run directory arrived")
                     continue
                 if not lose(i, None, "the caller stopped"):  # in flight when the caller died: Ray ended it with its driver
                     continue
@@ -605,23 +608,23 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 except ArrivalError as exc:
                     conclude(i, "error", node_finding=f"its message was refused on arrival: {exc.explain()}")
                     continue
-                entry.update(node=message.node_id, node_verdict=message.verdict)
+                entry.update(node=message.node_id, node_verdict=message.verdict, node_findings=list(message.findings))
                 record.save()  # write-ahead: what the node said, before the arrival is judged
                 if message.unsent:
-                    without_bulk(i, message, f"its node did not send its run directory: {message.unsent}")
+                    without_bulk(i, message.verdict, f"its node did not send its run directory: {message.unsent}")
                     continue
                 try:
                     archive = ray.get(bulk, timeout=BULK_FETCH_SECONDS)
-                except (*lost_errors, ray.exceptions.GetTimeoutError) as exc:  # the node's gone since it replied
+                except ray.exceptions.RayError as exc:  # the node's gone since it replied, the fetch timed out, ...
                     if message.verdict == BREACH:
-                        without_bulk(i, message, f"its run directory was lost on the way ({type(exc).__name__})")
+                        without_bulk(i, BREACH, f"its run directory was lost on the way ({type(exc).__name__})")
                     elif lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
                         waiting.insert(0, i)
                     continue
                 try:
                     unpack(archive, runs_dir, entry["run_id"])
                 except ArrivalError as exc:
-                    without_bulk(i, message, f"its run directory was refused on arrival: {exc.explain()}")
+                    without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
                 else:
                     _settle_arrived(i, entry, spec, runs_dir, key, conclude)
             stop = suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
