@@ -175,8 +175,11 @@ def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[st
 def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
     result = _from_run_dir(position, spec, entry, runs_dir)
     overruled = entry.get("node_finding") or (entry.get("reason") if entry.get("verdict") == "error" else None)
-    if overruled:  # cluster mode: the caller's `error` (a node that disagreed, or was lost) overrules what the run dir says
-        result.update(verdict="error", as_expected=spec.expect == "error", reason=_line(f"node: {overruled}"))
+    if overruled:  # cluster mode: the caller's verdict (error for a node that disagreed or was lost, breach for one it claimed) overrules the run dir's
+        verdict = entry["verdict"] if entry.get("verdict") in VERDICTS else "error"
+        result.update(verdict=verdict, as_expected=spec.expect == verdict, reason=_line(f"node: {overruled}"))
+        if not result["findings"] and entry.get("node_findings"):  # no run directory here: the findings the node's message carried
+            result.update(findings=entry["node_findings"][:FINDINGS_MAX], findings_omitted=max(0, len(entry["node_findings"]) - FINDINGS_MAX))
     return result
 
 

@@ -119,6 +119,25 @@ def test_the_callers_error_in_cluster_mode_overrules_the_run_directory_and_says_
     assert first["reason"] == "node: the node's verdict (pass) differs from the verdict judged here (breach)"
 
 
+def test_a_breach_the_cluster_kept_without_a_run_directory_is_a_breach_with_the_nodes_findings(ran, tmp_path):
+    """The node's run directory was refused on arrival; its message said breach: the summary (and
+    so JUnit and the table) says breach, why, and the findings the message carried."""
+    copied = tmp_path / ran.record.path.name
+    shutil.copytree(ran.record.path, copied)
+    state = store.read_json(SuitePaths(copied).state)
+    finding = {"kind": "unattributed", "severity": "breach", "subject": "src/calc.py", "message": "changed, no journal entry"}
+    state["runs"][0].update(verdict="breach", run_id="gone-20260101T000000Z-000000", node_findings=[finding],
+                            node_finding="its run directory was refused on arrival: more than 50000 members; the node's verdict, breach, stands (not judged here)")
+    store.write_json(SuitePaths(copied).state, state)
+
+    doc = summary.suite_document(ran.suite, copied, ran.runs)
+    first = doc["results"][0]
+
+    assert (first["verdict"], first["as_expected"], first["findings"]) == ("breach", False, [finding])
+    assert first["reason"].startswith("node: its run directory was refused on arrival") and summary.problems(doc) == []
+    assert doc["counts"]["breach"] == ran.doc["counts"]["breach"] + 1  # the first spec passed in the run directory
+
+
 def test_specs_not_run_interrupted_or_gone_have_no_verdict_and_say_why(ran, tmp_path):
     record = suite_mod.SuiteRun.create(tmp_path / "suites", ran.suite)
     fresh = summary.suite_document(ran.suite, record.path, ran.runs)
