@@ -27,7 +27,7 @@ from typing import Any
 
 from assure.run import checks, failpoints, modelaccess, policy, pool as warm
 from assure.run.stop import INTERRUPTED, StopReason
-from assure.core import confined, control
+from assure.core import confined, control, private
 from assure.ops import health
 from assure.records import store
 from assure.records.attempt_record import AttemptRecord, ContainerFacts
@@ -233,13 +233,13 @@ class Attempt:
 
     def _copy_out(self, facts: dict[str, Any]) -> None:
         """The confined copy (never follows, keeps sparse files sparse, skips and reports
-        special files), bounded by limits.disk, into a temporary name renamed into place."""
+        special files), bounded by limits.disk, into a temporary name renamed into place. It
+        is the host's: owned by the invoking user, each mode `private.copy_mode` (POST holds
+        the agent's modes and each file's digest, which promote checks it against)."""
         assert self._fs is not None
         start = time.monotonic()
         tmp = self.paths.workspace_staging
-        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk))
-        uid, gid = hardening.sandbox_user(self.spec)
-        hardening.chown_tree(tmp, uid, gid)
+        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk), modes=private.copy_mode)
         os.replace(tmp, self.paths.workspace)
         facts["workspace_copy"] = report.to_json()
         self._copy_report = report
