@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from .conftest import ROOT, ratified, run_dirs
 
@@ -82,7 +86,17 @@ def test_a_hostile_agents_modes_do_not_survive_the_copy_out(run):
     assert stat.S_IMODE(os.lstat(result.run_dir).st_mode) == 0o700
 
 
-def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(make_spec, tmp_path, images, backend):
+@pytest.fixture
+def open_dir():
+    """A folder every local user can traverse (pytest's own base is 0700, which would hide the
+    run from uid 65534 whatever assure does): the runs live below it, as in a project tree."""
+    folder = Path(tempfile.mkdtemp(prefix="assure-promote-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(make_spec, tmp_path, open_dir, images, backend):
     target = tmp_path / "target"
     subprocess.run(["cp", "-a", str(ROOT / "fixtures" / "workspaces" / "calc"), str(target)], check=True)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -90,10 +104,11 @@ def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(ma
         subprocess.run(["git", "-C", str(target), *cmd], check=True, env={**os.environ, **env})
     spec = make_spec("swapped", "fix-loose.sh", contract=ratified(["fs:**"]), promote={"target": str(target)},
                      assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}])
-    proc = subprocess.Popen(ASSURE + ["run", "--json", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    runs = tmp_path / ".assure" / "runs"
+    assert as_nobody(f"import os; os.listdir({str(open_dir)!r}); print('LISTED')").stdout.strip() == "LISTED"
+    proc = subprocess.Popen(ASSURE + ["run", "--json", str(spec)], cwd=open_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    runs = open_dir / ".assure" / "runs"
     run_id = wait_for_agent(runs, backend)
-    assert assure("dial", run_id, "propose", cwd=tmp_path).returncode == 0
+    assert assure("dial", run_id, "propose", cwd=open_dir).returncode == 0
     out, err = proc.communicate(timeout=180)
     assert json.loads(out)["tasks"][0]["state"] == "proposed", err
     run_dir = runs / run_id
@@ -103,7 +118,7 @@ def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(ma
     assert b"return a + b" in verified
 
     # the run directory, and the folders that hold it, are the invoking user's alone
-    assert [stat.S_IMODE(os.lstat(p).st_mode) for p in (tmp_path / ".assure", runs, run_dir)] == [0o700] * 3
+    assert [stat.S_IMODE(os.lstat(p).st_mode) for p in (open_dir / ".assure", runs, run_dir)] == [0o700] * 3
     assert loose(workspace) == []  # the agent's 0o666 and 0o777 are 0o600 and 0o700 here
     assert (stat.S_IMODE(os.lstat(calc).st_mode), stat.S_IMODE(os.lstat(workspace / "out" / "run.sh").st_mode)) == (0o600, 0o700)
 
@@ -120,25 +135,25 @@ def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(ma
     head, tree, status = git(target, "rev-parse", "HEAD"), git(target, "ls-tree", "-r", "HEAD"), git(target, "status", "--porcelain", "--ignored")
     before = {p: (target / p).read_bytes() for p in ("src/calc.py", "README.md")}
     calc.write_bytes(b"import os\nos.system('touch /tmp/assure-promote-pwned')\ndef add(a, b):\n    return a + b\n")
-    refused = assure("promote", run_id, "--dial", "commit", cwd=tmp_path)
+    refused = assure("promote", run_id, "--dial", "commit", cwd=open_dir)
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0, said
     assert "src/calc.py" in said and "not the ones the verifier saw" in said and "nothing was applied" in said, said
     assert (git(target, "rev-parse", "HEAD"), git(target, "ls-tree", "-r", "HEAD"), git(target, "status", "--porcelain", "--ignored")) == (head, tree, status)
     assert {p: (target / p).read_bytes() for p in before} == before and not (target / "out" / "run.sh").exists()
-    assert "promote_refused" in assure("show", run_id, cwd=tmp_path).stdout
+    assert "promote_refused" in assure("show", run_id, cwd=open_dir).stdout
 
     # the receipt vouches for the verified changeset: the swapped copy fails it
-    checked = assure("receipts", "verify", str(run_dir), "--json", cwd=tmp_path)
+    checked = assure("receipts", "verify", str(run_dir), "--json", cwd=open_dir)
     failure = json.loads(checked.stdout)
     assert checked.returncode == 1 and (failure["step"], failure["path"]) == (7, "attempts/1/workspace/src/calc.py"), checked.stdout
 
     # the verified bytes back: the same promote commits them, with git's modes, not the agent's
     calc.write_bytes(verified)
-    promoted = assure("promote", run_id, "--dial", "commit", cwd=tmp_path)
+    promoted = assure("promote", run_id, "--dial", "commit", cwd=open_dir)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
     assert (target / "src" / "calc.py").read_bytes() == verified
     staged = [line.split() for line in git(target, "ls-files", "-s", "src/calc.py", "out/run.sh").splitlines()]
     assert {fields[3]: fields[0] for fields in staged} == {"src/calc.py": "100644", "out/run.sh": "100755"}
     assert [stat.S_IMODE(os.lstat(target / p).st_mode) for p in ("src/calc.py", "out/run.sh")] == [0o644, 0o755]
-    assert assure("receipts", "verify", str(run_dir), cwd=tmp_path).returncode == 0
+    assert assure("receipts", "verify", str(run_dir), cwd=open_dir).returncode == 0
