@@ -1,11 +1,12 @@
 """The changeset a receipt vouches for, as one digest: what each changed path of an attempt
-leaves behind (a file's bytes and executable bit, a folder, a deletion).
+leaves behind (a file's bytes and executable bit, a folder, a link, a deletion).
 
-The issuer computes it from the judged changes (POST's digests, nothing hashed twice);
-`assure receipts verify` recomputes it from the run directory's workspace copy, so a copy
-whose bytes were swapped after the run no longer matches the signed receipt. Entries the copy
-never carries (FIFOs, sockets, devices) and files POST could not hash count by the change's
-own word: the digest binds that word, and promote refuses both.
+The issuer computes it from the judged changes (POST's digests: nothing is hashed twice),
+marking what the copy-out left out of the workspace copy (a limit, a special file);
+`assure receipts verify` recomputes it from the run directory's workspace copy, re-hashing
+every changed file, so a copy whose bytes were swapped after the run no longer matches the
+signed receipt. A file POST could not hash counts by its change's word (the digest binds
+that word, and promote refuses such a file).
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from assure.verify.snapshot import Limits
 
 MAX_FILE_BYTES = Limits().max_hash_bytes  # POST hashes no bigger file, so none bigger is vouched for
 CHUNK_BYTES = 1 << 20
-CARRIED = ("file", "dir", "symlink")  # what the workspace copy holds (confined.copy_tree)
 DELETED = "deleted"
+NOT_COPIED = "not-copied"  # POST has it; the workspace copy does not (the copy-out's limits, a FIFO)
 OVERSIZE = "over-" + str(MAX_FILE_BYTES)  # the digest of a copy that grew past what POST hashes
 
 
 @dataclass(frozen=True)
 class Item:
-    """One changed path: `kind` is what is there after (an entry kind, or `deleted`)."""
+    """One changed path: `kind` is what is there after (an entry kind, DELETED or NOT_COPIED)."""
 
     path: str
     kind: str
@@ -39,30 +40,35 @@ class Item:
     sha256: str | None = None
 
 
-def expected(changes: Iterable[Mapping[str, Any]]) -> list[Item]:
-    """The changeset as the verifier saw it: the judged changes (`verdict.json`'s), from POST."""
+def judged(changes: Iterable[Mapping[str, Any]]) -> list[Item]:
+    """The judged changes (`verdict.json`'s) as items, each as POST saw it."""
     out = []
     for change in changes:
         after = change.get("after")
         if after is None:
             out.append(Item(change["path"], DELETED))
+        elif after["kind"] == "file":
+            out.append(Item(change["path"], "file", private.executable(after["mode"]), after.get("sha256")))
         else:
-            out.append(Item(change["path"], after["kind"], after["kind"] == "file" and private.executable(after["mode"]),
-                            after.get("sha256") if after["kind"] == "file" else None))
+            out.append(Item(change["path"], after["kind"]))
     return out
 
 
+def vouched(workspace: Path, changes: Iterable[Mapping[str, Any]]) -> list[Item]:
+    """The changeset as the verifier saw it: the judged changes (`verdict.json`'s, from POST),
+    each path the workspace copy lacks marked NOT_COPIED (looked up, never hashed)."""
+    return [want if want.kind == DELETED or confined.lstat(workspace, want.path) is not None else Item(want.path, NOT_COPIED)
+            for want in judged(changes)]
+
+
 def found(workspace: Path, changes: Iterable[Mapping[str, Any]]) -> list[Item]:
-    """The changeset as the workspace copy holds it now: each changed path looked at (and each
-    file hashed) confined beneath `workspace`, never following a link."""
+    """The changeset as the workspace copy holds it now: each changed path looked at, and each
+    file POST hashed hashed again, confined beneath `workspace` and never following a link."""
     out = []
-    for want in expected(changes):
-        if want.kind not in CARRIED and want.kind != DELETED:
-            out.append(want)  # never copied out: only the change's word
-            continue
+    for want in judged(changes):
         st = confined.lstat(workspace, want.path)
         if st is None:
-            out.append(Item(want.path, DELETED))
+            out.append(Item(want.path, DELETED if want.kind == DELETED else NOT_COPIED))
         elif stat.S_ISREG(st.st_mode):
             digest = file_digest(workspace, want.path) if want.sha256 is not None else None
             out.append(Item(want.path, "file", private.executable(st.st_mode), digest))

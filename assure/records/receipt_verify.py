@@ -75,20 +75,21 @@ def _verify_changeset(run_dir: Path, rel: str, changeset: dict[str, Any]) -> Non
     for them digest to the receipt's `changeset`; the first path that differs is named."""
     attempt = layout.AttemptPaths(Path(layout.ATTEMPTS) / str(changeset["attempt"]))
     verdict_rel, workspace_rel = attempt.verdict.as_posix(), attempt.workspace.as_posix()
+    workspace = inside(run_dir, workspace_rel, 7)
     try:
         changes = parse_strict(inside(run_dir, verdict_rel, 7), verdict_rel)["changes"]
-        want = applied.expected(changes)
+        said, now = applied.judged(changes), applied.found(workspace, changes)
     except ReceiptError as exc:
         raise ReceiptError(7, verdict_rel, exc.detail) from None
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, OSError) as exc:
         raise ReceiptError(7, verdict_rel, f"its changes cannot be read ({type(exc).__name__}: {exc})") from None
-    if len(changes) != changeset["changes"] or applied.digest(want) != changeset["sha256"]:
-        raise ReceiptError(7, verdict_rel, f"its changes are not the ones {rel} vouches for (rewritten after the receipt)")
-    workspace = inside(run_dir, workspace_rel, 7)
-    for expected, now in zip(want, applied.found(workspace, changes)):
-        if expected != now:
-            raise ReceiptError(7, f"{workspace_rel}/{display(expected.path)}",
-                               f"differs from what {rel} vouches for ({_said(expected)} then, {_said(now)} now): the workspace copy was changed")
+    if applied.digest(now) == changeset["sha256"] and len(changes) == changeset["changes"]:
+        return
+    differs = [(then, there) for then, there in zip(said, now) if then != there]  # some may be the copy-out's own gaps: a changed one first
+    for then, there in sorted(differs, key=lambda pair: pair[1].kind == applied.NOT_COPIED)[:1]:
+        raise ReceiptError(7, f"{workspace_rel}/{display(then.path)}",
+                           f"differs from what {rel} vouches for ({_said(then)} then, {_said(there)} now): the workspace copy was changed")
+    raise ReceiptError(7, verdict_rel, f"its changes are not the ones {rel} vouches for (rewritten after the receipt)")
 
 
 def _said(item: applied.Item) -> str:

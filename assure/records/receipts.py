@@ -71,10 +71,11 @@ def build_receipt(
     return record
 
 
-def changeset_of(attempt: int, changes: list[dict[str, Any]]) -> dict[str, Any]:
+def changeset_of(run_dir: Path, attempt: int, changes: list[dict[str, Any]]) -> dict[str, Any]:
     """The receipt's `changeset`: the digest of what the attempt's judged changes leave behind
-    (`applied`), which `assure receipts verify` recomputes from the run's workspace copy."""
-    return {"attempt": attempt, "sha256": applied.digest(applied.expected(changes)), "changes": len(changes)}
+    (`applied.vouched`), which `assure receipts verify` recomputes from the run's workspace copy."""
+    workspace = layout.RunPaths(run_dir).attempt(attempt).workspace
+    return {"attempt": attempt, "sha256": applied.digest(applied.vouched(workspace, changes)), "changes": len(changes)}
 
 
 def sign(record: dict[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:

@@ -393,7 +393,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
                 subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
                 verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
                 deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
-                changeset=receipts.changeset_of(last.number, last.changes()) if last.judgement is not None else None,
+                changeset=receipts.changeset_of(run.path, last.number, last.changes()) if last.judgement is not None else None,
             )
             receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
         write_seal(run.path, seal, key)

@@ -154,7 +154,7 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
         for root in (target, base):
             _apply(promotion.staged, root, items)
         result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items],
-                                  "changeset_sha256": applied.digest(applied.expected(items))}
+                                  "changeset_sha256": applied.digest(applied.vouched(workspace, items))}
         if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
             staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
             result["git_commit"] = _git_commit(target, run.run_id, task_id, staged)
@@ -178,9 +178,12 @@ def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: 
         path = change["path"]
         entry = post.entries.get(path)
         want = entry.sha256 if entry is not None and entry.kind == "file" else None
-        if want is None or change["after"].get("sha256") != want:
+        if want is None:
             raise PromoteError(f"refusing to promote {display(path)}: the verifier holds no digest of it in {layout.POST}",
                                fix=f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was applied")
+        if change["after"].get("sha256") != want:
+            raise PromoteError(f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on its digest",
+                               fix="the run directory was changed after the run: re-run it; nothing was applied")
         try:
             got = _stage_file(workspace, path, staged)
         except OSError as exc:

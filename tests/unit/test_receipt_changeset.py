@@ -29,7 +29,7 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return keys.load_private(keys.generate_keypair(tmp_path_factory.mktemp("keys"))[0])
 
 
-def attempt_run(tmp_path: Path, key: Any, *, version: str = "2") -> Path:
+def attempt_run(tmp_path: Path, key: Any, *, version: str = "2", left_out: str | None = None) -> Path:
     """A run whose attempt 1 added a script and changed a file, judged, with its receipt."""
     run = make_run(tmp_path)
     mount, workspace = tmp_path / "mount", run / "attempts" / "1" / "workspace"
@@ -41,10 +41,12 @@ def attempt_run(tmp_path: Path, key: Any, *, version: str = "2") -> Path:
     os.chmod(mount / "run.sh", 0o4777)
     post = take(mount)
     confined.copy_tree(mount, workspace, max_bytes=2**20, modes=private.copy_mode)
+    if left_out:  # as the copy-out's own limits leave a file out (two hard links that no longer fit)
+        (workspace / left_out).unlink()
     changes = diff(pre, post)
     write_json(run / "attempts" / "1" / layout.VERDICT, Judgement(Verdict.PASS, (), tuple(changes), None, None).to_json())
     seal = seal_run(run)
-    record = receipt_for(seal, "task-1", changeset=receipts.changeset_of(1, [c.to_json() for c in changes]))
+    record = receipt_for(seal, "task-1", changeset=receipts.changeset_of(run, 1, [c.to_json() for c in changes]))
     if version == "1":
         record = {**{k: v for k, v in record.items() if k != "changeset"}, "aar": "1"}
     receipts.write_receipt(run, receipts.sign(record, key))
@@ -107,16 +109,29 @@ def test_a_version_2_receipt_without_its_changeset_field_is_malformed(tmp_path: 
         receipt_for(seal, "t", changeset={"attempt": 1, "sha256": "x", "changes": 0})
 
 
-def test_the_digest_is_the_same_from_post_and_from_a_faithful_copy(tmp_path: Path, key: Any) -> None:
+def test_the_digest_is_the_same_from_post_and_from_a_faithful_copy(tmp_path: Path) -> None:
     """What the issuer computes from POST (no file hashed twice) is what the verifier finds in
-    the copy; a FIFO the copy never carries counts by the change's word on both sides."""
+    the copy; a FIFO the copy never carries is vouched for as not copied, on both sides."""
     mount = tmp_path / "mount"
     mount.mkdir()
     pre = take(mount)
     (mount / "f").write_text("x")
     os.mkfifo(mount / "pipe")
     post = take(mount)
-    confined.copy_tree(mount, tmp_path / "copy", max_bytes=2**20, modes=private.copy_mode)
+    copy = tmp_path / "copy"
+    confined.copy_tree(mount, copy, max_bytes=2**20, modes=private.copy_mode)
     changes = [c.to_json() for c in diff(pre, post)]
-    assert applied.found(tmp_path / "copy", changes) == applied.expected(changes)
-    assert applied.digest(applied.expected(changes)) == receipts.changeset_of(1, changes)["sha256"]
+    assert applied.found(copy, changes) == applied.vouched(copy, changes)
+    assert [i.kind for i in applied.vouched(copy, changes)] == ["file", applied.NOT_COPIED]
+    before = applied.digest(applied.vouched(copy, changes))
+    (copy / "f").unlink()
+    assert applied.digest(applied.found(copy, changes)) != before
+
+
+def test_what_the_copy_out_left_out_is_vouched_for_as_left_out(tmp_path: Path, key: Any) -> None:
+    run = attempt_run(tmp_path, key, left_out="run.sh")
+    assert receipt_verify.verify_run(run, key.public_key()).steps[-1].outcome is Outcome.PASSED
+    (run / "attempts" / "1" / "workspace" / "run.sh").write_text("#!/bin/sh\nid\n")  # a file where the copy had none
+    with pytest.raises(ReceiptError) as caught:
+        receipt_verify.verify_run(run, key.public_key())
+    assert (caught.value.step, caught.value.path) == (7, "attempts/1/workspace/run.sh")
