@@ -172,6 +172,8 @@ def test_a_file_whose_bytes_differ_from_post_is_refused_before_anything_is_writt
         promote.stage(ws, post, items, tmp_path / "staged")
     assert _tree(target) == before
     with pytest.raises(promote.PromoteError, match="holds no digest"):  # a file POST never hashed is never promoted
+        promote.stage(ws, Snapshot({}, False, ()), items[:1], tmp_path / "staged")
+    with pytest.raises(promote.PromoteError, match="the judged change and post.json disagree"):
         promote.stage(ws, post, [{**items[0], "after": {**items[0]["after"], "sha256": None}}], tmp_path / "staged")
 
 
