@@ -1,12 +1,14 @@
 """Who on the host may read or change what assure keeps: the one place that decides it.
 
 Only the invoking user. The folders assure keeps for itself (`.assure/`, the runs base, each
-run, suite and pool directory, the key folder) are made FOLDER_MODE whatever the umask, and
-the files it keeps beside them (the alert sink, the private key) FILE_MODE. Nothing below a
-run directory is reachable by another local user, since every path into it crosses that
-0700 folder; a file the containers of an attempt read through a bind mount (the gateway's
-config, the control record) keeps the mode its reader needs, and that mount is the only way
-in. The process umask is left alone for that reason: it would also narrow those files.
+run and suite directory, the key folder) are made FOLDER_MODE whatever the umask, and the
+files it writes there (the run's records, the alert sink, the private key) FILE_MODE.
+Nothing below a run directory is reachable by another local user, since every path into it
+crosses that 0700 folder. What an attempt's containers read or write through a bind mount
+keeps the mode (and owner) they need: the gateway's config and the control record
+(SHARED_FILE_MODE), the gateway's journal and blobs (the sandbox user's: a replay mounts a
+recorded attempt's into a new gateway); that mount is the only way in. The process umask is
+left alone for that reason: it would narrow those too.
 
 The workspace an attempt leaves is the agent's: its copy in the run directory is given
 `copy_mode` (no group or other access, no setuid, setgid or sticky bit, only the owner's
@@ -21,6 +23,7 @@ from pathlib import Path
 
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
+SHARED_FILE_MODE = 0o644  # a host-written file an attempt's container reads through its bind mount
 
 
 def make_folder(path: Path, *, exist_ok: bool = False) -> None:

@@ -71,9 +71,10 @@ def _making(path: Path) -> Iterator[None]:
                           fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from exc
 
 
-def write_json(path: Path, data: Any) -> None:
-    """A run-directory JSON file, written atomically (`core.atomic`)."""
-    atomic.write_json(path, data)
+def write_json(path: Path, data: Any, *, mode: int = private.FILE_MODE) -> None:
+    """A run-directory JSON file, written atomically (`core.atomic`): the invoking user's
+    alone unless `mode` says a container reads it through its mount."""
+    atomic.write_json(path, data, mode=mode)
 
 
 def read_json(path: Path) -> Any:
@@ -119,6 +120,7 @@ class RunDir:
             paths.control.mkdir()
             paths.gateway_state.mkdir()
         shutil.copyfile(spec_source, paths.spec_yaml)
+        os.chmod(paths.spec_yaml, private.FILE_MODE)
         write_json(paths.spec_json, spec_json)
         return cls(paths.root)
 

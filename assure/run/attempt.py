@@ -339,7 +339,7 @@ class Attempt:
             warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, {**self._agent_env(), **hardening.agent_base_env()})
             warm.wake(p.root / warm.CLAIM)  # its gate then waits for the socket
         # last: a pooled gateway starts its journal on it, and only then may the agent act
-        store.write_json(p.gateway_config / "gateway.json", config)
+        store.write_json(p.gateway_config / "gateway.json", config, mode=private.SHARED_FILE_MODE)  # the gateway reads it
         if self._pair is not None:
             warm.wake(p.gateway_config)
 

@@ -119,7 +119,10 @@ def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(ma
 
     # the run directory, and the folders that hold it, are the invoking user's alone
     assert [stat.S_IMODE(os.lstat(p).st_mode) for p in (open_dir / ".assure", runs, run_dir)] == [0o700] * 3
-    assert loose(workspace) == []  # the agent's 0o666 and 0o777 are 0o600 and 0o700 here
+    assert loose(workspace) == []  # the agent's 0o666 and 0o777 are 0o600 and 0o700 here, and the copy is the host's
+    records = ["state.json", "spec.json", "spec.yaml", "report.json", "attempts/1/post.json", "attempts/1/verdict.json",
+               *(str(p.relative_to(run_dir)) for p in (run_dir / "receipts").iterdir())]
+    assert {r: stat.S_IMODE(os.lstat(run_dir / r).st_mode) for r in records} == dict.fromkeys(records, 0o600)
     assert (stat.S_IMODE(os.lstat(calc).st_mode), stat.S_IMODE(os.lstat(workspace / "out" / "run.sh").st_mode)) == (0o600, 0o700)
 
     # another local user can neither rewrite the copy nor read anything of the run
