@@ -145,7 +145,7 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     promotion.root.mkdir(parents=True, exist_ok=True)
     items = record.changes()
     workspace = record.paths.workspace
-    post = record.post or Snapshot.from_json(store.read_json(record.paths.post))
+    post = record.post or _post(record)
     with _target_lock(target):  # runs side by side commit to one target one at a time (git's index is one)
         for root in (target, base):
             preflight(workspace, root, items)
@@ -163,6 +163,15 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     return result
 
 
+def _post(record: AttemptRecord) -> Snapshot:
+    """The attempt's POST snapshot, which every promoted file is checked against."""
+    try:
+        return Snapshot.from_json(store.read_json(record.paths.post))
+    except (AssureError, ValueError, TypeError, KeyError) as exc:
+        raise PromoteError(f"cannot promote attempt {record.number}: its {layout.POST} is unreadable ({exc})",
+                           fix="re-run the attempt; nothing was applied") from None
+
+
 def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: Path) -> None:
     """Copy every file of the commit from the workspace copy into `staged` (made afresh, the
     host's own), hashing the bytes as they pass, and compare each digest with POST's; raises
@@ -172,27 +181,35 @@ def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: 
     if os.path.lexists(staged):
         confined.remove(staged.parent, staged.name)
     private.make_folder(staged)
-    for change in items:
-        if _is_deletion(change) or change["after"]["kind"] != "file":
-            continue
-        path = change["path"]
-        entry = post.entries.get(path)
-        want = entry.sha256 if entry is not None and entry.kind == "file" else None
-        if want is None:
-            raise PromoteError(f"refusing to promote {display(path)}: the verifier holds no digest of it in {layout.POST}",
-                               fix=f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was applied")
-        if change["after"].get("sha256") != want:
-            raise PromoteError(f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on its digest",
-                               fix="the run directory was changed after the run: re-run it; nothing was applied")
-        try:
-            got = _stage_file(workspace, path, staged)
-        except OSError as exc:
-            raise PromoteError(f"refusing to promote {display(path)}: the attempt's workspace copy cannot be read as a file "
-                               f"({exc.strerror or exc})", fix="re-run the attempt; nothing was applied") from None
-        if got != want:
-            raise PromoteError(f"refusing to promote {display(path)}: its bytes in the attempt's workspace copy are not the ones the "
-                               f"verifier saw (sha256 {got[:16]}, {layout.POST} has {want[:16]})",
-                               fix="the run directory was changed after the run: re-run it, and find who wrote there; nothing was applied")
+    try:
+        for change in items:
+            if not _is_deletion(change) and change["after"]["kind"] == "file":
+                _stage_checked(workspace, post, change, staged)
+    except BaseException:
+        confined.remove(staged.parent, staged.name)  # a refused commit leaves nothing of what it read
+        raise
+
+
+def _stage_checked(workspace: Path, post: Snapshot, change: dict[str, Any], staged: Path) -> None:
+    """Stage one file, or refuse the commit (PromoteError) saying which check it failed."""
+    path = change["path"]
+    entry = post.entries.get(path)
+    want = entry.sha256 if entry is not None and entry.kind == "file" else None
+    if want is None:
+        raise PromoteError(f"refusing to promote {display(path)}: the verifier holds no digest of it in {layout.POST}",
+                           fix=f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was applied")
+    if change["after"].get("sha256") != want:
+        raise PromoteError(f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on its digest",
+                           fix="the run directory was changed after the run: re-run it; nothing was applied")
+    try:
+        got = _stage_file(workspace, path, staged)
+    except OSError as exc:
+        raise PromoteError(f"refusing to promote {display(path)}: the attempt's workspace copy cannot be read as a file "
+                           f"({exc.strerror or exc})", fix="re-run the attempt; nothing was applied") from None
+    if got != want:
+        raise PromoteError(f"refusing to promote {display(path)}: its bytes in the attempt's workspace copy are not the ones the "
+                           f"verifier saw (sha256 {got[:16]}, {layout.POST} has {want[:16]})",
+                           fix="the run directory was changed after the run: re-run it, and find who wrote there; nothing was applied")
 
 
 def _stage_file(workspace: Path, rel: str, staged: Path) -> str:

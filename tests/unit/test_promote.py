@@ -170,7 +170,7 @@ def test_a_file_whose_bytes_differ_from_post_is_refused_before_anything_is_writt
     before = _tree(target)
     with pytest.raises(promote.PromoteError, match="refusing to promote b.txt: its bytes .* are not the ones the verifier saw"):
         promote.stage(ws, post, items, tmp_path / "staged")
-    assert _tree(target) == before
+    assert _tree(target) == before and not (tmp_path / "staged").exists()  # nothing of what it read is left either
     with pytest.raises(promote.PromoteError, match="holds no digest"):  # a file POST never hashed is never promoted
         promote.stage(ws, Snapshot({}, False, ()), items[:1], tmp_path / "staged")
     with pytest.raises(promote.PromoteError, match="the judged change and post.json disagree"):
