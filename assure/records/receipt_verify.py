@@ -85,11 +85,13 @@ def _verify_changeset(run_dir: Path, rel: str, changeset: dict[str, Any]) -> Non
         raise ReceiptError(7, verdict_rel, f"its changes cannot be read ({type(exc).__name__}: {exc})") from None
     if applied.digest(now) == changeset["sha256"] and len(changes) == changeset["changes"]:
         return
-    differs = [(then, there) for then, there in zip(said, now) if then != there]  # some may be the copy-out's own gaps: a changed one first
-    for then, there in sorted(differs, key=lambda pair: pair[1].kind == applied.NOT_COPIED)[:1]:
-        raise ReceiptError(7, f"{workspace_rel}/{display(then.path)}",
-                           f"differs from what {rel} vouches for ({_said(then)} then, {_said(there)} now): the workspace copy was changed")
-    raise ReceiptError(7, verdict_rel, f"its changes are not the ones {rel} vouches for (rewritten after the receipt)")
+    # some differences may be the copy-out's own gaps (NOT_COPIED then too): name a changed entry first
+    differs = sorted(((then, there) for then, there in zip(said, now) if then != there), key=lambda pair: pair[1].kind == applied.NOT_COPIED)
+    if not differs:
+        raise ReceiptError(7, verdict_rel, f"its changes are not the ones {rel} vouches for (rewritten after the receipt)")
+    then, there = differs[0]
+    raise ReceiptError(7, f"{workspace_rel}/{display(then.path)}",
+                       f"differs from what {rel} vouches for ({_said(then)} then, {_said(there)} now): the workspace copy was changed")
 
 
 def _said(item: applied.Item) -> str:
