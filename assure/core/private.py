@@ -44,6 +44,9 @@ def executable(mode: int) -> bool:
     return bool(mode & stat.S_IXUSR)
 
 
+COPY_MODES = "owner-only"  # how a copy report says its copy was made with copy_mode (older copies kept the agent's)
+
+
 def copy_mode(mode: int, folder: bool) -> int:
     """The mode of an entry of the workspace copy, from the mode the agent left it with."""
     return FOLDER_MODE if folder else (0o700 if executable(mode) else FILE_MODE)

@@ -241,7 +241,7 @@ class Attempt:
         tmp = self.paths.workspace_staging
         report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk), modes=private.copy_mode)
         os.replace(tmp, self.paths.workspace)
-        facts["workspace_copy"] = report.to_json()
+        facts["workspace_copy"] = {**report.to_json(), "modes": private.COPY_MODES}
         self._copy_report = report
         self.timings["copy_out"] = round(time.monotonic() - start, 4)
 

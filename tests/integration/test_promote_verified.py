@@ -84,6 +84,8 @@ def test_a_hostile_agents_modes_do_not_survive_the_copy_out(run):
     assert copied == {"out/open.txt": 0o600, "out/run.sh": 0o700, "out/world": 0o700, "out/sticky": 0o700, "out/sgid-dir": 0o700,
                       "out/suid.sh": 0o700, "out/sgid.sh": 0o700, "src/calc.py": 0o600}
     assert stat.S_IMODE(os.lstat(result.run_dir).st_mode) == 0o700
+    rechecked = json.loads(subprocess.run(ASSURE + ["verify", "--json", str(result.run_dir)], capture_output=True, text=True, timeout=120).stdout)
+    assert rechecked["reproduced"] and "workspace" not in [f["subject"] for f in rechecked["attempts"][0]["findings"] if f["kind"] == "harness_error"]
 
 
 @pytest.fixture

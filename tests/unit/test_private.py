@@ -65,9 +65,12 @@ def test_the_workspace_copy_normalizes_what_a_hostile_agent_left(tmp_path: Path)
     assert {rel: mode(copy / rel) for rel in ("open", "open/world.txt", "suid", "sgid-dir", "plain")} == {
         "open": 0o700, "open/world.txt": 0o600, "suid": 0o700, "sgid-dir": 0o700, "plain": 0o600}
     assert mode(copy) == 0o700
-    assert not judge._workspace_moved(post, take(copy), report.to_json())
+    recorded = {**report.to_json(), "modes": private.COPY_MODES}  # as the copy-out records it
+    assert not judge._workspace_moved(post, take(copy), recorded)
     os.chmod(copy / "open" / "world.txt", 0o666)  # the agent's mode put back: not what the copy-out made
-    assert judge._workspace_moved(post, take(copy), report.to_json())
+    assert judge._workspace_moved(post, take(copy), recorded)
+    older = confined.copy_tree(mount, tmp_path / "older", max_bytes=2**20)  # a run from before kept the agent's modes
+    assert not judge._workspace_moved(post, take(tmp_path / "older"), older.to_json())
 
 
 def test_a_promoted_file_gets_one_of_gits_modes() -> None:
