@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from assure.core import private
 from assure.core.chain import utc_now
 from assure.errors import AssureError
 from assure.records.layout import ALERTS, RunPaths
@@ -90,7 +91,7 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
     line = json.dumps(asdict(alert), sort_keys=True, ensure_ascii=True)
     if sinks.jsonl is not None:
         try:
-            sinks.jsonl.parent.mkdir(parents=True, exist_ok=True)
+            private.make_folder(sinks.jsonl.parent, exist_ok=True)
             _append_line(sinks.jsonl, (line + "\n").encode("ascii"))
         except OSError as exc:
             errors.append(f"jsonl: {exc}")
@@ -107,7 +108,7 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
 def _append_line(path: Path, data: bytes) -> None:
     """One whole line at the end of a file that every run of the runs base appends to (runs side
     by side among them): O_APPEND, under the file's lock, written out in full before unlocking."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, private.FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         view = memoryview(data)

@@ -27,7 +27,7 @@ from typing import Any
 
 from assure.run import checks, failpoints, modelaccess, policy, pool as warm
 from assure.run.stop import INTERRUPTED, StopReason
-from assure.core import confined, control
+from assure.core import confined, control, private
 from assure.ops import health
 from assure.records import store
 from assure.records.attempt_record import AttemptRecord, ContainerFacts
@@ -233,15 +233,15 @@ class Attempt:
 
     def _copy_out(self, facts: dict[str, Any]) -> None:
         """The confined copy (never follows, keeps sparse files sparse, skips and reports
-        special files), bounded by limits.disk, into a temporary name renamed into place."""
+        special files), bounded by limits.disk, into a temporary name renamed into place. It
+        is the host's: owned by the invoking user, each mode `private.copy_mode` (POST holds
+        the agent's modes and each file's digest, which promote checks it against)."""
         assert self._fs is not None
         start = time.monotonic()
         tmp = self.paths.workspace_staging
-        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk))
-        uid, gid = hardening.sandbox_user(self.spec)
-        hardening.chown_tree(tmp, uid, gid)
+        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk), modes=private.copy_mode)
         os.replace(tmp, self.paths.workspace)
-        facts["workspace_copy"] = report.to_json()
+        facts["workspace_copy"] = {**report.to_json(), "modes": private.COPY_MODES}
         self._copy_report = report
         self.timings["copy_out"] = round(time.monotonic() - start, 4)
 
@@ -339,7 +339,7 @@ class Attempt:
             warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, {**self._agent_env(), **hardening.agent_base_env()})
             warm.wake(p.root / warm.CLAIM)  # its gate then waits for the socket
         # last: a pooled gateway starts its journal on it, and only then may the agent act
-        store.write_json(p.gateway_config / "gateway.json", config)
+        store.write_json(p.gateway_config / "gateway.json", config, mode=private.SHARED_FILE_MODE)  # the gateway reads it
         if self._pair is not None:
             warm.wake(p.gateway_config)
 

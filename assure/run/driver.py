@@ -339,7 +339,11 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
                 if not decision.allowed:
                     done.append((task.id, TaskState.PROPOSED, decision.reason))
                     continue
-                commit = promote.commit(spec, run, task.id, record, run.paths.base)
+                try:
+                    commit = promote.commit(spec, run, task.id, record, run.paths.base)
+                except promote.PromoteError as exc:  # the task stays proposed; the log says why nothing was written
+                    events.append("promote_refused", task=task.id, attempt=record.number, reason=exc.message)
+                    raise
                 ts["state"], ts["reason"] = TaskState.COMMITTED, "committed later by an operator's promote"
                 events.append("promote_committed", task=task.id, attempt=record.number, **commit)
                 run.save_state(state)
@@ -389,6 +393,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
                 subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
                 verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
                 deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
+                changeset=receipts.changeset_of(run.path, last.number, last.changes()) if last.judgement is not None else None,
             )
             receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
         write_seal(run.path, seal, key)

@@ -181,7 +181,9 @@ def test_modes_and_the_agents_links_arrive_as_they_were_and_the_verdict_holds(tm
     arrived = cluster.unpack(cluster.pack(result.run_dir), tmp_path / "caller", result.run_dir.name)
     workspace = arrived.path / "attempts" / "1" / "workspace" / "out"
     assert os.readlink(workspace / "shadow") == "/etc/shadow"  # kept as a link, its target as text
-    assert (os.stat(workspace / "shared").st_mode & 0o777, os.stat(workspace / "shared" / "notes.txt").st_mode & 0o777) == (0o775, 0o664)
+    node = result.run_dir / "attempts" / "1" / "workspace" / "out"
+    modes = [os.stat(w / "shared").st_mode & 0o7777 for w in (node, workspace)] + [os.stat(w / "shared" / "notes.txt").st_mode & 0o7777 for w in (node, workspace)]
+    assert modes == [0o700, 0o700, 0o600, 0o600]  # as the node's copy-out made them (core.private.copy_mode), nothing looser
     assert cluster.settle(arrived, spec, "pass", None) == cluster.Arrival("pass", None)
 
 
