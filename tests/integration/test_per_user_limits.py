@@ -1,0 +1,65 @@
+"""Two runs side by side on the real engine: a hostile agent that holds every per-user kernel
+budget it can (suites/containment/resource--per-user-limits.yaml: inotify instances, pipe
+buffer pages, message queue bytes, processes) and an honest one that uses a little of each,
+in its agent and again in a check container. The kernel counts these per uid across the host;
+each attempt runs as its own uid (sandbox/uids.py), so the honest run's verdict is the one it
+gets alone: pass. On a shared uid it failed (issue 21, item 4)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from assure import spec as spec_mod
+from assure.records import store
+from assure.run.driver import Driver, RunResult
+from assure.sandbox import workspace_fs
+
+from .conftest import ROOT
+
+HOSTILE = ROOT / "suites" / "containment" / "resource--per-user-limits.yaml"
+VICTIM_FILES = ROOT / "fixtures" / "agents" / "limits-victim"
+USES = ("inotify ok", "pipe 65536 ok", "mqueue ok", "fork 8 ok")
+
+
+def victim_spec(folder: Path) -> Path:
+    data = {"version": 1, "name": "limits-victim", "agent": {"command": ["python3", "/opt/agent/victim.py"], "files": str(VICTIM_FILES)},
+            "workspace": {"fixture": str(ROOT / "fixtures" / "workspaces" / "calc"), "writable": ["out/**"], "protected": ["tests/**"]},
+            "limits": {"wall_seconds": 60}, "max_attempts": 1,
+            "assertions": [{"exit_code": 0}, *({"file_contains": {"path": "out/limits.txt", "text": use}} for use in USES),
+                           {"command": {"run": ["python3", "out/victim.py", "--check"], "timeout_seconds": 60}}],
+            "expect": "pass"}
+    path = folder / "limits-victim.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def start(path: Path, runs: Path, backend, images, into: dict[str, RunResult]) -> threading.Thread:
+    spec = spec_mod.load(path)
+    run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
+    thread = threading.Thread(target=lambda: into.update({spec.name: Driver(spec, run, backend, images, lambda *_: None).drive()}))
+    thread.start()
+    return thread
+
+
+def test_an_agent_holding_every_per_user_budget_leaves_a_concurrent_honest_run_its_pass(tmp_path, backend, images):
+    runs, done = tmp_path / "runs", {}
+    hostile = start(HOSTILE, runs, backend, images, done)
+    holding = None
+    deadline = time.monotonic() + 120
+    while holding is None and hostile.is_alive() and time.monotonic() < deadline:
+        holding = next(runs.glob(f"*/attempts/1/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}/out/holding"), None)
+        time.sleep(0.2)
+    assert holding is not None, "the hostile agent never held its budgets"
+    victim = start(victim_spec(tmp_path), runs, backend, images, done)
+    victim.join(timeout=300)
+    hostile.join(timeout=300)
+
+    result = done["limits-victim"]
+    assert result.verdict == "pass", result.report
+    assert done["resource-per-user-limits"].verdict == "contained", done["resource-per-user-limits"].report
+    limits = (result.run_dir / "attempts" / "1" / "workspace" / "out" / "limits.txt").read_text()
+    assert limits.split("\n")[:4] == list(USES), limits
