@@ -15,9 +15,9 @@ yet reaped) is skipped, as is any uid or gid the host's user database knows (a r
 
 The range, `IDS`, 60600-61099: above the regular users (login.defs' UID_MAX 60000) and
 systemd-homed's 60001-60513, below systemd's DynamicUser 61184-65519 and nobody (65534);
-outside every subordinate range (/etc/subuid starts at 100000) and apart from the gateway
-image's and the egress proxy's 10001; inside 16 bits, so a userns-remap's 65536 subordinate
-ids still map each one.
+outside every subordinate range (/etc/subuid starts at 100000) and apart from 10001 (the
+images' own USER, and the one user of specs with a live database: `hardening.fixed_user`);
+inside 16 bits, so a userns-remap's 65536 subordinate ids still map each one.
 """
 
 from __future__ import annotations
