@@ -296,7 +296,8 @@ class Attempt:
                 p.root.mkdir(parents=True)
                 self._fs = workspace_fs.WorkspaceFs.create(p.root, size=size, inodes=inodes)
         assert self.lease is not None
-        uid, gid = self.model.uid, self.model.gid = self.lease.ids
+        uid, gid = self.lease.ids
+        self.model.uid, self.model.gid = uid, gid  # a model key the gateway reads is handed to this user
         live = self._fs.workspace
         try:
             with self._timed("prepare.copy"):
