@@ -44,8 +44,9 @@ def victim_spec(folder: Path) -> Path:
 def start(path: Path, runs: Path, backend, images, into: dict[str, RunResult], runtime: str) -> threading.Thread:
     spec = spec_mod.load(path)
     spec = dataclasses.replace(spec, sandbox=dataclasses.replace(spec.sandbox, runtime=runtime))
-    if runtime == "runsc" and spec.hostile:  # the agent's header says why
-        spec = dataclasses.replace(spec, agent=dataclasses.replace(spec.agent, env={**spec.agent.env, "FORKS": "40"}))
+    if spec.hostile:  # it holds everything while its victim runs; under gVisor it forks fewer (the agent's header says why)
+        env = {**spec.agent.env, "HOLD_SECONDS": "30", **({"FORKS": "40"} if runtime == "runsc" else {})}
+        spec = dataclasses.replace(spec, agent=dataclasses.replace(spec.agent, env=env))
     run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
     thread = threading.Thread(target=lambda: into.update({spec.name: Driver(spec, run, backend, images, lambda *_: None).drive()}))
     thread.start()
