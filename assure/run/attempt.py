@@ -274,7 +274,8 @@ class Attempt:
         assert self._post is not None
         args = (self.spec, self.paths.workspace, self._post.to_json(), self.backend, self.images.agent, self.labels, self.prefix)
         left_behind = self._copy_report.left_out if self._copy_report else []  # workspace/ lacks them: no check judges it
-        # as the attempt's own user: its agent is gone by now, and no other run's agent holds it
+        # as the attempt's own user: its containers are removed by now, with every process, pipe,
+        # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
         commands = checks.run_commands(*args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids)
         store.write_json(self.paths.commands, commands)
