@@ -186,7 +186,8 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"journal head {head} differs from the head recorded at collection {recorded}"))
     checked = None
     if facts.inspect is not None:
-        failed = _guarded(findings, "containment", lambda: container.containment(facts.inspect, spec, facts.engine_security, paths.root.name, facts.data.get("pool")), [])
+        failed = _guarded(findings, "containment", lambda: container.containment(
+            facts.inspect, spec, facts.engine_security, paths.root.name, facts.data.get("pool"), facts.data.get("user")), [])
         checked = {"checked": container.containment_checked(spec), "failed": [f.subject for f in failed]}
         findings += failed
     findings += _guarded(findings, "container filesystem", lambda: container.filesystem_changes(facts.fs_changes), [])
