@@ -321,7 +321,8 @@ def _verdict_banner(title: str, spec_name: str, verdict: str, expect: Any, repor
     as_expected = expect == verdict
     expectation = (f' <span class="{"ok" if as_expected else "bad"}">(the spec expects {_h(expect)}: {"as expected" if as_expected else "UNEXPECTED"})</span>'
                    if expect else "")
-    tasks = "".join(f"<li>task <code>{_h(t.get('id'))}</code>: {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}</li>"
+    tasks = "".join(f"<li>task <code>{_h(t.get('id'))}</code>: {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}"
+                    + (f"; its verdict {_verdict_word(str(t['verdict']))} is attempt {_h(t.get('verdict_attempt'))}'s" if t.get("verdict") else "") + "</li>"
                     for t in report.get("tasks", []))
     return (f'<header><h1>{_h(title)}</h1><p>spec <code>{_h(spec_name)}</code></p>'
             f'<p class="verdict {_verdict_class(verdict)}">{_h(verdict.upper())}</p><p>{expectation}</p>'
@@ -491,13 +492,13 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
 
 
 def _reason(report: dict[str, Any]) -> str:
-    """One line: the last attempt's reason (as the summary and the box say it), else its first
-    findings above info, else what became of each task."""
+    """One line: the standing attempt's reason (as the summary and the box say it), else its
+    first findings above info, else what became of each task."""
     why = summary.attempt_reason(report)
     if why:
         return why
-    attempts = report.get("attempts") or []
-    bad = [f for f in (attempts[-1].get("findings", []) if attempts else []) if f.get("severity") != "info"]
+    stands = summary.standing_attempts(report)
+    bad = [f for f in (stands[0].get("findings", []) if stands else []) if f.get("severity") != "info"]
     if bad:
         more = f" (+{len(bad) - 2} more)" if len(bad) > 2 else ""
         return "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]) + more

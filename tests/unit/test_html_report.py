@@ -290,7 +290,7 @@ def test_a_failed_run_and_its_suite_row_say_why_as_the_box_does(tmp_path: Path, 
     record = suite_mod.SuiteRun.create(layout.suites_base(runs_dir), suite)
     record.drive(runs_dir, lambda s, run: drive(s, run, short_tmp, {"complain": fix_and_complain})[0].verdict, lambda *_: None)
     (run_id,) = [entry["run_id"] for entry in record.state["runs"]]
-    cause = "the gate denied fs.write src/calc.py: contract.missing: no contract covers this move"
+    cause = 'the gate denied agent:"fs.write" on agent:"src/calc.py": contract.missing'
 
     run_text = "".join(assert_inert(html_report.render(run_id, runs_dir).html).text)
     assert f"attempt 1, why (as its box says): {cause}" in run_text and "agent: giving up" in run_text
