@@ -16,6 +16,7 @@ are constants, or anchors derived from a hash (`_anchor`). Every read is confine
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import html
 import math
@@ -117,24 +118,42 @@ class _Attempt:
     def section(self, run: store.RunDir, spec: dict[str, Any], budget: _Budget) -> str:
         findings = self.data.get("findings", [])
         changes = self.data.get("changes", [])
-        by_path = {f.get("subject"): f for f in findings if f.get("kind") in ("attributed", "unattributed", "protected_changed")}
+        by_path = {f.get("subject"): f for f in findings if f.get("kind") in _CHANGE_KINDS}
         calls = {str(r.get("action_id")): r for r in self.journal if r.get("event") == "tool_call" and r.get("action_id") is not None}
         parts = [f'<section id="{_anchor("attempt", self.n)}"><h2>Attempt {self.n}: {_verdict_word(self.verdict)}</h2>']
         if not self.data:
             parts.append("<p class=\"bad\">Not judged: no verdict.json (the attempt was interrupted, or its record is damaged).</p>")
         parts.append(self._claim_and_evidence(findings, changes))
-        parts.append(f"<h3>Changed files ({len(changes)})</h3>")
+        parts.append(f"<h3>Changed files ({len(changes)}: protected first, then unexplained, then the rest)</h3>")
         if not changes:
             parts.append("<p>No change in the workspace.</p>")
-        for change in changes[:MAX_CHANGES]:
+        ordered = self.ordered_changes
+        for change in ordered[:MAX_CHANGES]:
             parts.append(self._change(run, change, by_path.get(change.get("path")), calls, spec, budget))
-        if len(changes) > MAX_CHANGES:
-            parts.append(f'<p class="note">{len(changes) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}); '
+        if len(ordered) > MAX_CHANGES:
+            left: dict[str, int] = {}
+            for change in ordered[MAX_CHANGES:]:
+                group = _CHANGE_GROUPS[_change_rank(by_path.get(change.get("path")))]
+                left[group] = left.get(group, 0) + 1
+            each = ", ".join(f"{left[g]} {g}" for g in _CHANGE_GROUPS if g in left)
+            parts.append(f'<p class="note">{len(ordered) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}): {each}; '
                          "the findings below name them, and <code>assure diff RUN_DIR</code> lists them all.</p>")
         parts.append(self._denied())
         parts.append("<h3>Findings</h3>" + _findings_table(findings))
         parts.append(self._journal_table())
         return "\n".join(parts + ["</section>"])
+
+    @functools.cached_property
+    def ordered_changes(self) -> list[dict[str, Any]]:
+        """The changes as the page lists them: protected first, then unexplained, then attributed
+        (each group by path), so that a breach is never among the changes left out."""
+        by_path = {f.get("subject"): f for f in self.data.get("findings", []) if f.get("kind") in _CHANGE_KINDS}
+        return sorted(self.data.get("changes", []), key=lambda c: _change_rank(by_path.get(c.get("path"))))
+
+    @functools.cached_property
+    def detailed(self) -> frozenset[str]:
+        """The paths whose change the page shows in detail (a finding's subject links to it)."""
+        return frozenset(str(c.get("path")) for c in self.ordered_changes[:MAX_CHANGES])
 
     def _claim_and_evidence(self, findings: list[dict[str, Any]], changes: list[dict[str, Any]]) -> str:
         claim = self.data.get("claim")
@@ -242,6 +261,16 @@ class _Attempt:
                         f'<td>{_h(r.get("rule"))}</td><td>{_h(r.get("reason") or r.get("error"))}</td></tr>')
         return (head + note + '<table class="journal"><tr><th>line</th><th>time</th><th>event</th><th>tool</th><th>path</th>'
                 '<th>decision</th><th>rule</th><th>reason</th></tr>' + "".join(rows) + "</table>")
+
+
+_CHANGE_KINDS = ("protected_changed", "unattributed", "attributed")  # the findings that judge a workspace change
+_CHANGE_GROUPS = ("protected", "unexplained", "attributed")  # in the order the page lists them
+
+
+def _change_rank(finding: dict[str, Any] | None) -> int:
+    """A change's group: protected, unexplained (unattributed, or no finding at all), attributed."""
+    kind = finding.get("kind") if finding else None
+    return 0 if kind == "protected_changed" else 2 if kind == "attributed" else 1
 
 
 def _journal(paths: AttemptPaths) -> tuple[list[dict[str, Any]], str | None]:
@@ -357,7 +386,7 @@ def _subject(attempt: _Attempt, finding: dict[str, Any]) -> str:
     """A finding's subject, linked to its change when it names a changed path."""
     subject = finding.get("subject")
     text = f"<code>{_h(subject)}</code>"
-    if any(c.get("path") == subject for c in attempt.data.get("changes", [])[:MAX_CHANGES]):  # shown in detail
+    if isinstance(subject, str) and subject in attempt.detailed:
         return f'<a href="#{_anchor("change", attempt.n, subject)}">{text}</a>'
     return text
 
