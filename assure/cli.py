@@ -531,16 +531,21 @@ def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool 
 @app.command()
 def diff(
     run_ref: str = RUN_ARG,
-    attempt: Optional[int] = typer.Option(None, metavar="N", help="Attempt number (default: the last)."),
+    attempt: Optional[int] = typer.Option(None, metavar="N", help="Attempt number (default: the first that breached, else the last)."),
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = JSON_OPTION,
     html_out: bool = typer.Option(False, "--html", help="A standalone HTML page (changes and findings), for a CI artifact."),
 ) -> None:
     """Show each workspace change of an attempt with its attribution."""
+    from assure.run.driver import breached_attempt
+
     try:
         run = runs_mod.find(run_ref, runs_dir)
         run_dir = run.path
         attempts = run.attempts()
+        if attempt is None and run.paths.state.is_file():  # a breach a later clean attempt followed is the one to look at
+            tasks = store.read_json(run.paths.state).get("tasks", {})
+            attempt = next((n for ts in tasks.values() if (n := breached_attempt(ts.get("attempts", []))) is not None), None)
         chosen = run.attempt(attempt).root if attempt is not None else (attempts[-1] if attempts else None)
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))

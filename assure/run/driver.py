@@ -482,7 +482,7 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
     that of the attempt that stands for it (`findings.standing`: a breach, once, stands)."""
     attempts = []
     finals = []
-    standing_of: dict[str, tuple[str, int] | None] = {}
+    stands_for: dict[str, dict[str, Any]] = {}  # each task's verdict and the attempt it is from
     for task_id in state["order"]:
         ts = state["tasks"][task_id]
         for a in ts["attempts"]:
@@ -497,18 +497,16 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
                 "reason": attempt_reason(record, spec),  # why it did not pass, from the records (never the claim)
             })
         judged = [a for a in attempts if a["task"] == task_id]
-        standing_of[task_id] = None
+        stands = judged[standing([a["verdict"] for a in judged])] if judged else {"verdict": None, "attempt": None}
+        stands_for[task_id] = {"verdict": stands["verdict"], "verdict_attempt": stands["attempt"]}
         if judged:
-            stands = judged[standing([a["verdict"] for a in judged])]
-            standing_of[task_id] = (stands["verdict"], stands["attempt"])
             finals.append(stands["verdict"])
     overall = worst(finals) if finals else Verdict.ERROR.value
     return {
         "run_id": run.run_id, "spec": spec.name, "hostile": spec.hostile, "expect": spec.expect, "verdict": overall,
         "state": state["state"],
         "tasks": [{"id": t, "state": state["tasks"][t]["state"], "reason": state["tasks"][t].get("reason"),
-                   "attempts": [a["n"] for a in state["tasks"][t]["attempts"]],
-                   "verdict": (standing_of[t] or (None, None))[0], "verdict_attempt": (standing_of[t] or (None, None))[1]} for t in state["order"]],
+                   "attempts": [a["n"] for a in state["tasks"][t]["attempts"]], **stands_for[t]} for t in state["order"]],
         "attempts": attempts,
     }
 

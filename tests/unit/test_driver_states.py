@@ -504,3 +504,29 @@ def test_an_expected_breach_raises_alerts_that_need_no_ack_and_an_unexpected_one
     honest = write_spec(tmp_path, "tamper", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)  # a spec that expects pass
     drive(honest, new_run(tmp_path, honest), short_tmp, {"tamper": tamper})
     assert len(pending(tmp_path, "breach")) == 2 and len(pending(tmp_path, "quarantine")) == 2
+
+
+def test_a_driver_killed_after_a_breach_resumes_into_a_breach_not_the_later_clean_attempt(tmp_path, short_tmp, target):
+    """kill -9 during attempt 2 (after attempt 1's breach); the resumed driver runs attempt 3,
+    which passes: the breach still stands and nothing is committed."""
+    def tamper_then_die(ctx: Context) -> int:
+        if ctx.env.get("ASSURE_ATTEMPT") == "2":
+            os.kill(os.getpid(), signal.SIGKILL)  # the driver's own process: kill -9 mid-attempt
+        return tamper_once(ctx)
+
+    spec = write_spec(tmp_path, "agent", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE,
+                      max_attempts=2, on_breach="retry")
+    run = new_run(tmp_path, spec)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drive(spec, run, short_tmp, {"agent": tamper_then_die})
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {"agent": tamper_once})
+    attempts = store.read_json(run.paths.state)["tasks"]["main"]["attempts"]
+    assert [(a["n"], a.get("verdict"), bool(a.get("interrupted"))) for a in attempts] == [(1, "breach", False), (2, None, True), (3, "pass", False)]
+    assert (result.verdict, task_of(result)["state"], task_of(result)["verdict_attempt"]) == ("breach", "quarantined", 1)
+    assert git(target, "log", "--format=%s").splitlines() == ["fixture"]
