@@ -14,10 +14,11 @@ needs (issue 21):
 - a live call (`shared=True`: an effect on the world, which must not repeat after a retry or a
   kill -9) answers later attempts for the identical call only, with the original answer. The
   same key with other arguments is, in a later attempt, a fresh key: nothing tells it from a
-  key never used. Within one attempt a key reused for another call is refused (the caller sees
-  its own doing). What is left: a later attempt that repeats an earlier attempt's live call
-  exactly learns that it was made (its answer is the original; an interrupted one is in
-  doubt) — the world that the live effect changed holds that fact anyway.
+  key never used. Within one attempt a key is bound to its first call, whether that call was
+  fresh or answered from an earlier attempt, and refused for any other (409): the caller sees
+  its own doing, the same way whatever came before. What is left: a later attempt that
+  repeats an earlier attempt's live call exactly learns that it was made (its answer is the
+  original; an interrupted one is in doubt), which the world it changed holds anyway.
 
 A store written by an older gateway (a run resumed across the change) is migrated when
 opened: before keys were bound, rows get the binding LEGACY (the call is unknown) and caller
@@ -113,24 +114,30 @@ class Store:
 
     def claim(self, call: Call, *, action_id: str) -> Prior | None:
         """Record `call` as pending and return None, or return what already answers for its key:
-        the same call (this attempt's, or a live one of any attempt), a LEGACY row (live calls
-        only), or another call with the key in this attempt."""
+        this attempt's use of it (the same call, or another), else for a live call an earlier
+        attempt's identical one (or a LEGACY row), which then binds the key in this attempt too,
+        as a fresh call would: what a later call with the key gets never depends on the past."""
 
         def work() -> tuple[Any, ...] | None:
-            row = self._db.execute(
-                f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND binding = ? AND (attempt = ? OR shared = 1)",
-                (call.key, call.binding, call.attempt),
+            mine = self._db.execute(
+                f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND attempt = ? ORDER BY binding = ? DESC LIMIT 1",
+                (call.key, call.attempt, call.binding),
             ).fetchone()
-            if row is None and call.shared:
-                row = self._db.execute(f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND binding = ?", (call.key, LEGACY)).fetchone()
-            if row is None:
-                row = self._db.execute(f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND attempt = ?", (call.key, call.attempt)).fetchone()
-            if row is None:
-                self._db.execute(
-                    "INSERT INTO calls (key, binding, attempt, shared, state, action_id, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-                    (call.key, call.binding, call.attempt, int(call.shared), action_id, time.time()),
-                )
-            return row
+            if mine is not None:
+                return mine
+            earlier = None
+            if call.shared:
+                earlier = self._db.execute(
+                    f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND binding IN (?, ?) AND shared = 1 ORDER BY binding = ? DESC LIMIT 1",
+                    (call.key, call.binding, LEGACY, call.binding),
+                ).fetchone()
+            state, prior_action, status, answer, binding = ("pending", action_id, None, None, call.binding) if earlier is None else (
+                earlier[0], earlier[1], earlier[3], earlier[4], earlier[5])
+            self._db.execute(
+                "INSERT INTO calls (key, binding, attempt, shared, state, action_id, status, answer, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (call.key, binding, call.attempt, int(call.shared), state, prior_action, status, answer, time.time()),
+            )
+            return earlier
 
         row = self._transaction(work)
         if row is None:

@@ -172,7 +172,7 @@ def test_a_later_attempt_cannot_tell_an_earlier_attempts_sandbox_key_from_a_fres
 
 def test_a_live_effect_is_not_repeated_by_a_later_attempt_which_learns_nothing_else(gateway, tmp_path):
     """A live insert under a key: attempt 2's identical call is a replay (one row), answered as
-    the original was (no replay mark); the key with other SQL is a fresh key in attempt 2."""
+    the original was (no replay mark); attempt 3's call with other SQL under it is a fresh key."""
     import sqlite3
 
     ledger = tmp_path / "ledger.sqlite"
@@ -197,12 +197,15 @@ def test_a_live_effect_is_not_repeated_by_a_later_attempt_which_learns_nothing_e
     again = client2.call("db.execute", **insert)
     assert {k: v for k, v in again.items() if k != "action_id"} == {k: v for k, v in first.items() if k != "action_id"}
     assert records(gw2)[-1]["decision"] == "replay" and records(gw2)[-1]["original_action_id"] == first["action_id"]
-    other = client2.call("db.execute", **{**insert, "sql": "INSERT INTO entries (amount) VALUES (7)"})
-    assert other["decision"] == "allow" and "idempotent_replay" not in other
-    assert sqlite3.connect(ledger).execute("SELECT amount FROM entries ORDER BY id").fetchall() == [(42,), (7,)]
-    with pytest.raises(GatewayError) as reused:  # within attempt 2 the key is now bound to that call
+    with pytest.raises(GatewayError) as reused:  # within attempt 2 the key is now bound to that call, as a fresh one would be
         client2.call("db.execute", **{**insert, "sql": "INSERT INTO entries (amount) VALUES (9)"})
     assert reused.value.status == 409 and reused.value.code == "idempotency_mismatch"
+    gw2.shutdown()
+    gw3, client3 = gateway(policy=policy, idempotency_db=db, databases=live, control_dir=str(control_dir), attempt=3,
+                           journal=str(tmp_path / "journal3.jsonl"))
+    other = client3.call("db.execute", **{**insert, "sql": "INSERT INTO entries (amount) VALUES (7)"})
+    assert other["decision"] == "allow" and "idempotent_replay" not in other  # another call: a fresh key, not a 409
+    assert sqlite3.connect(ledger).execute("SELECT amount FROM entries ORDER BY id").fetchall() == [(42,), (7,)]
 
 
 def test_a_denied_call_does_not_burn_its_key(gateway, tmp_path):

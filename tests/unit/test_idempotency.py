@@ -48,8 +48,26 @@ def test_a_live_key_answers_a_later_attempt_for_its_identical_call_only(tmp_path
     store.claim(live("k", "pay 5"), action_id="a1")
     store.complete(live("k", "pay 5"), 200, {"result": "paid"})
     assert store.claim(live("k", "pay 5", attempt=2), action_id="a2").action_id == "a1"  # no second effect
-    assert store.claim(live("k", "pay 7", attempt=2), action_id="a3") is None  # another call: a fresh key
-    assert store.claim(live("k", "pay 9", attempt=2), action_id="a4").binding == "pay 7"  # within attempt 2: bound
+    assert store.claim(live("k", "pay 7", attempt=3), action_id="a3") is None  # another call: a fresh key
+
+
+def test_what_a_later_attempt_gets_for_a_key_never_depends_on_an_earlier_one(tmp_path):
+    """Attempt 1 used key `used` for `pay 5`, never `fresh`. Attempt 2 makes the same two calls
+    under each key, in either order: the kind of answer (fresh/replay: None or a Prior; bound to
+    another call: its binding) is the same for both keys."""
+    store = Store(str(tmp_path / "idem.sqlite"))
+    store.claim(live("used", "pay 5"), action_id="a1")
+    store.complete(live("used", "pay 5"), 200, {"result": "paid"})
+
+    def kinds(key, order, attempt):
+        out = []
+        for binding in order:
+            prior = store.claim(live(key, binding, attempt), action_id="a")
+            out.append("ok" if prior is None or prior.binding == binding else "409")
+        return out
+
+    for attempt, order in ((2, ("pay 5", "pay 7")), (3, ("pay 7", "pay 5"))):
+        assert kinds("used", order, attempt) == kinds("fresh", order, attempt) == ["ok", "409"]
 
 
 def test_within_an_attempt_a_key_is_bound_to_its_first_call(tmp_path):
@@ -62,9 +80,10 @@ def test_within_an_attempt_a_key_is_bound_to_its_first_call(tmp_path):
 def test_a_pending_key_is_in_doubt_and_release_forgets_it(tmp_path):
     store = Store(str(tmp_path / "idem.sqlite"))
     store.claim(live(), action_id="a1")
-    assert store.claim(live(attempt=2), action_id="a2").state == "pending"  # a live call in doubt is never re-run
+    assert store.claim(live(), action_id="a2").state == "pending"
     store.release(live())
-    assert store.claim(live(attempt=2), action_id="a3") is None
+    assert store.claim(live(), action_id="a3") is None
+    assert store.claim(live(attempt=2), action_id="a4").state == "pending"  # a live call in doubt is never re-run
 
 
 def test_release_never_forgets_a_done_key(tmp_path):
@@ -119,4 +138,4 @@ def test_a_store_from_before_attempt_scopes_keeps_its_calls_as_live_ones(tmp_pat
     _old_store(path, bound=True)
     store = Store(path)
     assert store.claim(live("key:d", "http.request:x", attempt=3), action_id="a2").action_id == "a1"  # never a second effect
-    assert store.claim(live("key:d", "http.request:y", attempt=3), action_id="a3") is None
+    assert store.claim(live("key:d", "http.request:y", attempt=4), action_id="a3") is None
