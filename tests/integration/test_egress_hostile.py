@@ -57,3 +57,23 @@ def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api)
     assert all(statuses[name] == 403 for name in ("mcp_servers", "web_fetch_tool", "hostile_beta", "container", "url_image", "unknown_key")), statuses
     assert statuses["get_with_body_and_override"] == 400, statuses
     assert result.verdict not in ("pass", "error"), result.report
+
+
+def test_underscore_header_spellings_never_reach_the_upstream(run, make_spec, fake_api):  # noqa: F811
+    """Issue 21, item 7: `Transfer_Encoding`, `Content_Length` and the other `_` spellings the
+    corpus agent sends (gateway-abuse--underscore-headers) are refused; only its control passes."""
+    network, server = fake_api
+    spec = make_spec("underscore-headers", "unused", hostile=True, expect="contained",
+                     agent={"command": ["python3", "/opt/agent/underscore-headers.py"], "env": {"UNDERSCORE_URL": "http://fakeapi:8080/headers"},
+                            "files": str(ROOT / "fixtures" / "agents" / "corpus" / "gateway-abuse")},
+                     egress={"allow": ["fakeapi:8080"], "upstream": network, "allow_private": True},
+                     assertions=[{"exit_code": 0}, {"no_unattributed_changes": True}])
+    result = run(spec)
+    seen = [r for r in upstream_requests(server) if r["path"] == "/headers"]
+    print("MEASURED", json.dumps([sorted(r["headers"]) for r in seen]))
+    assert [r["headers"].get("x-probe") for r in seen] == [None, "kept"], seen  # the dropped override's call, then the control
+    for r in seen:
+        assert not {name for name in r["headers"] if "_" in name}, r["headers"]
+        assert r["headers"].get("x-forwarded-for") is None and "transfer-encoding" not in r["headers"], r["headers"]
+    assert result.verdict == "contained", result.report
+    assert not (result.run_dir / "attempts" / "1" / "workspace" / "out" / "smuggled").exists()
