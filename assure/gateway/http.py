@@ -22,8 +22,9 @@ is `-`), and two spellings are not let through where one is dropped: the call is
 (400) if it spells one of those dropped headers with `_` (`Content_Length`, which no client
 library sends and which a CGI-style upstream reads as a second Content-Length: smuggling),
 or would send two names that read alike (`X-Forwarded-For` beside `X_Forwarded_For`: the
-upstream picks one). A method override is dropped whatever its spelling. The response body is capped at `Egress.max_response_bytes`
-(`truncated` says so) and the whole exchange at `DEADLINE_SECONDS`.
+upstream picks one). A method override is dropped whatever its spelling. The response body
+is capped at `Egress.max_response_bytes` (`truncated` says so) and the whole exchange at
+`DEADLINE_SECONDS`.
 
 Standard library only (this module runs inside the gateway image). Errors are `Refused`
 with a code from the tool registry's STATUS table; tools.py turns them into `ToolError`.
@@ -392,8 +393,8 @@ def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadli
 def _response_headers(response: http.client.HTTPResponse) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in list(response.headers.items())[:MAX_RESPONSE_HEADERS]:
-        lower = name.lower()
-        if header_names.key(name) in HIDDEN_RESPONSE_HEADERS or header_names.key(name).startswith("proxy-"):
+        lower, key = name.lower(), header_names.key(name)
+        if key in HIDDEN_RESPONSE_HEADERS or key.startswith("proxy-"):
             continue
         value = " ".join(value.split())
         out[lower] = f"{out[lower]}, {value}" if lower in out else value

@@ -128,16 +128,21 @@ class Store:
             earlier = None
             if call.shared:
                 earlier = self._db.execute(
-                    f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND binding IN (?, ?) AND shared = 1 ORDER BY binding = ? DESC LIMIT 1",
+                    f"SELECT rowid, {_COLUMNS} FROM calls WHERE key = ? AND binding IN (?, ?) AND shared = 1 ORDER BY binding = ? DESC LIMIT 1",
                     (call.key, call.binding, LEGACY, call.binding),
                 ).fetchone()
-            state, prior_action, status, answer, binding = ("pending", action_id, None, None, call.binding) if earlier is None else (
-                earlier[0], earlier[1], earlier[3], earlier[4], earlier[5])
-            self._db.execute(
-                "INSERT INTO calls (key, binding, attempt, shared, state, action_id, status, answer, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (call.key, binding, call.attempt, int(call.shared), state, prior_action, status, answer, time.time()),
+            if earlier is None:
+                self._db.execute(
+                    "INSERT INTO calls (key, binding, attempt, shared, state, action_id, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+                    (call.key, call.binding, call.attempt, int(call.shared), action_id, time.time()),
+                )
+                return None
+            self._db.execute(  # the earlier row, as this attempt's: the key is now bound here too
+                "INSERT INTO calls (key, binding, attempt, shared, state, action_id, status, answer, created_at) "
+                "SELECT key, binding, ?, shared, state, action_id, status, answer, ? FROM calls WHERE rowid = ?",
+                (call.attempt, time.time(), earlier[0]),
             )
-            return earlier
+            return earlier[1:]
 
         row = self._transaction(work)
         if row is None:
