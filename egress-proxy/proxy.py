@@ -6,7 +6,10 @@ internal Docker network shared with the gateway. It accepts
 
 - absolute-form plain HTTP requests (`GET http://host:port/path HTTP/1.1`), forwarded with
   a fresh `Host` taken from the URL (never the client's), hop-by-hop and `Proxy-*` headers
-  dropped, `Connection: close` on both sides (one request per connection);
+  dropped, `Connection: close` on both sides (one request per connection). Header names are
+  compared as a CGI-style server reads them (`header_key`: `_` is `-`); a request that spells
+  one of those headers with `_` (`Content_Length`, `Transfer_Encoding`: a second framing to
+  such a server) or carries two names that read alike (`X-A` and `X_A`) is refused (400);
 - `CONNECT host:port` tunnels (for https), relayed blindly once the target passes.
 
 Every target is checked, in this order, before any connection is made:
@@ -68,6 +71,14 @@ HOP_BY_HOP = frozenset(
     ("connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length", "expect", "via")
 )
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+
+def header_key(name: str) -> str:
+    """A header name as CGI, WSGI and PHP servers read it: lowercased, `_` as `-`. Every
+    filter of header names in this proxy compares this, never the spelling sent."""
+    return name.lower().replace("_", "-")
+
+
 _NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 _DEFAULT_PORT = {"http": 80, "https": 443}
 # RFC 9209 error types for the Proxy-Status header of the proxy's own answers.
@@ -299,7 +310,7 @@ class _Head:
     rest: bytes  # bytes already received after the head
 
     def values(self, name: str) -> list[str]:
-        return [v for k, v in self.headers if k.lower() == name]
+        return [v for k, v in self.headers if header_key(k) == name]
 
 
 @dataclass
@@ -425,6 +436,7 @@ class Proxy:
             if not sep or not _TOKEN.match(name) or any(c in value for c in "\r\n\0"):
                 raise _Refuse(400, "bad_request", "malformed header line")
             headers.append((name, value.strip(" \t")))
+        _one_spelling(headers)
         return _Head(method.upper(), target, version, headers, buf[end + 4 :])
 
     def _connect_target(self, head: _Head, record: _Record) -> tuple[str, int]:
@@ -579,10 +591,10 @@ class Proxy:
     def _relay_response(self, conn: socket.socket, response: http.client.HTTPResponse, upstream: socket.socket, record: _Record, deadline: float) -> None:
         method = record.method
         record.status = response.status
-        connection_tokens = {t.strip().lower() for v in response.headers.get_all("Connection", []) for t in v.split(",")}
+        connection_tokens = {header_key(t.strip()) for k, v in response.headers.items() if header_key(k) == "connection" for t in v.split(",")}
         lines = [f"HTTP/1.1 {response.status} {_clean(response.reason)[:128]}"]
         for name, value in response.headers.items():
-            lower = name.lower()
+            lower = header_key(name)
             if lower in HOP_BY_HOP or lower in connection_tokens or lower.startswith("proxy-"):
                 continue
             if not _TOKEN.match(name):
@@ -724,14 +736,27 @@ class Proxy:
 
 
 def _forwardable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    named = {t.strip().lower() for k, v in headers if k.lower() == "connection" for t in v.split(",")}
+    named = {header_key(t.strip()) for k, v in headers if header_key(k) == "connection" for t in v.split(",")}
     out = []
     for name, value in headers:
-        lower = name.lower()
+        lower = header_key(name)
         if lower in HOP_BY_HOP or lower in named or lower.startswith("proxy-"):
             continue
         out.append((name, value))
     return out
+
+
+def _one_spelling(headers: list[tuple[str, str]]) -> None:
+    """Refuse a head that spells a header this proxy filters with `_`, or two names that read
+    alike but are spelled apart: a server that reads `_` as `-` would see a second framing
+    or a second value where this proxy sees none (request smuggling)."""
+    seen: dict[str, str] = {}
+    for name, _value in headers:
+        key, lower = header_key(name), name.lower()
+        if "_" in name and (key in HOP_BY_HOP or key.startswith("proxy-")):
+            raise _Refuse(400, "bad_request", f"header {name[:64]!r} is {key} to a server that reads '_' as '-'; refused as request smuggling")
+        if seen.setdefault(key, lower) != lower:
+            raise _Refuse(400, "bad_request", f"headers {seen[key][:64]!r} and {lower[:64]!r} are one header to a server that reads '_' as '-'; send it once")
 
 
 def _linger(conn: socket.socket) -> None:

@@ -15,9 +15,10 @@ distinct and a known value can be checked); reasons are truncated.
 
 Idempotency: a key is bound to (tool, canonical arguments). The gate decides every call
 first (halt, budget, scope), so a replay is never served where a fresh call would be
-denied; a key reused for another call is refused with 409; a replay is journaled as
-`decision: replay`, never as a fresh `allow`. An operator override takes effect between
-two calls.
+denied; a key reused for another call in the same attempt is refused with 409; a replay is
+journaled as `decision: replay`, never as a fresh `allow`. A replay of an earlier attempt's
+live call answers as the original did, unmarked; what else crosses attempts, and what does
+not, is in idempotency.py. An operator override takes effect between two calls.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from assure.gateway import tools
 from assure.gateway.config import Config
 from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace
-from assure.gateway.idempotency import LEGACY, Prior, Store, derive_key
+from assure.gateway.idempotency import LEGACY, Call, Prior, Store, derive_key
 
 VERIFIER_FILE = "verifier.json"
 HEARTBEAT_SECONDS = 1.0
@@ -281,9 +282,8 @@ class Dispatcher:
                     self._report_breach(decision.exhausted)
                 return _finish(record, 403, error_body("denied" if decision.outcome == gate.DENY else "escalated", decision.reason))
             key = self._idempotency_key(tool, action, args, meta, record)
-            binding = f"{tool.name}:{record['args_digest']}"  # the key belongs to this tool and these canonical arguments
-            if key is not None and (prior := self._idempotency.claim(key, binding, action_id=record["action_id"], attempt=self._config.attempt)):
-                derived, key = key.startswith("derived:"), None  # not ours to release
+            if key is not None and (prior := self._idempotency.claim(key, action_id=record["action_id"])):
+                derived, binding, key = key.key.startswith("derived:"), key.binding, None  # not ours to release
                 return self._replay(prior, binding, record, derived=derived)
             intent = {name: record[name] for name in ("action_id", "tool", "path", "args_digest", "scope", "resource_mode", "idempotency_key", "decision", "rule")}
             if not self._append("intent", **intent):  # write-ahead: no effect the journal cannot show
@@ -320,18 +320,20 @@ class Dispatcher:
             reversible=meta.get("reversible"), rollback_ref=meta.get("rollback_ref"), human_gate=meta.get("human_gate"),
         )
 
-    def _idempotency_key(self, tool: tools.Tool, action: gate.Action, args: dict[str, Any], meta: dict[str, Any], record: dict[str, Any]) -> str | None:
-        """The caller's key (stored by its digest) for any mutation; a derived key for real
-        (non-sandbox) effects."""
+    def _idempotency_key(self, tool: tools.Tool, action: gate.Action, args: dict[str, Any], meta: dict[str, Any], record: dict[str, Any]) -> Call | None:
+        """The caller's key (stored by its digest) for any mutation, a derived key for real
+        (non-sandbox) effects, bound to this tool and these canonical arguments; a real
+        effect's key is shared with later attempts (idempotency.py)."""
         if self._idempotency is None or not action.mutates:
             return None
+        live = action.resource_mode != gate.SANDBOX
         if meta.get("idempotency_key"):
-            return "key:" + sha256_hex(meta["idempotency_key"].encode("utf-8", "surrogatepass"))
-        if action.resource_mode != gate.SANDBOX:
-            derived = derive_key(self._config.goal_id, tool.name, args)
-            record["idempotency_key"] = derived
-            return derived
-        return None
+            key = "key:" + sha256_hex(meta["idempotency_key"].encode("utf-8", "surrogatepass"))
+        elif live:
+            key = record["idempotency_key"] = derive_key(self._config.goal_id, tool.name, args)
+        else:
+            return None
+        return Call(key, f"{tool.name}:{record['args_digest']}", self._config.attempt, shared=live)
 
     def _replay(self, prior: Prior, binding: str, record: dict[str, Any], *, derived: bool) -> Answer:
         """The gate allowed this call; the key was used before. Same call: the original answer,
@@ -357,7 +359,8 @@ class Dispatcher:
             return _finish(record, 409, error_body("in_doubt", record["reason"]))
         record.update(decision=REPLAY, rule="idempotency", status=prior.status, error=None, idempotent_replay=True,
                       reason=f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no second effect")
-        return Answer(prior.status or 200, {**prior.answer, "action_id": record["action_id"], "idempotent_replay": True})
+        mark = {"idempotent_replay": True} if prior.attempt == self._config.attempt else {}  # an earlier attempt's: as the original answered
+        return Answer(prior.status or 200, {**prior.answer, "action_id": record["action_id"], **mark})
 
     def _context(self) -> gate.Context:
         policy, override = self._config.policy, self._override

@@ -17,8 +17,14 @@ a body, or a `_method` query parameter, is refused. Method-override headers
 acts on the method the gate decided on; the journal lists what was dropped.
 Hop-by-hop, `Proxy-*`, `Host`, `Content-Length` and `Expect` headers from the agent are
 dropped too; the gateway adds no credentials of its own (an `Authorization` header is sent
-only if the agent set it). The response body is capped at `Egress.max_response_bytes`
-(`truncated` says so) and the whole exchange at `DEADLINE_SECONDS`.
+only if the agent set it). Names are compared as a server may read them (`headers.key`: `_`
+is `-`), and two spellings are not let through where one is dropped: the call is refused
+(400) if it spells one of those dropped headers with `_` (`Content_Length`, which no client
+library sends and which a CGI-style upstream reads as a second Content-Length: smuggling),
+or would send two names that read alike (`X-Forwarded-For` beside `X_Forwarded_For`: the
+upstream picks one). A method override is dropped whatever its spelling. The response body
+is capped at `Egress.max_response_bytes` (`truncated` says so) and the whole exchange at
+`DEADLINE_SECONDS`.
 
 Standard library only (this module runs inside the gateway image). Errors are `Refused`
 with a code from the tool registry's STATUS table; tools.py turns them into `ToolError`.
@@ -39,6 +45,8 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from assure.gateway import headers as header_names
 
 if TYPE_CHECKING:
     from assure.gateway.egress import Egress
@@ -231,6 +239,7 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
         raise Refused("bad_args", f"at most {MAX_HEADERS} headers")
     out: list[tuple[str, str]] = []
     overrides: list[str] = []
+    seen: dict[str, str] = {}
     size = 0
     for name, value in raw.items():
         if not isinstance(name, str) or not isinstance(value, str):
@@ -240,12 +249,16 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
         if any(c in value for c in "\r\n\0") or any(ord(c) > 0xFF for c in value):
             raise Refused("bad_args", f"header {name!r} has a control or non-Latin-1 character")
         size += len(name) + len(value) + 4
-        lower = name.lower()
-        if lower in DROPPED_HEADERS or lower.startswith("proxy-"):
+        key = header_names.key(name)
+        if _METHOD_OVERRIDE.search(key):
+            overrides.append(name.lower())
             continue
-        if _METHOD_OVERRIDE.search(lower.replace("_", "-")):  # CGI and WSGI read X_HTTP_Method as X-HTTP-Method
-            overrides.append(lower)
+        if key in DROPPED_HEADERS or key.startswith("proxy-"):
+            if "_" in name:
+                raise Refused("bad_args", f"header {name[:64]!r} is {key} to a server that reads '_' as '-' (request smuggling); the gateway frames the request itself")
             continue
+        if seen.setdefault(key, name.lower()) != name.lower():  # one header twice in two cases is plain HTTP
+            raise Refused("bad_args", f"headers {seen[key][:64]!r} and {name[:64]!r} are one header to a server that reads '_' as '-'; send it once")
         out.append((name, value))
     if size > MAX_HEADER_BYTES:
         raise Refused("bad_args", f"the headers are over {MAX_HEADER_BYTES} bytes")
@@ -380,8 +393,8 @@ def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadli
 def _response_headers(response: http.client.HTTPResponse) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in list(response.headers.items())[:MAX_RESPONSE_HEADERS]:
-        lower = name.lower()
-        if lower in HIDDEN_RESPONSE_HEADERS or lower.startswith("proxy-"):
+        lower, key = name.lower(), header_names.key(name)
+        if key in HIDDEN_RESPONSE_HEADERS or key.startswith("proxy-"):
             continue
         value = " ".join(value.split())
         out[lower] = f"{out[lower]}, {value}" if lower in out else value

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from assure.gateway import headers as header_names
 from assure.gateway.dispatch import MODEL_ROUTES
 
 PATHS = {endpoint: path for path, endpoint in MODEL_ROUTES.items()}
@@ -109,7 +110,7 @@ def passed_headers(items: Any) -> tuple[tuple[str, str], ...]:
     """The response headers the agent gets (and the journal records), cleaned; content-type first."""
     out: dict[str, str] = {}
     for name, value in items:
-        lower = str(name).lower()
+        lower = header_names.key(str(name))
         if lower not in PASSED_HEADERS and not lower.startswith(PASSED_PREFIXES):
             continue
         value = " ".join(str(value).split())

@@ -1,6 +1,7 @@
 """HTTP/1.1 + JSON on the gateway's unix socket: framing, limits, routing and lifecycle.
 
-The peer is untrusted, so the HTTP layer is small and strict: Content-Length bodies only,
+The peer is untrusted, so the HTTP layer is small and strict: Content-Length bodies only
+(header names read with `_` as `-`, headers.py: `Content_Length` beside it is a duplicate),
 bounded request line, headers and body, a deadline per request (not per read), a cap on
 concurrent connections that answers 503 at once instead of queueing. Every refused
 request gets a JSON error answer where possible and a `request_rejected` journal line,
@@ -26,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from assure.core import atomic
+from assure.gateway import headers as header_names
 from assure.gateway import jsonscan, tools
 from assure.gateway.config import Config, Limits
 from assure.gateway.dispatch import MODEL_ROUTES, Answer, Counters, Dispatcher
@@ -170,9 +172,9 @@ def _read_headers(reader: _Reader, budget: int, deadline: float) -> dict[str, st
         name, sep, value = line.decode("latin-1").partition(":")
         if not sep or not name or not set(name) <= _TOKEN:
             raise _Reject(400, "bad_header", f"malformed header line {line[:64]!r}")
-        name, value = name.lower(), value.strip(" \t")
+        name, value = header_names.key(name), value.strip(" \t")  # `Content_Length` is Content-Length here too
         if name in headers and name in ("content-length", "transfer-encoding"):
-            raise _Reject(400, "bad_header", f"duplicate {name} header")
+            raise _Reject(400, "bad_header", f"duplicate {name} header (spelled with '-' or '_')")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
     return headers
 
@@ -225,8 +227,8 @@ def _encode(answer: Answer, close: bool) -> bytes:
         payload, content_type = json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii"), "application/json"
     else:
         payload = answer.raw
-        content_type = next((v for n, v in answer.headers if n.lower() == "content-type"), "application/octet-stream")
-    extra = "".join(f"{n}: {v}\r\n" for n, v in answer.headers if n.lower() not in _FRAMING and _header_safe(n, v))
+        content_type = next((v for n, v in answer.headers if header_names.key(n) == "content-type"), "application/octet-stream")
+    extra = "".join(f"{n}: {v}\r\n" for n, v in answer.headers if header_names.key(n) not in _FRAMING and _header_safe(n, v))
     connection = "Connection: close\r\n" if close else ""
     head = (
         f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\n"

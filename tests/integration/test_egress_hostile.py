@@ -57,3 +57,80 @@ def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api)
     assert all(statuses[name] == 403 for name in ("mcp_servers", "web_fetch_tool", "hostile_beta", "container", "url_image", "unknown_key")), statuses
     assert statuses["get_with_body_and_override"] == 400, statuses
     assert result.verdict not in ("pass", "error"), result.report
+
+
+def test_underscore_header_spellings_never_reach_the_upstream(run, make_spec, fake_api):  # noqa: F811
+    """Issue 21, item 7: `Transfer_Encoding`, `Content_Length` and the other `_` spellings the
+    corpus agent sends (gateway-abuse--underscore-headers) are refused; only its control passes."""
+    network, server = fake_api
+    spec = make_spec("underscore-headers", "unused", hostile=True, expect="contained",
+                     agent={"command": ["python3", "/opt/agent/underscore-headers.py"], "env": {"UNDERSCORE_URL": "http://fakeapi:8080/headers"},
+                            "files": str(ROOT / "fixtures" / "agents" / "corpus" / "gateway-abuse")},
+                     egress={"allow": ["fakeapi:8080"], "upstream": network, "allow_private": True},
+                     assertions=[{"exit_code": 0}, {"no_unattributed_changes": True}])
+    result = run(spec)
+    seen = [r for r in upstream_requests(server) if r["path"] == "/headers"]
+    print("MEASURED", json.dumps([sorted(r["headers"]) for r in seen]))
+    assert [r["headers"].get("x-probe") for r in seen] == [None, "kept"], seen  # the dropped override's call, then the control
+    for r in seen:
+        assert not {name for name in r["headers"] if "_" in name}, r["headers"]
+        assert r["headers"].get("x-forwarded-for") is None and "transfer-encoding" not in r["headers"], r["headers"]
+    assert result.verdict == "contained", result.report
+    assert not (result.run_dir / "attempts" / "1" / "workspace" / "out" / "smuggled").exists()
+
+
+PROXY_CLIENT = r"""
+import socket, sys
+for extra in sys.argv[1:]:
+    s = socket.create_connection(("egress", 3128), timeout=10)
+    body = b"abcde"
+    head = "POST http://fakeapi:8080/headers HTTP/1.1\r\nHost: fakeapi:8080\r\nContent-Length: 5\r\n" + extra.replace("|", "\r\n") + "\r\n"
+    s.sendall(head.encode() + body)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    print(data.split(b"\r\n", 1)[0].decode(), flush=True)
+"""
+
+
+def test_the_egress_proxy_image_refuses_underscore_spellings_on_its_own(images, fake_api, tmp_path):  # noqa: F811
+    """The proxy holds without the gateway's refusal (defence in depth): raw requests to the
+    real egress image, each with a `_` spelling beside the real Content-Length, never reach the
+    upstream; the control does."""
+    import os
+    import secrets
+
+    import docker
+
+    network, server = fake_api
+    client = docker.from_env()
+    config = tmp_path / "egress"
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({"listen": "0.0.0.0:3128", "allow": ["fakeapi:8080"], "log": "/tmp/requests.jsonl",
+                                                    "allow_private": True, "timeout_seconds": 10}))
+    os.chmod(config, 0o755)
+    os.chmod(config / "config.json", 0o644)
+    name = f"assure-test-egress-{secrets.token_hex(3)}"
+    extras = ["Transfer_Encoding: chunked|Content_Length: 0|", "Content_Length: 0|", "Keep_Alive: timeout=600|",
+              "Proxy_Authorization: Basic eA==|", "X-Forwarded-For: 203.0.113.9|X_Forwarded_For: 127.0.0.1|", "X-Probe: kept|"]
+    proxy = client.containers.create(images.egress, name=name, read_only=True, cap_drop=["ALL"], network=network,
+                                     volumes={str(config): {"bind": "/etc/egress", "mode": "ro"}}, tmpfs={"/tmp": "size=1m"})
+    caller = None
+    try:
+        client.networks.get(network).disconnect(proxy)
+        client.networks.get(network).connect(proxy, aliases=["egress"])
+        proxy.start()
+        caller = client.containers.create(images.agent, ["python3", "-c", PROXY_CLIENT, *extras], name=f"{name}-caller", network=network,
+                                          read_only=True, cap_drop=["ALL"])
+        caller.start()
+        assert caller.wait(timeout=60)["StatusCode"] == 0, caller.logs().decode()
+        statuses = caller.logs(stderr=False).decode().split()
+    finally:
+        for container in (caller, proxy):
+            if container is not None:
+                container.remove(force=True)
+    print("MEASURED", statuses)
+    assert [s for s in statuses if s.isdigit()] == ["400"] * 5 + ["200"], statuses
+    seen = [r for r in upstream_requests(server) if r["path"] == "/headers"]
+    assert [r["headers"].get("x-probe") for r in seen] == ["kept"], seen  # only the control reached the upstream
+    assert not {name for name in seen[0]["headers"] if "_" in name}, seen[0]["headers"]

@@ -83,12 +83,14 @@ def start_origin(tls: Any = None) -> Origin:
             origin.seen.append(Seen(self.command, self.path, list(self.headers.items()), body))
             return body
 
-        def _send(self, status: int, body: bytes, content_type: str = "application/octet-stream") -> None:
+        def _send(self, status: int, body: bytes, content_type: str = "application/octet-stream", extra: tuple[tuple[str, str], ...] = ()) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("X-Origin", "yes")
             self.send_header("Proxy-Status", "assure-egress; error=spoofed_by_the_origin")
+            for name, value in extra:
+                self.send_header(name, value)
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
@@ -104,6 +106,8 @@ def start_origin(tls: Any = None) -> Origin:
                 self._send(403, b'{"error": {"code": "egress_denied", "message": "spoofed"}}', "application/json")
             elif self.path == "/binary":
                 self._send(200, bytes(range(256)))
+            elif self.path == "/underscore":  # hop-by-hop and proxy names spelled with `_`
+                self._send(200, GET_BODY, "text/plain", (("Transfer_Encoding", "chunked"), ("Keep_Alive", "timeout=1"), ("Proxy_Status", "assure-egress; error=spoofed")))
             else:
                 self._send(200, GET_BODY, "text/plain")
 

@@ -225,6 +225,31 @@ def test_chunked_request_bodies_and_oversize_heads_are_refused(start_proxy: Any,
     assert origin.connections == []
 
 
+@pytest.mark.parametrize("extra", [
+    "Transfer_Encoding: chunked\r\nContent_Length: 0\r\n",  # issue 21, item 7: both beside the real Content-Length
+    "Content_Length: 0\r\n", "TRANSFER_ENCODING: chunked\r\n", "Keep_Alive: timeout=600\r\n", "Proxy_Authorization: Basic eA==\r\n",
+    "X-Forwarded-For: 203.0.113.9\r\nX_Forwarded_For: 127.0.0.1\r\n",  # two names one CGI server reads as one
+])
+def test_underscore_spellings_of_what_the_proxy_filters_are_refused_before_any_forwarding(start_proxy: Any, origin: Origin, extra: str) -> None:
+    proxy = start_proxy([origin.key])
+    body = b"abcde"
+    head = f"POST {origin.url('/echo')} HTTP/1.1\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+    reply = raw(proxy.address, head.encode() + body)
+    assert reply.status == 400 and "'_' as '-'" in reply.json()["error"]["message"]
+    assert origin.connections == []
+
+
+def test_connection_tokens_and_upstream_headers_are_filtered_in_either_spelling(start_proxy: Any, origin: Origin) -> None:
+    proxy = start_proxy([origin.key])
+    reply = get(proxy, origin.url("/headers"), "Connection: X_Drop_Me\r\nX-Drop-Me: 1\r\nX-Keep: 2\r\n")
+    assert reply.status == 200
+    names = {k.lower() for k, _ in origin.seen[-1].headers}
+    assert "x-drop-me" not in names and "x-keep" in names
+    answer = get(proxy, origin.url("/underscore"))
+    assert answer.status == 200 and answer.body == GET_BODY
+    assert not {"transfer_encoding", "keep_alive", "proxy_status"} & set(answer.headers), answer.headers
+
+
 def test_https_absolute_form_and_userinfo_are_refused(start_proxy: Any, origin: Origin) -> None:
     proxy = start_proxy([origin.key])
     assert get(proxy, f"https://{origin.key}/").status == 400

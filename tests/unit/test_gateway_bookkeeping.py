@@ -141,7 +141,7 @@ def test_a_key_reused_for_a_protected_path_is_denied_by_the_gate_not_replayed(ga
 def test_a_store_from_before_bindings_refuses_its_old_caller_keys_with_409(gateway, tmp_path):
     from tests.unit.test_idempotency import _old_store
 
-    _old_store(str(tmp_path / "idem.sqlite"))  # a run resumed across the change: `key:K` done, binding unknown
+    _old_store(str(tmp_path / "idem.sqlite"), bound=False)  # a run resumed across the change: `key:K` done, binding unknown
     gw, client = gateway()
     with pytest.raises(GatewayError) as info:
         client.call("fs.write", path="a.txt", content="x", idempotency_key="K")

@@ -3,6 +3,7 @@ override, budget breach reporting, idempotency and verifier freshness."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -143,11 +144,68 @@ def test_one_idempotency_key_one_effect_across_gateways(gateway, tmp_path):
     assert other.value.status == 409 and other.value.code == "idempotency_mismatch"
     assert records(gw)[-1]["decision"] == "deny" and records(gw)[-1]["rule"] == "idempotency.mismatch"
     gw.shutdown()
-    # A later attempt (a new gateway on the same run-level store) still sees the key.
+    # The same attempt's gateway again (same run-level store) still sees the key.
     gw2, client2 = gateway(idempotency_db=db, journal=str(tmp_path / "journal2.jsonl"))
     third = client2.call("fs.write", path="n.txt", content="one", idempotency_key="k-1")
     assert third["idempotent_replay"] is True
     assert (Path(gw2.config.workspace) / "n.txt").read_text() == "changed by someone else"
+
+
+def test_a_later_attempt_cannot_tell_an_earlier_attempts_sandbox_key_from_a_fresh_one(gateway, tmp_path):
+    """Issue 21 item 2: attempt 1 burns keys, attempt 2 asks with them (same call, other
+    arguments): every answer is a fresh allow, and the effects happen in attempt 2's sandbox."""
+    db = str(tmp_path / "idem.sqlite")
+    gw, client = gateway(idempotency_db=db)
+    client.call("fs.write", path="a.txt", content="1", idempotency_key="chan-0")
+    client.call("fs.write", path="b.txt", content="1", idempotency_key="chan-1")
+    gw.shutdown()
+    gw2, client2 = gateway(idempotency_db=db, attempt=2, journal=str(tmp_path / "journal2.jsonl"))
+    (Path(gw2.config.workspace) / "a.txt").unlink()  # attempt 2's workspace is a fresh copy
+    same = client2.call("fs.write", path="a.txt", content="1", idempotency_key="chan-0")
+    other = client2.call("fs.write", path="c.txt", content="0", idempotency_key="chan-1")
+    fresh = client2.call("fs.write", path="d.txt", content="0", idempotency_key="never-used")
+    for answer in (same, other, fresh):
+        assert answer["decision"] == "allow" and set(answer) == set(fresh), answer
+    assert (Path(gw2.config.workspace) / "a.txt").read_text() == "1"
+    assert [r["decision"] for r in records(gw2)] == ["allow", "allow", "allow"]
+
+
+def test_a_live_effect_is_not_repeated_by_a_later_attempt_which_learns_nothing_else(gateway, tmp_path):
+    """A live insert under a key: attempt 2's identical call is a replay (one row), answered as
+    the original was (no replay mark); attempt 3's call with other SQL under it is a fresh key."""
+    import sqlite3
+
+    ledger = tmp_path / "ledger.sqlite"
+    con = sqlite3.connect(ledger)
+    con.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, amount INTEGER)")
+    con.commit()
+    con.close()
+    contract = gate.Contract(id="c1", proposed_by="alice", ratified_by="bob", scope=("fs:**", "db:*"), autonomy_ceiling=gate.IRREVERSIBLE)
+    policy = ratified_policy(contract=dataclass_dict(gate.ratify(contract, protected=("tests/**",))),
+                             operator_dial=gate.IRREVERSIBLE, verifier_trust=gate.IRREVERSIBLE, verifier_stale_seconds=3600)
+    control_dir = tmp_path / "control"  # a fresh verifier: the trust an irreversible effect needs
+    control_dir.mkdir()
+    (control_dir / "verifier.json").write_text(json.dumps({"last_success_at": time.time()}))
+    db, live = str(tmp_path / "idem.sqlite"), [{"name": "ledger", "path": str(ledger), "mode": "live"}]
+    insert = {"db": "ledger", "sql": "INSERT INTO entries (amount) VALUES (42)", "idempotency_key": "pay-1"}
+    gw, client = gateway(policy=policy, idempotency_db=db, databases=live, control_dir=str(control_dir))
+    first = client.call("db.execute", **insert)
+    assert client.call("db.execute", **insert)["idempotent_replay"] is True  # the same attempt may know its own doing
+    gw.shutdown()
+    gw2, client2 = gateway(policy=policy, idempotency_db=db, databases=live, control_dir=str(control_dir), attempt=2,
+                           journal=str(tmp_path / "journal2.jsonl"))
+    again = client2.call("db.execute", **insert)
+    assert {k: v for k, v in again.items() if k != "action_id"} == {k: v for k, v in first.items() if k != "action_id"}
+    assert records(gw2)[-1]["decision"] == "replay" and records(gw2)[-1]["original_action_id"] == first["action_id"]
+    with pytest.raises(GatewayError) as reused:  # within attempt 2 the key is now bound to that call, as a fresh one would be
+        client2.call("db.execute", **{**insert, "sql": "INSERT INTO entries (amount) VALUES (9)"})
+    assert reused.value.status == 409 and reused.value.code == "idempotency_mismatch"
+    gw2.shutdown()
+    gw3, client3 = gateway(policy=policy, idempotency_db=db, databases=live, control_dir=str(control_dir), attempt=3,
+                           journal=str(tmp_path / "journal3.jsonl"))
+    other = client3.call("db.execute", **{**insert, "sql": "INSERT INTO entries (amount) VALUES (7)"})
+    assert other["decision"] == "allow" and "idempotent_replay" not in other  # another call: a fresh key, not a 409
+    assert sqlite3.connect(ledger).execute("SELECT amount FROM entries ORDER BY id").fetchall() == [(42,), (7,)]
 
 
 def test_a_denied_call_does_not_burn_its_key(gateway, tmp_path):
@@ -192,3 +250,7 @@ def test_token_and_cost_limits_reach_the_gate(gateway):
     gw, _ = gateway(policy=ratified_policy(tokens_limit=0, cost_limit=0.0))
     decision = gate.decide(gate.Action("fs.read", False, path="a"), gw._calls._context())
     assert (decision.outcome, decision.rule) == (gate.DENY, "budget.tokens")
+
+
+def dataclass_dict(value):
+    return dataclasses.asdict(value)

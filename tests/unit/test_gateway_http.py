@@ -291,6 +291,27 @@ def test_method_override_headers_are_dropped(workspace: Workspace, proxy: Any, o
     assert summary["dropped_method_overrides"] == sorted(name.lower() for name in overrides)
 
 
+@pytest.mark.parametrize("headers", [
+    {"Transfer_Encoding": "chunked", "Content_Length": "0"},  # issue 21, item 7
+    {"Content_Length": "0"}, {"TRANSFER_ENCODING": "chunked"}, {"Keep_Alive": "timeout=600"}, {"Proxy_Authorization": "Basic eA=="},
+    {"Content_length": "5"}, {"Proxy_Connection": "keep-alive"},
+    {"X-Forwarded-For": "203.0.113.9", "X_Forwarded_For": "127.0.0.1"},  # one header to a CGI server, two values
+])
+def test_underscore_spellings_are_refused_before_any_socket(workspace: Workspace, no_sockets: list[Any], headers: dict[str, str]) -> None:
+    error = refused(env_with(workspace), method="POST", url=f"http://{ALLOWED}/", headers=headers, body="abc")
+    assert (error.status, error.code) == (400, "bad_args") and "'_' as '-'" in error.message
+    assert no_sockets == []
+
+
+def test_what_is_sent_and_shown_is_filtered_in_either_spelling(workspace: Workspace, proxy: Any, origin: Origin) -> None:
+    outcome = call(proxied_env(workspace, proxy, origin), method="GET", url=origin.url("/headers"),
+                   headers={"Content-Length": "0", "X_Kept": "1", "x-other": "a", "X-Other": "b"})  # a client library's own, and plain repeats
+    sent = {name.lower() for name, _ in origin.seen[-1].headers}
+    assert "x_kept" in sent and "x-other" in sent and "content-length" not in sent
+    shown = call(proxied_env(workspace, proxy, origin), method="GET", url=origin.url("/underscore")).result["headers"]
+    assert not {"transfer_encoding", "keep_alive", "proxy_status"} & set(shown), shown
+
+
 def test_head_has_no_body(workspace: Workspace, proxy: Any, origin: Origin) -> None:
     outcome = call(proxied_env(workspace, proxy, origin), method="HEAD", url=origin.url("/"))
     assert outcome.result["status"] == 200 and outcome.result["body"] == ""

@@ -915,3 +915,13 @@ def test_a_fee_tool_whose_uses_overflow_the_cost_is_denied_and_the_journal_lives
     assert api.count == 1
     gateway.shutdown()
     assert verify_chain(gateway.config.journal)[-1]["event"] == "gateway_stopped"
+
+
+def test_the_headers_passed_back_are_filtered_in_either_spelling() -> None:
+    """Issue 21, item 7: the allowlist of response headers compares names with `_` read as `-`:
+    a spelling never yields a header the list does not hold, nor a second copy of one it does."""
+    from assure.gateway.modelwire import passed_headers
+
+    got = dict(passed_headers([("Content-Type", "application/json"), ("Retry_After", "5"), ("Transfer_Encoding", "chunked"),
+                               ("Set_Cookie", "a=b"), ("request-id", "r1"), ("Request_Id", "r2")]))
+    assert got == {"content-type": "application/json", "retry-after": "5", "request-id": "r1, r2"}

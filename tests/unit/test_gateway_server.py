@@ -309,6 +309,8 @@ def test_chunked_is_400(start_gateway) -> None:
         (b"GET /v1/health HTTP/2.0\r\n\r\n", 505, "http_version_not_supported"),
         (b"GET /v1/health HTTP/1.1\r\nno colon here\r\n\r\n", 400, "bad_header"),
         (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_header"),
+        (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nContent_Length: 0\r\n\r\n{}", 400, "bad_header"),  # `_` is `-` (headers.py)
+        (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nTransfer_Encoding: chunked\r\n\r\n{}", 400, "transfer_encoding_not_supported"),
         (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "bad_header"),
         (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414, "uri_too_long"),
         (b"GET /v1/health HTTP/1.1\r\n" + b"X-Big: " + b"a" * 9000 + b"\r\n\r\n", 431, "headers_too_large"),
