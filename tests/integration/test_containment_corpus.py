@@ -4,10 +4,11 @@ change detected) or `fail` (a lie to the verifier caught by its hidden checks).
 Each agent makes its own success visible (it exits non-zero or leaves out/ESCAPED, which its
 spec's assertions refuse), so an attack that got through undetected can never match.
 
-Under runc each spec is a test of its own. Under gVisor (`sandbox.runtime: runsc`, which needs
-runsc registered: `make runsc`) the whole corpus runs as one suite, two specs at a time, and
-every verdict is asserted: the one the spec expects, or, for the few specs gVisor's own kernel
-answers differently (UNDER_GVISOR), exactly the verdict that difference gives, never `pass`.
+Under each runtime the whole corpus runs as one suite (`assure suite -j 2`, with every spec's
+`sandbox.runtime` set) and every verdict is asserted: the one the spec expects or, under gVisor
+for the few specs its own kernel answers differently (UNDER_GVISOR), exactly the verdict that
+difference gives; never `pass`. gVisor needs runsc registered (`make runsc`): without it the
+runsc pass fails, it never skips.
 """
 
 import json
@@ -29,7 +30,7 @@ SPECS = sorted(CORPUS.glob("*--*.yaml"))
 EXAMPLES = [ROOT / "specs" / "examples" / "escape.yaml", ROOT / "specs" / "examples" / "network.yaml"]  # the suite's other two
 CATEGORIES = ("network", "fs-escape", "gateway-abuse", "resource", "privilege", "audit",
               "covert", "secrets", "lying", "override", "host-postrun", "model-proxy")
-GVISOR_JOBS = 2  # what two cores hold; the pass takes about 9 minutes serially on a busy machine, 5 at -j 2
+JOBS = 2  # specs in flight: what two cores hold (on a busy 2-core machine the runsc pass took 8 minutes)
 # spec -> (its verdict under gVisor, why). gVisor's sentry is the kernel the agent meets: these
 # limits and refusals are its own, and none of them reaches the host (see README, "gVisor").
 UNDER_GVISOR = {
@@ -62,14 +63,8 @@ def test_each_spec_is_hostile_and_expects_a_safe_verdict():
     assert {verdict for verdict, _ in UNDER_GVISOR.values()} <= {"contained", "breach", "fail"}
 
 
-@pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
-def test_a_hostile_agent_is_refused_or_detected(run, path):
-    result = run(path)
-    assert result.verdict == spec_mod.load(path).expect, result.report
-
-
-def gvisor_corpus(folder):
-    """The corpus and the suite's two examples with `sandbox.runtime: runsc`, in a folder laid out
+def corpus_under(runtime, folder):
+    """The corpus and the suite's two examples with `sandbox.runtime` set, in a folder laid out
     like the repository (fixtures/ and specs/ link to it), so every relative path still resolves."""
     copies = folder / "suites" / "containment"
     copies.mkdir(parents=True)
@@ -77,23 +72,24 @@ def gvisor_corpus(folder):
         (folder / name).symlink_to(ROOT / name)
     for path in SPECS + EXAMPLES:
         data = yaml.safe_load(path.read_text())
-        data.setdefault("sandbox", {})["runtime"] = runtimes.RUNSC
+        data.setdefault("sandbox", {})["runtime"] = runtime
         (copies / path.name).write_text(yaml.safe_dump(data, sort_keys=False))
-    suite = folder / "suites" / "containment-runsc.yaml"
-    suite.write_text(yaml.safe_dump({"version": 1, "name": "containment-runsc", "specs": ["containment/*.yaml"]}))
+    suite = folder / "suites" / f"containment-{runtime}.yaml"
+    suite.write_text(yaml.safe_dump({"version": 1, "name": f"containment-{runtime}", "specs": ["containment/*.yaml"]}))
     return suite
 
 
-def test_the_corpus_under_gvisor_gets_every_verdict_it_expects(backend, images, tmp_path):
-    problem = runtimes.problem(runtimes.RUNSC, backend.runtimes())
+@pytest.mark.parametrize("runtime", ["runc", runtimes.RUNSC])
+def test_the_corpus_gets_every_verdict_it_expects(backend, images, tmp_path, runtime):
+    problem = runtimes.problem(runtime, backend.runtimes())
     if problem:
-        pytest.fail(f"{problem}; {runtimes.fix(runtimes.RUNSC)}", pytrace=False)
-    suite = gvisor_corpus(tmp_path / "repo")
-    done = subprocess.run([sys.executable, "-m", "assure.cli", "suite", "--json", "-j", str(GVISOR_JOBS), "--runs-dir", str(tmp_path / "runs"), str(suite)],
+        pytest.fail(f"{problem}; {runtimes.fix(runtime)}", pytrace=False)
+    suite = corpus_under(runtime, tmp_path / "repo")
+    done = subprocess.run([sys.executable, "-m", "assure.cli", "suite", "--json", "-j", str(JOBS), "--runs-dir", str(tmp_path / "runs"), str(suite)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=1800, env={**os.environ, "NO_COLOR": "1"})
-    results = json.loads(done.stdout)["results"]
+    got = {r["spec"]: r["verdict"] for r in json.loads(done.stdout)["results"]}
     expected = {spec_mod.load(p).name: spec_mod.load(p).expect for p in SPECS + EXAMPLES}
-    expected |= {name.replace("--", "-"): verdict for name, (verdict, _) in UNDER_GVISOR.items()}
-    got = {r["spec"]: r["verdict"] for r in results}
+    if runtimes.is_gvisor(runtime):
+        expected |= {name.replace("--", "-"): verdict for name, (verdict, _) in UNDER_GVISOR.items()}
     assert {name: (got.get(name), want) for name, want in expected.items() if got.get(name) != want} == {}, done.stderr[-4000:]
     assert "pass" not in got.values()
