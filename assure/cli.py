@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import logging
 import signal
@@ -33,7 +34,7 @@ from assure.sandbox.images import Images, ImageSet
 
 HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
 app = typer.Typer(no_args_is_help=True, add_completion=False, context_settings=HELP, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
-images_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Build and inspect the sandbox images.")
+images_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Build the sandbox images.")
 app.add_typer(images_app, name="images")
 contract_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Work with a spec's contract.")
 app.add_typer(contract_app, name="contract")
@@ -960,7 +961,7 @@ def monitor_cmd(
     once: bool = typer.Option(False, "--once", help="One pass, then exit."),
     interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", help="Seconds between passes (default: the manifest's interval_seconds)."),
     runs_dir: Path = runs_option("The runs base to watch."),
-    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="JSON or YAML manifest (default: the built-in one, see assure/health.py)."),
+    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="JSON or YAML manifest (default: the built-in one, `Manifest` in assure/ops/health.py)."),
 ) -> None:
     """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
     dial down then halt the runs whose alerts nobody acknowledges."""
@@ -1142,6 +1143,38 @@ def bench_compare(
         err.print(plain(f"{len(bad)} regression(s): " + ", ".join(r.metric for r in bad), "bold red"))
         raise typer.Exit(EXIT_REGRESSION)
     out.print(plain("no regression beyond the noise bands", "green"))
+
+
+def _help_as_text(group: typer.Typer, done: set[int]) -> None:
+    """Make every help string of `group` and its subgroups plain text, once (`done`: an option
+    object several commands share). Typer reads help as Rich markup, which ate `needs
+    assure[ray]`, and keeps a docstring's line breaks in the command list, which broke lines
+    mid-sentence: escape the brackets and join each paragraph's lines."""
+    from rich.markup import escape
+    from typer.models import DefaultPlaceholder, ParameterInfo
+
+    def text(raw: str) -> str:
+        return escape("\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(raw).split("\n\n")))
+
+    infos = [*group.registered_commands, *([group.registered_callback] if group.registered_callback else [])]
+    for info in infos:
+        if id(info) not in done and info.callback is not None:
+            done.add(id(info))
+            doc = info.help if isinstance(info.help, str) else inspect.getdoc(info.callback)
+            if doc:
+                info.help = text(doc)
+            for param in inspect.signature(info.callback).parameters.values():
+                if isinstance(param.default, ParameterInfo) and param.default.help and id(param.default) not in done:
+                    done.add(id(param.default))
+                    param.default.help = text(param.default.help)
+    if not isinstance(group.info.help, DefaultPlaceholder) and group.info.help:
+        group.info.help = text(group.info.help)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _help_as_text(sub.typer_instance, done)
+
+
+_help_as_text(app, set())
 
 
 def main() -> None:  # pragma: no cover - console entry point
