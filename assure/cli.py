@@ -7,8 +7,10 @@ import dataclasses
 import inspect
 import json
 import logging
+import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,6 +29,7 @@ from assure.ops import alerts
 from assure.ops import runs as runs_mod
 from assure.records import report as render
 from assure.records import junit, store, summary
+from assure.records.conformance_packet import OBLIGATIONS
 from assure.records.states import RESUMABLE
 from assure.sandbox import live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
@@ -168,11 +171,25 @@ KEY_OPTION = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_
 JUNIT_OPTION = typer.Option(None, "--junit", metavar="FILE", help="Also write a JUnit XML report here (one testcase per spec), for CI.")
 
 
-def _writable(*files: Path | None) -> None:
-    """Refuse before anything runs an output file whose folder is missing."""
-    for f in files:
-        if f is not None and not f.parent.is_dir():
-            raise AssureError("no such folder for an output file", where=str(f), fix="create the folder first, or name another file")
+def _writable(**files: Path | None) -> None:
+    """Refuse before anything runs an output file (by option name: `junit=` is --junit) that
+    could not be written at the end: its folder missing, a folder in its place, or a folder
+    nothing can be made in (probed with a file made and removed: as root, /proc passes
+    os.access and still refuses)."""
+    for option, f in files.items():
+        if f is None:
+            continue
+        where, fix = f"--{option} {f}", f"pass --{option} a file in a folder you can write to"
+        if not f.parent.is_dir():
+            raise AssureError("no such folder for an output file", where=where, fix="create the folder first, or name another file")
+        if f.is_dir():
+            raise AssureError("this output file is a folder", where=where, fix=fix)
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=f.parent)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise AssureError(f"this output file cannot be written: {exc.strerror or exc}", where=where, fix=fix) from None
 
 
 def _write_out(path: Path, write: Any) -> None:
@@ -247,7 +264,7 @@ def run(
     _sigterm_as_interrupt()
     try:
         loaded = spec_mod.load(spec)
-        _writable(junit_file)
+        _writable(junit=junit_file)
         runs_mod.check_base(runs_dir, writable=True)
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
@@ -299,7 +316,7 @@ def suite_cmd(
         if len(suite_files) > 1 and (summary_file or junit_file):
             raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
                               fix="run the suites one per command, or use --json for a list of summaries")
-        _writable(summary_file, junit_file)
+        _writable(summary=summary_file, junit=junit_file)
         runs_mod.check_base(runs_dir, writable=True)
         if cluster is not None:
             from assure.run import cluster as cluster_mod
@@ -1040,7 +1057,7 @@ def conformance_cmd(
     ctx: typer.Context,
     out_dir: Path = typer.Option(Path(".assure") / "conformance", "--out", metavar="DIR", help="Where the dated packet folder goes."),
     key: Optional[Path] = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the packet."),
-    only: Optional[list[str]] = typer.Option(None, "--only", metavar="ID", help="Run only these obligation ids (the rest are NOT-RUN)."),
+    only: Optional[list[str]] = typer.Option(None, "--only", metavar="ID", help=f"Run only these obligation ids (the rest are NOT-RUN): {', '.join(OBLIGATIONS)}."),
 ) -> None:
     """Run every row of the standard's live-evidence table on this machine (real containers)
     and write packet.json, packet.md and packet.pub.pem. Exit 0 only if every row is PASS."""
@@ -1049,6 +1066,7 @@ def conformance_cmd(
     from assure.ops import conformance
 
     try:
+        conformance.check_only(only)
         _backend_and_images()
         paths = conformance.run(out_dir, key, only, progress=lambda r: out.print(plain(f"{r.status:8} {r.id} ({r.seconds} s) {r.reason}"), soft_wrap=True))
     except AssureError as exc:
@@ -1090,7 +1108,7 @@ def report_merge(
     order. Refuses summaries of different suites, a missing or repeated shard, a file that does not
     validate. Exit 0 only if every spec got the verdict it expects."""
     try:
-        _writable(out_file, junit_file)
+        _writable(out=out_file, junit=junit_file)
         merged = summary.merge([(str(p), _read_summary(p)) for p in summaries])
     except AssureError as exc:
         raise _fail(exc) from None

@@ -1,0 +1,62 @@
+"""What a new user's first hour met, refused before any work in words that name the file, the
+field and the fix: an output file that could never be written, a suite given to `run` (and a
+spec to `suite`), an --only id the standard does not have. The real `assure` command; every
+refusal comes before the engine is asked (none answers here)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assure.verify.judge import _head_words
+
+ROOT = Path(__file__).resolve().parents[2]
+BENIGN = ROOT / "specs" / "examples" / "benign.yaml"
+SUITE = ROOT / "suites" / "containment.yaml"
+NO_ENGINE = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def assure(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "assure.cli", *args], cwd=cwd, env=NO_ENGINE, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv,option", [(["suite", str(SUITE), "--summary"], "--summary"), (["suite", str(SUITE), "--junit"], "--junit"),
+                                         (["run", str(BENIGN), "--junit"], "--junit")], ids=["suite-summary", "suite-junit", "run-junit"])
+@pytest.mark.parametrize("where", ["/proc/x.json", "folder"])
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_work(argv: list[str], option: str, where: str, tmp_path: Path) -> None:
+    """/proc/x.json once ran the whole suite, then failed writing it (as root, /proc passes os.access)."""
+    target = tmp_path / "out.json" if where == "folder" else Path(where)
+    if where == "folder":
+        target.mkdir()
+    done = assure(*argv, str(target), "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"error: {option} {target}: " in done.stderr and "fix: " in done.stderr, done.stderr
+    assert "Docker engine" not in done.stderr  # refused before the engine is asked
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "suites").exists()
+
+
+def test_a_suite_given_to_run_and_a_spec_given_to_suite_name_the_command(tmp_path: Path) -> None:
+    ran = assure("run", str(SUITE), cwd=tmp_path)
+    assert ran.returncode == 1 and ran.stderr.splitlines() == [f"error: {SUITE}:1: (document): this is a suite (it has `specs:`), not a spec",
+                                                               f"fix: run it with `assure suite {SUITE}`"], ran.stderr
+    suite = assure("suite", str(BENIGN), cwd=tmp_path)
+    assert suite.returncode == 1 and suite.stderr.splitlines() == [f"error: {BENIGN}:1: (document): this is a spec (it has `agent:`), not a suite",
+                                                                   f"fix: run it with `assure run {BENIGN}`"], suite.stderr
+
+
+def test_conformance_refuses_an_unknown_obligation_id_and_writes_no_packet(tmp_path: Path) -> None:
+    done = assure("conformance", "--only", "nonexistent-id", "--out", str(tmp_path / "packets"), cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: --only: no obligation nonexistent-id\nfix: pass one of: chaos_kill_resume, "), done.stderr
+    assert not (tmp_path / "packets").exists()
+    shown = assure("conformance", "--help", cwd=tmp_path)
+    assert "stale_heartbeat_alert_ack" in shown.stdout  # the help lists the ids
+
+
+def test_a_journal_head_reads_as_words_not_a_python_repr() -> None:
+    assert _head_words(None) == "no record"
+    assert _head_words({"seq": 7, "hash": "ab" * 32}) == "record 7, hash " + "ab" * 8
