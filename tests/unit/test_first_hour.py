@@ -60,3 +60,36 @@ def test_conformance_refuses_an_unknown_obligation_id_and_writes_no_packet(tmp_p
 def test_a_journal_head_reads_as_words_not_a_python_repr() -> None:
     assert _head_words(None) == "no record"
     assert _head_words({"seq": 7, "hash": "ab" * 32}) == "record 7, hash " + "ab" * 8
+
+
+def test_a_standalone_run_never_continues_a_run_a_suite_run_names(tmp_path: Path) -> None:
+    """After an interrupted suite, `assure run` of one of its specs once resumed and finished
+    the suite's run of it: that run is the suite's to continue; a standalone run starts its own."""
+    from assure.records import layout, store
+    from assure.records.states import RunState
+    from assure.run.driver import find_unfinished
+    from tests.unit.test_driver_states import new_run, write_spec
+
+    spec = write_spec(tmp_path, "fix")
+    runs = tmp_path / "runs"
+    run = new_run(tmp_path, spec)
+    store.write_json(run.paths.state, {"state": RunState.RUNNING, "tasks": {}, "order": [], "next_attempt": 1})
+    found = find_unfinished(runs, spec)
+    assert found is not None and found.path == run.path  # a standalone run's own: resumed
+    suite_run = layout.suites_base(runs) / "s-20260101T000000Z-000000"
+    suite_run.mkdir(parents=True)
+    store.write_json(layout.SuitePaths(suite_run).state, {"suite": "s", "state": "running", "runs": [{"spec": str(spec.path), "run_id": run.run_id}]})
+    assert find_unfinished(runs, spec) is None
+
+
+def test_a_case_s_stdout_is_escaped_once_in_the_terminal_junit_and_html() -> None:
+    """`expected '6\\n', got '2\\n'` once read with two backslashes everywhere: the reason held a
+    repr that each renderer escaped again."""
+    from assure.records import html_report, junit
+    from assure.records.report import plain
+    from tests.unit.test_cases import DIGEST, Case, compare, out, recorded, spec_cases
+
+    _, why, _ = compare(spec_cases(Case(("3", "3"), None, "6\n", 0)), recorded(out(b"2\n")), DIGEST)
+    once = "stdout differs: expected '6\\n', got '2\\n'"
+    assert once in plain(why).plain and once in junit.text(why)
+    assert html_report._h(why).replace("&#x27;", "'").endswith(once)
