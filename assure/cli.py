@@ -160,7 +160,7 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     if json_out:
         _print_json(summary.run_document(result.run_dir, result.report))
     else:
-        out.print(render.render_report(result.report, str(result.run_dir), verbose=verbose))
+        _print_whole(render.render_report(result.report, str(result.run_dir), verbose=verbose))
     code = EXIT[result.verdict]
     if expect:
         code = 0 if result.verdict == loaded.expect else EXIT_UNEXPECTED
@@ -243,6 +243,20 @@ def _print_table(table: Table) -> None:
     wide = render.console()
     wide.width = needed
     wide.print(table)
+
+
+def _print_whole(renderable: Any) -> None:
+    """Print a report: on a terminal at its width; elsewhere (a CI log, a pipe), where rich
+    would fold at 80 columns mid-word (`quaranti ned`), at the width its longest line needs."""
+    from rich.measure import Measurement
+
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    needed = Measurement.get(out, out.options.update(width=10_000), renderable).maximum
+    wide = render.console()
+    wide.width = max(needed, out.width)
+    wide.print(renderable)
 
 
 @app.command()
@@ -348,7 +362,7 @@ def suite_cmd(
         _print_json(docs[0] if len(docs) == 1 else docs)
     else:
         for loaded, record, outcomes, _ in results:
-            out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
+            _print_whole(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
@@ -568,7 +582,7 @@ def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool 
     if json_out:
         _print_json({**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same})
     else:
-        out.print(render.render_report(result.report, str(run_dir)))
+        _print_whole(render.render_report(result.report, str(run_dir)))
         out.print(Text.assemble(plain(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: "),
                                 Text("reproduced", style="green") if same else Text("DIFFERENT", style="bold red")))
     raise typer.Exit(EXIT[result.verdict] if same else EXIT_UNEXPECTED)
@@ -601,7 +615,7 @@ def diff(
     elif html_out:
         sys.stdout.write(render.render_changes_html(f"{run_dir.name}, attempt {chosen.name}", verdict))
     else:
-        out.print(render.render_changes(verdict["changes"], verdict["findings"]))
+        _print_whole(render.render_changes(verdict["changes"], verdict["findings"]))
 
 
 report_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Reports of runs and suite runs, for people and for CI.")

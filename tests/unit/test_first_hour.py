@@ -93,3 +93,18 @@ def test_a_case_s_stdout_is_escaped_once_in_the_terminal_junit_and_html() -> Non
     once = "stdout differs: expected '6\\n', got '2\\n'"
     assert once in plain(why).plain and once in junit.text(why)
     assert html_report._h(why).replace("&#x27;", "'").endswith(once)
+
+
+def test_off_a_terminal_a_report_is_as_wide_as_its_longest_line_and_splits_no_word(capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped or in a CI log, rich folded at 80 columns mid-word (`claude-fix-bu g-scripted`)."""
+    from assure import cli
+    from assure.records.report import render_suite
+    from assure.run.suite import Outcome
+
+    names = [f"claude-fix-bug-scripted-{n}-with-a-name-as-long-as-a-corpus-gives" for n in range(3)]
+    outcomes = [Outcome(name, f"{name}-20260101T000000Z-00000{n}", "fail", "pass") for n, name in enumerate(names)]
+    assert not cli.out.is_terminal
+    cli._print_whole(render_suite("containment", "containment-20260101T000000Z-000000", outcomes, 3))
+    lines = capsys.readouterr().out.splitlines()
+    for o in outcomes:
+        assert any(o.spec in line and o.run_id in line and "(expects pass)" in line for line in lines), lines
