@@ -225,18 +225,21 @@ def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started",
     return table
 
 
+FOLD_ROOM = 40  # on a terminal, what a folding column (a message) keeps at least when the uncut ones take the width
+
+
 def _print_table(table: Table) -> None:
     """Print `table` at least as wide as its uncut columns need, the others folding into what is
-    left (a narrow terminal wraps the lines; every id stays one copyable string)."""
+    left but keeping FOLD_ROOM (an alert's message was cut to 8 characters a line); off a
+    terminal nothing folds. A narrow terminal wraps the lines; every id stays one copyable string."""
     from rich.measure import Measurement
 
     options = out.options.update(width=10_000)
     needed = 1
     for column in table.columns:
         cells = [Measurement.get(out, options, c).maximum for c in (column.header, *column.cells)]
-        if column.no_wrap:
-            column.min_width = max(cells)
-        needed += 3 + (max(cells) if column.no_wrap else min(max(cells), max(8, cells[0])))
+        column.min_width = max(cells) if column.no_wrap or not out.is_terminal else min(max(cells), max(FOLD_ROOM, cells[0]))
+        needed += 3 + column.min_width
     if needed <= out.width:
         out.print(table)
         return

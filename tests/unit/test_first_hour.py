@@ -108,3 +108,59 @@ def test_off_a_terminal_a_report_is_as_wide_as_its_longest_line_and_splits_no_wo
     lines = capsys.readouterr().out.splitlines()
     for o in outcomes:
         assert any(o.spec in line and o.run_id in line and "(expects pass)" in line for line in lines), lines
+
+
+def test_each_phase_of_an_attempt_is_shown_once(tmp_path: Path) -> None:
+    """Off a terminal a line is printed per new phase: the two writes named `record` (its facts,
+    then its verdict, with `verify` between) printed `record` twice."""
+    import tempfile
+
+    from assure.run.driver import Driver
+    from tests.unit.test_driver_states import ACCEPTANCE, IMAGES, fake, fix, new_run, ratified, write_spec
+
+    spec = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    short = tempfile.mkdtemp(prefix="fh", dir="/tmp")
+    phases: list[str] = []
+    backend = fake({"fix": fix}, short)
+    try:
+        Driver(spec, new_run(tmp_path, spec), backend, IMAGES, lambda phase, info: phases.append(phase) if phase not in phases[-1:] else None).drive()
+    finally:
+        backend.close()
+        import shutil
+
+        shutil.rmtree(short, ignore_errors=True)
+    assert "verify" in phases and "record" in phases
+    assert len(phases) == len(set(phases)), phases
+
+
+MESSAGE = "task 'fix' quarantined: every attempt failed its assertions; the last one: stdout differs from what the case expects"
+
+
+@pytest.fixture()
+def alerted(tmp_path: Path) -> Path:
+    from assure.ops import alerts
+
+    run = tmp_path / "runs" / "claude-fix-bug-scripted-20260101T000000Z-abcdef"
+    run.mkdir(parents=True)
+    alerts.raise_alert(run, "quarantine", MESSAGE, alerts.Sinks())
+    return tmp_path / "runs"
+
+
+def test_off_a_terminal_an_alert_s_message_is_one_line_whole(alerted: Path) -> None:
+    from tests.unit.test_cli_naming import invoke
+
+    shown = invoke("alerts", "--runs-dir", str(alerted), columns=80)
+    assert shown.exit_code == 0 and any(MESSAGE in line for line in shown.output.splitlines()), shown.output
+
+
+def test_on_a_narrow_terminal_an_alert_s_message_keeps_room(alerted: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ids take the 80 columns: the message once got 8 characters a line."""
+    from rich.console import Console
+
+    from assure import cli
+
+    monkeypatch.setattr(cli, "out", Console(force_terminal=True, width=80, color_system=None, markup=False, emoji=False, highlight=False))
+    cli.alerts_cmd(pending=False, runs_dir=alerted, json_out=False)
+    rows = [line.split("│")[-2] for line in capsys.readouterr().out.splitlines() if "│" in line]  # the message column
+    assert len(rows[0]) >= cli.FOLD_ROOM, rows
+    assert " ".join(r.strip() for r in rows if r.strip()) == MESSAGE  # folded at words, nothing lost
