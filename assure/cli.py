@@ -730,19 +730,24 @@ def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs 
 
 @app.command()
 def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going."), json_out: bool = JSON_OPTION,
-       runs_dir: Path = RUNS_OPTION) -> None:
+       runs_dir: Path = RUNS_OPTION,
+       dry_run: bool = typer.Option(False, "--dry-run", help="Remove nothing: list what would be removed."),
+       all_users: bool = typer.Option(False, "--all-users", help="Also what other users' processes left (default: only this user's, and the runs of --runs-dir).")) -> None:
     """Remove containers, volumes, networks, workspace filesystems and cluster tasks' scratch folders left by assure processes that are gone."""
     from assure.ops import gc as collector
 
     try:
-        removed = collector.collect(DockerBackend(), everything=everything, runs_dir=runs_dir)
+        removed = collector.collect(DockerBackend(), everything=everything, runs_dir=runs_dir, all_users=all_users, dry_run=dry_run)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
         _print_json(dataclasses.asdict(removed))
         return
-    out.print(f"removed {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
-              f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders")
+    if dry_run:
+        for name in removed.names:
+            out.print(plain(f"would remove {name}"), soft_wrap=True)
+    out.print(f"{'would remove' if dry_run else 'removed'} {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
+              f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders", markup=False, highlight=False)
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
