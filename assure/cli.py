@@ -225,20 +225,20 @@ def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started",
     return table
 
 
-FOLD_ROOM = 40  # on a terminal, what a folding column (a message) keeps at least when the uncut ones take the width
+FOLD_ROOM = 40  # what a folding column (a message) keeps at least when the uncut ones take the width: it folds at words
 
 
 def _print_table(table: Table) -> None:
     """Print `table` at least as wide as its uncut columns need, the others folding into what is
-    left but keeping FOLD_ROOM (an alert's message was cut to 8 characters a line); off a
-    terminal nothing folds. A narrow terminal wraps the lines; every id stays one copyable string."""
+    left but keeping FOLD_ROOM (an alert's message was cut to 8 characters a line, splitting
+    words). A narrow terminal wraps the lines; every id stays one copyable string."""
     from rich.measure import Measurement
 
     options = out.options.update(width=10_000)
     needed = 1
     for column in table.columns:
         cells = [Measurement.get(out, options, c).maximum for c in (column.header, *column.cells)]
-        column.min_width = max(cells) if column.no_wrap or not out.is_terminal else min(max(cells), max(FOLD_ROOM, cells[0]))
+        column.min_width = max(cells) if column.no_wrap else min(max(cells), max(FOLD_ROOM, cells[0]))
         needed += 3 + column.min_width
     if needed <= out.width:
         out.print(table)
@@ -568,6 +568,30 @@ def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec 
     if json_out:
         _print_json(results)
     raise typer.Exit(1 if bad else 0)
+
+
+@app.command()
+def init(
+    folder: Path = typer.Argument(Path("."), metavar="DIR", help="Where to write the project (default: here); made if missing, nothing in it overwritten."),
+    name: str = typer.Option("my-first-spec", "--name", metavar="NAME", help="The spec's name (lowercase letters, digits, dashes)."),
+    writable: Optional[list[str]] = typer.Option(None, "--writable", metavar="GLOB", help="A path the agent may change (repeatable; default: out/**)."),
+    protected: Optional[list[str]] = typer.Option(None, "--protected", metavar="GLOB", help="A path whose change is a breach (repeatable; default: src/**)."),
+    proposed_by: Optional[str] = typer.Option(None, "--proposed-by", metavar="NAME", help="Who proposes the contract (default: $USER@localhost)."),
+    ratified_by: str = typer.Option("reviewer@localhost", "--ratified-by", metavar="NAME", help="Who ratifies it: someone other than the proposer."),
+) -> None:
+    """Write a first project: a commented spec, a tiny agent, its workspace, a suite and a README
+    stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
+    from assure.ops import init as scaffold
+
+    given = {k: v for k, v in {"name": name, "writable": tuple(writable or ()), "protected": tuple(protected or ()), "proposed_by": proposed_by,
+                               "ratified_by": ratified_by}.items() if v}
+    try:
+        written = scaffold.create(folder, scaffold.Choices(**given))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    for path in written:
+        out.print(plain(f"wrote {path}"), soft_wrap=True)
+    out.print(plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"), soft_wrap=True)
 
 
 @app.command()

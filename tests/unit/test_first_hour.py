@@ -146,11 +146,13 @@ def alerted(tmp_path: Path) -> Path:
     return tmp_path / "runs"
 
 
-def test_off_a_terminal_an_alert_s_message_is_one_line_whole(alerted: Path) -> None:
+def test_off_a_terminal_an_alert_s_message_folds_only_between_words(alerted: Path) -> None:
     from tests.unit.test_cli_naming import invoke
 
     shown = invoke("alerts", "--runs-dir", str(alerted), columns=80)
-    assert shown.exit_code == 0 and any(MESSAGE in line for line in shown.output.splitlines()), shown.output
+    column = [line.split("│")[-2].strip() for line in shown.output.splitlines() if line.count("│") > 2]
+    assert shown.exit_code == 0 and " ".join(c for c in column if c) == MESSAGE, shown.output
+    assert all(len(c) > 20 for c in column[:-1] if c)  # whole words, many a line
 
 
 def test_on_a_narrow_terminal_an_alert_s_message_keeps_room(alerted: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
