@@ -1,13 +1,17 @@
 """What a new user's first hour met, refused before any work in words that name the file, the
 field and the fix: an output file that could never be written, a suite given to `run` (and a
-spec to `suite`), an --only id the standard does not have. The real `assure` command; every
-refusal comes before the engine is asked (none answers here)."""
+spec to `suite`), an --only id the standard does not have (the real `assure` command; every
+refusal comes before the engine is asked: none answers here). And its surprises: a standalone
+run that finished a suite's run, reasons escaped twice, reports folded mid-word off a terminal,
+a phase shown twice, an alert's message cut to 8 characters a line."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -113,8 +117,6 @@ def test_off_a_terminal_a_report_is_as_wide_as_its_longest_line_and_splits_no_wo
 def test_each_phase_of_an_attempt_is_shown_once(tmp_path: Path) -> None:
     """Off a terminal a line is printed per new phase: the two writes named `record` (its facts,
     then its verdict, with `verify` between) printed `record` twice."""
-    import tempfile
-
     from assure.run.driver import Driver
     from tests.unit.test_driver_states import ACCEPTANCE, IMAGES, fake, fix, new_run, ratified, write_spec
 
@@ -126,8 +128,6 @@ def test_each_phase_of_an_attempt_is_shown_once(tmp_path: Path) -> None:
         Driver(spec, new_run(tmp_path, spec), backend, IMAGES, lambda phase, info: phases.append(phase) if phase not in phases[-1:] else None).drive()
     finally:
         backend.close()
-        import shutil
-
         shutil.rmtree(short, ignore_errors=True)
     assert "verify" in phases and "record" in phases
     assert len(phases) == len(set(phases)), phases
@@ -166,3 +166,17 @@ def test_on_a_narrow_terminal_an_alert_s_message_keeps_room(alerted: Path, monke
     rows = [line.split("│")[-2] for line in capsys.readouterr().out.splitlines() if "│" in line]  # the message column
     assert len(rows[0]) >= cli.FOLD_ROOM, rows
     assert " ".join(r.strip() for r in rows if r.strip()) == MESSAGE  # folded at words, nothing lost
+
+
+def test_a_halted_run_reads_halted_not_its_attempts_verdict() -> None:
+    from assure.records.report import console, render_report
+
+    report = {"spec": "fix", "verdict": "fail", "expect": "pass", "state": "halted", "attempts": [], "tasks": []}
+    shown = console()
+    with shown.capture() as captured:
+        shown.print(render_report(report, "/runs/fix-1"))
+    title = captured.get().splitlines()[0]
+    assert "fix  HALTED  (by the operator; its attempts were judged fail)" in title and "FAIL" not in title
+    with shown.capture() as captured:
+        shown.print(render_report({**report, "state": "finished"}, "/runs/fix-1"))
+    assert "fix  FAIL" in captured.get().splitlines()[0]
