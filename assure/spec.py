@@ -481,8 +481,8 @@ INODE_BYTES = 256  # ext4's inode size: the inode tables take inodes * this of t
 
 
 def min_disk(inodes: int) -> int:
-    """The smallest limits.disk for `inodes`, in whole MiB: MIN_DISK, and twice the inode tables
-    (the filesystem keeps at least half of it for data)."""
+    """The smallest limits.disk for `inodes`, rounded up to whole MiB: MIN_DISK, and twice the
+    inode tables (the filesystem keeps at least half of it for data)."""
     return max(MIN_DISK, -(-2 * inodes * INODE_BYTES // 2**20) * 2**20)
 
 
@@ -490,9 +490,9 @@ def _disk_problems(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...]
     """The workspace filesystem must exist and keep at least half of it for data: one message
     with the true minimum (never `below 8m` for a size then refused for its inode tables)."""
     disk, inodes = parse_size(data["limits"]["disk"]), data["limits"]["inodes"]
-    least = min_disk(inodes)
-    if disk >= least:
+    if disk >= MIN_DISK and inodes * INODE_BYTES <= disk // 2:
         return []
+    least = min_disk(inodes)
     at = ("limits", "disk") if ("limits", "disk") in lines else ("limits", "inodes")
     return [f"{path}:{line_of(at, lines)}: {_dotted(at)}: a workspace filesystem with limits.inodes {inodes} needs limits.disk {least // 2**20}m or more, "
             f"not {data['limits']['disk']} (at least {MIN_DISK // 2**20}m, and twice the inode tables: {inodes} x {INODE_BYTES} bytes)"]
