@@ -56,7 +56,7 @@ def is_ours(labels: Mapping[str, str], runs_dir: Path | None, uid: int) -> bool:
 
 def _folder_is_ours(folder: Path, runs_dir: Path | None, uid: int) -> bool:
     try:
-        return folder.lstat().st_uid == uid or (runs_dir is not None and folder.resolve().is_relative_to(runs_dir.resolve()))
+        return folder.lstat().st_uid == uid or (runs_dir is not None and Path(os.path.abspath(folder)).is_relative_to(os.path.abspath(runs_dir)))
     except OSError:
         return False
 
@@ -76,7 +76,7 @@ def collect(backend: SandboxBackend, *, everything: bool = False, runs_dir: Path
                 if not dry_run:
                     remove[kind](item["id"])
                 removed[kind] += 1
-                names.append(f"{kind[:-1]} {item['id']}")
+                names.append(f"{kind[:-1]} {item.get('name') or item['id']}")
 
     def orphaned(folder: Path) -> bool:
         return (everything or not store.is_locked(folder)) and (all_users or _folder_is_ours(folder, runs_dir, uid))
