@@ -15,6 +15,7 @@ from assure.errors import AssureError
 from assure.run import ratify
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+PERSON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")  # written into the YAML as it is
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Choices:
     name: str = "my-first-spec"
     writable: tuple[str, ...] = ("out/**",)
     protected: tuple[str, ...] = ("src/**",)
-    proposed_by: str = field(default_factory=lambda: f"{os.environ.get('USER') or 'you'}@localhost")
+    proposed_by: str = field(default_factory=lambda: f"{re.sub(r'[^A-Za-z0-9._+-]', '', os.environ.get('USER', '')) or 'you'}@localhost")
     ratified_by: str = "reviewer@localhost"
 
 
@@ -103,6 +104,11 @@ def create(folder: Path, choices: Choices) -> list[Path]:
     a path outside the workspace, or a file that is there already. Returns what it wrote."""
     if not NAME.match(choices.name):
         raise AssureError(f"`{choices.name}` is not a spec name", where="--name", fix="use lowercase letters, digits and dashes, at most 40")
+    for flag, person in (("--proposed-by", choices.proposed_by), ("--ratified-by", choices.ratified_by)):
+        if not PERSON.match(person):
+            raise AssureError(f"`{person}` is not a name for the contract", where=flag, fix="use letters, digits and . _ @ + - (e.g. ann@example.org)")
+    if choices.proposed_by == choices.ratified_by:
+        raise AssureError("the contract's proposer would ratify it: the gate refuses that", where="--ratified-by", fix="name someone other than --proposed-by")
     for flag, globs in (("--writable", choices.writable), ("--protected", choices.protected)):
         for glob in globs:
             if not glob or glob.startswith("/") or ".." in glob.split("/") or any(c in glob for c in "\"\n\\"):

@@ -47,7 +47,8 @@ def test_init_overwrites_nothing_and_refuses_what_would_not_run(tmp_path: Path) 
         init.create(tmp_path, init.Choices())
     assert (tmp_path / "spec.yaml").read_bytes() == before
     for choices, where in ((init.Choices(name="Not A Name"), "--name"), (init.Choices(writable=("../out/**",)), "--writable"),
-                           (init.Choices(protected=("/etc/**",)), "--protected")):
+                           (init.Choices(protected=("/etc/**",)), "--protected"), (init.Choices(proposed_by="a b: c"), "--proposed-by"),
+                           (init.Choices(proposed_by="ann", ratified_by="ann"), "--ratified-by")):
         with pytest.raises(AssureError) as info:
             init.create(tmp_path / "fresh", choices)
         assert info.value.where == where and info.value.fix
