@@ -578,13 +578,14 @@ def init(
     protected: Optional[list[str]] = typer.Option(None, "--protected", metavar="GLOB", help="A path whose change is a breach (repeatable; default: src/**)."),
     proposed_by: Optional[str] = typer.Option(None, "--proposed-by", metavar="NAME", help="Who proposes the contract (default: $USER@localhost)."),
     ratified_by: str = typer.Option("reviewer@localhost", "--ratified-by", metavar="NAME", help="Who ratifies it: someone other than the proposer."),
+    database: Optional[str] = typer.Option(None, "--database", metavar="NAME", help="Also a SQLite database the gateway owns, which the agent writes a row to."),
 ) -> None:
     """Write a first project: a commented spec, a tiny agent, its workspace, a suite and a README
     stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
     from assure.ops import init as scaffold
 
     given = {k: v for k, v in {"name": name, "writable": tuple(writable or ()), "protected": tuple(protected or ()), "proposed_by": proposed_by,
-                               "ratified_by": ratified_by}.items() if v}
+                               "ratified_by": ratified_by, "database": database}.items() if v}
     try:
         written = scaffold.create(folder, scaffold.Choices(**given))
     except AssureError as exc:

@@ -15,6 +15,7 @@ from assure.errors import AssureError
 from assure.run import ratify
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+DB_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # the schema's
 PERSON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")  # written into the YAML as it is
 
 
@@ -27,6 +28,7 @@ class Choices:
     protected: tuple[str, ...] = ("src/**",)
     proposed_by: str = field(default_factory=lambda: f"{re.sub(r'[^A-Za-z0-9._+-]', '', os.environ.get('USER', '')) or 'you'}@localhost")
     ratified_by: str = "reviewer@localhost"
+    database: str | None = None  # a SQLite database the gateway owns (the agent writes a row through db.execute)
 
 
 AGENT = """#!/bin/sh
@@ -35,7 +37,7 @@ AGENT = """#!/bin/sh
 set -eu
 assure-tool fs.read path=src/greeting.txt > /dev/null
 assure-tool fs.write path={out} content="hello from the agent" > /dev/null
-assure-tool task.report status=done summary="wrote {out}" > /dev/null
+{db}assure-tool task.report status=done summary="wrote {out}" > /dev/null
 echo "agent finished"
 """
 
@@ -62,16 +64,21 @@ contract:
   ratified_by: {ratified_by}
   scope: {scope}
   autonomy_ceiling: propose
-limits:
+{databases}limits:
   wall_seconds: 60
   tool_calls: 20
 # Judged by ground truth after the agent is gone: what is in the workspace and the gateway's journal.
 assertions:
   - file_contains: {{path: {out}, text: "hello from the agent"}}
   - journal_has: {{tool: fs.write, decision: allow, path: {out}}}
-  - no_unattributed_changes: true
+{db_assertion}  - no_unattributed_changes: true
   - exit_code: 0
 expect: pass
+"""
+
+DATABASES = """# A SQLite database the gateway owns (the agent never sees its file): sandbox mode, a copy per attempt.
+databases:
+  - {{name: {db}, fixture: databases/{db}.sql, mode: sandbox}}
 """
 
 SUITE = """# A suite: `assure suite suite.yaml` runs each spec and checks each verdict is its `expect`.
@@ -115,12 +122,18 @@ def create(folder: Path, choices: Choices) -> list[Path]:
                 raise AssureError(f"`{glob}` is not a path glob inside the workspace", where=flag, fix='pass a relative glob such as "out/**"')
     out = choices.writable[0].split("*")[0].rstrip("/")
     out = f"{out}/hello.txt" if out else "hello.txt"
+    db = choices.database
+    if db is not None and not DB_NAME.match(db):
+        raise AssureError(f"`{db}` is not a database name", where="--database", fix="use a lowercase letter, then letters, digits or _ (at most 32)")
+    scope = tuple(f"fs:{g}" for g in choices.writable) + ((f"db:{db}",) if db else ())
     files = {
         "spec.yaml": SPEC.format(name=choices.name, out=out, writable=_flow(choices.writable), protected=_flow(choices.protected),
-                                 proposed_by=choices.proposed_by, ratified_by=choices.ratified_by, scope=_flow(tuple(f"fs:{g}" for g in choices.writable))),
+                                 proposed_by=choices.proposed_by, ratified_by=choices.ratified_by, scope=_flow(scope),
+                                 databases=DATABASES.format(db=db) if db else "", db_assertion="  - journal_has: {tool: db.execute, decision: allow}\n" if db else ""),
         "suite.yaml": SUITE.format(name=choices.name),
         "README.md": README.format(name=choices.name),
-        "agent/run.sh": AGENT.format(out=out),
+        "agent/run.sh": AGENT.format(out=out, db=f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\" > /dev/null\n" if db else ""),
+        **({f"databases/{db}.sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);\n"} if db else {}),
         "workspace/src/greeting.txt": "hello from the fixture\n",
         f"workspace/{out.rsplit('/', 1)[0]}/.keep" if "/" in out else "workspace/.keep": "",
     }

@@ -48,7 +48,7 @@ def test_init_overwrites_nothing_and_refuses_what_would_not_run(tmp_path: Path) 
     assert (tmp_path / "spec.yaml").read_bytes() == before
     for choices, where in ((init.Choices(name="Not A Name"), "--name"), (init.Choices(writable=("../out/**",)), "--writable"),
                            (init.Choices(protected=("/etc/**",)), "--protected"), (init.Choices(proposed_by="a b: c"), "--proposed-by"),
-                           (init.Choices(proposed_by="ann", ratified_by="ann"), "--ratified-by")):
+                           (init.Choices(proposed_by="ann", ratified_by="ann"), "--ratified-by"), (init.Choices(database="No-Such"), "--database")):
         with pytest.raises(AssureError) as info:
             init.create(tmp_path / "fresh", choices)
         assert info.value.where == where and info.value.fix
@@ -62,3 +62,11 @@ def test_the_written_contract_is_ratified_as_the_spec_stands(tmp_path: Path) -> 
     found = ratify.compute(spec_mod.load(tmp_path / "spec.yaml"))
     assert found.changed() == [] and found.carried_hash == found.hash
     assert yaml.safe_load((tmp_path / "spec.yaml").read_text())["contract"]["autonomy_ceiling"] == "propose"
+
+
+def test_init_with_a_database_gives_the_gateway_its_fixture_and_the_contract_its_scope(tmp_path: Path) -> None:
+    init.create(tmp_path, init.Choices(database="notes"))
+    loaded = spec_mod.load(tmp_path / "spec.yaml")
+    assert [(d.name, d.mode) for d in loaded.databases] == [("notes", "sandbox")] and "db:notes" in loaded.contract.scope
+    assert "db.execute db=notes" in (tmp_path / "agent" / "run.sh").read_text()
+    assert assure("validate", "spec.yaml", cwd=tmp_path).returncode == 0
