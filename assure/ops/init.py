@@ -90,7 +90,7 @@ specs:
 
 README = """# {name}
 
-Written by `assure init`. From this folder (with assure's virtualenv: `.venv/bin/assure`):
+Written by `assure init`. From this folder (`assure` is your assure checkout's `.venv/bin/assure`):
 
     assure validate spec.yaml      # the spec as the gate will judge it
     assure run spec.yaml           # one run: fresh sandbox, verdict, receipts
