@@ -619,16 +619,21 @@ def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool 
 @app.command()
 def diff(
     run_ref: str = RUN_ARG,
-    attempt: Optional[int] = typer.Option(None, metavar="N", help="Attempt number (default: the last)."),
+    attempt: Optional[int] = typer.Option(None, metavar="N", help="Attempt number (default: the first that breached, else the last)."),
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = JSON_OPTION,
     html_out: bool = typer.Option(False, "--html", help="A standalone HTML page (changes and findings), for a CI artifact."),
 ) -> None:
     """Show each workspace change of an attempt with its attribution."""
+    from assure.run.driver import breached_attempt
+
     try:
         run = runs_mod.find(run_ref, runs_dir)
         run_dir = run.path
         attempts = run.attempts()
+        if attempt is None and run.paths.state.is_file():  # a breach a later clean attempt followed is the one to look at
+            tasks = store.read_json(run.paths.state).get("tasks", {})
+            attempt = next((n for ts in tasks.values() if (n := breached_attempt(ts.get("attempts", []))) is not None), None)
         chosen = run.attempt(attempt).root if attempt is not None else (attempts[-1] if attempts else None)
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))
@@ -824,17 +829,33 @@ def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alert
 
 
 @app.command()
-def ack(alert_id: str = typer.Argument(..., metavar="ALERT", help="The alert's id (`assure alerts` lists them)."), runs_dir: Path = RUNS_OPTION,
-        json_out: bool = JSON_OPTION) -> None:
-    """Acknowledge a pending alert."""
+def ack(alert_id: Optional[str] = typer.Argument(None, metavar="ALERT", help="The alert's id (`assure alerts` lists them)."),
+        every: bool = typer.Option(False, "--all", help="Every pending alert (with --run or --kind: every one they match)."),
+        run_ref: Optional[str] = typer.Option(None, "--run", metavar="ID", help="The pending alerts of this run (its id or its folder)."),
+        kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="The pending alerts of this kind (breach, quarantine, ...)."),
+        runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
+    """Acknowledge a pending alert, or every one a filter matches (--all, --run, --kind)."""
     try:
-        done = alerts.ack(runs_dir, alert_id, alerts.operator_name())
+        if alert_id is not None and (every or run_ref or kind):
+            raise AssureError("name one alert or give a filter, not both", fix="`assure ack ID`, or `assure ack --run RUN [--kind KIND]`, or `assure ack --all`")
+        if alert_id is None and not (every or run_ref or kind):
+            raise AssureError("which alerts? no id and no filter", fix="`assure ack ID`, `assure ack --run RUN`, `assure ack --kind KIND`, or `assure ack --all`")
+        if alert_id is not None:
+            done = [alerts.ack(runs_dir, alert_id, alerts.operator_name())]
+        elif run_ref is not None:
+            rd = runs_mod.find(run_ref, runs_dir)
+            done = alerts.ack_matching(rd.path.parent, alerts.operator_name(), run_id=rd.run_id, kind=kind)
+        else:
+            done = alerts.ack_matching(runs_dir, alerts.operator_name(), kind=kind)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
-        _print_json(dataclasses.asdict(done))
+        _print_json(dataclasses.asdict(done[0]) if alert_id is not None else [dataclasses.asdict(a) for a in done])
         return
-    out.print(f"{done.id} acknowledged by {render.display(str(done.acked_by))} at {done.acked_at}", markup=False)
+    if alert_id is None and not done:
+        out.print("no pending alert matches", markup=False)
+    for a in done:
+        out.print(f"{a.id} acknowledged by {render.display(str(a.acked_by))} at {a.acked_at}", markup=False)
 
 
 @app.command("journal")

@@ -43,3 +43,15 @@ def _escape(c: str) -> str:
     if code <= 0xFFFF:
         return f"\\u{code:04x}"
     return f"\\U{code:08x}"
+
+
+AGENT_QUOTE_CHARS = 60  # characters of one agent-supplied string a one-line headline quotes
+
+
+def agent_quoted(text: str, *, shown: bool = False) -> str:
+    """An agent-supplied string as a headline carries it: escaped (`display`, unless `shown`
+    says it already is), cut to AGENT_QUOTE_CHARS, in double quotes and marked `agent:`, so
+    that no reader takes the agent's words for the harness's own."""
+    text = text if shown else display(text)
+    cut = text if len(text) <= AGENT_QUOTE_CHARS else text[:AGENT_QUOTE_CHARS - 1] + "…"
+    return 'agent:"' + cut.replace('"', '\\"') + '"'

@@ -43,7 +43,7 @@ from assure import spec as spec_mod
 from assure.records import store
 from assure.run.driver import Driver
 from assure.run.pool import Settings, WarmPool
-from assure.sandbox import hardening
+from assure.sandbox import hardening, uids
 from assure.sandbox.backend import Mount, Role
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
@@ -108,10 +108,15 @@ class RoundTrips:
 
 
 def bare(backend: DockerBackend, images, spec, n: int) -> float:
+    with uids.lease_for(spec) as lease:
+        return _bare(backend, images, spec, n, lease.ids)
+
+
+def _bare(backend: DockerBackend, images, spec, n: int, user: tuple[int, int]) -> float:
     start = time.perf_counter()
     labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
-    volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(spec))
-    common = hardening.common_request(spec, Role.AGENT, images.agent, labels, "256m", 64)
+    volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(user))
+    common = hardening.common_request(spec, Role.AGENT, images.agent, labels, "256m", 64, user=user)
     sidecar = backend.start_container(replace(common, role=Role.GATEWAY, image=images.gateway, name=f"bench-side-{os.getpid()}-{n}", command=("sleep", "60"),
                                               mounts=(Mount(volume, "/run/assure"),)))
     agent = backend.start_container(replace(common, name=f"bench-agent-{os.getpid()}-{n}", command=("true",), mounts=(Mount(volume, "/run/assure", read_only=True),)))

@@ -15,7 +15,7 @@ from pathlib import Path
 from dataclasses import replace
 
 from assure import spec as spec_mod
-from assure.sandbox import hardening, seccomp
+from assure.sandbox import hardening, seccomp, uids
 from assure.sandbox.backend import Role
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images
@@ -34,8 +34,13 @@ with concurrent.futures.ThreadPoolExecutor(8) as pool:
 
 
 def one(backend: DockerBackend, image: str, spec, ours: bool, n: int) -> float:
+    with uids.lease_for(spec) as lease:
+        return _one(backend, image, spec, ours, n, lease.ids)
+
+
+def _one(backend: DockerBackend, image: str, spec, ours: bool, n: int, user: tuple[int, int]) -> float:
     request = replace(hardening.common_request(spec, Role.AGENT, image, {"assure.owner": "assure", "assure.run": f"bench-seccomp-{n}"},
-                                               spec.limits.memory, spec.limits.pids), command=("python3", "-c", WORKLOAD))
+                                               spec.limits.memory, spec.limits.pids, user=user), command=("python3", "-c", WORKLOAD))
     if not ours:
         request = replace(request, security_opt=tuple(o for o in request.security_opt if o != seccomp.security_opt()))
     start = time.perf_counter()

@@ -7,7 +7,10 @@ that cannot use a unix socket) need a TCP address. The bridge listens on 127.0.0
 inside the agent container and copies the bytes of each accepted connection, both ways and
 unchanged, to a fresh connection to the gateway socket ($ASSURE_GATEWAY_SOCKET, default
 /run/assure/gateway.sock). With a COMMAND it runs it with `ANTHROPIC_BASE_URL` and
-`ASSURE_GATEWAY_URL` set to http://127.0.0.1:PORT, and exits with its exit code:
+`ASSURE_GATEWAY_URL` set to http://127.0.0.1:PORT, `OPENAI_BASE_URL` to http://127.0.0.1:PORT/v1
+(the OpenAI SDKs put the `/v1` in the base URL) and, unless set, `OPENAI_API_KEY` to a
+placeholder (the SDK refuses to start without one; the gateway sends its own key, if any, and
+never the agent's), and exits with its exit code:
 
     python3 -m assure.agents.tcp_bridge -- claude -p "fix the failing test"
 
@@ -45,6 +48,7 @@ from assure.client import DEFAULT_SOCKET, SOCKET_ENV
 HOST = "127.0.0.1"  # loopback only, by design: see the module docstring
 DEFAULT_PORT = 8765
 MAX_CONNECTIONS = 32
+PLACEHOLDER_KEY = "assure-gateway-holds-the-key"
 CHUNK = 65536
 
 
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m assure.agents.tcp_bridge", description="Bridge 127.0.0.1:PORT to the gateway's unix socket.")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT}; 0 = any free port)")
     parser.add_argument("--socket", default=os.environ.get(SOCKET_ENV, DEFAULT_SOCKET), help="the gateway socket")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: run it with ANTHROPIC_BASE_URL set, then stop")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: run it with ANTHROPIC_BASE_URL and OPENAI_BASE_URL set, then stop")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tcp_bridge: {bridge.url} -> {args.socket}", file=sys.stderr, flush=True)
     try:
         if command:
-            env = {**os.environ, "ANTHROPIC_BASE_URL": bridge.url, "ASSURE_GATEWAY_URL": bridge.url}
+            env = {"OPENAI_API_KEY": PLACEHOLDER_KEY, **os.environ, "ANTHROPIC_BASE_URL": bridge.url, "ASSURE_GATEWAY_URL": bridge.url, "OPENAI_BASE_URL": f"{bridge.url}/v1"}
             try:
                 return subprocess.call(command, env=env)
             except OSError as exc:

@@ -44,6 +44,7 @@ _KINDS = {stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "chardev"
 
 Rel = str | bytes
 Include = Callable[[str], bool]
+Modes = Callable[[int, bool], int]  # (the source's st_mode, whether a folder) -> the copy's permission bits
 
 
 class NotRegular(OSError):
@@ -390,11 +391,18 @@ def _copy_regular(src_fd: int, st: os.stat_result, dst_dir: int, name: bytes | s
             os.close(out)
 
 
-def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, max_bytes: int, include: Include | None = None) -> CopyReport:
+def _same_mode(mode: int, folder: bool) -> int:
+    return stat.S_IMODE(mode) & 0o777
+
+
+def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, max_bytes: int, include: Include | None = None,
+              modes: Modes = _same_mode) -> CopyReport:
     """Recreate the tree at src as a new directory dst (which must not exist): directories,
     regular files (sparse, at most `max_bytes` data bytes in all), symlinks as links. Every
     other entry, and whatever a limit or an error stops, is skipped and reported; this never
-    raises for what is in src. `include(rel)` False leaves an entry (and all beneath) out."""
+    raises for what is in src. `include(rel)` False leaves an entry (and all beneath) out;
+    `modes(mode, folder)` gives each copied file and folder (dst included) its permission bits
+    from the source's (by default the same, without setuid, setgid and sticky)."""
     report = CopyReport()
     sfd = _open_root(src)
     try:
@@ -402,9 +410,9 @@ def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, max_b
         dfd = _open_root(dst)
         try:
             left = [max_bytes, 0]  # data bytes left, entries seen
-            _copy_dir(sfd, dfd, "", 0, include, report, left)
+            _copy_dir(sfd, dfd, "", 0, include, modes, report, left)
             report.data_bytes = max_bytes - left[0]
-            os.fchmod(dfd, stat.S_IMODE(os.fstat(sfd).st_mode) & 0o777)
+            os.fchmod(dfd, modes(os.fstat(sfd).st_mode, True))
         finally:
             os.close(dfd)
     finally:
@@ -412,7 +420,8 @@ def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, max_b
     return report
 
 
-def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | None, report: CopyReport, left: list[int]) -> None:
+def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | None, modes: Modes, report: CopyReport,
+              left: list[int]) -> None:
     try:
         names = sorted(os.listdir(sfd))
     except OSError as exc:
@@ -441,8 +450,8 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
                     out = os.open(name, OPEN_DIR, dir_fd=dfd)
                     try:
                         report.dirs += 1
-                        _copy_dir(child, out, rel + "/", depth + 1, include, report, left)
-                        os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)
+                        _copy_dir(child, out, rel + "/", depth + 1, include, modes, report, left)
+                        os.fchmod(out, modes(st.st_mode, True))
                     finally:
                         os.close(out)
                 finally:
@@ -450,7 +459,7 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
             elif stat.S_ISREG(st.st_mode):
                 fd, st = _open_regular(sfd, name)
                 try:
-                    left[0] -= _copy_regular(fd, st, dfd, name, left[0], st.st_mode)
+                    left[0] -= _copy_regular(fd, st, dfd, name, left[0], modes(st.st_mode, False))
                     report.files += 1
                 except TooLarge:
                     report.skip(rel, f"refused: more data than the {left[0]} bytes left of the copy's bound")

@@ -98,7 +98,8 @@ class Price:
     cache_read: float
 
 
-MODEL_MODES = ("anthropic", "replay", "scripted")
+MODEL_MODES = ("anthropic", "openai", "replay", "scripted")
+UPSTREAM_MODES = ("anthropic", "openai")  # an API upstream: the Anthropic API, or any OpenAI-compatible one
 ALLOW_FIELDS = ("request_keys", "tool_types", "content", "betas")  # model.allow: features.Allow
 # Server-tool fees, currency per request, by `usage.server_tool_use` field: Anthropic's list
 # prices in USD (web search $10 per 1,000; web fetch has no fee beyond its tokens).
@@ -111,7 +112,8 @@ class Model:
     request and response is recorded (`blob_dir`), and what tokens cost. Absent: no model.
 
     `anthropic`: the real API at `upstream`, through the egress proxy, with the key read from
-    `key_file`; `replay`: the answers recorded in `recording` (gateway journals + their blob
+    `key_file`; `openai`: the same for an OpenAI-compatible API (OpenAI, vLLM, Ollama, a LiteLLM
+    proxy: `upstream` without the `/v1`); `replay`: the answers recorded in `recording` (gateway journals + their blob
     dir); `scripted`: the answers listed in the `script` file, in order."""
 
     mode: str
@@ -340,6 +342,7 @@ def _hostport(value: Any, name: str) -> tuple[str, int]:
 _MODEL_COMMON = ("mode", "blob_dir", "prices", "timeout_seconds", "max_response_bytes", "allow", "server_tool_fees")
 _MODEL_BY_MODE = {
     "anthropic": (("upstream", "key_file"), ("allow_http",)),  # (required, optional)
+    "openai": (("upstream", "key_file"), ("allow_http",)),
     "replay": (("recording",), ()),
     "scripted": (("script",), ()),
 }
@@ -347,7 +350,7 @@ _PRICE_FIELDS = tuple(f.name for f in fields(Price))
 
 
 def _model(value: Any, egress: Egress | None) -> Model:
-    """`{"mode": "anthropic" | "replay" | "scripted", "blob_dir": "/abs", ...}` (see `Model`)."""
+    """`{"mode": "anthropic" | "openai" | "replay" | "scripted", "blob_dir": "/abs", ...}` (see `Model`)."""
     if not isinstance(value, dict):
         raise ConfigError("model", 'must be a JSON object {"mode": ..., "blob_dir": ..., ...}')
     mode = value.get("mode")
@@ -375,7 +378,7 @@ def _model(value: Any, egress: Egress | None) -> Model:
         out["allow"] = _allow(value["allow"])
     if "server_tool_fees" in value:
         out["server_tool_fees"] = {**SERVER_TOOL_FEES, **_fees(value["server_tool_fees"])}
-    if mode == "anthropic":
+    if mode in UPSTREAM_MODES:
         if not isinstance(value.get("allow_http", False), bool):
             raise ConfigError("model.allow_http", "must be true or false")
         out["allow_http"] = value.get("allow_http", False)

@@ -26,6 +26,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -45,7 +46,10 @@ MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
 REPLAY = "replay"  # the journaled decision of a call answered from the idempotency store
 MODEL_TOOL = "model.messages"  # the gate's name for a model call (model.py); never a /v1/tools route
-MODEL_ROUTES = {"/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens"}  # path -> endpoint
+MODEL_ROUTES = {  # path -> endpoint: the Anthropic API's, then the OpenAI API's (model.py)
+    "/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens",
+    "/v1/chat/completions": "chat_completions", "/v1/responses": "responses", "/v1/models": "models",
+}
 
 
 @dataclass(frozen=True)
@@ -111,10 +115,11 @@ class Dispatcher:
             self._report_breach("requests")
         return Answer(429, error_body("budget_exhausted", f"more than {limit} requests (limits.requests): the attempt is being stopped"))
 
-    def reject(self, status: int, code: str, message: str, **detail: str) -> Answer:
+    def reject(self, status: int, code: str, message: str, **detail: Any) -> Answer:
         """Journal a request refused before reaching the gate (unless the request budget is
-        spent) and build its answer."""
-        fields = {key: value[:MAX_DETAIL_CHARS] for key, value in detail.items() if value}
+        spent) and build its answer. A detail that is not a string is journaled as it is (the
+        caller bounds it, e.g. features.Refused.allow)."""
+        fields = {key: value[:MAX_DETAIL_CHARS] if isinstance(value, str) else value for key, value in detail.items() if value}
         message = message[:MAX_REASON_CHARS]
         with self._lock:
             self.counters.rejected += 1
@@ -159,18 +164,26 @@ class Dispatcher:
             return "sha256:" + sha256_hex(value.encode("utf-8", "surrogatepass"))
         return value
 
-    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None, reserve: tuple[int, float] = (0, 0.0)) -> gate.Decision | None:
+    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None,
+                          reserve: tuple[int, float] | Callable[[int | None, float | None], tuple[int, float]] = (0, 0.0)) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
         and fill `record` with the decision; an allowed call's `intent` is journaled first (its
         `model_call` line, from `record_model_call`, is the outcome). `reserve` (tokens, cost) is the most the call may
         spend: the gate sees it on top of what calls in flight reserved, and an allowed call
         keeps it reserved until `record_model_call` settles it to what was spent. A denial by
         a budget rule is reported like a tool's. `unpriced` (why the cost cannot be counted)
-        denies a call the gate allowed. None: the journal is unavailable and no call may be served."""
+        denies a call the gate allowed. None: the journal is unavailable and no call may be served.
+        `reserve` may be a function of what the budgets have left (tokens, cost; None: no
+        limit), called under the lock, so a call can shrink to fit what calls in flight leave."""
         with self._lock:
             if not self._open or self._full:
                 return None
             ctx = self._context()
+            if callable(reserve):
+                b = ctx.budget
+                tokens_left = None if b.tokens_limit is None else b.tokens_limit - b.tokens_used - self._reserved_tokens
+                cost_left = None if b.cost_limit is None else b.cost_limit - b.cost_used - self._reserved_cost
+                reserve = reserve(tokens_left, cost_left)
             budget = replace(ctx.budget, tokens_reserved=self._reserved_tokens + reserve[0], cost_reserved=self._reserved_cost + reserve[1])
             decision = gate.decide(action, replace(ctx, known_tools=self._known | {MODEL_TOOL}, budget=budget))
             if decision.allowed and unpriced:

@@ -11,8 +11,11 @@ may hold only the keys, tool types, content blocks and betas listed here, which 
 that; anything else is refused with a reason that names it and the spec field that allows
 it (`model.allow.request_keys | tool_types | content | betas`). Names follow the Messages
 API as the anthropic SDK 2.x types it (MessageCreateParams, ToolUnionParam, ContentBlockParam,
-AnthropicBetaParam). The same check applies in every model mode, so a replayed run is held
-to what the recorded one was.
+AnthropicBetaParam) and, on the OpenAI routes, the openai SDK 3.x's chat and Responses params
+(the provider's own tools, stored state and images or files by URL or id are refused). The
+same check applies in every model mode, so a replayed run is held to what the recorded one was.
+A refusal names every refused part at once, with the `model.allow` lines that would allow them,
+so an agent that shows a 403 as "Failed to authenticate" still shows the whole cause.
 
 Standard library only (this module runs inside the gateway image).
 """
@@ -39,12 +42,77 @@ BETAS = frozenset((  # betas that switch on nothing the provider does by itself,
     "output-128k-2025-02-19", "interleaved-thinking-2025-05-14", "model-context-window-exceeded-2025-08-26",
     "structured-outputs-2025-11-13",
 ))
+# POST /v1/chat/completions and /v1/responses (the openai SDK 3.x's CompletionCreateParams and
+# ResponseCreateParams): what the provider does not act on by itself. Left out on purpose:
+# `web_search_options` (it searches), `previous_response_id`, `conversation`, `prompt` and
+# `item_reference` items (state kept on the provider's side, which no replay holds), `background`,
+# `store` (it keeps the exchange), and `n`, `audio`, `modalities`, `prediction`, `service_tier`
+# (other prices, which the reservation does not count).
+OPENAI_KEYS = {
+    "chat_completions": frozenset((
+        "model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options", "temperature", "top_p",
+        "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "tools",
+        "tool_choice", "parallel_tool_calls", "response_format", "reasoning_effort", "verbosity", "user", "metadata",
+        "functions", "function_call", "prompt_cache_key", "safety_identifier",
+    )),
+    "responses": frozenset((
+        "model", "input", "instructions", "max_output_tokens", "stream", "stream_options", "temperature", "top_p", "tools",
+        "tool_choice", "parallel_tool_calls", "text", "reasoning", "truncation", "include", "user", "metadata",
+        "prompt_cache_key", "safety_identifier", "top_logprobs",
+    )),
+}
+OPENAI_TOOL_TYPES = frozenset(("function", "custom"))  # the agent runs them; web_search, file_search, mcp, ... the provider does
+OPENAI_CONTENT_TYPES = frozenset((  # message content parts and Responses input items
+    "text", "image_url", "input_audio", "file", "refusal", "input_text", "input_image", "input_file", "output_text",
+    "message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output", "reasoning",
+))
 MAX_DEPTH = 4  # tool_result > document > content source > block: deeper is refused, not walked
 MAX_NAME = 80  # a refused name is quoted at most this long
+MAX_NAMES = 32  # and a refusal lists at most this many names per field (it is journaled whole)
+WHY = {  # one reason per spec field, said once in a refusal however many names it lists
+    "request_keys": "a request key can make the provider act by itself or change what a call costs",
+    "betas": "a beta can switch on features the provider runs by itself",
+    "tool_types": "a server or provider-defined tool runs on the provider's side, not in the agent",
+    "content": "only inline text, images, documents and the agent's own tool calls and results are sent; the provider fetches anything else itself",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One refused part of a request: where it is, and the name `model.allow.<field>` takes."""
+
+    where: str  # e.g. "request key 'mcp_servers'", "tools[1] of type 'web_search_20250305'"
+    field: str  # a key of WHY
+    name: str
 
 
 class Refused(Exception):
-    """The request holds something the provider would act on by itself (the message says what, and the fix)."""
+    """The request holds something the provider would act on by itself. The message names
+    every refused part at once and the spec lines that would allow them; `problems` lists them."""
+
+    def __init__(self, message: str, problems: tuple[Problem, ...] = ()):
+        super().__init__(message)
+        self.problems = problems
+
+    @classmethod
+    def of(cls, problems: list[Problem]) -> Refused:
+        fields = [f for f in WHY if any(p.field == f for p in problems)]
+        lines = "; ".join(f"model.allow.{f}: [{', '.join(_shown(n) for n in names)}]" for f, names in _grouped(problems).items())
+        count = f"{len(problems)} part{'s' if len(problems) != 1 else ''}"
+        message = (f"not an authentication problem: the gateway refuses {count} of this request. To allow "
+                   f"{'them' if len(problems) != 1 else 'it'}, add to the spec: {lines}. Refused: {', '.join(p.where for p in problems)}. "
+                   f"Why: {'; '.join(WHY[f] for f in fields)}.")
+        return cls(message, tuple(problems))
+
+    def allow(self) -> dict[str, list[str]]:
+        """The `model.allow` block that would allow every refused part (for the 403 body and journal)."""
+        return _grouped(list(self.problems))
+
+
+def _grouped(problems: list[Problem]) -> dict[str, list[str]]:
+    """field -> the distinct names refused under it (at most MAX_NAMES each), in WHY's order."""
+    out = {f: list(dict.fromkeys(p.name[:MAX_NAME] for p in problems if p.field == f))[:MAX_NAMES] for f in WHY}
+    return {f: names for f, names in out.items() if names}
 
 
 @dataclass(frozen=True)
@@ -57,25 +125,67 @@ class Allow:
     betas: frozenset[str] = frozenset()
 
 
-def check(body: dict[str, Any], beta: str | None, allow: Allow) -> None:
-    """Raise `Refused` for the first part of the request that is not allowed."""
+def check(body: dict[str, Any], beta: str | None, allow: Allow, endpoint: str = "messages") -> None:
+    """Raise `Refused` naming every part of the request that is not allowed (a part whose
+    shape cannot be walked is refused on its own: there is nothing a spec could allow)."""
+    problems: list[Problem] = []
+    known = OPENAI_KEYS.get(endpoint, REQUEST_KEYS)
     for key in sorted(body):
-        if key not in REQUEST_KEYS and key not in allow.request_keys:
-            raise _refused(f"request key {key!r}", "request_keys", key, _why_key(key))
+        if key not in known and key not in allow.request_keys:
+            problems.append(Problem(f"request key {_shown(key)}", "request_keys", key))
     for name in _betas(beta):
         if name not in BETAS and name not in allow.betas:
-            raise _refused(f"anthropic-beta {name!r}", "betas", name, "a beta can switch on features the provider runs by itself")
-    tools = _shaped(body.get("tools"), "tools", text=False)
-    for i, tool in enumerate(tools):
-        kind = tool.get("type", "custom") if isinstance(tool, dict) else None
+            problems.append(Problem(f"anthropic-beta {_shown(name)}", "betas", name))
+    default = "function" if endpoint in OPENAI_KEYS else "custom"
+    allowed_tools = OPENAI_TOOL_TYPES if endpoint in OPENAI_KEYS else TOOL_TYPES
+    for i, tool in enumerate(_shaped(body.get("tools"), "tools", text=False)):
+        kind = tool.get("type", default) if isinstance(tool, dict) else None
         kind = kind if isinstance(kind, str) else "(none)"
-        if kind not in TOOL_TYPES and kind not in allow.tool_types:
-            raise _refused(f"tools[{i}] of type {kind!r}", "tool_types", kind, "it is a server or Anthropic-defined tool, not a custom tool the agent runs itself")
-    _blocks(_shaped(body.get("system"), "system"), "system", allow, 0)
-    for i, message in enumerate(_shaped(body.get("messages"), "messages", text=False)):
-        if not isinstance(message, dict):
-            raise Refused(f"messages[{i}] must be an object; anything else is not checked, so it is not sent")
-        _blocks(_shaped(message.get("content"), f"messages[{i}].content"), f"messages[{i}].content", allow, 0)
+        if kind not in allowed_tools and kind not in allow.tool_types:
+            problems.append(Problem(f"tools[{i}] of type {_shown(kind)}", "tool_types", kind))
+    if endpoint in OPENAI_KEYS:
+        _openai(body, allow, problems)
+    else:
+        _blocks(_shaped(body.get("system"), "system"), "system", allow, 0, problems)
+        for i, message in enumerate(_shaped(body.get("messages"), "messages", text=False)):
+            if not isinstance(message, dict):
+                raise Refused(f"messages[{i}] must be an object; anything else is not checked, so it is not sent")
+            _blocks(_shaped(message.get("content"), f"messages[{i}].content"), f"messages[{i}].content", allow, 0, problems)
+    if problems:
+        raise Refused.of(problems)
+
+
+def _openai(body: dict[str, Any], allow: Allow, problems: list[Problem]) -> None:
+    """Chat messages' content parts, or Responses input items and their content parts: inline
+    only (an image or file by URL or by file id is fetched by the provider)."""
+    items = _shaped(body.get("messages"), "messages", text=False) if "messages" in body else _shaped(body.get("input"), "input")
+    where = "messages" if "messages" in body else "input"
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise Refused(f"{where}[{i}] must be an object; anything else is not checked, so it is not sent")
+        if where == "input" and "type" in item:
+            _part(item, f"{where}[{i}]", allow, problems)
+        for j, part in enumerate(_shaped(item.get("content"), f"{where}[{i}].content")):
+            if not isinstance(part, dict):
+                raise Refused(f"{where}[{i}].content[{j}] must be an object; anything else is not checked, so it is not sent")
+            _part(part, f"{where}[{i}].content[{j}]", allow, problems)
+
+
+def _part(part: dict[str, Any], at: str, allow: Allow, problems: list[Problem]) -> None:
+    kind = part.get("type") if isinstance(part.get("type"), str) else "(none)"
+    if kind not in OPENAI_CONTENT_TYPES and kind not in allow.content:
+        problems.append(Problem(f"{at}: a part of type {_shown(kind)}", "content", kind))
+        return
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else image
+    if kind in ("image_url", "input_image") and url is not None and not (isinstance(url, str) and url.startswith("data:")):
+        name = f"{kind}.url"
+        if name not in allow.content:
+            problems.append(Problem(f"{at}: an image by URL", "content", name))
+    file = part.get("file") if kind == "file" and isinstance(part.get("file"), dict) else part
+    for ref in ("file_id", "file_url"):
+        if kind in ("image_url", "input_image", "file", "input_file") and file.get(ref) is not None and f"{kind}.{ref}" not in allow.content:
+            problems.append(Problem(f"{at}: a file by {ref}", "content", f"{kind}.{ref}"))
 
 
 def _shaped(value: Any, where: str, *, text: bool = True) -> list[Any]:
@@ -93,7 +203,7 @@ def _betas(beta: str | None) -> Iterable[str]:
     return [] if not beta else [name.strip() for name in beta.split(",") if name.strip()]
 
 
-def _blocks(blocks: list[Any], where: str, allow: Allow, depth: int) -> None:
+def _blocks(blocks: list[Any], where: str, allow: Allow, depth: int, problems: list[Problem]) -> None:
     if depth > MAX_DEPTH and blocks:
         raise Refused(f"{where}: content nested deeper than {MAX_DEPTH} levels is refused")
     for i, block in enumerate(blocks):
@@ -101,7 +211,8 @@ def _blocks(blocks: list[Any], where: str, allow: Allow, depth: int) -> None:
         kind = block.get("type") if isinstance(block, dict) else None
         kind = kind if isinstance(kind, str) else "(none)"
         if kind not in CONTENT_TYPES and kind not in allow.content:
-            raise _refused(f"{at}: a block of type {kind!r}", "content", kind, "only text, images, documents and the agent's own tool calls and results are sent")
+            problems.append(Problem(f"{at}: a block of type {_shown(kind)}", "content", kind))
+            continue
         source = block.get("source")
         if kind in ("image", "document") and source is not None and not isinstance(source, dict):
             raise Refused(f"{at}.source must be an object, not {type(source).__name__}; anything else is not checked, so it is not sent")
@@ -109,22 +220,12 @@ def _blocks(blocks: list[Any], where: str, allow: Allow, depth: int) -> None:
             source_type = source.get("type") if isinstance(source.get("type"), str) else "(none)"
             name = f"{kind}.source.{source_type}"
             if source_type not in INLINE_SOURCES and name not in allow.content:
-                raise _refused(f"{at}: {kind} source of type {source_type!r}", "content", name, "the provider would fetch it from outside the request")
+                problems.append(Problem(f"{at}: {kind} source of type {_shown(source_type)}", "content", name))
             if source_type == "content":
-                _blocks(_shaped(source.get("content"), f"{at}.source.content"), f"{at}.source.content", allow, depth + 1)
+                _blocks(_shaped(source.get("content"), f"{at}.source.content"), f"{at}.source.content", allow, depth + 1, problems)
         if kind in ("tool_result", "search_result"):
-            _blocks(_shaped(block.get("content"), f"{at}.content"), f"{at}.content", allow, depth + 1)
+            _blocks(_shaped(block.get("content"), f"{at}.content"), f"{at}.content", allow, depth + 1, problems)
 
 
-def _why_key(key: str) -> str:
-    known = {
-        "mcp_servers": "the MCP connector makes the provider connect to the servers it names",
-        "container": "it reuses a code-execution container on the provider's side",
-        "betas": "betas go in the anthropic-beta header, where they are checked",
-    }
-    return known.get(key, "the provider may act on it by itself, or it changes what a call costs")
-
-
-def _refused(what: str, field: str, name: str, why: str) -> Refused:
-    shown = name if len(name) <= MAX_NAME else name[:MAX_NAME] + "..."
-    return Refused(f"{what} is refused: {why}. To allow it, name it in the spec: model.allow.{field}: [{shown!r}]")
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= MAX_NAME else name[:MAX_NAME] + "...")

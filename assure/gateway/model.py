@@ -1,6 +1,10 @@
 """Model access for the agent: `POST /v1/messages` and `POST /v1/messages/count_tokens`,
 compatible with the Anthropic Messages API (incl. `stream: true`), so the stock `anthropic`
-SDK works with its HTTP client bound to the gateway's unix socket.
+SDK works with its HTTP client bound to the gateway's unix socket; and, beside them, the
+OpenAI API's `POST /v1/chat/completions`, `POST /v1/responses` and `GET /v1/models` for the
+stock `openai` SDK and the agents built on it. Both go through the same parse, gate, budget,
+journal and blobs; only the edges differ (the allowlist's names, the usage fields, the error
+shape, the scripted answer's wire format: modelopenai.py).
 
 Where answers come from (config `model.mode`):
 - `anthropic`: the real API at `model.upstream`, reached only through the egress proxy (the
@@ -14,7 +18,11 @@ Where answers come from (config `model.mode`):
   request digest and order: the n-th call with digest D gets the n-th recorded response for
   D, byte for byte. Nothing leaves the gateway. A request the recording does not have is a
   409 `replay_mismatch` naming the digest and position, never a fallback.
-- `scripted`: the responses listed in a JSON fixture, in order (demos and tests).
+- `openai`: any OpenAI-compatible API at `model.upstream` (OpenAI, vLLM, Ollama, a LiteLLM
+  proxy), the same way, the key sent as a bearer token. One upstream speaks one API: the
+  other API's routes answer 404 `other_api`.
+- `scripted`: the responses listed in a JSON fixture, in order (demos and tests), served on
+  either API's routes.
 
 Recording: every call is gated (tool `model.messages`, non-mutating, so the budget rules
 apply) and journaled as one `model_call` line: the request's digest (SHA-256 of its
@@ -33,16 +41,20 @@ request blob is stored only once the gate allowed the call: a refused or denied 
 leaves its digest in the journal and nothing in the blob store.
 
 Accounting: input, output, cache-write and cache-read tokens from `usage` (streams:
-`message_start`'s usage, updated by each `message_delta`'s cumulative usage) feed the
+`message_start`'s usage, updated by each `message_delta`'s cumulative usage; OpenAI answers:
+prompt tokens less cached ones as input, cached ones as cache reads; a chat stream carries
+usage only with `stream_options.include_usage`, else it counts at its reservation) feed the
 budget counter `tokens`; priced by `model.prices` (currency per million tokens), plus the
 server-tool fees of `usage.server_tool_use` (`model.server_tool_fees`), they feed `cost`.
 With a cost limit, a call to a model without a price is denied (the budget could not be
-kept). Before the call, its most (`max_tokens` plus an input estimate of one token per
-INPUT_BYTES_PER_TOKEN canonical bytes plus IMAGE_TOKENS per image, and their price) is reserved against both budgets, so
-calls in flight together cannot pass a limit; after it, the reservation is settled to the
+kept). Before the call, its most (its output cap plus an input estimate of one token per
+INPUT_BYTES_PER_TOKEN canonical bytes plus IMAGE_TOKENS per image, and their price) is
+reserved against both budgets, so calls in flight together cannot pass a limit; an output cap
+larger than what the budgets leave is clamped to it (and forwarded so: `max_tokens`,
+`max_completion_tokens`, `max_output_tokens`), so a large cap does not lock an agent out; after it, the reservation is settled to the
 usage the answer reports (an answer whose usage cannot be read counts at its
 reservation). Gateway-made errors use Anthropic's error shape
-`{"type": "error", "error": {"type": ..., "message": ...}}`.
+`{"type": "error", "error": {"type": ..., "message": ...}}`, or OpenAI's on its routes.
 
 The pieces: modelwire.py (calls, responses, errors), modelsources.py (where answers come
 from), blobs.py (the content-addressed store), modelusage.py (usage and price); this module
@@ -59,6 +71,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from assure.core import gate
@@ -70,11 +83,17 @@ from assure.gateway.config import Config
 from assure.gateway.dispatch import MODEL_ROUTES, MODEL_TOOL, Answer, Dispatcher
 from assure.gateway.modelsources import Replay, Script, Upstream
 from assure.gateway.modelusage import FEE_TOOLS, USAGE_FIELDS, cost_of, fees_of, price_for, usage_of
-from assure.gateway.modelwire import PATHS, Call, Failure, ModelError, Response, failure_response
+from assure.gateway.modelwire import OPENAI, OUTPUT_CAPS, PATHS, SPENDING, Call, Failure, ModelError, Response, failure_response
 
 DEFAULT_VERSION = "2023-06-01"
 MAX_TOKENS = 2**31 - 1  # a larger max_tokens is refused: priced, it overflows to inf (no journal line holds it)
 INPUT_BYTES_PER_TOKEN = 4  # the input estimate a reservation uses (the answer's usage settles it)
+# Under a budget, a call reserves its input estimate and at most what the budget has left for
+# its output, and is forwarded with its output cap clamped to that: a large `max_tokens` (Claude
+# Code sends 128000) shrinks to fit instead of being denied. A call left less than MIN_OUTPUT
+# is denied by the budget rule. An OpenAI call that sets no cap gets DEFAULT_OUTPUT at most.
+MIN_OUTPUT = 1
+DEFAULT_OUTPUT = 32768
 # An image costs by its pixels, not its bytes (a blank 1092 x 1092 PNG is 304 base64 bytes
 # and ~1,600 tokens): each image block reserves this on top of its bytes. ~1,600 is the most
 # after the provider's resize on Claude 4.x; later models go to ~4,000 for a 12 MP photo.
@@ -91,7 +110,7 @@ def unavailable(dispatcher: Dispatcher, endpoint: str) -> Answer:
     """The answer when the config has no `model` section (journaled as a rejected request)."""
     message = "this run has no model access: the gateway config has no `model` section"
     dispatcher.reject(404, "no_model", message, target=PATHS[endpoint])
-    return _answer(failure_response(Failure(404, "not_found_error", message, code="no_model", retry=False)), None)
+    return _answer(failure_response(Failure(404, "not_found_error", message, code="no_model", retry=False), endpoint in OPENAI), None)
 
 
 def _answer(response: Response, action_id: str | None) -> Answer:
@@ -126,7 +145,7 @@ class ModelProxy:
         self._blobs = Blobs(self._model.blob_dir, create=True)
         self._key: str | None = None
         self._source: Upstream | Replay | Script
-        if self._model.mode == "anthropic":
+        if self._model.mode in ("anthropic", "openai"):
             self._key = read_key(self._model.key_file or "")
             self._source = Upstream(self._model, config.egress, self._key)
         elif self._model.mode == "replay":
@@ -141,16 +160,18 @@ class ModelProxy:
     def handle(self, endpoint: str, headers: Mapping[str, str], query: str, body: bytes) -> Answer:
         """Answer one request to a model route (`endpoint` is a value of MODEL_ROUTES)."""
         started = time.monotonic()
+        openai = endpoint in OPENAI
         try:
             call = self._parse(endpoint, headers, query, body)
-            features.check(call.parsed, call.beta, self._allow)
-        except features.Refused as exc:  # something the provider would act on by itself
-            failure = Failure(403, "permission_error", f"refused by the gateway: {exc}", code="feature_refused", retry=False)
-            self._dispatcher.reject(failure.status, failure.code, failure.message, target=PATHS[endpoint])
-            return _answer(failure_response(failure), None)
+            features.check(call.parsed, call.beta, self._allow, endpoint)
+        except features.Refused as exc:  # something the provider would act on by itself: every part named at once
+            allow = {"allow": exc.allow()} if exc.problems else {}
+            failure = Failure(403, "permission_error", f"refused by the gateway{',' if exc.problems else ':'} {exc}", code="feature_refused", retry=False, detail=allow)
+            self._dispatcher.reject(failure.status, failure.code, failure.message, target=PATHS[endpoint], **allow)
+            return _answer(failure_response(failure, openai), None)
         except Failure as exc:  # refused before the gate, like any malformed request
             self._dispatcher.reject(exc.status, exc.code, exc.message, target=PATHS[endpoint])
-            return _answer(failure_response(exc), None)
+            return _answer(failure_response(exc, openai), None)
         record: dict[str, Any] = {
             "action_id": uuid.uuid4().hex,
             "tool": MODEL_TOOL,
@@ -160,25 +181,26 @@ class ModelProxy:
             "request_bytes": len(call.body),
             "model": self._dispatcher.field(call.model),  # the agent's string: long ones by digest
             "stream": call.stream,
-            "anthropic_version": call.version,
+            "anthropic_version": None if call.openai else call.version,
             "anthropic_beta": call.beta,
             "query": call.query or None,
         }
         action = gate.Action(MODEL_TOOL, False, scope=f"model:{endpoint}", resource_mode="external" if self._key else gate.SANDBOX, spends=True)
-        reserve, uncountable = self._reservation(call)
-        decision = self._dispatcher.decide_model_call(record, action, self._unpriced(call) or uncountable, reserve)
+        fit, uncountable = self._reservation(call)
+        decision = self._dispatcher.decide_model_call(record, action, self._unpriced(call) or uncountable, fit)
         if decision is None:
             message = "the gateway journal is unavailable; no model calls are served"
-            return _answer(failure_response(Failure(503, "api_error", message, code="unavailable", retry=False)), None)
+            return _answer(failure_response(Failure(503, "api_error", message, code="unavailable", retry=False), openai), None)
         if decision.allowed:
             try:
                 self._blobs.put(call.canonical)  # the request, under its digest: only once allowed
             except OSError as exc:
                 return self._unrecorded(record, f"the request could not be stored: {type(exc).__name__}", 0, 0.0)
+            call = _clamped(call, fit.output, record)
             response = self._scrub(self._respond(call))
         else:
             message = f"model call denied by the gateway ({decision.rule}): {decision.reason}"
-            response = failure_response(Failure(403, "permission_error", message, code="denied", retry=False))
+            response = failure_response(Failure(403, "permission_error", message, code="denied", retry=False), openai)
         try:
             tokens, cost = self._account(call, response, record)
         except Exception as exc:  # fail closed: journaled, and what it reserved counts as spent
@@ -200,15 +222,19 @@ class ModelProxy:
             return self._unrecorded(record, f"the response could not be stored: {type(exc).__name__}", tokens, cost)
         if not self._dispatcher.record_model_call(record, tokens, cost):
             message = "the journal could not be written; the response is withheld"
-            return _answer(failure_response(Failure(500, "api_error", message, code="journal_error", retry=False)), record["action_id"])
+            return _answer(failure_response(Failure(500, "api_error", message, code="journal_error", retry=False), openai), record["action_id"])
         return _answer(response, record["action_id"])
 
     def _parse(self, endpoint: str, headers: Mapping[str, str], query: str, body: bytes) -> Call:
         def bad(code: str, message: str) -> Failure:
             return Failure(400, "invalid_request_error", message, code=code, retry=False)
 
+        upstream = self._model.mode if self._key else None
+        if upstream is not None and (endpoint in OPENAI) != (upstream == "openai"):
+            api = "an OpenAI-compatible API" if upstream == "openai" else "the Anthropic API"
+            raise Failure(404, "not_found_error", f"this run's model upstream is {api} (model.mode {upstream!r}): {PATHS[endpoint]} is not served", code="other_api", retry=False)
         try:
-            parsed = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+            parsed = {} if endpoint == "models" else json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise bad("bad_json", f"body is not valid JSON: {exc}") from None
         if not isinstance(parsed, dict):
@@ -225,27 +251,29 @@ class ModelProxy:
             raise bad("bad_header", "anthropic-beta must be a comma-separated list of beta names")
         if not _QUERY.match(query):
             raise bad("bad_query", "the query string may hold only letters, digits and ._=&-")
-        max_tokens = parsed.get("max_tokens")
-        if endpoint == "messages" and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 <= max_tokens <= MAX_TOKENS):
-            raise bad("bad_max_tokens", f"max_tokens is required: a whole number 0..{MAX_TOKENS} (it is reserved against the token budget before the call)")
+        for key in OUTPUT_CAPS.get(endpoint, ()):
+            value = parsed.get(key)
+            if (value is not None or endpoint == "messages") and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS):
+                required = " is required:" if endpoint == "messages" else " must be"
+                raise bad("bad_max_tokens", f"{key}{required} a whole number 0..{MAX_TOKENS} (it is reserved against the token budget before the call)")
         return Call(endpoint, body, canon, hashlib.sha256(canon).hexdigest(), parsed, query, version, beta or None)
 
     def _unpriced(self, call: Call) -> str | None:
         """Why this call's cost could not be counted against the run's cost limit (None: it can)."""
-        if not self._cost_limited or call.endpoint != "messages" or price_for(self._model.prices, call.model):
+        if not self._cost_limited or call.endpoint not in SPENDING or price_for(self._model.prices, call.model):
             return None
         return f"no price for model {call.model!r} in model.prices, and this run has a cost limit: its cost could not be counted"
 
-    def _reservation(self, call: Call) -> tuple[tuple[int, float], str | None]:
-        """((tokens, cost), why the cost cannot be reserved) for the most this call may spend:
-        `max_tokens` out, an input estimate in (priced as a cache write if that costs more),
-        and `max_uses` of each fee-charging server tool. count_tokens spends nothing."""
-        if call.endpoint != "messages":
-            return (0, 0.0), None
-        output = call.parsed["max_tokens"]
+    def _reservation(self, call: Call) -> tuple[_Fit, str | None]:
+        """(the most this call may spend, why its cost cannot be reserved): its output cap (or
+        what the budget leaves), an input estimate (priced as a cache write if that costs
+        more), and `max_uses` of each fee-charging server tool. count_tokens and models spend nothing."""
+        if call.endpoint not in SPENDING:
+            return _Fit(0, 0, 0.0, 0.0, 0.0), None
         estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN) + IMAGE_TOKENS * _images(call.parsed)
         found = price_for(self._model.prices, call.model)
-        cost = 0.0 if found is None else (estimate * max(found[1].input, found[1].cache_write) + output * found[1].output) / 1_000_000
+        price_in, price_out = (0.0, 0.0) if found is None else (max(found[1].input, found[1].cache_write) / 1_000_000, found[1].output / 1_000_000)
+        fees, why = 0.0, None
         tools = call.parsed.get("tools")
         for tool in tools if isinstance(tools, list) else ():
             kind = tool.get("type") if isinstance(tool, dict) else None
@@ -256,20 +284,20 @@ class ModelProxy:
             uses = tool.get("max_uses")
             if isinstance(uses, bool) or not isinstance(uses, int) or uses < 0:
                 if self._cost_limited:
-                    return (estimate + output, cost), f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
+                    why = why or f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
                 continue
-            cost += uses * fee
-        if not math.isfinite(cost):  # e.g. max_uses of 10**308: no journal line holds inf, and no limit can be kept
-            return (estimate + output, 0.0), "its cost cannot be reserved: it is larger than a float can hold"
-        return (estimate + output, cost), None
+            fees += uses * fee
+        if not math.isfinite(fees):  # e.g. max_uses of 10**308: no journal line holds inf, and no limit can be kept
+            fees, why = 0.0, "its cost cannot be reserved: it is larger than a float can hold"
+        return _Fit(estimate, call.output_cap, price_in, price_out, fees), why
 
     def _respond(self, call: Call) -> Response:
         try:
             return self._source.respond(call)
         except Failure as exc:
-            return failure_response(exc)
+            return failure_response(exc, call.openai)
         except Exception as exc:  # fail closed: an answer, never a crash
-            return failure_response(Failure(500, "api_error", f"gateway error: {type(exc).__name__}", code="internal_error"))
+            return failure_response(Failure(500, "api_error", f"gateway error: {type(exc).__name__}", code="internal_error"), call.openai)
 
     def _scrub(self, response: Response) -> Response:
         """The API key must never reach the agent, the journal or a blob."""
@@ -284,10 +312,10 @@ class ModelProxy:
 
     def _account(self, call: Call, response: Response, record: dict[str, Any]) -> tuple[int, float]:
         """Tokens and cost of a successful Messages response (else none); usage into `record`."""
-        if call.endpoint != "messages" or response.status != 200 or response.served == "gateway":
+        if call.endpoint not in SPENDING or response.status != 200 or response.served == "gateway":
             record.update(usage=None, tokens=0, cost=0.0, priced=None)
             return 0, 0.0
-        reported, answered_model = usage_of(response)
+        reported, answered_model = usage_of(response, call.openai)
         if not reported and record.get("reserved"):  # an answer whose usage cannot be read costs the most it could
             tokens, cost = record["reserved"]["tokens"], record["reserved"]["cost"]
             record.update(usage=None, tokens=tokens, cost=cost, priced=None, usage_unread=True)
@@ -307,7 +335,48 @@ class ModelProxy:
         record.update(served="gateway", status=500, error="record_failed", reason=why, response_sha256=None)
         self._dispatcher.record_model_call(record, tokens, cost)
         message = f"the gateway could not record this call ({why}); nothing is returned"
-        return _answer(failure_response(Failure(500, "api_error", message, code="record_failed", retry=False)), record["action_id"])
+        failure = Failure(500, "api_error", message, code="record_failed", retry=False)
+        return _answer(failure_response(failure, record.get("endpoint") in OPENAI), record["action_id"])
+
+
+@dataclass
+class _Fit:
+    """The most one call may spend: called by the dispatcher, under its lock, with what the
+    budgets have left (None: no limit), it shrinks the output to fit and keeps it in `output`
+    (None: the call is forwarded as it is)."""
+
+    estimate: int  # input tokens, estimated
+    cap: int | None  # the output cap the agent asked for (None: none)
+    price_in: float  # currency per token
+    price_out: float
+    fees: float  # server-tool fees, reserved whole
+    output: int | None = None
+
+    def __call__(self, tokens_left: int | None, cost_left: float | None) -> tuple[int, float]:
+        limited = tokens_left is not None or cost_left is not None
+        want = self.cap if self.cap is not None or not limited else DEFAULT_OUTPUT
+        room = [] if want is None else [want]
+        if tokens_left is not None:
+            room.append(tokens_left - self.estimate)
+        if cost_left is not None and self.price_out > 0:
+            room.append(math.floor((cost_left - self.fees - self.estimate * self.price_in) / self.price_out))
+        output = min(room) if room else None
+        if output is not None and output < min(MIN_OUTPUT, want or 0):  # no room: reserve what it asked, and the gate denies it
+            output = want
+        self.output = output
+        return self.estimate + (output or 0), self.estimate * self.price_in + (output or 0) * self.price_out + self.fees
+
+
+def _clamped(call: Call, output: int | None, record: dict[str, Any]) -> Call:
+    """`call` with its output cap set to `output` (what the budget let it reserve), if that
+    differs from what the agent asked; the journal keeps both."""
+    keys = OUTPUT_CAPS.get(call.endpoint, ())
+    if output is None or output == call.output_cap or not keys:
+        return call
+    record["output_cap"] = {"asked": call.output_cap, "forwarded": output}
+    parsed = {**call.parsed, **{key: output for key in keys if key in call.parsed}}
+    parsed.setdefault(keys[0], output)
+    return replace(call, body=json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def _images(value: Any) -> int:

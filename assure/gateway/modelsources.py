@@ -15,6 +15,7 @@ from typing import Any
 from assure.core.chain import ChainError, iter_chain
 
 from assure.gateway import http as _http
+from assure.gateway import modelopenai
 from assure.gateway.blobs import Blobs, read_file
 from assure.gateway.config import Model
 from assure.gateway.egress import Egress
@@ -25,17 +26,19 @@ REPLAYABLE = frozenset(("upstream", "replay", "script"))  # `served` values that
 
 
 class Upstream:
-    """The real API, through the egress proxy."""
+    """The real API, through the egress proxy: Anthropic's (mode `anthropic`, key as
+    `x-api-key`) or any OpenAI-compatible one (mode `openai`, key as a bearer token)."""
 
     def __init__(self, model: Model, egress: Egress | None, key: str):
         if egress is None or model.upstream is None:  # config.py refuses this; keep the invariant here
-            raise ModelError("model.upstream: mode 'anthropic' needs an upstream and an egress section")
+            raise ModelError(f"model.upstream: mode {model.mode!r} needs an upstream and an egress section")
         self._model, self._egress, self._key = model, egress, key
+        self.openai = model.mode == "openai"
 
     def respond(self, call: Call) -> Response:
         url = f"{self._model.upstream}{PATHS[call.endpoint]}" + (f"?{call.query}" if call.query else "")
         try:
-            target = _http.parse_target({"method": "POST", "url": url})
+            target = _http.parse_target({"method": "GET" if call.endpoint == "models" else "POST", "url": url})
             _http.check(self._egress, target)
         except _http.Refused as exc:
             raise _refusal(exc) from None
@@ -49,20 +52,25 @@ class Upstream:
     def _exchange(self, conn: http.client.HTTPConnection, target: _http.Target, call: Call, deadline: float) -> Response:
         # http: the proxy gets the absolute URL; https: the tunnel is to the API, so origin-form.
         request_target = target.url if target.scheme == "http" else target.path
+        body = b"" if call.endpoint == "models" else call.body
         try:
-            conn.putrequest("POST", request_target, skip_host=True, skip_accept_encoding=True)
+            conn.putrequest(target.method, request_target, skip_host=True, skip_accept_encoding=True)
             conn.putheader("Host", target.authority)
-            conn.putheader("Content-Type", JSON)
+            if body:
+                conn.putheader("Content-Type", JSON)
             conn.putheader("Accept", JSON)
             conn.putheader("Accept-Encoding", "identity")
-            conn.putheader("anthropic-version", call.version)
-            if call.beta:
-                conn.putheader("anthropic-beta", call.beta)
-            conn.putheader("x-api-key", self._key)
+            if self.openai:
+                conn.putheader("Authorization", f"Bearer {self._key}")
+            else:
+                conn.putheader("anthropic-version", call.version)
+                if call.beta:
+                    conn.putheader("anthropic-beta", call.beta)
+                conn.putheader("x-api-key", self._key)
             conn.putheader("User-Agent", "assure-gateway")
-            conn.putheader("Content-Length", str(len(call.body)))
+            conn.putheader("Content-Length", str(len(body)))
             conn.putheader("Connection", "close")
-            conn.endheaders(call.body)
+            conn.endheaders(body)
             sock = conn.sock
             self._tighten(sock, deadline)
             response = conn.getresponse()
@@ -188,9 +196,12 @@ class Script:
     """Responses from a fixture file, served in order.
 
     The file is a JSON list; each item is a Messages response object (served as JSON, or as
-    an SSE stream when the request says `stream: true`), a string (a raw SSE stream, for
-    streaming requests only), or `{"scripted": {"status": 429, "headers": {...}, "body": ...}}`
-    for any other answer. `count_tokens` answers an estimate (canonical bytes / 4) and takes no item.
+    an SSE stream when the request says `stream: true`; on the OpenAI routes as a chat
+    completion or a Responses object, text and `tool_use` blocks as text and function calls),
+    a string (a raw SSE stream, for streaming requests only), or `{"scripted": {"status": 429,
+    "headers": {...}, "body": ...}}` for any other answer (both served as they are, on any
+    route). `count_tokens` answers an estimate (canonical bytes / 4) and `/v1/models` the
+    models the items name; neither takes an item.
     """
 
     def __init__(self, path: str):
@@ -201,6 +212,8 @@ class Script:
         if not isinstance(items, list):
             raise ModelError(f"model.script: {path} must hold a JSON list of responses")
         self._items = [self._item(path, i, item) for i, item in enumerate(items)]
+        named = [item.message.get("model") for item in self._items if item.message is not None]
+        self._models = list(dict.fromkeys(m for m in named if isinstance(m, str))) or ["scripted"]
         self._lock = threading.Lock()
         self._next = 0
 
@@ -230,6 +243,9 @@ class Script:
         if call.endpoint == "count_tokens":
             body = json.dumps({"input_tokens": max(1, len(call.canonical) // 4)}).encode()
             return Response(200, (("content-type", JSON),), body, "script", {"script_index": None})
+        if call.endpoint == "models":  # the models the script answers as, and takes no item
+            body = json.dumps(modelopenai.models_list(self._models)).encode()
+            return Response(200, (("content-type", JSON),), body, "script", {"script_index": None})
         with self._lock:
             index = self._next
             if index >= len(self._items):
@@ -239,9 +255,25 @@ class Script:
                 message = f"script item {index} is an SSE stream but this request is not streaming (stream: true)"
                 raise Failure(409, "script_mismatch", message, code="script_mismatch", retry=False)
             self._next += 1
-        if call.stream and item.message is not None:
-            return Response(200, (("content-type", SSE),), message_to_sse(item.message), "script", {"script_index": index})
+        if item.message is not None and (call.stream or call.openai):  # one script format, the route's wire format
+            return Response(200, *_wire(call, item.message), "script", {"script_index": index})
         return Response(item.status, item.headers, item.body, "script", {"script_index": index})
+
+
+def _wire(call: Call, message: dict[str, Any]) -> tuple[tuple[tuple[str, str], ...], bytes]:
+    """(headers, body) of a Messages response object as `call`'s route answers it (an OpenAI
+    route, or a stream: a plain Messages answer is served as the script holds it)."""
+    sse, as_json = (("content-type", SSE),), (("content-type", JSON),)
+    if call.endpoint == "chat_completions":
+        options = call.parsed.get("stream_options")
+        if call.stream:
+            return sse, modelopenai.chat_stream(message, isinstance(options, dict) and options.get("include_usage") is True)
+        return as_json, json.dumps(modelopenai.chat_completion(message), ensure_ascii=False).encode("utf-8")
+    if call.endpoint == "responses":
+        if call.stream:
+            return sse, modelopenai.responses_stream(message)
+        return as_json, json.dumps(modelopenai.response_object(message), ensure_ascii=False).encode("utf-8")
+    return sse, message_to_sse(message)
 
 
 def message_to_sse(message: dict[str, Any]) -> bytes:

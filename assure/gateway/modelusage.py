@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from assure.gateway import modelopenai
 from assure.gateway.config import Price
 from assure.gateway.modelwire import SSE, Response
 
@@ -31,10 +32,14 @@ def sse_events(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
-def usage_of(response: Response) -> tuple[dict[str, int], str | None]:
-    """(usage, model) of a successful Messages response, JSON or SSE."""
+def usage_of(response: Response, openai: bool = False) -> tuple[dict[str, int], str | None]:
+    """(usage, model) of a successful Messages response (or, `openai`, a chat completion or
+    Responses answer: modelopenai.py reads it), JSON or SSE."""
     usage: dict[str, int] = {}
-    if response.content_type.split(";")[0].strip().lower() == SSE:
+    sse = response.content_type.split(";")[0].strip().lower() == SSE
+    if openai:
+        return modelopenai.usage_of(response.body, sse, sse_events(response.body) if sse else [])
+    if sse:
         model = None
         for event in sse_events(response.body):
             if event.get("type") == "message_start" and isinstance(event.get("message"), dict):

@@ -1,5 +1,6 @@
 """The model routes' wire types: a parsed call, a response, and the errors the gateway
-answers itself in Anthropic's shape. Standard library only (runs inside the gateway image)."""
+answers itself, in Anthropic's shape or, on the OpenAI API's routes, in OpenAI's. Standard
+library only (runs inside the gateway image)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from typing import Any
 from assure.gateway.dispatch import MODEL_ROUTES
 
 PATHS = {endpoint: path for path, endpoint in MODEL_ROUTES.items()}
+OPENAI = frozenset(("chat_completions", "responses", "models"))  # the endpoints of the OpenAI API
+SPENDING = frozenset(("messages", "chat_completions", "responses"))  # the endpoints that spend tokens
+# The request keys that cap a call's output, per endpoint; the first is the one the gateway
+# sets when it clamps a call to what the budget has left (model.py).
+OUTPUT_CAPS = {"messages": ("max_tokens",), "chat_completions": ("max_completion_tokens", "max_tokens"), "responses": ("max_output_tokens",)}
 # Response headers passed back (and recorded): what the SDK reads, nothing about the account.
-PASSED_HEADERS = frozenset(("content-type", "content-encoding", "request-id", "retry-after", "retry-after-ms", "x-should-retry"))
-PASSED_PREFIXES = ("anthropic-ratelimit-",)
+PASSED_HEADERS = frozenset(("content-type", "content-encoding", "request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry"))
+PASSED_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-")
 MAX_PASSED_HEADERS = 32
 MAX_HEADER_VALUE = 1024
 MAX_MESSAGE_CHARS = 1024
@@ -27,20 +33,22 @@ class ModelError(Exception):
 
 
 class Failure(Exception):
-    """A call the gateway answers itself: `status` with Anthropic's error JSON of type `kind`.
-    `retry=False` adds `x-should-retry: false` (the SDK would otherwise retry a 409 or 5xx)."""
+    """A call the gateway answers itself: `status` with an error JSON of type `kind` (and the
+    `detail` fields beside its message). `retry=False` adds `x-should-retry: false` (the SDKs
+    would otherwise retry a 409 or 5xx)."""
 
-    def __init__(self, status: int, kind: str, message: str, *, code: str, retry: bool | None = None):
+    def __init__(self, status: int, kind: str, message: str, *, code: str, retry: bool | None = None, detail: dict[str, Any] | None = None):
         super().__init__(message)
         self.status, self.kind, self.message, self.code, self.retry = status, kind, message[:MAX_MESSAGE_CHARS], code, retry
+        self.detail = detail or {}
 
 
 @dataclass(frozen=True)
 class Call:
     """One model request, parsed."""
 
-    endpoint: str  # messages | count_tokens
-    body: bytes  # as the agent sent it (forwarded unchanged)
+    endpoint: str  # a value of MODEL_ROUTES
+    body: bytes  # what is forwarded: the agent's bytes, unless the gateway clamped its output cap
     canonical: bytes  # canonical JSON: its SHA-256 is the request digest
     digest: str
     parsed: dict[str, Any]
@@ -57,6 +65,16 @@ class Call:
     def stream(self) -> bool:
         return self.parsed.get("stream") is True
 
+    @property
+    def openai(self) -> bool:
+        return self.endpoint in OPENAI
+
+    @property
+    def output_cap(self) -> int | None:
+        """The most output tokens the agent asked for (the smallest cap it set), None: no cap."""
+        caps = [self.parsed[key] for key in OUTPUT_CAPS.get(self.endpoint, ()) if isinstance(self.parsed.get(key), int)]
+        return min(caps) if caps else None
+
 
 @dataclass(frozen=True)
 class Response:
@@ -72,15 +90,19 @@ class Response:
         return next((v for n, v in self.headers if n == "content-type"), "")
 
 
-def error_json(kind: str, message: str) -> bytes:
-    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}, separators=(",", ":")).encode()
+def error_json(exc: Failure, openai: bool = False) -> bytes:
+    """Anthropic's error shape, or OpenAI's (`{"error": {"message", "type", "param", "code"}}`)."""
+    if openai:
+        error = {"message": exc.message, "type": exc.kind, "param": None, "code": exc.code, **exc.detail}
+        return json.dumps({"error": error}, separators=(",", ":")).encode()
+    return json.dumps({"type": "error", "error": {"type": exc.kind, "message": exc.message, **exc.detail}}, separators=(",", ":")).encode()
 
 
-def failure_response(exc: Failure) -> Response:
+def failure_response(exc: Failure, openai: bool = False) -> Response:
     headers: tuple[tuple[str, str], ...] = (("content-type", JSON),)
     if exc.retry is not None:
         headers += (("x-should-retry", "true" if exc.retry else "false"),)
-    return Response(exc.status, headers, error_json(exc.kind, exc.message), "gateway", error=exc.code)
+    return Response(exc.status, headers, error_json(exc, openai), "gateway", error=exc.code)
 
 
 def passed_headers(items: Any) -> tuple[tuple[str, str], ...]:

@@ -453,9 +453,10 @@ class Gateway:
             _require_method(req, "GET")
             return Answer(200, self._health())
         if path in MODEL_ROUTES:
-            _require_method(req, "POST")
-            _check_json(req.body, self.config.limits)
             endpoint, query = MODEL_ROUTES[path], req.target.partition("?")[2]
+            _require_method(req, "GET" if endpoint == "models" else "POST")
+            if endpoint != "models":
+                _check_json(req.body, self.config.limits)
             if self._model is None:
                 from assure.gateway import model
 

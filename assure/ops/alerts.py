@@ -1,4 +1,8 @@
-"""Alerts that stay pending until a person acknowledges them (`assure ack ID`).
+"""Alerts that stay pending until a person acknowledges them (`assure ack ID`, or a filter).
+
+An outcome its spec expects (a hostile spec breached, or refused, as it expects) needs no
+person: its alert is raised already acknowledged by the spec, with that reason, so it is on
+record but neither the monitor nor `assure health` waits for it. Any other stays pending.
 
 Each alert is a file `<run_dir>/alerts/<id>.json` (the durable truth, atomic writes) and is
 also sent to the sinks: the log (the CLI shows it on the console), a JSON-lines file, and a
@@ -19,6 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from assure.core import private
 from assure.core.chain import utc_now
 from assure.errors import AssureError
 from assure.records.layout import ALERTS, RunPaths
@@ -60,6 +65,7 @@ class Alert:
     acked_at: str | None = None
     sink_errors: tuple[str, ...] = ()
     detail: dict[str, Any] | None = None
+    ack_reason: str | None = None  # why it was acknowledged without a person: the outcome its spec expects
 
 
 @dataclass(frozen=True)
@@ -68,12 +74,20 @@ class Sinks:
     webhook: str | None = None
 
 
-def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: dict[str, Any] | None = None) -> Alert:
+SPEC_ACTOR = "spec"  # who acknowledged an alert for an outcome its spec expects
+
+
+def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: dict[str, Any] | None = None,
+                expected: str | None = None) -> Alert:
+    """Record and deliver an alert, pending; `expected` (why the spec expects this outcome): acknowledged by the spec."""
     try:
         kind = AlertKind(kind).value
     except ValueError:
         raise ValueError(f"unknown alert kind {kind!r}") from None
-    alert = Alert(f"{kind}-{secrets.token_hex(4)}", run_dir.name, kind, message, utc_now(), detail=detail)
+    now = utc_now()
+    alert = Alert(f"{kind}-{secrets.token_hex(4)}", run_dir.name, kind, message, now, detail=detail)
+    if expected is not None:
+        alert = replace(alert, state=AlertState.ACKED.value, acked_by=SPEC_ACTOR, acked_at=now, ack_reason=expected)
     paths = RunPaths(run_dir)
     paths.alerts.mkdir(exist_ok=True)
     write_json(paths.alert(alert.id), asdict(alert))
@@ -81,7 +95,10 @@ def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: di
     if errors:
         alert = replace(alert, sink_errors=tuple(errors))
         write_json(paths.alert(alert.id), asdict(alert))
-    log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, display(message), alert.id)
+    if expected is None:
+        log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, display(message), alert.id)
+    else:
+        log.info("alert %s [%s] %s (no ACK needed: %s)", alert.id, kind, display(message), display(expected))
     return alert
 
 
@@ -90,7 +107,7 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
     line = json.dumps(asdict(alert), sort_keys=True, ensure_ascii=True)
     if sinks.jsonl is not None:
         try:
-            sinks.jsonl.parent.mkdir(parents=True, exist_ok=True)
+            private.make_folder(sinks.jsonl.parent, exist_ok=True)
             _append_line(sinks.jsonl, (line + "\n").encode("ascii"))
         except OSError as exc:
             errors.append(f"jsonl: {exc}")
@@ -107,7 +124,7 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
 def _append_line(path: Path, data: bytes) -> None:
     """One whole line at the end of a file that every run of the runs base appends to (runs side
     by side among them): O_APPEND, under the file's lock, written out in full before unlocking."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, private.FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         view = memoryview(data)
@@ -139,7 +156,28 @@ def ack(runs_base: Path, alert_id: str, actor: str) -> Alert:
     matches = [p for p in runs_base.glob(f"*/{ALERTS}/{alert_id}.json")] if _safe_id(alert_id) else []
     if not matches:
         raise AssureError(f"no alert {alert_id!r}", where=str(runs_base), fix="`assure alerts` lists the pending ones")
-    path = matches[0]
+    return _ack_file(matches[0], actor)
+
+
+def ack_matching(runs_base: Path, actor: str, *, run_id: str | None = None, kind: str | None = None) -> list[Alert]:
+    """Acknowledge every pending alert of the run `run_id` and of `kind` (None: any); the ones acknowledged."""
+    if kind is not None and kind not in {k.value for k in AlertKind}:
+        raise AssureError(f"no alert kind {kind!r}", fix="one of: " + ", ".join(k.value for k in AlertKind))
+    if run_id is not None and not _safe_id(run_id):
+        raise AssureError(f"{run_id!r} is not a run id", fix="`assure runs` lists them")
+    done = []
+    for path in sorted(runs_base.glob(f"{run_id or '*'}/{ALERTS}/*.json")) if runs_base.is_dir() else []:
+        try:
+            alert = load(path)
+        except (AssureError, TypeError, ValueError) as exc:
+            log.warning("unreadable alert file %s: %s", display(str(path)), display(str(exc)))
+            continue
+        if alert.state == AlertState.PENDING and kind in (None, alert.kind):
+            done.append(_ack_file(path, actor))
+    return done
+
+
+def _ack_file(path: Path, actor: str) -> Alert:
     alert = load(path)
     if alert.state == AlertState.ACKED:
         return alert

@@ -324,18 +324,18 @@ def failed(items: list[Item]) -> list[Item]:
     return [i for i in items if i.status is Status.FAIL]
 
 
-def expected_request(spec: Spec, role: str, image: str, *, network: str | None = None) -> ContainerRequest:
+def expected_request(spec: Spec, role: str, image: str, *, user: tuple[int, int], network: str | None = None) -> ContainerRequest:
     """What `hardening` asks of a container of `role` (agent, gateway or egress proxy) for
-    `spec`; `network`: the run's internal egress network, if any. Host paths are placeholders:
-    the check compares mount points and modes, the verifier the sources."""
+    `spec`, as `user` (an attempt's); `network`: the run's internal egress network, if any.
+    Host paths are placeholders: the check compares mount points and modes, the verifier the sources."""
     mounts = hardening.Mounts(workspace=Path("/host/workspace"), socket_volume="socket-volume", gateway_state=Path("/host/state"),
                               gateway_config=Path("/host/config"), agent_files=Path("/host/agent") if spec.agent.files else None,
                               control=Path("/host/control"), run_state=Path("/host/run-state"))
     if role == Role.AGENT:
-        return hardening.agent_request(spec, image=image, name="expected", mounts=mounts, labels={}, env={})
+        return hardening.agent_request(spec, image=image, name="expected", mounts=mounts, labels={}, env={}, user=user)
     if role == Role.GATEWAY:
-        return hardening.gateway_request(spec, image=image, name="expected", mounts=mounts, labels={}, network=network)
+        return hardening.gateway_request(spec, image=image, name="expected", mounts=mounts, labels={}, network=network, user=user)
     if role == Role.EGRESS and network:
         return hardening.egress_request(spec, image=image, name="expected", config_dir=Path("/host/egress-config"), log_dir=Path("/host/egress-log"),
-                                        labels={}, network=network)
+                                        labels={}, network=network, user=user)
     raise ValueError(f"no expected request for role {role!r}" + (" without its network" if role == Role.EGRESS else ""))

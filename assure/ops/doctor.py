@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from assure.errors import AssureError
 from assure import spec as spec_mod
 from assure.ops import cis
-from assure.sandbox import backend as sandbox, runtimes, workspace_fs
+from assure.sandbox import backend as sandbox, runtimes, uids, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet, Images, base_mode, base_tags
 
@@ -109,13 +109,14 @@ def _cis(report: Report, backend: DockerBackend, images: ImageSet) -> None:
     spec = spec_mod.load(DEFAULTS_SPEC)
     labels = sandbox.labels("doctor", 0, os.getpid(), socket.gethostname())
     for role, image in ((sandbox.Role.AGENT, images.agent), (sandbox.Role.GATEWAY, images.gateway)):
-        want = dataclasses.replace(cis.expected_request(spec, role, image), mounts=(), name=None, labels=labels)
         try:
-            cid = backend.create_container(want)
-            try:
-                items = cis.check(cis.gather(backend, cid), want)
-            finally:
-                backend.remove_container(cid)
+            with uids.lease_for(spec) as lease:  # as an attempt's container would be
+                want = dataclasses.replace(cis.expected_request(spec, role, image, user=lease.ids), mounts=(), name=None, labels=labels)
+                cid = backend.create_container(want)
+                try:
+                    items = cis.check(cis.gather(backend, cid), want)
+                finally:
+                    backend.remove_container(cid)
         except AssureError as exc:
             report.add(f"CIS 5 ({role})", False, f"cannot create a container to inspect: {exc.explain()}")
             continue

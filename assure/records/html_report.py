@@ -16,6 +16,7 @@ are constants, or anchors derived from a hash (`_anchor`). Every read is confine
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import html
 import math
@@ -117,24 +118,42 @@ class _Attempt:
     def section(self, run: store.RunDir, spec: dict[str, Any], budget: _Budget) -> str:
         findings = self.data.get("findings", [])
         changes = self.data.get("changes", [])
-        by_path = {f.get("subject"): f for f in findings if f.get("kind") in ("attributed", "unattributed", "protected_changed")}
+        by_path = {f.get("subject"): f for f in findings if f.get("kind") in _CHANGE_KINDS}
         calls = {str(r.get("action_id")): r for r in self.journal if r.get("event") == "tool_call" and r.get("action_id") is not None}
         parts = [f'<section id="{_anchor("attempt", self.n)}"><h2>Attempt {self.n}: {_verdict_word(self.verdict)}</h2>']
         if not self.data:
             parts.append("<p class=\"bad\">Not judged: no verdict.json (the attempt was interrupted, or its record is damaged).</p>")
         parts.append(self._claim_and_evidence(findings, changes))
-        parts.append(f"<h3>Changed files ({len(changes)})</h3>")
+        parts.append(f"<h3>Changed files ({len(changes)}: protected first, then unexplained, then the rest)</h3>")
         if not changes:
             parts.append("<p>No change in the workspace.</p>")
-        for change in changes[:MAX_CHANGES]:
+        ordered = self.ordered_changes
+        for change in ordered[:MAX_CHANGES]:
             parts.append(self._change(run, change, by_path.get(change.get("path")), calls, spec, budget))
-        if len(changes) > MAX_CHANGES:
-            parts.append(f'<p class="note">{len(changes) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}); '
+        if len(ordered) > MAX_CHANGES:
+            left: dict[str, int] = {}
+            for change in ordered[MAX_CHANGES:]:
+                group = _CHANGE_GROUPS[_change_rank(by_path.get(change.get("path")))]
+                left[group] = left.get(group, 0) + 1
+            each = ", ".join(f"{left[g]} {g}" for g in _CHANGE_GROUPS if g in left)
+            parts.append(f'<p class="note">{len(ordered) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}): {each}; '
                          "the findings below name them, and <code>assure diff RUN_DIR</code> lists them all.</p>")
         parts.append(self._denied())
         parts.append("<h3>Findings</h3>" + _findings_table(findings))
         parts.append(self._journal_table())
         return "\n".join(parts + ["</section>"])
+
+    @functools.cached_property
+    def ordered_changes(self) -> list[dict[str, Any]]:
+        """The changes as the page lists them: protected first, then unexplained, then attributed
+        (each group by path), so that a breach is never among the changes left out."""
+        by_path = {f.get("subject"): f for f in self.data.get("findings", []) if f.get("kind") in _CHANGE_KINDS}
+        return sorted(self.data.get("changes", []), key=lambda c: _change_rank(by_path.get(c.get("path"))))
+
+    @functools.cached_property
+    def detailed(self) -> frozenset[str]:
+        """The paths whose change the page shows in detail (a finding's subject links to it)."""
+        return frozenset(str(c.get("path")) for c in self.ordered_changes[:MAX_CHANGES])
 
     def _claim_and_evidence(self, findings: list[dict[str, Any]], changes: list[dict[str, Any]]) -> str:
         claim = self.data.get("claim")
@@ -244,6 +263,16 @@ class _Attempt:
                 '<th>decision</th><th>rule</th><th>reason</th></tr>' + "".join(rows) + "</table>")
 
 
+_CHANGE_KINDS = ("protected_changed", "unattributed", "attributed")  # the findings that judge a workspace change
+_CHANGE_GROUPS = ("protected", "unexplained", "attributed")  # in the order the page lists them
+
+
+def _change_rank(finding: dict[str, Any] | None) -> int:
+    """A change's group: protected, unexplained (unattributed, or no finding at all), attributed."""
+    kind = finding.get("kind") if finding else None
+    return 0 if kind == "protected_changed" else 2 if kind == "attributed" else 1
+
+
 def _journal(paths: AttemptPaths) -> tuple[list[dict[str, Any]], str | None]:
     """The journal's verified lines, at most MAX_JOURNAL_ROWS; a break ends it, and is said."""
     if not paths.journal.is_file():
@@ -321,7 +350,8 @@ def _verdict_banner(title: str, spec_name: str, verdict: str, expect: Any, repor
     as_expected = expect == verdict
     expectation = (f' <span class="{"ok" if as_expected else "bad"}">(the spec expects {_h(expect)}: {"as expected" if as_expected else "UNEXPECTED"})</span>'
                    if expect else "")
-    tasks = "".join(f"<li>task <code>{_h(t.get('id'))}</code>: {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}</li>"
+    tasks = "".join(f"<li>task <code>{_h(t.get('id'))}</code>: {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}"
+                    + (f"; its verdict {_verdict_word(str(t['verdict']))} is attempt {_h(t.get('verdict_attempt'))}'s" if t.get("verdict") else "") + "</li>"
                     for t in report.get("tasks", []))
     return (f'<header><h1>{_h(title)}</h1><p>spec <code>{_h(spec_name)}</code></p>'
             f'<p class="verdict {_verdict_class(verdict)}">{_h(verdict.upper())}</p><p>{expectation}</p>'
@@ -356,7 +386,7 @@ def _subject(attempt: _Attempt, finding: dict[str, Any]) -> str:
     """A finding's subject, linked to its change when it names a changed path."""
     subject = finding.get("subject")
     text = f"<code>{_h(subject)}</code>"
-    if any(c.get("path") == subject for c in attempt.data.get("changes", [])[:MAX_CHANGES]):  # shown in detail
+    if isinstance(subject, str) and subject in attempt.detailed:
         return f'<a href="#{_anchor("change", attempt.n, subject)}">{text}</a>'
     return text
 
@@ -491,13 +521,13 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
 
 
 def _reason(report: dict[str, Any]) -> str:
-    """One line: the last attempt's reason (as the summary and the box say it), else its first
-    findings above info, else what became of each task."""
+    """One line: the standing attempt's reason (as the summary and the box say it), else its
+    first findings above info, else what became of each task."""
     why = summary.attempt_reason(report)
     if why:
         return why
-    attempts = report.get("attempts") or []
-    bad = [f for f in (attempts[-1].get("findings", []) if attempts else []) if f.get("severity") != "info"]
+    stands = summary.standing_attempts(report)
+    bad = [f for f in (stands[0].get("findings", []) if stands else []) if f.get("severity") != "info"]
     if bad:
         more = f" (+{len(bad) - 2} more)" if len(bad) > 2 else ""
         return "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]) + more

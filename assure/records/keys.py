@@ -13,6 +13,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from assure.core import private
 from assure.errors import AssureError, unreadable
 
 ALG = "Ed25519"
@@ -43,8 +44,8 @@ def generate_keypair(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
     private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _create(private_path, private_pem, 0o600)
+        private.make_folder(directory, exist_ok=True)
+        _create(private_path, private_pem, private.FILE_MODE)
         try:
             _create(public_path, public_pem, 0o644)
         except BaseException:

@@ -34,6 +34,7 @@ BREACH = "gateway/breach.json"
 CONTAINER = "container.json"
 HEARTBEAT = "gateway/heartbeat.json"  # relative to an attempt folder
 VERDICT = "verdict.json"
+POST = "post.json"  # an attempt's POST snapshot: every file's digest as the verifier hashed it
 STATE = "state.json"  # a run's, and a suite run's
 LOCK = "lock"  # held by the one process driving a run, or a suite run
 VERIFIER_HEARTBEAT = "verifier.json"  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
@@ -126,6 +127,11 @@ class PromotionPaths:
         """What the commit replaced in the target."""
         return self.root / "backup"
 
+    @property
+    def staged(self) -> Path:
+        """The files being committed, as hashed and checked against POST (removed once committed)."""
+        return self.root / "staged"
+
 
 @dataclass(frozen=True)
 class AttemptPaths:
@@ -206,7 +212,7 @@ class AttemptPaths:
 
     @property
     def post(self) -> Path:
-        return self.root / "post.json"
+        return self.root / POST
 
     @property
     def container(self) -> Path:

@@ -15,7 +15,8 @@ from assure.errors import AssureError
 from assure.records import layout
 from assure.records.keys import ALG
 
-AAR_VERSION = "1"
+AAR_VERSION = "2"  # 2 added `changeset`; a version-1 receipt still verifies, its step 7 NOT-RUN
+AAR_VERSIONS = ("1", AAR_VERSION)
 SEAL_VERSION = "1"
 VERDICTS = ("verified", "rejected")
 GROUND_TRUTHS = ("confirmed", "contradicted")
@@ -29,10 +30,13 @@ STEPS = {
     4: "sealed logs verify, same lines and head",
     5: "Merkle root matches the sealed logs",
     6: "receipts carry the seal, the seal lists the receipts",
+    7: "changesets match the run's workspace copies",
 }
 
-RECEIPT_FIELDS = frozenset({"aar", "run_id", "task", "subject", "principal", "verdict", "ground_truth", "reason", "checks",
-                            "verifier", "deployment_id", "scope_id", "seal", "issued", "signature"})
+RECEIPT_FIELDS_V1 = frozenset({"aar", "run_id", "task", "subject", "principal", "verdict", "ground_truth", "reason", "checks",
+                               "verifier", "deployment_id", "scope_id", "seal", "issued", "signature"})
+RECEIPT_FIELDS = RECEIPT_FIELDS_V1 | {"changeset"}
+CHANGESET_FIELDS = frozenset({"attempt", "sha256", "changes"})
 CHECK_FIELDS = frozenset({"source", "query", "observed_at", "response_sha256", "excerpt"})
 SEAL_FIELDS = frozenset({"run_id", "sealed_at", "logs", "merkle_root"})
 SEAL_FILE_FIELDS = frozenset({"aar_seal", "seal", "receipts", "signature"})
@@ -100,8 +104,15 @@ def _exact_fields(obj: Any, fields: frozenset[str], path: str, what: str) -> Non
 
 
 def check_receipt(r: Any, path: str) -> None:
-    _exact_fields(r, RECEIPT_FIELDS, path, "receipt")
-    fail_unless(r["aar"] == AAR_VERSION, path, f"aar version {r['aar']!r}, expected {AAR_VERSION!r}")
+    fail_unless(isinstance(r, dict), path, "receipt is not a JSON object")
+    fail_unless(r.get("aar") in AAR_VERSIONS, path, f"aar version {r.get('aar')!r}, expected one of {', '.join(map(repr, AAR_VERSIONS))}")
+    _exact_fields(r, RECEIPT_FIELDS if r["aar"] == AAR_VERSION else RECEIPT_FIELDS_V1, path, "receipt")
+    if r.get("changeset") is not None:
+        _exact_fields(r["changeset"], CHANGESET_FIELDS, path, "changeset")
+        fail_unless(type(r["changeset"]["attempt"]) is int and r["changeset"]["attempt"] >= 1, path, "changeset.attempt must be an attempt number")
+        fail_unless(type(r["changeset"]["changes"]) is int and r["changeset"]["changes"] >= 0, path, "changeset.changes must be a count")
+        fail_unless(isinstance(r["changeset"]["sha256"], str) and bool(_HEX64.match(r["changeset"]["sha256"])), path,
+                    "changeset.sha256 must be 64 lowercase hex digits")
     for name in ("run_id", "subject", "principal", "reason", "deployment_id", "scope_id"):
         fail_unless(_is_text(r[name]), path, f"{name} must be a non-empty string")
     _exact_fields(r["task"], frozenset({"id", "claim"}), path, "task")

@@ -11,12 +11,14 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from assure.records import applied, layout
 from assure.records.keys import key_id, signature_problem
 from assure.records.receipt_format import (
-    RECEIPTS_DIR, SEAL_FILE, STEPS, ReceiptError, canonical, check_seal_file, fail_unless, listing, load_receipts,
+    RECEIPTS_DIR, SEAL_FILE, STEPS, ReceiptError, canonical, check_seal_file, fail_unless, inside, listing, load_receipts,
     parse_strict, receipts_dir,
 )
 from assure.records.seal import chain_logs, merkle_root, read_chain
+from assure.textsafe import display
 
 
 class Outcome(str, Enum):
@@ -66,6 +68,36 @@ def _verify_signature(doc: dict[str, Any], public_key: Ed25519PublicKey, step: i
     problem = signature_problem(sig, canonical(body, step, rel), public_key)
     if problem is not None:
         raise ReceiptError(step, rel, problem)
+
+
+def _verify_changeset(run_dir: Path, rel: str, changeset: dict[str, Any]) -> None:
+    """The attempt's judged changes (its `verdict.json`) and the bytes its workspace copy holds
+    for them digest to the receipt's `changeset`; the first path that differs is named."""
+    attempt = layout.AttemptPaths(Path(layout.ATTEMPTS) / str(changeset["attempt"]))
+    verdict_rel, workspace_rel = attempt.verdict.as_posix(), attempt.workspace.as_posix()
+    workspace = inside(run_dir, workspace_rel, 7)
+    try:
+        changes = parse_strict(inside(run_dir, verdict_rel, 7), verdict_rel)["changes"]
+        said, now = applied.judged(changes), applied.found(workspace, changes)
+    except ReceiptError as exc:
+        raise ReceiptError(7, verdict_rel, exc.detail) from None
+    except (KeyError, TypeError, AttributeError, ValueError, OSError) as exc:
+        raise ReceiptError(7, verdict_rel, f"its changes cannot be read ({type(exc).__name__}: {exc})") from None
+    if applied.digest(now) == changeset["sha256"] and len(changes) == changeset["changes"]:
+        return
+    # some differences may be the copy-out's own gaps (NOT_COPIED then too): name a changed entry first
+    differs = sorted(((then, there) for then, there in zip(said, now) if then != there), key=lambda pair: pair[1].kind == applied.NOT_COPIED)
+    if not differs:
+        raise ReceiptError(7, verdict_rel, f"its changes are not the ones {rel} vouches for (rewritten after the receipt)")
+    then, there = differs[0]
+    raise ReceiptError(7, f"{workspace_rel}/{display(then.path)}",
+                       f"differs from what {rel} vouches for ({_said(then)} then, {_said(there)} now): the workspace copy was changed")
+
+
+def _said(item: applied.Item) -> str:
+    if item.kind != "file":
+        return item.kind
+    return f"file sha256 {(item.sha256 or 'unhashed')[:16]}{', executable' if item.executable else ''}"
 
 
 def verify_run(run_dir: str | os.PathLike[str], public_key: Ed25519PublicKey | None) -> Report:
@@ -151,6 +183,16 @@ def verify_run(run_dir: str | os.PathLike[str], public_key: Ed25519PublicKey | N
         if listing(name, receipt) != listed[name]:
             raise ReceiptError(6, f"{RECEIPTS_DIR}/{name}", f"differs from its entry in {SEAL_FILE} (replaced after sealing)")
     passed(6, f"{len(receipts)} receipts under one seal")
+
+    # Step 7: each receipt's changeset is what the run's workspace copy of that attempt holds
+    # now (every changed file re-hashed); a version-1 receipt carries none.
+    vouched = [(name, receipt) for name, receipt in receipts if receipt.get("changeset") is not None]
+    if not vouched:
+        results.append(StepResult(7, STEPS[7], Outcome.NOT_RUN, "no receipt carries a changeset (aar 1, or no attempt ran)"))
+    else:
+        for name, receipt in vouched:
+            _verify_changeset(run_dir, f"{RECEIPTS_DIR}/{name}", receipt["changeset"])
+        passed(7, f"{len(vouched)} changesets, {sum(r['changeset']['changes'] for _, r in vouched)} changed paths")
 
     return Report(
         run_dir=str(run_dir), run_id=seal["run_id"], key_id=expected, receipts=tuple(f"{RECEIPTS_DIR}/{n}" for n, _ in receipts),

@@ -17,7 +17,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from assure.core.chain import utc_now
-from assure.records import layout
+from assure.records import applied, layout
 from assure.records.keys import signature
 from assure.records.receipt_format import AAR_VERSION, ReceiptError, canonical, check_receipt, receipts_dir
 from assure.records.store import write_json
@@ -44,9 +44,11 @@ def build_receipt(
     deployment_id: str,
     scope_id: str,
     seal: dict[str, Any],
+    changeset: dict[str, Any] | None = None,
     issued: str | None = None,
 ) -> dict[str, Any]:
-    """An unsigned AAR record (`signature: null`); checked as step 1 of `verify_run` would."""
+    """An unsigned AAR record (`signature: null`); checked as step 1 of `verify_run` would.
+    `changeset` is `changeset_of(...)` for the attempt the receipt speaks for (None: no attempt)."""
     record = {
         "aar": AAR_VERSION,
         "run_id": run_id,
@@ -61,11 +63,19 @@ def build_receipt(
         "deployment_id": deployment_id,
         "scope_id": scope_id,
         "seal": seal,
+        "changeset": changeset,
         "issued": issued or utc_now(),
         "signature": None,
     }
     check_receipt(record, f"receipt for task {task_id!r}")
     return record
+
+
+def changeset_of(run_dir: Path, attempt: int, changes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The receipt's `changeset`: the digest of what the attempt's judged changes leave behind
+    (`applied.vouched`), which `assure receipts verify` recomputes from the run's workspace copy."""
+    workspace = layout.RunPaths(run_dir).attempt(attempt).workspace
+    return {"attempt": attempt, "sha256": applied.digest(applied.vouched(workspace, changes)), "changes": len(changes)}
 
 
 def sign(record: dict[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:

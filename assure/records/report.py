@@ -71,7 +71,8 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
             parts.append(Text(f"  agent's claim (narrative, not evidence): {display(str(claim.get('status')))}: {display(str(claim.get('summary', '')))[:200]}", style="italic dim"))
     for task in report.get("tasks", []):
         parts.append(Text(f"task {display(task['id'])}: {task['state']}" + (f" ({display(str(task['reason']))})" if task.get("reason") else "")
-                          + f"  attempts {', '.join(map(str, task['attempts']))}", style="bold"))
+                          + f"  attempts {', '.join(map(str, task['attempts']))}"
+                          + (f"; its verdict {task['verdict']} is attempt {task.get('verdict_attempt')}'s" if task.get("verdict") and len(task["attempts"]) > 1 else ""), style="bold"))
     expect = report.get("expect")
     halted = report.get("state") == "halted"  # an operator's halt is what happened, not what its attempts were judged
     title = Text.assemble(f"{display(report['spec'])}  ", Text("HALTED", style="bold yellow") if halted else verdict_text(report["verdict"]))

@@ -1,5 +1,8 @@
 """The run directory: where a run keeps everything needed to re-verify it offline.
 
+Made private to the invoking user (`core.private`): a run directory, and any runs base it
+makes, are 0700, so no other local user reads or rewrites what a verifier saw.
+
 Its file names are `layout`'s; `state.json` is written atomically (write-then-rename) and
 `events.jsonl` is the host's hash-chained log.
 """
@@ -19,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assure.core import atomic, control
+from assure.core import atomic, control, private
 from assure.core.chain import ChainWriter
 from assure.errors import RunDirError, unreadable
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
@@ -43,14 +46,14 @@ def new_dir(base: Path, name: str) -> Path:
     exclusive mkdir, and a taken one is drawn again, so runs (and suite runs) started side by
     side in one folder never share a directory."""
     with _making(base):
-        base.mkdir(parents=True, exist_ok=True)
+        private.make_folder(base, exist_ok=True)
     for _ in range(NEW_ID_TRIES):
         path = base / new_run_id(name)
         if not RUN_ID.match(path.name):
             raise RunDirError(f"unusable run id {path.name!r}", fix="give the spec (or suite) a shorter name")
         try:
             with _making(path):
-                path.mkdir()
+                private.make_folder(path)
             return path
         except RunDirError as exc:
             if not isinstance(exc.__cause__, FileExistsError):
@@ -68,9 +71,10 @@ def _making(path: Path) -> Iterator[None]:
                           fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from exc
 
 
-def write_json(path: Path, data: Any) -> None:
-    """A run-directory JSON file, written atomically (`core.atomic`)."""
-    atomic.write_json(path, data)
+def write_json(path: Path, data: Any, *, mode: int = private.FILE_MODE) -> None:
+    """A run-directory JSON file, written atomically (`core.atomic`): the invoking user's
+    alone unless `mode` says a container reads it through its mount."""
+    atomic.write_json(path, data, mode=mode)
 
 
 def read_json(path: Path) -> Any:
@@ -99,8 +103,8 @@ class RunDir:
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
         with _making(base / run_id):
-            base.mkdir(parents=True, exist_ok=True)
-            (base / run_id).mkdir()
+            private.make_folder(base, exist_ok=True)
+            private.make_folder(base / run_id)
         return cls._populate(base / run_id, spec_source, spec_json)
 
     @classmethod
@@ -116,6 +120,7 @@ class RunDir:
             paths.control.mkdir()
             paths.gateway_state.mkdir()
         shutil.copyfile(spec_source, paths.spec_yaml)
+        os.chmod(paths.spec_yaml, private.FILE_MODE)
         write_json(paths.spec_json, spec_json)
         return cls(paths.root)
 

@@ -23,12 +23,15 @@ from assure.core import atomic
 from assure.errors import AssureError, RunDirError
 from assure.records import store
 from assure.records.layout import RunPaths, SuitePaths
+from assure.textsafe import agent_quoted
+from assure.verify.findings import VERDICT_ORDER, standing
 
 SCHEMA_VERSION = 1
 FINDINGS_MAX = 50  # findings listed per spec; the rest are counted in `findings_omitted`
 REASON_MAX = 300  # characters of a result's one-line reason
 VERDICTS = ("pass", "fail", "breach", "contained", "error")
 OK_VERDICTS = ("pass", "contained")
+_HEAVIEST_FIRST = [v.value for v in VERDICT_ORDER]
 
 
 class SuiteLike(Protocol):
@@ -84,19 +87,26 @@ def _result(position: int, name: str, spec_path: str, expect: str, run_dir: Path
     }
 
 
-def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    """Above-info findings of each task's last attempt: the ones the verdict follows from."""
-    last: dict[str, dict[str, Any]] = {}
+def standing_attempts(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attempt that stands for each task (`findings.standing`: its first breach, else its
+    last), the heaviest verdict first: the ones the run's verdict follows from."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
     for attempt in report.get("attempts", []):
-        last[attempt["task"]] = attempt
-    for attempt in last.values():
+        by_task.setdefault(attempt["task"], []).append(attempt)
+    stands = [judged[standing([str(a.get("verdict")) for a in judged])] for judged in by_task.values()]
+    return sorted(stands, key=lambda a: _HEAVIEST_FIRST.index(a.get("verdict")) if a.get("verdict") in _HEAVIEST_FIRST else len(_HEAVIEST_FIRST))
+
+
+def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    """Above-info findings of the attempt that stands for each task: the ones the verdict follows from."""
+    for attempt in standing_attempts(report):
         for f in attempt["findings"]:
             if f["severity"] != "info":
                 yield {"kind": f["kind"], "severity": f["severity"], "subject": f["subject"], "message": f["message"]}
 
 
 def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], report: dict[str, Any] | None, error: str | None) -> str | None:
-    """One line: the last attempt's reason (run/reasons.py), else the first finding as heavy as
+    """One line: the standing attempt's reason (run/reasons.py), else the first finding as heavy as
     the verdict (else the first above info), else why there is no verdict; null for a pass (or
     containment) that was expected."""
     if verdict == expect and verdict in OK_VERDICTS:
@@ -116,19 +126,32 @@ def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], re
 
 
 def attempt_reason(report: dict[str, Any] | None) -> str | None:
-    """The last attempt's reason summary (run/reasons.py: the gate's first denial, a command not
-    found, ...), or None when no attempt has one."""
-    return next((a["reason"]["summary"] for a in reversed((report or {}).get("attempts", [])) if (a.get("reason") or {}).get("summary")), None)
+    """The reason summary (run/reasons.py: a breach's heaviest finding, a command not found, the
+    gate's first denial, ...) of the heaviest attempt that stands for a task, or None when none has one."""
+    return next((a["reason"]["summary"] for a in standing_attempts(report or {}) if (a.get("reason") or {}).get("summary")), None)
 
 
 def gate_denial_line(reason: dict[str, Any]) -> str | None:
     """The gate's first denial as the box and the HTML page show it under the reason's summary,
-    or None: no denial, or the summary already is it."""
+    as containment that worked, with the gate's message (which may quote the agent's arguments:
+    it is never in the summary); None when there was no denial."""
     denial = reason.get("gate_denial")
-    if not denial or str(reason.get("summary") or "").startswith("the gate denied"):
+    if not denial:
         return None
-    target = f" {denial.get('path')}" if denial.get("path") else ""
-    return f"the gate's first denial: {denial.get('tool')}{target}: {denial.get('rule')}: {denial.get('message')} ({denial.get('denied')} calls denied)"
+    message = f"the gate's message: {denial.get('message')}"
+    if str(reason.get("summary") or "").startswith("the gate denied"):
+        return message
+    return f"containment that worked: {denial_line(denial)}; {message}"
+
+
+def denial_line(denial: dict[str, Any]) -> str:
+    """The gate's first denial in one line (run/reasons.py's `gate_denial`, whose strings are
+    escaped already): the tool and the path are the agent's, quoted; the rule is the gate's.
+    The gate's message quotes the agent's arguments, so it is evidence beside the line, never in it."""
+    target = f" on {agent_quoted(str(denial['path']), shown=True)}" if denial.get("path") else ""
+    denied = denial.get("denied")
+    more = f" ({denied} calls denied)" if isinstance(denied, int) and denied > 1 else ""
+    return f"the gate denied {agent_quoted(str(denial.get('tool')), shown=True)}{target}: {denial.get('rule')}{more}"
 
 
 def _line(text: str) -> str:
@@ -175,8 +198,11 @@ def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[st
 def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
     result = _from_run_dir(position, spec, entry, runs_dir)
     overruled = entry.get("node_finding") or (entry.get("reason") if entry.get("verdict") == "error" else None)
-    if overruled:  # cluster mode: the caller's `error` (a node that disagreed, or was lost) overrules what the run dir says
-        result.update(verdict="error", as_expected=spec.expect == "error", reason=_line(f"node: {overruled}"))
+    if overruled:  # cluster mode: the caller's verdict (error for a node that disagreed or was lost, breach for one it claimed) overrules the run dir's
+        verdict = entry["verdict"] if entry.get("verdict") in VERDICTS else "error"
+        result.update(verdict=verdict, as_expected=spec.expect == verdict, reason=_line(f"node: {overruled}"))
+        if not result["findings"] and entry.get("node_findings"):  # no run directory here: the findings the node's message carried
+            result.update(findings=entry["node_findings"][:FINDINGS_MAX], findings_omitted=max(0, len(entry["node_findings"]) - FINDINGS_MAX))
     return result
 
 

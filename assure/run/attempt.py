@@ -27,13 +27,13 @@ from typing import Any
 
 from assure.run import checks, failpoints, modelaccess, policy, pool as warm
 from assure.run.stop import INTERRUPTED, StopReason
-from assure.core import confined, control
+from assure.core import confined, control, private
 from assure.ops import health
 from assure.records import store
 from assure.records.attempt_record import AttemptRecord, ContainerFacts
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
-from assure.sandbox import hardening, runtimes, workspace_fs
+from assure.sandbox import hardening, runtimes, uids, workspace_fs
 from assure.sandbox import backend as sandbox
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
@@ -141,8 +141,8 @@ class Attempt:
         self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec)
-        uid, gid = hardening.sandbox_user(spec)
-        self.model = modelaccess.ModelAccess(spec.model, spec.path.parent, self.paths.gateway_config, uid, gid)
+        self.lease: uids.Lease | None = None  # the attempt's user: leased in prepare (or the claimed pair's), released at the end
+        self.model = modelaccess.ModelAccess(spec.model, spec.path.parent, self.paths.gateway_config, -1, -1)  # its ids: the lease's
 
     def execute(self) -> AttemptRecord:
         """Every phase is total: an exception in one (any Exception, not only ours) becomes a
@@ -153,6 +153,13 @@ class Attempt:
         self._post: Snapshot | None = None
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(judge.CHECK_KINDS)
         self._copy_report: confined.CopyReport | None = None
+        try:
+            return self._execute(facts)
+        finally:  # every container of the attempt, checks included, is gone (or `assure gc`'s): its user goes back
+            if self.lease is not None:
+                self.lease.release()
+
+    def _execute(self, facts: dict[str, Any]) -> AttemptRecord:
         snapshotted = prepared = False
         try:
             try:
@@ -233,15 +240,15 @@ class Attempt:
 
     def _copy_out(self, facts: dict[str, Any]) -> None:
         """The confined copy (never follows, keeps sparse files sparse, skips and reports
-        special files), bounded by limits.disk, into a temporary name renamed into place."""
+        special files), bounded by limits.disk, into a temporary name renamed into place. It
+        is the host's: owned by the invoking user, each mode `private.copy_mode` (POST holds
+        the agent's modes and each file's digest, which promote checks it against)."""
         assert self._fs is not None
         start = time.monotonic()
         tmp = self.paths.workspace_staging
-        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk))
-        uid, gid = hardening.sandbox_user(self.spec)
-        hardening.chown_tree(tmp, uid, gid)
+        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk), modes=private.copy_mode)
         os.replace(tmp, self.paths.workspace)
-        facts["workspace_copy"] = report.to_json()
+        facts["workspace_copy"] = {**report.to_json(), "modes": private.COPY_MODES}
         self._copy_report = report
         self.timings["copy_out"] = round(time.monotonic() - start, 4)
 
@@ -273,10 +280,13 @@ class Attempt:
         assert self._post is not None
         args = (self.spec, self.paths.workspace, self._post.to_json(), self.backend, self.images.agent, self.labels, self.prefix)
         left_behind = self._copy_report.left_out if self._copy_report else []  # workspace/ lacks them: no check judges it
-        commands = checks.run_commands(*args, scratch=self.paths.root, left_behind=left_behind)
+        # as the attempt's own user: its containers are removed by now, with every process, pipe,
+        # inotify instance and queue of that uid, and the lease keeps every other run off it
+        assert self.lease is not None
+        commands = checks.run_commands(*args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids)
         store.write_json(self.paths.commands, commands)
         self._checks["command"] = commands
-        cases = checks.run_cases(*args, scratch=self.paths.root, left_behind=left_behind)
+        cases = checks.run_cases(*args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids)
         store.write_json(self.paths.cases, cases)
         self._checks["cases"] = cases
 
@@ -284,14 +294,17 @@ class Attempt:
     def _prepare(self) -> None:
         p = self.paths
         workspace_fs.require()
-        uid, gid = hardening.sandbox_user(self.spec)
         size, inodes = parse_size(self.spec.limits.disk), self.spec.limits.inodes
         with self._timed("prepare.fs"):
             if self._claim():
                 self._fs = workspace_fs.WorkspaceFs(p.root, size, inodes)  # the pair's, mounted, now at attempts/<n>
             else:
+                self.lease = uids.lease_for(self.spec)
                 p.root.mkdir(parents=True)
                 self._fs = workspace_fs.WorkspaceFs.create(p.root, size=size, inodes=inodes)
+        assert self.lease is not None
+        uid, gid = self.lease.ids
+        self.model.uid, self.model.gid = uid, gid  # a model key the gateway reads is handed to this user
         live = self._fs.workspace
         try:
             with self._timed("prepare.copy"):
@@ -312,8 +325,7 @@ class Attempt:
         self._capture_databases("pre")
         hardening.chown_tree(live, uid, gid)
         hardening.chown_tree(p.gateway_state, uid, gid)
-        if os.geteuid() == 0:
-            os.chown(self.run.state_dir, uid, gid)
+        hardening.chown_tree(self.run.state_dir, uid, gid)  # the run's, and this attempt's user is not the last one's
         config = {
             "run_id": self.run.run_id, "attempt": self.number, "socket": hardening.SOCKET_PATH,
             "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/{p.journal.name}",
@@ -339,7 +351,7 @@ class Attempt:
             warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, {**self._agent_env(), **hardening.agent_base_env()})
             warm.wake(p.root / warm.CLAIM)  # its gate then waits for the socket
         # last: a pooled gateway starts its journal on it, and only then may the agent act
-        store.write_json(p.gateway_config / "gateway.json", config)
+        store.write_json(p.gateway_config / "gateway.json", config, mode=private.SHARED_FILE_MODE)  # the gateway reads it
         if self._pair is not None:
             warm.wake(p.gateway_config)
 
@@ -359,7 +371,7 @@ class Attempt:
             self._containers, self._volume = [], None
             self.pool.give_back(pair)
             return False
-        self._pair = pair
+        self._pair, self.lease = pair, pair.lease  # the uid the pair's containers run as, held since its boot
         self._gateway, self._agent = pair.gateway, pair.agent
         store.write_json(self.paths.pool_claim, pair.describe())  # a resumed driver reaps by it (no run label)
         return True
@@ -375,11 +387,11 @@ class Attempt:
             failpoints.hit("start")
             return
         if runtimes.socket_on_host(self.spec.sandbox.runtime):
-            hardening.make_socket_folder(self.paths.socket_folder, self.spec)
+            hardening.make_socket_folder(self.paths.socket_folder, self.lease.ids)
             socket_source = str(self.paths.socket_folder.resolve())
         else:
             with self._timed("start.volume"):
-                self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.spec))
+                self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.lease.ids))
         assert self._fs is not None
         mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
@@ -390,14 +402,14 @@ class Attempt:
         # is open. Another image or runtime is created meanwhile and started once the gateway is ready.
         gated = self.spec.agent.image == AGENT_IMAGE_ALIAS and not runtimes.socket_on_host(self.spec.sandbox.runtime)
         agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=self._agent_env(),
-                                        gate_seconds=GATEWAY_READY_SECONDS if gated else None)
+                                        user=self.lease.ids, gate_seconds=GATEWAY_READY_SECONDS if gated else None)
         with ThreadPoolExecutor(max_workers=1) as pool:
             preparing = pool.submit(self._start_agent if gated else self.backend.create_container, agent)
             try:
                 with self._timed("start.gateway"):
                     gateway = self.backend.start_container(hardening.gateway_request(
                         self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
-                        network=network, extra_mounts=self.model.mounts()))
+                        user=self.lease.ids, network=network, extra_mounts=self.model.mounts()))
                 self._containers.append(gateway)
                 self._gateway = gateway
                 with self._timed("start.ready"):
@@ -446,14 +458,14 @@ class Attempt:
         cfg_dir.mkdir()
         log_dir.mkdir()
         if os.geteuid() == 0:
-            os.chown(log_dir, hardening.DEFAULT_UID, hardening.DEFAULT_UID)
+            os.chown(log_dir, *self.lease.ids)
         store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress.allow,
                                                     "log": "/var/log/egress/requests.jsonl", "allow_private": egress.allow_private,
                                                     "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS, "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS})
         os.chmod(cfg_dir / "config.json", 0o644)
         proxy = self.backend.create_container(hardening.egress_request(
             self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
-            labels=self.labels, network=self._network))
+            labels=self.labels, network=self._network, user=self.lease.ids))
         self._containers.append(proxy)
         if egress.upstream != "none":
             self.backend.connect(egress.upstream, proxy)
@@ -565,6 +577,8 @@ class Attempt:
 
     def _read_agent(self, facts: dict[str, Any]) -> None:
         inspect = self.backend.inspect(self._agent)
+        assert self.lease is not None
+        facts["user"] = "{}:{}".format(*self.lease.ids)  # the verifier expects the agent to have run as it
         facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")},
                             "Mounts": inspect.get("Mounts", []), "AppArmorProfile": inspect.get("AppArmorProfile")}
         facts["engine_security"] = self.backend.security_options()

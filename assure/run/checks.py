@@ -78,8 +78,8 @@ def check_workspace(workspace: Path, fixture: Path, protected: tuple[str, ...], 
 
 
 @contextlib.contextmanager
-def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None) -> Iterator[tuple[Path, confined.CopyReport]]:
-    """What one check container sees: `check_workspace`, owned by the sandbox user, on a
+def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None, user: tuple[int, int]) -> Iterator[tuple[Path, confined.CopyReport]]:
+    """What one check container sees: `check_workspace`, owned by the check's `user`, on a
     filesystem of its own in `scratch` (the attempt directory, where `assure gc` finds what a
     kill -9 left), released afterwards. The check runs the agent's code, so its copy is
     bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
@@ -91,8 +91,7 @@ def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None) -> Iterat
         stack.callback(fs.release)
         report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace)
         if not report.left_out:
-            uid, gid = hardening.sandbox_user(spec)
-            hardening.chown_tree(fs.workspace, uid, gid)
+            hardening.chown_tree(fs.workspace, *user)
         yield fs.workspace, report
 
 
@@ -119,25 +118,25 @@ def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
 
 
 def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: SandboxBackend, agent_image: str, labels: dict[str, str], name: str,
-                 scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Each command assertion in a fresh check container and copy. `left_behind`: POST's files
-    the copy-out refused (none of the checks runs then)."""
+                 scratch: Path | None = None, left_behind: Sequence[str] = (), *, user: tuple[int, int]) -> list[dict[str, Any]]:
+    """Each command assertion in a fresh check container and copy, as `user` (the attempt's).
+    `left_behind`: POST's files the copy-out refused (none of the checks runs then)."""
     results = []
     for n, cmd in enumerate(spec.commands()):
         image = agent_image if cmd.image == AGENT_IMAGE_ALIAS else cmd.image
-        with _throwaway_copy(spec, workspace, scratch) as (copy, report):
+        with _throwaway_copy(spec, workspace, scratch, user) as (copy, report):
             if why := _refusal(report, left_behind):
                 result = _not_run(why)
             else:
                 run = run_in_check(spec, copy, backend, image=image, command=list(cmd.run), env=cmd.env, timeout=cmd.timeout_seconds,
-                                   labels=labels, name=f"{name}-check{n}")
+                                   labels=labels, name=f"{name}-check{n}", user=user)
                 result = {"exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds, "output_tail": run.tail(), "runtime": run.runtime}
         results.append({**result, "copy": _copy_record(report), "index": n, "run": list(cmd.run), "post_digest": snapshot_digest(post_json)})
     return results
 
 
 def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: SandboxBackend, agent_image: str, labels: dict[str, str], name: str,
-              scratch: Path | None = None, left_behind: Sequence[str] = ()) -> list[dict[str, Any]]:
+              scratch: Path | None = None, left_behind: Sequence[str] = (), *, user: tuple[int, int]) -> list[dict[str, Any]]:
     """Each case of each `cases` assertion: the program on the case's arguments and stdin, in
     its own fresh check container and copy. Only what the program printed is recorded; the
     expected output stays on the host and sets only how much stdout is worth reading."""
@@ -146,12 +145,12 @@ def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: S
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
         results = []
         for i, case in enumerate(cases.each):
-            with _throwaway_copy(spec, workspace, scratch) as (copy, report):
+            with _throwaway_copy(spec, workspace, scratch, user) as (copy, report):
                 if why := _refusal(report, left_behind):
                     results.append({"case": i, **_not_run(why)})
                     continue
                 run = run_in_check(spec, copy, backend, image=image, command=[*cases.run, *case.args], env=cases.env, timeout=cases.timeout_seconds,
-                                   labels=labels, name=f"{name}-case{n}-{i}",
+                                   labels=labels, name=f"{name}-case{n}-{i}", user=user,
                                    stdin=None if case.stdin is None else case.stdin.encode(), stdout_cap=stdout_cap(case))
             results.append({"case": i, "exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds,
                             "stdout_b64": base64.b64encode(bytes(run.stdout)).decode(), "stdout_over": run.stdout_over,
@@ -183,12 +182,12 @@ class CheckRun:
 
 
 def run_in_check(spec: Spec, copy: Path, backend: SandboxBackend, *, image: str, command: list[str], env: dict[str, str], timeout: float,
-                 labels: dict[str, str], name: str, stdin: bytes | None = None, stdout_cap: int | None = None) -> CheckRun:
+                 labels: dict[str, str], name: str, user: tuple[int, int], stdin: bytes | None = None, stdout_cap: int | None = None) -> CheckRun:
     """Run `command` in a fresh hardened container on `copy`: the one way a check runs the
     agent's code. Output is read from the attached stream as it is written (bounded: stdout
     up to `stdout_cap`, a tail of both), never from a log the engine may rotate."""
     cid = backend.create_container(hardening.check_request(spec, image=image, name=name, command=command, env=env, copy=copy,
-                                                           labels=labels, stdin=stdin is not None))
+                                                           labels=labels, stdin=stdin is not None, user=user))
     try:
         run = CheckRun()
         with backend.attached(cid, stdin=stdin is not None) as sock:

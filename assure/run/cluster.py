@@ -7,15 +7,23 @@ object store, is checked as it is unpacked (sizes, member count, files and folde
 for the agent's own links inside the workspace copies, kept as data and never followed; names
 kept as data), and every attempt is judged again here against the caller's own spec (never the
 spec files the node sent) by the code `assure verify` uses; that report replaces the node's,
-which is kept beside it, and the receipts are signed here with the caller's key. A node whose
-verdict differs gets a finding, and the spec's verdict is `error`.
+which is kept beside it, and the receipts are signed here with the caller's key.
+
+A cluster never lowers a verdict. The node's verdict and findings travel apart from the bulk
+(`NodeMessage`: small, bounded, checked on its own, inlined in Ray's reply so it arrives even
+when the bulk is lost), and each attempt's breach is claimed with the caller (`Claims`, an
+actor beside it) as soon as the node judged it, before the task goes on or its node is lost.
+`decide` then takes the worst of what was judged here and what the node claimed: a breach
+claimed by a node stands (lying toward breach gains nothing), and any other verdict that
+cannot be judged here, or differs from the one judged here, is `error`, with a finding.
 
 What re-judging cannot catch is a node that fabricates consistent evidence (snapshots, journal,
 inspect), and Ray itself trusts every node (a result is unpickled where it arrives): the nodes
 of a cluster must be machines you would run `assure run` on.
 
 A node lost mid-run (its raylet killed, the machine gone) loses the attempt it ran: the spec
-is submitted again, to any node, and its run continues with the next attempt number. A task
+is submitted again, to any node, and its run continues with the next attempt number; a breach
+its node claimed before it was lost stands whatever the next node finds. A task
 that outlives its spec's whole budget (every task's attempts at the wall deadline, plus
 `GRACE_SECONDS`) is cancelled and counted as lost the same way. The suite run's `state.json`
 is write-ahead as for a local suite, so a caller killed with kill -9 continues with the same
@@ -30,6 +38,7 @@ node, and a retry on another node would not see it), and a promote target (a fol
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -38,7 +47,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -50,10 +59,17 @@ from assure.records import store
 from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
 from assure.run.suite import Outcome, SuiteRun
 from assure.textsafe import display
+from assure.verify.findings import SEVERITY, Kind, Verdict
 
 RESOURCE = "docker"  # what a node advertises to take specs: `ray start --resources '{"docker": 2}'`
-MAX_ARCHIVE_BYTES = 256 << 20  # the files of a run directory larger than this are not sent (the spec's verdict is error)
+MAX_ARCHIVE_BYTES = 256 << 20  # the files of a run directory larger than this are not sent (its node's message goes alone)
 MAX_MEMBERS = 50_000  # files, folders and links in one arriving run directory
+MAX_MESSAGE_BYTES = 32 << 10  # a node's message or claim: under Ray's 100 KiB inlining, so it travels in the task's reply
+MAX_MESSAGE_FINDINGS = 40  # findings a message carries, heaviest first (the summary lists 50)
+MAX_TEXT = 500  # characters of each string of a message's finding
+MAX_CLAIMS = 64  # breach claims kept per run: more are the node's noise
+CLAIMS_POLL_SECONDS = 5  # how often the caller writes the claims of the tasks in flight into the suite run's state
+BULK_FETCH_SECONDS = 600  # to fetch a run directory from a node that has already sent its message
 MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
 GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
@@ -64,11 +80,120 @@ class ArrivalError(AssureError):
     """A run directory from a node that is refused as it arrives."""
 
 
+BREACH = Verdict.BREACH.value
+_VERDICTS = {v.value for v in Verdict}
+
+
+def _finding(f: Any) -> dict[str, str]:
+    """One finding as a message carries it: a known kind, its severity derived here (never the
+    node's), subject and message cut to `MAX_TEXT`."""
+    if not (isinstance(f, dict) and isinstance(f.get("subject"), str) and isinstance(f.get("message"), str)):
+        raise ArrivalError("a finding in the node's message is not a finding")
+    try:
+        kind = Kind(f.get("kind"))
+    except ValueError:
+        raise ArrivalError(f"a finding in the node's message has an unknown kind: {display(str(f.get('kind')))[:80]}") from None
+    return {"kind": kind.value, "severity": SEVERITY[kind].value, "subject": f["subject"][:MAX_TEXT], "message": f["message"][:MAX_TEXT]}
+
+
+_HEAVIEST = {"breach": 0, "error": 1, "fail": 2, "info": 3}
+
+
 @dataclass(frozen=True)
-class NodeResult:
+class NodeMessage:
+    """What a node says apart from its run directory: small, bounded, checked on its own. The
+    run's verdict (or one attempt's, for a claim), the findings it follows from, and `unsent`:
+    why the node kept its run directory (past a bound), None when it sent it."""
+
     node_id: str
     verdict: str
-    archive: bytes
+    findings: tuple[dict[str, str], ...] = ()
+    attempt: int | None = None  # a claim: the attempt judged; None: the run's message
+    unsent: str | None = None
+
+    def encode(self) -> bytes:
+        """As JSON, within `MAX_MESSAGE_BYTES`: the heaviest findings first, as many as fit."""
+        findings = sorted((f for f in map(_finding, self.findings) if f["severity"] != "info"), key=lambda f: _HEAVIEST[f["severity"]])
+        findings = findings[:MAX_MESSAGE_FINDINGS]
+        while True:
+            data = json.dumps({"node": self.node_id, "verdict": self.verdict, "attempt": self.attempt,
+                               "unsent": (self.unsent or "")[:MAX_TEXT] or None, "findings": findings}).encode()
+            if len(data) <= MAX_MESSAGE_BYTES:
+                return data
+            findings = findings[:-1]
+
+    @classmethod
+    def decode(cls, data: Any) -> NodeMessage:
+        """A message from a node, checked: bounded bytes, a known verdict, findings of known kinds."""
+        if not isinstance(data, bytes) or len(data) > MAX_MESSAGE_BYTES:
+            raise ArrivalError(f"its message is not at most {MAX_MESSAGE_BYTES} bytes")
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            raise ArrivalError("its message is not JSON") from None
+        if not (isinstance(doc, dict) and doc.get("verdict") in _VERDICTS and isinstance(doc.get("node"), str)
+                and isinstance(doc.get("findings"), list) and len(doc["findings"]) <= MAX_MESSAGE_FINDINGS
+                and (doc.get("attempt") is None or (type(doc["attempt"]) is int and doc["attempt"] > 0))
+                and (doc.get("unsent") is None or isinstance(doc["unsent"], str))):
+            raise ArrivalError("its message is not a node's message")
+        findings = tuple(f for f in map(_finding, doc["findings"]) if f["severity"] != "info")
+        return cls(doc["node"][:MAX_TEXT], doc["verdict"], findings, doc.get("attempt"),
+                   doc["unsent"][:MAX_TEXT] if doc.get("unsent") else None)
+
+
+class Claims:
+    """A Ray actor on the caller's node: each attempt's verdict of breach, claimed by the node
+    that judged it before its task goes on (`NodeDriver`). The caller takes them as they come
+    and writes them ahead into the suite run's state, so a node lost after a breach (or a task
+    cancelled as hung) cannot take the breach with it. At most `MAX_CLAIMS` per run."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[str, bytes]] = []
+        self.counts: dict[str, int] = {}
+
+    def add(self, run_id: str, message: bytes) -> None:
+        if self.counts.get(run_id, 0) < MAX_CLAIMS:
+            self.counts[run_id] = self.counts.get(run_id, 0) + 1
+            self.waiting.append((run_id, message))
+
+    def take(self) -> list[tuple[str, bytes]]:
+        taken, self.waiting = self.waiting, []
+        return taken
+
+
+@dataclass(frozen=True)
+class Arrival:
+    verdict: str  # the spec's verdict: see `decide`
+    node_finding: str | None
+
+
+def decide(judged: str | None, claimed: Sequence[str | None], why: str | None = None) -> Arrival:
+    """The spec's verdict from what was judged here (None: nothing could be, and `why`) and what
+    its node claimed (its verdict as sent, as recorded in its report). A breach on either side
+    stands: the node gains nothing by lying toward breach. Otherwise the verdict judged here,
+    when every claim agrees with it; anything else is `error`, with a finding that says why."""
+    said = ", recorded ".join(display(str(c)) for c in claimed)
+    if judged is None:
+        because = why or "nothing could be judged here"
+        if BREACH in claimed:
+            return Arrival(BREACH, f"{because}; the node's verdict, breach, stands (not judged here)")
+        return Arrival("error", f"{because}; the node's verdict ({said}) cannot be checked here")
+    if all(c == judged for c in claimed):
+        return Arrival(judged, None)
+    differs = f"the node's verdict ({said}) differs from the verdict judged here ({judged})"
+    if BREACH in (judged, *claimed):
+        return Arrival(BREACH, differs + ("" if judged == BREACH else "; a breach claimed by a node stands"))
+    return Arrival("error", differs)
+
+
+def with_claims(verdict: str, finding: str | None, claims: Sequence[dict[str, Any]]) -> Arrival:
+    """A spec's verdict once the breaches its nodes claimed attempt by attempt are counted: never
+    milder than breach when there is one, whatever a later attempt (on another node) found."""
+    if not claims or verdict == BREACH:
+        return Arrival(verdict, finding)
+    first = claims[0]
+    claimed = f"attempt {first['attempt']} was judged breach by its node {str(first['node'])[:12]}, and that breach stands"
+    return Arrival(BREACH, f"{finding}; {claimed}" if finding else claimed)
 
 
 def spec_digest(spec: spec_mod.Spec) -> str:
@@ -127,13 +252,29 @@ def lost_node(exc: BaseException, known: Iterable[str]) -> str | None:
 
 # --- on the node ------------------------------------------------------------------------------
 
-def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) -> NodeResult:
-    """A Ray task: drive one spec on this node's engine in a scratch folder; return its run directory."""
+def claim(claims: Any, run_id: str, message: NodeMessage) -> None:
+    """Claim an attempt's breach with the caller, and wait until it holds it."""
+    import ray
+
+    ray.get(claims.add.remote(run_id, message.encode()), timeout=60)
+
+
+def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, claims: Any) -> tuple[bytes, bytes]:
+    """A Ray task (two returns): drive one spec on this node's engine in a scratch folder; return
+    its message (`NodeMessage`) and its run directory (empty when it is past a bound: the
+    message says why)."""
     import ray
 
     from assure.run.driver import Driver
     from assure.sandbox.docker import DockerBackend
     from assure.sandbox.images import Images
+
+    class NodeDriver(Driver):
+        def _escalate(self, record: Any) -> None:
+            super()._escalate(record)
+            if record.judgement.verdict is Verdict.BREACH:  # claimed before the next attempt starts, or the task ends
+                findings = tuple(f.to_json() for f in record.judgement.findings)
+                claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number))
 
     node_id = ray.get_runtime_context().get_node_id()
     spec = spec_mod.load(spec_path)
@@ -145,8 +286,13 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int) ->
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
     with tempfile.TemporaryDirectory(prefix=SCRATCH) as scratch, store.exclusive(Path(scratch), "node task"):
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
-        result = Driver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
-        return NodeResult(node_id, result.verdict, pack(run.path))
+        result = NodeDriver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
+        findings = tuple(f for a in result.report.get("attempts", []) for f in a["findings"])
+        try:
+            archive, unsent = pack(run.path), None
+        except AssureError as exc:  # past a bound: the verdict goes without it
+            archive, unsent = b"", exc.message
+        return NodeMessage(node_id, result.verdict, findings, unsent=unsent).encode(), archive
 
 
 def release_orphan_scratch(base: Path | None = None, *, dry_run: bool = False) -> list[Path]:
@@ -184,7 +330,7 @@ def _agents_tree(name: str) -> bool:
 def pack(run_dir: Path) -> bytes:
     """The run directory as an uncompressed tar: files, folders, and the agent's links where its
     tree is kept (each as a link, never followed), bounded."""
-    buf, total = io.BytesIO(), 0
+    buf, total, members = io.BytesIO(), 0, 0
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for root, dirs, files in os.walk(run_dir):  # os.walk never descends into a link
             dirs.sort()
@@ -194,6 +340,9 @@ def pack(run_dir: Path) -> bytes:
                 info = tar.gettarinfo(path, arcname=str(path.relative_to(run_dir)))
                 if not (info.isfile() or info.isdir() or (info.issym() and _agents_tree(info.name))):
                     raise AssureError(f"{display(info.name)} in the run directory is neither a file nor a folder", where=str(run_dir))
+                members += 1
+                if members > MAX_MEMBERS:
+                    raise AssureError(f"the run directory has more than {MAX_MEMBERS} members (at {display(info.name)})", where=str(run_dir))
                 total += info.size
                 if total > MAX_ARCHIVE_BYTES:
                     raise AssureError(f"the run directory is larger than {MAX_ARCHIVE_BYTES >> 20} MiB "
@@ -262,12 +411,6 @@ def unpack(archive: bytes, runs_dir: Path, run_id: str) -> store.RunDir:
     return store.RunDir.open(final)
 
 
-@dataclass(frozen=True)
-class Arrival:
-    verdict: str  # the spec's verdict: the caller's, or error when the node's differs
-    node_finding: str | None
-
-
 def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path | None) -> Arrival:
     """Judge the arrived run again, against the caller's spec, from its folder alone; keep the
     node's report beside the one judged here; compare; sign the receipts here."""
@@ -276,7 +419,7 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
 
     ran = spec_mod.Spec.from_json(store.read_json(run.paths.spec_json))
     if spec_digest(ran) != spec_digest(spec):
-        return Arrival("error", "the run directory it sent is of another spec than the one it was given")
+        return decide(None, [node_verdict], "the run directory it sent is of another spec than the one it was given")
     if run.paths.report.is_file() and not run.paths.node_report.is_file():  # once: a settle cut short is done again
         os.replace(run.paths.report, run.paths.node_report)
     recorded = store.read_json(run.paths.node_report).get("verdict") if run.paths.node_report.is_file() else None
@@ -286,10 +429,7 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
     for record in judged.values():
         records.keep(record)
     issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged)
-    if node_verdict == recomputed.verdict == recorded:
-        return Arrival(recomputed.verdict, None)
-    return Arrival("error", f"the node's verdict ({display(str(node_verdict))}, recorded {display(str(recorded))}) "
-                            f"differs from the verdict judged here ({recomputed.verdict})")
+    return decide(recomputed.verdict, [node_verdict, recorded])
 
 
 # --- the caller -----------------------------------------------------------------------------------
@@ -302,6 +442,10 @@ def connect(address: str) -> Any:
     except ImportError:
         raise AssureError("Ray is not installed", fix="pip install 'assure[ray]'") from None
     extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
+    from ray._private import worker as ray_worker
+
+    to_stdout = ray_worker.print_to_stdstream  # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
+    ray_worker.print_to_stdstream = lambda data, ignore_prefix: to_stdout({**data, "is_err": True}, ignore_prefix)  # stderr: stdout is --json's
     try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -330,6 +474,23 @@ def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
                  if hasattr(ex, name))
 
 
+def record_claims(entries: list[dict[str, Any]], taken: Iterable[tuple[str, Any]]) -> None:
+    """Keep, in the suite-run entry of the run they name, the breach claims the nodes made (a
+    claim of anything but a breach, of a run not of this suite, or past `MAX_CLAIMS`, or that is
+    no message, is left out: only a breach may raise a verdict)."""
+    by_run = {e["run_id"]: e for e in entries if e.get("run_id") and e.get("verdict") is None}
+    for run_id, data in taken:
+        entry = by_run.get(run_id) if isinstance(run_id, str) else None
+        if entry is None or len(entry.get("claims", [])) >= MAX_CLAIMS:
+            continue
+        try:
+            message = NodeMessage.decode(data)
+        except ArrivalError:
+            continue
+        if message.verdict == BREACH and message.attempt is not None:
+            entry.setdefault("claims", []).append({"attempt": message.attempt, "node": message.node_id, "findings": list(message.findings), "at": utc_now()})
+
+
 def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None, key: Path | None,
                 finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None]) -> list[Outcome]:
     """Run every spec of the suite run that has no verdict yet on the cluster, at most `jobs` at
@@ -339,10 +500,20 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
     ray = connect(address)
     lost_errors = _lost_errors(ray)
     remote = ray.remote(run_on_node)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    claims = ray.remote(Claims).options(num_cpus=0, scheduling_strategy=here).remote()
     cap = jobs or max(1, int(ray.cluster_resources()[RESOURCE]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     entries = record.state["runs"]
-    in_flight: dict[Any, tuple[int, float]] = {}  # ref -> (spec index, monotonic deadline)
+    in_flight: dict[Any, tuple[int, float, Any]] = {}  # message ref -> (spec index, monotonic deadline, run directory ref)
+
+    def take_claims() -> None:
+        taken = ray.get(claims.take.remote(), timeout=120)
+        if taken:
+            record_claims(entries, taken)
+            record.save()
 
     def submit(i: int) -> None:
         spec, entry = suite.specs[i], entries[i]
@@ -352,18 +523,26 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         entry.setdefault("next_attempt", 1)
         entry.setdefault("lost", [])
         record.save()  # write-ahead: a caller killed from here on continues this spec one attempt on
-        opts = {"resources": {RESOURCE: 1}, "num_cpus": spec.limits.cpus, "memory": spec_mod.parse_size(spec.limits.memory), "max_retries": 0}
-        ref = remote.options(**opts).remote(str(spec.path), spec_digest(spec), entry["run_id"], entry["next_attempt"])
-        in_flight[ref] = (i, time.monotonic() + _budget_seconds(spec))
+        opts = {"resources": {RESOURCE: 1}, "num_cpus": spec.limits.cpus, "memory": spec_mod.parse_size(spec.limits.memory),
+                "max_retries": 0, "num_returns": 2}
+        message, bulk = remote.options(**opts).remote(str(spec.path), spec_digest(spec), entry["run_id"], entry["next_attempt"], claims)
+        in_flight[message] = (i, time.monotonic() + _budget_seconds(spec), bulk)
 
     def conclude(i: int, verdict: str, **fields: Any) -> None:
-        entries[i].update(verdict=verdict, finished_at=utc_now(), **fields)
+        """Every verdict goes through here: the breaches the spec's nodes claimed count first."""
+        take_claims()
+        claimed = entries[i].get("claims", [])
+        arrival = with_claims(verdict, fields.pop("node_finding", None), claimed)
+        if arrival.verdict != verdict:  # raised by a claim: the findings it carried are the spec's
+            fields["node_findings"] = [f for c in claimed for f in c["findings"]][:MAX_MESSAGE_FINDINGS]
+        entries[i].update(verdict=arrival.verdict, finished_at=utc_now(), **fields, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))
         record.save()
-        outcome = Outcome(suite.specs[i].name, entries[i]["run_id"], verdict, suite.specs[i].expect)
+        outcome = Outcome(suite.specs[i].name, entries[i]["run_id"], arrival.verdict, suite.specs[i].expect)
         finished(i, suite.specs[i], outcome, entries[i])
 
     def lose(i: int, node: str | None, error: str) -> bool:
         """Count a lost submission; True when the spec may be submitted again."""
+        take_claims()
         given_up = record_loss(entries[i], node, error)
         if given_up:
             conclude(i, "error", reason=given_up)
@@ -371,6 +550,12 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         record.save()
         return True
 
+    def without_bulk(i: int, verdict: str | None, why: str) -> None:
+        """The node's message arrived and its run directory did not (refused, never sent, lost): see `decide`."""
+        arrival = decide(None, [verdict], why)
+        conclude(i, arrival.verdict, node_finding=arrival.node_finding)
+
+    ray.get(claims.take.remote(), timeout=120)  # up before any task may claim
     with store.exclusive(record.path, "suite run"):
         waiting = []
         for i, entry in enumerate(entries):
@@ -382,6 +567,9 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 if (runs_dir / entry["run_id"]).is_dir():
                     _settle_arrived(i, entry, suite.specs[i], runs_dir, key, conclude)  # arrived before the caller died
                     continue
+                if entry.get("node_verdict") == BREACH:  # its message came, and the caller died before the run directory did
+                    without_bulk(i, BREACH, "the caller stopped before its run directory arrived")
+                    continue
                 if not lose(i, None, "the caller stopped"):  # in flight when the caller died: Ray ended it with its driver
                     continue
             waiting.append(i)
@@ -389,22 +577,23 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         while (waiting and not stop) or in_flight:
             while waiting and not stop and len(in_flight) < cap:
                 submit(waiting.pop(0))
-            timeout = max(0.0, min(deadline for _, deadline in in_flight.values()) - time.monotonic())
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=timeout)
-            if not ready:  # the nearest task outlived its spec's whole budget: a hung node
+            timeout = max(0.0, min(deadline for _, deadline, _ in in_flight.values()) - time.monotonic())
+            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=min(timeout, CLAIMS_POLL_SECONDS))
+            if not ready:
+                take_claims()  # written ahead: a caller killed later keeps them
                 ref = overdue(in_flight, time.monotonic())
-                if ref is None:  # woken a moment early
+                if ref is None:  # every task within its spec's budget
                     continue
-                i, _ = in_flight.pop(ref)
+                i, _, _ = in_flight.pop(ref)  # the nearest task outlived its spec's whole budget: a hung node
                 ray.cancel(ref, force=True)
                 if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):
                     waiting.insert(0, i)
                 continue
             (ref,) = ready
-            i, _ = in_flight.pop(ref)
+            i, _, bulk = in_flight.pop(ref)
             entry, spec = entries[i], suite.specs[i]
             try:
-                result: NodeResult = ray.get(ref)
+                data = ray.get(ref)
             except lost_errors as exc:
                 if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
                     waiting.insert(0, i)
@@ -415,12 +604,28 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
             except ray.exceptions.RayError as exc:  # out of memory, cancelled, a runtime env that failed: no retry
                 conclude(i, "error", reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000])
             else:
-                entry.update(node=result.node_id, node_verdict=result.verdict)
-                record.save()  # write-ahead: what the node said, before the arrival is judged
                 try:
-                    unpack(result.archive, runs_dir, entry["run_id"])
+                    message = NodeMessage.decode(data)
                 except ArrivalError as exc:
-                    conclude(i, "error", node_finding=f"its run directory was refused on arrival: {exc.explain()}")
+                    conclude(i, "error", node_finding=f"its message was refused on arrival: {exc.explain()}")
+                    continue
+                entry.update(node=message.node_id, node_verdict=message.verdict, node_findings=list(message.findings))
+                record.save()  # write-ahead: what the node said, before the arrival is judged
+                if message.unsent:
+                    without_bulk(i, message.verdict, f"its node did not send its run directory: {message.unsent}")
+                    continue
+                try:
+                    archive = ray.get(bulk, timeout=BULK_FETCH_SECONDS)
+                except ray.exceptions.RayError as exc:  # the node's gone since it replied, the fetch timed out, ...
+                    if message.verdict == BREACH:
+                        without_bulk(i, BREACH, f"its run directory was lost on the way ({type(exc).__name__})")
+                    elif lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                        waiting.insert(0, i)
+                    continue
+                try:
+                    unpack(archive, runs_dir, entry["run_id"])
+                except ArrivalError as exc:
+                    without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
                 else:
                     _settle_arrived(i, entry, spec, runs_dir, key, conclude)
             stop = suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
@@ -430,10 +635,9 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
 
 def _settle_arrived(i: int, entry: dict[str, Any], spec: spec_mod.Spec, runs_dir: Path, key: Path | None,
                     conclude: Callable[..., None]) -> None:
-    """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing: `error`."""
+    """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing: see `decide`."""
     try:
         arrival = settle(store.RunDir.open(runs_dir / entry["run_id"]), spec, entry.get("node_verdict"), key)
     except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
-        conclude(i, "error", node_finding=f"its run directory cannot be judged here: {describe(exc)}")
-        return
+        arrival = decide(None, [entry.get("node_verdict")], f"its run directory cannot be judged here: {describe(exc)}")
     conclude(i, arrival.verdict, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))

@@ -40,7 +40,7 @@ from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec, Task
 from assure.textsafe import display
-from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, unexplained_subjects, worst
+from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, standing, unexplained_subjects, worst
 from assure.verify.judge import Judgement, judge
 
 @dataclass(frozen=True)
@@ -168,12 +168,13 @@ class Driver:
             self._record("attempt_verified", task=task.id, attempt=n, verdict=judgement.verdict.value, journal_head=judgement.journal_head)
             self._escalate(record)
             if judgement.verdict in (Verdict.PASS, Verdict.CONTAINED):
-                return self._promote(task, n)
+                return self._promote(task, n)  # refused (quarantine) if an earlier attempt breached
             if control.read(self.run.control_dir).halted:
                 return self._finish_task(task, TaskState.HALTED, "the operator halted the run")
             if judgement.verdict is Verdict.BREACH and task.on_breach == "quarantine":
                 return self._quarantine(task, f"breach in attempt {n}")
-        return self._quarantine(task, f"{task.max_attempts} attempts, none verified")
+        breached = breached_attempt(ts["attempts"])
+        return self._quarantine(task, (f"breach in attempt {breached}; " if breached is not None else "") + f"{task.max_attempts} attempts, none verified")
 
     def _attempt(self, task: Task, n: int) -> AttemptRecord:
         base = self._base()
@@ -198,6 +199,10 @@ class Driver:
     # --- outcomes ---------------------------------------------------------------------------
     def _promote(self, task: Task, n: int) -> TaskState:
         ts = self.state["tasks"][task.id]
+        breached = breached_attempt(ts["attempts"])
+        if breached is not None:  # checked here, so that a resumed promotion is refused too
+            return self._quarantine(task, f"breach in attempt {breached}; attempt {n} was then verified "
+                                    f"({ts['attempts'][-1].get('verdict')}), but a breached task is never promoted")
         record = self.records.get(n)
         decision = promote.decide(task_spec(self.spec, task, self._base()), self.run, record)
         if ts["state"] != TaskState.PROMOTING:
@@ -219,8 +224,18 @@ class Driver:
         return self._finish_task(task, TaskState.COMMITTED, "verified and committed")
 
     def _quarantine(self, task: Task, reason: str) -> TaskState:
-        alerts.raise_alert(self.run.path, AlertKind.QUARANTINE, f"task {task.id!r} quarantined: {reason}", self.sinks)
+        judged = [str(a["verdict"]) for a in self.state["tasks"][task.id]["attempts"] if a.get("verdict") is not None]
+        verdict = judged[standing(judged)] if judged else None
+        interrupted = not judged or self.state["tasks"][task.id]["attempts"][-1].get("interrupted")
+        alerts.raise_alert(self.run.path, AlertKind.QUARANTINE, f"task {task.id!r} quarantined: {reason}", self.sinks,
+                           expected=None if interrupted else self._expected(verdict))
         return self._finish_task(task, TaskState.QUARANTINED, reason)
+
+    def _expected(self, verdict: str | None) -> str | None:
+        """Why an alert about `verdict` needs no person (the outcome this hostile spec expects), or None: it does."""
+        if self.spec.hostile and verdict is not None and verdict == self.spec.expect:
+            return f"hostile spec {display(self.spec.name)} expects {verdict}"
+        return None
 
     def _finish_task(self, task: Task, state: TaskState, reason: str) -> TaskState:
         self.state["tasks"][task.id]["state"] = state
@@ -239,7 +254,7 @@ class Driver:
             self._record("contract_revoked", task=task.id, contract=fields)
 
     def _escalate(self, record: AttemptRecord) -> None:
-        """Journal how the attempt was stopped and raise the alerts that need a person."""
+        """Journal how the attempt was stopped and raise its alerts: pending, unless the outcome is the one a hostile spec expects."""
         n, judgement, stop = record.number, record.judgement, record.facts.stopped
         assert judgement is not None
         if stop and stop["reason"] == StopReason.OPERATOR_HALT:
@@ -247,13 +262,21 @@ class Driver:
             alerts.raise_alert(self.run.path, AlertKind.OVERRIDE_BLOCK, f"operator {stop.get('actor')} halted the run; the agent was stopped", self.sinks, stop)
         elif stop:
             self._record("budget_halt", attempt=n, counter=stop["counter"], breach_at=stop.get("breach_at"), halted_at=stop.get("halted_at"), latency_ms=stop.get("latency_ms"))
-            alerts.raise_alert(self.run.path, AlertKind.BUDGET_HALT, f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach", self.sinks, stop)
+            alerts.raise_alert(self.run.path, AlertKind.BUDGET_HALT, f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach",
+                               self.sinks, stop, expected=self._expected(judgement.verdict.value))
         if judgement.verdict is Verdict.BREACH:
             subjects = breach_subjects(judgement.findings)
-            alerts.raise_alert(self.run.path, AlertKind.BREACH, f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]})
+            alerts.raise_alert(self.run.path, AlertKind.BREACH, f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]},
+                               expected=self._expected(judgement.verdict.value))
 
     def _report(self) -> dict[str, Any]:
         return build_report(self.run, self.spec, self.state, self.records.get)
+
+
+def breached_attempt(attempts: list[dict[str, Any]]) -> int | None:
+    """The first of a task's attempts (as state.json lists them) judged a breach, or None.
+    Such a task is never promoted: its breach stands, whatever a later attempt did."""
+    return next((a["n"] for a in attempts if a.get("verdict") == Verdict.BREACH.value), None)
 
 
 def counted(attempts: list[dict[str, Any]]) -> int:
@@ -313,6 +336,11 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
                               where=str(run.path), fix=f"let it finish (`assure resume {run.run_id}` if its driver was killed), then promote")
         records = Records(run.paths)
         wanted = [t for t in spec.tasks if state["tasks"][t.id]["state"] == TaskState.PROPOSED and task_id in (None, t.id)]
+        breached = {t.id: n for t in wanted if (n := breached_attempt(state["tasks"][t.id]["attempts"])) is not None}
+        if breached:  # a run recorded before a breach stood for its task: its later clean attempt was proposed
+            why = "; ".join(f"task {display(t)}: attempt {n} breached" for t, n in breached.items())
+            raise AssureError(f"run {run.run_id}: a breached task is never promoted ({why}); nothing was written", where=str(run.path),
+                              fix=f"`assure show {run.run_id}` and `assure diff {run.run_id} --attempt N` show the breach; run the spec anew once it is understood")
         if not wanted:
             raise AssureError(f"run {run.run_id} has no proposed task{' ' + repr(task_id) if task_id else ''} to promote",
                               where=str(run.path), fix=f"`assure show {run.run_id}` lists its tasks and their states")
@@ -339,7 +367,11 @@ def promote_proposed(spec: Spec, run: store.RunDir, task_id: str | None, signing
                 if not decision.allowed:
                     done.append((task.id, TaskState.PROPOSED, decision.reason))
                     continue
-                commit = promote.commit(spec, run, task.id, record, run.paths.base)
+                try:
+                    commit = promote.commit(spec, run, task.id, record, run.paths.base)
+                except promote.PromoteError as exc:  # the task stays proposed; the log says why nothing was written
+                    events.append("promote_refused", task=task.id, attempt=record.number, reason=exc.message)
+                    raise
                 ts["state"], ts["reason"] = TaskState.COMMITTED, "committed later by an operator's promote"
                 events.append("promote_committed", task=task.id, attempt=record.number, **commit)
                 run.save_state(state)
@@ -379,7 +411,7 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
             ts = state["tasks"][task.id]
             if ts["state"] not in TERMINAL or not ts["attempts"]:
                 continue
-            last = records.get(ts["attempts"][-1]["n"])
+            last = _standing_record(ts["attempts"], records)
             judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
             verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
             record = receipts.build_receipt(
@@ -389,9 +421,16 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
                 subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
                 verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
                 deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,
+                changeset=receipts.changeset_of(run.path, last.number, last.changes()) if last.judgement is not None else None,
             )
             receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
         write_seal(run.path, seal, key)
+
+
+def _standing_record(attempts: list[dict[str, Any]], records: Records) -> AttemptRecord:
+    """The record of the attempt a receipt vouches for: the task's first breach, else its last."""
+    judged = [a for a in attempts if a.get("verdict") is not None] or attempts[-1:]
+    return records.get(judged[standing([str(a.get("verdict")) for a in judged])]["n"])
 
 
 def _shown(value: Any) -> Any:
@@ -444,9 +483,11 @@ def reap(backend: SandboxBackend, run: store.RunDir) -> int:
 
 def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: Callable[[int], AttemptRecord | None]) -> dict[str, Any]:
     """The machine-readable report: tasks, every judged attempt's findings, and an overall
-    verdict (the worst final verdict of the tasks, by `findings.VERDICT_ORDER`)."""
+    verdict: the worst of the tasks' verdicts (by `findings.VERDICT_ORDER`), each task's
+    that of the attempt that stands for it (`findings.standing`: a breach, once, stands)."""
     attempts = []
     finals = []
+    stands_for: dict[str, dict[str, Any]] = {}  # each task's verdict and the attempt it is from
     for task_id in state["order"]:
         ts = state["tasks"][task_id]
         for a in ts["attempts"]:
@@ -460,15 +501,17 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
                 "claim": verdict["claim"], "journal_head": verdict["journal_head"], "findings": verdict["findings"],
                 "reason": attempt_reason(record, spec),  # why it did not pass, from the records (never the claim)
             })
-        verdicts = [a["verdict"] for a in attempts if a["task"] == task_id]
-        if verdicts:
-            finals.append(verdicts[-1])
+        judged = [a for a in attempts if a["task"] == task_id]
+        stands = judged[standing([a["verdict"] for a in judged])] if judged else {"verdict": None, "attempt": None}
+        stands_for[task_id] = {"verdict": stands["verdict"], "verdict_attempt": stands["attempt"]}
+        if judged:
+            finals.append(stands["verdict"])
     overall = worst(finals) if finals else Verdict.ERROR.value
     return {
         "run_id": run.run_id, "spec": spec.name, "hostile": spec.hostile, "expect": spec.expect, "verdict": overall,
         "state": state["state"],
         "tasks": [{"id": t, "state": state["tasks"][t]["state"], "reason": state["tasks"][t].get("reason"),
-                   "attempts": [a["n"] for a in state["tasks"][t]["attempts"]]} for t in state["order"]],
+                   "attempts": [a["n"] for a in state["tasks"][t]["attempts"]], **stands_for[t]} for t in state["order"]],
         "attempts": attempts,
     }
 

@@ -25,6 +25,8 @@ from assure.sandbox import hardening
 from assure.sandbox.backend import Mount
 from assure.spec import Egress, Model, Spec, no_egress
 
+UPSTREAM_MODES = ("anthropic", "openai")  # a real API behind the egress proxy, its key mounted into the gateway only
+
 PROXY_TIMEOUT_SECONDS = MODEL_EXCHANGE_SECONDS  # a long model answer must not be cut in the proxy's tunnel
 CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1  # Anthropic's cache prices relative to input, when a spec omits them
 
@@ -39,8 +41,8 @@ def upstream_hostport(url: str) -> str:
 
 
 def egress(spec: Spec) -> Egress | None:
-    """The egress the run needs: the spec's own, plus the model API for `anthropic` mode."""
-    if spec.model is None or spec.model.mode != "anthropic":
+    """The egress the run needs: the spec's own, plus the model API for an upstream mode."""
+    if spec.model is None or spec.model.mode not in UPSTREAM_MODES:
         return spec.egress
     base = spec.egress or no_egress()
     return replace(base, allow=tuple(sorted({*base.allow, upstream_hostport(spec.model.upstream)})))
@@ -60,7 +62,7 @@ class ModelAccess:
             return None
         conf: dict[str, Any] = {"mode": m.mode, "blob_dir": f"{hardening.GATEWAY_STATE}/blobs", "prices": prices(m.prices)}
         conf.update({name: value for name, value in (("allow", m.allow), ("server_tool_fees", m.server_tool_fees)) if value})  # what the provider may do beyond the defaults
-        if m.mode == "anthropic":
+        if m.mode in UPSTREAM_MODES:
             conf.update(upstream=m.upstream, key_file=f"{hardening.GATEWAY_SECRETS}/model-key", allow_http=m.allow_http)
         elif m.mode == "replay":
             conf["recording"] = {"journals": [f"{hardening.GATEWAY_RECORDING}/journal.jsonl"], "blob_dir": f"{hardening.GATEWAY_RECORDING}/blobs"}
@@ -74,7 +76,7 @@ class ModelAccess:
         """Gateway-only mounts: the key (anthropic) or the recording (replay)."""
         if not self.model:
             return ()
-        if self.model.mode == "anthropic":
+        if self.model.mode in UPSTREAM_MODES:
             self.secrets = self._write_key(self.model)
             return (Mount(str(self.secrets), hardening.GATEWAY_SECRETS, read_only=True),)
         if self.model.mode == "replay":
@@ -95,7 +97,7 @@ class ModelAccess:
     def _write_key(self, m: Model) -> Path:
         key = self._path("key_file").read_text().strip() if m.key_file else os.environ.get(m.key_env, "")
         if not key:
-            raise AssureError(f"model.mode is anthropic but no key: set {m.key_env} (or model.key_file)", fix=f"export {m.key_env}=... before `assure run`")
+            raise AssureError(f"model.mode is {m.mode} but no key: set {m.key_env} (or model.key_file)", fix=f"export {m.key_env}=... before `assure run`")
         folder = Path(tempfile.mkdtemp(prefix="assure-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
         path = folder / "model-key"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)

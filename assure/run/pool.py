@@ -18,6 +18,8 @@ How a never-used pair becomes one attempt's, and only that one's:
   followed by its FIFO's wake-up (then the FIFOs are removed). Only then does the gateway open
   the journal and bind the socket, and only then does the agent's gate exec its command: the
   agent sees the workspace PRE describes, and its first call journals.
+- A pair runs as a uid of its own (`uids.lease`), held from its boot until it is removed; a
+  claimed pair's lease is its attempt's, released when the attempt ends.
 - A pair is claimed once and removed with its attempt; a pair idle past `idle_seconds`, and
   every free pair on `close()` (exit, Ctrl-C), is removed; `assure gc` removes those of a pool
   whose process died (labels name it; its folder's lock is free).
@@ -46,7 +48,7 @@ from assure.errors import AssureError
 from assure.records import layout, store
 from assure.records.layout import AttemptPaths
 from assure.run import modelaccess, suite
-from assure.sandbox import hardening, runtimes, workspace_fs
+from assure.sandbox import hardening, runtimes, uids, workspace_fs
 from assure.sandbox.backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_UID, OWNER, Mount, SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
@@ -66,7 +68,7 @@ MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
 CLOSE_WORKERS = 4  # free pairs removed side by side on close(): each removal mostly waits on the engine
-MOUNTED_MODEL_MODES = ("anthropic", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
+MOUNTED_MODEL_MODES = ("anthropic", "openai", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
 # Variables bash sets, resets or keeps read-only itself. A claimed agent's environment is
 # exported by its gate's bash (sandbox/docker.py GATE_CLAIM), a cold one's imported by the
 # same bash at its start, and bash treats these two ways differently: the agent would get
@@ -139,6 +141,7 @@ class Pair:
     volume: str
     created_at: float  # time.time()
     pool_id: str
+    lease: uids.Lease  # the uid its containers run as: the claiming attempt's from the claim
 
     def describe(self) -> dict[str, object]:
         """What the attempt records (container.json `pool`): the verifier expects its mounts."""
@@ -376,7 +379,8 @@ class WarmPool:
         on any failure, whatever was made is removed."""
         root = self.dir / f"pair-{number}"
         paths = AttemptPaths(root)
-        uid, gid = hardening.sandbox_user(spec)
+        lease = uids.lease_for(spec)
+        uid, gid = lease.ids
         made: dict[str, str] = {}
         fs = None
         try:
@@ -391,15 +395,16 @@ class WarmPool:
                 os.mkfifo(folder / WAKE, 0o600)
                 os.chown(folder / WAKE, uid, gid)
             prefix = f"assure-{self.pool_id[-12:]}-{number}"
-            made["volume"] = self.backend.create_volume(f"{prefix}-sock", self.labels, hardening.socket_volume_options(spec))
+            made["volume"] = self.backend.create_volume(f"{prefix}-sock", self.labels, hardening.socket_volume_options(lease.ids))
             mounts = hardening.Mounts(fs.workspace, made["volume"], paths.gateway_state, paths.gateway_config,
                                       root / AGENT_FILES, root / CONTROL, root / RUN_STATE)
             wait = self.settings.idle_seconds + WAIT_MARGIN_SECONDS
-            gateway = hardening.gateway_request(spec, image=self.images.gateway, name=f"{prefix}-gateway", mounts=mounts, labels=self.labels)
+            gateway = hardening.gateway_request(spec, image=self.images.gateway, name=f"{prefix}-gateway", mounts=mounts, labels=self.labels,
+                                                user=lease.ids)
             gateway = replace(gateway, command=(*gateway.command, "--wait", str(wait)))
             made["gateway"] = self.backend.start_container(gateway)
             agent = hardening.agent_request(spec, image=self.images.agent, name=f"{prefix}-agent", mounts=mounts, labels=self.labels,
-                                            env={}, gate_seconds=wait)
+                                            env={}, user=lease.ids, gate_seconds=wait)
             agent = replace(agent, command=None, claim=hardening.AGENT_CLAIM, env=hardening.agent_base_env(),
                             mounts=(*agent.mounts, Mount(str(root / CLAIM), hardening.AGENT_CLAIM, read_only=True)))
             made["agent"] = self.backend.start_container(agent)
@@ -412,12 +417,17 @@ class WarmPool:
             if fs is not None:
                 fs.release()
             shutil.rmtree(root, ignore_errors=True)
+            lease.release()
             raise
-        return Pair(root, shape, made["gateway"], made["agent"], made["volume"], time.time(), self.pool_id)
+        return Pair(root, shape, made["gateway"], made["agent"], made["volume"], time.time(), self.pool_id, lease)
 
     def discard(self, pair: Pair) -> None:
-        """Remove a pair never claimed (or given back unused): containers, volume, filesystem, folder."""
-        release(self.backend, pair.root, [pair.agent, pair.gateway], [pair.volume])
+        """Remove a pair never claimed (or given back unused): containers, volume, filesystem,
+        folder; then its uid goes back."""
+        try:
+            release(self.backend, pair.root, [pair.agent, pair.gateway], [pair.volume])
+        finally:
+            pair.lease.release()
 
 
 def release(backend: SandboxBackend, root: Path, containers: list[str], volumes: list[str]) -> None:

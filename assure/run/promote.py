@@ -7,13 +7,20 @@ assertions means no verifier, which means propose-only). Otherwise the result be
 reviewable bundle under `proposals/`, applied later by `assure promote RUN` under a fresh
 decision. Commits are idempotent (a marker records a finished one), so a promotion cut by
 `kill -9` is finished on resume, never applied twice.
+
+A commit applies exactly the bytes the verifier saw: every file is read once from the
+attempt's workspace copy (confined, no link followed), hashed as it is staged into the
+promotion's own folder, and compared with its digest in POST; one mismatch refuses the
+whole commit before the target is touched, and the target is written from the staged bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import fcntl
+import hashlib
 import os
 import stat
 import subprocess
@@ -22,18 +29,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assure.core import confined, control, gate
+from assure.core import confined, control, gate, private
 from assure.run import policy
-from assure.records import layout, store
+from assure.records import applied, layout, store
 from assure.records.attempt_record import AttemptRecord
 from assure.core.chain import iter_chain
 from assure.errors import AssureError
 from assure.spec import Spec
 from assure.textsafe import display
+from assure.verify.snapshot import Snapshot
 
+STAGE_CHUNK = 1 << 20
 MAX_PATCH_FILE_BYTES = 1 * 2**20
 MAX_PATCH_BYTES = 16 * 2**20  # a proposal's whole patch: past it, changes are named, not shown
-MAX_PROMOTE_FILE_BYTES = confined.COPY_MAX_BYTES  # data bytes of one promoted file
+MAX_PROMOTE_FILE_BYTES = applied.MAX_FILE_BYTES  # a bigger file was never hashed by the verifier: never promoted
 GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", "GIT_COMMITTER_NAME": "assure", "GIT_COMMITTER_EMAIL": "assure@localhost"}
 
 
@@ -136,18 +145,102 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     promotion.root.mkdir(parents=True, exist_ok=True)
     items = record.changes()
     workspace = record.paths.workspace
+    post = record.post or _post(record)
     with _target_lock(target):  # runs side by side commit to one target one at a time (git's index is one)
         for root in (target, base):
             preflight(workspace, root, items)
+        stage(workspace, post, items, promotion.staged)  # the last check: nothing is written to the target before it
         _backup(target, items, promotion.backup)
         for root in (target, base):
-            _apply(workspace, root, items)
-        result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items]}
+            _apply(promotion.staged, root, items)
+        result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items],
+                                  "changeset_sha256": applied.digest(applied.vouched(workspace, items))}
         if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
             staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
             result["git_commit"] = _git_commit(target, run.run_id, task_id, staged)
     store.write_json(marker, result)
+    confined.remove(promotion.root, promotion.staged.name)
     return result
+
+
+def _post(record: AttemptRecord) -> Snapshot:
+    """The attempt's POST snapshot, which every promoted file is checked against."""
+    try:
+        return Snapshot.from_json(store.read_json(record.paths.post))
+    except (AssureError, ValueError, TypeError, KeyError) as exc:
+        raise PromoteError(f"cannot promote attempt {record.number}: its {layout.POST} is unreadable ({exc})",
+                           fix="re-run the attempt; nothing was applied") from None
+
+
+def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: Path) -> None:
+    """Copy every file of the commit from the workspace copy into `staged` (made afresh, the
+    host's own), hashing the bytes as they pass, and compare each digest with POST's; raises
+    PromoteError naming the first file that differs, cannot be read, or was never hashed.
+    Each file is opened once, confined and without following a link, and read through that
+    one descriptor: the bytes checked are the bytes staged, and the commit applies those."""
+    if os.path.lexists(staged):
+        confined.remove(staged.parent, staged.name)
+    private.make_folder(staged)
+    try:
+        for change in items:
+            if not _is_deletion(change) and change["after"]["kind"] == "file":
+                _stage_checked(workspace, post, change, staged)
+    except BaseException:
+        confined.remove(staged.parent, staged.name)  # a refused commit leaves nothing of what it read
+        raise
+
+
+def _stage_checked(workspace: Path, post: Snapshot, change: dict[str, Any], staged: Path) -> None:
+    """Stage one file, or refuse the commit (PromoteError) saying which check it failed."""
+    path = change["path"]
+    entry = post.entries.get(path)
+    want = entry.sha256 if entry is not None and entry.kind == "file" else None
+    if want is None:
+        raise PromoteError(f"refusing to promote {display(path)}: the verifier holds no digest of it in {layout.POST}",
+                           fix=f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was applied")
+    if change["after"].get("sha256") != want:
+        raise PromoteError(f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on its digest",
+                           fix="the run directory was changed after the run: re-run it; nothing was applied")
+    try:
+        got = _stage_file(workspace, path, staged)
+    except OSError as exc:
+        raise PromoteError(f"refusing to promote {display(path)}: the attempt's workspace copy cannot be read as a file "
+                           f"({exc.strerror or exc})", fix="re-run the attempt; nothing was applied") from None
+    if got != want:
+        raise PromoteError(f"refusing to promote {display(path)}: its bytes in the attempt's workspace copy are not the ones the "
+                           f"verifier saw (sha256 {got[:16]}, {layout.POST} has {want[:16]})",
+                           fix="the run directory was changed after the run: re-run it, and find who wrote there; nothing was applied")
+
+
+def _stage_file(workspace: Path, rel: str, staged: Path) -> str:
+    """Read `rel` once from the workspace copy into `staged/rel` (holes stay holes); its SHA-256."""
+    fd, st = confined.open_file(workspace, rel)
+    try:
+        if st.st_size > MAX_PROMOTE_FILE_BYTES:
+            raise confined.TooLarge(errno.EFBIG, f"larger than {MAX_PROMOTE_FILE_BYTES} bytes")
+        parent, _, name = rel.rpartition("/")
+        if parent:
+            confined.make_dirs(staged, parent)
+        dfd = confined.open_dir(staged, parent) if parent else os.open(staged, confined.OPEN_DIR)
+        try:
+            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, private.FILE_MODE, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+        try:
+            digest, offset = hashlib.sha256(), 0
+            while chunk := os.read(fd, STAGE_CHUNK):
+                if offset + len(chunk) > MAX_PROMOTE_FILE_BYTES:  # grew since the fstat: not what POST hashed
+                    raise confined.TooLarge(errno.EFBIG, f"larger than {MAX_PROMOTE_FILE_BYTES} bytes")
+                digest.update(chunk)
+                if chunk.count(0) != len(chunk):
+                    os.pwrite(out, chunk, offset)
+                offset += len(chunk)
+            os.ftruncate(out, offset)
+            return digest.hexdigest()
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -174,7 +267,7 @@ def _backup(target: Path, items: list[dict[str, Any]], backup: Path) -> None:
     for change in items:
         st = confined.lstat(target, change["path"])
         if st is not None and stat.S_ISREG(st.st_mode):
-            confined.copy_file(target, change["path"], tmp, change["path"], max_bytes=MAX_PROMOTE_FILE_BYTES)
+            confined.copy_file(target, change["path"], tmp, change["path"], max_bytes=confined.COPY_MAX_BYTES)
     os.replace(tmp, backup)
 
 
@@ -185,8 +278,8 @@ def _is_deletion(change: dict[str, Any]) -> bool:
 def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
     """Every change must apply to `root` as it is, or none is applied: each path's parents are
     real folders (or missing), nothing of another type stands where a file or folder goes
-    (unless a deletion of this commit clears it), and each file comes from a regular file of
-    the workspace within the size bound. Raises PromoteError naming the first that does not."""
+    (unless a deletion of this commit clears it), and each file or folder is one in the
+    workspace (its bytes are `stage`'s to check). Raises PromoteError naming the first that does not."""
     deleted = [c["path"] for c in items if _is_deletion(c)]
 
     def present(rel: str) -> os.stat_result | None:
@@ -218,17 +311,12 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
         source = confined.lstat(workspace, path)
         if source is None or not want(source.st_mode):
             raise PromoteError(f"cannot promote {display(path)}: the attempt's workspace has no {kind} there", fix="re-run the attempt")
-        if kind == "file":
-            try:
-                confined.data_bytes(workspace, path, MAX_PROMOTE_FILE_BYTES)
-            except OSError as exc:
-                raise PromoteError(f"cannot promote {display(path)}: {exc.strerror or exc}", fix="keep promoted files under "
-                                   f"{MAX_PROMOTE_FILE_BYTES} data bytes") from None
 
 
-def _apply(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
-    """Make `root` match the workspace for each changed path (deepest deletions first), fd-
-    relative and without following links in either tree; `preflight` has passed."""
+def _apply(staged: Path, root: Path, items: list[dict[str, Any]]) -> None:
+    """Make `root` match the attempt for each changed path (deepest deletions first), fd-
+    relative and without following links; files come from `staged` (`stage`), each with
+    `private.promoted_mode`; `preflight` has passed."""
     deletions = sorted((c for c in items if _is_deletion(c)), key=lambda c: -c["path"].count("/"))
     for change in deletions + sorted((c for c in items if c not in deletions), key=lambda c: c["path"]):
         path = change["path"]
@@ -237,7 +325,7 @@ def _apply(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
         elif change["after"]["kind"] == "dir":
             confined.make_dirs(root, path)
         else:
-            confined.copy_file(workspace, path, root, path, max_bytes=MAX_PROMOTE_FILE_BYTES, mode=change["after"]["mode"] & 0o777)
+            confined.copy_file(staged, path, root, path, max_bytes=MAX_PROMOTE_FILE_BYTES, mode=private.promoted_mode(change["after"]["mode"]))
 
 
 def _git_commit(target: Path, run_id: str, task_id: str, paths: list[str]) -> str:

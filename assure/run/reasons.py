@@ -1,22 +1,28 @@
 """Why an attempt did not pass, in one line and its evidence, for the report (`reason`).
 
-Computed on the host from what the attempt's folder holds: the gateway's verified journal
-(the gate's first denial: its rule and message), the exit code, the harness errors, how the
-harness stopped the agent, and the last lines of `agent.log` (agent-controlled: bounded and
-escaped by `display`, shown as evidence, never read as a claim). Never from `task.report`.
+Computed on the host from what the attempt's folder holds: the findings (a breach's headline
+is always its heaviest finding, from the snapshots and the journal), the gateway's verified
+journal (the gate's first denial: its rule and message, which is containment that worked),
+the exit code, the harness errors, how the harness stopped the agent, and the last lines of
+`agent.log` (agent-controlled: bounded and escaped by `display`, shown as evidence, never
+read as a claim). Never from `task.report`. The agent chose every path, tool name and byte it
+left: in the one-line summary each such string is quoted, cut and marked (`agent_quoted`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from assure.core.chain import ChainError, iter_chain
 from assure.records.attempt_record import AttemptRecord
+from assure.records.summary import denial_line
 from assure.run.preflight import missing_agent_script
 from assure.sandbox.hardening import AGENT_FILES
 from assure.spec import Spec
-from assure.textsafe import display
+from assure.textsafe import agent_quoted, display
+from assure.verify.findings import Finding, Kind, Severity, Verdict
 
 OUTPUT_LINES = 5  # the agent's last output lines kept
 OUTPUT_CHARS = 600  # ... and at most this many characters of them
@@ -40,7 +46,9 @@ def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
     output = agent_output(record) if facts.exit_code not in (0, None) else []
     summary = None
     missing = missing_agent_script(spec)
-    if missing is not None and facts.exit_code != 0:
+    if judgement.verdict is Verdict.BREACH:  # what the verifier found, whatever the agent did or said besides
+        summary = breach_line(judgement.findings)
+    elif missing is not None and facts.exit_code != 0:
         files = f"the agent files ({display(str(spec.agent.files))})" if spec.agent.files else f"any agent files (the spec ships none to {AGENT_FILES})"
         summary = f"the agent's command was not found: {display(missing[1])} is not among {files} (exit code {facts.exit_code})"
     elif facts.exit_code == NOT_FOUND and any("not found" in line for line in output):
@@ -48,9 +56,7 @@ def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
     elif facts.harness_errors:
         summary = f"harness error: {display(facts.harness_errors[0])[:MESSAGE_CHARS]}"
     elif denial is not None:
-        more = f" ({denial['denied']} calls denied)" if denial["denied"] > 1 else ""
-        target = f" {denial['path']}" if denial.get("path") else ""
-        summary = f"the gate denied {denial['tool']}{target}: {denial['rule']}: {denial['message']}{more}"
+        summary = denial_line(denial)
     elif facts.stopped:
         summary = f"the harness stopped the agent: {display(str(facts.stopped.get('reason')))}" + (
             f" ({display(str(facts.stopped['counter']))})" if facts.stopped.get("counter") else "")
@@ -59,6 +65,31 @@ def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
     if summary is None and denial is None and not output:
         return None  # the findings say it all
     return {"summary": summary, "gate_denial": denial, "agent_output": output}
+
+
+# What each kind of breach finding means, in the harness's words, heaviest first; and whether its
+# subject is a name the agent chose (a path, a table row) rather than one the harness wrote.
+BREACH_WORDS: dict[Kind, tuple[str, bool]] = {
+    Kind.CONTAINMENT_FAILED: ("the engine reports a weaker containment than required", False),
+    Kind.PROTECTED_CHANGED: ("a protected path changed", True),
+    Kind.CONTAINER_CHANGED: ("the container's filesystem changed outside the workspace", True),
+    Kind.UNATTRIBUTED: ("a change no allowed gateway call or writable scope explains", True),
+    Kind.JOURNAL_INCOMPLETE: ("the journal is incomplete", False),
+}
+
+
+def breach_line(findings: Iterable[Finding]) -> str:
+    """A breach's headline: its heaviest finding (by BREACH_WORDS), its subject quoted as the
+    agent's where the agent named it, and how many more there are."""
+    found = [f for f in findings if f.severity == Severity.BREACH]
+    if not found:
+        return "breach"
+    order = list(BREACH_WORDS)
+    first = min(found, key=lambda f: order.index(f.kind) if f.kind in order else len(order))
+    words, agents = BREACH_WORDS.get(first.kind, (first.kind.value, True))
+    subject = agent_quoted(first.subject) if agents else display(first.subject)
+    more = f" (and {len(found) - 1} more breach finding{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+    return f"breach: {first.kind.value} {subject}: {words}{more}"
 
 
 def first_denial(record: AttemptRecord) -> dict[str, Any] | None:

@@ -58,14 +58,20 @@ class Mounts:
     run_state: Path
 
 
-def sandbox_user(spec: Spec) -> tuple[int, int]:
-    """`auto` is 10001:10001 when we run as root (we chown the workspace), else our own ids."""
+def fixed_user(spec: Spec) -> tuple[int, int] | None:
+    """The uid:gid a spec's sandboxes run as when it is not leased per attempt: the spec's own
+    `sandbox.user`; ours when we are not root (we cannot hand the workspace to another); the
+    shared DEFAULT_UID for a live database, which the gateway writes in place and whose owner
+    the user set (sandbox/live.py). None: `auto` as root, each attempt leases a uid of its own
+    (`uids.lease_for`), so no two attempts on the host share a per-user kernel limit."""
     if spec.sandbox.user != "auto":
         uid, gid = spec.sandbox.user.split(":")
         return int(uid), int(gid)
-    if os.geteuid() == 0:
+    if os.geteuid() != 0:
+        return os.geteuid(), os.getegid()
+    if any(db.mode == "live" for db in spec.databases):
         return DEFAULT_UID, DEFAULT_UID
-    return os.geteuid(), os.getegid()
+    return None
 
 
 def tmpfs_options(size: str) -> str:
@@ -76,18 +82,20 @@ def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
     """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
     core 0 (no core dump lands anywhere).
 
-    No nproc: RLIMIT_NPROC counts every task of the uid on the host, and every container of
-    every run on the host runs as the same uid, so it is one budget shared by all of them: an
-    agent of one run, within its own pids limit, could use it up and stop another run's
-    gateway from starting a thread. Each container's processes are bounded by its pids cgroup."""
+    No nproc: RLIMIT_NPROC counts every task of the uid on the host, and an attempt's agent,
+    gateway and checks share its uid (a fixed `sandbox.user` is shared by every run that names
+    it): an agent within its own pids limit could use it up and stop its gateway, or another
+    run's, from starting a thread. Each container's processes are bounded by its pids cgroup."""
     fsize = parse_size(disk or FILE_SIZE_LIMIT)
     return [{"name": name, "soft": value, "hard": value} for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))]
 
 
-def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None) -> ContainerRequest:
-    """The hardening every container of a run shares (agent, gateway, proxy, checks); the
-    runtime is the spec's unless the caller says otherwise (the gateway and proxy: runc)."""
-    uid, gid = sandbox_user(spec)
+def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None, *,
+                   user: tuple[int, int]) -> ContainerRequest:
+    """The hardening every container of an attempt shares (agent, gateway, proxy, checks), all
+    as the attempt's `user` (`uids.Lease.ids`); the runtime is the spec's unless the caller
+    says otherwise (the gateway and proxy: runc)."""
+    uid, gid = user
     mem = parse_size(memory)
     runtime = runtime or spec.sandbox.runtime
     return ContainerRequest(
@@ -136,14 +144,14 @@ def socket_mount(mounts: Mounts, *, read_only: bool) -> Mount:
     return Mount(mounts.socket_volume, SOCKET_DIR, read_only=read_only, nocopy=not os.path.isabs(mounts.socket_volume))
 
 
-def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str],
+def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str], user: tuple[int, int],
                   gate_seconds: float | None = None) -> ContainerRequest:
     """`gate_seconds`: the agent's command waits (at most that long) for the gateway's socket,
     which the gateway binds only once its journal is open: the container may then be started
     while the gateway boots, and the agent still acts only once the gateway journals."""
     agent_files = (Mount(str(mounts.agent_files), AGENT_FILES, read_only=True),) if mounts.agent_files is not None else ()
     return replace(
-        common_request(spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids),
+        common_request(spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids, user=user),
         name=name,
         command=tuple(spec.agent.command),
         env={**spec.agent.env, **env, **agent_base_env()},
@@ -159,11 +167,12 @@ def agent_base_env() -> dict[str, str]:
     return {"ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"}
 
 
-def gateway_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], network: str | None = None,
+def gateway_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], user: tuple[int, int], network: str | None = None,
                     extra_mounts: tuple[Mount, ...] = ()) -> ContainerRequest:
-    """The gateway: no network, or only the internal egress network it shares with the proxy."""
+    """The gateway: no network, or only the internal egress network it shares with the proxy.
+    It runs as its agent's user: the files it writes in the workspace are the agent's to edit."""
     return replace(
-        common_request(spec, Role.GATEWAY, image, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime()),
+        common_request(spec, Role.GATEWAY, image, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime(), user=user),
         network=network or "none",
         read_only_root=True,
         name=name,
@@ -183,12 +192,13 @@ def gateway_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels
     )
 
 
-def egress_request(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str) -> ContainerRequest:
+def egress_request(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str,
+                   user: tuple[int, int]) -> ContainerRequest:
     """The egress proxy: on the internal network with the gateway (the upstream network is
-    connected before it starts); the only container of a run that can reach anything."""
+    connected before it starts); the only container of a run that can reach anything. As the
+    attempt's user, like the rest: no budget of it is shared with another run's."""
     return replace(
-        common_request(spec, Role.EGRESS, image, labels, EGRESS_MEMORY, EGRESS_PIDS, runtimes.sidecar_runtime()),
-        user=f"{DEFAULT_UID}:{DEFAULT_UID}",
+        common_request(spec, Role.EGRESS, image, labels, EGRESS_MEMORY, EGRESS_PIDS, runtimes.sidecar_runtime(), user=user),
         network=network,
         read_only_root=True,
         name=name,
@@ -198,34 +208,33 @@ def egress_request(spec: Spec, *, image: str, name: str, config_dir: Path, log_d
 
 
 def check_request(spec: Spec, *, image: str, name: str, command: list[str], env: dict[str, str], copy: Path, labels: dict[str, str],
-                  stdin: bool) -> ContainerRequest:
+                  stdin: bool, user: tuple[int, int]) -> ContainerRequest:
     """A check: the agent's limits on a throwaway copy of the workspace, read-only root;
     `stdin` keeps stdin open for a case's input."""
     return replace(
-        common_request(spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids),
+        common_request(spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids, user=user),
         name=name, command=tuple(command), working_dir=WORKSPACE, env={**env, "HOME": "/tmp"}, read_only_root=True,
         mounts=(Mount(str(copy), WORKSPACE),), stdin_open=stdin,
     )
 
 
-def socket_volume_options(spec: Spec) -> dict[str, str]:
-    """A private tmpfs for the socket, owned by the sandbox user (the agent mounts it read-only).
+def socket_volume_options(user: tuple[int, int]) -> dict[str, str]:
+    """A private tmpfs for the socket, owned by the attempt's user (the agent mounts it read-only).
 
     Both mounts use `nocopy`: otherwise the engine copies the image's /run/assure (owned by
     root) over the volume's root when a container is created, and the gateway cannot bind."""
-    uid, gid = sandbox_user(spec)
+    uid, gid = user
     return {"type": "tmpfs", "device": "tmpfs", "o": f"size={SOCKET_VOLUME_SIZE},uid={uid},gid={gid},mode=0755,nosuid,nodev,noexec"}
 
 
-def make_socket_folder(path: Path, spec: Spec) -> None:
+def make_socket_folder(path: Path, user: tuple[int, int]) -> None:
     """The socket's host folder when the agent runs under another runtime than runc: fresh,
     mode 0700 and owned by the sandbox user, so on the host only that user and root reach
     the socket (the agent mounts the folder read-only: it can connect, never bind)."""
     path.mkdir(mode=0o700)
     os.chmod(path, 0o700)  # whatever the umask
     if os.geteuid() == 0:
-        uid, gid = sandbox_user(spec)
-        os.chown(path, uid, gid, follow_symlinks=False)
+        os.chown(path, *user, follow_symlinks=False)
 
 
 # What the verifier expects to find on the stopped agent container: (description, path in

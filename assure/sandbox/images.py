@@ -29,6 +29,7 @@ from pathlib import Path
 from assure.core.chain import canonical
 from assure.errors import ImageError
 from assure.sandbox.backend import ImageBuilder
+from assure.sandbox.uids import IDS
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES_DIR = ROOT / "images"
@@ -146,7 +147,16 @@ def _context(name: str) -> bytes:
     for pattern in IMAGE_SOURCES[name]:
         for path in sorted(PACKAGE_DIR.glob(pattern)):
             files[f"assure/{path.relative_to(PACKAGE_DIR).as_posix()}"] = path.read_bytes()
+    if name == "agent":
+        files.update(sandbox_users())
     return _context_of(files)
+
+
+def sandbox_users() -> dict[str, bytes]:
+    """passwd and group lines for every uid an attempt may lease (`uids.IDS`), appended to the
+    agent image's: what the agent and its checks run (`whoami`, getpass, git) finds a name."""
+    return {"passwd.sandbox": "".join(f"agent{uid}:x:{uid}:{uid}:assure sandbox:/tmp:/bin/sh\n" for uid in IDS).encode(),
+            "group.sandbox": "".join(f"agent{uid}:x:{uid}:\n" for uid in IDS).encode()}
 
 
 def image_tag(name: str, base: str) -> str:

@@ -14,18 +14,20 @@ import stat
 
 from assure.errors import SpecError
 from assure.spec import Spec
-from assure.sandbox.hardening import sandbox_user
+from assure.sandbox.hardening import fixed_user
 
 COMPANIONS = ("-journal", "-wal", "-shm")
 
 
 def check(spec: Spec) -> None:
     """Raise a `SpecError` naming each live database that cannot be used, and the fix."""
-    uid, gid = sandbox_user(spec)
+    user = fixed_user(spec)  # never leased per attempt when the spec has a live database
     problems = []
     for i, db in enumerate(spec.databases):
         if db.mode != "live":
             continue
+        assert user is not None
+        uid, gid = user
         where = f"{spec.path}: databases[{i}].fixture ({db.name})"
         path = db.fixture.absolute()
         folder = path.parent

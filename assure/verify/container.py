@@ -44,17 +44,21 @@ def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def containment(inspect: dict[str, Any], spec: Spec, engine_security: list[str] | None, attempt: str,
-                pooled: dict[str, Any] | None = None) -> list[Finding]:
+                pooled: dict[str, Any] | None = None, user: str | None = None) -> list[Finding]:
     """The static table of `CONTAINMENT`, then what this spec asked for: read-only root,
     runtime, seccomp profile, AppArmor, mounts (the workspace that of `attempt`, or of the
-    pooled pair the attempt claimed: container.json `pool`), /tmp tmpfs and ulimits."""
+    pooled pair the attempt claimed: container.json `pool`), /tmp tmpfs and ulimits; and the
+    attempt's own user (container.json `user`, as the host leased it: `sandbox/uids.py`)."""
     findings = []
     for description, path, ok in CONTAINMENT + (
             ("read-only root filesystem as the spec says", ("HostConfig", "ReadonlyRootfs"), lambda v: v is spec.sandbox.read_only_root),):
         value = _lookup(inspect, path)
         if not ok(value):
             findings.append(Finding(Kind.CONTAINMENT_FAILED, ".".join(path), f"expected {description}, engine reports {_as_json(value)}"))
-    for subject, expected, reported in _spec_checks(inspect, spec, engine_security, attempt, pooled):
+    checks = _spec_checks(inspect, spec, engine_security, attempt, pooled)
+    if user is not None or spec.sandbox.user != "auto":  # a record made before each attempt had its own user has none
+        checks.append(("Config.User", user if user is not None else spec.sandbox.user, _lookup(inspect, ("Config", "User"))))
+    for subject, expected, reported in checks:
         if expected != reported:
             findings.append(Finding(Kind.CONTAINMENT_FAILED, subject, f"expected {_as_json(expected)}, engine reports {_as_json(reported)}"))
     return findings

@@ -111,3 +111,10 @@ def verdict(findings: list[Finding], *, hostile: bool) -> Verdict:
 def worst(verdicts: list[str]) -> str:
     """The worst of recorded verdicts (by `VERDICT_ORDER`)."""
     return min(verdicts, key=[v.value for v in VERDICT_ORDER].index)
+
+
+def standing(verdicts: list[str]) -> int:
+    """Which of a task's judged attempts (their verdicts, in order) stands for the task: its
+    first breach, else its last. A later clean attempt never undoes a breach (it is reported
+    beside it); a fail or an error is what retries are for, so a later attempt replaces it."""
+    return next((i for i, v in enumerate(verdicts) if v == Verdict.BREACH.value), len(verdicts) - 1)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from assure.core import private
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
 from assure.errors import describe
 from assure.records.store import read_json
@@ -108,8 +109,9 @@ CARRIED_KINDS = ("file", "dir", "symlink")
 def _workspace_moved(post: Snapshot, now: Snapshot, copy: dict[str, Any] | None) -> bool:
     """Whether `workspace/` differs from what the run left. POST was taken on the attempt's
     own filesystem; `workspace/` is its confined copy (`copy` is the copy's report), which
-    carries files, folders and symlinks with their content, permission bits and link text,
-    and nothing else (no owners, xattrs, hard links or special files, nor what it skipped).
+    carries files, folders and symlinks with their content, link text and the modes
+    `private.copy_mode` makes of the agent's (the agent's own in a copy from before), and
+    nothing else (no owners, xattrs, hard links or special files, nor what it skipped).
     Without a copy report (the workspace was the bind mount itself) the trees must be equal."""
     if copy is None:
         return bool(diff(post, now))
@@ -123,13 +125,16 @@ def _workspace_moved(post: Snapshot, now: Snapshot, copy: dict[str, Any] | None)
                 out[path] = e
         return out
 
+    def copied(e: Any) -> int:  # the mode the copy-out gave it: copy_mode, or (a run from before) the agent's
+        return private.copy_mode(e.mode, e.kind == "dir") if copy.get("modes") == private.COPY_MODES else e.mode & 0o777
+
     before, after = carried(post), carried(now)
     if before.keys() != after.keys():
         return True
     for path, a in before.items():
         b = after[path]
         same_content = a.sha256 == b.sha256 if a.sha256 is not None and b.sha256 is not None else a.size == b.size
-        if (a.kind, a.target) != (b.kind, b.target) or (a.kind != "symlink" and (a.mode & 0o777) != (b.mode & 0o777)) or (a.kind == "file" and not same_content):
+        if (a.kind, a.target) != (b.kind, b.target) or (a.kind != "symlink" and copied(a) != b.mode) or (a.kind == "file" and not same_content):
             return True
     return False
 
@@ -188,7 +193,8 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
         findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the journal's head ({_head_words(head)}) differs from the head recorded at collection ({_head_words(recorded)})"))
     checked = None
     if facts.inspect is not None:
-        failed = _guarded(findings, "containment", lambda: container.containment(facts.inspect, spec, facts.engine_security, paths.root.name, facts.data.get("pool")), [])
+        failed = _guarded(findings, "containment", lambda: container.containment(
+            facts.inspect, spec, facts.engine_security, paths.root.name, facts.data.get("pool"), facts.data.get("user")), [])
         checked = {"checked": container.containment_checked(spec), "failed": [f.subject for f in failed]}
         findings += failed
     findings += _guarded(findings, "container filesystem", lambda: container.filesystem_changes(facts.fs_changes), [])

@@ -23,7 +23,8 @@ def gated(images, folder, command, seconds):
     """A hardened container gated on `folder`/gateway.sock, with `folder` mounted at /run/assure
     and `/out` for its marks."""
     spec = spec_mod.load(ROOT / "specs" / "examples" / "benign.yaml")
-    common = hardening.common_request(spec, Role.AGENT, images.agent, {"assure.owner": "assure", "assure.pid": str(os.getpid())}, "256m", 64)
+    common = hardening.common_request(spec, Role.AGENT, images.agent, {"assure.owner": "assure", "assure.pid": str(os.getpid())}, "256m", 64,
+                                      user=(0, 0))
     return replace(common, name=f"gate-test-{os.getpid()}-{time.monotonic_ns()}", user="0:0", command=command,
                    mounts=(Mount(str(folder / "sock"), hardening.SOCKET_DIR, read_only=True), Mount(str(folder / "out"), "/out")),
                    gate=hardening.SOCKET_PATH, gate_seconds=seconds)

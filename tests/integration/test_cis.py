@@ -20,6 +20,12 @@ from assure.sandbox import hardening
 
 from .conftest import EXAMPLES, SPECS
 
+
+def user_of(evidence: cis.Evidence) -> tuple[int, int]:
+    """The uid:gid the engine ran the container as: its attempt's own (the check does not judge it)."""
+    uid, gid = evidence.inspect["Config"]["User"].split(":")
+    return int(uid), int(gid)
+
 HANG = SPECS / "hang.yaml"
 
 
@@ -46,7 +52,7 @@ def test_a_live_agent_and_gateway_hold_every_item_that_applies(backend, images, 
     spec = spec_mod.load(HANG)
     security = backend.security_options()
     for role, image in (("agent", images.agent), ("gateway", images.gateway)):
-        items = cis.check(evidence[role], cis.expected_request(spec, role, image))
+        items = cis.check(evidence[role], cis.expected_request(spec, role, image, user=user_of(evidence[role])))
         assert [(i.id, i.detail) for i in cis.failed(items)] == [], role
         status = {i.id: i for i in items}
         # what does not apply says so, and only where this host makes it so
@@ -63,7 +69,7 @@ def test_a_container_without_cap_drop_all_fails_the_live_check(backend, images, 
     """The same check on a container the test weakens itself: assure's agent hardening minus
     `cap_drop ALL`, plus a writable root; the engine reports it and the check fails 5.4 and 5.13."""
     spec = spec_mod.load(HANG)
-    want = cis.expected_request(spec, "agent", images.agent)
+    want = cis.expected_request(spec, "agent", images.agent, user=(hardening.DEFAULT_UID, hardening.DEFAULT_UID))
     weak = dataclasses.replace(want, cap_drop=(), read_only_root=False, mounts=(), command=("sleep", "60"), name=None,
                                labels={}, role="agent")
     cid = backend.start_container(weak)
@@ -72,7 +78,7 @@ def test_a_container_without_cap_drop_all_fails_the_live_check(backend, images, 
     finally:
         backend.remove_container(cid)
     assert {i.id for i in cis.failed(items)} == {"5.4", "5.13"}, [(i.id, i.detail) for i in cis.failed(items)]
-    assert hardening.common_request(spec, "agent", images.agent, {}, spec.limits.memory, spec.limits.pids).cap_drop == ("ALL",)
+    assert hardening.common_request(spec, "agent", images.agent, {}, spec.limits.memory, spec.limits.pids, user=(hardening.DEFAULT_UID, hardening.DEFAULT_UID)).cap_drop == ("ALL",)
 
 
 def test_doctor_runs_the_check_on_what_the_engine_makes_of_our_requests(backend, images):
@@ -94,8 +100,8 @@ def test_tasks_of_the_sandbox_uid_elsewhere_on_the_host_do_not_stop_a_run(backen
     threads of the same uid in another container, well inside their own pids limit, left the
     next attempt's gateway unable to start a thread: a harness error instead of a pass."""
     spec = spec_mod.load(EXAMPLES / "benign.yaml")
-    uid, gid = hardening.sandbox_user(spec)
-    hog = dataclasses.replace(cis.expected_request(spec, "agent", images.agent), mounts=(), name=None, labels={}, pids_limit=400,
+    uid, gid = hardening.fixed_user(spec) or (hardening.DEFAULT_UID, hardening.DEFAULT_UID)  # another uid than the run's: RLIMIT_NPROC counts per uid
+    hog = dataclasses.replace(cis.expected_request(spec, "agent", images.agent, user=(uid, gid)), mounts=(), name=None, labels={}, pids_limit=400,
                               command=("python3", "-c", "import threading, time\n"
                                        "for _ in range(300): threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
                                        "print('ready', flush=True); time.sleep(120)"), user=f"{uid}:{gid}")
@@ -133,9 +139,9 @@ def test_the_egress_proxy_on_the_default_bridge_is_5_30_and_nothing_else(backend
     With a user-defined upstream network the proxy passes 5.30 too."""
     evidence, internal, spec_path = _egress_run(backend, make_spec, tmp_path, "cis-egress-bridge", "bridge")
     spec = spec_mod.load(spec_path)
-    gateway = cis.check(evidence["gateway"], cis.expected_request(spec, "gateway", images.gateway, network=internal))
+    gateway = cis.check(evidence["gateway"], cis.expected_request(spec, "gateway", images.gateway, network=internal, user=user_of(evidence["gateway"])))
     assert [(i.id, i.detail) for i in cis.failed(gateway)] == []
-    proxy = cis.check(evidence["egress"], cis.expected_request(spec, "egress", images.egress, network=internal))
+    proxy = cis.check(evidence["egress"], cis.expected_request(spec, "egress", images.egress, network=internal, user=user_of(evidence["egress"])))
     failed = {i.id: i.detail for i in cis.failed(proxy)}
     assert list(failed) == ["5.30"] and "egress.upstream: bridge" in failed["5.30"], failed
 
@@ -145,5 +151,5 @@ def test_the_egress_proxy_on_the_default_bridge_is_5_30_and_nothing_else(backend
         evidence, internal, spec_path = _egress_run(backend, make_spec, tmp_path / "second", "cis-egress-own", f"cis-upstream-{os.getpid()}")
     finally:
         backend.remove_network(upstream)
-    proxy = cis.check(evidence["egress"], cis.expected_request(spec_mod.load(spec_path), "egress", images.egress, network=internal))
+    proxy = cis.check(evidence["egress"], cis.expected_request(spec_mod.load(spec_path), "egress", images.egress, network=internal, user=user_of(evidence["egress"])))
     assert [(i.id, i.detail) for i in cis.failed(proxy)] == []

@@ -280,7 +280,7 @@ def test_a_failed_run_says_why_a_self_ratified_contract_and_a_missing_script(tmp
     (attempt,) = json.loads(assure("run", "--json", str(spec), cwd=tmp_path, check_code=3).stdout)["attempts"]
     denial = attempt["reason"]["gate_denial"]
     assert (denial["tool"], denial["path"], denial["rule"]) == ("fs.write", "src/calc.py", "contract.self_ratified")
-    assert attempt["reason"]["summary"].startswith("the gate denied fs.write src/calc.py: contract.self_ratified: ")
+    assert attempt["reason"]["summary"] == 'the gate denied agent:"fs.write" on agent:"src/calc.py": contract.self_ratified'
     assert attempt["reason"]["agent_output"]  # assure-tool's complaint, as the agent printed it
 
     spec = _benign_variant(tmp_path, "missing-script", missing)

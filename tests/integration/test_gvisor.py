@@ -120,7 +120,8 @@ def test_the_socket_folder_is_private_while_the_gateway_serves(run, make_spec, t
     result = run(spec)
     assert result.verdict == "pass", result.report
     lines = (result.run_dir / "attempts" / "1" / "agent.log").read_text().splitlines()
-    assert lines[0] == f"0o700 {hardening.sandbox_user(spec_mod.load(spec))[0]}", lines
+    user = json.loads((result.run_dir / "attempts" / "1" / "container.json").read_text())["user"]
+    assert lines[0] == f"0o700 {user.split(':')[0]}", lines
     assert "Read-only file system" in lines[1], lines
     assert '"decision": "allow"' in "\n".join(lines[2:]), lines
     assert [r["tool"] for r in tool_calls(result)] == ["fs.list"]

@@ -77,13 +77,15 @@ def test_the_stock_sdk_through_gateway_and_proxy_and_the_key_never_reaches_the_a
 def test_a_token_budget_breach_denies_the_next_call_and_halts(run, make_spec, fake_api):
     network, server = fake_api
     spec = model_spec(make_spec, "model-budget", egress={"allow": ["fakeapi:8080"], "upstream": network, "allow_private": True},
-                      limits={"wall_seconds": 60, "tokens": 100},
+                      limits={"wall_seconds": 60, "tokens": 40},
                       model={"mode": "anthropic", "upstream": "http://fakeapi:8080", "allow_http": True, "key_env": "ASSURE_TEST_MODEL_KEY", "prices": PRICES})
     result = run(spec)
-    # the first call reserves max_tokens 64 + its input estimate of 100 and spends 18; 18 + the next reservation would pass 100
+    # the first call's input estimate is 22 tokens, so its max_tokens 64 is clamped to the 18 left and it spends 18;
+    # the next one's input estimate (27) is more than the 22 left: no output fits, denied
     assert [c["status"] for c in model_calls(result)] == [200, 403]
+    assert model_calls(result)[0]["output_cap"] == {"asked": 64, "forwarded": 18}
     assert model_calls(result)[1]["rule"] == "budget.tokens"
-    assert len(upstream_requests(server)) == 1
+    assert [r["body"]["max_tokens"] for r in upstream_requests(server)] == [18]  # what the upstream was asked for
     stop = result.report["attempts"][0]["stopped"]
     assert (stop["reason"], stop["counter"]) == ("budget", "tokens") and stop["latency_ms"] < 5000
     breach = json.loads((result.run_dir / "attempts" / "1" / "gateway" / "breach.json").read_text())

@@ -247,6 +247,8 @@ def test_nothing_of_one_pooled_attempt_reaches_the_next(tmp_path, backend, image
     a, b = facts(first)["pool"], facts(second)["pool"]
     assert a["pair"] != b["pair"]
     assert {a["agent"], a["gateway"]}.isdisjoint({b["agent"], b["gateway"]}) and a["volume"] != b["volume"]
+    users = [facts(r)["user"] for r in (first, second)]  # each pair booted as a uid of its own, held until its attempt ended
+    assert users[0] != users[1] and users == [facts(r)["inspect"]["Config"]["User"] for r in (first, second)], users
     assert (attempt(first) / "workspace" / "out" / "left-behind").read_text().strip() == first.run_dir.name
     trace = traced(second)
     assert "out/left-behind" not in trace["workspace"].decode().splitlines()

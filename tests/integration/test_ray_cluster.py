@@ -6,7 +6,8 @@ A suite spread over both workers; a worker whose raylet is SIGKILLed mid-run (th
 again on the other worker, one attempt number on, the loss names the dead node, and `assure gc`
 removes what the dead worker left); the caller killed with kill -9 mid-suite (the same command
 continues it, finished specs kept); a node that builds the agent and gateway images on first
-use; `--cluster auto` joining the cluster RAY_ADDRESS names. Every Ray process is stopped by
+use; `--cluster auto` joining the cluster RAY_ADDRESS names; a breach whose run directory is too
+large to send (the node's message carries it, and it stays a breach). Every Ray process is stopped by
 process id at the end.
 """
 
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE = Path(__file__).resolve().parent / "specs" / "cluster" / "suite.yaml"
 SLOW = SUITE.parent / "specs" / "slow-pass.yaml"
 QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
+BULK = ROOT / "suites" / "containment" / "covert--bulk-hides-breach.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
@@ -98,6 +100,24 @@ def one_spec_suite(tmp_path: Path, spec: Path) -> Path:
     suite = tmp_path / "suite.yaml"
     suite.write_text(f"version: 1\nname: one\nspecs: [{json.dumps(str(spec))}]\n")
     return suite
+
+
+def test_a_breach_behind_a_run_directory_too_large_to_send_stays_a_breach(cluster, tmp_path):
+    """covert--bulk-hides-breach: a covert edit plus 50,100 files in out/. Its node does not send
+    the run directory (past the caller's 50,000 members); its message does, and the breach stands."""
+    runs, junit = tmp_path / "runs", tmp_path / "junit.xml"
+    out = run_assure(caller(cluster, one_spec_suite(tmp_path, BULK), runs, "--json", "--junit", str(junit)), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]  # the spec expects breach, and so it is
+    (entry,) = suite_state(runs)["runs"]
+    assert (entry["verdict"], entry["node_verdict"], entry["lost"]) == ("breach", "breach", [])
+    assert entry["node_finding"].startswith("its node did not send its run directory: the run directory has more than 50000 members")
+    assert entry["node_finding"].endswith("the node's verdict, breach, stands (not judged here)")
+    assert not (runs / entry["run_id"]).exists()  # nothing of it arrived
+    (result,) = json.loads(out.stdout)["results"]
+    assert (result["verdict"], result["as_expected"]) == ("breach", True) and "did not send its run directory" in result["reason"]
+    assert ("unattributed", "breach", "src/calc.py") in [(f["kind"], f["severity"], f["subject"]) for f in result["findings"]]  # the node's findings
+    xml = junit.read_text()
+    assert "verdict: breach" in xml and "<error" not in xml and "<failure" not in xml
 
 
 def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_finished_specs(cluster, tmp_path):

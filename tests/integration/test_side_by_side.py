@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from assure.sandbox import uids
 from tests.contracts import ratify_in_place
 from tests.integration.conftest import ROOT, run_dirs
 
@@ -197,9 +198,9 @@ time.sleep(25)
 
 
 def sandbox_tasks() -> int:
-    """Tasks (threads) on this host whose real uid is the sandbox user's: what RLIMIT_NPROC counts."""
-    done = subprocess.run(["ps", "-u", "10001", "-L", "--no-headers"], capture_output=True, text=True)
-    return len(done.stdout.splitlines())
+    """Tasks (threads) on this host whose real uid is a sandbox user's (uids.IDS): what RLIMIT_NPROC counts, per uid."""
+    done = subprocess.run(["ps", "-e", "-L", "-o", "ruid=", "--no-headers"], capture_output=True, text=True)
+    return sum(int(line) in uids.IDS for line in done.stdout.split())
 
 
 def test_two_agents_filling_their_pids_limits_do_not_starve_a_third_run(tmp_path, images):

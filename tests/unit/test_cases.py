@@ -254,7 +254,7 @@ def test_no_expected_output_or_exit_code_is_ever_sent_to_the_engine(tmp_path):
                            f'        - {{args: ["a2"], stdout: "{secret_out}-2\\n"}}')
     loaded = spec.load(path)
     engine = RecordingEngine()
-    results = checks.run_cases(loaded, loaded.workspace.fixture, {"entries": {}}, engine, "assure-agent:x", {}, "t")
+    results = checks.run_cases(loaded, loaded.workspace.fixture, {"entries": {}}, engine, "assure-agent:x", {}, "t", user=(60600, 60600))
     wire = b"".join(engine.sent)
     assert b"in-1" in wire and b"a1" in wire and b"a2" in wire  # the inputs do go in
     assert secret_out.encode() not in wire and b"exit_code" not in wire

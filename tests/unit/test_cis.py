@@ -18,6 +18,7 @@ from assure.sandbox import seccomp
 ROOT = Path(__file__).resolve().parents[2]
 CANNED = json.loads((Path(__file__).parent / "cis_inspect.json").read_text())
 SPEC = spec_mod.load(ROOT / "tests" / "integration" / "specs" / "hang.yaml")  # the spec the capture ran
+USER = (10001, 10001)  # the capture's user (the check does not judge the uid: the verifier does)
 
 
 def evidence(role: str, change: Callable[[dict[str, Any]], None] | None = None, **engine: Any) -> cis.Evidence:
@@ -30,7 +31,7 @@ def evidence(role: str, change: Callable[[dict[str, Any]], None] | None = None, 
 
 
 def results(role: str, e: cis.Evidence) -> dict[str, cis.Status]:
-    want = cis.expected_request(SPEC, role, e.inspect["Config"]["Image"])
+    want = cis.expected_request(SPEC, role, e.inspect["Config"]["Image"], user=USER)
     return {i.id: i.status for i in cis.check(e, want)}
 
 
@@ -40,7 +41,7 @@ def test_the_items_are_the_sections_32():
 
 @pytest.mark.parametrize("role", ["agent", "gateway"])
 def test_the_captured_containers_pass_and_say_what_does_not_apply(role):
-    items = cis.check(evidence(role), cis.expected_request(SPEC, role, CANNED["containers"][role]["inspect"]["Config"]["Image"]))
+    items = cis.check(evidence(role), cis.expected_request(SPEC, role, CANNED["containers"][role]["inspect"]["Config"]["Image"], user=USER))
     assert cis.failed(items) == []
     not_applicable = {i.id: i.detail for i in items if i.status is cis.Status.NOT_APPLICABLE}
     assert set(not_applicable) == {"5.2", "5.3", "5.27"}  # no AppArmor, no SELinux on the capture's host; no health check
@@ -140,16 +141,16 @@ def test_the_engine_matters_where_the_item_is_about_the_engine():
 
 def test_a_stopped_container_says_it_has_no_processes_and_a_request_mismatch_fails():
     e = evidence("agent", lambda d: d.__setitem__("processes", None))
-    items = {i.id: i for i in cis.check(e, cis.expected_request(SPEC, "agent", e.inspect["Config"]["Image"]))}
+    items = {i.id: i for i in cis.check(e, cis.expected_request(SPEC, "agent", e.inspect["Config"]["Image"], user=USER))}
     assert items["5.7"].status is cis.Status.NOT_APPLICABLE and "not running" in items["5.7"].detail
     # the gateway's inspect judged as an agent: its memory, pids and mounts are not the agent's
     gateway = evidence("gateway")
-    wrong = {i.id for i in cis.failed(cis.check(gateway, cis.expected_request(SPEC, "agent", gateway.inspect["Config"]["Image"])))}
+    wrong = {i.id for i in cis.failed(cis.check(gateway, cis.expected_request(SPEC, "agent", gateway.inspect["Config"]["Image"], user=USER)))}
     assert wrong == {"5.6", "5.11", "5.29"}
 
 
 def test_an_egress_proxy_is_judged_only_against_its_network():
     with pytest.raises(ValueError, match="without its network"):
-        cis.expected_request(SPEC, "egress", "assure-egress:x")
-    want = cis.expected_request(SPEC, "egress", "assure-egress:x", network="net-id")
+        cis.expected_request(SPEC, "egress", "assure-egress:x", user=USER)
+    want = cis.expected_request(SPEC, "egress", "assure-egress:x", network="net-id", user=USER)
     assert want.network == "net-id" and {m.target for m in want.mounts} == {"/etc/egress", "/var/log/egress"}

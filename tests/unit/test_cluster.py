@@ -5,6 +5,7 @@ refused, and the core needs no Ray."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import sqlite3
 import subprocess
@@ -180,7 +181,9 @@ def test_modes_and_the_agents_links_arrive_as_they_were_and_the_verdict_holds(tm
     arrived = cluster.unpack(cluster.pack(result.run_dir), tmp_path / "caller", result.run_dir.name)
     workspace = arrived.path / "attempts" / "1" / "workspace" / "out"
     assert os.readlink(workspace / "shadow") == "/etc/shadow"  # kept as a link, its target as text
-    assert (os.stat(workspace / "shared").st_mode & 0o777, os.stat(workspace / "shared" / "notes.txt").st_mode & 0o777) == (0o775, 0o664)
+    node = result.run_dir / "attempts" / "1" / "workspace" / "out"
+    modes = [os.stat(w / "shared").st_mode & 0o7777 for w in (node, workspace)] + [os.stat(w / "shared" / "notes.txt").st_mode & 0o7777 for w in (node, workspace)]
+    assert modes == [0o700, 0o700, 0o600, 0o600]  # as the node's copy-out made them (core.private.copy_mode), nothing looser
     assert cluster.settle(arrived, spec, "pass", None) == cluster.Arrival("pass", None)
 
 
@@ -214,7 +217,8 @@ def test_a_node_that_sends_another_spec_or_rewrites_a_tasks_spec_is_not_believed
     arrived = cluster.unpack(cluster.pack(result.run_dir), other, result.run_dir.name)
     store.write_json(arrived.paths.spec_json, {**store.read_json(arrived.paths.spec_json), "expect": "fail"})
     arrival = cluster.settle(arrived, spec, "pass", None)
-    assert arrival == cluster.Arrival("error", "the run directory it sent is of another spec than the one it was given")
+    assert arrival.verdict == "error" and arrival.node_finding.startswith("the run directory it sent is of another spec than the one it was given")
+    assert cluster.settle(arrived, spec, "breach", None).verdict == "breach"  # a breach it claims stands all the same
 
 
 def test_an_arrival_never_writes_over_a_run_directory(finished_run, tmp_path):
@@ -296,3 +300,83 @@ def test_the_caller_binds_to_loopback_when_the_cluster_is_there_auto_included():
     assert not cluster.loopback("10.0.0.5:6379", {"RAY_ADDRESS": "127.0.0.1:6379"})  # Ray reads RAY_ADDRESS for auto only
     assert cluster.loopback("auto", {"RAY_ADDRESS": "127.0.0.1:6379"})  # what `auto` joins first
     assert not cluster.loopback("auto", {}) and not cluster.loopback("auto", {"RAY_ADDRESS": "10.0.0.5:6379"})
+
+
+# --- a cluster never lowers a verdict ---------------------------------------------------------
+
+@pytest.mark.parametrize("judged, claimed, verdict", [
+    ("pass", ["pass", "pass"], "pass"),  # all agree
+    ("breach", ["breach", "breach"], "breach"),
+    ("breach", ["pass", "pass"], "breach"),  # the node hid a breach it made: judged here, it stands
+    ("pass", ["breach", "pass"], "breach"),  # the node says breach: lying toward breach gains nothing
+    ("pass", ["pass", "breach"], "breach"),  # ... nor does its report saying so
+    ("contained", ["pass", "contained"], "error"),  # any other disagreement is the node's: error
+    ("fail", ["pass", "pass"], "error"),
+    ("pass", ["pass", None], "error"),  # no report of its own
+    (None, ["breach"], "breach"),  # nothing judged here (the run directory refused): a claimed breach stands
+    (None, ["pass"], "error"),  # ... anything milder cannot be checked
+    (None, ["contained"], "error"),
+    (None, ["error"], "error"),
+])
+def test_decide_takes_a_breach_from_either_side_and_makes_any_other_doubt_an_error(judged, claimed, verdict):
+    arrival = cluster.decide(judged, claimed, "its run directory was refused on arrival: more than 50000 members")
+    assert arrival.verdict == verdict
+    assert (arrival.node_finding is None) == (judged is not None and all(c == judged for c in claimed))
+    if judged is None:  # the finding says why nothing was judged here
+        assert arrival.node_finding.startswith("its run directory was refused on arrival: more than 50000 members")
+        assert ("stands" in arrival.node_finding) == (verdict == "breach")
+
+
+def test_a_breach_a_node_claimed_for_an_attempt_stands_whatever_a_later_attempt_found():
+    claims = [{"attempt": 1, "node": "ab" * 28, "findings": []}]
+    assert cluster.with_claims("pass", None, []) == cluster.Arrival("pass", None)
+    assert cluster.with_claims("pass", None, claims) == cluster.Arrival("breach", f"attempt 1 was judged breach by its node {'ab' * 6}, and that breach stands")
+    assert cluster.with_claims("error", "lost with its node 3 times", claims).verdict == "breach"
+    assert cluster.with_claims("error", "lost", claims).node_finding.startswith("lost; attempt 1")
+    assert cluster.with_claims("breach", "x", claims) == cluster.Arrival("breach", "x")
+
+
+def finding(kind: str = "unattributed", subject: str = "src/calc.py", message: str = "changed, no journal entry") -> dict:
+    return {"kind": kind, "severity": "info", "subject": subject, "message": message}
+
+
+def test_a_nodes_message_is_bounded_and_checked_on_its_own():
+    many = tuple(finding(subject=f"out/{i}" * 40) for i in range(500)) + (finding("attributed"),)
+    message = cluster.NodeMessage("n1", "breach", many, unsent="the run directory has more than 50000 members")
+    data = message.encode()
+    assert len(data) <= cluster.MAX_MESSAGE_BYTES
+    back = cluster.NodeMessage.decode(data)
+    assert (back.verdict, back.unsent, back.attempt) == ("breach", message.unsent, None)
+    assert 0 < len(back.findings) <= cluster.MAX_MESSAGE_FINDINGS
+    assert all(f["severity"] == "breach" and len(f["subject"]) <= cluster.MAX_TEXT for f in back.findings)  # severity derived here
+    assert cluster.NodeMessage.decode(cluster.NodeMessage("n1", "pass", (finding("attributed"),)).encode()).findings == ()  # info left out
+    good = {"node": "n1", "verdict": "pass", "attempt": None, "unsent": None, "findings": []}
+    for bad in [b"x" * (cluster.MAX_MESSAGE_BYTES + 1), b"not json", "a str", json.dumps({**good, "verdict": "fine"}).encode(),
+                json.dumps({**good, "findings": [finding("made_up")]}).encode(), json.dumps({**good, "attempt": 0}).encode(),
+                json.dumps({**good, "findings": [{"kind": "unattributed"}]}).encode()]:
+        with pytest.raises(cluster.ArrivalError):
+            cluster.NodeMessage.decode(bad)
+
+
+def test_only_breach_claims_of_runs_in_flight_are_kept_and_at_most_max_claims():
+    entries = [{"run_id": "r1", "verdict": None}, {"run_id": "r2", "verdict": "pass"}]
+    claim = lambda verdict, attempt=1: cluster.NodeMessage("n1", verdict, (finding(),), attempt=attempt).encode()
+    cluster.record_claims(entries, [("r1", claim("pass")), ("r1", claim("breach", None)), ("r2", claim("breach")), ("r3", claim("breach")),
+                                    ("r1", b"junk"), ("r1", claim("breach", 2))])
+    assert [(c["attempt"], c["node"], [f["subject"] for f in c["findings"]]) for c in entries[0]["claims"]] == [(2, "n1", ["src/calc.py"])]
+    assert "claims" not in entries[1]
+    cluster.record_claims(entries, [("r1", claim("breach", n)) for n in range(3, 3 + 2 * cluster.MAX_CLAIMS)])
+    assert len(entries[0]["claims"]) == cluster.MAX_CLAIMS
+    actor = cluster.Claims()  # the actor's own bound, per run
+    for n in range(cluster.MAX_CLAIMS + 5):
+        actor.add("r1", claim("breach", n + 1))
+    actor.add("r2", claim("breach"))
+    taken = actor.take()
+    assert len(taken) == cluster.MAX_CLAIMS + 1 and actor.take() == []
+
+
+def test_packing_stops_at_the_member_bound_the_caller_would_refuse(finished_run, monkeypatch):
+    _, run_dir = finished_run
+    monkeypatch.setattr(cluster, "MAX_MEMBERS", 5)
+    with pytest.raises(cluster.AssureError, match="more than 5 members"):
+        cluster.pack(run_dir)

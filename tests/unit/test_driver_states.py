@@ -437,3 +437,96 @@ def test_a_run_that_is_not_over_takes_a_halt_even_with_an_old_seal_and_refuses_p
     with pytest.raises(AssureError, match="not over"):
         promote_proposed(spec, store.RunDir.open(run.path), None)
     workspace_fs.release_orphans(lambda run_dir: run_dir == run.path.resolve())  # what the killed driver left mounted
+
+
+def tamper_once(ctx: Context) -> int:
+    """Attempt 1 edits a protected test behind the gateway's back (a breach); later ones fix add() as asked."""
+    return tamper(ctx) if ctx.env.get("ASSURE_ATTEMPT") == "1" else fix(ctx)
+
+
+def test_a_breach_a_later_clean_attempt_follows_stands_for_the_task_and_is_never_promoted(tmp_path, short_tmp, target):
+    """on_breach: retry, attempt 1 breaches and attempt 2 passes: the task and the run are a
+    breach (attempt 2's pass is reported beside it), nothing is committed, the receipt is rejected."""
+    spec = write_spec(tmp_path, "tamper_once", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE,
+                      max_attempts=2, on_breach="retry")
+    run = new_run(tmp_path, spec)
+    result, _ = drive(spec, run, short_tmp, {"tamper_once": tamper_once})
+    assert [a["verdict"] for a in result.report["attempts"]] == ["breach", "pass"]
+    assert result.verdict == "breach"
+    task = task_of(result)
+    assert (task["state"], task["verdict"], task["verdict_attempt"]) == ("quarantined", "breach", 1), task
+    assert "breach in attempt 1" in task["reason"] and "never promoted" in task["reason"]
+    assert "promote_started" not in names(run) and git(target, "log", "--format=%s").splitlines() == ["fixture"]
+    receipt = json.loads(next((run.path / "receipts").glob("main-*.json")).read_text())
+    assert (receipt["verdict"], receipt["ground_truth"]) == ("rejected", "contradicted")
+    assert any(c["excerpt"].startswith("1 unexplained: tests/test_calc.py") for c in receipt["checks"]), receipt["checks"]  # attempt 1's
+
+
+def test_a_breached_task_is_not_promoted_by_a_resumed_promotion_or_by_assure_promote(tmp_path, short_tmp):
+    """A state that says the breached task's later attempt was promoting (or proposed), as a run
+    recorded before this rule left it: resuming quarantines it, `assure promote` refuses it."""
+    spec = write_spec(tmp_path, "tamper_once", contract=ratified(["fs:**"]), assertions=ACCEPTANCE, max_attempts=2, on_breach="retry")
+    run = new_run(tmp_path, spec)
+    drive(spec, run, short_tmp, {"tamper_once": tamper_once})
+    state = store.read_json(run.paths.state)
+    state["tasks"]["main"].update(state="promoting")
+    state["state"] = "aborted"
+    store.write_json(run.paths.state, state)
+    result, _ = drive(spec, run, short_tmp, {"tamper_once": tamper_once})
+    assert (result.verdict, task_of(result)["state"]) == ("breach", "quarantined")
+    state = store.read_json(run.paths.state)
+    state["tasks"]["main"].update(state="proposed")
+    store.write_json(run.paths.state, state)
+    with pytest.raises(AssureError, match="a breached task is never promoted"):
+        promote_proposed(spec, run, None)
+
+
+def test_a_fail_a_later_attempt_passes_is_what_retries_are_for(tmp_path, short_tmp, target):
+    def notes_once(ctx: Context) -> int:
+        return notes(ctx) if ctx.env.get("ASSURE_ATTEMPT") == "1" else fix(ctx)
+
+    spec = write_spec(tmp_path, "notes_once", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE, max_attempts=2)
+    result, _ = drive(spec, new_run(tmp_path, spec), short_tmp, {"notes_once": notes_once})
+    assert [a["verdict"] for a in result.report["attempts"]] == ["fail", "pass"]
+    assert (result.verdict, task_of(result)["state"], task_of(result)["verdict_attempt"]) == ("pass", "committed", 2)
+
+
+def test_an_expected_breach_raises_alerts_that_need_no_ack_and_an_unexpected_one_still_does(tmp_path, short_tmp):
+    hostile = write_spec(tmp_path, "tamper", assertions=ACCEPTANCE, hostile=True, expect="breach")
+    result, _ = drive(hostile, new_run(tmp_path, hostile), short_tmp, {"tamper": tamper})
+    assert result.verdict == "breach"
+    raised = {a.kind: a for a in alerts.all_alerts(tmp_path / "runs")}
+    assert set(raised) == {"breach", "quarantine"}
+    assert all((a.state, a.acked_by) == ("acked", alerts.SPEC_ACTOR) and "expects breach" in (a.ack_reason or "") for a in raised.values())
+    assert pending(tmp_path, "breach") == [] and pending(tmp_path, "quarantine") == []
+    surprised = write_spec(tmp_path, "tamper", assertions=ACCEPTANCE, hostile=True, expect="contained")  # the same breach, not expected
+    drive(surprised, new_run(tmp_path, surprised), short_tmp, {"tamper": tamper})
+    honest = write_spec(tmp_path, "tamper", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)  # a spec that expects pass
+    drive(honest, new_run(tmp_path, honest), short_tmp, {"tamper": tamper})
+    assert len(pending(tmp_path, "breach")) == 2 and len(pending(tmp_path, "quarantine")) == 2
+
+
+def test_a_driver_killed_after_a_breach_resumes_into_a_breach_not_the_later_clean_attempt(tmp_path, short_tmp, target):
+    """kill -9 during attempt 2 (after attempt 1's breach); the resumed driver runs attempt 3,
+    which passes: the breach still stands and nothing is committed."""
+    def tamper_then_die(ctx: Context) -> int:
+        if ctx.env.get("ASSURE_ATTEMPT") == "2":
+            os.kill(os.getpid(), signal.SIGKILL)  # the driver's own process: kill -9 mid-attempt
+        return tamper_once(ctx)
+
+    spec = write_spec(tmp_path, "agent", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE,
+                      max_attempts=2, on_breach="retry")
+    run = new_run(tmp_path, spec)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drive(spec, run, short_tmp, {"agent": tamper_then_die})
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {"agent": tamper_once})
+    attempts = store.read_json(run.paths.state)["tasks"]["main"]["attempts"]
+    assert [(a["n"], a.get("verdict"), bool(a.get("interrupted"))) for a in attempts] == [(1, "breach", False), (2, None, True), (3, "pass", False)]
+    assert (result.verdict, task_of(result)["state"], task_of(result)["verdict_attempt"]) == ("breach", "quarantined", 1)
+    assert git(target, "log", "--format=%s").splitlines() == ["fixture"]

@@ -358,19 +358,20 @@ def test_a_token_budget_breach_denies_the_next_call(live: Callable[..., Gateway]
     breach = tmp_path / "breach.json"
     gateway = live(policy={"tokens_limit": 100}, breach_file=str(breach))
     client = sdk(gateway, max_retries=2)
-    client.messages.create(**ASK)  # reserves 64 + 23 (its canonical bytes / 4) of 100, spends 20
+    api.push(200, message(usage={"input_tokens": 70, "output_tokens": 10}))
+    client.messages.create(**ASK)  # reserves 64 + 23 (its canonical bytes / 4) of 100, spends 80
     with pytest.raises(anthropic.PermissionDeniedError) as info:
-        client.messages.create(**ASK)  # 20 + 87 would pass 100
+        client.messages.create(**ASK)  # 20 left, less than its input estimate of 23: no output fits
     assert info.value.status_code == 403
     assert info.value.body["type"] == "error" and info.value.body["error"]["type"] == "permission_error"
-    assert "(budget.tokens): tokens budget: 20 used + 87 reserved by this call" in info.value.body["error"]["message"]
+    assert "(budget.tokens): tokens budget: 80 used + 87 reserved by this call" in info.value.body["error"]["message"]
     assert api.count == 1  # the denied call never left the gateway
     assert json.loads(breach.read_text())["counter"] == "tokens"
     journal = verify_chain(gateway.config.journal)
     assert [r["event"] for r in journal if r["event"] in ("model_call", "budget_breach")] == ["model_call", "budget_breach", "model_call"]
     denied = calls(gateway)[-1]
     assert (denied["decision"], denied["rule"], denied["status"], denied["served"]) == ("deny", "budget.tokens", 403, "gateway")
-    assert (denied["inputs"]["tokens_used"], denied["inputs"]["tokens_reserved"], denied["inputs"]["tokens_limit"]) == (20, 87, 100)
+    assert (denied["inputs"]["tokens_used"], denied["inputs"]["tokens_reserved"], denied["inputs"]["tokens_limit"]) == (80, 87, 100)
     assert calls(gateway)[0]["reserved"] == {"tokens": 87, "cost": 0.00104625} and "reserved" not in denied
     with pytest.raises(anthropic.PermissionDeniedError):
         client.messages.create(**ASK)
@@ -474,8 +475,9 @@ def test_with_a_cost_limit_a_fee_tool_needs_max_uses(live: Callable[..., Gateway
 def test_a_cost_budget_breach_denies_the_next_call(live: Callable[..., Gateway], api: FakeAPI) -> None:
     gateway = live(policy={"cost_limit": 0.0011})
     client = sdk(gateway)
-    client.messages.create(**ASK)  # reserves 0.00104625 (23 input tokens at the cache-write price, 64 output), costs 0.0001134
-    with pytest.raises(anthropic.PermissionDeniedError) as info:
+    api.push(200, message(usage={"input_tokens": 300, "output_tokens": 10}))
+    client.messages.create(**ASK)  # reserves 0.00104625 (23 input tokens at the cache-write price, 64 output), costs 0.00105
+    with pytest.raises(anthropic.PermissionDeniedError) as info:  # 0.00005 left: less than its input alone
         client.messages.create(**ASK)
     assert "budget.cost" in info.value.message
     assert api.count == 1 and calls(gateway)[-1]["rule"] == "budget.cost"
@@ -645,7 +647,8 @@ def test_a_malformed_body_is_refused_and_journaled(start: Callable[..., Gateway]
         wrong = plain.get("http://gateway/v1/messages")
         assert wrong.status_code == 405
         health = plain.get("http://gateway/v1/health").json()
-    assert health["model"] == {"mode": "scripted", "routes": ["/v1/messages", "/v1/messages/count_tokens"], "models_priced": []}
+    routes = ["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/v1/responses"]
+    assert health["model"] == {"mode": "scripted", "routes": routes, "models_priced": []}
     rejected = [r for r in verify_chain(gateway.config.journal) if r["event"] == "request_rejected"]
     assert [r["code"] for r in rejected] == ["bad_json", "method_not_allowed"]
 
@@ -859,6 +862,7 @@ def test_an_allowed_call_that_fails_after_the_gate_is_still_journaled_and_settle
 def test_an_allowed_model_call_journals_its_intent_before_it_leaves(live: Callable[..., Gateway], api: FakeAPI) -> None:
     gateway = live(policy={"tokens_limit": 100})
     client = sdk(gateway, max_retries=0)
+    api.push(200, message(usage={"input_tokens": 70, "output_tokens": 10}))
     client.messages.create(**ASK)
     with pytest.raises(anthropic.PermissionDeniedError):
         client.messages.create(**ASK)  # denied by the reservation: no intent

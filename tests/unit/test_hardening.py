@@ -14,6 +14,7 @@ from assure.sandbox.docker import create_kwargs
 from assure.verify.container import containment, containment_checked
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
+USER = (60600, 60600)  # an attempt's leased user
 
 
 @pytest.fixture
@@ -23,15 +24,15 @@ def benign():
 
 def agent_kwargs(*args, **kwargs):
     """What the engine is asked for: the request as Docker's create arguments."""
-    return create_kwargs(hardening.agent_request(*args, **kwargs))
+    return create_kwargs(hardening.agent_request(*args, **{"user": USER, **kwargs}))
 
 
 def gateway_kwargs(*args, **kwargs):
-    return create_kwargs(hardening.gateway_request(*args, **kwargs))
+    return create_kwargs(hardening.gateway_request(*args, **{"user": USER, **kwargs}))
 
 
 def egress_kwargs(*args, **kwargs):
-    return create_kwargs(hardening.egress_request(*args, **kwargs))
+    return create_kwargs(hardening.egress_request(*args, **{"user": USER, **kwargs}))
 
 
 def mounts(tmp_path):
@@ -53,7 +54,7 @@ def test_agent_container_is_sealed(benign, tmp_path):
                              {"name": "core", "soft": 0, "hard": 0}]  # no nproc: one budget for every container of the host's uid
     assert kw["tmpfs"] == {"/tmp": f"rw,nosuid,nodev,noexec,size={64 * 2**20}"}
     assert kw["log_config"]["config"]["max-size"] == hardening.LOG_MAX
-    assert kw["user"].split(":")[0] != "0"
+    assert kw["user"] == "60600:60600"
     assert kw["volumes"]["vol-sock"] == {"bind": "/run/assure", "mode": "ro,nocopy"}
     assert kw["volumes"][str(tmp_path / "ws")] == {"bind": "/workspace", "mode": "rw"}
     assert kw["volumes"][str(tmp_path / "agent")] == {"bind": "/opt/agent", "mode": "ro"}
@@ -75,16 +76,25 @@ def test_gateway_holds_state_the_agent_never_mounts(benign, tmp_path):
     assert str(m.control) not in agent["volumes"] and str(m.run_state) not in agent["volumes"]
 
 
-def test_auto_user_is_never_root(benign):
-    uid, gid = hardening.sandbox_user(benign)
-    assert uid != 0 and gid != 0
+def test_auto_is_leased_per_attempt_as_root_and_a_named_user_is_the_specs(benign):
+    named = dataclasses.replace(benign, sandbox=dataclasses.replace(benign.sandbox, user="2000:3000"))
+    assert hardening.fixed_user(named) == (2000, 3000)
+    assert hardening.fixed_user(benign) == (None if os.geteuid() == 0 else (os.geteuid(), os.getegid()))
+
+
+def test_every_container_of_an_attempt_runs_as_its_user(benign, tmp_path):
+    m = mounts(tmp_path)
+    assert agent_kwargs(benign, image="i", name="a", mounts=m, labels={}, env={})["user"] == "60600:60600"
+    assert gateway_kwargs(benign, image="g", name="g", mounts=m, labels={})["user"] == "60600:60600"
+    assert egress_kwargs(benign, image="e", name="e", config_dir=tmp_path, log_dir=tmp_path, labels={}, network="n")["user"] == "60600:60600"
+    check = hardening.check_request(benign, image="i", name="c", command=["true"], env={}, copy=tmp_path, labels={}, stdin=False, user=(60601, 60601))
+    assert check.user == "60601:60601"
 
 
 def test_socket_volume_is_a_private_tmpfs_owned_by_the_sandbox_user(benign):
-    uid, gid = hardening.sandbox_user(benign)
-    opts = hardening.socket_volume_options(benign)
+    opts = hardening.socket_volume_options(USER)
     assert opts["type"] == "tmpfs"
-    assert f"uid={uid},gid={gid}" in opts["o"] and "noexec" in opts["o"]
+    assert "uid=60600,gid=60600" in opts["o"] and "noexec" in opts["o"]
 
 
 def good_inspect(spec, **host_config):
@@ -113,6 +123,17 @@ def test_containment_accepts_the_settings_we_ask_for(benign):
     bad = {**good, "HostConfig": {**good["HostConfig"], "NetworkMode": "bridge", "Binds": ["/var/run/docker.sock:/s"]}, "Config": {"User": "0"}}
     assert failed(bad, s) == ["Config.User", "HostConfig.Binds", "HostConfig.NetworkMode"]
     assert failed(good, dataclasses.replace(s, sandbox=dataclasses.replace(s.sandbox, read_only_root=False))) == ["HostConfig.ReadonlyRootfs"]
+
+
+def test_the_agent_must_have_run_as_the_user_its_attempt_leased(benign):
+    """container.json's `user` is what the host leased; the engine must report the same."""
+    good = good_inspect(benign)  # 10001:10001
+    engine = ["name=seccomp,profile=default"]
+    assert containment(good, benign, engine, "1", user="10001:10001") == []
+    [finding] = containment(good, benign, engine, "1", user="60600:60600")
+    assert finding.subject == "Config.User" and "60600:60600" in finding.message
+    named = dataclasses.replace(benign, sandbox=dataclasses.replace(benign.sandbox, user="10002:10002"))
+    assert [f.subject for f in containment(good, named, engine, "1")] == ["Config.User"]  # a record without `user`: the spec's
 
 
 @pytest.mark.parametrize("security_opt", [
@@ -250,7 +271,7 @@ def test_under_gvisor_the_agent_and_checks_run_in_runsc_and_the_sidecars_in_runc
     agent = agent_kwargs(spec, image="i", name="a", mounts=m, labels={}, env={})
     gateway = gateway_kwargs(spec, image="g", name="g", mounts=m, labels={})
     egress = egress_kwargs(spec, image="e", name="e", config_dir=tmp_path, log_dir=tmp_path, labels={}, network="n")
-    assert agent["runtime"] == "runsc" and hardening.common_request(spec, Role.CHECK, "i", {}, "1m", 8).runtime == "runsc"
+    assert agent["runtime"] == "runsc" and hardening.common_request(spec, Role.CHECK, "i", {}, "1m", 8, user=USER).runtime == "runsc"
     assert gateway["runtime"] == egress["runtime"] == "runc"
     # the socket folder is a bind mount (no `nocopy`, which only volumes take): read-only for the agent
     assert agent["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "ro"}
@@ -270,12 +291,12 @@ def test_under_runc_every_container_runs_in_runc_with_the_socket_volume(benign, 
 
 def test_the_socket_folder_is_private_to_the_sandbox_user(benign, tmp_path):
     folder = tmp_path / "socket"
-    hardening.make_socket_folder(folder, gvisor(benign))
+    hardening.make_socket_folder(folder, USER)
     st = folder.stat()
     assert stat.S_IMODE(st.st_mode) == 0o700
-    assert (st.st_uid, st.st_gid) == hardening.sandbox_user(benign) or os.geteuid() != 0
+    assert (st.st_uid, st.st_gid) == USER or os.geteuid() != 0
     with pytest.raises(FileExistsError):  # never reuses a folder that is already there
-        hardening.make_socket_folder(folder, benign)
+        hardening.make_socket_folder(folder, USER)
 
 
 def test_a_runsc_registered_without_host_uds_or_oci_seccomp_is_refused_with_the_registration():

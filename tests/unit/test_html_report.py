@@ -290,7 +290,7 @@ def test_a_failed_run_and_its_suite_row_say_why_as_the_box_does(tmp_path: Path, 
     record = suite_mod.SuiteRun.create(layout.suites_base(runs_dir), suite)
     record.drive(runs_dir, lambda s, run: drive(s, run, short_tmp, {"complain": fix_and_complain})[0].verdict, lambda *_: None)
     (run_id,) = [entry["run_id"] for entry in record.state["runs"]]
-    cause = "the gate denied fs.write src/calc.py: contract.missing: no contract covers this move"
+    cause = 'the gate denied agent:"fs.write" on agent:"src/calc.py": contract.missing'
 
     run_text = "".join(assert_inert(html_report.render(run_id, runs_dir).html).text)
     assert f"attempt 1, why (as its box says): {cause}" in run_text and "agent: giving up" in run_text
@@ -305,3 +305,26 @@ def test_an_unratified_contract_is_said_to_be_ratified_by_nobody() -> None:
     text = "".join(Parsed(html_report._scopes({"workspace": {}, "contract": contract})).text)
     assert "ratified by nobody (unratified: the gate denies every mutation), proposed by alice@example.org" in text
     assert "ratified by Bob," in "".join(Parsed(html_report._scopes({"contract": {**contract, "ratified_by": "Bob"}})).text)
+
+
+def many_then_covert(ctx: Context) -> int:
+    """Issue 21 item 12: allowed edits in out/ that sort before the one covert edit of src/calc.py."""
+    workspace = ctx.path("/workspace")
+    for i in range(6):
+        (workspace / "out" / f"e{i}.txt").write_text(f"note {i}\n")
+    with open(workspace / "src" / "calc.py", "a") as fh:
+        fh.write("# covert\n")
+    return 0
+
+
+def test_the_only_breach_among_many_allowed_edits_is_listed_first_and_what_is_left_out_is_counted_by_group(tmp_path: Path, short_tmp: str, monkeypatch) -> None:
+    spec = write_spec(tmp_path, "many_then_covert", assertions=[{"no_unattributed_changes": True}], hostile=True, expect="breach")
+    run = new_run(tmp_path, spec)
+    result, _ = drive(spec, run, short_tmp, {"many_then_covert": many_then_covert})
+    assert result.verdict == "breach"
+    monkeypatch.setattr(html_report, "MAX_CHANGES", 3)
+    page = html_report.run_page(run).html
+    shown = re.findall(r'<div class="change [a-z]+" id="[^"]+"><h4><span class="tag">[^<]*</span> <code>([^<]*)</code>', page)
+    assert shown[0] == "src/calc.py" and len(shown) == 3, shown
+    changes = len(store.read_json(run.paths.attempt(1).verdict)["changes"])
+    assert f"{changes - 3} more changed paths are not shown in detail (at most 3): {changes - 3} attributed;" in page

@@ -17,7 +17,7 @@ from assure.errors import AssureError
 from assure.gateway import __main__ as gateway_main
 from assure.records import store
 from assure.run import pool
-from assure.sandbox import hardening
+from assure.sandbox import hardening, uids
 from assure.sandbox.backend import ContainerRequest, Role
 from assure.sandbox.docker import GATE_EXIT, command
 from assure.verify.container import containment
@@ -60,7 +60,7 @@ def _pair(tmp_path: Path) -> pool.Pair:
     for name in (pool.CONTROL, pool.RUN_STATE, pool.AGENT_FILES, pool.CLAIM, "gateway", "gateway-config"):
         (root / name).mkdir(parents=True)
     (root / "gateway" / "marker").write_text("the pair's")
-    return pool.Pair(root, None, "gw", "ag", "vol", time.time(), "pool-x")
+    return pool.Pair(root, None, "gw", "ag", "vol", time.time(), "pool-x", uids.Lease(60600, 60600))
 
 
 def _run(tmp_path: Path, benign) -> store.RunDir:

@@ -10,6 +10,7 @@ import pytest
 
 from assure import spec
 from assure.run import pool
+from assure.sandbox import uids
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
 
@@ -32,7 +33,7 @@ class HeldPool(pool.WarmPool):
         with self.count:
             self.making -= 1
         (self.dir / f"pair-{number}").mkdir()
-        return pool.Pair(self.dir / f"pair-{number}", shape, f"gw{number}", f"ag{number}", f"vol{number}", time.time(), self.pool_id)
+        return pool.Pair(self.dir / f"pair-{number}", shape, f"gw{number}", f"ag{number}", f"vol{number}", time.time(), self.pool_id, uids.Lease(60600, 60600))
 
     def discard(self, pair):
         self.discarded.append(pair.root.name)

@@ -14,7 +14,7 @@ from assure.run import promote
 from assure.records import store
 from assure.records.attempt_record import AttemptRecord
 from assure.verify.diff import Change
-from assure.verify.snapshot import Entry
+from assure.verify.snapshot import Entry, Snapshot, take
 from assure.verify.findings import Verdict
 from assure.verify.judge import Judgement
 from assure import spec as spec_mod
@@ -34,17 +34,36 @@ def _deleted(path: str) -> dict:
 
 
 def _judged(run: store.RunDir, items: list[dict]) -> AttemptRecord:
-    """Attempt 1's record as `assure verify` loads it, judged with `items` as its changes."""
+    """Attempt 1's record as `assure verify` loads it, judged with `items` as its changes, and
+    its POST snapshot (post.json) taken of its workspace copy as it stands."""
+    workspace = run.attempt(1).workspace
+    post = take(workspace) if workspace.is_dir() else Snapshot({}, False, ())
+    store.write_json(run.attempt(1).post, post.to_json())
+
     def entry(path: str, after: dict | None) -> Entry | None:
-        return None if after is None else Entry(path, after["kind"], after["mode"], 0, 0, 0, None, None, 1, None, (), None)
+        if after is None:
+            return None
+        seen = post.entries.get(path)
+        return Entry(path, after["kind"], after["mode"], 0, 0, 0, seen.sha256 if seen else None, None, 1, None, (), None)
     changes = tuple(Change(c["path"], c["kind"], (), None, entry(c["path"], c["after"])) for c in items)
     run.attempt(1).verdict.write_text(json.dumps(Judgement(Verdict.PASS, (), changes, None, None).to_json()))
     return AttemptRecord.load(run.attempt(1), snapshots=False)
 
 
+def _with_digests(workspace: Path, items: list[dict]) -> tuple[Snapshot, list[dict]]:
+    """POST of `workspace`, and `items` with each file's digest from it (as the judge lists them)."""
+    post = take(workspace)
+    return post, [{**c, "after": {**c["after"], "sha256": post.entries[c["path"]].sha256}}
+                  if c["after"] and c["after"]["kind"] == "file" and c["path"] in post.entries else c for c in items]
+
+
 def _commit(workspace: Path, target: Path, items: list[dict]) -> None:
+    """What `promote.commit` does to one root: the checks, then the staged bytes applied."""
     promote.preflight(workspace, target, items)
-    promote._apply(workspace, target, items)
+    post, items = _with_digests(workspace, items)
+    staged = target.parent / "staged"
+    promote.stage(workspace, post, items, staged)
+    promote._apply(staged, target, items)
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -121,17 +140,56 @@ def test_links_in_the_target_or_the_workspace_are_never_followed(trees, tmp_path
     assert promote._text(ws, "src/canary") == []  # nothing beneath the workspace has that path
 
 
-def test_files_are_applied_with_their_mode_and_sparse_files_stay_sparse(trees):
+def test_files_are_applied_with_git_modes_and_sparse_files_stay_sparse(trees):
+    """The agent's modes (0o666, setuid) reach the target as git records them: 0755 or 0644."""
     ws, target = trees
     (ws / "out").mkdir()
     (ws / "out" / "run.sh").write_text("echo hi")
+    (ws / "out" / "open.txt").write_text("anyone may write me")
     with open(ws / "out" / "big", "wb") as fh:
-        fh.truncate(2**40)
-    _commit(ws, target, [_dir("out"), _file("out/run.sh", mode=0o755), _file("out/big")])
+        fh.truncate(64 * 2**20)
+        fh.write(b"head")
+    _commit(ws, target, [_dir("out"), _file("out/run.sh", mode=0o4777), _file("out/open.txt", mode=0o666), _file("out/big")])
     assert (target / "out" / "run.sh").read_text() == "echo hi"
-    assert (target / "out" / "run.sh").stat().st_mode & 0o777 == 0o755
-    assert (target / "out" / "big").stat().st_size == 2**40
-    assert (target / "out" / "big").stat().st_blocks == 0
+    assert (target / "out" / "run.sh").stat().st_mode & 0o7777 == 0o755
+    assert (target / "out" / "open.txt").stat().st_mode & 0o7777 == 0o644
+    assert (target / "out" / "big").stat().st_size == 64 * 2**20
+    assert (target / "out" / "big").stat().st_blocks * 512 <= promote.STAGE_CHUNK  # the chunk with data, no more
+
+
+def test_a_file_whose_bytes_differ_from_post_is_refused_before_anything_is_written(trees, tmp_path):
+    """The workspace copy rewritten after the run (a local user, a disk fault): the commit
+    names the file and the target is as it was, the other, unchanged files included."""
+    ws, target = trees
+    (ws / "a.txt").write_text("verified a")
+    (ws / "b.txt").write_text("verified b")
+    (target / "a.txt").write_text("the user's a")
+    items = [_file("a.txt", "modified"), _file("b.txt")]
+    post, items = _with_digests(ws, items)
+    (ws / "b.txt").write_text("swapped after the run")
+    before = _tree(target)
+    with pytest.raises(promote.PromoteError, match="refusing to promote b.txt: its bytes .* are not the ones the verifier saw"):
+        promote.stage(ws, post, items, tmp_path / "staged")
+    assert _tree(target) == before and not (tmp_path / "staged").exists()  # nothing of what it read is left either
+    with pytest.raises(promote.PromoteError, match="holds no digest"):  # a file POST never hashed is never promoted
+        promote.stage(ws, Snapshot({}, False, ()), items[:1], tmp_path / "staged")
+    with pytest.raises(promote.PromoteError, match="the judged change and post.json disagree"):
+        promote.stage(ws, post, [{**items[0], "after": {**items[0]["after"], "sha256": None}}], tmp_path / "staged")
+
+
+def test_the_staged_bytes_are_the_hashed_ones(trees, tmp_path):
+    """Stage reads each file once: what lands in `staged` is exactly what was hashed, and
+    nothing is read from the workspace again (a link swapped in afterwards reaches nothing)."""
+    ws, target = trees
+    (ws / "a.txt").write_text("verified")
+    post, items = _with_digests(ws, [_file("a.txt")])
+    promote.stage(ws, post, items, tmp_path / "staged")
+    (ws / "a.txt").unlink()
+    (ws / "a.txt").symlink_to("/etc/shadow")
+    promote._apply(tmp_path / "staged", target, items)
+    assert (target / "a.txt").read_text() == "verified" and not (target / "a.txt").is_symlink()
+    with pytest.raises(promote.PromoteError, match="a.txt: the attempt's workspace copy cannot be read as a file"):
+        promote.stage(ws, post, items, tmp_path / "staged")  # a link in the copy is never followed
 
 
 def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path):

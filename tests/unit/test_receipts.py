@@ -142,8 +142,8 @@ def test_receipt_has_every_field_machine_md_names(signed_run: Path, keypair: tup
     path = signed_run / "receipts" / layout.receipt_filename("task-1")
     record = json.loads(path.read_text())
     assert set(record) == {"aar", "run_id", "task", "subject", "principal", "verdict", "ground_truth", "reason", "checks",
-                           "verifier", "deployment_id", "scope_id", "seal", "issued", "signature"}
-    assert record["aar"] == "1"
+                           "verifier", "deployment_id", "scope_id", "seal", "issued", "signature", "changeset"}
+    assert record["aar"] == "2" and record["changeset"] is None  # these tasks name no attempt
     assert record["task"] == {"id": "task-1", "claim": "tests in tests/ pass"}
     assert record["signature"]["alg"] == "Ed25519"
     assert record["signature"]["key_id"] == keys.key_id(keypair[1])
@@ -183,7 +183,7 @@ def test_clean_run_verifies(signed_run: Path, keypair: tuple[Any, Any]) -> None:
     assert report.signatures is Outcome.PASSED
     assert report.receipts == tuple(sorted(f"receipts/{layout.receipt_filename(t)}" for t in ("task-1", "task-2")))
     assert report.logs == ("attempts/1/gateway/journal.jsonl", "control/operator.jsonl", "events.jsonl")
-    assert [(s.number, s.outcome) for s in report.steps] == [(n, Outcome.PASSED) for n in range(1, 7)]
+    assert [(s.number, s.outcome) for s in report.steps] == [(n, Outcome.PASSED) for n in range(1, 7)] + [(7, Outcome.NOT_RUN)]
     with pytest.raises(AttributeError):
         report.key_id = "x"  # type: ignore[misc]
 
@@ -196,7 +196,8 @@ def test_keyless_run_verifies_with_signatures_not_run(tmp_path: Path) -> None:
     assert report.key_id is None
     assert report.signatures is Outcome.NOT_RUN
     assert [(s.number, s.outcome) for s in report.steps] == [
-        (1, Outcome.PASSED), (2, Outcome.NOT_RUN), (3, Outcome.NOT_RUN), (4, Outcome.PASSED), (5, Outcome.PASSED), (6, Outcome.PASSED)]
+        (1, Outcome.PASSED), (2, Outcome.NOT_RUN), (3, Outcome.NOT_RUN), (4, Outcome.PASSED), (5, Outcome.PASSED), (6, Outcome.PASSED),
+        (7, Outcome.NOT_RUN)]
     assert report.to_json()["signatures"] == "NOT-RUN"
 
 
@@ -545,7 +546,7 @@ def test_cli_keys_generate_and_receipts_verify(tmp_path: Path) -> None:
     assert ok.exit_code == 0, ok.output
     report = json.loads(ok.stdout)
     assert report["verified"] is True and report["key_id"] == keys.key_id(public) and report["signatures"] == "passed"
-    assert [s["outcome"] for s in report["steps"]] == ["passed"] * 6
+    assert [s["outcome"] for s in report["steps"]] == ["passed"] * 6 + ["NOT-RUN"]  # no changeset in these receipts
 
     table = runner.invoke(app, ["receipts", "verify", str(run), "--public-key", str(public_path)])
     assert table.exit_code == 0, table.output

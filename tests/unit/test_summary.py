@@ -82,7 +82,7 @@ def test_a_suite_summary_is_read_from_the_run_directories_and_validates(ran):
     assert (doc["suite"], doc["suite_digest"], doc["suite_size"], doc["suite_run_id"]) == ("s", ran.suite.digest, 4, ran.record.suite_run_id)
     fix_, tampered, noted, hostile_ = doc["results"]
     assert fix_["reason"] is None and fix_["findings"] == []
-    assert tampered["reason"].startswith("protected_changed tests/test_calc.py: protected path")
+    assert tampered["reason"] == 'breach: protected_changed agent:"tests/test_calc.py": a protected path changed'
     assert noted["reason"].startswith("assertion_failed ") and {f["kind"] for f in noted["findings"]} == {"assertion_failed"}
     assert hostile_["findings"] == [{"kind": "unattributed", "severity": "breach", "subject": os.fsdecode(HOSTILE), "message": hostile_["findings"][0]["message"]}]
     for r in doc["results"]:
@@ -117,6 +117,25 @@ def test_the_callers_error_in_cluster_mode_overrules_the_run_directory_and_says_
 
     assert (first["verdict"], first["as_expected"]) == ("error", False)
     assert first["reason"] == "node: the node's verdict (pass) differs from the verdict judged here (breach)"
+
+
+def test_a_breach_the_cluster_kept_without_a_run_directory_is_a_breach_with_the_nodes_findings(ran, tmp_path):
+    """The node's run directory was refused on arrival; its message said breach: the summary (and
+    so JUnit and the table) says breach, why, and the findings the message carried."""
+    copied = tmp_path / ran.record.path.name
+    shutil.copytree(ran.record.path, copied)
+    state = store.read_json(SuitePaths(copied).state)
+    finding = {"kind": "unattributed", "severity": "breach", "subject": "src/calc.py", "message": "changed, no journal entry"}
+    state["runs"][0].update(verdict="breach", run_id="gone-20260101T000000Z-000000", node_findings=[finding],
+                            node_finding="its run directory was refused on arrival: more than 50000 members; the node's verdict, breach, stands (not judged here)")
+    store.write_json(SuitePaths(copied).state, state)
+
+    doc = summary.suite_document(ran.suite, copied, ran.runs)
+    first = doc["results"][0]
+
+    assert (first["verdict"], first["as_expected"], first["findings"]) == ("breach", False, [finding])
+    assert first["reason"].startswith("node: its run directory was refused on arrival") and summary.problems(doc) == []
+    assert doc["counts"]["breach"] == ran.doc["counts"]["breach"] + 1  # the first spec passed in the run directory
 
 
 def test_specs_not_run_interrupted_or_gone_have_no_verdict_and_say_why(ran, tmp_path):
@@ -161,10 +180,15 @@ def test_findings_beyond_the_limit_are_counted_not_listed():
     assert len(result["findings"]) == summary.FINDINGS_MAX and result["findings_omitted"] == 7
 
 
-def test_only_each_tasks_last_attempt_counts():
+def test_a_later_attempt_replaces_a_fail_but_never_a_breach():
     failing = {"kind": "assertion_failed", "severity": "fail", "subject": "first", "message": "m"}
-    report = {"verdict": "pass", "attempts": [{"task": "main", "findings": [failing]}, {"task": "main", "findings": []}]}
+    report = {"verdict": "pass", "attempts": [{"task": "main", "verdict": "fail", "findings": [failing]}, {"task": "main", "verdict": "pass", "findings": []}]}
     assert summary._result(1, "n", "n.yaml", "pass", None, report, {}, None)["findings"] == []
+    covert = {"kind": "unattributed", "severity": "breach", "subject": "src/x.py", "message": "m"}
+    breached = {"task": "main", "verdict": "breach", "findings": [covert], "reason": {"summary": "breach: unattributed ..."}}
+    report = {"verdict": "breach", "attempts": [breached, {"task": "main", "verdict": "contained", "findings": [], "reason": None}]}
+    result = summary._result(1, "n", "n.yaml", "breach", None, report, {}, None)
+    assert (result["findings"], result["reason"]) == ([covert], "breach: unattributed ...")
 
 
 def test_the_run_form_is_the_report_placed_and_validates(ran):
@@ -407,9 +431,9 @@ def test_report_merge_on_the_command_line(ran, tmp_path):
     assert refused.returncode == 1 and "nowhere/m.json: no such folder for an output file" in refused.stderr
 
 
-def test_the_gates_first_denial_is_a_line_of_its_own_only_when_the_summary_is_another_cause() -> None:
+def test_the_gates_first_denial_is_containment_that_worked_its_message_a_line_of_its_own() -> None:
     denial = {"tool": "fs.write", "path": "src/x.py", "rule": "contract.unratified", "message": "not ratified", "denied": 2}
     line = summary.gate_denial_line({"summary": "the agent's command was not found", "gate_denial": denial})
-    assert line == "the gate's first denial: fs.write src/x.py: contract.unratified: not ratified (2 calls denied)"
-    assert summary.gate_denial_line({"summary": "the gate denied fs.write src/x.py: ...", "gate_denial": denial}) is None
+    assert line == 'containment that worked: the gate denied agent:"fs.write" on agent:"src/x.py": contract.unratified (2 calls denied); the gate\'s message: not ratified'
+    assert summary.gate_denial_line({"summary": summary.denial_line(denial), "gate_denial": denial}) == "the gate's message: not ratified"
     assert summary.gate_denial_line({"summary": "exit code 1"}) is None

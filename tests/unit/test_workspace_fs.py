@@ -76,10 +76,11 @@ def tree(root: Path) -> Path:
 
 
 def test_the_recheck_compares_what_the_copy_carries_and_nothing_else(tmp_path):
-    from assure.core import confined
+    from assure.core import confined, private
 
     post = take(tree(tmp_path / "mount"))
-    report = confined.copy_tree(tmp_path / "mount", tmp_path / "workspace", max_bytes=2**20).to_json()
+    report = {**confined.copy_tree(tmp_path / "mount", tmp_path / "workspace", max_bytes=2**20, modes=private.copy_mode).to_json(),
+              "modes": private.COPY_MODES}  # as the copy-out records it
     assert [rel for rel, _ in report["skipped"]] == ["pipe"]
     assert not judge._workspace_moved(post, take(tmp_path / "workspace"), report)
     (tmp_path / "workspace" / "d" / "f").write_text("y")
