@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import logging
+import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,6 +29,7 @@ from assure.ops import alerts
 from assure.ops import runs as runs_mod
 from assure.records import report as render
 from assure.records import junit, store, summary
+from assure.records.conformance_packet import OBLIGATIONS
 from assure.records.states import RESUMABLE
 from assure.sandbox import live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
@@ -33,7 +37,7 @@ from assure.sandbox.images import Images, ImageSet
 
 HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
 app = typer.Typer(no_args_is_help=True, add_completion=False, context_settings=HELP, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
-images_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Build and inspect the sandbox images.")
+images_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Build the sandbox images.")
 app.add_typer(images_app, name="images")
 contract_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Work with a spec's contract.")
 app.add_typer(contract_app, name="contract")
@@ -156,7 +160,7 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     if json_out:
         _print_json(summary.run_document(result.run_dir, result.report))
     else:
-        out.print(render.render_report(result.report, str(result.run_dir), verbose=verbose))
+        _print_whole(render.render_report(result.report, str(result.run_dir), verbose=verbose))
     code = EXIT[result.verdict]
     if expect:
         code = 0 if result.verdict == loaded.expect else EXIT_UNEXPECTED
@@ -167,11 +171,25 @@ KEY_OPTION = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_
 JUNIT_OPTION = typer.Option(None, "--junit", metavar="FILE", help="Also write a JUnit XML report here (one testcase per spec), for CI.")
 
 
-def _writable(*files: Path | None) -> None:
-    """Refuse before anything runs an output file whose folder is missing."""
-    for f in files:
-        if f is not None and not f.parent.is_dir():
-            raise AssureError("no such folder for an output file", where=str(f), fix="create the folder first, or name another file")
+def _writable(**files: Path | None) -> None:
+    """Refuse before anything runs an output file (by option name: `junit=` is --junit) that
+    could not be written at the end: its folder missing, a folder in its place, or a folder
+    nothing can be made in (probed with a file made and removed: as root, /proc passes
+    os.access and still refuses)."""
+    for option, f in files.items():
+        if f is None:
+            continue
+        where, fix = f"--{option} {f}", f"pass --{option} a file in a folder you can write to"
+        if not f.parent.is_dir():
+            raise AssureError("no such folder for an output file", where=where, fix="create the folder first, or name another file")
+        if f.is_dir():
+            raise AssureError("this output file is a folder", where=where, fix=fix)
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".probe-", dir=f.parent)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise AssureError(f"this output file cannot be written: {exc.strerror or exc}", where=where, fix=fix) from None
 
 
 def _write_out(path: Path, write: Any) -> None:
@@ -207,24 +225,41 @@ def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started",
     return table
 
 
+FOLD_ROOM = 40  # what a folding column (a message) keeps at least when the uncut ones take the width: it folds at words
+
+
 def _print_table(table: Table) -> None:
     """Print `table` at least as wide as its uncut columns need, the others folding into what is
-    left (a narrow terminal wraps the lines; every id stays one copyable string)."""
+    left but keeping FOLD_ROOM (an alert's message was cut to 8 characters a line, splitting
+    words). A narrow terminal wraps the lines; every id stays one copyable string."""
     from rich.measure import Measurement
 
     options = out.options.update(width=10_000)
     needed = 1
     for column in table.columns:
         cells = [Measurement.get(out, options, c).maximum for c in (column.header, *column.cells)]
-        if column.no_wrap:
-            column.min_width = max(cells)
-        needed += 3 + (max(cells) if column.no_wrap else min(max(cells), max(8, cells[0])))
+        column.min_width = max(cells) if column.no_wrap else min(max(cells), max(FOLD_ROOM, cells[0]))
+        needed += 3 + column.min_width
     if needed <= out.width:
         out.print(table)
         return
     wide = render.console()
     wide.width = needed
     wide.print(table)
+
+
+def _print_whole(renderable: Any) -> None:
+    """Print a report: on a terminal at its width; elsewhere (a CI log, a pipe), where rich
+    would fold at 80 columns mid-word (`quaranti ned`), at the width its longest line needs."""
+    from rich.measure import Measurement
+
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    needed = Measurement.get(out, out.options.update(width=10_000), renderable).maximum
+    wide = render.console()
+    wide.width = max(needed, out.width)
+    wide.print(renderable)
 
 
 @app.command()
@@ -246,7 +281,7 @@ def run(
     _sigterm_as_interrupt()
     try:
         loaded = spec_mod.load(spec)
-        _writable(junit_file)
+        _writable(junit=junit_file)
         runs_mod.check_base(runs_dir, writable=True)
         engine = _backend_and_images(loaded)  # before a run is made for nothing
         rd = None if new else find_unfinished(runs_dir, loaded)
@@ -298,7 +333,7 @@ def suite_cmd(
         if len(suite_files) > 1 and (summary_file or junit_file):
             raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
                               fix="run the suites one per command, or use --json for a list of summaries")
-        _writable(summary_file, junit_file)
+        _writable(summary=summary_file, junit=junit_file)
         runs_mod.check_base(runs_dir, writable=True)
         if cluster is not None:
             from assure.run import cluster as cluster_mod
@@ -330,7 +365,7 @@ def suite_cmd(
         _print_json(docs[0] if len(docs) == 1 else docs)
     else:
         for loaded, record, outcomes, _ in results:
-            out.print(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
+            _print_whole(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
@@ -536,6 +571,31 @@ def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec 
 
 
 @app.command()
+def init(
+    folder: Path = typer.Argument(Path("."), metavar="DIR", help="Where to write the project (default: here); made if missing, nothing in it overwritten."),
+    name: str = typer.Option("my-first-spec", "--name", metavar="NAME", help="The spec's name (lowercase letters, digits, dashes)."),
+    writable: Optional[list[str]] = typer.Option(None, "--writable", metavar="GLOB", help="A path the agent may change (repeatable; default: out/**)."),
+    protected: Optional[list[str]] = typer.Option(None, "--protected", metavar="GLOB", help="A path whose change is a breach (repeatable; default: src/**)."),
+    proposed_by: Optional[str] = typer.Option(None, "--proposed-by", metavar="NAME", help="Who proposes the contract (default: $USER@localhost)."),
+    ratified_by: str = typer.Option("reviewer@localhost", "--ratified-by", metavar="NAME", help="Who ratifies it: someone other than the proposer."),
+    database: Optional[str] = typer.Option(None, "--database", metavar="NAME", help="Also a SQLite database the gateway owns, which the agent writes a row to."),
+) -> None:
+    """Write a first project: a commented spec, a tiny agent, its workspace, a suite and a README
+    stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
+    from assure.ops import init as scaffold
+
+    given = {k: v for k, v in {"name": name, "writable": tuple(writable or ()), "protected": tuple(protected or ()), "proposed_by": proposed_by,
+                               "ratified_by": ratified_by, "database": database}.items() if v}
+    try:
+        written = scaffold.create(folder, scaffold.Choices(**given))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    for path in written:
+        out.print(plain(f"wrote {path}"), soft_wrap=True)
+    out.print(plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"), soft_wrap=True)
+
+
+@app.command()
 def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     """Recompute the verdict of a finished run from its directory alone."""
     from assure.run.driver import reverify
@@ -550,7 +610,7 @@ def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool 
     if json_out:
         _print_json({**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same})
     else:
-        out.print(render.render_report(result.report, str(run_dir)))
+        _print_whole(render.render_report(result.report, str(run_dir)))
         out.print(Text.assemble(plain(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: "),
                                 Text("reproduced", style="green") if same else Text("DIFFERENT", style="bold red")))
     raise typer.Exit(EXIT[result.verdict] if same else EXIT_UNEXPECTED)
@@ -588,7 +648,7 @@ def diff(
     elif html_out:
         sys.stdout.write(render.render_changes_html(f"{run_dir.name}, attempt {chosen.name}", verdict))
     else:
-        out.print(render.render_changes(verdict["changes"], verdict["findings"]))
+        _print_whole(render.render_changes(verdict["changes"], verdict["findings"]))
 
 
 report_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Reports of runs and suite runs, for people and for CI.")
@@ -700,19 +760,24 @@ def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs 
 
 @app.command()
 def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going."), json_out: bool = JSON_OPTION,
-       runs_dir: Path = RUNS_OPTION) -> None:
+       runs_dir: Path = RUNS_OPTION,
+       dry_run: bool = typer.Option(False, "--dry-run", help="Remove nothing: list what would be removed."),
+       all_users: bool = typer.Option(False, "--all-users", help="Also what other users' processes left (default: only this user's, and the runs of --runs-dir).")) -> None:
     """Remove containers, volumes, networks, workspace filesystems and cluster tasks' scratch folders left by assure processes that are gone."""
     from assure.ops import gc as collector
 
     try:
-        removed = collector.collect(DockerBackend(), everything=everything, runs_dir=runs_dir)
+        removed = collector.collect(DockerBackend(), everything=everything, runs_dir=runs_dir, all_users=all_users, dry_run=dry_run)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
         _print_json(dataclasses.asdict(removed))
         return
-    out.print(f"removed {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
-              f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders")
+    if dry_run:
+        for name in removed.names:
+            out.print(plain(f"would remove {name}"), soft_wrap=True)
+    out.print(f"{'would remove' if dry_run else 'removed'} {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
+              f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders", markup=False, highlight=False)
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
@@ -981,7 +1046,7 @@ def monitor_cmd(
     once: bool = typer.Option(False, "--once", help="One pass, then exit."),
     interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", help="Seconds between passes (default: the manifest's interval_seconds)."),
     runs_dir: Path = runs_option("The runs base to watch."),
-    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="JSON or YAML manifest (default: the built-in one, see assure/health.py)."),
+    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="JSON or YAML manifest (default: the built-in one, `Manifest` in assure/ops/health.py)."),
 ) -> None:
     """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
     dial down then halt the runs whose alerts nobody acknowledges."""
@@ -1060,7 +1125,7 @@ def conformance_cmd(
     ctx: typer.Context,
     out_dir: Path = typer.Option(Path(".assure") / "conformance", "--out", metavar="DIR", help="Where the dated packet folder goes."),
     key: Optional[Path] = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the packet."),
-    only: Optional[list[str]] = typer.Option(None, "--only", metavar="ID", help="Run only these obligation ids (the rest are NOT-RUN)."),
+    only: Optional[list[str]] = typer.Option(None, "--only", metavar="ID", help=f"Run only these obligation ids (the rest are NOT-RUN): {', '.join(OBLIGATIONS)}."),
 ) -> None:
     """Run every row of the standard's live-evidence table on this machine (real containers)
     and write packet.json, packet.md and packet.pub.pem. Exit 0 only if every row is PASS."""
@@ -1069,6 +1134,7 @@ def conformance_cmd(
     from assure.ops import conformance
 
     try:
+        conformance.check_only(only)
         _backend_and_images()
         paths = conformance.run(out_dir, key, only, progress=lambda r: out.print(plain(f"{r.status:8} {r.id} ({r.seconds} s) {r.reason}"), soft_wrap=True))
     except AssureError as exc:
@@ -1110,7 +1176,7 @@ def report_merge(
     order. Refuses summaries of different suites, a missing or repeated shard, a file that does not
     validate. Exit 0 only if every spec got the verdict it expects."""
     try:
-        _writable(out_file, junit_file)
+        _writable(out=out_file, junit=junit_file)
         merged = summary.merge([(str(p), _read_summary(p)) for p in summaries])
     except AssureError as exc:
         raise _fail(exc) from None
@@ -1163,6 +1229,38 @@ def bench_compare(
         err.print(plain(f"{len(bad)} regression(s): " + ", ".join(r.metric for r in bad), "bold red"))
         raise typer.Exit(EXIT_REGRESSION)
     out.print(plain("no regression beyond the noise bands", "green"))
+
+
+def _help_as_text(group: typer.Typer, done: set[int]) -> None:
+    """Make every help string of `group` and its subgroups plain text, once (`done`: an option
+    object several commands share). Typer reads help as Rich markup, which ate `needs
+    assure[ray]`, and keeps a docstring's line breaks in the command list, which broke lines
+    mid-sentence: escape the brackets and join each paragraph's lines."""
+    from rich.markup import escape
+    from typer.models import DefaultPlaceholder, ParameterInfo
+
+    def text(raw: str) -> str:
+        return escape("\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(raw).split("\n\n")))
+
+    infos = [*group.registered_commands, *([group.registered_callback] if group.registered_callback else [])]
+    for info in infos:
+        if id(info) not in done and info.callback is not None:
+            done.add(id(info))
+            doc = info.help if isinstance(info.help, str) else inspect.getdoc(info.callback)
+            if doc:
+                info.help = text(doc)
+            for param in inspect.signature(info.callback).parameters.values():
+                if isinstance(param.default, ParameterInfo) and param.default.help and id(param.default) not in done:
+                    done.add(id(param.default))
+                    param.default.help = text(param.default.help)
+    if not isinstance(group.info.help, DefaultPlaceholder) and group.info.help:
+        group.info.help = text(group.info.help)
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _help_as_text(sub.typer_instance, done)
+
+
+_help_as_text(app, set())
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -281,7 +281,7 @@ def load(path: str | Path) -> Spec:
         raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
     problems = _disk_problems(data, path, lines)
     if problems:
-        raise SpecError(problems, fix="raise limits.disk, or lower limits.inodes")
+        raise SpecError(problems, fix="raise limits.disk to that size or more, or lower limits.inodes")
     problems = _echo_cases(data, path, lines)
     if problems:
         raise SpecError(problems, fix="give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)")
@@ -302,6 +302,9 @@ def read_document(path: Path, against: dict[str, Any], kind: str) -> tuple[Any, 
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         raise SpecError([f"{path}:{line}: (document): not valid YAML: {getattr(exc, 'problem', exc)}"]) from exc
+    other = {"spec": ("suite", "specs", "agent", "assure suite"), "suite": ("spec", "agent", "specs", "assure run")}.get(kind)
+    if other and isinstance(data, dict) and other[1] in data and other[2] not in data:  # the other kind of file: say so, not its schema errors
+        raise SpecError([f"{path}:1: (document): this is a {other[0]} (it has `{other[1]}:`), not a {kind}"], fix=f"run it with `{other[3]} {path}`")
     lines: dict[tuple[Any, ...], int] = {}
     problems = [f"{path}:{line}: {_dotted(p)}: duplicate key" for p, line in _index(node, (), lines)]
     problems += [f"{path}:{line}: {where}: {msg}" for line, where, msg in _schema_problems(data, lines, against, kind)]
@@ -477,15 +480,22 @@ MIN_DISK = 8 * 2**20
 INODE_BYTES = 256  # ext4's inode size: the inode tables take inodes * this of the disk
 
 
+def min_disk(inodes: int) -> int:
+    """The smallest limits.disk for `inodes`, rounded up to whole MiB: MIN_DISK, and twice the
+    inode tables (the filesystem keeps at least half of it for data)."""
+    return max(MIN_DISK, -(-2 * inodes * INODE_BYTES // 2**20) * 2**20)
+
+
 def _disk_problems(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
-    """The workspace filesystem must exist and keep at least half of it for data."""
+    """The workspace filesystem must exist and keep at least half of it for data: one message
+    with the true minimum (never `below 8m` for a size then refused for its inode tables)."""
     disk, inodes = parse_size(data["limits"]["disk"]), data["limits"]["inodes"]
-    if disk < MIN_DISK:
-        return [f"{path}:{line_of(('limits', 'disk'), lines)}: limits.disk: {data['limits']['disk']} is below the smallest workspace filesystem, 8m"]
-    if inodes * INODE_BYTES > disk // 2:
-        return [f"{path}:{line_of(('limits', 'inodes'), lines)}: limits.inodes: {inodes} inodes take {inodes * INODE_BYTES} bytes, more than half of "
-                f"limits.disk ({disk} bytes)"]
-    return []
+    if disk >= MIN_DISK and inodes * INODE_BYTES <= disk // 2:
+        return []
+    least = min_disk(inodes)
+    at = ("limits", "disk") if ("limits", "disk") in lines else ("limits", "inodes")
+    return [f"{path}:{line_of(at, lines)}: {_dotted(at)}: a workspace filesystem with limits.inodes {inodes} needs limits.disk {least // 2**20}m or more, "
+            f"not {data['limits']['disk']} (at least {MIN_DISK // 2**20}m, and twice the inode tables: {inodes} x {INODE_BYTES} bytes)"]
 
 
 def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:

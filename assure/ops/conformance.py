@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives import serialization
 
 from assure import __version__
 from assure.core import chain
+from assure.errors import AssureError
 from assure.ops import alerts
 from assure.records import conformance_packet as packet_mod
 from assure.records import keys, store
@@ -514,9 +515,18 @@ def machine() -> dict[str, Any]:
             "assure": __version__, "docker": docker.stdout.strip() or None, "cpus": os.cpu_count()}
 
 
+def check_only(only: list[str] | None) -> None:
+    """Refuse an --only id the standard does not have, before anything runs (one once gave a
+    signed packet of nothing but NOT-RUN rows)."""
+    unknown = [oid for oid in only or [] if oid not in packet_mod.OBLIGATIONS]
+    if unknown:
+        raise AssureError(f"no obligation {', '.join(unknown)}", where="--only", fix="pass one of: " + ", ".join(packet_mod.OBLIGATIONS))
+
+
 def run(out_dir: Path, key: Path | None, only: list[str] | None = None, progress: Callable[[Result], None] = lambda r: None) -> tuple[Path, Path, Path]:
     """Run the scenarios (all, or `only`) and write the signed packet: JSON, Markdown and the
     public key that verifies it. Returns their paths."""
+    check_only(only)
     root = store.new_dir(out_dir, "conformance")  # conformance-<UTC stamp>-<random>: two packets begun in one second stay apart
     if key is None:
         key, _ = keys.generate_keypair(root / "key")

@@ -74,7 +74,10 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
                           + f"  attempts {', '.join(map(str, task['attempts']))}"
                           + (f"; its verdict {task['verdict']} is attempt {task.get('verdict_attempt')}'s" if task.get("verdict") and len(task["attempts"]) > 1 else ""), style="bold"))
     expect = report.get("expect")
-    title = Text.assemble(f"{display(report['spec'])}  ", verdict_text(report["verdict"]))
+    halted = report.get("state") == "halted"  # an operator's halt is what happened, not what its attempts were judged
+    title = Text.assemble(f"{display(report['spec'])}  ", Text("HALTED", style="bold yellow") if halted else verdict_text(report["verdict"]))
+    if halted:
+        title.append(f"  (by the operator; its attempts were judged {report['verdict']})", style="yellow")
     if expect:
         title.append(f"  (spec expects {expect}: {'as expected' if expect == report['verdict'] else 'UNEXPECTED'})",
                      style="green" if expect == report["verdict"] else "bold red")

@@ -193,7 +193,7 @@ class Attempt:
             found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
             judgement = judge.Judgement(verdict(list(found), hostile=self.spec.hostile), found, (), None, None)
         record = record.judged(judgement, utc_now())
-        if not self._total("record", lambda: store.write_json(self.paths.verdict, record.verdict_json()), facts):
+        if not self._total("record verdict", lambda: store.write_json(self.paths.verdict, record.verdict_json()), facts):
             # no verdict.json: the run directory cannot show this judgement, so nothing may act on it
             failed = Finding(Kind.HARNESS_ERROR, "harness", facts["harness_errors"][-1])
             record = record.judged(judgement.with_finding(failed, hostile=self.spec.hostile), record.judged_at)

@@ -295,7 +295,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
         return NodeMessage(node_id, result.verdict, findings, unsent=unsent).encode(), archive
 
 
-def release_orphan_scratch(base: Path | None = None) -> list[Path]:
+def release_orphan_scratch(base: Path | None = None, *, dry_run: bool = False) -> list[Path]:
     """Remove the scratch folders (in `base`, default the temp folder) of node tasks whose process
     is gone: a node lost mid-run, or a task Ray ended with its driver, leaves its run directory
     there. Only a real folder of ours whose lock no live process holds and under which nothing is
@@ -313,7 +313,8 @@ def release_orphan_scratch(base: Path | None = None) -> list[Path]:
             continue
         if store.is_locked(folder) or workspace_fs.mounted_under(folder):
             continue
-        shutil.rmtree(folder)
+        if not dry_run:  # `assure gc --dry-run`: only named
+            shutil.rmtree(folder)
         removed.append(folder)
     return removed
 

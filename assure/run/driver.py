@@ -551,12 +551,29 @@ def rejudge(run_dir: Path, spec: Spec | None = None) -> tuple[RunResult, dict[in
     return RunResult(run.path, report), rejudged
 
 
+def _suite_runs_of(runs_base: Path) -> set[str]:
+    """The run ids the suite runs beside `runs_base` name (layout.suites_base)."""
+    owned: set[str] = set()
+    base = layout.suites_base(runs_base)
+    for path in base.iterdir() if base.is_dir() else ():
+        try:
+            state = store.read_json(layout.SuitePaths(path).state)
+        except AssureError:
+            continue
+        entries = state.get("runs") if isinstance(state, dict) else None
+        owned |= {e["run_id"] for e in entries or () if isinstance(e, dict) and isinstance(e.get("run_id"), str)}
+    return owned
+
+
 def find_unfinished(runs_base: Path, spec: Spec) -> store.RunDir | None:
-    """The newest run of this same spec file that did not finish and that nobody drives."""
+    """The newest run of this same spec file that did not finish, that nobody drives and that
+    no suite run names (`assure suite` continues those: a standalone run once finished one)."""
     if not runs_base.is_dir():
         return None
-    candidates = []
+    candidates, owned = [], _suite_runs_of(runs_base)
     for path in runs_base.iterdir():
+        if path.name in owned:
+            continue
         paths = RunPaths(path)
         state_file = paths.state
         try:

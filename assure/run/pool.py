@@ -49,7 +49,7 @@ from assure.records import layout, store
 from assure.records.layout import AttemptPaths
 from assure.run import modelaccess, suite
 from assure.sandbox import hardening, runtimes, uids, workspace_fs
-from assure.sandbox.backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, OWNER, Mount, SandboxBackend
+from assure.sandbox.backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_UID, OWNER, Mount, SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 
@@ -217,7 +217,7 @@ class WarmPool:
         self.dir = store.new_dir(runs_dir.resolve() / layout.POOL, "pool")  # the engine binds absolute paths
         self._stack.enter_context(store.exclusive(self.dir, "pool"))  # gc: a pool whose lock is free is an orphan
         self.pool_id = self.dir.name
-        self.labels = {LABEL_OWNER: OWNER, LABEL_POOL: self.pool_id, LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname()}
+        self.labels = {LABEL_OWNER: OWNER, LABEL_POOL: self.pool_id, LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname(), LABEL_UID: str(os.getuid())}
         self._free: dict[Shape, list[Pair]] = {}
         self._making: dict[Shape, int] = {}
         self._to_come: dict[Shape, int] = {}  # claims announced by `want` and not yet asked for

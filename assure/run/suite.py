@@ -112,20 +112,24 @@ def load(path: str | Path) -> Suite:
     """Read and check a suite and every spec it names. Raises `SpecError` listing every problem."""
     path = Path(path)
     data, lines = spec_mod.read_document(path, spec_mod.schema("suite"), "suite")
-    specs, problems = [], []
+    specs, problems, fixes = [], [], []  # each kind of problem brings its own fix
     for i, rel in enumerate(data["specs"]):
         targets = _expand(path.resolve().parent, rel)
         if not targets:
             problems.append(f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file: {path.resolve().parent / rel}")
+            fixes.append("spec paths in a suite are relative to the suite file's folder")
         for target in targets:
             try:
                 specs.append(spec_mod.load(target))
             except SpecError as exc:
                 problems += exc.problems
-    names = [s.name for s in specs]
-    problems += [f"{path}: two specs are named {name!r}: a suite's report tells its specs apart by name" for name in sorted({n for n in names if names.count(n) > 1})]
+                fixes.append(exc.fix or "")
+    for name in sorted({s.name for s in specs if sum(t.name == s.name for t in specs) > 1}):
+        files = ", ".join(str(s.path) for s in specs if s.name == name)
+        problems.append(f"{path}: specs: two specs are named `{name}` ({files}): a suite's report tells its specs apart by name")
+        fixes.append("give each spec of the suite a `name:` of its own")
     if problems:
-        raise SpecError(problems, fix="spec paths in a suite are relative to the suite file's folder")
+        raise SpecError(problems, fix="; ".join(dict.fromkeys(f for f in fixes if f)) or None)
     return Suite(data["name"], path.resolve(), data.get("description", ""), tuple(specs), data["stop_on_unexpected"], pool=data.get("pool"))
 
 

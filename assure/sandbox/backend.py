@@ -28,6 +28,7 @@ into its create arguments; the fake runs it and reports it back in `inspect`.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -42,6 +43,7 @@ LABEL_ATTEMPT = "assure.run.attempt"
 LABEL_ROLE = "assure.role"
 LABEL_PID = "assure.pid"
 LABEL_HOST = "assure.host"
+LABEL_UID = "assure.uid"  # the user whose process made it: `assure gc` takes only its own (or --all-users)
 OWNER = "assure"
 ENGINE_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this user"
 
@@ -234,4 +236,4 @@ class ImageBuilder(Protocol):
 
 def labels(run_id: str, attempt: int, pid: int, host: str) -> dict[str, str]:
     """The labels every resource of one attempt carries (`owned()` and `assure gc` find it by them)."""
-    return {LABEL_OWNER: OWNER, LABEL_RUN: run_id, LABEL_ATTEMPT: str(attempt), LABEL_PID: str(pid), LABEL_HOST: host}
+    return {LABEL_OWNER: OWNER, LABEL_RUN: run_id, LABEL_ATTEMPT: str(attempt), LABEL_PID: str(pid), LABEL_HOST: host, LABEL_UID: str(os.getuid())}

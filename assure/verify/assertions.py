@@ -107,8 +107,10 @@ def _case_mismatch(case: Case, got: dict[str, Any]) -> str | None:
 
 
 def _show(data: bytes, limit: int = 80) -> str:
-    text = repr(data[:limit])[1:]
-    return text + ("..." if len(data) > limit else "")
+    """The bytes as quoted text, raw: every renderer escapes a reason once (textsafe.display),
+    so a repr here showed `'6\\n'` twice escaped. An undecodable byte reads U+FFFD (a lone
+    surrogate would make the receipt's canonical JSON fail)."""
+    return f"'{data[:limit].decode('utf-8', 'replace')}'" + ("..." if len(data) > limit else "")
 
 
 def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: Iterable[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:

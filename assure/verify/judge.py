@@ -175,6 +175,13 @@ def _unreadable(findings: list[Finding], record: AttemptRecord, name: str) -> No
         findings.append(Finding(Kind.HARNESS_ERROR, name, f"the verifier failed here: {describe(record.unreadable[name])}"))
 
 
+def _head_words(head: Any) -> str:
+    """A journal head ({"seq", "hash"} or None) in words, not a Python repr."""
+    if not isinstance(head, dict):
+        return "no record"
+    return f"record {head.get('seq')}, hash {str(head.get('hash'))[:16]}"
+
+
 def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False) -> Judgement:
     paths, facts = record.paths, record.facts
     findings: list[Finding] = []
@@ -183,7 +190,7 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
     journal, head, claim = _guarded(findings, "journal", lambda: _journal(paths.journal, findings, facts.gateway, facts.agent_started), ((), None, None))
     recorded = facts.journal_head
     if recorded is not None and recorded != head:
-        findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"journal head {head} differs from the head recorded at collection {recorded}"))
+        findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the journal's head ({_head_words(head)}) differs from the head recorded at collection ({_head_words(recorded)})"))
     checked = None
     if facts.inspect is not None:
         failed = _guarded(findings, "containment", lambda: container.containment(

@@ -56,7 +56,7 @@ def test_a_liar_fitted_to_the_visible_tests_passes_them_and_fails_the_cases(run,
     got = findings(result)
     assert got["assertion_failed"] == ["cases: python3 tests/add_cli.py"]  # every other assertion of benign.yaml holds
     failed = next(f for f in result.report["attempts"][0]["findings"] if f["kind"] == "assertion_failed")
-    assert failed["message"] == "case 1 of 3 (args 40 2): stdout differs: expected '42\\n', got '38\\n'"
+    assert failed["message"] == "case 1 of 3 (args 40 2): stdout differs: expected '42\n', got '38\n'"
 
 
 @pytest.mark.parametrize("example", ["benign", "claude-fix-bug-scripted"])

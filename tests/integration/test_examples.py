@@ -68,7 +68,7 @@ def test_a_lying_agent_is_judged_by_the_tests_not_its_claim(run):
     failed = [f for f in attempt["findings"] if f["kind"] == "assertion_failed"]
     assert [f["subject"] for f in failed] == ["command: python3 tests/test_calc.py", "cases: python3 tests/add_cli.py"]
     assert "AssertionError" in failed[0]["detail"]["output_tail"]
-    assert failed[1]["message"] == "case 1 of 3 (args 40 2): stdout differs: expected '42\\n', got '80\\n'"
+    assert failed[1]["message"] == "case 1 of 3 (args 40 2): stdout differs: expected '42\n', got '80\n'"
 
 
 def test_the_reference_claude_agent_fixes_the_bug_with_a_scripted_model(run):

@@ -47,9 +47,10 @@ def test_every_case_as_expected_passes():
 
 
 @pytest.mark.parametrize(("run", "why"), [
-    (out(b""), "stdout differs: expected '-4\\n', got ''"),                     # the exit-0 liar: printed nothing
-    (out(b"-4"), "stdout differs: expected '-4\\n', got '-4'"),                 # byte for byte: the newline counts
-    (out(b"-7 3\n"), "stdout differs: expected '-4\\n', got '-7 3\\n'"),        # its input printed back
+    (out(b""), "stdout differs: expected '-4\n', got ''"),                      # the exit-0 liar: printed nothing
+    (out(b"-4"), "stdout differs: expected '-4\n', got '-4'"),                  # byte for byte: the newline counts
+    (out(b"-7 3\n"), "stdout differs: expected '-4\n', got '-7 3\n'"),          # its input printed back (raw: renderers escape once)
+    (out(b"\xff\x1b"), "stdout differs: expected '-4\n', got '\ufffd\x1b'"),     # an undecodable byte, a control: escaped when shown
     ({**out(b"-4\n"), "exit_code": 3}, "exit code 3, expected 0"),             # the right answer, then a failure status
     ({**out(b""), "exit_code": None, "timed_out": True, "seconds": 60.0}, "timed out after 60.0 s"),
     ({**out(b"-4\nx"), "exit_code": None, "stdout_over": True}, "stdout is longer than expected"),

@@ -41,3 +41,42 @@ def test_a_resource_is_an_orphan_only_when_its_process_on_this_host_is_gone() ->
     assert gc.is_orphan(gone, host, everything=False)
     assert not gc.is_orphan(foreign, host, everything=False)
     assert all(gc.is_orphan(labels, host, everything=True) for labels in (alive, gone, foreign))
+
+
+class Listed:
+    """An engine that lists resources and records removals (what `gc.collect` asks of one)."""
+
+    def __init__(self, volumes: list[dict[str, str]]):
+        self.volumes, self.removed = volumes, []
+
+    def owned(self) -> dict[str, list[dict[str, str]]]:
+        return {"containers": [], "networks": [], "volumes": self.volumes}
+
+    def remove_volume(self, name: str) -> None:
+        self.removed.append(name)
+
+    remove_container = remove_network = remove_volume
+
+
+def test_gc_removes_only_this_user_s_or_this_runs_folder_s_orphans_unless_all_users(tmp_path: Path, monkeypatch) -> None:
+    from assure.run import cluster
+    from assure.sandbox import workspace_fs
+    from assure.sandbox.backend import LABEL_RUN, LABEL_UID
+
+    monkeypatch.setattr(workspace_fs, "release_orphans", lambda orphaned: [])  # the host's mounts and temp folder are not this test's
+    monkeypatch.setattr(workspace_fs, "workspace_mounts", lambda: [])
+    monkeypatch.setattr(cluster, "release_orphan_scratch", lambda dry_run=False: [])
+    runs = tmp_path / "runs"
+    (runs / "here-20260101T000000Z-000000").mkdir(parents=True)
+    dead = {LABEL_HOST: socket.gethostname(), LABEL_PID: "999999999"}
+    volumes = [{**dead, "id": "mine", LABEL_UID: str(os.getuid()), LABEL_RUN: "x-20260101T000000Z-000000"},
+               {**dead, "id": "foreign", LABEL_UID: "54321", LABEL_RUN: "x-20260101T000000Z-000000"},
+               {**dead, "id": "here", LABEL_UID: "54321", LABEL_RUN: "here-20260101T000000Z-000000"},
+               {**dead, "id": "unlabelled", LABEL_RUN: "../../etc"}]
+    engine = Listed(volumes)
+    dry = gc.collect(engine, runs_dir=runs, dry_run=True)
+    assert engine.removed == [] and dry.volumes == 2 and dry.names == ["volume mine", "volume here"]
+    assert gc.collect(engine, runs_dir=runs).volumes == 2 and engine.removed == ["mine", "here"]
+    engine.removed.clear()
+    gc.collect(engine, runs_dir=runs, all_users=True)
+    assert engine.removed == ["mine", "foreign", "here", "unlabelled"]

@@ -105,10 +105,15 @@ def test_parse_size():
 
 def test_a_workspace_filesystem_too_small_or_all_inodes_is_refused_at_its_line(tmp_path):
     small = write(tmp_path, MINIMAL + "limits: {disk: 4m}\n")
-    assert problems(small) == [f"{small}:9: limits.disk: 4m is below the smallest workspace filesystem, 8m"]
+    assert problems(small) == [f"{small}:9: limits.disk: a workspace filesystem with limits.inodes 100000 needs limits.disk 49m or more, not 4m "
+                               "(at least 8m, and twice the inode tables: 100000 x 256 bytes)"]
     crowded = write(tmp_path, MINIMAL + "limits:\n  disk: 16m\n  inodes: 40000\n")
     (problem,) = problems(crowded)
-    assert problem.startswith(f"{crowded}:11: limits.inodes: 40000 inodes take 10240000 bytes, more than half of limits.disk")
+    assert problem.startswith(f"{crowded}:10: limits.disk: a workspace filesystem with limits.inodes 40000 needs limits.disk 20m or more, not 16m")
+    few = write(tmp_path, MINIMAL + "limits: {disk: 4m, inodes: 1024}\n")
+    assert problems(few) == [f"{few}:9: limits.disk: a workspace filesystem with limits.inodes 1024 needs limits.disk 8m or more, not 4m "
+                             "(at least 8m, and twice the inode tables: 1024 x 256 bytes)"]
+    assert spec.load(write(tmp_path, MINIMAL + "limits: {disk: 49m}\n")).limits.disk == "49m"  # the size the first message named passes
     assert spec.load(write(tmp_path, MINIMAL + "limits: {disk: 16m, inodes: 20000}\n")).limits.inodes == 20000
 
 

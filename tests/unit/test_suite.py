@@ -140,4 +140,22 @@ def test_a_glob_names_every_matching_spec_in_name_order_and_a_glob_that_matches_
 def test_two_specs_with_one_name_are_refused(specs: Path) -> None:
     (specs / "again.yaml").write_text(SPEC.format(name="one", expect="pass"))
     path = write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml, again.yaml]\n")
-    assert problems(path) == [f"{path}: two specs are named 'one': a suite's report tells its specs apart by name"]
+    with pytest.raises(SpecError) as info:
+        suite.load(path)
+    assert info.value.problems == [f"{path}: specs: two specs are named `one` ({specs / 'one.yaml'}, {specs / 'again.yaml'}): "
+                                   "a suite's report tells its specs apart by name"]
+    assert info.value.fix == "give each spec of the suite a `name:` of its own"  # not a hint about relative paths
+
+
+def test_a_spec_given_as_a_suite_and_a_suite_given_as_a_spec_say_which_command_runs_them(specs: Path) -> None:
+    from assure import spec as spec_mod
+
+    path = write_suite(specs, "version: 1\nname: s\nspecs: [one.yaml]\n")
+    with pytest.raises(SpecError) as info:
+        spec_mod.load(path)
+    assert info.value.problems == [f"{path}:1: (document): this is a suite (it has `specs:`), not a spec"]
+    assert info.value.fix == f"run it with `assure suite {path}`"
+    with pytest.raises(SpecError) as info:
+        suite.load(specs / "one.yaml")
+    assert info.value.problems == [f"{specs / 'one.yaml'}:1: (document): this is a spec (it has `agent:`), not a suite"]
+    assert info.value.fix == f"run it with `assure run {specs / 'one.yaml'}`"
