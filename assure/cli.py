@@ -27,7 +27,7 @@ from assure.ops import runs as runs_mod
 from assure.records import report as render
 from assure.records import junit, store, summary
 from assure.records.states import RESUMABLE
-from assure.sandbox import live, runtimes, workspace_fs
+from assure.sandbox import install, live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
 
@@ -106,9 +106,12 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
         preflight.refuse(list(specs), None)  # what needs no engine is told even when there is none
         raise
     preflight.refuse(list(specs), backend)
-    images = Images(backend, lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg))))
-    found = images.resolve()
-    return backend, found or images.ensure()
+    say = lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg)))  # noqa: E731
+    images = Images(backend, say)
+    found = images.resolve() or images.ensure()
+    for s in specs:  # each agent.install's derived image: a no-op when the engine has it
+        install.ensure(s, backend, found, say)
+    return backend, found
 
 
 def _stamp() -> str:
