@@ -24,6 +24,7 @@ QUIET = {  # what every preset's agent gets: a writable HOME, and no bytecode wr
 PRESETS: dict[str, dict[str, Any]] = {
     # The real Claude Code CLI, the static binary bundled in the claude-agent-sdk wheel (2.1.x).
     "claude-code": {
+        "edits_files": True,  # its own file tools write the workspace: workspace.writable must cover the task's paths
         "install": {
             "pip": ["claude-agent-sdk==0.2.184 --hash=sha256:40509cadce72d62ded6c3ed831bbcffbff1a7fed8a19cfe1670b3a55418ed089"],
             "pip_deps": False,  # only the bundled binary is used; the Python SDK around it is not imported
@@ -49,6 +50,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # An agent on the stock `openai` SDK (/v1/models, /v1/chat/completions with tool calls); the
     # SDK is in the agent image, the agent's script in the spec's agent.files.
     "openai-sdk": {
+        "edits_files": False,  # the example's agent writes through the gateway's fs.write
         "command": ["sh", "-c", 'PROMPT="$ASSURE_TASK" ' + BRIDGE + "python3 /opt/agent/openai_agent.py"],
         "env": {**QUIET, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
         "allow": {},

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from assure.core import confined, globs
+from assure import presets
 from assure.errors import AssureError, SpecError
 from assure.run import policy
 from assure.sandbox import runtimes
@@ -139,9 +140,10 @@ def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     """Notes where `workspace.writable` and a contract's `fs:` scope disagree: a writable path
     no `fs:` scope covers can change but never be promoted (the task is propose-only there);
     an `fs:` scope no writable glob covers takes only the gateway's fs.write, so a stock agent
-    (a preset: it edits files itself) leaves unattributed changes there (a breach)."""
+    (a preset whose agent edits files itself) leaves unattributed changes there (a breach)."""
     found: list[Problem] = []
     writable = spec.workspace.writable
+    edits = spec.agent.preset is not None and presets.PRESETS[spec.agent.preset]["edits_files"]
     for contract in {id(t.contract): t.contract for t in spec.tasks if t.contract is not None}.values():
         fs = [s[3:] for s in contract.scope if s.startswith("fs:")]
         where = f"{spec.path}:{line_of(('contract', 'scope'), lines)}: contract {contract.id} scope"
@@ -150,7 +152,7 @@ def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
                                         "but no change there can be promoted (propose-only)",
                                  f"add {', '.join(f'fs:{w}' for w in outside)} to the contract's scope (and re-ratify), or narrow workspace.writable",
                                  fatal=False, stops_run=False))
-        if spec.agent.preset and (direct := [f for f in fs if not globs.match_any(writable, f)]):
+        if edits and (direct := [f for f in fs if not globs.match_any(writable, f)]):
             found.append(Problem(where, f"fs:{', fs:'.join(direct)} is not in workspace.writable: there, only writes through the gateway's fs.write "
                                         "are attributed, and an agent that edits files itself is judged on unattributed changes",
                                  f"add {', '.join(direct)} to workspace.writable: the preset's agent edits files itself",
