@@ -629,7 +629,7 @@ def report_html(
 
 
 @images_app.command("build")
-def images_build(specs: Optional[list[Path]] = typer.Argument(None, metavar="[SPEC]...", help="Specs whose agent.install images to build too."),
+def images_build(specs: Optional[list[Path]] = typer.Argument(None, metavar="SPEC", help="Specs whose agent.install images to build too."),
                  json_out: bool = JSON_OPTION) -> None:
     """Build the base, agent and gateway images (no registry needed), and each SPEC's derived
     agent image (its agent.install); skip what is up to date."""
