@@ -36,6 +36,7 @@ class Install:
 
     pip: tuple[str, ...] = ()
     pip_deps: bool = True
+    apt: tuple[str, ...] = ()
     wheels: tuple[Path, ...] = ()
     binaries: tuple[Path, ...] = ()
 
@@ -532,7 +533,7 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
         description=data.get("description", ""),
         hostile=data["hostile"],
         agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None,
-                    Install(tuple(ins.get("pip", ())), ins.get("pip_deps", True), tuple(base / p for p in ins.get("wheels", ())),
+                    Install(tuple(ins.get("pip", ())), ins.get("pip_deps", True), tuple(ins.get("apt", ())), tuple(base / p for p in ins.get("wheels", ())),
                             tuple(base / p for p in ins.get("binaries", ()))) if ins else None, a.get("preset")),
         workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
         databases=tuple(Database(d["name"], base / d["fixture"], d["mode"], d.get("rollback")) for d in data.get("databases", [])),

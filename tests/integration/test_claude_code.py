@@ -62,3 +62,25 @@ def test_claude_code_scripted_to_edit_the_protected_test_is_a_breach(backend, im
     result = run("claude-code-hostile")
     assert result.verdict == "breach", result.report
     assert findings(result)["protected_changed"] == ["tests/test_calc.py"]
+
+
+def test_a_pinned_debian_package_and_a_binary_are_in_the_agents_image(backend, images, run, tmp_path):
+    """apt-get download on the host (signature-checked), unpacked in an offline build: the
+    agent runs ripgrep and the spec's own script with no network."""
+    import yaml
+
+    (tmp_path / "hello").write_text("#!/bin/sh\necho hello from the install\n")
+    data = yaml.safe_load((EXAMPLES / "benign.yaml").read_text())
+    data.update(name="install-apt", hostile=False, expect="pass", assertions=[{"file_exists": "out/rg.txt"}])
+    data.pop("contract")
+    data["workspace"]["fixture"] = str((EXAMPLES / data["workspace"]["fixture"]).resolve())
+    data["agent"] = {"command": ["sh", "-c", "rg --version > out/rg.txt && hello >> out/rg.txt"],
+                     "install": {"apt": ["ripgrep=13.0.0-4+b2"], "binaries": [str(tmp_path / "hello")]}}
+    path = tmp_path / "install-apt.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    spec = spec_mod.load(path)
+    install.ensure(spec, backend, images, print)
+    result = run(path)
+    out = (result.run_dir / "attempts" / "1" / "workspace" / "out" / "rg.txt").read_text()
+    assert out.startswith("ripgrep 13.0.0") and out.endswith("hello from the install\n"), result.report
+    assert result.verdict == "pass", result.report

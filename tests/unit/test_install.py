@@ -109,3 +109,10 @@ def test_validate_notes_a_writable_scope_the_contract_cannot_promote(tmp_path):
     assert any("out/** is outside the contract's fs: scope" in n and "propose-only" in n for n in notes)
     assert any("fs:src/** is not in workspace.writable" in n for n in notes)  # Claude Code edits src itself: unattributed
     assert not [p for p in preflight.problems(spec_mod.load(EXAMPLE)) if not p.fatal]  # the example's scopes agree
+
+
+def test_debian_packages_must_be_pinned(tmp_path):
+    spec = spec_mod.load(variant(tmp_path, lambda d: d["agent"].update(install={"apt": ["ripgrep", "jq=1.6-2.1"]})))
+    found = [p for p in preflight.problems(spec) if p.fatal]
+    assert [p.message for p in found] == ["'ripgrep' is not pinned as name=version"]
+    assert "agent.install.apt[0]" in found[0].where
