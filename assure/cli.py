@@ -680,16 +680,16 @@ def contract_hash(
 
 
 @app.command()
-def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs whose sandbox.runtime must be available here."),
+def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs whose sandbox.runtime and agent.install image must be available here."),
            json_out: bool = JSON_OPTION) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
     from assure.ops import doctor as checks
 
     try:
-        wanted = {spec_mod.load(path).sandbox.runtime for path in specs or []}
+        loaded = [spec_mod.load(path) for path in specs or []]
     except AssureError as exc:
         raise _fail(exc) from None
-    report = checks.diagnose(wanted)
+    report = checks.diagnose({s.sandbox.runtime for s in loaded}, [s for s in loaded if s.agent.install is not None])
     if json_out:
         _print_json({"ok": report.ok, "checks": [dataclasses.asdict(c) for c in report.checks],
                      "register_gvisor": list(runtimes.registration_steps()) if report.register_gvisor else []})

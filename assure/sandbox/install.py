@@ -64,7 +64,7 @@ def _sha256(path: Path) -> str:
     return _file_digests[key]
 
 
-def downloaded(install: Install, progress: Progress = lambda _: None) -> dict[str, Path]:
+def downloaded(install: Install, progress: Progress = lambda _: None, fetch: bool = True) -> dict[str, Path]:
     """The wheels of the pinned requirements (their dependencies too, unless `pip_deps` is
     false), downloaded by the host once per requirement list: {file name: path}."""
     if not install.pip:
@@ -73,6 +73,8 @@ def downloaded(install: Install, progress: Progress = lambda _: None) -> dict[st
     key = hashlib.sha256(canonical({"pip": lines, "deps": install.pip_deps, "machine": platform.machine()})).hexdigest()[:16]
     target = PIP_CACHE / key
     if not (target / MANIFEST).exists():
+        if not fetch:
+            raise NotFetched
         with images_mod._host_lock(PIP_CACHE / f".{key}.lock", progress, "fetching the agent's wheels"):
             if not (target / MANIFEST).exists():
                 _download(lines, install.pip_deps, target, progress)
@@ -101,7 +103,7 @@ KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")  # the host's: 
 APT_CACHE = images_mod.WHEEL_CACHE.parent / "debs"
 
 
-def debs(install: Install, progress: Progress = lambda _: None) -> dict[str, Path]:
+def debs(install: Install, progress: Progress = lambda _: None, fetch: bool = True) -> dict[str, Path]:
     """The pinned Debian packages (`name=version`, no dependencies added), downloaded by the
     host from the base image's suite once per list: {file name: path}."""
     if not install.apt:
@@ -110,6 +112,8 @@ def debs(install: Install, progress: Progress = lambda _: None) -> dict[str, Pat
     key = hashlib.sha256(canonical({"apt": list(install.apt), "suite": suite, "mirror": mirror, "machine": platform.machine()})).hexdigest()[:16]
     target = APT_CACHE / key
     if not (target / MANIFEST).exists():
+        if not fetch:
+            raise NotFetched
         with images_mod._host_lock(APT_CACHE / f".{key}.lock", progress, "fetching the agent's Debian packages"):
             if not (target / MANIFEST).exists():
                 _apt_download(list(install.apt), suite, mirror, target, progress)
@@ -141,18 +145,23 @@ def _apt_download(packages: list[str], suite: str, mirror: str, target: Path, pr
     (target / MANIFEST).write_text(json.dumps({p.name: _sha256(p) for p in sorted(target.glob("*.deb"))}, sort_keys=True))
 
 
-def _inputs(install: Install, progress: Progress) -> dict[str, Path]:
+class NotFetched(Exception):
+    """The host has not downloaded an install's packages yet (and was told not to)."""
+
+
+def _inputs(install: Install, progress: Progress, fetch: bool = True) -> dict[str, Path]:
     """Every file that goes into the build context, by its name there."""
-    files = {f"wheels/{name}": path for name, path in downloaded(install, progress).items()}
-    files.update({f"debs/{name}": path for name, path in debs(install, progress).items()})
+    files = {f"wheels/{name}": path for name, path in downloaded(install, progress, fetch).items()}
+    files.update({f"debs/{name}": path for name, path in debs(install, progress, fetch).items()})
     files.update({f"wheels/{p.name}": p for p in install.wheels})
     files.update({f"bin/{p.name}": p for p in install.binaries})
     return files
 
 
-def tag(install: Install, agent_tag: str, progress: Progress = lambda _: None) -> str:
-    """The derived image's tag: the digest of the agent image, the recipe and every input file."""
-    files = _inputs(install, progress)
+def tag(install: Install, agent_tag: str, progress: Progress = lambda _: None, fetch: bool = True) -> str:
+    """The derived image's tag: the digest of the agent image, the recipe and every input file
+    (`fetch` false: `NotFetched` if the host has not downloaded its packages yet)."""
+    files = _inputs(install, progress, fetch)
     recipe = {"agent": agent_tag, "dockerfile": DOCKERFILE.decode(), "pip": list(install.pip), "deps": install.pip_deps, "apt": list(install.apt),
               "files": {name: _sha256(path) for name, path in sorted(files.items())}}
     return f"{REPOSITORY}:{hashlib.sha256(canonical(recipe)).hexdigest()[:16]}"
