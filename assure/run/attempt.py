@@ -33,7 +33,7 @@ from assure.records import store
 from assure.records.attempt_record import AttemptRecord, ContainerFacts
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
-from assure.sandbox import hardening, runtimes, uids, workspace_fs
+from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox import backend as sandbox
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
@@ -396,7 +396,7 @@ class Attempt:
         mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
-        image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
+        image = install.agent_image(self.spec, self.images)  # assure's agent image, with the spec's agent.install if any
         # The stock agent image (a /bin/bash, no entrypoint) under runc starts while the gateway
         # boots, its command gated on the gateway's socket, which is bound only once the journal
         # is open. Another image or runtime is created meanwhile and started once the gateway is ready.

@@ -266,6 +266,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
     import ray
 
     from assure.run.driver import Driver
+    from assure.sandbox import install
     from assure.sandbox.docker import DockerBackend
     from assure.sandbox.images import Images
 
@@ -282,8 +283,10 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
         raise AssureError("the spec on this node differs from the caller's", where=f"{node_id}: {spec_path}",
                           fix="deploy the same suite and spec files, at the same paths, to every node")
     backend = DockerBackend()
-    finder = Images(backend, lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True))  # in the node's Ray worker log
+    say = lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True)  # noqa: E731  (in the node's Ray worker log)
+    finder = Images(backend, say)
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
+    install.ensure(spec, backend, images, say)  # and the spec's derived image, by the same digest
     with tempfile.TemporaryDirectory(prefix=SCRATCH) as scratch, store.exclusive(Path(scratch), "node task"):
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
         result = NodeDriver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()

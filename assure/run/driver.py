@@ -35,7 +35,7 @@ from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, describe
-from assure.sandbox import live, workspace_fs
+from assure.sandbox import install, live, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec, Task
@@ -130,7 +130,7 @@ class Driver:
     def _recover(self) -> None:
         """After a crash: reap the run's containers; an attempt that never finished is interrupted."""
         if not self.resumed:
-            self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": self.images.agent, "gateway": self.images.gateway})
+            self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": install.agent_image(self.spec, self.images), "gateway": self.images.gateway})
             return
         self.state["state"] = RunState.RUNNING
         reaped = reap(self.backend, self.run)
