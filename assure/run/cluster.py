@@ -252,11 +252,17 @@ def lost_node(exc: BaseException, known: Iterable[str]) -> str | None:
 
 # --- on the node ------------------------------------------------------------------------------
 
-def claim(claims: Any, run_id: str, message: NodeMessage) -> None:
-    """Claim an attempt's breach with the caller, and wait until it holds it."""
+def claim(claims: Any, run_id: str, message: NodeMessage, say: Callable[[str], None]) -> None:
+    """Claim an attempt's breach with the caller, and wait until it holds it. A claim that fails
+    (timed out, the caller's actor gone) is logged, never raised: the run goes on, and its final
+    message carries the breach all the same (an exception here would end the run as `error`)."""
     import ray
 
-    ray.get(claims.add.remote(run_id, message.encode()), timeout=60)
+    try:
+        ray.get(claims.add.remote(run_id, message.encode()), timeout=60)
+    except Exception as exc:
+        say(f"attempt {message.attempt}'s breach could not be claimed with the caller ({type(exc).__name__}: {display(str(exc))[:500]}); "
+            "the run goes on and its final message carries it")
 
 
 def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, claims: Any) -> tuple[bytes, bytes]:
@@ -275,7 +281,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
             super()._escalate(record)
             if record.judgement.verdict is Verdict.BREACH:  # claimed before the next attempt starts, or the task ends
                 findings = tuple(f.to_json() for f in record.judgement.findings)
-                claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number))
+                claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number), say)
 
     node_id = ray.get_runtime_context().get_node_id()
     spec = spec_mod.load(spec_path)

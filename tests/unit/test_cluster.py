@@ -380,3 +380,18 @@ def test_packing_stops_at_the_member_bound_the_caller_would_refuse(finished_run,
     monkeypatch.setattr(cluster, "MAX_MEMBERS", 5)
     with pytest.raises(cluster.AssureError, match="more than 5 members"):
         cluster.pack(run_dir)
+
+
+def test_a_claim_the_caller_cannot_acknowledge_is_logged_and_the_run_goes_on():
+    """A claim that fails (timed out, the caller's actor gone) must not end the node's run: an
+    exception out of `_escalate` aborted it, and its final message, which carries the breach,
+    was never sent (the caller concluded `error`)."""
+    class Gone:
+        class add:  # noqa: N801  (Ray's `actor.method.remote`)
+            @staticmethod
+            def remote(*_):
+                raise TimeoutError("GetTimeoutError: the claim was not acknowledged in 60 s")
+
+    said = []
+    cluster.claim(Gone, "r1", cluster.NodeMessage("n1", "breach", (finding(),), attempt=2), said.append)
+    assert len(said) == 1 and "attempt 2's breach could not be claimed" in said[0] and "final message carries it" in said[0]
