@@ -420,9 +420,13 @@ def unpack(archive: bytes, runs_dir: Path, run_id: str) -> store.RunDir:
     return store.RunDir.open(final)
 
 
-def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path | None) -> Arrival:
+def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path | None,
+           claims: Sequence[dict[str, Any]] = ()) -> Arrival:
     """Judge the arrived run again, against the caller's spec, from its folder alone; keep the
-    node's report beside the one judged here; compare; sign the receipts here."""
+    node's report beside the one judged here; compare; sign the receipts here. When the spec's
+    verdict is not the one judged here (a breach its node claimed, `claims`, a verdict that
+    differs), every receipt is issued rejected: no run directory vouches for what its spec's
+    verdict denies."""
     from assure.records.attempt_record import Records
     from assure.run.driver import issue_receipts, rejudge
 
@@ -437,8 +441,11 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
     records = Records(run.paths)
     for record in judged.values():
         records.keep(record)
-    issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged)
-    return decide(recomputed.verdict, [node_verdict, recorded])
+    arrival = decide(recomputed.verdict, [node_verdict, recorded])
+    standing = with_claims(arrival.verdict, arrival.node_finding, claims)
+    overruled = f"the spec's verdict is {standing.verdict}: {standing.node_finding}" if standing.verdict != recomputed.verdict else None
+    issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged, overruled=overruled)
+    return arrival
 
 
 # --- the caller -----------------------------------------------------------------------------------
@@ -636,6 +643,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 except ArrivalError as exc:
                     without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
                 else:
+                    take_claims()  # every claim made so far counts in its receipts
                     _settle_arrived(i, entry, spec, runs_dir, key, conclude)
             stop = suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
         record.finish()
@@ -646,7 +654,7 @@ def _settle_arrived(i: int, entry: dict[str, Any], spec: spec_mod.Spec, runs_dir
                     conclude: Callable[..., None]) -> None:
     """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing: see `decide`."""
     try:
-        arrival = settle(store.RunDir.open(runs_dir / entry["run_id"]), spec, entry.get("node_verdict"), key)
+        arrival = settle(store.RunDir.open(runs_dir / entry["run_id"]), spec, entry.get("node_verdict"), key, entry.get("claims", []))
     except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
         arrival = decide(None, [entry.get("node_verdict")], f"its run directory cannot be judged here: {describe(exc)}")
     conclude(i, arrival.verdict, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))

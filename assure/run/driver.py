@@ -392,8 +392,10 @@ def _require_same_signer(run: store.RunDir, signing_key: Path | None) -> None:
 
 
 def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None, records: Records,
-                   judged: Mapping[int, AttemptRecord] | None = None) -> None:
-    """Seal the run's logs and issue one AAR per resolved task (signed when a key is given).
+                   judged: Mapping[int, AttemptRecord] | None = None, overruled: str | None = None) -> None:
+    """Seal the run's logs and issue one AAR per resolved task (signed when a key is given);
+    `overruled` (why the run's verdict is not the one its record gives: a cluster's claimed
+    breach): every receipt rejected, with that reason.
 
     Issued anew each time the run's record changes (e.g. a later `assure promote`), so every
     receipt carries the seal of the logs as they finally are. The journals of the attempts
@@ -413,11 +415,11 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
                 continue
             last = _standing_record(ts["attempts"], records)
             judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
-            verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
+            verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED) and overruled is None
             record = receipts.build_receipt(
                 run_id=run.run_id, task_id=task.id, claim=_shown(judgement.claim or {"status": "none", "summary": "the agent made no claim"}),
                 verdict="verified" if verified else "rejected", ground_truth="confirmed" if verified else "contradicted",
-                reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(judgement, last.judged_at),
+                reason=display(f"{ts['state']}: {ts.get('reason', '')}" + (f"; {overruled}" if overruled else "")), checks=_checks(judgement, last.judged_at),
                 subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
                 verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
                 deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,

@@ -395,3 +395,24 @@ def test_a_claim_the_caller_cannot_acknowledge_is_logged_and_the_run_goes_on():
     said = []
     cluster.claim(Gone, "r1", cluster.NodeMessage("n1", "breach", (finding(),), attempt=2), said.append)
     assert len(said) == 1 and "attempt 2's breach could not be claimed" in said[0] and "final message carries it" in said[0]
+
+
+def verdicts_of_receipts(run: store.RunDir) -> list[str]:
+    docs = [json.loads(p.read_text()) for p in sorted(run.paths.receipts.rglob("*.json"))]
+    return [d["verdict"] for d in docs if "aar" in d]
+
+
+def test_a_run_whose_spec_a_claimed_breach_or_a_differing_verdict_overrules_carries_no_verified_receipt(finished_run, tmp_path):
+    """The receipts were signed `verified` from the run's record alone, and the breach a node
+    claimed for a lost attempt raised the verdict only in the suite's state: the run directory
+    vouched for what the spec's verdict denies."""
+    spec, run_dir = finished_run
+    claimed = [{"attempt": 1, "node": "ab" * 28, "findings": [finding()]}]
+    for n, (node_verdict, claims) in enumerate([("pass", []), ("pass", claimed), ("contained", [])]):
+        (tmp_path / f"caller{n}").mkdir()
+        arrived = cluster.unpack(cluster.pack(run_dir), tmp_path / f"caller{n}", run_dir.name)
+        arrival = cluster.settle(arrived, spec, node_verdict, None, claims)
+        assert cluster.with_claims(arrival.verdict, arrival.node_finding, claims).verdict == ["pass", "breach", "error"][n]
+        assert verdicts_of_receipts(arrived) == [["verified"], ["rejected"], ["rejected"]][n]
+    (receipt,) = [d for p in arrived.paths.receipts.rglob("*.json") if "aar" in (d := json.loads(p.read_text()))]
+    assert "the spec's verdict is error" in receipt["reason"]
