@@ -443,7 +443,7 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
         records.keep(record)
     arrival = decide(recomputed.verdict, [node_verdict, recorded])
     standing = with_claims(arrival.verdict, arrival.node_finding, claims)
-    overruled = f"the spec's verdict is {standing.verdict}: {standing.node_finding}" if standing.verdict != recomputed.verdict else None
+    overruled = f"the spec's verdict is {standing.verdict}: {standing.node_finding}"[:MAX_TEXT] if standing.verdict != recomputed.verdict else None
     issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged, overruled=overruled)
     return arrival
 
