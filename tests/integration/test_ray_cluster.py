@@ -9,6 +9,10 @@ continues it, finished specs kept); a node that builds the agent and gateway ima
 use; `--cluster auto` joining the cluster RAY_ADDRESS names; a breach whose run directory is too
 large to send (the node's message carries it, and it stays a breach). Every Ray process is stopped by
 process id at the end.
+
+The nodes and callers use images of their own (`ASSURE_IMAGE_NAMESPACE`, made here from the
+shared engine's base and build cache, removed at the end), so the rebuild test neither needs
+nor touches the images anyone else on this machine is using.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import docker
 import pytest
 
 from assure.records import keys
+from assure.sandbox.images import ImageSet, Images
 from assure.sandbox.backend import LABEL_PID, LABEL_RUN
 from tests.integration import ray_cluster
 
@@ -35,11 +41,33 @@ SLOW = SUITE.parent / "specs" / "slow-pass.yaml"
 QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
 BULK = ROOT / "suites" / "containment" / "covert--bulk-hides-breach.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
+NAMESPACE = f"assuretest-{uuid.uuid4().hex[:8]}"  # this module's images: `<NAMESPACE>-agent:<digest>`
+ENV = {**ray_cluster.ENV, "ASSURE_IMAGE_NAMESPACE": NAMESPACE}
+
+
+def namespaced(engine: docker.DockerClient) -> list[str]:
+    return [t for image in engine.images.list() for t in image.tags if t.startswith(f"{NAMESPACE}-")]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, images):  # `images`: built once here, so no node builds them mid-test
-    c = ray_cluster.start(tmp_path_factory.mktemp("ray"))
+def ns_images(images, backend):
+    """This module's images: the shared base tagged into the namespace, the others built from it
+    (the build cache's, seconds), every tag of the namespace removed at the end."""
+    engine = docker.from_env()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("ASSURE_IMAGE_NAMESPACE", NAMESPACE)
+            engine.images.get(images.base).tag(f"{NAMESPACE}-base", images.base.split(":")[1])
+            made = Images(backend).ensure()
+        yield made
+    finally:
+        for tag in namespaced(engine):
+            engine.images.remove(tag, noprune=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, ns_images):  # built once here, so no node builds them mid-test
+    c = ray_cluster.start(tmp_path_factory.mktemp("ray"), worker_env={"ASSURE_IMAGE_NAMESPACE": NAMESPACE})
     yield c
     c.stop()
     leftover = [p for n in c.nodes for p in n.pids()]
@@ -56,7 +84,7 @@ def suite_state(runs: Path) -> dict:
 
 
 def run_assure(argv: list[str], cwd: Path, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, env=ray_cluster.ENV, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(argv, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def tcp_peers(netns: str) -> list[str]:
@@ -123,7 +151,7 @@ def test_a_breach_behind_a_run_directory_too_large_to_send_stays_a_breach(cluste
 def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_finished_specs(cluster, tmp_path):
     runs = tmp_path / "runs"
     argv = caller(cluster, SUITE, runs, "-j", "1")
-    first = subprocess.Popen(argv, cwd=tmp_path, env=ray_cluster.ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         def two_finished():
             """two specs finished"""
@@ -172,7 +200,7 @@ def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
 def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_the_other(cluster, tmp_path):
     runs = tmp_path / "runs"
     engine = docker.from_env()
-    proc = subprocess.Popen(caller(cluster, one_spec_suite(tmp_path, SLOW), runs, "--json"), cwd=tmp_path, env=ray_cluster.ENV,
+    proc = subprocess.Popen(caller(cluster, one_spec_suite(tmp_path, SLOW), runs, "--json"), cwd=tmp_path, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def agent_running():
@@ -203,40 +231,36 @@ def worker_ids(c: ray_cluster.LocalCluster) -> set[str]:
     return {n.node_id for n in c.nodes if n.name.startswith("worker")}
 
 
-def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tmp_path, images):
-    """The agent and gateway images' digest tags are removed from the engine (untagged only:
-    `assure-*:latest` keeps the same images and their layers, so the rebuild is the build cache's
-    and takes seconds; assure-base and the egress image stay). A suite on the cluster then has its
-    node build both again in its task, from the same recipe: the same tags, the same image ids.
-    The engine is shared by everything on this machine, so a test run beside this one could miss
-    the two tags for those seconds; CI runs the integration tests one at a time, in one pytest
-    process, so none does there. The tags are put back whatever happens."""
+def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tmp_path, ns_images: ImageSet, images: ImageSet):
+    """This module's agent and gateway images are removed from the engine (every tag of each, its
+    digest and `latest`: the namespace's own, no one else's), so the rebuild is the build
+    cache's and takes seconds; the base and the egress image stay. A suite on the cluster then has
+    its node build both again in its task, from the same recipe: the same tags, the same image
+    ids, and the same digests as the shared images'."""
     engine = docker.from_env()
-    before = {tag: engine.images.get(tag).id for tag in (images.agent, images.gateway)}
-    try:
-        for tag in before:
-            engine.images.remove(tag, noprune=True)
-        assert not any(t in before for image in engine.images.list() for t in image.tags)
-        runs = tmp_path / "runs"
-        out = run_assure(caller(cluster, one_spec_suite(tmp_path, QUICK), runs), tmp_path)
-        assert out.returncode == 0, out.stderr[-3000:]
-        (entry,) = suite_state(runs)["runs"]
-        assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster)
-        assert {tag: engine.images.get(tag).id for tag in before} == before  # the same digest tags, the same images
-        logs = "".join(p.read_text(errors="replace") for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*"))  # every node's
-        for tag in before:  # built in the node's task, the one that ran the spec
-            assert f"assure node {entry['node']}: building {tag}" in logs, tag
-    finally:  # as before, whatever the node built: the digest tag and `latest` on the image they named
-        for tag, image_id in before.items():
-            repo, digest = tag.split(":")
-            for name in (digest, "latest"):
-                engine.images.get(image_id).tag(repo, name)
+    shared = set(namespaced(engine))
+    before = {tag: engine.images.get(tag).id for tag in (ns_images.agent, ns_images.gateway)}
+    assert [t.split(":")[1] for t in before] == [images.agent.split(":")[1], images.gateway.split(":")[1]]  # the digests do not name the namespace
+    for tag in before:
+        for name in (tag, tag.split(":")[0] + ":latest"):
+            engine.images.remove(name, noprune=True)
+    assert not any(t in before for t in namespaced(engine))
+    runs = tmp_path / "runs"
+    out = run_assure(caller(cluster, one_spec_suite(tmp_path, QUICK), runs), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (entry,) = suite_state(runs)["runs"]
+    assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster)
+    assert {tag: engine.images.get(tag).id for tag in before} == before  # the same digest tags, the same images
+    assert set(namespaced(engine)) == shared  # `latest` too
+    logs = "".join(p.read_text(errors="replace") for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*"))  # every node's
+    for tag in before:  # built in the node's task, the one that ran the spec
+        assert f"assure node {entry['node']}: building {tag}" in logs, tag
 
 
 def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
     runs = tmp_path / "runs"
     argv = cluster.in_ns(*ASSURE, "suite", str(one_spec_suite(tmp_path, QUICK)), "--cluster", "auto", "--runs-dir", str(runs))
-    out = subprocess.run(argv, cwd=tmp_path, env={**ray_cluster.ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, text=True, timeout=400)
+    out = subprocess.run(argv, cwd=tmp_path, env={**ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "on the Ray cluster auto" in out.stderr
     (entry,) = suite_state(runs)["runs"]
