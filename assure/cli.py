@@ -305,8 +305,7 @@ def suite_cmd(
             from assure.run import preflight
 
             preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)  # the nodes' engines are theirs to ask
-            for _, loaded in suites:
-                cluster_mod.refuse_outside_effects(loaded.specs)  # before a suite run is made for nothing
+            cluster_mod.join(cluster, [s for _, loaded in suites for s in loaded.specs])  # before a suite run is made for nothing
             engine = None
         else:
             engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))

@@ -42,10 +42,12 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -74,6 +76,8 @@ MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) befo
 GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
 SCRATCH = "assure-node-"  # prefix of a task's scratch folder in its node's temp folder, locked while the task lives
+PROBE_SECONDS = 3  # for the cluster's address to answer as an HTTP/2 (gRPC) server, before Ray is asked to join it
+JOIN_SECONDS = 20  # for Ray to join a cluster whose address answered
 
 
 class ArrivalError(AssureError):
@@ -433,26 +437,106 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
 
 # --- the caller -----------------------------------------------------------------------------------
 
+_JOIN_FIX = "give --cluster the head's address as `ray start --head` printed it (host:port, port 6379 by default), or start the head there"
+
+
+def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
+    """Fail fast, with the address, unless something at `address` (host:port) answers the start of
+    HTTP/2 as a gRPC server does (a SETTINGS frame): Ray itself would retry a wrong address for
+    minutes. `auto` is left to Ray's discovery."""
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    if not (host and port.isdigit()):
+        raise AssureError(f"--cluster {display(address)} is not host:port", where="--cluster", fix=_JOIN_FIX)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5))  # preface, empty SETTINGS
+            head = conn.recv(9)
+    except OSError as exc:
+        raise AssureError(f"nothing answers at the Ray cluster address {display(address)}: {display(str(exc))}",
+                          where="--cluster", fix=_JOIN_FIX) from None
+    if len(head) < 4 or head[3] != 0x04:
+        raise AssureError(f"what answers at {display(address)} is not a Ray cluster's head (no gRPC server)", where="--cluster", fix=_JOIN_FIX)
+
+
 def connect(address: str) -> Any:
-    """Join an existing cluster (`auto`: Ray's own discovery). On a loopback address the caller
-    binds to loopback too, so that nothing of a local cluster leaves 127.0.0.1."""
+    """Join an existing cluster (`auto`: Ray's own discovery), within `JOIN_SECONDS`. On a
+    loopback address the caller binds to loopback too, so that nothing of a local cluster
+    leaves 127.0.0.1. Joined once per process: a second call returns the same."""
     try:
         import ray
     except ImportError:
         raise AssureError("Ray is not installed", fix="pip install 'assure[ray]'") from None
+    if ray.is_initialized():
+        return ray
+    probe(address)
     extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
     from ray._private import worker as ray_worker
 
     to_stdout = ray_worker.print_to_stdstream  # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
     ray_worker.print_to_stdstream = lambda data, ignore_prefix: to_stdout({**data, "is_err": True}, ignore_prefix)  # stderr: stdout is --json's
-    try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise AssureError(f"cannot join the Ray cluster at {address}: {display(str(exc))}",
-                          fix="start it with `ray start --head`, or give its address (host:port) to --cluster") from None
+    failed: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    joining = threading.Thread(target=join, name="assure-ray-join", daemon=True)
+    joining.start()
+    joining.join(JOIN_SECONDS)
+    if joining.is_alive():
+        raise AssureError(f"cannot join the Ray cluster at {display(address)}: no answer within {JOIN_SECONDS} s", where="--cluster", fix=_JOIN_FIX)
+    if failed:
+        raise AssureError(f"cannot join the Ray cluster at {display(address)}: {display(str(failed[0]))}", where="--cluster", fix=_JOIN_FIX) from None
     if not ray.cluster_resources().get(RESOURCE):
         raise AssureError(f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
                           fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""")
+    return ray
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one node of the cluster offers a spec's task."""
+
+    node_id: str
+    cpus: float
+    memory: int  # bytes
+    docker: float
+
+    def holds(self, spec: spec_mod.Spec) -> bool:
+        return self.docker >= 1 and self.cpus >= spec.limits.cpus and self.memory >= spec_mod.parse_size(spec.limits.memory)
+
+    def __str__(self) -> str:
+        return f"node {self.node_id[:12]}: {self.cpus:g} CPU, {self.memory / 2**30:.2f} GiB memory, {self.docker:g} {RESOURCE}"
+
+
+def capacities(nodes: Iterable[dict[str, Any]]) -> list[Capacity]:
+    """Every live node's total resources (Ray's `ray.nodes()`), the largest first."""
+    found = [Capacity(str(n["NodeID"]), float(n["Resources"].get("CPU", 0)), int(n["Resources"].get("memory", 0)), float(n["Resources"].get(RESOURCE, 0)))
+             for n in nodes if n.get("Alive")]
+    return sorted(found, key=lambda c: (c.docker >= 1, c.cpus, c.memory), reverse=True)
+
+
+def refuse_infeasible(specs: Iterable[spec_mod.Spec], nodes: Sequence[Capacity]) -> None:
+    """Raise a `SpecError` naming each spec no node can hold (its CPUs, its memory and one
+    `docker`), and the largest node: Ray would queue its task for ever, and say so only in a log."""
+    largest = nodes[0] if nodes else None
+    problems = [f"{s.path}: limits.cpus {s.limits.cpus:g} and limits.memory {s.limits.memory} with 1 {RESOURCE}: no node of the cluster "
+                f"holds it (the largest: {largest or 'none'})" for s in specs if not any(n.holds(s) for n in nodes)]
+    if problems:
+        raise SpecError(problems, fix="lower the spec's limits, or add a node that has them (`ray start --num-cpus N --memory BYTES`)")
+
+
+def join(address: str, specs: Sequence[spec_mod.Spec]) -> Any:
+    """Everything a suite needs of the cluster, checked before any suite run is written: the
+    specs cluster mode can run, the cluster joined, and a node that can hold each spec."""
+    refuse_outside_effects(tuple(specs))
+    ray = connect(address)
+    refuse_infeasible(specs, capacities(ray.nodes()))
     return ray
 
 
@@ -495,8 +579,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
     """Run every spec of the suite run that has no verdict yet on the cluster, at most `jobs` at
     a time (default: as many as the cluster's `docker` resource allows)."""
     suite = record.suite
-    refuse_outside_effects(suite.specs)
-    ray = connect(address)
+    ray = join(address, suite.specs)
     lost_errors = _lost_errors(ray)
     remote = ray.remote(run_on_node)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -265,3 +265,33 @@ def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
     assert "on the Ray cluster auto" in out.stderr
     (entry,) = suite_state(runs)["runs"]
     assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster) and entry["lost"] == []
+
+
+def test_a_wrong_address_and_a_spec_no_node_holds_fail_fast_before_a_suite_run_is_written(cluster, tmp_path):
+    """Nothing at the address, and something that is not Ray there: each refused in seconds with
+    the address and the fix (Ray alone retried for minutes). A spec asking 2 CPUs of 1-CPU nodes:
+    refused naming the spec and the largest node (Ray would have queued it, silently, for ever).
+    No suite run is written for any of them."""
+    runs = tmp_path / "runs"
+    suite = one_spec_suite(tmp_path, QUICK)
+    http = subprocess.Popen(cluster.in_ns(sys.executable, "-m", "http.server", "6392", "--bind", "127.0.0.1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for address, said in (("127.0.0.1:6390", "nothing answers at the Ray cluster address 127.0.0.1:6390"),
+                              ("127.0.0.1:6392", "what answers at 127.0.0.1:6392 is not a Ray cluster's head")):
+            started = time.monotonic()
+            out = run_assure(cluster.in_ns(*ASSURE, "suite", str(suite), "--cluster", address, "--runs-dir", str(runs)), tmp_path, 120)
+            took = time.monotonic() - started
+            assert out.returncode != 0 and said in out.stderr and "ray start --head" in out.stderr, out.stderr[-2000:]
+            assert took < 30, took  # the interpreter and its imports included; Ray alone took over 150 s
+    finally:
+        http.kill()
+        http.wait(10)
+    big = tmp_path / "big.yaml"
+    big.write_text(QUICK.read_text().replace("name: quick-pass-1", "name: too-big").replace("{wall_seconds: 30}", "{wall_seconds: 30, cpus: 2}")
+                   .replace("../../../../../fixtures", str(ROOT / "fixtures")))
+    out = run_assure(caller(cluster, one_spec_suite(tmp_path, big), runs), tmp_path, 120)
+    assert out.returncode != 0, out.stderr[-2000:]
+    assert f"{big}: limits.cpus 2 and limits.memory" in out.stderr and "no node of the cluster holds it (the largest: node " in out.stderr, out.stderr[-2000:]
+    assert ": 1 CPU," in out.stderr  # the largest worker's
+    assert not (tmp_path / "suites").exists() and not runs.exists()

@@ -151,6 +151,27 @@ def test_specs_with_effects_a_retry_could_repeat_are_refused(tmp_path):
     assert not (tmp_path / "suites").exists()  # refused before a suite run was made, before the cluster was asked
 
 
+def test_a_spec_no_node_can_hold_is_refused_naming_the_largest_node(tmp_path):
+    nodes = cluster.capacities([
+        {"NodeID": "h" * 56, "Alive": True, "Resources": {"CPU": 8.0, "memory": 64 << 30}},  # the head: no docker, never the largest
+        {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 1.0, "memory": 4 << 30, "docker": 1.0}},
+        {"NodeID": "b" * 56, "Alive": True, "Resources": {"CPU": 2.0, "memory": 1 << 30, "docker": 2.0}},
+        {"NodeID": "d" * 56, "Alive": False, "Resources": {"CPU": 16.0, "memory": 64 << 30, "docker": 4.0}},  # dead
+    ])
+    assert [n.node_id[0] for n in nodes] == ["b", "a", "h"]
+    fits = write_spec(tmp_path, "fits", limits={"wall_seconds": 30, "cpus": 1, "memory": "2g"})  # only on a
+    cpus = write_spec(tmp_path, "cpus", limits={"wall_seconds": 30, "cpus": 4})
+    memory = write_spec(tmp_path, "memory", limits={"wall_seconds": 30, "cpus": 2, "memory": "2g"})  # a has the memory, b the CPUs
+    cluster.refuse_infeasible([fits], nodes)
+    with pytest.raises(SpecError) as caught:
+        cluster.refuse_infeasible([fits, cpus, memory], nodes)
+    problems = caught.value.problems
+    assert [p.split(":")[0] for p in problems] == [str(cpus.path), str(memory.path)]
+    assert "limits.cpus 4 and limits.memory" in problems[0] and f"(the largest: node {'b' * 12}: 2 CPU, 1.00 GiB memory, 2 docker)" in problems[0]
+    with pytest.raises(SpecError, match="the largest: none"):
+        cluster.refuse_infeasible([fits], [])
+
+
 def test_the_core_works_without_ray():
     code = ("import sys; sys.modules['ray'] = None\n"  # `import ray` now fails as if it were not installed
             "import assure.cli, assure.run.cluster as c\n"
