@@ -50,6 +50,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -59,7 +60,7 @@ from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, SpecError, describe
 from assure.records import store
 from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
-from assure.run.suite import Outcome, SuiteRun
+from assure.run.suite import Outcome, SuiteRun, _raise_in as raise_in
 from assure.textsafe import display
 from assure.verify.findings import SEVERITY, Kind, Verdict
 
@@ -70,6 +71,7 @@ MAX_MESSAGE_BYTES = 32 << 10  # a node's message or claim: under Ray's 100 KiB i
 MAX_MESSAGE_FINDINGS = 40  # findings a message carries, heaviest first (the summary lists 50)
 MAX_TEXT = 500  # characters of each string of a message's finding
 MAX_CLAIMS = 64  # breach claims kept per run: more are the node's noise
+HERE_POLL_SECONDS = 0.5  # how often the caller looks for a spec it runs here that has finished
 CLAIMS_POLL_SECONDS = 5  # how often the caller writes the claims of the tasks in flight into the suite run's state
 BULK_FETCH_SECONDS = 600  # to fetch a run directory from a node that has already sent its message
 MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
@@ -204,18 +206,21 @@ def spec_digest(spec: spec_mod.Spec) -> str:
     return sha256_hex(canonical(spec.to_json()))
 
 
+def outside_effects(spec: spec_mod.Spec) -> list[str]:
+    """What of `spec` a retry on another node could repeat: why cluster mode runs it here, on the caller."""
+    why = [f"live database {db.name}" for db in spec.databases if db.mode == "live"]
+    if spec.egress is not None and spec.egress.allow:
+        why.append("an HTTP upstream (egress.allow)")
+    if spec.promote is not None:
+        why.append(f"a promote target ({spec.promote.target}, a folder on the node)")
+    return why
+
+
 def refuse_outside_effects(specs: tuple[spec_mod.Spec, ...]) -> None:
     """Raise a `SpecError` naming each spec whose effects a retry on another node could repeat."""
-    problems = []
-    for s in specs:
-        why = [f"live database {db.name}" for db in s.databases if db.mode == "live"]
-        if s.egress is not None and s.egress.allow:
-            why.append("an HTTP upstream (egress.allow)")
-        if s.promote is not None:
-            why.append(f"a promote target ({s.promote.target}, a folder on the node)")
-        if why:
-            problems.append(f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its node is lost, "
-                            "and the idempotency store that keeps an effect from repeating stays with the lost node")
+    problems = [f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its node is lost, "
+                "and the idempotency store that keeps an effect from repeating stays with the lost node"
+                for s in specs if (why := outside_effects(s))]
     if problems:
         raise SpecError(problems, fix="run these specs locally (without --cluster), or leave them out of the suite")
 
@@ -533,10 +538,10 @@ def refuse_infeasible(specs: Iterable[spec_mod.Spec], nodes: Sequence[Capacity])
 
 def join(address: str, specs: Sequence[spec_mod.Spec]) -> Any:
     """Everything a suite needs of the cluster, checked before any suite run is written: the
-    specs cluster mode can run, the cluster joined, and a node that can hold each spec."""
-    refuse_outside_effects(tuple(specs))
+    cluster joined, and a node that can hold each spec it will run (those with effects outside
+    the sandbox run here, on the caller: `outside_effects`)."""
     ray = connect(address)
-    refuse_infeasible(specs, capacities(ray.nodes()))
+    refuse_infeasible([s for s in specs if not outside_effects(s)], capacities(ray.nodes()))
     return ray
 
 
@@ -575,10 +580,16 @@ def record_claims(entries: list[dict[str, Any]], taken: Iterable[tuple[str, Any]
 
 
 def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None, key: Path | None,
-                finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None]) -> list[Outcome]:
+                finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None],
+                run_here: Callable[[spec_mod.Spec, store.RunDir], str] | None = None) -> list[Outcome]:
     """Run every spec of the suite run that has no verdict yet on the cluster, at most `jobs` at
-    a time (default: as many as the cluster's `docker` resource allows)."""
+    a time (default: as many as the cluster's `docker` resource allows). The specs with effects
+    outside the sandbox run here beside them, one at a time, through `run_here` (the local
+    suite's driver); without it they are refused."""
     suite = record.suite
+    here_only = {i for i, s in enumerate(suite.specs) if outside_effects(s)}
+    if run_here is None:
+        refuse_outside_effects(tuple(suite.specs[i] for i in sorted(here_only)))
     ray = join(address, suite.specs)
     lost_errors = _lost_errors(ray)
     remote = ray.remote(run_on_node)
@@ -632,16 +643,52 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         record.save()
         return True
 
+    def stopped() -> bool:
+        return suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
+
     def without_bulk(i: int, verdict: str | None, why: str) -> None:
         """The node's message arrived and its run directory did not (refused, never sent, lost): see `decide`."""
         arrival = decide(None, [verdict], why)
         conclude(i, arrival.verdict, node_finding=arrival.node_finding)
 
+    here_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suite-here")
+    here_flight: dict[Future[str], int] = {}
+    here_threads: dict[int, int] = {}  # spec index -> the thread driving it here
+
+    def start_here(i: int) -> None:
+        """A spec cluster mode cannot run: driven here (resumed, when it had started), its state kept by this thread."""
+        spec, entry = suite.specs[i], entries[i]
+        if entry["run_id"] is None:
+            entry["run_id"] = store.RunDir.new(runs_dir, spec.name, spec.path, spec.to_json()).run_id
+        entry.update(started_at=entry.get("started_at") or utc_now(), where="here", here_because=outside_effects(spec))
+        record.save()  # before the run starts: a caller killed from here on resumes this run
+        here_flight[here_pool.submit(here, i, spec, store.RunDir.open(runs_dir / entry["run_id"]))] = i
+
+    def here(i: int, spec: spec_mod.Spec, run: store.RunDir) -> str:
+        here_threads[i] = threading.get_ident()
+        try:
+            return run_here(spec, run)
+        finally:
+            here_threads.pop(i, None)
+
+    def take_here() -> None:
+        for future in [f for f in here_flight if f.done()]:
+            i = here_flight.pop(future)
+            try:
+                verdict = future.result()
+            except AssureError as exc:
+                conclude(i, "error", reason=describe(exc))
+            else:
+                conclude(i, verdict)
+
     ray.get(claims.take.remote(), timeout=120)  # up before any task may claim
-    with store.exclusive(record.path, "suite run"):
-        waiting = []
+    with store.exclusive(record.path, "suite run"), here_pool:
+        waiting, here_waiting = [], []
         for i, entry in enumerate(entries):
             if entry["verdict"] is not None:
+                continue
+            if i in here_only:
+                here_waiting.append(i)
                 continue
             if entry["run_id"] is not None:
                 for stale in runs_dir.glob(f"{ARRIVING}{entry['run_id']}-*"):  # an unpack the caller's death cut short
@@ -655,62 +702,74 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 if not lose(i, None, "the caller stopped"):  # in flight when the caller died: Ray ended it with its driver
                     continue
             waiting.append(i)
-        stop = False
-        while (waiting and not stop) or in_flight:
-            while waiting and not stop and len(in_flight) < cap:
-                submit(waiting.pop(0))
-            timeout = max(0.0, min(deadline for _, deadline, _ in in_flight.values()) - time.monotonic())
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=min(timeout, CLAIMS_POLL_SECONDS))
-            if not ready:
-                take_claims()  # written ahead: a caller killed later keeps them
-                ref = overdue(in_flight, time.monotonic())
-                if ref is None:  # every task within its spec's budget
+        try:
+            stop = False
+            while ((waiting or here_waiting) and not stop) or in_flight or here_flight:
+                take_here()
+                if here_waiting and not stop and not here_flight:
+                    start_here(here_waiting.pop(0))
+                while waiting and not stop and len(in_flight) < cap:
+                    submit(waiting.pop(0))
+                if not in_flight:
+                    time.sleep(HERE_POLL_SECONDS if here_flight else 0)
+                    stop = stopped()
                     continue
-                i, _, _ = in_flight.pop(ref)  # the nearest task outlived its spec's whole budget: a hung node
-                ray.cancel(ref, force=True)
-                if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):
-                    waiting.insert(0, i)
-                continue
-            (ref,) = ready
-            i, _, bulk = in_flight.pop(ref)
-            entry, spec = entries[i], suite.specs[i]
-            try:
-                data = ray.get(ref)
-            except lost_errors as exc:
-                if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
-                    waiting.insert(0, i)
-                continue
-            except ray.exceptions.RayTaskError as exc:
-                cause = exc.cause if isinstance(getattr(exc, "cause", None), AssureError) else None
-                conclude(i, "error", reason=describe(cause) if cause else f"{type(exc).__name__} on the node")
-            except ray.exceptions.RayError as exc:  # out of memory, cancelled, a runtime env that failed: no retry
-                conclude(i, "error", reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000])
-            else:
-                try:
-                    message = NodeMessage.decode(data)
-                except ArrivalError as exc:
-                    conclude(i, "error", node_finding=f"its message was refused on arrival: {exc.explain()}")
-                    continue
-                entry.update(node=message.node_id, node_verdict=message.verdict, node_findings=list(message.findings))
-                record.save()  # write-ahead: what the node said, before the arrival is judged
-                if message.unsent:
-                    without_bulk(i, message.verdict, f"its node did not send its run directory: {message.unsent}")
-                    continue
-                try:
-                    archive = ray.get(bulk, timeout=BULK_FETCH_SECONDS)
-                except ray.exceptions.RayError as exc:  # the node's gone since it replied, the fetch timed out, ...
-                    if message.verdict == BREACH:
-                        without_bulk(i, BREACH, f"its run directory was lost on the way ({type(exc).__name__})")
-                    elif lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                timeout = max(0.0, min(deadline for _, deadline, _ in in_flight.values()) - time.monotonic())
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=min(timeout, HERE_POLL_SECONDS if here_flight else CLAIMS_POLL_SECONDS))
+                if not ready:
+                    take_claims()  # written ahead: a caller killed later keeps them
+                    ref = overdue(in_flight, time.monotonic())
+                    if ref is None:  # every task within its spec's budget
+                        continue
+                    i, _, _ = in_flight.pop(ref)  # the nearest task outlived its spec's whole budget: a hung node
+                    ray.cancel(ref, force=True)
+                    if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):
                         waiting.insert(0, i)
                     continue
+                (ref,) = ready
+                i, _, bulk = in_flight.pop(ref)
+                entry, spec = entries[i], suite.specs[i]
                 try:
-                    unpack(archive, runs_dir, entry["run_id"])
-                except ArrivalError as exc:
-                    without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
+                    data = ray.get(ref)
+                except lost_errors as exc:
+                    if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                        waiting.insert(0, i)
+                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if isinstance(getattr(exc, "cause", None), AssureError) else None
+                    conclude(i, "error", reason=describe(cause) if cause else f"{type(exc).__name__} on the node")
+                except ray.exceptions.RayError as exc:  # out of memory, cancelled, a runtime env that failed: no retry
+                    conclude(i, "error", reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000])
                 else:
-                    _settle_arrived(i, entry, spec, runs_dir, key, conclude)
-            stop = suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
+                    try:
+                        message = NodeMessage.decode(data)
+                    except ArrivalError as exc:
+                        conclude(i, "error", node_finding=f"its message was refused on arrival: {exc.explain()}")
+                        continue
+                    entry.update(node=message.node_id, node_verdict=message.verdict, node_findings=list(message.findings))
+                    record.save()  # write-ahead: what the node said, before the arrival is judged
+                    if message.unsent:
+                        without_bulk(i, message.verdict, f"its node did not send its run directory: {message.unsent}")
+                        continue
+                    try:
+                        archive = ray.get(bulk, timeout=BULK_FETCH_SECONDS)
+                    except ray.exceptions.RayError as exc:  # the node's gone since it replied, the fetch timed out, ...
+                        if message.verdict == BREACH:
+                            without_bulk(i, BREACH, f"its run directory was lost on the way ({type(exc).__name__})")
+                        elif lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                            waiting.insert(0, i)
+                        continue
+                    try:
+                        unpack(archive, runs_dir, entry["run_id"])
+                    except ArrivalError as exc:
+                        without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
+                    else:
+                        _settle_arrived(i, entry, spec, runs_dir, key, conclude)
+                stop = stopped()
+        except BaseException:  # Ctrl-C: the driver running a spec here gets it too, and cleans up as it would alone
+            for tid in list(here_threads.values()):
+                raise_in(tid, KeyboardInterrupt)
+            raise
         record.finish()
     return [Outcome(s.name, e["run_id"], e["verdict"], s.expect) for s, e in zip(suite.specs, entries) if e["verdict"] is not None]
 

@@ -40,6 +40,7 @@ SUITE = Path(__file__).resolve().parent / "specs" / "cluster" / "suite.yaml"
 SLOW = SUITE.parent / "specs" / "slow-pass.yaml"
 QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
 BULK = ROOT / "suites" / "containment" / "covert--bulk-hides-breach.yaml"
+EGRESS = ROOT / "suites" / "containment" / "network--egress-proxy-self.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
 NAMESPACE = f"assuretest-{uuid.uuid4().hex[:8]}"  # this module's images: `<NAMESPACE>-agent:<digest>`
 ENV = {**ray_cluster.ENV, "ASSURE_IMAGE_NAMESPACE": NAMESPACE}
@@ -295,3 +296,22 @@ def test_a_wrong_address_and_a_spec_no_node_holds_fail_fast_before_a_suite_run_i
     assert f"{big}: limits.cpus 2 and limits.memory" in out.stderr and "no node of the cluster holds it (the largest: node " in out.stderr, out.stderr[-2000:]
     assert ": 1 CPU," in out.stderr  # the largest worker's
     assert not (tmp_path / "suites").exists() and not runs.exists()
+
+
+def test_a_mixed_suite_runs_what_the_cluster_cannot_here_beside_it(cluster, tmp_path):
+    """The README's case: a spec with egress.allow (a retry on another node could repeat its
+    effects) runs on the caller, beside the cluster's spec, instead of refusing the whole suite;
+    `--check --cluster` says which."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"version: 1\nname: mixed\nspecs: [{json.dumps(str(QUICK))}, {json.dumps(str(EGRESS))}]\n")
+    check = run_assure([*ASSURE, "suite", str(suite), "--check", "--cluster", cluster.address], tmp_path, 60)
+    assert check.returncode == 0 and "2 specs (1 run here, not on the cluster" in check.stdout, check.stdout + check.stderr
+    runs = tmp_path / "runs"
+    out = run_assure(caller(cluster, suite, runs, "--json"), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    quick, egress = suite_state(runs)["runs"]
+    assert quick["verdict"] == "pass" and quick["node"] in worker_ids(cluster) and "where" not in quick
+    assert (egress["verdict"], egress["where"], egress.get("node")) == ("contained", "here", None)
+    assert egress["here_because"] == ["an HTTP upstream (egress.allow)"]
+    assert "network-egress-proxy-self: contained (expects contained) here" in out.stderr
+    assert (runs / egress["run_id"] / "attempts" / "1").is_dir()
