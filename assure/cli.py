@@ -434,7 +434,9 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
 
             def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
                 where = f" on {entry['node'][:12]}" if entry.get("node") else " here" if entry.get("where") == "here" else ""
-                lost = f", {len(entry['lost'])} lost with their node" if entry.get("lost") else ""
+                in_flight.pop(spec.name, None)
+                lost = f", {cluster_mod.losses(entry['lost'])}" if entry.get("lost") else ""
+                lost += f", queued {entry['queued_seconds']:g} s" if entry.get("queued_seconds") else ""
                 why = entry.get("node_finding") or (entry.get("reason") if outcome.verdict == "error" else None)
                 note = f" — {why}" if why else ""
                 report_line(f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}", outcome)
@@ -443,7 +445,8 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
                 from assure.run import cluster as cluster_mod
 
                 err.print(plain(f"suite {loaded.name}: on the Ray cluster {cluster}"))
-                outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived, run_one if engine is not None else None)
+                outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived, run_one if engine is not None else None,
+                                                   lambda n, phase: (in_flight.__setitem__(loaded.specs[n].name, phase), shown()))
             else:
                 outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
         doc = summary.suite_document(whole, record.path, runs_dir)

@@ -25,7 +25,8 @@ A node lost mid-run (its raylet killed, the machine gone) loses the attempt it r
 is submitted again, to any node, and its run continues with the next attempt number; a breach
 its node claimed before it was lost stands whatever the next node finds. A task
 that outlives its spec's whole budget (every task's attempts at the wall deadline, plus
-`GRACE_SECONDS`) is cancelled and counted as lost the same way. The suite run's `state.json`
+`GRACE_SECONDS`), counted from its start on the node (the node tells the caller's `Claims`;
+time in Ray's queue is not the spec's), is cancelled and counted as lost the same way. The suite run's `state.json`
 is write-ahead as for a local suite, so a caller killed with kill -9 continues with the same
 command; Ray ends the tasks of a driver that died, so every spec that was in flight runs again,
 one attempt number on.
@@ -75,6 +76,7 @@ HERE_POLL_SECONDS = 0.5  # how often the caller looks for a spec it runs here th
 CLAIMS_POLL_SECONDS = 5  # how often the caller writes the claims of the tasks in flight into the suite run's state
 BULK_FETCH_SECONDS = 600  # to fetch a run directory from a node that has already sent its message
 MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
+QUEUED = float("inf")  # the deadline of a task its node has not started yet
 GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
 SCRATCH = "assure-node-"  # prefix of a task's scratch folder in its node's temp folder, locked while the task lives
@@ -156,6 +158,16 @@ class Claims:
     def __init__(self) -> None:
         self.waiting: list[tuple[str, bytes]] = []
         self.counts: dict[str, int] = {}
+        self.starts: list[tuple[str, int, str, float]] = []
+
+    def start(self, run_id: str, attempt: int, node_id: str) -> None:
+        """A task began on its node: when, by this (the caller's) machine's clock, never the node's."""
+        if len(self.starts) < MAX_CLAIMS:
+            self.starts.append((str(run_id)[:MAX_TEXT], int(attempt), str(node_id)[:MAX_TEXT], time.time()))
+
+    def take_starts(self) -> list[tuple[str, int, str, float]]:
+        taken, self.starts = self.starts, []
+        return taken
 
     def add(self, run_id: str, message: bytes) -> None:
         if self.counts.get(run_id, 0) < MAX_CLAIMS:
@@ -236,14 +248,26 @@ def overdue(in_flight: dict[Any, tuple[int, float]], now: float) -> Any | None:
     return ref if in_flight[ref][1] <= now else None
 
 
-def record_loss(entry: dict[str, Any], node: str | None, error: str) -> str | None:
-    """Count a lost submission in its spec's suite-run entry: the attempt it ran is lost and the
-    next submission runs the one after. None when the spec may be submitted again; otherwise why
-    its verdict is `error` (lost `MAX_LOST` times)."""
+LOSS_CAUSES = {"node": "lost with their node", "hung": "cancelled as hung", "caller": "stopped with the caller"}  # cause -> how a line says it
+
+
+def record_loss(entry: dict[str, Any], node: str | None, error: str, cause: str = "node") -> str | None:
+    """Count a lost submission in its spec's suite-run entry (`cause`: see `LOSS_CAUSES`): the
+    attempt it ran is lost and the next submission runs the one after. None when the spec may be
+    submitted again; otherwise why its verdict is `error` (lost `MAX_LOST` times)."""
     attempt = entry.get("next_attempt", 1)
-    entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "at": utc_now()}]
+    entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "cause": cause, "at": utc_now()}]
     entry["next_attempt"] = attempt + 1
     return f"lost with its node {len(entry['lost'])} times" if len(entry["lost"]) >= MAX_LOST else None
+
+
+def losses(lost: Sequence[dict[str, Any]]) -> str:
+    """A spec's lost submissions in words, by cause: "1 lost with their node, 1 stopped with the caller"."""
+    counts: dict[str, int] = {}
+    for loss in lost:
+        cause = loss.get("cause") or ("caller" if loss.get("error") == "the caller stopped" else "node")  # before causes were kept
+        counts[cause] = counts.get(cause, 0) + 1
+    return ", ".join(f"{n} {LOSS_CAUSES.get(cause, cause)}" for cause, n in counts.items())
 
 
 _NODE_ID = re.compile(r"\bnode ID: ([0-9a-f]{56})\b", re.IGNORECASE)
@@ -286,6 +310,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
                 claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number))
 
     node_id = ray.get_runtime_context().get_node_id()
+    ray.get(claims.start.remote(run_id, first_attempt, node_id), timeout=60)  # its deadline counts from here, not from its submission
     spec = spec_mod.load(spec_path)
     if spec_digest(spec) != digest:
         raise AssureError("the spec on this node differs from the caller's", where=f"{node_id}: {spec_path}",
@@ -581,11 +606,12 @@ def record_claims(entries: list[dict[str, Any]], taken: Iterable[tuple[str, Any]
 
 def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None, key: Path | None,
                 finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None],
-                run_here: Callable[[spec_mod.Spec, store.RunDir], str] | None = None) -> list[Outcome]:
+                run_here: Callable[[spec_mod.Spec, store.RunDir], str] | None = None,
+                progress: Callable[[int, str], None] | None = None) -> list[Outcome]:
     """Run every spec of the suite run that has no verdict yet on the cluster, at most `jobs` at
     a time (default: as many as the cluster's `docker` resource allows). The specs with effects
     outside the sandbox run here beside them, one at a time, through `run_here` (the local
-    suite's driver); without it they are refused."""
+    suite's driver); without it they are refused. `progress` hears each spec queued, and started on its node."""
     suite = record.suite
     here_only = {i for i, s in enumerate(suite.specs) if outside_effects(s)}
     if run_here is None:
@@ -601,11 +627,23 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
     runs_dir.mkdir(parents=True, exist_ok=True)
     entries = record.state["runs"]
     in_flight: dict[Any, tuple[int, float, Any]] = {}  # message ref -> (spec index, monotonic deadline, run directory ref)
+    submitted: dict[int, float] = {}  # spec index -> when its task was submitted, until its node starts it
 
     def take_claims() -> None:
-        taken = ray.get(claims.take.remote(), timeout=120)
+        taken, starts = ray.get([claims.take.remote(), claims.take_starts.remote()], timeout=120)
         if taken:
             record_claims(entries, taken)
+        by_run = {(e["run_id"], e.get("next_attempt")): i for i, e in enumerate(entries) if i in submitted and e["verdict"] is None}
+        for run_id, attempt, node, at in starts:
+            if (i := by_run.get((run_id, attempt))) is None:
+                continue  # a submission lost since, or not of this suite
+            entries[i]["queued_seconds"] = round(max(0.0, at - submitted.pop(i)), 1)
+            for ref, (n, _, bulk) in list(in_flight.items()):
+                if n == i:  # its deadline from its start on the node
+                    in_flight[ref] = (i, time.monotonic() - max(0.0, time.time() - at) + _budget_seconds(suite.specs[i]), bulk)
+            if progress is not None:
+                progress(i, f"on {node[:12]}, queued {entries[i]['queued_seconds']:g} s")
+        if taken or starts:
             record.save()
 
     def submit(i: int) -> None:
@@ -618,8 +656,11 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         record.save()  # write-ahead: a caller killed from here on continues this spec one attempt on
         opts = {"resources": {RESOURCE: 1}, "num_cpus": spec.limits.cpus, "memory": spec_mod.parse_size(spec.limits.memory),
                 "max_retries": 0, "num_returns": 2}
+        submitted[i] = time.time()
         message, bulk = remote.options(**opts).remote(str(spec.path), spec_digest(spec), entry["run_id"], entry["next_attempt"], claims)
-        in_flight[message] = (i, time.monotonic() + _budget_seconds(spec), bulk)
+        in_flight[message] = (i, QUEUED, bulk)  # no deadline until its node starts it: time in Ray's queue is not the spec's
+        if progress is not None:
+            progress(i, "queued")
 
     def conclude(i: int, verdict: str, **fields: Any) -> None:
         """Every verdict goes through here: the breaches the spec's nodes claimed count first."""
@@ -633,10 +674,10 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         outcome = Outcome(suite.specs[i].name, entries[i]["run_id"], arrival.verdict, suite.specs[i].expect)
         finished(i, suite.specs[i], outcome, entries[i])
 
-    def lose(i: int, node: str | None, error: str) -> bool:
+    def lose(i: int, node: str | None, error: str, cause: str = "node") -> bool:
         """Count a lost submission; True when the spec may be submitted again."""
         take_claims()
-        given_up = record_loss(entries[i], node, error)
+        given_up = record_loss(entries[i], node, error, cause)
         if given_up:
             conclude(i, "error", reason=given_up)
             return False
@@ -662,6 +703,8 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
             entry["run_id"] = store.RunDir.new(runs_dir, spec.name, spec.path, spec.to_json()).run_id
         entry.update(started_at=entry.get("started_at") or utc_now(), where="here", here_because=outside_effects(spec))
         record.save()  # before the run starts: a caller killed from here on resumes this run
+        if progress is not None:
+            progress(i, "here")
         here_flight[here_pool.submit(here, i, spec, store.RunDir.open(runs_dir / entry["run_id"]))] = i
 
     def here(i: int, spec: spec_mod.Spec, run: store.RunDir) -> str:
@@ -699,7 +742,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 if entry.get("node_verdict") == BREACH:  # its message came, and the caller died before the run directory did
                     without_bulk(i, BREACH, "the caller stopped before its run directory arrived")
                     continue
-                if not lose(i, None, "the caller stopped"):  # in flight when the caller died: Ray ended it with its driver
+                if not lose(i, None, "the caller stopped", "caller"):  # in flight when the caller died: Ray ended it with its driver
                     continue
             waiting.append(i)
         try:
@@ -723,7 +766,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                         continue
                     i, _, _ = in_flight.pop(ref)  # the nearest task outlived its spec's whole budget: a hung node
                     ray.cancel(ref, force=True)
-                    if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):
+                    if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s", "hung"):
                         waiting.insert(0, i)
                     continue
                 (ref,) = ready

@@ -95,11 +95,16 @@ def tcp_peers(netns: str) -> list[str]:
 
 
 def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_here(cluster, tmp_path):
+    """With -j above the cluster's `docker` slots, the specs that wait in Ray's queue say how long
+    (their deadlines count from their start on the node, not from their submission)."""
     private, public = keys.generate_keypair(tmp_path / "keys")
     runs = tmp_path / "runs"
-    out = run_assure(caller(cluster, SUITE, runs, "--json", "--key", str(private)), tmp_path)
+    out = run_assure(caller(cluster, SUITE, runs, "--json", "--key", str(private), "-j", "4"), tmp_path)  # 4 in flight, 2 docker slots
     assert out.returncode == 0, out.stderr[-3000:]
     state = suite_state(runs)
+    queued = [r["queued_seconds"] for r in state["runs"] if r.get("queued_seconds")]
+    assert queued and max(queued) >= 1, state["runs"]  # the specs past the 2 slots waited in Ray's queue, and it was measured
+    assert f"queued {max(queued):g} s" in out.stderr  # and shown
     assert [(r["verdict"], r.get("node_finding"), r["lost"]) for r in state["runs"]] == [("fail", None, []), *[("pass", None, [])] * 4]
     workers = {n["NodeID"] for n in cluster.alive_nodes() if n["Resources"].get("docker")}
     assert {r["node"] for r in state["runs"]} == workers and len(workers) == 2  # each worker ran at least one spec
@@ -169,6 +174,7 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     again = run_assure(argv, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "continuing unfinished suite run" in again.stderr
+    assert "stopped with the caller" in again.stderr and "lost with their node" not in again.stderr  # the caller's own stop, worded as such
     state = suite_state(runs)
     assert all(r["verdict"] is not None for r in state["runs"])
     spans = sorted((r["started_at"], r["finished_at"]) for r in state["runs"])
@@ -221,6 +227,10 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     (entry,) = suite_state(runs)["runs"]
     assert entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
     assert entry["lost"][0]["node"] == victim.node_id and entry["node"] != victim.node_id  # the loss names the dead node
+    (result,) = json.loads(stdout)["results"]  # and so do the summary and its line
+    assert result["placement"]["node"] == entry["node"] and result["placement"]["where"] == "node"
+    assert [(x["attempt"], x["node"], x["cause"]) for x in result["placement"]["lost"]] == [(1, victim.node_id, "node")]
+    assert "1 lost with their node" in stderr
     assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
     left = engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
     assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind, only

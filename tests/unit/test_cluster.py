@@ -399,3 +399,13 @@ def test_packing_stops_at_the_member_bound_the_caller_would_refuse(finished_run,
     monkeypatch.setattr(cluster, "MAX_MEMBERS", 5)
     with pytest.raises(cluster.AssureError, match="more than 5 members"):
         cluster.pack(run_dir)
+
+
+def test_losses_are_worded_by_their_cause():
+    entry: dict = {}
+    cluster.record_loss(entry, "n" * 56, "NodeDiedError")
+    cluster.record_loss(entry, None, "the caller stopped", "caller")
+    cluster.record_loss(entry, None, "cancelled after 660 s", "hung")
+    assert [x["cause"] for x in entry["lost"]] == ["node", "caller", "hung"]
+    assert cluster.losses(entry["lost"]) == "1 lost with their node, 1 stopped with the caller, 1 cancelled as hung"
+    assert cluster.losses([{"error": "the caller stopped"}]) == "1 stopped with the caller"  # a state from before causes were kept
