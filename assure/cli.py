@@ -331,7 +331,12 @@ def suite_cmd(
 
             preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)
             for path, (_, loaded) in zip(suite_files, suites):
-                out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs", markup=False, highlight=False, soft_wrap=True)
+                here = ""
+                if cluster is not None:  # the cluster's rules: what it cannot run runs here
+                    from assure.run.cluster import outside_effects
+
+                    here = f" ({sum(1 for s in loaded.specs if outside_effects(s))} run here, not on the cluster: effects outside the sandbox)"
+                out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs{here}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(0)
         if len(suite_files) > 1 and (summary_file or junit_file):
             raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
@@ -343,9 +348,9 @@ def suite_cmd(
             from assure.run import preflight
 
             preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)  # the nodes' engines are theirs to ask
-            for _, loaded in suites:
-                cluster_mod.refuse_outside_effects(loaded.specs)  # before a suite run is made for nothing
-            engine = None
+            cluster_mod.join(cluster, [s for _, loaded in suites for s in loaded.specs])  # before a suite run is made for nothing
+            here = [s for _, loaded in suites for s in loaded.specs if cluster_mod.outside_effects(s)]
+            engine = _backend_and_images(*here) if here else None  # the specs cluster mode cannot run run here
         else:
             engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))
     except AssureError as exc:
@@ -356,7 +361,7 @@ def suite_cmd(
         if jobs is None and cluster is None:
             chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
             err.print(plain(f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"))
-        with _warm_pool(engine, runs_dir, loaded, pool_size, pool_idle) as warm:
+        with _warm_pool(None if cluster else engine, runs_dir, loaded, pool_size, pool_idle) as warm:
             results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm))
     ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes, _ in results)
     docs = [doc for _, _, _, doc in results]
@@ -466,8 +471,10 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
                 return Driver(spec, run, local.backend, images, progress, signing_key=key, pool=warm).drive().verdict
 
             def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
-                where = f" on {entry['node'][:12]}" if entry.get("node") else ""
-                lost = f", {len(entry['lost'])} lost with their node" if entry.get("lost") else ""
+                where = f" on {entry['node'][:12]}" if entry.get("node") else " here" if entry.get("where") == "here" else ""
+                in_flight.pop(spec.name, None)
+                lost = f", {cluster_mod.losses(entry['lost'])}" if entry.get("lost") else ""
+                lost += f", queued {entry['queued_seconds']:g} s" if entry.get("queued_seconds") else ""
                 why = entry.get("node_finding") or (entry.get("reason") if outcome.verdict == "error" else None)
                 note = f" — {why}" if why else ""
                 report_line(f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}", outcome)
@@ -476,7 +483,8 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
                 from assure.run import cluster as cluster_mod
 
                 err.print(plain(f"suite {loaded.name}: on the Ray cluster {cluster}"))
-                outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived)
+                outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived, run_one if engine is not None else None,
+                                                   lambda n, phase: (in_flight.__setitem__(loaded.specs[n].name, phase), shown()))
             else:
                 outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
         doc = summary.suite_document(whole, record.path, runs_dir)

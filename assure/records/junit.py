@@ -84,7 +84,12 @@ def _case(suite: ET.Element, classname: str, r: dict[str, Any]) -> None:
         if r["findings_omitted"]:
             lines.append(f"... and {r['findings_omitted']} more findings (the run directory has them all)")
         element.text = "\n".join(lines)
-    ET.SubElement(case, "system-out").text = "\n".join(f"{key}: {'none' if r[key] is None else text(r[key])}" for key in ("run_id", "run_dir", "verdict", "expect"))
+    out = [f"{key}: {'none' if r[key] is None else text(r[key])}" for key in ("run_id", "run_dir", "verdict", "expect")]
+    if (placed := r.get("placement")) is not None:  # a cluster suite's: where it ran, what was lost
+        out.append("ran: here on the caller" if placed["where"] == "here" else f"ran: on node {text(placed['node'] or 'unknown')}")
+        out += [f"lost: attempt {loss['attempt']} at {text(loss['at'])} on node {text(loss['node'] or 'unknown')} ({text(loss['cause'])}: {text(loss['error'])})"
+                for loss in placed["lost"]]
+    ET.SubElement(case, "system-out").text = "\n".join(out)
 
 
 def write(path: Path, xml: bytes) -> None:

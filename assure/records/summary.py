@@ -203,7 +203,32 @@ def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], run
         result.update(verdict=verdict, as_expected=spec.expect == verdict, reason=_line(f"node: {overruled}"))
         if not result["findings"] and entry.get("node_findings"):  # no run directory here: the findings the node's message carried
             result.update(findings=entry["node_findings"][:FINDINGS_MAX], findings_omitted=max(0, len(entry["node_findings"]) - FINDINGS_MAX))
+    placed = _placement(entry)
+    if placed is not None:
+        result["placement"] = placed
     return result
+
+
+LOST_MAX = 10  # lost submissions a result lists (a spec's verdict is error after 3: more is a state written by hand)
+
+
+def _placement(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """Where a cluster suite's spec ran (a node, or here on the caller) and every submission of it
+    that was lost; None for a local suite's spec. From the suite run's state, as it says it."""
+    lost = entry.get("lost") if isinstance(entry.get("lost"), list) else []
+    if not (entry.get("node") or entry.get("where") == "here" or lost or "next_attempt" in entry):
+        return None
+    def shown(value: Any) -> str | None:
+        return _line(str(value)) if value is not None else None
+    return {
+        "where": "here" if entry.get("where") == "here" else "node",
+        "node": shown(entry.get("node")),
+        "queued_seconds": entry["queued_seconds"] if isinstance(entry.get("queued_seconds"), (int, float)) else None,
+        "here_because": [_line(str(w)) for w in entry.get("here_because") or []][:5],
+        "lost": [{"attempt": loss.get("attempt") if isinstance(loss.get("attempt"), int) else None, "node": shown(loss.get("node")),
+                  "at": shown(loss.get("at")), "cause": shown(loss.get("cause")), "error": shown(loss.get("error"))}
+                 for loss in lost[:LOST_MAX] if isinstance(loss, dict)],
+    }
 
 
 def _from_run_dir(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:

@@ -21,11 +21,15 @@ What re-judging cannot catch is a node that fabricates consistent evidence (snap
 inspect), and Ray itself trusts every node (a result is unpickled where it arrives): the nodes
 of a cluster must be machines you would run `assure run` on.
 
-A node lost mid-run (its raylet killed, the machine gone) loses the attempt it ran: the spec
+Every node task starts a watchdog of its own (`watch`), which outlives the task's worker: when the
+worker is gone without ending it, or outlives the spec's whole budget, the sandbox it made is
+removed on its node as `assure gc` would, so no agent runs on when the driver that enforces its
+deadline is gone. A node lost mid-run (its raylet killed, the machine gone) loses the attempt it ran: the spec
 is submitted again, to any node, and its run continues with the next attempt number; a breach
 its node claimed before it was lost stands whatever the next node finds. A task
 that outlives its spec's whole budget (every task's attempts at the wall deadline, plus
-`GRACE_SECONDS`) is cancelled and counted as lost the same way. The suite run's `state.json`
+`GRACE_SECONDS`), counted from its start on the node (the node tells the caller's `Claims`;
+time in Ray's queue is not the spec's), is cancelled and counted as lost the same way. The suite run's `state.json`
 is write-ahead as for a local suite, so a caller killed with kill -9 continues with the same
 command; Ray ends the tasks of a driver that died, so every spec that was in flight runs again,
 one attempt number on.
@@ -37,17 +41,24 @@ node, and a retry on another node would not see it), and a promote target (a fol
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import re
+import select
 import shutil
+import signal
+import socket
 import stat
+import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -57,7 +68,7 @@ from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, SpecError, describe
 from assure.records import store
 from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
-from assure.run.suite import Outcome, SuiteRun
+from assure.run.suite import Outcome, SuiteRun, _raise_in as raise_in
 from assure.textsafe import display
 from assure.verify.findings import SEVERITY, Kind, Verdict
 
@@ -68,12 +79,16 @@ MAX_MESSAGE_BYTES = 32 << 10  # a node's message or claim: under Ray's 100 KiB i
 MAX_MESSAGE_FINDINGS = 40  # findings a message carries, heaviest first (the summary lists 50)
 MAX_TEXT = 500  # characters of each string of a message's finding
 MAX_CLAIMS = 64  # breach claims kept per run: more are the node's noise
+HERE_POLL_SECONDS = 0.5  # how often the caller looks for a spec it runs here that has finished
 CLAIMS_POLL_SECONDS = 5  # how often the caller writes the claims of the tasks in flight into the suite run's state
 BULK_FETCH_SECONDS = 600  # to fetch a run directory from a node that has already sent its message
 MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
+QUEUED = float("inf")  # the deadline of a task its node has not started yet
 GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
 SCRATCH = "assure-node-"  # prefix of a task's scratch folder in its node's temp folder, locked while the task lives
+PROBE_SECONDS = 3  # for the cluster's address to answer as an HTTP/2 (gRPC) server, before Ray is asked to join it
+JOIN_SECONDS = 20  # for Ray to join a cluster whose address answered
 
 
 class ArrivalError(AssureError):
@@ -150,6 +165,16 @@ class Claims:
     def __init__(self) -> None:
         self.waiting: list[tuple[str, bytes]] = []
         self.counts: dict[str, int] = {}
+        self.starts: list[tuple[str, int, str, float]] = []
+
+    def start(self, run_id: str, attempt: int, node_id: str) -> None:
+        """A task began on its node: when, by this (the caller's) machine's clock, never the node's."""
+        if len(self.starts) < MAX_CLAIMS:
+            self.starts.append((str(run_id)[:MAX_TEXT], int(attempt), str(node_id)[:MAX_TEXT], time.time()))
+
+    def take_starts(self) -> list[tuple[str, int, str, float]]:
+        taken, self.starts = self.starts, []
+        return taken
 
     def add(self, run_id: str, message: bytes) -> None:
         if self.counts.get(run_id, 0) < MAX_CLAIMS:
@@ -200,18 +225,21 @@ def spec_digest(spec: spec_mod.Spec) -> str:
     return sha256_hex(canonical(spec.to_json()))
 
 
+def outside_effects(spec: spec_mod.Spec) -> list[str]:
+    """What of `spec` a retry on another node could repeat: why cluster mode runs it here, on the caller."""
+    why = [f"live database {db.name}" for db in spec.databases if db.mode == "live"]
+    if spec.egress is not None and spec.egress.allow:
+        why.append("an HTTP upstream (egress.allow)")
+    if spec.promote is not None:
+        why.append(f"a promote target ({spec.promote.target}, a folder on the node)")
+    return why
+
+
 def refuse_outside_effects(specs: tuple[spec_mod.Spec, ...]) -> None:
     """Raise a `SpecError` naming each spec whose effects a retry on another node could repeat."""
-    problems = []
-    for s in specs:
-        why = [f"live database {db.name}" for db in s.databases if db.mode == "live"]
-        if s.egress is not None and s.egress.allow:
-            why.append("an HTTP upstream (egress.allow)")
-        if s.promote is not None:
-            why.append(f"a promote target ({s.promote.target}, a folder on the node)")
-        if why:
-            problems.append(f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its node is lost, "
-                            "and the idempotency store that keeps an effect from repeating stays with the lost node")
+    problems = [f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its node is lost, "
+                "and the idempotency store that keeps an effect from repeating stays with the lost node"
+                for s in specs if (why := outside_effects(s))]
     if problems:
         raise SpecError(problems, fix="run these specs locally (without --cluster), or leave them out of the suite")
 
@@ -227,14 +255,26 @@ def overdue(in_flight: dict[Any, tuple[int, float]], now: float) -> Any | None:
     return ref if in_flight[ref][1] <= now else None
 
 
-def record_loss(entry: dict[str, Any], node: str | None, error: str) -> str | None:
-    """Count a lost submission in its spec's suite-run entry: the attempt it ran is lost and the
-    next submission runs the one after. None when the spec may be submitted again; otherwise why
-    its verdict is `error` (lost `MAX_LOST` times)."""
+LOSS_CAUSES = {"node": "lost with their node", "hung": "cancelled as hung", "caller": "stopped with the caller"}  # cause -> how a line says it
+
+
+def record_loss(entry: dict[str, Any], node: str | None, error: str, cause: str = "node") -> str | None:
+    """Count a lost submission in its spec's suite-run entry (`cause`: see `LOSS_CAUSES`): the
+    attempt it ran is lost and the next submission runs the one after. None when the spec may be
+    submitted again; otherwise why its verdict is `error` (lost `MAX_LOST` times)."""
     attempt = entry.get("next_attempt", 1)
-    entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "at": utc_now()}]
+    entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "cause": cause, "at": utc_now()}]
     entry["next_attempt"] = attempt + 1
     return f"lost with its node {len(entry['lost'])} times" if len(entry["lost"]) >= MAX_LOST else None
+
+
+def losses(lost: Sequence[dict[str, Any]]) -> str:
+    """A spec's lost submissions in words, by cause: "1 lost with their node, 1 stopped with the caller"."""
+    counts: dict[str, int] = {}
+    for loss in lost:
+        cause = loss.get("cause") or ("caller" if loss.get("error") == "the caller stopped" else "node")  # before causes were kept
+        counts[cause] = counts.get(cause, 0) + 1
+    return ", ".join(f"{n} {LOSS_CAUSES.get(cause, cause)}" for cause, n in counts.items())
 
 
 _NODE_ID = re.compile(r"\bnode ID: ([0-9a-f]{56})\b", re.IGNORECASE)
@@ -284,6 +324,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
                 claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number), say)
 
     node_id = ray.get_runtime_context().get_node_id()
+    ray.get(claims.start.remote(run_id, first_attempt, node_id), timeout=60)  # its deadline counts from here, not from its submission
     spec = spec_mod.load(spec_path)
     if spec_digest(spec) != digest:
         raise AssureError("the spec on this node differs from the caller's", where=f"{node_id}: {spec_path}",
@@ -293,7 +334,14 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
     finder = Images(backend, say)
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
     install.ensure(spec, backend, images, say)  # and the spec's derived image, by the same digest
-    with tempfile.TemporaryDirectory(prefix=SCRATCH) as scratch, store.exclusive(Path(scratch), "node task"):
+    alive, held = os.pipe()  # `held` (not inherited) is open while this worker lives: its end is the watchdog's sign
+    subprocess.run([sys.executable, "-m", "assure.run.cluster", "watch", str(alive), str(os.getpid()), str(_budget_seconds(spec))],
+                   pass_fds=(alive,), start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    os.close(alive)
+    with contextlib.ExitStack() as stack:
+        stack.callback(lambda: (os.write(held, b"."), os.close(held)))  # this task ended as it should: its watchdog goes
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=SCRATCH))
+        stack.enter_context(store.exclusive(Path(scratch), "node task"))
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
         result = NodeDriver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
         findings = tuple(f for a in result.report.get("attempts", []) for f in a["findings"])
@@ -302,6 +350,31 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
         except AssureError as exc:  # past a bound: the verdict goes without it
             archive, unsent = b"", exc.message
         return NodeMessage(node_id, result.verdict, findings, unsent=unsent).encode(), archive
+
+
+def watch(alive: int, worker: int, seconds: float) -> None:
+    """A node task's own bound (`python -m assure.run.cluster watch FD PID SECONDS`, started by
+    the task): it forks away from the Ray worker at once, in a session of its own, so it
+    outlives the worker, its raylet, the driver and the caller. The pipe `alive` ends when the
+    worker does: a byte first when the task ended as it should (then nothing is to be done);
+    at its end without it (a raylet killed, a task Ray ended with its driver or cancelled), or
+    at the spec's whole budget with the worker still alive (then it is killed), everything its
+    makers left is removed as `assure gc` would: no agent runs on unwatched."""
+    if os.fork():
+        os._exit(0)  # the worker's own child ends here: Ray ends a worker's children with it, not this grandchild
+    from assure.ops import gc
+    from assure.sandbox.docker import DockerBackend
+
+    if select.select([alive], [], [], seconds)[0]:
+        if os.read(alive, 1):
+            return
+    else:  # past the whole budget, the worker alive: it is hung
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+    gone = time.monotonic() + 60
+    while os.path.exists(f"/proc/{worker}") and time.monotonic() < gone:  # until it is reaped: a zombie's pid is alive to `gc`
+        time.sleep(0.2)
+    gc.collect(DockerBackend())
 
 
 def release_orphan_scratch(base: Path | None = None, *, dry_run: bool = False) -> list[Path]:
@@ -450,26 +523,106 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
 
 # --- the caller -----------------------------------------------------------------------------------
 
+_JOIN_FIX = "give --cluster the head's address as `ray start --head` printed it (host:port, port 6379 by default), or start the head there"
+
+
+def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
+    """Fail fast, with the address, unless something at `address` (host:port) answers the start of
+    HTTP/2 as a gRPC server does (a SETTINGS frame): Ray itself would retry a wrong address for
+    minutes. `auto` is left to Ray's discovery."""
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    if not (host and port.isdigit()):
+        raise AssureError(f"--cluster {display(address)} is not host:port", where="--cluster", fix=_JOIN_FIX)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5))  # preface, empty SETTINGS
+            head = conn.recv(9)
+    except OSError as exc:
+        raise AssureError(f"nothing answers at the Ray cluster address {display(address)}: {display(str(exc))}",
+                          where="--cluster", fix=_JOIN_FIX) from None
+    if len(head) < 4 or head[3] != 0x04:
+        raise AssureError(f"what answers at {display(address)} is not a Ray cluster's head (no gRPC server)", where="--cluster", fix=_JOIN_FIX)
+
+
 def connect(address: str) -> Any:
-    """Join an existing cluster (`auto`: Ray's own discovery). On a loopback address the caller
-    binds to loopback too, so that nothing of a local cluster leaves 127.0.0.1."""
+    """Join an existing cluster (`auto`: Ray's own discovery), within `JOIN_SECONDS`. On a
+    loopback address the caller binds to loopback too, so that nothing of a local cluster
+    leaves 127.0.0.1. Joined once per process: a second call returns the same."""
     try:
         import ray
     except ImportError:
         raise AssureError("Ray is not installed", fix="pip install 'assure[ray]'") from None
+    if ray.is_initialized():
+        return ray
+    probe(address)
     extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
     from ray._private import worker as ray_worker
 
     to_stdout = ray_worker.print_to_stdstream  # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
     ray_worker.print_to_stdstream = lambda data, ignore_prefix: to_stdout({**data, "is_err": True}, ignore_prefix)  # stderr: stdout is --json's
-    try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise AssureError(f"cannot join the Ray cluster at {address}: {display(str(exc))}",
-                          fix="start it with `ray start --head`, or give its address (host:port) to --cluster") from None
+    failed: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    joining = threading.Thread(target=join, name="assure-ray-join", daemon=True)
+    joining.start()
+    joining.join(JOIN_SECONDS)
+    if joining.is_alive():
+        raise AssureError(f"cannot join the Ray cluster at {display(address)}: no answer within {JOIN_SECONDS} s", where="--cluster", fix=_JOIN_FIX)
+    if failed:
+        raise AssureError(f"cannot join the Ray cluster at {display(address)}: {display(str(failed[0]))}", where="--cluster", fix=_JOIN_FIX) from None
     if not ray.cluster_resources().get(RESOURCE):
         raise AssureError(f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
                           fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""")
+    return ray
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one node of the cluster offers a spec's task."""
+
+    node_id: str
+    cpus: float
+    memory: int  # bytes
+    docker: float
+
+    def holds(self, spec: spec_mod.Spec) -> bool:
+        return self.docker >= 1 and self.cpus >= spec.limits.cpus and self.memory >= spec_mod.parse_size(spec.limits.memory)
+
+    def __str__(self) -> str:
+        return f"node {self.node_id[:12]}: {self.cpus:g} CPU, {self.memory / 2**30:.2f} GiB memory, {self.docker:g} {RESOURCE}"
+
+
+def capacities(nodes: Iterable[dict[str, Any]]) -> list[Capacity]:
+    """Every live node's total resources (Ray's `ray.nodes()`), the largest first."""
+    found = [Capacity(str(n["NodeID"]), float(n["Resources"].get("CPU", 0)), int(n["Resources"].get("memory", 0)), float(n["Resources"].get(RESOURCE, 0)))
+             for n in nodes if n.get("Alive")]
+    return sorted(found, key=lambda c: (c.docker >= 1, c.cpus, c.memory), reverse=True)
+
+
+def refuse_infeasible(specs: Iterable[spec_mod.Spec], nodes: Sequence[Capacity]) -> None:
+    """Raise a `SpecError` naming each spec no node can hold (its CPUs, its memory and one
+    `docker`), and the largest node: Ray would queue its task for ever, and say so only in a log."""
+    largest = nodes[0] if nodes else None
+    problems = [f"{s.path}: limits.cpus {s.limits.cpus:g} and limits.memory {s.limits.memory} with 1 {RESOURCE}: no node of the cluster "
+                f"holds it (the largest: {largest or 'none'})" for s in specs if not any(n.holds(s) for n in nodes)]
+    if problems:
+        raise SpecError(problems, fix="lower the spec's limits, or add a node that has them (`ray start --num-cpus N --memory BYTES`)")
+
+
+def join(address: str, specs: Sequence[spec_mod.Spec]) -> Any:
+    """Everything a suite needs of the cluster, checked before any suite run is written: the
+    cluster joined, and a node that can hold each spec it will run (those with effects outside
+    the sandbox run here, on the caller: `outside_effects`)."""
+    ray = connect(address)
+    refuse_infeasible([s for s in specs if not outside_effects(s)], capacities(ray.nodes()))
     return ray
 
 
@@ -508,12 +661,18 @@ def record_claims(entries: list[dict[str, Any]], taken: Iterable[tuple[str, Any]
 
 
 def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None, key: Path | None,
-                finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None]) -> list[Outcome]:
+                finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None],
+                run_here: Callable[[spec_mod.Spec, store.RunDir], str] | None = None,
+                progress: Callable[[int, str], None] | None = None) -> list[Outcome]:
     """Run every spec of the suite run that has no verdict yet on the cluster, at most `jobs` at
-    a time (default: as many as the cluster's `docker` resource allows)."""
+    a time (default: as many as the cluster's `docker` resource allows). The specs with effects
+    outside the sandbox run here beside them, one at a time, through `run_here` (the local
+    suite's driver); without it they are refused. `progress` hears each spec queued, and started on its node."""
     suite = record.suite
-    refuse_outside_effects(suite.specs)
-    ray = connect(address)
+    here_only = {i for i, s in enumerate(suite.specs) if outside_effects(s)}
+    if run_here is None:
+        refuse_outside_effects(tuple(suite.specs[i] for i in sorted(here_only)))
+    ray = join(address, suite.specs)
     lost_errors = _lost_errors(ray)
     remote = ray.remote(run_on_node)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -524,11 +683,23 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
     runs_dir.mkdir(parents=True, exist_ok=True)
     entries = record.state["runs"]
     in_flight: dict[Any, tuple[int, float, Any]] = {}  # message ref -> (spec index, monotonic deadline, run directory ref)
+    submitted: dict[int, float] = {}  # spec index -> when its task was submitted, until its node starts it
 
     def take_claims() -> None:
-        taken = ray.get(claims.take.remote(), timeout=120)
+        taken, starts = ray.get([claims.take.remote(), claims.take_starts.remote()], timeout=120)
         if taken:
             record_claims(entries, taken)
+        by_run = {(e["run_id"], e.get("next_attempt")): i for i, e in enumerate(entries) if i in submitted and e["verdict"] is None}
+        for run_id, attempt, node, at in starts:
+            if (i := by_run.get((run_id, attempt))) is None:
+                continue  # a submission lost since, or not of this suite
+            entries[i]["queued_seconds"] = round(max(0.0, at - submitted.pop(i)), 1)
+            for ref, (n, _, bulk) in list(in_flight.items()):
+                if n == i:  # its deadline from its start on the node
+                    in_flight[ref] = (i, time.monotonic() - max(0.0, time.time() - at) + _budget_seconds(suite.specs[i]), bulk)
+            if progress is not None:
+                progress(i, f"on {node[:12]}, queued {entries[i]['queued_seconds']:g} s")
+        if taken or starts:
             record.save()
 
     def submit(i: int) -> None:
@@ -541,8 +712,11 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         record.save()  # write-ahead: a caller killed from here on continues this spec one attempt on
         opts = {"resources": {RESOURCE: 1}, "num_cpus": spec.limits.cpus, "memory": spec_mod.parse_size(spec.limits.memory),
                 "max_retries": 0, "num_returns": 2}
+        submitted[i] = time.time()
         message, bulk = remote.options(**opts).remote(str(spec.path), spec_digest(spec), entry["run_id"], entry["next_attempt"], claims)
-        in_flight[message] = (i, time.monotonic() + _budget_seconds(spec), bulk)
+        in_flight[message] = (i, QUEUED, bulk)  # no deadline until its node starts it: time in Ray's queue is not the spec's
+        if progress is not None:
+            progress(i, "queued")
 
     def conclude(i: int, verdict: str, **fields: Any) -> None:
         """Every verdict goes through here: the breaches the spec's nodes claimed count first."""
@@ -556,26 +730,64 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         outcome = Outcome(suite.specs[i].name, entries[i]["run_id"], arrival.verdict, suite.specs[i].expect)
         finished(i, suite.specs[i], outcome, entries[i])
 
-    def lose(i: int, node: str | None, error: str) -> bool:
+    def lose(i: int, node: str | None, error: str, cause: str = "node") -> bool:
         """Count a lost submission; True when the spec may be submitted again."""
         take_claims()
-        given_up = record_loss(entries[i], node, error)
+        given_up = record_loss(entries[i], node, error, cause)
         if given_up:
             conclude(i, "error", reason=given_up)
             return False
         record.save()
         return True
 
+    def stopped() -> bool:
+        return suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
+
     def without_bulk(i: int, verdict: str | None, why: str) -> None:
         """The node's message arrived and its run directory did not (refused, never sent, lost): see `decide`."""
         arrival = decide(None, [verdict], why)
         conclude(i, arrival.verdict, node_finding=arrival.node_finding)
 
+    here_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="suite-here")
+    here_flight: dict[Future[str], int] = {}
+    here_threads: dict[int, int] = {}  # spec index -> the thread driving it here
+
+    def start_here(i: int) -> None:
+        """A spec cluster mode cannot run: driven here (resumed, when it had started), its state kept by this thread."""
+        spec, entry = suite.specs[i], entries[i]
+        if entry["run_id"] is None:
+            entry["run_id"] = store.RunDir.new(runs_dir, spec.name, spec.path, spec.to_json()).run_id
+        entry.update(started_at=entry.get("started_at") or utc_now(), where="here", here_because=outside_effects(spec))
+        record.save()  # before the run starts: a caller killed from here on resumes this run
+        if progress is not None:
+            progress(i, "here")
+        here_flight[here_pool.submit(here, i, spec, store.RunDir.open(runs_dir / entry["run_id"]))] = i
+
+    def here(i: int, spec: spec_mod.Spec, run: store.RunDir) -> str:
+        here_threads[i] = threading.get_ident()
+        try:
+            return run_here(spec, run)
+        finally:
+            here_threads.pop(i, None)
+
+    def take_here() -> None:
+        for future in [f for f in here_flight if f.done()]:
+            i = here_flight.pop(future)
+            try:
+                verdict = future.result()
+            except AssureError as exc:
+                conclude(i, "error", reason=describe(exc))
+            else:
+                conclude(i, verdict)
+
     ray.get(claims.take.remote(), timeout=120)  # up before any task may claim
-    with store.exclusive(record.path, "suite run"):
-        waiting = []
+    with store.exclusive(record.path, "suite run"), here_pool:
+        waiting, here_waiting = [], []
         for i, entry in enumerate(entries):
             if entry["verdict"] is not None:
+                continue
+            if i in here_only:
+                here_waiting.append(i)
                 continue
             if entry["run_id"] is not None:
                 for stale in runs_dir.glob(f"{ARRIVING}{entry['run_id']}-*"):  # an unpack the caller's death cut short
@@ -586,66 +798,78 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 if entry.get("node_verdict") == BREACH:  # its message came, and the caller died before the run directory did
                     without_bulk(i, BREACH, "the caller stopped before its run directory arrived")
                     continue
-                if not lose(i, None, "the caller stopped"):  # in flight when the caller died: Ray ended it with its driver
+                if not lose(i, None, "the caller stopped", "caller"):  # in flight when the caller died: Ray ended it with its driver
                     continue
             waiting.append(i)
-        stop = False
-        while (waiting and not stop) or in_flight:
-            while waiting and not stop and len(in_flight) < cap:
-                submit(waiting.pop(0))
-            timeout = max(0.0, min(deadline for _, deadline, _ in in_flight.values()) - time.monotonic())
-            ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=min(timeout, CLAIMS_POLL_SECONDS))
-            if not ready:
-                take_claims()  # written ahead: a caller killed later keeps them
-                ref = overdue(in_flight, time.monotonic())
-                if ref is None:  # every task within its spec's budget
+        try:
+            stop = False
+            while ((waiting or here_waiting) and not stop) or in_flight or here_flight:
+                take_here()
+                if here_waiting and not stop and not here_flight:
+                    start_here(here_waiting.pop(0))
+                while waiting and not stop and len(in_flight) < cap:
+                    submit(waiting.pop(0))
+                if not in_flight:
+                    time.sleep(HERE_POLL_SECONDS if here_flight else 0)
+                    stop = stopped()
                     continue
-                i, _, _ = in_flight.pop(ref)  # the nearest task outlived its spec's whole budget: a hung node
-                ray.cancel(ref, force=True)
-                if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s"):
-                    waiting.insert(0, i)
-                continue
-            (ref,) = ready
-            i, _, bulk = in_flight.pop(ref)
-            entry, spec = entries[i], suite.specs[i]
-            try:
-                data = ray.get(ref)
-            except lost_errors as exc:
-                if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
-                    waiting.insert(0, i)
-                continue
-            except ray.exceptions.RayTaskError as exc:
-                cause = exc.cause if isinstance(getattr(exc, "cause", None), AssureError) else None
-                conclude(i, "error", reason=describe(cause) if cause else f"{type(exc).__name__} on the node")
-            except ray.exceptions.RayError as exc:  # out of memory, cancelled, a runtime env that failed: no retry
-                conclude(i, "error", reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000])
-            else:
-                try:
-                    message = NodeMessage.decode(data)
-                except ArrivalError as exc:
-                    conclude(i, "error", node_finding=f"its message was refused on arrival: {exc.explain()}")
-                    continue
-                entry.update(node=message.node_id, node_verdict=message.verdict, node_findings=list(message.findings))
-                record.save()  # write-ahead: what the node said, before the arrival is judged
-                if message.unsent:
-                    without_bulk(i, message.verdict, f"its node did not send its run directory: {message.unsent}")
-                    continue
-                try:
-                    archive = ray.get(bulk, timeout=BULK_FETCH_SECONDS)
-                except ray.exceptions.RayError as exc:  # the node's gone since it replied, the fetch timed out, ...
-                    if message.verdict == BREACH:
-                        without_bulk(i, BREACH, f"its run directory was lost on the way ({type(exc).__name__})")
-                    elif lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                timeout = max(0.0, min(deadline for _, deadline, _ in in_flight.values()) - time.monotonic())
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=min(timeout, HERE_POLL_SECONDS if here_flight else CLAIMS_POLL_SECONDS))
+                if not ready:
+                    take_claims()  # written ahead: a caller killed later keeps them
+                    ref = overdue(in_flight, time.monotonic())
+                    if ref is None:  # every task within its spec's budget
+                        continue
+                    i, _, _ = in_flight.pop(ref)  # the nearest task outlived its spec's whole budget: a hung node
+                    ray.cancel(ref, force=True)
+                    if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s", "hung"):
                         waiting.insert(0, i)
                     continue
+                (ref,) = ready
+                i, _, bulk = in_flight.pop(ref)
+                entry, spec = entries[i], suite.specs[i]
                 try:
-                    unpack(archive, runs_dir, entry["run_id"])
-                except ArrivalError as exc:
-                    without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
+                    data = ray.get(ref)
+                except lost_errors as exc:
+                    if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                        waiting.insert(0, i)
+                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if isinstance(getattr(exc, "cause", None), AssureError) else None
+                    conclude(i, "error", reason=describe(cause) if cause else f"{type(exc).__name__} on the node")
+                except ray.exceptions.RayError as exc:  # out of memory, cancelled, a runtime env that failed: no retry
+                    conclude(i, "error", reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000])
                 else:
-                    take_claims()  # every claim made so far counts in its receipts
-                    _settle_arrived(i, entry, spec, runs_dir, key, conclude)
-            stop = suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
+                    try:
+                        message = NodeMessage.decode(data)
+                    except ArrivalError as exc:
+                        conclude(i, "error", node_finding=f"its message was refused on arrival: {exc.explain()}")
+                        continue
+                    entry.update(node=message.node_id, node_verdict=message.verdict, node_findings=list(message.findings))
+                    record.save()  # write-ahead: what the node said, before the arrival is judged
+                    if message.unsent:
+                        without_bulk(i, message.verdict, f"its node did not send its run directory: {message.unsent}")
+                        continue
+                    try:
+                        archive = ray.get(bulk, timeout=BULK_FETCH_SECONDS)
+                    except ray.exceptions.RayError as exc:  # the node's gone since it replied, the fetch timed out, ...
+                        if message.verdict == BREACH:
+                            without_bulk(i, BREACH, f"its run directory was lost on the way ({type(exc).__name__})")
+                        elif lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                            waiting.insert(0, i)
+                        continue
+                    try:
+                        unpack(archive, runs_dir, entry["run_id"])
+                    except ArrivalError as exc:
+                        without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
+                    else:
+                        take_claims()  # every claim made so far counts in its receipts
+                        _settle_arrived(i, entry, spec, runs_dir, key, conclude)
+                stop = stopped()
+        except BaseException:  # Ctrl-C: the driver running a spec here gets it too, and cleans up as it would alone
+            for tid in list(here_threads.values()):
+                raise_in(tid, KeyboardInterrupt)
+            raise
         record.finish()
     return [Outcome(s.name, e["run_id"], e["verdict"], s.expect) for s, e in zip(suite.specs, entries) if e["verdict"] is not None]
 
@@ -658,3 +882,7 @@ def _settle_arrived(i: int, entry: dict[str, Any], spec: spec_mod.Spec, runs_dir
     except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
         arrival = decide(None, [entry.get("node_verdict")], f"its run directory cannot be judged here: {describe(exc)}")
     conclude(i, arrival.verdict, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["watch"]:
+    watch(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))

@@ -7,6 +7,8 @@ Each tag is a digest of everything that goes into the image, so an unchanged ima
 rebuilt and a changed source never runs on a stale image. Python packages an image needs
 (apsw for the gateway) are downloaded by the host with pinned hashes (`pip download`) and
 installed in the build with `pip install --no-index`: no image ever reaches a registry.
+`ASSURE_IMAGE_NAMESPACE` names the repositories (`<namespace>-agent:<digest>`, default `assure`)
+and never the digests, so a test can build and remove images that no one else uses.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import io
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -88,6 +91,17 @@ def mirror() -> str:
     return os.environ.get("ASSURE_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
+DEFAULT_NAMESPACE = "assure"
+
+
+def namespace() -> str:
+    ns = os.environ.get("ASSURE_IMAGE_NAMESPACE", DEFAULT_NAMESPACE)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", ns):
+        raise ImageError(f"ASSURE_IMAGE_NAMESPACE={ns!r} is not a repository name (lowercase letters, digits, '.', '_', '-')",
+                         where="environment", fix="unset ASSURE_IMAGE_NAMESPACE or set it to a name such as assure")
+    return ns
+
+
 def base_mode() -> str:
     mode = os.environ.get("ASSURE_BASE", "auto")
     if mode not in ("auto", "bootstrap", "registry"):
@@ -106,8 +120,8 @@ def base_tags() -> dict[str, str]:
     """The tag each way of making the base would produce."""
     registry = (IMAGES_DIR / "base" / "Dockerfile.registry").read_bytes()
     return {
-        "bootstrap": f"assure-base:{_digest(canonical({**BOOTSTRAP_RECIPE, 'mirror': mirror()}))}",
-        "registry": f"assure-base:{_digest(registry)}",
+        "bootstrap": f"{namespace()}-base:{_digest(canonical({**BOOTSTRAP_RECIPE, 'mirror': mirror()}))}",
+        "registry": f"{namespace()}-base:{_digest(registry)}",
     }
 
 
@@ -160,7 +174,9 @@ def sandbox_users() -> dict[str, bytes]:
 
 
 def image_tag(name: str, base: str) -> str:
-    return f"assure-{name}:{_digest(base.encode(), _context(name))}"
+    """`<namespace>-<name>:<digest>`: the digest hashes the base as the default namespace names it."""
+    ns, (_, digest) = namespace(), base.split(":")
+    return f"{ns}-{name}:{_digest(f'{DEFAULT_NAMESPACE}-base:{digest}'.encode(), _context(name))}"
 
 
 class Images:

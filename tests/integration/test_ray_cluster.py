@@ -9,6 +9,10 @@ continues it, finished specs kept); a node that builds the agent and gateway ima
 use; `--cluster auto` joining the cluster RAY_ADDRESS names; a breach whose run directory is too
 large to send (the node's message carries it, and it stays a breach). Every Ray process is stopped by
 process id at the end.
+
+The nodes and callers use images of their own (`ASSURE_IMAGE_NAMESPACE`, made here from the
+shared engine's base and build cache, removed at the end), so the rebuild test neither needs
+nor touches the images anyone else on this machine is using.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import docker
 import pytest
 
 from assure.records import keys
+from assure.sandbox.images import ImageSet, Images
 from assure.sandbox.backend import LABEL_PID, LABEL_RUN
 from tests.integration import ray_cluster
 
@@ -34,12 +40,35 @@ SUITE = Path(__file__).resolve().parent / "specs" / "cluster" / "suite.yaml"
 SLOW = SUITE.parent / "specs" / "slow-pass.yaml"
 QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
 BULK = ROOT / "suites" / "containment" / "covert--bulk-hides-breach.yaml"
+EGRESS = ROOT / "suites" / "containment" / "network--egress-proxy-self.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
+NAMESPACE = f"assuretest-{uuid.uuid4().hex[:8]}"  # this module's images: `<NAMESPACE>-agent:<digest>`
+ENV = {**ray_cluster.ENV, "ASSURE_IMAGE_NAMESPACE": NAMESPACE}
+
+
+def namespaced(engine: docker.DockerClient) -> list[str]:
+    return [t for image in engine.images.list() for t in image.tags if t.startswith(f"{NAMESPACE}-")]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, images):  # `images`: built once here, so no node builds them mid-test
-    c = ray_cluster.start(tmp_path_factory.mktemp("ray"))
+def ns_images(images, backend):
+    """This module's images: the shared base tagged into the namespace, the others built from it
+    (the build cache's, seconds), every tag of the namespace removed at the end."""
+    engine = docker.from_env()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("ASSURE_IMAGE_NAMESPACE", NAMESPACE)
+            engine.images.get(images.base).tag(f"{NAMESPACE}-base", images.base.split(":")[1])
+            made = Images(backend).ensure()
+        yield made
+    finally:
+        for tag in namespaced(engine):
+            engine.images.remove(tag, noprune=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, ns_images):  # built once here, so no node builds them mid-test
+    c = ray_cluster.start(tmp_path_factory.mktemp("ray"), worker_env={"ASSURE_IMAGE_NAMESPACE": NAMESPACE})
     yield c
     c.stop()
     leftover = [p for n in c.nodes for p in n.pids()]
@@ -56,7 +85,7 @@ def suite_state(runs: Path) -> dict:
 
 
 def run_assure(argv: list[str], cwd: Path, timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, env=ray_cluster.ENV, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(argv, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def tcp_peers(netns: str) -> list[str]:
@@ -66,11 +95,16 @@ def tcp_peers(netns: str) -> list[str]:
 
 
 def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_here(cluster, tmp_path):
+    """With -j above the cluster's `docker` slots, the specs that wait in Ray's queue say how long
+    (their deadlines count from their start on the node, not from their submission)."""
     private, public = keys.generate_keypair(tmp_path / "keys")
     runs = tmp_path / "runs"
-    out = run_assure(caller(cluster, SUITE, runs, "--json", "--key", str(private)), tmp_path)
+    out = run_assure(caller(cluster, SUITE, runs, "--json", "--key", str(private), "-j", "4"), tmp_path)  # 4 in flight, 2 docker slots
     assert out.returncode == 0, out.stderr[-3000:]
     state = suite_state(runs)
+    queued = [r["queued_seconds"] for r in state["runs"] if r.get("queued_seconds")]
+    assert queued and max(queued) >= 1, state["runs"]  # the specs past the 2 slots waited in Ray's queue, and it was measured
+    assert f"queued {max(queued):g} s" in out.stderr  # and shown
     assert [(r["verdict"], r.get("node_finding"), r["lost"]) for r in state["runs"]] == [("fail", None, []), *[("pass", None, [])] * 4]
     workers = {n["NodeID"] for n in cluster.alive_nodes() if n["Resources"].get("docker")}
     assert {r["node"] for r in state["runs"]} == workers and len(workers) == 2  # each worker ran at least one spec
@@ -123,7 +157,7 @@ def test_a_breach_behind_a_run_directory_too_large_to_send_stays_a_breach(cluste
 def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_finished_specs(cluster, tmp_path):
     runs = tmp_path / "runs"
     argv = caller(cluster, SUITE, runs, "-j", "1")
-    first = subprocess.Popen(argv, cwd=tmp_path, env=ray_cluster.ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         def two_finished():
             """two specs finished"""
@@ -140,6 +174,7 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     again = run_assure(argv, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "continuing unfinished suite run" in again.stderr
+    assert "stopped with the caller" in again.stderr and "lost with their node" not in again.stderr  # the caller's own stop, worded as such
     state = suite_state(runs)
     assert all(r["verdict"] is not None for r in state["runs"])
     spans = sorted((r["started_at"], r["finished_at"]) for r in state["runs"])
@@ -170,9 +205,12 @@ def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
 
 
 def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_the_other(cluster, tmp_path):
+    """Its raylet SIGKILLed mid-attempt: the task's watchdog (a process of its own on the node)
+    removes the agent and gateway by itself, long before the spec's deadline; the spec runs
+    again on the other worker, one attempt number on, and the loss names the dead node."""
     runs = tmp_path / "runs"
     engine = docker.from_env()
-    proc = subprocess.Popen(caller(cluster, one_spec_suite(tmp_path, SLOW), runs, "--json"), cwd=tmp_path, env=ray_cluster.ENV,
+    proc = subprocess.Popen(caller(cluster, one_spec_suite(tmp_path, SLOW), runs, "--json"), cwd=tmp_path, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def agent_running():
@@ -184,6 +222,14 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
         worker_pid = int(agent.labels[LABEL_PID])
         (victim,) = [n for n in cluster.nodes if worker_pid in n.pids()]
         os.kill(victim.raylet(), signal.SIGKILL)
+        killed = time.monotonic()
+
+        def sandbox_gone():
+            """the dead worker's agent and gateway removed on its node, with no gc run"""
+            return not engine.containers.list(all=True, filters={"label": [f"{LABEL_PID}={worker_pid}"]})
+
+        wait_until(sandbox_gone, 60, 0.5)  # its watchdog's doing: the driver that enforced the deadline is gone
+        gone_after = time.monotonic() - killed
         stdout, stderr = proc.communicate(timeout=400)
     finally:
         if proc.poll() is None:
@@ -192,10 +238,14 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     (entry,) = suite_state(runs)["runs"]
     assert entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
     assert entry["lost"][0]["node"] == victim.node_id and entry["node"] != victim.node_id  # the loss names the dead node
+    (result,) = json.loads(stdout)["results"]  # and so do the summary and its line
+    assert result["placement"]["node"] == entry["node"] and result["placement"]["where"] == "node"
+    assert [(x["attempt"], x["node"], x["cause"]) for x in result["placement"]["lost"]] == [(1, victim.node_id, "node")]
+    assert "1 lost with their node" in stderr
     assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
-    left = engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
-    assert left and all(c.labels.get(LABEL_PID) == str(worker_pid) for c in left)  # what the dead worker left behind, only
-    assert list(Path(tempfile.gettempdir()).glob(f"assure-node-*/{entry['run_id']}"))  # and its task's scratch folder
+    assert engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]}) == []
+    assert not list(Path(tempfile.gettempdir()).glob(f"assure-node-*/{entry['run_id']}"))  # nor its task's scratch folder
+    print(f"the dead worker's sandbox was gone {gone_after:.1f} s after its raylet was killed")
     gc_left_behind(tmp_path, [entry["run_id"]])
 
 
@@ -203,41 +253,86 @@ def worker_ids(c: ray_cluster.LocalCluster) -> set[str]:
     return {n.node_id for n in c.nodes if n.name.startswith("worker")}
 
 
-def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tmp_path, images):
-    """The agent and gateway images' digest tags are removed from the engine (untagged only:
-    `assure-*:latest` keeps the same images and their layers, so the rebuild is the build cache's
-    and takes seconds; assure-base and the egress image stay). A suite on the cluster then has its
-    node build both again in its task, from the same recipe: the same tags, the same image ids.
-    The engine is shared by everything on this machine, so a test run beside this one could miss
-    the two tags for those seconds; CI runs the integration tests one at a time, in one pytest
-    process, so none does there. The tags are put back whatever happens."""
+def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tmp_path, ns_images: ImageSet, images: ImageSet):
+    """This module's agent and gateway images are removed from the engine (every tag of each, its
+    digest and `latest`: the namespace's own, no one else's), so the rebuild is the build
+    cache's and takes seconds; the base and the egress image stay. A suite on the cluster then has
+    its node build both again in its task, from the same recipe: the same tags, the same image
+    ids, and the same digests as the shared images'."""
     engine = docker.from_env()
-    before = {tag: engine.images.get(tag).id for tag in (images.agent, images.gateway)}
-    try:
-        for tag in before:
-            engine.images.remove(tag, noprune=True)
-        assert not any(t in before for image in engine.images.list() for t in image.tags)
-        runs = tmp_path / "runs"
-        out = run_assure(caller(cluster, one_spec_suite(tmp_path, QUICK), runs), tmp_path)
-        assert out.returncode == 0, out.stderr[-3000:]
-        (entry,) = suite_state(runs)["runs"]
-        assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster)
-        assert {tag: engine.images.get(tag).id for tag in before} == before  # the same digest tags, the same images
-        logs = "".join(p.read_text(errors="replace") for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*"))  # every node's
-        for tag in before:  # built in the node's task, the one that ran the spec
-            assert f"assure node {entry['node']}: building {tag}" in logs, tag
-    finally:  # as before, whatever the node built: the digest tag and `latest` on the image they named
-        for tag, image_id in before.items():
-            repo, digest = tag.split(":")
-            for name in (digest, "latest"):
-                engine.images.get(image_id).tag(repo, name)
+    shared = set(namespaced(engine))
+    before = {tag: engine.images.get(tag).id for tag in (ns_images.agent, ns_images.gateway)}
+    assert [t.split(":")[1] for t in before] == [images.agent.split(":")[1], images.gateway.split(":")[1]]  # the digests do not name the namespace
+    for tag in before:
+        for name in (tag, tag.split(":")[0] + ":latest"):
+            engine.images.remove(name, noprune=True)
+    assert not any(t in before for t in namespaced(engine))
+    runs = tmp_path / "runs"
+    out = run_assure(caller(cluster, one_spec_suite(tmp_path, QUICK), runs), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (entry,) = suite_state(runs)["runs"]
+    assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster)
+    assert {tag: engine.images.get(tag).id for tag in before} == before  # the same digest tags, the same images
+    assert set(namespaced(engine)) == shared  # `latest` too
+    logs = "".join(p.read_text(errors="replace") for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*"))  # every node's
+    for tag in before:  # built in the node's task, the one that ran the spec
+        assert f"assure node {entry['node']}: building {tag}" in logs, tag
 
 
 def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
     runs = tmp_path / "runs"
     argv = cluster.in_ns(*ASSURE, "suite", str(one_spec_suite(tmp_path, QUICK)), "--cluster", "auto", "--runs-dir", str(runs))
-    out = subprocess.run(argv, cwd=tmp_path, env={**ray_cluster.ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, text=True, timeout=400)
+    out = subprocess.run(argv, cwd=tmp_path, env={**ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "on the Ray cluster auto" in out.stderr
     (entry,) = suite_state(runs)["runs"]
     assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster) and entry["lost"] == []
+
+
+def test_a_wrong_address_and_a_spec_no_node_holds_fail_fast_before_a_suite_run_is_written(cluster, tmp_path):
+    """Nothing at the address, and something that is not Ray there: each refused in seconds with
+    the address and the fix (Ray alone retried for minutes). A spec asking 2 CPUs of 1-CPU nodes:
+    refused naming the spec and the largest node (Ray would have queued it, silently, for ever).
+    No suite run is written for any of them."""
+    runs = tmp_path / "runs"
+    suite = one_spec_suite(tmp_path, QUICK)
+    http = subprocess.Popen(cluster.in_ns(sys.executable, "-m", "http.server", "6392", "--bind", "127.0.0.1"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for address, said in (("127.0.0.1:6390", "nothing answers at the Ray cluster address 127.0.0.1:6390"),
+                              ("127.0.0.1:6392", "what answers at 127.0.0.1:6392 is not a Ray cluster's head")):
+            started = time.monotonic()
+            out = run_assure(cluster.in_ns(*ASSURE, "suite", str(suite), "--cluster", address, "--runs-dir", str(runs)), tmp_path, 120)
+            took = time.monotonic() - started
+            assert out.returncode != 0 and said in out.stderr and "ray start --head" in out.stderr, out.stderr[-2000:]
+            assert took < 30, took  # the interpreter and its imports included; Ray alone took over 150 s
+    finally:
+        http.kill()
+        http.wait(10)
+    big = tmp_path / "big.yaml"
+    big.write_text(QUICK.read_text().replace("name: quick-pass-1", "name: too-big").replace("{wall_seconds: 30}", "{wall_seconds: 30, cpus: 2}")
+                   .replace("../../../../../fixtures", str(ROOT / "fixtures")))
+    out = run_assure(caller(cluster, one_spec_suite(tmp_path, big), runs), tmp_path, 120)
+    assert out.returncode != 0, out.stderr[-2000:]
+    assert f"{big}: limits.cpus 2 and limits.memory" in out.stderr and "no node of the cluster holds it (the largest: node " in out.stderr, out.stderr[-2000:]
+    assert ": 1 CPU," in out.stderr  # the largest worker's
+    assert not (tmp_path / "suites").exists() and not runs.exists()
+
+
+def test_a_mixed_suite_runs_what_the_cluster_cannot_here_beside_it(cluster, tmp_path):
+    """The README's case: a spec with egress.allow (a retry on another node could repeat its
+    effects) runs on the caller, beside the cluster's spec, instead of refusing the whole suite;
+    `--check --cluster` says which."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"version: 1\nname: mixed\nspecs: [{json.dumps(str(QUICK))}, {json.dumps(str(EGRESS))}]\n")
+    check = run_assure([*ASSURE, "suite", str(suite), "--check", "--cluster", cluster.address], tmp_path, 60)
+    assert check.returncode == 0 and "2 specs (1 run here, not on the cluster" in check.stdout, check.stdout + check.stderr
+    runs = tmp_path / "runs"
+    out = run_assure(caller(cluster, suite, runs, "--json"), tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    quick, egress = suite_state(runs)["runs"]
+    assert quick["verdict"] == "pass" and quick["node"] in worker_ids(cluster) and "where" not in quick
+    assert (egress["verdict"], egress["where"], egress.get("node")) == ("contained", "here", None)
+    assert egress["here_because"] == ["an HTTP upstream (egress.allow)"]
+    assert "network-egress-proxy-self: contained (expects contained) here" in out.stderr
+    assert (runs / egress["run_id"] / "attempts" / "1").is_dir()

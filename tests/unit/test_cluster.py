@@ -147,8 +147,29 @@ def test_specs_with_effects_a_retry_could_repeat_are_refused(tmp_path):
     suite.write_text("version: 1\nname: live\nspecs: [pay.yaml]\n")
     out = subprocess.run([sys.executable, "-m", "assure.cli", "suite", str(suite), "--cluster", "127.0.0.1:9", "--runs-dir", str(tmp_path / "runs")],
                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert out.returncode != 0 and "pay.yaml: live database ledger" in out.stderr and "without --cluster" in out.stderr
-    assert not (tmp_path / "suites").exists()  # refused before a suite run was made, before the cluster was asked
+    assert out.returncode != 0 and "nothing answers at the Ray cluster address 127.0.0.1:9" in out.stderr, out.stderr  # it would run here: the cluster is asked
+    assert "ray start --head" in out.stderr and not (tmp_path / "suites").exists()  # refused before a suite run was made
+
+
+def test_a_spec_no_node_can_hold_is_refused_naming_the_largest_node(tmp_path):
+    nodes = cluster.capacities([
+        {"NodeID": "h" * 56, "Alive": True, "Resources": {"CPU": 8.0, "memory": 64 << 30}},  # the head: no docker, never the largest
+        {"NodeID": "a" * 56, "Alive": True, "Resources": {"CPU": 1.0, "memory": 4 << 30, "docker": 1.0}},
+        {"NodeID": "b" * 56, "Alive": True, "Resources": {"CPU": 2.0, "memory": 1 << 30, "docker": 2.0}},
+        {"NodeID": "d" * 56, "Alive": False, "Resources": {"CPU": 16.0, "memory": 64 << 30, "docker": 4.0}},  # dead
+    ])
+    assert [n.node_id[0] for n in nodes] == ["b", "a", "h"]
+    fits = write_spec(tmp_path, "fits", limits={"wall_seconds": 30, "cpus": 1, "memory": "2g"})  # only on a
+    cpus = write_spec(tmp_path, "cpus", limits={"wall_seconds": 30, "cpus": 4})
+    memory = write_spec(tmp_path, "memory", limits={"wall_seconds": 30, "cpus": 2, "memory": "2g"})  # a has the memory, b the CPUs
+    cluster.refuse_infeasible([fits], nodes)
+    with pytest.raises(SpecError) as caught:
+        cluster.refuse_infeasible([fits, cpus, memory], nodes)
+    problems = caught.value.problems
+    assert [p.split(":")[0] for p in problems] == [str(cpus.path), str(memory.path)]
+    assert "limits.cpus 4 and limits.memory" in problems[0] and f"(the largest: node {'b' * 12}: 2 CPU, 1.00 GiB memory, 2 docker)" in problems[0]
+    with pytest.raises(SpecError, match="the largest: none"):
+        cluster.refuse_infeasible([fits], [])
 
 
 def test_the_core_works_without_ray():
@@ -416,3 +437,13 @@ def test_a_run_whose_spec_a_claimed_breach_or_a_differing_verdict_overrules_carr
         assert verdicts_of_receipts(arrived) == [["verified"], ["rejected"], ["rejected"]][n]
     (receipt,) = [d for p in arrived.paths.receipts.rglob("*.json") if "aar" in (d := json.loads(p.read_text()))]
     assert "the spec's verdict is error" in receipt["reason"]
+
+
+def test_losses_are_worded_by_their_cause():
+    entry: dict = {}
+    cluster.record_loss(entry, "n" * 56, "NodeDiedError")
+    cluster.record_loss(entry, None, "the caller stopped", "caller")
+    cluster.record_loss(entry, None, "cancelled after 660 s", "hung")
+    assert [x["cause"] for x in entry["lost"]] == ["node", "caller", "hung"]
+    assert cluster.losses(entry["lost"]) == "1 lost with their node, 1 stopped with the caller, 1 cancelled as hung"
+    assert cluster.losses([{"error": "the caller stopped"}]) == "1 stopped with the caller"  # a state from before causes were kept

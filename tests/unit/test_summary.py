@@ -437,3 +437,31 @@ def test_the_gates_first_denial_is_containment_that_worked_its_message_a_line_of
     assert line == 'containment that worked: the gate denied agent:"fs.write" on agent:"src/x.py": contract.unratified (2 calls denied); the gate\'s message: not ratified'
     assert summary.gate_denial_line({"summary": summary.denial_line(denial), "gate_denial": denial}) == "the gate's message: not ratified"
     assert summary.gate_denial_line({"summary": "exit code 1"}) is None
+
+
+def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_junit(ran, tmp_path):
+    """Where a cluster suite's spec ran and what was lost (when, where, why) reach the summary,
+    which stays valid, and its JUnit system-out; a local suite's results carry no placement."""
+    assert all("placement" not in r for r in ran.doc["results"])
+    copied = tmp_path / ran.record.path.name
+    shutil.copytree(ran.record.path, copied)
+    state = store.read_json(SuitePaths(copied).state)
+    state["runs"][0].update(node="b" * 56, queued_seconds=3.5, next_attempt=3, lost=[
+        {"node": "a" * 56, "attempt": 1, "error": "NodeDiedError", "cause": "node", "at": "2026-01-01T00:00:00Z"},
+        {"node": None, "attempt": 2, "error": "the caller stopped", "cause": "caller", "at": "2026-01-01T00:01:00Z"}])
+    state["runs"][1].update(where="here", here_because=["an HTTP upstream (egress.allow)"], next_attempt=1, lost=[])
+    store.write_json(SuitePaths(copied).state, state)
+
+    doc = summary.suite_document(ran.suite, copied, ran.runs)
+
+    assert summary.problems(doc) == []
+    first, second = doc["results"][:2]
+    assert first["placement"] == {"where": "node", "node": "b" * 56, "queued_seconds": 3.5, "here_because": [], "lost": [
+        {"attempt": 1, "node": "a" * 56, "at": "2026-01-01T00:00:00Z", "cause": "node", "error": "NodeDiedError"},
+        {"attempt": 2, "node": None, "at": "2026-01-01T00:01:00Z", "cause": "caller", "error": "the caller stopped"}]}
+    assert (second["placement"]["where"], second["placement"]["here_because"]) == ("here", ["an HTTP upstream (egress.allow)"])
+    _, found = cases(junit.of_summary(doc))
+    out = found[0].find("system-out").text.splitlines()
+    assert out[4:] == [f"ran: on node {'b' * 56}", f"lost: attempt 1 at 2026-01-01T00:00:00Z on node {'a' * 56} (node: NodeDiedError)",
+                       "lost: attempt 2 at 2026-01-01T00:01:00Z on node unknown (caller: the caller stopped)"]
+    assert found[1].find("system-out").text.splitlines()[4:] == ["ran: here on the caller"]
