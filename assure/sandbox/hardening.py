@@ -105,7 +105,7 @@ def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], me
         user=f"{uid}:{gid}",
         network="none",
         cap_drop=("ALL",),
-        security_opt=("no-new-privileges:true", seccomp.security_opt()),
+        security_opt=("no-new-privileges:true", seccomp.security_opt(runtime)),
         read_only_root=spec.sandbox.read_only_root,
         tmpfs={"/tmp": tmpfs_options(spec.limits.tmpfs)},
         ipc="none",

@@ -92,7 +92,7 @@ def _spec_checks(inspect: dict[str, Any], spec: Spec, engine_security: list[str]
     reported_ulimits = {u.get("Name"): (u.get("Soft"), u.get("Hard")) for u in _lookup(inspect, ("HostConfig", "Ulimits")) or []}
     return [
         ("HostConfig.Runtime", spec.sandbox.runtime, _lookup(inspect, ("HostConfig", "Runtime"))),
-        ("HostConfig.SecurityOpt seccomp", [_seccomp_summary(seccomp.security_opt())], profiles),
+        ("HostConfig.SecurityOpt seccomp", [_seccomp_summary(seccomp.security_opt(spec.sandbox.runtime))], profiles),
         # the engine applies a seccomp profile only where it was built with seccomp support
         ("engine seccomp support", True, any(o.startswith("name=seccomp") for o in engine)),
         # no AppArmor on the engine: the profile is empty; with it, a confining one

@@ -3,6 +3,9 @@ exploits start from, and the post-run check of the container's settings reports 
 
 import json
 
+import pytest
+import yaml
+
 from assure.sandbox import hardening, seccomp
 from assure.sandbox.backend import ContainerRequest, Mount
 from assure.records.store import read_json
@@ -37,7 +40,7 @@ def test_exploit_syscalls_are_refused_and_the_run_is_contained(run):
     assert {"HostConfig.SecurityOpt seccomp", "AppArmorProfile", "HostConfig.Runtime", "Mounts", "HostConfig.Tmpfs",
             "HostConfig.Ulimits"} <= set(containment["checked"])
     inspect = read_json(attempt / "container.json")["inspect"]
-    assert f"seccomp={seccomp.profile_text()}" in inspect["HostConfig"]["SecurityOpt"]
+    assert f"seccomp={seccomp.profile_text('runc')}" in inspect["HostConfig"]["SecurityOpt"]
 
 
 def test_the_same_calls_go_through_without_the_profile(backend, images, tmp_path):
@@ -84,3 +87,20 @@ def test_a_live_database_the_gateway_cannot_use_is_refused_before_any_run(make_s
         assert done.returncode == 1, done.stdout + done.stderr
         assert "databases[0].fixture (ledger)" in done.stderr and expected in done.stderr and "fix: " in done.stderr
         assert not (tmp_path / ".assure" / "runs").exists()  # no run was made
+
+
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_vsock_and_uevent_sockets_are_refused_and_ordinary_ones_made(run, make_spec, runtime):
+    """AF_VSOCK (not isolated by network namespaces) and NETLINK_KOBJECT_UEVENT (the host's
+    device events) are refused whatever the upper 32 bits say; unix, inet and NETLINK_ROUTE
+    sockets are still made. Under runc the errno is the profile's, under gVisor EPERM."""
+    spec = make_spec(f"sockets-{runtime}", "sockets.py", sandbox={"runtime": runtime}, assertions=[{"exit_code": 0}])
+    data = yaml.safe_load(spec.read_text())
+    data["agent"] = {"command": ["python3", "/opt/agent/sockets.py"], "files": str(ROOT / "fixtures" / "agents" / "sockets")}
+    spec.write_text(yaml.safe_dump(data))
+    result = run(spec)
+    assert result.verdict == "pass", result.report
+    seen = json.loads((result.run_dir / "attempts" / "1" / "agent.log").read_text().splitlines()[-1])
+    vsock, uevent = ("EPERM", "EPERM") if runtime == "runsc" else ("EAFNOSUPPORT", "EPROTONOSUPPORT")
+    assert seen == {"vsock": vsock, "vsock high bits": vsock, "vsock socketpair": vsock, "uevent": uevent, "uevent high bits": uevent,
+                    "netlink route": "ok", "unix": "ok", "unix socketpair": "ok", "inet": "ok", "inet6": "ok"}, seen

@@ -210,3 +210,18 @@ def test_host_uds_open_reaches_no_host_socket_but_the_gateways(run, make_spec, r
     assert len(outcomes) == 14 and all(v.startswith("refused: ") for v in outcomes.values()), outcomes
     assert result.verdict == "contained", result.report
     assert facts(result)["inspect"]["HostConfig"]["Runtime"] == runtime
+
+
+@pytest.mark.parametrize("runtime", ["runsc", "runc"])
+def test_an_agent_starts_a_thread(run, make_spec, runtime):
+    """runsc answers every seccomp refusal with EPERM: with the base profile's clone3 refusal
+    (ENOSYS under runc, so glibc falls back to clone) no thread could start under gVisor. Its
+    profile lets clone3 through to the sentry, which answers ENOSYS itself (seccomp.py)."""
+    spec = make_spec(f"thread-{runtime}", "thread.py", sandbox={"runtime": runtime}, assertions=[{"exit_code": 0}])
+    data = yaml.safe_load(spec.read_text())
+    data["agent"] = {"command": ["python3", "/opt/agent/thread.py"], "files": str(ROOT / "fixtures" / "agents" / "sockets")}
+    spec.write_text(yaml.safe_dump(data))
+    result = run(spec)
+    assert result.verdict == "pass", result.report
+    log = (result.run_dir / "attempts" / "1" / "agent.log").read_text()
+    assert log.splitlines() == ["thread started", "clone3 38"], log  # 38: ENOSYS

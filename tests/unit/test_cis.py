@@ -24,7 +24,7 @@ USER = (10001, 10001)  # the capture's user (the check does not judge the uid: t
 def evidence(role: str, change: Callable[[dict[str, Any]], None] | None = None, **engine: Any) -> cis.Evidence:
     data = copy.deepcopy(CANNED["containers"][role])
     inspect = data["inspect"]
-    inspect["HostConfig"]["SecurityOpt"] = [seccomp.security_opt() if o.startswith("seccomp=") else o for o in inspect["HostConfig"]["SecurityOpt"]]
+    inspect["HostConfig"]["SecurityOpt"] = [seccomp.security_opt("runc") if o.startswith("seccomp=") else o for o in inspect["HostConfig"]["SecurityOpt"]]
     if change:
         change(data)
     return cis.Evidence(inspect, data["processes"], engine.get("security", CANNED["engine_security"]), engine.get("swarm", CANNED["swarm"]))

@@ -43,7 +43,7 @@ def test_agent_container_is_sealed(benign, tmp_path):
     kw = agent_kwargs(benign, image="img", name="n", mounts=mounts(tmp_path), labels={"a": "b"}, env={"ASSURE_RUN_ID": "r"})
     assert kw["network_mode"] == "none"
     assert kw["cap_drop"] == ["ALL"] and "cap_add" not in kw
-    assert kw["security_opt"] == ["no-new-privileges:true", f"seccomp={seccomp.profile_text()}"]
+    assert kw["security_opt"] == ["no-new-privileges:true", f"seccomp={seccomp.profile_text('runc')}"]
     assert kw["read_only"] is True
     assert kw["ipc_mode"] == "none"
     assert kw["privileged"] is False
@@ -101,9 +101,9 @@ def good_inspect(spec, **host_config):
     """An inspect dict as the engine reports a container created with exactly what we ask for."""
     limits = spec.limits
     return {"HostConfig": {"NetworkMode": "none", "CapDrop": ["ALL"], "CapAdd": None, "Privileged": False,
-                           "SecurityOpt": ["no-new-privileges:true", seccomp.security_opt()], "IpcMode": "none", "PidMode": "",
+                           "SecurityOpt": ["no-new-privileges:true", seccomp.security_opt(spec.sandbox.runtime)], "IpcMode": "none", "PidMode": "",
                            "Devices": [], "PidsLimit": 128, "Memory": 1, "MemorySwap": 1, "Binds": ["/x:/workspace:rw"],
-                           "ReadonlyRootfs": True, "Runtime": "runc", "Tmpfs": {"/tmp": hardening.tmpfs_options(limits.tmpfs)},
+                           "ReadonlyRootfs": True, "Runtime": spec.sandbox.runtime, "Tmpfs": {"/tmp": hardening.tmpfs_options(limits.tmpfs)},
                            "Ulimits": [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]}
                                        for u in hardening.ulimits(limits.nofile, limits.disk)], **host_config},
             "Config": {"User": "10001:10001"}, "AppArmorProfile": "",
@@ -139,8 +139,8 @@ def test_the_agent_must_have_run_as_the_user_its_attempt_leased(benign):
 @pytest.mark.parametrize("security_opt", [
     ["no-new-privileges:true"],                                   # the engine's default profile, not ours
     ["no-new-privileges:true", "seccomp=unconfined"],
-    ["no-new-privileges:true", seccomp.security_opt().replace('"io_uring_setup",', "")],  # our profile, edited
-    ["no-new-privileges:true", seccomp.security_opt(), "seccomp=unconfined"],
+    ["no-new-privileges:true", seccomp.security_opt("runc").replace('"io_uring_setup",', "")],  # our profile, edited
+    ["no-new-privileges:true", seccomp.security_opt("runc"), "seccomp=unconfined"],
 ])
 def test_containment_requires_our_seccomp_profile(benign, security_opt):
     s = benign
@@ -174,7 +174,7 @@ def test_containment_refuses_unconfined_apparmor(benign):
     assert failed({**good_inspect(s), "AppArmorProfile": "docker-default"}, s, engine) == []
     assert failed({**good_inspect(s), "AppArmorProfile": "unconfined"}, s, engine) == ["AppArmorProfile"]
     assert failed({**good_inspect(s), "AppArmorProfile": ""}, s, engine) == ["AppArmorProfile"]
-    opt = ["no-new-privileges:true", seccomp.security_opt(), "apparmor=unconfined"]
+    opt = ["no-new-privileges:true", seccomp.security_opt("runc"), "apparmor=unconfined"]
     assert failed(good_inspect(s, SecurityOpt=opt), s) == ["AppArmorProfile"]
     assert failed(good_inspect(s), s) == []  # an engine without AppArmor reports no profile
 
@@ -182,7 +182,11 @@ def test_containment_refuses_unconfined_apparmor(benign):
 def test_containment_requires_the_spec_runtime(benign):
     s = benign
     assert failed(good_inspect(s, Runtime="runsc"), s) == ["HostConfig.Runtime"]
-    assert failed(good_inspect(s, Runtime="runsc"), dataclasses.replace(s, sandbox=dataclasses.replace(s.sandbox, runtime="runsc"))) == []
+    gvisor = dataclasses.replace(s, sandbox=dataclasses.replace(s.sandbox, runtime="runsc"))
+    assert failed(good_inspect(gvisor), gvisor) == []
+    # each runtime has its own profile: runc's under a runsc spec (or the reverse) is not it
+    assert failed(good_inspect(gvisor, SecurityOpt=["no-new-privileges:true", seccomp.security_opt("runc")]), gvisor) == ["HostConfig.SecurityOpt seccomp"]
+    assert failed(good_inspect(s, SecurityOpt=["no-new-privileges:true", seccomp.security_opt("runsc")]), s) == ["HostConfig.SecurityOpt seccomp"]
 
 
 def test_containment_requires_exactly_the_expected_mounts_and_modes(benign):
@@ -243,7 +247,9 @@ def test_the_profile_is_dockers_default_with_the_exploit_syscalls_denied():
     import json
 
     base = json.loads(seccomp.BASE.read_text())
-    ours = json.loads(seccomp.profile_text())
+    ours = json.loads(seccomp.profile_text("runc"))
+    refusals, ours["syscalls"][:2] = ours["syscalls"][:2], []
+    assert refusals == list(seccomp.SOCKET_REFUSALS) and ours["syscalls"].pop() == seccomp.SOCKET_ALLOW
     assert ours["defaultAction"] == base["defaultAction"] == "SCMP_ACT_ERRNO"
     allowed = {n for r in ours["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
     assert "io_uring_setup" in {n for r in base["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}
@@ -251,13 +257,42 @@ def test_the_profile_is_dockers_default_with_the_exploit_syscalls_denied():
     [deny] = [r for r in ours["syscalls"] if set(seccomp.DENIED) & set(r["names"])]
     assert deny["action"] == "SCMP_ACT_ERRNO" and deny["errnoRet"] == 1 and sorted(deny["names"]) == sorted(seccomp.DENIED)
     # everything else the base allows is still allowed, under the same conditions
-    kept = [{**r, "names": [n for n in r["names"] if n not in seccomp.DENIED]} for r in base["syscalls"]]
+    kept = [{**r, "names": [n for n in r["names"] if n not in (*seccomp.DENIED, *seccomp.SOCKETS)]} for r in base["syscalls"]]
     assert [r for r in kept if r["names"]] == ours["syscalls"][:-1]
+
+def socket_rules(profile):
+    return [r for r in profile["syscalls"] if {"socket", "socketpair"} & set(r["names"])]
+
+
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_socket_is_allowed_only_after_the_refusals_of_vsock_and_uevent_netlink(runtime):
+    import json
+
+    profile = json.loads(seccomp.profile_text(runtime))
+    low32 = lambda i, v: {"index": i, "value": 0xFFFFFFFF, "valueTwo": v, "op": "SCMP_CMP_MASKED_EQ"}
+    vsock, uevent, allow = socket_rules(profile)
+    assert profile["syscalls"][:2] == [vsock, uevent] and profile["syscalls"][-1] == allow  # the first of overlapping rules wins
+    assert (vsock["action"], vsock["errnoRet"], vsock["args"], sorted(vsock["names"])) == ("SCMP_ACT_ERRNO", 97, [low32(0, 40)], ["socket", "socketpair"])
+    assert (uevent["action"], uevent["errnoRet"], uevent["args"], uevent["names"]) == ("SCMP_ACT_ERRNO", 93, [low32(0, 16), low32(2, 15)], ["socket"])
+    assert allow["action"] == "SCMP_ACT_ALLOW" and allow["args"]  # never unconditional: runc would refuse the profile
+
+
+def test_clone3_is_let_through_to_gvisor_and_refused_with_enosys_under_runc():
+    import json
+
+    runc, runsc = (json.loads(seccomp.profile_text(r)) for r in ("runc", "runsc"))
+    clone3 = lambda p, action: [r for r in p["syscalls"] if "clone3" in r["names"] and r["action"] == action]
+    assert not clone3(runsc, "SCMP_ACT_ERRNO") and [r["args"] for r in clone3(runsc, "SCMP_ACT_ALLOW") if not r["includes"]] == [[]]
+    assert any(r.get("errnoRet") == 38 and not r["includes"] for r in clone3(runc, "SCMP_ACT_ERRNO"))
+    # clone3 is the only difference
+    strip = lambda p: [{**r, "names": [n for n in r["names"] if n != "clone3"]} for r in p["syscalls"]]
+    assert [r for r in strip(runsc) if r["names"]] == [r for r in strip(runc) if r["names"]]
+
 
 def test_containment_names_a_runtime_other_than_the_specs(benign):
     s = benign
     wanted = dataclasses.replace(s, sandbox=dataclasses.replace(s.sandbox, runtime="runsc"))
-    assert failed(good_inspect(s), wanted) == ["HostConfig.Runtime"]
+    assert failed(good_inspect(s), wanted) == ["HostConfig.Runtime", "HostConfig.SecurityOpt seccomp"]  # and runc's profile, not gVisor's
     assert "HostConfig.Runtime" in failed(good_inspect(s, Runtime=None), s)
 
 
