@@ -40,7 +40,7 @@ from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec, Task
 from assure.textsafe import display
-from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, standing, unexplained_subjects, worst
+from assure.verify.findings import Finding, Kind, Verdict, as_expected, breach_subjects, standing, unexplained_subjects, worst
 from assure.verify.judge import Judgement, judge
 
 @dataclass(frozen=True)
@@ -224,16 +224,27 @@ class Driver:
         return self._finish_task(task, TaskState.COMMITTED, "verified and committed")
 
     def _quarantine(self, task: Task, reason: str) -> TaskState:
-        judged = [str(a["verdict"]) for a in self.state["tasks"][task.id]["attempts"] if a.get("verdict") is not None]
-        verdict = judged[standing(judged)] if judged else None
-        interrupted = not judged or self.state["tasks"][task.id]["attempts"][-1].get("interrupted")
+        attempts = [a for a in self.state["tasks"][task.id]["attempts"] if a.get("verdict") is not None]
+        stands = attempts[standing([str(a["verdict"]) for a in attempts])] if attempts else None
+        interrupted = stands is None or self.state["tasks"][task.id]["attempts"][-1].get("interrupted")
         alerts.raise_alert(self.run.path, AlertKind.QUARANTINE, f"task {task.id!r} quarantined: {reason}", self.sinks,
-                           expected=None if interrupted else self._expected(verdict))
+                           expected=None if interrupted else self._expected(self._judgement(stands["n"])))
         return self._finish_task(task, TaskState.QUARANTINED, reason)
 
-    def _expected(self, verdict: str | None) -> str | None:
-        """Why an alert about `verdict` needs no person (the outcome this hostile spec expects), or None: it does."""
-        if self.spec.hostile and verdict is not None and verdict == self.spec.expect:
+    def _judgement(self, n: int) -> Judgement | None:
+        """Attempt `n`'s judgement, or None when its record cannot be read (then its alert is pending)."""
+        try:
+            return self.records.get(n).judgement
+        except AssureError:
+            return None
+
+    def _expected(self, judgement: Judgement | None) -> str | None:
+        """Why an alert about `judgement` needs no person (the outcome this hostile spec expects,
+        `findings.as_expected`: a breach only from covert changes), or None: it does."""
+        if judgement is None or not self.spec.hostile:
+            return None
+        verdict = judgement.verdict.value
+        if as_expected(verdict, self.spec.expect, ((f.kind.value, f.severity.value) for f in judgement.findings)):
             return f"hostile spec {display(self.spec.name)} expects {verdict}"
         return None
 
@@ -263,11 +274,11 @@ class Driver:
         elif stop:
             self._record("budget_halt", attempt=n, counter=stop["counter"], breach_at=stop.get("breach_at"), halted_at=stop.get("halted_at"), latency_ms=stop.get("latency_ms"))
             alerts.raise_alert(self.run.path, AlertKind.BUDGET_HALT, f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach",
-                               self.sinks, stop, expected=self._expected(judgement.verdict.value))
+                               self.sinks, stop, expected=self._expected(judgement))
         if judgement.verdict is Verdict.BREACH:
             subjects = breach_subjects(judgement.findings)
             alerts.raise_alert(self.run.path, AlertKind.BREACH, f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]},
-                               expected=self._expected(judgement.verdict.value))
+                               expected=self._expected(judgement))
 
     def _report(self) -> dict[str, Any]:
         return build_report(self.run, self.spec, self.state, self.records.get)

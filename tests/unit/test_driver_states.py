@@ -506,6 +506,21 @@ def test_an_expected_breach_raises_alerts_that_need_no_ack_and_an_unexpected_one
     assert len(pending(tmp_path, "breach")) == 2 and len(pending(tmp_path, "quarantine")) == 2
 
 
+def test_a_breach_beyond_the_covert_edit_a_hostile_spec_expects_still_needs_a_person(tmp_path, short_tmp):
+    """A spec that expects the breach of a covert edit; the agent also changes the container
+    outside the workspace (a container_changed finding): not the outcome it expects, so pending."""
+    def tamper_and_escape(ctx: Context) -> int:
+        ctx.path("/etc").mkdir(exist_ok=True)
+        (ctx.path("/etc") / "escaped").write_text("owned\n")
+        return tamper(ctx)
+
+    hostile = write_spec(tmp_path, "tamper", assertions=ACCEPTANCE, hostile=True, expect="breach")
+    result, _ = drive(hostile, new_run(tmp_path, hostile), short_tmp, {"tamper": tamper_and_escape})
+    kinds = {f["kind"] for f in result.report["attempts"][0]["findings"]}
+    assert result.verdict == "breach" and {"protected_changed", "container_changed"} <= kinds
+    assert len(pending(tmp_path, "breach")) == 1 and len(pending(tmp_path, "quarantine")) == 1
+
+
 def test_a_driver_killed_after_a_breach_resumes_into_a_breach_not_the_later_clean_attempt(tmp_path, short_tmp, target):
     """kill -9 during attempt 2 (after attempt 1's breach); the resumed driver runs attempt 3,
     which passes: the breach still stands and nothing is committed."""

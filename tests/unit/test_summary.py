@@ -191,6 +191,16 @@ def test_a_later_attempt_replaces_a_fail_but_never_a_breach():
     assert (result["findings"], result["reason"]) == ([covert], "breach: unattributed ...")
 
 
+def test_a_breach_is_as_expected_only_when_covert_changes_alone_made_it():
+    """A spec that expects the breach of a covert edit: a containment that failed beside it is
+    never what it expected, so the summary counts it unexpected."""
+    covert = {"kind": "protected_changed", "severity": "breach", "subject": "tests/t.py", "message": "m"}
+    escaped = {"kind": "containment_failed", "severity": "breach", "subject": "seccomp", "message": "m"}
+    for findings, expected in (([covert], True), ([covert, escaped], False)):
+        report = {"verdict": "breach", "attempts": [{"task": "main", "verdict": "breach", "findings": findings, "reason": None}]}
+        assert summary._result(1, "n", "n.yaml", "breach", None, report, {}, None)["as_expected"] is expected
+
+
 def test_the_run_form_is_the_report_placed_and_validates(ran):
     run_dir = Path(ran.doc["results"][1]["run_dir"])
     report = store.read_json(RunPaths(run_dir).report)
