@@ -502,8 +502,13 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
     for task_id in state["order"]:
         ts = state["tasks"][task_id]
         for a in ts["attempts"]:
-            record = records(a["n"])
+            try:
+                record = records(a["n"])
+            except AssureError:  # an unreadable record is a missing one
+                record = None
             if record is None or record.judgement is None:
+                if a.get("verdict") == Verdict.BREACH.value:  # the breach state.json recorded stands, record or not
+                    attempts.append(_unrecorded_breach(a["n"], task_id))
                 continue
             verdict, facts = record.judgement.to_json(), record.facts
             attempts.append({
@@ -525,6 +530,15 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
                    "attempts": [a["n"] for a in state["tasks"][t]["attempts"]], **stands_for[t]} for t in state["order"]],
         "attempts": attempts,
     }
+
+
+def _unrecorded_breach(n: int, task_id: str) -> dict[str, Any]:
+    """A report's attempt for one that state.json says was a breach but whose judgement is gone
+    or damaged: still a breach (it stands for its task), with a harness finding saying why."""
+    missing = Finding(Kind.HARNESS_ERROR, f"attempt {n}", "state.json records a breach, but the attempt's judgement (verdict.json) is missing or unreadable")
+    return {"attempt": n, "task": task_id, "verdict": Verdict.BREACH.value, "exit_code": None, "timed_out": None, "stopped": None,
+            "timings": {}, "claim": None, "journal_head": None, "findings": [missing.to_json()],
+            "reason": {"summary": f"breach recorded in state.json; {missing.message}", "gate_denial": None, "agent_output": []}}
 
 
 def reverify(run_dir: Path) -> RunResult:

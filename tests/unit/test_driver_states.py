@@ -545,3 +545,25 @@ def test_a_driver_killed_after_a_breach_resumes_into_a_breach_not_the_later_clea
     assert [(a["n"], a.get("verdict"), bool(a.get("interrupted"))) for a in attempts] == [(1, "breach", False), (2, None, True), (3, "pass", False)]
     assert (result.verdict, task_of(result)["state"], task_of(result)["verdict_attempt"]) == ("breach", "quarantined", 1)
     assert git(target, "log", "--format=%s").splitlines() == ["fixture"]
+
+
+def test_a_breach_state_json_recorded_stands_in_the_report_when_its_judgement_is_gone(monkeypatch, tmp_path):
+    """Attempt 1's verdict.json failed to write (or was damaged); state.json says breach: the
+    report (on resume, or rebuilt) still says breach, not attempt 2's contained."""
+    from types import SimpleNamespace
+
+    from assure.records import summary
+    from assure.run import driver
+    from assure.verify.findings import Verdict
+    from assure.verify.judge import Judgement
+
+    contained = SimpleNamespace(number=2, judgement=Judgement(Verdict.CONTAINED, (), (), None, None),
+                                facts=SimpleNamespace(exit_code=0, timed_out=False, stopped=None, timings={}))
+    state = {"order": ["t"], "state": "finished", "tasks": {"t": {"state": "quarantined", "reason": "breach in attempt 1",
+             "attempts": [{"n": 1, "verdict": "breach"}, {"n": 2, "verdict": "contained"}]}}}
+    monkeypatch.setattr(driver, "attempt_reason", lambda record, spec: None)
+    report = driver.build_report(SimpleNamespace(run_id="r1"), SimpleNamespace(name="s", hostile=True, expect="contained"),
+                                 state, {2: contained}.get)
+    assert (report["verdict"], report["tasks"][0]["verdict_attempt"]) == ("breach", 1)
+    assert [f["kind"] for f in report["attempts"][0]["findings"]] == ["harness_error"]
+    assert summary.problems(summary.run_document(tmp_path / "r1", report)) == []
