@@ -138,12 +138,13 @@ def attempt_reason(report: dict[str, Any] | None) -> str | None:
 
 def gate_denial_line(reason: dict[str, Any]) -> str | None:
     """The gate's first denial as the box and the HTML page show it under the reason's summary,
-    as containment that worked, with the gate's message (which may quote the agent's arguments:
-    it is never in the summary); None when there was no denial."""
+    as containment that worked, with the gate's message: it quotes the agent's arguments (a path,
+    a tool name), so it is quoted and marked as the agent's (`agent_quoted`), never shown bare
+    beside the headline; None when there was no denial."""
     denial = reason.get("gate_denial")
     if not denial:
         return None
-    message = f"the gate's message: {denial.get('message')}"
+    message = f"the gate's message: {agent_quoted(str(denial.get('message')), shown=True)}"
     if str(reason.get("summary") or "").startswith("the gate denied"):
         return message
     return f"containment that worked: {denial_line(denial)}; {message}"
