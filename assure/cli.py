@@ -477,6 +477,7 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
             else:
                 outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
         doc = summary.suite_document(whole, record.path, runs_dir)
+        outcomes = suite_mod.with_findings(outcomes, doc)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
