@@ -31,7 +31,7 @@ from assure.records import report as render
 from assure.records import junit, store, summary
 from assure.records.conformance_packet import OBLIGATIONS
 from assure.records.states import RESUMABLE
-from assure.sandbox import live, runtimes, workspace_fs
+from assure.sandbox import install, live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
 
@@ -110,9 +110,12 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
         preflight.refuse(list(specs), None)  # what needs no engine is told even when there is none
         raise
     preflight.refuse(list(specs), backend)
-    images = Images(backend, lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg))))
-    found = images.resolve()
-    return backend, found or images.ensure()
+    say = lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg)))  # noqa: E731
+    images = Images(backend, say)
+    found = images.resolve() or images.ensure()
+    for s in specs:  # each agent.install's derived image: a no-op when the engine has it
+        install.ensure(s, backend, found, say)
+    return backend, found
 
 
 def _stamp() -> str:
@@ -687,19 +690,25 @@ def report_html(
 
 
 @images_app.command("build")
-def images_build(json_out: bool = JSON_OPTION) -> None:
-    """Build the base, agent and gateway images (no registry needed); skip what is up to date."""
+def images_build(specs: Optional[list[Path]] = typer.Argument(None, metavar="SPEC", help="Specs whose agent.install images to build too."),
+                 json_out: bool = JSON_OPTION) -> None:
+    """Build the base, agent and gateway images (no registry needed), and each SPEC's derived
+    agent image (its agent.install); skip what is up to date."""
     try:
+        loaded = [spec_mod.load(p) for p in specs or []]
         backend = DockerBackend()
         built = Images(backend, lambda msg: err.print(f"images: {msg}")).ensure()
+        derived = {s.name: install.ensure(s, backend, built, lambda msg: err.print(f"images: {msg}")) for s in loaded if s.agent.install}
     except AssureError as exc:
         raise _fail(exc) from None
     roles = ("base", "agent", "gateway", "egress")
     if json_out:
-        _print_json({role: getattr(built, role) for role in roles})
+        _print_json({**{role: getattr(built, role) for role in roles}, **({"installs": derived} if derived else {})})
         return
     for role in roles:
         out.print(f"{role:8} {getattr(built, role)}")
+    for name, tag in derived.items():
+        out.print(f"{'install':8} {tag}  ({name})", markup=False, highlight=False)
 
 
 @contract_app.command("hash")
@@ -732,16 +741,16 @@ def contract_hash(
 
 
 @app.command()
-def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs whose sandbox.runtime must be available here."),
+def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs whose sandbox.runtime and agent.install image must be available here."),
            json_out: bool = JSON_OPTION) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
     from assure.ops import doctor as checks
 
     try:
-        wanted = {spec_mod.load(path).sandbox.runtime for path in specs or []}
+        loaded = [spec_mod.load(path) for path in specs or []]
     except AssureError as exc:
         raise _fail(exc) from None
-    report = checks.diagnose(wanted)
+    report = checks.diagnose({s.sandbox.runtime for s in loaded}, [s for s in loaded if s.agent.install is not None])
     if json_out:
         _print_json({"ok": report.ok, "checks": [dataclasses.asdict(c) for c in report.checks],
                      "register_gvisor": list(runtimes.registration_steps()) if report.register_gvisor else []})

@@ -31,11 +31,24 @@ def schema(kind: str = "spec") -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Install:
+    """`agent.install`: the agent software built into a derived image (sandbox/install.py)."""
+
+    pip: tuple[str, ...] = ()
+    pip_deps: bool = True
+    apt: tuple[str, ...] = ()
+    wheels: tuple[Path, ...] = ()
+    binaries: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
 class Agent:
     image: str
     command: tuple[str, ...]
     env: dict[str, str]
     files: Path | None
+    install: Install | None = None
+    preset: str | None = None
 
 
 @dataclass(frozen=True)
@@ -514,8 +527,12 @@ def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], i
 def _build(path: Path, data: dict[str, Any]) -> Spec:
     """The typed spec of a validated document (defaults filled in); paths are resolved against
     the spec's folder (an absolute one, as `to_json` writes, stays as it is)."""
+    from assure import presets
+
     base = path.parent
+    data = presets.expand(data)
     a, w, lim, sb, au = data["agent"], data["workspace"], data["limits"], data["sandbox"], data["autonomy"]
+    ins = a.get("install")
     contract = Contract.from_json(data["contract"]) if data.get("contract") else None
     tasks = data.get("tasks") or [{"id": "main", "description": data.get("description", "")}]
     eg, m, al = data.get("egress"), data.get("model"), data.get("alerts", {})
@@ -525,7 +542,9 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
         name=data["name"],
         description=data.get("description", ""),
         hostile=data["hostile"],
-        agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None),
+        agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None,
+                    Install(tuple(ins.get("pip", ())), ins.get("pip_deps", True), tuple(ins.get("apt", ())), tuple(base / p for p in ins.get("wheels", ())),
+                            tuple(base / p for p in ins.get("binaries", ()))) if ins else None, a.get("preset")),
         workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
         databases=tuple(Database(d["name"], base / d["fixture"], d["mode"], d.get("rollback")) for d in data.get("databases", [])),
         limits=Limits(wall_seconds=float(lim["wall_seconds"]), memory=lim["memory"], tmpfs=lim["tmpfs"], disk=lim["disk"], inodes=lim["inodes"],

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from assure.errors import AssureError
 from assure import spec as spec_mod
 from assure.ops import cis
-from assure.sandbox import backend as sandbox, runtimes, uids, workspace_fs
+from assure.sandbox import backend as sandbox, install, runtimes, uids, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import ImageSet, Images, base_mode, base_tags
 
@@ -51,8 +51,9 @@ class Report:
         self.checks.append(Check(name, Status.OK if good else Status.MISSING, detail))
 
 
-def diagnose(wanted: Iterable[str] = ()) -> Report:
-    """Every check; `wanted`: the sandbox runtimes the caller's specs need."""
+def diagnose(wanted: Iterable[str] = (), installs: Iterable[spec_mod.Spec] = ()) -> Report:
+    """Every check; `wanted`: the sandbox runtimes the caller's specs need; `installs`: the
+    specs whose derived agent image (agent.install) must be built."""
     wanted = set(wanted)
     report = Report()
     try:
@@ -61,13 +62,13 @@ def diagnose(wanted: Iterable[str] = ()) -> Report:
     except AssureError as exc:
         report.add("bounded workspace", False, f"{exc.message}; fix: {exc.fix}")
     try:
-        _engine(report, wanted)
+        _engine(report, wanted, list(installs))
     except AssureError as exc:
         report.add("docker engine", False, exc.explain())
     return report
 
 
-def _engine(report: Report, wanted: set[str]) -> None:
+def _engine(report: Report, wanted: set[str], installs: list[spec_mod.Spec]) -> None:
     backend = DockerBackend()
     version = backend.version()
     report.add("docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})")
@@ -100,6 +101,13 @@ def _engine(report: Report, wanted: set[str]) -> None:
     have_tool = shutil.which("debootstrap") is not None
     if found is not None:
         _cis(report, backend, found)
+    for spec in installs:  # the same tag `run` would build and use, computed without fetching anything
+        try:
+            tag = install.tag(spec.agent.install, found.agent, fetch=False) if found is not None else None
+        except install.NotFetched:
+            tag = None
+        built = tag is not None and backend.image_exists(tag)
+        report.add(f"agent install ({spec.name})", built, tag if built else f"not built: run `assure images build {spec.path}`")
     report.checks.append(Check("base image source", Status.INFO, f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}", value=base_mode()))
 
 

@@ -33,7 +33,7 @@ from assure.records import store
 from assure.records.attempt_record import AttemptRecord, ContainerFacts
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
-from assure.sandbox import hardening, runtimes, uids, workspace_fs
+from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox import backend as sandbox
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
@@ -142,6 +142,7 @@ class Attempt:
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec)
         self.lease: uids.Lease | None = None  # the attempt's user: leased in prepare (or the claimed pair's), released at the end
+        self._stranded = False  # cleanup could not remove (or list) a container of the attempt: its user is not given back
         self.model = modelaccess.ModelAccess(spec.model, spec.path.parent, self.paths.gateway_config, -1, -1)  # its ids: the lease's
 
     def execute(self) -> AttemptRecord:
@@ -155,8 +156,10 @@ class Attempt:
         self._copy_report: confined.CopyReport | None = None
         try:
             return self._execute(facts)
-        finally:  # every container of the attempt, checks included, is gone (or `assure gc`'s): its user goes back
-            if self.lease is not None:
+        finally:  # every container of the attempt, checks included, is gone: its user goes back. A container cleanup
+            # could not remove may still run as that uid (and /proc does not show a remapped one): the lease's lock
+            # stays held, by this process, until it exits (the kernel drops the flock then); `assure gc` removes the container
+            if self.lease is not None and not self._stranded:
                 self.lease.release()
 
     def _execute(self, facts: dict[str, Any]) -> AttemptRecord:
@@ -396,7 +399,7 @@ class Attempt:
         mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
                                   self.spec.agent.files, self.run.control_dir, self.run.state_dir)
         network = self._start_egress()
-        image = self.images.agent if self.spec.agent.image == AGENT_IMAGE_ALIAS else self.spec.agent.image
+        image = install.agent_image(self.spec, self.images)  # assure's agent image, with the spec's agent.install if any
         # The stock agent image (a /bin/bash, no entrypoint) under runc starts while the gateway
         # boots, its command gated on the gateway's socket, which is bound only once the journal
         # is open. Another image or runtime is created meanwhile and started once the gateway is ready.
@@ -631,6 +634,7 @@ class Attempt:
         also what the engine lists as this attempt's own (`_unrecorded`), before the volume a
         container it never recorded would still hold."""
         errors = []
+        self._stranded = True  # until every container is known gone (an exception out of here leaves it so)
         with ThreadPoolExecutor(max_workers=max(1, len(self._containers))) as pool:
             errors += [e for e in pool.map(self._remove_container, reversed(self._containers)) if e]
         stray: dict[str, list[str]] = {}
@@ -640,6 +644,7 @@ class Attempt:
             except AssureError as exc:
                 errors.append(exc.message)
         errors += [e for e in map(self._remove_container, stray.get("containers", [])) if e]
+        self._stranded = bool(errors)
         for remove, items in ((self.backend.remove_volume, [self._volume, *stray.get("volumes", [])]),
                               (self.backend.remove_network, [self._network, *stray.get("networks", [])])):
             for item in filter(None, items):

@@ -252,11 +252,17 @@ def lost_node(exc: BaseException, known: Iterable[str]) -> str | None:
 
 # --- on the node ------------------------------------------------------------------------------
 
-def claim(claims: Any, run_id: str, message: NodeMessage) -> None:
-    """Claim an attempt's breach with the caller, and wait until it holds it."""
+def claim(claims: Any, run_id: str, message: NodeMessage, say: Callable[[str], None]) -> None:
+    """Claim an attempt's breach with the caller, and wait until it holds it. A claim that fails
+    (timed out, the caller's actor gone) is logged, never raised: the run goes on, and its final
+    message carries the breach all the same (an exception here would end the run as `error`)."""
     import ray
 
-    ray.get(claims.add.remote(run_id, message.encode()), timeout=60)
+    try:
+        ray.get(claims.add.remote(run_id, message.encode()), timeout=60)
+    except Exception as exc:
+        say(f"attempt {message.attempt}'s breach could not be claimed with the caller ({type(exc).__name__}: {display(str(exc))[:500]}); "
+            "the run goes on and its final message carries it")
 
 
 def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, claims: Any) -> tuple[bytes, bytes]:
@@ -266,6 +272,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
     import ray
 
     from assure.run.driver import Driver
+    from assure.sandbox import install
     from assure.sandbox.docker import DockerBackend
     from assure.sandbox.images import Images
 
@@ -274,7 +281,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
             super()._escalate(record)
             if record.judgement.verdict is Verdict.BREACH:  # claimed before the next attempt starts, or the task ends
                 findings = tuple(f.to_json() for f in record.judgement.findings)
-                claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number))
+                claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number), say)
 
     node_id = ray.get_runtime_context().get_node_id()
     spec = spec_mod.load(spec_path)
@@ -282,8 +289,10 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
         raise AssureError("the spec on this node differs from the caller's", where=f"{node_id}: {spec_path}",
                           fix="deploy the same suite and spec files, at the same paths, to every node")
     backend = DockerBackend()
-    finder = Images(backend, lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True))  # in the node's Ray worker log
+    say = lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True)  # noqa: E731  (in the node's Ray worker log)
+    finder = Images(backend, say)
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
+    install.ensure(spec, backend, images, say)  # and the spec's derived image, by the same digest
     with tempfile.TemporaryDirectory(prefix=SCRATCH) as scratch, store.exclusive(Path(scratch), "node task"):
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
         result = NodeDriver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
@@ -411,9 +420,13 @@ def unpack(archive: bytes, runs_dir: Path, run_id: str) -> store.RunDir:
     return store.RunDir.open(final)
 
 
-def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path | None) -> Arrival:
+def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path | None,
+           claims: Sequence[dict[str, Any]] = ()) -> Arrival:
     """Judge the arrived run again, against the caller's spec, from its folder alone; keep the
-    node's report beside the one judged here; compare; sign the receipts here."""
+    node's report beside the one judged here; compare; sign the receipts here. When the spec's
+    verdict is not the one judged here (a breach its node claimed, `claims`, a verdict that
+    differs), every receipt is issued rejected: no run directory vouches for what its spec's
+    verdict denies."""
     from assure.records.attempt_record import Records
     from assure.run.driver import issue_receipts, rejudge
 
@@ -428,8 +441,11 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
     records = Records(run.paths)
     for record in judged.values():
         records.keep(record)
-    issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged)
-    return decide(recomputed.verdict, [node_verdict, recorded])
+    arrival = decide(recomputed.verdict, [node_verdict, recorded])
+    standing = with_claims(arrival.verdict, arrival.node_finding, claims)
+    overruled = f"the spec's verdict is {standing.verdict}: {standing.node_finding}"[:MAX_TEXT] if standing.verdict != recomputed.verdict else None
+    issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged, overruled=overruled)
+    return arrival
 
 
 # --- the caller -----------------------------------------------------------------------------------
@@ -627,6 +643,7 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 except ArrivalError as exc:
                     without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
                 else:
+                    take_claims()  # every claim made so far counts in its receipts
                     _settle_arrived(i, entry, spec, runs_dir, key, conclude)
             stop = suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
         record.finish()
@@ -637,7 +654,7 @@ def _settle_arrived(i: int, entry: dict[str, Any], spec: spec_mod.Spec, runs_dir
                     conclude: Callable[..., None]) -> None:
     """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing: see `decide`."""
     try:
-        arrival = settle(store.RunDir.open(runs_dir / entry["run_id"]), spec, entry.get("node_verdict"), key)
+        arrival = settle(store.RunDir.open(runs_dir / entry["run_id"]), spec, entry.get("node_verdict"), key, entry.get("claims", []))
     except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
         arrival = decide(None, [entry.get("node_verdict")], f"its run directory cannot be judged here: {describe(exc)}")
     conclude(i, arrival.verdict, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))

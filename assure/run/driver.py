@@ -35,7 +35,7 @@ from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, describe
-from assure.sandbox import live, workspace_fs
+from assure.sandbox import install, live, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec, Task
@@ -130,7 +130,7 @@ class Driver:
     def _recover(self) -> None:
         """After a crash: reap the run's containers; an attempt that never finished is interrupted."""
         if not self.resumed:
-            self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": self.images.agent, "gateway": self.images.gateway})
+            self._record("run_started", spec=self.spec.name, tasks=[t.id for t in self.tasks], images={"agent": install.agent_image(self.spec, self.images), "gateway": self.images.gateway})
             return
         self.state["state"] = RunState.RUNNING
         reaped = reap(self.backend, self.run)
@@ -403,8 +403,10 @@ def _require_same_signer(run: store.RunDir, signing_key: Path | None) -> None:
 
 
 def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing_key: Path | None, records: Records,
-                   judged: Mapping[int, AttemptRecord] | None = None) -> None:
-    """Seal the run's logs and issue one AAR per resolved task (signed when a key is given).
+                   judged: Mapping[int, AttemptRecord] | None = None, overruled: str | None = None) -> None:
+    """Seal the run's logs and issue one AAR per resolved task (signed when a key is given);
+    `overruled` (why the run's verdict is not the one its record gives: a cluster's claimed
+    breach): every receipt rejected, with that reason.
 
     Issued anew each time the run's record changes (e.g. a later `assure promote`), so every
     receipt carries the seal of the logs as they finally are. The journals of the attempts
@@ -424,11 +426,11 @@ def issue_receipts(run: store.RunDir, spec: Spec, state: dict[str, Any], signing
                 continue
             last = _standing_record(ts["attempts"], records)
             judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
-            verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
+            verified = ts["state"] in VERIFIED and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED) and overruled is None
             record = receipts.build_receipt(
                 run_id=run.run_id, task_id=task.id, claim=_shown(judgement.claim or {"status": "none", "summary": "the agent made no claim"}),
                 verdict="verified" if verified else "rejected", ground_truth="confirmed" if verified else "contradicted",
-                reason=display(f"{ts['state']}: {ts.get('reason', '')}"), checks=_checks(judgement, last.judged_at),
+                reason=display(f"{ts['state']}: {ts.get('reason', '')}" + (f"; {overruled}" if overruled else "")), checks=_checks(judgement, last.judged_at),
                 subject=f"agent:{spec.agent.image}:{' '.join(spec.agent.command)}"[:200], principal=principal,
                 verifier={"id": f"assure-verifier/{__version__}", "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim"},
                 deployment_id=receipts.deployment_id(), scope_id=task.contract.id if task.contract else "no-contract", seal=seal,

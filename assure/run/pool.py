@@ -48,7 +48,7 @@ from assure.errors import AssureError
 from assure.records import layout, store
 from assure.records.layout import AttemptPaths
 from assure.run import modelaccess, suite
-from assure.sandbox import hardening, runtimes, uids, workspace_fs
+from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox.backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_UID, OWNER, Mount, SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
@@ -104,11 +104,13 @@ class Shape:
     nofile: int
     disk: str
     inodes: int
+    image: str  # the agent's image: assure's, or its derived image with the spec's agent.install
 
     @classmethod
-    def of(cls, spec: Spec) -> Shape:
+    def of(cls, spec: Spec, images: ImageSet) -> Shape:
         s, lim = spec.sandbox, spec.limits
-        return cls(s.user, s.read_only_root, lim.memory, lim.pids, lim.cpus, lim.tmpfs, lim.nofile, lim.disk, lim.inodes)
+        return cls(s.user, s.read_only_root, lim.memory, lim.pids, lim.cpus, lim.tmpfs, lim.nofile, lim.disk, lim.inodes,
+                   install.agent_image(spec, images))
 
 
 def ineligible(spec: Spec) -> str | None:
@@ -238,7 +240,7 @@ class WarmPool:
         with self._cv:
             for spec in specs:
                 if ineligible(spec) is None:
-                    shape = Shape.of(spec)
+                    shape = Shape.of(spec, self.images)
                     self._specs.setdefault(shape, spec)
                     self._free.setdefault(shape, [])
                     self._making.setdefault(shape, 0)
@@ -251,7 +253,7 @@ class WarmPool:
         cold). Each call uses up one claim announced by `want`."""
         if ineligible(spec) is not None:
             return None
-        shape = Shape.of(spec)
+        shape = Shape.of(spec, self.images)
         deadline = time.monotonic() + wait
         with self._cv:
             if shape not in self._to_come:
@@ -403,7 +405,7 @@ class WarmPool:
                                                 user=lease.ids)
             gateway = replace(gateway, command=(*gateway.command, "--wait", str(wait)))
             made["gateway"] = self.backend.start_container(gateway)
-            agent = hardening.agent_request(spec, image=self.images.agent, name=f"{prefix}-agent", mounts=mounts, labels=self.labels,
+            agent = hardening.agent_request(spec, image=shape.image, name=f"{prefix}-agent", mounts=mounts, labels=self.labels,
                                             env={}, user=lease.ids, gate_seconds=wait)
             agent = replace(agent, command=None, claim=hardening.AGENT_CLAIM, env=hardening.agent_base_env(),
                             mounts=(*agent.mounts, Mount(str(root / CLAIM), hardening.AGENT_CLAIM, read_only=True)))

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from assure.core import confined
+from assure.core import confined, globs
+from assure import presets
 from assure.errors import AssureError, SpecError
 from assure.run import policy
 from assure.sandbox import runtimes
@@ -51,7 +52,7 @@ def problems(spec: Spec) -> list[Problem]:
     """Every problem of a loaded spec: its contracts as the gate judges them now, and an agent
     command that names a script the spec does not ship to the agent."""
     _, lines = read_document(spec.path, schema(), "spec")
-    return [*_contracts(spec, lines), *_agent_command(spec, lines)]
+    return [*_contracts(spec, lines), *_agent_command(spec, lines), *_install(spec, lines), *_scopes(spec, lines)]
 
 
 def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
@@ -115,6 +116,48 @@ def _agent_command(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
                         f"set agent.files to the folder that holds {arg[len(AGENT_FILES) + 1:]}")]
     return [Problem(where, f"{arg} is not among the agent files ({spec.agent.files}): the agent would exit 127, command not found",
                     f"put {arg[len(AGENT_FILES) + 1:]} in {spec.agent.files}, or fix the path in agent.command")]
+
+
+def _install(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+    """An `agent.install` that could not be built (sandbox/install.py says what), or that
+    names an image other than assure's, which the derived image is built on."""
+    if spec.agent.install is None:
+        return []
+    from assure.sandbox import install
+
+    def where(at: tuple[Any, ...]) -> str:
+        field = "agent.install" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at)
+        return f"{spec.path}:{line_of(('agent', 'install', *at), lines)}: {field}"
+
+    found = [Problem(where(at), message, fix) for at, message, fix in install.problems(spec.agent.install)]
+    if spec.agent.image != AGENT_IMAGE_ALIAS:
+        found.append(Problem(where(()), f"an install is built on assure's agent image, but agent.image is {spec.agent.image!r}",
+                             f"drop agent.image (the install goes into `{AGENT_IMAGE_ALIAS}`), or bake the software into your own image and drop agent.install"))
+    return found
+
+
+def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+    """Notes where `workspace.writable` and a contract's `fs:` scope disagree: a writable path
+    no `fs:` scope covers can change but never be promoted (the task is propose-only there);
+    an `fs:` scope no writable glob covers takes only the gateway's fs.write, so a stock agent
+    (a preset whose agent edits files itself) leaves unattributed changes there (a breach)."""
+    found: list[Problem] = []
+    writable = spec.workspace.writable
+    edits = spec.agent.preset is not None and presets.PRESETS[spec.agent.preset]["edits_files"]
+    for contract in {id(t.contract): t.contract for t in spec.tasks if t.contract is not None}.values():
+        fs = [s[3:] for s in contract.scope if s.startswith("fs:")]
+        where = f"{spec.path}:{line_of(('contract', 'scope'), lines)}: contract {contract.id} scope"
+        if outside := [w for w in writable if not globs.match_any(fs, w)]:
+            found.append(Problem(where, f"workspace.writable {', '.join(outside)} is outside the contract's fs: scope: the agent may change it, "
+                                        "but no change there can be promoted (propose-only)",
+                                 f"add {', '.join(f'fs:{w}' for w in outside)} to the contract's scope (and re-ratify), or narrow workspace.writable",
+                                 fatal=False, stops_run=False))
+        if edits and (direct := [f for f in fs if not globs.match_any(writable, f)]):
+            found.append(Problem(where, f"fs:{', fs:'.join(direct)} is not in workspace.writable: there, only writes through the gateway's fs.write "
+                                        "are attributed, and an agent that edits files itself is judged on unattributed changes",
+                                 f"add {', '.join(direct)} to workspace.writable: the preset's agent edits files itself",
+                                 fatal=False, stops_run=False))
+    return found
 
 
 class Engine(Protocol):

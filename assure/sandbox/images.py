@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,14 +216,14 @@ class Images:
         return self.backend.try_pull(REGISTRY_BASE)
 
 
-def _context_of(files: dict[str, bytes]) -> bytes:
+def _context_of(files: dict[str, bytes], executable: Collection[str] = ("assure-tool",)) -> bytes:
     """A tar with fixed owners and times, so equal inputs give equal bytes (and tags)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, data in sorted(files.items()):
             info = tarfile.TarInfo(arcname)
             info.size, info.mtime = len(data), 0
-            info.mode = 0o755 if arcname == "assure-tool" else 0o644
+            info.mode = 0o755 if arcname in executable else 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 

@@ -11,7 +11,9 @@ descriptor, released on `release()` and by the kernel when the holder dies (kill
 crashed holder's uid comes back. Every process on the host leases from the same folder (runs,
 suite -j workers, the warm pool, Ray workers): no two leases ever hold one uid. A uid whose
 lock is free but which a process on the host still runs as (a killed driver's containers not
-yet reaped) is skipped, as is any uid or gid the host's user database knows (a real user).
+yet reaped; under a userns remap, as its subordinate uid) is skipped, as is any uid or gid the
+host's user database knows (a real user). An attempt whose cleanup could not remove a container
+keeps its lease (run/attempt.py) until its process exits.
 
 The range, `IDS`, 60600-61099: above the regular users (login.defs' UID_MAX 60000) and
 systemd-homed's 60001-60513, below systemd's DynamicUser 61184-65519 and nobody (65534);
@@ -111,9 +113,31 @@ def _known(uid: int) -> bool:
     return False
 
 
+REMAP_USER = "dockremap"  # the user of Docker's `userns-remap: default`
+SUBUID = Path("/etc/subuid")
+
+
+def remapped(host_uids: set[int], subuid: Path | None = None) -> set[int]:
+    """The container uids behind `host_uids` under a userns remap (`REMAP_USER`'s ranges in
+    `subuid`): a remapped sandbox's processes run on the host as the range's start plus its uid."""
+    try:
+        lines = (subuid or SUBUID).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:  # no such file: no remap
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.strip().split(":")
+        if len(fields) != 3 or fields[0] != REMAP_USER or not (fields[1].isdigit() and fields[2].isdigit()):
+            continue
+        start, count = int(fields[1]), int(fields[2])
+        found.update(uid - start for uid in host_uids if start <= uid < start + count)
+    return found
+
+
 def running_uids() -> set[int]:
     """Real, effective, saved and filesystem uids of every process on the host (/proc's status,
-    which a process cannot hide by making itself non-dumpable)."""
+    which a process cannot hide by making itself non-dumpable), and the container uids they are
+    under a userns remap (`remapped`)."""
     found: set[int] = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -126,4 +150,4 @@ def running_uids() -> set[int]:
                         break
         except (OSError, ValueError):  # gone meanwhile
             continue
-    return found
+    return found | remapped(found)

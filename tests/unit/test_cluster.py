@@ -380,3 +380,39 @@ def test_packing_stops_at_the_member_bound_the_caller_would_refuse(finished_run,
     monkeypatch.setattr(cluster, "MAX_MEMBERS", 5)
     with pytest.raises(cluster.AssureError, match="more than 5 members"):
         cluster.pack(run_dir)
+
+
+def test_a_claim_the_caller_cannot_acknowledge_is_logged_and_the_run_goes_on():
+    """A claim that fails (timed out, the caller's actor gone) must not end the node's run: an
+    exception out of `_escalate` aborted it, and its final message, which carries the breach,
+    was never sent (the caller concluded `error`)."""
+    class Gone:
+        class add:  # noqa: N801  (Ray's `actor.method.remote`)
+            @staticmethod
+            def remote(*_):
+                raise TimeoutError("GetTimeoutError: the claim was not acknowledged in 60 s")
+
+    said = []
+    cluster.claim(Gone, "r1", cluster.NodeMessage("n1", "breach", (finding(),), attempt=2), said.append)
+    assert len(said) == 1 and "attempt 2's breach could not be claimed" in said[0] and "final message carries it" in said[0]
+
+
+def verdicts_of_receipts(run: store.RunDir) -> list[str]:
+    docs = [json.loads(p.read_text()) for p in sorted(run.paths.receipts.rglob("*.json"))]
+    return [d["verdict"] for d in docs if "aar" in d]
+
+
+def test_a_run_whose_spec_a_claimed_breach_or_a_differing_verdict_overrules_carries_no_verified_receipt(finished_run, tmp_path):
+    """The receipts were signed `verified` from the run's record alone, and the breach a node
+    claimed for a lost attempt raised the verdict only in the suite's state: the run directory
+    vouched for what the spec's verdict denies."""
+    spec, run_dir = finished_run
+    claimed = [{"attempt": 1, "node": "ab" * 28, "findings": [finding()]}]
+    for n, (node_verdict, claims) in enumerate([("pass", []), ("pass", claimed), ("contained", [])]):
+        (tmp_path / f"caller{n}").mkdir()
+        arrived = cluster.unpack(cluster.pack(run_dir), tmp_path / f"caller{n}", run_dir.name)
+        arrival = cluster.settle(arrived, spec, node_verdict, None, claims)
+        assert cluster.with_claims(arrival.verdict, arrival.node_finding, claims).verdict == ["pass", "breach", "error"][n]
+        assert verdicts_of_receipts(arrived) == [["verified"], ["rejected"], ["rejected"]][n]
+    (receipt,) = [d for p in arrived.paths.receipts.rglob("*.json") if "aar" in (d := json.loads(p.read_text()))]
+    assert "the spec's verdict is error" in receipt["reason"]

@@ -7,6 +7,7 @@ SIGKILLs itself, resumed by a new driver), quarantine, budget halt, operator hal
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -567,3 +568,42 @@ def test_a_breach_state_json_recorded_stands_in_the_report_when_its_judgement_is
     assert (report["verdict"], report["tasks"][0]["verdict_attempt"]) == ("breach", 1)
     assert [f["kind"] for f in report["attempts"][0]["findings"]] == ["harness_error"]
     assert summary.problems(summary.run_document(tmp_path / "r1", report)) == []
+
+
+class Unremovable(FakeBackend):
+    """The engine refuses to remove the agent's container: it may run on, as the attempt's uid."""
+
+    refused = False
+
+    def remove_container(self, cid: str) -> None:
+        if not self.refused and cid in self._containers and self._containers[cid].request.role == Role.AGENT:
+            self.refused = True  # once: the test's own teardown removes it
+            raise SandboxError("remove: the engine did not answer")
+        super().remove_container(cid)
+
+
+def test_a_uid_whose_container_cleanup_could_not_remove_is_not_given_back(tmp_path, short_dir, monkeypatch):
+    """The lease was released in `finally` whatever cleanup left running: the next attempt on the
+    host could get the uid of a container still running (the only guard, /proc, misses a
+    userns-remapped one). Now the lock stays held by this process until it exits."""
+    from assure.sandbox import uids
+
+    leased: list[uids.Lease] = []
+    monkeypatch.setattr(uids, "lease_for", lambda spec, real=uids.lease_for: leased.append(real(spec)) or leased[-1])
+    spec = write_spec(tmp_path, "notes", assertions=[{"file_exists": "out/notes.txt"}], max_attempts=1)
+    backend = Unremovable({"notes": notes}, images={IMAGES.agent, IMAGES.gateway, IMAGES.egress}, tmp=str(short_dir))
+    drive(spec, new_run(tmp_path, spec), str(short_dir), {"notes": notes}, backend=backend)
+    kept, = leased
+    try:
+        assert kept.fd is not None  # still held: no other lease on the host gets this uid
+        fd = os.open(uids.LOCK_DIR / str(kept.uid), os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    finally:
+        kept.release()
+    spec = write_spec(tmp_path, "notes2", agent={"command": ["notes"]}, assertions=[{"file_exists": "out/notes.txt"}], max_attempts=1)
+    drive(spec, new_run(tmp_path, spec), str(short_dir), {"notes": notes})
+    assert leased[-1].fd is None  # a clean cleanup gives it back

@@ -20,6 +20,8 @@ from assure.run import pool
 from assure.sandbox import hardening, uids
 from assure.sandbox.backend import ContainerRequest, Role
 from assure.sandbox.docker import GATE_EXIT, command
+from assure.sandbox.images import ImageSet
+from assure.spec import Install
 from assure.verify.container import containment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
@@ -48,11 +50,16 @@ def test_only_specs_whose_containers_never_vary_are_pooled(benign):
         assert reason in pool.ineligible(changed)
 
 
-def test_specs_of_one_shape_share_pairs_and_a_limit_makes_another(benign):
+def test_specs_of_one_shape_share_pairs_and_a_limit_or_an_install_makes_another(benign, tmp_path):
+    images = ImageSet("assure-base:b", "assure-agent:a", "assure-gateway:g", "assure-egress:e")
     other_agent = dataclasses.replace(benign, name="other", agent=dataclasses.replace(benign.agent, command=("sh", "-c", "exit 3")))
-    assert pool.Shape.of(other_agent) == pool.Shape.of(benign)  # the command arrives with the claim
+    assert pool.Shape.of(other_agent, images) == pool.Shape.of(benign, images)  # the command arrives with the claim
     more_memory = dataclasses.replace(benign, limits=dataclasses.replace(benign.limits, memory="1g"))
-    assert pool.Shape.of(more_memory) != pool.Shape.of(benign)
+    assert pool.Shape.of(more_memory, images) != pool.Shape.of(benign, images)
+    (tmp_path / "tool").write_bytes(b"#!/bin/sh\n")
+    installed = dataclasses.replace(benign, agent=dataclasses.replace(benign.agent, install=Install(binaries=(tmp_path / "tool",))))
+    shape = pool.Shape.of(installed, images)
+    assert shape != pool.Shape.of(benign, images) and shape.image.startswith("assure-agent-install:")  # its pairs run the derived image
 
 
 def _pair(tmp_path: Path) -> pool.Pair:

@@ -11,8 +11,11 @@ import pytest
 from assure import spec
 from assure.run import pool
 from assure.sandbox import uids
+from assure.sandbox.images import ImageSet
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
+
+IMAGES = ImageSet("assure-base:b", "assure-agent:a", "assure-gateway:g", "assure-egress:e")  # a shape names its agent image
 
 
 class HeldPool(pool.WarmPool):
@@ -49,7 +52,7 @@ def make(tmp_path):
     made = []
 
     def make(size, makers=2):
-        p = HeldPool(None, None, tmp_path / "runs", pool.Settings(size), makers=makers)
+        p = HeldPool(None, IMAGES, tmp_path / "runs", pool.Settings(size), makers=makers)
         made.append(p)
         return p
 

@@ -56,7 +56,7 @@ def test_defaults_come_from_the_schema(tmp_path):
 
 def test_unknown_key_is_reported_at_its_line_with_allowed_fields(tmp_path):
     path = write(tmp_path, MINIMAL.replace("agent:\n", "agent:\n  imgae: x\n"))
-    assert problems(path) == [f"{path}:4: agent.imgae: unknown field; allowed here: command, env, files, image"]
+    assert problems(path) == [f"{path}:4: agent.imgae: unknown field; allowed here: command, env, files, image, install, preset"]
 
 
 def test_every_problem_is_reported_at_once(tmp_path):

@@ -90,3 +90,19 @@ def test_a_lock_folder_others_can_write_is_refused(tmp_path):
 
 def test_the_range_is_apart_from_the_images_user_regular_users_and_systemds_dynamic_users():
     assert 10001 not in uids.IDS and uids.IDS.start > 60513 and uids.IDS.stop <= 61184 and uids.IDS.stop <= 65534
+
+
+def test_a_container_uid_running_under_a_userns_remap_counts_as_running(tmp_path, monkeypatch):
+    """Under `userns-remap`, a sandbox's uid 60600 runs on the host as dockremap's start + 60600:
+    /proc alone showed only that, and 60600 was handed out again."""
+    subuid = tmp_path / "subuid"
+    subuid.write_text("someone:100000:65536\ndockremap:165536:65536\nbroken:line\n")
+    assert uids.remapped({165536 + 60600, 100000 + 60601, 42}, subuid) == {60600}
+    assert uids.remapped({165536 + 60600}, tmp_path / "none") == set()
+    monkeypatch.setattr(uids, "SUBUID", subuid)
+    child = subprocess.Popen(["sleep", "60"], user=165536 + 60602, group=165536 + 60602)
+    try:
+        assert 60602 in RUNNING()  # what `lease` skips
+    finally:
+        child.kill()
+        child.wait(timeout=30)
