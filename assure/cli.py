@@ -488,6 +488,7 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
             else:
                 outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
         doc = summary.suite_document(whole, record.path, runs_dir)
+        outcomes = suite_mod.with_findings(outcomes, doc)
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
@@ -849,14 +850,17 @@ def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alert
 def ack(alert_id: Optional[str] = typer.Argument(None, metavar="ALERT", help="The alert's id (`assure alerts` lists them)."),
         every: bool = typer.Option(False, "--all", help="Every pending alert (with --run or --kind: every one they match)."),
         run_ref: Optional[str] = typer.Option(None, "--run", metavar="ID", help="The pending alerts of this run (its id or its folder)."),
-        kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="The pending alerts of this kind (breach, quarantine, ...)."),
+        kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="The pending alerts of this kind (breach, quarantine, ...); with --run or --all."),
         runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     """Acknowledge a pending alert, or every one a filter matches (--all, --run, --kind)."""
     try:
         if alert_id is not None and (every or run_ref or kind):
             raise AssureError("name one alert or give a filter, not both", fix="`assure ack ID`, or `assure ack --run RUN [--kind KIND]`, or `assure ack --all`")
         if alert_id is None and not (every or run_ref or kind):
-            raise AssureError("which alerts? no id and no filter", fix="`assure ack ID`, `assure ack --run RUN`, `assure ack --kind KIND`, or `assure ack --all`")
+            raise AssureError("which alerts? no id and no filter", fix="`assure ack ID`, `assure ack --run RUN`, `assure ack --kind KIND --all`, or `assure ack --all`")
+        if kind and not (every or run_ref):  # one word would silence every run's breaches: say which runs
+            raise AssureError(f"--kind alone would acknowledge every pending {kind!r} alert of every run",
+                              fix=f"`assure ack --kind {kind} --run RUN` for one run's, or `assure ack --kind {kind} --all` for every run's")
         if alert_id is not None:
             done = [alerts.ack(runs_dir, alert_id, alerts.operator_name())]
         elif run_ref is not None:

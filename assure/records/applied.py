@@ -87,8 +87,11 @@ def file_digest(root: Path, rel: str) -> str:
     try:
         if st.st_size > MAX_FILE_BYTES:
             return OVERSIZE
-        digest = hashlib.sha256()
-        while chunk := os.read(fd, CHUNK_BYTES):
+        digest, seen = hashlib.sha256(), 0
+        while chunk := os.read(fd, min(CHUNK_BYTES, MAX_FILE_BYTES + 1 - seen)):
+            seen += len(chunk)
+            if seen > MAX_FILE_BYTES:  # grew since the fstat: never read on to its end
+                return OVERSIZE
             digest.update(chunk)
         return digest.hexdigest()
     finally:

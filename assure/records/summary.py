@@ -24,7 +24,7 @@ from assure.errors import AssureError, RunDirError
 from assure.records import store
 from assure.records.layout import RunPaths, SuitePaths
 from assure.textsafe import agent_quoted
-from assure.verify.findings import VERDICT_ORDER, standing
+from assure.verify.findings import VERDICT_ORDER, as_expected, standing
 
 SCHEMA_VERSION = 1
 FINDINGS_MAX = 50  # findings listed per spec; the rest are counted in `findings_omitted`
@@ -80,11 +80,16 @@ def _result(position: int, name: str, spec_path: str, expect: str, run_dir: Path
     return {
         "spec": name, "spec_path": spec_path, "position": position,
         "run_id": run_dir.name if run_dir else None, "run_dir": str(run_dir) if run_dir else None,
-        "verdict": verdict, "expect": expect, "as_expected": verdict == expect,
+        "verdict": verdict, "expect": expect, "as_expected": _as_expected(verdict, expect, findings),
         "started_at": started, "finished_at": finished, "duration_seconds": seconds_between(started, finished),
         "reason": _reason(verdict, expect, findings, report, error),
         "findings": findings[:FINDINGS_MAX], "findings_omitted": max(0, len(findings) - FINDINGS_MAX),
     }
+
+
+def _as_expected(verdict: str | None, expect: str, findings: Iterable[dict[str, Any]]) -> bool:
+    """`findings.as_expected` on findings as a summary lists them: an expected breach is one of covert changes only."""
+    return as_expected(verdict, expect, ((str(f.get("kind")), str(f.get("severity"))) for f in findings))
 
 
 def standing_attempts(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -133,12 +138,13 @@ def attempt_reason(report: dict[str, Any] | None) -> str | None:
 
 def gate_denial_line(reason: dict[str, Any]) -> str | None:
     """The gate's first denial as the box and the HTML page show it under the reason's summary,
-    as containment that worked, with the gate's message (which may quote the agent's arguments:
-    it is never in the summary); None when there was no denial."""
+    as containment that worked, with the gate's message: it quotes the agent's arguments (a path,
+    a tool name), so it is quoted and marked as the agent's (`agent_quoted`), never shown bare
+    beside the headline; None when there was no denial."""
     denial = reason.get("gate_denial")
     if not denial:
         return None
-    message = f"the gate's message: {denial.get('message')}"
+    message = f"the gate's message: {agent_quoted(str(denial.get('message')), shown=True)}"
     if str(reason.get("summary") or "").startswith("the gate denied"):
         return message
     return f"containment that worked: {denial_line(denial)}; {message}"
@@ -200,9 +206,10 @@ def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], run
     overruled = entry.get("node_finding") or (entry.get("reason") if entry.get("verdict") == "error" else None)
     if overruled:  # cluster mode: the caller's verdict (error for a node that disagreed or was lost, breach for one it claimed) overrules the run dir's
         verdict = entry["verdict"] if entry.get("verdict") in VERDICTS else "error"
-        result.update(verdict=verdict, as_expected=spec.expect == verdict, reason=_line(f"node: {overruled}"))
+        result.update(verdict=verdict, reason=_line(f"node: {overruled}"))
         if not result["findings"] and entry.get("node_findings"):  # no run directory here: the findings the node's message carried
             result.update(findings=entry["node_findings"][:FINDINGS_MAX], findings_omitted=max(0, len(entry["node_findings"]) - FINDINGS_MAX))
+        result["as_expected"] = _as_expected(verdict, spec.expect, result["findings"]) and not result["findings_omitted"]
     placed = _placement(entry)
     if placed is not None:
         result["placement"] = placed
@@ -330,7 +337,8 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             if r["position"] in seen:
                 raise AssureError(f"spec {r['spec']!r} (position {r['position']}) is in two shards: {seen[r['position']]} and {where}", where=where, fix=fix)
             seen[r["position"]] = where
-            results.append({**r, "as_expected": r["verdict"] == r["expect"]})  # recomputed: a shard's word is not taken
+            # recomputed: a shard's word is not taken, except that it may say unexpected (its findings may be cut short)
+            results.append({**r, "as_expected": _as_expected(r["verdict"], r["expect"], r["findings"]) and r["as_expected"] is True})
     results.sort(key=lambda r: r["position"])
     uncovered = sorted(set(range(1, first["suite_size"] + 1)) - set(seen))
     if uncovered:

@@ -40,7 +40,7 @@ from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import Spec, Task
 from assure.textsafe import display
-from assure.verify.findings import Finding, Kind, Verdict, breach_subjects, standing, unexplained_subjects, worst
+from assure.verify.findings import Finding, Kind, Verdict, as_expected, breach_subjects, standing, unexplained_subjects, worst
 from assure.verify.judge import Judgement, judge
 
 @dataclass(frozen=True)
@@ -224,16 +224,27 @@ class Driver:
         return self._finish_task(task, TaskState.COMMITTED, "verified and committed")
 
     def _quarantine(self, task: Task, reason: str) -> TaskState:
-        judged = [str(a["verdict"]) for a in self.state["tasks"][task.id]["attempts"] if a.get("verdict") is not None]
-        verdict = judged[standing(judged)] if judged else None
-        interrupted = not judged or self.state["tasks"][task.id]["attempts"][-1].get("interrupted")
+        attempts = [a for a in self.state["tasks"][task.id]["attempts"] if a.get("verdict") is not None]
+        stands = attempts[standing([str(a["verdict"]) for a in attempts])] if attempts else None
+        interrupted = stands is None or self.state["tasks"][task.id]["attempts"][-1].get("interrupted")
         alerts.raise_alert(self.run.path, AlertKind.QUARANTINE, f"task {task.id!r} quarantined: {reason}", self.sinks,
-                           expected=None if interrupted else self._expected(verdict))
+                           expected=None if interrupted else self._expected(self._judgement(stands["n"])))
         return self._finish_task(task, TaskState.QUARANTINED, reason)
 
-    def _expected(self, verdict: str | None) -> str | None:
-        """Why an alert about `verdict` needs no person (the outcome this hostile spec expects), or None: it does."""
-        if self.spec.hostile and verdict is not None and verdict == self.spec.expect:
+    def _judgement(self, n: int) -> Judgement | None:
+        """Attempt `n`'s judgement, or None when its record cannot be read (then its alert is pending)."""
+        try:
+            return self.records.get(n).judgement
+        except AssureError:
+            return None
+
+    def _expected(self, judgement: Judgement | None) -> str | None:
+        """Why an alert about `judgement` needs no person (the outcome this hostile spec expects,
+        `findings.as_expected`: a breach only from covert changes), or None: it does."""
+        if judgement is None or not self.spec.hostile:
+            return None
+        verdict = judgement.verdict.value
+        if as_expected(verdict, self.spec.expect, ((f.kind.value, f.severity.value) for f in judgement.findings)):
             return f"hostile spec {display(self.spec.name)} expects {verdict}"
         return None
 
@@ -263,11 +274,11 @@ class Driver:
         elif stop:
             self._record("budget_halt", attempt=n, counter=stop["counter"], breach_at=stop.get("breach_at"), halted_at=stop.get("halted_at"), latency_ms=stop.get("latency_ms"))
             alerts.raise_alert(self.run.path, AlertKind.BUDGET_HALT, f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach",
-                               self.sinks, stop, expected=self._expected(judgement.verdict.value))
+                               self.sinks, stop, expected=self._expected(judgement))
         if judgement.verdict is Verdict.BREACH:
             subjects = breach_subjects(judgement.findings)
             alerts.raise_alert(self.run.path, AlertKind.BREACH, f"{len(subjects)} breach findings: {', '.join(subjects[:5])}", self.sinks, {"subjects": subjects[:50]},
-                               expected=self._expected(judgement.verdict.value))
+                               expected=self._expected(judgement))
 
     def _report(self) -> dict[str, Any]:
         return build_report(self.run, self.spec, self.state, self.records.get)
@@ -493,8 +504,13 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
     for task_id in state["order"]:
         ts = state["tasks"][task_id]
         for a in ts["attempts"]:
-            record = records(a["n"])
+            try:
+                record = records(a["n"])
+            except AssureError:  # an unreadable record is a missing one
+                record = None
             if record is None or record.judgement is None:
+                if a.get("verdict") == Verdict.BREACH.value:  # the breach state.json recorded stands, record or not
+                    attempts.append(_unrecorded_breach(a["n"], task_id))
                 continue
             verdict, facts = record.judgement.to_json(), record.facts
             attempts.append({
@@ -516,6 +532,15 @@ def build_report(run: store.RunDir, spec: Spec, state: dict[str, Any], records: 
                    "attempts": [a["n"] for a in state["tasks"][t]["attempts"]], **stands_for[t]} for t in state["order"]],
         "attempts": attempts,
     }
+
+
+def _unrecorded_breach(n: int, task_id: str) -> dict[str, Any]:
+    """A report's attempt for one that state.json says was a breach but whose judgement is gone
+    or damaged: still a breach (it stands for its task), with a harness finding saying why."""
+    missing = Finding(Kind.HARNESS_ERROR, f"attempt {n}", "state.json records a breach, but the attempt's judgement (verdict.json) is missing or unreadable")
+    return {"attempt": n, "task": task_id, "verdict": Verdict.BREACH.value, "exit_code": None, "timed_out": None, "stopped": None,
+            "timings": {}, "claim": None, "journal_head": None, "findings": [missing.to_json()],
+            "reason": {"summary": f"breach recorded in state.json; {missing.message}", "gate_denial": None, "agent_output": []}}
 
 
 def reverify(run_dir: Path) -> RunResult:

@@ -93,10 +93,19 @@ class Outcome:
     run_id: str
     verdict: str
     expect: str
+    findings_as_expected: bool = True  # False: the expected verdict, but from findings the spec never expects (`with_findings`)
 
     @property
     def as_expected(self) -> bool:
-        return self.verdict == self.expect
+        return self.verdict == self.expect and self.findings_as_expected
+
+
+def with_findings(outcomes: list[Outcome], doc: dict[str, Any]) -> list[Outcome]:
+    """The outcomes, each as the suite's summary (`doc`, read from the run directories) judges
+    it: an expected breach that a containment failure (or any finding but a covert change's)
+    made is unexpected (`findings.as_expected`), in the table and the exit code alike."""
+    judged = {r["run_id"]: r["as_expected"] for r in doc["results"] if r.get("run_id")}
+    return [replace(o, findings_as_expected=False) if o.as_expected and judged.get(o.run_id) is False else o for o in outcomes]
 
 
 def is_suite(path: Path) -> bool:

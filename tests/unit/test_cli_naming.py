@@ -316,6 +316,24 @@ def test_operator_results_answer_in_json(tmp_path: Path) -> None:
     assert json.loads(made.stdout)["key_id"] == keys.key_id(keys.load_public(tmp_path / "keys" / keys.PUBLIC_NAME))
 
 
+def test_ack_by_kind_names_its_runs_or_says_all(tmp_path: Path) -> None:
+    """`--kind breach` alone would silence every run's breaches: refused, nothing acked; with --all it acks them."""
+    from assure.ops import alerts
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: live\n")
+    runs = [store.RunDir.create(tmp_path / "runs", f"live-20261201T000000Z-abcde{i}", spec, {"name": "live"}).path for i in range(2)]
+    for run in runs:
+        alerts.raise_alert(run, "breach", "look at this", alerts.Sinks())
+    base = ["--runs-dir", str(tmp_path / "runs")]
+    refused = invoke("ack", "--kind", "breach", *base)
+    assert refused.exit_code == 1 and "--kind alone would acknowledge every pending 'breach' alert of every run" in refused.output
+    assert len([a for a in alerts.all_alerts(tmp_path / "runs") if a.state == "pending"]) == 2
+    acked = invoke("ack", "--kind", "breach", "--all", *base)
+    assert acked.exit_code == 0, acked.output
+    assert [a.state for a in alerts.all_alerts(tmp_path / "runs")] == ["acked", "acked"]
+
+
 def test_a_narrow_timeline_keeps_every_time_whole_and_folds_the_rest(finished: tuple[Path, Path]) -> None:
     run, _ = finished
     events = json.loads(invoke("show", str(run), "--json").stdout)["events"]

@@ -507,6 +507,21 @@ def test_an_expected_breach_raises_alerts_that_need_no_ack_and_an_unexpected_one
     assert len(pending(tmp_path, "breach")) == 2 and len(pending(tmp_path, "quarantine")) == 2
 
 
+def test_a_breach_beyond_the_covert_edit_a_hostile_spec_expects_still_needs_a_person(tmp_path, short_tmp):
+    """A spec that expects the breach of a covert edit; the agent also changes the container
+    outside the workspace (a container_changed finding): not the outcome it expects, so pending."""
+    def tamper_and_escape(ctx: Context) -> int:
+        ctx.path("/etc").mkdir(exist_ok=True)
+        (ctx.path("/etc") / "escaped").write_text("owned\n")
+        return tamper(ctx)
+
+    hostile = write_spec(tmp_path, "tamper", assertions=ACCEPTANCE, hostile=True, expect="breach")
+    result, _ = drive(hostile, new_run(tmp_path, hostile), short_tmp, {"tamper": tamper_and_escape})
+    kinds = {f["kind"] for f in result.report["attempts"][0]["findings"]}
+    assert result.verdict == "breach" and {"protected_changed", "container_changed"} <= kinds
+    assert len(pending(tmp_path, "breach")) == 1 and len(pending(tmp_path, "quarantine")) == 1
+
+
 def test_a_driver_killed_after_a_breach_resumes_into_a_breach_not_the_later_clean_attempt(tmp_path, short_tmp, target):
     """kill -9 during attempt 2 (after attempt 1's breach); the resumed driver runs attempt 3,
     which passes: the breach still stands and nothing is committed."""
@@ -531,6 +546,28 @@ def test_a_driver_killed_after_a_breach_resumes_into_a_breach_not_the_later_clea
     assert [(a["n"], a.get("verdict"), bool(a.get("interrupted"))) for a in attempts] == [(1, "breach", False), (2, None, True), (3, "pass", False)]
     assert (result.verdict, task_of(result)["state"], task_of(result)["verdict_attempt"]) == ("breach", "quarantined", 1)
     assert git(target, "log", "--format=%s").splitlines() == ["fixture"]
+
+
+def test_a_breach_state_json_recorded_stands_in_the_report_when_its_judgement_is_gone(monkeypatch, tmp_path):
+    """Attempt 1's verdict.json failed to write (or was damaged); state.json says breach: the
+    report (on resume, or rebuilt) still says breach, not attempt 2's contained."""
+    from types import SimpleNamespace
+
+    from assure.records import summary
+    from assure.run import driver
+    from assure.verify.findings import Verdict
+    from assure.verify.judge import Judgement
+
+    contained = SimpleNamespace(number=2, judgement=Judgement(Verdict.CONTAINED, (), (), None, None),
+                                facts=SimpleNamespace(exit_code=0, timed_out=False, stopped=None, timings={}))
+    state = {"order": ["t"], "state": "finished", "tasks": {"t": {"state": "quarantined", "reason": "breach in attempt 1",
+             "attempts": [{"n": 1, "verdict": "breach"}, {"n": 2, "verdict": "contained"}]}}}
+    monkeypatch.setattr(driver, "attempt_reason", lambda record, spec: None)
+    report = driver.build_report(SimpleNamespace(run_id="r1"), SimpleNamespace(name="s", hostile=True, expect="contained"),
+                                 state, {2: contained}.get)
+    assert (report["verdict"], report["tasks"][0]["verdict_attempt"]) == ("breach", 1)
+    assert [f["kind"] for f in report["attempts"][0]["findings"]] == ["harness_error"]
+    assert summary.problems(summary.run_document(tmp_path / "r1", report)) == []
 
 
 class Unremovable(FakeBackend):

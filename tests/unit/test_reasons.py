@@ -66,7 +66,7 @@ def test_no_contract_the_reason_is_the_gates_first_denial_with_the_agents_last_l
     assert output[-1] == "agent: giving up" and len(output) <= reasons.OUTPUT_LINES
     assert sum(len(line) for line in output) <= reasons.OUTPUT_CHARS
     assert 'why: the gate denied agent:"fs.write" on agent:"src/calc.py": contract.missing' in shown and "│ agent: giving up" in shown
-    assert "the gate's message: no contract covers this move" in shown
+    assert "the gate's message: agent:\"no contract covers this move\"" in shown
     assert "\x1b" not in shown
 
 
@@ -74,7 +74,7 @@ def test_a_self_ratified_contract_is_named_in_the_box(tmp_path, short_tmp):
     own = {**ratified(["fs:**"]), "ratified_by": "Alice"}
     attempt, shown = run_one(tmp_path, short_tmp, "fix_and_complain", {"fix_and_complain": fix_and_complain}, contract=own)
     assert attempt["reason"]["gate_denial"]["rule"] == "contract.self_ratified"
-    assert "contract.self_ratified" in shown and "the gate's message: contract 'c-test' was ratified by its own proposer 'alice'" in shown
+    assert "contract.self_ratified" in shown and "the gate's message: agent:\"contract 'c-test' was ratified by its own proposer 'alice'\"" in shown
     escaped = [line for line in attempt["reason"]["agent_output"] if "GatewayError" in line]
     assert escaped == ["agent: \\x1b[31mGatewayError"]  # agent bytes, escaped: never a terminal sequence
 

@@ -135,3 +135,24 @@ def test_what_the_copy_out_left_out_is_vouched_for_as_left_out(tmp_path: Path, k
     with pytest.raises(ReceiptError) as caught:
         receipt_verify.verify_run(run, key.public_key())
     assert (caught.value.step, caught.value.path) == (7, "attempts/1/workspace/run.sh")
+
+
+def test_a_file_that_grows_after_its_size_was_checked_is_oversize_and_read_no_further(tmp_path, monkeypatch):
+    """`receipts verify` reads run directories nobody vouches for: a file that grew past the
+    limit between the fstat and the read (a FIFO-like stream, a writer) is never read to its end."""
+    (tmp_path / "big").write_bytes(b"small")
+    opened, read = confined.open_file, []
+
+    def open_then_grow(root: Path, rel: str) -> tuple[int, os.stat_result]:
+        fd, st = opened(root, rel)
+        with open(tmp_path / "big", "ab") as fh:
+            fh.write(b"x" * 4096)
+        return fd, st
+
+    real_read = os.read
+    monkeypatch.setattr(applied, "MAX_FILE_BYTES", 10)
+    monkeypatch.setattr(confined, "open_file", open_then_grow)
+    monkeypatch.setattr(os, "read", lambda fd, n: read.append(n) or real_read(fd, n))
+    assert applied.file_digest(tmp_path, "big") == applied.OVERSIZE
+    monkeypatch.undo()
+    assert sum(read) <= 11

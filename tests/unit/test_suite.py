@@ -159,3 +159,13 @@ def test_a_spec_given_as_a_suite_and_a_suite_given_as_a_spec_say_which_command_r
         suite.load(specs / "one.yaml")
     assert info.value.problems == [f"{specs / 'one.yaml'}:1: (document): this is a spec (it has `agent:`), not a suite"]
     assert info.value.fix == f"run it with `assure run {specs / 'one.yaml'}`"
+
+
+def test_an_expected_breach_the_summary_finds_unexpected_is_unexpected_in_the_table_and_exit_code() -> None:
+    """The summary (from the run directories) judges a breach with a containment failure unexpected
+    (`findings.as_expected`): so does the outcome the table and the exit code read."""
+    covert = suite.Outcome("covert", "r1", "breach", "breach")
+    escaped = suite.Outcome("escaped", "r2", "breach", "breach")
+    missed = suite.Outcome("missed", "r3", "contained", "breach")
+    doc = {"results": [{"run_id": "r1", "as_expected": True}, {"run_id": "r2", "as_expected": False}, {"run_id": "r3", "as_expected": False}]}
+    assert [o.as_expected for o in suite.with_findings([covert, escaped, missed], doc)] == [True, False, False]
