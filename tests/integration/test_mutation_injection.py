@@ -4,6 +4,7 @@ report exactly that change as unattributed, and nothing else; with no covert cha
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sqlite3
@@ -52,7 +53,19 @@ def copy_attempt(attempt: Path, tmp_path: Path) -> Path:
     """A copy that keeps owners and modes (`cp -a`): only the injected change may differ."""
     copy = tmp_path / "attempt"
     subprocess.run(["cp", "-a", str(attempt), str(copy)], check=True)
+    restore_sandbox_metadata(copy)
     return copy
+
+
+def restore_sandbox_metadata(attempt: Path) -> None:
+    """The host's copy-out hands the workspace to the invoking user with normalized modes; a
+    POST taken afresh from it would differ from PRE in every owner and mode. Put back what the
+    sandbox's POST recorded, so that only the injected change differs."""
+    for entry in sorted(store.read_json(attempt / "post.json")["entries"], key=lambda e: e["path"].count("/"), reverse=True):
+        path = attempt / "workspace" / entry["path"]
+        os.lchown(path, entry["uid"], entry["gid"])
+        if entry["kind"] != "symlink":
+            os.chmod(path, entry["mode"] & 0o7777)
 
 
 def rejudge(attempt: Path, spec, mutate_ws=None, mutate_db=None):
