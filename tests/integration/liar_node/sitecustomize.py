@@ -50,7 +50,7 @@ class _Liar(importlib.abc.MetaPathFinder):
                 if what[0] == "breach-then-die":
                     with open(os.environ["ASSURE_LIAR_MODE"], "w") as fh:
                         fh.write("honest")
-                    module.claim(claims, run_id, module.NodeMessage("liar", "breach", attempt=first_attempt))
+                    module.claim(claims, run_id, module.NodeMessage("liar", "breach", attempt=first_attempt), lambda line: print(line, file=sys.stderr))
                     os._exit(1)
                 data, archive = honest(spec_path, digest, run_id, first_attempt, claims)
                 message = module.NodeMessage.decode(data)
