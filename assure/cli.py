@@ -750,15 +750,22 @@ def contract_hash(
 
 @app.command()
 def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs whose sandbox.runtime and agent.install image must be available here."),
+           cluster: str = typer.Option(None, "--cluster", metavar="ADDRESS",
+                                       help="Check a Ray cluster instead (its head's host:port): Ray on both sides, the docker resource, each node's engine, images and assure version."),
            json_out: bool = JSON_OPTION) -> None:
-    """Say what is missing to run assure here (daemon, images, runtimes) and how to fix it."""
+    """Say what is missing to run assure here (daemon, images, runtimes), or on a Ray cluster, and how to fix it."""
     from assure.ops import doctor as checks
 
     try:
         loaded = [spec_mod.load(path) for path in specs or []]
     except AssureError as exc:
         raise _fail(exc) from None
-    report = checks.diagnose({s.sandbox.runtime for s in loaded}, [s for s in loaded if s.agent.install is not None])
+    if cluster is not None:
+        from assure.ops import doctor_cluster
+
+        report = doctor_cluster.diagnose(cluster, doctor_cluster.local_images())
+    else:
+        report = checks.diagnose({s.sandbox.runtime for s in loaded}, [s for s in loaded if s.agent.install is not None])
     if json_out:
         _print_json({"ok": report.ok, "checks": [dataclasses.asdict(c) for c in report.checks],
                      "register_gvisor": list(runtimes.registration_steps()) if report.register_gvisor else []})

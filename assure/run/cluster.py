@@ -57,7 +57,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -572,8 +572,9 @@ def connect(address: str) -> Any:
             failed.append(exc)
 
     joining = threading.Thread(target=join, name="assure-ray-join", daemon=True)
-    joining.start()
-    joining.join(JOIN_SECONDS)
+    with _without_noise():
+        joining.start()
+        joining.join(JOIN_SECONDS)
     if joining.is_alive():
         raise AssureError(f"cannot join the Ray cluster at {display(address)}: no answer within {JOIN_SECONDS} s", where="--cluster", fix=_JOIN_FIX)
     if failed:
@@ -582,6 +583,30 @@ def connect(address: str) -> Any:
         raise AssureError(f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
                           fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""")
     return ray
+
+
+NOISE = (b"SIGTERM handler is not set",  # it is joined from a thread on purpose (JOIN_SECONDS)
+         b"Failed to determine local IP via external connectivity")  # its C++ probe of 8.8.8.8, before its log level is read
+
+
+@contextlib.contextmanager
+def _without_noise(limit: int = 1 << 20) -> Iterator[None]:
+    """What Ray prints on stderr while it joins, less its known noise: its C++ core writes to
+    the file descriptor, before any log level of ours applies, so fd 2 goes to a file meanwhile
+    (the caller's thread waits; it prints nothing) and the rest is printed after."""
+    with tempfile.TemporaryFile() as held:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read(limit).splitlines(keepends=True) if not any(n in line for n in NOISE)]
+            os.write(2, b"".join(kept))
 
 
 @dataclass(frozen=True)

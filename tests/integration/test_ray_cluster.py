@@ -336,3 +336,24 @@ def test_a_mixed_suite_runs_what_the_cluster_cannot_here_beside_it(cluster, tmp_
     assert egress["here_because"] == ["an HTTP upstream (egress.allow)"]
     assert "network-egress-proxy-self: contained (expects contained) here" in out.stderr
     assert (runs / egress["run_id"] / "attempts" / "1").is_dir()
+
+
+def test_doctor_checks_the_cluster_and_each_of_its_nodes(cluster, tmp_path):
+    """`doctor --cluster`: Ray on both sides, the `docker` resource, and on each worker (a task
+    pinned to it) the engine, the images (the same tags as the caller's) and assure's version. A
+    wrong address is one failed check, in seconds. Ray's own noise (its 8.8.8.8 probe) is not shown."""
+    out = run_assure(cluster.in_ns(*ASSURE, "doctor", "--cluster", cluster.address, "--json"), tmp_path, 180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    assert checks["docker resource"]["status"] == "ok" and "2 of 3 nodes" in checks["docker resource"]["detail"]
+    for node in worker_ids(cluster):
+        name = f"node {node[:12]}"
+        assert all(checks[f"{name} {part}"]["status"] == "ok" for part in ("ray", "assure", "engine", "images")), checks
+        assert checks[f"{name} images"]["detail"].startswith(f"{NAMESPACE}-agent:")
+    assert checks["ray stop"]["status"] == "info"
+    assert "8.8.8.8" not in out.stderr, out.stderr[-2000:]
+    started = time.monotonic()
+    wrong = run_assure(cluster.in_ns(*ASSURE, "doctor", "--cluster", "127.0.0.1:6391", "--json"), tmp_path, 60)
+    assert wrong.returncode == 1 and time.monotonic() - started < 30
+    (address,) = [c for c in json.loads(wrong.stdout)["checks"] if c["name"] == "cluster address"]
+    assert address["status"] == "missing" and "nothing answers at the Ray cluster address 127.0.0.1:6391" in address["detail"]
