@@ -44,19 +44,20 @@ FULL_FRACTION = 0.01  # less than this share of bytes (or inodes) left after the
 FULL_MIN_BYTES = 2**20
 FULL_MIN_INODES = 16
 TOOLS = ("mkfs.ext4", "mount", "umount", "losetup")
+SYSTEM_PATH = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")  # where root's tools are when a shell's PATH lacks the sbin folders (a user's, sudo's)
 COMMAND_SECONDS = 30
 FIX = "run assure as root on a host with loop devices (`modprobe loop`; in a container: --privileged or --device /dev/loop-control plus /dev/loopN) and util-linux + e2fsprogs installed"
 
 
 def require() -> None:
     """Refuse, before any run starts, a host where the workspace cannot be bounded."""
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    missing = [tool for tool in TOOLS if _tool(tool) is None]
     if os.geteuid() != 0:
         problem = f"assure runs as uid {os.geteuid()}, and mounting it needs root"
     elif not os.path.exists("/dev/loop-control"):
         problem = "this host has no /dev/loop-control (no loop devices)"
     elif missing:
-        problem = f"{', '.join(missing)} not found on PATH"
+        problem = f"{', '.join(missing)} not found on PATH or in {', '.join(SYSTEM_PATH)}"
     else:
         return
     raise SandboxError(f"the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes, but {problem}",
@@ -89,9 +90,13 @@ class Usage:
                 "bytes_full": self.bytes_full, "inodes_full": self.inodes_full}
 
 
+def _tool(name: str) -> str | None:
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), *SYSTEM_PATH]))
+
+
 def _command(args: list[str], what: str) -> None:
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_SECONDS)
+        done = subprocess.run([_tool(args[0]) or args[0], *args[1:]], capture_output=True, text=True, timeout=COMMAND_SECONDS)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxError(f"{what}: {exc}", fix=FIX) from exc
     if done.returncode != 0:

@@ -16,11 +16,19 @@ from tests.unit.test_readme import write_example
 from .conftest import run_dirs
 
 
+BARE = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}  # a new shell: nothing the README did not set up
+
+
 def test_the_own_agent_example_runs_as_written(images, tmp_path):
+    """In a fresh shell with a bare PATH, in a folder laid out like the checkout (its virtualenv
+    there, as `make` left it): the README's set-up block, then its commands, as written."""
     write_example(tmp_path)
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    (setup,) = [b for b in blocks() if b.mark == "setup"]
     (commands,) = [b for b in blocks() if b.mark == "run"]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["sh", "-eu", "-c", commands.text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    without = subprocess.run(["sh", "-eu", "-c", commands.text], cwd=tmp_path, env=BARE, capture_output=True, text=True, timeout=60)
+    assert without.returncode != 0 and "assure: not found" in without.stderr, without.stderr  # the shell is bare: the set-up is what makes it work
+    done = subprocess.run(["sh", "-eu", "-c", setup.text + commands.text], cwd=tmp_path, env=BARE, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS" in done.stdout and "as expected" in done.stdout, done.stdout
     (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")

@@ -52,7 +52,7 @@ def test_every_yaml_example_says_what_it_is():
     assert yaml_blocks and unmarked == [], f"README.md lines {unmarked}: mark the block file=PATH, reference or suite"
     for b in blocks():
         if b.mark:
-            assert b.file or b.mark in ("reference", "suite", "run"), (b.line, b.mark)
+            assert b.file or b.mark in ("reference", "suite", "run", "setup"), (b.line, b.mark)
 
 
 def test_the_spec_reference_is_valid_but_for_its_placeholders():
