@@ -46,9 +46,7 @@ import io
 import json
 import os
 import re
-import select
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -335,7 +333,7 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
     images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
     install.ensure(spec, backend, images, say)  # and the spec's derived image, by the same digest
     alive, held = os.pipe()  # `held` (not inherited) is open while this worker lives: its end is the watchdog's sign
-    subprocess.run([sys.executable, "-m", "assure.run.cluster", "watch", str(alive), str(os.getpid()), str(_budget_seconds(spec))],
+    subprocess.run([sys.executable, "-m", "assure.run.watchdog", str(alive), str(os.getpid()), str(_budget_seconds(spec))],
                    pass_fds=(alive,), start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     os.close(alive)
     with contextlib.ExitStack() as stack:
@@ -350,31 +348,6 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
         except AssureError as exc:  # past a bound: the verdict goes without it
             archive, unsent = b"", exc.message
         return NodeMessage(node_id, result.verdict, findings, unsent=unsent).encode(), archive
-
-
-def watch(alive: int, worker: int, seconds: float) -> None:
-    """A node task's own bound (`python -m assure.run.cluster watch FD PID SECONDS`, started by
-    the task): it forks away from the Ray worker at once, in a session of its own, so it
-    outlives the worker, its raylet, the driver and the caller. The pipe `alive` ends when the
-    worker does: a byte first when the task ended as it should (then nothing is to be done);
-    at its end without it (a raylet killed, a task Ray ended with its driver or cancelled), or
-    at the spec's whole budget with the worker still alive (then it is killed), everything its
-    makers left is removed as `assure gc` would: no agent runs on unwatched."""
-    if os.fork():
-        os._exit(0)  # the worker's own child ends here: Ray ends a worker's children with it, not this grandchild
-    from assure.ops import gc
-    from assure.sandbox.docker import DockerBackend
-
-    if select.select([alive], [], [], seconds)[0]:
-        if os.read(alive, 1):
-            return
-    else:  # past the whole budget, the worker alive: it is hung
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker, signal.SIGKILL)
-    gone = time.monotonic() + 60
-    while os.path.exists(f"/proc/{worker}") and time.monotonic() < gone:  # until it is reaped: a zombie's pid is alive to `gc`
-        time.sleep(0.2)
-    gc.collect(DockerBackend())
 
 
 def release_orphan_scratch(base: Path | None = None, *, dry_run: bool = False) -> list[Path]:
@@ -907,7 +880,3 @@ def _settle_arrived(i: int, entry: dict[str, Any], spec: spec_mod.Spec, runs_dir
     except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
         arrival = decide(None, [entry.get("node_verdict")], f"its run directory cannot be judged here: {describe(exc)}")
     conclude(i, arrival.verdict, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["watch"]:
-    watch(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
