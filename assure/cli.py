@@ -946,8 +946,10 @@ def _gone(state: str) -> str:
 
 @app.command()
 def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
-    """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order."""
-    from assure.records import journal
+    """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order; then
+    each attempt's model exchange (messages, tool calls and results, tokens and cost per call)."""
+    from assure.records import conversation, journal
+    from assure.records.layout import AttemptPaths
 
     try:
         rd = runs_mod.find(run_ref, runs_dir)
@@ -960,15 +962,21 @@ def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = 
     except (AssureError, AttributeError):
         state = None  # no readable state.json: the timeline is all there is
     resume = runs_mod.resume_command(rd.path.parent, rd.run_id) if state in RESUMABLE else None
+    exchanges = [(paths.number, conversation.read(paths)) for paths in (AttemptPaths(folder) for folder in rd.attempts())]
+    exchanges = [(n, c) for n, c in exchanges if c.exchanges or c.notes != ["no gateway journal"]]
     if json_out:
         _print_json({"run_id": rd.run_id, "state": state, "resume": resume, "events": [{**r, "standard_event": journal.standard_event(r)} for r in records],
-                     "alerts": [dataclasses.asdict(a) for a in run_alerts]})
+                     "alerts": [dataclasses.asdict(a) for a in run_alerts],
+                     "model_exchange": [{"attempt": n, "calls": [x.to_json() for x in c.exchanges], "notes": c.notes, "chars_cut": c.chars_cut} for n, c in exchanges]})
         return
     table = _whole("ts", "source", "event", "detail")
     keys = ("task", "attempt", "verdict", "tool", "path", "decision", "rule", "state", "reason", "latency_ms", "counter")
     for r in records:
         table.add_row(plain(r.get("ts")), plain(r["source"]), plain(journal.standard_event(r)), plain(journal.detail(r, keys)))
     _print_table(table)
+    for n, conv in exchanges:  # each string the agent or model wrote escaped (textsafe) and cut
+        for line in conversation.lines(n, conv):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
     for alert in run_alerts:
         out.print(f"alert {alert.id} [{alert.kind}] {alert.state}: {render.display(alert.message)}", markup=False, highlight=False)
     if resume is not None:

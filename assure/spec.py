@@ -192,6 +192,7 @@ class Model:
     key_file: str | None = None
     recording: str | None = None
     script: str | None = None
+    volatile: dict[str, tuple[str, ...]] | None = None  # replay: what matching ignores (None: the gateway's defaults)
     prices: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     allow: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     server_tool_fees: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -348,7 +349,7 @@ def _index(node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, .
 
 
 def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict[str, Any], kind: str) -> list[tuple[int, str, str]]:
-    if not isinstance(data, dict):  # nothing below the top makes sense then: one problem, in words
+    if against.get("type", "object") == "object" and not isinstance(data, dict):  # nothing below the top makes sense then: one problem, in words
         fields = ", ".join(against.get("required", []))
         what = "the file is empty" if data is None else f"the file holds {_kind_of(data)}"
         return [(1, "(document)", f"{what}: a {kind} is a mapping with the fields {fields} (and optional ones)")]
@@ -569,6 +570,6 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
         egress=Egress(tuple(eg["allow"]), eg["upstream"], eg["allow_private"]) if eg else None,
         promote=Promote(data["promote"]["target"]) if data.get("promote") else None,
         model=Model(mode=m["mode"], upstream=m["upstream"], allow_http=m["allow_http"], key_env=m["key_env"], key_file=m.get("key_file"),
-                    recording=m.get("recording"), script=m.get("script"), prices={k: dict(v) for k, v in m.get("prices", {}).items()},
+                    recording=m.get("recording"), script=m.get("script"), volatile={k: tuple(v) for k, v in m["volatile"].items()} if "volatile" in m else None, prices={k: dict(v) for k, v in m.get("prices", {}).items()},
                     allow={k: tuple(v) for k, v in m.get("allow", {}).items()}, server_tool_fees=dict(m.get("server_tool_fees", {}))) if m else None,
     )

@@ -103,6 +103,12 @@ UPSTREAM_MODES = ("anthropic", "openai")  # an API upstream: the Anthropic API, 
 ALLOW_FIELDS = ("request_keys", "tool_types", "content", "betas")  # model.allow: features.Allow
 # Server-tool fees, currency per request, by `usage.server_tool_use` field: Anthropic's list
 # prices in USD (web search $10 per 1,000; web fetch has no fee beyond its tokens).
+# What a replay ignores when it matches a request (`model.volatile`, modelmatch.Volatile), by
+# default: request ids that do not change the answer (Claude Code's `metadata.user_id` holds a
+# fresh device and session id each run; OpenAI's `user`), and a system prompt's line that
+# states today's date (Claude Code: "Today's date is 2026-12-02.").
+DEFAULT_VOLATILE_FIELDS = ("metadata", "user")
+DEFAULT_VOLATILE_TEXT = (r"(?im)^.*\bdate\b.*\b\d{4}-\d{2}-\d{2}\b.*$",)
 SERVER_TOOL_FEES = {"web_search_requests": 0.01, "web_fetch_requests": 0.0}
 
 
@@ -125,6 +131,7 @@ class Model:
     recording: tuple[str, ...] = ()  # replay: gateway journals, in order
     recording_blob_dir: str | None = None  # replay: the blob dir those journals reference
     script: str | None = None  # scripted: a JSON list of responses
+    volatile: tuple[tuple[str, ...], tuple[str, ...]] = (DEFAULT_VOLATILE_FIELDS, DEFAULT_VOLATILE_TEXT)  # replay: (fields, text) ignored when matching (modelmatch.Volatile)
     timeout_seconds: float = MODEL_EXCHANGE_SECONDS  # one upstream exchange, start to end
     max_response_bytes: int = 32 * 1024 * 1024
     allow: Mapping[str, frozenset[str]] = field(default_factory=dict)  # ALLOW_FIELDS -> names beyond features.py's defaults
@@ -343,7 +350,7 @@ _MODEL_COMMON = ("mode", "blob_dir", "prices", "timeout_seconds", "max_response_
 _MODEL_BY_MODE = {
     "anthropic": (("upstream", "key_file"), ("allow_http",)),  # (required, optional)
     "openai": (("upstream", "key_file"), ("allow_http",)),
-    "replay": (("recording",), ()),
+    "replay": (("recording",), ("volatile",)),
     "scripted": (("script",), ()),
 }
 _PRICE_FIELDS = tuple(f.name for f in fields(Price))
@@ -387,6 +394,8 @@ def _model(value: Any, egress: Egress | None) -> Model:
     elif mode == "replay":
         journals, blobs = _recording(value["recording"])
         out.update(recording=journals, recording_blob_dir=blobs)
+        if "volatile" in value:
+            out["volatile"] = _volatile(value["volatile"])
     else:
         out["script"] = _abs_path(value["script"], "model.script")
     return Model(**out)
@@ -467,6 +476,29 @@ def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
     except http.Refused as exc:
         raise ConfigError("model.upstream", f"{exc.message}: add {target.key!r} to egress.allow (and to the egress proxy's allow)") from None
     return value.rstrip("/")
+
+
+def _volatile(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`{"fields": ["metadata", "messages.*.cache_control"], "text": ["(?m)^Today.*$"]}`:
+    dotted JSON paths (`*`: any key or item) and regular expressions; each defaults to ours."""
+    if not isinstance(value, dict):
+        raise ConfigError("model.volatile", 'must be an object {"fields": [dotted JSON paths], "text": [regular expressions]}')
+    _no_unknown(value, frozenset(("fields", "text")), "model.volatile.")
+    out: list[tuple[str, ...]] = []
+    for name, default in (("fields", DEFAULT_VOLATILE_FIELDS), ("text", DEFAULT_VOLATILE_TEXT)):
+        items = value.get(name, list(default))
+        if not isinstance(items, list) or len(items) > 64 or not all(isinstance(i, str) and 0 < len(i) <= 1024 for i in items):
+            raise ConfigError(f"model.volatile.{name}", "must be a list of at most 64 non-empty strings of at most 1024 characters")
+        out.append(tuple(items))
+    for i, path in enumerate(out[0]):
+        if not all(path.split(".")):
+            raise ConfigError(f"model.volatile.fields[{i}]", f"{path!r} is not a dotted JSON path like metadata.user_id or messages.*.cache_control")
+    for i, pattern in enumerate(out[1]):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"model.volatile.text[{i}]", f"is not a valid regular expression: {exc}") from None
+    return out[0], out[1]
 
 
 def _recording(value: Any) -> tuple[tuple[str, ...], str]:

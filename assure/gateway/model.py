@@ -294,8 +294,9 @@ class ModelProxy:
     def _respond(self, call: Call) -> Response:
         try:
             return self._source.respond(call)
-        except Failure as exc:
-            return failure_response(exc, call.openai)
+        except Failure as exc:  # a replay mismatch's differing paths go to the journal line too
+            response = failure_response(exc, call.openai)
+            return replace(response, extra={"differs": exc.detail["differs"]}) if "differs" in exc.detail else response
         except Exception as exc:  # fail closed: an answer, never a crash
             return failure_response(Failure(500, "api_error", f"gateway error: {type(exc).__name__}", code="internal_error"), call.openai)
 

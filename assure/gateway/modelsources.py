@@ -5,23 +5,26 @@ Standard library only (runs inside the gateway image)."""
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from assure.core.chain import ChainError, iter_chain
+from assure.core.chain import ChainError, canonical, iter_chain
 
 from assure.gateway import http as _http
 from assure.gateway import modelopenai
 from assure.gateway.blobs import Blobs, read_file
 from assure.gateway.config import Model
 from assure.gateway.egress import Egress
+from assure.gateway.modelmatch import Match, differences, parse_match, volatile
 from assure.gateway.modelwire import JSON, PATHS, SSE, Call, Failure, ModelError, Response, passed_headers
 
 READ_BYTES = 65536
+SHOWN_DIFFS = 5  # differing paths a replay mismatch names in its message (its `differs` field has up to modelmatch.MAX_DIFFS)
 REPLAYABLE = frozenset(("upstream", "replay", "script"))  # `served` values that carry a real response
 
 
@@ -117,12 +120,18 @@ def _refusal(exc: _http.Refused) -> Failure:
 
 
 class Replay:
-    """Answers recorded in earlier gateway journals, by request digest and order."""
+    """Answers recorded in earlier gateway journals, by request and order: the n-th call that
+    matches recorded request R gets the n-th response recorded for R. Requests match without
+    their volatile parts (config `model.volatile`, modelmatch.Volatile: by default the ids in
+    `metadata` and the date line of a system prompt), so each recorded request is read back
+    from its blob; a mismatch names the JSON paths where the request differs from the one
+    the recording has at that position."""
 
     def __init__(self, model: Model):
         if model.recording_blob_dir is None:
             raise ModelError("model.recording.blob_dir is required in mode 'replay'")
         self._blobs = Blobs(model.recording_blob_dir, create=False)
+        self._volatile = volatile(*model.volatile)
         self._order: list[dict[str, Any]] = []
         self._by_key: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for path in model.recording:
@@ -146,13 +155,27 @@ class Replay:
             raise ModelError(f"model.recording: {where}: status or response_headers missing or malformed")
         try:
             self._blobs.get(response)
+            key = self._key(endpoint, self._recorded_request(digest))
         except ModelError as exc:
             raise ModelError(f"model.recording: {where}: {exc}") from None
         self._order.append(record)
-        self._by_key.setdefault((endpoint, digest), []).append(record)
+        self._by_key.setdefault((endpoint, key), []).append(record)
+
+    def _recorded_request(self, digest: str) -> dict[str, Any]:
+        try:
+            parsed = json.loads(self._blobs.get(digest))
+        except ValueError as exc:
+            raise ModelError(f"the request blob {digest} is not JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise ModelError(f"the request blob {digest} is not a JSON object")
+        return parsed
+
+    def _key(self, endpoint: str, parsed: dict[str, Any]) -> str:
+        """What a request is matched by: the digest of its canonical JSON without its volatile parts."""
+        return hashlib.sha256(canonical(self._volatile.strip(parsed, endpoint))).hexdigest()
 
     def respond(self, call: Call) -> Response:
-        key = (call.endpoint, call.digest)
+        key = (call.endpoint, self._key(call.endpoint, call.parsed))
         recorded = self._by_key.get(key, [])
         with self._lock:
             position = self._calls
@@ -161,7 +184,8 @@ class Replay:
             if nth < len(recorded):
                 self._served[key] = nth + 1
         if nth >= len(recorded):
-            raise Failure(409, "replay_mismatch", self._mismatch(call, position, nth, len(recorded)), code="replay_mismatch", retry=False)
+            message, differs = self._mismatch(call, position, nth, len(recorded))
+            raise Failure(409, "replay_mismatch", message, code="replay_mismatch", retry=False, detail={"differs": differs} if differs else None)
         record = recorded[nth]
         try:
             body = self._blobs.get(record["response_sha256"])
@@ -170,17 +194,29 @@ class Replay:
         source = {"position": nth, "call": position, "run_id": record.get("run_id"), "attempt": record.get("attempt"), "seq": record.get("seq")}
         return Response(record["status"], passed_headers(record["response_headers"].items()), body, "replay", {"replayed": source})
 
-    def _mismatch(self, call: Call, position: int, nth: int, have: int) -> str:
+    def _mismatch(self, call: Call, position: int, nth: int, have: int) -> tuple[str, list[str]]:
+        """The refusal, and the JSON paths (bounded: modelmatch.differences) where this request
+        differs from the recording's call at the same position, volatile parts left out."""
         expected = self._order[position] if position < len(self._order) else None
+        differs: list[str] = []
         if expected is None:
             there = f"the recording has only {len(self._order)} model call(s)"
         else:
             there = f"the recording's model call #{position + 1} was {PATHS[expected['endpoint']]} with request_sha256 {expected['request_sha256']}"
-        return (
+            try:
+                theirs = self._volatile.strip(self._recorded_request(expected["request_sha256"]), expected["endpoint"])
+            except ModelError:
+                theirs = None
+            if theirs is not None and expected["endpoint"] == call.endpoint:
+                differs, more = differences(self._volatile.strip(call.parsed, call.endpoint), theirs)
+                shown = ", ".join(differs[:SHOWN_DIFFS]) + (f" and {len(differs) - SHOWN_DIFFS} more (`differs`)" if len(differs) > SHOWN_DIFFS else "") + (" and more" if more else "")
+                there += f"; it differs at {shown}" if differs else "; it is the same request (this run repeats it more often than the recording)"
+        message = (
             f"replay_mismatch: this {PATHS[call.endpoint]} request (request_sha256 {call.digest}) is model call #{position + 1} of this run "
-            f"and call #{nth + 1} with that digest, but the recording has {have} response(s) for it; {there}. "
-            "The agent's requests differ from the recorded run; nothing was sent upstream."
+            f"and call #{nth + 1} like it (volatile parts aside), but the recording has {have} response(s) for it; {there}. "
+            "The agent's requests differ from the recorded run (volatile parts ignored: model.volatile); nothing was sent upstream."
         )
+        return message, differs
 
 
 @dataclass(frozen=True)
@@ -190,18 +226,26 @@ class _Scripted:
     body: bytes
     message: dict[str, Any] | None  # a Messages response object (can also be served as a stream)
     stream: bool  # the body is an SSE stream
+    match: Match | None = None  # None: served in order; else to the requests it matches
+    repeat: bool = False  # a matched entry served to every request it matches, not once
 
 
 class Script:
-    """Responses from a fixture file, served in order.
+    """Responses from a fixture file: in order, and by request.
 
-    The file is a JSON list; each item is a Messages response object (served as JSON, or as
-    an SSE stream when the request says `stream: true`; on the OpenAI routes as a chat
-    completion or a Responses object, text and `tool_use` blocks as text and function calls),
-    a string (a raw SSE stream, for streaming requests only), or `{"scripted": {"status": 429,
-    "headers": {...}, "body": ...}}` for any other answer (both served as they are, on any
-    route). `count_tokens` answers an estimate (canonical bytes / 4) and `/v1/models` the
-    models the items name; neither takes an item.
+    The file is a JSON list (its schema: specs/spec.schema.json `$defs.model_script`); each
+    item is a Messages response object (served as JSON, or as an SSE stream when the request
+    says `stream: true`; on the OpenAI routes as a chat completion or a Responses object, text
+    and `tool_use` blocks as text and function calls), a string (a raw SSE stream, for
+    streaming requests only), or `{"scripted": {"status": 429, "headers": {...}, "body": ...}}`
+    for any other answer (both served as they are, on any route). Those are served in order.
+    An item `{"match": {...}, "response": <any of those>, "repeat": false}` answers the
+    requests its matcher fits instead (modelmatch.Match: the model, tools offered, system
+    prompt, last user message, last tool result, as substrings or regexes), once unless
+    `repeat`: a side call (a title, a subagent, a small model) takes its matched entry and
+    leaves the order alone. A request takes the first unserved matched entry that fits, else
+    the next in order. `count_tokens` answers an estimate (canonical bytes / 4) and
+    `/v1/models` the models the items name; neither takes an item.
     """
 
     def __init__(self, path: str):
@@ -214,12 +258,25 @@ class Script:
         self._items = [self._item(path, i, item) for i, item in enumerate(items)]
         named = [item.message.get("model") for item in self._items if item.message is not None]
         self._models = list(dict.fromkeys(m for m in named if isinstance(m, str))) or ["scripted"]
+        self._order = [i for i, item in enumerate(self._items) if item.match is None]
+        self._matched = [i for i, item in enumerate(self._items) if item.match is not None]
         self._lock = threading.Lock()
-        self._next = 0
+        self._next = 0  # into self._order
+        self._used: set[int] = set()  # matched entries served (and not `repeat`)
 
-    @staticmethod
-    def _item(path: str, index: int, item: Any) -> _Scripted:
+    @classmethod
+    def _item(cls, path: str, index: int, item: Any) -> _Scripted:
         where = f"model.script: {path} item {index}"
+        if isinstance(item, dict) and "match" in item:
+            if not set(item) <= {"match", "response", "repeat"} or "response" not in item:
+                raise ModelError(f'{where}: a matched entry is {{"match": {{...}}, "response": <a response>, "repeat": false}}; '
+                                 f"it has {', '.join(sorted(str(k)[:40] for k in item))}")
+            if not isinstance(item.get("repeat", False), bool):
+                raise ModelError(f"{where}.repeat: must be true or false")
+            if isinstance(item["response"], dict) and "match" in item["response"]:
+                raise ModelError(f"{where}.response: must be a response, not another matched entry")
+            answer = cls._item(path, index, item["response"])
+            return replace(answer, match=parse_match(item["match"], where), repeat=item.get("repeat", False))
         status, headers = 200, {}
         if isinstance(item, dict) and set(item) == {"scripted"}:
             spec = item["scripted"]
@@ -237,7 +294,7 @@ class Script:
             body = json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
             message = item if status == 200 and item.get("type") == "message" else None
             return _Scripted(status, passed_headers([("content-type", JSON), *headers.items()]), body, message, False)
-        raise ModelError(f"{where}: must be a response object, an SSE string or {{\"scripted\": {{...}}}}")
+        raise ModelError(f"{where}: must be a response object, an SSE string, {{\"scripted\": {{...}}}} or {{\"match\": {{...}}, \"response\": ...}}")
 
     def respond(self, call: Call) -> Response:
         if call.endpoint == "count_tokens":
@@ -247,17 +304,33 @@ class Script:
             body = json.dumps(modelopenai.models_list(self._models)).encode()
             return Response(200, (("content-type", JSON),), body, "script", {"script_index": None})
         with self._lock:
-            index = self._next
-            if index >= len(self._items):
-                raise Failure(409, "script_exhausted", f"the model script has {len(self._items)} response(s) and all were served", code="script_exhausted", retry=False)
+            index = self._pick(call)
             item = self._items[index]
-            if item.stream and not call.stream:
-                message = f"script item {index} is an SSE stream but this request is not streaming (stream: true)"
-                raise Failure(409, "script_mismatch", message, code="script_mismatch", retry=False)
-            self._next += 1
+        by = "match" if item.match is not None else "order"
         if item.message is not None and (call.stream or call.openai):  # one script format, the route's wire format
-            return Response(200, *_wire(call, item.message), "script", {"script_index": index})
-        return Response(item.status, item.headers, item.body, "script", {"script_index": index})
+            return Response(200, *_wire(call, item.message), "script", {"script_index": index, "script_by": by})
+        return Response(item.status, item.headers, item.body, "script", {"script_index": index, "script_by": by})
+
+    def _pick(self, call: Call) -> int:
+        """The item for `call` (under the lock): the first unserved matched entry it fits (an
+        SSE-string entry fits streaming requests only), else the next in order."""
+        for index in self._matched:
+            item = self._items[index]
+            if index in self._used or (item.stream and not call.stream) or not item.match or not item.match.test(call.endpoint, call.parsed):
+                continue
+            if not item.repeat:
+                self._used.add(index)
+            return index
+        if self._next >= len(self._order):
+            also = f", and none of its {len(self._matched)} matched entries (unserved, or repeat) fits this request" if self._matched else ""
+            message = f"the model script has {len(self._order)} in-order response(s) and all were served{also}"
+            raise Failure(409, "script_exhausted", message, code="script_exhausted", retry=False)
+        index = self._order[self._next]
+        if self._items[index].stream and not call.stream:
+            message = f"script item {index} is an SSE stream but this request is not streaming (stream: true)"
+            raise Failure(409, "script_mismatch", message, code="script_mismatch", retry=False)
+        self._next += 1
+        return index
 
 
 def _wire(call: Call, message: dict[str, Any]) -> tuple[tuple[tuple[str, str], ...], bytes]:

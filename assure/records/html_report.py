@@ -28,7 +28,7 @@ from typing import Any
 from assure.core import confined
 from assure.core.chain import ChainError, iter_chain
 from assure.errors import AssureError, RunDirError
-from assure.records import layout, store, summary
+from assure.records import conversation, layout, store, summary
 from assure.records.layout import AttemptPaths, RunPaths, SuitePaths
 from assure.textsafe import display
 
@@ -101,6 +101,7 @@ class _Attempt:
     data: dict[str, Any]  # verdict.json, or {} if the attempt was never judged
     journal: list[dict[str, Any]]
     journal_note: str | None  # why the journal shown is incomplete
+    exchange: conversation.Conversation  # the model calls, from the journal and blobs
 
     @classmethod
     def load(cls, run: store.RunDir, folder: Path) -> _Attempt:
@@ -110,7 +111,7 @@ class _Attempt:
         except RunDirError:
             data = {}
         journal, note = _journal(paths)
-        return cls(paths.number, paths, str(data.get("verdict", "not judged")), data, journal, note)
+        return cls(paths.number, paths, str(data.get("verdict", "not judged")), data, journal, note, conversation.read(paths))
 
     def row_id(self, record: dict[str, Any]) -> str:
         return _anchor("journal", self.n, record.get("seq"))
@@ -139,6 +140,7 @@ class _Attempt:
             parts.append(f'<p class="note">{len(ordered) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}): {each}; '
                          "the findings below name them, and <code>assure diff RUN_DIR</code> lists them all.</p>")
         parts.append(self._denied())
+        parts.append(self._exchange())
         parts.append("<h3>Findings</h3>" + _findings_table(findings))
         parts.append(self._journal_table())
         return "\n".join(parts + ["</section>"])
@@ -247,6 +249,37 @@ class _Attempt:
                                f'<span class="bad">{_h(r.get("decision") or r.get("event"))}</span>', _h(r.get("rule") or r.get("code")),
                                _h(r.get("reason") or r.get("error"))) for r in rows])
 
+    def _exchange(self) -> str:
+        """Each model call: the journal's facts (status, tokens, cost), a refusal and why, then
+        what the agent sent that its previous call had not and what came back; long texts folded."""
+        conv = self.exchange
+        head = f"<h3>Model exchange ({len(conv.exchanges)} calls)</h3>" + "".join(f'<p class="note">{_h(n)}</p>' for n in conv.notes)
+        if not conv.exchanges:
+            return head + "<p>No model calls.</p>"
+        parts = [head]
+        for i, x in enumerate(conv.exchanges, 1):
+            parts.append(f'<div class="call{" flagged" if x.refusal else ""}"><h4><a href="#{self.row_id({"seq": x.seq})}">#{i}</a> '
+                         f'{_h(conversation.headline(i, x).split(" · ", 1)[-1], displayed=True)}</h4>')
+            if x.refusal:
+                parts.append(f'<p class="bad">refused: {_h(x.refusal)}</p>')
+            if x.differs:
+                parts.append("<p>differs from the recording at: " + ", ".join(f"<code>{_h(d)}</code>" for d in x.differs) + "</p>")
+            if x.system is not None:
+                parts.append(_part("system", x.system, fold=True))
+            if x.tools and (i == 1 or x.system is not None):
+                parts.append("<p>tools offered: " + ", ".join(f"<code>{_h(t)}</code>" for t in x.tools) + "</p>")
+            if x.earlier:
+                parts.append(f'<p class="note">{x.earlier} message(s) as in the call before, not repeated.</p>')
+            for message in x.messages:
+                parts.append(_message_html(message))
+            if x.response is not None:
+                parts.append('<div class="answer">' + _message_html(x.response, "answer: ") + "</div>")
+            parts += [f'<p class="note">{_h(n)}</p>' for n in x.notes]
+            parts.append("</div>")
+        if conv.chars_cut:
+            parts.append(f'<p class="note">{conv.chars_cut} characters of this exchange are over the read bounds and not shown.</p>')
+        return "".join(parts)
+
     def _journal_table(self) -> str:
         head = f"<h3>Gateway journal ({len(self.journal)} lines shown)</h3>"
         note = f'<p class="note">{_h(self.journal_note)}</p>' if self.journal_note else ""
@@ -271,6 +304,28 @@ def _change_rank(finding: dict[str, Any] | None) -> int:
     """A change's group: protected, unexplained (unattributed, or no finding at all), attributed."""
     kind = finding.get("kind") if finding else None
     return 0 if kind == "protected_changed" else 2 if kind == "attributed" else 1
+
+
+FOLD_CHARS = 600  # a text longer than this (or of more than FOLD_LINES lines) is folded in <details>
+FOLD_LINES = 8
+
+
+def _message_html(message: conversation.Message, prefix: str = "") -> str:
+    out = "".join(_part(f"{prefix}{message.role}", part) for part in message.parts)
+    return out + (f'<p class="note">{message.parts_cut} more parts not read.</p>' if message.parts_cut else "")
+
+
+def _part(role: str, part: conversation.Part, fold: bool = False) -> str:
+    """One text the agent or model wrote: each line made visible (`display`), escaped, in a
+    <pre>; folded when long (or `fold`), its cut said."""
+    tag = f'<span class="tag">{_h(role)} {_h(part.kind)}{" " + _h(part.label) if part.label else ""}</span>'
+    body = "\n".join(html.escape(display(line), quote=True) for line in part.text.split("\n"))
+    cut = f'<p class="note">{part.cut} more characters not shown (over the read bounds).</p>' if part.cut else ""
+    size = len(part.text) + part.cut
+    if fold or size > FOLD_CHARS or part.text.count("\n") >= FOLD_LINES:
+        first = display(part.text.split("\n", 1)[0])[:120]
+        return f'<details><summary>{tag} {html.escape(first, quote=True)} … ({size} characters)</summary><pre class="msg">{body}</pre>{cut}</details>'
+    return f'<div>{tag}<pre class="msg">{body}</pre>{cut}</div>'
 
 
 def _journal(paths: AttemptPaths) -> tuple[list[dict[str, Any]], str | None]:
@@ -632,6 +687,10 @@ pre.diff span { display: block; padding: 0 .6em; }
 .charts { display: flex; flex-wrap: wrap; gap: 2em; }
 figure { margin: 0; } figcaption { font-weight: 600; margin-bottom: .3em; }
 svg text { font: 12px system-ui, sans-serif; fill: #1f2328; } svg text.count { font-weight: 700; }
+.call { border: 1px solid #d0d7de; border-left: 5px solid #0969da; border-radius: 4px; padding: .4em .8em; margin: .8em 0; }
+.call.flagged { border-left-color: #cf222e; background: #fffafa; } .answer { border-left: 3px solid #1a7f37; padding-left: .5em; }
+pre.msg { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa; border: 1px solid #d0d7de; padding: .3em .5em; margin: .2em 0 .5em; }
+details > summary { cursor: pointer; } details { margin: .2em 0; }
 :target { outline: 3px solid #0969da; }
 """
 

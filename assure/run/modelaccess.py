@@ -66,6 +66,8 @@ class ModelAccess:
             conf.update(upstream=m.upstream, key_file=f"{hardening.GATEWAY_SECRETS}/model-key", allow_http=m.allow_http)
         elif m.mode == "replay":
             conf["recording"] = {"journals": [f"{hardening.GATEWAY_RECORDING}/journal.jsonl"], "blob_dir": f"{hardening.GATEWAY_RECORDING}/blobs"}
+            if m.volatile is not None:
+                conf["volatile"] = {name: list(items) for name, items in m.volatile.items()}
         else:
             shutil.copyfile(self._path("script"), self.config_dir / "model-script.json")
             os.chmod(self.config_dir / "model-script.json", 0o644)

@@ -52,7 +52,7 @@ def problems(spec: Spec) -> list[Problem]:
     """Every problem of a loaded spec: its contracts as the gate judges them now, and an agent
     command that names a script the spec does not ship to the agent."""
     _, lines = read_document(spec.path, schema(), "spec")
-    return [*_contracts(spec, lines), *_agent_command(spec, lines), *_install(spec, lines), *_scopes(spec, lines)]
+    return [*_contracts(spec, lines), *_agent_command(spec, lines), *_install(spec, lines), *_scopes(spec, lines), *_script(spec, lines)]
 
 
 def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
@@ -157,6 +157,35 @@ def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
                                         "are attributed, and an agent that edits files itself is judged on unattributed changes",
                                  f"add {', '.join(direct)} to workspace.writable: the preset's agent edits files itself",
                                  fatal=False, stops_run=False))
+    return found
+
+
+SCRIPT_FIX = "see `$defs.model_script` in specs/spec.schema.json, and README.md: \"Scripted answers, in order and by request\""
+
+
+def _script(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+    """A `model.script` that the gateway would refuse to start with: missing, off its schema
+    (`$defs.model_script`: every problem, each at its line), or with a matcher the gateway
+    cannot use (a bad regex): the gateway's own parser says so (gateway/modelsources.Script)."""
+    if spec.model is None or spec.model.mode != "scripted" or not spec.model.script:
+        return []
+    from assure.gateway.modelsources import Script
+    from assure.gateway.modelwire import ModelError
+
+    where = f"{spec.path}:{line_of(('model', 'script'), lines)}: model.script"
+    path = (spec.path.parent / spec.model.script).resolve()
+    if not path.is_file():
+        return [Problem(where, f"no such file: {path}", "point model.script at a JSON file of answers, relative to the spec")]
+    root = schema()
+    found: list[Problem] = []
+    try:
+        read_document(path, {"$defs": root["$defs"], **root["$defs"]["model_script"]}, "model script")
+    except SpecError as exc:
+        found += [Problem(f"{where}: {problem}", "off the script's schema", SCRIPT_FIX) for problem in exc.problems]
+    try:
+        Script(str(path))
+    except ModelError as exc:  # the field the gateway stops at, in its words
+        found.append(Problem(where, str(exc), SCRIPT_FIX))
     return found
 
 

@@ -2,17 +2,24 @@
 the `claude-code` preset: its derived image is built once by content (a second ensure builds
 nothing), it fixes the calc bug against scripted answers (pass, every change attributed, each
 model call journaled with the betas the preset allows), and its hostile twin, scripted to
-overwrite the protected test, is a breach."""
+overwrite the protected test, is a breach. It replays from its own recording (committed beside
+the example): no upstream, every call matched although Claude Code's `metadata.user_id` is
+fresh each run; a changed task is refused with the JSON path that differs."""
 
 from __future__ import annotations
 
+import json
 import time
+
+import yaml
 
 from assure import spec as spec_mod
 from assure.core.chain import verify_chain
 from assure.sandbox import install
 
 from .conftest import EXAMPLES, findings
+
+RECORDING = EXAMPLES / "claude-code.recording" / "gateway" / "journal.jsonl"
 
 
 class Counting:
@@ -84,3 +91,37 @@ def test_a_pinned_debian_package_and_a_binary_are_in_the_agents_image(backend, i
     out = (result.run_dir / "attempts" / "1" / "workspace" / "out" / "rg.txt").read_text()
     assert out.startswith("ripgrep 13.0.0") and out.endswith("hello from the install\n"), result.report
     assert result.verdict == "pass", result.report
+
+
+def model_calls(result):
+    return [r for r in verify_chain(result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl") if r["event"] == "model_call"]
+
+
+def test_claude_code_replays_from_its_own_recording(backend, images, run):
+    ensured(backend, images, "claude-code-replay")
+    started = time.monotonic()
+    result = run("claude-code-replay")
+    print(f"claude-code-replay: verdict {result.verdict} in {time.monotonic() - started:.1f}s")
+    assert result.verdict == "pass", result.report
+    recorded = [r for r in verify_chain(RECORDING) if r["event"] == "model_call"]
+    calls = model_calls(result)
+    assert [(c["served"], c["status"], c["replayed"]["seq"]) for c in calls] == [("replay", 200, r["seq"]) for r in recorded]
+    assert [c["response_sha256"] for c in calls] == [r["response_sha256"] for r in recorded]  # byte for byte
+    assert all(c["request_sha256"] != r["request_sha256"] for c, r in zip(calls, recorded))  # a fresh metadata.user_id: matched all the same
+    assert "return a + b" in (result.run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").read_text()
+
+
+def test_a_replay_of_a_changed_task_names_the_field_that_differs(backend, images, run, tmp_path):
+    data = yaml.safe_load((EXAMPLES / "claude-code-replay.yaml").read_text())
+    data.update(name="claude-code-replay-changed", description="Fix sub() in src/calc.py.", expect="fail")
+    data["workspace"]["fixture"] = str((EXAMPLES / data["workspace"]["fixture"]).resolve())
+    data["model"]["recording"] = str((EXAMPLES / data["model"]["recording"]).resolve())
+    path = tmp_path / "changed.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run(path)
+    (call,) = model_calls(result)  # refused: Claude Code stops at the 409
+    assert (call["status"], call["error"]) == (409, "replay_mismatch")
+    assert "$.messages[0].content[1].text" in call["differs"], call["differs"]  # the task, as Claude Code words its prompt
+    assert result.verdict == "fail", result.report
+    assert "return a - b" in (result.run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").read_text()
+    assert json.dumps(call["differs"]) in json.dumps(call)  # the journal line carries them

@@ -563,16 +563,17 @@ def test_a_changed_request_during_replay_fails_loudly(live: Callable[..., Gatewa
     digest = hashlib.sha256(canonical({**changed, "max_tokens": 64})).hexdigest()
     message_text = info.value.message
     assert info.value.status_code == 409 and info.value.body["error"]["type"] == "replay_mismatch"
-    assert digest in message_text and "model call #1 of this run" in message_text and "call #1 with that digest" in message_text
+    assert digest in message_text and "model call #1 of this run" in message_text and "call #1 like it (volatile parts aside)" in message_text
     assert "recording has 0 response(s)" in message_text
     assert len(calls(gateway)) == 1  # not retried (x-should-retry: false), and journaled
     assert calls(gateway)[0]["error"] == "replay_mismatch" and calls(gateway)[0]["status"] == 409
+    assert info.value.body["error"]["differs"] == calls(gateway)[0]["differs"] == ["$.messages[0].content"]  # what differs from the recording's call #1
     # the recorded calls still replay; a call more often than recorded fails too
     client.messages.create(**ASK)  # the recorded 429 ...
     client.messages.create(**{**ASK, "messages": [{"role": "user", "content": "again"}]})
     with pytest.raises(anthropic.ConflictError) as info:
         client.messages.create(**{**ASK, "messages": [{"role": "user", "content": "again"}]})
-    assert "call #2 with that digest, but the recording has 1 response(s)" in info.value.message
+    assert "call #2 like it (volatile parts aside), but the recording has 1 response(s)" in info.value.message
     assert api.count == 5
 
 

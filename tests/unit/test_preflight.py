@@ -81,3 +81,18 @@ def test_a_hostile_spec_without_a_contract_gets_a_note_not_a_failure():
     done = validate(ROOT / "specs" / "examples" / "escape.yaml")
     assert done.returncode == 0 and done.stdout.startswith("ok ")
     assert done.stderr.startswith("note: ") and "contract.missing" in done.stderr
+
+
+def test_a_model_script_off_its_schema_is_named_by_file_line_and_field(tmp_path):
+    """`$defs.model_script`: every problem at its line in the script; then the gateway's own parser (a bad regex)."""
+    script = tmp_path / "script.json"
+    script.write_text('[\n  {"type": "message", "content": []},\n  {"match": {"modle": "haiku"}, "response": {"type": "message"}}\n]\n')
+    path = variant(tmp_path, lambda d: d.update(model={"mode": "scripted", "script": str(script)}))
+    schema, parser = preflight.problems(spec_mod.load(path))
+    assert f"model.script: {script}:3: [1]: matches none of the allowed forms (an answer" in schema.where and "$defs.model_script" in schema.fix
+    assert "item 1.match.modle: unknown field" in parser.message
+    script.write_text('[{"match": {"user": {"regex": "(unclosed"}}, "response": {"type": "message"}}]')
+    (problem,) = preflight.problems(spec_mod.load(path))
+    assert "item 0.match.user.regex: not a valid regular expression" in problem.message
+    script.write_text('[{"match": {"user": "Fix"}, "response": {"type": "message"}, "repeat": true}, {"type": "message"}]')
+    assert preflight.problems(spec_mod.load(path)) == []
