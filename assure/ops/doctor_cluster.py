@@ -29,12 +29,10 @@ def node_facts() -> dict[str, Any]:
                              "host": socket.gethostname()}
     try:
         from assure.sandbox.docker import DockerBackend
-        from assure.sandbox.images import Images
 
         backend = DockerBackend()
         facts["engine"] = backend.version().get("Version")
-        found = Images(backend).resolve()
-        facts["images"] = [found.agent, found.gateway, found.egress] if found else None
+        facts["images"] = _image_tags(backend)
         facts["runtimes"] = sorted(backend.runtimes())
     except AssureError as exc:
         facts["engine_error"] = exc.explain()
@@ -75,11 +73,8 @@ def _nodes(report: Report, ray: Any, local_images: list[str] | None) -> None:
     from assure.run.cluster import RESOURCE, capacities
 
     alive = [n for n in ray.nodes() if n.get("Alive")]
-    takers = [c for c in capacities(alive) if c.docker >= 1]
-    report.add(f"{RESOURCE} resource", bool(takers),
-               f"{len(takers)} of {len(alive)} nodes advertise it: " + "; ".join(map(str, takers)) if takers
-               else f"no node advertises it; fix: start the nodes that have Docker and the images with "
-                    f"""`ray start ... --resources '{{"{RESOURCE}": 1}}'`""")
+    takers = [c for c in capacities(alive) if c.docker >= 1]  # at least one: `cluster.connect` refuses a cluster without
+    report.add(f"{RESOURCE} resource", True, f"{len(takers)} of {len(alive)} nodes advertise it: " + "; ".join(map(str, takers)))
     task = ray.remote(node_facts)
     refs = {c.node_id: task.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(c.node_id, soft=False)).remote()
             for c in takers}
@@ -124,9 +119,15 @@ def local_images() -> list[str] | None:
     """The caller's own image tags, or None when they are not built here (or no engine is)."""
     try:
         from assure.sandbox.docker import DockerBackend
-        from assure.sandbox.images import Images
 
-        found = Images(DockerBackend()).resolve()
+        return _image_tags(DockerBackend())
     except AssureError:
         return None
+
+
+def _image_tags(backend: Any) -> list[str] | None:
+    """The tags of this checkout's images on `backend`'s engine; None when they are not all built."""
+    from assure.sandbox.images import Images
+
+    found = Images(backend).resolve()
     return [found.agent, found.gateway, found.egress] if found else None

@@ -13,8 +13,7 @@ import time
 
 
 def watch(alive: int, worker: int, seconds: float) -> None:
-    """A node task's own bound (`python -m assure.run.watchdog FD PID SECONDS`, started by
-    the task): it forks away from the Ray worker at once, in a session of its own, so it
+    """Fork away from the Ray worker at once, in a session of its own, so that this bound
     outlives the worker, its raylet, the driver and the caller. The pipe `alive` ends when the
     worker does: a byte first when the task ended as it should (then nothing is to be done);
     at its end without it (a raylet killed, a task Ray ended with its driver or cancelled), or
