@@ -345,8 +345,11 @@ def test_doctor_checks_the_cluster_and_each_of_its_nodes(cluster, tmp_path):
     out = run_assure(cluster.in_ns(*ASSURE, "doctor", "--cluster", cluster.address, "--json"), tmp_path, 180)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
-    assert checks["docker resource"]["status"] == "ok" and "2 of 3 nodes" in checks["docker resource"]["detail"]
-    for node in worker_ids(cluster):
+    alive = cluster.alive_nodes()  # an earlier test of the module may have killed a worker
+    workers = {n["NodeID"] for n in alive if n["Resources"].get("docker")}
+    assert workers and checks["docker resource"]["status"] == "ok"
+    assert f"{len(workers)} of {len(alive)} nodes" in checks["docker resource"]["detail"]
+    for node in workers:
         name = f"node {node[:12]}"
         assert all(checks[f"{name} {part}"]["status"] == "ok" for part in ("ray", "assure", "engine", "images")), checks
         assert checks[f"{name} images"]["detail"].startswith(f"{NAMESPACE}-agent:")
