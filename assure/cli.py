@@ -13,35 +13,45 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
-from collections.abc import Iterator
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from assure import spec as spec_mod
-from assure.records import layout
-from assure.records.layout import AttemptPaths, RunPaths
 from assure.errors import AssureError, unreadable
 from assure.ops import alerts
 from assure.ops import runs as runs_mod
+from assure.records import junit, layout, store, summary
 from assure.records import report as render
-from assure.records import junit, store, summary
 from assure.records.conformance_packet import OBLIGATIONS
+from assure.records.layout import AttemptPaths, RunPaths
 from assure.records.states import RESUMABLE
 from assure.sandbox import install, live, runtimes, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
 
 HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
-app = typer.Typer(no_args_is_help=True, add_completion=False, context_settings=HELP, help="Run an untrusted agent in a sealed container and judge it by ground truth.")
-images_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Build the sandbox images.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings=HELP,
+    help="Run an untrusted agent in a sealed container and judge it by ground truth.",
+)
+images_app = typer.Typer(
+    no_args_is_help=True, context_settings=HELP, help="Build the sandbox images."
+)
 app.add_typer(images_app, name="images")
-contract_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Work with a spec's contract.")
+contract_app = typer.Typer(
+    no_args_is_help=True, context_settings=HELP, help="Work with a spec's contract."
+)
 app.add_typer(contract_app, name="contract")
-out = render.console()  # no markup, emoji or highlighting: every str is printed as text; styles only through Text
+out = (
+    render.console()
+)  # no markup, emoji or highlighting: every str is printed as text; styles only through Text
 err = render.console(stderr=True)
 plain = render.plain  # the one way an agent-controlled value enters a rich renderable
 
@@ -61,11 +71,23 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _setup(_: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print assure's version and exit.")) -> None:
+def _setup(
+    _: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version,
+        is_eager=True,
+        help="Print assure's version and exit.",
+    ),
+) -> None:
     """Library code logs (alerts among it); the CLI shows warnings on stderr."""
     from rich.logging import RichHandler
 
-    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[RichHandler(console=err, show_path=False, show_time=False, markup=False)])
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=err, show_path=False, show_time=False, markup=False)],
+    )
 
 
 DEFAULT_SPEC = Path(__file__).resolve().parent.parent / "specs" / "examples" / "benign.yaml"
@@ -123,8 +145,17 @@ def _stamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend, ImageSet], key: Path | None,
-           json_out: bool, expect: bool, verbose: bool, junit_file: Path | None = None, resumed: bool = False) -> None:
+def _drive(
+    loaded: spec_mod.Spec,
+    run: store.RunDir,
+    engine: tuple[DockerBackend, ImageSet],
+    key: Path | None,
+    json_out: bool,
+    expect: bool,
+    verbose: bool,
+    junit_file: Path | None = None,
+    resumed: bool = False,
+) -> None:
     """Drive a run with live progress (a status line on a terminal, a timestamped line per
     phase elsewhere), print its report, exit with the verdict's code. A `resumed` run found
     unfinished that another process claimed first gives way to a new run."""
@@ -134,16 +165,29 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     try:
         started = time.monotonic()
         with contextlib.ExitStack() as stack:
-            status = stack.enter_context(err.status(plain(f"{loaded.name}: starting"))) if err.is_terminal else None  # a str status would be read as markup
+            status = (
+                stack.enter_context(err.status(plain(f"{loaded.name}: starting")))
+                if err.is_terminal
+                else None
+            )  # a str status would be read as markup
             last = [""]
 
             def progress(phase: str, info: dict[str, Any]) -> None:
                 calls = f" · {info['tool_calls']} tool calls" if "tool_calls" in info else ""
                 if status is not None:
-                    status.update(plain(f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}"))
+                    status.update(
+                        plain(
+                            f"{loaded.name} · {phase} · {time.monotonic() - started:5.1f}s{calls}"
+                        )
+                    )
                 elif phase != last[0]:
                     last[0] = phase
-                    err.print(plain(f"{_stamp()} {loaded.name}: {phase} {time.monotonic() - started:.1f}s"), soft_wrap=True)
+                    err.print(
+                        plain(
+                            f"{_stamp()} {loaded.name}: {phase} {time.monotonic() - started:.1f}s"
+                        ),
+                        soft_wrap=True,
+                    )
 
             try:
                 result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
@@ -151,12 +195,21 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
                 if not resumed:
                     raise
                 run = store.RunDir.new(run.path.parent, loaded.name, loaded.path, loaded.to_json())
-                err.print(plain(f"another process resumed that run first: starting a new run {run.run_id}"))
+                err.print(
+                    plain(
+                        f"another process resumed that run first: starting a new run {run.run_id}"
+                    )
+                )
                 result = Driver(loaded, run, backend, images, progress, signing_key=key).drive()
     except AssureError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        err.print(Text("interrupted: containers and volumes of this run were removed; `assure resume` continues it", style="yellow"))
+        err.print(
+            Text(
+                "interrupted: containers and volumes of this run were removed; `assure resume` continues it",
+                style="yellow",
+            )
+        )
         raise typer.Exit(130) from None
     if junit_file is not None:
         _write_out(junit_file, lambda: junit.write(junit_file, junit.of_run(result.run_dir)))
@@ -170,8 +223,19 @@ def _drive(loaded: spec_mod.Spec, run: store.RunDir, engine: tuple[DockerBackend
     raise typer.Exit(code)
 
 
-KEY_OPTION = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) to sign receipts; none: keyless.")
-JUNIT_OPTION = typer.Option(None, "--junit", metavar="FILE", help="Also write a JUnit XML report here (one testcase per spec), for CI.")
+KEY_OPTION = typer.Option(
+    None,
+    "--key",
+    metavar="FILE",
+    envvar="ASSURE_SIGNING_KEY",
+    help="Ed25519 private key (PEM) to sign receipts; none: keyless.",
+)
+JUNIT_OPTION = typer.Option(
+    None,
+    "--junit",
+    metavar="FILE",
+    help="Also write a JUnit XML report here (one testcase per spec), for CI.",
+)
 
 
 def _writable(**files: Path | None) -> None:
@@ -184,7 +248,11 @@ def _writable(**files: Path | None) -> None:
             continue
         where, fix = f"--{option} {f}", f"pass --{option} a file in a folder you can write to"
         if not f.parent.is_dir():
-            raise AssureError("no such folder for an output file", where=where, fix="create the folder first, or name another file")
+            raise AssureError(
+                "no such folder for an output file",
+                where=where,
+                fix="create the folder first, or name another file",
+            )
         if f.is_dir():
             raise AssureError("this output file is a folder", where=where, fix=fix)
         try:
@@ -192,14 +260,18 @@ def _writable(**files: Path | None) -> None:
             os.close(fd)
             os.unlink(probe)
         except OSError as exc:
-            raise AssureError(f"this output file cannot be written: {exc.strerror or exc}", where=where, fix=fix) from None
+            raise AssureError(
+                f"this output file cannot be written: {exc.strerror or exc}", where=where, fix=fix
+            ) from None
 
 
 def _write_out(path: Path, write: Any) -> None:
     try:
         write()
     except OSError as exc:
-        raise _fail(AssureError(f"cannot write it: {exc.strerror or exc}", where=str(path))) from None
+        raise _fail(
+            AssureError(f"cannot write it: {exc.strerror or exc}", where=str(path))
+        ) from None
 
 
 def _runs_base(value: Path) -> Path:
@@ -210,16 +282,35 @@ def _runs_base(value: Path) -> Path:
         raise _fail(exc) from None
 
 
-def runs_option(help: str = "The runs base: where run directories are (and a RUN given by id is looked up).") -> Any:
+def runs_option(
+    help: str = "The runs base: where run directories are (and a RUN given by id is looked up).",
+) -> Any:
     return typer.Option(store.RUNS_DIR, "--runs-dir", metavar="DIR", callback=_runs_base, help=help)
 
 
 RUNS_OPTION = runs_option()
-RUN_ARG = typer.Argument(..., metavar="RUN", help="A run id (looked up under --runs-dir) or a run's folder.")
+RUN_ARG = typer.Argument(
+    ..., metavar="RUN", help="A run id (looked up under --runs-dir) or a run's folder."
+)
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 
 
-def _whole(*headers: str, keep: tuple[str, ...] = ("id", "run", "ts", "started", "raised", "event", "kind", "state", "verdict", "status", "outcome")) -> Table:
+def _whole(
+    *headers: str,
+    keep: tuple[str, ...] = (
+        "id",
+        "run",
+        "ts",
+        "started",
+        "raised",
+        "event",
+        "kind",
+        "state",
+        "verdict",
+        "status",
+        "outcome",
+    ),
+) -> Table:
     """A table whose ids, times and one-word names (events, states, verdicts) are never cut (no
     wrap, no ellipsis: copy or grep them whole); the other columns fold rather than end in an ellipsis."""
     table = Table()
@@ -241,7 +332,9 @@ def _print_table(table: Table) -> None:
     needed = 1
     for column in table.columns:
         cells = [Measurement.get(out, options, c).maximum for c in (column.header, *column.cells)]
-        column.min_width = max(cells) if column.no_wrap else min(max(cells), max(FOLD_ROOM, cells[0]))
+        column.min_width = (
+            max(cells) if column.no_wrap else min(max(cells), max(FOLD_ROOM, cells[0]))
+        )
         needed += 3 + column.min_width
     if needed <= out.width:
         out.print(table)
@@ -267,14 +360,22 @@ def _print_whole(renderable: Any) -> None:
 
 @app.command()
 def run(
-    spec: Path = typer.Argument(DEFAULT_SPEC, metavar="SPEC", help="Spec file (default: the built-in benign example)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
-    expect: bool = typer.Option(False, "--expect", help="Exit 0 only if the verdict is the one the spec expects."),
+    spec: Path = typer.Argument(
+        DEFAULT_SPEC, metavar="SPEC", help="Spec file (default: the built-in benign example)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the machine-readable report on stdout."
+    ),
+    expect: bool = typer.Option(
+        False, "--expect", help="Exit 0 only if the verdict is the one the spec expects."
+    ),
     runs_dir: Path = runs_option("Where run directories go."),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Show attributed changes too."),
-    new: bool = typer.Option(False, "--new", help="Start a new run even if an unfinished run of this spec exists."),
-    key: Optional[Path] = KEY_OPTION,
-    junit_file: Optional[Path] = JUNIT_OPTION,
+    new: bool = typer.Option(
+        False, "--new", help="Start a new run even if an unfinished run of this spec exists."
+    ),
+    key: Path | None = KEY_OPTION,
+    junit_file: Path | None = JUNIT_OPTION,
 ) -> None:
     """Run SPEC's tasks in fresh sandboxes, verify, promote, print the verdict.
 
@@ -302,19 +403,64 @@ def run(
 
 @app.command("suite")
 def suite_cmd(
-    suite_files: list[Path] = typer.Argument(..., metavar="SUITE", help="Suite files (e.g. suites/containment.yaml), run one after another."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary (specs/report.schema.json) on stdout (a list of them for several suites)."),
-    summary_file: Optional[Path] = typer.Option(None, "--summary", metavar="FILE", help="Also write the summary (specs/report.schema.json) here (one suite)."),
-    junit_file: Optional[Path] = JUNIT_OPTION,
+    suite_files: list[Path] = typer.Argument(
+        ...,
+        metavar="SUITE",
+        help="Suite files (e.g. suites/containment.yaml), run one after another.",
+    ),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the summary (specs/report.schema.json) on stdout (a list of them for several suites).",
+    ),
+    summary_file: Path | None = typer.Option(
+        None,
+        "--summary",
+        metavar="FILE",
+        help="Also write the summary (specs/report.schema.json) here (one suite).",
+    ),
+    junit_file: Path | None = JUNIT_OPTION,
     runs_dir: Path = runs_option("Where run directories go (suite runs go beside it, in suites/)."),
-    new: bool = typer.Option(False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."),
-    check: bool = typer.Option(False, "--check", help="Only check the suite and its specs; run nothing."),
-    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1, metavar="N", help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource)."),
-    shard: Optional[str] = typer.Option(None, "--shard", metavar="K/N", help="Run only shard K of N (1-based), e.g. one job of a CI matrix."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", metavar="ADDRESS", help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray]."),
-    pool_size: Optional[int] = typer.Option(None, "--pool", min=0, metavar="N", help="Keep N booted gateway and agent pairs per shape, one claimed per fresh attempt (default: the suite's `pool`, else none)."),
-    pool_idle: Optional[float] = typer.Option(None, "--pool-idle", metavar="SECONDS", help="Replace a pooled pair idle this long (default: the suite's, else 300)."),
-    key: Optional[Path] = KEY_OPTION,
+    new: bool = typer.Option(
+        False, "--new", help="Start a new suite run even if an unfinished run of this suite exists."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Only check the suite and its specs; run nothing."
+    ),
+    jobs: int | None = typer.Option(
+        None,
+        "-j",
+        "--jobs",
+        min=1,
+        metavar="N",
+        help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource).",
+    ),
+    shard: str | None = typer.Option(
+        None,
+        "--shard",
+        metavar="K/N",
+        help="Run only shard K of N (1-based), e.g. one job of a CI matrix.",
+    ),
+    cluster: str | None = typer.Option(
+        None,
+        "--cluster",
+        metavar="ADDRESS",
+        help="Run each spec as a task on this Ray cluster (host:port, or auto); needs assure[ray].",
+    ),
+    pool_size: int | None = typer.Option(
+        None,
+        "--pool",
+        min=0,
+        metavar="N",
+        help="Keep N booted gateway and agent pairs per shape, one claimed per fresh attempt (default: the suite's `pool`, else none).",
+    ),
+    pool_idle: float | None = typer.Option(
+        None,
+        "--pool-idle",
+        metavar="SECONDS",
+        help="Replace a pooled pair idle this long (default: the suite's, else 300).",
+    ),
+    key: Path | None = KEY_OPTION,
 ) -> None:
     """Run every spec of each SUITE, -j at a time; exit 0 only if each verdict is the one its spec expects.
 
@@ -336,21 +482,37 @@ def suite_cmd(
                     from assure.run.cluster import outside_effects
 
                     here = f" ({sum(1 for s in loaded.specs if outside_effects(s))} run here, not on the cluster: effects outside the sandbox)"
-                out.print(f"ok {render.display(str(path))}: {len(loaded.specs)} specs{here}", markup=False, highlight=False, soft_wrap=True)
+                out.print(
+                    f"ok {render.display(str(path))}: {len(loaded.specs)} specs{here}",
+                    markup=False,
+                    highlight=False,
+                    soft_wrap=True,
+                )
             raise typer.Exit(0)
         if len(suite_files) > 1 and (summary_file or junit_file):
-            raise AssureError("--summary and --junit take one suite: each file is one suite's summary", where="--summary/--junit",
-                              fix="run the suites one per command, or use --json for a list of summaries")
+            raise AssureError(
+                "--summary and --junit take one suite: each file is one suite's summary",
+                where="--summary/--junit",
+                fix="run the suites one per command, or use --json for a list of summaries",
+            )
         _writable(summary=summary_file, junit=junit_file)
         runs_mod.check_base(runs_dir, writable=True)
         if cluster is not None:
             from assure.run import cluster as cluster_mod
             from assure.run import preflight
 
-            preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)  # the nodes' engines are theirs to ask
-            cluster_mod.join(cluster, [s for _, loaded in suites for s in loaded.specs])  # before a suite run is made for nothing
-            here = [s for _, loaded in suites for s in loaded.specs if cluster_mod.outside_effects(s)]
-            engine = _backend_and_images(*here) if here else None  # the specs cluster mode cannot run run here
+            preflight.refuse(
+                [s for _, loaded in suites for s in loaded.specs], None
+            )  # the nodes' engines are theirs to ask
+            cluster_mod.join(
+                cluster, [s for _, loaded in suites for s in loaded.specs]
+            )  # before a suite run is made for nothing
+            here = [
+                s for _, loaded in suites for s in loaded.specs if cluster_mod.outside_effects(s)
+            ]
+            engine = (
+                _backend_and_images(*here) if here else None
+            )  # the specs cluster mode cannot run run here
         else:
             engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))
     except AssureError as exc:
@@ -360,10 +522,21 @@ def suite_cmd(
         chosen = jobs
         if jobs is None and cluster is None:
             chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
-            err.print(plain(f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"))
-        with _warm_pool(None if cluster else engine, runs_dir, loaded, pool_size, pool_idle) as warm:
-            results.append(_drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm))
-    ok = all(len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes) for loaded, _, outcomes, _ in results)
+            err.print(
+                plain(
+                    f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"
+                )
+            )
+        with _warm_pool(
+            None if cluster else engine, runs_dir, loaded, pool_size, pool_idle
+        ) as warm:
+            results.append(
+                _drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm)
+            )
+    ok = all(
+        len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
+        for loaded, _, outcomes, _ in results
+    )
     docs = [doc for _, _, _, doc in results]
     if summary_file is not None:
         _write_out(summary_file, lambda: summary.write(summary_file, docs[0]))
@@ -373,12 +546,20 @@ def suite_cmd(
         _print_json(docs[0] if len(docs) == 1 else docs)
     else:
         for loaded, record, outcomes, _ in results:
-            _print_whole(render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs)))
+            _print_whole(
+                render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs))
+            )
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
 @contextlib.contextmanager
-def _warm_pool(engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, loaded: Any, size: int | None, idle: float | None) -> Iterator[Any]:
+def _warm_pool(
+    engine: tuple[DockerBackend, ImageSet] | None,
+    runs_dir: Path,
+    loaded: Any,
+    size: int | None,
+    idle: float | None,
+) -> Iterator[Any]:
     """The suite's warm pool (run/pool.py), or None: `--pool`/`--pool-idle` over the suite
     file's `pool`; never on a cluster. Removed on the way out, Ctrl-C included."""
     from assure.run import pool as pool_mod
@@ -394,9 +575,19 @@ def _warm_pool(engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, lo
     except AssureError as exc:
         raise _fail(exc) from None
     cold = [(s.name, why) for s in loaded.specs if (why := pool_mod.ineligible(s))]
-    err.print(plain(f"suite {loaded.name}: a warm pool of {settings.size} pairs per shape, idle at most {settings.idle_seconds:g} s"
-                    + (f"; {len(cold)} specs start cold ({cold[0][0]}: {cold[0][1]}{', ...' if len(cold) > 1 else ''})" if cold else "")))
-    warm = pool_mod.WarmPool(DockerBackend(), engine[1], runs_dir, settings, say=lambda msg: err.print(plain(msg)))
+    err.print(
+        plain(
+            f"suite {loaded.name}: a warm pool of {settings.size} pairs per shape, idle at most {settings.idle_seconds:g} s"
+            + (
+                f"; {len(cold)} specs start cold ({cold[0][0]}: {cold[0][1]}{', ...' if len(cold) > 1 else ''})"
+                if cold
+                else ""
+            )
+        )
+    )
+    warm = pool_mod.WarmPool(
+        DockerBackend(), engine[1], runs_dir, settings, say=lambda msg: err.print(plain(msg))
+    )
     try:
         warm.want(loaded.specs)
         yield warm
@@ -404,8 +595,18 @@ def _warm_pool(engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, lo
         warm.close()
 
 
-def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBackend, ImageSet] | None, runs_dir: Path, new: bool,
-                 jobs: int | None, key: Path | None, cluster: str | None, warm: Any = None) -> tuple[Any, Any, list[Any], dict[str, Any]]:
+def _drive_suite(
+    path: Path,
+    whole: Any,
+    loaded: Any,
+    engine: tuple[DockerBackend, ImageSet] | None,
+    runs_dir: Path,
+    new: bool,
+    jobs: int | None,
+    key: Path | None,
+    cluster: str | None,
+    warm: Any = None,
+) -> tuple[Any, Any, list[Any], dict[str, Any]]:
     """Drive one suite run of `loaded` (`whole` cut to its shard; continuing an unfinished run
     unless `new`), `jobs` specs at a time: here, each worker thread with its own engine client,
     or on the Ray `cluster`. Progress on stderr: a bar on a terminal, one timestamped line per
@@ -431,13 +632,31 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
         with contextlib.ExitStack() as stack:
             bar = None
             if err.is_terminal:
-                bar = stack.enter_context(Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-                                                   TimeElapsedColumn(), TextColumn("{task.fields[flight]}", markup=False), console=err, transient=True))
-                task = bar.add_task(f"suite {render.display(loaded.name)}{shard}", total=total, flight="")
+                bar = stack.enter_context(
+                    Progress(
+                        TextColumn("{task.description}", markup=False),
+                        BarColumn(),
+                        MofNCompleteColumn(),
+                        TimeElapsedColumn(),
+                        TextColumn("{task.fields[flight]}", markup=False),
+                        console=err,
+                        transient=True,
+                    )
+                )
+                task = bar.add_task(
+                    f"suite {render.display(loaded.name)}{shard}", total=total, flight=""
+                )
 
             def shown() -> None:
                 if bar is not None:
-                    bar.update(task, flight=render.display(" · ".join(f"{name}: {phase}" for name, phase in list(in_flight.items()))))
+                    bar.update(
+                        task,
+                        flight=render.display(
+                            " · ".join(
+                                f"{name}: {phase}" for name, phase in list(in_flight.items())
+                            )
+                        ),
+                    )
 
             def begin(n: int, spec: spec_mod.Spec) -> None:
                 in_flight[spec.name] = "starting"
@@ -448,43 +667,83 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
                 if bar is not None:
                     bar.advance(task)
                     shown()
-                    bar.console.print(Text.assemble(Text("✓ " if outcome.as_expected else "✗ ", style="green" if outcome.as_expected else "bold red"), plain(line)))
+                    bar.console.print(
+                        Text.assemble(
+                            Text(
+                                "✓ " if outcome.as_expected else "✗ ",
+                                style="green" if outcome.as_expected else "bold red",
+                            ),
+                            plain(line),
+                        )
+                    )
                 else:
                     err.print(plain(f"{_stamp()} {line}"), soft_wrap=True)
 
             def done(n: int, outcome: Any, seconds: float | None) -> None:
                 in_flight.pop(outcome.spec, None)
                 took = "kept from before" if seconds is None else f"{seconds:.1f}s"
-                report_line(f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}", outcome)
+                report_line(
+                    f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}",
+                    outcome,
+                )
 
             def run_one(spec: spec_mod.Spec, run: store.RunDir) -> str:
                 if threading.current_thread() is threading.main_thread():
                     local.backend = backend
                 elif not hasattr(local, "backend"):
-                    local.backend = DockerBackend()  # docker-py's client is one HTTP session: one per thread
+                    local.backend = (
+                        DockerBackend()
+                    )  # docker-py's client is one HTTP session: one per thread
 
                 def progress(phase: str, info: dict[str, Any]) -> None:
                     if in_flight.get(spec.name) != phase:
                         in_flight[spec.name] = phase
                         shown()
 
-                return Driver(spec, run, local.backend, images, progress, signing_key=key, pool=warm).drive().verdict
+                return (
+                    Driver(spec, run, local.backend, images, progress, signing_key=key, pool=warm)
+                    .drive()
+                    .verdict
+                )
 
-            def arrived(n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]) -> None:
-                where = f" on {entry['node'][:12]}" if entry.get("node") else " here" if entry.get("where") == "here" else ""
+            def arrived(
+                n: int, spec: spec_mod.Spec, outcome: suite_mod.Outcome, entry: dict[str, Any]
+            ) -> None:
+                where = (
+                    f" on {entry['node'][:12]}"
+                    if entry.get("node")
+                    else " here"
+                    if entry.get("where") == "here"
+                    else ""
+                )
                 in_flight.pop(spec.name, None)
                 lost = f", {cluster_mod.losses(entry['lost'])}" if entry.get("lost") else ""
-                lost += f", queued {entry['queued_seconds']:g} s" if entry.get("queued_seconds") else ""
-                why = entry.get("node_finding") or (entry.get("reason") if outcome.verdict == "error" else None)
+                lost += (
+                    f", queued {entry['queued_seconds']:g} s" if entry.get("queued_seconds") else ""
+                )
+                why = entry.get("node_finding") or (
+                    entry.get("reason") if outcome.verdict == "error" else None
+                )
                 note = f" — {why}" if why else ""
-                report_line(f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}", outcome)
+                report_line(
+                    f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}",
+                    outcome,
+                )
 
             if cluster is not None:
                 from assure.run import cluster as cluster_mod
 
                 err.print(plain(f"suite {loaded.name}: on the Ray cluster {cluster}"))
-                outcomes = cluster_mod.drive_suite(record, runs_dir, cluster, jobs, key, arrived, run_one if engine is not None else None,
-                                                   lambda n, phase: (in_flight.__setitem__(loaded.specs[n].name, phase), shown()))
+                outcomes = cluster_mod.drive_suite(
+                    record,
+                    runs_dir,
+                    cluster,
+                    jobs,
+                    key,
+                    arrived,
+                    run_one if engine is not None else None,
+                    lambda n, phase: (in_flight.__setitem__(loaded.specs[n].name, phase), shown()),
+                )
             else:
                 outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
         doc = summary.suite_document(whole, record.path, runs_dir)
@@ -493,7 +752,12 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
         raise _fail(exc) from None
     except KeyboardInterrupt:
         again = f"assure suite {path}" + (f" --shard {loaded.shard}" if loaded.shard else "")
-        err.print(plain(f"interrupted: containers and volumes were removed; `{again}` continues this suite run", "yellow"))
+        err.print(
+            plain(
+                f"interrupted: containers and volumes were removed; `{again}` continues this suite run",
+                "yellow",
+            )
+        )
         raise typer.Exit(130) from None
     return loaded, record, outcomes, doc
 
@@ -502,8 +766,10 @@ def _drive_suite(path: Path, whole: Any, loaded: Any, engine: tuple[DockerBacken
 def resume(
     run_ref: str = RUN_ARG,
     runs_dir: Path = RUNS_OPTION,
-    json_out: bool = typer.Option(False, "--json", help="Print the machine-readable report on stdout."),
-    key: Optional[Path] = KEY_OPTION,
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the machine-readable report on stdout."
+    ),
+    key: Path | None = KEY_OPTION,
 ) -> None:
     """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
     from assure.run.driver import resume_note
@@ -526,12 +792,19 @@ def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
     recorded = spec_mod.Spec.from_json(rd.spec_json())
     loaded = spec_mod.load(recorded.path)
     if loaded != recorded:
-        raise AssureError("the spec changed since this run started", where=str(recorded.path), fix="restore it, or start a new run with --new")
+        raise AssureError(
+            "the spec changed since this run started",
+            where=str(recorded.path),
+            fix="restore it, or start a new run with --new",
+        )
     return loaded
 
 
 @app.command()
-def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec or suite files to check."), json_out: bool = JSON_OPTION) -> None:
+def validate(
+    specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec or suite files to check."),
+    json_out: bool = JSON_OPTION,
+) -> None:
     """Check spec files (and suites, with every spec they name) against their schemas in specs/,
     and that each can work: its contract as the gate will judge it (ratified, by someone other
     than its proposer, hash and terms as they stand) and its agent command among the agent
@@ -541,7 +814,9 @@ def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec 
     from assure.run import suite as suite_mod
 
     bad, results = 0, []
-    engine: list[Any] = []  # the engine, asked at most once, and only by a spec that names an image or runtime to look for
+    engine: list[
+        Any
+    ] = []  # the engine, asked at most once, and only by a spec that names an image or runtime to look for
 
     def engine_problems(s: spec_mod.Spec) -> list[preflight.Problem]:
         if not preflight.needs_engine(s):
@@ -552,29 +827,56 @@ def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec 
             except AssureError as exc:
                 engine.append(exc)
         if isinstance(engine[0], AssureError):
-            return [preflight.Problem(str(s.path), f"its images and sandbox.runtime were not checked: {engine[0].message}",
-                                      engine[0].fix or "start the Docker engine", fatal=False)]
+            return [
+                preflight.Problem(
+                    str(s.path),
+                    f"its images and sandbox.runtime were not checked: {engine[0].message}",
+                    engine[0].fix or "start the Docker engine",
+                    fatal=False,
+                )
+            ]
         return preflight.engine_problems(s, engine[0])
 
     for path in specs:
         try:
-            loaded = suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
+            loaded = (
+                suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
+            )
             found = [p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]]
         except AssureError as exc:
             bad += 1
-            results.append({"file": str(path), "ok": False, "problems": exc.message.split("\n"), "fix": exc.fix, "notes": []})
+            results.append(
+                {
+                    "file": str(path),
+                    "ok": False,
+                    "problems": exc.message.split("\n"),
+                    "fix": exc.fix,
+                    "notes": [],
+                }
+            )
             if not json_out:
                 err.print(_safe_lines(exc.explain()), markup=False, highlight=False)
             continue
         fatal = [p for p in found if p.fatal]
         bad += bool(fatal)
-        results.append({"file": str(path), "ok": not fatal, "problems": [f"{p.where}: {p.message}" for p in fatal],
-                        "fix": "; ".join(p.fix for p in fatal) or None, "notes": [f"{p.where}: {p.message}" for p in found if not p.fatal]})
+        results.append(
+            {
+                "file": str(path),
+                "ok": not fatal,
+                "problems": [f"{p.where}: {p.message}" for p in fatal],
+                "fix": "; ".join(p.fix for p in fatal) or None,
+                "notes": [f"{p.where}: {p.message}" for p in found if not p.fatal],
+            }
+        )
         if json_out:
             continue
         for problem in found:
             first, *rest = problem.lines()
-            err.print(_safe_lines("\n".join([first if problem.fatal else f"note: {first}", *rest])), markup=False, highlight=False)
+            err.print(
+                _safe_lines("\n".join([first if problem.fatal else f"note: {first}", *rest])),
+                markup=False,
+                highlight=False,
+            )
         if not fatal:
             out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
     if json_out:
@@ -584,31 +886,80 @@ def validate(specs: list[Path] = typer.Argument(..., metavar="FILE", help="Spec 
 
 @app.command()
 def init(
-    folder: Path = typer.Argument(Path("."), metavar="DIR", help="Where to write the project (default: here); made if missing, nothing in it overwritten."),
-    name: str = typer.Option("my-first-spec", "--name", metavar="NAME", help="The spec's name (lowercase letters, digits, dashes)."),
-    writable: Optional[list[str]] = typer.Option(None, "--writable", metavar="GLOB", help="A path the agent may change (repeatable; default: out/**)."),
-    protected: Optional[list[str]] = typer.Option(None, "--protected", metavar="GLOB", help="A path whose change is a breach (repeatable; default: src/**)."),
-    proposed_by: Optional[str] = typer.Option(None, "--proposed-by", metavar="NAME", help="Who proposes the contract (default: $USER@localhost)."),
-    ratified_by: str = typer.Option("reviewer@localhost", "--ratified-by", metavar="NAME", help="Who ratifies it: someone other than the proposer."),
-    database: Optional[str] = typer.Option(None, "--database", metavar="NAME", help="Also a SQLite database the gateway owns, which the agent writes a row to."),
+    folder: Path = typer.Argument(
+        Path("."),
+        metavar="DIR",
+        help="Where to write the project (default: here); made if missing, nothing in it overwritten.",
+    ),
+    name: str = typer.Option(
+        "my-first-spec",
+        "--name",
+        metavar="NAME",
+        help="The spec's name (lowercase letters, digits, dashes).",
+    ),
+    writable: list[str] | None = typer.Option(
+        None,
+        "--writable",
+        metavar="GLOB",
+        help="A path the agent may change (repeatable; default: out/**).",
+    ),
+    protected: list[str] | None = typer.Option(
+        None,
+        "--protected",
+        metavar="GLOB",
+        help="A path whose change is a breach (repeatable; default: src/**).",
+    ),
+    proposed_by: str | None = typer.Option(
+        None,
+        "--proposed-by",
+        metavar="NAME",
+        help="Who proposes the contract (default: $USER@localhost).",
+    ),
+    ratified_by: str = typer.Option(
+        "reviewer@localhost",
+        "--ratified-by",
+        metavar="NAME",
+        help="Who ratifies it: someone other than the proposer.",
+    ),
+    database: str | None = typer.Option(
+        None,
+        "--database",
+        metavar="NAME",
+        help="Also a SQLite database the gateway owns, which the agent writes a row to.",
+    ),
 ) -> None:
     """Write a first project: a commented spec, a tiny agent, its workspace, a suite and a README
     stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
     from assure.ops import init as scaffold
 
-    given = {k: v for k, v in {"name": name, "writable": tuple(writable or ()), "protected": tuple(protected or ()), "proposed_by": proposed_by,
-                               "ratified_by": ratified_by, "database": database}.items() if v}
+    given = {
+        k: v
+        for k, v in {
+            "name": name,
+            "writable": tuple(writable or ()),
+            "protected": tuple(protected or ()),
+            "proposed_by": proposed_by,
+            "ratified_by": ratified_by,
+            "database": database,
+        }.items()
+        if v
+    }
     try:
         written = scaffold.create(folder, scaffold.Choices(**given))
     except AssureError as exc:
         raise _fail(exc) from None
     for path in written:
         out.print(plain(f"wrote {path}"), soft_wrap=True)
-    out.print(plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"), soft_wrap=True)
+    out.print(
+        plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"),
+        soft_wrap=True,
+    )
 
 
 @app.command()
-def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
+def verify(
+    run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION
+) -> None:
     """Recompute the verdict of a finished run from its directory alone."""
     from assure.run.driver import reverify
 
@@ -620,21 +971,31 @@ def verify(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool 
         raise _fail(exc) from None
     same = recorded.get("verdict") == result.verdict
     if json_out:
-        _print_json({**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same})
+        _print_json(
+            {**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same}
+        )
     else:
         _print_whole(render.render_report(result.report, str(run_dir)))
-        out.print(Text.assemble(plain(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: "),
-                                Text("reproduced", style="green") if same else Text("DIFFERENT", style="bold red")))
+        out.print(
+            Text.assemble(
+                plain(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: "),
+                Text("reproduced", style="green") if same else Text("DIFFERENT", style="bold red"),
+            )
+        )
     raise typer.Exit(EXIT[result.verdict] if same else EXIT_UNEXPECTED)
 
 
 @app.command()
 def diff(
     run_ref: str = RUN_ARG,
-    attempt: Optional[int] = typer.Option(None, metavar="N", help="Attempt number (default: the first that breached, else the last)."),
+    attempt: int | None = typer.Option(
+        None, metavar="N", help="Attempt number (default: the first that breached, else the last)."
+    ),
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = JSON_OPTION,
-    html_out: bool = typer.Option(False, "--html", help="A standalone HTML page (changes and findings), for a CI artifact."),
+    html_out: bool = typer.Option(
+        False, "--html", help="A standalone HTML page (changes and findings), for a CI artifact."
+    ),
 ) -> None:
     """Show each workspace change of an attempt with its attribution."""
     from assure.run.driver import breached_attempt
@@ -643,35 +1004,70 @@ def diff(
         run = runs_mod.find(run_ref, runs_dir)
         run_dir = run.path
         attempts = run.attempts()
-        if attempt is None and run.paths.state.is_file():  # a breach a later clean attempt followed is the one to look at
+        if (
+            attempt is None and run.paths.state.is_file()
+        ):  # a breach a later clean attempt followed is the one to look at
             tasks = store.read_json(run.paths.state).get("tasks", {})
-            attempt = next((n for ts in tasks.values() if (n := breached_attempt(ts.get("attempts", []))) is not None), None)
-        chosen = run.attempt(attempt).root if attempt is not None else (attempts[-1] if attempts else None)
+            attempt = next(
+                (
+                    n
+                    for ts in tasks.values()
+                    if (n := breached_attempt(ts.get("attempts", []))) is not None
+                ),
+                None,
+            )
+        chosen = (
+            run.attempt(attempt).root
+            if attempt is not None
+            else (attempts[-1] if attempts else None)
+        )
         if chosen is None:
             raise AssureError("the run has no attempts", where=str(run_dir))
         if chosen not in attempts:
             have = ", ".join(a.name for a in attempts) or "none"
-            raise AssureError(f"the run has no attempt {attempt} (it has: {have})", where=str(run_dir), fix="pass --attempt N with one of those, or leave it out for the last")
+            raise AssureError(
+                f"the run has no attempt {attempt} (it has: {have})",
+                where=str(run_dir),
+                fix="pass --attempt N with one of those, or leave it out for the last",
+            )
         verdict = store.read_json(AttemptPaths(chosen).verdict)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
         _print_json({"changes": verdict["changes"], "findings": verdict["findings"]})
     elif html_out:
-        sys.stdout.write(render.render_changes_html(f"{run_dir.name}, attempt {chosen.name}", verdict))
+        sys.stdout.write(
+            render.render_changes_html(f"{run_dir.name}, attempt {chosen.name}", verdict)
+        )
     else:
         _print_whole(render.render_changes(verdict["changes"], verdict["findings"]))
 
 
-report_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Reports of runs and suite runs, for people and for CI.")
+report_app = typer.Typer(
+    no_args_is_help=True,
+    context_settings=HELP,
+    help="Reports of runs and suite runs, for people and for CI.",
+)
 app.add_typer(report_app, name="report")
 
 
 @report_app.command("html")
 def report_html(
-    ref: str = typer.Argument(..., metavar="RUN", help="A run or a suite run (id or folder), or a suite summary JSON file."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="Where to write the page ('-': stdout). Default: ./<id>.html."),
-    runs_dir: Path = runs_option("Where run ids are looked up (suite runs: beside it, in suites/)."),
+    ref: str = typer.Argument(
+        ...,
+        metavar="RUN",
+        help="A run or a suite run (id or folder), or a suite summary JSON file.",
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="Where to write the page ('-': stdout). Default: ./<id>.html.",
+    ),
+    runs_dir: Path = runs_option(
+        "Where run ids are looked up (suite runs: beside it, in suites/)."
+    ),
 ) -> None:
     """A self-contained HTML page (no script, no network) of a run or a suite run, for a reviewer.
 
@@ -679,39 +1075,61 @@ def report_html(
     from assure.records import html_report
 
     try:
-        named = Path(ref).exists() or (store.RUN_ID.match(ref) and (layout.suites_base(runs_dir) / ref).is_dir())
-        page = html_report.render(ref if named else str(runs_mod.locate(ref, runs_dir)), runs_dir)  # a run: the one resolver
+        named = Path(ref).exists() or (
+            store.RUN_ID.match(ref) and (layout.suites_base(runs_dir) / ref).is_dir()
+        )
+        page = html_report.render(
+            ref if named else str(runs_mod.locate(ref, runs_dir)), runs_dir
+        )  # a run: the one resolver
         if output is not None and str(output) == "-":
             sys.stdout.write(page.html)
             return
         target = (output or Path(f"{page.id}.html")).resolve()
         inside = next((s for s in page.sources if target.is_relative_to(s.resolve())), None)
         if inside is not None:
-            raise AssureError("the page would be written inside a run directory, which is sealed", where=str(target),
-                              fix="pass -o with a path outside it (or -o - for stdout)")
+            raise AssureError(
+                "the page would be written inside a run directory, which is sealed",
+                where=str(target),
+                fix="pass -o with a path outside it (or -o - for stdout)",
+            )
         target.write_text(page.html, encoding="utf-8")
     except AssureError as exc:
         raise _fail(exc) from None
     except OSError as exc:
-        raise _fail(AssureError(f"cannot write the page: {exc.strerror}", where=str(exc.filename))) from None
+        raise _fail(
+            AssureError(f"cannot write the page: {exc.strerror}", where=str(exc.filename))
+        ) from None
     err.print(f"wrote {render.display(str(target))}", markup=False, highlight=False)
 
 
 @images_app.command("build")
-def images_build(specs: Optional[list[Path]] = typer.Argument(None, metavar="SPEC", help="Specs whose agent.install images to build too."),
-                 json_out: bool = JSON_OPTION) -> None:
+def images_build(
+    specs: list[Path] | None = typer.Argument(
+        None, metavar="SPEC", help="Specs whose agent.install images to build too."
+    ),
+    json_out: bool = JSON_OPTION,
+) -> None:
     """Build the base, agent and gateway images (no registry needed), and each SPEC's derived
     agent image (its agent.install); skip what is up to date."""
     try:
         loaded = [spec_mod.load(p) for p in specs or []]
         backend = DockerBackend()
         built = Images(backend, lambda msg: err.print(f"images: {msg}")).ensure()
-        derived = {s.name: install.ensure(s, backend, built, lambda msg: err.print(f"images: {msg}")) for s in loaded if s.agent.install}
+        derived = {
+            s.name: install.ensure(s, backend, built, lambda msg: err.print(f"images: {msg}"))
+            for s in loaded
+            if s.agent.install
+        }
     except AssureError as exc:
         raise _fail(exc) from None
     roles = ("base", "agent", "gateway", "egress")
     if json_out:
-        _print_json({**{role: getattr(built, role) for role in roles}, **({"installs": derived} if derived else {})})
+        _print_json(
+            {
+                **{role: getattr(built, role) for role in roles},
+                **({"installs": derived} if derived else {}),
+            }
+        )
         return
     for role in roles:
         out.print(f"{role:8} {getattr(built, role)}")
@@ -722,8 +1140,17 @@ def images_build(specs: Optional[list[Path]] = typer.Argument(None, metavar="SPE
 @contract_app.command("hash")
 def contract_hash(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file."),
-    task: Optional[str] = typer.Option(None, "--task", metavar="TASK", help="The contract governing this task (its own block, else the spec's)."),
-    write: bool = typer.Option(False, "--write", help="Put the new terms and hash into SPEC's contract block (the rest stays as written)."),
+    task: str | None = typer.Option(
+        None,
+        "--task",
+        metavar="TASK",
+        help="The contract governing this task (its own block, else the spec's).",
+    ),
+    write: bool = typer.Option(
+        False,
+        "--write",
+        help="Put the new terms and hash into SPEC's contract block (the rest stays as written).",
+    ),
 ) -> None:
     """Print the term digests and hash SPEC's contract must carry to be ratified as it stands
     (YAML for its contract block), and say which terms changed since the ones it carries."""
@@ -739,9 +1166,17 @@ def contract_hash(
     sys.stdout.write(found.to_yaml())
     changed = found.changed()
     if changed is None:
-        err.print("the contract carries no term digests (none yet, or an older format): have these ratified", markup=False)
+        err.print(
+            "the contract carries no term digests (none yet, or an older format): have these ratified",
+            markup=False,
+        )
     elif changed or found.carried_hash != found.hash:
-        err.print("changed since the terms it carries: " + (", ".join(changed) or "hash") + "; have it re-ratified", markup=False)
+        err.print(
+            "changed since the terms it carries: "
+            + (", ".join(changed) or "hash")
+            + "; have it re-ratified",
+            markup=False,
+        )
     else:
         err.print("unchanged: the contract carries these terms and hash", markup=False)
     if write:
@@ -749,10 +1184,20 @@ def contract_hash(
 
 
 @app.command()
-def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs whose sandbox.runtime and agent.install image must be available here."),
-           cluster: str = typer.Option(None, "--cluster", metavar="ADDRESS",
-                                       help="Check a Ray cluster instead (its head's host:port): Ray on both sides, the docker resource, each node's engine, images and assure version."),
-           json_out: bool = JSON_OPTION) -> None:
+def doctor(
+    specs: list[Path] = typer.Argument(
+        None,
+        metavar="SPEC",
+        help="Specs whose sandbox.runtime and agent.install image must be available here.",
+    ),
+    cluster: str = typer.Option(
+        None,
+        "--cluster",
+        metavar="ADDRESS",
+        help="Check a Ray cluster instead (its head's host:port): Ray on both sides, the docker resource, each node's engine, images and assure version.",
+    ),
+    json_out: bool = JSON_OPTION,
+) -> None:
     """Say what is missing to run assure here (daemon, images, runtimes), or on a Ray cluster, and how to fix it."""
     from assure.ops import doctor as checks
 
@@ -765,34 +1210,71 @@ def doctor(specs: list[Path] = typer.Argument(None, metavar="SPEC", help="Specs 
 
         report = doctor_cluster.diagnose(cluster, doctor_cluster.local_images())
     else:
-        report = checks.diagnose({s.sandbox.runtime for s in loaded}, [s for s in loaded if s.agent.install is not None])
+        report = checks.diagnose(
+            {s.sandbox.runtime for s in loaded}, [s for s in loaded if s.agent.install is not None]
+        )
     if json_out:
-        _print_json({"ok": report.ok, "checks": [dataclasses.asdict(c) for c in report.checks],
-                     "register_gvisor": list(runtimes.registration_steps()) if report.register_gvisor else []})
+        _print_json(
+            {
+                "ok": report.ok,
+                "checks": [dataclasses.asdict(c) for c in report.checks],
+                "register_gvisor": list(runtimes.registration_steps())
+                if report.register_gvisor
+                else [],
+            }
+        )
         raise typer.Exit(0 if report.ok else 1)
-    styles = {checks.Status.OK: "green", checks.Status.MISSING: "red", checks.Status.OPTIONAL: "yellow", checks.Status.ABSENT: "yellow"}
+    styles = {
+        checks.Status.OK: "green",
+        checks.Status.MISSING: "red",
+        checks.Status.OPTIONAL: "yellow",
+        checks.Status.ABSENT: "yellow",
+    }
     table = _whole("check", "status", "detail / fix")
     for c in report.checks:
-        status = plain(c.value or "") if c.status is checks.Status.INFO else Text(str(c.status), style=styles[c.status])
+        status = (
+            plain(c.value or "")
+            if c.status is checks.Status.INFO
+            else Text(str(c.status), style=styles[c.status])
+        )
         table.add_row(plain(c.name), status, plain(c.detail))
     out.print(table)
     if report.register_gvisor:
-        out.print("to register gVisor's runsc with this engine, as root:", markup=False, highlight=False)
+        out.print(
+            "to register gVisor's runsc with this engine, as root:", markup=False, highlight=False
+        )
         for step in runtimes.registration_steps():
             out.print(f"  {step}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(0 if report.ok else 1)
 
 
 @app.command()
-def gc(everything: bool = typer.Option(False, "--all", help="Also remove resources of runs that are still going."), json_out: bool = JSON_OPTION,
-       runs_dir: Path = RUNS_OPTION,
-       dry_run: bool = typer.Option(False, "--dry-run", help="Remove nothing: list what would be removed."),
-       all_users: bool = typer.Option(False, "--all-users", help="Also what other users' processes left (default: only this user's, and the runs of --runs-dir).")) -> None:
+def gc(
+    everything: bool = typer.Option(
+        False, "--all", help="Also remove resources of runs that are still going."
+    ),
+    json_out: bool = JSON_OPTION,
+    runs_dir: Path = RUNS_OPTION,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Remove nothing: list what would be removed."
+    ),
+    all_users: bool = typer.Option(
+        False,
+        "--all-users",
+        help="Also what other users' processes left (default: only this user's, and the runs of --runs-dir).",
+    ),
+) -> None:
     """Remove containers, volumes, networks, workspace filesystems and cluster tasks' scratch folders left by assure processes that are gone."""
     from assure.ops import gc as collector
 
     try:
-        removed = collector.collect(DockerBackend(), everything=everything, runs_dir=runs_dir, all_users=all_users, dry_run=dry_run)
+        removed = collector.collect(
+            DockerBackend(),
+            everything=everything,
+            runs_dir=runs_dir,
+            all_users=all_users,
+            dry_run=dry_run,
+        )
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
@@ -801,8 +1283,12 @@ def gc(everything: bool = typer.Option(False, "--all", help="Also remove resourc
     if dry_run:
         for name in removed.names:
             out.print(plain(f"would remove {name}"), soft_wrap=True)
-    out.print(f"{'would remove' if dry_run else 'removed'} {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
-              f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders", markup=False, highlight=False)
+    out.print(
+        f"{'would remove' if dry_run else 'removed'} {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
+        f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders",
+        markup=False,
+        highlight=False,
+    )
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
@@ -821,12 +1307,18 @@ def halt(run: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON
     if json_out:
         _print_json({"run_id": rd.run_id, "halt": True, "request_id": done.request_id})
         return
-    out.print(f"halt requested for {rd.run_id} (request {done.request_id}); the gateway and the driver act on it within a second")
+    out.print(
+        f"halt requested for {rd.run_id} (request {done.request_id}); the gateway and the driver act on it within a second"
+    )
 
 
 @app.command()
-def dial(run: str = RUN_ARG, level: str = typer.Argument(..., metavar="LEVEL", help="propose, commit or irreversible"), runs_dir: Path = RUNS_OPTION,
-         json_out: bool = JSON_OPTION) -> None:
+def dial(
+    run: str = RUN_ARG,
+    level: str = typer.Argument(..., metavar="LEVEL", help="propose, commit or irreversible"),
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
     """Turn the autonomy dial of RUN: `propose` stops every external effect from here on."""
     from assure.core import control
 
@@ -841,57 +1333,109 @@ def dial(run: str = RUN_ARG, level: str = typer.Argument(..., metavar="LEVEL", h
 
 
 @app.command("alerts")
-def alerts_cmd(pending: bool = typer.Option(False, "--pending", help="Only alerts not yet acknowledged."), runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
+def alerts_cmd(
+    pending: bool = typer.Option(False, "--pending", help="Only alerts not yet acknowledged."),
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
     """List alerts (pending ones stay until `assure ack ID`)."""
-    found = [a for a in alerts.all_alerts(runs_dir) if not pending or a.state == alerts.AlertState.PENDING]
+    found = [
+        a
+        for a in alerts.all_alerts(runs_dir)
+        if not pending or a.state == alerts.AlertState.PENDING
+    ]
     if json_out:
         _print_json([dataclasses.asdict(a) for a in found])
         return
     table = _whole("id", "run", "kind", "state", "raised", "message")
     for a in found:
-        table.add_row(plain(a.id), plain(a.run_id), plain(a.kind), plain(a.state), plain(a.raised_at), plain(a.message))
+        table.add_row(
+            plain(a.id),
+            plain(a.run_id),
+            plain(a.kind),
+            plain(a.state),
+            plain(a.raised_at),
+            plain(a.message),
+        )
     _print_table(table)
 
 
 @app.command()
-def ack(alert_id: Optional[str] = typer.Argument(None, metavar="ALERT", help="The alert's id (`assure alerts` lists them)."),
-        every: bool = typer.Option(False, "--all", help="Every pending alert (with --run or --kind: every one they match)."),
-        run_ref: Optional[str] = typer.Option(None, "--run", metavar="ID", help="The pending alerts of this run (its id or its folder)."),
-        kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND", help="The pending alerts of this kind (breach, quarantine, ...); with --run or --all."),
-        runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
+def ack(
+    alert_id: str | None = typer.Argument(
+        None, metavar="ALERT", help="The alert's id (`assure alerts` lists them)."
+    ),
+    every: bool = typer.Option(
+        False, "--all", help="Every pending alert (with --run or --kind: every one they match)."
+    ),
+    run_ref: str | None = typer.Option(
+        None, "--run", metavar="ID", help="The pending alerts of this run (its id or its folder)."
+    ),
+    kind: str | None = typer.Option(
+        None,
+        "--kind",
+        metavar="KIND",
+        help="The pending alerts of this kind (breach, quarantine, ...); with --run or --all.",
+    ),
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
     """Acknowledge a pending alert, or every one a filter matches (--all, --run, --kind)."""
     try:
         if alert_id is not None and (every or run_ref or kind):
-            raise AssureError("name one alert or give a filter, not both", fix="`assure ack ID`, or `assure ack --run RUN [--kind KIND]`, or `assure ack --all`")
+            raise AssureError(
+                "name one alert or give a filter, not both",
+                fix="`assure ack ID`, or `assure ack --run RUN [--kind KIND]`, or `assure ack --all`",
+            )
         if alert_id is None and not (every or run_ref or kind):
-            raise AssureError("which alerts? no id and no filter", fix="`assure ack ID`, `assure ack --run RUN`, `assure ack --kind KIND --all`, or `assure ack --all`")
-        if kind and not (every or run_ref):  # one word would silence every run's breaches: say which runs
-            raise AssureError(f"--kind alone would acknowledge every pending {kind!r} alert of every run",
-                              fix=f"`assure ack --kind {kind} --run RUN` for one run's, or `assure ack --kind {kind} --all` for every run's")
+            raise AssureError(
+                "which alerts? no id and no filter",
+                fix="`assure ack ID`, `assure ack --run RUN`, `assure ack --kind KIND --all`, or `assure ack --all`",
+            )
+        if kind and not (
+            every or run_ref
+        ):  # one word would silence every run's breaches: say which runs
+            raise AssureError(
+                f"--kind alone would acknowledge every pending {kind!r} alert of every run",
+                fix=f"`assure ack --kind {kind} --run RUN` for one run's, or `assure ack --kind {kind} --all` for every run's",
+            )
         if alert_id is not None:
             done = [alerts.ack(runs_dir, alert_id, alerts.operator_name())]
         elif run_ref is not None:
             rd = runs_mod.find(run_ref, runs_dir)
-            done = alerts.ack_matching(rd.path.parent, alerts.operator_name(), run_id=rd.run_id, kind=kind)
+            done = alerts.ack_matching(
+                rd.path.parent, alerts.operator_name(), run_id=rd.run_id, kind=kind
+            )
         else:
             done = alerts.ack_matching(runs_dir, alerts.operator_name(), kind=kind)
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
-        _print_json(dataclasses.asdict(done[0]) if alert_id is not None else [dataclasses.asdict(a) for a in done])
+        _print_json(
+            dataclasses.asdict(done[0])
+            if alert_id is not None
+            else [dataclasses.asdict(a) for a in done]
+        )
         return
     if alert_id is None and not done:
         out.print("no pending alert matches", markup=False)
     for a in done:
-        out.print(f"{a.id} acknowledged by {render.display(str(a.acked_by))} at {a.acked_at}", markup=False)
+        out.print(
+            f"{a.id} acknowledged by {render.display(str(a.acked_by))} at {a.acked_at}",
+            markup=False,
+        )
 
 
 @app.command("journal")
 def journal_cmd(
     run: str = RUN_ARG,
-    event: Optional[str] = typer.Option(None, metavar="EVENT", help="e.g. gate_denied, override_effective, tool_call"),
-    actor: Optional[str] = typer.Option(None, metavar="NAME", help="gateway, driver, or an operator's name"),
-    since: Optional[str] = typer.Option(None, metavar="TIME", help="ISO time, e.g. 2026-11-30T08:00"),
+    event: str | None = typer.Option(
+        None, metavar="EVENT", help="e.g. gate_denied, override_effective, tool_call"
+    ),
+    actor: str | None = typer.Option(
+        None, metavar="NAME", help="gateway, driver, or an operator's name"
+    ),
+    since: str | None = typer.Option(None, metavar="TIME", help="ISO time, e.g. 2026-11-30T08:00"),
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = typer.Option(False, "--json", help="One JSON record per line."),
 ) -> None:
@@ -900,7 +1444,11 @@ def journal_cmd(
     from assure.records import journal
 
     if since is not None and parse_time(since) is None:
-        err.print(f"error: --since must be an ISO time, e.g. 2026-11-30T08:00 (got {render.display(since)})", markup=False, highlight=False)
+        err.print(
+            f"error: --since must be an ISO time, e.g. 2026-11-30T08:00 (got {render.display(since)})",
+            markup=False,
+            highlight=False,
+        )
         raise typer.Exit(2)
     try:
         rd = runs_mod.find(run, runs_dir)
@@ -912,12 +1460,25 @@ def journal_cmd(
         err.print(f"BROKEN CHAIN {s.name}: {s.error}", style="bold red", markup=False)
     if json_out:
         for r in records:
-            out.print(json.dumps(r, sort_keys=True, ensure_ascii=True), markup=False, highlight=False, soft_wrap=True)
+            out.print(
+                json.dumps(r, sort_keys=True, ensure_ascii=True),
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
     else:
         table = _whole("ts", "source", "actor", "event", "detail")
         for r in records:
-            detail = journal.detail(r, ("tool", "path", "decision", "rule", "reason", "latency_ms", "verdict"))
-            table.add_row(plain(r.get("ts")), plain(r["source"]), plain(r.get("actor")), plain(journal.standard_event(r)), plain(detail))
+            detail = journal.detail(
+                r, ("tool", "path", "decision", "rule", "reason", "latency_ms", "verdict")
+            )
+            table.add_row(
+                plain(r.get("ts")),
+                plain(r["source"]),
+                plain(r.get("actor")),
+                plain(journal.standard_event(r)),
+                plain(detail),
+            )
         _print_table(table)
     raise typer.Exit(1 if broken else 0)
 
@@ -931,21 +1492,38 @@ def runs(runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
         return
     table = _whole("run", "state", "verdict", "started", "tasks")
     for r in rows:
-        table.add_row(plain(r["run_id"]), plain(r["state"]), plain(r["verdict"] or "-"), plain(r["started_at"]),
-                      plain(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())))
+        table.add_row(
+            plain(r["run_id"]),
+            plain(r["state"]),
+            plain(r["verdict"] or "-"),
+            plain(r["started_at"]),
+            plain(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())),
+        )
     _print_table(table)
     for r in rows:
         if r["resume"]:
-            out.print(plain(f"{r['run_id']} is {r['state']}: {_gone(r['state'])}; `{r['resume']}` continues it", "yellow"), soft_wrap=True)
+            out.print(
+                plain(
+                    f"{r['run_id']} is {r['state']}: {_gone(r['state'])}; `{r['resume']}` continues it",
+                    "yellow",
+                ),
+                soft_wrap=True,
+            )
 
 
 def _gone(state: str) -> str:
     """Why a resumable run stopped, in words."""
-    return "its driver is gone (no process holds the run's lock)" if state == "interrupted" else "its driver stopped"
+    return (
+        "its driver is gone (no process holds the run's lock)"
+        if state == "interrupted"
+        else "its driver stopped"
+    )
 
 
 @app.command()
-def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
+def show(
+    run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION
+) -> None:
     """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order; then
     each attempt's model exchange (messages, tool calls and results, tokens and cost per call)."""
     from assure.records import conversation, journal
@@ -962,25 +1540,67 @@ def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = 
     except (AssureError, AttributeError):
         state = None  # no readable state.json: the timeline is all there is
     resume = runs_mod.resume_command(rd.path.parent, rd.run_id) if state in RESUMABLE else None
-    exchanges = [(paths.number, conversation.read(paths)) for paths in (AttemptPaths(folder) for folder in rd.attempts())]
+    exchanges = [
+        (paths.number, conversation.read(paths))
+        for paths in (AttemptPaths(folder) for folder in rd.attempts())
+    ]
     exchanges = [(n, c) for n, c in exchanges if c.exchanges or c.notes != ["no gateway journal"]]
     if json_out:
-        _print_json({"run_id": rd.run_id, "state": state, "resume": resume, "events": [{**r, "standard_event": journal.standard_event(r)} for r in records],
-                     "alerts": [dataclasses.asdict(a) for a in run_alerts],
-                     "model_exchange": [{"attempt": n, "calls": [x.to_json() for x in c.exchanges], "notes": c.notes, "chars_cut": c.chars_cut} for n, c in exchanges]})
+        _print_json(
+            {
+                "run_id": rd.run_id,
+                "state": state,
+                "resume": resume,
+                "events": [{**r, "standard_event": journal.standard_event(r)} for r in records],
+                "alerts": [dataclasses.asdict(a) for a in run_alerts],
+                "model_exchange": [
+                    {
+                        "attempt": n,
+                        "calls": [x.to_json() for x in c.exchanges],
+                        "notes": c.notes,
+                        "chars_cut": c.chars_cut,
+                    }
+                    for n, c in exchanges
+                ],
+            }
+        )
         return
     table = _whole("ts", "source", "event", "detail")
-    keys = ("task", "attempt", "verdict", "tool", "path", "decision", "rule", "state", "reason", "latency_ms", "counter")
+    keys = (
+        "task",
+        "attempt",
+        "verdict",
+        "tool",
+        "path",
+        "decision",
+        "rule",
+        "state",
+        "reason",
+        "latency_ms",
+        "counter",
+    )
     for r in records:
-        table.add_row(plain(r.get("ts")), plain(r["source"]), plain(journal.standard_event(r)), plain(journal.detail(r, keys)))
+        table.add_row(
+            plain(r.get("ts")),
+            plain(r["source"]),
+            plain(journal.standard_event(r)),
+            plain(journal.detail(r, keys)),
+        )
     _print_table(table)
     for n, conv in exchanges:  # each string the agent or model wrote escaped (textsafe) and cut
         for line in conversation.lines(n, conv):
             out.print(line, markup=False, highlight=False, soft_wrap=True)
     for alert in run_alerts:
-        out.print(f"alert {alert.id} [{alert.kind}] {alert.state}: {render.display(alert.message)}", markup=False, highlight=False)
+        out.print(
+            f"alert {alert.id} [{alert.kind}] {alert.state}: {render.display(alert.message)}",
+            markup=False,
+            highlight=False,
+        )
     if resume is not None:
-        out.print(plain(f"run {rd.run_id} is {state}: {_gone(state)}; `{resume}` continues it", "yellow"), soft_wrap=True)
+        out.print(
+            plain(f"run {rd.run_id} is {state}: {_gone(state)}; `{resume}` continues it", "yellow"),
+            soft_wrap=True,
+        )
     elif state is not None:
         out.print(plain(f"run {rd.run_id} is {state}"), soft_wrap=True)
 
@@ -988,10 +1608,17 @@ def show(run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = 
 @app.command("promote")
 def promote_cmd(
     run_ref: str = RUN_ARG,
-    task: Optional[str] = typer.Option(None, metavar="TASK", help="Task id (default: every proposed task)."),
+    task: str | None = typer.Option(
+        None, metavar="TASK", help="Task id (default: every proposed task)."
+    ),
     runs_dir: Path = RUNS_OPTION,
-    key: Optional[Path] = KEY_OPTION,
-    dial: Optional[str] = typer.Option(None, "--dial", metavar="LEVEL", help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's."),
+    key: Path | None = KEY_OPTION,
+    dial: str | None = typer.Option(
+        None,
+        "--dial",
+        metavar="LEVEL",
+        help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's.",
+    ),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Apply a run's proposed results under a fresh gate decision (dial, contract, verifier);
@@ -1008,22 +1635,41 @@ def promote_cmd(
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
-        _print_json([{"task": task_id, "state": state, "reason": reason} for task_id, state, reason in done])
+        _print_json(
+            [{"task": task_id, "state": state, "reason": reason} for task_id, state, reason in done]
+        )
     else:
         for task_id, state, reason in done:
-            out.print(f"{render.display(task_id)}: {state} ({render.display(reason)})", markup=False, highlight=False)
+            out.print(
+                f"{render.display(task_id)}: {state} ({render.display(reason)})",
+                markup=False,
+                highlight=False,
+            )
     raise typer.Exit(0 if all(state == "committed" for _, state, _ in done) and done else 1)
 
 
-keys_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Manage the Ed25519 key that signs receipts.")
+keys_app = typer.Typer(
+    no_args_is_help=True, context_settings=HELP, help="Manage the Ed25519 key that signs receipts."
+)
 app.add_typer(keys_app, name="keys")
-receipts_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Verify a run's signed receipts and sealed logs.")
+receipts_app = typer.Typer(
+    no_args_is_help=True,
+    context_settings=HELP,
+    help="Verify a run's signed receipts and sealed logs.",
+)
 app.add_typer(receipts_app, name="receipts")
 
 
 @keys_app.command("generate")
-def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", metavar="DIR", help="Where to write the key pair (default: ~/.config/assure/keys)."),
-                  json_out: bool = JSON_OPTION) -> None:
+def keys_generate(
+    directory: Path | None = typer.Option(
+        None,
+        "--dir",
+        metavar="DIR",
+        help="Where to write the key pair (default: ~/.config/assure/keys).",
+    ),
+    json_out: bool = JSON_OPTION,
+) -> None:
     """Make a new Ed25519 key pair for signing receipts; never overwrites a key."""
     from assure.records import keys
 
@@ -1033,17 +1679,32 @@ def keys_generate(directory: Optional[Path] = typer.Option(None, "--dir", metava
     except AssureError as exc:
         raise _fail(exc) from None
     if json_out:
-        _print_json({"private_key": str(private_path), "public_key": str(public_path), "key_id": kid})
+        _print_json(
+            {"private_key": str(private_path), "public_key": str(public_path), "key_id": kid}
+        )
         return
-    out.print(f"private key {render.display(str(private_path))} (mode 0600: keep it secret)", markup=False, highlight=False)
-    out.print(f"public key  {render.display(str(public_path))} (publish it: it verifies every receipt)", markup=False, highlight=False)
+    out.print(
+        f"private key {render.display(str(private_path))} (mode 0600: keep it secret)",
+        markup=False,
+        highlight=False,
+    )
+    out.print(
+        f"public key  {render.display(str(public_path))} (publish it: it verifies every receipt)",
+        markup=False,
+        highlight=False,
+    )
     out.print(f"key id      {kid}", markup=False, highlight=False)
 
 
 @receipts_app.command("verify")
 def receipts_verify(
     run_ref: str = RUN_ARG,
-    public_key: Optional[Path] = typer.Option(None, "--public-key", metavar="FILE", help="Ed25519 public key (PEM); without it signatures are NOT-RUN."),
+    public_key: Path | None = typer.Option(
+        None,
+        "--public-key",
+        metavar="FILE",
+        help="Ed25519 public key (PEM); without it signatures are NOT-RUN.",
+    ),
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -1058,8 +1719,16 @@ def receipts_verify(
         report = verify_run(runs_mod.locate(run_ref, runs_dir), key)
     except ReceiptError as exc:
         if json_out:
-            _print_json({"verified": False, "step": exc.step, "step_name": STEPS[exc.step], "path": exc.path,
-                         "line": exc.line, "message": exc.detail})
+            _print_json(
+                {
+                    "verified": False,
+                    "step": exc.step,
+                    "step_name": STEPS[exc.step],
+                    "path": exc.path,
+                    "line": exc.line,
+                    "message": exc.detail,
+                }
+            )
             raise typer.Exit(1) from None
         raise _fail(exc) from None
     except AssureError as exc:
@@ -1069,20 +1738,45 @@ def receipts_verify(
         raise typer.Exit(0)
     table = _whole("step", "check", "outcome", "detail")
     for step in report.steps:
-        table.add_row(str(step.number), plain(step.name), Text("passed", style="green") if step.outcome is Outcome.PASSED else Text("NOT-RUN", style="yellow"),
-                      plain(step.detail))
+        table.add_row(
+            str(step.number),
+            plain(step.name),
+            Text("passed", style="green")
+            if step.outcome is Outcome.PASSED
+            else Text("NOT-RUN", style="yellow"),
+            plain(step.detail),
+        )
     _print_table(table)
-    signer = f"signed by {report.key_id}" if report.key_id else "signatures NOT-RUN (no public key given)"
-    out.print(plain(f"{report.run_id}: {len(report.receipts)} receipts, {len(report.logs)} logs verified; {signer}", "green"))
+    signer = (
+        f"signed by {report.key_id}"
+        if report.key_id
+        else "signatures NOT-RUN (no public key given)"
+    )
+    out.print(
+        plain(
+            f"{report.run_id}: {len(report.receipts)} receipts, {len(report.logs)} logs verified; {signer}",
+            "green",
+        )
+    )
     raise typer.Exit(0)
 
 
 @app.command("monitor")
 def monitor_cmd(
     once: bool = typer.Option(False, "--once", help="One pass, then exit."),
-    interval: Optional[float] = typer.Option(None, "--interval", metavar="SECONDS", help="Seconds between passes (default: the manifest's interval_seconds)."),
+    interval: float | None = typer.Option(
+        None,
+        "--interval",
+        metavar="SECONDS",
+        help="Seconds between passes (default: the manifest's interval_seconds).",
+    ),
     runs_dir: Path = runs_option("The runs base to watch."),
-    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="JSON or YAML manifest (default: the built-in one, `Manifest` in assure/ops/health.py)."),
+    manifest_file: Path | None = typer.Option(
+        None,
+        "--manifest",
+        metavar="FILE",
+        help="JSON or YAML manifest (default: the built-in one, `Manifest` in assure/ops/health.py).",
+    ),
 ) -> None:
     """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
     dial down then halt the runs whose alerts nobody acknowledges."""
@@ -1100,17 +1794,32 @@ def monitor_cmd(
 
     def show(result: monitor.Pass) -> None:
         if result.busy:
-            err.print("another monitor holds the lock: this pass did nothing", markup=False, highlight=False)
+            err.print(
+                "another monitor holds the lock: this pass did nothing",
+                markup=False,
+                highlight=False,
+            )
         for a in result.alerts:
-            out.print(f"ALERT {a.id} [{a.kind}] {render.display(a.run_id)}: {render.display(a.message)} (pending until `assure ack {a.id}`)",
-                      markup=False, highlight=False, soft_wrap=True)
+            out.print(
+                f"ALERT {a.id} [{a.kind}] {render.display(a.run_id)}: {render.display(a.message)} (pending until `assure ack {a.id}`)",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         for e in result.escalations:
             request = f", request {e.request_id}" if e.request_id else ""
-            out.print(f"ESCALATED {render.display(e.alert_id)}: {e.step} on {render.display(e.run_id)} ({e.effect}{request})", markup=False, highlight=False, soft_wrap=True)
+            out.print(
+                f"ESCALATED {render.display(e.alert_id)}: {e.step} on {render.display(e.run_id)} ({e.effect}{request})",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         for s in result.skipped:  # already escaped by the monitor; each shown once per process
             if (s.path, s.reason) not in reported:
                 reported.add((s.path, s.reason))
-                err.print(f"skipped {s.path}: {s.reason}", markup=False, highlight=False, soft_wrap=True)
+                err.print(
+                    f"skipped {s.path}: {s.reason}", markup=False, highlight=False, soft_wrap=True
+                )
 
     if once:
         show(monitor.scan(runs_dir, manifest, time.time(), sinks))
@@ -1125,10 +1834,19 @@ def monitor_cmd(
 
 @app.command("health")
 def health_cmd(
-    run_ref: Optional[str] = typer.Argument(None, metavar="RUN", help="A run id or directory; default: every live run of the runs base."),
+    run_ref: str | None = typer.Argument(
+        None, metavar="RUN", help="A run id or directory; default: every live run of the runs base."
+    ),
     runs_dir: Path = runs_option("The runs base (for a RUN given by id, and without a RUN)."),
-    manifest_file: Optional[Path] = typer.Option(None, "--manifest", metavar="FILE", help="The monitor's manifest: heartbeat paths and staleness limits."),
-    out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="Also write the document to this file."),
+    manifest_file: Path | None = typer.Option(
+        None,
+        "--manifest",
+        metavar="FILE",
+        help="The monitor's manifest: heartbeat paths and staleness limits.",
+    ),
+    out_file: Path | None = typer.Option(
+        None, "--out", metavar="FILE", help="Also write the document to this file."
+    ),
 ) -> None:
     """Print a frontier.machine.health.v1 document (specs/health.schema.json) on stdout.
     Exit 0 only when the aggregate is pass; 1 when it is degraded, propose_only, blocked or
@@ -1145,23 +1863,51 @@ def health_cmd(
     doc = health_probe.probe(base, run_id, engine, time.time(), manifest)
     if out_file is not None:
         try:
-            out_file.write_text(json.dumps(doc, indent=2, ensure_ascii=True) + "\n", encoding="utf-8")
+            out_file.write_text(
+                json.dumps(doc, indent=2, ensure_ascii=True) + "\n", encoding="utf-8"
+            )
         except OSError as exc:
-            raise _fail(AssureError(f"cannot write the document: {exc.strerror or exc}", where=str(out_file), fix="pass --out a file path in a folder you can write to")) from None
+            raise _fail(
+                AssureError(
+                    f"cannot write the document: {exc.strerror or exc}",
+                    where=str(out_file),
+                    fix="pass --out a file path in a folder you can write to",
+                )
+            ) from None
     _print_json(doc)
     raise typer.Exit(0 if doc["aggregate"]["status"] == "pass" else 1)
 
 
-conformance_app = typer.Typer(invoke_without_command=True, context_settings=HELP, help="Run suites/conformance/ live and write the signed packet; verify one.")
+conformance_app = typer.Typer(
+    invoke_without_command=True,
+    context_settings=HELP,
+    help="Run suites/conformance/ live and write the signed packet; verify one.",
+)
 app.add_typer(conformance_app, name="conformance")
 
 
 @conformance_app.callback()
 def conformance_cmd(
     ctx: typer.Context,
-    out_dir: Path = typer.Option(Path(".assure") / "conformance", "--out", metavar="DIR", help="Where the dated packet folder goes."),
-    key: Optional[Path] = typer.Option(None, "--key", metavar="FILE", envvar="ASSURE_SIGNING_KEY", help="Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the packet."),
-    only: Optional[list[str]] = typer.Option(None, "--only", metavar="ID", help=f"Run only these obligation ids (the rest are NOT-RUN): {', '.join(OBLIGATIONS)}."),
+    out_dir: Path = typer.Option(
+        Path(".assure") / "conformance",
+        "--out",
+        metavar="DIR",
+        help="Where the dated packet folder goes.",
+    ),
+    key: Path | None = typer.Option(
+        None,
+        "--key",
+        metavar="FILE",
+        envvar="ASSURE_SIGNING_KEY",
+        help="Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the packet.",
+    ),
+    only: list[str] | None = typer.Option(
+        None,
+        "--only",
+        metavar="ID",
+        help=f"Run only these obligation ids (the rest are NOT-RUN): {', '.join(OBLIGATIONS)}.",
+    ),
 ) -> None:
     """Run every row of the standard's live-evidence table on this machine (real containers)
     and write packet.json, packet.md and packet.pub.pem. Exit 0 only if every row is PASS."""
@@ -1172,7 +1918,14 @@ def conformance_cmd(
     try:
         conformance.check_only(only)
         _backend_and_images()
-        paths = conformance.run(out_dir, key, only, progress=lambda r: out.print(plain(f"{r.status:8} {r.id} ({r.seconds} s) {r.reason}"), soft_wrap=True))
+        paths = conformance.run(
+            out_dir,
+            key,
+            only,
+            progress=lambda r: out.print(
+                plain(f"{r.status:8} {r.id} ({r.seconds} s) {r.reason}"), soft_wrap=True
+            ),
+        )
     except AssureError as exc:
         raise _fail(exc) from None
     for p in paths:
@@ -1184,7 +1937,9 @@ def conformance_cmd(
 @conformance_app.command("verify")
 def conformance_verify(
     packet: Path = typer.Argument(..., metavar="PACKET", help="The packet.json to check."),
-    public_key: Path = typer.Option(..., "--public-key", metavar="FILE", help="Ed25519 public key (PEM) of the packet's signer."),
+    public_key: Path = typer.Option(
+        ..., "--public-key", metavar="FILE", help="Ed25519 public key (PEM) of the packet's signer."
+    ),
 ) -> None:
     """Check a packet offline: its shape, every obligation PASS, FAIL or NOT-RUN with a reason, its signature."""
     from assure.records import conformance_packet, keys
@@ -1193,20 +1948,51 @@ def conformance_verify(
         doc = json.loads(packet.read_text(encoding="utf-8"))
         conformance_packet.verify(doc, keys.load_public(public_key))
     except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(AssureError(f"unreadable packet: {unreadable(exc)}", where=str(packet), fix="pass the packet.json `assure conformance` wrote")) from None
+        raise _fail(
+            AssureError(
+                f"unreadable packet: {unreadable(exc)}",
+                where=str(packet),
+                fix="pass the packet.json `assure conformance` wrote",
+            )
+        ) from None
     except ValueError as exc:
-        raise _fail(AssureError(f"unreadable packet: not JSON ({exc})", where=str(packet), fix="pass the packet.json `assure conformance` wrote")) from None
+        raise _fail(
+            AssureError(
+                f"unreadable packet: not JSON ({exc})",
+                where=str(packet),
+                fix="pass the packet.json `assure conformance` wrote",
+            )
+        ) from None
     except AssureError as exc:
         raise _fail(exc) from None
-    counts = {s: sum(o["status"] == s for o in doc["obligations"].values()) for s in ("PASS", "FAIL", "NOT-RUN")}
-    out.print(plain(f"packet verified, signed by {doc['signature']['key_id']}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), "green"))
+    counts = {
+        s: sum(o["status"] == s for o in doc["obligations"].values())
+        for s in ("PASS", "FAIL", "NOT-RUN")
+    }
+    out.print(
+        plain(
+            f"packet verified, signed by {doc['signature']['key_id']}: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items()),
+            "green",
+        )
+    )
 
 
 @report_app.command("merge")
 def report_merge(
-    summaries: list[Path] = typer.Argument(..., metavar="SUMMARY", help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`)."),
-    out_file: Optional[Path] = typer.Option(None, "-o", "--out", metavar="FILE", help="Write the merged summary here (default: print it)."),
-    junit_file: Optional[Path] = JUNIT_OPTION,
+    summaries: list[Path] = typer.Argument(
+        ...,
+        metavar="SUMMARY",
+        help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`).",
+    ),
+    out_file: Path | None = typer.Option(
+        None,
+        "-o",
+        "--out",
+        metavar="FILE",
+        help="Write the merged summary here (default: print it).",
+    ),
+    junit_file: Path | None = JUNIT_OPTION,
 ) -> None:
     """Join the summaries of the shards of one suite into one: counts recomputed, results in suite
     order. Refuses summaries of different suites, a missing or repeated shard, a file that does not
@@ -1231,10 +2017,18 @@ def _read_summary(path: Path) -> Any:
     except OSError as exc:
         raise AssureError(f"cannot read it: {exc.strerror or exc}", where=str(path)) from None
     except ValueError as exc:
-        raise AssureError(f"not JSON: {exc}", where=str(path), fix="pass a summary written by `assure suite --summary FILE`") from None
+        raise AssureError(
+            f"not JSON: {exc}",
+            where=str(path),
+            fix="pass a summary written by `assure suite --summary FILE`",
+        ) from None
 
 
-bench_app = typer.Typer(no_args_is_help=True, context_settings=HELP, help="Compare the scorecards `make bench` writes (.assure/bench/scorecard*.json).")
+bench_app = typer.Typer(
+    no_args_is_help=True,
+    context_settings=HELP,
+    help="Compare the scorecards `make bench` writes (.assure/bench/scorecard*.json).",
+)
 app.add_typer(bench_app, name="bench")
 EXIT_REGRESSION, EXIT_BAD_SCORECARD = 1, 2
 
@@ -1252,17 +2046,27 @@ def bench_compare(
     try:
         rows = scorecard.compare_files(old, new)
     except AssureError as exc:
-        err.print("error:", _safe_lines(exc.explain()), style="bold red", markup=False, highlight=False)
+        err.print(
+            "error:", _safe_lines(exc.explain()), style="bold red", markup=False, highlight=False
+        )
         raise typer.Exit(EXIT_BAD_SCORECARD) from None
     table = Table("metric", "old", "new", "change", "band", "verdict", box=None)
     styles = {"regression": "bold red", "missing": "bold red", "better": "green", "ok": "green"}
     for r in rows:
-        table.add_row(plain(r.metric), plain(scorecard.fmt(r.old)), plain(scorecard.fmt(r.new)), plain(r.change), plain(r.band),
-                      plain(r.verdict, styles.get(r.verdict, "")))
+        table.add_row(
+            plain(r.metric),
+            plain(scorecard.fmt(r.old)),
+            plain(scorecard.fmt(r.new)),
+            plain(r.change),
+            plain(r.band),
+            plain(r.verdict, styles.get(r.verdict, "")),
+        )
     out.print(table)
     bad = scorecard.regressions(rows)
     if bad:
-        err.print(plain(f"{len(bad)} regression(s): " + ", ".join(r.metric for r in bad), "bold red"))
+        err.print(
+            plain(f"{len(bad)} regression(s): " + ", ".join(r.metric for r in bad), "bold red")
+        )
         raise typer.Exit(EXIT_REGRESSION)
     out.print(plain("no regression beyond the noise bands", "green"))
 
@@ -1278,7 +2082,10 @@ def _help_as_text(group: typer.Typer, done: set[int]) -> None:
     def text(raw: str) -> str:
         return escape("\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(raw).split("\n\n")))
 
-    infos = [*group.registered_commands, *([group.registered_callback] if group.registered_callback else [])]
+    infos = [
+        *group.registered_commands,
+        *([group.registered_callback] if group.registered_callback else []),
+    ]
     for info in infos:
         if id(info) not in done and info.callback is not None:
             done.add(id(info))
@@ -1286,7 +2093,11 @@ def _help_as_text(group: typer.Typer, done: set[int]) -> None:
             if doc:
                 info.help = text(doc)
             for param in inspect.signature(info.callback).parameters.values():
-                if isinstance(param.default, ParameterInfo) and param.default.help and id(param.default) not in done:
+                if (
+                    isinstance(param.default, ParameterInfo)
+                    and param.default.help
+                    and id(param.default) not in done
+                ):
                     done.add(id(param.default))
                     param.default.help = text(param.default.help)
     if not isinstance(group.info.help, DefaultPlaceholder) and group.info.help:

@@ -29,7 +29,14 @@ The gateway socket is $ASSURE_GATEWAY_SOCKET (default /run/assure/gateway.sock).
 class GatewayError(Exception):
     """A non-2xx answer (or no answer) from the gateway."""
 
-    def __init__(self, status: int, code: str, message: str, action_id: str | None = None, answer: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        action_id: str | None = None,
+        answer: dict[str, Any] | None = None,
+    ):
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
@@ -107,7 +114,9 @@ class Connection:
                 raise BadAnswer("the gateway's answer headers are too long")
             if not self._fill():
                 if not self._buffer:
-                    raise ConnectionResetError("the gateway closed the connection without an answer")
+                    raise ConnectionResetError(
+                        "the gateway closed the connection without an answer"
+                    )
                 raise BadAnswer("the gateway's answer ended inside its headers")
         lines = bytes(self._buffer[:end]).decode("latin-1").split("\r\n")
         del self._buffer[: end + 4]
@@ -124,7 +133,9 @@ class Connection:
     def _take(self, size: int) -> bytes:
         while len(self._buffer) < size:
             if not self._fill():
-                raise BadAnswer(f"the gateway's answer ended after {len(self._buffer)} of {size} bytes")
+                raise BadAnswer(
+                    f"the gateway's answer ended after {len(self._buffer)} of {size} bytes"
+                )
         data = bytes(self._buffer[:size])
         del self._buffer[:size]
         return data
@@ -165,7 +176,13 @@ def _unix_http_connection() -> type:
 class Client:
     """Calls gateway tools over one kept-alive connection (reconnects once if it was dropped)."""
 
-    def __init__(self, socket_path: str | None = None, *, connect_timeout: float = 10.0, timeout: float = 60.0):
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        connect_timeout: float = 10.0,
+        timeout: float = 60.0,
+    ):
         self.socket_path = socket_path or os.environ.get(SOCKET_ENV, DEFAULT_SOCKET)
         self._conn = Connection(self.socket_path, timeout=timeout, connect_timeout=connect_timeout)
 
@@ -192,7 +209,9 @@ class Client:
         except ConnectionError:
             if not reused:
                 raise
-            status, raw = self._exchange(method, path, body)  # the kept-alive connection had been closed
+            status, raw = self._exchange(
+                method, path, body
+            )  # the kept-alive connection had been closed
         return _decode(status, raw)
 
     def _exchange(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
@@ -207,7 +226,9 @@ def _decode(status: int, raw: bytes) -> dict[str, Any]:
     try:
         answer = json.loads(raw)
     except ValueError:
-        raise GatewayError(status, "bad_answer", f"the gateway's answer is not JSON: {raw[:200]!r}") from None
+        raise GatewayError(
+            status, "bad_answer", f"the gateway's answer is not JSON: {raw[:200]!r}"
+        ) from None
     if not isinstance(answer, dict):
         raise GatewayError(status, "bad_answer", "the gateway's answer is not a JSON object")
     if not 200 <= status < 300:
@@ -280,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"assure-tool: {tool}: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"assure-tool: cannot reach the gateway at {client.socket_path}: {exc}", file=sys.stderr)
+        print(
+            f"assure-tool: cannot reach the gateway at {client.socket_path}: {exc}", file=sys.stderr
+        )
         return 1
     print(json.dumps(answer, indent=2))
     return 0

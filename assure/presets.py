@@ -26,10 +26,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     "claude-code": {
         "edits_files": True,  # its own file tools write the workspace: workspace.writable must cover the task's paths
         "install": {
-            "pip": ["claude-agent-sdk==0.2.184 --hash=sha256:40509cadce72d62ded6c3ed831bbcffbff1a7fed8a19cfe1670b3a55418ed089"],
+            "pip": [
+                "claude-agent-sdk==0.2.184 --hash=sha256:40509cadce72d62ded6c3ed831bbcffbff1a7fed8a19cfe1670b3a55418ed089"
+            ],
             "pip_deps": False,  # only the bundled binary is used; the Python SDK around it is not imported
         },
-        "command": ["sh", "-c", BRIDGE + CLAUDE + ' -p "$ASSURE_TASK" --output-format json --dangerously-skip-permissions'],
+        "command": [
+            "sh",
+            "-c",
+            BRIDGE
+            + CLAUDE
+            + ' -p "$ASSURE_TASK" --output-format json --dangerously-skip-permissions',
+        ],
         "env": {
             **QUIET,
             "ANTHROPIC_API_KEY": "assure-placeholder-key",  # -p needs a key to start; the gateway never forwards it
@@ -42,16 +50,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         },
         "allow": {  # each reviewed in README.md: none makes the provider fetch, run code or reach an MCP server
             "request_keys": ["context_management"],
-            "betas": ["claude-code-20250219", "context-management-2025-06-27", "per-turn-control-2026-07-01",
-                      "mid-conversation-tool-changes-2026-07-01", "thinking-token-count-2026-05-13",
-                      "advanced-tool-use-2025-11-20", "effort-2025-11-24"],
+            "betas": [
+                "claude-code-20250219",
+                "context-management-2025-06-27",
+                "per-turn-control-2026-07-01",
+                "mid-conversation-tool-changes-2026-07-01",
+                "thinking-token-count-2026-05-13",
+                "advanced-tool-use-2025-11-20",
+                "effort-2025-11-24",
+            ],
         },
     },
     # An agent on the stock `openai` SDK (/v1/models, /v1/chat/completions with tool calls); the
     # SDK is in the agent image, the agent's script in the spec's agent.files.
     "openai-sdk": {
         "edits_files": False,  # the example's agent writes through the gateway's fs.write
-        "command": ["sh", "-c", 'PROMPT="$ASSURE_TASK" ' + BRIDGE + "python3 /opt/agent/openai_agent.py"],
+        "command": [
+            "sh",
+            "-c",
+            'PROMPT="$ASSURE_TASK" ' + BRIDGE + "python3 /opt/agent/openai_agent.py",
+        ],
         "env": {**QUIET, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
         "allow": {},
     },
@@ -72,6 +90,9 @@ def expand(data: dict[str, Any]) -> dict[str, Any]:
         out["agent"].setdefault("install", preset["install"])
     if data.get("model") is not None and preset["allow"]:
         given = data["model"].get("allow", {})
-        merged = {k: list(dict.fromkeys([*preset["allow"].get(k, []), *given.get(k, [])])) for k in {*preset["allow"], *given}}
+        merged = {
+            k: list(dict.fromkeys([*preset["allow"].get(k, []), *given.get(k, [])]))
+            for k in {*preset["allow"], *given}
+        }
         out["model"] = {**data["model"], "allow": merged}
     return out

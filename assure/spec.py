@@ -24,7 +24,7 @@ SCHEMAS = Path(__file__).resolve().parent.parent / "specs"
 AGENT_IMAGE_ALIAS = "assure-agent"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema(kind: str = "spec") -> dict[str, Any]:
     """specs/<kind>.schema.json: the one source of truth for a file format (spec, suite)."""
     return json.loads((SCHEMAS / f"{kind}.schema.json").read_text())
@@ -114,7 +114,12 @@ class Command:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Command:
         """From a validated spec (defaults filled in)."""
-        return cls(tuple(data["run"]), data["image"], float(data["timeout_seconds"]), dict(data.get("env", {})))
+        return cls(
+            tuple(data["run"]),
+            data["image"],
+            float(data["timeout_seconds"]),
+            dict(data.get("env", {})),
+        )
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,10 @@ class Cases(Command):
     def from_json(cls, data: dict[str, Any]) -> Cases:
         """From a validated spec (defaults filled in)."""
         command = Command.from_json(data)
-        each = tuple(Case(tuple(c["args"]), c.get("stdin"), c["stdout"], c["exit_code"]) for c in data["each"])
+        each = tuple(
+            Case(tuple(c["args"]), c.get("stdin"), c["stdout"], c["exit_code"])
+            for c in data["each"]
+        )
         return cls(command.run, command.image, command.timeout_seconds, command.env, each)
 
 
@@ -148,9 +156,18 @@ class Contract:
     def from_json(cls, data: dict[str, Any]) -> Contract:
         """From a valid contract block; the schema's defaults fill what it leaves out."""
         c = _with_defaults(data, schema()["properties"]["contract"], schema())
-        return cls(id=c["id"], proposed_by=c["proposed_by"], scope=tuple(c["scope"]), autonomy_ceiling=c["autonomy_ceiling"],
-                   irreversible_min_trust=c["irreversible_min_trust"], revoked=c["revoked"], ratified_by=c.get("ratified_by"),
-                   expires_at=c.get("expires_at"), terms=c.get("terms"), hash=c.get("hash"))
+        return cls(
+            id=c["id"],
+            proposed_by=c["proposed_by"],
+            scope=tuple(c["scope"]),
+            autonomy_ceiling=c["autonomy_ceiling"],
+            irreversible_min_trust=c["irreversible_min_trust"],
+            revoked=c["revoked"],
+            ratified_by=c.get("ratified_by"),
+            expires_at=c.get("expires_at"),
+            terms=c.get("terms"),
+            hash=c.get("hash"),
+        )
 
 
 @dataclass(frozen=True)
@@ -192,7 +209,9 @@ class Model:
     key_file: str | None = None
     recording: str | None = None
     script: str | None = None
-    volatile: dict[str, tuple[str, ...]] | None = None  # replay: what matching ignores (None: the gateway's defaults)
+    volatile: dict[str, tuple[str, ...]] | None = (
+        None  # replay: what matching ignores (None: the gateway's defaults)
+    )
     prices: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     allow: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     server_tool_fees: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -209,7 +228,9 @@ class Promote:
     target: str  # relative to the spec's folder
 
 
-Assertion = dict[str, Any]  # one validated assertion: {kind: argument}, checked by verify/assertions.py
+Assertion = dict[
+    str, Any
+]  # one validated assertion: {kind: argument}, checked by verify/assertions.py
 
 
 @dataclass(frozen=True)
@@ -254,7 +275,9 @@ class Spec:
         out = _plain(self)
         out["_source"] = out.pop("path")
         for task, typed in zip(out["tasks"], self.tasks):
-            task["contract"] = _plain(typed.contract)  # null: this task has none, whatever the spec's is
+            task["contract"] = _plain(
+                typed.contract
+            )  # null: this task has none, whatever the spec's is
         return out
 
     @classmethod
@@ -271,7 +294,11 @@ class Spec:
 def _plain(value: Any) -> Any:
     """A typed value as JSON: dataclasses as objects (absent optional fields left out)."""
     if dataclasses.is_dataclass(value):
-        return {f.name: _plain(v) for f in dataclasses.fields(value) if (v := getattr(value, f.name)) is not None}
+        return {
+            f.name: _plain(v)
+            for f in dataclasses.fields(value)
+            if (v := getattr(value, f.name)) is not None
+        }
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -295,39 +322,68 @@ def load(path: str | Path) -> Spec:
         raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
     problems = _disk_problems(data, path, lines)
     if problems:
-        raise SpecError(problems, fix="raise limits.disk to that size or more, or lower limits.inodes")
+        raise SpecError(
+            problems, fix="raise limits.disk to that size or more, or lower limits.inodes"
+        )
     problems = _echo_cases(data, path, lines)
     if problems:
-        raise SpecError(problems, fix="give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)")
+        raise SpecError(
+            problems,
+            fix="give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)",
+        )
     return _build(path.resolve(), data)
 
 
-def read_document(path: Path, against: dict[str, Any], kind: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+def read_document(
+    path: Path, against: dict[str, Any], kind: str
+) -> tuple[Any, dict[tuple[Any, ...], int]]:
     """A YAML file checked against a JSON Schema, with the schema's defaults filled in, and
     the line of every value (see `line_of`). Raises `SpecError` listing every problem."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([f"{path}: cannot read the {kind}: {unreadable(exc)}"], fix=f"pass the path of a YAML {kind} file (UTF-8 text)") from None
+        raise SpecError(
+            [f"{path}: cannot read the {kind}: {unreadable(exc)}"],
+            fix=f"pass the path of a YAML {kind} file (UTF-8 text)",
+        ) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
-        raise SpecError([f"{path}:{line}: (document): not valid YAML: {getattr(exc, 'problem', exc)}"]) from exc
-    other = {"spec": ("suite", "specs", "agent", "assure suite"), "suite": ("spec", "agent", "specs", "assure run")}.get(kind)
-    if other and isinstance(data, dict) and other[1] in data and other[2] not in data:  # the other kind of file: say so, not its schema errors
-        raise SpecError([f"{path}:1: (document): this is a {other[0]} (it has `{other[1]}:`), not a {kind}"], fix=f"run it with `{other[3]} {path}`")
+        raise SpecError(
+            [f"{path}:{line}: (document): not valid YAML: {getattr(exc, 'problem', exc)}"]
+        ) from exc
+    other = {
+        "spec": ("suite", "specs", "agent", "assure suite"),
+        "suite": ("spec", "agent", "specs", "assure run"),
+    }.get(kind)
+    if (
+        other and isinstance(data, dict) and other[1] in data and other[2] not in data
+    ):  # the other kind of file: say so, not its schema errors
+        raise SpecError(
+            [f"{path}:1: (document): this is a {other[0]} (it has `{other[1]}:`), not a {kind}"],
+            fix=f"run it with `{other[3]} {path}`",
+        )
     lines: dict[tuple[Any, ...], int] = {}
-    problems = [f"{path}:{line}: {_dotted(p)}: duplicate key" for p, line in _index(node, (), lines)]
-    problems += [f"{path}:{line}: {where}: {msg}" for line, where, msg in _schema_problems(data, lines, against, kind)]
+    problems = [
+        f"{path}:{line}: {_dotted(p)}: duplicate key" for p, line in _index(node, (), lines)
+    ]
+    problems += [
+        f"{path}:{line}: {where}: {msg}"
+        for line, where, msg in _schema_problems(data, lines, against, kind)
+    ]
     if problems:
-        raise SpecError(problems, fix=f"see the {kind} reference in README.md or specs/{kind}.schema.json")
+        raise SpecError(
+            problems, fix=f"see the {kind} reference in README.md or specs/{kind}.schema.json"
+        )
     return _with_defaults(data, against, against), lines
 
 
-def _index(node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> list[tuple[tuple[Any, ...], int]]:
+def _index(
+    node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]
+) -> list[tuple[tuple[Any, ...], int]]:
     """Record the line of every value (and of every key, under a `('key',)` suffix); return duplicates."""
     dupes: list[tuple[tuple[Any, ...], int]] = []
     if node is None:
@@ -348,11 +404,21 @@ def _index(node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, .
     return dupes
 
 
-def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict[str, Any], kind: str) -> list[tuple[int, str, str]]:
-    if against.get("type", "object") == "object" and not isinstance(data, dict):  # nothing below the top makes sense then: one problem, in words
+def _schema_problems(
+    data: Any, lines: dict[tuple[Any, ...], int], against: dict[str, Any], kind: str
+) -> list[tuple[int, str, str]]:
+    if against.get("type", "object") == "object" and not isinstance(
+        data, dict
+    ):  # nothing below the top makes sense then: one problem, in words
         fields = ", ".join(against.get("required", []))
         what = "the file is empty" if data is None else f"the file holds {_kind_of(data)}"
-        return [(1, "(document)", f"{what}: a {kind} is a mapping with the fields {fields} (and optional ones)")]
+        return [
+            (
+                1,
+                "(document)",
+                f"{what}: a {kind} is a mapping with the fields {fields} (and optional ones)",
+            )
+        ]
     validator = jsonschema.Draft202012Validator(against)
     out: list[tuple[int, str, str]] = []
     for error in validator.iter_errors(data):
@@ -361,14 +427,27 @@ def _schema_problems(data: Any, lines: dict[tuple[Any, ...], int], against: dict
             allowed = sorted(error.schema.get("properties", {}))
             for key in sorted(set(error.instance) - set(allowed), key=str):
                 line = lines.get(at + (key, "key"), lines.get(at, 1))
-                out.append((line, _dotted(at + (key,)), f"unknown field; allowed here: {', '.join(allowed)}"))
+                out.append(
+                    (
+                        line,
+                        _dotted(at + (key,)),
+                        f"unknown field; allowed here: {', '.join(allowed)}",
+                    )
+                )
             continue
         out.append((line_of(at, lines), _dotted(at), _message(error)))
     return sorted(set(out))
 
 
-TYPE_WORDS = {"object": "a mapping", "array": "a list", "string": "text", "integer": "a whole number", "number": "a number",
-              "boolean": "true or false", "null": "nothing"}
+TYPE_WORDS = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "text",
+    "integer": "a whole number",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "nothing",
+}
 
 
 def _message(error: jsonschema.ValidationError) -> str:
@@ -404,7 +483,11 @@ def _message(error: jsonschema.ValidationError) -> str:
         return f"lists {', '.join(_shown(x) for x in twice)} more than once"
     if v in ("anyOf", "oneOf"):
         many = v == "oneOf" and "is valid under each of" in error.message
-        return ("matches more than one of the allowed forms" if many else "matches none of the allowed forms") + f" ({error.schema.get('description', 'see the schema')})"
+        return (
+            "matches more than one of the allowed forms"
+            if many
+            else "matches none of the allowed forms"
+        ) + f" ({error.schema.get('description', 'see the schema')})"
     if isinstance(instance, (dict, list)) or instance is None:
         return error.message.replace(repr(instance), _kind_of(instance), 1)
     return error.message
@@ -462,7 +545,13 @@ def _with_defaults(data: Any, node: dict[str, Any], root: dict[str, Any]) -> Any
         for key, sub in node["properties"].items():
             sub = _resolve(sub, root)
             if key not in out:
-                if sub.get("type") == "object" and not sub.get("required") and any("default" in _resolve(p, root) for p in sub.get("properties", {}).values()):
+                if (
+                    sub.get("type") == "object"
+                    and not sub.get("required")
+                    and any(
+                        "default" in _resolve(p, root) for p in sub.get("properties", {}).values()
+                    )
+                ):
                     out[key] = _with_defaults({}, sub, root)
                 elif "default" in sub:
                     out[key] = sub["default"]
@@ -474,12 +563,19 @@ def _with_defaults(data: Any, node: dict[str, Any], root: dict[str, Any]) -> Any
     return data
 
 
-def _missing_paths(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
+def _missing_paths(
+    data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]
+) -> list[str]:
     base = path.resolve().parent
-    wanted: list[tuple[tuple[Any, ...], str, bool]] = [(("workspace", "fixture"), data["workspace"]["fixture"], True)]
+    wanted: list[tuple[tuple[Any, ...], str, bool]] = [
+        (("workspace", "fixture"), data["workspace"]["fixture"], True)
+    ]
     if data["agent"].get("files"):
         wanted.append((("agent", "files"), data["agent"]["files"], True))
-    wanted += [(("databases", i, "fixture"), db["fixture"], False) for i, db in enumerate(data.get("databases", []))]
+    wanted += [
+        (("databases", i, "fixture"), db["fixture"], False)
+        for i, db in enumerate(data.get("databases", []))
+    ]
     problems = []
     for at, rel, is_dir in wanted:
         target = base / rel
@@ -500,7 +596,9 @@ def min_disk(inodes: int) -> int:
     return max(MIN_DISK, -(-2 * inodes * INODE_BYTES // 2**20) * 2**20)
 
 
-def _disk_problems(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
+def _disk_problems(
+    data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]
+) -> list[str]:
     """The workspace filesystem must exist and keep at least half of it for data: one message
     with the true minimum (never `below 8m` for a size then refused for its inode tables)."""
     disk, inodes = parse_size(data["limits"]["disk"]), data["limits"]["inodes"]
@@ -508,20 +606,30 @@ def _disk_problems(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...]
         return []
     least = min_disk(inodes)
     at = ("limits", "disk") if ("limits", "disk") in lines else ("limits", "inodes")
-    return [f"{path}:{line_of(at, lines)}: {_dotted(at)}: a workspace filesystem with limits.inodes {inodes} needs limits.disk {least // 2**20}m or more, "
-            f"not {data['limits']['disk']} (at least {MIN_DISK // 2**20}m, and twice the inode tables: {inodes} x {INODE_BYTES} bytes)"]
+    return [
+        f"{path}:{line_of(at, lines)}: {_dotted(at)}: a workspace filesystem with limits.inodes {inodes} needs limits.disk {least // 2**20}m or more, "
+        f"not {data['limits']['disk']} (at least {MIN_DISK // 2**20}m, and twice the inode tables: {inodes} x {INODE_BYTES} bytes)"
+    ]
 
 
 def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], int]) -> list[str]:
     """Black-box cases that a program printing its own input would pass prove nothing."""
     problems = []
-    lists = [(("assertions",), data["assertions"])] + [(("tasks", t, "assertions"), task["assertions"]) for t, task in enumerate(data.get("tasks", [])) if "assertions" in task]
+    lists = [(("assertions",), data["assertions"])] + [
+        (("tasks", t, "assertions"), task["assertions"])
+        for t, task in enumerate(data.get("tasks", []))
+        if "assertions" in task
+    ]
     for at, items in lists:
         for n, assertion in enumerate(items):
-            for i, case in enumerate(Cases.from_json(assertion["cases"]).each if "cases" in assertion else ()):
+            for i, case in enumerate(
+                Cases.from_json(assertion["cases"]).each if "cases" in assertion else ()
+            ):
                 if case.input_echoes():
                     where = at + (n, "cases", "each", i, "stdout")
-                    problems.append(f"{path}:{line_of(where, lines)}: {_dotted(where)}: the expected stdout is one of the case's inputs: a program that echoes its input passes")
+                    problems.append(
+                        f"{path}:{line_of(where, lines)}: {_dotted(where)}: the expected stdout is one of the case's inputs: a program that echoes its input passes"
+                    )
     return problems
 
 
@@ -532,7 +640,13 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
 
     base = path.parent
     data = presets.expand(data)
-    a, w, lim, sb, au = data["agent"], data["workspace"], data["limits"], data["sandbox"], data["autonomy"]
+    a, w, lim, sb, au = (
+        data["agent"],
+        data["workspace"],
+        data["limits"],
+        data["sandbox"],
+        data["autonomy"],
+    )
     ins = a.get("install")
     contract = Contract.from_json(data["contract"]) if data.get("contract") else None
     tasks = data.get("tasks") or [{"id": "main", "description": data.get("description", "")}]
@@ -543,33 +657,80 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
         name=data["name"],
         description=data.get("description", ""),
         hostile=data["hostile"],
-        agent=Agent(a["image"], tuple(a["command"]), dict(a.get("env", {})), base / a["files"] if a.get("files") else None,
-                    Install(tuple(ins.get("pip", ())), ins.get("pip_deps", True), tuple(ins.get("apt", ())), tuple(base / p for p in ins.get("wheels", ())),
-                            tuple(base / p for p in ins.get("binaries", ()))) if ins else None, a.get("preset")),
+        agent=Agent(
+            a["image"],
+            tuple(a["command"]),
+            dict(a.get("env", {})),
+            base / a["files"] if a.get("files") else None,
+            Install(
+                tuple(ins.get("pip", ())),
+                ins.get("pip_deps", True),
+                tuple(ins.get("apt", ())),
+                tuple(base / p for p in ins.get("wheels", ())),
+                tuple(base / p for p in ins.get("binaries", ())),
+            )
+            if ins
+            else None,
+            a.get("preset"),
+        ),
         workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
-        databases=tuple(Database(d["name"], base / d["fixture"], d["mode"], d.get("rollback")) for d in data.get("databases", [])),
-        limits=Limits(wall_seconds=float(lim["wall_seconds"]), memory=lim["memory"], tmpfs=lim["tmpfs"], disk=lim["disk"], inodes=lim["inodes"],
-                      cpus=float(lim["cpus"]), pids=lim["pids"], nofile=lim["nofile"], tool_calls=lim["tool_calls"], tokens=lim.get("tokens"),
-                      cost=float(lim["cost"]) if lim.get("cost") is not None else None),
+        databases=tuple(
+            Database(d["name"], base / d["fixture"], d["mode"], d.get("rollback"))
+            for d in data.get("databases", [])
+        ),
+        limits=Limits(
+            wall_seconds=float(lim["wall_seconds"]),
+            memory=lim["memory"],
+            tmpfs=lim["tmpfs"],
+            disk=lim["disk"],
+            inodes=lim["inodes"],
+            cpus=float(lim["cpus"]),
+            pids=lim["pids"],
+            nofile=lim["nofile"],
+            tool_calls=lim["tool_calls"],
+            tokens=lim.get("tokens"),
+            cost=float(lim["cost"]) if lim.get("cost") is not None else None,
+        ),
         sandbox=Sandbox(sb["user"], sb["runtime"], sb["read_only_root"]),
         assertions=tuple(data["assertions"]),
         expect=data["expect"],
-        autonomy=Autonomy(au["dial"], au["verifier_trust"], tuple(HumanGate(**g) for g in au.get("human_gates", []))),
+        autonomy=Autonomy(
+            au["dial"],
+            au["verifier_trust"],
+            tuple(HumanGate(**g) for g in au.get("human_gates", [])),
+        ),
         alerts=Alerts(al.get("webhook"), al.get("file")),
         max_attempts=data["max_attempts"],
         on_breach=data["on_breach"],
-        tasks=tuple(Task(
-            id=t["id"],
-            description=t.get("description", ""),
-            assertions=tuple(t.get("assertions", data["assertions"])),
-            contract=(t["contract"] and Contract.from_json(t["contract"])) if "contract" in t else contract,
-            max_attempts=t.get("max_attempts", data["max_attempts"]),
-            on_breach=t.get("on_breach", data["on_breach"]),
-        ) for t in tasks),
+        tasks=tuple(
+            Task(
+                id=t["id"],
+                description=t.get("description", ""),
+                assertions=tuple(t.get("assertions", data["assertions"])),
+                contract=(t["contract"] and Contract.from_json(t["contract"]))
+                if "contract" in t
+                else contract,
+                max_attempts=t.get("max_attempts", data["max_attempts"]),
+                on_breach=t.get("on_breach", data["on_breach"]),
+            )
+            for t in tasks
+        ),
         contract=contract,
         egress=Egress(tuple(eg["allow"]), eg["upstream"], eg["allow_private"]) if eg else None,
         promote=Promote(data["promote"]["target"]) if data.get("promote") else None,
-        model=Model(mode=m["mode"], upstream=m["upstream"], allow_http=m["allow_http"], key_env=m["key_env"], key_file=m.get("key_file"),
-                    recording=m.get("recording"), script=m.get("script"), volatile={k: tuple(v) for k, v in m["volatile"].items()} if "volatile" in m else None, prices={k: dict(v) for k, v in m.get("prices", {}).items()},
-                    allow={k: tuple(v) for k, v in m.get("allow", {}).items()}, server_tool_fees=dict(m.get("server_tool_fees", {}))) if m else None,
+        model=Model(
+            mode=m["mode"],
+            upstream=m["upstream"],
+            allow_http=m["allow_http"],
+            key_env=m["key_env"],
+            key_file=m.get("key_file"),
+            recording=m.get("recording"),
+            script=m.get("script"),
+            volatile={k: tuple(v) for k, v in m["volatile"].items()} if "volatile" in m else None,
+            prices={k: dict(v) for k, v in m.get("prices", {}).items()},
+            allow={k: tuple(v) for k, v in m.get("allow", {}).items()},
+            server_tool_fees=dict(m.get("server_tool_fees", {})),
+        )
+        if m
+        else None,
     )

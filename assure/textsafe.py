@@ -53,5 +53,5 @@ def agent_quoted(text: str, *, shown: bool = False) -> str:
     says it already is), cut to AGENT_QUOTE_CHARS, in double quotes and marked `agent:`, so
     that no reader takes the agent's words for the harness's own."""
     text = text if shown else display(text)
-    cut = text if len(text) <= AGENT_QUOTE_CHARS else text[:AGENT_QUOTE_CHARS - 1] + "…"
+    cut = text if len(text) <= AGENT_QUOTE_CHARS else text[: AGENT_QUOTE_CHARS - 1] + "…"
     return 'agent:"' + cut.replace('"', '\\"') + '"'

@@ -27,22 +27,36 @@ from assure.sandbox.images import Images  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--count", type=int, default=8, help="sequences in all (the throughput suite's spec count)")
+    parser.add_argument(
+        "--count", type=int, default=8, help="sequences in all (the throughput suite's spec count)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     backend = DockerBackend()
     images = Images(backend).ensure()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trivial.yaml"
-        path.write_text(e2e.SPEC.format(name="trivial", command=e2e.COMMANDS["trivial"], fixture=e2e.FIXTURE, user=e2e.USER))
+        path.write_text(
+            e2e.SPEC.format(
+                name="trivial", command=e2e.COMMANDS["trivial"], fixture=e2e.FIXTURE, user=e2e.USER
+            )
+        )
         spec = spec_mod.load(path)
         e2e.bare(backend, images, spec, -1)  # warm-up
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=args.jobs) as workers:
             list(workers.map(lambda n: e2e.bare(backend, images, spec, n), range(args.count)))
         seconds = time.perf_counter() - start
-    doc = {"schema_version": 1, "jobs": args.jobs, "count": args.count, "seconds": round(seconds, 3), "per_second": round(args.count / seconds, 4)}
-    print(f"bare two-container sequences, {args.jobs} at once: {args.count} in {seconds:.2f} s, {doc['per_second']:.2f}/s")
+    doc = {
+        "schema_version": 1,
+        "jobs": args.jobs,
+        "count": args.count,
+        "seconds": round(seconds, 3),
+        "per_second": round(args.count / seconds, 4),
+    }
+    print(
+        f"bare two-container sequences, {args.jobs} at once: {args.count} in {seconds:.2f} s, {doc['per_second']:.2f}/s"
+    )
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
 

@@ -115,11 +115,28 @@ def bare(backend: DockerBackend, images, spec, n: int) -> float:
 def _bare(backend: DockerBackend, images, spec, n: int, user: tuple[int, int]) -> float:
     start = time.perf_counter()
     labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
-    volume = backend.create_volume(f"bench-baseline-{n}", labels, hardening.socket_volume_options(user))
+    volume = backend.create_volume(
+        f"bench-baseline-{n}", labels, hardening.socket_volume_options(user)
+    )
     common = hardening.common_request(spec, Role.AGENT, images.agent, labels, "256m", 64, user=user)
-    sidecar = backend.start_container(replace(common, role=Role.GATEWAY, image=images.gateway, name=f"bench-side-{os.getpid()}-{n}", command=("sleep", "60"),
-                                              mounts=(Mount(volume, "/run/assure"),)))
-    agent = backend.start_container(replace(common, name=f"bench-agent-{os.getpid()}-{n}", command=("true",), mounts=(Mount(volume, "/run/assure", read_only=True),)))
+    sidecar = backend.start_container(
+        replace(
+            common,
+            role=Role.GATEWAY,
+            image=images.gateway,
+            name=f"bench-side-{os.getpid()}-{n}",
+            command=("sleep", "60"),
+            mounts=(Mount(volume, "/run/assure"),),
+        )
+    )
+    agent = backend.start_container(
+        replace(
+            common,
+            name=f"bench-agent-{os.getpid()}-{n}",
+            command=("true",),
+            mounts=(Mount(volume, "/run/assure", read_only=True),),
+        )
+    )
     backend.wait(agent, 60)
     for cid in (agent, sidecar):
         backend.remove_container(cid)
@@ -128,7 +145,11 @@ def _bare(backend: DockerBackend, images, spec, n: int, user: tuple[int, int]) -
 
 
 def _wall(ts: str) -> float:
-    return datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+    return (
+        datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ")
+        .replace(tzinfo=datetime.UTC)
+        .timestamp()
+    )
 
 
 def first_call_seconds(run: store.RunDir, since: str = "started_at") -> float | None:
@@ -145,17 +166,23 @@ def first_call_seconds(run: store.RunDir, since: str = "started_at") -> float | 
     raise AssertionError("the agent made no gateway call")
 
 
-FAILED: list[str] = []  # attempts that did not pass (on a shared machine: RLIMIT_NPROC is per uid, host-wide)
+FAILED: list[
+    str
+] = []  # attempts that did not pass (on a shared machine: RLIMIT_NPROC is per uid, host-wide)
 RETRIES = 3
 
 
-def ours(backend, images, spec, runs: Path, pool: BenchPool | None = None, hold: bool = True) -> tuple[float, dict[str, float], store.RunDir]:
+def ours(
+    backend, images, spec, runs: Path, pool: BenchPool | None = None, hold: bool = True
+) -> tuple[float, dict[str, float], store.RunDir]:
     """One attempt through the driver: its wall time, its phases, its run. With `pool`: the
     pool first holds a booted pair, the attempt must claim it, and (`hold`) the refill waits
     until the attempt is over."""
     for _ in range(RETRIES):
         if pool is not None:
-            pool.want([spec] if hold else [spec, spec])  # this claim; without the hold, the next one's pair is made meanwhile, as in a suite
+            pool.want(
+                [spec] if hold else [spec, spec]
+            )  # this claim; without the hold, the next one's pair is made meanwhile, as in a suite
             pool.ready()
             if hold:
                 pool.refill.clear()
@@ -168,10 +195,14 @@ def ours(backend, images, spec, runs: Path, pool: BenchPool | None = None, hold:
             if pool is not None:
                 pool.ready()  # refilled before the next measurement, which it would slow
         if pool is not None and "pool" not in json.loads(run.attempt(1).container.read_text()):
-            raise AssertionError(f"{spec.name}: the attempt did not claim the pool's pair (it started cold)")
+            raise AssertionError(
+                f"{spec.name}: the attempt did not claim the pool's pair (it started cold)"
+            )
         if result.verdict == "pass":
             return elapsed, dict(result.report["attempts"][0]["timings"]), run
-        FAILED.append("; ".join(f["message"] for f in result.report["attempts"][0]["findings"])[:300])
+        FAILED.append(
+            "; ".join(f["message"] for f in result.report["attempts"][0]["findings"])[:300]
+        )
     raise AssertionError(f"{spec.name}: no attempt passed in {RETRIES}: {FAILED[-RETRIES:]}")
 
 
@@ -192,8 +223,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", type=Path, help="write the medians here (schema_version 1)")
-    parser.add_argument("--profile", type=Path, help="profile one trivial attempt with pyinstrument, text to this file (the pooled one to PATH.pool)")
-    parser.add_argument("--no-pool", action="store_true", help="measure without the warm pool only (bare, trivial, first call)")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="profile one trivial attempt with pyinstrument, text to this file (the pooled one to PATH.pool)",
+    )
+    parser.add_argument(
+        "--no-pool",
+        action="store_true",
+        help="measure without the warm pool only (bare, trivial, first call)",
+    )
     args = parser.parse_args()
     if args.profile:
         import pyinstrument  # noqa: F401  (before the rounds, not after them)
@@ -211,9 +250,13 @@ def main() -> None:
         pool = None
         try:
             if not args.no_pool:
-                pool_backend = DockerBackend()  # the refill thread's own client, as `assure suite --pool` gives it
+                pool_backend = (
+                    DockerBackend()
+                )  # the refill thread's own client, as `assure suite --pool` gives it
                 pool = BenchPool(pool_backend, images, runs, Settings(size=1))
-                pool_trips = RoundTrips(pool_backend)  # trivial and first call have one shape: one pair serves both
+                pool_trips = RoundTrips(
+                    pool_backend
+                )  # trivial and first call have one shape: one pair serves both
             bare(backend, images, specs["trivial"], -1)  # warm-up
             for spec in specs.values():
                 ours(backend, images, spec, runs)
@@ -222,7 +265,14 @@ def main() -> None:
             trips.take()
             bare_t, trivial_t, first_t, calls_t, outside_t = [], [], [], [], []
             phases: dict[str, list[float]] = {}
-            pooled: dict[str, list[float]] = {"trivial": [], "overlap": [], "first": [], "calls": [], "outside": [], "after_ready": []}
+            pooled: dict[str, list[float]] = {
+                "trivial": [],
+                "overlap": [],
+                "first": [],
+                "calls": [],
+                "outside": [],
+                "after_ready": [],
+            }
             pool_phases: dict[str, list[float]] = {}
             api: collections.Counter[str] = collections.Counter()
             api_pool: collections.Counter[str] = collections.Counter()
@@ -253,59 +303,115 @@ def main() -> None:
                 pooled["calls"].append(elapsed)
                 if (seconds := first_call_seconds(run)) is not None:
                     pooled["first"].append(seconds)
-                if (seconds := first_call_seconds(run, "agent_started_at")) is not None:  # pooled: when the gateway was ready
+                if (
+                    seconds := first_call_seconds(run, "agent_started_at")
+                ) is not None:  # pooled: when the gateway was ready
                     pooled["after_ready"].append(seconds)
                 elapsed, _, _ = ours(backend, images, specs["trivial"], runs, pool, hold=False)
                 pooled["overlap"].append(elapsed)
             trips.take()
             if pool is not None:
                 pairs_made = pool._made - made_before
-                per_pair = {k: v / pairs_made for k, v in sorted(pool_trips.take().items())} if pairs_made else {}
+                per_pair = (
+                    {k: v / pairs_made for k, v in sorted(pool_trips.take().items())}
+                    if pairs_made
+                    else {}
+                )
             if args.profile:
                 from pyinstrument import Profiler
 
                 with Profiler(interval=0.001) as profiler:
                     ours(backend, images, specs["trivial"], runs)
-                args.profile.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+                args.profile.write_text(
+                    profiler.output_text(unicode=False, color=False, show_all=False)
+                )
                 if pool is not None:
                     with Profiler(interval=0.001) as profiler:
                         ours(backend, images, specs["trivial"], runs, pool)
-                    args.profile.with_name(args.profile.name + ".pool").write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+                    args.profile.with_name(args.profile.name + ".pool").write_text(
+                        profiler.output_text(unicode=False, color=False, show_all=False)
+                    )
         finally:
             if pool is not None:
                 pool.refill.set()
                 pool.close()
-    doc = summary(bare_t, trivial_t, phases, first_t, calls_t, outside_t, pool_trivial_t=pooled["trivial"], pool_overlap_t=pooled["overlap"],
-                  pool_first_t=pooled["first"], pool_calls_t=pooled["calls"], pool_phases=pool_phases, pool_outside_t=pooled["outside"])
+    doc = summary(
+        bare_t,
+        trivial_t,
+        phases,
+        first_t,
+        calls_t,
+        outside_t,
+        pool_trivial_t=pooled["trivial"],
+        pool_overlap_t=pooled["overlap"],
+        pool_first_t=pooled["first"],
+        pool_calls_t=pooled["calls"],
+        pool_phases=pool_phases,
+        pool_outside_t=pooled["outside"],
+    )
     medians, ratio, first_p50 = doc["medians_ms"], doc["ratio_vs_bare"], doc["first_call_p50_ms"]
     per_round = [t / b for t, b in zip(trivial_t, bare_t)]
-    print(f"e2e attempt, {args.rounds} interleaved rounds (medians; ratios of the medians of the same run)")
-    print("assure phases, pool off (median ms): " + ", ".join(f"{k} {_ms(v):.0f}" for k, v in phases.items()))
+    print(
+        f"e2e attempt, {args.rounds} interleaved rounds (medians; ratios of the medians of the same run)"
+    )
+    print(
+        "assure phases, pool off (median ms): "
+        + ", ".join(f"{k} {_ms(v):.0f}" for k, v in phases.items())
+    )
     if pool_phases:
-        print("assure phases, pool on  (median ms): " + ", ".join(f"{k} {_ms(v):.0f}" for k, v in pool_phases.items()))
-    print("Docker API round trips per trivial attempt, pool off: " + ", ".join(f"{k} {v / args.rounds:g}" for k, v in sorted(api.items()))
-          + f"; total {sum(api.values()) / args.rounds:g}")
+        print(
+            "assure phases, pool on  (median ms): "
+            + ", ".join(f"{k} {_ms(v):.0f}" for k, v in pool_phases.items())
+        )
+    print(
+        "Docker API round trips per trivial attempt, pool off: "
+        + ", ".join(f"{k} {v / args.rounds:g}" for k, v in sorted(api.items()))
+        + f"; total {sum(api.values()) / args.rounds:g}"
+    )
     if pool is not None:
-        print("Docker API round trips per trivial attempt, pool on:  " + ", ".join(f"{k} {v / args.rounds:g}" for k, v in sorted(api_pool.items()))
-              + f"; total {sum(api_pool.values()) / args.rounds:g}")
-        print(f"  and the pool's per pair made ({pairs_made} pairs): " + ", ".join(f"{k} {v:g}" for k, v in per_pair.items()) + f"; total {sum(per_pair.values()):g}")
+        print(
+            "Docker API round trips per trivial attempt, pool on:  "
+            + ", ".join(f"{k} {v / args.rounds:g}" for k, v in sorted(api_pool.items()))
+            + f"; total {sum(api_pool.values()) / args.rounds:g}"
+        )
+        print(
+            f"  and the pool's per pair made ({pairs_made} pairs): "
+            + ", ".join(f"{k} {v:g}" for k, v in per_pair.items())
+            + f"; total {sum(per_pair.values()):g}"
+        )
     print(f"bare two-container sequence median {medians['bare']:.0f} ms")
-    print(f"trivial attempt, pool off: median {medians['trivial']:.0f} ms, ratio {ratio:.2f}x bare "
-          f"(per round {min(per_round):.2f}-{max(per_round):.2f}x)")
+    print(
+        f"trivial attempt, pool off: median {medians['trivial']:.0f} ms, ratio {ratio:.2f}x bare "
+        f"(per round {min(per_round):.2f}-{max(per_round):.2f}x)"
+    )
     if pool is not None:
-        print(f"trivial attempt, pool on:  median {medians['trivial_pool']:.0f} ms, ratio {doc['ratio_vs_bare_pool']:.2f}x bare "
-              f"(pool on / off {medians['trivial_pool'] / medians['trivial']:.2f})")
-        print(f"trivial attempt, pool on, refill overlapping: median {medians['trivial_pool_overlap']:.0f} ms, ratio {doc['ratio_vs_bare_pool_overlap']:.2f}x bare")
-    print(f"attempt start to the agent's first gateway call, pool off: p50 {first_p50} ms (whole attempt {medians['first_call_attempt']:.0f} ms)")
+        print(
+            f"trivial attempt, pool on:  median {medians['trivial_pool']:.0f} ms, ratio {doc['ratio_vs_bare_pool']:.2f}x bare "
+            f"(pool on / off {medians['trivial_pool'] / medians['trivial']:.2f})"
+        )
+        print(
+            f"trivial attempt, pool on, refill overlapping: median {medians['trivial_pool_overlap']:.0f} ms, ratio {doc['ratio_vs_bare_pool_overlap']:.2f}x bare"
+        )
+    print(
+        f"attempt start to the agent's first gateway call, pool off: p50 {first_p50} ms (whole attempt {medians['first_call_attempt']:.0f} ms)"
+    )
     if pool is not None:
-        print(f"attempt start to the agent's first gateway call, pool on:  p50 {doc['first_call_p50_ms_pool']} ms "
-              f"(whole attempt {medians['first_call_pool_attempt']:.0f} ms; from the gateway ready to the call, the agent's "
-              f"gate, its python3 -m assure.client and the call: p50 {_ms(pooled['after_ready']) if pooled['after_ready'] else '-'} ms)")
-        if doc["first_call_p50_ms_pool"] is not None:  # the target is absolute: this says how far a loaded machine moved it
-            print(f"  first call p50 pool on / bare median of the same run: {doc['first_call_p50_ms_pool'] / medians['bare']:.3f} "
-                  f"(issue 14 measured bare at 520 ms: 150 ms is 0.288 of it)")
-    print(f"outside the attempt's phases (run dir, state, judge, promote, receipts): {medians['outside_phases']:.0f} ms"
-          + (f" (pool on {medians['outside_phases_pool']:.0f} ms)" if pool is not None else ""))
+        print(
+            f"attempt start to the agent's first gateway call, pool on:  p50 {doc['first_call_p50_ms_pool']} ms "
+            f"(whole attempt {medians['first_call_pool_attempt']:.0f} ms; from the gateway ready to the call, the agent's "
+            f"gate, its python3 -m assure.client and the call: p50 {_ms(pooled['after_ready']) if pooled['after_ready'] else '-'} ms)"
+        )
+        if (
+            doc["first_call_p50_ms_pool"] is not None
+        ):  # the target is absolute: this says how far a loaded machine moved it
+            print(
+                f"  first call p50 pool on / bare median of the same run: {doc['first_call_p50_ms_pool'] / medians['bare']:.3f} "
+                f"(issue 14 measured bare at 520 ms: 150 ms is 0.288 of it)"
+            )
+    print(
+        f"outside the attempt's phases (run dir, state, judge, promote, receipts): {medians['outside_phases']:.0f} ms"
+        + (f" (pool on {medians['outside_phases_pool']:.0f} ms)" if pool is not None else "")
+    )
     for target in doc["targets"]:
         value = "not measured" if target["value"] is None else f"{target['value']:g}"
         met = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
@@ -313,42 +419,93 @@ def main() -> None:
     if FAILED:
         print(f"{len(FAILED)} attempt(s) did not pass and were run again: {FAILED}")
     if args.json:
-        doc.update(failed_attempts=len(FAILED), api_round_trips={k: v / args.rounds for k, v in sorted(api.items())})
+        doc.update(
+            failed_attempts=len(FAILED),
+            api_round_trips={k: v / args.rounds for k, v in sorted(api.items())},
+        )
         if pool is not None:
-            doc.update(first_call_after_ready_p50_ms_pool=_ms(pooled["after_ready"]) if pooled["after_ready"] else None)
-            doc.update(api_round_trips_pool={k: v / args.rounds for k, v in sorted(api_pool.items())}, api_round_trips_per_pool_pair=per_pair)
+            doc.update(
+                first_call_after_ready_p50_ms_pool=_ms(pooled["after_ready"])
+                if pooled["after_ready"]
+                else None
+            )
+            doc.update(
+                api_round_trips_pool={k: v / args.rounds for k, v in sorted(api_pool.items())},
+                api_round_trips_per_pool_pair=per_pair,
+            )
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def summary(bare_t: list[float], trivial_t: list[float], phases: dict[str, list[float]], first_t: list[float] = (),
-            calls_t: list[float] = (), outside_t: list[float] = (), *, pool_trivial_t: list[float] = (), pool_overlap_t: list[float] = (),
-            pool_first_t: list[float] = (), pool_calls_t: list[float] = (), pool_phases: dict[str, list[float]] | None = None,
-            pool_outside_t: list[float] = ()) -> dict:
+def summary(
+    bare_t: list[float],
+    trivial_t: list[float],
+    phases: dict[str, list[float]],
+    first_t: list[float] = (),
+    calls_t: list[float] = (),
+    outside_t: list[float] = (),
+    *,
+    pool_trivial_t: list[float] = (),
+    pool_overlap_t: list[float] = (),
+    pool_first_t: list[float] = (),
+    pool_calls_t: list[float] = (),
+    pool_phases: dict[str, list[float]] | None = None,
+    pool_outside_t: list[float] = (),
+) -> dict:
     """The figures the printout and `--json` share: medians in ms, the ratios to the bare
     sequence, pool off and (where measured) on, and the issue's targets, met or not."""
-    optional = {"first_call_attempt": calls_t, "outside_phases": outside_t, "trivial_pool": pool_trivial_t,
-                "trivial_pool_overlap": pool_overlap_t, "first_call_pool_attempt": pool_calls_t, "outside_phases_pool": pool_outside_t}
-    medians = {"bare": _ms(bare_t), "trivial": _ms(trivial_t), **{k: _ms(v) for k, v in optional.items() if v},
-               **{f"phase.{k}": _ms(v) for k, v in phases.items()}, **{f"pool_phase.{k}": _ms(v) for k, v in (pool_phases or {}).items()}}
+    optional = {
+        "first_call_attempt": calls_t,
+        "outside_phases": outside_t,
+        "trivial_pool": pool_trivial_t,
+        "trivial_pool_overlap": pool_overlap_t,
+        "first_call_pool_attempt": pool_calls_t,
+        "outside_phases_pool": pool_outside_t,
+    }
+    medians = {
+        "bare": _ms(bare_t),
+        "trivial": _ms(trivial_t),
+        **{k: _ms(v) for k, v in optional.items() if v},
+        **{f"phase.{k}": _ms(v) for k, v in phases.items()},
+        **{f"pool_phase.{k}": _ms(v) for k, v in (pool_phases or {}).items()},
+    }
     bare_median = statistics.median(bare_t)
 
     def ratio(values: list[float]) -> float | None:
         return round(statistics.median(values) / bare_median, 3) if values else None
 
-    doc = {"schema_version": SCHEMA_VERSION, "rounds": len(trivial_t), "medians_ms": medians,
-           "ratio_vs_bare": ratio(trivial_t), "first_call_p50_ms": _ms(first_t) if first_t else None,
-           "ratio_vs_bare_pool": ratio(pool_trivial_t), "ratio_vs_bare_pool_overlap": ratio(pool_overlap_t),
-           "first_call_p50_ms_pool": _ms(pool_first_t) if pool_first_t else None}
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "rounds": len(trivial_t),
+        "medians_ms": medians,
+        "ratio_vs_bare": ratio(trivial_t),
+        "first_call_p50_ms": _ms(first_t) if first_t else None,
+        "ratio_vs_bare_pool": ratio(pool_trivial_t),
+        "ratio_vs_bare_pool_overlap": ratio(pool_overlap_t),
+        "first_call_p50_ms_pool": _ms(pool_first_t) if pool_first_t else None,
+    }
     doc["targets"] = [
-        _target("trivial attempt / bare, pool on", "x", doc["ratio_vs_bare_pool"], TARGET_RATIO_POOL),
+        _target(
+            "trivial attempt / bare, pool on", "x", doc["ratio_vs_bare_pool"], TARGET_RATIO_POOL
+        ),
         _target("trivial attempt / bare, pool off", "x", doc["ratio_vs_bare"], TARGET_RATIO_COLD),
-        _target("first call p50, pool on", "ms", doc["first_call_p50_ms_pool"], TARGET_FIRST_CALL_POOL_MS),
+        _target(
+            "first call p50, pool on",
+            "ms",
+            doc["first_call_p50_ms_pool"],
+            TARGET_FIRST_CALL_POOL_MS,
+        ),
     ]
     return doc
 
 
 def _target(name: str, unit: str, value: float | None, target: float) -> dict[str, Any]:
-    return {"name": name, "unit": unit, "value": value, "target": target, "met": None if value is None else value <= target}
+    return {
+        "name": name,
+        "unit": unit,
+        "value": value,
+        "target": target,
+        "met": None if value is None else value <= target,
+    }
 
 
 if __name__ == "__main__":

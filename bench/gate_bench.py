@@ -24,11 +24,20 @@ def setup() -> tuple[gate.Action, gate.Context]:
         expires_at=NOW + 3600,
     )
     contract = gate.ratify(terms, protected=("tests/**",))
-    action = gate.Action("db.execute", True, scope="db:shop", resource_mode="live", reversible=True, rollback_ref="rb-1")
+    action = gate.Action(
+        "db.execute",
+        True,
+        scope="db:shop",
+        resource_mode="live",
+        reversible=True,
+        rollback_ref="rb-1",
+    )
     ctx = gate.Context(
         known_tools=frozenset({"fs.read", "fs.write", "db.execute"}),
         now=NOW,
-        budget=gate.Budget(tool_calls_used=3, tool_calls_limit=1000, tokens_used=10, tokens_limit=10**6),
+        budget=gate.Budget(
+            tool_calls_used=3, tool_calls_limit=1000, tokens_used=10, tokens_limit=10**6
+        ),
         protected=("tests/**",),
         contract=contract,
         operator_dial=gate.COMMIT,
@@ -49,8 +58,10 @@ def main() -> None:
         for _ in range(CALLS):
             gate.decide(action, ctx)
         runs.append((time.perf_counter() - start) / CALLS)
-    print(f"gate.decide (live reversible effect, contract, allow): median {statistics.median(runs) * 1e6:.2f} µs per decision "
-          f"(min {min(runs) * 1e6:.2f}, max {max(runs) * 1e6:.2f}; {RUNS} runs x {CALLS} calls)")
+    print(
+        f"gate.decide (live reversible effect, contract, allow): median {statistics.median(runs) * 1e6:.2f} µs per decision "
+        f"(min {min(runs) * 1e6:.2f}, max {max(runs) * 1e6:.2f}; {RUNS} runs x {CALLS} calls)"
+    )
 
 
 if __name__ == "__main__":

@@ -55,15 +55,23 @@ def summary(via_gateway: list[float], direct: list[float]) -> dict[str, object]:
     ms = 1000
     return {
         "calls": len(via_gateway),
-        "gateway": {"p50_ms": round(statistics.median(via_gateway) * ms, 4), "p99_ms": round(percentile(via_gateway, 0.99) * ms, 4)},
-        "direct": {"p50_ms": round(statistics.median(direct) * ms, 5), "p99_ms": round(percentile(direct, 0.99) * ms, 5)},
+        "gateway": {
+            "p50_ms": round(statistics.median(via_gateway) * ms, 4),
+            "p99_ms": round(percentile(via_gateway, 0.99) * ms, 4),
+        },
+        "direct": {
+            "p50_ms": round(statistics.median(direct) * ms, 5),
+            "p99_ms": round(percentile(direct, 0.99) * ms, 5),
+        },
         "ratio_p50": round(statistics.median(via_gateway) / statistics.median(direct), 1),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, dest="json_path", help="also write the figures to this file as JSON")
+    parser.add_argument(
+        "--json", type=Path, dest="json_path", help="also write the figures to this file as JSON"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gwbench", dir="/tmp") as tmp:
         root = Path(tmp)
@@ -89,8 +97,12 @@ def main() -> None:
         direct = direct_samples(root / "ws" / "small.txt")
     figures = summary(via_gateway, direct)
     gw, dr = figures["gateway"], figures["direct"]
-    print(f"fs.read via gateway ({CALLS} calls, keep-alive): p50 {gw['p50_ms']:.3f} ms, p99 {gw['p99_ms']:.3f} ms")
-    print(f"direct os.open/os.read ({CALLS} reads):          p50 {dr['p50_ms']:.4f} ms, p99 {dr['p99_ms']:.4f} ms")
+    print(
+        f"fs.read via gateway ({CALLS} calls, keep-alive): p50 {gw['p50_ms']:.3f} ms, p99 {gw['p99_ms']:.3f} ms"
+    )
+    print(
+        f"direct os.open/os.read ({CALLS} reads):          p50 {dr['p50_ms']:.4f} ms, p99 {dr['p99_ms']:.4f} ms"
+    )
     print(f"ratio p50 gateway / direct: {figures['ratio_p50']:.0f}x")
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(figures, indent=2) + "\n")

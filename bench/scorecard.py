@@ -47,7 +47,9 @@ PY = sys.executable
 ASSURE = [PY, "-m", "assure.cli"]
 SUITE_SECONDS = 3 * 3600  # one suite (the 80-spec containment corpus is the longest)
 BENCH_SECONDS = 1800  # one benchmark script
-NO_JOBS_FLAG = "`assure suite` has no -j option (the `par` branch adds it): suite throughput was not measured"
+NO_JOBS_FLAG = (
+    "`assure suite` has no -j option (the `par` branch adds it): suite throughput was not measured"
+)
 
 
 class PartFailed(Exception):
@@ -62,7 +64,9 @@ class OptionRefused(PartFailed):
         self.option = option
 
 
-def _run(argv: list[str], timeout: float, cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess[str], float]:
+def _run(
+    argv: list[str], timeout: float, cwd: Path = ROOT
+) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
@@ -75,26 +79,70 @@ def _tail(text: str, n: int = 600) -> str:
     return text.strip()[-n:] or "(nothing on stderr)"
 
 
-def suite_summary(suite: Path, runs_dir: Path, extra: list[str] = (), wrap: list[str] = ()) -> tuple[dict[str, Any], float]:
+def suite_summary(
+    suite: Path, runs_dir: Path, extra: list[str] = (), wrap: list[str] = ()
+) -> tuple[dict[str, Any], float]:
     """`assure suite SUITE --json` (a new suite run, its runs in runs_dir); its summary and wall time."""
-    done, seconds = _run([*wrap, *ASSURE, "suite", str(suite), "--json", "--new", "--runs-dir", str(runs_dir), *extra], SUITE_SECONDS)
+    done, seconds = _run(
+        [
+            *wrap,
+            *ASSURE,
+            "suite",
+            str(suite),
+            "--json",
+            "--new",
+            "--runs-dir",
+            str(runs_dir),
+            *extra,
+        ],
+        SUITE_SECONDS,
+    )
     refused = re.search(r"No such option: (\S+)", done.stderr) if done.returncode == 2 else None
     if refused:
         raise OptionRefused(refused.group(1))
     try:
         return json.loads(done.stdout), seconds
     except ValueError:
-        raise PartFailed(f"`assure suite {suite.name}` printed no summary (exit {done.returncode}): {_tail(done.stderr)}") from None
+        raise PartFailed(
+            f"`assure suite {suite.name}` printed no summary (exit {done.returncode}): {_tail(done.stderr)}"
+        ) from None
 
 
-def part_suite(name: str, suite: Path, metrics: Callable[..., dict[str, float]], work: Path, wrap: list[str] = ()) -> sc.Part:
+def part_suite(
+    name: str,
+    suite: Path,
+    metrics: Callable[..., dict[str, float]],
+    work: Path,
+    wrap: list[str] = (),
+) -> sc.Part:
     total = len(suite_mod.load(suite).specs)
     runs = work / name / "runs"
     summary, seconds = suite_summary(suite, runs, wrap=wrap)
-    results = sc.suite_results(summary, runs)  # a malformed summary raises ScorecardError: the part failed
-    off = [r for r in results if (not r.clean if metrics is sc.benign_metrics else r.verdict != r.expect)]  # a breach expected has findings
-    brief = [{"spec": r.spec, "verdict": r.verdict, "expect": r.expect, "findings_above_info": r.findings_above_info, "reason": r.reason} for r in off]
-    return sc.part_from(metrics, results, total, seconds=round(seconds, 1), data={"suite_run_id": summary.get("suite_run_id"), "not_as_expected": brief})
+    results = sc.suite_results(
+        summary, runs
+    )  # a malformed summary raises ScorecardError: the part failed
+    off = [
+        r
+        for r in results
+        if (not r.clean if metrics is sc.benign_metrics else r.verdict != r.expect)
+    ]  # a breach expected has findings
+    brief = [
+        {
+            "spec": r.spec,
+            "verdict": r.verdict,
+            "expect": r.expect,
+            "findings_above_info": r.findings_above_info,
+            "reason": r.reason,
+        }
+        for r in off
+    ]
+    return sc.part_from(
+        metrics,
+        results,
+        total,
+        seconds=round(seconds, 1),
+        data={"suite_run_id": summary.get("suite_run_id"), "not_as_expected": brief},
+    )
 
 
 def part_conformance(work: Path) -> sc.Part:
@@ -102,25 +150,39 @@ def part_conformance(work: Path) -> sc.Part:
     done, seconds = _run([*ASSURE, "conformance", "--out", str(out)], SUITE_SECONDS)
     packets = sorted(out.glob("conformance-*/packet.json"))
     if not packets:
-        raise PartFailed(f"`assure conformance` wrote no packet (exit {done.returncode}): {_tail(done.stderr)}")
+        raise PartFailed(
+            f"`assure conformance` wrote no packet (exit {done.returncode}): {_tail(done.stderr)}"
+        )
     packet = json.loads(packets[-1].read_text(encoding="utf-8"))
-    failing = {oid: f"{o.get('status')}: {str(o.get('reason'))[:300]}" for oid, o in packet.get("obligations", {}).items()
-               if isinstance(o, dict) and o.get("status") != "PASS"}
-    return sc.part_from(sc.conformance_metrics, packet, seconds=round(seconds, 1), data={"packet": str(packets[-1]), "not_pass": failing})
+    failing = {
+        oid: f"{o.get('status')}: {str(o.get('reason'))[:300]}"
+        for oid, o in packet.get("obligations", {}).items()
+        if isinstance(o, dict) and o.get("status") != "PASS"
+    }
+    return sc.part_from(
+        sc.conformance_metrics,
+        packet,
+        seconds=round(seconds, 1),
+        data={"packet": str(packets[-1]), "not_pass": failing},
+    )
 
 
 def script_figures(script: str, args: list[str], work: Path) -> tuple[dict[str, Any], float]:
     """Run bench/<script> with `--json`: the document it wrote, and its wall time."""
     figures = work / f"{Path(script).stem}.json"
     work.mkdir(parents=True, exist_ok=True)
-    done, seconds = _run([PY, str(ROOT / "bench" / script), *args, "--json", str(figures)], BENCH_SECONDS)
+    done, seconds = _run(
+        [PY, str(ROOT / "bench" / script), *args, "--json", str(figures)], BENCH_SECONDS
+    )
     sys.stdout.write(done.stdout)
     if done.returncode != 0 or not figures.is_file():
         raise PartFailed(f"bench/{script} exited {done.returncode}: {_tail(done.stderr)}")
     return json.loads(figures.read_text(encoding="utf-8")), seconds
 
 
-def part_script(script: str, args: list[str], metrics: Callable[[dict[str, Any]], dict[str, float]], work: Path) -> sc.Part:
+def part_script(
+    script: str, args: list[str], metrics: Callable[[dict[str, Any]], dict[str, float]], work: Path
+) -> sc.Part:
     doc, seconds = script_figures(script, args, work)
     return sc.part_from(metrics, doc, seconds=round(seconds, 1), data=doc)
 
@@ -128,14 +190,30 @@ def part_script(script: str, args: list[str], metrics: Callable[[dict[str, Any]]
 def throughput_suite(folder: Path, count: int = sc.THROUGHPUT_SPECS) -> Path:
     """A suite of `count` copies of bench/suites/trivial.yaml (trivial-1, trivial-2, ...), in
     `folder`: the suite whose specs per second the throughput part measures."""
-    template = yaml.safe_load((ROOT / "bench" / "suites" / "trivial.yaml").read_text(encoding="utf-8"))
-    template["workspace"]["fixture"] = str((ROOT / "bench" / "suites" / template["workspace"]["fixture"]).resolve())
+    template = yaml.safe_load(
+        (ROOT / "bench" / "suites" / "trivial.yaml").read_text(encoding="utf-8")
+    )
+    template["workspace"]["fixture"] = str(
+        (ROOT / "bench" / "suites" / template["workspace"]["fixture"]).resolve()
+    )
     (folder / "specs").mkdir(parents=True, exist_ok=True)
     for n in range(1, count + 1):
-        (folder / "specs" / f"trivial-{n}.yaml").write_text(yaml.safe_dump({**template, "name": f"trivial-{n}"}, sort_keys=False), encoding="utf-8")
+        (folder / "specs" / f"trivial-{n}.yaml").write_text(
+            yaml.safe_dump({**template, "name": f"trivial-{n}"}, sort_keys=False), encoding="utf-8"
+        )
     suite = folder / "throughput.yaml"
-    suite.write_text(yaml.safe_dump({"version": 1, "name": "throughput", "description": f"{count} trivial agents (`true`) on the small calc fixture",
-                                     "specs": ["specs/*.yaml"]}, sort_keys=False), encoding="utf-8")
+    suite.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "name": "throughput",
+                "description": f"{count} trivial agents (`true`) on the small calc fixture",
+                "specs": ["specs/*.yaml"],
+            },
+            sort_keys=False,
+        ),
+        encoding="utf-8",
+    )
     return suite
 
 
@@ -153,7 +231,9 @@ def part_throughput(work: Path) -> sc.Part:
     runs: dict[int | str, dict[str, Any]] = {}
 
     def bare() -> dict[str, Any]:  # the baseline: bare two-container sequences at -j 2
-        return script_figures("bare_throughput.py", ["--jobs", str(jobs), "--count", str(total)], work)[0]
+        return script_figures(
+            "bare_throughput.py", ["--jobs", str(jobs), "--count", str(total)], work
+        )[0]
 
     before = bare()
     for key, extra in plan:
@@ -163,10 +243,19 @@ def part_throughput(work: Path) -> sc.Part:
             raise PartFailed(NO_JOBS_FLAG if exc.option == "-j" else str(exc)) from None
         results = sc.suite_results(summary)
         if len(results) != total or not all(r.verdict == r.expect for r in results):
-            raise PartFailed(f"{' '.join(extra)}: {sum(r.verdict == r.expect for r in results)} of {total} trivial specs as expected; a throughput over failures means nothing")
+            raise PartFailed(
+                f"{' '.join(extra)}: {sum(r.verdict == r.expect for r in results)} of {total} trivial specs as expected; a throughput over failures means nothing"
+            )
         runs[key] = {"specs": total, "seconds": round(seconds, 2), "args": extra}
-    runs["bare"] = max(before, bare(), key=lambda doc: doc["per_second"])  # before the suites and after: the engine at its best, the ratios not flattered
-    return sc.part_from(sc.throughput_metrics, runs, seconds=round(sum(r["seconds"] for r in runs.values()), 1), data=runs)
+    runs["bare"] = max(
+        before, bare(), key=lambda doc: doc["per_second"]
+    )  # before the suites and after: the engine at its best, the ratios not flattered
+    return sc.part_from(
+        sc.throughput_metrics,
+        runs,
+        seconds=round(sum(r["seconds"] for r in runs.values()), 1),
+        data=runs,
+    )
 
 
 def parts(work: Path, rounds: int | None) -> dict[str, Callable[[], sc.Part]]:
@@ -179,45 +268,96 @@ def parts(work: Path, rounds: int | None) -> dict[str, Callable[[], sc.Part]]:
         "snapshot": lambda: part_script("snapshot_bench.py", rr, sc.snapshot_metrics, work),
         "sqlite": lambda: part_script("sqlite_bench.py", rr, sc.sqlite_metrics, work),
         "throughput": lambda: part_throughput(work),
-        "containment": lambda: part_suite("containment", ROOT / "suites" / "containment.yaml", sc.containment_metrics, work),
-        "benign": lambda: part_suite("benign", ROOT / "suites" / "benign.yaml", sc.benign_metrics, work, wrap=benign_upstream),
+        "containment": lambda: part_suite(
+            "containment", ROOT / "suites" / "containment.yaml", sc.containment_metrics, work
+        ),
+        "benign": lambda: part_suite(
+            "benign", ROOT / "suites" / "benign.yaml", sc.benign_metrics, work, wrap=benign_upstream
+        ),
         "conformance": lambda: part_conformance(work),
     }
 
 
 def machine() -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-    dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip())
-    return {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "assure": __version__, "commit": commit, "dirty": dirty, "load_average": [round(x, 2) for x in os.getloadavg()]}
+    commit = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or None
+    )
+    dirty = bool(
+        subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "assure": __version__,
+        "commit": commit,
+        "dirty": dirty,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def render(card: dict[str, Any]) -> str:
     """The scorecard as text: each metric's value, then each part's status."""
-    lines = [f"assure bench scorecard  {card['created_at']}  commit {(card['machine']['commit'] or '?')[:12]}  {card['machine']['cpus']} cpus", ""]
+    lines = [
+        f"assure bench scorecard  {card['created_at']}  commit {(card['machine']['commit'] or '?')[:12]}  {card['machine']['cpus']} cpus",
+        "",
+    ]
     for m in sc.METRICS:
         value = card["metrics"][m.name]["value"]
         lines.append(f"  {m.name:36} {sc.fmt(value):>10} {m.unit:8} {m.what}")
     lines.append("")
     for name, p in card["parts"].items():
         took = "" if p["seconds"] is None else f" ({p['seconds']:.0f} s)"
-        lines.append(f"  part {name:12} {p['status']}{took}" + (f": {display(p['reason'])}" if p["reason"] else ""))
+        lines.append(
+            f"  part {name:12} {p['status']}{took}"
+            + (f": {display(p['reason'])}" if p["reason"] else "")
+        )
     return "\n".join(lines)
 
 
 def main() -> int:
     every = list(parts(Path("."), None))
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="parts: " + ", ".join(every))
-    parser.add_argument("--only", nargs="+", choices=every, metavar="PART", help="run only these parts (the rest are not-run)")
-    parser.add_argument("--rounds", type=int, help="timed rounds of e2e, snapshot and sqlite (default: each script's own)")
-    parser.add_argument("--out", type=Path, default=ROOT / ".assure" / "bench", help="where the scorecards go")
-    parser.add_argument("--spread", nargs="+", type=Path, metavar="SCORECARD", help="only print the spread of these scorecards' metrics")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="parts: " + ", ".join(every)
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=every,
+        metavar="PART",
+        help="run only these parts (the rest are not-run)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="timed rounds of e2e, snapshot and sqlite (default: each script's own)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / ".assure" / "bench", help="where the scorecards go"
+    )
+    parser.add_argument(
+        "--spread",
+        nargs="+",
+        type=Path,
+        metavar="SCORECARD",
+        help="only print the spread of these scorecards' metrics",
+    )
     args = parser.parse_args()
     if args.spread:
         for s in sc.spread(sc.check(sc.read(p), str(p)) for p in args.spread):
-            print(f"  {s.metric:28} median {sc.fmt(s.median):>8}  worst pair {s.worst_pair:6.1%}  suggested band {s.band:.0%}  "
-                  f"(stated {sc.BY_NAME[s.metric].band if sc.BY_NAME[s.metric].band is None else format(sc.BY_NAME[s.metric].band, '.0%')})  "
-                  + " ".join(sc.fmt(v) for v in s.values))
+            print(
+                f"  {s.metric:28} median {sc.fmt(s.median):>8}  worst pair {s.worst_pair:6.1%}  suggested band {s.band:.0%}  "
+                f"(stated {sc.BY_NAME[s.metric].band if sc.BY_NAME[s.metric].band is None else format(sc.BY_NAME[s.metric].band, '.0%')})  "
+                + " ".join(sc.fmt(v) for v in s.values)
+            )
         return 0
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -234,8 +374,17 @@ def main() -> int:
         try:
             results[name] = run()
         except (PartFailed, AssureError) as exc:
-            results[name] = sc.Part("failed", str(exc) if isinstance(exc, PartFailed) else exc.message, round(time.monotonic() - started, 1), {})
-        print(f"   {results[name].status}" + (f": {display(results[name].reason)}" if results[name].reason else ""), flush=True)
+            results[name] = sc.Part(
+                "failed",
+                str(exc) if isinstance(exc, PartFailed) else exc.message,
+                round(time.monotonic() - started, 1),
+                {},
+            )
+        print(
+            f"   {results[name].status}"
+            + (f": {display(results[name].reason)}" if results[name].reason else ""),
+            flush=True,
+        )
     card = sc.aggregate(results, created_at=created_at, machine=info)
     body = (json.dumps(card, indent=2, ensure_ascii=True) + "\n").encode()
     stamped, latest = args.out / f"scorecard-{stamp}.json", args.out / "scorecard.json"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 from assure import spec as spec_mod
 from assure.sandbox import hardening, seccomp, uids
@@ -38,11 +38,26 @@ def one(backend: DockerBackend, image: str, spec, ours: bool, n: int) -> float:
         return _one(backend, image, spec, ours, n, lease.ids)
 
 
-def _one(backend: DockerBackend, image: str, spec, ours: bool, n: int, user: tuple[int, int]) -> float:
-    request = replace(hardening.common_request(spec, Role.AGENT, image, {"assure.owner": "assure", "assure.run": f"bench-seccomp-{n}"},
-                                               spec.limits.memory, spec.limits.pids, user=user), command=("python3", "-c", WORKLOAD))
+def _one(
+    backend: DockerBackend, image: str, spec, ours: bool, n: int, user: tuple[int, int]
+) -> float:
+    request = replace(
+        hardening.common_request(
+            spec,
+            Role.AGENT,
+            image,
+            {"assure.owner": "assure", "assure.run": f"bench-seccomp-{n}"},
+            spec.limits.memory,
+            spec.limits.pids,
+            user=user,
+        ),
+        command=("python3", "-c", WORKLOAD),
+    )
     if not ours:
-        request = replace(request, security_opt=tuple(o for o in request.security_opt if o != seccomp.security_opt()))
+        request = replace(
+            request,
+            security_opt=tuple(o for o in request.security_opt if o != seccomp.security_opt()),
+        )
     start = time.perf_counter()
     cid = backend.start_container(request)
     try:

@@ -68,9 +68,19 @@ def build(pre: Path, post: Path) -> list[Path]:
 def journal_for(changes: list[Change]) -> list[dict[str, object]]:
     """Allowed gateway writes that explain every other changed file (the rest stay unattributed)."""
     return [
-        {"event": "tool_call", "decision": "allow", "action_id": f"a{n}",
-         "effect": {"op": "write", "path": c.path, "sha256": c.after.sha256, "mode": c.after.mode}}
-        for n, c in enumerate(changes[::2]) if c.after is not None
+        {
+            "event": "tool_call",
+            "decision": "allow",
+            "action_id": f"a{n}",
+            "effect": {
+                "op": "write",
+                "path": c.path,
+                "sha256": c.after.sha256,
+                "mode": c.after.mode,
+            },
+        }
+        for n, c in enumerate(changes[::2])
+        if c.after is not None
     ]
 
 
@@ -79,7 +89,9 @@ JOURNAL: list[dict[str, object]] = []  # filled in once the changed paths are kn
 
 def judged(changes: list[Change]) -> int:
     """Attribute the changes as a run does; the number of unattributed ones."""
-    return sum(f.kind == "unattributed" for f in attribute(changes, JOURNAL, writable=(), protected=()))
+    return sum(
+        f.kind == "unattributed" for f in attribute(changes, JOURNAL, writable=(), protected=())
+    )
 
 
 def ours(pre: Path, post: Path) -> int:
@@ -105,12 +117,16 @@ def ours_in_place(pre: Path, post: Path) -> tuple[float, int]:
 
 def sha256sum(pre: Path, post: Path) -> int:
     for tree in (pre, post):
-        subprocess.run(f"find {tree} -type f -print0 | xargs -0 sha256sum > /dev/null", shell=True, check=True)
+        subprocess.run(
+            f"find {tree} -type f -print0 | xargs -0 sha256sum > /dev/null", shell=True, check=True
+        )
     return 0
 
 
 def git(pre: Path, post: Path) -> int:
-    done = subprocess.run(["git", "diff", "--no-index", "--stat", str(pre), str(post)], capture_output=True)
+    done = subprocess.run(
+        ["git", "diff", "--no-index", "--stat", str(pre), str(post)], capture_output=True
+    )
     assert done.returncode == 1, done.stderr  # 1: differences found
     return done.stdout.count(b"\n") - 1  # minus the summary line
 
@@ -126,7 +142,9 @@ def timed(fn: Callable[[Path, Path], int], pre: Path, post: Path) -> tuple[float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--json", type=Path, dest="json_path", help="also write the figures to this file as JSON")
+    parser.add_argument(
+        "--json", type=Path, dest="json_path", help="also write the figures to this file as JSON"
+    )
     args = parser.parse_args()
     rounds = args.rounds
     base = Path(tempfile.mkdtemp(prefix="assure-bench-", dir="/tmp"))
@@ -135,10 +153,17 @@ def main() -> None:
         changed = build(pre, post)
         JOURNAL.extend(journal_for(diff(take(pre), take(post))))
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        contenders = {"ours": ours, "ours, as a run does": ours_in_place, "sha256sum x2": sha256sum, "git diff --no-index": git}
+        contenders = {
+            "ours": ours,
+            "ours, as a run does": ours_in_place,
+            "sha256sum x2": sha256sum,
+            "git diff --no-index": git,
+        }
         for name, fn in contenders.items():  # warm-up: page cache and lazy imports for all
             seconds, found = timed(fn, pre, post)
-            print(f"warm-up {name}: {seconds:.3f} s, {found} {'unattributed' if name.startswith('ours') else 'changed'} paths reported")
+            print(
+                f"warm-up {name}: {seconds:.3f} s, {found} {'unattributed' if name.startswith('ours') else 'changed'} paths reported"
+            )
         times: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(rounds):  # interleaved, so drift hits every contender alike
             for name, fn in contenders.items():
@@ -153,7 +178,10 @@ def main() -> None:
 def summary(times: dict[str, list[float]], changed: int) -> dict[str, object]:
     """Each contender's median and samples, in seconds (the --json document)."""
     return {
-        "files": FILES, "bytes_per_tree": TOTAL_BYTES, "changed": changed, "rounds": len(times["ours"]),
+        "files": FILES,
+        "bytes_per_tree": TOTAL_BYTES,
+        "changed": changed,
+        "rounds": len(times["ours"]),
         "medians_s": {name: round(statistics.median(values), 4) for name, values in times.items()},
         "samples_s": {name: [round(v, 4) for v in values] for name, values in times.items()},
     }
@@ -161,18 +189,26 @@ def summary(times: dict[str, list[float]], changed: int) -> dict[str, object]:
 
 def report(times: dict[str, list[float]], changed: list[Path], rss_before: int) -> None:
     medians = {name: statistics.median(values) for name, values in times.items()}
-    print(f"\n{FILES} files, {TOTAL_BYTES / 1e6:.0f} MB per tree, {len(changed)} changed; median of {len(times['ours'])}")
+    print(
+        f"\n{FILES} files, {TOTAL_BYTES / 1e6:.0f} MB per tree, {len(changed)} changed; median of {len(times['ours'])}"
+    )
     for name, median in medians.items():
         runs = ", ".join(f"{v:.3f}" for v in times[name])
-        print(f"  {name:22} {median:7.3f} s   ({runs})   ours/this = {medians['ours'] / median:.2f}   ours-as-a-run/this = {medians['ours, as a run does'] / median:.2f}")
+        print(
+            f"  {name:22} {median:7.3f} s   ({runs})   ours/this = {medians['ours'] / median:.2f}   ours-as-a-run/this = {medians['ours, as a run does'] / median:.2f}"
+        )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"  peak RSS of this process: {peak / 1024:.0f} MiB (was {rss_before / 1024:.0f} MiB before timing)")
+    print(
+        f"  peak RSS of this process: {peak / 1024:.0f} MiB (was {rss_before / 1024:.0f} MiB before timing)"
+    )
     for pid in helper_pids():
         print(f"  peak RSS of hash helper {pid}: {peak_rss_kib(pid) / 1024:.0f} MiB")
     faster = min(("sha256sum x2", "git diff --no-index"), key=medians.__getitem__)
     for name in ("ours, as a run does", "ours"):
         ratio = medians[name] / medians[faster]
-        print(f"  target, {name} no slower than {faster} (the faster baseline): {ratio:.2f}x, {'met' if ratio <= 1 else 'missed'}")
+        print(
+            f"  target, {name} no slower than {faster} (the faster baseline): {ratio:.2f}x, {'met' if ratio <= 1 else 'missed'}"
+        )
 
 
 def helper_pids() -> list[int]:

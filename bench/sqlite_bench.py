@@ -51,12 +51,20 @@ def build(directory: Path, scenario: str, rows: int) -> tuple[Path, Path, int]:
     conn = apsw.Connection(str(pre))
     conn.execute("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF").fetchall()
     if scenario == "pk":
-        conn.execute("CREATE TABLE orders(id INTEGER PRIMARY KEY, customer TEXT NOT NULL, qty INTEGER, price REAL, token BLOB)")
-        conn.execute(_series(rows) + "INSERT INTO orders SELECT i, 'customer-' || (i % 5000), i % 97, i * 0.25, randomblob(8) FROM s")
+        conn.execute(
+            "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer TEXT NOT NULL, qty INTEGER, price REAL, token BLOB)"
+        )
+        conn.execute(
+            _series(rows)
+            + "INSERT INTO orders SELECT i, 'customer-' || (i % 5000), i % 97, i * 0.25, randomblob(8) FROM s"
+        )
     else:
         conn.execute("CREATE TABLE events(kind TEXT, n INTEGER, amount REAL, payload BLOB)")
         # about 1 row in 20 has an exact duplicate, so the multiset has counts > 1
-        conn.execute(_series(rows) + "INSERT INTO events SELECT 'kind-' || (i % 50), i - (i % 20 = 0), (i % 1000) * 0.5, zeroblob(i % 7) FROM s")
+        conn.execute(
+            _series(rows)
+            + "INSERT INTO events SELECT 'kind-' || (i % 50), i - (i % 20 = 0), (i % 1000) * 0.5, zeroblob(i % 7) FROM s"
+        )
     conn.close()
     shutil.copyfile(pre, post)
     changed = int(rows * CHANGED_SHARE)
@@ -68,18 +76,31 @@ def build(directory: Path, scenario: str, rows: int) -> tuple[Path, Path, int]:
     ups, dels = json.dumps(targets[:n_update]), json.dumps(targets[n_update:])
     with conn:
         if scenario == "pk":
-            conn.execute("UPDATE orders SET qty = qty + 1 WHERE id IN (SELECT value FROM json_each(?))", (ups,))
+            conn.execute(
+                "UPDATE orders SET qty = qty + 1 WHERE id IN (SELECT value FROM json_each(?))",
+                (ups,),
+            )
             conn.execute("DELETE FROM orders WHERE id IN (SELECT value FROM json_each(?))", (dels,))
-            conn.execute(_series(n_insert) + f"INSERT INTO orders SELECT {rows} + i, 'new-' || i, 1, 1.5, randomblob(8) FROM s")
+            conn.execute(
+                _series(n_insert)
+                + f"INSERT INTO orders SELECT {rows} + i, 'new-' || i, 1, 1.5, randomblob(8) FROM s"
+            )
         else:
-            conn.execute("UPDATE events SET amount = amount + 1 WHERE rowid IN (SELECT value FROM json_each(?))", (ups,))
-            conn.execute("DELETE FROM events WHERE rowid IN (SELECT value FROM json_each(?))", (dels,))
+            conn.execute(
+                "UPDATE events SET amount = amount + 1 WHERE rowid IN (SELECT value FROM json_each(?))",
+                (ups,),
+            )
+            conn.execute(
+                "DELETE FROM events WHERE rowid IN (SELECT value FROM json_each(?))", (dels,)
+            )
             conn.execute(_series(n_insert) + "INSERT INTO events SELECT 'new', i, 0.0, NULL FROM s")
     conn.close()
     return pre, post, changed
 
 
-def timed_pair(ours: Callable[[], object], theirs: Callable[[], object], rounds: int) -> tuple[float, float, object]:
+def timed_pair(
+    ours: Callable[[], object], theirs: Callable[[], object], rounds: int
+) -> tuple[float, float, object]:
     """Medians of both, run alternately (one warm-up each first) so load on the machine hits both alike."""
     ours()
     theirs()
@@ -111,7 +132,12 @@ def peak_rss_mib(pre: Path, post: Path) -> tuple[float, float]:
         "diff(Path(sys.argv[1]), Path(sys.argv[2]))\n"
         "print(base, hwm())\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(pre), str(post)], check=True, capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(pre), str(post)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     return int(out[0]) / 1024, int(out[1]) / 1024
 
 
@@ -125,37 +151,60 @@ def run(scenario: str, rows: int, work: Path, rounds: int) -> dict[str, object]:
     captured = (time.perf_counter() - start) / 2
     ours, theirs, changes = timed_pair(
         lambda: diff(pre, post),
-        lambda: subprocess.run([SQLDIFF, str(pre), str(post)], stdout=subprocess.DEVNULL, check=True),
+        lambda: subprocess.run(
+            [SQLDIFF, str(pre), str(post)], stdout=subprocess.DEVNULL, check=True
+        ),
         rounds,
     )
     found = sum(c.count if c.kind == "omitted" else 1 for c in changes)  # type: ignore[union-attr]
     base, peak = peak_rss_mib(pre, post)
-    print(f"{scenario}: {rows:,} rows, {changed:,} changed ({pre.stat().st_size / 2**20:.0f} MiB per file; built in {built:.1f} s, capture {captured:.2f} s per file)")
+    print(
+        f"{scenario}: {rows:,} rows, {changed:,} changed ({pre.stat().st_size / 2**20:.0f} MiB per file; built in {built:.1f} s, capture {captured:.2f} s per file)"
+    )
     print(f"  ours     {ours:7.3f} s  (median of {rounds}; {found:,} changes found)")
     print(f"  sqldiff  {theirs:7.3f} s  (median of {rounds})")
     print(f"  ratio    {ours / theirs:7.2f}x  (target <= 1.5x)")
-    print(f"  peak RSS {peak:7.1f} MiB in a child process (VmHWM; {base:.1f} MiB after imports, {peak - base:.1f} MiB for the diff)")
+    print(
+        f"  peak RSS {peak:7.1f} MiB in a child process (VmHWM; {base:.1f} MiB after imports, {peak - base:.1f} MiB for the diff)"
+    )
     return figures(rows, changed, found, rounds, ours, theirs, peak)
 
 
-def figures(rows: int, changed: int, found: int, rounds: int, ours: float, theirs: float, peak: float) -> dict[str, object]:
+def figures(
+    rows: int, changed: int, found: int, rounds: int, ours: float, theirs: float, peak: float
+) -> dict[str, object]:
     """One scenario's figures (the --json document holds one per scenario)."""
-    return {"rows": rows, "changed": changed, "found": found, "rounds": rounds, "ours_s": round(ours, 4), "sqldiff_s": round(theirs, 4),
-            "ratio": round(ours / theirs, 4), "peak_rss_mib": round(peak, 1)}
+    return {
+        "rows": rows,
+        "changed": changed,
+        "found": found,
+        "rounds": rounds,
+        "ours_s": round(ours, 4),
+        "sqldiff_s": round(theirs, 4),
+        "ratio": round(ours / theirs, 4),
+        "peak_rss_mib": round(peak, 1),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--pk-rows", type=int, default=1_000_000)
     parser.add_argument("--keyless-rows", type=int, default=100_000)
     parser.add_argument("--keep", type=Path, help="build in this directory and keep it")
-    parser.add_argument("--json", type=Path, dest="json_path", help="also write the figures to this file as JSON")
+    parser.add_argument(
+        "--json", type=Path, dest="json_path", help="also write the figures to this file as JSON"
+    )
     args = parser.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="assure-sqlite-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        scenarios = {"pk": run("pk", args.pk_rows, work, args.rounds), "keyless": run("keyless", args.keyless_rows, work, args.rounds)}
+        scenarios = {
+            "pk": run("pk", args.pk_rows, work, args.rounds),
+            "keyless": run("keyless", args.keyless_rows, work, args.rounds),
+        }
         if args.json_path is not None:
             args.json_path.write_text(json.dumps({"scenarios": scenarios}, indent=2) + "\n")
     finally:

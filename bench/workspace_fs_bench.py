@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from assure.run import attempt as attempt_mod
-from assure.run import driver as driver_mod
 from assure import spec as spec_mod
 from assure.records import store
+from assure.run import attempt as attempt_mod
+from assure.run import driver as driver_mod
 from assure.run.driver import Driver
 from assure.sandbox import workspace_fs
 from assure.sandbox.docker import DockerBackend
@@ -39,15 +39,26 @@ ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 REPO_CACHE = Path(tempfile.gettempdir()) / "assure-bench-stdlib"
 PHASES = ("prepare", "snapshot", "copy_out", "unmount")  # copy_out is part of snapshot
-WORKSPACE_PHASES = ("prepare", "snapshot", "unmount")  # where the two differ; start, run, collect, verify are the same
+WORKSPACE_PHASES = (
+    "prepare",
+    "snapshot",
+    "unmount",
+)  # where the two differ; start, run, collect, verify are the same
 
 
 def repository() -> Path:
     """A real tree of 5,000+ files: the standard library without site-packages (copied once)."""
     if not REPO_CACHE.is_dir():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{REPO_CACHE.name}.", dir=REPO_CACHE.parent))  # two benches at once: each its own
+        tmp = Path(
+            tempfile.mkdtemp(prefix=f".{REPO_CACHE.name}.", dir=REPO_CACHE.parent)
+        )  # two benches at once: each its own
         try:
-            shutil.copytree(sysconfig.get_paths()["stdlib"], tmp / "tree", symlinks=True, ignore=shutil.ignore_patterns("site-packages"))
+            shutil.copytree(
+                sysconfig.get_paths()["stdlib"],
+                tmp / "tree",
+                symlinks=True,
+                ignore=shutil.ignore_patterns("site-packages"),
+            )
             try:
                 (tmp / "tree").rename(REPO_CACHE)
             except OSError:  # the other bench made it first
@@ -61,7 +72,9 @@ class PlainWorkspace:
     """Before bounded disk: the attempt's workspace/ folder itself, bind-mounted as it is."""
 
     def __init__(self, attempt_dir: Path):
-        self.workspace = attempt_dir / "workspace"  # made by the attempt's fixture copy, as on the mount
+        self.workspace = (
+            attempt_dir / "workspace"
+        )  # made by the attempt's fixture copy, as on the mount
 
     @classmethod
     def create(cls, attempt_dir: Path, **_: Any) -> PlainWorkspace:
@@ -90,8 +103,10 @@ def plain() -> Iterator[None]:
 
 def spec_for(tmp: Path, name: str, fixture: Path) -> spec_mod.Spec:
     path = tmp / f"{name}.yaml"
-    path.write_text(f"version: 1\nname: {name}\nagent: {{command: ['true']}}\nworkspace: {{fixture: {fixture}}}\n"
-                    "assertions: [{exit_code: 0}]\nexpect: pass\n")
+    path.write_text(
+        f"version: 1\nname: {name}\nagent: {{command: ['true']}}\nworkspace: {{fixture: {fixture}}}\n"
+        "assertions: [{exit_code: 0}]\nexpect: pass\n"
+    )
     return spec_mod.load(path)
 
 
@@ -101,9 +116,17 @@ def attempt(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -
     result = Driver(spec, run, backend, images, lambda *_: None).drive()
     elapsed = time.perf_counter() - start
     # the containment check names the plain folder as the wrong mount source: the one finding allowed
-    wrong_source = [f for f in result.report["attempts"][0]["findings"] if f["subject"] == "Mounts sources"]
-    assert result.verdict == "pass" or (workspace_fs.WorkspaceFs is PlainWorkspace and len(wrong_source) == 1
-                                        and all(f["severity"] != "breach" or f in wrong_source for f in result.report["attempts"][0]["findings"])), result.report
+    wrong_source = [
+        f for f in result.report["attempts"][0]["findings"] if f["subject"] == "Mounts sources"
+    ]
+    assert result.verdict == "pass" or (
+        workspace_fs.WorkspaceFs is PlainWorkspace
+        and len(wrong_source) == 1
+        and all(
+            f["severity"] != "breach" or f in wrong_source
+            for f in result.report["attempts"][0]["findings"]
+        )
+    ), result.report
     timings = result.report["attempts"][0]["timings"]
     for phase in PHASES:
         phases.setdefault(phase, []).append(timings.get(phase, 0.0))
@@ -120,29 +143,51 @@ def main() -> None:
     images = Images(backend).ensure()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        fixtures = {"calc (5 files)": ROOT / "fixtures" / "workspaces" / "calc", "repository": repository()}
+        fixtures = {
+            "calc (5 files)": ROOT / "fixtures" / "workspaces" / "calc",
+            "repository": repository(),
+        }
         files = sum(1 for p in fixtures["repository"].rglob("*") if p.is_file())
         for label, fixture in fixtures.items():
             spec = spec_for(tmp, "bench", fixture)
             with plain():
-                attempt(backend, images, spec, tmp / "runs", {})  # warm-up: page cache, hash helpers
+                attempt(
+                    backend, images, spec, tmp / "runs", {}
+                )  # warm-up: page cache, hash helpers
             attempt(backend, images, spec, tmp / "runs", {})
             walls: dict[str, list[float]] = {"plain": [], "bounded": []}
             phases: dict[str, dict[str, list[float]]] = {"plain": {}, "bounded": {}}
             for _ in range(ROUNDS):
                 with plain():
-                    walls["plain"].append(attempt(backend, images, spec, tmp / "runs", phases["plain"]))
-                walls["bounded"].append(attempt(backend, images, spec, tmp / "runs", phases["bounded"]))
+                    walls["plain"].append(
+                        attempt(backend, images, spec, tmp / "runs", phases["plain"])
+                    )
+                walls["bounded"].append(
+                    attempt(backend, images, spec, tmp / "runs", phases["bounded"])
+                )
             name = f"{label}, {files} files" if label == "repository" else label
             p, b = statistics.median(walls["plain"]), statistics.median(walls["bounded"])
-            print(f"{name}: attempt median plain {p * 1000:.0f} ms, bounded {b * 1000:.0f} ms, ratio {b / p:.2f}x (+{(b - p) * 1000:.0f} ms)")
+            print(
+                f"{name}: attempt median plain {p * 1000:.0f} ms, bounded {b * 1000:.0f} ms, ratio {b / p:.2f}x (+{(b - p) * 1000:.0f} ms)"
+            )
             for phase in PHASES:
-                pm, bm = statistics.median(phases["plain"][phase]) * 1000, statistics.median(phases["bounded"][phase]) * 1000
+                pm, bm = (
+                    statistics.median(phases["plain"][phase]) * 1000,
+                    statistics.median(phases["bounded"][phase]) * 1000,
+                )
                 ratio = f"ratio {bm / pm:.2f}x" if pm >= 0.5 else "(no such step before)"
                 print(f"  {phase:<8} plain {pm:7.1f} ms  bounded {bm:7.1f} ms  {ratio}")
-            own = {mode: statistics.median([sum(phases[mode][ph][i] for ph in WORKSPACE_PHASES) for i in range(ROUNDS)]) * 1000 for mode in phases}
-            print(f"  workspace phases (prepare + snapshot + unmount): plain {own['plain']:.0f} ms, bounded {own['bounded']:.0f} ms, "
-                  f"ratio {own['bounded'] / own['plain']:.2f}x ({own['bounded'] - own['plain']:+.0f} ms per attempt)")
+            own = {
+                mode: statistics.median(
+                    [sum(phases[mode][ph][i] for ph in WORKSPACE_PHASES) for i in range(ROUNDS)]
+                )
+                * 1000
+                for mode in phases
+            }
+            print(
+                f"  workspace phases (prepare + snapshot + unmount): plain {own['plain']:.0f} ms, bounded {own['bounded']:.0f} ms, "
+                f"ratio {own['bounded'] / own['plain']:.2f}x ({own['bounded'] - own['plain']:+.0f} ms per attempt)"
+            )
 
 
 if __name__ == "__main__":

@@ -68,7 +68,19 @@ OVERLOAD_SEND_SECONDS = 0.5
 LINGER_SECONDS = 0.5
 LINGER_BYTES = 1024 * 1024
 HOP_BY_HOP = frozenset(
-    ("connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length", "expect", "via")
+    (
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "expect",
+        "via",
+    )
 )
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
@@ -157,7 +169,13 @@ def parse_config(raw: Any) -> Config:
     for name in _FLOAT_FIELDS:
         if name in raw:
             value = raw[name]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value != value or value == float("inf"):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not value > 0
+                or value != value
+                or value == float("inf")
+            ):
                 raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
             values[name] = float(value)
     if "allow_private" in raw:
@@ -229,7 +247,9 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return addr
 
 
-def address_problem(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_private: bool) -> str | None:
+def address_problem(
+    addr: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_private: bool
+) -> str | None:
     """Why an address must not be dialled (None if it may)."""
     if addr.is_unspecified:
         return "unspecified"
@@ -241,7 +261,9 @@ def address_problem(addr: ipaddress.IPv4Address | ipaddress.IPv6Address, allow_p
         return "multicast"
     if addr.is_reserved:
         return "reserved"
-    if isinstance(addr, ipaddress.IPv6Address) and (addr.sixtofour is not None or addr.teredo is not None):
+    if isinstance(addr, ipaddress.IPv6Address) and (
+        addr.sixtofour is not None or addr.teredo is not None
+    ):
         return "tunnelled IPv4 (6to4/Teredo)"
     if not allow_private and (addr.is_private or not addr.is_global):
         return "private"
@@ -291,9 +313,22 @@ class RequestLog:
 class _Refuse(Exception):
     """Answer the client with `status` and a JSON error; `decision` is what the log says."""
 
-    def __init__(self, status: int, code: str, message: str, *, decision: str = "deny", reason: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        decision: str = "deny",
+        reason: str | None = None,
+    ):
         super().__init__(message)
-        self.status, self.code, self.message, self.decision = status, code, message[:MAX_MESSAGE], decision
+        self.status, self.code, self.message, self.decision = (
+            status,
+            code,
+            message[:MAX_MESSAGE],
+            decision,
+        )
         self.reason = reason or code
 
 
@@ -348,13 +383,25 @@ class Proxy:
         except _Quiet:
             return
         except _Refuse as refusal:
-            record.decision, record.reason, record.status = refusal.decision, refusal.reason, refusal.status
+            record.decision, record.reason, record.status = (
+                refusal.decision,
+                refusal.reason,
+                refusal.status,
+            )
             record.bytes += self._answer_error(conn, refusal)
         except TimeoutError:  # the request's total time (max_duration_seconds) or an idle timeout
             record.reason = "time_limit"
             if record.status is None:
                 record.status = 504
-                record.bytes += self._answer_error(conn, _Refuse(504, "upstream_timeout", "the request ran out of time", decision=record.decision))
+                record.bytes += self._answer_error(
+                    conn,
+                    _Refuse(
+                        504,
+                        "upstream_timeout",
+                        "the request ran out of time",
+                        decision=record.decision,
+                    ),
+                )
         except OSError:  # the client went away while we were answering
             record.reason = "client_gone"
         except Exception as exc:  # never let one connection take the proxy down
@@ -362,21 +409,36 @@ class Proxy:
             if record.status is None:
                 record.decision = "error" if record.decision != "allow" else "allow"
                 record.status = 500
-                record.bytes += self._answer_error(conn, _Refuse(500, "proxy_error", "the egress proxy failed", decision="error"))
+                record.bytes += self._answer_error(
+                    conn, _Refuse(500, "proxy_error", "the egress proxy failed", decision="error")
+                )
         self._log(record)
 
     def overloaded(self, conn: socket.socket, addr: Any) -> None:
-        record = _Record(client=_peer(addr), decision="deny", reason="too_many_connections", status=503)
+        record = _Record(
+            client=_peer(addr), decision="deny", reason="too_many_connections", status=503
+        )
         conn.settimeout(OVERLOAD_SEND_SECONDS)
-        refusal = _Refuse(503, "too_many_connections", f"the egress proxy serves at most {self.config.max_connections} connections")
-        record.bytes = self._answer_error(conn, refusal, linger=False)  # never stall the accept loop
+        refusal = _Refuse(
+            503,
+            "too_many_connections",
+            f"the egress proxy serves at most {self.config.max_connections} connections",
+        )
+        record.bytes = self._answer_error(
+            conn, refusal, linger=False
+        )  # never stall the accept loop
         self._log(record)
 
     # ---- the request
 
     def _serve(self, conn: socket.socket, record: _Record, deadline: float) -> None:
         if self.log.broken:
-            raise _Refuse(503, "log_unavailable", "the egress proxy cannot log requests, so it forwards none", decision="error")
+            raise _Refuse(
+                503,
+                "log_unavailable",
+                "the egress proxy cannot log requests, so it forwards none",
+                decision="error",
+            )
         head = self._read_head(conn, deadline)
         record.method = head.method[:32]
         if head.method == "CONNECT":
@@ -402,16 +464,20 @@ class Proxy:
             conn.settimeout(self._io_timeout(deadline))
             try:
                 chunk = conn.recv(RECV_BYTES)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 if not buf:
                     raise _Quiet() from None
-                raise _Refuse(408, "client_timeout", "the request head did not arrive in time") from None
+                raise _Refuse(
+                    408, "client_timeout", "the request head did not arrive in time"
+                ) from None
             except OSError:
                 raise _Quiet() from None
             if not chunk:
                 if not buf:
                     raise _Quiet()
-                raise _Refuse(400, "bad_request", "the connection closed in the middle of the request head")
+                raise _Refuse(
+                    400, "bad_request", "the connection closed in the middle of the request head"
+                )
             buf += chunk
         if end > limit:
             raise _Refuse(431, "header_too_large", f"the request head is over {limit} bytes")
@@ -427,7 +493,9 @@ class Proxy:
         if version not in ("HTTP/1.1", "HTTP/1.0"):
             raise _Refuse(505, "bad_request", "only HTTP/1.0 and HTTP/1.1 are spoken")
         if any(not 0x21 <= ord(c) <= 0x7E for c in target):
-            raise _Refuse(400, "bad_request", "the request target must be printable ASCII without spaces")
+            raise _Refuse(
+                400, "bad_request", "the request target must be printable ASCII without spaces"
+            )
         headers: list[tuple[str, str]] = []
         for line in text[1:]:
             if not line or line[0] in " \t":
@@ -451,13 +519,26 @@ class Proxy:
         target = head.target
         if target.startswith("/") or target == "*":
             record.path = target[:MAX_LOG_PATH]
-            raise _Refuse(403, "egress_denied", "requests to the egress proxy itself are refused; send an absolute http:// URL", reason="proxy_self")
+            raise _Refuse(
+                403,
+                "egress_denied",
+                "requests to the egress proxy itself are refused; send an absolute http:// URL",
+                reason="proxy_self",
+            )
         parts = urllib.parse.urlsplit(target)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.netloc:
-            raise _Refuse(400, "bad_request", "the request target must be an absolute http:// URL (or use CONNECT)")
+            raise _Refuse(
+                400,
+                "bad_request",
+                "the request target must be an absolute http:// URL (or use CONNECT)",
+            )
         if scheme != "http":
-            raise _Refuse(400, "unsupported_scheme", "only plain http:// is forwarded; use CONNECT host:443 for https")
+            raise _Refuse(
+                400,
+                "unsupported_scheme",
+                "only plain http:// is forwarded; use CONNECT host:443 for https",
+            )
         if "@" in parts.netloc:
             raise _Refuse(400, "bad_request", "user information in the URL is refused")
         try:
@@ -472,27 +553,49 @@ class Proxy:
 
     # ---- policy
 
-    def _check(self, host: str, port: int, head: _Head, conn: socket.socket) -> list[tuple[Any, ...]]:
+    def _check(
+        self, host: str, port: int, head: _Head, conn: socket.socket
+    ) -> list[tuple[Any, ...]]:
         """Allowlist, self and address checks; the socket addresses that may be dialled."""
         key = hostport_key(host, port)
         if key not in self.config.allow:
-            raise _Refuse(403, "egress_denied", f"{key} is not on the allowlist", reason="not_allowlisted")
+            raise _Refuse(
+                403, "egress_denied", f"{key} is not on the allowlist", reason="not_allowlisted"
+            )
         if any(VIA_TOKEN in value for value in head.values("via")):
-            raise _Refuse(403, "egress_denied", "request loop: this request already passed the egress proxy", reason="proxy_self")
+            raise _Refuse(
+                403,
+                "egress_denied",
+                "request loop: this request already passed the egress proxy",
+                reason="proxy_self",
+            )
         if port == self.listen_port and host in self.own_names:
-            raise _Refuse(403, "egress_denied", f"{key} is the egress proxy itself", reason="proxy_self")
+            raise _Refuse(
+                403, "egress_denied", f"{key} is the egress proxy itself", reason="proxy_self"
+            )
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+            infos = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
         except (OSError, UnicodeError) as exc:
-            raise _Refuse(502, "resolve_failed", f"cannot resolve {host}: {exc}", decision="deny") from None
+            raise _Refuse(
+                502, "resolve_failed", f"cannot resolve {host}: {exc}", decision="deny"
+            ) from None
         own = self._own_addresses(conn)
         addresses: list[tuple[Any, ...]] = []
         for family, _type, _proto, _canon, sockaddr in infos:
             addr = _ip(sockaddr[0])
             if addr is None:
-                raise _Refuse(403, "egress_denied", f"{host} resolved to an unusable address", reason="forbidden_address")
+                raise _Refuse(
+                    403,
+                    "egress_denied",
+                    f"{host} resolved to an unusable address",
+                    reason="forbidden_address",
+                )
             if port == self.listen_port and (addr in own or addr.is_unspecified):
-                raise _Refuse(403, "egress_denied", f"{key} is the egress proxy itself", reason="proxy_self")
+                raise _Refuse(
+                    403, "egress_denied", f"{key} is the egress proxy itself", reason="proxy_self"
+                )
             problem = address_problem(addr, self.config.allow_private)
             if problem is not None and hostport_key(str(addr), port) not in self.config.allow:
                 raise _Refuse(
@@ -531,10 +634,27 @@ class Proxy:
                 sock.close()
                 last = exc
         if isinstance(last, (TimeoutError, socket.timeout)):
-            raise _Refuse(504, "upstream_timeout", "connecting to the destination timed out", decision="allow")
-        raise _Refuse(502, "upstream_unreachable", f"cannot connect to the destination: {last}", decision="allow")
+            raise _Refuse(
+                504, "upstream_timeout", "connecting to the destination timed out", decision="allow"
+            )
+        raise _Refuse(
+            502,
+            "upstream_unreachable",
+            f"cannot connect to the destination: {last}",
+            decision="allow",
+        )
 
-    def _forward(self, conn: socket.socket, head: _Head, host: str, port: int, path: str, addresses: list[tuple[Any, ...]], record: _Record, deadline: float) -> None:
+    def _forward(
+        self,
+        conn: socket.socket,
+        head: _Head,
+        host: str,
+        port: int,
+        path: str,
+        addresses: list[tuple[Any, ...]],
+        record: _Record,
+        deadline: float,
+    ) -> None:
         body = self._read_body(conn, head, deadline)
         record.bytes_up = len(body)
         upstream = self._dial(addresses, deadline)
@@ -554,18 +674,34 @@ class Proxy:
                 client.endheaders(body if body else None)
                 response = client.getresponse()
             except (ValueError, http.client.InvalidURL) as exc:
-                raise _Refuse(400, "bad_request", f"the request cannot be forwarded: {exc}") from None
-            except (TimeoutError, socket.timeout):
-                raise _Refuse(504, "upstream_timeout", "the destination did not answer in time", decision="allow") from None
+                raise _Refuse(
+                    400, "bad_request", f"the request cannot be forwarded: {exc}"
+                ) from None
+            except TimeoutError:
+                raise _Refuse(
+                    504,
+                    "upstream_timeout",
+                    "the destination did not answer in time",
+                    decision="allow",
+                ) from None
             except (http.client.HTTPException, OSError) as exc:
-                raise _Refuse(502, "bad_upstream_response", f"the destination's answer is unusable: {type(exc).__name__}", decision="allow") from None
+                raise _Refuse(
+                    502,
+                    "bad_upstream_response",
+                    f"the destination's answer is unusable: {type(exc).__name__}",
+                    decision="allow",
+                ) from None
             self._relay_response(conn, response, upstream, record, deadline)
         finally:
             client.close()
 
     def _read_body(self, conn: socket.socket, head: _Head, deadline: float) -> bytes:
         if head.values("transfer-encoding"):
-            raise _Refuse(411, "length_required", "chunked request bodies are not forwarded; send Content-Length")
+            raise _Refuse(
+                411,
+                "length_required",
+                "chunked request bodies are not forwarded; send Content-Length",
+            )
         lengths = {v.strip() for v in head.values("content-length")}
         if not lengths:
             return b""
@@ -573,25 +709,48 @@ class Proxy:
             raise _Refuse(400, "bad_request", "Content-Length must be one decimal number")
         length = int(next(iter(lengths)))
         if length > self.config.max_body_bytes:
-            raise _Refuse(413, "body_too_large", f"the request body is {length} bytes, over the {self.config.max_body_bytes}-byte limit")
-        if any(v.strip().lower() == "100-continue" for v in head.values("expect")) and len(head.rest) < length:
+            raise _Refuse(
+                413,
+                "body_too_large",
+                f"the request body is {length} bytes, over the {self.config.max_body_bytes}-byte limit",
+            )
+        if (
+            any(v.strip().lower() == "100-continue" for v in head.values("expect"))
+            and len(head.rest) < length
+        ):
             self._send(conn, b"HTTP/1.1 100 Continue\r\n\r\n", deadline)
         body = bytearray(head.rest[:length])
         while len(body) < length:
             conn.settimeout(self._io_timeout(deadline))
             try:
                 chunk = conn.recv(min(RECV_BYTES, length - len(body)))
-            except (TimeoutError, socket.timeout):
-                raise _Refuse(408, "client_timeout", "the request body did not arrive in time") from None
+            except TimeoutError:
+                raise _Refuse(
+                    408, "client_timeout", "the request body did not arrive in time"
+                ) from None
             if not chunk:
-                raise _Refuse(400, "bad_request", "the connection closed in the middle of the request body")
+                raise _Refuse(
+                    400, "bad_request", "the connection closed in the middle of the request body"
+                )
             body += chunk
         return bytes(body)
 
-    def _relay_response(self, conn: socket.socket, response: http.client.HTTPResponse, upstream: socket.socket, record: _Record, deadline: float) -> None:
+    def _relay_response(
+        self,
+        conn: socket.socket,
+        response: http.client.HTTPResponse,
+        upstream: socket.socket,
+        record: _Record,
+        deadline: float,
+    ) -> None:
         method = record.method
         record.status = response.status
-        connection_tokens = {header_key(t.strip()) for k, v in response.headers.items() if header_key(k) == "connection" for t in v.split(",")}
+        connection_tokens = {
+            header_key(t.strip())
+            for k, v in response.headers.items()
+            if header_key(k) == "connection"
+            for t in v.split(",")
+        }
         lines = [f"HTTP/1.1 {response.status} {_clean(response.reason)[:128]}"]
         for name, value in response.headers.items():
             lower = header_key(name)
@@ -601,7 +760,10 @@ class Proxy:
                 continue
             lines.append(f"{name}: {_clean(value)}")
         if method == "HEAD" or response.status in (204, 304) or response.status < 200:
-            lines += [f"Content-Length: {_clean(v)}" for v in response.headers.get_all("Content-Length", [])[:1]]
+            lines += [
+                f"Content-Length: {_clean(v)}"
+                for v in response.headers.get_all("Content-Length", [])[:1]
+            ]
         elif response.length is not None and not response.chunked:
             lines.append(f"Content-Length: {response.length}")
         lines += [f"Via: {VIA}", "Connection: close"]
@@ -616,7 +778,7 @@ class Proxy:
                 upstream.settimeout(timeout)
             try:
                 chunk = response.read(RECV_BYTES)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 record.reason = "upstream_timeout"
                 return
             except (http.client.HTTPException, OSError):
@@ -631,10 +793,21 @@ class Proxy:
             self._send(conn, chunk, deadline)
             record.bytes += len(chunk)
 
-    def _tunnel(self, conn: socket.socket, head: _Head, host: str, port: int, addresses: list[tuple[Any, ...]], record: _Record, deadline: float) -> None:
+    def _tunnel(
+        self,
+        conn: socket.socket,
+        head: _Head,
+        host: str,
+        port: int,
+        addresses: list[tuple[Any, ...]],
+        record: _Record,
+        deadline: float,
+    ) -> None:
         upstream = self._dial(addresses, deadline)
         try:
-            established = b"HTTP/1.1 200 Connection established\r\nVia: " + VIA.encode() + b"\r\n\r\n"
+            established = (
+                b"HTTP/1.1 200 Connection established\r\nVia: " + VIA.encode() + b"\r\n\r\n"
+            )
             self._send(conn, established, deadline)
             record.status = 200
             if head.rest:
@@ -645,7 +818,9 @@ class Proxy:
         finally:
             upstream.close()
 
-    def _pump(self, conn: socket.socket, upstream: socket.socket, record: _Record, deadline: float) -> None:
+    def _pump(
+        self, conn: socket.socket, upstream: socket.socket, record: _Record, deadline: float
+    ) -> None:
         """Relay both ways until both sides are done, the tunnel is idle too long or time is up."""
         peers = {conn: upstream, upstream: conn}
         open_readers = [conn, upstream]
@@ -654,9 +829,15 @@ class Proxy:
             if remaining <= 0:
                 record.reason = "tunnel_time_limit"
                 return
-            readable, _, _ = select.select(open_readers, [], [], min(self.config.timeout_seconds, remaining))
+            readable, _, _ = select.select(
+                open_readers, [], [], min(self.config.timeout_seconds, remaining)
+            )
             if not readable:
-                record.reason = "tunnel_idle_timeout" if remaining > self.config.timeout_seconds else "tunnel_time_limit"
+                record.reason = (
+                    "tunnel_idle_timeout"
+                    if remaining > self.config.timeout_seconds
+                    else "tunnel_time_limit"
+                )
                 return
             for sock in readable:
                 try:
@@ -694,9 +875,13 @@ class Proxy:
         conn.sendall(data)
 
     def _answer_error(self, conn: socket.socket, refusal: _Refuse, *, linger: bool = True) -> int:
-        body = json.dumps({"error": {"code": refusal.code, "message": refusal.message}}, ensure_ascii=True).encode()
+        body = json.dumps(
+            {"error": {"code": refusal.code, "message": refusal.message}}, ensure_ascii=True
+        ).encode()
         reason = http.client.responses.get(refusal.status, "Error")
-        status_type = _PROXY_STATUS.get(refusal.reason, _PROXY_STATUS.get(refusal.code, "http_request_error"))
+        status_type = _PROXY_STATUS.get(
+            refusal.reason, _PROXY_STATUS.get(refusal.code, "http_request_error")
+        )
         head = (
             f"HTTP/1.1 {refusal.status} {reason}\r\n"
             "Content-Type: application/json\r\n"
@@ -716,7 +901,7 @@ class Proxy:
 
     def _log(self, record: _Record) -> None:
         entry = {
-            "ts": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
             "client": record.client,
             "method": record.method,
             "host": record.host[:MAX_LOG_FIELD] if record.host else record.host,
@@ -732,11 +917,20 @@ class Proxy:
         try:
             self.log.write(entry)
         except (OSError, ValueError) as exc:
-            print(f"egress proxy: cannot write the request log: {exc}; refusing every request from now on", file=sys.stderr, flush=True)
+            print(
+                f"egress proxy: cannot write the request log: {exc}; refusing every request from now on",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _forwardable(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    named = {header_key(t.strip()) for k, v in headers if header_key(k) == "connection" for t in v.split(",")}
+    named = {
+        header_key(t.strip())
+        for k, v in headers
+        if header_key(k) == "connection"
+        for t in v.split(",")
+    }
     out = []
     for name, value in headers:
         lower = header_key(name)
@@ -754,9 +948,17 @@ def _one_spelling(headers: list[tuple[str, str]]) -> None:
     for name, _value in headers:
         key, lower = header_key(name), name.lower()
         if "_" in name and (key in HOP_BY_HOP or key.startswith("proxy-")):
-            raise _Refuse(400, "bad_request", f"header {name[:64]!r} is {key} to a server that reads '_' as '-'; refused as request smuggling")
+            raise _Refuse(
+                400,
+                "bad_request",
+                f"header {name[:64]!r} is {key} to a server that reads '_' as '-'; refused as request smuggling",
+            )
         if seen.setdefault(key, lower) != lower:
-            raise _Refuse(400, "bad_request", f"headers {seen[key][:64]!r} and {lower[:64]!r} are one header to a server that reads '_' as '-'; send it once")
+            raise _Refuse(
+                400,
+                "bad_request",
+                f"headers {seen[key][:64]!r} and {lower[:64]!r} are one header to a server that reads '_' as '-'; send it once",
+            )
 
 
 def _linger(conn: socket.socket) -> None:
@@ -833,7 +1035,12 @@ class Running:
 
     def __init__(self, server: _Server, log: RequestLog):
         self._server, self._log = server, log
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="egress-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="egress-proxy",
+            daemon=True,
+        )
         self._thread.start()
         self._stopped = False
 
@@ -868,7 +1075,9 @@ def serve(config: Config) -> Running:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="egress-proxy", description="assure's allowlisting egress proxy")
+    parser = argparse.ArgumentParser(
+        prog="egress-proxy", description="assure's allowlisting egress proxy"
+    )
     parser.add_argument("--config", required=True, help="path of the JSON config")
     options = parser.parse_args(argv)
     try:
@@ -886,10 +1095,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         running = serve(config)
     except OSError as exc:
-        print(f"egress proxy: cannot start on {config.listen} / log {config.log}: {exc}", file=sys.stderr)
+        print(
+            f"egress proxy: cannot start on {config.listen} / log {config.log}: {exc}",
+            file=sys.stderr,
+        )
         return 1
     host, port = running.address
-    print(f"egress proxy: listening on {hostport_key(host, port)}, {len(config.allow)} allowed destination(s)", file=sys.stderr, flush=True)
+    print(
+        f"egress proxy: listening on {hostport_key(host, port)}, {len(config.allow)} allowed destination(s)",
+        file=sys.stderr,
+        flush=True,
+    )
     while not stop.wait(1.0):
         pass
     running.shutdown()

@@ -24,7 +24,18 @@ from typing import Any
 import pytest
 
 from assure.errors import AssureError, ImageError, SandboxError
-from assure.sandbox.backend import CHANGE_ADDED, LABEL_OWNER, LABEL_PID, LABEL_ROLE, LABEL_RUN, OWNER, ContainerRequest, Mount, Role, SandboxBackend
+from assure.sandbox.backend import (
+    CHANGE_ADDED,
+    LABEL_OWNER,
+    LABEL_PID,
+    LABEL_ROLE,
+    LABEL_RUN,
+    OWNER,
+    ContainerRequest,
+    Mount,
+    Role,
+    SandboxBackend,
+)
 
 BEHAVIOURS = ("exit3", "sleep", "chatty", "write", "cat")
 WRITTEN = b"a" * 5000
@@ -33,7 +44,11 @@ GATE_EXIT = 125  # a gated command whose socket never appeared
 
 def gated(folder: str, seconds: float) -> dict[str, Any]:
     """A request's gate on `folder`/gate.sock (mounted at /run/gate, read-only)."""
-    return {"mounts": (Mount(folder, "/run/gate", read_only=True),), "gate": "/run/gate/gate.sock", "gate_seconds": seconds}
+    return {
+        "mounts": (Mount(folder, "/run/gate", read_only=True),),
+        "gate": "/run/gate/gate.sock",
+        "gate_seconds": seconds,
+    }
 
 
 @dataclass
@@ -48,9 +63,18 @@ class Harness:
     def labels(self, run_id: str | None = None) -> dict[str, str]:
         return {LABEL_OWNER: OWNER, LABEL_RUN: run_id or self.run_id, LABEL_PID: str(os.getpid())}
 
-    def request(self, behaviour: str, *, run_id: str | None = None, **extra: Any) -> ContainerRequest:
-        return ContainerRequest(role=Role.AGENT, image=self.image, name=f"{self.run_id}-{behaviour}-{uuid.uuid4().hex[:6]}",
-                                command=tuple(self.command(behaviour)), labels=self.labels(run_id), init=True, **extra)
+    def request(
+        self, behaviour: str, *, run_id: str | None = None, **extra: Any
+    ) -> ContainerRequest:
+        return ContainerRequest(
+            role=Role.AGENT,
+            image=self.image,
+            name=f"{self.run_id}-{behaviour}-{uuid.uuid4().hex[:6]}",
+            command=tuple(self.command(behaviour)),
+            labels=self.labels(run_id),
+            init=True,
+            **extra,
+        )
 
     def started(self, behaviour: str, **extra: Any) -> str:
         cid = self.backend.start_container(self.request(behaviour, **extra))
@@ -58,7 +82,11 @@ class Harness:
         return cid
 
     def cleanup(self) -> None:
-        remove = {"container": self.backend.remove_container, "volume": self.backend.remove_volume, "network": self.backend.remove_network}
+        remove = {
+            "container": self.backend.remove_container,
+            "volume": self.backend.remove_volume,
+            "network": self.backend.remove_network,
+        }
         for kind, rid in reversed(self.made):
             remove[kind](rid)
 
@@ -72,8 +100,8 @@ def frames(sock: socket.socket) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     while data:
         stream, size = struct.unpack(">BxxxI", data[:8])
-        out[stream] = out.get(stream, b"") + data[8: 8 + size]
-        data = data[8 + size:]
+        out[stream] = out.get(stream, b"") + data[8 : 8 + size]
+        data = data[8 + size :]
     return out
 
 
@@ -126,10 +154,25 @@ class BackendConformance:
         cid = harness.started("write")
         assert harness.backend.wait(cid, 30) == 0
         changes = {c["Path"]: c["Kind"] for c in harness.backend.fs_changes(cid)}
-        assert changes.get("/tmp/made/file.txt") == CHANGE_ADDED and changes.get("/tmp/made/link") == CHANGE_ADDED
-        assert harness.backend.read_file(cid, "/tmp/made/file.txt", 2**20) == ("file", WRITTEN, None)
-        assert harness.backend.read_file(cid, "/tmp/made/file.txt", 100) == ("file", None, None)  # over the bound: not read
-        assert harness.backend.read_file(cid, "/tmp/made/link", 2**20) == ("symlink", None, "file.txt")
+        assert (
+            changes.get("/tmp/made/file.txt") == CHANGE_ADDED
+            and changes.get("/tmp/made/link") == CHANGE_ADDED
+        )
+        assert harness.backend.read_file(cid, "/tmp/made/file.txt", 2**20) == (
+            "file",
+            WRITTEN,
+            None,
+        )
+        assert harness.backend.read_file(cid, "/tmp/made/file.txt", 100) == (
+            "file",
+            None,
+            None,
+        )  # over the bound: not read
+        assert harness.backend.read_file(cid, "/tmp/made/link", 2**20) == (
+            "symlink",
+            None,
+            "file.txt",
+        )
         assert harness.backend.read_file(cid, "/tmp/made", 2**20) == ("dir", None, None)
         with pytest.raises(SandboxError):
             harness.backend.read_file(cid, "/tmp/made/absent", 2**20)
@@ -137,12 +180,27 @@ class BackendConformance:
         assert layer is None or (layer / "tmp" / "made" / "file.txt").read_bytes() == WRITTEN
 
     def test_inspect_reports_the_request(self, harness):
-        cid = harness.started("exit3", network="none", cap_drop=("ALL",), memory=64 * 2**20, memory_swap=64 * 2**20, pids_limit=32)
+        cid = harness.started(
+            "exit3",
+            network="none",
+            cap_drop=("ALL",),
+            memory=64 * 2**20,
+            memory_swap=64 * 2**20,
+            pids_limit=32,
+        )
         harness.backend.wait(cid, 30)
         info = harness.backend.inspect(cid)
         host = info["HostConfig"]
-        assert (host["NetworkMode"], host["CapDrop"], host["Memory"], host["PidsLimit"]) == ("none", ["ALL"], 64 * 2**20, 32)
-        assert {k: v for k, v in info["Config"]["Labels"].items() if k.startswith("assure.")} == {**harness.labels(), LABEL_ROLE: Role.AGENT}
+        assert (host["NetworkMode"], host["CapDrop"], host["Memory"], host["PidsLimit"]) == (
+            "none",
+            ["ALL"],
+            64 * 2**20,
+            32,
+        )
+        assert {k: v for k, v in info["Config"]["Labels"].items() if k.startswith("assure.")} == {
+            **harness.labels(),
+            LABEL_ROLE: Role.AGENT,
+        }
 
     def test_an_attached_stream_carries_stdin_in_and_stdout_out(self, harness):
         cid = harness.backend.create_container(harness.request("cat", stdin_open=True))
@@ -156,19 +214,25 @@ class BackendConformance:
         assert harness.backend.wait(cid, 30) == 0
 
     def test_a_gated_command_runs_only_once_its_socket_exists(self, harness):
-        folder = tempfile.mkdtemp(prefix="gate", dir="/tmp")  # a socket's path is ~100 bytes at most
+        folder = tempfile.mkdtemp(
+            prefix="gate", dir="/tmp"
+        )  # a socket's path is ~100 bytes at most
         os.chmod(folder, 0o755)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             cid = harness.started("exit3", **gated(folder, 30))
-            assert harness.backend.wait(cid, 1.0) is None  # held at its gate: nothing of the command ran
+            assert (
+                harness.backend.wait(cid, 1.0) is None
+            )  # held at its gate: nothing of the command ran
             assert b"hello" not in harness.backend.logs(cid, 2**20)
             listener.bind(os.path.join(folder, "gate.sock"))
             assert harness.backend.wait(cid, 30) == 3
             assert b"hello" in harness.backend.logs(cid, 2**20)
         finally:
             listener.close()
-            os.unlink(os.path.join(folder, "gate.sock")) if os.path.exists(os.path.join(folder, "gate.sock")) else None
+            os.unlink(os.path.join(folder, "gate.sock")) if os.path.exists(
+                os.path.join(folder, "gate.sock")
+            ) else None
             os.rmdir(folder)
 
     def test_a_gated_command_never_runs_if_its_socket_never_appears(self, harness):
@@ -188,7 +252,11 @@ class BackendConformance:
         backend = harness.backend
         cid = backend.create_container(harness.request("exit3"))
         harness.made.append(("container", cid))
-        volume = backend.create_volume(f"{harness.run_id}-vol", harness.labels(), {"type": "tmpfs", "device": "tmpfs", "o": "size=1m"})
+        volume = backend.create_volume(
+            f"{harness.run_id}-vol",
+            harness.labels(),
+            {"type": "tmpfs", "device": "tmpfs", "o": "size=1m"},
+        )
         harness.made.append(("volume", volume))
         network = backend.create_network(f"{harness.run_id}-net", harness.labels(), internal=True)
         harness.made.append(("network", network))
@@ -196,9 +264,13 @@ class BackendConformance:
         harness.made.append(("container", other))
         owned = backend.owned(harness.run_id)
         assert [c["id"] for c in owned["containers"]] == [cid]
-        assert [v["id"] for v in owned["volumes"]] == [volume] and [n["id"] for n in owned["networks"]] == [network]
+        assert [v["id"] for v in owned["volumes"]] == [volume] and [
+            n["id"] for n in owned["networks"]
+        ] == [network]
         assert owned["containers"][0][LABEL_RUN] == harness.run_id
-        assert cid in {c["id"] for c in backend.owned()["containers"]} and other in {c["id"] for c in backend.owned()["containers"]}
+        assert cid in {c["id"] for c in backend.owned()["containers"]} and other in {
+            c["id"] for c in backend.owned()["containers"]
+        }
         backend.remove_container(cid)
         backend.remove_volume(volume)
         backend.remove_network(network)
@@ -208,9 +280,14 @@ class BackendConformance:
 
     def test_errors_are_the_protocols_own(self, harness):
         with pytest.raises(ImageError):
-            harness.backend.create_container(replace(harness.request("exit3"), image="assure-absent-image:conformance"))
-        for call in (lambda: harness.backend.inspect(harness.absent_id), lambda: harness.backend.start(harness.absent_id),
-                     lambda: harness.backend.logs(harness.absent_id, 10)):
+            harness.backend.create_container(
+                replace(harness.request("exit3"), image="assure-absent-image:conformance")
+            )
+        for call in (
+            lambda: harness.backend.inspect(harness.absent_id),
+            lambda: harness.backend.start(harness.absent_id),
+            lambda: harness.backend.logs(harness.absent_id, 10),
+        ):
             with pytest.raises(SandboxError) as info:
                 call()
             assert isinstance(info.value, AssureError) and info.value.message

@@ -21,9 +21,12 @@ class Block:
 
     @property
     def file(self) -> str | None:
-        return self.mark[len("file="):] if self.mark.startswith("file=") else None
+        return self.mark[len("file=") :] if self.mark.startswith("file=") else None
 
 
 def blocks(text: str | None = None) -> list[Block]:
     text = README.read_text(encoding="utf-8") if text is None else text
-    return [Block(m[1], m[2].strip(), m[3], text.count("\n", 0, m.start()) + 1) for m in FENCE.finditer(text)]
+    return [
+        Block(m[1], m[2].strip(), m[3], text.count("\n", 0, m.start()) + 1)
+        for m in FENCE.finditer(text)
+    ]

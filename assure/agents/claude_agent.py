@@ -46,7 +46,14 @@ BASE_URL = "http://gateway"  # any host: the transport goes to the unix socket
 PLACEHOLDER_KEY = "unused-by-sandbox"  # the gateway drops it and adds the real key
 MAX_RESULT_CHARS = 50_000
 MAX_SUMMARY_CHARS = 8000
-JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "dict": "object", "list": "array"}
+JSON_TYPES = {
+    "str": "string",
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "dict": "object",
+    "list": "array",
+}
 PARAM_HINTS = {
     "path": "Path relative to the workspace root.",
     "content": "The file's new content, UTF-8 text.",
@@ -88,11 +95,15 @@ def http_module() -> ModuleType:
     return importlib.import_module("httpx")
 
 
-def make_client(socket_path: str, *, max_retries: int = 2, timeout: float = MODEL_EXCHANGE_SECONDS) -> anthropic.Anthropic:
+def make_client(
+    socket_path: str, *, max_retries: int = 2, timeout: float = MODEL_EXCHANGE_SECONDS
+) -> anthropic.Anthropic:
     """The stock SDK with its HTTP client bound to the gateway's unix socket."""
     httpx = http_module()
     http_client = httpx.Client(transport=httpx.HTTPTransport(uds=socket_path), timeout=timeout)
-    return anthropic.Anthropic(base_url=BASE_URL, api_key=PLACEHOLDER_KEY, http_client=http_client, max_retries=max_retries)
+    return anthropic.Anthropic(
+        base_url=BASE_URL, api_key=PLACEHOLDER_KEY, http_client=http_client, max_retries=max_retries
+    )
 
 
 def tool_specs(health: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -112,8 +123,15 @@ def tool_specs(health: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, 
             properties[param] = prop
             if info.get("required"):
                 required.append(param)
-        schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-        specs.append({"name": name, "description": str(tool.get("summary", "")), "input_schema": schema})
+        schema = {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        }
+        specs.append(
+            {"name": name, "description": str(tool.get("summary", "")), "input_schema": schema}
+        )
         names[name] = str(tool["name"])
     return specs, names
 
@@ -125,7 +143,9 @@ def as_param(block: Any) -> dict[str, Any]:
     return {k: data[k] for k in kept if k in data} if kept else data
 
 
-def run_tool(gateway: Client, names: dict[str, str], block: Any) -> tuple[dict[str, Any], str | None]:
+def run_tool(
+    gateway: Client, names: dict[str, str], block: Any
+) -> tuple[dict[str, Any], str | None]:
     """Carry out one tool_use block: (its tool_result block, the gateway tool it called)."""
     tool = names.get(block.name)
     args = block.input if isinstance(block.input, dict) else {}
@@ -139,7 +159,9 @@ def run_tool(gateway: Client, names: dict[str, str], block: Any) -> tuple[dict[s
             error = {"status": exc.status, "code": exc.code, "message": exc.message}
         except (OSError, http.client.HTTPException) as exc:
             error = {"code": "gateway_unreachable", "message": f"{type(exc).__name__}: {exc}"}
-    content = json.dumps({"error": error} if error else answer.get("result"), ensure_ascii=False, sort_keys=True)
+    content = json.dumps(
+        {"error": error} if error else answer.get("result"), ensure_ascii=False, sort_keys=True
+    )
     if len(content) > MAX_RESULT_CHARS:
         content = content[:MAX_RESULT_CHARS] + f"... [truncated: {len(content)} characters in all]"
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": block.id, "content": content}
@@ -160,8 +182,12 @@ def run(
     """Work on `task` until the model stops asking for tools; return the exit code."""
     socket_path = socket_path or os.environ.get(SOCKET_ENV, DEFAULT_SOCKET)
     model = model or os.environ.get("ASSURE_MODEL", DEFAULT_MODEL)
-    max_turns = max_turns if max_turns is not None else _env_int("ASSURE_MAX_TURNS", DEFAULT_MAX_TURNS)
-    max_tokens = max_tokens if max_tokens is not None else _env_int("ASSURE_MAX_TOKENS", DEFAULT_MAX_TOKENS)
+    max_turns = (
+        max_turns if max_turns is not None else _env_int("ASSURE_MAX_TURNS", DEFAULT_MAX_TURNS)
+    )
+    max_tokens = (
+        max_tokens if max_tokens is not None else _env_int("ASSURE_MAX_TOKENS", DEFAULT_MAX_TOKENS)
+    )
     with Client(socket_path) as gateway:
         specs, names = tool_specs(gateway.health())
         client = make_client(socket_path)
@@ -169,13 +195,31 @@ def run(
         reported, status, final_text = False, "max_turns", ""
         try:
             for turn in range(1, max_turns + 1):
-                response = client.messages.create(model=model, max_tokens=max_tokens, system=SYSTEM, tools=specs, messages=messages)
-                messages.append({"role": "assistant", "content": [as_param(b) for b in response.content]})
-                final_text = "\n".join(b.text for b in response.content if b.type == "text").strip() or final_text
+                response = client.messages.create(
+                    model=model,
+                    max_tokens=max_tokens,
+                    system=SYSTEM,
+                    tools=specs,
+                    messages=messages,
+                )
+                messages.append(
+                    {"role": "assistant", "content": [as_param(b) for b in response.content]}
+                )
+                final_text = (
+                    "\n".join(b.text for b in response.content if b.type == "text").strip()
+                    or final_text
+                )
                 uses = [b for b in response.content if b.type == "tool_use"]
-                print(f"claude_agent: turn {turn}: stop_reason={response.stop_reason} tools={[b.name for b in uses]}", file=log)
+                print(
+                    f"claude_agent: turn {turn}: stop_reason={response.stop_reason} tools={[b.name for b in uses]}",
+                    file=log,
+                )
                 if not uses:
-                    status = "done" if response.stop_reason in ("end_turn", "stop_sequence") else str(response.stop_reason)
+                    status = (
+                        "done"
+                        if response.stop_reason in ("end_turn", "stop_sequence")
+                        else str(response.stop_reason)
+                    )
                     break
                 results = []
                 for block in uses:
@@ -185,11 +229,19 @@ def run(
                 messages.append({"role": "user", "content": results})
         except anthropic.APIError as exc:
             print(f"claude_agent: model call failed: {type(exc).__name__}: {exc}", file=log)
-            status, final_text = "error", f"model call failed: {type(exc).__name__}: {str(exc)[:2000]}"
+            status, final_text = (
+                "error",
+                f"model call failed: {type(exc).__name__}: {str(exc)[:2000]}",
+            )
         finally:
             client.close()
         if not reported:
-            _report(gateway, status, final_text or f"the agent ended with status {status} without a summary", log)
+            _report(
+                gateway,
+                status,
+                final_text or f"the agent ended with status {status} without a summary",
+                log,
+            )
     return {"done": 0, "max_turns": 3, "error": 1}.get(status, 0)
 
 
@@ -220,7 +272,9 @@ def _task(args: argparse.Namespace) -> str:
         return os.environ["ASSURE_TASK"]
     path = args.task_file or os.environ.get("ASSURE_TASK_FILE")
     if not path:
-        raise SystemExit("claude_agent: no task: pass it as arguments, in $ASSURE_TASK, or as a file (--task-file / $ASSURE_TASK_FILE)")
+        raise SystemExit(
+            "claude_agent: no task: pass it as arguments, in $ASSURE_TASK, or as a file (--task-file / $ASSURE_TASK_FILE)"
+        )
     try:
         with open(path, encoding="utf-8") as fh:
             return fh.read()
@@ -229,9 +283,14 @@ def _task(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m assure.agents.claude_agent", description="Run the reference Claude agent through the gateway.")
+    parser = argparse.ArgumentParser(
+        prog="python3 -m assure.agents.claude_agent",
+        description="Run the reference Claude agent through the gateway.",
+    )
     parser.add_argument("--task-file", help="read the task from this UTF-8 file")
-    parser.add_argument("task", nargs="*", help="the task text (else $ASSURE_TASK or the task file)")
+    parser.add_argument(
+        "task", nargs="*", help="the task text (else $ASSURE_TASK or the task file)"
+    )
     args = parser.parse_args(argv)
     try:
         return run(_task(args))

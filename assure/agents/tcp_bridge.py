@@ -138,10 +138,24 @@ def _pipe(a: socket.socket, b: socket.socket) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m assure.agents.tcp_bridge", description="Bridge 127.0.0.1:PORT to the gateway's unix socket.")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT}; 0 = any free port)")
-    parser.add_argument("--socket", default=os.environ.get(SOCKET_ENV, DEFAULT_SOCKET), help="the gateway socket")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...: run it with ANTHROPIC_BASE_URL and OPENAI_BASE_URL set, then stop")
+    parser = argparse.ArgumentParser(
+        prog="python3 -m assure.agents.tcp_bridge",
+        description="Bridge 127.0.0.1:PORT to the gateway's unix socket.",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT}; 0 = any free port)",
+    )
+    parser.add_argument(
+        "--socket", default=os.environ.get(SOCKET_ENV, DEFAULT_SOCKET), help="the gateway socket"
+    )
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        help="-- COMMAND ARGS...: run it with ANTHROPIC_BASE_URL and OPENAI_BASE_URL set, then stop",
+    )
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
@@ -152,7 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tcp_bridge: {bridge.url} -> {args.socket}", file=sys.stderr, flush=True)
     try:
         if command:
-            env = {"OPENAI_API_KEY": PLACEHOLDER_KEY, **os.environ, "ANTHROPIC_BASE_URL": bridge.url, "ASSURE_GATEWAY_URL": bridge.url, "OPENAI_BASE_URL": f"{bridge.url}/v1"}
+            env = {
+                "OPENAI_API_KEY": PLACEHOLDER_KEY,
+                **os.environ,
+                "ANTHROPIC_BASE_URL": bridge.url,
+                "ASSURE_GATEWAY_URL": bridge.url,
+                "OPENAI_BASE_URL": f"{bridge.url}/v1",
+            }
             try:
                 return subprocess.call(command, env=env)
             except OSError as exc:

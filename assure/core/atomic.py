@@ -16,7 +16,14 @@ from typing import Any
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644, sync_dir: bool = False, sync: bool = True) -> None:
+def write_bytes(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    sync_dir: bool = False,
+    sync: bool = True,
+) -> None:
     """Replace `path` with `data`, fsynced; with `sync_dir` the rename itself is made durable.
     `sync=False` for a signal, not a record (a heartbeat, the gateway's ready file): still
     whole or absent to a reader, but lost in a crash, where a stale or missing one is the truth."""
@@ -27,7 +34,7 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fchmod(fd, mode)  # not narrowed by the umask: readers in other containers need it
         if sync:
             os.fsync(fd)
@@ -49,7 +56,14 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644,
             os.close(dir_fd)
 
 
-def write_json(path: str | os.PathLike[str], data: Any, *, indent: int | None = 2, mode: int = 0o644, sync: bool = True) -> None:
+def write_json(
+    path: str | os.PathLike[str],
+    data: Any,
+    *,
+    indent: int | None = 2,
+    mode: int = 0o644,
+    sync: bool = True,
+) -> None:
     """`data` as sorted, ASCII-only JSON (one line with `indent=None`), written atomically."""
     text = json.dumps(data, indent=indent, sort_keys=True, ensure_ascii=True)
     write_bytes(path, (text + "\n").encode("ascii"), mode=mode, sync=sync)

@@ -32,7 +32,9 @@ class ChainError(Exception):
 
 def canonical(obj: Any) -> bytes:
     """Deterministic JSON: sorted keys, no whitespace, ASCII only, no NaN."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -69,7 +71,16 @@ class ChainWriter:
 
     def line(self, event: str, **fields: Any) -> tuple[dict[str, Any], str]:
         """The next record and line `append` would write (to check the line's size first)."""
-        record = seal({**self.base, **fields, "seq": self.seq + 1, "ts": utc_now(), "event": event, "prev": self.prev})
+        record = seal(
+            {
+                **self.base,
+                **fields,
+                "seq": self.seq + 1,
+                "ts": utc_now(),
+                "event": event,
+                "prev": self.prev,
+            }
+        )
         return record, canonical(record).decode() + "\n"
 
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
@@ -158,7 +169,10 @@ def _verify(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
             raise ChainError(n, "not in canonical form (bytes changed)")
         # Step 2: sequence numbers are contiguous.
         if record.get("seq") != n:
-            raise ChainError(n, f"expected seq {n}, found {record.get('seq')!r} (line dropped, inserted or reordered)")
+            raise ChainError(
+                n,
+                f"expected seq {n}, found {record.get('seq')!r} (line dropped, inserted or reordered)",
+            )
         # Step 3: the line links to its predecessor.
         if record.get("prev") != prev:
             raise ChainError(n, "prev does not match the previous line's hash")

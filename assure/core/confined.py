@@ -40,11 +40,18 @@ _OPENAT2_PATH_MAX = 4000  # longer paths are walked one component at a time (PAT
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
-_KINDS = {stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "chardev", stat.S_IFBLK: "blockdev"}
+_KINDS = {
+    stat.S_IFIFO: "fifo",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "chardev",
+    stat.S_IFBLK: "blockdev",
+}
 
 Rel = str | bytes
 Include = Callable[[str], bool]
-Modes = Callable[[int, bool], int]  # (the source's st_mode, whether a folder) -> the copy's permission bits
+Modes = Callable[
+    [int, bool], int
+]  # (the source's st_mode, whether a folder) -> the copy's permission bits
 
 
 class NotRegular(OSError):
@@ -58,7 +65,9 @@ class TooLarge(OSError):
 # --- resolution -----------------------------------------------------------------------------
 
 _RESOLVE = 0x08 | 0x04 | 0x02  # RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
-_SYS_OPENAT2 = {"alpha": 547}.get(platform.machine(), 437)  # one number on every arch since 5.6, but alpha
+_SYS_OPENAT2 = {"alpha": 547}.get(
+    platform.machine(), 437
+)  # one number on every arch since 5.6, but alpha
 
 
 class _OpenHow(ctypes.Structure):
@@ -79,7 +88,13 @@ def _openat2(dir_fd: int, path: bytes, flags: int) -> int | None:
     if not _openat2_ok:
         return None
     how = _OpenHow(flags, 0, _RESOLVE)
-    fd = _syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_int(dir_fd), ctypes.c_char_p(path), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    fd = _syscall(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(dir_fd),
+        ctypes.c_char_p(path),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
     if fd >= 0:
         return fd
     err = ctypes.get_errno()
@@ -158,7 +173,9 @@ def _open_regular(dir_fd: int, name: bytes | str) -> tuple[int, os.stat_result]:
     """Open a regular file named in dir_fd: lstat says regular, fstat says the same inode."""
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     if not stat.S_ISREG(st.st_mode):
-        raise NotRegular(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", os.fsdecode(name))
+        raise NotRegular(
+            errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", os.fsdecode(name)
+        )
     fd = os.open(name, OPEN_FILE, dir_fd=dir_fd)
     got = os.fstat(fd)
     if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(got.st_mode):
@@ -196,6 +213,7 @@ def open_file(root: str | os.PathLike[str] | int, rel: Rel) -> tuple[int, os.sta
 
 
 # --- reading --------------------------------------------------------------------------------
+
 
 def lstat(root: str | os.PathLike[str] | int, rel: Rel) -> os.stat_result | None:
     """lstat of `rel` beneath root; None if it is missing or a parent is not a real directory."""
@@ -248,7 +266,9 @@ def data_bytes(root: str | os.PathLike[str] | int, rel: Rel, max_bytes: int) -> 
         os.close(fd)
 
 
-def walk(root: str | os.PathLike[str] | int, *, include: Include | None = None) -> Iterator[tuple[str, os.stat_result]]:
+def walk(
+    root: str | os.PathLike[str] | int, *, include: Include | None = None
+) -> Iterator[tuple[str, os.stat_result]]:
     """(rel, lstat) of every entry beneath root, parents before children, in name order;
     symlinked directories are listed, never entered. At most MAX_ENTRIES entries and MAX_DEPTH
     levels; entries that vanish or cannot be listed are left out. `include(rel)` False prunes."""
@@ -259,7 +279,9 @@ def walk(root: str | os.PathLike[str] | int, *, include: Include | None = None) 
         os.close(rfd)
 
 
-def _walk(fd: int, prefix: str, depth: int, include: Include | None, seen: list[int]) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(
+    fd: int, prefix: str, depth: int, include: Include | None, seen: list[int]
+) -> Iterator[tuple[str, os.stat_result]]:
     try:
         names = sorted(os.listdir(fd))
     except OSError:
@@ -289,6 +311,7 @@ def _walk(fd: int, prefix: str, depth: int, include: Include | None, seen: list[
 
 # --- copying --------------------------------------------------------------------------------
 
+
 @dataclass
 class CopyReport:
     """What a copy did. `skipped` lists (rel, reason) for the first MAX_REPORTED entries that
@@ -312,7 +335,11 @@ class CopyReport:
         """Entries (the first MAX_REPORTED skipped) when something other than special files
         was left out: a limit, a refusal or an error, so the copy is not the source minus
         its special files."""
-        return [rel for rel, _ in self.skipped] or ["(more)"] if self.skipped_count > self.special else []
+        return (
+            [rel for rel, _ in self.skipped] or ["(more)"]
+            if self.skipped_count > self.special
+            else []
+        )
 
     def skip(self, rel: str, reason: str, *, special: bool = False) -> None:
         self.skipped_count += 1
@@ -321,8 +348,15 @@ class CopyReport:
             self.skipped.append((rel, reason))
 
     def to_json(self) -> dict[str, object]:
-        return {"files": self.files, "dirs": self.dirs, "symlinks": self.symlinks, "data_bytes": self.data_bytes,
-                "skipped": [list(s) for s in self.skipped], "skipped_count": self.skipped_count, "refused": list(self.refused)}
+        return {
+            "files": self.files,
+            "dirs": self.dirs,
+            "symlinks": self.symlinks,
+            "data_bytes": self.data_bytes,
+            "skipped": [list(s) for s in self.skipped],
+            "skipped_count": self.skipped_count,
+            "refused": list(self.refused),
+        }
 
 
 def _extents(fd: int, size: int, budget: int) -> list[tuple[int, int]]:
@@ -371,7 +405,9 @@ def _copy_data(src: int, dst: int, size: int, extents: list[tuple[int, int]]) ->
     return written
 
 
-def _copy_regular(src_fd: int, st: os.stat_result, dst_dir: int, name: bytes | str, budget: int, mode: int) -> int:
+def _copy_regular(
+    src_fd: int, st: os.stat_result, dst_dir: int, name: bytes | str, budget: int, mode: int
+) -> int:
     """Create `name` in dst_dir (which must not hold it) as a sparse copy; the data bytes.
     Refuses (TooLarge, nothing created) when the data exceeds `budget`."""
     extents = _extents(src_fd, st.st_size, budget)
@@ -395,8 +431,14 @@ def _same_mode(mode: int, folder: bool) -> int:
     return stat.S_IMODE(mode) & 0o777
 
 
-def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, max_bytes: int, include: Include | None = None,
-              modes: Modes = _same_mode) -> CopyReport:
+def copy_tree(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    max_bytes: int,
+    include: Include | None = None,
+    modes: Modes = _same_mode,
+) -> CopyReport:
     """Recreate the tree at src as a new directory dst (which must not exist): directories,
     regular files (sparse, at most `max_bytes` data bytes in all), symlinks as links. Every
     other entry, and whatever a limit or an error stops, is skipped and reported; this never
@@ -420,8 +462,16 @@ def copy_tree(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, max_b
     return report
 
 
-def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | None, modes: Modes, report: CopyReport,
-              left: list[int]) -> None:
+def _copy_dir(
+    sfd: int,
+    dfd: int,
+    prefix: str,
+    depth: int,
+    include: Include | None,
+    modes: Modes,
+    report: CopyReport,
+    left: list[int],
+) -> None:
     try:
         names = sorted(os.listdir(sfd))
     except OSError as exc:
@@ -462,7 +512,9 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
                     left[0] -= _copy_regular(fd, st, dfd, name, left[0], modes(st.st_mode, False))
                     report.files += 1
                 except TooLarge:
-                    report.skip(rel, f"refused: more data than the {left[0]} bytes left of the copy's bound")
+                    report.skip(
+                        rel, f"refused: more data than the {left[0]} bytes left of the copy's bound"
+                    )
                     if len(report.refused) < MAX_REPORTED:
                         report.refused.append(rel)
                 finally:
@@ -476,8 +528,17 @@ def _copy_dir(sfd: int, dfd: int, prefix: str, depth: int, include: Include | No
             report.skip(rel, f"not copied: {exc.strerror or exc}")
 
 
-def copy_file(src_root: str | os.PathLike[str] | int, src_rel: Rel, dst_root: str | os.PathLike[str] | int, dst_rel: Rel, *,
-              max_bytes: int, mode: int | None = None, make_parents: bool = True, clear_way: bool = False) -> int:
+def copy_file(
+    src_root: str | os.PathLike[str] | int,
+    src_rel: Rel,
+    dst_root: str | os.PathLike[str] | int,
+    dst_rel: Rel,
+    *,
+    max_bytes: int,
+    mode: int | None = None,
+    make_parents: bool = True,
+    clear_way: bool = False,
+) -> int:
     """Copy one regular file (sparse) from beneath src_root to beneath dst_root, through a
     temporary name and a rename in the destination directory; the data bytes copied.
     TooLarge when its data exceeds max_bytes (nothing is written). Missing parents are created
@@ -493,7 +554,9 @@ def copy_file(src_root: str | os.PathLike[str] | int, src_rel: Rel, dst_root: st
         ddir, dname = _open_dest(dst_root, dst_rel, make_parents, clear_way)
         try:
             tmp = _tmp_name(dname)
-            written = _copy_regular(fd, st, ddir, tmp, max_bytes, st.st_mode if mode is None else mode)
+            written = _copy_regular(
+                fd, st, ddir, tmp, max_bytes, st.st_mode if mode is None else mode
+            )
             _rename_into(ddir, tmp, dname, clear_way)
             return written
         finally:
@@ -503,6 +566,7 @@ def copy_file(src_root: str | os.PathLike[str] | int, src_rel: Rel, dst_root: st
 
 
 # --- writing and removing -------------------------------------------------------------------
+
 
 def make_dirs(root: str | os.PathLike[str] | int, rel: Rel, *, clear_way: bool = False) -> None:
     """The directory `rel` beneath root and its parents (see `copy_file` for `clear_way`)."""
@@ -537,7 +601,9 @@ def _chown_dir(fd: int, uid: int, gid: int, depth: int) -> None:
                 os.close(child)
 
 
-def symlink(root: str | os.PathLike[str] | int, rel: Rel, target: str | bytes, *, clear_way: bool = False) -> None:
+def symlink(
+    root: str | os.PathLike[str] | int, rel: Rel, target: str | bytes, *, clear_way: bool = False
+) -> None:
     """Create (or replace) the symlink `rel` beneath root; see `copy_file` for `clear_way`."""
     dfd, name = _open_dest(root, rel, True, clear_way)
     try:
@@ -592,7 +658,9 @@ def _tmp_name(name: bytes | str) -> bytes:
     return b"." + os.fsencode(name)[:200] + b".assure-" + secrets.token_hex(4).encode()
 
 
-def _open_dest(root: str | os.PathLike[str] | int, rel: Rel, make_parents: bool, clear_way: bool) -> tuple[int, bytes]:
+def _open_dest(
+    root: str | os.PathLike[str] | int, rel: Rel, make_parents: bool, clear_way: bool
+) -> tuple[int, bytes]:
     parts = _parts(rel)
     rfd = _open_root(root)
     try:
@@ -613,7 +681,9 @@ def _make_parents(rfd: int, parts: list[bytes], clear_way: bool) -> int:
             if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                 raise
             if not clear_way:
-                raise NotADirectoryError(errno.ENOTDIR, "a parent is not a directory", os.fsdecode(part)) from exc
+                raise NotADirectoryError(
+                    errno.ENOTDIR, "a parent is not a directory", os.fsdecode(part)
+                ) from exc
             _remove_at(fd, part)
         os.mkdir(part, 0o755, dir_fd=fd)
         return os.open(part, OPEN_DIR, dir_fd=fd)

@@ -48,7 +48,9 @@ def read(control_dir: str | os.PathLike[str]) -> Override:
             halted=bool(data.get("halted", False)),
             dial=_dial(data.get("dial")),
             request_id=data.get("request_id"),
-            requested_at=float(data["requested_at"]) if data.get("requested_at") is not None else None,
+            requested_at=float(data["requested_at"])
+            if data.get("requested_at") is not None
+            else None,
             actor=data.get("actor"),
         )
     except FileNotFoundError:
@@ -75,8 +77,15 @@ def locked(control_dir: str | os.PathLike[str]) -> Iterator[None]:
         yield
 
 
-def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, halt: bool | None = None, dial: str | None = None,
-            check: Callable[[], None] | None = None) -> Override:
+def request(
+    control_dir: str | os.PathLike[str],
+    *,
+    run_id: str,
+    actor: str,
+    halt: bool | None = None,
+    dial: str | None = None,
+    check: Callable[[], None] | None = None,
+) -> Override:
     """Record an operator request: update `operator.json` atomically and log it, under a lock.
     `check` runs under the lock before anything is written and refuses by raising (a run
     that is over: `RunDir.require_open`)."""
@@ -96,7 +105,10 @@ def request(control_dir: str | os.PathLike[str], *, run_id: str, actor: str, hal
         )
         log = ChainWriter(directory / OPERATOR_LOG, base={"run_id": run_id, "actor": actor})
         try:
-            fields: dict[str, Any] = {"request_id": update.request_id, "requested_at": update.requested_at}
+            fields: dict[str, Any] = {
+                "request_id": update.request_id,
+                "requested_at": update.requested_at,
+            }
             if halt is not None:
                 log.append("override_requested", halted=halt, **fields)
             if dial is not None:

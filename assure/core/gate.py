@@ -58,10 +58,26 @@ class Contract:
 # runs under (the acceptance tests of the tasks it governs, the protected paths, the writable
 # scope). `ratified_by` and `revoked` are left out on purpose: they are later events about the
 # terms (journaled as `contract_ratified` / `contract_revoked`), not part of them.
-TERMS = ("id", "proposed_by", "scope", "autonomy_ceiling", "irreversible_min_trust", "expires_at", "assertions", "protected", "writable")
+TERMS = (
+    "id",
+    "proposed_by",
+    "scope",
+    "autonomy_ceiling",
+    "irreversible_min_trust",
+    "expires_at",
+    "assertions",
+    "protected",
+    "writable",
+)
 
 
-def contract_terms(contract: Contract, *, assertions: Any = (), protected: Sequence[str] = (), writable: Sequence[str] = ()) -> dict[str, str]:
+def contract_terms(
+    contract: Contract,
+    *,
+    assertions: Any = (),
+    protected: Sequence[str] = (),
+    writable: Sequence[str] = (),
+) -> dict[str, str]:
     """Each term's `sha256:` digest (of its canonical JSON): what the ratifier approved."""
     values = {
         "id": contract.id,
@@ -146,7 +162,9 @@ class Action:
     rollback_ref: str | None = None
     human_gate: str | None = None
     spends: bool = False  # costs money or tokens without mutating (a model call)
-    folder: bool = False  # creates a folder (promote of an added one): a scope glob naming it covers it
+    folder: bool = (
+        False  # creates a folder (promote of an added one): a scope glob naming it covers it
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,7 +187,9 @@ class Context:
     operator_dial: int = COMMIT
     verifier_trust: int = PROPOSE
     verifier_fresh: bool = False
-    rollbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # confirmed ref -> scope globs it covers
+    rollbacks: Mapping[str, tuple[str, ...]] = field(
+        default_factory=dict
+    )  # confirmed ref -> scope globs it covers
     human_gates: tuple[HumanGate, ...] = ()
     halted: bool = False
 
@@ -276,10 +296,14 @@ def _budget(action: Action, ctx: Context) -> Decision | None:
     for name in BUDGET_COUNTERS:
         used, limit = getattr(ctx.budget, f"{name}_used"), getattr(ctx.budget, f"{name}_limit")
         if limit is not None and not used < limit:
-            return Decision(DENY, BUDGET_RULE + name, f"{name} budget exhausted ({used} of {limit} used)")
+            return Decision(
+                DENY, BUDGET_RULE + name, f"{name} budget exhausted ({used} of {limit} used)"
+            )
     if action.spends:
         for name in ("tokens", "cost"):
-            used, limit, reserved = (getattr(ctx.budget, f"{name}_{part}") for part in ("used", "limit", "reserved"))
+            used, limit, reserved = (
+                getattr(ctx.budget, f"{name}_{part}") for part in ("used", "limit", "reserved")
+            )
             if limit is not None and reserved and not used + reserved <= limit:
                 reason = f"{name} budget: {used} used + {reserved} reserved by this call and the calls in flight would pass the limit of {limit}"
                 return Decision(DENY, BUDGET_RULE + name, reason)
@@ -317,31 +341,68 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
     """
     c = ctx.contract
     if c is None:
-        return Decision(DENY, "contract.missing", "no contract covers this move") if ctx.require_contract else None
-    ratifier, proposer = (c.ratified_by or "").strip().casefold(), (c.proposed_by or "").strip().casefold()
+        return (
+            Decision(DENY, "contract.missing", "no contract covers this move")
+            if ctx.require_contract
+            else None
+        )
+    ratifier, proposer = (
+        (c.ratified_by or "").strip().casefold(),
+        (c.proposed_by or "").strip().casefold(),
+    )
     if not ratifier:
         return Decision(DENY, "contract.unratified", f"contract {c.id!r} is not ratified")
     if ratifier == proposer:
-        return Decision(DENY, "contract.self_ratified", f"contract {c.id!r} was ratified by its own proposer {c.proposed_by!r}")
+        return Decision(
+            DENY,
+            "contract.self_ratified",
+            f"contract {c.id!r} was ratified by its own proposer {c.proposed_by!r}",
+        )
     if c.hash is None:
-        return Decision(DENY, "contract.hash", f"contract {c.id!r} has no hash: run `assure contract hash SPEC` and have it ratified")
+        return Decision(
+            DENY,
+            "contract.hash",
+            f"contract {c.id!r} has no hash: run `assure contract hash SPEC` and have it ratified",
+        )
     if c.terms is None:
-        return Decision(DENY, "contract.old_format", f"contract {c.id!r} has a hash but no term digests (an older format): "
-                        "run `assure contract hash SPEC` and have it re-ratified")
+        return Decision(
+            DENY,
+            "contract.old_format",
+            f"contract {c.id!r} has a hash but no term digests (an older format): "
+            "run `assure contract hash SPEC` and have it re-ratified",
+        )
     if not isinstance(c.terms, Mapping) or c.hash != contract_hash(c.terms):
-        return Decision(DENY, "contract.hash", f"contract {c.id!r} hash does not match its term digests")
-    changed = changed_terms(c.terms, contract_terms(c, assertions=ctx.assertions, protected=ctx.protected, writable=ctx.writable))
+        return Decision(
+            DENY, "contract.hash", f"contract {c.id!r} hash does not match its term digests"
+        )
+    changed = changed_terms(
+        c.terms,
+        contract_terms(
+            c, assertions=ctx.assertions, protected=ctx.protected, writable=ctx.writable
+        ),
+    )
     if changed:
-        return Decision(DENY, "contract.terms_changed", f"contract {c.id!r} terms changed since it was ratified: {', '.join(changed)}; "
-                        "re-ratify (`assure contract hash SPEC` prints the new hash)")
+        return Decision(
+            DENY,
+            "contract.terms_changed",
+            f"contract {c.id!r} terms changed since it was ratified: {', '.join(changed)}; "
+            "re-ratify (`assure contract hash SPEC` prints the new hash)",
+        )
     if c.revoked:
         return Decision(DENY, "contract.revoked", f"contract {c.id!r} was revoked")
     if _expired(ctx.now, c.expires_at):
         return Decision(DENY, "contract.expired", f"contract {c.id!r} expired at {c.expires_at}")
     scope = action_scope(action)
-    covered = scope is not None and (globs.match_any(c.scope, scope) or (action.folder and any(globs.names_folder(g, scope) for g in c.scope)))
+    covered = scope is not None and (
+        globs.match_any(c.scope, scope)
+        or (action.folder and any(globs.names_folder(g, scope) for g in c.scope))
+    )
     if not covered:
-        return Decision(DENY, "contract.scope", f"{scope!r} is outside contract {c.id!r} scope ({', '.join(c.scope) or 'empty'})")
+        return Decision(
+            DENY,
+            "contract.scope",
+            f"{scope!r} is outside contract {c.id!r} scope ({', '.join(c.scope) or 'empty'})",
+        )
     return None
 
 
@@ -355,7 +416,12 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
     effective, required = effective_autonomy(ctx), required_trust(action, ctx)
     figures = {"required_trust": required, "effective_autonomy": effective}
     if effective >= required:
-        return Decision(ALLOW, "autonomy", f"effective autonomy {_level(effective)} >= required {_level(required)}", **figures)
+        return Decision(
+            ALLOW,
+            "autonomy",
+            f"effective autonomy {_level(effective)} >= required {_level(required)}",
+            **figures,
+        )
     if action.resource_mode != SANDBOX and not rollback_confirmed(action, ctx):
         return _human_gate(action, ctx, figures)
     verifier = ctx.verifier_trust if ctx.verifier_fresh else f"{PROPOSE} (absent or stale)"
@@ -369,17 +435,43 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
 def _human_gate(action: Action, ctx: Context, figures: dict[str, int]) -> Decision:
     """Match the presented receipt by id, scope coverage and a named approver; check its window."""
     scope = action_scope(action)
-    presented = [g for g in ctx.human_gates if action.human_gate is not None and g.id == action.human_gate]
-    covering = [g for g in presented if (g.approved_by or "").strip() and scope is not None and globs.match(g.scope, scope)]
+    presented = [
+        g for g in ctx.human_gates if action.human_gate is not None and g.id == action.human_gate
+    ]
+    covering = [
+        g
+        for g in presented
+        if (g.approved_by or "").strip() and scope is not None and globs.match(g.scope, scope)
+    ]
     if any(not _expired(ctx.now, g.expires_at) for g in covering):
-        return Decision(ALLOW, "human_gate", f"irreversible effect approved by human gate {action.human_gate!r}", **figures)
+        return Decision(
+            ALLOW,
+            "human_gate",
+            f"irreversible effect approved by human gate {action.human_gate!r}",
+            **figures,
+        )
     if covering:
-        return Decision(DENY, "human_gate.expired", f"human gate {action.human_gate!r} has expired", **figures)
+        return Decision(
+            DENY, "human_gate.expired", f"human gate {action.human_gate!r} has expired", **figures
+        )
     needed = _level(figures["required_trust"])
-    return Decision(ESCALATE, "escalate.irreversible", f"irreversible effect on {scope!r} needs trust {needed} or a human gate", **figures)
+    return Decision(
+        ESCALATE,
+        "escalate.irreversible",
+        f"irreversible effect on {scope!r} needs trust {needed} or a human gate",
+        **figures,
+    )
 
 
-RULES: tuple[Rule, ...] = (_known_tool, _budget, _operator_halt, _read_only, _protected_path, contract_rule, _autonomy)
+RULES: tuple[Rule, ...] = (
+    _known_tool,
+    _budget,
+    _operator_halt,
+    _read_only,
+    _protected_path,
+    contract_rule,
+    _autonomy,
+)
 
 
 # ---------------------------------------------------------------- decide
@@ -402,7 +494,11 @@ def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
         "verifier_fresh": ctx.verifier_fresh,
         "required_trust": None,
         "effective_autonomy": None,
-        **{f"{n}_{part}": getattr(b, f"{n}_{part}") for n in BUDGET_COUNTERS for part in ("used", "limit")},
+        **{
+            f"{n}_{part}": getattr(b, f"{n}_{part}")
+            for n in BUDGET_COUNTERS
+            for part in ("used", "limit")
+        },
         "tokens_reserved": b.tokens_reserved,
         "cost_reserved": b.cost_reserved,
         "halted": ctx.halted,
@@ -417,7 +513,10 @@ def decide(action: Action, ctx: Context, rules: Sequence[Rule] = RULES) -> Decis
         for rule in rules:
             decision = rule(action, ctx)
             if decision is not None:
-                inputs.update(required_trust=decision.required_trust, effective_autonomy=decision.effective_autonomy)
+                inputs.update(
+                    required_trust=decision.required_trust,
+                    effective_autonomy=decision.effective_autonomy,
+                )
                 return replace(decision, inputs=inputs)
     except Exception as exc:  # fail closed
         return Decision(DENY, "internal_error", f"gate error: {type(exc).__name__}", inputs=inputs)

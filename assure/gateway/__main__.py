@@ -34,7 +34,9 @@ def _wait_for(path: str, seconds: float) -> bool:
     is never missed, and one written before it found no reader, but the config is there."""
     deadline = time.monotonic() + seconds
     try:
-        wake = os.open(os.path.join(os.path.dirname(path), WAKE), os.O_RDWR | os.O_NONBLOCK)  # O_RDWR: never an EOF
+        wake = os.open(
+            os.path.join(os.path.dirname(path), WAKE), os.O_RDWR | os.O_NONBLOCK
+        )  # O_RDWR: never an EOF
     except OSError:
         wake = None
     try:

@@ -44,7 +44,9 @@ class Blobs:
         try:
             data = read_file(path)
         except OSError as exc:
-            raise ModelError(f"blob {path} cannot be read: {exc.strerror or type(exc).__name__}") from None
+            raise ModelError(
+                f"blob {path} cannot be read: {exc.strerror or type(exc).__name__}"
+            ) from None
         if hashlib.sha256(data).hexdigest() != digest:
             raise ModelError(f"blob {path} does not match its name (altered)")
         return data
@@ -59,7 +61,9 @@ class Blobs:
 
 def read_file(path: str, limit: int | None = None) -> bytes:
     """A regular file's bytes, never through a symlink."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block the open
+    fd = os.open(
+        path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    )  # a FIFO must not block the open
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(0, "not a regular file")

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from assure.core import gate
-from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.core.chain import canonical, sha256_hex
+from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.gateway.egress import Egress
-
 
 
 class ConfigError(Exception):
@@ -42,7 +41,9 @@ class Limits:
     max_body_bytes: int = 8 * 1024 * 1024
     max_header_bytes: int = 8 * 1024
     read_timeout_seconds: float = 10.0
-    idle_timeout_seconds: float = 30.0  # a kept-alive connection with no request this long is closed
+    idle_timeout_seconds: float = (
+        30.0  # a kept-alive connection with no request this long is closed
+    )
     max_connections: int = 16
     max_file_bytes: int = 4 * 1024 * 1024
     # Every request (tool calls, replays, model calls, rejected requests, connections over
@@ -73,7 +74,9 @@ class Policy:
     verifier_trust: int = gate.PROPOSE
     verifier_stale_seconds: float = 10.0
     human_gates: tuple[gate.HumanGate, ...] = ()
-    rollbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # confirmed ref -> scope globs it covers
+    rollbacks: Mapping[str, tuple[str, ...]] = field(
+        default_factory=dict
+    )  # confirmed ref -> scope globs it covers
     tokens_limit: int | None = None  # counted by the model proxy
     cost_limit: float | None = None
 
@@ -99,7 +102,10 @@ class Price:
 
 
 MODEL_MODES = ("anthropic", "openai", "replay", "scripted")
-UPSTREAM_MODES = ("anthropic", "openai")  # an API upstream: the Anthropic API, or any OpenAI-compatible one
+UPSTREAM_MODES = (
+    "anthropic",
+    "openai",
+)  # an API upstream: the Anthropic API, or any OpenAI-compatible one
 ALLOW_FIELDS = ("request_keys", "tool_types", "content", "betas")  # model.allow: features.Allow
 # Server-tool fees, currency per request, by `usage.server_tool_use` field: Anthropic's list
 # prices in USD (web search $10 per 1,000; web fetch has no fee beyond its tokens).
@@ -131,10 +137,15 @@ class Model:
     recording: tuple[str, ...] = ()  # replay: gateway journals, in order
     recording_blob_dir: str | None = None  # replay: the blob dir those journals reference
     script: str | None = None  # scripted: a JSON list of responses
-    volatile: tuple[tuple[str, ...], tuple[str, ...]] = (DEFAULT_VOLATILE_FIELDS, DEFAULT_VOLATILE_TEXT)  # replay: (fields, text) ignored when matching (modelmatch.Volatile)
+    volatile: tuple[tuple[str, ...], tuple[str, ...]] = (
+        DEFAULT_VOLATILE_FIELDS,
+        DEFAULT_VOLATILE_TEXT,
+    )  # replay: (fields, text) ignored when matching (modelmatch.Volatile)
     timeout_seconds: float = MODEL_EXCHANGE_SECONDS  # one upstream exchange, start to end
     max_response_bytes: int = 32 * 1024 * 1024
-    allow: Mapping[str, frozenset[str]] = field(default_factory=dict)  # ALLOW_FIELDS -> names beyond features.py's defaults
+    allow: Mapping[str, frozenset[str]] = field(
+        default_factory=dict
+    )  # ALLOW_FIELDS -> names beyond features.py's defaults
     server_tool_fees: Mapping[str, float] = field(default_factory=lambda: dict(SERVER_TOOL_FEES))
 
 
@@ -162,7 +173,19 @@ class Config:
 
 _REQUIRED_STRINGS = ("run_id", "socket", "workspace", "journal", "ready_file")
 _OPTIONAL_STRINGS = ("goal_id", "control_dir", "breach_file", "idempotency_db", "heartbeat_file")
-_TOP_FIELDS = frozenset((*_REQUIRED_STRINGS, *_OPTIONAL_STRINGS, "attempt", "protected", "limits", "policy", "egress", "databases", "model"))
+_TOP_FIELDS = frozenset(
+    (
+        *_REQUIRED_STRINGS,
+        *_OPTIONAL_STRINGS,
+        "attempt",
+        "protected",
+        "limits",
+        "policy",
+        "egress",
+        "databases",
+        "model",
+    )
+)
 _DB_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _DB_MODES = ("sandbox", "live")
 
@@ -241,7 +264,9 @@ def _limits(value: Any) -> Limits:
         if known[name].type in ("float", "float | None"):
             checked[name] = _seconds(item, f"limits.{name}")
         else:
-            checked[name] = _integer(item, f"limits.{name}", minimum=0 if name == "tool_calls" else 1)
+            checked[name] = _integer(
+                item, f"limits.{name}", minimum=0 if name == "tool_calls" else 1
+            )
     return Limits(**checked)
 
 
@@ -254,33 +279,55 @@ def _policy(value: Any) -> Policy:
     for name in ("operator_dial", "verifier_trust"):
         if name in value:
             if value[name] not in levels or isinstance(value[name], bool):
-                raise ConfigError(f"policy.{name}", f"must be an autonomy level 0..2, got {value[name]!r}")
+                raise ConfigError(
+                    f"policy.{name}", f"must be an autonomy level 0..2, got {value[name]!r}"
+                )
             out[name] = value[name]
     if value.get("tokens_limit") is not None:
         out["tokens_limit"] = _integer(value["tokens_limit"], "policy.tokens_limit", minimum=0)
     if value.get("cost_limit") is not None:
         cost = value["cost_limit"]
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+        if (
+            isinstance(cost, bool)
+            or not isinstance(cost, (int, float))
+            or not math.isfinite(cost)
+            or cost < 0
+        ):
             raise ConfigError("policy.cost_limit", f"must be a number >= 0, got {cost!r}")
         out["cost_limit"] = float(cost)
     if "verifier_stale_seconds" in value:
-        out["verifier_stale_seconds"] = _seconds(value["verifier_stale_seconds"], "policy.verifier_stale_seconds")
+        out["verifier_stale_seconds"] = _seconds(
+            value["verifier_stale_seconds"], "policy.verifier_stale_seconds"
+        )
     if value.get("contract") is not None:
-        out["contract"] = _record(gate.Contract, value["contract"], "policy.contract", tuples=("scope",))
+        out["contract"] = _record(
+            gate.Contract, value["contract"], "policy.contract", tuples=("scope",)
+        )
     if "assertions" in value:
         out["assertions"] = value["assertions"]
     if "writable" in value:
-        if not isinstance(value["writable"], list) or not all(isinstance(g, str) for g in value["writable"]):
+        if not isinstance(value["writable"], list) or not all(
+            isinstance(g, str) for g in value["writable"]
+        ):
             raise ConfigError("policy.writable", "must be a list of globs")
         out["writable"] = tuple(value["writable"])
     if "human_gates" in value:
         if not isinstance(value["human_gates"], list):
             raise ConfigError("policy.human_gates", "must be a list")
-        out["human_gates"] = tuple(_record(gate.HumanGate, g, f"policy.human_gates[{i}]") for i, g in enumerate(value["human_gates"]))
+        out["human_gates"] = tuple(
+            _record(gate.HumanGate, g, f"policy.human_gates[{i}]")
+            for i, g in enumerate(value["human_gates"])
+        )
     if "rollbacks" in value:
         rollbacks = value["rollbacks"]
-        if not isinstance(rollbacks, dict) or not all(isinstance(s, list) and s and all(isinstance(g, str) and g for g in s) for s in rollbacks.values()):
-            raise ConfigError("policy.rollbacks", 'must be an object {"<ref>": ["<scope glob>", ...]}: each confirmed ref with the scopes it covers')
+        if not isinstance(rollbacks, dict) or not all(
+            isinstance(s, list) and s and all(isinstance(g, str) and g for g in s)
+            for s in rollbacks.values()
+        ):
+            raise ConfigError(
+                "policy.rollbacks",
+                'must be an object {"<ref>": ["<scope glob>", ...]}: each confirmed ref with the scopes it covers',
+            )
         out["rollbacks"] = {ref: tuple(scopes) for ref, scopes in rollbacks.items()}
     return Policy(**out)
 
@@ -291,7 +338,9 @@ def _record(cls: Any, value: Any, name: str, tuples: tuple[str, ...] = ()) -> An
         raise ConfigError(name, "must be a JSON object")
     _no_unknown(value, frozenset(f.name for f in fields(cls)), f"{name}.")
     try:
-        return cls(**{k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in value.items()})
+        return cls(
+            **{k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in value.items()}
+        )
     except TypeError as exc:
         raise ConfigError(name, str(exc)) from None
 
@@ -314,13 +363,20 @@ def _databases(value: Any) -> tuple[Database, ...]:
         if not isinstance(path, str) or not path.startswith("/") or "\0" in path:
             raise ConfigError(f"{where}.path", f"must be an absolute path, got {path!r}")
         if mode not in _DB_MODES:
-            raise ConfigError(f"{where}.mode", f"is required: one of {', '.join(_DB_MODES)}, got {mode!r}")
+            raise ConfigError(
+                f"{where}.mode", f"is required: one of {', '.join(_DB_MODES)}, got {mode!r}"
+            )
         out.append(Database(name, path, mode))
     return tuple(out)
 
 
 def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
     return float(value)
 
@@ -328,25 +384,50 @@ def _seconds(value: Any, name: str) -> float:
 def _egress(value: Any) -> Egress:
     """`{"proxy": "egress-proxy:3128", "allow": ["api.example.com:443", ...]}`."""
     if not isinstance(value, dict):
-        raise ConfigError("egress", 'must be a JSON object {"proxy": "host:port", "allow": ["host:port", ...]}')
+        raise ConfigError(
+            "egress", 'must be a JSON object {"proxy": "host:port", "allow": ["host:port", ...]}'
+        )
     _no_unknown(value, frozenset(("proxy", "allow")), "egress.")
     proxy_host, proxy_port = _hostport(value.get("proxy"), "egress.proxy")
     allow = value.get("allow")
     if not isinstance(allow, list) or not allow:
         raise ConfigError("egress.allow", 'must be a non-empty list of "host:port" strings')
-    keys = frozenset("{}:{}".format(*_hostport(item, f"egress.allow[{i}]")) for i, item in enumerate(allow))
+    keys = frozenset(
+        "{}:{}".format(*_hostport(item, f"egress.allow[{i}]")) for i, item in enumerate(allow)
+    )
     return Egress(proxy_host, proxy_port, keys)
 
 
 def _hostport(value: Any, name: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":") if isinstance(value, str) else ("", "", "")
-    valid_host = bool(host) and len(host) <= 253 and all(c.isascii() and (c.isalnum() or c in ".-") for c in host)
-    if not sep or not valid_host or not port.isdigit() or len(port) > 5 or not 1 <= int(port) <= 65535:
-        raise ConfigError(name, f'must be "host:port" (letters, digits, dots, dashes; port 1..65535), got {value!r}')
+    valid_host = (
+        bool(host)
+        and len(host) <= 253
+        and all(c.isascii() and (c.isalnum() or c in ".-") for c in host)
+    )
+    if (
+        not sep
+        or not valid_host
+        or not port.isdigit()
+        or len(port) > 5
+        or not 1 <= int(port) <= 65535
+    ):
+        raise ConfigError(
+            name,
+            f'must be "host:port" (letters, digits, dots, dashes; port 1..65535), got {value!r}',
+        )
     return host.lower(), int(port)
 
 
-_MODEL_COMMON = ("mode", "blob_dir", "prices", "timeout_seconds", "max_response_bytes", "allow", "server_tool_fees")
+_MODEL_COMMON = (
+    "mode",
+    "blob_dir",
+    "prices",
+    "timeout_seconds",
+    "max_response_bytes",
+    "allow",
+    "server_tool_fees",
+)
 _MODEL_BY_MODE = {
     "anthropic": (("upstream", "key_file"), ("allow_http",)),  # (required, optional)
     "openai": (("upstream", "key_file"), ("allow_http",)),
@@ -362,25 +443,36 @@ def _model(value: Any, egress: Egress | None) -> Model:
         raise ConfigError("model", 'must be a JSON object {"mode": ..., "blob_dir": ..., ...}')
     mode = value.get("mode")
     if mode not in MODEL_MODES:
-        raise ConfigError("model.mode", f"is required: one of {', '.join(MODEL_MODES)}, got {mode!r}")
+        raise ConfigError(
+            "model.mode", f"is required: one of {', '.join(MODEL_MODES)}, got {mode!r}"
+        )
     required, optional = _MODEL_BY_MODE[mode]
     for key in sorted(value):
         if key in _MODEL_COMMON or key in required or key in optional:
             continue
         modes = [m for m, (req, opt) in _MODEL_BY_MODE.items() if key in req or key in opt]
         if modes:
-            raise ConfigError(f"model.{key}", f"is only used in mode {modes[0]!r}, not {mode!r}; remove it")
-        known = sorted({*_MODEL_COMMON, *(k for req, opt in _MODEL_BY_MODE.values() for k in (*req, *opt))})
+            raise ConfigError(
+                f"model.{key}", f"is only used in mode {modes[0]!r}, not {mode!r}; remove it"
+            )
+        known = sorted(
+            {*_MODEL_COMMON, *(k for req, opt in _MODEL_BY_MODE.values() for k in (*req, *opt))}
+        )
         raise ConfigError(f"model.{key}", f"unknown field (known: {', '.join(known)})")
     for key in required:
         if key not in value:
             raise ConfigError(f"model.{key}", f"is required in mode {mode!r}")
-    out: dict[str, Any] = {"mode": mode, "blob_dir": _abs_path(value.get("blob_dir"), "model.blob_dir")}
+    out: dict[str, Any] = {
+        "mode": mode,
+        "blob_dir": _abs_path(value.get("blob_dir"), "model.blob_dir"),
+    }
     out["prices"] = _prices(value.get("prices", {}))
     if "timeout_seconds" in value:
         out["timeout_seconds"] = _seconds(value["timeout_seconds"], "model.timeout_seconds")
     if "max_response_bytes" in value:
-        out["max_response_bytes"] = _integer(value["max_response_bytes"], "model.max_response_bytes", minimum=1)
+        out["max_response_bytes"] = _integer(
+            value["max_response_bytes"], "model.max_response_bytes", minimum=1
+        )
     if "allow" in value:
         out["allow"] = _allow(value["allow"])
     if "server_tool_fees" in value:
@@ -404,12 +496,19 @@ def _model(value: Any, egress: Egress | None) -> Model:
 def _allow(value: Any) -> dict[str, frozenset[str]]:
     """`{"request_keys": [...], "tool_types": [...], "content": [...], "betas": [...]}`: names, each a short string."""
     if not isinstance(value, dict):
-        raise ConfigError("model.allow", f"must be an object with any of {', '.join(ALLOW_FIELDS)} (lists of names)")
+        raise ConfigError(
+            "model.allow",
+            f"must be an object with any of {', '.join(ALLOW_FIELDS)} (lists of names)",
+        )
     _no_unknown(value, frozenset(ALLOW_FIELDS), "model.allow.")
     out: dict[str, frozenset[str]] = {}
     for name, items in value.items():
-        if not isinstance(items, list) or not all(isinstance(i, str) and 0 < len(i) <= 128 for i in items):
-            raise ConfigError(f"model.allow.{name}", "must be a list of names (strings of 1..128 characters)")
+        if not isinstance(items, list) or not all(
+            isinstance(i, str) and 0 < len(i) <= 128 for i in items
+        ):
+            raise ConfigError(
+                f"model.allow.{name}", "must be a list of names (strings of 1..128 characters)"
+            )
         out[name] = frozenset(items)
     return out
 
@@ -417,11 +516,22 @@ def _allow(value: Any) -> dict[str, frozenset[str]]:
 def _fees(value: Any) -> dict[str, float]:
     """`{"web_search_requests": 0.01}`: currency per server-tool request."""
     if not isinstance(value, dict):
-        raise ConfigError("model.server_tool_fees", f"must be an object {{{', '.join(SERVER_TOOL_FEES)}: currency per request}}")
+        raise ConfigError(
+            "model.server_tool_fees",
+            f"must be an object {{{', '.join(SERVER_TOOL_FEES)}: currency per request}}",
+        )
     _no_unknown(value, frozenset(SERVER_TOOL_FEES), "model.server_tool_fees.")
     for name, fee in value.items():
-        if isinstance(fee, bool) or not isinstance(fee, (int, float)) or not math.isfinite(fee) or fee < 0:
-            raise ConfigError(f"model.server_tool_fees.{name}", f"must be a number >= 0 (currency per request), got {fee!r}")
+        if (
+            isinstance(fee, bool)
+            or not isinstance(fee, (int, float))
+            or not math.isfinite(fee)
+            or fee < 0
+        ):
+            raise ConfigError(
+                f"model.server_tool_fees.{name}",
+                f"must be a number >= 0 (currency per request), got {fee!r}",
+            )
     return {name: float(fee) for name, fee in value.items()}
 
 
@@ -434,19 +544,33 @@ def _abs_path(value: Any, name: str) -> str:
 def _prices(value: Any) -> dict[str, Price]:
     """`{"claude-sonnet-4-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}`."""
     if not isinstance(value, dict):
-        raise ConfigError("model.prices", 'must be an object {"<model id>": {"input", "output", "cache_write", "cache_read"}}')
+        raise ConfigError(
+            "model.prices",
+            'must be an object {"<model id>": {"input", "output", "cache_write", "cache_read"}}',
+        )
     out: dict[str, Price] = {}
     for model, price in value.items():
         where = f"model.prices.{model}"
         if not model or len(model) > 128:
             raise ConfigError(where, "model ids must be 1..128 characters")
         if not isinstance(price, dict):
-            raise ConfigError(where, f"must be an object with {', '.join(_PRICE_FIELDS)} (currency per million tokens)")
+            raise ConfigError(
+                where,
+                f"must be an object with {', '.join(_PRICE_FIELDS)} (currency per million tokens)",
+            )
         _no_unknown(price, frozenset(_PRICE_FIELDS), f"{where}.")
         for name in _PRICE_FIELDS:
             number = price.get(name)
-            if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number < 0:
-                raise ConfigError(f"{where}.{name}", f"is required: a number >= 0 (currency per million tokens), got {number!r}")
+            if (
+                isinstance(number, bool)
+                or not isinstance(number, (int, float))
+                or not math.isfinite(number)
+                or number < 0
+            ):
+                raise ConfigError(
+                    f"{where}.{name}",
+                    f"is required: a number >= 0 (currency per million tokens), got {number!r}",
+                )
         out[model] = Price(**{name: float(price[name]) for name in _PRICE_FIELDS})
     return out
 
@@ -455,26 +579,39 @@ def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
     """The API's base URL; its host:port must be on `egress.allow` (the gateway only reaches
     it through the egress proxy)."""
     if not isinstance(value, str):
-        raise ConfigError("model.upstream", f'must be a base URL like "https://api.anthropic.com", got {value!r}')
+        raise ConfigError(
+            "model.upstream", f'must be a base URL like "https://api.anthropic.com", got {value!r}'
+        )
     import urllib.parse  # here, not at the top: it (and the ipaddress it imports) costs every boot, and only a model or egress URL needs it
 
     parts = urllib.parse.urlsplit(value)
     if parts.query or parts.fragment or value.endswith("?") or value.endswith("#"):
         raise ConfigError("model.upstream", f"must have no query or fragment, got {value!r}")
-    from assure.gateway import http  # only a model section needs it; see tools.py on why not at the top
+    from assure.gateway import (
+        http,
+    )  # only a model section needs it; see tools.py on why not at the top
 
     try:
         target = http.parse_target({"method": "POST", "url": value})
     except http.Refused as exc:
         raise ConfigError("model.upstream", exc.message) from None
     if target.scheme != "https" and not allow_http:
-        raise ConfigError("model.upstream", f'{value!r} is plain http, which would send the API key in clear; use https (or set "allow_http": true for a local test server)')
+        raise ConfigError(
+            "model.upstream",
+            f'{value!r} is plain http, which would send the API key in clear; use https (or set "allow_http": true for a local test server)',
+        )
     if egress is None:
-        raise ConfigError("model.upstream", "needs an `egress` section: the gateway reaches the model API only through the egress proxy")
+        raise ConfigError(
+            "model.upstream",
+            "needs an `egress` section: the gateway reaches the model API only through the egress proxy",
+        )
     try:
         http.check(egress, target)
     except http.Refused as exc:
-        raise ConfigError("model.upstream", f"{exc.message}: add {target.key!r} to egress.allow (and to the egress proxy's allow)") from None
+        raise ConfigError(
+            "model.upstream",
+            f"{exc.message}: add {target.key!r} to egress.allow (and to the egress proxy's allow)",
+        ) from None
     return value.rstrip("/")
 
 
@@ -482,32 +619,55 @@ def _volatile(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """`{"fields": ["metadata", "messages.*.cache_control"], "text": ["(?m)^Today.*$"]}`:
     dotted JSON paths (`*`: any key or item) and regular expressions; each defaults to ours."""
     if not isinstance(value, dict):
-        raise ConfigError("model.volatile", 'must be an object {"fields": [dotted JSON paths], "text": [regular expressions]}')
+        raise ConfigError(
+            "model.volatile",
+            'must be an object {"fields": [dotted JSON paths], "text": [regular expressions]}',
+        )
     _no_unknown(value, frozenset(("fields", "text")), "model.volatile.")
     out: list[tuple[str, ...]] = []
     for name, default in (("fields", DEFAULT_VOLATILE_FIELDS), ("text", DEFAULT_VOLATILE_TEXT)):
         items = value.get(name, list(default))
-        if not isinstance(items, list) or len(items) > 64 or not all(isinstance(i, str) and 0 < len(i) <= 1024 for i in items):
-            raise ConfigError(f"model.volatile.{name}", "must be a list of at most 64 non-empty strings of at most 1024 characters")
+        if (
+            not isinstance(items, list)
+            or len(items) > 64
+            or not all(isinstance(i, str) and 0 < len(i) <= 1024 for i in items)
+        ):
+            raise ConfigError(
+                f"model.volatile.{name}",
+                "must be a list of at most 64 non-empty strings of at most 1024 characters",
+            )
         out.append(tuple(items))
     for i, path in enumerate(out[0]):
         if not all(path.split(".")):
-            raise ConfigError(f"model.volatile.fields[{i}]", f"{path!r} is not a dotted JSON path like metadata.user_id or messages.*.cache_control")
+            raise ConfigError(
+                f"model.volatile.fields[{i}]",
+                f"{path!r} is not a dotted JSON path like metadata.user_id or messages.*.cache_control",
+            )
     for i, pattern in enumerate(out[1]):
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise ConfigError(f"model.volatile.text[{i}]", f"is not a valid regular expression: {exc}") from None
+            raise ConfigError(
+                f"model.volatile.text[{i}]", f"is not a valid regular expression: {exc}"
+            ) from None
     return out[0], out[1]
 
 
 def _recording(value: Any) -> tuple[tuple[str, ...], str]:
     """`{"journals": ["/recording/journal.jsonl", ...], "blob_dir": "/recording/blobs"}`."""
     if not isinstance(value, dict):
-        raise ConfigError("model.recording", 'must be an object {"journals": ["/abs/journal.jsonl", ...], "blob_dir": "/abs"}')
+        raise ConfigError(
+            "model.recording",
+            'must be an object {"journals": ["/abs/journal.jsonl", ...], "blob_dir": "/abs"}',
+        )
     _no_unknown(value, frozenset(("journals", "blob_dir")), "model.recording.")
     journals = value.get("journals")
     if not isinstance(journals, list) or not journals:
-        raise ConfigError("model.recording.journals", "is required: a non-empty list of absolute paths of gateway journals")
-    paths = tuple(_abs_path(item, f"model.recording.journals[{i}]") for i, item in enumerate(journals))
+        raise ConfigError(
+            "model.recording.journals",
+            "is required: a non-empty list of absolute paths of gateway journals",
+        )
+    paths = tuple(
+        _abs_path(item, f"model.recording.journals[{i}]") for i, item in enumerate(journals)
+    )
     return paths, _abs_path(value.get("blob_dir"), "model.recording.blob_dir")

@@ -57,17 +57,31 @@ NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 MAX_ROWS = 1000  # rows returned by one call; more sets `truncated`
 MAX_CELL_BYTES = 64 * 1024  # a larger text/blob cell is replaced by {"omitted": ..., "bytes": n}
-MAX_RESULT_BYTES = 4 * 1024 * 1024  # approximate answer size; past it rows stop and `truncated` is set
+MAX_RESULT_BYTES = (
+    4 * 1024 * 1024
+)  # approximate answer size; past it rows stop and `truncated` is set
 MAX_VALUE_BYTES = 32 * 1024 * 1024  # SQLITE_LIMIT_LENGTH: largest string/blob a statement may build
 MAX_PARAMS = 1000
-MAX_SEQUENCE_ROWS = 1000  # sqlite_sequence rows journaled with a change; a bigger table is left to the verifier
+MAX_SEQUENCE_ROWS = (
+    1000  # sqlite_sequence rows journaled with a change; a bigger table is left to the verifier
+)
 BUSY_TIMEOUT_MS = 5000  # waiting for another connection's lock (live databases)
 PROGRESS_OPS = 1000  # VM instructions between deadline checks
 _MAX_INT64 = 2**63 - 1
 
 DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer"})
 # The only pragmas allowed (in both tools, also as pragma_* table functions): they describe the schema.
-PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list"})
+PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+    }
+)
 
 _READ_OPS = frozenset({apsw.SQLITE_READ, apsw.SQLITE_SELECT, apsw.SQLITE_RECURSIVE})
 _WRITE_OPS = frozenset({apsw.SQLITE_INSERT, apsw.SQLITE_UPDATE, apsw.SQLITE_DELETE})
@@ -86,8 +100,12 @@ class DbLimits:
     """What one call may cost; past a limit the statement is stopped and nothing is changed."""
 
     timeout_seconds: float = 10.0  # wall time of one call's SQL, including our own checks
-    max_changeset_bytes: int = 1024 * 1024  # a larger change is refused (too_large): it could not be journaled
-    max_session_memory: int = 64 * 1024 * 1024  # session bookkeeping past this interrupts the statement
+    max_changeset_bytes: int = (
+        1024 * 1024
+    )  # a larger change is refused (too_large): it could not be journaled
+    max_session_memory: int = (
+        64 * 1024 * 1024
+    )  # session bookkeeping past this interrupts the statement
 
 
 class Databases:
@@ -98,11 +116,15 @@ class Databases:
             if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
                 raise ValueError(f"database name {name!r} must match {NAME_PATTERN.pattern}")
             if spec.mode not in MODES:
-                raise ValueError(f"database {name!r}: mode must be one of {', '.join(MODES)}, got {spec.mode!r}")
+                raise ValueError(
+                    f"database {name!r}: mode must be one of {', '.join(MODES)}, got {spec.mode!r}"
+                )
             try:
                 st = os.stat(spec.path)
             except OSError as exc:
-                raise ValueError(f"database {name!r}: cannot stat {spec.path}: {exc.strerror}") from None
+                raise ValueError(
+                    f"database {name!r}: cannot stat {spec.path}: {exc.strerror}"
+                ) from None
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"database {name!r}: {spec.path} is not a regular file")
         self._specs = dict(specs)
@@ -139,14 +161,19 @@ class Databases:
             try:
                 stmt = _single(conn, sql, bindings, policy)
                 if not stmt.readonly:
-                    raise ToolError("read_only", "db.query runs read-only statements only; use db.execute to change data")
+                    raise ToolError(
+                        "read_only",
+                        "db.query runs read-only statements only; use db.execute to change data",
+                    )
                 return _rows(conn, stmt, bindings, policy)
             except apsw.Error as exc:
                 raise _tool_error(exc, policy, guard, "db.query") from None
         finally:
             conn.close()
 
-    def execute(self, name: str, sql: str, params: list[Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    def execute(
+        self, name: str, sql: str, params: list[Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run one changing statement atomically; returns (result, journal effect)."""
         spec = self.spec(name)
         bindings = _bindings(params)
@@ -154,7 +181,9 @@ class Databases:
         conn = _open(spec.path, readonly=False, guard=guard)
         try:
             tables = _tables(conn)
-            policy = _Policy(write=True, unwritable=frozenset(n for n, kind in tables.items() if kind != "table"))
+            policy = _Policy(
+                write=True, unwritable=frozenset(n for n, kind in tables.items() if kind != "table")
+            )
             session = apsw.Session(conn, "main")
             try:
                 session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
@@ -244,7 +273,9 @@ class _Guard:
 
 def _open(path: str, *, readonly: bool, guard: _Guard) -> apsw.Connection:
     uri = "file:" + urllib.parse.quote(path) + ("?mode=ro" if readonly else "?mode=rw")
-    flags = apsw.SQLITE_OPEN_URI | (apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE)
+    flags = apsw.SQLITE_OPEN_URI | (
+        apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE
+    )
     try:
         conn = apsw.Connection(uri, flags=flags)
     except apsw.Error as exc:
@@ -274,7 +305,9 @@ class _Policy:
         self.denied: list[str] = []
         self.written: set[str] = set()
 
-    def __call__(self, op: int, arg1: str | None, arg2: str | None, dbname: str | None, _trigger: str | None) -> int:
+    def __call__(
+        self, op: int, arg1: str | None, arg2: str | None, dbname: str | None, _trigger: str | None
+    ) -> int:
         reason = self._check(op, arg1, arg2, dbname)
         if reason is None:
             return apsw.SQLITE_OK
@@ -285,10 +318,18 @@ class _Policy:
         if op in _READ_OPS:
             return None
         if op == apsw.SQLITE_FUNCTION:
-            return f"the function {arg2}() is not allowed" if (arg2 or "").lower() in DENIED_FUNCTIONS else None
+            return (
+                f"the function {arg2}() is not allowed"
+                if (arg2 or "").lower() in DENIED_FUNCTIONS
+                else None
+            )
         if op == apsw.SQLITE_PRAGMA:
             return None if (arg1 or "").lower() in PRAGMAS else f"PRAGMA {arg1} is not allowed"
-        action = apsw.mapping_authorizer_function.get(op, str(op)).removeprefix("SQLITE_").replace("_", " ")
+        action = (
+            apsw.mapping_authorizer_function.get(op, str(op))
+            .removeprefix("SQLITE_")
+            .replace("_", " ")
+        )
         if not self.write:
             return f"{action} is not allowed in db.query (read-only)"
         if op in _WRITE_OPS:
@@ -319,7 +360,10 @@ def _single(conn: apsw.Connection, sql: str, bindings: list[Any], policy: _Polic
         if cursor.has_vdbe and not found:
             count = cursor.bindings_count
             if count != len(bindings):
-                raise ToolError("sql_error", f"the statement has {count} parameter(s) but 'params' has {len(bindings)}")
+                raise ToolError(
+                    "sql_error",
+                    f"the statement has {count} parameter(s) but 'params' has {len(bindings)}",
+                )
             columns = [column[0] for column in cursor.get_description()]
             found.append(_Statement(text, cursor.is_readonly, columns))
         return False
@@ -328,11 +372,15 @@ def _single(conn: apsw.Connection, sql: str, bindings: list[Any], policy: _Polic
     if not found:
         raise ToolError("sql_error", "no SQL statement in 'sql'")
     stmt = found[0]
-    if not sql.startswith(stmt.text):  # the statement's text is a prefix of `sql`; fail closed if not
+    if not sql.startswith(
+        stmt.text
+    ):  # the statement's text is a prefix of `sql`; fail closed if not
         raise ToolError("sql_error", "could not isolate the first SQL statement")
     rest = sql[len(stmt.text) :]
     if rest.strip() and _has_statement(conn, rest, policy):
-        raise ToolError("sql_error", "only one SQL statement per call; remove everything after the first ';'")
+        raise ToolError(
+            "sql_error", "only one SQL statement per call; remove everything after the first ';'"
+        )
     return stmt
 
 
@@ -355,7 +403,9 @@ def _has_statement(conn: apsw.Connection, text: str, policy: _Policy) -> bool:
     return any(seen)
 
 
-def _prepare_only(conn: apsw.Connection, sql: str, bindings: list[Any] | None, trace: Callable[..., bool]) -> None:
+def _prepare_only(
+    conn: apsw.Connection, sql: str, bindings: list[Any] | None, trace: Callable[..., bool]
+) -> None:
     cursor = conn.cursor()
     cursor.exec_trace = trace
     try:
@@ -368,7 +418,9 @@ def _prepare_only(conn: apsw.Connection, sql: str, bindings: list[Any] | None, t
         cursor.close(force=True)
 
 
-def _rows(conn: apsw.Connection, stmt: _Statement, bindings: list[Any], policy: _Policy) -> dict[str, Any]:
+def _rows(
+    conn: apsw.Connection, stmt: _Statement, bindings: list[Any], policy: _Policy
+) -> dict[str, Any]:
     """Run the isolated statement; collect at most MAX_ROWS rows within MAX_RESULT_BYTES."""
     statements = 0
 
@@ -395,7 +447,9 @@ def _rows(conn: apsw.Connection, stmt: _Statement, bindings: list[Any], policy: 
             omitted = omitted or any(isinstance(c, dict) and "omitted" in c for c, _ in cells)
             rows.append([c for c, _ in cells])
     except UnicodeDecodeError:
-        raise ToolError("sql_error", "a TEXT value is not valid UTF-8; select it as CAST(... AS BLOB)") from None
+        raise ToolError(
+            "sql_error", "a TEXT value is not valid UTF-8; select it as CAST(... AS BLOB)"
+        ) from None
     finally:
         cursor.close(force=True)
     return {"columns": stmt.columns, "rows": rows, "truncated": full or omitted}
@@ -411,7 +465,9 @@ def _cell(value: Any) -> tuple[Any, int]:
         return {"real": "Infinity" if value > 0 else "-Infinity"}, 24
     if isinstance(value, str):
         size = len(value.encode("utf-8", "surrogatepass"))
-        return ({"omitted": "text", "bytes": size}, 40) if size > MAX_CELL_BYTES else (value, size + 2)
+        return (
+            ({"omitted": "text", "bytes": size}, 40) if size > MAX_CELL_BYTES else (value, size + 2)
+        )
     data = bytes(value)
     if len(data) > MAX_CELL_BYTES:
         return {"omitted": "blob", "bytes": len(data)}, 40
@@ -424,7 +480,9 @@ def _bindings(params: list[Any] | None) -> list[Any]:
     if params is None:
         return []
     if len(params) > MAX_PARAMS:
-        raise ToolError("bad_args", f"'params' has {len(params)} items, over the {MAX_PARAMS} limit")
+        raise ToolError(
+            "bad_args", f"'params' has {len(params)} items, over the {MAX_PARAMS} limit"
+        )
     out: list[Any] = []
     for index, value in enumerate(params):
         where = f"params[{index}]"
@@ -446,7 +504,9 @@ def _bindings(params: list[Any] | None) -> list[Any]:
             except (binascii.Error, ValueError):
                 raise ToolError("bad_args", f"{where}.b64 is not valid base64") from None
         else:
-            raise ToolError("bad_args", f"{where} must be null, a number, a string or {{\"b64\": ...}} for a blob")
+            raise ToolError(
+                "bad_args", f'{where} must be null, a number, a string or {{"b64": ...}} for a blob'
+            )
     return out
 
 
@@ -455,7 +515,12 @@ def _bindings(params: list[Any] | None) -> list[Any]:
 
 def _tables(conn: apsw.Connection) -> dict[str, str]:
     """Tables of `main` and their kind (table, virtual, shadow, view)."""
-    return {row[1]: row[2] for row in conn.execute("SELECT schema, name, type FROM pragma_table_list WHERE schema = 'main'")}
+    return {
+        row[1]: row[2]
+        for row in conn.execute(
+            "SELECT schema, name, type FROM pragma_table_list WHERE schema = 'main'"
+        )
+    }
 
 
 def _quote(name: str) -> str:
@@ -464,12 +529,17 @@ def _quote(name: str) -> str:
 
 def _primary_key(conn: apsw.Connection, table: str) -> list[tuple[str, bool]]:
     """The declared PRIMARY KEY columns of `table` as (name, declared NOT NULL), in key order."""
-    info = conn.execute("SELECT name, \"notnull\", pk FROM pragma_table_info(?, 'main') WHERE pk > 0 ORDER BY pk", (table,))
+    info = conn.execute(
+        "SELECT name, \"notnull\", pk FROM pragma_table_info(?, 'main') WHERE pk > 0 ORDER BY pk",
+        (table,),
+    )
     return [(name, bool(notnull)) for name, notnull, _pk in info]
 
 
 def _without_rowid(conn: apsw.Connection, table: str) -> bool:
-    row = conn.execute("SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)).fetchone()
+    row = conn.execute(
+        "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)
+    ).fetchone()
     return bool(row and row[0])
 
 
@@ -488,7 +558,9 @@ def _refuse_null_keys(conn: apsw.Connection, tables: Iterable[str]) -> None:
             )
 
 
-def _effect(conn: apsw.Connection, name: str, spec: DbSpec, changeset: bytes, changes: int) -> dict[str, Any]:
+def _effect(
+    conn: apsw.Connection, name: str, spec: DbSpec, changeset: bytes, changes: int
+) -> dict[str, Any]:
     digest = hashlib.sha256(changeset).hexdigest()
     counts: dict[str, dict[str, int]] = {}
     for change in apsw.Changeset.iter(changeset):
@@ -513,10 +585,17 @@ def _sequence(conn: apsw.Connection) -> list[list[Any]] | None:
     records: the session extension skips sqlite_ tables. None if the table holds anything
     but (text, integer) rows, or more than MAX_SEQUENCE_ROWS: such a state is not journaled,
     so the verifier reports it."""
-    if conn.execute("SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'").fetchone() is None:
+    if (
+        conn.execute("SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'").fetchone()
+        is None
+    ):
         return []
-    rows = conn.execute(f"SELECT name, seq FROM main.sqlite_sequence ORDER BY rowid LIMIT {MAX_SEQUENCE_ROWS + 1}").fetchall()
-    if len(rows) > MAX_SEQUENCE_ROWS or not all(isinstance(n, str) and type(v) is int for n, v in rows):
+    rows = conn.execute(
+        f"SELECT name, seq FROM main.sqlite_sequence ORDER BY rowid LIMIT {MAX_SEQUENCE_ROWS + 1}"
+    ).fetchall()
+    if len(rows) > MAX_SEQUENCE_ROWS or not all(
+        isinstance(n, str) and type(v) is int for n, v in rows
+    ):
         return None
     return [[n, v] for n, v in rows]
 
@@ -536,13 +615,21 @@ def _tool_error(exc: apsw.Error, policy: _Policy | None, guard: _Guard, tool: st
         reason = next((r for r in policy.denied if "internal table" not in r), policy.denied[0])
         return ToolError(code, f"{tool}: {reason}; nothing was changed")
     if isinstance(exc, apsw.InterruptError) and guard.reason == "timeout":
-        return ToolError("timeout", f"{tool}: the statement ran over {guard.limits.timeout_seconds:g} s and was stopped; nothing was changed")
+        return ToolError(
+            "timeout",
+            f"{tool}: the statement ran over {guard.limits.timeout_seconds:g} s and was stopped; nothing was changed",
+        )
     if isinstance(exc, apsw.InterruptError) and guard.reason == "too_large":
-        return ToolError("too_large", f"{tool}: the change grew too large to journal and was stopped; nothing was changed")
+        return ToolError(
+            "too_large",
+            f"{tool}: the change grew too large to journal and was stopped; nothing was changed",
+        )
     if isinstance(exc, (apsw.TooBigError, apsw.NoMemError)):
         return ToolError("too_large", f"{tool}: {_message(exc)}")
     if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
-        return ToolError("db_busy", f"{tool}: the database is locked by another connection; try again")
+        return ToolError(
+            "db_busy", f"{tool}: the database is locked by another connection; try again"
+        )
     if isinstance(exc, apsw.FullError):
         return ToolError("no_space", f"{tool}: the database or disk is full; nothing was changed")
     if isinstance(exc, apsw.ReadOnlyError) and policy is None:

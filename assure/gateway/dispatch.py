@@ -33,7 +33,6 @@ from typing import Any
 
 from assure.core import atomic, control, gate
 from assure.core.chain import ChainWriter, canonical, sha256_hex
-
 from assure.gateway import tools
 from assure.gateway.config import Config
 from assure.gateway.errors import ArgError, ToolError
@@ -46,10 +45,15 @@ HEARTBEAT_SECONDS = 1.0
 MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
 REPLAY = "replay"  # the journaled decision of a call answered from the idempotency store
-MODEL_TOOL = "model.messages"  # the gate's name for a model call (model.py); never a /v1/tools route
+MODEL_TOOL = (
+    "model.messages"  # the gate's name for a model call (model.py); never a /v1/tools route
+)
 MODEL_ROUTES = {  # path -> endpoint: the Anthropic API's, then the OpenAI API's (model.py)
-    "/v1/messages": "messages", "/v1/messages/count_tokens": "count_tokens",
-    "/v1/chat/completions": "chat_completions", "/v1/responses": "responses", "/v1/models": "models",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "count_tokens",
+    "/v1/chat/completions": "chat_completions",
+    "/v1/responses": "responses",
+    "/v1/models": "models",
 }
 
 
@@ -58,7 +62,9 @@ class Answer:
     status: int
     body: dict[str, Any]
     raw: bytes | None = None  # sent as-is instead of `body` (model answers: the recorded bytes)
-    headers: tuple[tuple[str, str], ...] = ()  # extra response headers; a raw answer's Content-Type is here
+    headers: tuple[
+        tuple[str, str], ...
+    ] = ()  # extra response headers; a raw answer's Content-Type is here
 
 
 @dataclass
@@ -80,20 +86,33 @@ class Dispatcher:
 
     def __init__(self, config: Config, workspace: Workspace):
         self._config = config
-        self._env = tools.Env(workspace, config.limits.max_file_bytes, databases=_databases(config), egress=config.egress)
+        self._env = tools.Env(
+            workspace,
+            config.limits.max_file_bytes,
+            databases=_databases(config),
+            egress=config.egress,
+        )
         self._known = frozenset(tools.BY_NAME)
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()
         self.counters = Counters()
         self._override = control.Override()
-        self._reserved_tokens, self._reserved_cost = 0, 0.0  # what model calls in flight may still spend
-        self._model_calls: dict[str, dict[str, Any]] = {}  # in flight, by action_id: settled at close if still there
+        self._reserved_tokens, self._reserved_cost = (
+            0,
+            0.0,
+        )  # what model calls in flight may still spend
+        self._model_calls: dict[
+            str, dict[str, Any]
+        ] = {}  # in flight, by action_id: settled at close if still there
         self._breached: set[str] = set()  # budget counters already reported
         self._full = False  # the journal reached its cap
         self._last_beat = 0.0
         self._started = time.monotonic()  # the wall-clock budget counts from here
         self._idempotency = Store(config.idempotency_db) if config.idempotency_db else None
-        self._journal = ChainWriter(config.journal, base={"run_id": config.run_id, "attempt": config.attempt, "actor": "gateway"})
+        self._journal = ChainWriter(
+            config.journal,
+            base={"run_id": config.run_id, "attempt": config.attempt, "actor": "gateway"},
+        )
         self._open = True
         self._journal.append(
             "gateway_started",
@@ -114,13 +133,23 @@ class Dispatcher:
             return None
         with self._lock:
             self._report_breach("requests")
-        return Answer(429, error_body("budget_exhausted", f"more than {limit} requests (limits.requests): the attempt is being stopped"))
+        return Answer(
+            429,
+            error_body(
+                "budget_exhausted",
+                f"more than {limit} requests (limits.requests): the attempt is being stopped",
+            ),
+        )
 
     def reject(self, status: int, code: str, message: str, **detail: Any) -> Answer:
         """Journal a request refused before reaching the gate (unless the request budget is
         spent) and build its answer. A detail that is not a string is journaled as it is (the
         caller bounds it, e.g. features.Refused.allow)."""
-        fields = {key: value[:MAX_DETAIL_CHARS] if isinstance(value, str) else value for key, value in detail.items() if value}
+        fields = {
+            key: value[:MAX_DETAIL_CHARS] if isinstance(value, str) else value
+            for key, value in detail.items()
+            if value
+        }
         message = message[:MAX_REASON_CHARS]
         with self._lock:
             self.counters.rejected += 1
@@ -151,13 +180,26 @@ class Dispatcher:
                 if self._full:
                     return self._unavailable()
                 body = {"action_id": record["action_id"], "decision": record["decision"]}
-                return Answer(500, {**body, **error_body("journal_error", "the journal could not be written")})
+                return Answer(
+                    500, {**body, **error_body("journal_error", "the journal could not be written")}
+                )
             return answer
 
     def _unavailable(self) -> Answer:
         if self._full:
-            return Answer(503, error_body("journal_full", f"the journal reached its {self._config.limits.max_journal_bytes}-byte cap; no tool calls are served"))
-        return Answer(503, error_body("unavailable", "the gateway journal is unavailable; no tool calls are served"))
+            return Answer(
+                503,
+                error_body(
+                    "journal_full",
+                    f"the journal reached its {self._config.limits.max_journal_bytes}-byte cap; no tool calls are served",
+                ),
+            )
+        return Answer(
+            503,
+            error_body(
+                "unavailable", "the gateway journal is unavailable; no tool calls are served"
+            ),
+        )
 
     def field(self, value: Any) -> Any:
         """A journaled agent string: itself up to `max_journal_field_chars`, else `sha256:<hex>`."""
@@ -165,8 +207,16 @@ class Dispatcher:
             return "sha256:" + sha256_hex(value.encode("utf-8", "surrogatepass"))
         return value
 
-    def decide_model_call(self, record: dict[str, Any], action: gate.Action, unpriced: str | None,
-                          reserve: tuple[int, float] | Callable[[int | None, float | None], tuple[int, float]] = (0, 0.0)) -> gate.Decision | None:
+    def decide_model_call(
+        self,
+        record: dict[str, Any],
+        action: gate.Action,
+        unpriced: str | None,
+        reserve: tuple[int, float] | Callable[[int | None, float | None], tuple[int, float]] = (
+            0,
+            0.0,
+        ),
+    ) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
         and fill `record` with the decision; an allowed call's `intent` is journaled first (its
         `model_call` line, from `record_model_call`, is the outcome). `reserve` (tokens, cost) is the most the call may
@@ -182,17 +232,46 @@ class Dispatcher:
             ctx = self._context()
             if callable(reserve):
                 b = ctx.budget
-                tokens_left = None if b.tokens_limit is None else b.tokens_limit - b.tokens_used - self._reserved_tokens
-                cost_left = None if b.cost_limit is None else b.cost_limit - b.cost_used - self._reserved_cost
+                tokens_left = (
+                    None
+                    if b.tokens_limit is None
+                    else b.tokens_limit - b.tokens_used - self._reserved_tokens
+                )
+                cost_left = (
+                    None
+                    if b.cost_limit is None
+                    else b.cost_limit - b.cost_used - self._reserved_cost
+                )
                 reserve = reserve(tokens_left, cost_left)
-            budget = replace(ctx.budget, tokens_reserved=self._reserved_tokens + reserve[0], cost_reserved=self._reserved_cost + reserve[1])
-            decision = gate.decide(action, replace(ctx, known_tools=self._known | {MODEL_TOOL}, budget=budget))
+            budget = replace(
+                ctx.budget,
+                tokens_reserved=self._reserved_tokens + reserve[0],
+                cost_reserved=self._reserved_cost + reserve[1],
+            )
+            decision = gate.decide(
+                action, replace(ctx, known_tools=self._known | {MODEL_TOOL}, budget=budget)
+            )
             if decision.allowed and unpriced:
-                decision = gate.Decision(gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs)
+                decision = gate.Decision(
+                    gate.DENY, "model.unpriced", unpriced, inputs=decision.inputs
+                )
             self._decided(record, decision)
             if decision.allowed:
-                intent = {name: record.get(name) for name in ("action_id", "tool", "endpoint", "request_sha256", "model", "decision", "rule")}
-                if not self._append("intent", scope=action.scope, resource_mode=action.resource_mode, **intent):
+                intent = {
+                    name: record.get(name)
+                    for name in (
+                        "action_id",
+                        "tool",
+                        "endpoint",
+                        "request_sha256",
+                        "model",
+                        "decision",
+                        "rule",
+                    )
+                }
+                if not self._append(
+                    "intent", scope=action.scope, resource_mode=action.resource_mode, **intent
+                ):
                     return None  # write-ahead: a call the journal cannot show does not leave
                 tokens, cost = reserve[0], round(reserve[1], 9)
                 self._reserved_tokens += tokens
@@ -209,15 +288,23 @@ class Dispatcher:
         """Count a model call's tokens and cost, release what it reserved, and journal its
         `model_call` line (False: the journal could not be written, so the answer must not be sent)."""
         with self._lock:
-            if self._model_calls.pop(str(record.get("action_id")), None) is None and "reserved" in record:
+            if (
+                self._model_calls.pop(str(record.get("action_id")), None) is None
+                and "reserved" in record
+            ):
                 return False  # settled at close: the journal has its outcome, and is closed
             reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
             self._reserved_tokens = max(0, self._reserved_tokens - reserved["tokens"])
             self._reserved_cost = max(0.0, self._reserved_cost - reserved["cost"])
             self.counters.tokens += tokens
             self.counters.cost += cost
-            record["counters"] = {"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)}
-            written = self._append("model_call", _outcome=True, **record)  # its cost is spent: always journaled
+            record["counters"] = {
+                "tokens": self.counters.tokens,
+                "cost": round(self.counters.cost, 9),
+            }
+            written = self._append(
+                "model_call", _outcome=True, **record
+            )  # its cost is spent: always journaled
             if self._journal.size >= self._config.limits.max_journal_bytes:
                 self._journal_full()  # a model call writes no other line that would find the journal full
             return written
@@ -229,7 +316,17 @@ class Dispatcher:
             return
         self._last_beat = now
         try:
-            atomic.write_json(self._config.heartbeat_file, {"component": "gateway", "last_success_at": now, "pid": os.getpid(), "detail": {"tool_calls": self.counters.tool_calls}}, indent=None, sync=False)
+            atomic.write_json(
+                self._config.heartbeat_file,
+                {
+                    "component": "gateway",
+                    "last_success_at": now,
+                    "pid": os.getpid(),
+                    "detail": {"tool_calls": self.counters.tool_calls},
+                },
+                indent=None,
+                sync=False,
+            )
         except OSError:
             pass  # a missed beat shows up as staleness, which is the point
 
@@ -237,15 +334,27 @@ class Dispatcher:
         """Make an operator override effective from the next call on, and journal the latency."""
         with self._lock:
             self._override = override
-            latency = round((time.time() - override.requested_at) * 1000, 1) if override.requested_at else None
-            self._append("override_effective", request_id=override.request_id, halted=override.halted, dial=override.dial, latency_ms=latency)
+            latency = (
+                round((time.time() - override.requested_at) * 1000, 1)
+                if override.requested_at
+                else None
+            )
+            self._append(
+                "override_effective",
+                request_id=override.request_id,
+                halted=override.halted,
+                dial=override.dial,
+                latency_ms=latency,
+            )
 
     def close(self, reason: str) -> None:
         """Journal `gateway_stopped` with the counters and fsync the journal (idempotent)."""
         with self._lock:
             if self._open:
                 self._settle_interrupted_model_calls()
-                self._append("gateway_stopped", _outcome=True, reason=reason, counters=asdict(self.counters))
+                self._append(
+                    "gateway_stopped", _outcome=True, reason=reason, counters=asdict(self.counters)
+                )
             self._open = False
             self._journal.close()
             if self._idempotency is not None:
@@ -262,12 +371,36 @@ class Dispatcher:
             self._reserved_cost = max(0.0, self._reserved_cost - reserved["cost"])
             self.counters.tokens += reserved["tokens"]
             self.counters.cost += reserved["cost"]
-            outcome = {k: record.get(k) for k in ("action_id", "tool", "endpoint", "request_sha256", "model", "decision", "rule")}
-            self._append("model_call", _outcome=True, **outcome, status="interrupted", usage={"counted_at_reservation": reserved},
-                         reason="the gateway stopped with this call in flight: counted at its reservation",
-                         counters={"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)})
+            outcome = {
+                k: record.get(k)
+                for k in (
+                    "action_id",
+                    "tool",
+                    "endpoint",
+                    "request_sha256",
+                    "model",
+                    "decision",
+                    "rule",
+                )
+            }
+            self._append(
+                "model_call",
+                _outcome=True,
+                **outcome,
+                status="interrupted",
+                usage={"counted_at_reservation": reserved},
+                reason="the gateway stopped with this call in flight: counted at its reservation",
+                counters={"tokens": self.counters.tokens, "cost": round(self.counters.cost, 9)},
+            )
 
-    def _decide_and_run(self, tool: tools.Tool, args: dict[str, Any], meta: dict[str, Any], path: str | None, record: dict[str, Any]) -> Answer:
+    def _decide_and_run(
+        self,
+        tool: tools.Tool,
+        args: dict[str, Any],
+        meta: dict[str, Any],
+        path: str | None,
+        record: dict[str, Any],
+    ) -> Answer:
         """Gate first (halt, budget, scope); then the idempotency store; then intent, effect."""
         record.update(decision=gate.DENY, rule="internal_error", reason="not decided", inputs={})
         key = None
@@ -280,13 +413,40 @@ class Dispatcher:
                 self.counters.denied += 1
                 if decision.exhausted is not None:
                     self._report_breach(decision.exhausted)
-                return _finish(record, 403, error_body("denied" if decision.outcome == gate.DENY else "escalated", decision.reason))
+                return _finish(
+                    record,
+                    403,
+                    error_body(
+                        "denied" if decision.outcome == gate.DENY else "escalated", decision.reason
+                    ),
+                )
             key = self._idempotency_key(tool, action, args, meta, record)
-            if key is not None and (prior := self._idempotency.claim(key, action_id=record["action_id"])):
-                derived, binding, key = key.key.startswith("derived:"), key.binding, None  # not ours to release
+            if key is not None and (
+                prior := self._idempotency.claim(key, action_id=record["action_id"])
+            ):
+                derived, binding, key = (
+                    key.key.startswith("derived:"),
+                    key.binding,
+                    None,
+                )  # not ours to release
                 return self._replay(prior, binding, record, derived=derived)
-            intent = {name: record[name] for name in ("action_id", "tool", "path", "args_digest", "scope", "resource_mode", "idempotency_key", "decision", "rule")}
-            if not self._append("intent", **intent):  # write-ahead: no effect the journal cannot show
+            intent = {
+                name: record[name]
+                for name in (
+                    "action_id",
+                    "tool",
+                    "path",
+                    "args_digest",
+                    "scope",
+                    "resource_mode",
+                    "idempotency_key",
+                    "decision",
+                    "rule",
+                )
+            }
+            if not self._append(
+                "intent", **intent
+            ):  # write-ahead: no effect the journal cannot show
                 raise _JournalRefused
             record["_intent"] = True
             outcome = tools.run(tool, self._env, args)
@@ -302,7 +462,9 @@ class Dispatcher:
             if record["decision"] != gate.ALLOW or isinstance(exc, _JournalRefused):
                 self.counters.denied += 1
                 record.update(decision=gate.DENY, reason=f"gateway error: {type(exc).__name__}")
-            return _finish(record, 500, error_body("internal_error", f"gateway error: {type(exc).__name__}"))
+            return _finish(
+                record, 500, error_body("internal_error", f"gateway error: {type(exc).__name__}")
+            )
         finally:
             if key is not None:  # claimed, but no effect happened: a later call may try again
                 self._idempotency.release(key)
@@ -310,17 +472,42 @@ class Dispatcher:
     def _decided(self, record: dict[str, Any], decision: gate.Decision) -> None:
         """Journal a decision's fields; agent strings the gate quotes are capped like any other."""
         inputs = {name: self.field(value) for name, value in decision.inputs.items()}
-        record.update(decision=decision.outcome, rule=decision.rule, reason=decision.reason[:MAX_REASON_CHARS], inputs=inputs)
+        record.update(
+            decision=decision.outcome,
+            rule=decision.rule,
+            reason=decision.reason[:MAX_REASON_CHARS],
+            inputs=inputs,
+        )
 
-    def _action(self, tool: tools.Tool, args: dict[str, Any], meta: dict[str, Any], path: str | None, record: dict[str, Any]) -> gate.Action:
+    def _action(
+        self,
+        tool: tools.Tool,
+        args: dict[str, Any],
+        meta: dict[str, Any],
+        path: str | None,
+        record: dict[str, Any],
+    ) -> gate.Action:
         scope, mode = tools.scope_of(tool, self._env, args, path)
         record.update(scope=scope, resource_mode=mode)
         return gate.Action(
-            tool.name, tools.mutates(tool, args), path, scope=scope, resource_mode=mode,
-            reversible=meta.get("reversible"), rollback_ref=meta.get("rollback_ref"), human_gate=meta.get("human_gate"),
+            tool.name,
+            tools.mutates(tool, args),
+            path,
+            scope=scope,
+            resource_mode=mode,
+            reversible=meta.get("reversible"),
+            rollback_ref=meta.get("rollback_ref"),
+            human_gate=meta.get("human_gate"),
         )
 
-    def _idempotency_key(self, tool: tools.Tool, action: gate.Action, args: dict[str, Any], meta: dict[str, Any], record: dict[str, Any]) -> Call | None:
+    def _idempotency_key(
+        self,
+        tool: tools.Tool,
+        action: gate.Action,
+        args: dict[str, Any],
+        meta: dict[str, Any],
+        record: dict[str, Any],
+    ) -> Call | None:
         """The caller's key (stored by its digest) for any mutation, a derived key for real
         (non-sandbox) effects, bound to this tool and these canonical arguments; a real
         effect's key is shared with later attempts (idempotency.py)."""
@@ -335,7 +522,9 @@ class Dispatcher:
             return None
         return Call(key, f"{tool.name}:{record['args_digest']}", self._config.attempt, shared=live)
 
-    def _replay(self, prior: Prior, binding: str, record: dict[str, Any], *, derived: bool) -> Answer:
+    def _replay(
+        self, prior: Prior, binding: str, record: dict[str, Any], *, derived: bool
+    ) -> Answer:
         """The gate allowed this call; the key was used before. Same call: the original answer,
         no second effect, journaled as a replay. Another call, or one in doubt: 409. A key
         from a store older than bindings (LEGACY) is the same call only if it was derived
@@ -343,36 +532,63 @@ class Dispatcher:
         record.update(original_action_id=prior.action_id)
         if prior.binding == LEGACY and not derived:
             self.counters.denied += 1
-            record.update(decision=gate.DENY, rule="idempotency.unbound",
-                          reason=f"idempotency key used by {prior.action_id} before keys were bound to their call: which call it was cannot be checked, "
-                                 "so it is neither repeated nor replayed; use a new key")
+            record.update(
+                decision=gate.DENY,
+                rule="idempotency.unbound",
+                reason=f"idempotency key used by {prior.action_id} before keys were bound to their call: which call it was cannot be checked, "
+                "so it is neither repeated nor replayed; use a new key",
+            )
             return _finish(record, 409, error_body("idempotency_unbound", record["reason"]))
         if prior.binding != binding and not (prior.binding == LEGACY and derived):
             self.counters.denied += 1
-            record.update(decision=gate.DENY, rule="idempotency.mismatch",
-                          reason=f"idempotency key already used by {prior.action_id} for another tool or other arguments; use a new key")
+            record.update(
+                decision=gate.DENY,
+                rule="idempotency.mismatch",
+                reason=f"idempotency key already used by {prior.action_id} for another tool or other arguments; use a new key",
+            )
             return _finish(record, 409, error_body("idempotency_mismatch", record["reason"]))
         if prior.state != "done" or prior.answer is None:
             self.counters.denied += 1
-            record.update(decision=gate.DENY, rule="idempotency.in_doubt",
-                          reason="an earlier call with this key was interrupted; its effect is in doubt and is not repeated")
+            record.update(
+                decision=gate.DENY,
+                rule="idempotency.in_doubt",
+                reason="an earlier call with this key was interrupted; its effect is in doubt and is not repeated",
+            )
             return _finish(record, 409, error_body("in_doubt", record["reason"]))
-        record.update(decision=REPLAY, rule="idempotency", status=prior.status, error=None, idempotent_replay=True,
-                      reason=f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no second effect")
-        mark = {"idempotent_replay": True} if prior.attempt == self._config.attempt else {}  # an earlier attempt's: as the original answered
-        return Answer(prior.status or 200, {**prior.answer, "action_id": record["action_id"], **mark})
+        record.update(
+            decision=REPLAY,
+            rule="idempotency",
+            status=prior.status,
+            error=None,
+            idempotent_replay=True,
+            reason=f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no second effect",
+        )
+        mark = (
+            {"idempotent_replay": True} if prior.attempt == self._config.attempt else {}
+        )  # an earlier attempt's: as the original answered
+        return Answer(
+            prior.status or 200, {**prior.answer, "action_id": record["action_id"], **mark}
+        )
 
     def _context(self) -> gate.Context:
         policy, override = self._config.policy, self._override
-        dial = policy.operator_dial if override.dial is None else min(policy.operator_dial, gate.LEVELS[override.dial])
+        dial = (
+            policy.operator_dial
+            if override.dial is None
+            else min(policy.operator_dial, gate.LEVELS[override.dial])
+        )
         return gate.Context(
             known_tools=self._known,
             now=time.time(),
             budget=gate.Budget(
-                tool_calls_used=self.counters.tool_calls, tool_calls_limit=self._config.limits.tool_calls,
-                tokens_used=self.counters.tokens, tokens_limit=policy.tokens_limit,
-                cost_used=self.counters.cost, cost_limit=policy.cost_limit,
-                wall_seconds_used=time.monotonic() - self._started, wall_seconds_limit=self._config.limits.wall_seconds,
+                tool_calls_used=self.counters.tool_calls,
+                tool_calls_limit=self._config.limits.tool_calls,
+                tokens_used=self.counters.tokens,
+                tokens_limit=policy.tokens_limit,
+                cost_used=self.counters.cost,
+                cost_limit=policy.cost_limit,
+                wall_seconds_used=time.monotonic() - self._started,
+                wall_seconds_limit=self._config.limits.wall_seconds,
             ),
             protected=self._config.protected,
             assertions=policy.assertions,
@@ -391,7 +607,9 @@ class Dispatcher:
         if not self._config.control_dir:
             return False
         try:
-            with open(os.path.join(self._config.control_dir, VERIFIER_FILE), encoding="utf-8") as fh:
+            with open(
+                os.path.join(self._config.control_dir, VERIFIER_FILE), encoding="utf-8"
+            ) as fh:
                 last = float(json.load(fh)["last_success_at"])
         except (OSError, ValueError, KeyError, TypeError):
             return False
@@ -406,7 +624,9 @@ class Dispatcher:
         self._breached.add(counter)
         now = time.time()
         if first and self._config.breach_file:
-            atomic.write_json(self._config.breach_file, {"counter": counter, "breach_at": now}, indent=None)
+            atomic.write_json(
+                self._config.breach_file, {"counter": counter, "breach_at": now}, indent=None
+            )
         self._append("budget_breach", _outcome=True, counter=counter, breach_at=now)
 
     def _append(self, event: str, _outcome: bool = False, **fields: Any) -> bool:
@@ -420,7 +640,9 @@ class Dispatcher:
             return False
         try:
             record, line = self._journal.line(event, **fields)
-            if not _outcome and (self._full or self._journal.size + len(line) > self._config.limits.max_journal_bytes):
+            if not _outcome and (
+                self._full or self._journal.size + len(line) > self._config.limits.max_journal_bytes
+            ):
                 self._journal_full()
                 return False
             self._journal.write(record, line)
@@ -453,4 +675,6 @@ def _databases(config: Config) -> Any:
 
 def _finish(record: dict[str, Any], status: int, body: dict[str, Any]) -> Answer:
     record.update(status=status, error=body["error"]["code"] if "error" in body else None)
-    return Answer(status, {"action_id": record["action_id"], "decision": record["decision"], **body})
+    return Answer(
+        status, {"action_id": record["action_id"], "decision": record["decision"], **body}
+    )

@@ -66,7 +66,9 @@ def normalize(path: str) -> str:
         if part == "..":
             raise PathError("bad_path", f"{path!r} contains '..'; paths stay inside the workspace")
         if len(part.encode("utf-8")) > MAX_NAME_BYTES:
-            raise PathError("bad_path", f"a component of {path!r} is longer than {MAX_NAME_BYTES} bytes")
+            raise PathError(
+                "bad_path", f"a component of {path!r} is longer than {MAX_NAME_BYTES} bytes"
+            )
     return "/".join(parts) or ROOT
 
 
@@ -94,7 +96,10 @@ class Workspace:
             if not stat.S_ISREG(info.st_mode):
                 raise PathError("not_a_regular_file", f"{shown!r} is not a regular file")
             if info.st_size > max_bytes:
-                raise PathError("too_large", f"{shown!r} is {info.st_size} bytes, over the {max_bytes}-byte limit")
+                raise PathError(
+                    "too_large",
+                    f"{shown!r} is {info.st_size} bytes, over the {max_bytes}-byte limit",
+                )
             return _read_bounded(fd, max_bytes, shown)
 
     def write(self, path: str, data: bytes, mode: int) -> None:
@@ -128,7 +133,10 @@ class Workspace:
             if kind is None:
                 raise PathError("not_found", f"{shown!r} does not exist")
             if kind == "dir":
-                raise PathError("is_a_directory", f"{shown!r} is a directory; only files and symlinks can be deleted")
+                raise PathError(
+                    "is_a_directory",
+                    f"{shown!r} is a directory; only files and symlinks can be deleted",
+                )
             if kind == "other":
                 raise PathError("not_a_regular_file", f"{shown!r} is neither a file nor a symlink")
             os.unlink(name, dir_fd=parent)
@@ -155,7 +163,9 @@ class Workspace:
             raise PathError("bad_path", "the path names the workspace root, not a file")
         return self._walk(stack, parts[:-1], create=create, shown=shown), parts[-1]
 
-    def _walk(self, stack: contextlib.ExitStack, parts: list[str], *, create: bool, shown: str) -> int:
+    def _walk(
+        self, stack: contextlib.ExitStack, parts: list[str], *, create: bool, shown: str
+    ) -> int:
         """Open each directory in `parts` below the root with O_NOFOLLOW; fds close with `stack`."""
         current = self._root
         for part in parts:
@@ -176,7 +186,10 @@ def _open_dir(parent: int, name: str, *, create: bool, shown: str) -> int:
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _kind(parent, name) == "symlink":
-            raise PathError("path_escapes", f"{shown!r} goes through a symlink ({name!r}); symlinks are never followed") from None
+            raise PathError(
+                "path_escapes",
+                f"{shown!r} goes through a symlink ({name!r}); symlinks are never followed",
+            ) from None
         if exc.errno == errno.ENOTDIR:
             raise PathError("not_a_directory", f"{shown!r}: {name!r} is not a directory") from None
         raise _translate(exc, shown) from None
@@ -187,7 +200,9 @@ def _open(name: str, flags: int, parent: int, shown: str) -> int:
         return os.open(name, flags, 0o600, dir_fd=parent)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise PathError("path_escapes", f"{shown!r} is a symlink; symlinks are never followed") from None
+            raise PathError(
+                "path_escapes", f"{shown!r} is a symlink; symlinks are never followed"
+            ) from None
         if exc.errno == errno.ENXIO:
             raise PathError("not_a_regular_file", f"{shown!r} is not a regular file") from None
         raise _translate(exc, shown) from None
@@ -252,7 +267,9 @@ def _read_bounded(fd: int, max_bytes: int, shown: str) -> bytes:
         chunks.append(chunk)
         total += len(chunk)
         if total > max_bytes:
-            raise PathError("too_large", f"{shown!r} grew past the {max_bytes}-byte limit while being read")
+            raise PathError(
+                "too_large", f"{shown!r} grew past the {max_bytes}-byte limit while being read"
+            )
     return b"".join(chunks)
 
 

@@ -64,13 +64,28 @@ SAFE_METHODS = frozenset(("GET", "HEAD", "OPTIONS"))
 METHODS = SAFE_METHODS | frozenset(("POST", "PUT", "PATCH", "DELETE"))
 DEFAULT_PORTS = {"http": 80, "https": 443}
 DROPPED_HEADERS = frozenset(
-    ("connection", "keep-alive", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "host", "content-length", "expect")
+    (
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "expect",
+    )
 )
-HIDDEN_RESPONSE_HEADERS = frozenset(("connection", "keep-alive", "transfer-encoding", "trailer", "upgrade", "via"))
+HIDDEN_RESPONSE_HEADERS = frozenset(
+    ("connection", "keep-alive", "transfer-encoding", "trailer", "upgrade", "via")
+)
 PROXY_STATUS_TOKEN = "assure-egress"
 
 _METHOD_OVERRIDE = re.compile(r"(^|-)method$|method-override")  # lowercased header names
-_METHOD_PARAM = re.compile(r"(^|[&;])_method=", re.IGNORECASE)  # matched on the percent-decoded query
+_METHOD_PARAM = re.compile(
+    r"(^|[&;])_method=", re.IGNORECASE
+)  # matched on the percent-decoded query
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _NAME = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$")
 _NUMERIC_ISH = re.compile(r"^[0-9a-fx.]+$")
@@ -140,7 +155,10 @@ def parse_target(args: dict[str, Any]) -> Target:
     if len(url) > MAX_URL_CHARS:
         raise Refused("bad_args", f"'url' is over {MAX_URL_CHARS} characters")
     if any(not 0x21 <= ord(c) <= 0x7E for c in url) or "\\" in url:
-        raise Refused("bad_args", "'url' must be printable ASCII without spaces or backslashes; percent-encode the rest")
+        raise Refused(
+            "bad_args",
+            "'url' must be printable ASCII without spaces or backslashes; percent-encode the rest",
+        )
     parts = urllib.parse.urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS:
@@ -148,7 +166,10 @@ def parse_target(args: dict[str, Any]) -> Target:
     if not parts.netloc:
         raise Refused("bad_args", "'url' has no host")
     if "@" in parts.netloc:
-        raise Refused("bad_args", "user information in the URL is refused; send an Authorization header instead")
+        raise Refused(
+            "bad_args",
+            "user information in the URL is refused; send an Authorization header instead",
+        )
     try:
         port = parts.port
     except ValueError:
@@ -158,7 +179,10 @@ def parse_target(args: dict[str, Any]) -> Target:
         raise Refused("bad_args", "the URL's port must be 1..65535")
     literal = _literal(host, parts.netloc)
     if literal is None and (len(host) > 253 or not _NAME.match(host)):
-        raise Refused("bad_args", f"{host[:64]!r} is not a valid host name (use punycode for international names)")
+        raise Refused(
+            "bad_args",
+            f"{host[:64]!r} is not a valid host name (use punycode for international names)",
+        )
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
@@ -170,9 +194,17 @@ def parse_target(args: dict[str, Any]) -> Target:
 def _nothing_to_judge(method: str, args: dict[str, Any], query: str) -> None:
     """A safe method is allowed without a contract: it must not smuggle an effect in."""
     if "body" in args or "body_b64" in args:
-        raise Refused("bad_args", f"a {method} request carries no body (a body on a safe method is an effect the gate never judged); use POST, PUT or PATCH")
-    if _METHOD_PARAM.search(urllib.parse.unquote_plus(query)):  # a server decodes `%5Fmethod` before it reads it
-        raise Refused("bad_args", f"a {method} URL may not carry a `_method` parameter (a method override); send the method itself")
+        raise Refused(
+            "bad_args",
+            f"a {method} request carries no body (a body on a safe method is an effect the gate never judged); use POST, PUT or PATCH",
+        )
+    if _METHOD_PARAM.search(
+        urllib.parse.unquote_plus(query)
+    ):  # a server decodes `%5Fmethod` before it reads it
+        raise Refused(
+            "bad_args",
+            f"a {method} URL may not carry a `_method` parameter (a method override); send the method itself",
+        )
 
 
 def _literal(host: str, netloc: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -194,7 +226,10 @@ def _literal(host: str, netloc: str) -> ipaddress.IPv4Address | ipaddress.IPv6Ad
         except OSError:
             return None
         canonical = ipaddress.IPv4Address(packed)
-        raise Refused("egress_denied", f"{host[:64]!r} is a non-canonical spelling of {canonical}; IP literals must be dotted quads")
+        raise Refused(
+            "egress_denied",
+            f"{host[:64]!r} is a non-canonical spelling of {canonical}; IP literals must be dotted quads",
+        )
     return None
 
 
@@ -212,7 +247,9 @@ def address_problem(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str 
         return "a multicast"
     if addr.is_reserved:
         return "a reserved"
-    if isinstance(addr, ipaddress.IPv6Address) and (addr.sixtofour is not None or addr.teredo is not None):
+    if isinstance(addr, ipaddress.IPv6Address) and (
+        addr.sixtofour is not None or addr.teredo is not None
+    ):
         return "a tunnelled-IPv4"
     if addr.is_private or not addr.is_global:
         return "a private"
@@ -225,7 +262,10 @@ def check(egress: Egress, target: Target) -> None:
     if target.literal is not None and not allowed:
         problem = address_problem(target.literal)
         if problem is not None:
-            raise Refused("egress_denied", f"{target.host} is {problem} address; refused unless the allowlist names {target.key} exactly")
+            raise Refused(
+                "egress_denied",
+                f"{target.host} is {problem} address; refused unless the allowlist names {target.key} exactly",
+            )
     if not allowed:
         raise Refused("egress_denied", f"{target.key} is not on the allowlist")
 
@@ -255,10 +295,18 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
             continue
         if key in DROPPED_HEADERS or key.startswith("proxy-"):
             if "_" in name:
-                raise Refused("bad_args", f"header {name[:64]!r} is {key} to a server that reads '_' as '-' (request smuggling); the gateway frames the request itself")
+                raise Refused(
+                    "bad_args",
+                    f"header {name[:64]!r} is {key} to a server that reads '_' as '-' (request smuggling); the gateway frames the request itself",
+                )
             continue
-        if seen.setdefault(key, name.lower()) != name.lower():  # one header twice in two cases is plain HTTP
-            raise Refused("bad_args", f"headers {seen[key][:64]!r} and {name[:64]!r} are one header to a server that reads '_' as '-'; send it once")
+        if (
+            seen.setdefault(key, name.lower()) != name.lower()
+        ):  # one header twice in two cases is plain HTTP
+            raise Refused(
+                "bad_args",
+                f"headers {seen[key][:64]!r} and {name[:64]!r} are one header to a server that reads '_' as '-'; send it once",
+            )
         out.append((name, value))
     if size > MAX_HEADER_BYTES:
         raise Refused("bad_args", f"the headers are over {MAX_HEADER_BYTES} bytes")
@@ -272,7 +320,9 @@ def _body(args: dict[str, Any], limit: int) -> bytes | None:
         try:
             data = str(args["body"]).encode("utf-8")
         except UnicodeEncodeError:
-            raise Refused("bad_args", "'body' is not valid UTF-8 text; send bytes as 'body_b64'") from None
+            raise Refused(
+                "bad_args", "'body' is not valid UTF-8 text; send bytes as 'body_b64'"
+            ) from None
     elif "body_b64" in args:
         try:
             data = base64.b64decode(str(args["body_b64"]), validate=True)
@@ -281,7 +331,9 @@ def _body(args: dict[str, Any], limit: int) -> bytes | None:
     else:
         return None
     if len(data) > limit:
-        raise Refused("too_large", f"the request body is {len(data)} bytes, over the {limit}-byte limit")
+        raise Refused(
+            "too_large", f"the request body is {len(data)} bytes, over the {limit}-byte limit"
+        )
     return data
 
 
@@ -299,7 +351,9 @@ def request(egress: Egress | None, args: dict[str, Any]) -> tuple[dict[str, Any]
     deadline = time.monotonic() + DEADLINE_SECONDS
     conn = _connection(egress, target)
     try:
-        status, reason_headers, data, truncated = _exchange(conn, target, headers, body, deadline, egress.max_response_bytes)
+        status, reason_headers, data, truncated = _exchange(
+            conn, target, headers, body, deadline, egress.max_response_bytes
+        )
     finally:
         conn.close()
     result: dict[str, Any] = {"status": status, "headers": reason_headers, "truncated": truncated}
@@ -329,14 +383,21 @@ def request(egress: Egress | None, args: dict[str, Any]) -> tuple[dict[str, Any]
 def _connection(egress: Egress, target: Target) -> http.client.HTTPConnection:
     if target.scheme == "https":
         context = ssl.create_default_context()
-        conn = http.client.HTTPSConnection(egress.proxy_host, egress.proxy_port, timeout=TIMEOUT_SECONDS, context=context)
+        conn = http.client.HTTPSConnection(
+            egress.proxy_host, egress.proxy_port, timeout=TIMEOUT_SECONDS, context=context
+        )
         conn.set_tunnel(target.host, target.port)
         return conn
     return http.client.HTTPConnection(egress.proxy_host, egress.proxy_port, timeout=TIMEOUT_SECONDS)
 
 
 def _exchange(
-    conn: http.client.HTTPConnection, target: Target, headers: list[tuple[str, str]], body: bytes | None, deadline: float, limit: int
+    conn: http.client.HTTPConnection,
+    target: Target,
+    headers: list[tuple[str, str]],
+    body: bytes | None,
+    deadline: float,
+    limit: int,
 ) -> tuple[int, dict[str, str], bytes, bool]:
     # http: the proxy gets the absolute URL; https: the tunnel is to the target, so origin-form.
     request_target = target.url if target.scheme == "http" else target.path
@@ -360,13 +421,19 @@ def _exchange(
     except Refused:
         raise
     except ssl.SSLCertVerificationError as exc:
-        raise Refused("upstream_error", f"TLS certificate of {target.host} not accepted: {exc.verify_message}") from None
+        raise Refused(
+            "upstream_error", f"TLS certificate of {target.host} not accepted: {exc.verify_message}"
+        ) from None
     except TimeoutError:
-        raise Refused("upstream_timeout", f"{target.key} did not answer within {DEADLINE_SECONDS:g}s") from None
+        raise Refused(
+            "upstream_timeout", f"{target.key} did not answer within {DEADLINE_SECONDS:g}s"
+        ) from None
     except OSError as exc:
         raise _connect_refusal(exc, target) from None
     except (http.client.HTTPException, ValueError) as exc:
-        raise Refused("upstream_error", f"the answer from {target.key} is unusable: {type(exc).__name__}") from None
+        raise Refused(
+            "upstream_error", f"the answer from {target.key} is unusable: {type(exc).__name__}"
+        ) from None
     return status, response_headers, data, truncated
 
 
@@ -379,7 +446,9 @@ def _tighten(sock: socket.socket | None, deadline: float) -> None:
         sock.settimeout(min(TIMEOUT_SECONDS, remaining))
 
 
-def _read(sock: socket.socket | None, response: http.client.HTTPResponse, deadline: float, limit: int) -> tuple[bytes, bool]:
+def _read(
+    sock: socket.socket | None, response: http.client.HTTPResponse, deadline: float, limit: int
+) -> tuple[bytes, bool]:
     data = bytearray()
     while len(data) <= limit:
         _tighten(sock, deadline)
@@ -403,7 +472,10 @@ def _response_headers(response: http.client.HTTPResponse) -> dict[str, str]:
 
 def _from_proxy(response: http.client.HTTPResponse) -> bool:
     """An answer the egress proxy made itself (it strips this header from upstream answers)."""
-    return response.status >= 400 and any(v.strip().startswith(PROXY_STATUS_TOKEN) for v in response.headers.get_all("Proxy-Status", []))
+    return response.status >= 400 and any(
+        v.strip().startswith(PROXY_STATUS_TOKEN)
+        for v in response.headers.get_all("Proxy-Status", [])
+    )
 
 
 def _proxy_refusal(response: http.client.HTTPResponse) -> Refused:
@@ -425,13 +497,22 @@ def _connect_refusal(exc: OSError, target: Target) -> Refused:
     if match:  # the proxy refused the CONNECT (http.client does not expose its body)
         code = int(match.group(1))
         if code == 403:
-            return Refused("egress_denied", f"egress proxy refused the tunnel to {target.key} (403)")
+            return Refused(
+                "egress_denied", f"egress proxy refused the tunnel to {target.key} (403)"
+            )
         if code == 504:
             return Refused("upstream_timeout", f"egress proxy: {target.key} did not answer (504)")
-        return Refused("upstream_error", f"egress proxy could not open a tunnel to {target.key} ({code})")
+        return Refused(
+            "upstream_error", f"egress proxy could not open a tunnel to {target.key} ({code})"
+        )
     if isinstance(exc, ssl.SSLError):
-        return Refused("upstream_error", f"TLS with {target.host} failed: {exc.reason or type(exc).__name__}")
-    return Refused("upstream_error", f"cannot reach {target.key} through the egress proxy: {type(exc).__name__}")
+        return Refused(
+            "upstream_error", f"TLS with {target.host} failed: {exc.reason or type(exc).__name__}"
+        )
+    return Refused(
+        "upstream_error",
+        f"cannot reach {target.key} through the egress proxy: {type(exc).__name__}",
+    )
 
 
 def _text(data: bytes, truncated: bool) -> str | None:

@@ -106,10 +106,14 @@ class Store:
             return
         if "binding" not in old:
             self._db.execute("ALTER TABLE keys ADD COLUMN binding TEXT NOT NULL DEFAULT ''")
-            for (key,) in self._db.execute("SELECT key FROM keys WHERE key LIKE 'key:%'").fetchall():
+            for (key,) in self._db.execute(
+                "SELECT key FROM keys WHERE key LIKE 'key:%'"
+            ).fetchall():
                 new = "key:" + sha256_hex(key[len("key:") :].encode("utf-8", "surrogatepass"))
                 self._db.execute("UPDATE keys SET key = ? WHERE key = ?", (new, key))
-        self._db.execute("INSERT INTO calls SELECT key, binding, attempt, 1, state, action_id, status, answer, created_at FROM keys")
+        self._db.execute(
+            "INSERT INTO calls SELECT key, binding, attempt, 1, state, action_id, status, answer, created_at FROM keys"
+        )
         self._db.execute("DROP TABLE keys")
 
     def claim(self, call: Call, *, action_id: str) -> Prior | None:
@@ -134,7 +138,14 @@ class Store:
             if earlier is None:
                 self._db.execute(
                     "INSERT INTO calls (key, binding, attempt, shared, state, action_id, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
-                    (call.key, call.binding, call.attempt, int(call.shared), action_id, time.time()),
+                    (
+                        call.key,
+                        call.binding,
+                        call.attempt,
+                        int(call.shared),
+                        action_id,
+                        time.time(),
+                    ),
                 )
                 return None
             self._db.execute(  # the earlier row, as this attempt's: the key is now bound here too
@@ -148,7 +159,14 @@ class Store:
         if row is None:
             return None
         state, prior_action, prior_attempt, status, answer, binding = row
-        return Prior(state, prior_action, prior_attempt, status, json.loads(answer) if answer else None, binding)
+        return Prior(
+            state,
+            prior_action,
+            prior_attempt,
+            status,
+            json.loads(answer) if answer else None,
+            binding,
+        )
 
     def complete(self, call: Call, status: int, answer: dict[str, Any]) -> None:
         self._db.execute(
@@ -158,7 +176,10 @@ class Store:
 
     def release(self, call: Call) -> None:
         """Forget a pending call that had no effect (denied or failed before acting)."""
-        self._db.execute("DELETE FROM calls WHERE key = ? AND binding = ? AND attempt = ? AND state = 'pending'", (call.key, call.binding, call.attempt))
+        self._db.execute(
+            "DELETE FROM calls WHERE key = ? AND binding = ? AND attempt = ? AND state = 'pending'",
+            (call.key, call.binding, call.attempt),
+        )
 
     def close(self) -> None:
         self._db.close()

@@ -11,7 +11,9 @@ Standard library only: this module runs inside the gateway image.
 
 from __future__ import annotations
 
-_NOT_BRACKETS = bytes(range(256)).translate(None, b"[]{}")  # deleted, so that only brackets are left
+_NOT_BRACKETS = bytes(range(256)).translate(
+    None, b"[]{}"
+)  # deleted, so that only brackets are left
 
 
 def too_complex(body: bytes, max_depth: int, max_items: int) -> str | None:

@@ -76,17 +76,28 @@ from typing import Any
 
 from assure.core import gate
 from assure.core.chain import canonical
-
 from assure.gateway import features
 from assure.gateway.blobs import Blobs, read_file
 from assure.gateway.config import Config
 from assure.gateway.dispatch import MODEL_ROUTES, MODEL_TOOL, Answer, Dispatcher
 from assure.gateway.modelsources import Replay, Script, Upstream
 from assure.gateway.modelusage import FEE_TOOLS, USAGE_FIELDS, cost_of, fees_of, price_for, usage_of
-from assure.gateway.modelwire import OPENAI, OUTPUT_CAPS, PATHS, SPENDING, Call, Failure, ModelError, Response, failure_response
+from assure.gateway.modelwire import (
+    OPENAI,
+    OUTPUT_CAPS,
+    PATHS,
+    SPENDING,
+    Call,
+    Failure,
+    ModelError,
+    Response,
+    failure_response,
+)
 
 DEFAULT_VERSION = "2023-06-01"
-MAX_TOKENS = 2**31 - 1  # a larger max_tokens is refused: priced, it overflows to inf (no journal line holds it)
+MAX_TOKENS = (
+    2**31 - 1
+)  # a larger max_tokens is refused: priced, it overflows to inf (no journal line holds it)
 INPUT_BYTES_PER_TOKEN = 4  # the input estimate a reservation uses (the answer's usage settles it)
 # Under a budget, a call reserves its input estimate and at most what the budget has left for
 # its output, and is forwarded with its output cap clamped to that: a large `max_tokens` (Claude
@@ -110,7 +121,13 @@ def unavailable(dispatcher: Dispatcher, endpoint: str) -> Answer:
     """The answer when the config has no `model` section (journaled as a rejected request)."""
     message = "this run has no model access: the gateway config has no `model` section"
     dispatcher.reject(404, "no_model", message, target=PATHS[endpoint])
-    return _answer(failure_response(Failure(404, "not_found_error", message, code="no_model", retry=False), endpoint in OPENAI), None)
+    return _answer(
+        failure_response(
+            Failure(404, "not_found_error", message, code="no_model", retry=False),
+            endpoint in OPENAI,
+        ),
+        None,
+    )
 
 
 def _answer(response: Response, action_id: str | None) -> Answer:
@@ -123,12 +140,18 @@ def read_key(path: str) -> str:
     try:
         data = read_file(path, MAX_KEY_BYTES + 1)
     except OSError as exc:
-        raise ModelError(f"model.key_file: cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+        raise ModelError(
+            f"model.key_file: cannot read {path}: {exc.strerror or type(exc).__name__}"
+        ) from None
     if len(data) > MAX_KEY_BYTES:
-        raise ModelError(f"model.key_file: {path} is over {MAX_KEY_BYTES} bytes; it must hold only the API key")
+        raise ModelError(
+            f"model.key_file: {path} is over {MAX_KEY_BYTES} bytes; it must hold only the API key"
+        )
     key = data.strip()
     if len(key) < MIN_KEY_CHARS or any(not 0x21 <= b <= 0x7E for b in key):
-        raise ModelError(f"model.key_file: {path} must hold one API key: at least {MIN_KEY_CHARS} printable ASCII characters, no spaces")
+        raise ModelError(
+            f"model.key_file: {path} must hold one API key: at least {MIN_KEY_CHARS} printable ASCII characters, no spaces"
+        )
     return key.decode("ascii")
 
 
@@ -155,7 +178,11 @@ class ModelProxy:
 
     def describe(self) -> dict[str, Any]:
         """For `GET /v1/health`."""
-        return {"mode": self._model.mode, "routes": sorted(MODEL_ROUTES), "models_priced": sorted(self._model.prices)}
+        return {
+            "mode": self._model.mode,
+            "routes": sorted(MODEL_ROUTES),
+            "models_priced": sorted(self._model.prices),
+        }
 
     def handle(self, endpoint: str, headers: Mapping[str, str], query: str, body: bytes) -> Answer:
         """Answer one request to a model route (`endpoint` is a value of MODEL_ROUTES)."""
@@ -164,10 +191,21 @@ class ModelProxy:
         try:
             call = self._parse(endpoint, headers, query, body)
             features.check(call.parsed, call.beta, self._allow, endpoint)
-        except features.Refused as exc:  # something the provider would act on by itself: every part named at once
+        except (
+            features.Refused
+        ) as exc:  # something the provider would act on by itself: every part named at once
             allow = {"allow": exc.allow()} if exc.problems else {}
-            failure = Failure(403, "permission_error", f"refused by the gateway{',' if exc.problems else ':'} {exc}", code="feature_refused", retry=False, detail=allow)
-            self._dispatcher.reject(failure.status, failure.code, failure.message, target=PATHS[endpoint], **allow)
+            failure = Failure(
+                403,
+                "permission_error",
+                f"refused by the gateway{',' if exc.problems else ':'} {exc}",
+                code="feature_refused",
+                retry=False,
+                detail=allow,
+            )
+            self._dispatcher.reject(
+                failure.status, failure.code, failure.message, target=PATHS[endpoint], **allow
+            )
             return _answer(failure_response(failure, openai), None)
         except Failure as exc:  # refused before the gate, like any malformed request
             self._dispatcher.reject(exc.status, exc.code, exc.message, target=PATHS[endpoint])
@@ -185,28 +223,50 @@ class ModelProxy:
             "anthropic_beta": call.beta,
             "query": call.query or None,
         }
-        action = gate.Action(MODEL_TOOL, False, scope=f"model:{endpoint}", resource_mode="external" if self._key else gate.SANDBOX, spends=True)
+        action = gate.Action(
+            MODEL_TOOL,
+            False,
+            scope=f"model:{endpoint}",
+            resource_mode="external" if self._key else gate.SANDBOX,
+            spends=True,
+        )
         fit, uncountable = self._reservation(call)
-        decision = self._dispatcher.decide_model_call(record, action, self._unpriced(call) or uncountable, fit)
+        decision = self._dispatcher.decide_model_call(
+            record, action, self._unpriced(call) or uncountable, fit
+        )
         if decision is None:
             message = "the gateway journal is unavailable; no model calls are served"
-            return _answer(failure_response(Failure(503, "api_error", message, code="unavailable", retry=False), openai), None)
+            return _answer(
+                failure_response(
+                    Failure(503, "api_error", message, code="unavailable", retry=False), openai
+                ),
+                None,
+            )
         if decision.allowed:
             try:
                 self._blobs.put(call.canonical)  # the request, under its digest: only once allowed
             except OSError as exc:
-                return self._unrecorded(record, f"the request could not be stored: {type(exc).__name__}", 0, 0.0)
+                return self._unrecorded(
+                    record, f"the request could not be stored: {type(exc).__name__}", 0, 0.0
+                )
             call = _clamped(call, fit.output, record)
             response = self._scrub(self._respond(call))
         else:
             message = f"model call denied by the gateway ({decision.rule}): {decision.reason}"
-            response = failure_response(Failure(403, "permission_error", message, code="denied", retry=False), openai)
+            response = failure_response(
+                Failure(403, "permission_error", message, code="denied", retry=False), openai
+            )
         try:
             tokens, cost = self._account(call, response, record)
         except Exception as exc:  # fail closed: journaled, and what it reserved counts as spent
             reserved = record.get("reserved") or {"tokens": 0, "cost": 0.0}
             record.update(tokens=reserved["tokens"], cost=reserved["cost"])
-            return self._unrecorded(record, f"its usage could not be counted: {type(exc).__name__}", reserved["tokens"], reserved["cost"])
+            return self._unrecorded(
+                record,
+                f"its usage could not be counted: {type(exc).__name__}",
+                reserved["tokens"],
+                reserved["cost"],
+            )
         record.update(
             served=response.served,
             status=response.status,
@@ -217,12 +277,23 @@ class ModelProxy:
             **response.extra,
         )
         try:  # a denied call's answer is the gateway's own error: its digest is journaled, nothing stored
-            record["response_sha256"] = self._blobs.put(response.body) if decision.allowed else hashlib.sha256(response.body).hexdigest()
+            record["response_sha256"] = (
+                self._blobs.put(response.body)
+                if decision.allowed
+                else hashlib.sha256(response.body).hexdigest()
+            )
         except OSError as exc:
-            return self._unrecorded(record, f"the response could not be stored: {type(exc).__name__}", tokens, cost)
+            return self._unrecorded(
+                record, f"the response could not be stored: {type(exc).__name__}", tokens, cost
+            )
         if not self._dispatcher.record_model_call(record, tokens, cost):
             message = "the journal could not be written; the response is withheld"
-            return _answer(failure_response(Failure(500, "api_error", message, code="journal_error", retry=False), openai), record["action_id"])
+            return _answer(
+                failure_response(
+                    Failure(500, "api_error", message, code="journal_error", retry=False), openai
+                ),
+                record["action_id"],
+            )
         return _answer(response, record["action_id"])
 
     def _parse(self, endpoint: str, headers: Mapping[str, str], query: str, body: bytes) -> Call:
@@ -232,9 +303,19 @@ class ModelProxy:
         upstream = self._model.mode if self._key else None
         if upstream is not None and (endpoint in OPENAI) != (upstream == "openai"):
             api = "an OpenAI-compatible API" if upstream == "openai" else "the Anthropic API"
-            raise Failure(404, "not_found_error", f"this run's model upstream is {api} (model.mode {upstream!r}): {PATHS[endpoint]} is not served", code="other_api", retry=False)
+            raise Failure(
+                404,
+                "not_found_error",
+                f"this run's model upstream is {api} (model.mode {upstream!r}): {PATHS[endpoint]} is not served",
+                code="other_api",
+                retry=False,
+            )
         try:
-            parsed = {} if endpoint == "models" else json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+            parsed = (
+                {}
+                if endpoint == "models"
+                else json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+            )
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise bad("bad_json", f"body is not valid JSON: {exc}") from None
         if not isinstance(parsed, dict):
@@ -253,14 +334,34 @@ class ModelProxy:
             raise bad("bad_query", "the query string may hold only letters, digits and ._=&-")
         for key in OUTPUT_CAPS.get(endpoint, ()):
             value = parsed.get(key)
-            if (value is not None or endpoint == "messages") and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS):
+            if (value is not None or endpoint == "messages") and (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 0 <= value <= MAX_TOKENS
+            ):
                 required = " is required:" if endpoint == "messages" else " must be"
-                raise bad("bad_max_tokens", f"{key}{required} a whole number 0..{MAX_TOKENS} (it is reserved against the token budget before the call)")
-        return Call(endpoint, body, canon, hashlib.sha256(canon).hexdigest(), parsed, query, version, beta or None)
+                raise bad(
+                    "bad_max_tokens",
+                    f"{key}{required} a whole number 0..{MAX_TOKENS} (it is reserved against the token budget before the call)",
+                )
+        return Call(
+            endpoint,
+            body,
+            canon,
+            hashlib.sha256(canon).hexdigest(),
+            parsed,
+            query,
+            version,
+            beta or None,
+        )
 
     def _unpriced(self, call: Call) -> str | None:
         """Why this call's cost could not be counted against the run's cost limit (None: it can)."""
-        if not self._cost_limited or call.endpoint not in SPENDING or price_for(self._model.prices, call.model):
+        if (
+            not self._cost_limited
+            or call.endpoint not in SPENDING
+            or price_for(self._model.prices, call.model)
+        ):
             return None
         return f"no price for model {call.model!r} in model.prices, and this run has a cost limit: its cost could not be counted"
 
@@ -270,24 +371,45 @@ class ModelProxy:
         more), and `max_uses` of each fee-charging server tool. count_tokens and models spend nothing."""
         if call.endpoint not in SPENDING:
             return _Fit(0, 0, 0.0, 0.0, 0.0), None
-        estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN) + IMAGE_TOKENS * _images(call.parsed)
+        estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN) + IMAGE_TOKENS * _images(
+            call.parsed
+        )
         found = price_for(self._model.prices, call.model)
-        price_in, price_out = (0.0, 0.0) if found is None else (max(found[1].input, found[1].cache_write) / 1_000_000, found[1].output / 1_000_000)
+        price_in, price_out = (
+            (0.0, 0.0)
+            if found is None
+            else (
+                max(found[1].input, found[1].cache_write) / 1_000_000,
+                found[1].output / 1_000_000,
+            )
+        )
         fees, why = 0.0, None
         tools = call.parsed.get("tools")
         for tool in tools if isinstance(tools, list) else ():
             kind = tool.get("type") if isinstance(tool, dict) else None
-            field_name = next((f for prefix, f in FEE_TOOLS.items() if isinstance(kind, str) and kind.startswith(prefix)), None)
+            field_name = next(
+                (
+                    f
+                    for prefix, f in FEE_TOOLS.items()
+                    if isinstance(kind, str) and kind.startswith(prefix)
+                ),
+                None,
+            )
             fee = self._model.server_tool_fees.get(field_name, 0.0) if field_name else 0.0
             if not fee:
                 continue
             uses = tool.get("max_uses")
             if isinstance(uses, bool) or not isinstance(uses, int) or uses < 0:
                 if self._cost_limited:
-                    why = why or f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
+                    why = (
+                        why
+                        or f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
+                    )
                 continue
             fees += uses * fee
-        if not math.isfinite(fees):  # e.g. max_uses of 10**308: no journal line holds inf, and no limit can be kept
+        if not math.isfinite(
+            fees
+        ):  # e.g. max_uses of 10**308: no journal line holds inf, and no limit can be kept
             fees, why = 0.0, "its cost cannot be reserved: it is larger than a float can hold"
         return _Fit(estimate, call.output_cap, price_in, price_out, fees), why
 
@@ -296,20 +418,33 @@ class ModelProxy:
             return self._source.respond(call)
         except Failure as exc:  # a replay mismatch's differing paths go to the journal line too
             response = failure_response(exc, call.openai)
-            return replace(response, extra={"differs": exc.detail["differs"]}) if "differs" in exc.detail else response
+            return (
+                replace(response, extra={"differs": exc.detail["differs"]})
+                if "differs" in exc.detail
+                else response
+            )
         except Exception as exc:  # fail closed: an answer, never a crash
-            return failure_response(Failure(500, "api_error", f"gateway error: {type(exc).__name__}", code="internal_error"), call.openai)
+            return failure_response(
+                Failure(
+                    500, "api_error", f"gateway error: {type(exc).__name__}", code="internal_error"
+                ),
+                call.openai,
+            )
 
     def _scrub(self, response: Response) -> Response:
         """The API key must never reach the agent, the journal or a blob."""
         if self._key is None:
             return response
         key = self._key
-        if key.encode("ascii") not in response.body and not any(key in v for _, v in response.headers):
+        if key.encode("ascii") not in response.body and not any(
+            key in v for _, v in response.headers
+        ):
             return response
         headers = tuple((n, v.replace(key, REDACTED)) for n, v in response.headers)
         body = response.body.replace(key.encode("ascii"), REDACTED.encode("ascii"))
-        return Response(response.status, headers, body, response.served, response.extra, response.error)
+        return Response(
+            response.status, headers, body, response.served, response.extra, response.error
+        )
 
     def _account(self, call: Call, response: Response, record: dict[str, Any]) -> tuple[int, float]:
         """Tokens and cost of a successful Messages response (else none); usage into `record`."""
@@ -317,7 +452,9 @@ class ModelProxy:
             record.update(usage=None, tokens=0, cost=0.0, priced=None)
             return 0, 0.0
         reported, answered_model = usage_of(response, call.openai)
-        if not reported and record.get("reserved"):  # an answer whose usage cannot be read costs the most it could
+        if not reported and record.get(
+            "reserved"
+        ):  # an answer whose usage cannot be read costs the most it could
             tokens, cost = record["reserved"]["tokens"], record["reserved"]["cost"]
             record.update(usage=None, tokens=tokens, cost=cost, priced=None, usage_unread=True)
             return tokens, cost
@@ -325,19 +462,32 @@ class ModelProxy:
         server = {name: reported.get(name, 0) for name in FEE_TOOLS.values()}
         tokens = sum(usage.values())
         found = price_for(self._model.prices, answered_model, call.model)
-        cost = (cost_of(usage, found[1]) if found else 0.0) + fees_of(server, self._model.server_tool_fees)
-        record.update(usage=usage, server_tool_use=server, tokens=tokens, cost=round(cost, 9), priced=found[0] if found else None, response_model=self._dispatcher.field(answered_model))
+        cost = (cost_of(usage, found[1]) if found else 0.0) + fees_of(
+            server, self._model.server_tool_fees
+        )
+        record.update(
+            usage=usage,
+            server_tool_use=server,
+            tokens=tokens,
+            cost=round(cost, 9),
+            priced=found[0] if found else None,
+            response_model=self._dispatcher.field(answered_model),
+        )
         return tokens, cost
 
     def _unrecorded(self, record: dict[str, Any], why: str, tokens: int, cost: float) -> Answer:
         """A call whose request or response could not be stored: journaled (tokens counted),
         and the agent gets a 500 instead of an unrecorded answer."""
         record.setdefault("decision", gate.DENY)
-        record.update(served="gateway", status=500, error="record_failed", reason=why, response_sha256=None)
+        record.update(
+            served="gateway", status=500, error="record_failed", reason=why, response_sha256=None
+        )
         self._dispatcher.record_model_call(record, tokens, cost)
         message = f"the gateway could not record this call ({why}); nothing is returned"
         failure = Failure(500, "api_error", message, code="record_failed", retry=False)
-        return _answer(failure_response(failure, record.get("endpoint") in OPENAI), record["action_id"])
+        return _answer(
+            failure_response(failure, record.get("endpoint") in OPENAI), record["action_id"]
+        )
 
 
 @dataclass
@@ -360,12 +510,18 @@ class _Fit:
         if tokens_left is not None:
             room.append(tokens_left - self.estimate)
         if cost_left is not None and self.price_out > 0:
-            room.append(math.floor((cost_left - self.fees - self.estimate * self.price_in) / self.price_out))
+            room.append(
+                math.floor((cost_left - self.fees - self.estimate * self.price_in) / self.price_out)
+            )
         output = min(room) if room else None
-        if output is not None and output < min(MIN_OUTPUT, want or 0):  # no room: reserve what it asked, and the gate denies it
+        if output is not None and output < min(
+            MIN_OUTPUT, want or 0
+        ):  # no room: reserve what it asked, and the gate denies it
             output = want
         self.output = output
-        return self.estimate + (output or 0), self.estimate * self.price_in + (output or 0) * self.price_out + self.fees
+        return self.estimate + (output or 0), self.estimate * self.price_in + (
+            output or 0
+        ) * self.price_out + self.fees
 
 
 def _clamped(call: Call, output: int | None, record: dict[str, Any]) -> Call:
@@ -377,7 +533,9 @@ def _clamped(call: Call, output: int | None, record: dict[str, Any]) -> Call:
     record["output_cap"] = {"asked": call.output_cap, "forwarded": output}
     parsed = {**call.parsed, **{key: output for key in keys if key in call.parsed}}
     parsed.setdefault(keys[0], output)
-    return replace(call, body=json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return replace(
+        call, body=json.dumps(parsed, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    )
 
 
 def _images(value: Any) -> int:

@@ -27,6 +27,7 @@ VOLATILE = "<volatile>"
 
 # ---- the parts a matcher reads ----
 
+
 def _text(value: Any) -> str:
     """A content value's text: a string, or the `text` of its blocks (Anthropic `text`, OpenAI
     `text`/`input_text`/`output_text` parts; a tool result's nested content too), bounded."""
@@ -37,8 +38,14 @@ def _text(value: Any) -> str:
     for block in value if isinstance(value, list) else ():
         if not isinstance(block, dict):
             continue
-        piece = block.get("text") if isinstance(block.get("text"), str) else _text(block.get("content")) if block.get("type") == "tool_result" else ""
-        parts.append(piece[:MATCH_CHARS - size])
+        piece = (
+            block.get("text")
+            if isinstance(block.get("text"), str)
+            else _text(block.get("content"))
+            if block.get("type") == "tool_result"
+            else ""
+        )
+        parts.append(piece[: MATCH_CHARS - size])
         size += len(parts[-1])
         if size >= MATCH_CHARS:
             break
@@ -57,7 +64,11 @@ def system_text(parsed: dict[str, Any], endpoint: str) -> str:
     """The system prompt: `system` (Messages), `instructions` (Responses) and every message of
     role system or developer."""
     parts = [_text(parsed.get("instructions" if endpoint == "responses" else "system"))]
-    parts += [_text(m.get("content")) for m in _messages(parsed, endpoint) if m.get("role") in ("system", "developer")]
+    parts += [
+        _text(m.get("content"))
+        for m in _messages(parsed, endpoint)
+        if m.get("role") in ("system", "developer")
+    ]
     return "\n".join(p for p in parts if p)[:MATCH_CHARS]
 
 
@@ -67,7 +78,11 @@ def last_user_text(parsed: dict[str, Any], endpoint: str) -> str:
         if message.get("role") != "user":
             continue
         content = message.get("content")
-        text = _text([b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")] if isinstance(content, list) else content)
+        text = _text(
+            [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")]
+            if isinstance(content, list)
+            else content
+        )
         if text:
             return text
     return ""
@@ -82,7 +97,11 @@ def last_tool_result(parsed: dict[str, Any], endpoint: str) -> str | None:
         if message.get("type") == "function_call_output":
             return _text(message.get("output"))
         content = message.get("content")
-        results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] if isinstance(content, list) else []
+        results = (
+            [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+            if isinstance(content, list)
+            else []
+        )
         if results:
             return _text(results[-1].get("content"))
     return None
@@ -93,13 +112,19 @@ def tools_offered(parsed: dict[str, Any]) -> set[str]:
     names: set[str] = set()
     for tool in tools if isinstance(tools, list) else ():
         if isinstance(tool, dict):
-            name = tool.get("name", (tool.get("function") or {}).get("name") if isinstance(tool.get("function"), dict) else None)
+            name = tool.get(
+                "name",
+                (tool.get("function") or {}).get("name")
+                if isinstance(tool.get("function"), dict)
+                else None,
+            )
             if isinstance(name, str):
                 names.add(name)
     return names
 
 
 # ---- a script entry's matcher ----
+
 
 @dataclass(frozen=True)
 class Pattern:
@@ -111,7 +136,11 @@ class Pattern:
     def test(self, text: str | None) -> bool:
         if text is None:
             return False
-        return self.substring in text if self.substring is not None else bool(self.regex and self.regex.search(text))
+        return (
+            self.substring in text
+            if self.substring is not None
+            else bool(self.regex and self.regex.search(text))
+        )
 
 
 @dataclass(frozen=True)
@@ -131,7 +160,9 @@ class Match:
             return False
         if self.stream is not None and (parsed.get("stream") is True) != self.stream:
             return False
-        if self.model is not None and not self.model.test(parsed.get("model") if isinstance(parsed.get("model"), str) else None):
+        if self.model is not None and not self.model.test(
+            parsed.get("model") if isinstance(parsed.get("model"), str) else None
+        ):
             return False
         if self.tools is not None:
             offered = tools_offered(parsed)
@@ -164,7 +195,9 @@ def parse_match(value: Any, where: str) -> Match:
     if "tools" in value:
         tools = value["tools"]
         if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
-            raise ModelError(f'{where}.match.tools: must be a list of tool names, each offered by the request ([]: it offers none), e.g. ["Edit"]')
+            raise ModelError(
+                f'{where}.match.tools: must be a list of tool names, each offered by the request ([]: it offers none), e.g. ["Edit"]'
+            )
         out["tools"] = frozenset(tools)
     for name in TEXT_FIELDS:
         if name in value:
@@ -180,10 +213,13 @@ def _pattern(value: Any, where: str) -> Pattern:
             return Pattern(regex=re.compile(value["regex"]))
         except re.error as exc:
             raise ModelError(f"{where}.regex: not a valid regular expression: {exc}") from None
-    raise ModelError(f'{where}: must be a non-empty substring, or {{"regex": "..."}} (Python re, searched)')
+    raise ModelError(
+        f'{where}: must be a non-empty substring, or {{"regex": "..."}} (Python re, searched)'
+    )
 
 
 # ---- replay: volatile parts, and where two requests differ ----
+
 
 @dataclass(frozen=True)
 class Volatile:
@@ -219,7 +255,9 @@ def _drop(value: Any, path: tuple[str, ...]) -> None:
             else:
                 del value[key]
     elif isinstance(value, list) and (head == "*" or head.isdigit()):
-        indexes = range(len(value)) if head == "*" else [int(head)] if int(head) < len(value) else []
+        indexes = (
+            range(len(value)) if head == "*" else [int(head)] if int(head) < len(value) else []
+        )
         if not rest:
             for i in sorted(indexes, reverse=True):
                 del value[i]
@@ -240,13 +278,19 @@ def _blank(value: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
     return value
 
 
-def _blank_system(parsed: dict[str, Any], endpoint: str, patterns: tuple[re.Pattern[str], ...]) -> None:
+def _blank_system(
+    parsed: dict[str, Any], endpoint: str, patterns: tuple[re.Pattern[str], ...]
+) -> None:
     top = "instructions" if endpoint == "responses" else "system"
     if top in parsed:
         parsed[top] = _blank(parsed[top], patterns)
     messages = parsed.get("input" if endpoint == "responses" else "messages")
     for message in messages if isinstance(messages, list) else ():
-        if isinstance(message, dict) and message.get("role") in ("system", "developer") and "content" in message:
+        if (
+            isinstance(message, dict)
+            and message.get("role") in ("system", "developer")
+            and "content" in message
+        ):
             message["content"] = _blank(message["content"], patterns)
 
 
@@ -258,14 +302,18 @@ def differences(a: Any, b: Any) -> tuple[list[str], bool]:
     for path in _walk(a, b, "$"):
         if len(found) == MAX_DIFFS:
             return found, True
-        found.append(path if len(path) <= MAX_PATH_CHARS else path[:MAX_PATH_CHARS - 1] + "…")
+        found.append(path if len(path) <= MAX_PATH_CHARS else path[: MAX_PATH_CHARS - 1] + "…")
     return found, False
 
 
 def _walk(a: Any, b: Any, at: str) -> Iterator[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
-            here = f"{at}.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", key) else f"{at}[{json.dumps(key[:64])}{'…' if len(key) > 64 else ''}]"
+            here = (
+                f"{at}.{key}"
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", key)
+                else f"{at}[{json.dumps(key[:64])}{'…' if len(key) > 64 else ''}]"
+            )
             if key not in a or key not in b:
                 yield here + (" (only in this request)" if key in a else " (only in the recording)")
             else:

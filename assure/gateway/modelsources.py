@@ -14,18 +14,28 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from assure.core.chain import ChainError, canonical, iter_chain
-
 from assure.gateway import http as _http
 from assure.gateway import modelopenai
 from assure.gateway.blobs import Blobs, read_file
 from assure.gateway.config import Model
 from assure.gateway.egress import Egress
 from assure.gateway.modelmatch import Match, differences, parse_match, volatile
-from assure.gateway.modelwire import JSON, PATHS, SSE, Call, Failure, ModelError, Response, passed_headers
+from assure.gateway.modelwire import (
+    JSON,
+    PATHS,
+    SSE,
+    Call,
+    Failure,
+    ModelError,
+    Response,
+    passed_headers,
+)
 
 READ_BYTES = 65536
 SHOWN_DIFFS = 5  # differing paths a replay mismatch names in its message (its `differs` field has up to modelmatch.MAX_DIFFS)
-REPLAYABLE = frozenset(("upstream", "replay", "script"))  # `served` values that carry a real response
+REPLAYABLE = frozenset(
+    ("upstream", "replay", "script")
+)  # `served` values that carry a real response
 
 
 class Upstream:
@@ -33,15 +43,23 @@ class Upstream:
     `x-api-key`) or any OpenAI-compatible one (mode `openai`, key as a bearer token)."""
 
     def __init__(self, model: Model, egress: Egress | None, key: str):
-        if egress is None or model.upstream is None:  # config.py refuses this; keep the invariant here
-            raise ModelError(f"model.upstream: mode {model.mode!r} needs an upstream and an egress section")
+        if (
+            egress is None or model.upstream is None
+        ):  # config.py refuses this; keep the invariant here
+            raise ModelError(
+                f"model.upstream: mode {model.mode!r} needs an upstream and an egress section"
+            )
         self._model, self._egress, self._key = model, egress, key
         self.openai = model.mode == "openai"
 
     def respond(self, call: Call) -> Response:
-        url = f"{self._model.upstream}{PATHS[call.endpoint]}" + (f"?{call.query}" if call.query else "")
+        url = f"{self._model.upstream}{PATHS[call.endpoint]}" + (
+            f"?{call.query}" if call.query else ""
+        )
         try:
-            target = _http.parse_target({"method": "GET" if call.endpoint == "models" else "POST", "url": url})
+            target = _http.parse_target(
+                {"method": "GET" if call.endpoint == "models" else "POST", "url": url}
+            )
             _http.check(self._egress, target)
         except _http.Refused as exc:
             raise _refusal(exc) from None
@@ -52,12 +70,16 @@ class Upstream:
         finally:
             conn.close()
 
-    def _exchange(self, conn: http.client.HTTPConnection, target: _http.Target, call: Call, deadline: float) -> Response:
+    def _exchange(
+        self, conn: http.client.HTTPConnection, target: _http.Target, call: Call, deadline: float
+    ) -> Response:
         # http: the proxy gets the absolute URL; https: the tunnel is to the API, so origin-form.
         request_target = target.url if target.scheme == "http" else target.path
         body = b"" if call.endpoint == "models" else call.body
         try:
-            conn.putrequest(target.method, request_target, skip_host=True, skip_accept_encoding=True)
+            conn.putrequest(
+                target.method, request_target, skip_host=True, skip_accept_encoding=True
+            )
             conn.putheader("Host", target.authority)
             if body:
                 conn.putheader("Content-Type", JSON)
@@ -84,18 +106,30 @@ class Upstream:
         except _http.Refused as exc:
             raise _refusal(exc) from None
         except TimeoutError:
-            raise Failure(504, "api_error", f"the model API did not answer within {self._model.timeout_seconds:g}s", code="upstream_timeout") from None
+            raise Failure(
+                504,
+                "api_error",
+                f"the model API did not answer within {self._model.timeout_seconds:g}s",
+                code="upstream_timeout",
+            ) from None
         except OSError as exc:
             raise _refusal(_http._connect_refusal(exc, target)) from None
         except (http.client.HTTPException, ValueError) as exc:
-            raise Failure(502, "api_error", f"the model API's answer is unusable: {type(exc).__name__}", code="upstream_error") from None
+            raise Failure(
+                502,
+                "api_error",
+                f"the model API's answer is unusable: {type(exc).__name__}",
+                code="upstream_error",
+            ) from None
         return Response(response.status, headers, data, "upstream")
 
     def _tighten(self, sock: Any, deadline: float) -> None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("deadline")
-        if sock is not None and sock.fileno() != -1:  # http.client closes it once the body is complete
+        if (
+            sock is not None and sock.fileno() != -1
+        ):  # http.client closes it once the body is complete
             sock.settimeout(remaining)
 
     def _read(self, sock: Any, response: http.client.HTTPResponse, deadline: float) -> bytes:
@@ -108,15 +142,34 @@ class Upstream:
                 return bytes(data)
             data += chunk
             if len(data) > limit:
-                raise Failure(502, "api_error", f"the model API's answer is over the {limit}-byte limit (model.max_response_bytes)", code="too_large", retry=False)
+                raise Failure(
+                    502,
+                    "api_error",
+                    f"the model API's answer is over the {limit}-byte limit (model.max_response_bytes)",
+                    code="too_large",
+                    retry=False,
+                )
 
 
 def _refusal(exc: _http.Refused) -> Failure:
     if exc.code == "egress_denied":
-        return Failure(502, "api_error", f"the gateway cannot reach the model API: {exc.message}", code=exc.code, retry=False)
+        return Failure(
+            502,
+            "api_error",
+            f"the gateway cannot reach the model API: {exc.message}",
+            code=exc.code,
+            retry=False,
+        )
     if exc.code == "upstream_timeout":
-        return Failure(504, "api_error", f"the model API did not answer: {exc.message}", code=exc.code)
-    return Failure(502, "api_error", f"the model API could not be reached: {exc.message}", code="upstream_error")
+        return Failure(
+            504, "api_error", f"the model API did not answer: {exc.message}", code=exc.code
+        )
+    return Failure(
+        502,
+        "api_error",
+        f"the model API could not be reached: {exc.message}",
+        code="upstream_error",
+    )
 
 
 class Replay:
@@ -140,19 +193,34 @@ class Replay:
                     if record.get("event") == "model_call" and record.get("served") in REPLAYABLE:
                         self._add(path, record)
             except (ChainError, OSError, UnicodeDecodeError) as exc:
-                raise ModelError(f"model.recording.journals: {path} is not a usable gateway journal: {exc}") from None
+                raise ModelError(
+                    f"model.recording.journals: {path} is not a usable gateway journal: {exc}"
+                ) from None
         self._lock = threading.Lock()
         self._served: dict[tuple[str, str], int] = {}
         self._calls = 0
 
     def _add(self, path: str, record: dict[str, Any]) -> None:
         where = f"{path} line {record.get('seq')}"
-        endpoint, digest, status = record.get("endpoint"), record.get("request_sha256"), record.get("status")
+        endpoint, digest, status = (
+            record.get("endpoint"),
+            record.get("request_sha256"),
+            record.get("status"),
+        )
         headers, response = record.get("response_headers"), record.get("response_sha256")
         if endpoint not in PATHS or not isinstance(digest, str) or not isinstance(response, str):
-            raise ModelError(f"model.recording: {where}: a model_call without endpoint, request_sha256 or response_sha256")
-        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599 or not isinstance(headers, dict):
-            raise ModelError(f"model.recording: {where}: status or response_headers missing or malformed")
+            raise ModelError(
+                f"model.recording: {where}: a model_call without endpoint, request_sha256 or response_sha256"
+            )
+        if (
+            isinstance(status, bool)
+            or not isinstance(status, int)
+            or not 100 <= status <= 599
+            or not isinstance(headers, dict)
+        ):
+            raise ModelError(
+                f"model.recording: {where}: status or response_headers missing or malformed"
+            )
         try:
             self._blobs.get(response)
             key = self._key(endpoint, self._recorded_request(digest))
@@ -185,14 +253,39 @@ class Replay:
                 self._served[key] = nth + 1
         if nth >= len(recorded):
             message, differs = self._mismatch(call, position, nth, len(recorded))
-            raise Failure(409, "replay_mismatch", message, code="replay_mismatch", retry=False, detail={"differs": differs} if differs else None)
+            raise Failure(
+                409,
+                "replay_mismatch",
+                message,
+                code="replay_mismatch",
+                retry=False,
+                detail={"differs": differs} if differs else None,
+            )
         record = recorded[nth]
         try:
             body = self._blobs.get(record["response_sha256"])
         except ModelError as exc:
-            raise Failure(500, "api_error", f"the recording is damaged: {exc}", code="replay_damaged", retry=False) from None
-        source = {"position": nth, "call": position, "run_id": record.get("run_id"), "attempt": record.get("attempt"), "seq": record.get("seq")}
-        return Response(record["status"], passed_headers(record["response_headers"].items()), body, "replay", {"replayed": source})
+            raise Failure(
+                500,
+                "api_error",
+                f"the recording is damaged: {exc}",
+                code="replay_damaged",
+                retry=False,
+            ) from None
+        source = {
+            "position": nth,
+            "call": position,
+            "run_id": record.get("run_id"),
+            "attempt": record.get("attempt"),
+            "seq": record.get("seq"),
+        }
+        return Response(
+            record["status"],
+            passed_headers(record["response_headers"].items()),
+            body,
+            "replay",
+            {"replayed": source},
+        )
 
     def _mismatch(self, call: Call, position: int, nth: int, have: int) -> tuple[str, list[str]]:
         """The refusal, and the JSON paths (bounded: modelmatch.differences) where this request
@@ -204,13 +297,29 @@ class Replay:
         else:
             there = f"the recording's model call #{position + 1} was {PATHS[expected['endpoint']]} with request_sha256 {expected['request_sha256']}"
             try:
-                theirs = self._volatile.strip(self._recorded_request(expected["request_sha256"]), expected["endpoint"])
+                theirs = self._volatile.strip(
+                    self._recorded_request(expected["request_sha256"]), expected["endpoint"]
+                )
             except ModelError:
                 theirs = None
             if theirs is not None and expected["endpoint"] == call.endpoint:
-                differs, more = differences(self._volatile.strip(call.parsed, call.endpoint), theirs)
-                shown = ", ".join(differs[:SHOWN_DIFFS]) + (f" and {len(differs) - SHOWN_DIFFS} more (`differs`)" if len(differs) > SHOWN_DIFFS else "") + (" and more" if more else "")
-                there += f"; it differs at {shown}" if differs else "; it is the same request (this run repeats it more often than the recording)"
+                differs, more = differences(
+                    self._volatile.strip(call.parsed, call.endpoint), theirs
+                )
+                shown = (
+                    ", ".join(differs[:SHOWN_DIFFS])
+                    + (
+                        f" and {len(differs) - SHOWN_DIFFS} more (`differs`)"
+                        if len(differs) > SHOWN_DIFFS
+                        else ""
+                    )
+                    + (" and more" if more else "")
+                )
+                there += (
+                    f"; it differs at {shown}"
+                    if differs
+                    else "; it is the same request (this run repeats it more often than the recording)"
+                )
         message = (
             f"replay_mismatch: this {PATHS[call.endpoint]} request (request_sha256 {call.digest}) is model call #{position + 1} of this run "
             f"and call #{nth + 1} like it (volatile parts aside), but the recording has {have} response(s) for it; {there}. "
@@ -269,23 +378,35 @@ class Script:
         where = f"model.script: {path} item {index}"
         if isinstance(item, dict) and "match" in item:
             if not set(item) <= {"match", "response", "repeat"} or "response" not in item:
-                raise ModelError(f'{where}: a matched entry is {{"match": {{...}}, "response": <a response>, "repeat": false}}; '
-                                 f"it has {', '.join(sorted(str(k)[:40] for k in item))}")
+                raise ModelError(
+                    f'{where}: a matched entry is {{"match": {{...}}, "response": <a response>, "repeat": false}}; '
+                    f"it has {', '.join(sorted(str(k)[:40] for k in item))}"
+                )
             if not isinstance(item.get("repeat", False), bool):
                 raise ModelError(f"{where}.repeat: must be true or false")
             if isinstance(item["response"], dict) and "match" in item["response"]:
                 raise ModelError(f"{where}.response: must be a response, not another matched entry")
             answer = cls._item(path, index, item["response"])
-            return replace(answer, match=parse_match(item["match"], where), repeat=item.get("repeat", False))
+            return replace(
+                answer, match=parse_match(item["match"], where), repeat=item.get("repeat", False)
+            )
         status, headers = 200, {}
         if isinstance(item, dict) and set(item) == {"scripted"}:
             spec = item["scripted"]
-            if not isinstance(spec, dict) or not set(spec) <= {"status", "headers", "body"} or "body" not in spec:
-                raise ModelError(f'{where}: "scripted" must be an object {{"status", "headers", "body"}}')
+            if (
+                not isinstance(spec, dict)
+                or not set(spec) <= {"status", "headers", "body"}
+                or "body" not in spec
+            ):
+                raise ModelError(
+                    f'{where}: "scripted" must be an object {{"status", "headers", "body"}}'
+                )
             status, headers, item = spec.get("status", 200), spec.get("headers", {}), spec["body"]
             if isinstance(status, bool) or not isinstance(status, int) or not 200 <= status <= 599:
                 raise ModelError(f"{where}: status must be an integer 200..599")
-            if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            if not isinstance(headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+            ):
                 raise ModelError(f"{where}: headers must map strings to strings")
         if isinstance(item, str):
             passed = passed_headers([("content-type", SSE), *headers.items()])
@@ -293,8 +414,16 @@ class Script:
         if isinstance(item, dict):
             body = json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
             message = item if status == 200 and item.get("type") == "message" else None
-            return _Scripted(status, passed_headers([("content-type", JSON), *headers.items()]), body, message, False)
-        raise ModelError(f"{where}: must be a response object, an SSE string, {{\"scripted\": {{...}}}} or {{\"match\": {{...}}, \"response\": ...}}")
+            return _Scripted(
+                status,
+                passed_headers([("content-type", JSON), *headers.items()]),
+                body,
+                message,
+                False,
+            )
+        raise ModelError(
+            f'{where}: must be a response object, an SSE string, {{"scripted": {{...}}}} or {{"match": {{...}}, "response": ...}}'
+        )
 
     def respond(self, call: Call) -> Response:
         if call.endpoint == "count_tokens":
@@ -307,22 +436,37 @@ class Script:
             index = self._pick(call)
             item = self._items[index]
         by = "match" if item.match is not None else "order"
-        if item.message is not None and (call.stream or call.openai):  # one script format, the route's wire format
-            return Response(200, *_wire(call, item.message), "script", {"script_index": index, "script_by": by})
-        return Response(item.status, item.headers, item.body, "script", {"script_index": index, "script_by": by})
+        if item.message is not None and (
+            call.stream or call.openai
+        ):  # one script format, the route's wire format
+            return Response(
+                200, *_wire(call, item.message), "script", {"script_index": index, "script_by": by}
+            )
+        return Response(
+            item.status, item.headers, item.body, "script", {"script_index": index, "script_by": by}
+        )
 
     def _pick(self, call: Call) -> int:
         """The item for `call` (under the lock): the first unserved matched entry it fits (an
         SSE-string entry fits streaming requests only), else the next in order."""
         for index in self._matched:
             item = self._items[index]
-            if index in self._used or (item.stream and not call.stream) or not item.match or not item.match.test(call.endpoint, call.parsed):
+            if (
+                index in self._used
+                or (item.stream and not call.stream)
+                or not item.match
+                or not item.match.test(call.endpoint, call.parsed)
+            ):
                 continue
             if not item.repeat:
                 self._used.add(index)
             return index
         if self._next >= len(self._order):
-            also = f", and none of its {len(self._matched)} matched entries (unserved, or repeat) fits this request" if self._matched else ""
+            also = (
+                f", and none of its {len(self._matched)} matched entries (unserved, or repeat) fits this request"
+                if self._matched
+                else ""
+            )
             message = f"the model script has {len(self._order)} in-order response(s) and all were served{also}"
             raise Failure(409, "script_exhausted", message, code="script_exhausted", retry=False)
         index = self._order[self._next]
@@ -340,12 +484,18 @@ def _wire(call: Call, message: dict[str, Any]) -> tuple[tuple[tuple[str, str], .
     if call.endpoint == "chat_completions":
         options = call.parsed.get("stream_options")
         if call.stream:
-            return sse, modelopenai.chat_stream(message, isinstance(options, dict) and options.get("include_usage") is True)
-        return as_json, json.dumps(modelopenai.chat_completion(message), ensure_ascii=False).encode("utf-8")
+            return sse, modelopenai.chat_stream(
+                message, isinstance(options, dict) and options.get("include_usage") is True
+            )
+        return as_json, json.dumps(modelopenai.chat_completion(message), ensure_ascii=False).encode(
+            "utf-8"
+        )
     if call.endpoint == "responses":
         if call.stream:
             return sse, modelopenai.responses_stream(message)
-        return as_json, json.dumps(modelopenai.response_object(message), ensure_ascii=False).encode("utf-8")
+        return as_json, json.dumps(modelopenai.response_object(message), ensure_ascii=False).encode(
+            "utf-8"
+        )
     return sse, message_to_sse(message)
 
 
@@ -354,27 +504,68 @@ def message_to_sse(message: dict[str, Any]) -> bytes:
     events: list[tuple[str, dict[str, Any]]] = []
     usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
     start_usage = {**usage, "output_tokens": min(1, int(usage.get("output_tokens", 0) or 0))}
-    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}
+    start = {
+        **message,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage,
+    }
     events.append(("message_start", {"type": "message_start", "message": start}))
     for index, block in enumerate(message.get("content") or []):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
-            first, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block.get("text", "")}
+            first, delta = (
+                {"type": "text", "text": ""},
+                {"type": "text_delta", "text": block.get("text", "")},
+            )
         elif kind == "tool_use":
-            first = {"type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": json.dumps(block.get("input", {}), separators=(",", ":"))}
+            first = {
+                "type": "tool_use",
+                "id": block.get("id"),
+                "name": block.get("name"),
+                "input": {},
+            }
+            delta = {
+                "type": "input_json_delta",
+                "partial_json": json.dumps(block.get("input", {}), separators=(",", ":")),
+            }
         elif kind == "thinking":
-            first, delta = {"type": "thinking", "thinking": ""}, {"type": "thinking_delta", "thinking": block.get("thinking", "")}
+            first, delta = (
+                {"type": "thinking", "thinking": ""},
+                {"type": "thinking_delta", "thinking": block.get("thinking", "")},
+            )
         else:
             first, delta = block, None
-        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": first}))
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": first},
+            )
+        )
         if delta is not None:
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+            events.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+            )
         if kind == "thinking" and block.get("signature"):
             signature = {"type": "signature_delta", "signature": block["signature"]}
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": signature}))
+            events.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": signature},
+                )
+            )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    delta = {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")}
+    delta = {
+        "stop_reason": message.get("stop_reason"),
+        "stop_sequence": message.get("stop_sequence"),
+    }
     events.append(("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
     events.append(("message_stop", {"type": "message_stop"}))
-    return b"".join(f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode() for name, data in events)
+    return b"".join(
+        f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+        for name, data in events
+    )

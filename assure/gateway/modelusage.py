@@ -11,8 +11,16 @@ from assure.gateway import modelopenai
 from assure.gateway.config import Price
 from assure.gateway.modelwire import SSE, Response
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-FEE_TOOLS = {"web_search": "web_search_requests", "web_fetch": "web_fetch_requests"}  # tool type prefix -> usage field
+USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+FEE_TOOLS = {
+    "web_search": "web_search_requests",
+    "web_fetch": "web_fetch_requests",
+}  # tool type prefix -> usage field
 
 
 def sse_events(data: bytes) -> list[dict[str, Any]]:
@@ -20,7 +28,9 @@ def sse_events(data: bytes) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
     for block in text.split("\n\n"):
-        lines = [line[5:].removeprefix(" ") for line in block.split("\n") if line.startswith("data:")]
+        lines = [
+            line[5:].removeprefix(" ") for line in block.split("\n") if line.startswith("data:")
+        ]
         if not lines:
             continue
         try:
@@ -50,7 +60,10 @@ def usage_of(response: Response, openai: bool = False) -> tuple[dict[str, int], 
         return usage, model if isinstance(model, str) else None
     try:
         body = json.loads(response.body)
-    except (ValueError, RecursionError):  # e.g. a tool input the model nested deeper than the parser goes
+    except (
+        ValueError,
+        RecursionError,
+    ):  # e.g. a tool input the model nested deeper than the parser goes
         return usage, None
     if not isinstance(body, dict):
         return usage, None
@@ -63,7 +76,10 @@ def _merge(usage: dict[str, int], source: Any) -> None:
     if not isinstance(source, dict):
         return
     server = source.get("server_tool_use")
-    for where, names in ((source, USAGE_FIELDS), (server if isinstance(server, dict) else {}, tuple(FEE_TOOLS.values()))):
+    for where, names in (
+        (source, USAGE_FIELDS),
+        (server if isinstance(server, dict) else {}, tuple(FEE_TOOLS.values())),
+    ):
         for name in names:
             value = where.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:

@@ -14,12 +14,28 @@ from assure.gateway.dispatch import MODEL_ROUTES
 
 PATHS = {endpoint: path for path, endpoint in MODEL_ROUTES.items()}
 OPENAI = frozenset(("chat_completions", "responses", "models"))  # the endpoints of the OpenAI API
-SPENDING = frozenset(("messages", "chat_completions", "responses"))  # the endpoints that spend tokens
+SPENDING = frozenset(
+    ("messages", "chat_completions", "responses")
+)  # the endpoints that spend tokens
 # The request keys that cap a call's output, per endpoint; the first is the one the gateway
 # sets when it clamps a call to what the budget has left (model.py).
-OUTPUT_CAPS = {"messages": ("max_tokens",), "chat_completions": ("max_completion_tokens", "max_tokens"), "responses": ("max_output_tokens",)}
+OUTPUT_CAPS = {
+    "messages": ("max_tokens",),
+    "chat_completions": ("max_completion_tokens", "max_tokens"),
+    "responses": ("max_output_tokens",),
+}
 # Response headers passed back (and recorded): what the SDK reads, nothing about the account.
-PASSED_HEADERS = frozenset(("content-type", "content-encoding", "request-id", "x-request-id", "retry-after", "retry-after-ms", "x-should-retry"))
+PASSED_HEADERS = frozenset(
+    (
+        "content-type",
+        "content-encoding",
+        "request-id",
+        "x-request-id",
+        "retry-after",
+        "retry-after-ms",
+        "x-should-retry",
+    )
+)
 PASSED_PREFIXES = ("anthropic-ratelimit-", "x-ratelimit-")
 MAX_PASSED_HEADERS = 32
 MAX_HEADER_VALUE = 1024
@@ -38,9 +54,24 @@ class Failure(Exception):
     `detail` fields beside its message). `retry=False` adds `x-should-retry: false` (the SDKs
     would otherwise retry a 409 or 5xx)."""
 
-    def __init__(self, status: int, kind: str, message: str, *, code: str, retry: bool | None = None, detail: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int,
+        kind: str,
+        message: str,
+        *,
+        code: str,
+        retry: bool | None = None,
+        detail: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
-        self.status, self.kind, self.message, self.code, self.retry = status, kind, message[:MAX_MESSAGE_CHARS], code, retry
+        self.status, self.kind, self.message, self.code, self.retry = (
+            status,
+            kind,
+            message[:MAX_MESSAGE_CHARS],
+            code,
+            retry,
+        )
         self.detail = detail or {}
 
 
@@ -73,7 +104,11 @@ class Call:
     @property
     def output_cap(self) -> int | None:
         """The most output tokens the agent asked for (the smallest cap it set), None: no cap."""
-        caps = [self.parsed[key] for key in OUTPUT_CAPS.get(self.endpoint, ()) if isinstance(self.parsed.get(key), int)]
+        caps = [
+            self.parsed[key]
+            for key in OUTPUT_CAPS.get(self.endpoint, ())
+            if isinstance(self.parsed.get(key), int)
+        ]
         return min(caps) if caps else None
 
 
@@ -94,9 +129,18 @@ class Response:
 def error_json(exc: Failure, openai: bool = False) -> bytes:
     """Anthropic's error shape, or OpenAI's (`{"error": {"message", "type", "param", "code"}}`)."""
     if openai:
-        error = {"message": exc.message, "type": exc.kind, "param": None, "code": exc.code, **exc.detail}
+        error = {
+            "message": exc.message,
+            "type": exc.kind,
+            "param": None,
+            "code": exc.code,
+            **exc.detail,
+        }
         return json.dumps({"error": error}, separators=(",", ":")).encode()
-    return json.dumps({"type": "error", "error": {"type": exc.kind, "message": exc.message, **exc.detail}}, separators=(",", ":")).encode()
+    return json.dumps(
+        {"type": "error", "error": {"type": exc.kind, "message": exc.message, **exc.detail}},
+        separators=(",", ":"),
+    ).encode()
 
 
 def failure_response(exc: Failure, openai: bool = False) -> Response:
@@ -114,7 +158,11 @@ def passed_headers(items: Any) -> tuple[tuple[str, str], ...]:
         if lower not in PASSED_HEADERS and not lower.startswith(PASSED_PREFIXES):
             continue
         value = " ".join(str(value).split())
-        if not _HEADER_NAME.match(lower) or len(value) > MAX_HEADER_VALUE or any(ord(c) > 0xFF for c in value):
+        if (
+            not _HEADER_NAME.match(lower)
+            or len(value) > MAX_HEADER_VALUE
+            or any(ord(c) > 0xFF for c in value)
+        ):
             continue
         out[lower] = f"{out[lower]}, {value}" if lower in out else value
         if len(out) >= MAX_PASSED_HEADERS:

@@ -16,7 +16,12 @@ POLL_SECONDS = 0.02
 
 
 class OverrideWatcher:
-    def __init__(self, control_dir: str, on_change: Callable[[control.Override], None], on_tick: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        control_dir: str,
+        on_change: Callable[[control.Override], None],
+        on_tick: Callable[[], None] = lambda: None,
+    ):
         self._dir = control_dir
         self._on_change = on_change
         self._on_tick = on_tick

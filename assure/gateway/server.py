@@ -38,8 +38,12 @@ if TYPE_CHECKING:
     from assure.gateway.model import ModelProxy
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
-SHUTDOWN_JOIN_SECONDS = 1.0  # well inside the host's stop grace (3 s: sandbox.hardening.STOP_GRACE_SECONDS)
-DROPS_BATCH_SECONDS = 0.2  # dropped connections are journaled at most this often, one line per reason
+SHUTDOWN_JOIN_SECONDS = (
+    1.0  # well inside the host's stop grace (3 s: sandbox.hardening.STOP_GRACE_SECONDS)
+)
+DROPS_BATCH_SECONDS = (
+    0.2  # dropped connections are journaled at most this often, one line per reason
+)
 LISTEN_BACKLOG = 128
 RECV_BYTES = 65536
 TOOL_PREFIX = "/v1/tools/"
@@ -138,7 +142,9 @@ class _Reader:
         return bool(data)
 
 
-def _read_request(reader: _Reader, sock: socket.socket, limits: Limits, deadline: float, req: _Request) -> None:
+def _read_request(
+    reader: _Reader, sock: socket.socket, limits: Limits, deadline: float, req: _Request
+) -> None:
     """Read one request into `req` (filled as far as it gets, for the journal)."""
     too_long = _Reject(414, "uri_too_long", f"request line is over {limits.max_header_bytes} bytes")
     while not (line := reader.line(limits.max_header_bytes, deadline, too_long)):
@@ -160,7 +166,9 @@ def _parse_request_line(line: bytes, req: _Request) -> None:
         raise _Reject(400, "bad_request", "malformed request line")
     req.method, req.target = method, target
     if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise _Reject(505, "http_version_not_supported", f"{version!r} is not supported; use HTTP/1.1")
+        raise _Reject(
+            505, "http_version_not_supported", f"{version!r} is not supported; use HTTP/1.1"
+        )
     req.version = version
 
 
@@ -172,7 +180,10 @@ def _read_headers(reader: _Reader, budget: int, deadline: float) -> dict[str, st
         name, sep, value = line.decode("latin-1").partition(":")
         if not sep or not name or not set(name) <= _TOKEN:
             raise _Reject(400, "bad_header", f"malformed header line {line[:64]!r}")
-        name, value = header_names.key(name), value.strip(" \t")  # `Content_Length` is Content-Length here too
+        name, value = (
+            header_names.key(name),
+            value.strip(" \t"),
+        )  # `Content_Length` is Content-Length here too
         if name in headers and name in ("content-length", "transfer-encoding"):
             raise _Reject(400, "bad_header", f"duplicate {name} header (spelled with '-' or '_')")
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
@@ -181,7 +192,11 @@ def _read_headers(reader: _Reader, budget: int, deadline: float) -> dict[str, st
 
 def _body_size(req: _Request, max_body: int) -> int:
     if "transfer-encoding" in req.headers:
-        raise _Reject(400, "transfer_encoding_not_supported", "Transfer-Encoding (chunked) is not supported; send Content-Length")
+        raise _Reject(
+            400,
+            "transfer_encoding_not_supported",
+            "Transfer-Encoding (chunked) is not supported; send Content-Length",
+        )
     length = req.headers.get("content-length")
     if length is None:
         if req.method == "POST":
@@ -190,13 +205,17 @@ def _body_size(req: _Request, max_body: int) -> int:
     if not (length.isascii() and length.isdigit()) or len(length) > 18:
         raise _Reject(400, "bad_header", "Content-Length must be a decimal byte count")
     if int(length) > max_body:
-        raise _Reject(413, "body_too_large", f"body of {int(length)} bytes is over the {max_body}-byte limit")
+        raise _Reject(
+            413, "body_too_large", f"body of {int(length)} bytes is over the {max_body}-byte limit"
+        )
     return int(length)
 
 
 def _check_json(body: bytes, limits: Limits) -> None:
     """Refuse a body too deep or too big to parse safely, before parsing it (jsonscan.py)."""
-    if (why := jsonscan.too_complex(body, limits.max_json_depth, limits.max_json_items)) is not None:
+    if (
+        why := jsonscan.too_complex(body, limits.max_json_depth, limits.max_json_items)
+    ) is not None:
         raise _Reject(400, "json_too_complex", f"body refused unparsed: {why}", close=False)
 
 
@@ -218,17 +237,29 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_FRAMING = frozenset(("content-type", "content-length", "connection", "transfer-encoding", "keep-alive"))
+_FRAMING = frozenset(
+    ("content-type", "content-length", "connection", "transfer-encoding", "keep-alive")
+)
 
 
 def _encode(answer: Answer, close: bool) -> bytes:
     """Status line, headers and body; a raw answer (model.py) carries its Content-Type in `headers`."""
     if answer.raw is None:
-        payload, content_type = json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii"), "application/json"
+        payload, content_type = (
+            json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii"),
+            "application/json",
+        )
     else:
         payload = answer.raw
-        content_type = next((v for n, v in answer.headers if header_names.key(n) == "content-type"), "application/octet-stream")
-    extra = "".join(f"{n}: {v}\r\n" for n, v in answer.headers if header_names.key(n) not in _FRAMING and _header_safe(n, v))
+        content_type = next(
+            (v for n, v in answer.headers if header_names.key(n) == "content-type"),
+            "application/octet-stream",
+        )
+    extra = "".join(
+        f"{n}: {v}\r\n"
+        for n, v in answer.headers
+        if header_names.key(n) not in _FRAMING and _header_safe(n, v)
+    )
     connection = "Connection: close\r\n" if close else ""
     head = (
         f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\n"
@@ -247,7 +278,11 @@ def _phrase(status: int) -> str:
 
 
 def _header_safe(name: str, value: str) -> bool:
-    return bool(name) and set(name) <= _TOKEN and all(c == "\t" or (" " <= c <= "\xff" and c != "\x7f") for c in value)
+    return (
+        bool(name)
+        and set(name) <= _TOKEN
+        and all(c == "\t" or (" " <= c <= "\xff" and c != "\x7f") for c in value)
+    )
 
 
 class Gateway:
@@ -268,10 +303,14 @@ class Gateway:
         self._dispatcher: Dispatcher | None = None
         self._watcher: OverrideWatcher | None = None
         self._model: ModelProxy | None = None
-        self._drops: dict[str, int] = {}  # closed without an answer, by why: journaled by `_drop_journal`
+        self._drops: dict[
+            str, int
+        ] = {}  # closed without an answer, by why: journaled by `_drop_journal`
         self._drops_lock = threading.Lock()
         self._drops_ready = threading.Event()
-        self._drops_final = threading.Event()  # the acceptor has stopped: the next flush is the last
+        self._drops_final = (
+            threading.Event()
+        )  # the acceptor has stopped: the next flush is the last
         self._drop_journal: threading.Thread | None = None
 
     @property
@@ -295,16 +334,24 @@ class Gateway:
         self._workspace = workspace
         try:
             if self.config.model is not None:
-                from assure.gateway import model  # here, not at the top: http.client and its email parser cost ~0.1 s of every boot
+                from assure.gateway import (
+                    model,
+                )  # here, not at the top: http.client and its email parser cost ~0.1 s of every boot
 
                 self._model = model.ModelProxy(self.config, self._dispatcher)
             if self.config.control_dir:
-                self._watcher = OverrideWatcher(self.config.control_dir, self._dispatcher.apply_override, self._dispatcher.beat)
+                self._watcher = OverrideWatcher(
+                    self.config.control_dir, self._dispatcher.apply_override, self._dispatcher.beat
+                )
                 self._watcher.start()
-            self._drop_journal = threading.Thread(target=self._journal_drops, name="gateway-drops", daemon=True)
+            self._drop_journal = threading.Thread(
+                target=self._journal_drops, name="gateway-drops", daemon=True
+            )
             self._drop_journal.start()
             self._listener = _bind(self.config.socket)
-            self._acceptor = threading.Thread(target=self._accept_loop, args=(self._listener,), name="gateway-accept", daemon=True)
+            self._acceptor = threading.Thread(
+                target=self._accept_loop, args=(self._listener,), name="gateway-accept", daemon=True
+            )
             self._acceptor.start()
             _write_ready(self.config)
         except BaseException as exc:
@@ -321,7 +368,9 @@ class Gateway:
             if self._watcher is not None:
                 self._watcher.stop()
             self._waker[1].send(b"x")
-            if self._acceptor is not None and self._acceptor.ident is not None:  # a thread that never started (start failed) cannot be joined
+            if (
+                self._acceptor is not None and self._acceptor.ident is not None
+            ):  # a thread that never started (start failed) cannot be joined
                 self._acceptor.join()
             if self._listener is not None:
                 self._listener.close()
@@ -375,7 +424,12 @@ class Gateway:
             sock.close()
             self._dropped("closed without an answer")
 
-    def _spawn(self, sock: socket.socket, work: Callable[[socket.socket], None], slot: threading.BoundedSemaphore) -> None:
+    def _spawn(
+        self,
+        sock: socket.socket,
+        work: Callable[[socket.socket], None],
+        slot: threading.BoundedSemaphore,
+    ) -> None:
         thread = threading.Thread(target=self._run_connection, args=(sock, work, slot), daemon=True)
         with self._conns_lock:
             self._conns[sock] = thread
@@ -399,7 +453,9 @@ class Gateway:
         connections becomes a few lines, not one each), until the acceptor has stopped."""
         while True:
             self._drops_ready.wait()
-            self._drops_final.wait(DROPS_BATCH_SECONDS)  # let a flood gather into one batch (shutdown ends the wait)
+            self._drops_final.wait(
+                DROPS_BATCH_SECONDS
+            )  # let a flood gather into one batch (shutdown ends the wait)
             self._drops_ready.clear()
             final = self._drops_final.is_set()
             with self._drops_lock:
@@ -410,7 +466,12 @@ class Gateway:
             if final:
                 return
 
-    def _run_connection(self, sock: socket.socket, work: Callable[[socket.socket], None], slot: threading.BoundedSemaphore) -> None:
+    def _run_connection(
+        self,
+        sock: socket.socket,
+        work: Callable[[socket.socket], None],
+        slot: threading.BoundedSemaphore,
+    ) -> None:
         try:
             work(sock)
         finally:
@@ -439,13 +500,22 @@ class Gateway:
             answer = self._calls.reject(exc.status, exc.code, exc.message, **req.detail())
             close = exc.close or not req.keep_alive
         except _Timeout:
-            message = f"request not complete within {limits.read_timeout_seconds}s; connection closed"
+            message = (
+                f"request not complete within {limits.read_timeout_seconds}s; connection closed"
+            )
             answer, close = self._calls.reject(408, "read_timeout", message, **req.detail()), True
         except _Closed:
-            self._calls.reject(400, "incomplete_request", "client closed the connection mid-request", **req.detail())
+            self._calls.reject(
+                400,
+                "incomplete_request",
+                "client closed the connection mid-request",
+                **req.detail(),
+            )
             return False
         except Exception as exc:  # fail closed: answer 500, keep the server up
-            answer = self._calls.reject(500, "internal_error", f"gateway error: {type(exc).__name__}", **req.detail())
+            answer = self._calls.reject(
+                500, "internal_error", f"gateway error: {type(exc).__name__}", **req.detail()
+            )
             close = True
         return self._send(sock, answer, close) and not close
 
@@ -476,7 +546,9 @@ class Gateway:
             {
                 "name": t.name,
                 "mutates": t.mutates,
-                "params": {n: {"type": k.__name__, "required": r} for n, (k, r) in t.params.items()},
+                "params": {
+                    n: {"type": k.__name__, "required": r} for n, (k, r) in t.params.items()
+                },
                 "summary": t.summary,
             }
             for t in tools.TOOLS
@@ -496,7 +568,9 @@ class Gateway:
         req = _Request()
         with contextlib.suppress(_Reject, _Timeout, _Closed, OSError):
             limits = self.config.limits
-            _read_request(_Reader(sock), sock, limits, time.monotonic() + limits.read_timeout_seconds, req)
+            _read_request(
+                _Reader(sock), sock, limits, time.monotonic() + limits.read_timeout_seconds, req
+            )
         self._send(sock, self._over_capacity(req, "answered 503"), True)
 
     def _over_capacity(self, req: _Request, what: str) -> Answer:
@@ -517,7 +591,12 @@ class Gateway:
 
 def _require_method(req: _Request, method: str) -> None:
     if req.method != method:
-        raise _Reject(405, "method_not_allowed", f"{req.target[:128]!r} takes {method}, not {req.method}", close=False)
+        raise _Reject(
+            405,
+            "method_not_allowed",
+            f"{req.target[:128]!r} takes {method}, not {req.method}",
+            close=False,
+        )
 
 
 def _bind(path: str) -> socket.socket:
@@ -540,7 +619,17 @@ def _bind(path: str) -> socket.socket:
 
 def _write_ready(config: Config) -> None:
     """Publish the ready file whole: the host polls for it (a signal, not a record: not fsynced)."""
-    atomic.write_json(config.ready_file, {"run_id": config.run_id, "attempt": config.attempt, "pid": os.getpid(), "socket": config.socket}, indent=None, sync=False)
+    atomic.write_json(
+        config.ready_file,
+        {
+            "run_id": config.run_id,
+            "attempt": config.attempt,
+            "pid": os.getpid(),
+            "socket": config.socket,
+        },
+        indent=None,
+        sync=False,
+    )
 
 
 def serve(config: Config) -> Gateway:

@@ -18,8 +18,8 @@ from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace, normalize
 
 if TYPE_CHECKING:  # db.py needs apsw; only a gateway with databases imports it
-    from assure.gateway.egress import Egress
     from assure.gateway.db import Databases
+    from assure.gateway.egress import Egress
 
 MAX_REPORT_STATUS = 64
 MAX_REPORT_SUMMARY = 8192
@@ -33,6 +33,7 @@ META_PARAMS: Mapping[str, tuple[type, bool]] = {
     "rollback_ref": (str, False),
     "human_gate": (str, False),
 }
+
 
 @dataclass(frozen=True)
 class Env:
@@ -77,11 +78,15 @@ def parse(tool: Tool, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     for key in body:
         if key not in tool.params and key not in META_PARAMS:
             known = ", ".join([*tool.params, *META_PARAMS])
-            raise ArgError("unknown_field", f"unknown field {key[:64]!r} for {tool.name} (known: {known})")
+            raise ArgError(
+                "unknown_field", f"unknown field {key[:64]!r} for {tool.name} (known: {known})"
+            )
     return _checked(tool.name, tool.params, body), _checked(tool.name, META_PARAMS, body)
 
 
-def scope_of(tool: Tool, env: Env, args: dict[str, Any], path: str | None) -> tuple[str | None, str]:
+def scope_of(
+    tool: Tool, env: Env, args: dict[str, Any], path: str | None
+) -> tuple[str | None, str]:
     """(scope, resource mode) of a call: the tool's own hook, else the workspace path (a sandbox)."""
     hook = getattr(tool, "scope", None)
     if hook is not None:
@@ -108,7 +113,9 @@ def run(tool: Tool, env: Env, args: dict[str, Any]) -> Outcome:
         raise ToolError(exc.code, exc.message) from None
 
 
-def _checked(tool: str, params: Mapping[str, tuple[type, bool]], body: dict[str, Any]) -> dict[str, Any]:
+def _checked(
+    tool: str, params: Mapping[str, tuple[type, bool]], body: dict[str, Any]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, (kind, required) in params.items():
         if name not in body:
@@ -117,7 +124,10 @@ def _checked(tool: str, params: Mapping[str, tuple[type, bool]], body: dict[str,
             continue
         value = body[name]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ArgError("bad_type", f"field {name!r} of {tool} must be {kind.__name__}, got {type(value).__name__}")
+            raise ArgError(
+                "bad_type",
+                f"field {name!r} of {tool} must be {kind.__name__}, got {type(value).__name__}",
+            )
         out[name] = value
     return out
 
@@ -140,9 +150,14 @@ def _fs_write(env: Env, args: dict[str, Any]) -> Outcome:
     data = _content(args)
     mode = args.get("mode", DEFAULT_MODE)
     if not 0 <= mode <= 0o777:
-        raise ToolError("bad_args", f"mode must be permission bits 0..511 (0o777), e.g. 420 for 0o644; got {mode}")
+        raise ToolError(
+            "bad_args",
+            f"mode must be permission bits 0..511 (0o777), e.g. 420 for 0o644; got {mode}",
+        )
     if len(data) > env.max_file_bytes:
-        raise ToolError("too_large", f"content is {len(data)} bytes, over the {env.max_file_bytes}-byte limit")
+        raise ToolError(
+            "too_large", f"content is {len(data)} bytes, over the {env.max_file_bytes}-byte limit"
+        )
     path = normalize(args["path"])
     env.workspace.write(path, data, mode)
     digest = _sha256(data)
@@ -152,13 +167,18 @@ def _fs_write(env: Env, args: dict[str, Any]) -> Outcome:
 
 def _content(args: dict[str, Any]) -> bytes:
     if ("content" in args) == ("content_b64" in args):
-        raise ToolError("bad_args", "fs.write needs exactly one of 'content' (UTF-8 text) or 'content_b64' (base64)")
+        raise ToolError(
+            "bad_args",
+            "fs.write needs exactly one of 'content' (UTF-8 text) or 'content_b64' (base64)",
+        )
     if "content" in args:
         text: str = args["content"]
         try:
             return text.encode("utf-8")
         except UnicodeEncodeError:
-            raise ToolError("bad_args", "'content' is not valid UTF-8 text; send bytes as 'content_b64'") from None
+            raise ToolError(
+                "bad_args", "'content' is not valid UTF-8 text; send bytes as 'content_b64'"
+            ) from None
     try:
         return base64.b64decode(args["content_b64"], validate=True)
     except (binascii.Error, ValueError):
@@ -233,19 +253,46 @@ def _http_mutating(args: dict[str, Any]) -> bool:
     return http.mutating(args)
 
 
-_DB_PARAMS: Mapping[str, tuple[type, bool]] = {"db": (str, True), "sql": (str, True), "params": (list, False)}
+_DB_PARAMS: Mapping[str, tuple[type, bool]] = {
+    "db": (str, True),
+    "sql": (str, True),
+    "params": (list, False),
+}
 
 TOOLS: tuple[Tool, ...] = (
-    Tool("fs.read", False, {"path": (str, True)}, _fs_read, "Read a workspace file: content (or content_b64), sha256, size."),
+    Tool(
+        "fs.read",
+        False,
+        {"path": (str, True)},
+        _fs_read,
+        "Read a workspace file: content (or content_b64), sha256, size.",
+    ),
     Tool(
         "fs.write",
         True,
-        {"path": (str, True), "content": (str, False), "content_b64": (str, False), "mode": (int, False)},
+        {
+            "path": (str, True),
+            "content": (str, False),
+            "content_b64": (str, False),
+            "mode": (int, False),
+        },
         _fs_write,
         "Atomically write a workspace file (parents created); mode defaults to 0o644.",
     ),
-    Tool("fs.delete", True, {"path": (str, True)}, _fs_delete, "Delete a workspace file or symlink (never its target)."),
-    Tool("fs.list", False, {"path": (str, False)}, _fs_list, "List a workspace directory; symlinks are reported, never followed."),
+    Tool(
+        "fs.delete",
+        True,
+        {"path": (str, True)},
+        _fs_delete,
+        "Delete a workspace file or symlink (never its target).",
+    ),
+    Tool(
+        "fs.list",
+        False,
+        {"path": (str, False)},
+        _fs_list,
+        "List a workspace directory; symlinks are reported, never followed.",
+    ),
     Tool(
         "task.report",
         False,
@@ -272,7 +319,13 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         "http.request",
         True,  # the fail-closed static answer; `mutating(args)` decides per call
-        {"method": (str, True), "url": (str, True), "headers": (dict, False), "body": (str, False), "body_b64": (str, False)},
+        {
+            "method": (str, True),
+            "url": (str, True),
+            "headers": (dict, False),
+            "body": (str, False),
+            "body_b64": (str, False),
+        },
         _http_request,
         "HTTP(S) through the egress proxy to allowlisted host:port only: status, headers, body (or body_b64), truncated.",
         scope=_http_scope,

@@ -65,7 +65,9 @@ class Alert:
     acked_at: str | None = None
     sink_errors: tuple[str, ...] = ()
     detail: dict[str, Any] | None = None
-    ack_reason: str | None = None  # why it was acknowledged without a person: the outcome its spec expects
+    ack_reason: str | None = (
+        None  # why it was acknowledged without a person: the outcome its spec expects
+    )
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,14 @@ class Sinks:
 SPEC_ACTOR = "spec"  # who acknowledged an alert for an outcome its spec expects
 
 
-def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: dict[str, Any] | None = None,
-                expected: str | None = None) -> Alert:
+def raise_alert(
+    run_dir: Path,
+    kind: str,
+    message: str,
+    sinks: Sinks,
+    detail: dict[str, Any] | None = None,
+    expected: str | None = None,
+) -> Alert:
     """Record and deliver an alert, pending; `expected` (why the spec expects this outcome): acknowledged by the spec."""
     try:
         kind = AlertKind(kind).value
@@ -87,7 +95,13 @@ def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: di
     now = utc_now()
     alert = Alert(f"{kind}-{secrets.token_hex(4)}", run_dir.name, kind, message, now, detail=detail)
     if expected is not None:
-        alert = replace(alert, state=AlertState.ACKED.value, acked_by=SPEC_ACTOR, acked_at=now, ack_reason=expected)
+        alert = replace(
+            alert,
+            state=AlertState.ACKED.value,
+            acked_by=SPEC_ACTOR,
+            acked_at=now,
+            ack_reason=expected,
+        )
     paths = RunPaths(run_dir)
     paths.alerts.mkdir(exist_ok=True)
     write_json(paths.alert(alert.id), asdict(alert))
@@ -96,9 +110,21 @@ def raise_alert(run_dir: Path, kind: str, message: str, sinks: Sinks, detail: di
         alert = replace(alert, sink_errors=tuple(errors))
         write_json(paths.alert(alert.id), asdict(alert))
     if expected is None:
-        log.warning("ALERT %s [%s] %s (pending until `assure ack %s`)", alert.id, kind, display(message), alert.id)
+        log.warning(
+            "ALERT %s [%s] %s (pending until `assure ack %s`)",
+            alert.id,
+            kind,
+            display(message),
+            alert.id,
+        )
     else:
-        log.info("alert %s [%s] %s (no ACK needed: %s)", alert.id, kind, display(message), display(expected))
+        log.info(
+            "alert %s [%s] %s (no ACK needed: %s)",
+            alert.id,
+            kind,
+            display(message),
+            display(expected),
+        )
     return alert
 
 
@@ -112,7 +138,12 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
         except OSError as exc:
             errors.append(f"jsonl: {exc}")
     if sinks.webhook:
-        req = urllib.request.Request(sinks.webhook, data=line.encode(), headers={"Content-Type": "application/json"}, method="POST")
+        req = urllib.request.Request(
+            sinks.webhook,
+            data=line.encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         try:
             with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_SECONDS) as resp:
                 resp.read(1024)
@@ -129,7 +160,7 @@ def _append_line(path: Path, data: bytes) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
@@ -153,20 +184,32 @@ def all_alerts(runs_base: Path) -> list[Alert]:
 
 
 def ack(runs_base: Path, alert_id: str, actor: str) -> Alert:
-    matches = [p for p in runs_base.glob(f"*/{ALERTS}/{alert_id}.json")] if _safe_id(alert_id) else []
+    matches = (
+        [p for p in runs_base.glob(f"*/{ALERTS}/{alert_id}.json")] if _safe_id(alert_id) else []
+    )
     if not matches:
-        raise AssureError(f"no alert {alert_id!r}", where=str(runs_base), fix="`assure alerts` lists the pending ones")
+        raise AssureError(
+            f"no alert {alert_id!r}",
+            where=str(runs_base),
+            fix="`assure alerts` lists the pending ones",
+        )
     return _ack_file(matches[0], actor)
 
 
-def ack_matching(runs_base: Path, actor: str, *, run_id: str | None = None, kind: str | None = None) -> list[Alert]:
+def ack_matching(
+    runs_base: Path, actor: str, *, run_id: str | None = None, kind: str | None = None
+) -> list[Alert]:
     """Acknowledge every pending alert of the run `run_id` and of `kind` (None: any); the ones acknowledged."""
     if kind is not None and kind not in {k.value for k in AlertKind}:
-        raise AssureError(f"no alert kind {kind!r}", fix="one of: " + ", ".join(k.value for k in AlertKind))
+        raise AssureError(
+            f"no alert kind {kind!r}", fix="one of: " + ", ".join(k.value for k in AlertKind)
+        )
     if run_id is not None and not _safe_id(run_id):
         raise AssureError(f"{run_id!r} is not a run id", fix="`assure runs` lists them")
     done = []
-    for path in sorted(runs_base.glob(f"{run_id or '*'}/{ALERTS}/*.json")) if runs_base.is_dir() else []:
+    for path in (
+        sorted(runs_base.glob(f"{run_id or '*'}/{ALERTS}/*.json")) if runs_base.is_dir() else []
+    ):
         try:
             alert = load(path)
         except (AssureError, TypeError, ValueError) as exc:

@@ -90,12 +90,24 @@ def rate_of_change(run: RunData, t: Thresholds, now: float) -> list[Finding]:
     for a in run.attempts:
         calls = peak_per_window([c.at for c in a.calls if c.at is not None])
         if calls > t.max_tool_calls_per_minute:
-            out.append(Finding(a.number, "tool_calls", f"attempt {a.number}: {calls} tool calls within one minute (limit {t.max_tool_calls_per_minute})",
-                               {"per_minute": calls, "limit": t.max_tool_calls_per_minute}))
+            out.append(
+                Finding(
+                    a.number,
+                    "tool_calls",
+                    f"attempt {a.number}: {calls} tool calls within one minute (limit {t.max_tool_calls_per_minute})",
+                    {"per_minute": calls, "limit": t.max_tool_calls_per_minute},
+                )
+            )
         changes = peak_per_window([c.at for c in a.calls if c.at is not None and c.effect])
         if changes > t.max_changes_per_minute:
-            out.append(Finding(a.number, "changes", f"attempt {a.number}: {changes} effects (writes, deletes, SQL, HTTP) within one minute (limit {t.max_changes_per_minute})",
-                               {"per_minute": changes, "limit": t.max_changes_per_minute}))
+            out.append(
+                Finding(
+                    a.number,
+                    "changes",
+                    f"attempt {a.number}: {changes} effects (writes, deletes, SQL, HTTP) within one minute (limit {t.max_changes_per_minute})",
+                    {"per_minute": changes, "limit": t.max_changes_per_minute},
+                )
+            )
     return out
 
 
@@ -109,8 +121,19 @@ def duplication_ratio(run: RunData, t: Thresholds, now: float) -> list[Finding]:
         duplicates = total - len({(c.tool, c.args_digest) for c in a.calls})
         ratio = duplicates / total
         if ratio > t.max_duplicate_ratio:
-            out.append(Finding(a.number, "duplicates", f"attempt {a.number}: {duplicates} of {total} tool calls are exact duplicates ({ratio:.0%}, limit {t.max_duplicate_ratio:.0%})",
-                               {"duplicates": duplicates, "calls": total, "ratio": round(ratio, 4), "limit": t.max_duplicate_ratio}))
+            out.append(
+                Finding(
+                    a.number,
+                    "duplicates",
+                    f"attempt {a.number}: {duplicates} of {total} tool calls are exact duplicates ({ratio:.0%}, limit {t.max_duplicate_ratio:.0%})",
+                    {
+                        "duplicates": duplicates,
+                        "calls": total,
+                        "ratio": round(ratio, 4),
+                        "limit": t.max_duplicate_ratio,
+                    },
+                )
+            )
     return out
 
 
@@ -120,15 +143,42 @@ def resource_saturation(run: RunData, t: Thresholds, now: float) -> list[Finding
     out = []
     for a in run.attempts:
         if a.oom_killed:
-            out.append(Finding(a.number, "oom", f"attempt {a.number}: the agent was killed for running out of memory (OOM)", {"oom_killed": True}))
+            out.append(
+                Finding(
+                    a.number,
+                    "oom",
+                    f"attempt {a.number}: the agent was killed for running out of memory (OOM)",
+                    {"oom_killed": True},
+                )
+            )
         if a.stopped in (StopReason.BUDGET, StopReason.DEADLINE) or a.budget_breach:
             counter = a.stopped_counter or a.budget_breach or a.stopped
-            out.append(Finding(a.number, "budget", f"attempt {a.number}: budget {display(str(counter))} exhausted", {"counter": counter, "stopped": a.stopped}))
+            out.append(
+                Finding(
+                    a.number,
+                    "budget",
+                    f"attempt {a.number}: budget {display(str(counter))} exhausted",
+                    {"counter": counter, "stopped": a.stopped},
+                )
+            )
             continue
-        if a.tool_calls_limit and a.tool_calls_used is not None and a.tool_calls_used >= t.near_limit_ratio * a.tool_calls_limit:
-            out.append(Finding(a.number, "tool_calls_near_limit",
-                               f"attempt {a.number}: {a.tool_calls_used} of {a.tool_calls_limit} tool calls used (alert at {t.near_limit_ratio:.0%})",
-                               {"used": a.tool_calls_used, "limit": a.tool_calls_limit, "ratio": t.near_limit_ratio}))
+        if (
+            a.tool_calls_limit
+            and a.tool_calls_used is not None
+            and a.tool_calls_used >= t.near_limit_ratio * a.tool_calls_limit
+        ):
+            out.append(
+                Finding(
+                    a.number,
+                    "tool_calls_near_limit",
+                    f"attempt {a.number}: {a.tool_calls_used} of {a.tool_calls_limit} tool calls used (alert at {t.near_limit_ratio:.0%})",
+                    {
+                        "used": a.tool_calls_used,
+                        "limit": a.tool_calls_limit,
+                        "ratio": t.near_limit_ratio,
+                    },
+                )
+            )
     return out
 
 
@@ -137,13 +187,25 @@ def silent_component(run: RunData, t: Thresholds, now: float) -> list[Finding]:
     if not run.running:
         return []
     current = run.current
-    marks = [m for m in (run.events_mtime, current.journal_mtime if current else None) if m is not None]
+    marks = [
+        m for m in (run.events_mtime, current.journal_mtime if current else None) if m is not None
+    ]
     last = max(marks) if marks else (run.started_at or run.state_mtime)
     quiet = now - last
     if quiet <= t.silent_after_seconds:
         return []
-    return [Finding(run.attempt, f"since:{last:.0f}", f"running, but its events and gateway journal have not grown for {quiet:.0f} s (limit {t.silent_after_seconds:.0f} s)",
-                    {"last_growth_at": last, "quiet_seconds": round(quiet, 1), "limit": t.silent_after_seconds})]
+    return [
+        Finding(
+            run.attempt,
+            f"since:{last:.0f}",
+            f"running, but its events and gateway journal have not grown for {quiet:.0f} s (limit {t.silent_after_seconds:.0f} s)",
+            {
+                "last_growth_at": last,
+                "quiet_seconds": round(quiet, 1),
+                "limit": t.silent_after_seconds,
+            },
+        )
+    ]
 
 
 ANOMALIES: tuple[tuple[str, Detector], ...] = (
@@ -154,7 +216,9 @@ ANOMALIES: tuple[tuple[str, Detector], ...] = (
 )
 
 
-def staleness(last: float | None, active_since: float | None, stale_after: float, now: float) -> float | None:
+def staleness(
+    last: float | None, active_since: float | None, stale_after: float, now: float
+) -> float | None:
     """Seconds without a success once a heartbeat is overdue, else None. A heartbeat is due
     `stale_after` seconds after its last success or after it became expected
     (`active_since`), whichever is later; never expected and never seen is never overdue."""

@@ -75,7 +75,9 @@ class Bench:
         for db in data.get("databases", []):
             sql = (SUITE / db["fixture"]).resolve()
             if db.get("mode") == "live":
-                db["fixture"] = str(_live_database(home / f"live-{db['name']}" / f"{db['name']}.sqlite", sql))
+                db["fixture"] = str(
+                    _live_database(home / f"live-{db['name']}" / f"{db['name']}.sqlite", sql)
+                )
                 live[db["name"]] = Path(db["fixture"])
             else:
                 db["fixture"] = str(sql)
@@ -89,23 +91,44 @@ class Bench:
         spec.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         return Staged(spec, target, live)
 
-    def assure(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(ASSURE + list(args), cwd=self.root, capture_output=True, text=True, timeout=COMMAND_SECONDS,
-                              env={**os.environ, **(env or {})})
+    def assure(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ASSURE + list(args),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_SECONDS,
+            env={**os.environ, **(env or {})},
+        )
 
     def run_json(self, staged: Staged, *extra: str) -> dict[str, Any]:
-        done = self.assure("run", "--json", "--new", "--key", str(self.key), *extra, str(staged.spec))
+        done = self.assure(
+            "run", "--json", "--new", "--key", str(self.key), *extra, str(staged.spec)
+        )
         try:
             return json.loads(done.stdout)
         except json.JSONDecodeError:
-            raise RuntimeError(f"`assure run` gave no report (exit {done.returncode}): {done.stderr.strip()[-600:]}") from None
+            raise RuntimeError(
+                f"`assure run` gave no report (exit {done.returncode}): {done.stderr.strip()[-600:]}"
+            ) from None
 
     def popen(self, staged: Staged) -> subprocess.Popen[str]:
-        return subprocess.Popen(ASSURE + ["run", "--json", "--new", "--key", str(self.key), str(staged.spec)], cwd=self.root,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            ASSURE + ["run", "--json", "--new", "--key", str(self.key), str(staged.spec)],
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def run_dirs(self) -> list[Path]:
-        return sorted(p for p in self.runs.iterdir() if p.is_dir() and not p.name.startswith(".")) if self.runs.is_dir() else []
+        return (
+            sorted(p for p in self.runs.iterdir() if p.is_dir() and not p.name.startswith("."))
+            if self.runs.is_dir()
+            else []
+        )
 
     def alerts(self, kind: str) -> list[alerts.Alert]:
         return [a for a in alerts.all_alerts(self.runs) if a.kind == kind]
@@ -124,21 +147,32 @@ def _live_database(path: Path, sql: Path) -> Path:
     return path
 
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "assure-conformance", "GIT_AUTHOR_EMAIL": "conformance@localhost",
-           "GIT_COMMITTER_NAME": "assure-conformance", "GIT_COMMITTER_EMAIL": "conformance@localhost"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "assure-conformance",
+    "GIT_AUTHOR_EMAIL": "conformance@localhost",
+    "GIT_COMMITTER_NAME": "assure-conformance",
+    "GIT_COMMITTER_EMAIL": "conformance@localhost",
+}
 
 
 def _git_repo(repo: Path, fixture: Path) -> Path:
     shutil.copytree(fixture, repo, symlinks=True)
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "fixture"]):
-        subprocess.run(["git", "-C", str(repo), *cmd], check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+        subprocess.run(
+            ["git", "-C", str(repo), *cmd],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **GIT_ENV},
+        )
     return repo
 
 
 def commits(repo: Path | None) -> list[str]:
     if repo is None:
         return []
-    return subprocess.run(["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return subprocess.run(
+        ["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
 
 
 def rows(path: Path, sql: str) -> int:
@@ -168,15 +202,25 @@ def wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str]) 
         if ready():
             return
         if proc.poll() is not None:
-            raise RuntimeError(f"the run ended (exit {proc.returncode}) before {what}: {proc.stderr.read()[-600:] if proc.stderr else ''}")
+            raise RuntimeError(
+                f"the run ended (exit {proc.returncode}) before {what}: {proc.stderr.read()[-600:] if proc.stderr else ''}"
+            )
         time.sleep(0.05)
     raise RuntimeError(f"timed out after {WAIT_SECONDS} s waiting for {what}")
 
 
 def _journal_count(bench: Bench, needle: str, count: int) -> Callable[[], bool]:
     def ready() -> bool:
-        found = list(bench.runs.glob("*/attempts/1/gateway/journal.jsonl")) if bench.runs.is_dir() else []
-        return bool(found) and found[0].read_text(encoding="utf-8", errors="replace").count(needle) >= count
+        found = (
+            list(bench.runs.glob("*/attempts/1/gateway/journal.jsonl"))
+            if bench.runs.is_dir()
+            else []
+        )
+        return (
+            bool(found)
+            and found[0].read_text(encoding="utf-8", errors="replace").count(needle) >= count
+        )
+
     return ready
 
 
@@ -193,37 +237,63 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 # ------------------------------------------------------------------------- the scenarios
 
+
 def kill_resume(bench: Bench) -> Result:
     checks: list[tuple[str, bool]] = []
     resumed, per_point = [], {}
     for point in failpoints.POINTS:
         sub = Bench(bench.root / point, bench.key)
         staged = sub.stage("kill-resume", "spec")
-        killed = sub.assure("run", "--new", "--key", str(bench.key), str(staged.spec), env={"ASSURE_FAILPOINT": point})
+        killed = sub.assure(
+            "run",
+            "--new",
+            "--key",
+            str(bench.key),
+            str(staged.spec),
+            env={"ASSURE_FAILPOINT": point},
+        )
         (run_dir,) = sub.run_dirs()
         state = json.loads((run_dir / "state.json").read_text())["state"]
         # both continuation paths: `assure resume RUN`, and the same `assure run SPEC` again
-        again = (sub.assure("run", "--json", "--key", str(bench.key), str(staged.spec)) if point == "verify"
-                 else sub.assure("resume", run_dir.name, "--json", "--key", str(bench.key)))
+        again = (
+            sub.assure("run", "--json", "--key", str(bench.key), str(staged.spec))
+            if point == "verify"
+            else sub.assure("resume", run_dir.name, "--json", "--key", str(bench.key))
+        )
         report = json.loads(again.stdout) if again.stdout.strip().startswith("{") else {}
         task = (report.get("tasks") or [{}])[0]
         ledger = rows(staged.live["ledger"], "SELECT count(*) FROM entries")
         got = commits(staged.target)
         mine = [
-            (f"{point}: the driver died by SIGKILL at the failpoint", killed.returncode == -signal.SIGKILL),
+            (
+                f"{point}: the driver died by SIGKILL at the failpoint",
+                killed.returncode == -signal.SIGKILL,
+            ),
             (f"{point}: the run was left running on disk", state == "running"),
             (f"{point}: the resumed run is the same run id", report.get("run_id") == run_dir.name),
-            (f"{point}: the same task id was committed", (task.get("id"), task.get("state")) == ("main", "committed")),
+            (
+                f"{point}: the same task id was committed",
+                (task.get("id"), task.get("state")) == ("main", "committed"),
+            ),
             (f"{point}: one ledger effect, never two", ledger == 1),
             (f"{point}: one commit, never two", got == ["assure: task main", "fixture"]),
             (f"{point}: the journal says run_resumed", "run_resumed" in events(run_dir)),
         ]
         checks += mine
-        per_point[point] = {"run_id": run_dir.name, "attempts": task.get("attempts"), "ledger_rows": ledger, "commits": len(got) - 1}
+        per_point[point] = {
+            "run_id": run_dir.name,
+            "attempts": task.get("attempts"),
+            "ledger_rows": ledger,
+            "commits": len(got) - 1,
+        }
         if all(ok for _, ok in mine):
             resumed.append(point)
-    return Result.judged("chaos_kill_resume", checks, spec="kill-resume.yaml",
-                         evidence={"measured": {"kill_points_resumed": resumed}, "points": per_point})
+    return Result.judged(
+        "chaos_kill_resume",
+        checks,
+        spec="kill-resume.yaml",
+        evidence={"measured": {"kill_points_resumed": resumed}, "points": per_point},
+    )
 
 
 def lying_worker(bench: Bench) -> Result:
@@ -237,8 +307,17 @@ def lying_worker(bench: Bench) -> Result:
         ("the task was not committed", task["state"] != "committed"),
         ("the target holds only the fixture", commits(staged.target) == ["fixture"]),
     ]
-    return Result.judged("chaos_lying_worker", checks, spec="lying-worker.yaml",
-                         evidence={"run_id": report["run_id"], "claim": claim, "verdict": report["verdict"], "task_state": task["state"]})
+    return Result.judged(
+        "chaos_lying_worker",
+        checks,
+        spec="lying-worker.yaml",
+        evidence={
+            "run_id": report["run_id"],
+            "claim": claim,
+            "verdict": report["verdict"],
+            "task_state": task["state"],
+        },
+    )
 
 
 def override_bypass(bench: Bench) -> Result:
@@ -256,7 +335,11 @@ def override_bypass(bench: Bench) -> Result:
     stop = report["attempts"][0]["stopped"] or {}
     records = journal(run_dir)
     effective = next((r for r in records if r.get("event") == "override_effective"), None)
-    after = [r for r in records if effective and r["seq"] > effective["seq"] and r.get("event") == "tool_call"]
+    after = [
+        r
+        for r in records
+        if effective and r["seq"] > effective["seq"] and r.get("event") == "tool_call"
+    ]
     # every other continuation: a resumed run (new attempt, retry) and an operator's promote (commit)
     bench.assure("resume", run_id, "--json", "--key", str(bench.key))
     bench.assure("promote", run_id, "--key", str(bench.key))
@@ -266,34 +349,72 @@ def override_bypass(bench: Bench) -> Result:
     checks = [
         ("`assure halt` succeeded", halted.returncode == 0),
         ("the attempt was stopped by the operator's halt", stop.get("reason") == "operator_halt"),
-        ("the gateway journaled override_effective within 5 s", latency is not None and latency < 5000),
-        ("every tool call after the override was denied by operator_halt", all(r["decision"] == "deny" and r["rule"] == "operator_halt" for r in after)),
-        ("no tool call after the override had an effect", all(r.get("effect") is None for r in after)),
+        (
+            "the gateway journaled override_effective within 5 s",
+            latency is not None and latency < 5000,
+        ),
+        (
+            "every tool call after the override was denied by operator_halt",
+            all(r["decision"] == "deny" and r["rule"] == "operator_halt" for r in after),
+        ),
+        (
+            "no tool call after the override had an effect",
+            all(r.get("effect") is None for r in after),
+        ),
         ("no new attempt or retry (max_attempts 3), even after `assure resume`", attempts == [1]),
-        ("the task is never committed, even after `assure promote`", state["tasks"]["main"]["state"] in ("halted", "proposed")),
+        (
+            "the task is never committed, even after `assure promote`",
+            state["tasks"]["main"]["state"] in ("halted", "proposed"),
+        ),
         ("the target holds only the fixture", commits(staged.target) == ["fixture"]),
     ]
-    return Result.judged("chaos_override_bypass", checks, spec="override-bypass.yaml", evidence={
-        "run_id": run_id, "measured": {"override_latency_ms": latency, "driver_stop_latency_ms": stop.get("latency_ms")},
-        "calls_after_override": len(after), "attempts": attempts, "task_state": state["tasks"]["main"]["state"],
-        "task_reason": state["tasks"]["main"].get("reason")})
+    return Result.judged(
+        "chaos_override_bypass",
+        checks,
+        spec="override-bypass.yaml",
+        evidence={
+            "run_id": run_id,
+            "measured": {
+                "override_latency_ms": latency,
+                "driver_stop_latency_ms": stop.get("latency_ms"),
+            },
+            "calls_after_override": len(after),
+            "attempts": attempts,
+            "task_state": state["tasks"]["main"]["state"],
+            "task_reason": state["tasks"]["main"].get("reason"),
+        },
+    )
 
 
 def dup_key(bench: Bench) -> Result:
     staged = bench.stage("dup-key")
     report = bench.run_json(staged)
     run_dir = bench.runs / report["run_id"]
-    shop = rows(run_dir / "attempts" / "1" / "gateway" / "db" / "shop.sqlite", "SELECT count(*) FROM orders WHERE item = 'book'")
+    shop = rows(
+        run_dir / "attempts" / "1" / "gateway" / "db" / "shop.sqlite",
+        "SELECT count(*) FROM orders WHERE item = 'book'",
+    )
     ledger = rows(staged.live["ledger"], "SELECT count(*) FROM entries")
     calls = [r for r in tool_calls(run_dir) if r["tool"] == "db.execute"]
     replays = [r.get("idempotent_replay", False) for r in calls]
     checks = [
         ("two identical orders under one key: one row", shop == 1),
         ("two identical live inserts (derived key): one row", ledger == 1),
-        ("the second of each is journaled as a replay of the first", replays == [False, False, True, True]),
+        (
+            "the second of each is journaled as a replay of the first",
+            replays == [False, False, True, True],
+        ),
     ]
-    return Result.judged("chaos_dup_key", checks, spec="dup-key.yaml", evidence={
-        "run_id": report["run_id"], "measured": {"effects_under_one_key": shop, "live_effects_under_derived_key": ledger}, "replays": replays})
+    return Result.judged(
+        "chaos_dup_key",
+        checks,
+        spec="dup-key.yaml",
+        evidence={
+            "run_id": report["run_id"],
+            "measured": {"effects_under_one_key": shop, "live_effects_under_derived_key": ledger},
+            "replays": replays,
+        },
+    )
 
 
 def budget_thermal(bench: Bench) -> Result:
@@ -303,12 +424,24 @@ def budget_thermal(bench: Bench) -> Result:
     pending = [a for a in bench.alerts("budget_halt") if a.state == "pending"]
     latency = stop.get("latency_ms")
     checks = [
-        ("the tool-call budget halted the attempt", (stop.get("reason"), stop.get("counter")) == ("budget", "tool_calls")),
+        (
+            "the tool-call budget halted the attempt",
+            (stop.get("reason"), stop.get("counter")) == ("budget", "tool_calls"),
+        ),
         ("breach to halt measured, under 5 s", latency is not None and 0 <= latency < 5000),
         ("a budget_halt alert is pending until acknowledged", len(pending) == 1),
     ]
-    return Result.judged("chaos_budget_thermal", checks, spec="budget-thermal.yaml", evidence={
-        "run_id": report["run_id"], "measured": {"breach_to_halt_ms": latency}, "breach_at": stop.get("breach_at"), "halted_at": stop.get("halted_at")})
+    return Result.judged(
+        "chaos_budget_thermal",
+        checks,
+        spec="budget-thermal.yaml",
+        evidence={
+            "run_id": report["run_id"],
+            "measured": {"breach_to_halt_ms": latency},
+            "breach_at": stop.get("breach_at"),
+            "halted_at": stop.get("halted_at"),
+        },
+    )
 
 
 def signed_aar(bench: Bench) -> Result:
@@ -334,17 +467,44 @@ def signed_aar(bench: Bench) -> Result:
     except ReceiptError as exc:
         caught = str(exc)
     chain_doc = {
-        "run_id": report["run_id"], "key_id": keys.key_id(public), "verified": bool(verification.get("verified")), "verification": verification,
-        "receipts": [{"file": p.name, "sha256": chain.sha256_hex(p.read_bytes()), "verdict": json.loads(p.read_text()).get("verdict")} for p in receipts],
-        "tampered_copy": {"changed": "one byte of attempts/1/gateway/journal.jsonl", "rejected": caught is not None, "error": caught},
+        "run_id": report["run_id"],
+        "key_id": keys.key_id(public),
+        "verified": bool(verification.get("verified")),
+        "verification": verification,
+        "receipts": [
+            {
+                "file": p.name,
+                "sha256": chain.sha256_hex(p.read_bytes()),
+                "verdict": json.loads(p.read_text()).get("verdict"),
+            }
+            for p in receipts
+        ],
+        "tampered_copy": {
+            "changed": "one byte of attempts/1/gateway/journal.jsonl",
+            "rejected": caught is not None,
+            "error": caught,
+        },
     }
     checks = [
         ("the task was verified and committed", report["tasks"][0]["state"] == "committed"),
-        ("every receipt is signed with the run's key", bool(receipts) and all((json.loads(p.read_text()).get("signature") or {}).get("key_id") == keys.key_id(public) for p in receipts)),
+        (
+            "every receipt is signed with the run's key",
+            bool(receipts)
+            and all(
+                (json.loads(p.read_text()).get("signature") or {}).get("key_id")
+                == keys.key_id(public)
+                for p in receipts
+            ),
+        ),
         ("the exported chain verifies with the public key alone", chain_doc["verified"]),
         ("a copy with one journal byte changed fails verification", caught is not None),
     ]
-    return Result.judged("chaos_signed_aar", checks, spec="signed-aar.yaml", evidence={"run_id": report["run_id"], "receipt_chain": chain_doc})
+    return Result.judged(
+        "chaos_signed_aar",
+        checks,
+        spec="signed-aar.yaml",
+        evidence={"run_id": report["run_id"], "receipt_chain": chain_doc},
+    )
 
 
 def missing_verifier(bench: Bench) -> Result:
@@ -355,8 +515,16 @@ def missing_verifier(bench: Bench) -> Result:
         ("the result was only proposed", task["state"] == "proposed"),
         ("the target holds only the fixture", commits(staged.target) == ["fixture"]),
     ]
-    return Result.judged("missing_verifier_propose_only", checks, spec="missing-verifier.yaml",
-                         evidence={"run_id": report["run_id"], "task_state": task["state"], "reason": task["reason"]})
+    return Result.judged(
+        "missing_verifier_propose_only",
+        checks,
+        spec="missing-verifier.yaml",
+        evidence={
+            "run_id": report["run_id"],
+            "task_state": task["state"],
+            "reason": task["reason"],
+        },
+    )
 
 
 def max_attempts(bench: Bench) -> Result:
@@ -365,27 +533,56 @@ def max_attempts(bench: Bench) -> Result:
     (task,) = report["tasks"]
     pending = [a for a in bench.alerts("quarantine") if a.state == "pending"]
     checks = [
-        ("two attempts, then quarantine", (task["state"], task["attempts"]) == ("quarantined", [1, 2])),
+        (
+            "two attempts, then quarantine",
+            (task["state"], task["attempts"]) == ("quarantined", [1, 2]),
+        ),
         ("a quarantine alert is pending until acknowledged", len(pending) == 1),
     ]
-    return Result.judged("max_attempts_quarantine", checks, spec="max-attempts.yaml",
-                         evidence={"run_id": report["run_id"], "task_state": task["state"], "attempts": task["attempts"]})
+    return Result.judged(
+        "max_attempts_quarantine",
+        checks,
+        spec="max-attempts.yaml",
+        evidence={
+            "run_id": report["run_id"],
+            "task_state": task["state"],
+            "attempts": task["attempts"],
+        },
+    )
 
 
 def forged_rollback(bench: Bench) -> Result:
     staged = bench.stage("forged-rollback")
     report = bench.run_json(staged)
-    calls = {r["scope"]: r for r in tool_calls(bench.runs / report["run_id"]) if r["tool"] == "db.execute"}
+    calls = {
+        r["scope"]: r
+        for r in tool_calls(bench.runs / report["run_id"])
+        if r["tool"] == "db.execute"
+    }
     vault, ledger = calls.get("db:vault", {}), calls.get("db:ledger", {})
     vault_inputs = vault.get("inputs", {})
     checks = [
-        ("the borrowed rollback_ref did not confirm for the vault", vault_inputs.get("rollback_confirmed") is False),
-        ("so the vault insert was treated as irreversible and not allowed", vault.get("decision") not in (None, "allow")),
+        (
+            "the borrowed rollback_ref did not confirm for the vault",
+            vault_inputs.get("rollback_confirmed") is False,
+        ),
+        (
+            "so the vault insert was treated as irreversible and not allowed",
+            vault.get("decision") not in (None, "allow"),
+        ),
         ("the vault is unchanged", rows(staged.live["vault"], "SELECT count(*) FROM entries") == 0),
         ("the ref does cover its own database", ledger.get("decision") == "allow"),
     ]
-    return Result.judged("forged_rollback_irreversible", checks, spec="forged-rollback.yaml", evidence={
-        "run_id": report["run_id"], "vault": {k: vault.get(k) for k in ("decision", "rule")} | {"required_trust": vault_inputs.get("required_trust")}})
+    return Result.judged(
+        "forged_rollback_irreversible",
+        checks,
+        spec="forged-rollback.yaml",
+        evidence={
+            "run_id": report["run_id"],
+            "vault": {k: vault.get(k) for k in ("decision", "rule")}
+            | {"required_trust": vault_inputs.get("required_trust")},
+        },
+    )
 
 
 def unratified_contract(bench: Bench) -> Result:
@@ -394,22 +591,44 @@ def unratified_contract(bench: Bench) -> Result:
     (task,) = report["tasks"]
     checks = [
         ("the verifier passed the result", report["verdict"] == "pass"),
-        ("it was only proposed, for want of ratification", task["state"] == "proposed" and "ratif" in (task["reason"] or "")),
+        (
+            "it was only proposed, for want of ratification",
+            task["state"] == "proposed" and "ratif" in (task["reason"] or ""),
+        ),
         ("the target holds only the fixture", commits(staged.target) == ["fixture"]),
     ]
-    return Result.judged("unratified_contract_no_commit", checks, spec="unratified-contract.yaml",
-                         evidence={"run_id": report["run_id"], "task_state": task["state"], "reason": task["reason"]})
+    return Result.judged(
+        "unratified_contract_no_commit",
+        checks,
+        spec="unratified-contract.yaml",
+        evidence={
+            "run_id": report["run_id"],
+            "task_state": task["state"],
+            "reason": task["reason"],
+        },
+    )
 
 
 def stale_heartbeat(bench: Bench) -> Result:
     staged = bench.stage("stale-heartbeat")
     manifest = bench.root / "health.json"
-    manifest.write_text(json.dumps({"components": [{"name": "verifier", "stale_after_seconds": 1}, {"name": "driver", "stale_after_seconds": 1}]}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "components": [
+                    {"name": "verifier", "stale_after_seconds": 1},
+                    {"name": "driver", "stale_after_seconds": 1},
+                ]
+            }
+        )
+    )
     monitor = ("monitor", "--once", "--runs-dir", str(bench.runs), "--manifest", str(manifest))
     proc = bench.popen(staged)
     try:
         wait_for("the agent's first write", _journal_count(bench, '"tool":"fs.write"', 1), proc)
-        proc.send_signal(signal.SIGSTOP)  # the driver freezes: its heartbeats stop, its run stays "running"
+        proc.send_signal(
+            signal.SIGSTOP
+        )  # the driver freezes: its heartbeats stop, its run stays "running"
         time.sleep(2.5)
         first = bench.assure(*monitor)
         stale = bench.alerts("stale_health")
@@ -424,17 +643,30 @@ def stale_heartbeat(bench: Bench) -> Result:
         ("a stale alert names the verifier", any("verifier" in a.message for a in stale)),
         ("every stale alert was pending", bool(stale) and all(a.state == "pending" for a in stale)),
         ("a second pass raised none twice", len(again) == len(stale)),
-        ("each was acked", acked == [0] * len(stale) and bool(after) and all(a.state == "acked" for a in after)),
+        (
+            "each was acked",
+            acked == [0] * len(stale) and bool(after) and all(a.state == "acked" for a in after),
+        ),
     ]
-    return Result.judged("stale_heartbeat_alert_ack", checks, spec="stale-heartbeat.yaml",
-                         evidence={"alerts": [{"id": a.id, "message": a.message} for a in stale]})
+    return Result.judged(
+        "stale_heartbeat_alert_ack",
+        checks,
+        spec="stale-heartbeat.yaml",
+        evidence={"alerts": [{"id": a.id, "message": a.message} for a in stale]},
+    )
 
 
 SCENARIOS: dict[str, Callable[[Bench], Result]] = {
-    "chaos_kill_resume": kill_resume, "chaos_lying_worker": lying_worker, "chaos_override_bypass": override_bypass,
-    "chaos_dup_key": dup_key, "chaos_budget_thermal": budget_thermal, "chaos_signed_aar": signed_aar,
-    "missing_verifier_propose_only": missing_verifier, "max_attempts_quarantine": max_attempts,
-    "forged_rollback_irreversible": forged_rollback, "unratified_contract_no_commit": unratified_contract,
+    "chaos_kill_resume": kill_resume,
+    "chaos_lying_worker": lying_worker,
+    "chaos_override_bypass": override_bypass,
+    "chaos_dup_key": dup_key,
+    "chaos_budget_thermal": budget_thermal,
+    "chaos_signed_aar": signed_aar,
+    "missing_verifier_propose_only": missing_verifier,
+    "max_attempts_quarantine": max_attempts,
+    "forged_rollback_irreversible": forged_rollback,
+    "unratified_contract_no_commit": unratified_contract,
     "stale_heartbeat_alert_ack": stale_heartbeat,
 }
 
@@ -445,33 +677,62 @@ def run_one(oid: str, bench: Bench) -> Result:
     try:
         result = SCENARIOS[oid](bench)
     except Exception as exc:  # the scenario could not run to its checks
-        result = Result.not_run(oid, f"the scenario could not run: {type(exc).__name__}: {exc}"[:600])
+        result = Result.not_run(
+            oid, f"the scenario could not run: {type(exc).__name__}: {exc}"[:600]
+        )
     result.seconds = round(time.monotonic() - started, 2)
     return result
 
 
 # ------------------------------------------------------------------------- the packet
 
+
 def _gate_decisions(root: Path) -> list[dict[str, Any]]:
     """Every mutating gate decision journaled by this packet's runs, with its inputs: the
     gateway's tool calls and the host's promote decisions (the same `gate.decide`)."""
     found = []
-    for log in sorted(root.glob("**/.assure/runs/*/attempts/*/gateway/journal.jsonl")) + sorted(root.glob("**/.assure/runs/*/events.jsonl")):
+    for log in sorted(root.glob("**/.assure/runs/*/attempts/*/gateway/journal.jsonl")) + sorted(
+        root.glob("**/.assure/runs/*/events.jsonl")
+    ):
         try:
             records = chain.verify_chain(log)
         except Exception:
             continue
         for r in records:
             if r.get("event") == "tool_call":
-                d = {"by": "gateway", "tool": r.get("tool"), "decision": r.get("decision"), "rule": r.get("rule"), "reason": r.get("reason"), "inputs": r.get("inputs") or {}}
-            elif r.get("event") in ("promote_started", "promote_decided") and isinstance(r.get("decision"), dict):
-                d = {"by": "host promote", "tool": "promote", "decision": r["decision"].get("outcome"), "rule": r["decision"].get("rule"),
-                     "reason": r["decision"].get("reason"), "inputs": r["decision"].get("inputs") or {}}
+                d = {
+                    "by": "gateway",
+                    "tool": r.get("tool"),
+                    "decision": r.get("decision"),
+                    "rule": r.get("rule"),
+                    "reason": r.get("reason"),
+                    "inputs": r.get("inputs") or {},
+                }
+            elif r.get("event") in ("promote_started", "promote_decided") and isinstance(
+                r.get("decision"), dict
+            ):
+                d = {
+                    "by": "host promote",
+                    "tool": "promote",
+                    "decision": r["decision"].get("outcome"),
+                    "rule": r["decision"].get("rule"),
+                    "reason": r["decision"].get("reason"),
+                    "inputs": r["decision"].get("inputs") or {},
+                }
             else:
                 continue
-            levels = [d["inputs"].get(k) for k in ("operator_dial", "autonomy_ceiling", "verifier_trust")]
+            levels = [
+                d["inputs"].get(k) for k in ("operator_dial", "autonomy_ceiling", "verifier_trust")
+            ]
             if d["inputs"].get("mutates") and all(isinstance(v, int) for v in levels):
-                found.append({"journal": str(log.relative_to(root)), "seq": r.get("seq"), **d, "levels": levels})
+                found.append(
+                    {
+                        "journal": str(log.relative_to(root)),
+                        "seq": r.get("seq"),
+                        **d,
+                        "levels": levels,
+                    }
+                )
     return found
 
 
@@ -482,17 +743,39 @@ def gate_trace(root: Path) -> dict[str, Any]:
     decisions = _gate_decisions(root)
 
     def pick(outcomes: tuple[str, ...]) -> dict[str, Any]:
-        ranked = sorted((d for d in decisions if d["decision"] in outcomes),
-                        key=lambda d: (not str(d["rule"]).startswith("autonomy"), len(set(d["levels"])) == 1, outcomes.index(d["decision"])))
+        ranked = sorted(
+            (d for d in decisions if d["decision"] in outcomes),
+            key=lambda d: (
+                not str(d["rule"]).startswith("autonomy"),
+                len(set(d["levels"])) == 1,
+                outcomes.index(d["decision"]),
+            ),
+        )
         if not ranked:
-            return {"status": packet_mod.NOT_RUN, "reason": f"no journaled mutating {'/'.join(outcomes)} with gate inputs in this packet's runs"}
+            return {
+                "status": packet_mod.NOT_RUN,
+                "reason": f"no journaled mutating {'/'.join(outcomes)} with gate inputs in this packet's runs",
+            }
         d = ranked[0]
         inputs, (dial, ceiling, trust) = d["inputs"], d["levels"]
-        return {"journal": d["journal"], "seq": d["seq"], "by": d["by"], "tool": d["tool"], "scope": inputs.get("scope"),
-                "decision": d["decision"], "rule": d["rule"], "reason": d["reason"],
-                "operator_dial": dial, "autonomy_ceiling": ceiling, "verifier_trust": trust, "verifier_fresh": inputs.get("verifier_fresh"),
-                "min(dial, ceiling, trust)": min(dial, ceiling, trust), "effective_autonomy": inputs.get("effective_autonomy"),
-                "required_trust": inputs.get("required_trust"), "halted": inputs.get("halted")}
+        return {
+            "journal": d["journal"],
+            "seq": d["seq"],
+            "by": d["by"],
+            "tool": d["tool"],
+            "scope": inputs.get("scope"),
+            "decision": d["decision"],
+            "rule": d["rule"],
+            "reason": d["reason"],
+            "operator_dial": dial,
+            "autonomy_ceiling": ceiling,
+            "verifier_trust": trust,
+            "verifier_fresh": inputs.get("verifier_fresh"),
+            "min(dial, ceiling, trust)": min(dial, ceiling, trust),
+            "effective_autonomy": inputs.get("effective_autonomy"),
+            "required_trust": inputs.get("required_trust"),
+            "halted": inputs.get("halted"),
+        }
 
     return {"allow": pick(("allow",)), "deny": pick(("deny", "escalate"))}
 
@@ -503,16 +786,26 @@ def figures(results: list[Result]) -> dict[str, Any]:
     return {
         "override_latency_ms": measured.get("chaos_override_bypass", {}).get("override_latency_ms"),
         "breach_to_halt_ms": measured.get("chaos_budget_thermal", {}).get("breach_to_halt_ms"),
-        "effects_under_duplicate_key": measured.get("chaos_dup_key", {}).get("effects_under_one_key"),
+        "effects_under_duplicate_key": measured.get("chaos_dup_key", {}).get(
+            "effects_under_one_key"
+        ),
         "kill_points_resumed": measured.get("chaos_kill_resume", {}).get("kill_points_resumed"),
         "kill_points_tried": list(failpoints.POINTS),
     }
 
 
 def machine() -> dict[str, Any]:
-    docker = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True)
-    return {"hostname": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(),
-            "assure": __version__, "docker": docker.stdout.strip() or None, "cpus": os.cpu_count()}
+    docker = subprocess.run(
+        ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True
+    )
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "assure": __version__,
+        "docker": docker.stdout.strip() or None,
+        "cpus": os.cpu_count(),
+    }
 
 
 def check_only(only: list[str] | None) -> None:
@@ -520,14 +813,25 @@ def check_only(only: list[str] | None) -> None:
     signed packet of nothing but NOT-RUN rows)."""
     unknown = [oid for oid in only or [] if oid not in packet_mod.OBLIGATIONS]
     if unknown:
-        raise AssureError(f"no obligation {', '.join(unknown)}", where="--only", fix="pass one of: " + ", ".join(packet_mod.OBLIGATIONS))
+        raise AssureError(
+            f"no obligation {', '.join(unknown)}",
+            where="--only",
+            fix="pass one of: " + ", ".join(packet_mod.OBLIGATIONS),
+        )
 
 
-def run(out_dir: Path, key: Path | None, only: list[str] | None = None, progress: Callable[[Result], None] = lambda r: None) -> tuple[Path, Path, Path]:
+def run(
+    out_dir: Path,
+    key: Path | None,
+    only: list[str] | None = None,
+    progress: Callable[[Result], None] = lambda r: None,
+) -> tuple[Path, Path, Path]:
     """Run the scenarios (all, or `only`) and write the signed packet: JSON, Markdown and the
     public key that verifies it. Returns their paths."""
     check_only(only)
-    root = store.new_dir(out_dir, "conformance")  # conformance-<UTC stamp>-<random>: two packets begun in one second stay apart
+    root = store.new_dir(
+        out_dir, "conformance"
+    )  # conformance-<UTC stamp>-<random>: two packets begun in one second stay apart
     if key is None:
         key, _ = keys.generate_keypair(root / "key")
     private = keys.load_private(key)
@@ -539,13 +843,29 @@ def run(out_dir: Path, key: Path | None, only: list[str] | None = None, progress
         result = run_one(oid, Bench(root / "scratch" / oid, key))
         results.append(result)
         progress(result)
-    chain_doc = next((r.evidence["receipt_chain"] for r in results if "receipt_chain" in r.evidence),
-                     {"verified": False, "status": packet_mod.NOT_RUN, "reason": "chaos_signed_aar did not produce a receipt chain"})
-    packet = packet_mod.build(results, created_at=chain.utc_now(), machine=machine(), figures=figures(results),
-                              gate_trace=gate_trace(root / "scratch"), receipt_chain=chain_doc)
+    chain_doc = next(
+        (r.evidence["receipt_chain"] for r in results if "receipt_chain" in r.evidence),
+        {
+            "verified": False,
+            "status": packet_mod.NOT_RUN,
+            "reason": "chaos_signed_aar did not produce a receipt chain",
+        },
+    )
+    packet = packet_mod.build(
+        results,
+        created_at=chain.utc_now(),
+        machine=machine(),
+        figures=figures(results),
+        gate_trace=gate_trace(root / "scratch"),
+        receipt_chain=chain_doc,
+    )
     signed = packet_mod.sign(packet, private)
     json_path, md_path, pub_path = root / "packet.json", root / "packet.md", root / "packet.pub.pem"
     json_path.write_text(json.dumps(signed, indent=2, ensure_ascii=True) + "\n", encoding="utf-8")
     md_path.write_text(packet_mod.markdown(signed), encoding="utf-8")
-    pub_path.write_bytes(private.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    pub_path.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
     return json_path, md_path, pub_path

@@ -18,7 +18,11 @@ from assure.run import cluster, pool
 from assure.sandbox import workspace_fs
 from assure.sandbox.backend import LABEL_HOST, LABEL_PID, LABEL_RUN, LABEL_UID, SandboxBackend
 
-KINDS = ("containers", "networks", "volumes")  # removal order: a network or volume is freed by its containers
+KINDS = (
+    "containers",
+    "networks",
+    "volumes",
+)  # removal order: a network or volume is freed by its containers
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,9 @@ class Removed:
     volumes: int
     networks: int
     workspaces: int
-    node_scratch: int  # the scratch folders of cluster tasks lost with their node or driver (run/cluster.py)
+    node_scratch: (
+        int  # the scratch folders of cluster tasks lost with their node or driver (run/cluster.py)
+    )
     dry_run: bool = False  # nothing was removed: these are what would be
     names: list[str] = field(default_factory=list)  # `kind id-or-path` of each
 
@@ -51,25 +57,40 @@ def is_ours(labels: Mapping[str, str], runs_dir: Path | None, uid: int) -> bool:
     if labels.get(LABEL_UID) == str(uid):
         return True
     run = labels.get(LABEL_RUN, "")
-    return runs_dir is not None and store.RUN_ID.match(run) is not None and (runs_dir / run).is_dir()
+    return (
+        runs_dir is not None and store.RUN_ID.match(run) is not None and (runs_dir / run).is_dir()
+    )
 
 
 def _folder_is_ours(folder: Path, runs_dir: Path | None, uid: int) -> bool:
     try:
-        return folder.lstat().st_uid == uid or (runs_dir is not None and Path(os.path.abspath(folder)).is_relative_to(os.path.abspath(runs_dir)))
+        return folder.lstat().st_uid == uid or (
+            runs_dir is not None
+            and Path(os.path.abspath(folder)).is_relative_to(os.path.abspath(runs_dir))
+        )
     except OSError:
         return False
 
 
-def collect(backend: SandboxBackend, *, everything: bool = False, runs_dir: Path | None = None, all_users: bool = False,
-            dry_run: bool = False) -> Removed:
+def collect(
+    backend: SandboxBackend,
+    *,
+    everything: bool = False,
+    runs_dir: Path | None = None,
+    all_users: bool = False,
+    dry_run: bool = False,
+) -> Removed:
     """Remove the orphans (and, given the runs folder, the folders of dead warm pools); raises
     AssureError if the engine or the workspaces cannot be listed."""
     owned = backend.owned()
     host, uid = socket.gethostname(), os.getuid()
     removed = dict.fromkeys(KINDS, 0)
     names: list[str] = []
-    remove = {"containers": backend.remove_container, "volumes": backend.remove_volume, "networks": backend.remove_network}
+    remove = {
+        "containers": backend.remove_container,
+        "volumes": backend.remove_volume,
+        "networks": backend.remove_network,
+    }
     for kind in KINDS:
         for item in owned[kind]:
             if is_orphan(item, host, everything) and (all_users or is_ours(item, runs_dir, uid)):
@@ -79,17 +100,43 @@ def collect(backend: SandboxBackend, *, everything: bool = False, runs_dir: Path
                 names.append(f"{kind[:-1]} {item.get('name') or item['id']}")
 
     def orphaned(folder: Path) -> bool:
-        return (everything or not store.is_locked(folder)) and (all_users or _folder_is_ours(folder, runs_dir, uid))
+        return (everything or not store.is_locked(folder)) and (
+            all_users or _folder_is_ours(folder, runs_dir, uid)
+        )
 
     # after the containers: nothing holds their workspaces now
     if dry_run:
-        workspaces = [point for point, folder in workspace_fs.workspace_mounts() if orphaned(folder)]
+        workspaces = [
+            point for point, folder in workspace_fs.workspace_mounts() if orphaned(folder)
+        ]
         base = runs_dir / layout.POOL if runs_dir is not None else None
-        pools = [f for f in sorted(base.iterdir()) if f.is_dir() and (everything or not store.is_locked(f))] if base and base.is_dir() else []
+        pools = (
+            [
+                f
+                for f in sorted(base.iterdir())
+                if f.is_dir() and (everything or not store.is_locked(f))
+            ]
+            if base and base.is_dir()
+            else []
+        )
         scratch = cluster.release_orphan_scratch(dry_run=True)
     else:
         workspaces = workspace_fs.release_orphans(orphaned)
         pools = pool.release_orphans(runs_dir, backend, everything) if runs_dir is not None else []
-        scratch = cluster.release_orphan_scratch()  # after the workspaces: nothing is mounted in them now
-    names += [f"workspace {p}" for p in workspaces] + [f"pool folder {p}" for p in pools] + [f"node scratch {p}" for p in scratch]
-    return Removed(removed["containers"], removed["volumes"], removed["networks"], len(workspaces), len(scratch), dry_run, names)
+        scratch = (
+            cluster.release_orphan_scratch()
+        )  # after the workspaces: nothing is mounted in them now
+    names += (
+        [f"workspace {p}" for p in workspaces]
+        + [f"pool folder {p}" for p in pools]
+        + [f"node scratch {p}" for p in scratch]
+    )
+    return Removed(
+        removed["containers"],
+        removed["volumes"],
+        removed["networks"],
+        len(workspaces),
+        len(scratch),
+        dry_run,
+        names,
+    )

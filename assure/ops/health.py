@@ -59,21 +59,33 @@ ATTEMPT = "{attempt}"
 DRIVER, VERIFIER, GATEWAY, MONITOR = "driver", "verifier", "gateway", "monitor"
 
 # --- every limit, once ------------------------------------------------------------------
-DRIVER_STALE_SECONDS = 60.0  # the driver beats at least once per phase and every 100 ms while an agent runs
+DRIVER_STALE_SECONDS = (
+    60.0  # the driver beats at least once per phase and every 100 ms while an agent runs
+)
 VERIFIER_STALE_SECONDS = 30.0  # the attempt loop beats every 100 ms; 30 s covers the collect phase
-GATEWAY_STALE_SECONDS = 300.0  # the gateway beats on successful calls: an agent may think this long between calls
-MONITOR_STALE_SECONDS = 60.0  # the monitor beats every pass (INTERVAL_SECONDS); older means it was not running
+GATEWAY_STALE_SECONDS = (
+    300.0  # the gateway beats on successful calls: an agent may think this long between calls
+)
+MONITOR_STALE_SECONDS = (
+    60.0  # the monitor beats every pass (INTERVAL_SECONDS); older means it was not running
+)
 INTERVAL_SECONDS = 5.0  # one monitor pass every this many seconds
 ACK_WINDOW_SECONDS = 300.0  # T1: an alert pending this long dials its run down to `propose`
 HALT_AFTER_SECONDS = 900.0  # T2: an alert pending this long halts its run
 LOOKBACK_SECONDS = 3600.0  # runs no longer running are still checked for anomalies this long
 MAX_CLOCK_SKEW_SECONDS = 5.0  # a heartbeat further in the future than this is garbage
 MAX_TOOL_CALLS_PER_MINUTE = 300  # rate_of_change: tool calls in any 60 s window of an attempt
-MAX_CHANGES_PER_MINUTE = 120  # rate_of_change: journaled effects (file writes/deletes, SQL, HTTP) in any 60 s window
-MAX_DUPLICATE_RATIO = 0.5  # duplication_ratio: share of tool calls repeating an earlier (tool, args_digest)
+MAX_CHANGES_PER_MINUTE = (
+    120  # rate_of_change: journaled effects (file writes/deletes, SQL, HTTP) in any 60 s window
+)
+MAX_DUPLICATE_RATIO = (
+    0.5  # duplication_ratio: share of tool calls repeating an earlier (tool, args_digest)
+)
 MIN_CALLS_FOR_RATIO = 20  # duplication_ratio: fewer calls than this are never judged
 NEAR_LIMIT_RATIO = 0.9  # resource_saturation: a counter at this share of its limit
-SILENT_AFTER_SECONDS = 300.0  # silent_component: a running run whose events and journal have not grown this long
+SILENT_AFTER_SECONDS = (
+    300.0  # silent_component: a running run whose events and journal have not grown this long
+)
 
 
 def beat(path: Path, component: str, *, now: float | None = None, **detail: Any) -> dict[str, Any]:
@@ -116,7 +128,9 @@ class Component:
     def per_run(self) -> bool:
         return self.heartbeat_path.startswith(RUN + "/")
 
-    def path(self, runs_base: Path, run_dir: Path | None = None, attempt: int | None = None) -> Path:
+    def path(
+        self, runs_base: Path, run_dir: Path | None = None, attempt: int | None = None
+    ) -> Path:
         """The heartbeat file: under the runs base, or under `run_dir` for a `{run}/` path."""
         if not self.per_run:
             return runs_base / self.heartbeat_path
@@ -137,13 +151,19 @@ class Component:
 
 DEFAULT_COMPONENTS = (
     Component(DRIVER, f"{HEALTH_DIR}/driver.json", DRIVER_STALE_SECONDS),
-    Component(VERIFIER, f"{RUN}/{layout.CONTROL}/{layout.VERIFIER_HEARTBEAT}", VERIFIER_STALE_SECONDS),
-    Component(GATEWAY, f"{RUN}/{layout.ATTEMPTS}/{ATTEMPT}/{layout.HEARTBEAT}", GATEWAY_STALE_SECONDS),
+    Component(
+        VERIFIER, f"{RUN}/{layout.CONTROL}/{layout.VERIFIER_HEARTBEAT}", VERIFIER_STALE_SECONDS
+    ),
+    Component(
+        GATEWAY, f"{RUN}/{layout.ATTEMPTS}/{ATTEMPT}/{layout.HEARTBEAT}", GATEWAY_STALE_SECONDS
+    ),
     Component(MONITOR, f"{HEALTH_DIR}/monitor.json", MONITOR_STALE_SECONDS),
 )
 
 
-def default_path(name: str, runs_base: Path, run_dir: Path | None = None, attempt: int | None = None) -> Path:
+def default_path(
+    name: str, runs_base: Path, run_dir: Path | None = None, attempt: int | None = None
+) -> Path:
     """Where the default manifest expects `name` (driver, verifier, gateway, monitor) to beat."""
     return next(c for c in DEFAULT_COMPONENTS if c.name == name).path(runs_base, run_dir, attempt)
 
@@ -194,11 +214,17 @@ class Manifest:
             else:
                 data = json.loads(text)
         except (OSError, UnicodeDecodeError) as exc:
-            raise AssureError(f"unreadable manifest: {unreadable(exc)}", where=str(path), fix="pass the path of a JSON or YAML manifest") from None
+            raise AssureError(
+                f"unreadable manifest: {unreadable(exc)}",
+                where=str(path),
+                fix="pass the path of a JSON or YAML manifest",
+            ) from None
         except ValueError as exc:
             raise AssureError(f"unreadable manifest: {exc}", where=str(path)) from None
         except Exception as exc:  # yaml.YAMLError
-            raise AssureError(f"unreadable manifest: {type(exc).__name__}: {exc}", where=str(path)) from None
+            raise AssureError(
+                f"unreadable manifest: {type(exc).__name__}: {exc}", where=str(path)
+            ) from None
         try:
             return cls.from_data(data)
         except AssureError as exc:
@@ -210,14 +236,24 @@ class Manifest:
             data = {}
         if not isinstance(data, dict):
             raise _invalid("", "the manifest must be a mapping")
-        scalars = {"interval_seconds", "ack_window_seconds", "halt_after_seconds", "lookback_seconds"}
+        scalars = {
+            "interval_seconds",
+            "ack_window_seconds",
+            "halt_after_seconds",
+            "lookback_seconds",
+        }
         _no_unknown(data, scalars | {"components", "anomalies", "alerts_file", "webhook"}, "")
-        values: dict[str, Any] = {name: _positive(data[name], name) for name in scalars if name in data}
+        values: dict[str, Any] = {
+            name: _positive(data[name], name) for name in scalars if name in data
+        }
         ack_window = values.get("ack_window_seconds", ACK_WINDOW_SECONDS)
         if "components" in data:
             values["components"] = _components(data["components"], ack_window)
         elif "ack_window_seconds" in data:
-            values["components"] = tuple(Component(c.name, c.heartbeat_path, c.stale_after_seconds, ack_window) for c in DEFAULT_COMPONENTS)
+            values["components"] = tuple(
+                Component(c.name, c.heartbeat_path, c.stale_after_seconds, ack_window)
+                for c in DEFAULT_COMPONENTS
+            )
         if "anomalies" in data:
             values["anomalies"] = _thresholds(data["anomalies"])
         for name in ("alerts_file", "webhook"):
@@ -228,9 +264,15 @@ class Manifest:
         manifest = cls(**values)
         for c in manifest.components:
             if c.ack_window_seconds >= manifest.halt_after_seconds:
-                raise _invalid(f"components.{c.name}.ack_window_seconds", f"must be less than halt_after_seconds ({manifest.halt_after_seconds})")
+                raise _invalid(
+                    f"components.{c.name}.ack_window_seconds",
+                    f"must be less than halt_after_seconds ({manifest.halt_after_seconds})",
+                )
         if manifest.ack_window_seconds >= manifest.halt_after_seconds:
-            raise _invalid("ack_window_seconds", f"must be less than halt_after_seconds ({manifest.halt_after_seconds})")
+            raise _invalid(
+                "ack_window_seconds",
+                f"must be less than halt_after_seconds ({manifest.halt_after_seconds})",
+            )
         return manifest
 
     def to_json(self) -> dict[str, Any]:
@@ -242,7 +284,12 @@ class Manifest:
             "alerts_file": self.alerts_file,
             "webhook": self.webhook,
             "components": [
-                {"name": c.name, "heartbeat_path": c.heartbeat_path, "stale_after_seconds": c.stale_after_seconds, "ack_window_seconds": c.ack_window_seconds}
+                {
+                    "name": c.name,
+                    "heartbeat_path": c.heartbeat_path,
+                    "stale_after_seconds": c.stale_after_seconds,
+                    "ack_window_seconds": c.ack_window_seconds,
+                }
                 for c in self.components
             ],
             "anomalies": {f.name: getattr(self.anomalies, f.name) for f in fields(Thresholds)},
@@ -250,7 +297,10 @@ class Manifest:
 
 
 def _invalid(where: str, message: str) -> AssureError:
-    return AssureError(f"{where}: {message}" if where else message, fix="see the manifest format in assure/health.py and the README")
+    return AssureError(
+        f"{where}: {message}" if where else message,
+        fix="see the manifest format in assure/health.py and the README",
+    )
 
 
 def _no_unknown(data: dict[str, Any], known: set[str], prefix: str) -> None:
@@ -260,7 +310,12 @@ def _no_unknown(data: dict[str, Any], known: set[str], prefix: str) -> None:
 
 
 def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise _invalid(where, "must be a positive number")
     return float(value)
 
@@ -276,9 +331,17 @@ def _components(value: Any, ack_window: float) -> tuple[Component, ...]:
         where = f"components[{n}]"
         if not isinstance(entry, dict):
             raise _invalid(where, "must be a mapping")
-        _no_unknown(entry, {"name", "heartbeat_path", "stale_after_seconds", "ack_window_seconds"}, where + ".")
+        _no_unknown(
+            entry,
+            {"name", "heartbeat_path", "stale_after_seconds", "ack_window_seconds"},
+            where + ".",
+        )
         name = entry.get("name")
-        if not isinstance(name, str) or not name or not all(ch.isalnum() or ch in "-_" for ch in name):
+        if (
+            not isinstance(name, str)
+            or not name
+            or not all(ch.isalnum() or ch in "-_" for ch in name)
+        ):
             raise _invalid(where + ".name", "must be a non-empty name of letters, digits, - and _")
         if name in (c.name for c in out):
             raise _invalid(where + ".name", f"{name!r} is listed twice")
@@ -289,8 +352,14 @@ def _components(value: Any, ack_window: float) -> tuple[Component, ...]:
         elif base:
             stale = base.stale_after_seconds
         else:
-            raise _invalid(where + ".stale_after_seconds", "is required for a component without a default")
-        ack = _positive(entry["ack_window_seconds"], where + ".ack_window_seconds") if "ack_window_seconds" in entry else ack_window
+            raise _invalid(
+                where + ".stale_after_seconds", "is required for a component without a default"
+            )
+        ack = (
+            _positive(entry["ack_window_seconds"], where + ".ack_window_seconds")
+            if "ack_window_seconds" in entry
+            else ack_window
+        )
         out.append(Component(name, _heartbeat_path(path, where + ".heartbeat_path"), stale, ack))
     return tuple(out)
 
@@ -300,8 +369,16 @@ def _heartbeat_path(value: Any, where: str) -> str:
         raise _invalid(where, "must be a relative path")
     rel = value[len(RUN) + 1 :] if value.startswith(RUN + "/") else value
     parts = PurePosixPath(rel).parts
-    if rel.startswith("/") or not parts or any(p in ("..", ".") for p in parts) or RUN in rel or "\\" in rel:
-        raise _invalid(where, f"must be a relative path without '..' (optionally starting with {RUN}/)")
+    if (
+        rel.startswith("/")
+        or not parts
+        or any(p in ("..", ".") for p in parts)
+        or RUN in rel
+        or "\\" in rel
+    ):
+        raise _invalid(
+            where, f"must be a relative path without '..' (optionally starting with {RUN}/)"
+        )
     if ATTEMPT in rel and not value.startswith(RUN + "/"):
         raise _invalid(where, f"{ATTEMPT} is only allowed in a {RUN}/ path")
     return value

@@ -43,8 +43,8 @@ from assure.ops import health, health_v1
 from assure.ops.alerts import AlertState
 from assure.ops.anomalies import staleness
 from assure.ops.health_v1 import FAIL, PASS, UNKNOWN, Check
-from assure.ops.runsbase import Refused, Tree, parse_json
 from assure.ops.runs import resume_command
+from assure.ops.runsbase import Refused, Tree, parse_json
 from assure.records import layout, receipts
 from assure.records.states import INTERRUPTED, RunState, TaskState
 from assure.records.store import RUN_ID, lock_held
@@ -54,11 +54,21 @@ MAX_JSON_BYTES = 1 << 20  # state.json, spec.json, an alert, a heartbeat
 MAX_JOURNAL_TAIL_BYTES = 1 << 20  # the last model call is looked for in the journal's last MiB
 MAX_ERROR_BODY_BYTES = 64 << 10  # a provider's error body, read from the blob store
 MAX_EVIDENCE_ITEMS = 20  # alerts, runs or tasks listed in one check's evidence
-FILE_FACTS_STALE_SECONDS = 60.0  # a fact read from a file now: good for one monitor interval and more
+FILE_FACTS_STALE_SECONDS = (
+    60.0  # a fact read from a file now: good for one monitor interval and more
+)
 ENGINE_STALE_SECONDS = 60.0
 LIVE_STATES = frozenset({RunState.RUNNING, RunState.ABORTED})
-CREDIT_WORDS = ("credit balance", "billing", "payment", "insufficient credit", "quota")  # Anthropic answers 400 "Your credit balance is too low..."
-UNAVAILABLE_CODES = frozenset({"upstream_error", "upstream_timeout", "too_large"})  # the gateway's codes for a provider that did not answer usably
+CREDIT_WORDS = (
+    "credit balance",
+    "billing",
+    "payment",
+    "insufficient credit",
+    "quota",
+)  # Anthropic answers 400 "Your credit balance is too low..."
+UNAVAILABLE_CODES = frozenset(
+    {"upstream_error", "upstream_timeout", "too_large"}
+)  # the gateway's codes for a provider that did not answer usably
 
 
 @dataclass(frozen=True)
@@ -81,10 +91,18 @@ def engine_facts(connect: Callable[[], Any]) -> Engine:
     except Exception as exc:  # any failure to ask is an unreachable engine, never a crash
         return Engine(False, f"{type(exc).__name__}: {getattr(exc, 'message', exc)}"[:300])
     detail = f"engine {version.get('Version')} (API {version.get('ApiVersion')})"
-    return Engine(True, detail, None if found is None else (found.agent, found.gateway, found.egress))
+    return Engine(
+        True, detail, None if found is None else (found.agent, found.gateway, found.egress)
+    )
 
 
-def probe(runs_base: Path, run_id: str | None, engine: Engine, now: float, manifest: health.Manifest = health.Manifest()) -> dict[str, Any]:
+def probe(
+    runs_base: Path,
+    run_id: str | None,
+    engine: Engine,
+    now: float,
+    manifest: health.Manifest = health.Manifest(),
+) -> dict[str, Any]:
     """The health document of the run `run_id` under `runs_base`, or of the whole runs base."""
     try:
         root = os.open(runs_base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -96,28 +114,96 @@ def probe(runs_base: Path, run_id: str | None, engine: Engine, now: float, manif
         try:
             layers = _Pass(runs_base, Tree(root), manifest, now).layers(run_id, engine)
         except Exception as exc:  # a probe that cannot judge says unknown for every layer: fail closed, never a crash
-            layers = {layer: [Check(f"{layer}.probe", UNKNOWN, now, 0.0, f"the probe failed: {type(exc).__name__}", reason_code="probe_error")] for layer in health_v1.LAYERS}
+            layers = {
+                layer: [
+                    Check(
+                        f"{layer}.probe",
+                        UNKNOWN,
+                        now,
+                        0.0,
+                        f"the probe failed: {type(exc).__name__}",
+                        reason_code="probe_error",
+                    )
+                ]
+                for layer in health_v1.LAYERS
+            }
         finally:
             os.close(root)
     return health_v1.document(receipts.deployment_id(), now, layers)
 
 
-def _no_base(runs_base: Path, problem: str | None, engine: Engine, now: float) -> dict[str, list[Check]]:
+def _no_base(
+    runs_base: Path, problem: str | None, engine: Engine, now: float
+) -> dict[str, list[Check]]:
     """No runs base (`problem` None: nothing has run here yet) or an unreadable one; the engine is still asked."""
+
     def fact(cid: str) -> Check:
         if problem is None:
-            return Check(cid, PASS, now, FILE_FACTS_STALE_SECONDS, "no runs base yet: nothing has run here", evidence={"runs_base": str(runs_base)})
-        return Check(cid, UNKNOWN, now, FILE_FACTS_STALE_SECONDS, f"the runs base cannot be read: {problem}", reason_code="runs_base_unreadable", evidence={"runs_base": str(runs_base)})
+            return Check(
+                cid,
+                PASS,
+                now,
+                FILE_FACTS_STALE_SECONDS,
+                "no runs base yet: nothing has run here",
+                evidence={"runs_base": str(runs_base)},
+            )
+        return Check(
+            cid,
+            UNKNOWN,
+            now,
+            FILE_FACTS_STALE_SECONDS,
+            f"the runs base cannot be read: {problem}",
+            reason_code="runs_base_unreadable",
+            evidence={"runs_base": str(runs_base)},
+        )
 
-    return {"process": [fact("process.driver")], "scheduler": [fact("scheduler.runs")], "execution": _engine_checks(engine, now), "governance": [fact("governance.alerts")]}
+    return {
+        "process": [fact("process.driver")],
+        "scheduler": [fact("scheduler.runs")],
+        "execution": _engine_checks(engine, now),
+        "governance": [fact("governance.alerts")],
+    }
 
 
 def _engine_checks(engine: Engine, now: float) -> list[Check]:
     if not engine.reachable:
-        return [Check("execution.engine", FAIL, now, ENGINE_STALE_SECONDS, f"the Docker engine does not answer: {engine.detail}", reason_code="engine_unreachable"),
-                Check("execution.images", UNKNOWN, now, ENGINE_STALE_SECONDS, "unknown: the engine does not answer", reason_code="engine_unreachable")]
-    images = Check("execution.images", PASS, now, ENGINE_STALE_SECONDS, "the images of this checkout are built", evidence={"images": list(engine.images)}) if engine.images \
-        else Check("execution.images", FAIL, now, ENGINE_STALE_SECONDS, "the images of this checkout are not built: run `assure images build`", reason_code="images_missing")
+        return [
+            Check(
+                "execution.engine",
+                FAIL,
+                now,
+                ENGINE_STALE_SECONDS,
+                f"the Docker engine does not answer: {engine.detail}",
+                reason_code="engine_unreachable",
+            ),
+            Check(
+                "execution.images",
+                UNKNOWN,
+                now,
+                ENGINE_STALE_SECONDS,
+                "unknown: the engine does not answer",
+                reason_code="engine_unreachable",
+            ),
+        ]
+    images = (
+        Check(
+            "execution.images",
+            PASS,
+            now,
+            ENGINE_STALE_SECONDS,
+            "the images of this checkout are built",
+            evidence={"images": list(engine.images)},
+        )
+        if engine.images
+        else Check(
+            "execution.images",
+            FAIL,
+            now,
+            ENGINE_STALE_SECONDS,
+            "the images of this checkout are not built: run `assure images build`",
+            reason_code="images_missing",
+        )
+    )
     return [Check("execution.engine", PASS, now, ENGINE_STALE_SECONDS, engine.detail), images]
 
 
@@ -128,7 +214,9 @@ class _Run:
     problem: str | None = None
     attempt: int | None = None  # the attempt in progress
     ready_at: float | None = None  # when its gateway became ready
-    driven: bool | None = None  # a running run: whether a process holds its lock (None: the lock cannot be probed)
+    driven: bool | None = (
+        None  # a running run: whether a process holds its lock (None: the lock cannot be probed)
+    )
 
     @property
     def running(self) -> bool:
@@ -146,7 +234,11 @@ class _Pass:
 
     def layers(self, run_id: str | None, engine: Engine) -> dict[str, list[Check]]:
         every = self._all_runs() if run_id is None else []
-        runs = [self._run(run_id)] if run_id is not None else [r for r in every if r.state is None or r.state.get("state") in LIVE_STATES]
+        runs = (
+            [self._run(run_id)]
+            if run_id is not None
+            else [r for r in every if r.state is None or r.state.get("state") in LIVE_STATES]
+        )
         layers: dict[str, list[Check]] = {
             "process": [self._driver(runs), self._monitor()],
             "scheduler": [] if run_id is not None else [self._runs_check(every)],
@@ -158,7 +250,11 @@ class _Pass:
             layers["scheduler"] += [self._run_state(run), self._tasks(run)]
             spec = self._spec(run)
             layers["execution"].append(self._provider(run, spec))
-            layers["governance"] += [self._operator(run), self._verifier(run, spec), self._contract(run, spec)]
+            layers["governance"] += [
+                self._operator(run),
+                self._verifier(run, spec),
+                self._contract(run, spec),
+            ]
         return layers
 
     # -- reading
@@ -177,11 +273,17 @@ class _Pass:
             listing = self.tree.listdir("")
         except (Refused, OSError):
             return []
-        return sorted(name for name, is_dir, is_link in (listing or ([], False))[0] if is_dir and not is_link and RUN_ID.match(name))
+        return sorted(
+            name
+            for name, is_dir, is_link in (listing or ([], False))[0]
+            if is_dir and not is_link and RUN_ID.match(name)
+        )
 
     def _all_runs(self) -> list[_Run]:
         runs = [self._run(r) for r in self._run_ids()]
-        return [r for r in runs if r.problem != "missing"]  # a folder without state.json is not (yet) a run
+        return [
+            r for r in runs if r.problem != "missing"
+        ]  # a folder without state.json is not (yet) a run
 
     def _run(self, run_id: str) -> _Run:
         state, problem = self._json(f"{run_id}/{layout.STATE}")
@@ -217,7 +319,11 @@ class _Pass:
             listing = self.tree.listdir(f"{run_id}/{layout.ATTEMPTS}")
         except (Refused, OSError):
             return []
-        return sorted(int(n) for n, is_dir, is_link in (listing or ([], False))[0] if is_dir and not is_link and n.isdigit() and len(n) <= 9)
+        return sorted(
+            int(n)
+            for n, is_dir, is_link in (listing or ([], False))[0]
+            if is_dir and not is_link and n.isdigit() and len(n) <= 9
+        )
 
     def _spec(self, run: _Run) -> spec_mod.Spec | str:
         """The run's recorded spec, or why it cannot be read."""
@@ -237,20 +343,33 @@ class _Pass:
         if not gone:
             return self._heartbeat(health.DRIVER, None, any(r.running for r in runs))
         shown = gone[:MAX_EVIDENCE_ITEMS]
-        return Check("process.driver", FAIL, self.now, FILE_FACTS_STALE_SECONDS,
-                     f"driver: gone for {len(gone)} running run(s) ({', '.join(shown)}): no process holds their lock; "
-                     + "; ".join(f"`{resume_command(self.base, r)}`" for r in shown) + " continues them",
-                     reason_code="driver_gone", evidence={"runs": shown, "resume": [resume_command(self.base, r) for r in shown]})
+        return Check(
+            "process.driver",
+            FAIL,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            f"driver: gone for {len(gone)} running run(s) ({', '.join(shown)}): no process holds their lock; "
+            + "; ".join(f"`{resume_command(self.base, r)}`" for r in shown)
+            + " continues them",
+            reason_code="driver_gone",
+            evidence={"runs": shown, "resume": [resume_command(self.base, r) for r in shown]},
+        )
 
     def _component(self, name: str) -> health.Component:
         """The manifest's component `name`, or the default one when the manifest leaves it out."""
-        return self.manifest.component(name) or next(c for c in health.DEFAULT_COMPONENTS if c.name == name)
+        return self.manifest.component(name) or next(
+            c for c in health.DEFAULT_COMPONENTS if c.name == name
+        )
 
     def _heartbeat(self, name: str, run: _Run | None, expected: bool) -> Check:
         component = self._component(name)
         cid = f"process.{name}" + (f"@{run.run_id}" if run else "")
         if component.per_run:
-            rel = f"{run.run_id}/{component.relative(run.attempt)}" if run and run.attempt is not None else None
+            rel = (
+                f"{run.run_id}/{component.relative(run.attempt)}"
+                if run and run.attempt is not None
+                else None
+            )
         else:
             rel = component.relative()
         data, problem = self._json(rel) if rel else (None, "missing")
@@ -258,19 +377,50 @@ class _Pass:
         evidence = {"heartbeat": component.heartbeat_path, "last_success_at": last}
         stale = component.stale_after_seconds
         if not expected:
-            return Check(cid, PASS, self.now, stale, f"{name}: no run is running here, none is expected to beat" if run is None
-                         else f"{name}: no attempt of {run.run_id} is in progress", evidence=evidence)
+            return Check(
+                cid,
+                PASS,
+                self.now,
+                stale,
+                f"{name}: no run is running here, none is expected to beat"
+                if run is None
+                else f"{name}: no attempt of {run.run_id} is in progress",
+                evidence=evidence,
+            )
         since = run.ready_at if run is not None else None
         age = staleness(last, since, stale, self.now)
         if age is None:
             observed = last if last is not None and (since is None or last >= since) else self.now
-            if last is None and since is None:  # expected, never seen, with nothing saying since when
-                return Check(cid, FAIL, self.now, stale, f"{name}: no usable heartbeat ({why})", reason_code="heartbeat_missing", evidence=evidence)
-            summary = f"{name}: last success {self.now - last:.0f} s ago" if last is not None else f"{name}: no heartbeat yet, {self.now - since:.0f} s after it was expected (limit {stale:g} s)"
+            if (
+                last is None and since is None
+            ):  # expected, never seen, with nothing saying since when
+                return Check(
+                    cid,
+                    FAIL,
+                    self.now,
+                    stale,
+                    f"{name}: no usable heartbeat ({why})",
+                    reason_code="heartbeat_missing",
+                    evidence=evidence,
+                )
+            summary = (
+                f"{name}: last success {self.now - last:.0f} s ago"
+                if last is not None
+                else f"{name}: no heartbeat yet, {self.now - since:.0f} s after it was expected (limit {stale:g} s)"
+            )
             return Check(cid, PASS, observed, stale, summary, evidence=evidence)
         code = "heartbeat_stale" if last is not None else "heartbeat_missing"
-        return Check(cid, FAIL, self.now, stale, f"{name}: no success for {age:.0f} s (limit {stale:g} s)" if last is not None
-                     else f"{name}: no usable heartbeat ({why}) {age:.0f} s after it was expected", reason_code=code, evidence=evidence)
+        return Check(
+            cid,
+            FAIL,
+            self.now,
+            stale,
+            f"{name}: no success for {age:.0f} s (limit {stale:g} s)"
+            if last is not None
+            else f"{name}: no usable heartbeat ({why}) {age:.0f} s after it was expected",
+            reason_code=code,
+            evidence=evidence,
+        )
 
     def _monitor(self) -> Check:
         """The monitor is what notices everything else going stale: without it health degrades."""
@@ -280,11 +430,30 @@ class _Pass:
         evidence = {"heartbeat": component.heartbeat_path, "last_success_at": last}
         stale = component.stale_after_seconds
         if last is not None and self.now - last <= stale:
-            return Check("process.monitor", PASS, last, stale, f"monitor: last pass {self.now - last:.0f} s ago", critical=False, evidence=evidence)
-        summary = f"monitor: last pass {self.now - last:.0f} s ago (limit {stale:g} s): nobody watches for staleness" if last is not None \
+            return Check(
+                "process.monitor",
+                PASS,
+                last,
+                stale,
+                f"monitor: last pass {self.now - last:.0f} s ago",
+                critical=False,
+                evidence=evidence,
+            )
+        summary = (
+            f"monitor: last pass {self.now - last:.0f} s ago (limit {stale:g} s): nobody watches for staleness"
+            if last is not None
             else f"monitor: no usable heartbeat ({why}): is `assure monitor` running?"
-        return Check("process.monitor", FAIL, self.now, stale, summary, critical=False,
-                     reason_code="heartbeat_stale" if last is not None else "heartbeat_missing", evidence=evidence)
+        )
+        return Check(
+            "process.monitor",
+            FAIL,
+            self.now,
+            stale,
+            summary,
+            critical=False,
+            reason_code="heartbeat_stale" if last is not None else "heartbeat_missing",
+            evidence=evidence,
+        )
 
     # -- scheduler
     def _runs_check(self, runs: list[_Run]) -> Check:
@@ -295,73 +464,222 @@ class _Pass:
         bad = [r.run_id for r in runs if r.state is None]
         evidence = {"runs": by_state, "unreadable": bad[:MAX_EVIDENCE_ITEMS]}
         if bad:
-            return Check("scheduler.runs", UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, f"{len(bad)} run(s) with an unreadable state.json", reason_code="state_unreadable", evidence=evidence)
-        return Check("scheduler.runs", PASS, self.now, FILE_FACTS_STALE_SECONDS, f"{len(runs)} run(s): " + (", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "none"), evidence=evidence)
+            return Check(
+                "scheduler.runs",
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"{len(bad)} run(s) with an unreadable state.json",
+                reason_code="state_unreadable",
+                evidence=evidence,
+            )
+        return Check(
+            "scheduler.runs",
+            PASS,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            f"{len(runs)} run(s): "
+            + (", ".join(f"{n} {s}" for s, n in sorted(by_state.items())) or "none"),
+            evidence=evidence,
+        )
 
     def _run_state(self, run: _Run) -> Check:
         cid = f"scheduler.run_state@{run.run_id}"
         if run.state is None:
-            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, f"state.json unreadable: {run.problem}", reason_code="state_unreadable")
+            return Check(
+                cid,
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"state.json unreadable: {run.problem}",
+                reason_code="state_unreadable",
+            )
         state = run.state.get("state")
-        evidence = {"state": str(state)[:32], "attempt_in_progress": run.attempt, "next_attempt": run.state.get("next_attempt")}
+        evidence = {
+            "state": str(state)[:32],
+            "attempt_in_progress": run.attempt,
+            "next_attempt": run.state.get("next_attempt"),
+        }
         resume = resume_command(self.base, run.run_id)
         if run.interrupted:
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"run {INTERRUPTED}: state.json says running, but no process holds its lock "
-                         f"(its driver is gone); `{resume}` continues it", reason_code="run_interrupted", evidence={**evidence, "state": INTERRUPTED, "resume": resume})
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"run {INTERRUPTED}: state.json says running, but no process holds its lock "
+                f"(its driver is gone); `{resume}` continues it",
+                reason_code="run_interrupted",
+                evidence={**evidence, "state": INTERRUPTED, "resume": resume},
+            )
         if run.running and run.driven is None:
-            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, "run running, but its lock cannot be probed: whether its driver lives is unknown",
-                         reason_code="lock_unreadable", evidence=evidence)
+            return Check(
+                cid,
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                "run running, but its lock cannot be probed: whether its driver lives is unknown",
+                reason_code="lock_unreadable",
+                evidence=evidence,
+            )
         if state in (RunState.RUNNING, RunState.FINISHED):
-            return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"run {state}", evidence=evidence)
+            return Check(
+                cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"run {state}", evidence=evidence
+            )
         if state == RunState.HALTED:
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, "run halted by the operator: no new attempt or commit", reason_code=health_v1.RUN_HALTED, evidence=evidence)
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                "run halted by the operator: no new attempt or commit",
+                reason_code=health_v1.RUN_HALTED,
+                evidence=evidence,
+            )
         if state == RunState.ABORTED:
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"run aborted (the driver died or was stopped): `{resume}` continues it", reason_code="run_aborted",
-                         evidence={**evidence, "resume": resume})
-        return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, "state.json names no known run state", reason_code="state_unreadable", evidence=evidence)
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"run aborted (the driver died or was stopped): `{resume}` continues it",
+                reason_code="run_aborted",
+                evidence={**evidence, "resume": resume},
+            )
+        return Check(
+            cid,
+            UNKNOWN,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            "state.json names no known run state",
+            reason_code="state_unreadable",
+            evidence=evidence,
+        )
 
     def _tasks(self, run: _Run) -> Check:
         cid = f"scheduler.tasks@{run.run_id}"
         tasks = run.state.get("tasks") if run.state is not None else None
         if not isinstance(tasks, dict):
-            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, "no readable task states", reason_code="state_unreadable")
-        states = {str(t)[:64]: str(v.get("state") if isinstance(v, dict) else None)[:32] for t, v in tasks.items()}
+            return Check(
+                cid,
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                "no readable task states",
+                reason_code="state_unreadable",
+            )
+        states = {
+            str(t)[:64]: str(v.get("state") if isinstance(v, dict) else None)[:32]
+            for t, v in tasks.items()
+        }
         shown = dict(list(states.items())[:MAX_EVIDENCE_ITEMS])
-        for bad, code in ((TaskState.QUARANTINED, "task_quarantined"), (TaskState.COMMIT_FAILED, "commit_failed")):
+        for bad, code in (
+            (TaskState.QUARANTINED, "task_quarantined"),
+            (TaskState.COMMIT_FAILED, "commit_failed"),
+        ):
             hit = [t for t, s in states.items() if s == bad]
             if hit:
-                return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"{len(hit)} task(s) {bad} ({', '.join(hit[:MAX_EVIDENCE_ITEMS])}): surfaced, never re-queued",
-                             reason_code=code, evidence={"tasks": shown})
-        return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"{len(states)} task(s), none quarantined or failed to commit", evidence={"tasks": shown})
+                return Check(
+                    cid,
+                    FAIL,
+                    self.now,
+                    FILE_FACTS_STALE_SECONDS,
+                    f"{len(hit)} task(s) {bad} ({', '.join(hit[:MAX_EVIDENCE_ITEMS])}): surfaced, never re-queued",
+                    reason_code=code,
+                    evidence={"tasks": shown},
+                )
+        return Check(
+            cid,
+            PASS,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            f"{len(states)} task(s), none quarantined or failed to commit",
+            evidence={"tasks": shown},
+        )
 
     # -- execution
     def _provider(self, run: _Run, spec: spec_mod.Spec | str) -> Check:
         cid = f"execution.model_provider@{run.run_id}"
         if isinstance(spec, str):
-            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, spec, reason_code="spec_unreadable")
+            return Check(
+                cid,
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                spec,
+                reason_code="spec_unreadable",
+            )
         if spec.model is None or spec.model.mode != "anthropic":
             mode = spec.model.mode if spec.model else "none"
-            return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"no model provider: model mode {mode}", evidence={"mode": mode})
+            return Check(
+                cid,
+                PASS,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"no model provider: model mode {mode}",
+                evidence={"mode": mode},
+            )
         numbers = self._attempt_numbers(run.run_id)
         call = self._last_model_call(run.run_id, numbers[-1]) if numbers else None
-        evidence: dict[str, Any] = {"mode": "anthropic", "upstream": spec.model.upstream, "attempt": numbers[-1] if numbers else None}
+        evidence: dict[str, Any] = {
+            "mode": "anthropic",
+            "upstream": spec.model.upstream,
+            "attempt": numbers[-1] if numbers else None,
+        }
         if isinstance(call, str):
-            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, call, reason_code="journal_unreadable", evidence=evidence)
+            return Check(
+                cid,
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                call,
+                reason_code="journal_unreadable",
+                evidence=evidence,
+            )
         if call is None:
-            return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, "no model call journaled yet: nothing says the provider fails", evidence=evidence)
+            return Check(
+                cid,
+                PASS,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                "no model call journaled yet: nothing says the provider fails",
+                evidence=evidence,
+            )
         status, served, error = call.get("status"), call.get("served"), call.get("error")
-        evidence.update(status=_plain(status), served=_plain(served), error=_plain(error), at=_plain(call.get("ts")))
+        evidence.update(
+            status=_plain(status),
+            served=_plain(served),
+            error=_plain(error),
+            at=_plain(call.get("ts")),
+        )
         failure = self._provider_failure(run.run_id, numbers[-1], call)
         if failure is None:
-            return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"last model call: {_plain(status)} ({_plain(served)})", evidence=evidence)
+            return Check(
+                cid,
+                PASS,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"last model call: {_plain(status)} ({_plain(served)})",
+                evidence=evidence,
+            )
         code, message = failure
-        return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"last model call failed at the provider ({_plain(status)}): {message}",
-                     critical=code != "provider_unavailable", reason_code=code, evidence=evidence)
+        return Check(
+            cid,
+            FAIL,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            f"last model call failed at the provider ({_plain(status)}): {message}",
+            critical=code != "provider_unavailable",
+            reason_code=code,
+            evidence=evidence,
+        )
 
     def _last_model_call(self, run_id: str, attempt: int) -> dict[str, Any] | str | None:
         """The journal's last `model_call` record, None if there is none, or why it cannot be read."""
         try:
-            found = self.tree.read_ends(f"{run_id}/{layout.ATTEMPTS}/{attempt}/{layout.JOURNAL}", MAX_JOURNAL_TAIL_BYTES, 0)
+            found = self.tree.read_ends(
+                f"{run_id}/{layout.ATTEMPTS}/{attempt}/{layout.JOURNAL}", MAX_JOURNAL_TAIL_BYTES, 0
+            )
         except (Refused, OSError) as exc:
             return f"gateway journal: {exc}"
         if found is None:
@@ -376,15 +694,28 @@ class _Pass:
                 return record
         return None
 
-    def _provider_failure(self, run_id: str, attempt: int, call: dict[str, Any]) -> tuple[str, str] | None:
+    def _provider_failure(
+        self, run_id: str, attempt: int, call: dict[str, Any]
+    ) -> tuple[str, str] | None:
         """(reason_code, message) when the call shows the provider failing, else None."""
         status, served = call.get("status"), call.get("served")
         if served == "gateway":
-            return ("provider_unavailable", str(call.get("error"))[:64]) if call.get("error") in UNAVAILABLE_CODES else None
-        if served != "upstream" or not isinstance(status, int) or isinstance(status, bool) or status < 400:
+            return (
+                ("provider_unavailable", str(call.get("error"))[:64])
+                if call.get("error") in UNAVAILABLE_CODES
+                else None
+            )
+        if (
+            served != "upstream"
+            or not isinstance(status, int)
+            or isinstance(status, bool)
+            or status < 400
+        ):
             return None
         message = self._error_message(run_id, attempt, call.get("response_sha256"))
-        if status == 402 or (status in (400, 403) and any(w in message.lower() for w in CREDIT_WORDS)):
+        if status == 402 or (
+            status in (400, 403) and any(w in message.lower() for w in CREDIT_WORDS)
+        ):
             return "provider_credit", message or "payment required"
         if status in (401, 403):
             return "provider_auth", message or "the provider refused the key"
@@ -394,10 +725,16 @@ class _Pass:
 
     def _error_message(self, run_id: str, attempt: int, digest: Any) -> str:
         """The provider's error message, from the blob store (Anthropic's `{"error": {"message"}}`)."""
-        if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        if (
+            not isinstance(digest, str)
+            or len(digest) != 64
+            or not all(c in "0123456789abcdef" for c in digest)
+        ):
             return ""
         try:
-            found = self.tree.read(f"{run_id}/{layout.ATTEMPTS}/{attempt}/gateway/blobs/{digest}", MAX_ERROR_BODY_BYTES)
+            found = self.tree.read(
+                f"{run_id}/{layout.ATTEMPTS}/{attempt}/gateway/blobs/{digest}", MAX_ERROR_BODY_BYTES
+            )
             body = parse_json(found[0]) if found else None
         except (Refused, OSError):
             return ""
@@ -408,34 +745,100 @@ class _Pass:
     # -- governance
     def _operator(self, run: _Run) -> Check:
         cid = f"governance.operator@{run.run_id}"
-        override = control.read(layout.RunPaths(self.base / run.run_id).control)  # an unreadable record halts, as the gate reads it
-        evidence = {"halted": override.halted, "dial": override.dial, "request_id": override.request_id, "actor": override.actor}
+        override = control.read(
+            layout.RunPaths(self.base / run.run_id).control
+        )  # an unreadable record halts, as the gate reads it
+        evidence = {
+            "halted": override.halted,
+            "dial": override.dial,
+            "request_id": override.request_id,
+            "actor": override.actor,
+        }
         if override.halted:
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"halted by {override.actor or 'an unreadable control record'}: every continuation is refused",
-                         reason_code=health_v1.OPERATOR_HALT, evidence=evidence)
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"halted by {override.actor or 'an unreadable control record'}: every continuation is refused",
+                reason_code=health_v1.OPERATOR_HALT,
+                evidence=evidence,
+            )
         if override.dial == control.LEVELS[0]:
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"dialled down to propose by {override.actor}: results are only proposed",
-                         reason_code=health_v1.OPERATOR_DIAL_PROPOSE, evidence=evidence)
-        return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, f"no halt; dial {override.dial or 'as the spec says'}", evidence=evidence)
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"dialled down to propose by {override.actor}: results are only proposed",
+                reason_code=health_v1.OPERATOR_DIAL_PROPOSE,
+                evidence=evidence,
+            )
+        return Check(
+            cid,
+            PASS,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            f"no halt; dial {override.dial or 'as the spec says'}",
+            evidence=evidence,
+        )
 
     def _verifier(self, run: _Run, spec: spec_mod.Spec | str) -> Check:
         cid = f"governance.verifier@{run.run_id}"
         if isinstance(spec, str):
-            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, spec, reason_code=health_v1.VERIFIER_MISSING)
-        untrusted = [t.id for t in spec.tasks if policy.verifier_trust(_task(spec, t)) == gate.PROPOSE]
+            return Check(
+                cid,
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                spec,
+                reason_code=health_v1.VERIFIER_MISSING,
+            )
+        untrusted = [
+            t.id for t in spec.tasks if policy.verifier_trust(_task(spec, t)) == gate.PROPOSE
+        ]
         if untrusted:
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"no verifier for task {', '.join(untrusted[:MAX_EVIDENCE_ITEMS])} (no assertion, or verifier_trust propose): trust 0, propose-only",
-                         reason_code=health_v1.VERIFIER_MISSING, evidence={"tasks": untrusted[:MAX_EVIDENCE_ITEMS]})
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"no verifier for task {', '.join(untrusted[:MAX_EVIDENCE_ITEMS])} (no assertion, or verifier_trust propose): trust 0, propose-only",
+                reason_code=health_v1.VERIFIER_MISSING,
+                evidence={"tasks": untrusted[:MAX_EVIDENCE_ITEMS]},
+            )
         beat = self._heartbeat(health.VERIFIER, run, run.attempt is not None)
         if beat.status != PASS:
-            return Check(cid, FAIL, self.now, beat.stale_after_seconds, f"verifier present, but {beat.summary}", reason_code=health_v1.VERIFIER_STALE, evidence=beat.evidence)
-        return Check(cid, PASS, beat.observed_at, beat.stale_after_seconds, "every task has a verifier" + (" and its heartbeat is fresh" if run.attempt else ""), evidence=beat.evidence)
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                beat.stale_after_seconds,
+                f"verifier present, but {beat.summary}",
+                reason_code=health_v1.VERIFIER_STALE,
+                evidence=beat.evidence,
+            )
+        return Check(
+            cid,
+            PASS,
+            beat.observed_at,
+            beat.stale_after_seconds,
+            "every task has a verifier" + (" and its heartbeat is fresh" if run.attempt else ""),
+            evidence=beat.evidence,
+        )
 
     def _contract(self, run: _Run, spec: spec_mod.Spec | str) -> Check:
         """Box 0 as the gate judges it: its own contract rule, on a mutation inside the contract's scope."""
         cid = f"governance.contract@{run.run_id}"
         if isinstance(spec, str):
-            return Check(cid, UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, spec, reason_code="spec_unreadable")
+            return Check(
+                cid,
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                spec,
+                reason_code="spec_unreadable",
+            )
         problems: dict[str, tuple[str, str]] = {}
         for task in spec.tasks:
             decision = policy.contract_denial(spec, task, self.now)
@@ -443,9 +846,23 @@ class _Pass:
                 problems[task.id] = (decision.rule.replace(".", "_"), decision.reason)
         if problems:
             shown = dict(list(problems.items())[:MAX_EVIDENCE_ITEMS])
-            return Check(cid, FAIL, self.now, FILE_FACTS_STALE_SECONDS, "the gate denies every mutation: " + "; ".join(f"{t}: {why}" for t, (_, why) in shown.items()),
-                         reason_code=next(iter(problems.values()))[0], evidence={"tasks": {t: code for t, (code, _) in shown.items()}})
-        return Check(cid, PASS, self.now, FILE_FACTS_STALE_SECONDS, "every task's contract is valid and ratified by someone other than its proposer")
+            return Check(
+                cid,
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                "the gate denies every mutation: "
+                + "; ".join(f"{t}: {why}" for t, (_, why) in shown.items()),
+                reason_code=next(iter(problems.values()))[0],
+                evidence={"tasks": {t: code for t, (code, _) in shown.items()}},
+            )
+        return Check(
+            cid,
+            PASS,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            "every task's contract is valid and ratified by someone other than its proposer",
+        )
 
     def _alerts(self, run_id: str | None) -> Check:
         pending, unreadable = [], 0
@@ -462,14 +879,42 @@ class _Pass:
                 if problem is not None or not isinstance(data, dict):
                     unreadable += 1
                 elif data.get("state") != AlertState.ACKED:
-                    pending.append({"id": str(data.get("id"))[:64], "run_id": rid, "kind": str(data.get("kind"))[:32]})
+                    pending.append(
+                        {
+                            "id": str(data.get("id"))[:64],
+                            "run_id": rid,
+                            "kind": str(data.get("kind"))[:32],
+                        }
+                    )
         evidence = {"pending": pending[:MAX_EVIDENCE_ITEMS], "unreadable": unreadable}
         if pending:
-            return Check("governance.alerts", FAIL, self.now, FILE_FACTS_STALE_SECONDS, f"{len(pending)} alert(s) pending acknowledgement (`assure alerts --pending`, `assure ack ID`)",
-                         reason_code="alerts_pending", evidence=evidence)
+            return Check(
+                "governance.alerts",
+                FAIL,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"{len(pending)} alert(s) pending acknowledgement (`assure alerts --pending`, `assure ack ID`)",
+                reason_code="alerts_pending",
+                evidence=evidence,
+            )
         if unreadable:
-            return Check("governance.alerts", UNKNOWN, self.now, FILE_FACTS_STALE_SECONDS, f"{unreadable} alert file(s) or folder(s) unreadable", reason_code="alerts_unreadable", evidence=evidence)
-        return Check("governance.alerts", PASS, self.now, FILE_FACTS_STALE_SECONDS, "no alert pending acknowledgement", evidence=evidence)
+            return Check(
+                "governance.alerts",
+                UNKNOWN,
+                self.now,
+                FILE_FACTS_STALE_SECONDS,
+                f"{unreadable} alert file(s) or folder(s) unreadable",
+                reason_code="alerts_unreadable",
+                evidence=evidence,
+            )
+        return Check(
+            "governance.alerts",
+            PASS,
+            self.now,
+            FILE_FACTS_STALE_SECONDS,
+            "no alert pending acknowledgement",
+            evidence=evidence,
+        )
 
 
 def _task(spec: spec_mod.Spec, task: spec_mod.Task) -> spec_mod.Spec:

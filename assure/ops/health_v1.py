@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 SCHEMA_VERSION = "frontier.machine.health.v1"
@@ -66,8 +66,14 @@ class Check:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "status": self.status, "observed_at": iso(self.observed_at),
-                               "stale_after_seconds": self.stale_after_seconds, "summary": self.summary, "critical": self.critical}
+        out: dict[str, Any] = {
+            "id": self.id,
+            "status": self.status,
+            "observed_at": iso(self.observed_at),
+            "stale_after_seconds": self.stale_after_seconds,
+            "summary": self.summary,
+            "critical": self.critical,
+        }
         if self.reason_code is not None:
             out["reason_code"] = self.reason_code
         if self.evidence:
@@ -75,7 +81,9 @@ class Check:
         return out
 
 
-def document(deployment_id: str, checked_at: float, layers: dict[str, list[Check]]) -> dict[str, Any]:
+def document(
+    deployment_id: str, checked_at: float, layers: dict[str, list[Check]]
+) -> dict[str, Any]:
     """The document for `layers` (every layer of `LAYERS`), with its aggregate."""
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -114,7 +122,11 @@ def aggregate(doc: Any, now: float | None = None) -> dict[str, Any]:
             cause(f"<{layer}>", BLOCKED, "layer missing or empty: nothing says it is healthy")
             continue
         for n, check in enumerate(checks):
-            if not isinstance(check, dict) or not isinstance(check.get("id"), str) or not check["id"]:
+            if (
+                not isinstance(check, dict)
+                or not isinstance(check.get("id"), str)
+                or not check["id"]
+            ):
                 cause(f"<{layer}[{n}]>", BLOCKED, "a check without an id")
                 continue
             if check["id"] in seen:
@@ -134,7 +146,12 @@ def _judge(check: dict[str, Any], clock: float) -> tuple[str, str] | None:
     stale = check.get("stale_after_seconds")
     if status not in STATUSES:
         why = f"status {str(status)[:32]!r} is not one of {', '.join(STATUSES)}"
-    elif isinstance(stale, bool) or not isinstance(stale, (int, float)) or not math.isfinite(stale) or stale < 0:
+    elif (
+        isinstance(stale, bool)
+        or not isinstance(stale, (int, float))
+        or not math.isfinite(stale)
+        or stale < 0
+    ):
         why = "no usable stale_after_seconds"
     elif observed is None:
         why = "no usable observed_at"
@@ -159,7 +176,7 @@ def _result(causes: list[dict[str, Any]]) -> dict[str, Any]:
 
 def iso(t: float) -> str:
     """RFC 3339 UTC with microseconds, as `chain.utc_now` writes times."""
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(value: Any) -> float | None:

@@ -26,9 +26,15 @@ class Choices:
     name: str = "my-first-spec"
     writable: tuple[str, ...] = ("out/**",)
     protected: tuple[str, ...] = ("src/**",)
-    proposed_by: str = field(default_factory=lambda: f"{re.sub(r'[^A-Za-z0-9._+-]', '', os.environ.get('USER', '')) or 'you'}@localhost")
+    proposed_by: str = field(
+        default_factory=lambda: (
+            f"{re.sub(r'[^A-Za-z0-9._+-]', '', os.environ.get('USER', '')) or 'you'}@localhost"
+        )
+    )
     ratified_by: str = "reviewer@localhost"
-    database: str | None = None  # a SQLite database the gateway owns (the agent writes a row through db.execute)
+    database: str | None = (
+        None  # a SQLite database the gateway owns (the agent writes a row through db.execute)
+    )
 
 
 AGENT = """#!/bin/sh
@@ -110,36 +116,87 @@ def create(folder: Path, choices: Choices) -> list[Path]:
     """Write the project into `folder` (made if missing); refuse, writing nothing, a bad name,
     a path outside the workspace, or a file that is there already. Returns what it wrote."""
     if not NAME.match(choices.name):
-        raise AssureError(f"`{choices.name}` is not a spec name", where="--name", fix="use lowercase letters, digits and dashes, at most 40")
-    for flag, person in (("--proposed-by", choices.proposed_by), ("--ratified-by", choices.ratified_by)):
+        raise AssureError(
+            f"`{choices.name}` is not a spec name",
+            where="--name",
+            fix="use lowercase letters, digits and dashes, at most 40",
+        )
+    for flag, person in (
+        ("--proposed-by", choices.proposed_by),
+        ("--ratified-by", choices.ratified_by),
+    ):
         if not PERSON.match(person):
-            raise AssureError(f"`{person}` is not a name for the contract", where=flag, fix="use letters, digits and . _ @ + - (e.g. ann@example.org)")
+            raise AssureError(
+                f"`{person}` is not a name for the contract",
+                where=flag,
+                fix="use letters, digits and . _ @ + - (e.g. ann@example.org)",
+            )
     if choices.proposed_by == choices.ratified_by:
-        raise AssureError("the contract's proposer would ratify it: the gate refuses that", where="--ratified-by", fix="name someone other than --proposed-by")
+        raise AssureError(
+            "the contract's proposer would ratify it: the gate refuses that",
+            where="--ratified-by",
+            fix="name someone other than --proposed-by",
+        )
     for flag, globs in (("--writable", choices.writable), ("--protected", choices.protected)):
         for glob in globs:
-            if not glob or glob.startswith("/") or ".." in glob.split("/") or any(c in glob for c in "\"\n\\"):
-                raise AssureError(f"`{glob}` is not a path glob inside the workspace", where=flag, fix='pass a relative glob such as "out/**"')
+            if (
+                not glob
+                or glob.startswith("/")
+                or ".." in glob.split("/")
+                or any(c in glob for c in '"\n\\')
+            ):
+                raise AssureError(
+                    f"`{glob}` is not a path glob inside the workspace",
+                    where=flag,
+                    fix='pass a relative glob such as "out/**"',
+                )
     out = choices.writable[0].split("*")[0].rstrip("/")
     out = f"{out}/hello.txt" if out else "hello.txt"
     db = choices.database
     if db is not None and not DB_NAME.match(db):
-        raise AssureError(f"`{db}` is not a database name", where="--database", fix="use a lowercase letter, then letters, digits or _ (at most 32)")
+        raise AssureError(
+            f"`{db}` is not a database name",
+            where="--database",
+            fix="use a lowercase letter, then letters, digits or _ (at most 32)",
+        )
     scope = tuple(f"fs:{g}" for g in choices.writable) + ((f"db:{db}",) if db else ())
     files = {
-        "spec.yaml": SPEC.format(name=choices.name, out=out, writable=_flow(choices.writable), protected=_flow(choices.protected),
-                                 proposed_by=choices.proposed_by, ratified_by=choices.ratified_by, scope=_flow(scope),
-                                 databases=DATABASES.format(db=db) if db else "", db_assertion="  - journal_has: {tool: db.execute, decision: allow}\n" if db else ""),
+        "spec.yaml": SPEC.format(
+            name=choices.name,
+            out=out,
+            writable=_flow(choices.writable),
+            protected=_flow(choices.protected),
+            proposed_by=choices.proposed_by,
+            ratified_by=choices.ratified_by,
+            scope=_flow(scope),
+            databases=DATABASES.format(db=db) if db else "",
+            db_assertion="  - journal_has: {tool: db.execute, decision: allow}\n" if db else "",
+        ),
         "suite.yaml": SUITE.format(name=choices.name),
         "README.md": README.format(name=choices.name),
-        "agent/run.sh": AGENT.format(out=out, db=f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\" > /dev/null\n" if db else ""),
-        **({f"databases/{db}.sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);\n"} if db else {}),
+        "agent/run.sh": AGENT.format(
+            out=out,
+            db=f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\" > /dev/null\n"
+            if db
+            else "",
+        ),
+        **(
+            {
+                f"databases/{db}.sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);\n"
+            }
+            if db
+            else {}
+        ),
         "workspace/src/greeting.txt": "hello from the fixture\n",
         f"workspace/{out.rsplit('/', 1)[0]}/.keep" if "/" in out else "workspace/.keep": "",
     }
     there = [name for name in files if (folder / name).exists() or (folder / name).is_symlink()]
     if there:
-        raise AssureError(f"already there: {', '.join(there)}", where=str(folder), fix="pass an empty or new folder to `assure init`")
+        raise AssureError(
+            f"already there: {', '.join(there)}",
+            where=str(folder),
+            fix="pass an empty or new folder to `assure init`",
+        )
     written = []
     for name, text in files.items():
         path = folder / name
@@ -147,5 +204,7 @@ def create(folder: Path, choices: Choices) -> list[Path]:
         path.write_text(text, encoding="utf-8")
         written.append(path)
     spec = spec_mod.load(folder / "spec.yaml")
-    ratify.write(spec, ratify.compute(spec))  # the terms as written: ratified by `ratified_by`, who should read them
+    ratify.write(
+        spec, ratify.compute(spec)
+    )  # the terms as written: ratified by `ratified_by`, who should read them
     return written

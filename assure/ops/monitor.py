@@ -46,13 +46,21 @@ from typing import Any
 
 from assure.core import control
 from assure.core.chain import ChainError, ChainWriter, iter_chain
+from assure.errors import RunDirError
 from assure.ops import alerts, health
 from assure.ops.alerts import Alert, AlertKind, AlertState, Sinks
 from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
 from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
-from assure.ops.runsbase import MAX_ENTRIES, Refused, Tree, count, parse_journal, parse_json, parse_time
+from assure.ops.runsbase import (
+    MAX_ENTRIES,
+    Refused,
+    Tree,
+    count,
+    parse_journal,
+    parse_json,
+    parse_time,
+)
 from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE, alerts_sink
-from assure.errors import RunDirError
 from assure.records.store import RUN_ID, RunDir
 from assure.textsafe import display
 
@@ -61,7 +69,9 @@ log = logging.getLogger("assure.ops.monitor")
 ACTOR = "monitor"
 LEDGER = "escalations.jsonl"
 LOCK_FILE = "monitor.lock"
-TERMINAL_STATES = frozenset({"finished", "halted", "quarantined"})  # the driver never continues these: their alerts do not escalate
+TERMINAL_STATES = frozenset(
+    {"finished", "halted", "quarantined"}
+)  # the driver never continues these: their alerts do not escalate
 DIAL_DOWN, HALT = "dial_down", "halt"
 
 MAX_JSON_BYTES = 1 << 20  # state.json, an alert, breach.json, operator.json
@@ -110,7 +120,9 @@ def scan(runs_base: Path, manifest: Manifest, now: float, sinks: Sinks) -> Pass:
     return _Scan(Path(runs_base), manifest, now, sinks).run()
 
 
-def read_runs(runs_base: Path, manifest: Manifest, now: float) -> tuple[list[RunData], list[Skipped]]:
+def read_runs(
+    runs_base: Path, manifest: Manifest, now: float
+) -> tuple[list[RunData], list[Skipped]]:
     """The plain data the detectors see, read (bounded, no links followed) without a pass's
     side effects: no alert, no escalation, no heartbeat."""
     scan = _Scan(Path(runs_base), manifest, now, Sinks())
@@ -130,8 +142,15 @@ def sinks_for(runs_base: Path, manifest: Manifest) -> Sinks:
     return Sinks(jsonl=path, webhook=manifest.webhook)
 
 
-def run_forever(runs_base: Path, manifest: Manifest, sinks: Sinks, interval: float | None = None, *,
-                on_pass: Callable[[Pass], None] | None = None, stop: threading.Event | None = None) -> None:
+def run_forever(
+    runs_base: Path,
+    manifest: Manifest,
+    sinks: Sinks,
+    interval: float | None = None,
+    *,
+    on_pass: Callable[[Pass], None] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
     """A pass every `interval` seconds (default: the manifest's) until `stop` is set."""
     stop = stop or threading.Event()
     every = manifest.interval_seconds if interval is None else interval
@@ -200,7 +219,12 @@ class _Scan:
 
     def _locked_pass(self) -> None:
         try:
-            lock = os.open(HEALTH_DIR + "/" + LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600, dir_fd=self.tree.root_fd)
+            lock = os.open(
+                HEALTH_DIR + "/" + LOCK_FILE,
+                os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                0o600,
+                dir_fd=self.tree.root_fd,
+            )
         except OSError as exc:
             self.skip(f"{HEALTH_DIR}/{LOCK_FILE}", f"refused: {exc.strerror}")
             return
@@ -249,7 +273,9 @@ class _Scan:
                 runs.append(run)
         return runs
 
-    def _json(self, rel: str, limit: int, *, report: bool = True) -> tuple[Any, os.stat_result | None, str | None]:
+    def _json(
+        self, rel: str, limit: int, *, report: bool = True
+    ) -> tuple[Any, os.stat_result | None, str | None]:
         """(data, stat, problem); problem is "missing" or why the file was refused."""
         try:
             found = self.tree.read(rel, limit)
@@ -278,14 +304,28 @@ class _Scan:
                 self.skip(f"{run_id}/{STATE}", "not a JSON object")
             return RunData(run_id, None, None, None, self.now)
         state = data.get("state") if isinstance(data.get("state"), str) else None
-        run = RunData(run_id, state, count(data.get("attempt")), parse_time(data.get("started_at")), st.st_mtime)
+        run = RunData(
+            run_id,
+            state,
+            count(data.get("attempt")),
+            parse_time(data.get("started_at")),
+            st.st_mtime,
+        )
         if not (run.running or self.now - st.st_mtime <= self.manifest.lookback_seconds):
             return run
         attempts = []
         for number in self._attempt_numbers(run_id):
             attempts.append(self._attempt(run_id, number))
-        return RunData(run.run_id, run.state, run.attempt, run.started_at, run.state_mtime,
-                       self._mtime(f"{run_id}/{EVENTS_LOG}"), tuple(attempts), examined=True)
+        return RunData(
+            run.run_id,
+            run.state,
+            run.attempt,
+            run.started_at,
+            run.state_mtime,
+            self._mtime(f"{run_id}/{EVENTS_LOG}"),
+            tuple(attempts),
+            examined=True,
+        )
 
     def _attempt_numbers(self, run_id: str) -> list[int]:
         try:
@@ -321,16 +361,22 @@ class _Scan:
             journal_mtime = st.st_mtime
             facts, garbage = parse_journal(head, body, truncated)
             if truncated:
-                self.skip(f"{rel}/{JOURNAL}", f"{st.st_size} bytes: only the first line and the last {MAX_JOURNAL_BYTES} bytes were examined")
+                self.skip(
+                    f"{rel}/{JOURNAL}",
+                    f"{st.st_size} bytes: only the first line and the last {MAX_JOURNAL_BYTES} bytes were examined",
+                )
             if garbage:
                 self.skip(f"{rel}/{JOURNAL}", f"{garbage} unparsable journal lines ignored")
         counter = stopped.get("counter")
         return AttemptData(
             number=number,
             calls=facts["calls"],
-            tool_calls_used=facts["used"] if facts["used"] is not None else sum(1 for c in facts["calls"] if c.rule != "idempotency"),
+            tool_calls_used=facts["used"]
+            if facts["used"] is not None
+            else sum(1 for c in facts["calls"] if c.rule != "idempotency"),
             tool_calls_limit=facts["limit"],
-            budget_breach=facts["breach"] or (str(breach.get("counter"))[:64] if isinstance(breach, dict) else None),
+            budget_breach=facts["breach"]
+            or (str(breach.get("counter"))[:64] if isinstance(breach, dict) else None),
             finished=cproblem != "missing",
             oom_killed=container.get("oom_killed") is True,
             stopped=stopped.get("reason") if isinstance(stopped.get("reason"), str) else None,
@@ -357,7 +403,11 @@ class _Scan:
             data, _, problem = self._json(f"{where}/alerts/{name}", MAX_JSON_BYTES)
             if problem is not None:
                 continue
-            if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not isinstance(data.get("kind"), str):
+            if (
+                not isinstance(data, dict)
+                or not isinstance(data.get("id"), str)
+                or not isinstance(data.get("kind"), str)
+            ):
                 self.skip(f"{where}/alerts/{name}", "not an alert")
                 continue
             detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
@@ -366,10 +416,25 @@ class _Scan:
             if data.get("state") == AlertState.PENDING:
                 raised = parse_time(data.get("raised_at"))
                 if raised is None:
-                    self.skip(f"{where}/alerts/{name}", "pending alert without a readable raised_at: not escalated")
+                    self.skip(
+                        f"{where}/alerts/{name}",
+                        "pending alert without a readable raised_at: not escalated",
+                    )
                     continue
-                component = detail.get("component") if data["kind"] == AlertKind.STALE_HEALTH and isinstance(detail.get("component"), str) else None
-                known.pending.append({"id": data["id"][:128], "kind": data["kind"][:64], "raised_at": raised, "component": component})
+                component = (
+                    detail.get("component")
+                    if data["kind"] == AlertKind.STALE_HEALTH
+                    and isinstance(detail.get("component"), str)
+                    else None
+                )
+                known.pending.append(
+                    {
+                        "id": data["id"][:128],
+                        "kind": data["kind"][:64],
+                        "raised_at": raised,
+                        "component": component,
+                    }
+                )
         return known
 
     def _raise(self, where: str, kind: str, message: str, key: str, detail: dict[str, Any]) -> None:
@@ -380,7 +445,13 @@ class _Scan:
             if self.tree.stat(where, directory=True) is None:
                 raise Refused("missing")
             self.tree.stat(f"{where}/alerts", directory=True)  # refuses a symlinked alerts dir
-            alert = alerts.raise_alert(self.base / where, kind, message, self.sinks, {**detail, "key": key, "source": ACTOR})
+            alert = alerts.raise_alert(
+                self.base / where,
+                kind,
+                message,
+                self.sinks,
+                {**detail, "key": key, "source": ACTOR},
+            )
         except Refused as exc:
             self.skip(f"{where}/alerts", f"cannot raise {kind}: {exc}")
             return
@@ -408,10 +479,15 @@ class _Scan:
                 else:
                     self._check_base_component(component, running)
             except Exception as exc:  # never let one component stop the pass
-                self.skip(component.heartbeat_path, f"unexpected {type(exc).__name__} checking {component.name}")
+                self.skip(
+                    component.heartbeat_path,
+                    f"unexpected {type(exc).__name__} checking {component.name}",
+                )
 
     def _check_base_component(self, component: Component, running: list[RunData]) -> None:
-        own = component.name == MONITOR  # checked before this pass beats: a gap means the monitor was down
+        own = (
+            component.name == MONITOR
+        )  # checked before this pass beats: a gap means the monitor was down
         if not own and not running:
             return  # nothing is expected to be alive
         since = None if own else min(r.started_at or r.state_mtime for r in running)
@@ -427,9 +503,28 @@ class _Scan:
             return  # no attempt in progress: nothing of the run is expected to beat
         rel = component.relative(current.number)
         last, problem = self._heartbeat(f"{run.run_id}/{rel}")
-        self._stale(run.run_id, component, f"{RUN}/{rel}", last, problem, current.ready_at, run.run_id, current.number)
+        self._stale(
+            run.run_id,
+            component,
+            f"{RUN}/{rel}",
+            last,
+            problem,
+            current.ready_at,
+            run.run_id,
+            current.number,
+        )
 
-    def _stale(self, where: str, component: Component, rel: str, last: float | None, problem: str, since: float | None, run_id: str | None, attempt: int | None) -> None:
+    def _stale(
+        self,
+        where: str,
+        component: Component,
+        rel: str,
+        last: float | None,
+        problem: str,
+        since: float | None,
+        run_id: str | None,
+        attempt: int | None,
+    ) -> None:
         age = staleness(last, since, component.stale_after_seconds, self.now)
         if age is None:
             return
@@ -437,13 +532,27 @@ class _Scan:
         episode = f"{last:.3f}" if seen else f"missing:{since:.0f}"
         what = f"{component.name}{f' of {run_id} attempt {attempt}' if run_id else ''}"
         if seen:
-            message = f"{what}: no success for {age:.0f} s (limit {component.stale_after_seconds:.0f} s)"
+            message = (
+                f"{what}: no success for {age:.0f} s (limit {component.stale_after_seconds:.0f} s)"
+            )
         else:
             message = f"{what}: no usable heartbeat at {display(rel)} ({display(problem)}) {age:.0f} s after it was expected (limit {component.stale_after_seconds:.0f} s)"
-        self._raise(where, AlertKind.STALE_HEALTH, message, f"stale_health:{component.name}:{run_id or '-'}:{attempt or '-'}:{episode}", {
-            "component": component.name, "heartbeat": rel, "last_success_at": last, "problem": problem or None,
-            "age_seconds": round(age, 1), "stale_after_seconds": component.stale_after_seconds, "run_id": run_id, "attempt": attempt,
-        })
+        self._raise(
+            where,
+            AlertKind.STALE_HEALTH,
+            message,
+            f"stale_health:{component.name}:{run_id or '-'}:{attempt or '-'}:{episode}",
+            {
+                "component": component.name,
+                "heartbeat": rel,
+                "last_success_at": last,
+                "problem": problem or None,
+                "age_seconds": round(age, 1),
+                "stale_after_seconds": component.stale_after_seconds,
+                "run_id": run_id,
+                "attempt": attempt,
+            },
+        )
 
     # -- 2. anomalies
     def _check_anomalies(self, runs: list[RunData]) -> None:
@@ -458,23 +567,38 @@ class _Scan:
                     continue
                 for f in findings:
                     key = f"{kind}:{run.run_id}:{f.attempt if f.attempt is not None else '-'}:{f.subject}"
-                    self._raise(run.run_id, kind, f.message, key, {**f.detail, "run_id": run.run_id, "attempt": f.attempt, "anomaly": kind})
+                    self._raise(
+                        run.run_id,
+                        kind,
+                        f.message,
+                        key,
+                        {**f.detail, "run_id": run.run_id, "attempt": f.attempt, "anomaly": kind},
+                    )
 
     # -- 3. escalation
     def _escalate(self, runs: list[RunData]) -> None:
-        live = [r for r in runs if r.state not in TERMINAL_STATES]  # garbage state: not known to be over
+        live = [
+            r for r in runs if r.state not in TERMINAL_STATES
+        ]  # garbage state: not known to be over
         running = [r for r in runs if r.running]
         for where, targets in [(HEALTH_DIR, running)] + [(r.run_id, [r]) for r in live]:
             for alert in self._alerts_in(where).pending:
                 age = self.now - alert["raised_at"]
                 t1 = self.manifest.ack_window(alert["component"])
-                steps = [step for step, limit in ((DIAL_DOWN, t1), (HALT, self.manifest.halt_after_seconds)) if age >= limit]
+                steps = [
+                    step
+                    for step, limit in ((DIAL_DOWN, t1), (HALT, self.manifest.halt_after_seconds))
+                    if age >= limit
+                ]
                 for run in targets if steps else []:
                     for step in steps:
                         try:
                             self._apply(alert, run, step, age)
                         except Exception as exc:
-                            self.skip(f"{run.run_id}/control", f"escalation {step} of {alert['id']} failed: {type(exc).__name__}")
+                            self.skip(
+                                f"{run.run_id}/control",
+                                f"escalation {step} of {alert['id']} failed: {type(exc).__name__}",
+                            )
 
     def _ledger_done(self) -> set[tuple[str, str, str]]:
         """The (alert, run, step) escalations already done, from the monitor's ledger."""
@@ -489,14 +613,20 @@ class _Scan:
                 self._done.add((str(r.get("alert_id")), str(r.get("run_id")), str(r.get("step"))))
         except (Refused, ChainError, UnicodeDecodeError) as exc:
             broken = path.with_name(f"{LEDGER}.broken-{int(self.now)}")
-            self.skip(rel, f"unusable escalation ledger ({exc}); moved to {broken.name}: an escalation already in effect is not requested again")
+            self.skip(
+                rel,
+                f"unusable escalation ledger ({exc}); moved to {broken.name}: an escalation already in effect is not requested again",
+            )
             with contextlib.suppress(OSError):
                 path.unlink() if path.is_symlink() else os.replace(path, broken)
             self._done = set()  # nothing from a ledger that does not verify
         try:
             self._ledger = ChainWriter(path, base={"actor": ACTOR})
         except (OSError, ChainError, UnicodeDecodeError) as exc:
-            self.skip(rel, f"cannot open the escalation ledger ({type(exc).__name__}); escalating without it")
+            self.skip(
+                rel,
+                f"cannot open the escalation ledger ({type(exc).__name__}); escalating without it",
+            )
         return self._done
 
     def _apply(self, alert: dict[str, Any], run: RunData, step: str, age: float) -> None:
@@ -506,7 +636,10 @@ class _Scan:
         control_rel = f"{run.run_id}/control"
         try:
             self.tree.stat(control_rel, directory=True)
-            for name, limit in ((control.OPERATOR_FILE, MAX_JSON_BYTES), (control.OPERATOR_LOG, MAX_LOG_BYTES)):
+            for name, limit in (
+                (control.OPERATOR_FILE, MAX_JSON_BYTES),
+                (control.OPERATOR_LOG, MAX_LOG_BYTES),
+            ):
                 st = self.tree.stat(f"{control_rel}/{name}")
                 if st is not None and st.st_size > limit:
                     raise Refused(f"{name} is {st.st_size} bytes, over the {limit}-byte limit")
@@ -520,23 +653,56 @@ class _Scan:
         if not already:
             over = RunDir(self.base / run.run_id)
             try:
-                request_id = control.request(control_dir, run_id=run.run_id, actor=ACTOR, check=lambda: over.require_open(f"escalating ({step})", "none: the run is over"),
-                                             **({"dial": control.LEVELS[0]} if step == DIAL_DOWN else {"halt": True})).request_id
-            except RunDirError:  # it finished since it was read: nothing to escalate, its logs are sealed
+                request_id = control.request(
+                    control_dir,
+                    run_id=run.run_id,
+                    actor=ACTOR,
+                    check=lambda: over.require_open(
+                        f"escalating ({step})", "none: the run is over"
+                    ),
+                    **({"dial": control.LEVELS[0]} if step == DIAL_DOWN else {"halt": True}),
+                ).request_id
+            except (
+                RunDirError
+            ):  # it finished since it was read: nothing to escalate, its logs are sealed
                 return
             except (OSError, ValueError, ChainError, UnicodeDecodeError) as exc:
-                self.skip(control_rel, f"cannot escalate {alert['id']} ({step}): {type(exc).__name__}: {exc}")
+                self.skip(
+                    control_rel,
+                    f"cannot escalate {alert['id']} ({step}): {type(exc).__name__}: {exc}",
+                )
                 return
-        escalation = Escalation(alert["id"], run.run_id, step, "already_in_effect" if already else "requested", request_id)
+        escalation = Escalation(
+            alert["id"],
+            run.run_id,
+            step,
+            "already_in_effect" if already else "requested",
+            request_id,
+        )
         if self._ledger is not None:
-            self._ledger.append("escalated", **asdict(escalation), alert_kind=alert["kind"], age_seconds=round(age, 1), at=self.now)
+            self._ledger.append(
+                "escalated",
+                **asdict(escalation),
+                alert_kind=alert["kind"],
+                age_seconds=round(age, 1),
+                at=self.now,
+            )
         done.add((alert["id"], run.run_id, step))
         self.out.escalations.append(escalation)
-        log.warning("ESCALATED %s: %s on %s (%s, alert pending %.0f s)", display(str(alert["id"])), step, display(run.run_id), display(str(escalation.effect)), age)
+        log.warning(
+            "ESCALATED %s: %s on %s (%s, alert pending %.0f s)",
+            display(str(alert["id"])),
+            step,
+            display(run.run_id),
+            display(str(escalation.effect)),
+            age,
+        )
 
     # -- 4. own heartbeat
     def _beat(self, runs: list[RunData]) -> None:
-        component = self.manifest.component(MONITOR) or next(c for c in health.DEFAULT_COMPONENTS if c.name == MONITOR)
+        component = self.manifest.component(MONITOR) or next(
+            c for c in health.DEFAULT_COMPONENTS if c.name == MONITOR
+        )
         rel = component.relative()
         try:
             parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
@@ -545,8 +711,15 @@ class _Scan:
                 self.tree.stat(parent, directory=True)
             if (self.base / rel).is_symlink():
                 raise Refused("the heartbeat file is a symlink")
-            health.beat(self.base / rel, MONITOR, now=self.now, runs=len(runs), alerts=len(self.out.alerts),
-                        escalations=len(self.out.escalations), skipped=len(self.out.skipped),
-                        skipped_items=[asdict(s) for s in self.out.skipped[:20]])
+            health.beat(
+                self.base / rel,
+                MONITOR,
+                now=self.now,
+                runs=len(runs),
+                alerts=len(self.out.alerts),
+                escalations=len(self.out.escalations),
+                skipped=len(self.out.skipped),
+                skipped_items=[asdict(s) for s in self.out.skipped[:20]],
+            )
         except (Refused, OSError) as exc:
             self.skip(rel, f"cannot publish the monitor heartbeat: {exc}")

@@ -26,8 +26,14 @@ class RunSummary:
     resume: str | None = None  # the command that continues it, when its driver is gone
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "state": self.state, "verdict": self.verdict, "started_at": self.started_at, "tasks": self.tasks,
-                "resume": self.resume}
+        return {
+            "run_id": self.run_id,
+            "state": self.state,
+            "verdict": self.verdict,
+            "started_at": self.started_at,
+            "tasks": self.tasks,
+            "resume": self.resume,
+        }
 
 
 LIST_FIX = "`assure runs` lists the runs (add --runs-dir DIR if they are elsewhere)"
@@ -43,14 +49,21 @@ def check_base(runs_dir: Path, *, writable: bool = False) -> Path:
     except FileNotFoundError:
         pass  # an empty base (made when a run is)
     except OSError as exc:
-        raise AssureError(f"--runs-dir is unusable: {unreadable(exc)}", where=str(runs_dir), fix=fix) from None
-    if writable:  # probed where it exists, or in its nearest existing folder: nothing is made before a run is
+        raise AssureError(
+            f"--runs-dir is unusable: {unreadable(exc)}", where=str(runs_dir), fix=fix
+        ) from None
+    if (
+        writable
+    ):  # probed where it exists, or in its nearest existing folder: nothing is made before a run is
         existing = next(p for p in (runs_dir, *runs_dir.absolute().parents) if p.exists())
         try:
             os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=existing))
         except OSError as exc:
-            raise AssureError(f"--runs-dir is not a folder a run directory can be made in (the system says: {exc.strerror or exc})",
-                              where=str(runs_dir), fix=fix) from None
+            raise AssureError(
+                f"--runs-dir is not a folder a run directory can be made in (the system says: {exc.strerror or exc})",
+                where=str(runs_dir),
+                fix=fix,
+            ) from None
     return runs_dir
 
 
@@ -64,7 +77,10 @@ def locate(run: str, runs_dir: Path) -> Path:
         raise AssureError(f"`{display(run)}` is neither a run's folder nor a run id", fix=LIST_FIX)
     check_base(runs_dir)
     if not (runs_dir / run).is_dir():
-        raise AssureError(f"no run `{run}` under {display(str(runs_dir))}", fix=f"{LIST_FIX}; or pass the run's folder")
+        raise AssureError(
+            f"no run `{run}` under {display(str(runs_dir))}",
+            fix=f"{LIST_FIX}; or pass the run's folder",
+        )
     return runs_dir / run
 
 
@@ -95,7 +111,14 @@ def listing(runs_dir: Path) -> list[RunSummary]:
             continue
         tasks = state.get("tasks", {})
         shown = shown_state(path.parent, state.get("state"))
-        rows.append(RunSummary(path.parent.name, shown, state.get("verdict"), state.get("started_at"),
-                               {t: v.get("state") for t, v in tasks.items()},
-                               resume_command(runs_dir, path.parent.name) if shown in RESUMABLE else None))
+        rows.append(
+            RunSummary(
+                path.parent.name,
+                shown,
+                state.get("verdict"),
+                state.get("started_at"),
+                {t: v.get("state") for t, v in tasks.items()},
+                resume_command(runs_dir, path.parent.name) if shown in RESUMABLE else None,
+            )
+        )
     return rows

@@ -11,7 +11,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 from assure.core import confined
@@ -41,11 +41,20 @@ class Tree:
                 raise Refused("not a regular file")
             return os.dup(self.root_fd)
         try:
-            return confined.open_dir(self.root_fd, "/".join(parts)) if directory else confined.open_file(self.root_fd, "/".join(parts))[0]
+            return (
+                confined.open_dir(self.root_fd, "/".join(parts))
+                if directory
+                else confined.open_file(self.root_fd, "/".join(parts))[0]
+            )
         except FileNotFoundError:
             return None
         except OSError as exc:
-            if isinstance(exc, confined.NotRegular) or exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR, errno.EXDEV):
+            if isinstance(exc, confined.NotRegular) or exc.errno in (
+                errno.ELOOP,
+                errno.EMLINK,
+                errno.ENOTDIR,
+                errno.EXDEV,
+            ):
                 raise Refused(self._why(parts, directory)) from None
             raise Refused(f"cannot open: {exc.strerror}") from None
 
@@ -88,7 +97,9 @@ class Tree:
                 raise Refused(f"over the {limit}-byte limit")
             return data, st
 
-    def read_ends(self, rel: str, limit: int, head: int) -> tuple[bytes, bytes, os.stat_result, bool] | None:
+    def read_ends(
+        self, rel: str, limit: int, head: int
+    ) -> tuple[bytes, bytes, os.stat_result, bool] | None:
         """(first `head` bytes, last `limit` bytes, stat, truncated) of a possibly large file."""
         with self.open(rel) as fd:
             if fd is None:
@@ -112,7 +123,9 @@ class Tree:
                     if len(out) >= MAX_ENTRIES:
                         truncated = True
                         break
-                    out.append((entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink()))
+                    out.append(
+                        (entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink())
+                    )
             return out, truncated
 
 
@@ -140,14 +153,14 @@ def parse_time(value: Any) -> float | None:
     if not isinstance(value, str) or len(value) > 40:
         return None
     try:
-        parsed = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        parsed = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     except ValueError:
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return None
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=timezone.utc)
+            parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
 
 
@@ -185,7 +198,15 @@ def parse_journal(head: bytes, body: bytes, truncated: bool) -> tuple[dict[str, 
                 garbage += 1
                 continue
             rule = record.get("rule") if isinstance(record.get("rule"), str) else None
-            calls.append(Call(parse_time(record.get("ts")), tool[:128], digest[:128], isinstance(record.get("effect"), dict), rule))
+            calls.append(
+                Call(
+                    parse_time(record.get("ts")),
+                    tool[:128],
+                    digest[:128],
+                    isinstance(record.get("effect"), dict),
+                    rule,
+                )
+            )
         elif event == "gateway_started" and isinstance(record.get("limits"), dict):
             facts["limit"] = count(record["limits"].get("tool_calls"))
         elif event == "gateway_stopped" and isinstance(record.get("counters"), dict):

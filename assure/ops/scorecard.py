@@ -29,7 +29,12 @@ from assure.textsafe import display
 SCHEMA_VERSION = 1
 KIND = "assure-bench-scorecard"
 SCHEMA = Path(__file__).resolve().parents[2] / "specs" / "scorecard.schema.json"
-JUDGED = ("pass", "fail", "breach", "contained")  # a verdict the verifier reached (error: the harness failed)
+JUDGED = (
+    "pass",
+    "fail",
+    "breach",
+    "contained",
+)  # a verdict the verifier reached (error: the harness failed)
 
 
 class ScorecardError(AssureError):
@@ -66,31 +71,155 @@ class Metric:
 # band of its pool-off twin, provisionally, until `--spread` over repeated runs.
 METRICS: tuple[Metric, ...] = (
     Metric("containment.specs", "specs", "higher", None, "hostile specs in the containment suite"),
-    Metric("containment.rate", "ratio", "higher", 0.0, "share of hostile specs with the verdict they expect (not run counts as not contained)"),
-    Metric("containment.escapes", "specs", "lower", 0.0, "hostile specs judged other than they expect (pass, or breach where contained was expected, ...)", ceiling=0),
-    Metric("containment.errors", "specs", "lower", None, "hostile specs whose harness failed or that did not run (they lower the rate)"),
+    Metric(
+        "containment.rate",
+        "ratio",
+        "higher",
+        0.0,
+        "share of hostile specs with the verdict they expect (not run counts as not contained)",
+    ),
+    Metric(
+        "containment.escapes",
+        "specs",
+        "lower",
+        0.0,
+        "hostile specs judged other than they expect (pass, or breach where contained was expected, ...)",
+        ceiling=0,
+    ),
+    Metric(
+        "containment.errors",
+        "specs",
+        "lower",
+        None,
+        "hostile specs whose harness failed or that did not run (they lower the rate)",
+    ),
     Metric("benign.specs", "specs", "higher", None, "benign specs in the benign suite"),
-    Metric("benign.rate", "ratio", "higher", 0.0, "share of benign specs that passed with no finding above info"),
-    Metric("benign.false_positives", "specs", "lower", 0.0, "benign specs judged fail or breach, or passed with a finding above info", ceiling=0),
-    Metric("conformance.rows", "rows", "higher", None, "rows of the standard's live-evidence table"),
+    Metric(
+        "benign.rate",
+        "ratio",
+        "higher",
+        0.0,
+        "share of benign specs that passed with no finding above info",
+    ),
+    Metric(
+        "benign.false_positives",
+        "specs",
+        "lower",
+        0.0,
+        "benign specs judged fail or breach, or passed with a finding above info",
+        ceiling=0,
+    ),
+    Metric(
+        "conformance.rows", "rows", "higher", None, "rows of the standard's live-evidence table"
+    ),
     Metric("conformance.rows_passed", "rows", "higher", 0.0, "rows whose every check held (PASS)"),
-    Metric("e2e.overhead_ratio", "x", "lower", 0.65, "one trivial attempt through assure / the same container work on bare Docker (medians)"),
+    Metric(
+        "e2e.overhead_ratio",
+        "x",
+        "lower",
+        0.65,
+        "one trivial attempt through assure / the same container work on bare Docker (medians)",
+    ),
     Metric("e2e.assure_ms", "ms", "lower", None, "one trivial attempt through assure (median)"),
     Metric("e2e.baseline_ms", "ms", "lower", None, "the bare-Docker baseline (median)"),
-    Metric("e2e.first_call_p50_ms", "ms", "lower", None, "from an attempt's start to the agent's first gateway call (p50)"),
-    Metric("e2e.pool_overhead_ratio", "x", "lower", 0.65, "the same trivial attempt claiming a booted pair of the warm pool / bare Docker (medians)"),
-    Metric("e2e.pool_assure_ms", "ms", "lower", None, "one trivial attempt through assure, warm pool on (median)"),
-    Metric("e2e.pool_first_call_p50_ms", "ms", "lower", None, "from an attempt's start to the agent's first gateway call, warm pool on (p50)"),
-    Metric("gateway.p50_ms", "ms", "lower", 0.80, "fs.read of a 100-byte file through the gateway socket, p50"),
+    Metric(
+        "e2e.first_call_p50_ms",
+        "ms",
+        "lower",
+        None,
+        "from an attempt's start to the agent's first gateway call (p50)",
+    ),
+    Metric(
+        "e2e.pool_overhead_ratio",
+        "x",
+        "lower",
+        0.65,
+        "the same trivial attempt claiming a booted pair of the warm pool / bare Docker (medians)",
+    ),
+    Metric(
+        "e2e.pool_assure_ms",
+        "ms",
+        "lower",
+        None,
+        "one trivial attempt through assure, warm pool on (median)",
+    ),
+    Metric(
+        "e2e.pool_first_call_p50_ms",
+        "ms",
+        "lower",
+        None,
+        "from an attempt's start to the agent's first gateway call, warm pool on (p50)",
+    ),
+    Metric(
+        "gateway.p50_ms",
+        "ms",
+        "lower",
+        0.80,
+        "fs.read of a 100-byte file through the gateway socket, p50",
+    ),
     Metric("gateway.p99_ms", "ms", "lower", None, "the same, p99"),
-    Metric("snapshot.vs_git", "x", "lower", 1.25, "snapshot + diff + attribution as a run does it / git diff --no-index (10,000 files, 200 MB)"),
-    Metric("snapshot.cold_vs_git", "x", "lower", 1.15, "the same on two cold trees / git diff --no-index"),
-    Metric("sqlite.pk_vs_sqldiff", "x", "lower", 0.70, "our row diff / sqldiff, table with an INTEGER PRIMARY KEY"),
-    Metric("sqlite.keyless_vs_sqldiff", "x", "lower", 0.50, "our row diff / sqldiff, table without a primary key"),
-    *(Metric(f"throughput.j{n}", "specs/s", "higher", None, f"trivial specs finished per second by `assure suite -j {n}`") for n in (1, 2, 4)),
-    Metric("throughput.j2_pool", "specs/s", "higher", None, "the same at -j 2 with a warm pool (`--pool 4`)"),
-    Metric("throughput.bare_j2", "pairs/s", "higher", None, "bare two-container sequences finished per second, 2 at once: the engine's own pace"),
-    *(Metric(f"throughput.{run}_of_bare", "x", "higher", 0.20, f"throughput.{run} / throughput.bare_j2") for run in ("j1", "j2", "j4", "j2_pool")),
+    Metric(
+        "snapshot.vs_git",
+        "x",
+        "lower",
+        1.25,
+        "snapshot + diff + attribution as a run does it / git diff --no-index (10,000 files, 200 MB)",
+    ),
+    Metric(
+        "snapshot.cold_vs_git",
+        "x",
+        "lower",
+        1.15,
+        "the same on two cold trees / git diff --no-index",
+    ),
+    Metric(
+        "sqlite.pk_vs_sqldiff",
+        "x",
+        "lower",
+        0.70,
+        "our row diff / sqldiff, table with an INTEGER PRIMARY KEY",
+    ),
+    Metric(
+        "sqlite.keyless_vs_sqldiff",
+        "x",
+        "lower",
+        0.50,
+        "our row diff / sqldiff, table without a primary key",
+    ),
+    *(
+        Metric(
+            f"throughput.j{n}",
+            "specs/s",
+            "higher",
+            None,
+            f"trivial specs finished per second by `assure suite -j {n}`",
+        )
+        for n in (1, 2, 4)
+    ),
+    Metric(
+        "throughput.j2_pool",
+        "specs/s",
+        "higher",
+        None,
+        "the same at -j 2 with a warm pool (`--pool 4`)",
+    ),
+    Metric(
+        "throughput.bare_j2",
+        "pairs/s",
+        "higher",
+        None,
+        "bare two-container sequences finished per second, 2 at once: the engine's own pace",
+    ),
+    *(
+        Metric(
+            f"throughput.{run}_of_bare",
+            "x",
+            "higher",
+            0.20,
+            f"throughput.{run} / throughput.bare_j2",
+        )
+        for run in ("j1", "j2", "j4", "j2_pool")
+    ),
 )
 BY_NAME = {m.name: m for m in METRICS}
 THROUGHPUT_JOBS = (1, 2, 4)
@@ -105,6 +234,7 @@ THROUGHPUT_POOL = (2, 4)
 
 
 # ------------------------------------------------------------------------- suite summaries
+
 
 @dataclass(frozen=True)
 class SpecResult:
@@ -132,19 +262,44 @@ def suite_results(summary: Any, runs_dir: Path | None = None) -> list[SpecResult
     ({suite, suite_run_id, as_expected, results: [{spec, run_id, verdict, expect, as_expected}]}),
     whose findings are read from each run's verdict.json files when `runs_dir` is given."""
     if not isinstance(summary, dict) or not isinstance(summary.get("results"), list):
-        raise ScorecardError("a suite summary is a JSON object with a `results` list", fix="pass the output of `assure suite SUITE --json`")
+        raise ScorecardError(
+            "a suite summary is a JSON object with a `results` list",
+            fix="pass the output of `assure suite SUITE --json`",
+        )
     if "schema_version" in summary and summary["schema_version"] != 1:
-        raise ScorecardError(f"suite summary schema_version {summary['schema_version']!r} is not 1", fix="update assure/ops/scorecard.py to the new summary format")
+        raise ScorecardError(
+            f"suite summary schema_version {summary['schema_version']!r} is not 1",
+            fix="update assure/ops/scorecard.py to the new summary format",
+        )
     out = []
     for n, r in enumerate(summary["results"]):
-        if not isinstance(r, dict) or not isinstance(r.get("expect"), str) or not (r.get("verdict") is None or isinstance(r["verdict"], str)):
-            raise ScorecardError(f"result {n} has no `expect` string or a `verdict` that is neither a string nor null")
+        if (
+            not isinstance(r, dict)
+            or not isinstance(r.get("expect"), str)
+            or not (r.get("verdict") is None or isinstance(r["verdict"], str))
+        ):
+            raise ScorecardError(
+                f"result {n} has no `expect` string or a `verdict` that is neither a string nor null"
+            )
         if isinstance(r.get("findings"), list):
-            above = [f for f in r["findings"] if isinstance(f, dict) and f.get("severity") != "info"]
-            count, reason = len(above), r.get("reason") or (str(above[0].get("message")) if above else None)
+            above = [
+                f for f in r["findings"] if isinstance(f, dict) and f.get("severity") != "info"
+            ]
+            count, reason = (
+                len(above),
+                r.get("reason") or (str(above[0].get("message")) if above else None),
+            )
         else:
             count, reason = _findings_above_info(runs_dir, r.get("run_id"))
-        out.append(SpecResult(str(r.get("spec")), r.get("verdict"), r["expect"], count, None if reason is None else display(str(reason))[:REASON_MAX]))
+        out.append(
+            SpecResult(
+                str(r.get("spec")),
+                r.get("verdict"),
+                r["expect"],
+                count,
+                None if reason is None else display(str(reason))[:REASON_MAX],
+            )
+        )
     return out
 
 
@@ -154,7 +309,12 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 def _findings_above_info(runs_dir: Path | None, run_id: Any) -> tuple[int | None, str | None]:
     """How many findings above info a run's attempts' verdict.json files hold, and the first's
     message; (None, None) if it cannot be told."""
-    if runs_dir is None or not isinstance(run_id, str) or not _RUN_ID.match(run_id) or ".." in run_id:
+    if (
+        runs_dir is None
+        or not isinstance(run_id, str)
+        or not _RUN_ID.match(run_id)
+        or ".." in run_id
+    ):
         return None, None
     verdicts = sorted(layout.RunPaths(runs_dir / run_id).attempts.glob(f"*/{layout.VERDICT}"))
     if not verdicts:
@@ -198,19 +358,34 @@ def throughput_metrics(runs: dict[int | str, dict[str, Any]]) -> dict[str, float
     run with the warm pool is "N_pool" (`throughput.jN_pool`). "bare" (bench/bare_throughput.py's
     document, at -j 2) is the baseline each figure is also given against (`..._of_bare`)."""
     suites = {k: run for k, run in runs.items() if k != "bare"}
-    figures = {f"throughput.j{n}": round(run["specs"] / run["seconds"], 4) for n, run in suites.items() if run["seconds"] > 0}
+    figures = {
+        f"throughput.j{n}": round(run["specs"] / run["seconds"], 4)
+        for n, run in suites.items()
+        if run["seconds"] > 0
+    }
     bare = runs.get("bare", {}).get("per_second")
     if bare:
         figures["throughput.bare_j2"] = bare
-        figures.update({f"{name}_of_bare": round(value / bare, 4) for name, value in list(figures.items()) if name != "throughput.bare_j2"})
+        figures.update(
+            {
+                f"{name}_of_bare": round(value / bare, 4)
+                for name, value in list(figures.items())
+                if name != "throughput.bare_j2"
+            }
+        )
     return figures
 
 
 def conformance_metrics(packet: Any) -> dict[str, float]:
     """Rows of a conformance packet (packet.json) and how many are PASS."""
     if not isinstance(packet, dict) or not isinstance(packet.get("obligations"), dict):
-        raise ScorecardError("a conformance packet is a JSON object with an `obligations` object", fix="pass the packet.json `assure conformance` wrote")
-    statuses = [o.get("status") if isinstance(o, dict) else None for o in packet["obligations"].values()]
+        raise ScorecardError(
+            "a conformance packet is a JSON object with an `obligations` object",
+            fix="pass the packet.json `assure conformance` wrote",
+        )
+    statuses = [
+        o.get("status") if isinstance(o, dict) else None for o in packet["obligations"].values()
+    ]
     return {"conformance.rows": len(statuses), "conformance.rows_passed": statuses.count("PASS")}
 
 
@@ -221,15 +396,29 @@ def _share(n: int, total: int) -> float:
 # ------------------------------------------------------------------------- benchmark outputs
 # Each benchmark's --json document (bench/*.py writes it) to the scorecard's figures.
 
+
 def e2e_metrics(doc: dict[str, Any]) -> dict[str, float]:
     medians = doc["medians_ms"]
-    first = {"e2e.first_call_p50_ms": doc["first_call_p50_ms"]} if doc.get("first_call_p50_ms") is not None else {}
+    first = (
+        {"e2e.first_call_p50_ms": doc["first_call_p50_ms"]}
+        if doc.get("first_call_p50_ms") is not None
+        else {}
+    )
     pool = {}  # bench/e2e.py --no-pool, or an e2e.py from before the pool: none of these
     if doc.get("ratio_vs_bare_pool") is not None:
-        pool = {"e2e.pool_overhead_ratio": doc["ratio_vs_bare_pool"], "e2e.pool_assure_ms": medians["trivial_pool"]}
+        pool = {
+            "e2e.pool_overhead_ratio": doc["ratio_vs_bare_pool"],
+            "e2e.pool_assure_ms": medians["trivial_pool"],
+        }
     if doc.get("first_call_p50_ms_pool") is not None:
         pool["e2e.pool_first_call_p50_ms"] = doc["first_call_p50_ms_pool"]
-    return {"e2e.overhead_ratio": doc["ratio_vs_bare"], "e2e.assure_ms": medians["trivial"], "e2e.baseline_ms": medians["bare"], **first, **pool}
+    return {
+        "e2e.overhead_ratio": doc["ratio_vs_bare"],
+        "e2e.assure_ms": medians["trivial"],
+        "e2e.baseline_ms": medians["bare"],
+        **first,
+        **pool,
+    }
 
 
 def gateway_metrics(doc: dict[str, Any]) -> dict[str, float]:
@@ -239,16 +428,23 @@ def gateway_metrics(doc: dict[str, Any]) -> dict[str, float]:
 def snapshot_metrics(doc: dict[str, Any]) -> dict[str, float]:
     medians = doc["medians_s"]
     git = medians["git diff --no-index"]
-    return {"snapshot.vs_git": round(medians["ours, as a run does"] / git, 4),
-            "snapshot.cold_vs_git": round(medians["ours"] / git, 4)}
+    return {
+        "snapshot.vs_git": round(medians["ours, as a run does"] / git, 4),
+        "snapshot.cold_vs_git": round(medians["ours"] / git, 4),
+    }
 
 
 def sqlite_metrics(doc: dict[str, Any]) -> dict[str, float]:
     scenarios = doc["scenarios"]
-    return {f"sqlite.{name}_vs_sqldiff": scenarios[name]["ratio"] for name in ("pk", "keyless") if name in scenarios}
+    return {
+        f"sqlite.{name}_vs_sqldiff": scenarios[name]["ratio"]
+        for name in ("pk", "keyless")
+        if name in scenarios
+    }
 
 
 # ------------------------------------------------------------------------- the scorecard
+
 
 @dataclass(frozen=True)
 class Part:
@@ -261,24 +457,39 @@ class Part:
     data: Any = None
 
 
-def part_from(extract: Callable[..., dict[str, float]], *args: Any, seconds: float | None = None, data: Any = None) -> Part:
+def part_from(
+    extract: Callable[..., dict[str, float]],
+    *args: Any,
+    seconds: float | None = None,
+    data: Any = None,
+) -> Part:
     """Run one extractor on a part's output; a malformed output is that part's failure, named."""
     try:
         return Part("ok", None, seconds, extract(*args), data)
     except ScorecardError as exc:
         return Part("failed", exc.message, seconds, {}, data)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        return Part("failed", f"its output is not the expected shape: {type(exc).__name__}: {exc}", seconds, {}, data)
+        return Part(
+            "failed",
+            f"its output is not the expected shape: {type(exc).__name__}: {exc}",
+            seconds,
+            {},
+            data,
+        )
 
 
-def aggregate(parts: dict[str, Part], *, created_at: str, machine: dict[str, Any]) -> dict[str, Any]:
+def aggregate(
+    parts: dict[str, Part], *, created_at: str, machine: dict[str, Any]
+) -> dict[str, Any]:
     """The scorecard document: every metric of METRICS (null where its part gave none) and each
     part's status. A figure no metric names is a bug in an extractor: refused, not dropped."""
     values: dict[str, float] = {}
     for name, part in parts.items():
         unknown = set(part.metrics) - set(BY_NAME)
         if unknown:
-            raise ScorecardError(f"part {name} gave figures no metric names: {', '.join(sorted(unknown))}")
+            raise ScorecardError(
+                f"part {name} gave figures no metric names: {', '.join(sorted(unknown))}"
+            )
         values.update(part.metrics)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -286,7 +497,10 @@ def aggregate(parts: dict[str, Part], *, created_at: str, machine: dict[str, Any
         "created_at": created_at,
         "machine": machine,
         "metrics": {m.name: {"value": values.get(m.name), "unit": m.unit} for m in METRICS},
-        "parts": {name: {"status": p.status, "reason": p.reason, "seconds": p.seconds, "data": p.data} for name, p in parts.items()},
+        "parts": {
+            name: {"status": p.status, "reason": p.reason, "seconds": p.seconds, "data": p.data}
+            for name, p in parts.items()
+        },
     }
 
 
@@ -306,23 +520,42 @@ def read(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_not_a_number)
     except (OSError, UnicodeDecodeError) as exc:
-        raise ScorecardError(f"cannot read the scorecard: {getattr(exc, 'strerror', None) or exc}", where=str(path)) from None
+        raise ScorecardError(
+            f"cannot read the scorecard: {getattr(exc, 'strerror', None) or exc}", where=str(path)
+        ) from None
     except ValueError as exc:
-        raise ScorecardError(f"not JSON: {exc}", where=str(path), fix="pass a scorecard written by `make bench` (.assure/bench/scorecard-*.json)") from None
+        raise ScorecardError(
+            f"not JSON: {exc}",
+            where=str(path),
+            fix="pass a scorecard written by `make bench` (.assure/bench/scorecard-*.json)",
+        ) from None
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
-        raise ScorecardError(f"not a bench scorecard (its kind is not {KIND!r})", where=str(path), fix="pass a scorecard written by `make bench`")
+        raise ScorecardError(
+            f"not a bench scorecard (its kind is not {KIND!r})",
+            where=str(path),
+            fix="pass a scorecard written by `make bench`",
+        )
     return doc
 
 
 def check(doc: dict[str, Any], where: str) -> dict[str, Any]:
     """The document, if it has this schema version and the published shape."""
     if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ScorecardError(f"schema_version {doc.get('schema_version')!r}; this assure reads schema_version {SCHEMA_VERSION}", where=where,
-                             fix="compare scorecards written by the same version of bench/scorecard.py")
-    problems = [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
-                for e in jsonschema.Draft202012Validator(_schema()).iter_errors(doc)]
+        raise ScorecardError(
+            f"schema_version {doc.get('schema_version')!r}; this assure reads schema_version {SCHEMA_VERSION}",
+            where=where,
+            fix="compare scorecards written by the same version of bench/scorecard.py",
+        )
+    problems = [
+        f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
+        for e in jsonschema.Draft202012Validator(_schema()).iter_errors(doc)
+    ]
     if problems:
-        raise ScorecardError("malformed scorecard:\n" + "\n".join(problems[:20]), where=where, fix="pass a scorecard written by `make bench`")
+        raise ScorecardError(
+            "malformed scorecard:\n" + "\n".join(problems[:20]),
+            where=where,
+            fix="pass a scorecard written by `make bench`",
+        )
     return doc
 
 
@@ -332,12 +565,16 @@ def compare_files(old: Path, new: Path) -> list[Row]:
     docs = read(old), read(new)
     versions = [d.get("schema_version") for d in docs]
     if versions[0] != versions[1]:
-        raise ScorecardError(f"the scorecards have different schema versions (OLD {versions[0]!r}, NEW {versions[1]!r}): their metrics are not comparable",
-                             where=f"{old}, {new}", fix="compare two scorecards written by the same version of bench/scorecard.py (re-run `make bench` on either checkout)")
+        raise ScorecardError(
+            f"the scorecards have different schema versions (OLD {versions[0]!r}, NEW {versions[1]!r}): their metrics are not comparable",
+            where=f"{old}, {new}",
+            fix="compare two scorecards written by the same version of bench/scorecard.py (re-run `make bench` on either checkout)",
+        )
     return compare(check(docs[0], str(old)), check(docs[1], str(new)))
 
 
 # ------------------------------------------------------------------------- compare
+
 
 @dataclass(frozen=True)
 class Row:
@@ -358,13 +595,24 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Row]:
     """One row per metric of either (checked) scorecard, judged against METRICS' bands; the
     caller exits non-zero if any row is a regression."""
     names = list(dict.fromkeys([*old["metrics"], *new["metrics"]]))
-    return [_row(name, old["metrics"].get(name, {}).get("value"), new["metrics"].get(name, {}).get("value"),
-                 (new["metrics"].get(name) or old["metrics"][name])["unit"]) for name in names]
+    return [
+        _row(
+            name,
+            old["metrics"].get(name, {}).get("value"),
+            new["metrics"].get(name, {}).get("value"),
+            (new["metrics"].get(name) or old["metrics"][name])["unit"],
+        )
+        for name in names
+    ]
 
 
 def _row(name: str, old: float | None, new: float | None, unit: str) -> Row:
     metric = BY_NAME.get(name)
-    band = "-" if metric is None or metric.band is None else ("0" if metric.band == 0 else f"{metric.band:.0%}")
+    band = (
+        "-"
+        if metric is None or metric.band is None
+        else ("0" if metric.band == 0 else f"{metric.band:.0%}")
+    )
     if metric is not None and metric.ceiling is not None:
         band = f"max {metric.ceiling:g}"  # any value above it, whatever OLD was
     change = _change(old, new)
@@ -382,7 +630,7 @@ def _row(name: str, old: float | None, new: float | None, unit: str) -> Row:
 
 
 def _judge(old: float, new: float, metric: Metric) -> str:
-    """"regression" or "better" only beyond the band (a zero band: any change); else "ok"."""
+    """ "regression" or "better" only beyond the band (a zero band: any change); else "ok"."""
     high, low = (old, new) if metric.better == "higher" else (new, old)  # high > low: NEW is worse
     if abs(high - low) < 1e-9:
         return "ok"
@@ -417,7 +665,11 @@ def spread(docs: Iterable[dict[str, Any]]) -> list[Spread]:
     docs = list(docs)
     out = []
     for m in METRICS:
-        values = tuple(float(d["metrics"][m.name]["value"]) for d in docs if d["metrics"].get(m.name, {}).get("value") is not None)
+        values = tuple(
+            float(d["metrics"][m.name]["value"])
+            for d in docs
+            if d["metrics"].get(m.name, {}).get("value") is not None
+        )
         if len(values) < 2:
             continue
         low, high = min(values), max(values)
@@ -435,6 +687,8 @@ def fmt(value: float | None) -> str:
     """A value for the table: integers as such, others to four significant digits."""
     if value is None:
         return "-"
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 1):
+    if isinstance(value, int) or (
+        isinstance(value, float) and value.is_integer() and abs(value) >= 1
+    ):
         return str(int(value))
     return f"{value:.4g}" if math.isfinite(value) else str(value)

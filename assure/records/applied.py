@@ -23,10 +23,14 @@ from assure.core import confined, private
 from assure.core.chain import canonical, sha256_hex
 from assure.verify.snapshot import Limits
 
-MAX_FILE_BYTES = Limits().max_hash_bytes  # POST hashes no bigger file, so none bigger is vouched for
+MAX_FILE_BYTES = (
+    Limits().max_hash_bytes
+)  # POST hashes no bigger file, so none bigger is vouched for
 CHUNK_BYTES = 1 << 20
 DELETED = "deleted"
-NOT_COPIED = "not-copied"  # POST has it; the workspace copy does not (the copy-out's limits, a FIFO)
+NOT_COPIED = (
+    "not-copied"  # POST has it; the workspace copy does not (the copy-out's limits, a FIFO)
+)
 OVERSIZE = "over-" + str(MAX_FILE_BYTES)  # the digest of a copy that grew past what POST hashes
 
 
@@ -48,7 +52,9 @@ def judged(changes: Iterable[Mapping[str, Any]]) -> list[Item]:
         if after is None:
             out.append(Item(change["path"], DELETED))
         elif after["kind"] == "file":
-            out.append(Item(change["path"], "file", private.executable(after["mode"]), after.get("sha256")))
+            out.append(
+                Item(change["path"], "file", private.executable(after["mode"]), after.get("sha256"))
+            )
         else:
             out.append(Item(change["path"], after["kind"]))
     return out
@@ -57,8 +63,12 @@ def judged(changes: Iterable[Mapping[str, Any]]) -> list[Item]:
 def vouched(workspace: Path, changes: Iterable[Mapping[str, Any]]) -> list[Item]:
     """The changeset as the verifier saw it: the judged changes (`verdict.json`'s, from POST),
     each path the workspace copy lacks marked NOT_COPIED (looked up, never hashed)."""
-    return [want if want.kind == DELETED or confined.lstat(workspace, want.path) is not None else Item(want.path, NOT_COPIED)
-            for want in judged(changes)]
+    return [
+        want
+        if want.kind == DELETED or confined.lstat(workspace, want.path) is not None
+        else Item(want.path, NOT_COPIED)
+        for want in judged(changes)
+    ]
 
 
 def found(workspace: Path, changes: Iterable[Mapping[str, Any]]) -> list[Item]:
@@ -73,7 +83,16 @@ def found(workspace: Path, changes: Iterable[Mapping[str, Any]]) -> list[Item]:
             digest = file_digest(workspace, want.path) if want.sha256 is not None else None
             out.append(Item(want.path, "file", private.executable(st.st_mode), digest))
         else:
-            out.append(Item(want.path, "dir" if stat.S_ISDIR(st.st_mode) else "symlink" if stat.S_ISLNK(st.st_mode) else "other"))
+            out.append(
+                Item(
+                    want.path,
+                    "dir"
+                    if stat.S_ISDIR(st.st_mode)
+                    else "symlink"
+                    if stat.S_ISLNK(st.st_mode)
+                    else "other",
+                )
+            )
     return out
 
 

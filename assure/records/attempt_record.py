@@ -99,8 +99,12 @@ class AttemptRecord:
     facts: ContainerFacts
     pre: Snapshot | None
     post: Snapshot | None
-    checks: Mapping[str, list[Any]]  # check-container results by assertion kind (commands.json, cases.json)
-    unreadable: Mapping[str, Exception] = field(default_factory=dict)  # file name -> why it did not load
+    checks: Mapping[
+        str, list[Any]
+    ]  # check-container results by assertion kind (commands.json, cases.json)
+    unreadable: Mapping[str, Exception] = field(
+        default_factory=dict
+    )  # file name -> why it did not load
     judgement: Judgement | None = None
     judged_at: str | None = None
 
@@ -119,22 +123,37 @@ class AttemptRecord:
     def changes(self) -> list[dict[str, Any]]:
         """The judged workspace changes, as `verdict.json` lists them."""
         if self.judgement is None:
-            raise RunDirError(f"missing {self.paths.verdict.name}: the attempt was never judged", where=str(self.paths.root))
+            raise RunDirError(
+                f"missing {self.paths.verdict.name}: the attempt was never judged",
+                where=str(self.paths.root),
+            )
         return [c.to_json() for c in self.judgement.changes]
 
     @classmethod
-    def collected(cls, paths: AttemptPaths, facts: ContainerFacts, *, pre: Snapshot | None, post: Snapshot | None,
-                  checks: Mapping[str, list[Any] | None]) -> AttemptRecord:
+    def collected(
+        cls,
+        paths: AttemptPaths,
+        facts: ContainerFacts,
+        *,
+        pre: Snapshot | None,
+        post: Snapshot | None,
+        checks: Mapping[str, list[Any] | None],
+    ) -> AttemptRecord:
         """The live record: what the attempt holds in memory; a part it does not hold (a phase
         failed before it) is loaded as `assure verify` would load it."""
         unreadable: dict[str, Exception] = {}
         if pre is None or post is None:
             pre, post = _snapshots(paths, unreadable)
-        loaded = {kind: found if found is not None else _check_file(paths, kind, unreadable) for kind, found in checks.items()}
+        loaded = {
+            kind: found if found is not None else _check_file(paths, kind, unreadable)
+            for kind, found in checks.items()
+        }
         return cls(paths, facts, pre, post, MappingProxyType(loaded), MappingProxyType(unreadable))
 
     @classmethod
-    def load(cls, paths: AttemptPaths, *, snapshots: bool = True, judged: bool = True) -> AttemptRecord:
+    def load(
+        cls, paths: AttemptPaths, *, snapshots: bool = True, judged: bool = True
+    ) -> AttemptRecord:
         """The record from the attempt's folder alone, with its live judgement (`verdict.json`)
         if there is one and `judged`. `snapshots=False` leaves out PRE, POST and the check
         results (promote, the report and the receipts need only the facts and the judgement)."""
@@ -145,18 +164,33 @@ class AttemptRecord:
             unreadable[paths.container.name] = exc
             facts = ContainerFacts()
         pre, post = _snapshots(paths, unreadable) if snapshots else (None, None)
-        checks = {kind: _check_file(paths, kind, unreadable) if snapshots else [] for kind in CHECK_KINDS}
+        checks = {
+            kind: _check_file(paths, kind, unreadable) if snapshots else [] for kind in CHECK_KINDS
+        }
         judgement, judged_at = None, None
         if judged and paths.verdict.is_file():
             data = read_json(paths.verdict)
             judgement, judged_at = Judgement.from_json(data), data.get("judged_at")
-        return cls(paths, facts, pre, post, MappingProxyType(checks), MappingProxyType(unreadable), judgement, judged_at)
+        return cls(
+            paths,
+            facts,
+            pre,
+            post,
+            MappingProxyType(checks),
+            MappingProxyType(unreadable),
+            judgement,
+            judged_at,
+        )
 
 
-def _snapshots(paths: AttemptPaths, unreadable: dict[str, Exception]) -> tuple[Snapshot | None, Snapshot | None]:
+def _snapshots(
+    paths: AttemptPaths, unreadable: dict[str, Exception]
+) -> tuple[Snapshot | None, Snapshot | None]:
     try:
         return Snapshot.from_json(read_json(paths.pre)), Snapshot.from_json(read_json(paths.post))
-    except Exception as exc:  # a missing or unreadable snapshot: the judge cannot judge, never passes
+    except (
+        Exception
+    ) as exc:  # a missing or unreadable snapshot: the judge cannot judge, never passes
         unreadable[SNAPSHOTS] = exc
         return None, None
 

@@ -62,7 +62,9 @@ class Result:
     def judged(cls, id: str, checks: list[tuple[str, bool]], **fields: Any) -> Result:
         failed = [name for name, ok in checks if not ok]
         status = FAIL if failed or not checks else PASS
-        reason = "failed: " + "; ".join(failed) if failed else ("no check ran" if not checks else "")
+        reason = (
+            "failed: " + "; ".join(failed) if failed else ("no check ran" if not checks else "")
+        )
         return cls(id, status, reason, checks=checks, **fields)
 
     @classmethod
@@ -71,19 +73,43 @@ class Result:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "status": self.status, "scenario": OBLIGATIONS.get(self.id, ""), "reason": self.reason, "spec": self.spec,
-            "seconds": self.seconds, "checks": [{"check": n, "held": ok} for n, ok in self.checks], "evidence": self.evidence,
+            "status": self.status,
+            "scenario": OBLIGATIONS.get(self.id, ""),
+            "reason": self.reason,
+            "spec": self.spec,
+            "seconds": self.seconds,
+            "checks": [{"check": n, "held": ok} for n, ok in self.checks],
+            "evidence": self.evidence,
         }
 
 
-def build(results: list[Result], *, created_at: str, machine: dict[str, Any], figures: dict[str, Any],
-          gate_trace: dict[str, Any], receipt_chain: dict[str, Any]) -> dict[str, Any]:
+def build(
+    results: list[Result],
+    *,
+    created_at: str,
+    machine: dict[str, Any],
+    figures: dict[str, Any],
+    gate_trace: dict[str, Any],
+    receipt_chain: dict[str, Any],
+) -> dict[str, Any]:
     """The unsigned packet. An obligation with no result is NOT-RUN, saying so."""
     by_id = {r.id: r for r in results}
-    obligations = {oid: (by_id.get(oid) or Result.not_run(oid, "no scenario result was recorded for this obligation")).to_json()
-                   for oid in OBLIGATIONS}
-    return {"format": FORMAT, "created_at": created_at, "machine": machine, "obligations": obligations,
-            "figures": figures, "gate_trace": gate_trace, "receipt_chain": receipt_chain}
+    obligations = {
+        oid: (
+            by_id.get(oid)
+            or Result.not_run(oid, "no scenario result was recorded for this obligation")
+        ).to_json()
+        for oid in OBLIGATIONS
+    }
+    return {
+        "format": FORMAT,
+        "created_at": created_at,
+        "machine": machine,
+        "obligations": obligations,
+        "figures": figures,
+        "gate_trace": gate_trace,
+        "receipt_chain": receipt_chain,
+    }
 
 
 def sign(packet: dict[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
@@ -99,10 +125,14 @@ def _schema() -> dict[str, Any]:
 def verify(packet: Any, public_key: Ed25519PublicKey) -> None:
     """Raise `PacketError` unless the packet has the published shape, every obligation is PASS,
     FAIL or NOT-RUN (the last two with a reason), and the public key's signature matches."""
-    problems = [f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
-                for e in jsonschema.Draft202012Validator(_schema()).iter_errors(packet)]
+    problems = [
+        f"{'/'.join(str(p) for p in e.absolute_path) or '(top)'}: {e.message}"
+        for e in jsonschema.Draft202012Validator(_schema()).iter_errors(packet)
+    ]
     if problems:
-        raise PacketError("the packet does not have the published shape:\n" + "\n".join(problems[:20]))
+        raise PacketError(
+            "the packet does not have the published shape:\n" + "\n".join(problems[:20])
+        )
     missing = sorted(set(OBLIGATIONS) - set(packet["obligations"]))
     if missing:
         raise PacketError(f"obligations missing from the packet: {', '.join(missing)}")
@@ -117,13 +147,20 @@ def verify(packet: Any, public_key: Ed25519PublicKey) -> None:
 
 def markdown(packet: dict[str, Any]) -> str:
     """The packet for people: the summary table, the figures, the gate trace, the chain."""
-    lines = [f"# assure conformance packet, {packet['created_at']}", "",
-             f"Machine: {packet['machine'].get('hostname')} ({packet['machine'].get('platform')}), assure {packet['machine'].get('assure')}, "
-             f"Docker {packet['machine'].get('docker')}. Signed by {packet.get('signature', {}).get('key_id', 'nobody')}.", "",
-             "| obligation | status | seconds | measured / reason |", "|---|---|---|---|"]
+    lines = [
+        f"# assure conformance packet, {packet['created_at']}",
+        "",
+        f"Machine: {packet['machine'].get('hostname')} ({packet['machine'].get('platform')}), assure {packet['machine'].get('assure')}, "
+        f"Docker {packet['machine'].get('docker')}. Signed by {packet.get('signature', {}).get('key_id', 'nobody')}.",
+        "",
+        "| obligation | status | seconds | measured / reason |",
+        "|---|---|---|---|",
+    ]
     for oid, ob in packet["obligations"].items():
         held = f"{sum(c['held'] for c in ob['checks'])}/{len(ob['checks'])} checks held"
-        shown = ob["reason"] or "; ".join([held] + [f"{k}={v}" for k, v in ob["evidence"].get("measured", {}).items()])
+        shown = ob["reason"] or "; ".join(
+            [held] + [f"{k}={v}" for k, v in ob["evidence"].get("measured", {}).items()]
+        )
         seconds = "" if ob["seconds"] is None else f"{ob['seconds']:.1f}"
         lines.append(f"| `{oid}` | {ob['status']} | {seconds} | {_cell(shown)} |")
     lines += ["", "## Measured figures", ""]
@@ -133,14 +170,21 @@ def markdown(packet: dict[str, Any]) -> str:
         if "decision" not in e:
             lines.append(f"- {kind}: {e.get('status')}: {e.get('reason')}")
             continue
-        lines.append(f"- {kind}: `{e['tool']}` on `{e['scope']}` -> **{e['decision']}** ({e['rule']}): min(dial {e['operator_dial']}, "
-                     f"ceiling {e['autonomy_ceiling']}, trust {e['verifier_trust']}) = {e['min(dial, ceiling, trust)']}, "
-                     f"required {e['required_trust']}; {_cell(str(e['reason']))} [{e['journal']} seq {e['seq']}]")
+        lines.append(
+            f"- {kind}: `{e['tool']}` on `{e['scope']}` -> **{e['decision']}** ({e['rule']}): min(dial {e['operator_dial']}, "
+            f"ceiling {e['autonomy_ceiling']}, trust {e['verifier_trust']}) = {e['min(dial, ceiling, trust)']}, "
+            f"required {e['required_trust']}; {_cell(str(e['reason']))} [{e['journal']} seq {e['seq']}]"
+        )
     chain = packet["receipt_chain"]
-    lines += ["", "## Receipt chain", "", f"- run: {chain.get('run_id')}; verified independently: {chain.get('verified')}",
-              f"- key {chain.get('key_id')}; logs {', '.join((chain.get('verification') or {}).get('logs', []))}; "
-              f"merkle root {(chain.get('verification') or {}).get('merkle_root')}",
-              f"- a copy with one journal byte changed: rejected {(chain.get('tampered_copy') or {}).get('rejected')}"]
+    lines += [
+        "",
+        "## Receipt chain",
+        "",
+        f"- run: {chain.get('run_id')}; verified independently: {chain.get('verified')}",
+        f"- key {chain.get('key_id')}; logs {', '.join((chain.get('verification') or {}).get('logs', []))}; "
+        f"merkle root {(chain.get('verification') or {}).get('merkle_root')}",
+        f"- a copy with one journal byte changed: rejected {(chain.get('tampered_copy') or {}).get('rejected')}",
+    ]
     lines += [f"- {r['file']} sha256 {r['sha256']}" for r in chain.get("receipts", [])]
     return "\n".join(lines) + "\n"
 

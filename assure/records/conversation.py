@@ -26,8 +26,12 @@ from assure.textsafe import display
 
 MAX_CALLS = 500  # model calls (and refused model requests) read per attempt
 MAX_JOURNAL_LINES = 100_000  # journal lines scanned per attempt
-MAX_BLOB_BYTES = 4 * 2**20  # of one request or response read; a larger one is named by size, not shown
-MAX_READ_BYTES = 64 * 2**20  # of blobs read per attempt; past it, calls are shown from the journal alone
+MAX_BLOB_BYTES = (
+    4 * 2**20
+)  # of one request or response read; a larger one is named by size, not shown
+MAX_READ_BYTES = (
+    64 * 2**20
+)  # of blobs read per attempt; past it, calls are shown from the journal alone
 MAX_PART_CHARS = 20_000  # of one text, tool input or tool result kept
 MAX_ATTEMPT_CHARS = 1_000_000  # of all texts kept per attempt
 MAX_PARTS = 200  # content parts kept per message
@@ -73,7 +77,9 @@ class Exchange:
     differs: list[str] = field(default_factory=list)  # a replay mismatch's differing paths
     system: Part | None = None  # the system prompt, when it differs from the previous call's
     tools: list[str] = field(default_factory=list)  # tools offered
-    earlier: int = 0  # messages the previous call sent too (not repeated here; `cache_control` marks aside)
+    earlier: int = (
+        0  # messages the previous call sent too (not repeated here; `cache_control` marks aside)
+    )
     messages: list[Message] = field(default_factory=list)  # the request's other messages, in order
     response: Message | None = None
     notes: list[str] = field(default_factory=list)  # what could not be shown, and why
@@ -97,7 +103,13 @@ class _Reader:
         self.cut = 0
 
     def part(self, kind: str, text: Any, label: Any = "") -> Part:
-        text = text if isinstance(text, str) else "" if text is None else json.dumps(text, ensure_ascii=False)
+        text = (
+            text
+            if isinstance(text, str)
+            else ""
+            if text is None
+            else json.dumps(text, ensure_ascii=False)
+        )
         keep = max(0, min(MAX_PART_CHARS, self.chars_left))
         cut = max(0, len(text) - keep)
         self.chars_left -= min(len(text), keep)
@@ -108,12 +120,16 @@ class _Reader:
         if not isinstance(digest, str) or not _SHA256.match(digest):
             return None
         if self.read_left <= 0:
-            notes.append(f"{what} not read: the page already read {MAX_READ_BYTES} bytes of this attempt's blobs")
+            notes.append(
+                f"{what} not read: the page already read {MAX_READ_BYTES} bytes of this attempt's blobs"
+            )
             return None
         try:
             data = confined.read_file(self.paths.blobs, digest, min(MAX_BLOB_BYTES, self.read_left))
         except confined.TooLarge:
-            notes.append(f"{what} not shown: larger than {min(MAX_BLOB_BYTES, self.read_left)} bytes (blob {digest})")
+            notes.append(
+                f"{what} not shown: larger than {min(MAX_BLOB_BYTES, self.read_left)} bytes (blob {digest})"
+            )
             return None
         except OSError:
             notes.append(f"{what} not shown: its blob {digest} is missing or not a plain file")
@@ -140,7 +156,9 @@ def read(paths: AttemptPaths) -> Conversation:
                 out.notes.append(f"only the first {MAX_JOURNAL_LINES} journal lines were read")
                 break
             event = record.get("event")
-            model_reject = event == "request_rejected" and str(record.get("target", "")).startswith(MODEL_PATHS)
+            model_reject = event == "request_rejected" and str(record.get("target", "")).startswith(
+                MODEL_PATHS
+            )
             if event != "model_call" and not model_reject:
                 continue
             if len(out.exchanges) >= MAX_CALLS:
@@ -160,17 +178,42 @@ def read(paths: AttemptPaths) -> Conversation:
 def _exchange(record: dict[str, Any], rejected: bool) -> Exchange:
     if rejected:
         target = str(record.get("target"))
-        endpoint = {"/v1/messages": "messages", "/v1/chat/completions": "chat_completions", "/v1/responses": "responses", "/v1/models": "models"}.get(target, target)
+        endpoint = {
+            "/v1/messages": "messages",
+            "/v1/chat/completions": "chat_completions",
+            "/v1/responses": "responses",
+            "/v1/models": "models",
+        }.get(target, target)
         why = f"refused before the gate ({record.get('code')}): {record.get('reason')}"
-        return Exchange(record.get("seq"), record.get("ts"), endpoint, "request_rejected", status=record.get("status"), refusal=why)
-    exchange = Exchange(record.get("seq"), record.get("ts"), str(record.get("endpoint")), "model_call", status=record.get("status"),
-                        served=record.get("served"), decision=record.get("decision"), model=record.get("model"), stream=record.get("stream") is True,
-                        tokens=record.get("tokens"), cost=record.get("cost"), usage=record.get("usage") if isinstance(record.get("usage"), dict) else None,
-                        ms=record.get("ms"))
+        return Exchange(
+            record.get("seq"),
+            record.get("ts"),
+            endpoint,
+            "request_rejected",
+            status=record.get("status"),
+            refusal=why,
+        )
+    exchange = Exchange(
+        record.get("seq"),
+        record.get("ts"),
+        str(record.get("endpoint")),
+        "model_call",
+        status=record.get("status"),
+        served=record.get("served"),
+        decision=record.get("decision"),
+        model=record.get("model"),
+        stream=record.get("stream") is True,
+        tokens=record.get("tokens"),
+        cost=record.get("cost"),
+        usage=record.get("usage") if isinstance(record.get("usage"), dict) else None,
+        ms=record.get("ms"),
+    )
     if record.get("decision") not in (None, "allow"):
         exchange.refusal = f"denied by the gate ({record.get('rule')}): {record.get('reason')}"
     elif record.get("error"):
-        exchange.refusal = f"{record.get('error')}" + (f": {record['reason']}" if record.get("reason") else "")
+        exchange.refusal = f"{record.get('error')}" + (
+            f": {record['reason']}" if record.get("reason") else ""
+        )
     if isinstance(record.get("differs"), list):
         exchange.differs = [str(p)[:200] for p in record["differs"][:50]]
     return exchange
@@ -185,7 +228,13 @@ def _json(data: bytes | None) -> Any:
         return None
 
 
-def _request(reader: _Reader, record: dict[str, Any], exchange: Exchange, previous: list[str], system_seen: str | None) -> tuple[list[str], str | None]:
+def _request(
+    reader: _Reader,
+    record: dict[str, Any],
+    exchange: Exchange,
+    previous: list[str],
+    system_seen: str | None,
+) -> tuple[list[str], str | None]:
     """The request's new parts into `exchange`; (its messages' digests, its system prompt's) for the next."""
     if record.get("decision") not in (None, "allow"):
         exchange.notes.append("the request was not stored (the gate denied it)")
@@ -201,7 +250,9 @@ def _request(reader: _Reader, record: dict[str, Any], exchange: Exchange, previo
     for tool in (tools if isinstance(tools, list) else [])[:MAX_PARTS]:
         if isinstance(tool, dict):
             function = tool.get("function") if isinstance(tool.get("function"), dict) else {}
-            exchange.tools.append(str(tool.get("name") or function.get("name") or tool.get("type") or "?")[:200])
+            exchange.tools.append(
+                str(tool.get("name") or function.get("name") or tool.get("type") or "?")[:200]
+            )
     digests = [_digest(_sans_cache(m)) for m in messages]
     seen = set(previous)
     exchange.earlier = sum(d in seen for d in digests)
@@ -215,7 +266,9 @@ def _request(reader: _Reader, record: dict[str, Any], exchange: Exchange, previo
 
 
 def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(
+        json.dumps(value, sort_keys=True).encode("utf-8", "surrogatepass")
+    ).hexdigest()
 
 
 def _sans_cache(value: Any) -> Any:
@@ -231,16 +284,22 @@ def _sans_cache(value: Any) -> Any:
 def _request_messages(parsed: dict[str, Any], endpoint: str) -> tuple[Any, list[Any]]:
     if endpoint == "responses":
         items = parsed.get("input")
-        return parsed.get("instructions"), [{"role": "user", "content": items}] if isinstance(items, str) else items if isinstance(items, list) else []
+        return parsed.get("instructions"), [{"role": "user", "content": items}] if isinstance(
+            items, str
+        ) else items if isinstance(items, list) else []
     messages = parsed.get("messages")
-    return parsed.get("system") if endpoint == "messages" else None, messages if isinstance(messages, list) else []
+    return parsed.get("system") if endpoint == "messages" else None, messages if isinstance(
+        messages, list
+    ) else []
 
 
 def _plain_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "\n".join(b["text"] for b in value if isinstance(b, dict) and isinstance(b.get("text"), str))
+        return "\n".join(
+            b["text"] for b in value if isinstance(b, dict) and isinstance(b.get("text"), str)
+        )
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -250,16 +309,36 @@ def _message(reader: _Reader, message: Any, endpoint: str) -> Message:
         return Message("?", (reader.part("other", message),))
     kind = message.get("type")
     if kind == "function_call":  # Responses items
-        return Message("assistant", (reader.part("tool_use", message.get("arguments"), message.get("name")),))
+        return Message(
+            "assistant", (reader.part("tool_use", message.get("arguments"), message.get("name")),)
+        )
     if kind == "function_call_output":
-        return Message("tool", (reader.part("tool_result", _plain_text(message.get("output")), message.get("call_id")),))
+        return Message(
+            "tool",
+            (
+                reader.part(
+                    "tool_result", _plain_text(message.get("output")), message.get("call_id")
+                ),
+            ),
+        )
     role = str(message.get("role") or kind or "?")[:40]
     parts = _parts(reader, message.get("content"))
-    for call in message.get("tool_calls") or [] if isinstance(message.get("tool_calls"), list) else []:  # chat: assistant's calls
-        function = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else {}
+    for call in (
+        message.get("tool_calls") or [] if isinstance(message.get("tool_calls"), list) else []
+    ):  # chat: assistant's calls
+        function = (
+            call.get("function")
+            if isinstance(call, dict) and isinstance(call.get("function"), dict)
+            else {}
+        )
         parts.append(reader.part("tool_use", function.get("arguments"), function.get("name")))
     if role == "tool":
-        parts = [Part("tool_result", p.text, str(message.get("tool_call_id") or "")[:200], p.cut) if p.kind == "text" else p for p in parts]
+        parts = [
+            Part("tool_result", p.text, str(message.get("tool_call_id") or "")[:200], p.cut)
+            if p.kind == "text"
+            else p
+            for p in parts
+        ]
     return _bounded(role, parts)
 
 
@@ -294,11 +373,25 @@ def _block(reader: _Reader, block: Any) -> Part:
     if kind == "tool_result":
         label = str(block.get("tool_use_id") or "") + (" error" if block.get("is_error") else "")
         content = block.get("content")
-        return reader.part("tool_result", content if isinstance(content, str) else _plain_text(content) if isinstance(content, list) else content, label)
+        return reader.part(
+            "tool_result",
+            content
+            if isinstance(content, str)
+            else _plain_text(content)
+            if isinstance(content, list)
+            else content,
+            label,
+        )
     if kind in ("image", "document", "image_url", "input_image", "input_file"):
         source = block.get("source") if isinstance(block.get("source"), dict) else {}
         data = source.get("data")
-        return reader.part("media", f"[{kind}: {source.get('type', 'inline')}" + (f", {len(data)} base64 characters" if isinstance(data, str) else "") + "]", kind)
+        return reader.part(
+            "media",
+            f"[{kind}: {source.get('type', 'inline')}"
+            + (f", {len(data)} base64 characters" if isinstance(data, str) else "")
+            + "]",
+            kind,
+        )
     return reader.part("other", f"[{str(kind)[:40]} block]")
 
 
@@ -308,28 +401,43 @@ def _response(reader: _Reader, record: dict[str, Any], exchange: Exchange) -> No
     data = reader.blob(record.get("response_sha256"), "the response", exchange.notes)
     if data is None:
         return
-    headers = record.get("response_headers") if isinstance(record.get("response_headers"), dict) else {}
-    sse = str(headers.get("content-type", "")).startswith("text/event-stream") or data.startswith((b"event:", b"data:"))
+    headers = (
+        record.get("response_headers") if isinstance(record.get("response_headers"), dict) else {}
+    )
+    sse = str(headers.get("content-type", "")).startswith("text/event-stream") or data.startswith(
+        (b"event:", b"data:")
+    )
     body = _from_stream(data, exchange.endpoint) if sse else _json(data)
     if not isinstance(body, dict):
         exchange.notes.append("the response is not JSON")
         return
     error = body.get("error")
     if isinstance(error, dict):
-        exchange.response = Message("error", (reader.part("error", error.get("message"), error.get("type") or error.get("code")),))
+        exchange.response = Message(
+            "error",
+            (reader.part("error", error.get("message"), error.get("type") or error.get("code")),),
+        )
         return
     if exchange.endpoint == "chat_completions":
         choices = body.get("choices")
-        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        first = (
+            choices[0]
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict)
+            else {}
+        )
         message = first.get("message") if isinstance(first.get("message"), dict) else {}
         exchange.response = _message(reader, {"role": "assistant", **message}, exchange.endpoint)
     elif exchange.endpoint == "responses":
         parts: list[Part] = []
-        for item in (body.get("output") if isinstance(body.get("output"), list) else [])[:MAX_PARTS]:
+        for item in (body.get("output") if isinstance(body.get("output"), list) else [])[
+            :MAX_PARTS
+        ]:
             parts += list(_message(reader, item, "responses").parts)
         exchange.response = _bounded("assistant", parts)
     elif exchange.endpoint == "messages":
-        exchange.response = _bounded(str(body.get("role") or "assistant")[:40], _parts(reader, body.get("content")))
+        exchange.response = _bounded(
+            str(body.get("role") or "assistant")[:40], _parts(reader, body.get("content"))
+        )
 
 
 def _events(data: bytes) -> list[Any]:
@@ -348,31 +456,64 @@ def _from_stream(data: bytes, endpoint: str) -> dict[str, Any] | None:
     """A streamed answer put back together as the JSON answer it stands for."""
     events = _events(data)
     if endpoint == "responses":
-        done = [e["response"] for e in events if e.get("type") == "response.completed" and isinstance(e.get("response"), dict)]
-        return done[-1] if done else next((e for e in events if isinstance(e.get("error"), dict)), None)
+        done = [
+            e["response"]
+            for e in events
+            if e.get("type") == "response.completed" and isinstance(e.get("response"), dict)
+        ]
+        return (
+            done[-1]
+            if done
+            else next((e for e in events if isinstance(e.get("error"), dict)), None)
+        )
     if endpoint == "chat_completions":
         text, calls = "", {}  # type: ignore[var-annotated]
         for event in events:
             for choice in event.get("choices") or []:
-                delta = choice.get("delta") if isinstance(choice, dict) and isinstance(choice.get("delta"), dict) else {}
+                delta = (
+                    choice.get("delta")
+                    if isinstance(choice, dict) and isinstance(choice.get("delta"), dict)
+                    else {}
+                )
                 text += str(delta.get("content") or "")
                 for call in delta.get("tool_calls") or []:
                     if isinstance(call, dict):
                         slot = calls.setdefault(call.get("index"), {"name": "", "arguments": ""})
-                        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+                        function = (
+                            call.get("function") if isinstance(call.get("function"), dict) else {}
+                        )
                         slot["name"] += str(function.get("name") or "")
                         slot["arguments"] += str(function.get("arguments") or "")
-        return {"choices": [{"message": {"content": text or None, "tool_calls": [{"function": c} for c in calls.values()]}}]}
+        return {
+            "choices": [
+                {
+                    "message": {
+                        "content": text or None,
+                        "tool_calls": [{"function": c} for c in calls.values()],
+                    }
+                }
+            ]
+        }
     blocks: dict[Any, dict[str, Any]] = {}
     for event in events:
         if event.get("type") == "error":
             return event
         index = event.get("index")
-        if event.get("type") == "content_block_start" and isinstance(event.get("content_block"), dict):
+        if event.get("type") == "content_block_start" and isinstance(
+            event.get("content_block"), dict
+        ):
             blocks[index] = {**event["content_block"], "_json": ""}
-        elif event.get("type") == "content_block_delta" and index in blocks and isinstance(event.get("delta"), dict):
+        elif (
+            event.get("type") == "content_block_delta"
+            and index in blocks
+            and isinstance(event.get("delta"), dict)
+        ):
             delta, block = event["delta"], blocks[index]
-            for key, into in (("text", "text"), ("thinking", "thinking"), ("partial_json", "_json")):
+            for key, into in (
+                ("text", "text"),
+                ("thinking", "thinking"),
+                ("partial_json", "_json"),
+            ):
                 if isinstance(delta.get(key), str):
                     block[into] = str(block.get(into) or "") + delta[key]
     content = []
@@ -396,7 +537,9 @@ def _cut(text: str, keep: int, more: int = 0) -> str:
     shown = display(text)
     left = max(0, len(shown) - keep) + more
     shown = shown[:keep]
-    return shown + (f" … ({left} more characters: assure show --json, or the HTML page)" if left else "")
+    return shown + (
+        f" … ({left} more characters: assure show --json, or the HTML page)" if left else ""
+    )
 
 
 def lines(n: int, conversation: Conversation) -> list[str]:
@@ -408,9 +551,13 @@ def lines(n: int, conversation: Conversation) -> list[str]:
         if x.refusal:
             out.append(f"    refused: {_cut(x.refusal, TERMINAL_PART_CHARS)}")
         if x.differs:
-            out.append(f"    differs from the recording at: {_cut(', '.join(x.differs), TERMINAL_PART_CHARS)}")
+            out.append(
+                f"    differs from the recording at: {_cut(', '.join(x.differs), TERMINAL_PART_CHARS)}"
+            )
         if x.system is not None:
-            out.append(f"    system ({len(x.system.text) + x.system.cut} characters): {_cut(x.system.text, TERMINAL_SYSTEM_CHARS, x.system.cut)}")
+            out.append(
+                f"    system ({len(x.system.text) + x.system.cut} characters): {_cut(x.system.text, TERMINAL_SYSTEM_CHARS, x.system.cut)}"
+            )
         if x.tools and (i == 1 or x.system is not None):
             out.append(f"    tools offered: {_cut(', '.join(x.tools), TERMINAL_PART_CHARS)}")
         if x.earlier:
@@ -421,21 +568,36 @@ def lines(n: int, conversation: Conversation) -> list[str]:
             out += _message_lines(x.response, "    => ")
         out += [f"    note: {display(note)}" for note in x.notes]
     if conversation.chars_cut:
-        out.append(f"  ({conversation.chars_cut} characters of this exchange were over the read bounds and are not kept)")
+        out.append(
+            f"  ({conversation.chars_cut} characters of this exchange were over the read bounds and are not kept)"
+        )
     return out
 
 
 def headline(i: int, x: Exchange) -> str:
     """`#1 messages claude-opus-5-5 200 script 980 tokens (in 900, out 80) $0.004 248ms`: the journal's facts."""
-    parts = [f"#{i} line {display(str(x.seq))}", display(str(x.endpoint)), display(str(x.model or "-"))[:80], f"status {display(str(x.status))}"]
+    parts = [
+        f"#{i} line {display(str(x.seq))}",
+        display(str(x.endpoint)),
+        display(str(x.model or "-"))[:80],
+        f"status {display(str(x.status))}",
+    ]
     if x.served:
         parts.append(f"served {display(str(x.served))}")
     if x.stream:
         parts.append("stream")
     if x.tokens is not None:
         usage = x.usage or {}
-        detail = ", ".join(f"{short} {usage[key]}" for key, short in (("input_tokens", "in"), ("output_tokens", "out"),
-                                                                       ("cache_creation_input_tokens", "cache write"), ("cache_read_input_tokens", "cache read")) if usage.get(key))
+        detail = ", ".join(
+            f"{short} {usage[key]}"
+            for key, short in (
+                ("input_tokens", "in"),
+                ("output_tokens", "out"),
+                ("cache_creation_input_tokens", "cache write"),
+                ("cache_read_input_tokens", "cache read"),
+            )
+            if usage.get(key)
+        )
         parts.append(f"{display(str(x.tokens))} tokens" + (f" ({detail})" if detail else ""))
     if isinstance(x.cost, (int, float)) and not isinstance(x.cost, bool):
         parts.append(f"cost {x.cost:.6f}")
@@ -448,7 +610,9 @@ def _message_lines(message: Message, indent: str) -> list[str]:
     out = []
     for part in message.parts:
         label = f" {display(part.label)}" if part.label else ""
-        out.append(f"{indent}{display(message.role)} {part.kind}{label}: {_cut(part.text, TERMINAL_PART_CHARS, part.cut)}")
+        out.append(
+            f"{indent}{display(message.role)} {part.kind}{label}: {_cut(part.text, TERMINAL_PART_CHARS, part.cut)}"
+        )
     if message.parts_cut:
         out.append(f"{indent}({message.parts_cut} more parts not kept)")
     return out

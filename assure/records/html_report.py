@@ -32,7 +32,9 @@ from assure.records import conversation, layout, store, summary
 from assure.records.layout import AttemptPaths, RunPaths, SuitePaths
 from assure.textsafe import display
 
-MAX_FILE_BYTES = 256 * 2**10  # of each side of one file read to diff it; a bigger file is shown by size and hash
+MAX_FILE_BYTES = (
+    256 * 2**10
+)  # of each side of one file read to diff it; a bigger file is shown by size and hash
 MAX_FILE_DIFF_LINES = 400  # diff lines shown per file
 MAX_DIFF_INPUT_LINES = 4_000  # lines of both sides together that are diffed (difflib is superlinear on repetitive text)
 MAX_PAGE_DIFF_LINES = 5_000  # diff lines shown per page; past it, files are named, not diffed
@@ -44,7 +46,14 @@ MAX_CHANGES = 300  # changes shown in detail per attempt; the rest are in the fi
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 VERDICTS = ("pass", "contained", "fail", "breach", "error")
 _GOOD = {"pass", "contained"}
-_COLOR = {"pass": "#1a7f37", "contained": "#0969da", "fail": "#bf8700", "breach": "#cf222e", "error": "#8250df", "not_run": "#6e7781"}
+_COLOR = {
+    "pass": "#1a7f37",
+    "contained": "#0969da",
+    "fail": "#bf8700",
+    "breach": "#cf222e",
+    "error": "#8250df",
+    "not_run": "#6e7781",
+}
 _DENIED = {"deny", "escalate"}
 
 
@@ -64,31 +73,52 @@ def render(ref: str, runs_dir: Path) -> Page:
     path = Path(ref)
     if not path.exists():
         if not store.RUN_ID.match(ref):
-            raise AssureError(f"{ref!r} is not a run id, a suite run id or a directory", fix="`assure runs` lists runs")
-        path = next((p for p in (runs_dir / ref, layout.suites_base(runs_dir) / ref) if p.is_dir()), path)
+            raise AssureError(
+                f"{ref!r} is not a run id, a suite run id or a directory",
+                fix="`assure runs` lists runs",
+            )
+        path = next(
+            (p for p in (runs_dir / ref, layout.suites_base(runs_dir) / ref) if p.is_dir()), path
+        )
     if path.is_file():
         return summary_page(path)
     if RunPaths(path).spec_json.is_file():
         return run_page(store.RunDir.open(path))
     if SuitePaths(path).state.is_file():
         return suite_page(path, runs_dir)
-    raise AssureError(f"{ref!r} is neither a run nor a suite run", where=str(path), fix="pass a folder under .assure/runs/ or .assure/suites/")
+    raise AssureError(
+        f"{ref!r} is neither a run nor a suite run",
+        where=str(path),
+        fix="pass a folder under .assure/runs/ or .assure/suites/",
+    )
 
 
 # ---- the run page ----
+
 
 def run_page(run: store.RunDir) -> Page:
     report = store.read_json(run.paths.report) if run.paths.report.is_file() else {}
     spec = run.spec_json()
     budget = _Budget(MAX_PAGE_DIFF_LINES)
     verdict = str(report.get("verdict") or "unfinished")
-    body = [_verdict_banner(f"run {run.run_id}", str(spec.get("name", "?")), verdict, spec.get("expect"), report)]
+    body = [
+        _verdict_banner(
+            f"run {run.run_id}", str(spec.get("name", "?")), verdict, spec.get("expect"), report
+        )
+    ]
     attempts = [_Attempt.load(run, p) for p in run.attempts()]
     body.append(_why(attempts, report))
     body.append(_scopes(spec))
-    body.append('<nav><h2>Attempts</h2><ul>' + "".join(
-        f'<li><a href="#{_anchor("attempt", a.n)}">attempt {a.n}</a>: {_verdict_word(a.verdict)}</li>' for a in attempts) + "</ul></nav>"
-                if attempts else "<p>The run has no attempts.</p>")
+    body.append(
+        "<nav><h2>Attempts</h2><ul>"
+        + "".join(
+            f'<li><a href="#{_anchor("attempt", a.n)}">attempt {a.n}</a>: {_verdict_word(a.verdict)}</li>'
+            for a in attempts
+        )
+        + "</ul></nav>"
+        if attempts
+        else "<p>The run has no attempts.</p>"
+    )
     body += [a.section(run, spec, budget) for a in attempts]
     return Page(run.run_id, _document(f"assure run {run.run_id}", "\n".join(body)), (run.path,))
 
@@ -111,7 +141,15 @@ class _Attempt:
         except RunDirError:
             data = {}
         journal, note = _journal(paths)
-        return cls(paths.number, paths, str(data.get("verdict", "not judged")), data, journal, note, conversation.read(paths))
+        return cls(
+            paths.number,
+            paths,
+            str(data.get("verdict", "not judged")),
+            data,
+            journal,
+            note,
+            conversation.read(paths),
+        )
 
     def row_id(self, record: dict[str, Any]) -> str:
         return _anchor("journal", self.n, record.get("seq"))
@@ -120,25 +158,39 @@ class _Attempt:
         findings = self.data.get("findings", [])
         changes = self.data.get("changes", [])
         by_path = {f.get("subject"): f for f in findings if f.get("kind") in _CHANGE_KINDS}
-        calls = {str(r.get("action_id")): r for r in self.journal if r.get("event") == "tool_call" and r.get("action_id") is not None}
-        parts = [f'<section id="{_anchor("attempt", self.n)}"><h2>Attempt {self.n}: {_verdict_word(self.verdict)}</h2>']
+        calls = {
+            str(r.get("action_id")): r
+            for r in self.journal
+            if r.get("event") == "tool_call" and r.get("action_id") is not None
+        }
+        parts = [
+            f'<section id="{_anchor("attempt", self.n)}"><h2>Attempt {self.n}: {_verdict_word(self.verdict)}</h2>'
+        ]
         if not self.data:
-            parts.append("<p class=\"bad\">Not judged: no verdict.json (the attempt was interrupted, or its record is damaged).</p>")
+            parts.append(
+                '<p class="bad">Not judged: no verdict.json (the attempt was interrupted, or its record is damaged).</p>'
+            )
         parts.append(self._claim_and_evidence(findings, changes))
-        parts.append(f"<h3>Changed files ({len(changes)}: protected first, then unexplained, then the rest)</h3>")
+        parts.append(
+            f"<h3>Changed files ({len(changes)}: protected first, then unexplained, then the rest)</h3>"
+        )
         if not changes:
             parts.append("<p>No change in the workspace.</p>")
         ordered = self.ordered_changes
         for change in ordered[:MAX_CHANGES]:
-            parts.append(self._change(run, change, by_path.get(change.get("path")), calls, spec, budget))
+            parts.append(
+                self._change(run, change, by_path.get(change.get("path")), calls, spec, budget)
+            )
         if len(ordered) > MAX_CHANGES:
             left: dict[str, int] = {}
             for change in ordered[MAX_CHANGES:]:
                 group = _CHANGE_GROUPS[_change_rank(by_path.get(change.get("path")))]
                 left[group] = left.get(group, 0) + 1
             each = ", ".join(f"{left[g]} {g}" for g in _CHANGE_GROUPS if g in left)
-            parts.append(f'<p class="note">{len(ordered) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}): {each}; '
-                         "the findings below name them, and <code>assure diff RUN_DIR</code> lists them all.</p>")
+            parts.append(
+                f'<p class="note">{len(ordered) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}): {each}; '
+                "the findings below name them, and <code>assure diff RUN_DIR</code> lists them all.</p>"
+            )
         parts.append(self._denied())
         parts.append(self._exchange())
         parts.append("<h3>Findings</h3>" + _findings_table(findings))
@@ -149,67 +201,134 @@ class _Attempt:
     def ordered_changes(self) -> list[dict[str, Any]]:
         """The changes as the page lists them: protected first, then unexplained, then attributed
         (each group by path), so that a breach is never among the changes left out."""
-        by_path = {f.get("subject"): f for f in self.data.get("findings", []) if f.get("kind") in _CHANGE_KINDS}
-        return sorted(self.data.get("changes", []), key=lambda c: _change_rank(by_path.get(c.get("path"))))
+        by_path = {
+            f.get("subject"): f
+            for f in self.data.get("findings", [])
+            if f.get("kind") in _CHANGE_KINDS
+        }
+        return sorted(
+            self.data.get("changes", []), key=lambda c: _change_rank(by_path.get(c.get("path")))
+        )
 
     @functools.cached_property
     def detailed(self) -> frozenset[str]:
         """The paths whose change the page shows in detail (a finding's subject links to it)."""
         return frozenset(str(c.get("path")) for c in self.ordered_changes[:MAX_CHANGES])
 
-    def _claim_and_evidence(self, findings: list[dict[str, Any]], changes: list[dict[str, Any]]) -> str:
+    def _claim_and_evidence(
+        self, findings: list[dict[str, Any]], changes: list[dict[str, Any]]
+    ) -> str:
         claim = self.data.get("claim")
         if isinstance(claim, dict):
-            said = f"<p>status: <strong>{_h(claim.get('status'))}</strong></p><p class=\"quote\">{_h(claim.get('summary', ''))}</p>"
+            said = f'<p>status: <strong>{_h(claim.get("status"))}</strong></p><p class="quote">{_h(claim.get("summary", ""))}</p>'
         else:
             said = "<p>The agent made no claim (no task.report call).</p>"
         counts: dict[str, int] = {}
         for f in findings:
             counts[str(f.get("kind"))] = counts.get(str(f.get("kind")), 0) + 1
-        facts = [f"verdict: {_verdict_word(self.verdict)}", f"{len(changes)} changed paths",
-                 f"{len([r for r in self.journal if _is_denied(r)])} denied or rejected calls"]
+        facts = [
+            f"verdict: {_verdict_word(self.verdict)}",
+            f"{len(changes)} changed paths",
+            f"{len([r for r in self.journal if _is_denied(r)])} denied or rejected calls",
+        ]
         facts += [f"{_h(kind)}: {n}" for kind, n in sorted(counts.items())]
-        return ('<h3>The agent\'s claim beside the evidence</h3><table class="claim"><tr><th>claim (narrative, not evidence)</th>'
-                '<th>evidence (snapshots, journal, checks)</th></tr>'
-                f'<tr><td class="text">{said}</td><td class="text"><ul>' + "".join(f"<li>{x}</li>" for x in facts) + "</ul></td></tr></table>")
+        return (
+            '<h3>The agent\'s claim beside the evidence</h3><table class="claim"><tr><th>claim (narrative, not evidence)</th>'
+            "<th>evidence (snapshots, journal, checks)</th></tr>"
+            f'<tr><td class="text">{said}</td><td class="text"><ul>'
+            + "".join(f"<li>{x}</li>" for x in facts)
+            + "</ul></td></tr></table>"
+        )
 
-    def _change(self, run: store.RunDir, change: dict[str, Any], finding: dict[str, Any] | None, calls: dict[str, dict[str, Any]],
-                spec: dict[str, Any], budget: _Budget) -> str:
+    def _change(
+        self,
+        run: store.RunDir,
+        change: dict[str, Any],
+        finding: dict[str, Any] | None,
+        calls: dict[str, dict[str, Any]],
+        spec: dict[str, Any],
+        budget: _Budget,
+    ) -> str:
         path = str(change.get("path"))
         before, after = change.get("before"), change.get("after")
         kind = str(finding.get("kind")) if finding else "not attributed"
         css = "explained" if kind == "attributed" else "flagged"
-        head = (f'<div class="change {css}" id="{_anchor("change", self.n, path)}"><h4><span class="tag">{_h(change.get("kind"))}</span> <code>{_h(path)}</code>'
-                f'{" <span class=tag>" + _h(", ".join(change.get("fields", []))) + "</span>" if change.get("fields") else ""}</h4>')
-        meta = ["<table class=\"meta\"><tr><th></th><th>before (PRE)</th><th>after (POST)</th></tr>"]
-        for label, key in (("type", "kind"), ("mode", "mode"), ("owner", "uid"), ("size", "size"), ("sha256", "sha256"), ("target", "target"), ("note", "note")):
-            if key in ("sha256", "target", "note") and not any(entry and entry.get(key) for entry in (before, after)):
+        head = (
+            f'<div class="change {css}" id="{_anchor("change", self.n, path)}"><h4><span class="tag">{_h(change.get("kind"))}</span> <code>{_h(path)}</code>'
+            f"{' <span class=tag>' + _h(', '.join(change.get('fields', []))) + '</span>' if change.get('fields') else ''}</h4>"
+        )
+        meta = ['<table class="meta"><tr><th></th><th>before (PRE)</th><th>after (POST)</th></tr>']
+        for label, key in (
+            ("type", "kind"),
+            ("mode", "mode"),
+            ("owner", "uid"),
+            ("size", "size"),
+            ("sha256", "sha256"),
+            ("target", "target"),
+            ("note", "note"),
+        ):
+            if key in ("sha256", "target", "note") and not any(
+                entry and entry.get(key) for entry in (before, after)
+            ):
                 continue
             values = [_entry_field(entry, key) for entry in (before, after)]
             changed = ' class="changed"' if values[0] != values[1] and before and after else ""
-            meta.append(f"<tr{changed}><th>{label}</th><td>{values[0]}</td><td>{values[1]}</td></tr>")
+            meta.append(
+                f"<tr{changed}><th>{label}</th><td>{values[0]}</td><td>{values[1]}</td></tr>"
+            )
         meta.append("</table>")
-        return head + f"<p>attribution: {self._attribution(path, finding, calls, spec)}</p>" + "".join(meta) + self._content(run, path, before, after, budget) + "</div>"
+        return (
+            head
+            + f"<p>attribution: {self._attribution(path, finding, calls, spec)}</p>"
+            + "".join(meta)
+            + self._content(run, path, before, after, budget)
+            + "</div>"
+        )
 
-    def _attribution(self, path: str, finding: dict[str, Any] | None, calls: dict[str, dict[str, Any]], spec: dict[str, Any]) -> str:
+    def _attribution(
+        self,
+        path: str,
+        finding: dict[str, Any] | None,
+        calls: dict[str, dict[str, Any]],
+        spec: dict[str, Any],
+    ) -> str:
         if finding is None:
             return '<span class="bad">no attribution finding</span>'
         why = str(finding.get("attribution") or "")
         message = _h(finding.get("message"))
         if why.startswith("gateway:"):
-            record = calls.get(why[len("gateway:"):])
+            record = calls.get(why[len("gateway:") :])
             if record is None:
                 return f'<span class="bad">{message}: its journal line is missing</span>'
-            return (f'<span class="ok">{message}</span>: <a href="#{self.row_id(record)}">journal line {_h(record.get("seq"))}</a> '
-                    f'({_h(record.get("tool"))} at {_h(record.get("ts"))}, {_h(record.get("decision"))})')
+            return (
+                f'<span class="ok">{message}</span>: <a href="#{self.row_id(record)}">journal line {_h(record.get("seq"))}</a> '
+                f"({_h(record.get('tool'))} at {_h(record.get('ts'))}, {_h(record.get('decision'))})"
+            )
         if why.startswith("writable:"):
-            return f'<span class="ok">{message}</span>: <a href="#{_anchor("scope", "writable", why[len("writable:"):])}">writable scope {_h(why[len("writable:"):])}</a>'
+            return f'<span class="ok">{message}</span>: <a href="#{_anchor("scope", "writable", why[len("writable:") :])}">writable scope {_h(why[len("writable:") :])}</a>'
         near = [r for r in self.journal if r.get("event") == "tool_call" and r.get("path") == path]
-        links = ", ".join(f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))} ({_h(r.get("tool"))}, {_h(r.get("decision"))})</a>' for r in near[:20])
-        return f'<span class="bad">{_h(finding.get("kind"))}: {message}</span>' + (f"; journal lines on this path: {links}" if links else "; no journal line touches this path")
+        links = ", ".join(
+            f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))} ({_h(r.get("tool"))}, {_h(r.get("decision"))})</a>'
+            for r in near[:20]
+        )
+        return f'<span class="bad">{_h(finding.get("kind"))}: {message}</span>' + (
+            f"; journal lines on this path: {links}"
+            if links
+            else "; no journal line touches this path"
+        )
 
-    def _content(self, run: store.RunDir, path: str, before: dict[str, Any] | None, after: dict[str, Any] | None, budget: _Budget) -> str:
-        sides = [(before, run.paths.base, "base/"), (after, self.paths.workspace, "the attempt's workspace/")]
+    def _content(
+        self,
+        run: store.RunDir,
+        path: str,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        budget: _Budget,
+    ) -> str:
+        sides = [
+            (before, run.paths.base, "base/"),
+            (after, self.paths.workspace, "the attempt's workspace/"),
+        ]
         if not any(entry and entry.get("kind") == "file" for entry, _, _ in sides):
             return ""  # a folder, a link, a device: its metadata above is all there is
         if budget.spent:
@@ -230,13 +349,21 @@ class _Attempt:
                 return f'<p class="note">Binary content (not UTF-8): {_sizes(before, after)}</p>'
         if len(texts[0]) + len(texts[1]) > MAX_DIFF_INPUT_LINES:
             return f'<p class="note">Not diffed: {len(texts[0])} and {len(texts[1])} lines, above the {MAX_DIFF_INPUT_LINES} diffed per file; {_sizes(before, after)}</p>'
-        lines = list(difflib.unified_diff(texts[0], texts[1], "a/" + display(path), "b/" + display(path), lineterm="", n=3))
+        lines = list(
+            difflib.unified_diff(
+                texts[0], texts[1], "a/" + display(path), "b/" + display(path), lineterm="", n=3
+            )
+        )
         if not lines:
             return '<p class="note">The content is the same.</p>'
-        shown = lines[:min(MAX_FILE_DIFF_LINES, budget.left)]
+        shown = lines[: min(MAX_FILE_DIFF_LINES, budget.left)]
         budget.take(len(shown))
         cut = len(lines) - len(shown)
-        tail = f'<p class="note">{cut} more diff lines not shown (at most {MAX_FILE_DIFF_LINES} per file, {MAX_PAGE_DIFF_LINES} per page).</p>' if cut else ""
+        tail = (
+            f'<p class="note">{cut} more diff lines not shown (at most {MAX_FILE_DIFF_LINES} per file, {MAX_PAGE_DIFF_LINES} per page).</p>'
+            if cut
+            else ""
+        )
         return '<pre class="diff">' + "".join(_diff_line(line) for line in shown) + "</pre>" + tail
 
     def _denied(self) -> str:
@@ -244,40 +371,69 @@ class _Attempt:
         head = f"<h3>Denied and rejected calls ({len(rows)})</h3>"
         if not rows:
             return head + "<p>The gateway denied or rejected no call.</p>"
-        return head + _table(("journal", "time", "tool", "path", "decision", "rule", "reason"),
-                             [(f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))}</a>', f'<span class="time">{_h(r.get("ts"))}</span>', _h(r.get("tool")), _h(r.get("path") or r.get("endpoint")),
-                               f'<span class="bad">{_h(r.get("decision") or r.get("event"))}</span>', _h(r.get("rule") or r.get("code")),
-                               _h(r.get("reason") or r.get("error"))) for r in rows])
+        return head + _table(
+            ("journal", "time", "tool", "path", "decision", "rule", "reason"),
+            [
+                (
+                    f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))}</a>',
+                    f'<span class="time">{_h(r.get("ts"))}</span>',
+                    _h(r.get("tool")),
+                    _h(r.get("path") or r.get("endpoint")),
+                    f'<span class="bad">{_h(r.get("decision") or r.get("event"))}</span>',
+                    _h(r.get("rule") or r.get("code")),
+                    _h(r.get("reason") or r.get("error")),
+                )
+                for r in rows
+            ],
+        )
 
     def _exchange(self) -> str:
         """Each model call: the journal's facts (status, tokens, cost), a refusal and why, then
         what the agent sent that its previous call had not and what came back; long texts folded."""
         conv = self.exchange
-        head = f"<h3>Model exchange ({len(conv.exchanges)} calls)</h3>" + "".join(f'<p class="note">{_h(n)}</p>' for n in conv.notes)
+        head = f"<h3>Model exchange ({len(conv.exchanges)} calls)</h3>" + "".join(
+            f'<p class="note">{_h(n)}</p>' for n in conv.notes
+        )
         if not conv.exchanges:
             return head + "<p>No model calls.</p>"
         parts = [head]
         for i, x in enumerate(conv.exchanges, 1):
-            parts.append(f'<div class="call{" flagged" if x.refusal else ""}"><h4><a href="#{self.row_id({"seq": x.seq})}">#{i}</a> '
-                         f'{_h(conversation.headline(i, x).split(" · ", 1)[-1], displayed=True)}</h4>')
+            parts.append(
+                f'<div class="call{" flagged" if x.refusal else ""}"><h4><a href="#{self.row_id({"seq": x.seq})}">#{i}</a> '
+                f"{_h(conversation.headline(i, x).split(' · ', 1)[-1], displayed=True)}</h4>"
+            )
             if x.refusal:
                 parts.append(f'<p class="bad">refused: {_h(x.refusal)}</p>')
             if x.differs:
-                parts.append("<p>differs from the recording at: " + ", ".join(f"<code>{_h(d)}</code>" for d in x.differs) + "</p>")
+                parts.append(
+                    "<p>differs from the recording at: "
+                    + ", ".join(f"<code>{_h(d)}</code>" for d in x.differs)
+                    + "</p>"
+                )
             if x.system is not None:
                 parts.append(_part("system", x.system, fold=True))
             if x.tools and (i == 1 or x.system is not None):
-                parts.append("<p>tools offered: " + ", ".join(f"<code>{_h(t)}</code>" for t in x.tools) + "</p>")
+                parts.append(
+                    "<p>tools offered: "
+                    + ", ".join(f"<code>{_h(t)}</code>" for t in x.tools)
+                    + "</p>"
+                )
             if x.earlier:
-                parts.append(f'<p class="note">{x.earlier} message(s) as in the call before, not repeated.</p>')
+                parts.append(
+                    f'<p class="note">{x.earlier} message(s) as in the call before, not repeated.</p>'
+                )
             for message in x.messages:
                 parts.append(_message_html(message))
             if x.response is not None:
-                parts.append('<div class="answer">' + _message_html(x.response, "answer: ") + "</div>")
+                parts.append(
+                    '<div class="answer">' + _message_html(x.response, "answer: ") + "</div>"
+                )
             parts += [f'<p class="note">{_h(n)}</p>' for n in x.notes]
             parts.append("</div>")
         if conv.chars_cut:
-            parts.append(f'<p class="note">{conv.chars_cut} characters of this exchange are over the read bounds and not shown.</p>')
+            parts.append(
+                f'<p class="note">{conv.chars_cut} characters of this exchange are over the read bounds and not shown.</p>'
+            )
         return "".join(parts)
 
     def _journal_table(self) -> str:
@@ -289,14 +445,24 @@ class _Attempt:
         for r in self.journal:
             decision = r.get("decision")
             css = "bad" if _is_denied(r) else ""
-            rows.append(f'<tr id="{self.row_id(r)}" class="{css}"><td>{_h(r.get("seq"))}</td><td class="time">{_h(r.get("ts"))}</td><td>{_h(r.get("event"))}</td>'
-                        f'<td>{_h(r.get("tool"))}</td><td>{_h(r.get("path") or r.get("endpoint"))}</td><td>{_h(decision)}</td>'
-                        f'<td>{_h(r.get("rule"))}</td><td>{_h(r.get("reason") or r.get("error"))}</td></tr>')
-        return (head + note + '<table class="journal"><tr><th>line</th><th>time</th><th>event</th><th>tool</th><th>path</th>'
-                '<th>decision</th><th>rule</th><th>reason</th></tr>' + "".join(rows) + "</table>")
+            rows.append(
+                f'<tr id="{self.row_id(r)}" class="{css}"><td>{_h(r.get("seq"))}</td><td class="time">{_h(r.get("ts"))}</td><td>{_h(r.get("event"))}</td>'
+                f"<td>{_h(r.get('tool'))}</td><td>{_h(r.get('path') or r.get('endpoint'))}</td><td>{_h(decision)}</td>"
+                f"<td>{_h(r.get('rule'))}</td><td>{_h(r.get('reason') or r.get('error'))}</td></tr>"
+            )
+        return (
+            head
+            + note
+            + '<table class="journal"><tr><th>line</th><th>time</th><th>event</th><th>tool</th><th>path</th>'
+            "<th>decision</th><th>rule</th><th>reason</th></tr>" + "".join(rows) + "</table>"
+        )
 
 
-_CHANGE_KINDS = ("protected_changed", "unattributed", "attributed")  # the findings that judge a workspace change
+_CHANGE_KINDS = (
+    "protected_changed",
+    "unattributed",
+    "attributed",
+)  # the findings that judge a workspace change
 _CHANGE_GROUPS = ("protected", "unexplained", "attributed")  # in the order the page lists them
 
 
@@ -306,13 +472,17 @@ def _change_rank(finding: dict[str, Any] | None) -> int:
     return 0 if kind == "protected_changed" else 2 if kind == "attributed" else 1
 
 
-FOLD_CHARS = 600  # a text longer than this (or of more than FOLD_LINES lines) is folded in <details>
+FOLD_CHARS = (
+    600  # a text longer than this (or of more than FOLD_LINES lines) is folded in <details>
+)
 FOLD_LINES = 8
 
 
 def _message_html(message: conversation.Message, prefix: str = "") -> str:
     out = "".join(_part(f"{prefix}{message.role}", part) for part in message.parts)
-    return out + (f'<p class="note">{message.parts_cut} more parts not read.</p>' if message.parts_cut else "")
+    return out + (
+        f'<p class="note">{message.parts_cut} more parts not read.</p>' if message.parts_cut else ""
+    )
 
 
 def _part(role: str, part: conversation.Part, fold: bool = False) -> str:
@@ -320,7 +490,11 @@ def _part(role: str, part: conversation.Part, fold: bool = False) -> str:
     <pre>; folded when long (or `fold`), its cut said."""
     tag = f'<span class="tag">{_h(role)} {_h(part.kind)}{" " + _h(part.label) if part.label else ""}</span>'
     body = "\n".join(html.escape(display(line), quote=True) for line in part.text.split("\n"))
-    cut = f'<p class="note">{part.cut} more characters not shown (over the read bounds).</p>' if part.cut else ""
+    cut = (
+        f'<p class="note">{part.cut} more characters not shown (over the read bounds).</p>'
+        if part.cut
+        else ""
+    )
     size = len(part.text) + part.cut
     if fold or size > FOLD_CHARS or part.text.count("\n") >= FOLD_LINES:
         first = display(part.text.split("\n", 1)[0])[:120]
@@ -362,12 +536,26 @@ def _side(root: Path, path: str, entry: dict[str, Any] | None, where: str) -> by
 
 
 def _diff_line(line: str) -> str:
-    css = "hunk" if line.startswith("@@") else "file" if line.startswith(("---", "+++")) else "add" if line.startswith("+") else "del" if line.startswith("-") else "ctx"
+    css = (
+        "hunk"
+        if line.startswith("@@")
+        else "file"
+        if line.startswith(("---", "+++"))
+        else "add"
+        if line.startswith("+")
+        else "del"
+        if line.startswith("-")
+        else "ctx"
+    )
     return f'<span class="{css}">{_h(line) or " "}</span>'
 
 
 def _sizes(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
-    return "; ".join(f"{label} {_h(e.get('size'))} bytes, sha256 {_h(e.get('sha256'))}" for label, e in (("before", before), ("after", after)) if e)
+    return "; ".join(
+        f"{label} {_h(e.get('size'))} bytes, sha256 {_h(e.get('sha256'))}"
+        for label, e in (("before", before), ("after", after))
+        if e
+    )
 
 
 def _entry_field(entry: dict[str, Any] | None, key: str) -> str:
@@ -384,7 +572,9 @@ def _entry_field(entry: dict[str, Any] | None, key: str) -> str:
 def _is_denied(record: dict[str, Any]) -> bool:
     """A call the gate denied (or escalated), or a request refused before the gate (a path escape, a bad argument)."""
     event = record.get("event")
-    return event == "request_rejected" or (event in ("tool_call", "model_call") and record.get("decision") in _DENIED)
+    return event == "request_rejected" or (
+        event in ("tool_call", "model_call") and record.get("decision") in _DENIED
+    )
 
 
 class _Budget:
@@ -401,39 +591,74 @@ class _Budget:
         self.left -= n
 
 
-def _verdict_banner(title: str, spec_name: str, verdict: str, expect: Any, report: dict[str, Any]) -> str:
+def _verdict_banner(
+    title: str, spec_name: str, verdict: str, expect: Any, report: dict[str, Any]
+) -> str:
     as_expected = expect == verdict
-    expectation = (f' <span class="{"ok" if as_expected else "bad"}">(the spec expects {_h(expect)}: {"as expected" if as_expected else "UNEXPECTED"})</span>'
-                   if expect else "")
-    tasks = "".join(f"<li>task <code>{_h(t.get('id'))}</code>: {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}"
-                    + (f"; its verdict {_verdict_word(str(t['verdict']))} is attempt {_h(t.get('verdict_attempt'))}'s" if t.get("verdict") else "") + "</li>"
-                    for t in report.get("tasks", []))
-    return (f'<header><h1>{_h(title)}</h1><p>spec <code>{_h(spec_name)}</code></p>'
-            f'<p class="verdict {_verdict_class(verdict)}">{_h(verdict.upper())}</p><p>{expectation}</p>'
-            + (f"<ul>{tasks}</ul>" if tasks else "") + "</header>")
+    expectation = (
+        f' <span class="{"ok" if as_expected else "bad"}">(the spec expects {_h(expect)}: {"as expected" if as_expected else "UNEXPECTED"})</span>'
+        if expect
+        else ""
+    )
+    tasks = "".join(
+        f"<li>task <code>{_h(t.get('id'))}</code>: {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}"
+        + (
+            f"; its verdict {_verdict_word(str(t['verdict']))} is attempt {_h(t.get('verdict_attempt'))}'s"
+            if t.get("verdict")
+            else ""
+        )
+        + "</li>"
+        for t in report.get("tasks", [])
+    )
+    return (
+        f"<header><h1>{_h(title)}</h1><p>spec <code>{_h(spec_name)}</code></p>"
+        f'<p class="verdict {_verdict_class(verdict)}">{_h(verdict.upper())}</p><p>{expectation}</p>'
+        + (f"<ul>{tasks}</ul>" if tasks else "")
+        + "</header>"
+    )
 
 
 def _why(attempts: list[_Attempt], report: dict[str, Any]) -> str:
     causes = "".join(_cause(a) for a in report.get("attempts") or [] if a.get("reason"))
-    rows = [(f'<a href="#{_anchor("attempt", a.n)}">{a.n}</a>', f'<span class="bad">{_h(f.get("severity"))}</span>', _h(f.get("kind")),
-             _subject(a, f), _h(f.get("message")))
-            for a in attempts for f in a.data.get("findings", []) if f.get("severity") != "info"]
+    rows = [
+        (
+            f'<a href="#{_anchor("attempt", a.n)}">{a.n}</a>',
+            f'<span class="bad">{_h(f.get("severity"))}</span>',
+            _h(f.get("kind")),
+            _subject(a, f),
+            _h(f.get("message")),
+        )
+        for a in attempts
+        for f in a.data.get("findings", [])
+        if f.get("severity") != "info"
+    ]
     head = "<section><h2>Why: the findings that decide the verdict</h2>" + causes
     if not rows:
-        return head + "<p>No finding above info: every change is attributed and every assertion held.</p></section>"
-    return head + _table(("attempt", "severity", "finding", "subject", "detail"), rows) + "</section>"
+        return (
+            head
+            + "<p>No finding above info: every change is attributed and every assertion held.</p></section>"
+        )
+    return (
+        head + _table(("attempt", "severity", "finding", "subject", "detail"), rows) + "</section>"
+    )
 
 
 def _cause(attempt: dict[str, Any]) -> str:
     """What the box says under `why:` (the report's `reason`, run/reasons.py): the likeliest
     cause, the gate's first denial when the cause is something else, the agent's last lines."""
     reason = attempt["reason"]
-    parts = [f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says): {_h(reason.get("summary") or "no cause found in the records", displayed=True)}</p>']
+    parts = [
+        f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says): {_h(reason.get("summary") or "no cause found in the records", displayed=True)}</p>'
+    ]
     denial = summary.gate_denial_line(reason)
     if denial:
         parts.append(f"<p>{_h(denial, displayed=True)}</p>")
     if reason.get("agent_output"):
-        parts.append("<p>the agent's last output lines (agent.log):</p><pre>" + "\n".join(_h(line, displayed=True) for line in reason["agent_output"]) + "</pre>")
+        parts.append(
+            "<p>the agent's last output lines (agent.log):</p><pre>"
+            + "\n".join(_h(line, displayed=True) for line in reason["agent_output"])
+            + "</pre>"
+        )
     return "".join(parts)
 
 
@@ -448,28 +673,46 @@ def _subject(attempt: _Attempt, finding: dict[str, Any]) -> str:
 
 def _scopes(spec: dict[str, Any]) -> str:
     workspace = spec.get("workspace") or {}
-    parts = ["<section><h2>The spec's scopes</h2><table class=\"scopes\"><tr><th>writable (direct edits allowed)</th><th>protected (any change is a breach)</th></tr><tr>"]
+    parts = [
+        '<section><h2>The spec\'s scopes</h2><table class="scopes"><tr><th>writable (direct edits allowed)</th><th>protected (any change is a breach)</th></tr><tr>'
+    ]
     for name in ("writable", "protected"):
         globs = [str(g) for g in workspace.get(name) or []]
-        items = "".join(f'<li id="{_anchor("scope", name, g)}"><code>{_h(g)}</code></li>' for g in globs)
+        items = "".join(
+            f'<li id="{_anchor("scope", name, g)}"><code>{_h(g)}</code></li>' for g in globs
+        )
         parts.append(f"<td><ul>{items}</ul></td>" if globs else "<td>none</td>")
     parts.append("</tr></table>")
     contract = spec.get("contract") or {}
     if contract.get("scope"):
-        parts.append("<p>contract scope (what gateway calls may touch): " + ", ".join(f"<code>{_h(s)}</code>" for s in contract["scope"])
-                     + f"; ratified by {_h(contract.get('ratified_by') or 'nobody (unratified: the gate denies every mutation)')}, proposed by {_h(contract.get('proposed_by'))}</p>")
+        parts.append(
+            "<p>contract scope (what gateway calls may touch): "
+            + ", ".join(f"<code>{_h(s)}</code>" for s in contract["scope"])
+            + f"; ratified by {_h(contract.get('ratified_by') or 'nobody (unratified: the gate denies every mutation)')}, proposed by {_h(contract.get('proposed_by'))}</p>"
+        )
     return "".join(parts) + "</section>"
 
 
 def _findings_table(findings: list[dict[str, Any]]) -> str:
     if not findings:
         return "<p>No findings.</p>"
-    return _table(("severity", "finding", "subject", "message", "attribution"),
-                  [(f'<span class="{"dim" if f.get("severity") == "info" else "bad"}">{_h(f.get("severity"))}</span>', _h(f.get("kind")),
-                    f"<code>{_h(f.get('subject'))}</code>", _h(f.get("message")), _h(f.get("attribution") or "")) for f in findings])
+    return _table(
+        ("severity", "finding", "subject", "message", "attribution"),
+        [
+            (
+                f'<span class="{"dim" if f.get("severity") == "info" else "bad"}">{_h(f.get("severity"))}</span>',
+                _h(f.get("kind")),
+                f"<code>{_h(f.get('subject'))}</code>",
+                _h(f.get("message")),
+                _h(f.get("attribution") or ""),
+            )
+            for f in findings
+        ],
+    )
 
 
 # ---- the suite page ----
+
 
 @dataclass(frozen=True)
 class _SuiteRow:
@@ -493,35 +736,72 @@ def suite_page(folder: Path, runs_dir: Path) -> Page:
     rows = [_suite_row(entry, runs) for entry in state["runs"] if isinstance(entry, dict)]
     head = f"suite run <code>{_h(folder.name)}</code>, from <code>{_h(state.get('source'))}</code>"
     sources = (folder, *(runs / r.run_id for r in rows if r.run_id))
-    return Page(folder.name, _suite_document(str(state.get("suite", "?")), head, state, rows), sources)
+    return Page(
+        folder.name, _suite_document(str(state.get("suite", "?")), head, state, rows), sources
+    )
 
 
 def summary_page(path: Path) -> Page:
     """The suite page of a suite summary (`assure suite --summary`, or `assure report merge`'s
     merged one: INTERFACES.md, schema_version 1), from the summary alone."""
     data = store.read_json(path)
-    if not isinstance(data, dict) or data.get("kind") != "suite" or data.get("schema_version") != 1 or not isinstance(data.get("results"), list):
-        raise AssureError("not a suite summary (kind suite, schema_version 1)", where=str(path), fix="pass `assure suite --summary`'s file, a run or a suite run")
+    if (
+        not isinstance(data, dict)
+        or data.get("kind") != "suite"
+        or data.get("schema_version") != 1
+        or not isinstance(data.get("results"), list)
+    ):
+        raise AssureError(
+            "not a suite summary (kind suite, schema_version 1)",
+            where=str(path),
+            fix="pass `assure suite --summary`'s file, a run or a suite run",
+        )
     rows = [_summary_row(r) for r in data["results"] if isinstance(r, dict)]
     shard, merged = data.get("shard"), data.get("merged_from")
     if isinstance(merged, list):  # `assure report merge`: no suite run of its own, one per shard
-        runs = ", ".join(f"shard {_h(m.get('index'))} (<code>{_h(m.get('suite_run_id'))}</code>)" for m in merged if isinstance(m, dict))
+        runs = ", ".join(
+            f"shard {_h(m.get('index'))} (<code>{_h(m.get('suite_run_id'))}</code>)"
+            for m in merged
+            if isinstance(m, dict)
+        )
         head = f"merged from {runs}, from <code>{_h(data.get('source'))}</code>"
     else:
-        head = (f"suite run <code>{_h(data.get('suite_run_id'))}</code>, from <code>{_h(data.get('source'))}</code>"
-                + (f", shard {_h(shard.get('index'))} of {_h(shard.get('count'))}" if isinstance(shard, dict) else ""))
+        head = (
+            f"suite run <code>{_h(data.get('suite_run_id'))}</code>, from <code>{_h(data.get('source'))}</code>"
+            + (
+                f", shard {_h(shard.get('index'))} of {_h(shard.get('count'))}"
+                if isinstance(shard, dict)
+                else ""
+            )
+        )
     head += f"; summary <code>{_h(path.name)}</code>"
-    sources = tuple(Path(r["run_dir"]) for r in data["results"] if isinstance(r, dict) and isinstance(r.get("run_dir"), str))
+    sources = tuple(
+        Path(r["run_dir"])
+        for r in data["results"]
+        if isinstance(r, dict) and isinstance(r.get("run_dir"), str)
+    )
     name = str(data.get("suite_run_id") or path.stem)
-    return Page(name if store.RUN_ID.match(name) else path.stem, _suite_document(str(data.get("suite", "?")), head, data, rows), sources)
+    return Page(
+        name if store.RUN_ID.match(name) else path.stem,
+        _suite_document(str(data.get("suite", "?")), head, data, rows),
+        sources,
+    )
 
 
 def _summary_row(result: dict[str, Any]) -> _SuiteRow:
     seconds = result.get("duration_seconds")
     bad = [f for f in result.get("findings") or [] if isinstance(f, dict)]
-    reason = result.get("reason") or "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2])
-    return _SuiteRow(str(result.get("spec", "?")), result.get("run_id") if isinstance(result.get("run_id"), str) else None,
-                     result.get("verdict"), result.get("expect"), float(seconds) if isinstance(seconds, (int, float)) else None, str(reason or ""))
+    reason = result.get("reason") or "; ".join(
+        f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]
+    )
+    return _SuiteRow(
+        str(result.get("spec", "?")),
+        result.get("run_id") if isinstance(result.get("run_id"), str) else None,
+        result.get("verdict"),
+        result.get("expect"),
+        float(seconds) if isinstance(seconds, (int, float)) else None,
+        str(reason or ""),
+    )
 
 
 def _suite_state(state: dict[str, Any]) -> str:
@@ -536,17 +816,47 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
     counts["not_run"] = sum(1 for r in rows if r.verdict not in VERDICTS)
     ok = bool(rows) and all(r.as_expected for r in rows)
     title = f"suite {suite}"
-    body = [f'<header><h1>{_h(title)}</h1><p>{head}</p>'
-            f'<p class="verdict {"ok" if ok else "bad"}">{"AS EXPECTED" if ok else "UNEXPECTED"}</p>'
-            f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(_suite_state(state))}, "
-            f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p></header>"]
-    body.append('<section class="charts"><figure><figcaption>Outcomes (specs per verdict)</figcaption>' + _outcome_chart(counts)
-                + '</figure><figure><figcaption>Duration per spec (seconds)</figcaption>' + _duration_chart(rows) + "</figure></section>")
-    table = [(f'<span class="{"ok" if r.as_expected else "bad"}">{"✓" if r.as_expected else "✗"}</span>', f"<code>{_h(r.spec)}</code>",
-              _verdict_word(r.verdict or "not run"), _h(r.expect or "?"), _h("-" if r.seconds is None else f"{r.seconds:.1f}"),
-              f"<code>{_h(r.run_id or '-')}</code>", _h(r.reason)) for r in rows]
-    body.append("<section><h2>Specs</h2>" + _table(("", "spec", "verdict", "expected", "seconds", "run", "why (findings above info, else each task's outcome)"), table)
-                + "<p class=\"note\">A run's full page: <code>assure report html RUN</code>.</p></section>")
+    body = [
+        f"<header><h1>{_h(title)}</h1><p>{head}</p>"
+        f'<p class="verdict {"ok" if ok else "bad"}">{"AS EXPECTED" if ok else "UNEXPECTED"}</p>'
+        f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(_suite_state(state))}, "
+        f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p></header>"
+    ]
+    body.append(
+        '<section class="charts"><figure><figcaption>Outcomes (specs per verdict)</figcaption>'
+        + _outcome_chart(counts)
+        + "</figure><figure><figcaption>Duration per spec (seconds)</figcaption>"
+        + _duration_chart(rows)
+        + "</figure></section>"
+    )
+    table = [
+        (
+            f'<span class="{"ok" if r.as_expected else "bad"}">{"✓" if r.as_expected else "✗"}</span>',
+            f"<code>{_h(r.spec)}</code>",
+            _verdict_word(r.verdict or "not run"),
+            _h(r.expect or "?"),
+            _h("-" if r.seconds is None else f"{r.seconds:.1f}"),
+            f"<code>{_h(r.run_id or '-')}</code>",
+            _h(r.reason),
+        )
+        for r in rows
+    ]
+    body.append(
+        "<section><h2>Specs</h2>"
+        + _table(
+            (
+                "",
+                "spec",
+                "verdict",
+                "expected",
+                "seconds",
+                "run",
+                "why (findings above info, else each task's outcome)",
+            ),
+            table,
+        )
+        + '<p class="note">A run\'s full page: <code>assure report html RUN</code>.</p></section>'
+    )
     return _document(f"assure {title}", "\n".join(body))
 
 
@@ -559,7 +869,11 @@ def _runs_dir_of(folder: Path, runs_dir: Path) -> Path:
 
 
 def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
-    run_id = entry.get("run_id") if isinstance(entry.get("run_id"), str) and store.RUN_ID.match(entry["run_id"]) else None
+    run_id = (
+        entry.get("run_id")
+        if isinstance(entry.get("run_id"), str) and store.RUN_ID.match(entry["run_id"])
+        else None
+    )
     spec_name, expect, reason, seconds = Path(str(entry.get("spec", "?"))).stem, None, "", None
     if run_id is not None:
         run = RunPaths(runs / run_id)
@@ -567,7 +881,10 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
             spec = store.read_json(run.spec_json)
             spec_name, expect = str(spec.get("name", spec_name)), spec.get("expect")
             state = store.read_json(run.state) if run.state.is_file() else {}
-            seconds = summary.seconds_between(entry.get("started_at") or state.get("started_at"), entry.get("finished_at") or state.get("finished_at"))
+            seconds = summary.seconds_between(
+                entry.get("started_at") or state.get("started_at"),
+                entry.get("finished_at") or state.get("finished_at"),
+            )
             report = store.read_json(run.report) if run.report.is_file() else {}
             reason = _reason(report)
         except RunDirError as exc:
@@ -582,11 +899,16 @@ def _reason(report: dict[str, Any]) -> str:
     if why:
         return why
     stands = summary.standing_attempts(report)
-    bad = [f for f in (stands[0].get("findings", []) if stands else []) if f.get("severity") != "info"]
+    bad = [
+        f for f in (stands[0].get("findings", []) if stands else []) if f.get("severity") != "info"
+    ]
     if bad:
         more = f" (+{len(bad) - 2} more)" if len(bad) > 2 else ""
         return "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]) + more
-    return "; ".join(f"task {t.get('id')}: {t.get('state')}" + (f" ({t['reason']})" if t.get("reason") else "") for t in report.get("tasks", []))
+    return "; ".join(
+        f"task {t.get('id')}: {t.get('state')}" + (f" ({t['reason']})" if t.get("reason") else "")
+        for t in report.get("tasks", [])
+    )
 
 
 def _outcome_chart(counts: dict[str, int]) -> str:
@@ -594,39 +916,56 @@ def _outcome_chart(counts: dict[str, int]) -> str:
     keys = [*VERDICTS, "not_run"]
     top = max([1, *counts.values()])
     width, height, bar, gap, base = 420, 200, 50, 18, 170
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="outcomes">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="outcomes">'
+    ]
     for i, key in enumerate(keys):
         x = 12 + i * (bar + gap)
         h = round(140 * counts.get(key, 0) / top)
-        parts.append(f'<rect x="{x}" y="{base - h}" width="{bar}" height="{h}" fill="{_COLOR[key]}"><title>{key}: {counts.get(key, 0)}</title></rect>')
-        parts.append(f'<text x="{x + bar / 2}" y="{base - h - 5}" text-anchor="middle" class="count">{counts.get(key, 0)}</text>')
-        parts.append(f'<text x="{x + bar / 2}" y="{base + 16}" text-anchor="middle">{key.replace("_", " ")}</text>')
+        parts.append(
+            f'<rect x="{x}" y="{base - h}" width="{bar}" height="{h}" fill="{_COLOR[key]}"><title>{key}: {counts.get(key, 0)}</title></rect>'
+        )
+        parts.append(
+            f'<text x="{x + bar / 2}" y="{base - h - 5}" text-anchor="middle" class="count">{counts.get(key, 0)}</text>'
+        )
+        parts.append(
+            f'<text x="{x + bar / 2}" y="{base + 16}" text-anchor="middle">{key.replace("_", " ")}</text>'
+        )
     parts.append(f'<line x1="6" y1="{base}" x2="{width - 6}" y2="{base}" stroke="#888"/></svg>')
     return "".join(parts)
 
 
 def _duration_chart(rows: list[_SuiteRow]) -> str:
     """Horizontal bars, one per spec, coloured by verdict, each labelled with its seconds."""
-    timed = [r for r in rows if r.seconds is not None and math.isfinite(r.seconds) and r.seconds >= 0]  # a summary file's NaN is no bar
+    timed = [
+        r for r in rows if r.seconds is not None and math.isfinite(r.seconds) and r.seconds >= 0
+    ]  # a summary file's NaN is no bar
     if not timed:
         return "<p>No durations recorded.</p>"
     top = max(r.seconds or 0 for r in timed) or 1.0
     names = [display(r.spec) for r in timed]
     label_w, bar_w, row_h = 12 + 7 * min(32, max(len(n) for n in names)), 300, 22
     height = row_h * len(timed) + 10
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 70}" height="{height}" viewBox="0 0 {label_w + bar_w + 70} {height}" role="img" aria-label="durations">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 70}" height="{height}" viewBox="0 0 {label_w + bar_w + 70} {height}" role="img" aria-label="durations">'
+    ]
     for i, (r, name) in enumerate(zip(timed, names)):
         y = 5 + i * row_h
         w = max(1, math.ceil(bar_w * (r.seconds or 0) / top))
         short = name if len(name) <= 32 else name[:31] + "…"
         color = _COLOR.get(r.verdict or "not_run", "#6e7781")
-        parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html.escape(short, quote=True)}<title>{html.escape(name, quote=True)}</title></text>')
-        parts.append(f'<rect x="{label_w}" y="{y + 3}" width="{w}" height="{row_h - 6}" fill="{color}"/>')
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html.escape(short, quote=True)}<title>{html.escape(name, quote=True)}</title></text>'
+        )
+        parts.append(
+            f'<rect x="{label_w}" y="{y + 3}" width="{w}" height="{row_h - 6}" fill="{color}"/>'
+        )
         parts.append(f'<text x="{label_w + w + 5}" y="{y + 15}">{r.seconds:.1f}</text>')
     return "".join(parts) + "</svg>"
 
 
 # ---- shared ----
+
 
 def _h(value: object, *, displayed: bool = False) -> str:
     """Any value as HTML text: made visible by `display`, capped, escaped (quotes too).
@@ -641,7 +980,9 @@ def _h(value: object, *, displayed: bool = False) -> str:
 
 def _anchor(kind: str, *parts: object) -> str:
     """An element id derived from a hash: no agent-chosen character ever reaches an attribute."""
-    digest = hashlib.sha256("\0".join(display(str(p)) for p in parts).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    digest = hashlib.sha256(
+        "\0".join(display(str(p)) for p in parts).encode("utf-8", "surrogatepass")
+    ).hexdigest()[:16]
     return f"{kind}-{digest}"
 
 
@@ -656,8 +997,14 @@ def _verdict_word(verdict: str) -> str:
 def _table(head: Iterable[str], rows: list[tuple[str, ...]]) -> str:
     """Cells are HTML already (escaped by `_h` where they hold data); at most MAX_ROWS rows."""
     lines = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
-    lines += ["<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows[:MAX_ROWS]]
-    more = f'<p class="note">{len(rows) - MAX_ROWS} more rows not shown (at most {MAX_ROWS} per table).</p>' if len(rows) > MAX_ROWS else ""
+    lines += [
+        "<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows[:MAX_ROWS]
+    ]
+    more = (
+        f'<p class="note">{len(rows) - MAX_ROWS} more rows not shown (at most {MAX_ROWS} per table).</p>'
+        if len(rows) > MAX_ROWS
+        else ""
+    )
     return "".join(lines) + "</table>" + more
 
 
@@ -696,7 +1043,9 @@ details > summary { cursor: pointer; } details { margin: .2em 0; }
 
 
 def _document(title: str, body: str) -> str:
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
-            f'<meta name="referrer" content="no-referrer">\n<title>{_h(title)}</title>\n<style>{_STYLE}</style></head>\n'
-            f"<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        f'<meta name="referrer" content="no-referrer">\n<title>{_h(title)}</title>\n<style>{_STYLE}</style></head>\n'
+        f"<body>\n{body}\n</body></html>\n"
+    )

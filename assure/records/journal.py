@@ -19,7 +19,12 @@ from assure.core.chain import ChainError, chain_head, iter_chain
 from assure.records import layout
 from assure.records.store import RunDir
 
-GATE_EVENTS = {"allow": "gate_allowed", "deny": "gate_denied", "escalate": "gate_escalated", "replay": "idempotent_replay"}
+GATE_EVENTS = {
+    "allow": "gate_allowed",
+    "deny": "gate_denied",
+    "escalate": "gate_escalated",
+    "replay": "idempotent_replay",
+}
 
 
 @dataclass(frozen=True)
@@ -56,9 +61,14 @@ def standard_event(record: dict[str, Any]) -> str:
     return str(record.get("event"))
 
 
-def query(run: RunDir, *, event: str | None = None, actor: str | None = None, since: str | None = None) -> Iterator[dict[str, Any]]:
+def query(
+    run: RunDir, *, event: str | None = None, actor: str | None = None, since: str | None = None
+) -> Iterator[dict[str, Any]]:
     """Matching records from every source, in time order, each tagged with its `source`."""
-    merged = heapq.merge(*(s.records() for s in sources(run)), key=lambda r: (str(r.get("ts")), r["source"], r.get("seq", 0)))
+    merged = heapq.merge(
+        *(s.records() for s in sources(run)),
+        key=lambda r: (str(r.get("ts")), r["source"], r.get("seq", 0)),
+    )
     for record in merged:
         if event and event not in (record.get("event"), standard_event(record)):
             continue
@@ -76,7 +86,11 @@ def detail(record: dict[str, Any], keys: tuple[str, ...]) -> str:
     for key in keys:
         value = record.get(key)
         if isinstance(value, dict):
-            parts += [f"{key}.{k}={_word(v)}" for k, v in value.items() if v is not None and not isinstance(v, (dict, list))]
+            parts += [
+                f"{key}.{k}={_word(v)}"
+                for k, v in value.items()
+                if v is not None and not isinstance(v, (dict, list))
+            ]
         elif value is not None:
             parts.append(f"{key}={_word(value)}")
     return " ".join(parts)

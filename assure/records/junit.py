@@ -34,29 +34,48 @@ def text(value: Any) -> str:
 
 def of_summary(doc: dict[str, Any]) -> bytes:
     """A suite summary (specs/report.schema.json, kind "suite") as JUnit XML."""
-    props = {"suite_run_id": doc["suite_run_id"], "suite_digest": doc["suite_digest"], "source": doc["source"], "started_at": doc["started_at"]}
+    props = {
+        "suite_run_id": doc["suite_run_id"],
+        "suite_digest": doc["suite_digest"],
+        "source": doc["source"],
+        "started_at": doc["started_at"],
+    }
     if doc["shard"]:
         props["shard"] = f"{doc['shard']['index']}/{doc['shard']['count']}"
     if doc["merged_from"]:
-        props["merged_from"] = " ".join(f"{m['index']}:{m['suite_run_id']}" for m in doc["merged_from"])
+        props["merged_from"] = " ".join(
+            f"{m['index']}:{m['suite_run_id']}" for m in doc["merged_from"]
+        )
     return render(doc["suite"], doc["results"], props)
 
 
 def of_run(run_dir: Path) -> bytes:
     """One run (`assure run --junit`) as JUnit XML, from its run directory."""
     result = summary.run_result(run_dir)
-    return render(result["spec"], [result], {"run_id": result["run_id"], "run_dir": result["run_dir"]})
+    return render(
+        result["spec"], [result], {"run_id": result["run_id"], "run_dir": result["run_dir"]}
+    )
 
 
 def render(name: str, results: Sequence[dict[str, Any]], properties: dict[str, Any]) -> bytes:
     """One <testsuite> named `name` (each testcase's classname) of summary results."""
-    failures = sum(r["verdict"] is not None and r["verdict"] != "error" and not r["as_expected"] for r in results)
+    failures = sum(
+        r["verdict"] is not None and r["verdict"] != "error" and not r["as_expected"]
+        for r in results
+    )
     errors = sum(r["verdict"] == "error" and not r["as_expected"] for r in results)
     skipped = sum(r["verdict"] is None for r in results)
     total = f"{sum(r['duration_seconds'] or 0.0 for r in results):.3f}"
-    counts = {"tests": str(len(results)), "failures": str(failures), "errors": str(errors), "time": total}
+    counts = {
+        "tests": str(len(results)),
+        "failures": str(failures),
+        "errors": str(errors),
+        "time": total,
+    }
     root = ET.Element("testsuites", {"name": text(name), **counts})
-    suite = ET.SubElement(root, "testsuite", {"name": text(name), **counts, "skipped": str(skipped)})
+    suite = ET.SubElement(
+        root, "testsuite", {"name": text(name), **counts, "skipped": str(skipped)}
+    )
     _properties(suite, properties)
     for r in results:
         _case(suite, name, r)
@@ -73,22 +92,48 @@ def _properties(parent: ET.Element, values: dict[str, Any]) -> None:
 
 
 def _case(suite: ET.Element, classname: str, r: dict[str, Any]) -> None:
-    case = ET.SubElement(suite, "testcase", {"classname": text(classname), "name": text(r["spec"]), "time": f"{r['duration_seconds'] or 0.0:.3f}"})
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        {
+            "classname": text(classname),
+            "name": text(r["spec"]),
+            "time": f"{r['duration_seconds'] or 0.0:.3f}",
+        },
+    )
     reason = text(r["reason"] or f"verdict {r['verdict']}, the spec expects {r['expect']}")
     if r["verdict"] is None and not r["as_expected"]:
         ET.SubElement(case, "skipped", {"message": reason})
     elif not r["as_expected"]:
-        element = ET.SubElement(case, "error" if r["verdict"] == "error" else "failure", {"message": reason, "type": text(r["verdict"])})
+        element = ET.SubElement(
+            case,
+            "error" if r["verdict"] == "error" else "failure",
+            {"message": reason, "type": text(r["verdict"])},
+        )
         lines = [f"verdict {r['verdict']}, the spec expects {r['expect']}"]
-        lines += [f"{text(f['severity'])} {text(f['kind'])} {text(f['subject'])}: {text(f['message'])}" for f in r["findings"]]
+        lines += [
+            f"{text(f['severity'])} {text(f['kind'])} {text(f['subject'])}: {text(f['message'])}"
+            for f in r["findings"]
+        ]
         if r["findings_omitted"]:
-            lines.append(f"... and {r['findings_omitted']} more findings (the run directory has them all)")
+            lines.append(
+                f"... and {r['findings_omitted']} more findings (the run directory has them all)"
+            )
         element.text = "\n".join(lines)
-    out = [f"{key}: {'none' if r[key] is None else text(r[key])}" for key in ("run_id", "run_dir", "verdict", "expect")]
+    out = [
+        f"{key}: {'none' if r[key] is None else text(r[key])}"
+        for key in ("run_id", "run_dir", "verdict", "expect")
+    ]
     if (placed := r.get("placement")) is not None:  # a cluster suite's: where it ran, what was lost
-        out.append("ran: here on the caller" if placed["where"] == "here" else f"ran: on node {text(placed['node'] or 'unknown')}")
-        out += [f"lost: attempt {loss['attempt']} at {text(loss['at'])} on node {text(loss['node'] or 'unknown')} ({text(loss['cause'])}: {text(loss['error'])})"
-                for loss in placed["lost"]]
+        out.append(
+            "ran: here on the caller"
+            if placed["where"] == "here"
+            else f"ran: on node {text(placed['node'] or 'unknown')}"
+        )
+        out += [
+            f"lost: attempt {loss['attempt']} at {text(loss['at'])} on node {text(loss['node'] or 'unknown')} ({text(loss['cause'])}: {text(loss['error'])})"
+            for loss in placed["lost"]
+        ]
     ET.SubElement(case, "system-out").text = "\n".join(out)
 
 

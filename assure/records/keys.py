@@ -36,13 +36,24 @@ def generate_keypair(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
     private_path, public_path = directory / PRIVATE_NAME, directory / PUBLIC_NAME
     for path in (private_path, public_path):
         if path.exists() or path.is_symlink():
-            raise KeyFileError("a key file is already there; refusing to overwrite it", where=str(path),
-                               fix="use another --dir, or move the old key away yourself")
+            raise KeyFileError(
+                "a key file is already there; refusing to overwrite it",
+                where=str(path),
+                fix="use another --dir, or move the old key away yourself",
+            )
     if directory.exists() and not directory.is_dir():
-        raise KeyFileError("--dir is not a folder", where=str(directory), fix="pass --dir a folder (made if missing) for the key pair")
+        raise KeyFileError(
+            "--dir is not a folder",
+            where=str(directory),
+            fix="pass --dir a folder (made if missing) for the key pair",
+        )
     key = Ed25519PrivateKey.generate()
-    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     try:
         private.make_folder(directory, exist_ok=True)
         _create(private_path, private_pem, private.FILE_MODE)
@@ -52,9 +63,13 @@ def generate_keypair(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
             private_path.unlink()
             raise
     except FileExistsError as exc:
-        raise KeyFileError("a key file appeared while writing; refusing to overwrite it", where=str(exc.filename)) from exc
+        raise KeyFileError(
+            "a key file appeared while writing; refusing to overwrite it", where=str(exc.filename)
+        ) from exc
     except OSError as exc:
-        raise KeyFileError(f"cannot write the key pair: {exc.strerror}", where=str(directory)) from exc
+        raise KeyFileError(
+            f"cannot write the key pair: {exc.strerror}", where=str(directory)
+        ) from exc
     return private_path, public_path
 
 
@@ -73,13 +88,19 @@ def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     path = Path(path)
     data = _read_key(path)
     if os.stat(path).st_mode & 0o077:
-        raise KeyFileError("private key is readable by others", where=str(path), fix=f"chmod 600 {path}")
+        raise KeyFileError(
+            "private key is readable by others", where=str(path), fix=f"chmod 600 {path}"
+        )
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise KeyFileError(f"not an unencrypted PEM private key ({exc})", where=str(path)) from exc
     if not isinstance(key, Ed25519PrivateKey):
-        raise KeyFileError(f"not an Ed25519 key ({type(key).__name__})", where=str(path), fix="make one with `assure keys generate`")
+        raise KeyFileError(
+            f"not an Ed25519 key ({type(key).__name__})",
+            where=str(path),
+            fix="make one with `assure keys generate`",
+        )
     return key
 
 
@@ -100,9 +121,15 @@ def _read_key(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError as exc:
-        raise KeyFileError("no such key file", where=str(path), fix="make one with `assure keys generate`") from exc
+        raise KeyFileError(
+            "no such key file", where=str(path), fix="make one with `assure keys generate`"
+        ) from exc
     except OSError as exc:
-        raise KeyFileError(f"unreadable key file: {unreadable(exc)}", where=str(path), fix="pass the path of a PEM key file") from exc
+        raise KeyFileError(
+            f"unreadable key file: {unreadable(exc)}",
+            where=str(path),
+            fix="pass the path of a PEM key file",
+        ) from exc
 
 
 def key_id(public_key: Ed25519PublicKey) -> str:
@@ -111,7 +138,9 @@ def key_id(public_key: Ed25519PublicKey) -> str:
     return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
 
 
-def signature_problem(sig: dict[str, str], message: bytes, public_key: Ed25519PublicKey) -> str | None:
+def signature_problem(
+    sig: dict[str, str], message: bytes, public_key: Ed25519PublicKey
+) -> str | None:
     """Why `sig` (as `signature` made it) is not `public_key`'s signature of `message`; None if it is."""
     expected = key_id(public_key)
     if sig["key_id"] != expected:

@@ -37,7 +37,9 @@ VERDICT = "verdict.json"
 POST = "post.json"  # an attempt's POST snapshot: every file's digest as the verifier hashed it
 STATE = "state.json"  # a run's, and a suite run's
 LOCK = "lock"  # held by the one process driving a run, or a suite run
-VERIFIER_HEARTBEAT = "verifier.json"  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
+VERIFIER_HEARTBEAT = (
+    "verifier.json"  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
+)
 GATEWAY_RUN_STATE = "gateway-state"
 IDEMPOTENCY_DB = "idempotency.sqlite"  # in gateway-state/
 RECEIPTS = "receipts"

@@ -19,7 +19,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from assure.core.chain import utc_now
 from assure.records import applied, layout
 from assure.records.keys import signature
-from assure.records.receipt_format import AAR_VERSION, ReceiptError, canonical, check_receipt, receipts_dir
+from assure.records.receipt_format import (
+    AAR_VERSION,
+    ReceiptError,
+    canonical,
+    check_receipt,
+    receipts_dir,
+)
 from assure.records.store import write_json
 
 
@@ -75,7 +81,11 @@ def changeset_of(run_dir: Path, attempt: int, changes: list[dict[str, Any]]) -> 
     """The receipt's `changeset`: the digest of what the attempt's judged changes leave behind
     (`applied.vouched`), which `assure receipts verify` recomputes from the run's workspace copy."""
     workspace = layout.RunPaths(run_dir).attempt(attempt).workspace
-    return {"attempt": attempt, "sha256": applied.digest(applied.vouched(workspace, changes)), "changes": len(changes)}
+    return {
+        "attempt": attempt,
+        "sha256": applied.digest(applied.vouched(workspace, changes)),
+        "changes": len(changes),
+    }
 
 
 def sign(record: dict[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
@@ -97,7 +107,9 @@ def write_receipt(run_dir: str | os.PathLike[str], receipt: dict[str, Any]) -> P
     folder = receipts_dir(run_dir, 1)
     folder.mkdir(exist_ok=True)
     path = folder / layout.receipt_filename(receipt["task"]["id"])
-    if path.parent != folder or path.is_symlink():  # cannot happen with receipt_filename; fail closed anyway
+    if (
+        path.parent != folder or path.is_symlink()
+    ):  # cannot happen with receipt_filename; fail closed anyway
         raise ReceiptError(1, str(path), "receipt file name escapes receipts/")
     write_json(path, receipt)
     return path

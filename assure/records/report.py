@@ -23,7 +23,13 @@ from rich.text import Text
 from assure.records import summary
 from assure.textsafe import display
 
-VERDICT_STYLE = {"pass": "bold green", "contained": "bold green", "fail": "bold yellow", "breach": "bold red", "error": "bold magenta"}
+VERDICT_STYLE = {
+    "pass": "bold green",
+    "contained": "bold green",
+    "fail": "bold yellow",
+    "breach": "bold red",
+    "error": "bold magenta",
+}
 SEVERITY_STYLE = {"info": "dim", "fail": "yellow", "breach": "red", "error": "magenta"}
 
 
@@ -45,8 +51,12 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
     parts: list[Any] = []
     for attempt in report["attempts"]:
         task = f" (task {display(attempt['task'])})" if len(report.get("tasks", [])) > 1 else ""
-        head = Text.assemble(f"attempt {attempt['attempt']}{task}: ", verdict_text(attempt["verdict"]),
-                             f"   exit code {attempt['exit_code']}" + ("  (deadline hit)" if attempt.get("timed_out") else ""))
+        head = Text.assemble(
+            f"attempt {attempt['attempt']}{task}: ",
+            verdict_text(attempt["verdict"]),
+            f"   exit code {attempt['exit_code']}"
+            + ("  (deadline hit)" if attempt.get("timed_out") else ""),
+        )
         parts.append(head)
         parts.extend(_reason_lines(attempt.get("reason")))
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
@@ -56,31 +66,80 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
         for f in attempt["findings"]:
             if f["severity"] == "info" and not verbose and f["kind"] != "assertion_passed":
                 continue
-            mark = "✓" if f["kind"] in ("assertion_passed", "attributed") else "✗" if f["severity"] != "info" else "·"
-            detail = display(f["message"]) + (f"  [{display(f['attribution'])}]" if f.get("attribution") else "")
-            table.add_row(Text(mark, style=SEVERITY_STYLE[f["severity"]]), plain(f["kind"], SEVERITY_STYLE[f["severity"]]),
-                          plain(f["subject"]), Text(detail))
+            mark = (
+                "✓"
+                if f["kind"] in ("assertion_passed", "attributed")
+                else "✗"
+                if f["severity"] != "info"
+                else "·"
+            )
+            detail = display(f["message"]) + (
+                f"  [{display(f['attribution'])}]" if f.get("attribution") else ""
+            )
+            table.add_row(
+                Text(mark, style=SEVERITY_STYLE[f["severity"]]),
+                plain(f["kind"], SEVERITY_STYLE[f["severity"]]),
+                plain(f["subject"]),
+                Text(detail),
+            )
             shown += 1
-        hidden = sum(1 for f in attempt["findings"] if f["severity"] == "info" and f["kind"] != "assertion_passed") if not verbose else 0
+        hidden = (
+            sum(
+                1
+                for f in attempt["findings"]
+                if f["severity"] == "info" and f["kind"] != "assertion_passed"
+            )
+            if not verbose
+            else 0
+        )
         if shown:
             parts.append(table)
         if hidden:
-            parts.append(Text(f"  {hidden} attributed or informational findings hidden (use -v, or `assure diff`)", style="dim"))
+            parts.append(
+                Text(
+                    f"  {hidden} attributed or informational findings hidden (use -v, or `assure diff`)",
+                    style="dim",
+                )
+            )
         if attempt.get("claim"):
             claim = attempt["claim"]
-            parts.append(Text(f"  agent's claim (narrative, not evidence): {display(str(claim.get('status')))}: {display(str(claim.get('summary', '')))[:200]}", style="italic dim"))
+            parts.append(
+                Text(
+                    f"  agent's claim (narrative, not evidence): {display(str(claim.get('status')))}: {display(str(claim.get('summary', '')))[:200]}",
+                    style="italic dim",
+                )
+            )
     for task in report.get("tasks", []):
-        parts.append(Text(f"task {display(task['id'])}: {task['state']}" + (f" ({display(str(task['reason']))})" if task.get("reason") else "")
-                          + f"  attempts {', '.join(map(str, task['attempts']))}"
-                          + (f"; its verdict {task['verdict']} is attempt {task.get('verdict_attempt')}'s" if task.get("verdict") and len(task["attempts"]) > 1 else ""), style="bold"))
+        parts.append(
+            Text(
+                f"task {display(task['id'])}: {task['state']}"
+                + (f" ({display(str(task['reason']))})" if task.get("reason") else "")
+                + f"  attempts {', '.join(map(str, task['attempts']))}"
+                + (
+                    f"; its verdict {task['verdict']} is attempt {task.get('verdict_attempt')}'s"
+                    if task.get("verdict") and len(task["attempts"]) > 1
+                    else ""
+                ),
+                style="bold",
+            )
+        )
     expect = report.get("expect")
-    halted = report.get("state") == "halted"  # an operator's halt is what happened, not what its attempts were judged
-    title = Text.assemble(f"{display(report['spec'])}  ", Text("HALTED", style="bold yellow") if halted else verdict_text(report["verdict"]))
+    halted = (
+        report.get("state") == "halted"
+    )  # an operator's halt is what happened, not what its attempts were judged
+    title = Text.assemble(
+        f"{display(report['spec'])}  ",
+        Text("HALTED", style="bold yellow") if halted else verdict_text(report["verdict"]),
+    )
     if halted:
-        title.append(f"  (by the operator; its attempts were judged {report['verdict']})", style="yellow")
+        title.append(
+            f"  (by the operator; its attempts were judged {report['verdict']})", style="yellow"
+        )
     if expect:
-        title.append(f"  (spec expects {expect}: {'as expected' if expect == report['verdict'] else 'UNEXPECTED'})",
-                     style="green" if expect == report["verdict"] else "bold red")
+        title.append(
+            f"  (spec expects {expect}: {'as expected' if expect == report['verdict'] else 'UNEXPECTED'})",
+            style="green" if expect == report["verdict"] else "bold red",
+        )
     parts.append(Text(f"run directory: {display(run_dir)}", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left")
 
@@ -93,13 +152,22 @@ def _reason_lines(reason: dict[str, Any] | None) -> list[Padding]:
         return []
     lines = []
     if reason.get("summary"):
-        lines.append(Padding(Text.assemble(("why: ", "bold"), (_safe(reason["summary"]), "yellow")), (0, 0, 0, 2)))
+        lines.append(
+            Padding(
+                Text.assemble(("why: ", "bold"), (_safe(reason["summary"]), "yellow")), (0, 0, 0, 2)
+            )
+        )
     denial = summary.gate_denial_line(reason)
     if denial:
         lines.append(Padding(Text(_safe(denial), style="yellow"), (0, 0, 0, 2)))
     if reason.get("agent_output"):
-        lines.append(Padding(Text("the agent's last output lines (agent.log):", style="dim"), (0, 0, 0, 2)))
-        lines.extend(Padding(Text(f"│ {_safe(line)}", style="dim"), (0, 0, 0, 4)) for line in reason["agent_output"])
+        lines.append(
+            Padding(Text("the agent's last output lines (agent.log):", style="dim"), (0, 0, 0, 2))
+        )
+        lines.extend(
+            Padding(Text(f"│ {_safe(line)}", style="dim"), (0, 0, 0, 4))
+            for line in reason["agent_output"]
+        )
     return lines
 
 
@@ -109,14 +177,28 @@ def _safe(value: Any) -> str:
     return text if text.isprintable() else display(text)
 
 
-def _change_rows(changes: list[dict[str, Any]], findings: list[dict[str, Any]]) -> list[tuple[str, str, str, str, bool]]:
+def _change_rows(
+    changes: list[dict[str, Any]], findings: list[dict[str, Any]]
+) -> list[tuple[str, str, str, str, bool]]:
     """(change, path, fields, attribution, attributed?) per workspace change, raw: the
     renderers escape them."""
-    by_path = {f["subject"]: f for f in findings if f["kind"] in ("attributed", "unattributed", "protected_changed")}
+    by_path = {
+        f["subject"]: f
+        for f in findings
+        if f["kind"] in ("attributed", "unattributed", "protected_changed")
+    }
     rows = []
     for c in changes:
         f = by_path.get(c["path"], {})
-        rows.append((c["kind"], c["path"], ", ".join(c.get("fields", [])), str(f.get("attribution") or f.get("kind", "?")), f.get("kind") == "attributed"))
+        rows.append(
+            (
+                c["kind"],
+                c["path"],
+                ", ".join(c.get("fields", [])),
+                str(f.get("attribution") or f.get("kind", "?")),
+                f.get("kind") == "attributed",
+            )
+        )
     return rows
 
 
@@ -125,7 +207,9 @@ def render_changes(changes: list[dict[str, Any]], findings: list[dict[str, Any]]
     for col in ("change", "path", "fields", "attribution"):
         table.add_column(col, overflow="fold")
     for kind, path, fields, attribution, ok in _change_rows(changes, findings):
-        table.add_row(plain(kind), plain(path), plain(fields), plain(attribution, "green" if ok else "red"))
+        table.add_row(
+            plain(kind), plain(path), plain(fields), plain(attribution, "green" if ok else "red")
+        )
     return table
 
 
@@ -135,19 +219,36 @@ def render_suite(name: str, suite_run_id: str, outcomes: list[Any], total: int) 
     table.add_column("")
     table.add_column("spec", overflow="fold")
     table.add_column("verdict", no_wrap=True)
-    table.add_column("run", no_wrap=True, min_width=max((len(display(o.run_id)) for o in outcomes), default=3))  # whole, to copy
+    table.add_column(
+        "run", no_wrap=True, min_width=max((len(display(o.run_id)) for o in outcomes), default=3)
+    )  # whole, to copy
     for o in outcomes:
         verdict = verdict_text(o.verdict)
         if not o.as_expected:
             verdict.append(f" (expects {o.expect})", style="bold red")
-        table.add_row(Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"), plain(o.spec), verdict, plain(o.run_id))
+        table.add_row(
+            Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"),
+            plain(o.spec),
+            verdict,
+            plain(o.run_id),
+        )
     ok = len(outcomes) == total and all(o.as_expected for o in outcomes)
     parts: list[Any] = [table]
     if len(outcomes) < total:
-        parts.append(Text(f"stopped after {len(outcomes)} of {total} specs (stop_on_unexpected)", style="yellow"))
-    title = Text.assemble(f"suite {display(name)}  ", Text("AS EXPECTED", style="bold green") if ok else Text("UNEXPECTED", style="bold red"))
+        parts.append(
+            Text(
+                f"stopped after {len(outcomes)} of {total} specs (stop_on_unexpected)",
+                style="yellow",
+            )
+        )
+    title = Text.assemble(
+        f"suite {display(name)}  ",
+        Text("AS EXPECTED", style="bold green") if ok else Text("UNEXPECTED", style="bold red"),
+    )
     parts.append(Text(f"suite run: {display(suite_run_id)}", style="dim"))
-    parts.append(Text("a run's timeline: assure show RUN · its changes: assure diff RUN", style="dim"))
+    parts.append(
+        Text("a run's timeline: assure show RUN · its changes: assure diff RUN", style="dim")
+    )
     return Panel(Group(*parts), title=title, title_align="left")
 
 
@@ -176,10 +277,23 @@ def render_changes_html(title: str, verdict: dict[str, Any]) -> str:
     """A self-contained page of an attempt's changes and findings (verdict.json), for a CI
     artifact. Every string is escaped twice over: `display` for what a name may hide or move
     (controls, bidi, invalid UTF-8), then HTML escaping; the page runs no script (CSP)."""
-    changes = [(kind, path, fields, (attribution, "ok" if ok else "bad"))
-               for kind, path, fields, attribution, ok in _change_rows(verdict["changes"], verdict["findings"])]
+    changes = [
+        (kind, path, fields, (attribution, "ok" if ok else "bad"))
+        for kind, path, fields, attribution, ok in _change_rows(
+            verdict["changes"], verdict["findings"]
+        )
+    ]
     finding_rows = [
-        (f["severity"], f["kind"], f["subject"], f["message"], (f.get("attribution") or "", "ok" if f["kind"] in ("attributed", "assertion_passed") else "bad"))
+        (
+            f["severity"],
+            f["kind"],
+            f["subject"],
+            f["message"],
+            (
+                f.get("attribution") or "",
+                "ok" if f["kind"] in ("attributed", "assertion_passed") else "bad",
+            ),
+        )
         for f in verdict["findings"]
     ]
     name = str(verdict.get("verdict", "?"))

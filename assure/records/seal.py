@@ -22,7 +22,16 @@ from assure.core.chain import GENESIS, ChainError, chain_head, utc_now
 from assure.records import layout
 from assure.records.keys import signature
 from assure.records.receipt_format import (
-    LOG_PATH, RECEIPTS_DIR, SEAL_FILE, SEAL_VERSION, ReceiptError, canonical, check_seal, inside, listing, load_receipts,
+    LOG_PATH,
+    RECEIPTS_DIR,
+    SEAL_FILE,
+    SEAL_VERSION,
+    ReceiptError,
+    canonical,
+    check_seal,
+    inside,
+    listing,
+    load_receipts,
     receipts_dir,
 )
 from assure.records.store import write_json
@@ -30,19 +39,28 @@ from assure.records.store import write_json
 
 def chain_logs(run_dir: Path) -> list[str]:
     """Relative paths of the run's hash-chained logs present on disk, sorted."""
-    found = [rel for rel in (layout.EVENTS_LOG, layout.OPERATOR_LOG) if (run_dir / rel).is_file() or (run_dir / rel).is_symlink()]
+    found = [
+        rel
+        for rel in (layout.EVENTS_LOG, layout.OPERATOR_LOG)
+        if (run_dir / rel).is_file() or (run_dir / rel).is_symlink()
+    ]
     attempts = run_dir / layout.ATTEMPTS
     if attempts.is_dir():
         for attempt in attempts.iterdir():
             rel = layout.journal_log(attempt.name)
-            if attempt.name.isdigit() and ((run_dir / rel).is_file() or (run_dir / rel).is_symlink()):
+            if attempt.name.isdigit() and (
+                (run_dir / rel).is_file() or (run_dir / rel).is_symlink()
+            ):
                 found.append(rel)
     return sorted(found)
 
 
 def merkle_root(leaves: list[tuple[str, str]]) -> str:
     """RFC 6962 Merkle tree hash over leaves `rfc8785.dumps([path, head_hash])`, sorted."""
-    nodes = [hashlib.sha256(b"\x00" + rfc8785.dumps([path, head])).digest() for path, head in sorted(leaves)]
+    nodes = [
+        hashlib.sha256(b"\x00" + rfc8785.dumps([path, head])).digest()
+        for path, head in sorted(leaves)
+    ]
     return _tree_hash(nodes).hex()
 
 
@@ -55,7 +73,9 @@ def _tree_hash(nodes: list[bytes]) -> bytes:
     return hashlib.sha256(b"\x01" + _tree_hash(nodes[:split]) + _tree_hash(nodes[split:])).digest()
 
 
-def seal_run(run_dir: str | os.PathLike[str], verified: Mapping[str, tuple[int, str]] | None = None) -> dict[str, Any]:
+def seal_run(
+    run_dir: str | os.PathLike[str], verified: Mapping[str, tuple[int, str]] | None = None
+) -> dict[str, Any]:
     """Verify every hash-chained log of the run and return the seal over their heads.
 
     `verified` holds the (lines, head hash) of logs this process has just verified as a
@@ -76,8 +96,12 @@ def seal_run(run_dir: str | os.PathLike[str], verified: Mapping[str, tuple[int, 
         else:
             lines, head = read_chain(run_dir, rel)
         logs.append({"path": rel, "lines": lines, "head_hash": head})
-    return {"run_id": run_dir.resolve().name, "sealed_at": utc_now(), "logs": logs,
-            "merkle_root": merkle_root([(log["path"], log["head_hash"]) for log in logs])}
+    return {
+        "run_id": run_dir.resolve().name,
+        "sealed_at": utc_now(),
+        "logs": logs,
+        "merkle_root": merkle_root([(log["path"], log["head_hash"]) for log in logs]),
+    }
 
 
 def read_chain(run_dir: Path, rel: str) -> tuple[int, str]:
@@ -92,7 +116,11 @@ def read_chain(run_dir: Path, rel: str) -> tuple[int, str]:
         raise ReceiptError(4, rel, f"unreadable ({exc})") from None
 
 
-def write_seal(run_dir: str | os.PathLike[str], seal: dict[str, Any], private_key: Ed25519PrivateKey | None = None) -> Path:
+def write_seal(
+    run_dir: str | os.PathLike[str],
+    seal: dict[str, Any],
+    private_key: Ed25519PrivateKey | None = None,
+) -> Path:
     """Write `receipts/seal.json`: the seal and the receipts issued under it, signed if a key is given.
 
     Call it after the last `write_receipt`: it lists every receipt in `receipts/` and refuses
@@ -105,8 +133,14 @@ def write_seal(run_dir: str | os.PathLike[str], seal: dict[str, Any], private_ke
     receipts = load_receipts(folder)
     for name, receipt in receipts:
         if canonical(receipt["seal"], 6, name) != canonical(seal, 6, SEAL_FILE):
-            raise ReceiptError(6, f"{RECEIPTS_DIR}/{name}", "carries another seal; issue it again under this one")
-    body = {"aar_seal": SEAL_VERSION, "seal": seal, "receipts": [listing(name, r) for name, r in receipts]}
+            raise ReceiptError(
+                6, f"{RECEIPTS_DIR}/{name}", "carries another seal; issue it again under this one"
+            )
+    body = {
+        "aar_seal": SEAL_VERSION,
+        "seal": seal,
+        "receipts": [listing(name, r) for name, r in receipts],
+    }
     sig = signature(canonical(body, 1, SEAL_FILE), private_key) if private_key is not None else None
     path = folder / SEAL_FILE
     write_json(path, {**body, "signature": sig})

@@ -29,6 +29,18 @@ INTERRUPTED = "interrupted"
 RESUMABLE = frozenset({RunState.ABORTED, INTERRUPTED})  # `assure resume` continues it
 
 RUN_OVER = frozenset({RunState.FINISHED, RunState.HALTED})
-TERMINAL = frozenset({TaskState.COMMITTED, TaskState.PROPOSED, TaskState.QUARANTINED, TaskState.COMMIT_FAILED, TaskState.HALTED})
-STOPS_GOAL = frozenset({TaskState.QUARANTINED, TaskState.COMMIT_FAILED, TaskState.HALTED})  # later tasks do not run
-VERIFIED = frozenset({TaskState.COMMITTED, TaskState.PROPOSED})  # the last attempt verified and the gate acted on it
+TERMINAL = frozenset(
+    {
+        TaskState.COMMITTED,
+        TaskState.PROPOSED,
+        TaskState.QUARANTINED,
+        TaskState.COMMIT_FAILED,
+        TaskState.HALTED,
+    }
+)
+STOPS_GOAL = frozenset(
+    {TaskState.QUARANTINED, TaskState.COMMIT_FAILED, TaskState.HALTED}
+)  # later tasks do not run
+VERIFIED = frozenset(
+    {TaskState.COMMITTED, TaskState.PROPOSED}
+)  # the last attempt verified and the gate acted on it

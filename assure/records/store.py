@@ -32,7 +32,9 @@ RUNS_DIR = Path(".assure") / "runs"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-NEW_ID_TRIES = 16  # fresh random suffixes tried before two processes are believed to collide for ever
+NEW_ID_TRIES = (
+    16  # fresh random suffixes tried before two processes are believed to collide for ever
+)
 
 
 def new_run_id(name: str) -> str:
@@ -50,7 +52,9 @@ def new_dir(base: Path, name: str) -> Path:
     for _ in range(NEW_ID_TRIES):
         path = base / new_run_id(name)
         if not RUN_ID.match(path.name):
-            raise RunDirError(f"unusable run id {path.name!r}", fix="give the spec (or suite) a shorter name")
+            raise RunDirError(
+                f"unusable run id {path.name!r}", fix="give the spec (or suite) a shorter name"
+            )
         try:
             with _making(path):
                 private.make_folder(path)
@@ -67,8 +71,11 @@ def _making(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise RunDirError(f"cannot make the run directory: {exc.strerror or exc}", where=str(path),
-                          fix="pass --runs-dir a folder you can write to (the default is .assure/runs)") from exc
+        raise RunDirError(
+            f"cannot make the run directory: {exc.strerror or exc}",
+            where=str(path),
+            fix="pass --runs-dir a folder you can write to (the default is .assure/runs)",
+        ) from exc
 
 
 def write_json(path: Path, data: Any, *, mode: int = private.FILE_MODE) -> None:
@@ -81,7 +88,11 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise RunDirError(f"missing {path.name}", where=str(path), fix="is this a run directory made by `assure run`?") from exc
+        raise RunDirError(
+            f"missing {path.name}",
+            where=str(path),
+            fix="is this a run directory made by `assure run`?",
+        ) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
     except ValueError as exc:
@@ -98,7 +109,9 @@ class RunDir:
         self.paths = RunPaths(self.path)
 
     @classmethod
-    def create(cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]) -> RunDir:
+    def create(
+        cls, base: Path, run_id: str, spec_source: Path, spec_json: dict[str, Any]
+    ) -> RunDir:
         """The run `run_id`, which must not exist yet (a RunDirError if it does)."""
         if not RUN_ID.match(run_id):
             raise RunDirError(f"unusable run id {run_id!r}")
@@ -127,8 +140,11 @@ class RunDir:
     @classmethod
     def open(cls, path: Path) -> RunDir:
         if not RunPaths(path).spec_json.is_file():
-            raise RunDirError(f"not a run directory (it has no {RunPaths(path).spec_json.name})", where=str(path),
-                              fix="pass a run id or a run's folder: `assure runs` lists them")
+            raise RunDirError(
+                f"not a run directory (it has no {RunPaths(path).spec_json.name})",
+                where=str(path),
+                fix="pass a run id or a run's folder: `assure runs` lists them",
+            )
         return cls(path)
 
     @property
@@ -170,20 +186,38 @@ class RunDir:
             state = read_json(self.paths.state).get("state")
         except (RunDirError, AttributeError):
             state = None  # not known to be over: a halt still lands (the safe side)
-        if state in RUN_OVER or (state is None and self.paths.seal.exists()):  # a resumed run's old seal does not close it
-            raise RunDirError(f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed logs, "
-                              "and `assure receipts verify` would then fail", where=str(self.path), fix=instead)
+        if state in RUN_OVER or (
+            state is None and self.paths.seal.exists()
+        ):  # a resumed run's old seal does not close it
+            raise RunDirError(
+                f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed logs, "
+                "and `assure receipts verify` would then fail",
+                where=str(self.path),
+                fix=instead,
+            )
 
-    def override(self, actor: str, *, halt: bool | None = None, dial: str | None = None) -> control.Override:
+    def override(
+        self, actor: str, *, halt: bool | None = None, dial: str | None = None
+    ) -> control.Override:
         """An operator's halt or dial for this run; refused once the run is over (`require_open`)."""
         doing = "a halt" if halt else f"a dial to {dial}"
-        instead = ("nothing is left to halt or dial: the run is over; to commit a proposed result under another dial, "
-                   f"`assure promote {self.run_id} --dial LEVEL`")
-        return control.request(self.control_dir, run_id=self.run_id, actor=actor, halt=halt, dial=dial,
-                               check=lambda: self.require_open(doing, instead))
+        instead = (
+            "nothing is left to halt or dial: the run is over; to commit a proposed result under another dial, "
+            f"`assure promote {self.run_id} --dial LEVEL`"
+        )
+        return control.request(
+            self.control_dir,
+            run_id=self.run_id,
+            actor=actor,
+            halt=halt,
+            dial=dial,
+            check=lambda: self.require_open(doing, instead),
+        )
 
 
-PROBE_GRACE_SECONDS = 0.5  # `is_locked` holds the lock for a moment: a driver taking it meanwhile waits this long
+PROBE_GRACE_SECONDS = (
+    0.5  # `is_locked` holds the lock for a moment: a driver taking it meanwhile waits this long
+)
 
 
 class Busy(RunDirError):
@@ -202,7 +236,11 @@ def exclusive(folder: Path, what: str) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise Busy(f"another assure process is driving this {what}", where=str(folder), fix="wait for it, or stop it first") from None
+                    raise Busy(
+                        f"another assure process is driving this {what}",
+                        where=str(folder),
+                        fix="wait for it, or stop it first",
+                    ) from None
                 time.sleep(0.01)
         fh.seek(0)
         fh.truncate()

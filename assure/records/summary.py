@@ -49,47 +49,85 @@ class SuiteLike(Protocol):
 def run_document(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
     """`assure run --json`: the run's report, with what places it (its folder, its times)."""
     state = _read_or_empty(RunPaths(run_dir).state)
-    return {"schema_version": SCHEMA_VERSION, "kind": "run", **report, "run_id": run_dir.name, "run_dir": str(run_dir),
-            "started_at": state.get("started_at"), "finished_at": state.get("finished_at")}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "run",
+        **report,
+        "run_id": run_dir.name,
+        "run_dir": str(run_dir),
+        "started_at": state.get("started_at"),
+        "finished_at": state.get("finished_at"),
+    }
 
 
 def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
     """One spec's result, from its run directory alone (`spec.json`, `state.json`, `report.json`)."""
     paths = RunPaths(run_dir)
     spec = store.read_json(paths.spec_json)
-    if not isinstance(spec, dict) or not all(isinstance(spec.get(k), str) for k in ("name", "_source", "expect")):
-        raise RunDirError("spec.json has no spec name, source or expect", where=str(paths.spec_json))
+    if not isinstance(spec, dict) or not all(
+        isinstance(spec.get(k), str) for k in ("name", "_source", "expect")
+    ):
+        raise RunDirError(
+            "spec.json has no spec name, source or expect", where=str(paths.spec_json)
+        )
     state = _read_or_empty(paths.state)
     try:
         report, error = store.read_json(paths.report), None
     except RunDirError as exc:
-        report, error = None, f"no verdict: {exc.message} (run state {state.get('state', 'unknown')}{_because(state)})"
-    return _result(position, spec["name"], spec["_source"], spec["expect"], run_dir, report, state, error)
+        report, error = (
+            None,
+            f"no verdict: {exc.message} (run state {state.get('state', 'unknown')}{_because(state)})",
+        )
+    return _result(
+        position, spec["name"], spec["_source"], spec["expect"], run_dir, report, state, error
+    )
 
 
 def _because(state: dict[str, Any]) -> str:
     return f": {state['reason']}" if state.get("reason") else ""
 
 
-def _result(position: int, name: str, spec_path: str, expect: str, run_dir: Path | None, report: dict[str, Any] | None,
-            state: dict[str, Any], error: str | None, entry: dict[str, Any] | None = None) -> dict[str, Any]:
+def _result(
+    position: int,
+    name: str,
+    spec_path: str,
+    expect: str,
+    run_dir: Path | None,
+    report: dict[str, Any] | None,
+    state: dict[str, Any],
+    error: str | None,
+    entry: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     verdict = report.get("verdict") if report else None
     findings = list(_final_findings(report)) if report else []
     entry = entry or {}
-    started, finished = state.get("started_at") or entry.get("started_at"), state.get("finished_at") or entry.get("finished_at")
+    started, finished = (
+        state.get("started_at") or entry.get("started_at"),
+        state.get("finished_at") or entry.get("finished_at"),
+    )
     return {
-        "spec": name, "spec_path": spec_path, "position": position,
-        "run_id": run_dir.name if run_dir else None, "run_dir": str(run_dir) if run_dir else None,
-        "verdict": verdict, "expect": expect, "as_expected": _as_expected(verdict, expect, findings),
-        "started_at": started, "finished_at": finished, "duration_seconds": seconds_between(started, finished),
+        "spec": name,
+        "spec_path": spec_path,
+        "position": position,
+        "run_id": run_dir.name if run_dir else None,
+        "run_dir": str(run_dir) if run_dir else None,
+        "verdict": verdict,
+        "expect": expect,
+        "as_expected": _as_expected(verdict, expect, findings),
+        "started_at": started,
+        "finished_at": finished,
+        "duration_seconds": seconds_between(started, finished),
         "reason": _reason(verdict, expect, findings, report, error),
-        "findings": findings[:FINDINGS_MAX], "findings_omitted": max(0, len(findings) - FINDINGS_MAX),
+        "findings": findings[:FINDINGS_MAX],
+        "findings_omitted": max(0, len(findings) - FINDINGS_MAX),
     }
 
 
 def _as_expected(verdict: str | None, expect: str, findings: Iterable[dict[str, Any]]) -> bool:
     """`findings.as_expected` on findings as a summary lists them: an expected breach is one of covert changes only."""
-    return as_expected(verdict, expect, ((str(f.get("kind")), str(f.get("severity"))) for f in findings))
+    return as_expected(
+        verdict, expect, ((str(f.get("kind")), str(f.get("severity"))) for f in findings)
+    )
 
 
 def standing_attempts(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -98,8 +136,17 @@ def standing_attempts(report: dict[str, Any]) -> list[dict[str, Any]]:
     by_task: dict[str, list[dict[str, Any]]] = {}
     for attempt in report.get("attempts", []):
         by_task.setdefault(attempt["task"], []).append(attempt)
-    stands = [judged[standing([str(a.get("verdict")) for a in judged])] for judged in by_task.values()]
-    return sorted(stands, key=lambda a: _HEAVIEST_FIRST.index(a.get("verdict")) if a.get("verdict") in _HEAVIEST_FIRST else len(_HEAVIEST_FIRST))
+    stands = [
+        judged[standing([str(a.get("verdict")) for a in judged])] for judged in by_task.values()
+    ]
+    return sorted(
+        stands,
+        key=lambda a: (
+            _HEAVIEST_FIRST.index(a.get("verdict"))
+            if a.get("verdict") in _HEAVIEST_FIRST
+            else len(_HEAVIEST_FIRST)
+        ),
+    )
 
 
 def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
@@ -107,10 +154,21 @@ def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
     for attempt in standing_attempts(report):
         for f in attempt["findings"]:
             if f["severity"] != "info":
-                yield {"kind": f["kind"], "severity": f["severity"], "subject": f["subject"], "message": f["message"]}
+                yield {
+                    "kind": f["kind"],
+                    "severity": f["severity"],
+                    "subject": f["subject"],
+                    "message": f["message"],
+                }
 
 
-def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], report: dict[str, Any] | None, error: str | None) -> str | None:
+def _reason(
+    verdict: str | None,
+    expect: str,
+    findings: list[dict[str, Any]],
+    report: dict[str, Any] | None,
+    error: str | None,
+) -> str | None:
     """One line: the standing attempt's reason (run/reasons.py), else the first finding as heavy as
     the verdict (else the first above info), else why there is no verdict; null for a pass (or
     containment) that was expected."""
@@ -121,10 +179,14 @@ def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], re
     why = attempt_reason(report)
     if why:  # the likeliest cause, read from the records (run/reasons.py): a missing script, the gate's first denial, ...
         return _line(why)
-    heaviest = next((f for f in findings if f["severity"] == verdict), findings[0] if findings else None)
+    heaviest = next(
+        (f for f in findings if f["severity"] == verdict), findings[0] if findings else None
+    )
     if heaviest is not None:
         return _line(f"{heaviest['kind']} {heaviest['subject']}: {heaviest['message']}")
-    task_reason = next((t["reason"] for t in (report or {}).get("tasks", []) if t.get("reason")), None)
+    task_reason = next(
+        (t["reason"] for t in (report or {}).get("tasks", []) if t.get("reason")), None
+    )
     if task_reason and verdict not in OK_VERDICTS:
         return _line(str(task_reason))
     return _line(f"verdict {verdict}, the spec expects {expect}")
@@ -133,7 +195,14 @@ def _reason(verdict: str | None, expect: str, findings: list[dict[str, Any]], re
 def attempt_reason(report: dict[str, Any] | None) -> str | None:
     """The reason summary (run/reasons.py: a breach's heaviest finding, a command not found, the
     gate's first denial, ...) of the heaviest attempt that stands for a task, or None when none has one."""
-    return next((a["reason"]["summary"] for a in standing_attempts(report or {}) if (a.get("reason") or {}).get("summary")), None)
+    return next(
+        (
+            a["reason"]["summary"]
+            for a in standing_attempts(report or {})
+            if (a.get("reason") or {}).get("summary")
+        ),
+        None,
+    )
 
 
 def gate_denial_line(reason: dict[str, Any]) -> str | None:
@@ -170,7 +239,15 @@ def seconds_between(started: Any, finished: Any) -> float | None:
     """Seconds from one RFC 3339 time to another; None when either is missing or odd (a naive and
     an aware time, text that is no time)."""
     try:
-        return round(max(0.0, (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()), 3)  # type: ignore[arg-type]
+        return round(
+            max(
+                0.0,
+                (
+                    datetime.fromisoformat(finished) - datetime.fromisoformat(started)
+                ).total_seconds(),
+            ),
+            3,
+        )  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
 
@@ -192,24 +269,49 @@ def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[st
     results = []
     for entry in state["runs"]:
         if entry["spec"] not in by_path:
-            raise RunDirError(f"the suite run names a spec the suite does not have: {entry['spec']}", where=str(suite_run),
-                              fix="summarize a suite run with the suite it ran (or start a new one)")
+            raise RunDirError(
+                f"the suite run names a spec the suite does not have: {entry['spec']}",
+                where=str(suite_run),
+                fix="summarize a suite run with the suite it ran (or start a new one)",
+            )
         position, spec = by_path[entry["spec"]]
         results.append(_suite_result(position, spec, entry, runs_dir))
     results.sort(key=lambda r: r["position"])
-    return _suite(suite.name, suite.digest, len(suite.specs), state.get("source", str(suite.path)), suite_run.name, state.get("shard"), None,
-                  state["started_at"], state.get("finished_at"), results)
+    return _suite(
+        suite.name,
+        suite.digest,
+        len(suite.specs),
+        state.get("source", str(suite.path)),
+        suite_run.name,
+        state.get("shard"),
+        None,
+        state["started_at"],
+        state.get("finished_at"),
+        results,
+    )
 
 
-def _suite_result(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+def _suite_result(
+    position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path
+) -> dict[str, Any]:
     result = _from_run_dir(position, spec, entry, runs_dir)
-    overruled = entry.get("node_finding") or (entry.get("reason") if entry.get("verdict") == "error" else None)
+    overruled = entry.get("node_finding") or (
+        entry.get("reason") if entry.get("verdict") == "error" else None
+    )
     if overruled:  # cluster mode: the caller's verdict (error for a node that disagreed or was lost, breach for one it claimed) overrules the run dir's
         verdict = entry["verdict"] if entry.get("verdict") in VERDICTS else "error"
         result.update(verdict=verdict, reason=_line(f"node: {overruled}"))
-        if not result["findings"] and entry.get("node_findings"):  # no run directory here: the findings the node's message carried
-            result.update(findings=entry["node_findings"][:FINDINGS_MAX], findings_omitted=max(0, len(entry["node_findings"]) - FINDINGS_MAX))
-        result["as_expected"] = _as_expected(verdict, spec.expect, result["findings"]) and not result["findings_omitted"]
+        if not result["findings"] and entry.get(
+            "node_findings"
+        ):  # no run directory here: the findings the node's message carried
+            result.update(
+                findings=entry["node_findings"][:FINDINGS_MAX],
+                findings_omitted=max(0, len(entry["node_findings"]) - FINDINGS_MAX),
+            )
+        result["as_expected"] = (
+            _as_expected(verdict, spec.expect, result["findings"])
+            and not result["findings_omitted"]
+        )
     placed = _placement(entry)
     if placed is not None:
         result["placement"] = placed
@@ -225,46 +327,105 @@ def _placement(entry: dict[str, Any]) -> dict[str, Any] | None:
     lost = entry.get("lost") if isinstance(entry.get("lost"), list) else []
     if not (entry.get("node") or entry.get("where") == "here" or lost or "next_attempt" in entry):
         return None
+
     def shown(value: Any) -> str | None:
         return _line(str(value)) if value is not None else None
+
     return {
         "where": "here" if entry.get("where") == "here" else "node",
         "node": shown(entry.get("node")),
-        "queued_seconds": entry["queued_seconds"] if isinstance(entry.get("queued_seconds"), (int, float)) else None,
+        "queued_seconds": entry["queued_seconds"]
+        if isinstance(entry.get("queued_seconds"), (int, float))
+        else None,
         "here_because": [_line(str(w)) for w in entry.get("here_because") or []][:5],
-        "lost": [{"attempt": loss.get("attempt") if isinstance(loss.get("attempt"), int) else None, "node": shown(loss.get("node")),
-                  "at": shown(loss.get("at")), "cause": shown(loss.get("cause")), "error": shown(loss.get("error"))}
-                 for loss in lost[:LOST_MAX] if isinstance(loss, dict)],
+        "lost": [
+            {
+                "attempt": loss.get("attempt") if isinstance(loss.get("attempt"), int) else None,
+                "node": shown(loss.get("node")),
+                "at": shown(loss.get("at")),
+                "cause": shown(loss.get("cause")),
+                "error": shown(loss.get("error")),
+            }
+            for loss in lost[:LOST_MAX]
+            if isinstance(loss, dict)
+        ],
     }
 
 
-def _from_run_dir(position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path) -> dict[str, Any]:
+def _from_run_dir(
+    position: int, spec: spec_mod.Spec, entry: dict[str, Any], runs_dir: Path
+) -> dict[str, Any]:
     if entry.get("run_id") is None:
-        return _result(position, spec.name, str(spec.path), spec.expect, None, None, {}, "not run", entry)
+        return _result(
+            position, spec.name, str(spec.path), spec.expect, None, None, {}, "not run", entry
+        )
     if not store.RUN_ID.match(str(entry["run_id"])):
-        return _result(position, spec.name, str(spec.path), spec.expect, None, None, {}, f"unusable run id {entry['run_id']!r}", entry)
+        return _result(
+            position,
+            spec.name,
+            str(spec.path),
+            spec.expect,
+            None,
+            None,
+            {},
+            f"unusable run id {entry['run_id']!r}",
+            entry,
+        )
     run_dir = store.RunDir(runs_dir / entry["run_id"]).path
     try:
         return run_result(run_dir, position)
     except RunDirError as exc:  # the run directory is gone or damaged: no verdict, and why
-        return _result(position, spec.name, str(spec.path), spec.expect, run_dir, None, {}, f"run directory unreadable: {exc.message}", entry)
+        return _result(
+            position,
+            spec.name,
+            str(spec.path),
+            spec.expect,
+            run_dir,
+            None,
+            {},
+            f"run directory unreadable: {exc.message}",
+            entry,
+        )
 
 
-def _suite(name: str, digest: str, size: int, source: str, suite_run_id: str | None, shard: dict[str, int] | None,
-           merged_from: list[dict[str, Any]] | None, started: str, finished: str | None, results: list[dict[str, Any]]) -> dict[str, Any]:
+def _suite(
+    name: str,
+    digest: str,
+    size: int,
+    source: str,
+    suite_run_id: str | None,
+    shard: dict[str, int] | None,
+    merged_from: list[dict[str, Any]] | None,
+    started: str,
+    finished: str | None,
+    results: list[dict[str, Any]],
+) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION, "kind": "suite", "suite": name, "suite_digest": digest, "suite_size": size, "suite_run_id": suite_run_id,
-        "source": source, "shard": shard, "merged_from": merged_from, "started_at": started, "finished_at": finished,
-        "as_expected": all(r["as_expected"] for r in results), "counts": counts(results), "results": results,
+        "schema_version": SCHEMA_VERSION,
+        "kind": "suite",
+        "suite": name,
+        "suite_digest": digest,
+        "suite_size": size,
+        "suite_run_id": suite_run_id,
+        "source": source,
+        "shard": shard,
+        "merged_from": merged_from,
+        "started_at": started,
+        "finished_at": finished,
+        "as_expected": all(r["as_expected"] for r in results),
+        "counts": counts(results),
+        "results": results,
     }
 
 
 def counts(results: Sequence[dict[str, Any]]) -> dict[str, int]:
     verdicts = [r["verdict"] for r in results]
     return {
-        "total": len(results), "as_expected": sum(r["as_expected"] for r in results),
+        "total": len(results),
+        "as_expected": sum(r["as_expected"] for r in results),
         "unexpected": sum(r["verdict"] is not None and not r["as_expected"] for r in results),
-        **{v: verdicts.count(v) for v in VERDICTS}, "not_run": verdicts.count(None),
+        **{v: verdicts.count(v) for v in VERDICTS},
+        "not_run": verdicts.count(None),
     }
 
 
@@ -305,48 +466,97 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
         found = problems(doc)
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-            raise AssureError(f"not a summary this assure reads: {found[0]}{more}", where=where,
-                              fix="regenerate it with this version of assure (`assure suite ... --summary FILE`); the format is specs/report.schema.json")
+            raise AssureError(
+                f"not a summary this assure reads: {found[0]}{more}",
+                where=where,
+                fix="regenerate it with this version of assure (`assure suite ... --summary FILE`); the format is specs/report.schema.json",
+            )
         if doc["kind"] != "suite":
             raise AssureError("a run's summary, not a suite's", where=where, fix=fix)
         if doc["merged_from"] is not None or doc["shard"] is None:
-            raise AssureError("already merged" if doc["merged_from"] else "the summary of a whole suite run, not of a shard", where=where, fix=fix)
+            raise AssureError(
+                "already merged"
+                if doc["merged_from"]
+                else "the summary of a whole suite run, not of a shard",
+                where=where,
+                fix=fix,
+            )
     first_file, first = docs[0]
     for where, doc in docs[1:]:
         if (doc["suite"], doc["suite_digest"]) != (first["suite"], first["suite_digest"]):
             same_name = doc["suite"] == first["suite"]
-            raise AssureError(f"summaries of different suites: {first_file} is of suite {first['suite']!r}, {where} of "
-                              + (f"a changed {doc['suite']!r} (its specs differ)" if same_name else f"suite {doc['suite']!r}"), where=where, fix=fix)
+            raise AssureError(
+                f"summaries of different suites: {first_file} is of suite {first['suite']!r}, {where} of "
+                + (
+                    f"a changed {doc['suite']!r} (its specs differ)"
+                    if same_name
+                    else f"suite {doc['suite']!r}"
+                ),
+                where=where,
+                fix=fix,
+            )
         if doc["shard"]["count"] != first["shard"]["count"]:
-            raise AssureError(f"split {doc['shard']['count']} ways, but {first_file} {first['shard']['count']} ways", where=where, fix=fix)
+            raise AssureError(
+                f"split {doc['shard']['count']} ways, but {first_file} {first['shard']['count']} ways",
+                where=where,
+                fix=fix,
+            )
     count = first["shard"]["count"]
     by_index: dict[int, list[str]] = {}
     for where, doc in docs:
         by_index.setdefault(doc["shard"]["index"], []).append(where)
     twice = {k: files for k, files in sorted(by_index.items()) if len(files) > 1}
     if twice:
-        raise AssureError("the same shard twice: " + "; ".join(f"shard {k}/{count} in {', '.join(files)}" for k, files in twice.items()), fix=fix)
+        raise AssureError(
+            "the same shard twice: "
+            + "; ".join(f"shard {k}/{count} in {', '.join(files)}" for k, files in twice.items()),
+            fix=fix,
+        )
     missing = [f"{k}/{count}" for k in range(1, count + 1) if k not in by_index]
     if missing:
-        raise AssureError(f"missing shard{'s' if len(missing) > 1 else ''} {', '.join(missing)}", fix=fix)
+        raise AssureError(
+            f"missing shard{'s' if len(missing) > 1 else ''} {', '.join(missing)}", fix=fix
+        )
     ordered = sorted(docs, key=lambda d: d[1]["shard"]["index"])
     seen: dict[int, str] = {}
     results = []
     for where, doc in ordered:
         for r in doc["results"]:
             if r["position"] in seen:
-                raise AssureError(f"spec {r['spec']!r} (position {r['position']}) is in two shards: {seen[r['position']]} and {where}", where=where, fix=fix)
+                raise AssureError(
+                    f"spec {r['spec']!r} (position {r['position']}) is in two shards: {seen[r['position']]} and {where}",
+                    where=where,
+                    fix=fix,
+                )
             seen[r["position"]] = where
             # recomputed: a shard's word is not taken, except that it may say unexpected (its findings may be cut short)
-            results.append({**r, "as_expected": _as_expected(r["verdict"], r["expect"], r["findings"]) and r["as_expected"] is True})
+            results.append(
+                {
+                    **r,
+                    "as_expected": _as_expected(r["verdict"], r["expect"], r["findings"])
+                    and r["as_expected"] is True,
+                }
+            )
     results.sort(key=lambda r: r["position"])
     uncovered = sorted(set(range(1, first["suite_size"] + 1)) - set(seen))
     if uncovered:
-        raise AssureError(f"no shard has the spec{'s' if len(uncovered) > 1 else ''} at position {', '.join(map(str, uncovered))} of the suite's {first['suite_size']}", fix=fix)
+        raise AssureError(
+            f"no shard has the spec{'s' if len(uncovered) > 1 else ''} at position {', '.join(map(str, uncovered))} of the suite's {first['suite_size']}",
+            fix=fix,
+        )
     finished = [d["finished_at"] for _, d in ordered]
-    return _suite(first["suite"], first["suite_digest"], first["suite_size"], first["source"], None, None,
-                  [{"index": d["shard"]["index"], "suite_run_id": d["suite_run_id"]} for _, d in ordered],
-                  min((d["started_at"] for _, d in ordered), key=_instant), None if None in finished else max(finished, key=_instant), results)
+    return _suite(
+        first["suite"],
+        first["suite_digest"],
+        first["suite_size"],
+        first["source"],
+        None,
+        None,
+        [{"index": d["shard"]["index"], "suite_run_id": d["suite_run_id"]} for _, d in ordered],
+        min((d["started_at"] for _, d in ordered), key=_instant),
+        None if None in finished else max(finished, key=_instant),
+        results,
+    )
 
 
 def _instant(stamp: str) -> datetime:

@@ -19,30 +19,31 @@ import sqlite3
 import stat
 import tempfile
 import time
-from contextlib import contextmanager
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from assure.run import checks, failpoints, modelaccess, policy, pool as warm
-from assure.run.stop import INTERRUPTED, StopReason
 from assure.core import confined, control, private
+from assure.core.chain import ChainError, chain_head, utc_now
+from assure.errors import AssureError, SandboxError, describe
 from assure.ops import health
 from assure.records import store
 from assure.records.attempt_record import AttemptRecord, ContainerFacts
-from assure.core.chain import ChainError, chain_head, utc_now
-from assure.errors import AssureError, SandboxError, describe
-from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
+from assure.run import checks, failpoints, modelaccess, policy
+from assure.run import pool as warm
+from assure.run.stop import INTERRUPTED, StopReason
 from assure.sandbox import backend as sandbox
+from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from assure.textsafe import display
 from assure.verify import judge
-from assure.verify.findings import Finding, Kind, verdict
-from assure.verify.container import EXPECTED_PATHS, layer_changes
 from assure.verify import sqlite as sqlite_verify
+from assure.verify.container import EXPECTED_PATHS, layer_changes
+from assure.verify.findings import Finding, Kind, verdict
 from assure.verify.snapshot import Snapshot, take
 
 GATEWAY_READY_SECONDS = 20.0
@@ -53,7 +54,11 @@ GATEWAY_ALIVE_SECONDS = 0.25  # how often a gateway not yet ready is asked wheth
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
-DIFF_KINDS = {sandbox.CHANGE_MODIFIED: "modified", sandbox.CHANGE_ADDED: "added", sandbox.CHANGE_DELETED: "deleted"}
+DIFF_KINDS = {
+    sandbox.CHANGE_MODIFIED: "modified",
+    sandbox.CHANGE_ADDED: "added",
+    sandbox.CHANGE_DELETED: "deleted",
+}
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -87,7 +92,9 @@ def _copy_database(source: Path, target: Path) -> None:
             src.close()
 
 
-def fresh_copy(source: Path, target: Path, *, into: bool = False, what: str = "the fixture") -> None:
+def fresh_copy(
+    source: Path, target: Path, *, into: bool = False, what: str = "the fixture"
+) -> None:
     """A workspace (or base) from a fixture, or a pooled agent's files: a confined copy (sparse
     files stay sparse, links stay links); one that would leave anything out fails the attempt
     before it starts. `into`: `target` exists (a pooled pair's folder, which its containers
@@ -105,8 +112,10 @@ def fresh_copy(source: Path, target: Path, *, into: bool = False, what: str = "t
     report = confined.copy_tree(source, target, max_bytes=confined.COPY_MAX_BYTES)
     if not report.complete:
         shown = "; ".join(f"{display(path)}: {why}" for path, why in report.skipped[:5])
-        raise SandboxError(f"{what} {source} cannot be copied whole ({report.skipped_count} entries): {shown}",
-                           fix=f"keep only folders, regular files and symlinks in {what}, within the copy bound")
+        raise SandboxError(
+            f"{what} {source} cannot be copied whole ({report.skipped_count} entries): {shown}",
+            fix=f"keep only folders, regular files and symlinks in {what}, within the copy bound",
+        )
 
 
 def _harness_error(phase: str, exc: Exception) -> str:
@@ -119,12 +128,26 @@ def _bounded(changes: list[dict[str, Any]], total: int | None = None) -> list[di
     total = len(changes) if total is None else total
     if total <= MAX_CONTAINER_CHANGES:
         return changes
-    return changes[:MAX_CONTAINER_CHANGES] + [{"path": "(more)", "kind": "added", "note": f"{total - MAX_CONTAINER_CHANGES} more changes not listed"}]
+    return changes[:MAX_CONTAINER_CHANGES] + [
+        {
+            "path": "(more)",
+            "kind": "added",
+            "note": f"{total - MAX_CONTAINER_CHANGES} more changes not listed",
+        }
+    ]
 
 
 class Attempt:
-    def __init__(self, spec: Spec, run: store.RunDir, number: int, backend: SandboxBackend, images: ImageSet, progress: Progress,
-                 pool: warm.WarmPool | None = None):
+    def __init__(
+        self,
+        spec: Spec,
+        run: store.RunDir,
+        number: int,
+        backend: SandboxBackend,
+        images: ImageSet,
+        progress: Progress,
+        pool: warm.WarmPool | None = None,
+    ):
         self.spec, self.run, self.number = spec, run, number
         self.pool = pool
         self._pair: warm.Pair | None = None  # the pooled pair this attempt claimed, if any
@@ -141,9 +164,13 @@ class Attempt:
         self._fs: workspace_fs.WorkspaceFs | None = None
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec)
-        self.lease: uids.Lease | None = None  # the attempt's user: leased in prepare (or the claimed pair's), released at the end
+        self.lease: uids.Lease | None = (
+            None  # the attempt's user: leased in prepare (or the claimed pair's), released at the end
+        )
         self._stranded = False  # cleanup could not remove (or list) a container of the attempt: its user is not given back
-        self.model = modelaccess.ModelAccess(spec.model, spec.path.parent, self.paths.gateway_config, -1, -1)  # its ids: the lease's
+        self.model = modelaccess.ModelAccess(
+            spec.model, spec.path.parent, self.paths.gateway_config, -1, -1
+        )  # its ids: the lease's
 
     def execute(self) -> AttemptRecord:
         """Every phase is total: an exception in one (any Exception, not only ours) becomes a
@@ -173,7 +200,9 @@ class Attempt:
                 if started and self._total("run", lambda: self._run(facts), facts):
                     self._total("collect", lambda: self._collect(facts), facts)
             finally:
-                if prepared or self._containers:  # a pooled pair's containers exist from its claim, in prepare
+                if (
+                    prepared or self._containers
+                ):  # a pooled pair's containers exist from its claim, in prepare
                     self._total("cleanup", self._cleanup, facts)
             if prepared:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
@@ -185,21 +214,36 @@ class Attempt:
         written = {**facts, "timings": dict(self.timings)}  # as container.json holds them
         self._total("record", lambda: store.write_json(self.paths.container, written), facts)
         # a failure to write container.json is in the record's harness errors: never judged as a pass
-        record = AttemptRecord.collected(self.paths, ContainerFacts({**written, "harness_errors": list(facts["harness_errors"])}),
-                                         pre=self._pre, post=self._post, checks=self._checks)
+        record = AttemptRecord.collected(
+            self.paths,
+            ContainerFacts({**written, "harness_errors": list(facts["harness_errors"])}),
+            pre=self._pre,
+            post=self._post,
+            checks=self._checks,
+        )
         self.progress("verify", {})
         failpoints.hit("verify")
         try:
             judgement = judge.judge(record, self.spec)
-        except Exception as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
+        except (
+            Exception
+        ) as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
             errors = [*record.facts.harness_errors, _harness_error("judge", exc)]
             found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
-            judgement = judge.Judgement(verdict(list(found), hostile=self.spec.hostile), found, (), None, None)
+            judgement = judge.Judgement(
+                verdict(list(found), hostile=self.spec.hostile), found, (), None, None
+            )
         record = record.judged(judgement, utc_now())
-        if not self._total("record verdict", lambda: store.write_json(self.paths.verdict, record.verdict_json()), facts):
+        if not self._total(
+            "record verdict",
+            lambda: store.write_json(self.paths.verdict, record.verdict_json()),
+            facts,
+        ):
             # no verdict.json: the run directory cannot show this judgement, so nothing may act on it
             failed = Finding(Kind.HARNESS_ERROR, "harness", facts["harness_errors"][-1])
-            record = record.judged(judgement.with_finding(failed, hostile=self.spec.hostile), record.judged_at)
+            record = record.judged(
+                judgement.with_finding(failed, hostile=self.spec.hostile), record.judged_at
+            )
         return record
 
     def _total(self, name: str, fn: Callable[[], None], facts: dict[str, Any]) -> bool:
@@ -212,7 +256,13 @@ class Attempt:
             return False
 
     def _phase(self, name: str, fn: Callable[[], None]) -> None:
-        health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, attempt=self.number, phase=name)
+        health.beat(
+            health.default_path(health.DRIVER, self.run.path.parent),
+            health.DRIVER,
+            run_id=self.run.run_id,
+            attempt=self.number,
+            phase=name,
+        )
         self.progress(name, {})
         start = time.monotonic()
         try:
@@ -249,7 +299,12 @@ class Attempt:
         assert self._fs is not None
         start = time.monotonic()
         tmp = self.paths.workspace_staging
-        report = confined.copy_tree(self._fs.workspace, tmp, max_bytes=parse_size(self.spec.limits.disk), modes=private.copy_mode)
+        report = confined.copy_tree(
+            self._fs.workspace,
+            tmp,
+            max_bytes=parse_size(self.spec.limits.disk),
+            modes=private.copy_mode,
+        )
         os.replace(tmp, self.paths.workspace)
         facts["workspace_copy"] = {**report.to_json(), "modes": private.COPY_MODES}
         self._copy_report = report
@@ -262,7 +317,9 @@ class Attempt:
         start = time.monotonic()
         try:
             self._fs.release()
-        except Exception as exc:  # recorded, like any phase's failure; `assure gc` releases what is left
+        except (
+            Exception
+        ) as exc:  # recorded, like any phase's failure; `assure gc` releases what is left
             facts["harness_errors"].append(_harness_error("unmount", exc))
         self._fs = None
         self.timings["unmount"] = round(time.monotonic() - start, 4)
@@ -277,19 +334,36 @@ class Attempt:
             try:
                 sqlite_verify.capture(source, target, db.name)
             except sqlite_verify.DatabaseError as exc:
-                store.write_json(self.paths.db_error(side, db.name), {"error": type(exc).__name__, "message": exc.message})
+                store.write_json(
+                    self.paths.db_error(side, db.name),
+                    {"error": type(exc).__name__, "message": exc.message},
+                )
 
     def _run_checks(self) -> None:
         assert self._post is not None
-        args = (self.spec, self.paths.workspace, self._post.to_json(), self.backend, self.images.agent, self.labels, self.prefix)
-        left_behind = self._copy_report.left_out if self._copy_report else []  # workspace/ lacks them: no check judges it
+        args = (
+            self.spec,
+            self.paths.workspace,
+            self._post.to_json(),
+            self.backend,
+            self.images.agent,
+            self.labels,
+            self.prefix,
+        )
+        left_behind = (
+            self._copy_report.left_out if self._copy_report else []
+        )  # workspace/ lacks them: no check judges it
         # as the attempt's own user: its containers are removed by now, with every process, pipe,
         # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
-        commands = checks.run_commands(*args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids)
+        commands = checks.run_commands(
+            *args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids
+        )
         store.write_json(self.paths.commands, commands)
         self._checks["command"] = commands
-        cases = checks.run_cases(*args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids)
+        cases = checks.run_cases(
+            *args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids
+        )
         store.write_json(self.paths.cases, cases)
         self._checks["cases"] = cases
 
@@ -300,23 +374,33 @@ class Attempt:
         size, inodes = parse_size(self.spec.limits.disk), self.spec.limits.inodes
         with self._timed("prepare.fs"):
             if self._claim():
-                self._fs = workspace_fs.WorkspaceFs(p.root, size, inodes)  # the pair's, mounted, now at attempts/<n>
+                self._fs = workspace_fs.WorkspaceFs(
+                    p.root, size, inodes
+                )  # the pair's, mounted, now at attempts/<n>
             else:
                 self.lease = uids.lease_for(self.spec)
                 p.root.mkdir(parents=True)
                 self._fs = workspace_fs.WorkspaceFs.create(p.root, size=size, inodes=inodes)
         assert self.lease is not None
         uid, gid = self.lease.ids
-        self.model.uid, self.model.gid = uid, gid  # a model key the gateway reads is handed to this user
+        self.model.uid, self.model.gid = (
+            uid,
+            gid,
+        )  # a model key the gateway reads is handed to this user
         live = self._fs.workspace
         try:
             with self._timed("prepare.copy"):
                 fresh_copy(self.spec.workspace.fixture, live, into=self._pair is not None)
         except SandboxError as exc:
-            if os.strerror(errno.ENOSPC) in exc.message:  # the copy's report names the error of each entry
-                raise SandboxError(f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
-                                   f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {exc.message}",
-                                   where="limits.disk", fix="raise limits.disk or limits.inodes in the spec") from exc
+            if (
+                os.strerror(errno.ENOSPC) in exc.message
+            ):  # the copy's report names the error of each entry
+                raise SandboxError(
+                    f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
+                    f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {exc.message}",
+                    where="limits.disk",
+                    fix="raise limits.disk or limits.inodes in the spec",
+                ) from exc
             raise
         p.gateway_state.mkdir(exist_ok=self._pair is not None)
         p.blobs.mkdir()
@@ -328,18 +412,41 @@ class Attempt:
         self._capture_databases("pre")
         hardening.chown_tree(live, uid, gid)
         hardening.chown_tree(p.gateway_state, uid, gid)
-        hardening.chown_tree(self.run.state_dir, uid, gid)  # the run's, and this attempt's user is not the last one's
+        hardening.chown_tree(
+            self.run.state_dir, uid, gid
+        )  # the run's, and this attempt's user is not the last one's
         config = {
-            "run_id": self.run.run_id, "attempt": self.number, "socket": hardening.SOCKET_PATH,
-            "workspace": hardening.WORKSPACE, "journal": f"{hardening.GATEWAY_STATE}/{p.journal.name}",
-            "ready_file": f"{hardening.GATEWAY_STATE}/{p.ready.name}", "protected": list(self.spec.workspace.protected),
-            "limits": {"tool_calls": self.spec.limits.tool_calls, "wall_seconds": self.spec.limits.wall_seconds},  # the gateway's own defaults rule the rest
-            "goal_id": self.spec.name, "policy": policy.gateway_policy(self.spec),
-            "control_dir": hardening.GATEWAY_CONTROL, "breach_file": f"{hardening.GATEWAY_STATE}/{p.breach.name}",
+            "run_id": self.run.run_id,
+            "attempt": self.number,
+            "socket": hardening.SOCKET_PATH,
+            "workspace": hardening.WORKSPACE,
+            "journal": f"{hardening.GATEWAY_STATE}/{p.journal.name}",
+            "ready_file": f"{hardening.GATEWAY_STATE}/{p.ready.name}",
+            "protected": list(self.spec.workspace.protected),
+            "limits": {
+                "tool_calls": self.spec.limits.tool_calls,
+                "wall_seconds": self.spec.limits.wall_seconds,
+            },  # the gateway's own defaults rule the rest
+            "goal_id": self.spec.name,
+            "policy": policy.gateway_policy(self.spec),
+            "control_dir": hardening.GATEWAY_CONTROL,
+            "breach_file": f"{hardening.GATEWAY_STATE}/{p.breach.name}",
             "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/{self.run.paths.idempotency_db.name}",
             "heartbeat_file": f"{hardening.GATEWAY_STATE}/{p.heartbeat.name}",
-            "databases": [{"name": db.name, "path": hardening.database_path(db), "mode": db.mode} for db in self.spec.databases],
-            **({"egress": {"proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}", "allow": self.egress.allow}} if self.egress else {}),
+            "databases": [
+                {"name": db.name, "path": hardening.database_path(db), "mode": db.mode}
+                for db in self.spec.databases
+            ],
+            **(
+                {
+                    "egress": {
+                        "proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}",
+                        "allow": self.egress.allow,
+                    }
+                }
+                if self.egress
+                else {}
+            ),
             **({"model": model} if (model := self.model.gateway_config()) else {}),
         }
         with self._timed("prepare.pre"):
@@ -348,35 +455,62 @@ class Attempt:
         self._pre = pre
         if self._pair is not None:
             if self.spec.agent.files:
-                fresh_copy(self.spec.agent.files, p.root / warm.AGENT_FILES, into=True, what="the agent files")
+                fresh_copy(
+                    self.spec.agent.files,
+                    p.root / warm.AGENT_FILES,
+                    into=True,
+                    what="the agent files",
+                )
             # what a cold agent's container is given (hardening.agent_request): assure's own HOME and
             # socket over the spec's, exported again over the pooled container's same base values
-            warm.write_claim(p.root / warm.CLAIM, self.spec.agent.command, {**self._agent_env(), **hardening.agent_base_env()})
+            warm.write_claim(
+                p.root / warm.CLAIM,
+                self.spec.agent.command,
+                {**self._agent_env(), **hardening.agent_base_env()},
+            )
             warm.wake(p.root / warm.CLAIM)  # its gate then waits for the socket
         # last: a pooled gateway starts its journal on it, and only then may the agent act
-        store.write_json(p.gateway_config / "gateway.json", config, mode=private.SHARED_FILE_MODE)  # the gateway reads it
+        store.write_json(
+            p.gateway_config / "gateway.json", config, mode=private.SHARED_FILE_MODE
+        )  # the gateway reads it
         if self._pair is not None:
             warm.wake(p.gateway_config)
 
     def _agent_env(self) -> dict[str, str]:
-        return {**self.spec.agent.env, "ASSURE_RUN_ID": self.run.run_id, "ASSURE_ATTEMPT": str(self.number)}
+        return {
+            **self.spec.agent.env,
+            "ASSURE_RUN_ID": self.run.run_id,
+            "ASSURE_ATTEMPT": str(self.number),
+        }
 
     def _claim(self) -> bool:
         """Take a pooled pair (run/pool.py) if the pool has one for this spec and the run's
         folders can still take it; the containers are then this attempt's to remove."""
-        pair = self.pool.claim(self.spec) if self.pool is not None and warm.fresh(self.run) else None
+        pair = (
+            self.pool.claim(self.spec) if self.pool is not None and warm.fresh(self.run) else None
+        )
         if pair is None:
             return False
-        self._containers, self._volume = [pair.gateway, pair.agent], pair.volume  # ours from here: removed on every path
+        self._containers, self._volume = (
+            [pair.gateway, pair.agent],
+            pair.volume,
+        )  # ours from here: removed on every path
         try:
             warm.take(pair, self.run, self.paths.root)
-        except OSError:  # a retry, a resumed run or a halt already recorded: cold, and the pair goes
+        except (
+            OSError
+        ):  # a retry, a resumed run or a halt already recorded: cold, and the pair goes
             self._containers, self._volume = [], None
             self.pool.give_back(pair)
             return False
-        self._pair, self.lease = pair, pair.lease  # the uid the pair's containers run as, held since its boot
+        self._pair, self.lease = (
+            pair,
+            pair.lease,
+        )  # the uid the pair's containers run as, held since its boot
         self._gateway, self._agent = pair.gateway, pair.agent
-        store.write_json(self.paths.pool_claim, pair.describe())  # a resumed driver reaps by it (no run label)
+        store.write_json(
+            self.paths.pool_claim, pair.describe()
+        )  # a resumed driver reaps by it (no run label)
         return True
 
     # --- start --------------------------------------------------------------------------
@@ -385,7 +519,9 @@ class Attempt:
             facts["pool"] = self._pair.describe()
             with self._timed("start.ready"):
                 self._await_gateway(self._gateway)
-            self._agent_started_at = facts["agent_started_at"] = time.time()  # its gate opens on the socket, bound just before ready
+            self._agent_started_at = facts["agent_started_at"] = (
+                time.time()
+            )  # its gate opens on the socket, bound just before ready
             self._started = True
             failpoints.hit("start")
             return
@@ -394,25 +530,59 @@ class Attempt:
             socket_source = str(self.paths.socket_folder.resolve())
         else:
             with self._timed("start.volume"):
-                self._volume = socket_source = self.backend.create_volume(f"{self.prefix}-sock", self.labels, hardening.socket_volume_options(self.lease.ids))
+                self._volume = socket_source = self.backend.create_volume(
+                    f"{self.prefix}-sock",
+                    self.labels,
+                    hardening.socket_volume_options(self.lease.ids),
+                )
         assert self._fs is not None
-        mounts = hardening.Mounts(self._fs.workspace, socket_source, self.paths.gateway_state, self.paths.gateway_config,
-                                  self.spec.agent.files, self.run.control_dir, self.run.state_dir)
+        mounts = hardening.Mounts(
+            self._fs.workspace,
+            socket_source,
+            self.paths.gateway_state,
+            self.paths.gateway_config,
+            self.spec.agent.files,
+            self.run.control_dir,
+            self.run.state_dir,
+        )
         network = self._start_egress()
-        image = install.agent_image(self.spec, self.images)  # assure's agent image, with the spec's agent.install if any
+        image = install.agent_image(
+            self.spec, self.images
+        )  # assure's agent image, with the spec's agent.install if any
         # The stock agent image (a /bin/bash, no entrypoint) under runc starts while the gateway
         # boots, its command gated on the gateway's socket, which is bound only once the journal
         # is open. Another image or runtime is created meanwhile and started once the gateway is ready.
-        gated = self.spec.agent.image == AGENT_IMAGE_ALIAS and not runtimes.socket_on_host(self.spec.sandbox.runtime)
-        agent = hardening.agent_request(self.spec, image=image, name=f"{self.prefix}-agent", mounts=mounts, labels=self.labels, env=self._agent_env(),
-                                        user=self.lease.ids, gate_seconds=GATEWAY_READY_SECONDS if gated else None)
+        gated = self.spec.agent.image == AGENT_IMAGE_ALIAS and not runtimes.socket_on_host(
+            self.spec.sandbox.runtime
+        )
+        agent = hardening.agent_request(
+            self.spec,
+            image=image,
+            name=f"{self.prefix}-agent",
+            mounts=mounts,
+            labels=self.labels,
+            env=self._agent_env(),
+            user=self.lease.ids,
+            gate_seconds=GATEWAY_READY_SECONDS if gated else None,
+        )
         with ThreadPoolExecutor(max_workers=1) as pool:
-            preparing = pool.submit(self._start_agent if gated else self.backend.create_container, agent)
+            preparing = pool.submit(
+                self._start_agent if gated else self.backend.create_container, agent
+            )
             try:
                 with self._timed("start.gateway"):
-                    gateway = self.backend.start_container(hardening.gateway_request(
-                        self.spec, image=self.images.gateway, name=f"{self.prefix}-gateway", mounts=mounts, labels=self.labels,
-                        user=self.lease.ids, network=network, extra_mounts=self.model.mounts()))
+                    gateway = self.backend.start_container(
+                        hardening.gateway_request(
+                            self.spec,
+                            image=self.images.gateway,
+                            name=f"{self.prefix}-gateway",
+                            mounts=mounts,
+                            labels=self.labels,
+                            user=self.lease.ids,
+                            network=network,
+                            extra_mounts=self.model.mounts(),
+                        )
+                    )
                 self._containers.append(gateway)
                 self._gateway = gateway
                 with self._timed("start.ready"):
@@ -456,19 +626,38 @@ class Attempt:
         egress = self.egress
         if not egress:
             return None
-        self._network = self.backend.create_network(f"{self.prefix}-egress", self.labels, internal=True)
+        self._network = self.backend.create_network(
+            f"{self.prefix}-egress", self.labels, internal=True
+        )
         cfg_dir, log_dir = self.paths.egress_config, self.paths.egress_log
         cfg_dir.mkdir()
         log_dir.mkdir()
         if os.geteuid() == 0:
             os.chown(log_dir, *self.lease.ids)
-        store.write_json(cfg_dir / "config.json", {"listen": f"0.0.0.0:{hardening.EGRESS_PORT}", "allow": egress.allow,
-                                                    "log": "/var/log/egress/requests.jsonl", "allow_private": egress.allow_private,
-                                                    "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS, "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS})
+        store.write_json(
+            cfg_dir / "config.json",
+            {
+                "listen": f"0.0.0.0:{hardening.EGRESS_PORT}",
+                "allow": egress.allow,
+                "log": "/var/log/egress/requests.jsonl",
+                "allow_private": egress.allow_private,
+                "timeout_seconds": modelaccess.PROXY_TIMEOUT_SECONDS,
+                "max_duration_seconds": modelaccess.PROXY_TIMEOUT_SECONDS,
+            },
+        )
         os.chmod(cfg_dir / "config.json", 0o644)
-        proxy = self.backend.create_container(hardening.egress_request(
-            self.spec, image=self.images.egress, name=f"{self.prefix}-egress", config_dir=cfg_dir, log_dir=log_dir,
-            labels=self.labels, network=self._network, user=self.lease.ids))
+        proxy = self.backend.create_container(
+            hardening.egress_request(
+                self.spec,
+                image=self.images.egress,
+                name=f"{self.prefix}-egress",
+                config_dir=cfg_dir,
+                log_dir=log_dir,
+                labels=self.labels,
+                network=self._network,
+                user=self.lease.ids,
+            )
+        )
         self._containers.append(proxy)
         if egress.upstream != "none":
             self.backend.connect(egress.upstream, proxy)
@@ -500,7 +689,11 @@ class Attempt:
         while exit_code is None and stop is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                stop = {"reason": StopReason.DEADLINE, "counter": "wall_seconds", "breach_at": time.time()}
+                stop = {
+                    "reason": StopReason.DEADLINE,
+                    "counter": "wall_seconds",
+                    "breach_at": time.time(),
+                }
                 break
             if INTERRUPTED.is_set():  # a signal whose KeyboardInterrupt was lost (stop.INTERRUPTED)
                 raise KeyboardInterrupt
@@ -526,13 +719,23 @@ class Attempt:
         """Publish the verifier's `last_success_at` (the gateway trusts it only while fresh) and
         the driver's, for the monitor."""
         health.beat(self.run.paths.verifier_heartbeat, health.VERIFIER, attempt=self.number)
-        health.beat(health.default_path(health.DRIVER, self.run.path.parent), health.DRIVER, run_id=self.run.run_id, attempt=self.number)
+        health.beat(
+            health.default_path(health.DRIVER, self.run.path.parent),
+            health.DRIVER,
+            run_id=self.run.run_id,
+            attempt=self.number,
+        )
 
     def _halt_requested(self) -> dict[str, Any] | None:
         override = control.read(self.run.control_dir)
         if not override.halted:
             return None
-        return {"reason": StopReason.OPERATOR_HALT, "request_id": override.request_id, "actor": override.actor, "requested_at": override.requested_at}
+        return {
+            "reason": StopReason.OPERATOR_HALT,
+            "request_id": override.request_id,
+            "actor": override.actor,
+            "requested_at": override.requested_at,
+        }
 
     def _budget_breached(self) -> dict[str, Any] | None:
         """The gateway writes `breach.json` when a budget counter runs out (its content is the gateway's)."""
@@ -544,7 +747,11 @@ class Attempt:
             data = {}
         counter = data.get("counter") if isinstance(data, dict) else None
         breach_at = data.get("breach_at") if isinstance(data, dict) else None
-        return {"reason": StopReason.BUDGET, "counter": str(counter or "unknown"), "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time()}
+        return {
+            "reason": StopReason.BUDGET,
+            "counter": str(counter or "unknown"),
+            "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time(),
+        }
 
     def _count_tool_calls(self) -> int:
         """Tool calls journaled so far, for the progress line: reads only what was appended
@@ -570,7 +777,10 @@ class Attempt:
             self._read_agent(facts)
             stopping.result()
         state = self.backend.inspect(self._gateway).get("State", {})
-        facts["gateway"] = {"exit_code": state.get("ExitCode"), "oom_killed": bool(state.get("OOMKilled"))}
+        facts["gateway"] = {
+            "exit_code": state.get("ExitCode"),
+            "oom_killed": bool(state.get("OOMKilled")),
+        }
         self.paths.gateway_log.write_bytes(self.backend.logs(self._gateway, LOG_LIMIT_BYTES))
         try:
             _, last = chain_head(self.paths.journal)
@@ -581,9 +791,15 @@ class Attempt:
     def _read_agent(self, facts: dict[str, Any]) -> None:
         inspect = self.backend.inspect(self._agent)
         assert self.lease is not None
-        facts["user"] = "{}:{}".format(*self.lease.ids)  # the verifier expects the agent to have run as it
-        facts["inspect"] = {"HostConfig": inspect.get("HostConfig", {}), "Config": {"User": inspect.get("Config", {}).get("User")},
-                            "Mounts": inspect.get("Mounts", []), "AppArmorProfile": inspect.get("AppArmorProfile")}
+        facts["user"] = "{}:{}".format(
+            *self.lease.ids
+        )  # the verifier expects the agent to have run as it
+        facts["inspect"] = {
+            "HostConfig": inspect.get("HostConfig", {}),
+            "Config": {"User": inspect.get("Config", {}).get("User")},
+            "Mounts": inspect.get("Mounts", []),
+            "AppArmorProfile": inspect.get("AppArmorProfile"),
+        }
         facts["engine_security"] = self.backend.security_options()
         facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
         layer = self.backend.writable_layer(self._agent)
@@ -602,7 +818,9 @@ class Attempt:
             path, kind = change.get("Path", ""), DIFF_KINDS.get(change.get("Kind"), "unknown")
             entry: dict[str, Any] = {"path": path, "kind": kind}
             if kind != "deleted" and path not in EXPECTED_PATHS:
-                ftype, content, target = self.backend.read_file(self._agent, path, CONTAINER_FILE_LIMIT)
+                ftype, content, target = self.backend.read_file(
+                    self._agent, path, CONTAINER_FILE_LIMIT
+                )
                 entry.update(type=ftype, target=target)
                 if content is not None:
                     entry["sha256"] = hashlib.sha256(content).hexdigest()
@@ -623,10 +841,19 @@ class Attempt:
         """What the engine holds with this attempt's labels beyond what it recorded: a create
         cut short (Ctrl-C, SIGTERM, an error while the call was in flight) may have made what
         it never returned the id of. Only after a start that did not finish: one more round trip."""
-        mine = {k: self.labels[k] for k in (sandbox.LABEL_ATTEMPT, sandbox.LABEL_PID, sandbox.LABEL_HOST)}
+        mine = {
+            k: self.labels[k]
+            for k in (sandbox.LABEL_ATTEMPT, sandbox.LABEL_PID, sandbox.LABEL_HOST)
+        }
         recorded = {*self._containers, self._volume, self._network}
-        return {kind: [item["id"] for item in items if item["id"] not in recorded and all(item.get(k) == v for k, v in mine.items())]
-                for kind, items in self.backend.owned(self.run.run_id).items()}
+        return {
+            kind: [
+                item["id"]
+                for item in items
+                if item["id"] not in recorded and all(item.get(k) == v for k, v in mine.items())
+            ]
+            for kind, items in self.backend.owned(self.run.run_id).items()
+        }
 
     def _cleanup(self) -> None:
         """The containers side by side (each removal is the engine's round trip and unmount),
@@ -634,7 +861,9 @@ class Attempt:
         also what the engine lists as this attempt's own (`_unrecorded`), before the volume a
         container it never recorded would still hold."""
         errors = []
-        self._stranded = True  # until every container is known gone (an exception out of here leaves it so)
+        self._stranded = (
+            True  # until every container is known gone (an exception out of here leaves it so)
+        )
         with ThreadPoolExecutor(max_workers=max(1, len(self._containers))) as pool:
             errors += [e for e in pool.map(self._remove_container, reversed(self._containers)) if e]
         stray: dict[str, list[str]] = {}
@@ -645,14 +874,18 @@ class Attempt:
                 errors.append(exc.message)
         errors += [e for e in map(self._remove_container, stray.get("containers", [])) if e]
         self._stranded = bool(errors)
-        for remove, items in ((self.backend.remove_volume, [self._volume, *stray.get("volumes", [])]),
-                              (self.backend.remove_network, [self._network, *stray.get("networks", [])])):
+        for remove, items in (
+            (self.backend.remove_volume, [self._volume, *stray.get("volumes", [])]),
+            (self.backend.remove_network, [self._network, *stray.get("networks", [])]),
+        ):
             for item in filter(None, items):
                 try:
                     remove(item)
                 except AssureError as exc:
                     errors.append(exc.message)
-        if self._pair is not None:  # a claim that failed before its wake-ups: no FIFO stays in the record
+        if (
+            self._pair is not None
+        ):  # a claim that failed before its wake-ups: no FIFO stays in the record
             warm.remove_wakes(self.paths.root)
         try:  # the gateway's socket folder (gVisor): nothing to keep
             confined.remove(self.paths.root, self.paths.socket_folder.name)

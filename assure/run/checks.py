@@ -26,8 +26,8 @@ from typing import Any
 
 from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
-from assure.sandbox import hardening, workspace_fs
 from assure.errors import SandboxError
+from assure.sandbox import hardening, workspace_fs
 from assure.sandbox.backend import ENGINE_FIX, SandboxBackend
 from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
 from assure.textsafe import display
@@ -46,10 +46,15 @@ def restore_protected(copy: Path, fixture: Path, protected: tuple[str, ...]) -> 
     """Make every protected path in `copy` exactly what the fixture has (added ones removed).
     `copy` is the host's own tree, so whatever stands in the way (a symlink where the fixture
     has a directory, say) is removed, never followed."""
+
     def is_protected(rel: str) -> bool:
         return globs.match_any(protected, rel)
 
-    added = [rel for rel, _ in confined.walk(copy) if is_protected(rel) and confined.lstat(fixture, rel) is None]
+    added = [
+        rel
+        for rel, _ in confined.walk(copy)
+        if is_protected(rel) and confined.lstat(fixture, rel) is None
+    ]
     for rel in reversed(added):
         confined.remove(copy, rel)
     for rel, st in confined.walk(fixture):
@@ -63,22 +68,33 @@ def restore_protected(copy: Path, fixture: Path, protected: tuple[str, ...]) -> 
             confined.symlink(copy, rel, os.readlink(fixture / rel), clear_way=True)
 
 
-def check_workspace(workspace: Path, fixture: Path, protected: tuple[str, ...], copy: Path) -> confined.CopyReport:
+def check_workspace(
+    workspace: Path, fixture: Path, protected: tuple[str, ...], copy: Path
+) -> confined.CopyReport:
     """The tree a command runs on: a confined copy of the POST workspace without its protected
     paths, which are then put back from the fixture. Special files are left out (reported);
     anything else left out (a file over the copy's byte bound, a full filesystem) is in the
     report's `left_out`, and the caller must not run on the copy."""
-    report = confined.copy_tree(workspace, copy, max_bytes=COPY_MAX_BYTES, include=lambda rel: not globs.match_any(protected, rel))
+    report = confined.copy_tree(
+        workspace,
+        copy,
+        max_bytes=COPY_MAX_BYTES,
+        include=lambda rel: not globs.match_any(protected, rel),
+    )
     if not report.left_out:
         try:
             restore_protected(copy, fixture, protected)
-        except OSError as exc:  # the check copy's filesystem is full (the agent's hard links, copied apart)
+        except (
+            OSError
+        ) as exc:  # the check copy's filesystem is full (the agent's hard links, copied apart)
             report.skip("(protected paths)", f"not restored: {exc.strerror or exc}")
     return report
 
 
 @contextlib.contextmanager
-def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None, user: tuple[int, int]) -> Iterator[tuple[Path, confined.CopyReport]]:
+def _throwaway_copy(
+    spec: Spec, workspace: Path, scratch: Path | None, user: tuple[int, int]
+) -> Iterator[tuple[Path, confined.CopyReport]]:
     """What one check container sees: `check_workspace`, owned by the check's `user`, on a
     filesystem of its own in `scratch` (the attempt directory, where `assure gc` finds what a
     kill -9 left), released afterwards. The check runs the agent's code, so its copy is
@@ -86,10 +102,21 @@ def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None, user: tup
     fixture's protected files always fit), and nothing it leaves is walked to be removed.
     A copy whose report has `left_out` entries must not be run on."""
     with contextlib.ExitStack() as stack:
-        where = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="assure-check-"))) if scratch is None else scratch
-        fs = workspace_fs.WorkspaceFs.create(where, size=2 * parse_size(spec.limits.disk), inodes=2 * spec.limits.inodes, name=workspace_fs.CHECK)
+        where = (
+            Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="assure-check-")))
+            if scratch is None
+            else scratch
+        )
+        fs = workspace_fs.WorkspaceFs.create(
+            where,
+            size=2 * parse_size(spec.limits.disk),
+            inodes=2 * spec.limits.inodes,
+            name=workspace_fs.CHECK,
+        )
         stack.callback(fs.release)
-        report = check_workspace(workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace)
+        report = check_workspace(
+            workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace
+        )
         if not report.left_out:
             hardening.chown_tree(fs.workspace, *user)
         yield fs.workspace, report
@@ -98,27 +125,55 @@ def _throwaway_copy(spec: Spec, workspace: Path, scratch: Path | None, user: tup
 def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | None:
     """Why a check must not run on this copy: it would judge a tree that POST does not describe."""
     if left_behind:  # the copy-out of the attempt's filesystem refused these: workspace/ lacks them
-        return ("the run directory's workspace/ lacks entries of POST (a limit of the copy-out: more data than limits.disk once "
-                "hard links are copied apart, or too many entries): " + ", ".join(display(r) for r in left_behind[:5]))
+        return (
+            "the run directory's workspace/ lacks entries of POST (a limit of the copy-out: more data than limits.disk once "
+            "hard links are copied apart, or too many entries): "
+            + ", ".join(display(r) for r in left_behind[:5])
+        )
     if report.refused:
-        return (f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
-                + ", ".join(display(r) for r in report.refused[:5]))
+        return (
+            f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
+            + ", ".join(display(r) for r in report.refused[:5])
+        )
     if report.left_out:
-        return "the check copy left entries out (its filesystem is full: hard links are copied apart): " + "; ".join(
-            f"{display(rel)}: {why}" for rel, why in report.skipped[:5])
+        return (
+            "the check copy left entries out (its filesystem is full: hard links are copied apart): "
+            + "; ".join(f"{display(rel)}: {why}" for rel, why in report.skipped[:5])
+        )
     return None
 
 
 def _not_run(why: str) -> dict[str, Any]:
-    return {"exit_code": None, "timed_out": False, "seconds": 0.0, "output_tail": "", "not_run": why}
+    return {
+        "exit_code": None,
+        "timed_out": False,
+        "seconds": 0.0,
+        "output_tail": "",
+        "not_run": why,
+    }
 
 
 def _copy_record(report: confined.CopyReport) -> dict[str, Any]:
-    return {"skipped": [[display(p), why] for p, why in report.skipped[:20]], "skipped_count": report.skipped_count, "data_bytes": report.data_bytes}
+    return {
+        "skipped": [[display(p), why] for p, why in report.skipped[:20]],
+        "skipped_count": report.skipped_count,
+        "data_bytes": report.data_bytes,
+    }
 
 
-def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: SandboxBackend, agent_image: str, labels: dict[str, str], name: str,
-                 scratch: Path | None = None, left_behind: Sequence[str] = (), *, user: tuple[int, int]) -> list[dict[str, Any]]:
+def run_commands(
+    spec: Spec,
+    workspace: Path,
+    post_json: dict[str, Any],
+    backend: SandboxBackend,
+    agent_image: str,
+    labels: dict[str, str],
+    name: str,
+    scratch: Path | None = None,
+    left_behind: Sequence[str] = (),
+    *,
+    user: tuple[int, int],
+) -> list[dict[str, Any]]:
     """Each command assertion in a fresh check container and copy, as `user` (the attempt's).
     `left_behind`: POST's files the copy-out refused (none of the checks runs then)."""
     results = []
@@ -128,15 +183,50 @@ def run_commands(spec: Spec, workspace: Path, post_json: dict[str, Any], backend
             if why := _refusal(report, left_behind):
                 result = _not_run(why)
             else:
-                run = run_in_check(spec, copy, backend, image=image, command=list(cmd.run), env=cmd.env, timeout=cmd.timeout_seconds,
-                                   labels=labels, name=f"{name}-check{n}", user=user)
-                result = {"exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds, "output_tail": run.tail(), "runtime": run.runtime}
-        results.append({**result, "copy": _copy_record(report), "index": n, "run": list(cmd.run), "post_digest": snapshot_digest(post_json)})
+                run = run_in_check(
+                    spec,
+                    copy,
+                    backend,
+                    image=image,
+                    command=list(cmd.run),
+                    env=cmd.env,
+                    timeout=cmd.timeout_seconds,
+                    labels=labels,
+                    name=f"{name}-check{n}",
+                    user=user,
+                )
+                result = {
+                    "exit_code": run.exit_code,
+                    "timed_out": run.timed_out,
+                    "seconds": run.seconds,
+                    "output_tail": run.tail(),
+                    "runtime": run.runtime,
+                }
+        results.append(
+            {
+                **result,
+                "copy": _copy_record(report),
+                "index": n,
+                "run": list(cmd.run),
+                "post_digest": snapshot_digest(post_json),
+            }
+        )
     return results
 
 
-def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: SandboxBackend, agent_image: str, labels: dict[str, str], name: str,
-              scratch: Path | None = None, left_behind: Sequence[str] = (), *, user: tuple[int, int]) -> list[dict[str, Any]]:
+def run_cases(
+    spec: Spec,
+    workspace: Path,
+    post_json: dict[str, Any],
+    backend: SandboxBackend,
+    agent_image: str,
+    labels: dict[str, str],
+    name: str,
+    scratch: Path | None = None,
+    left_behind: Sequence[str] = (),
+    *,
+    user: tuple[int, int],
+) -> list[dict[str, Any]]:
     """Each case of each `cases` assertion: the program on the case's arguments and stdin, in
     its own fresh check container and copy. Only what the program printed is recorded; the
     expected output stays on the host and sets only how much stdout is worth reading."""
@@ -149,13 +239,40 @@ def run_cases(spec: Spec, workspace: Path, post_json: dict[str, Any], backend: S
                 if why := _refusal(report, left_behind):
                     results.append({"case": i, **_not_run(why)})
                     continue
-                run = run_in_check(spec, copy, backend, image=image, command=[*cases.run, *case.args], env=cases.env, timeout=cases.timeout_seconds,
-                                   labels=labels, name=f"{name}-case{n}-{i}", user=user,
-                                   stdin=None if case.stdin is None else case.stdin.encode(), stdout_cap=stdout_cap(case))
-            results.append({"case": i, "exit_code": run.exit_code, "timed_out": run.timed_out, "seconds": run.seconds,
-                            "stdout_b64": base64.b64encode(bytes(run.stdout)).decode(), "stdout_over": run.stdout_over,
-                            "output_tail": run.tail(), "runtime": run.runtime})
-        out.append({"index": n, "run": list(cases.run), "post_digest": snapshot_digest(post_json), "results": results})
+                run = run_in_check(
+                    spec,
+                    copy,
+                    backend,
+                    image=image,
+                    command=[*cases.run, *case.args],
+                    env=cases.env,
+                    timeout=cases.timeout_seconds,
+                    labels=labels,
+                    name=f"{name}-case{n}-{i}",
+                    user=user,
+                    stdin=None if case.stdin is None else case.stdin.encode(),
+                    stdout_cap=stdout_cap(case),
+                )
+            results.append(
+                {
+                    "case": i,
+                    "exit_code": run.exit_code,
+                    "timed_out": run.timed_out,
+                    "seconds": run.seconds,
+                    "stdout_b64": base64.b64encode(bytes(run.stdout)).decode(),
+                    "stdout_over": run.stdout_over,
+                    "output_tail": run.tail(),
+                    "runtime": run.runtime,
+                }
+            )
+        out.append(
+            {
+                "index": n,
+                "run": list(cases.run),
+                "post_digest": snapshot_digest(post_json),
+                "results": results,
+            }
+        )
     return out
 
 
@@ -181,13 +298,37 @@ class CheckRun:
         return self.combined.decode("utf-8", errors="replace")
 
 
-def run_in_check(spec: Spec, copy: Path, backend: SandboxBackend, *, image: str, command: list[str], env: dict[str, str], timeout: float,
-                 labels: dict[str, str], name: str, user: tuple[int, int], stdin: bytes | None = None, stdout_cap: int | None = None) -> CheckRun:
+def run_in_check(
+    spec: Spec,
+    copy: Path,
+    backend: SandboxBackend,
+    *,
+    image: str,
+    command: list[str],
+    env: dict[str, str],
+    timeout: float,
+    labels: dict[str, str],
+    name: str,
+    user: tuple[int, int],
+    stdin: bytes | None = None,
+    stdout_cap: int | None = None,
+) -> CheckRun:
     """Run `command` in a fresh hardened container on `copy`: the one way a check runs the
     agent's code. Output is read from the attached stream as it is written (bounded: stdout
     up to `stdout_cap`, a tail of both), never from a log the engine may rotate."""
-    cid = backend.create_container(hardening.check_request(spec, image=image, name=name, command=command, env=env, copy=copy,
-                                                           labels=labels, stdin=stdin is not None, user=user))
+    cid = backend.create_container(
+        hardening.check_request(
+            spec,
+            image=image,
+            name=name,
+            command=command,
+            env=env,
+            copy=copy,
+            labels=labels,
+            stdin=stdin is not None,
+            user=user,
+        )
+    )
     try:
         run = CheckRun()
         with backend.attached(cid, stdin=stdin is not None) as sock:
@@ -202,7 +343,9 @@ def run_in_check(spec: Spec, copy: Path, backend: SandboxBackend, *, image: str,
         if run.exit_code is None:
             backend.stop(cid, hardening.STOP_GRACE_SECONDS)
         run.seconds = round(time.monotonic() - started, 3)
-        run.runtime = (backend.inspect(cid).get("HostConfig") or {}).get("Runtime")  # as the engine ran it
+        run.runtime = (backend.inspect(cid).get("HostConfig") or {}).get(
+            "Runtime"
+        )  # as the engine ran it
         return run
     finally:
         backend.remove_container(cid)
@@ -215,7 +358,9 @@ def _feed(sock: socket.socket, data: bytes) -> None:
         sock.shutdown(socket.SHUT_WR)
 
 
-def _read_frames(sock: socket.socket, deadline: float, stdout_cap: int | None, run: CheckRun) -> None:
+def _read_frames(
+    sock: socket.socket, deadline: float, stdout_cap: int | None, run: CheckRun
+) -> None:
     """Demultiplex the engine's frames until EOF, the deadline, or stdout past its cap. Memory
     stays bounded whatever frame sizes the stream announces."""
     header, stream, left = b"", 0, 0
@@ -231,7 +376,9 @@ def _read_frames(sock: socket.socket, deadline: float, stdout_cap: int | None, r
             run.timed_out = True
             return
         except OSError as exc:  # the engine's stream broke: no result, never a partial one
-            raise SandboxError(f"reading a check container's output: {exc}", fix=ENGINE_FIX) from exc
+            raise SandboxError(
+                f"reading a check container's output: {exc}", fix=ENGINE_FIX
+            ) from exc
         if not data:
             return
         while data:

@@ -66,21 +66,30 @@ from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, SpecError, describe
 from assure.records import store
 from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
-from assure.run.suite import Outcome, SuiteRun, _raise_in as raise_in
+from assure.run.suite import Outcome, SuiteRun
+from assure.run.suite import _raise_in as raise_in
 from assure.textsafe import display
 from assure.verify.findings import SEVERITY, Kind, Verdict
 
 RESOURCE = "docker"  # what a node advertises to take specs: `ray start --resources '{"docker": 2}'`
-MAX_ARCHIVE_BYTES = 256 << 20  # the files of a run directory larger than this are not sent (its node's message goes alone)
+MAX_ARCHIVE_BYTES = (
+    256 << 20
+)  # the files of a run directory larger than this are not sent (its node's message goes alone)
 MAX_MEMBERS = 50_000  # files, folders and links in one arriving run directory
-MAX_MESSAGE_BYTES = 32 << 10  # a node's message or claim: under Ray's 100 KiB inlining, so it travels in the task's reply
+MAX_MESSAGE_BYTES = (
+    32 << 10
+)  # a node's message or claim: under Ray's 100 KiB inlining, so it travels in the task's reply
 MAX_MESSAGE_FINDINGS = 40  # findings a message carries, heaviest first (the summary lists 50)
 MAX_TEXT = 500  # characters of each string of a message's finding
 MAX_CLAIMS = 64  # breach claims kept per run: more are the node's noise
 HERE_POLL_SECONDS = 0.5  # how often the caller looks for a spec it runs here that has finished
-CLAIMS_POLL_SECONDS = 5  # how often the caller writes the claims of the tasks in flight into the suite run's state
+CLAIMS_POLL_SECONDS = (
+    5  # how often the caller writes the claims of the tasks in flight into the suite run's state
+)
 BULK_FETCH_SECONDS = 600  # to fetch a run directory from a node that has already sent its message
-MAX_LOST = 3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
+MAX_LOST = (
+    3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
+)
 QUEUED = float("inf")  # the deadline of a task its node has not started yet
 GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
@@ -100,13 +109,24 @@ _VERDICTS = {v.value for v in Verdict}
 def _finding(f: Any) -> dict[str, str]:
     """One finding as a message carries it: a known kind, its severity derived here (never the
     node's), subject and message cut to `MAX_TEXT`."""
-    if not (isinstance(f, dict) and isinstance(f.get("subject"), str) and isinstance(f.get("message"), str)):
+    if not (
+        isinstance(f, dict)
+        and isinstance(f.get("subject"), str)
+        and isinstance(f.get("message"), str)
+    ):
         raise ArrivalError("a finding in the node's message is not a finding")
     try:
         kind = Kind(f.get("kind"))
     except ValueError:
-        raise ArrivalError(f"a finding in the node's message has an unknown kind: {display(str(f.get('kind')))[:80]}") from None
-    return {"kind": kind.value, "severity": SEVERITY[kind].value, "subject": f["subject"][:MAX_TEXT], "message": f["message"][:MAX_TEXT]}
+        raise ArrivalError(
+            f"a finding in the node's message has an unknown kind: {display(str(f.get('kind')))[:80]}"
+        ) from None
+    return {
+        "kind": kind.value,
+        "severity": SEVERITY[kind].value,
+        "subject": f["subject"][:MAX_TEXT],
+        "message": f["message"][:MAX_TEXT],
+    }
 
 
 _HEAVIEST = {"breach": 0, "error": 1, "fail": 2, "info": 3}
@@ -126,11 +146,21 @@ class NodeMessage:
 
     def encode(self) -> bytes:
         """As JSON, within `MAX_MESSAGE_BYTES`: the heaviest findings first, as many as fit."""
-        findings = sorted((f for f in map(_finding, self.findings) if f["severity"] != "info"), key=lambda f: _HEAVIEST[f["severity"]])
+        findings = sorted(
+            (f for f in map(_finding, self.findings) if f["severity"] != "info"),
+            key=lambda f: _HEAVIEST[f["severity"]],
+        )
         findings = findings[:MAX_MESSAGE_FINDINGS]
         while True:
-            data = json.dumps({"node": self.node_id, "verdict": self.verdict, "attempt": self.attempt,
-                               "unsent": (self.unsent or "")[:MAX_TEXT] or None, "findings": findings}).encode()
+            data = json.dumps(
+                {
+                    "node": self.node_id,
+                    "verdict": self.verdict,
+                    "attempt": self.attempt,
+                    "unsent": (self.unsent or "")[:MAX_TEXT] or None,
+                    "findings": findings,
+                }
+            ).encode()
             if len(data) <= MAX_MESSAGE_BYTES:
                 return data
             findings = findings[:-1]
@@ -144,14 +174,24 @@ class NodeMessage:
             doc = json.loads(data)
         except ValueError:
             raise ArrivalError("its message is not JSON") from None
-        if not (isinstance(doc, dict) and doc.get("verdict") in _VERDICTS and isinstance(doc.get("node"), str)
-                and isinstance(doc.get("findings"), list) and len(doc["findings"]) <= MAX_MESSAGE_FINDINGS
-                and (doc.get("attempt") is None or (type(doc["attempt"]) is int and doc["attempt"] > 0))
-                and (doc.get("unsent") is None or isinstance(doc["unsent"], str))):
+        if not (
+            isinstance(doc, dict)
+            and doc.get("verdict") in _VERDICTS
+            and isinstance(doc.get("node"), str)
+            and isinstance(doc.get("findings"), list)
+            and len(doc["findings"]) <= MAX_MESSAGE_FINDINGS
+            and (doc.get("attempt") is None or (type(doc["attempt"]) is int and doc["attempt"] > 0))
+            and (doc.get("unsent") is None or isinstance(doc["unsent"], str))
+        ):
             raise ArrivalError("its message is not a node's message")
         findings = tuple(f for f in map(_finding, doc["findings"]) if f["severity"] != "info")
-        return cls(doc["node"][:MAX_TEXT], doc["verdict"], findings, doc.get("attempt"),
-                   doc["unsent"][:MAX_TEXT] if doc.get("unsent") else None)
+        return cls(
+            doc["node"][:MAX_TEXT],
+            doc["verdict"],
+            findings,
+            doc.get("attempt"),
+            doc["unsent"][:MAX_TEXT] if doc.get("unsent") else None,
+        )
 
 
 class Claims:
@@ -168,7 +208,9 @@ class Claims:
     def start(self, run_id: str, attempt: int, node_id: str) -> None:
         """A task began on its node: when, by this (the caller's) machine's clock, never the node's."""
         if len(self.starts) < MAX_CLAIMS:
-            self.starts.append((str(run_id)[:MAX_TEXT], int(attempt), str(node_id)[:MAX_TEXT], time.time()))
+            self.starts.append(
+                (str(run_id)[:MAX_TEXT], int(attempt), str(node_id)[:MAX_TEXT], time.time())
+            )
 
     def take_starts(self) -> list[tuple[str, int, str, float]]:
         taken, self.starts = self.starts, []
@@ -199,13 +241,17 @@ def decide(judged: str | None, claimed: Sequence[str | None], why: str | None = 
     if judged is None:
         because = why or "nothing could be judged here"
         if BREACH in claimed:
-            return Arrival(BREACH, f"{because}; the node's verdict, breach, stands (not judged here)")
+            return Arrival(
+                BREACH, f"{because}; the node's verdict, breach, stands (not judged here)"
+            )
         return Arrival("error", f"{because}; the node's verdict ({said}) cannot be checked here")
     if all(c == judged for c in claimed):
         return Arrival(judged, None)
     differs = f"the node's verdict ({said}) differs from the verdict judged here ({judged})"
     if BREACH in (judged, *claimed):
-        return Arrival(BREACH, differs + ("" if judged == BREACH else "; a breach claimed by a node stands"))
+        return Arrival(
+            BREACH, differs + ("" if judged == BREACH else "; a breach claimed by a node stands")
+        )
     return Arrival("error", differs)
 
 
@@ -235,11 +281,17 @@ def outside_effects(spec: spec_mod.Spec) -> list[str]:
 
 def refuse_outside_effects(specs: tuple[spec_mod.Spec, ...]) -> None:
     """Raise a `SpecError` naming each spec whose effects a retry on another node could repeat."""
-    problems = [f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its node is lost, "
-                "and the idempotency store that keeps an effect from repeating stays with the lost node"
-                for s in specs if (why := outside_effects(s))]
+    problems = [
+        f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its node is lost, "
+        "and the idempotency store that keeps an effect from repeating stays with the lost node"
+        for s in specs
+        if (why := outside_effects(s))
+    ]
     if problems:
-        raise SpecError(problems, fix="run these specs locally (without --cluster), or leave them out of the suite")
+        raise SpecError(
+            problems,
+            fix="run these specs locally (without --cluster), or leave them out of the suite",
+        )
 
 
 def _budget_seconds(spec: spec_mod.Spec) -> float:
@@ -253,24 +305,37 @@ def overdue(in_flight: dict[Any, tuple[int, float]], now: float) -> Any | None:
     return ref if in_flight[ref][1] <= now else None
 
 
-LOSS_CAUSES = {"node": "lost with their node", "hung": "cancelled as hung", "caller": "stopped with the caller"}  # cause -> how a line says it
+LOSS_CAUSES = {
+    "node": "lost with their node",
+    "hung": "cancelled as hung",
+    "caller": "stopped with the caller",
+}  # cause -> how a line says it
 
 
-def record_loss(entry: dict[str, Any], node: str | None, error: str, cause: str = "node") -> str | None:
+def record_loss(
+    entry: dict[str, Any], node: str | None, error: str, cause: str = "node"
+) -> str | None:
     """Count a lost submission in its spec's suite-run entry (`cause`: see `LOSS_CAUSES`): the
     attempt it ran is lost and the next submission runs the one after. None when the spec may be
     submitted again; otherwise why its verdict is `error` (lost `MAX_LOST` times)."""
     attempt = entry.get("next_attempt", 1)
-    entry["lost"] = [*entry.get("lost", []), {"node": node, "attempt": attempt, "error": error, "cause": cause, "at": utc_now()}]
+    entry["lost"] = [
+        *entry.get("lost", []),
+        {"node": node, "attempt": attempt, "error": error, "cause": cause, "at": utc_now()},
+    ]
     entry["next_attempt"] = attempt + 1
-    return f"lost with its node {len(entry['lost'])} times" if len(entry["lost"]) >= MAX_LOST else None
+    return (
+        f"lost with its node {len(entry['lost'])} times" if len(entry["lost"]) >= MAX_LOST else None
+    )
 
 
 def losses(lost: Sequence[dict[str, Any]]) -> str:
     """A spec's lost submissions in words, by cause: "1 lost with their node, 1 stopped with the caller"."""
     counts: dict[str, int] = {}
     for loss in lost:
-        cause = loss.get("cause") or ("caller" if loss.get("error") == "the caller stopped" else "node")  # before causes were kept
+        cause = loss.get("cause") or (
+            "caller" if loss.get("error") == "the caller stopped" else "node"
+        )  # before causes were kept
         counts[cause] = counts.get(cause, 0) + 1
     return ", ".join(f"{n} {LOSS_CAUSES.get(cause, cause)}" for cause, n in counts.items())
 
@@ -290,6 +355,7 @@ def lost_node(exc: BaseException, known: Iterable[str]) -> str | None:
 
 # --- on the node ------------------------------------------------------------------------------
 
+
 def claim(claims: Any, run_id: str, message: NodeMessage, say: Callable[[str], None]) -> None:
     """Claim an attempt's breach with the caller, and wait until it holds it. A claim that fails
     (timed out, the caller's actor gone) is logged, never raised: the run goes on, and its final
@@ -299,11 +365,15 @@ def claim(claims: Any, run_id: str, message: NodeMessage, say: Callable[[str], N
     try:
         ray.get(claims.add.remote(run_id, message.encode()), timeout=60)
     except Exception as exc:
-        say(f"attempt {message.attempt}'s breach could not be claimed with the caller ({type(exc).__name__}: {display(str(exc))[:500]}); "
-            "the run goes on and its final message carries it")
+        say(
+            f"attempt {message.attempt}'s breach could not be claimed with the caller ({type(exc).__name__}: {display(str(exc))[:500]}); "
+            "the run goes on and its final message carries it"
+        )
 
 
-def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, claims: Any) -> tuple[bytes, bytes]:
+def run_on_node(
+    spec_path: str, digest: str, run_id: str, first_attempt: int, claims: Any
+) -> tuple[bytes, bytes]:
     """A Ray task (two returns): drive one spec on this node's engine in a scratch folder; return
     its message (`NodeMessage`) and its run directory (empty when it is past a bound: the
     message says why)."""
@@ -317,31 +387,65 @@ def run_on_node(spec_path: str, digest: str, run_id: str, first_attempt: int, cl
     class NodeDriver(Driver):
         def _escalate(self, record: Any) -> None:
             super()._escalate(record)
-            if record.judgement.verdict is Verdict.BREACH:  # claimed before the next attempt starts, or the task ends
+            if (
+                record.judgement.verdict is Verdict.BREACH
+            ):  # claimed before the next attempt starts, or the task ends
                 findings = tuple(f.to_json() for f in record.judgement.findings)
-                claim(claims, run_id, NodeMessage(node_id, BREACH, findings, attempt=record.number), say)
+                claim(
+                    claims,
+                    run_id,
+                    NodeMessage(node_id, BREACH, findings, attempt=record.number),
+                    say,
+                )
 
     node_id = ray.get_runtime_context().get_node_id()
-    ray.get(claims.start.remote(run_id, first_attempt, node_id), timeout=60)  # its deadline counts from here, not from its submission
+    ray.get(
+        claims.start.remote(run_id, first_attempt, node_id), timeout=60
+    )  # its deadline counts from here, not from its submission
     spec = spec_mod.load(spec_path)
     if spec_digest(spec) != digest:
-        raise AssureError("the spec on this node differs from the caller's", where=f"{node_id}: {spec_path}",
-                          fix="deploy the same suite and spec files, at the same paths, to every node")
+        raise AssureError(
+            "the spec on this node differs from the caller's",
+            where=f"{node_id}: {spec_path}",
+            fix="deploy the same suite and spec files, at the same paths, to every node",
+        )
     backend = DockerBackend()
     say = lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True)  # noqa: E731  (in the node's Ray worker log)
     finder = Images(backend, say)
-    images = finder.resolve() or finder.ensure()  # built here on first use, from the same recipe: same tags
+    images = (
+        finder.resolve() or finder.ensure()
+    )  # built here on first use, from the same recipe: same tags
     install.ensure(spec, backend, images, say)  # and the spec's derived image, by the same digest
-    alive, held = os.pipe()  # `held` (not inherited) is open while this worker lives: its end is the watchdog's sign
-    subprocess.run([sys.executable, "-m", "assure.run.watchdog", str(alive), str(os.getpid()), str(_budget_seconds(spec))],
-                   pass_fds=(alive,), start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    alive, held = (
+        os.pipe()
+    )  # `held` (not inherited) is open while this worker lives: its end is the watchdog's sign
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "assure.run.watchdog",
+            str(alive),
+            str(os.getpid()),
+            str(_budget_seconds(spec)),
+        ],
+        pass_fds=(alive,),
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+    )
     os.close(alive)
     with contextlib.ExitStack() as stack:
-        stack.callback(lambda: (os.write(held, b"."), os.close(held)))  # this task ended as it should: its watchdog goes
+        stack.callback(
+            lambda: (os.write(held, b"."), os.close(held))
+        )  # this task ended as it should: its watchdog goes
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=SCRATCH))
         stack.enter_context(store.exclusive(Path(scratch), "node task"))
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
-        result = NodeDriver(spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt).drive()
+        result = NodeDriver(
+            spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt
+        ).drive()
         findings = tuple(f for a in result.report.get("attempts", []) for f in a["findings"])
         try:
             archive, unsent = pack(run.path), None
@@ -364,7 +468,9 @@ def release_orphan_scratch(base: Path | None = None, *, dry_run: bool = False) -
             st, lock = folder.lstat(), (folder / LOCK).lstat()
         except OSError:
             continue
-        if not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and stat.S_ISREG(lock.st_mode)):
+        if not (
+            stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and stat.S_ISREG(lock.st_mode)
+        ):
             continue
         if store.is_locked(folder) or workspace_fs.mounted_under(folder):
             continue
@@ -379,7 +485,9 @@ def _agents_tree(name: str) -> bool:
     base a task starts from, an attempt's POST workspace): where its links are kept as data."""
     parts = PurePosixPath(name).parts
     base, workspace = RunPaths(Path()).base.name, AttemptPaths(Path("1")).workspace.name
-    return (len(parts) > 1 and parts[0] == base) or (len(parts) > 3 and parts[0] == ATTEMPTS and parts[2] == workspace)
+    return (len(parts) > 1 and parts[0] == base) or (
+        len(parts) > 3 and parts[0] == ATTEMPTS and parts[2] == workspace
+    )
 
 
 def pack(run_dir: Path) -> bytes:
@@ -393,15 +501,26 @@ def pack(run_dir: Path) -> bytes:
                 path = Path(root) / name
                 tar.inodes.clear()  # a file with other links is sent whole, never as a hard link
                 info = tar.gettarinfo(path, arcname=str(path.relative_to(run_dir)))
-                if not (info.isfile() or info.isdir() or (info.issym() and _agents_tree(info.name))):
-                    raise AssureError(f"{display(info.name)} in the run directory is neither a file nor a folder", where=str(run_dir))
+                if not (
+                    info.isfile() or info.isdir() or (info.issym() and _agents_tree(info.name))
+                ):
+                    raise AssureError(
+                        f"{display(info.name)} in the run directory is neither a file nor a folder",
+                        where=str(run_dir),
+                    )
                 members += 1
                 if members > MAX_MEMBERS:
-                    raise AssureError(f"the run directory has more than {MAX_MEMBERS} members (at {display(info.name)})", where=str(run_dir))
+                    raise AssureError(
+                        f"the run directory has more than {MAX_MEMBERS} members (at {display(info.name)})",
+                        where=str(run_dir),
+                    )
                 total += info.size
                 if total > MAX_ARCHIVE_BYTES:
-                    raise AssureError(f"the run directory is larger than {MAX_ARCHIVE_BYTES >> 20} MiB "
-                                      f"(at {display(info.name)}, {info.size} bytes)", where=str(run_dir))
+                    raise AssureError(
+                        f"the run directory is larger than {MAX_ARCHIVE_BYTES >> 20} MiB "
+                        f"(at {display(info.name)}, {info.size} bytes)",
+                        where=str(run_dir),
+                    )
                 if info.isfile():
                     with open(path, "rb") as fh:
                         tar.addfile(info, fh)
@@ -412,13 +531,16 @@ def pack(run_dir: Path) -> bytes:
 
 # --- where it arrives ----------------------------------------------------------------------------
 
+
 def _files_and_folders(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
     """tarfile's `data` filter (no absolute name, no `..`, nothing outside, no setuid), with the
     permission bits kept (the verifier compares them with POST); links are made afterwards."""
     if member.issym():
         return None
     if not (member.isfile() or member.isdir()):
-        raise ArrivalError(f"{display(member.name)}: only files, folders and the agent's links may arrive, not a hard link or special file")
+        raise ArrivalError(
+            f"{display(member.name)}: only files, folders and the agent's links may arrive, not a hard link or special file"
+        )
     return tarfile.data_filter(member, dest).replace(mode=member.mode & 0o777, deep=False)
 
 
@@ -432,7 +554,9 @@ def _checked(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
             raise ArrivalError(f"more than {MAX_MEMBERS} members")
         if size > MAX_ARCHIVE_BYTES:
             raise ArrivalError(f"more than {MAX_ARCHIVE_BYTES} bytes of files")
-        if m.name.startswith("/") or any(part in ("", ".", "..") for part in PurePosixPath(m.name).parts):
+        if m.name.startswith("/") or any(
+            part in ("", ".", "..") for part in PurePosixPath(m.name).parts
+        ):
             raise ArrivalError(f"{display(m.name)}: a name that leaves its folder")
         if m.issym() and not _agents_tree(m.name):
             raise ArrivalError(f"{display(m.name)}: a link outside the agent's tree")
@@ -456,7 +580,9 @@ def unpack(archive: bytes, runs_dir: Path, run_id: str) -> store.RunDir:
             os.symlink(m.linkname, staging.joinpath(*parts))
         paths = RunPaths(staging)
         if not (paths.state.is_file() and paths.spec_json.is_file()):
-            raise ArrivalError(f"it has no {paths.state.name} or {paths.spec_json.name}: not a run directory")
+            raise ArrivalError(
+                f"it has no {paths.state.name} or {paths.spec_json.name}: not a run directory"
+            )
         os.rename(staging, final)
     except (tarfile.TarError, OSError) as exc:
         raise ArrivalError(f"the archive cannot be unpacked: {display(str(exc))}") from None
@@ -466,8 +592,13 @@ def unpack(archive: bytes, runs_dir: Path, run_id: str) -> store.RunDir:
     return store.RunDir.open(final)
 
 
-def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path | None,
-           claims: Sequence[dict[str, Any]] = ()) -> Arrival:
+def settle(
+    run: store.RunDir,
+    spec: spec_mod.Spec,
+    node_verdict: str,
+    key: Path | None,
+    claims: Sequence[dict[str, Any]] = (),
+) -> Arrival:
     """Judge the arrived run again, against the caller's spec, from its folder alone; keep the
     node's report beside the one judged here; compare; sign the receipts here. When the spec's
     verdict is not the one judged here (a breach its node claimed, `claims`, a verdict that
@@ -478,10 +609,20 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
 
     ran = spec_mod.Spec.from_json(store.read_json(run.paths.spec_json))
     if spec_digest(ran) != spec_digest(spec):
-        return decide(None, [node_verdict], "the run directory it sent is of another spec than the one it was given")
-    if run.paths.report.is_file() and not run.paths.node_report.is_file():  # once: a settle cut short is done again
+        return decide(
+            None,
+            [node_verdict],
+            "the run directory it sent is of another spec than the one it was given",
+        )
+    if (
+        run.paths.report.is_file() and not run.paths.node_report.is_file()
+    ):  # once: a settle cut short is done again
         os.replace(run.paths.report, run.paths.node_report)
-    recorded = store.read_json(run.paths.node_report).get("verdict") if run.paths.node_report.is_file() else None
+    recorded = (
+        store.read_json(run.paths.node_report).get("verdict")
+        if run.paths.node_report.is_file()
+        else None
+    )
     recomputed, judged = rejudge(run.path, spec)
     store.write_json(run.paths.report, recomputed.report)
     records = Records(run.paths)
@@ -489,8 +630,14 @@ def settle(run: store.RunDir, spec: spec_mod.Spec, node_verdict: str, key: Path 
         records.keep(record)
     arrival = decide(recomputed.verdict, [node_verdict, recorded])
     standing = with_claims(arrival.verdict, arrival.node_finding, claims)
-    overruled = f"the spec's verdict is {standing.verdict}: {standing.node_finding}"[:MAX_TEXT] if standing.verdict != recomputed.verdict else None
-    issue_receipts(run, spec, store.read_json(run.paths.state), key, records, judged, overruled=overruled)
+    overruled = (
+        f"the spec's verdict is {standing.verdict}: {standing.node_finding}"[:MAX_TEXT]
+        if standing.verdict != recomputed.verdict
+        else None
+    )
+    issue_receipts(
+        run, spec, store.read_json(run.paths.state), key, records, judged, overruled=overruled
+    )
     return arrival
 
 
@@ -507,17 +654,28 @@ def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
         return
     host, _, port = address.rpartition(":")
     if not (host and port.isdigit()):
-        raise AssureError(f"--cluster {display(address)} is not host:port", where="--cluster", fix=_JOIN_FIX)
+        raise AssureError(
+            f"--cluster {display(address)} is not host:port", where="--cluster", fix=_JOIN_FIX
+        )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
             conn.settimeout(timeout)
-            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5))  # preface, empty SETTINGS
+            conn.sendall(
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)
+            )  # preface, empty SETTINGS
             head = conn.recv(9)
     except OSError as exc:
-        raise AssureError(f"nothing answers at the Ray cluster address {display(address)}: {display(str(exc))}",
-                          where="--cluster", fix=_JOIN_FIX) from None
+        raise AssureError(
+            f"nothing answers at the Ray cluster address {display(address)}: {display(str(exc))}",
+            where="--cluster",
+            fix=_JOIN_FIX,
+        ) from None
     if len(head) < 4 or head[3] != 0x04:
-        raise AssureError(f"what answers at {display(address)} is not a Ray cluster's head (no gRPC server)", where="--cluster", fix=_JOIN_FIX)
+        raise AssureError(
+            f"what answers at {display(address)} is not a Ray cluster's head (no gRPC server)",
+            where="--cluster",
+            fix=_JOIN_FIX,
+        )
 
 
 def connect(address: str) -> Any:
@@ -535,12 +693,20 @@ def connect(address: str) -> Any:
     from ray._private import worker as ray_worker
 
     to_stdout = ray_worker.print_to_stdstream  # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
-    ray_worker.print_to_stdstream = lambda data, ignore_prefix: to_stdout({**data, "is_err": True}, ignore_prefix)  # stderr: stdout is --json's
+    ray_worker.print_to_stdstream = lambda data, ignore_prefix: to_stdout(
+        {**data, "is_err": True}, ignore_prefix
+    )  # stderr: stdout is --json's
     failed: list[BaseException] = []
 
     def join() -> None:
         try:
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=False, **extra)
+            ray.init(
+                address=address,
+                logging_level="WARNING",
+                log_to_driver=False,
+                configure_logging=False,
+                **extra,
+            )
         except BaseException as exc:  # handed to the caller's thread
             failed.append(exc)
 
@@ -549,17 +715,29 @@ def connect(address: str) -> Any:
         joining.start()
         joining.join(JOIN_SECONDS)
     if joining.is_alive():
-        raise AssureError(f"cannot join the Ray cluster at {display(address)}: no answer within {JOIN_SECONDS} s", where="--cluster", fix=_JOIN_FIX)
+        raise AssureError(
+            f"cannot join the Ray cluster at {display(address)}: no answer within {JOIN_SECONDS} s",
+            where="--cluster",
+            fix=_JOIN_FIX,
+        )
     if failed:
-        raise AssureError(f"cannot join the Ray cluster at {display(address)}: {display(str(failed[0]))}", where="--cluster", fix=_JOIN_FIX) from None
+        raise AssureError(
+            f"cannot join the Ray cluster at {display(address)}: {display(str(failed[0]))}",
+            where="--cluster",
+            fix=_JOIN_FIX,
+        ) from None
     if not ray.cluster_resources().get(RESOURCE):
-        raise AssureError(f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
-                          fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""")
+        raise AssureError(
+            f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
+            fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""",
+        )
     return ray
 
 
-NOISE = (b"SIGTERM handler is not set",  # it is joined from a thread on purpose (JOIN_SECONDS)
-         b"Failed to determine local IP via external connectivity")  # its C++ probe of 8.8.8.8, before its log level is read
+NOISE = (
+    b"SIGTERM handler is not set",  # it is joined from a thread on purpose (JOIN_SECONDS)
+    b"Failed to determine local IP via external connectivity",
+)  # its C++ probe of 8.8.8.8, before its log level is read
 
 
 @contextlib.contextmanager
@@ -578,7 +756,11 @@ def _without_noise(limit: int = 1 << 20) -> Iterator[None]:
             os.dup2(saved, 2)
             os.close(saved)
             held.seek(0)
-            kept = [line for line in held.read(limit).splitlines(keepends=True) if not any(n in line for n in NOISE)]
+            kept = [
+                line
+                for line in held.read(limit).splitlines(keepends=True)
+                if not any(n in line for n in NOISE)
+            ]
             os.write(2, b"".join(kept))
 
 
@@ -592,7 +774,11 @@ class Capacity:
     docker: float
 
     def holds(self, spec: spec_mod.Spec) -> bool:
-        return self.docker >= 1 and self.cpus >= spec.limits.cpus and self.memory >= spec_mod.parse_size(spec.limits.memory)
+        return (
+            self.docker >= 1
+            and self.cpus >= spec.limits.cpus
+            and self.memory >= spec_mod.parse_size(spec.limits.memory)
+        )
 
     def __str__(self) -> str:
         return f"node {self.node_id[:12]}: {self.cpus:g} CPU, {self.memory / 2**30:.2f} GiB memory, {self.docker:g} {RESOURCE}"
@@ -600,8 +786,16 @@ class Capacity:
 
 def capacities(nodes: Iterable[dict[str, Any]]) -> list[Capacity]:
     """Every live node's total resources (Ray's `ray.nodes()`), the largest first."""
-    found = [Capacity(str(n["NodeID"]), float(n["Resources"].get("CPU", 0)), int(n["Resources"].get("memory", 0)), float(n["Resources"].get(RESOURCE, 0)))
-             for n in nodes if n.get("Alive")]
+    found = [
+        Capacity(
+            str(n["NodeID"]),
+            float(n["Resources"].get("CPU", 0)),
+            int(n["Resources"].get("memory", 0)),
+            float(n["Resources"].get(RESOURCE, 0)),
+        )
+        for n in nodes
+        if n.get("Alive")
+    ]
     return sorted(found, key=lambda c: (c.docker >= 1, c.cpus, c.memory), reverse=True)
 
 
@@ -609,10 +803,17 @@ def refuse_infeasible(specs: Iterable[spec_mod.Spec], nodes: Sequence[Capacity])
     """Raise a `SpecError` naming each spec no node can hold (its CPUs, its memory and one
     `docker`), and the largest node: Ray would queue its task for ever, and say so only in a log."""
     largest = nodes[0] if nodes else None
-    problems = [f"{s.path}: limits.cpus {s.limits.cpus:g} and limits.memory {s.limits.memory} with 1 {RESOURCE}: no node of the cluster "
-                f"holds it (the largest: {largest or 'none'})" for s in specs if not any(n.holds(s) for n in nodes)]
+    problems = [
+        f"{s.path}: limits.cpus {s.limits.cpus:g} and limits.memory {s.limits.memory} with 1 {RESOURCE}: no node of the cluster "
+        f"holds it (the largest: {largest or 'none'})"
+        for s in specs
+        if not any(n.holds(s) for n in nodes)
+    ]
     if problems:
-        raise SpecError(problems, fix="lower the spec's limits, or add a node that has them (`ray start --num-cpus N --memory BYTES`)")
+        raise SpecError(
+            problems,
+            fix="lower the spec's limits, or add a node that has them (`ray start --num-cpus N --memory BYTES`)",
+        )
 
 
 def join(address: str, specs: Sequence[spec_mod.Spec]) -> Any:
@@ -636,9 +837,18 @@ def loopback(address: str, environ: Any) -> bool:
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     """What Ray raises when a task's node or worker, not the task's code, failed: worth a retry."""
     ex = ray.exceptions
-    return tuple(getattr(ex, name) for name in ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError",
-                                                 "ObjectFetchTimedOutError", "RaySystemError")
-                 if hasattr(ex, name))
+    return tuple(
+        getattr(ex, name)
+        for name in (
+            "NodeDiedError",
+            "WorkerCrashedError",
+            "ObjectLostError",
+            "OwnerDiedError",
+            "ObjectFetchTimedOutError",
+            "RaySystemError",
+        )
+        if hasattr(ex, name)
+    )
 
 
 def record_claims(entries: list[dict[str, Any]], taken: Iterable[tuple[str, Any]]) -> None:
@@ -655,13 +865,26 @@ def record_claims(entries: list[dict[str, Any]], taken: Iterable[tuple[str, Any]
         except ArrivalError:
             continue
         if message.verdict == BREACH and message.attempt is not None:
-            entry.setdefault("claims", []).append({"attempt": message.attempt, "node": message.node_id, "findings": list(message.findings), "at": utc_now()})
+            entry.setdefault("claims", []).append(
+                {
+                    "attempt": message.attempt,
+                    "node": message.node_id,
+                    "findings": list(message.findings),
+                    "at": utc_now(),
+                }
+            )
 
 
-def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None, key: Path | None,
-                finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None],
-                run_here: Callable[[spec_mod.Spec, store.RunDir], str] | None = None,
-                progress: Callable[[int, str], None] | None = None) -> list[Outcome]:
+def drive_suite(
+    record: SuiteRun,
+    runs_dir: Path,
+    address: str,
+    jobs: int | None,
+    key: Path | None,
+    finished: Callable[[int, spec_mod.Spec, Outcome, dict[str, Any]], None],
+    run_here: Callable[[spec_mod.Spec, store.RunDir], str] | None = None,
+    progress: Callable[[int, str], None] | None = None,
+) -> list[Outcome]:
     """Run every spec of the suite run that has no verdict yet on the cluster, at most `jobs` at
     a time (default: as many as the cluster's `docker` resource allows). The specs with effects
     outside the sandbox run here beside them, one at a time, through `run_here` (the local
@@ -680,21 +903,35 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
     cap = jobs or max(1, int(ray.cluster_resources()[RESOURCE]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     entries = record.state["runs"]
-    in_flight: dict[Any, tuple[int, float, Any]] = {}  # message ref -> (spec index, monotonic deadline, run directory ref)
-    submitted: dict[int, float] = {}  # spec index -> when its task was submitted, until its node starts it
+    in_flight: dict[
+        Any, tuple[int, float, Any]
+    ] = {}  # message ref -> (spec index, monotonic deadline, run directory ref)
+    submitted: dict[
+        int, float
+    ] = {}  # spec index -> when its task was submitted, until its node starts it
 
     def take_claims() -> None:
         taken, starts = ray.get([claims.take.remote(), claims.take_starts.remote()], timeout=120)
         if taken:
             record_claims(entries, taken)
-        by_run = {(e["run_id"], e.get("next_attempt")): i for i, e in enumerate(entries) if i in submitted and e["verdict"] is None}
+        by_run = {
+            (e["run_id"], e.get("next_attempt")): i
+            for i, e in enumerate(entries)
+            if i in submitted and e["verdict"] is None
+        }
         for run_id, attempt, node, at in starts:
             if (i := by_run.get((run_id, attempt))) is None:
                 continue  # a submission lost since, or not of this suite
             entries[i]["queued_seconds"] = round(max(0.0, at - submitted.pop(i)), 1)
             for ref, (n, _, bulk) in list(in_flight.items()):
                 if n == i:  # its deadline from its start on the node
-                    in_flight[ref] = (i, time.monotonic() - max(0.0, time.time() - at) + _budget_seconds(suite.specs[i]), bulk)
+                    in_flight[ref] = (
+                        i,
+                        time.monotonic()
+                        - max(0.0, time.time() - at)
+                        + _budget_seconds(suite.specs[i]),
+                        bulk,
+                    )
             if progress is not None:
                 progress(i, f"on {node[:12]}, queued {entries[i]['queued_seconds']:g} s")
         if taken or starts:
@@ -708,11 +945,22 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         entry.setdefault("next_attempt", 1)
         entry.setdefault("lost", [])
         record.save()  # write-ahead: a caller killed from here on continues this spec one attempt on
-        opts = {"resources": {RESOURCE: 1}, "num_cpus": spec.limits.cpus, "memory": spec_mod.parse_size(spec.limits.memory),
-                "max_retries": 0, "num_returns": 2}
+        opts = {
+            "resources": {RESOURCE: 1},
+            "num_cpus": spec.limits.cpus,
+            "memory": spec_mod.parse_size(spec.limits.memory),
+            "max_retries": 0,
+            "num_returns": 2,
+        }
         submitted[i] = time.time()
-        message, bulk = remote.options(**opts).remote(str(spec.path), spec_digest(spec), entry["run_id"], entry["next_attempt"], claims)
-        in_flight[message] = (i, QUEUED, bulk)  # no deadline until its node starts it: time in Ray's queue is not the spec's
+        message, bulk = remote.options(**opts).remote(
+            str(spec.path), spec_digest(spec), entry["run_id"], entry["next_attempt"], claims
+        )
+        in_flight[message] = (
+            i,
+            QUEUED,
+            bulk,
+        )  # no deadline until its node starts it: time in Ray's queue is not the spec's
         if progress is not None:
             progress(i, "queued")
 
@@ -722,10 +970,19 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         claimed = entries[i].get("claims", [])
         arrival = with_claims(verdict, fields.pop("node_finding", None), claimed)
         if arrival.verdict != verdict:  # raised by a claim: the findings it carried are the spec's
-            fields["node_findings"] = [f for c in claimed for f in c["findings"]][:MAX_MESSAGE_FINDINGS]
-        entries[i].update(verdict=arrival.verdict, finished_at=utc_now(), **fields, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))
+            fields["node_findings"] = [f for c in claimed for f in c["findings"]][
+                :MAX_MESSAGE_FINDINGS
+            ]
+        entries[i].update(
+            verdict=arrival.verdict,
+            finished_at=utc_now(),
+            **fields,
+            **({"node_finding": arrival.node_finding} if arrival.node_finding else {}),
+        )
         record.save()
-        outcome = Outcome(suite.specs[i].name, entries[i]["run_id"], arrival.verdict, suite.specs[i].expect)
+        outcome = Outcome(
+            suite.specs[i].name, entries[i]["run_id"], arrival.verdict, suite.specs[i].expect
+        )
         finished(i, suite.specs[i], outcome, entries[i])
 
     def lose(i: int, node: str | None, error: str, cause: str = "node") -> bool:
@@ -739,7 +996,10 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         return True
 
     def stopped() -> bool:
-        return suite.stop_on_unexpected and any(e["verdict"] is not None and e["verdict"] != s.expect for e, s in zip(entries, suite.specs))
+        return suite.stop_on_unexpected and any(
+            e["verdict"] is not None and e["verdict"] != s.expect
+            for e, s in zip(entries, suite.specs)
+        )
 
     def without_bulk(i: int, verdict: str | None, why: str) -> None:
         """The node's message arrived and its run directory did not (refused, never sent, lost): see `decide`."""
@@ -754,12 +1014,20 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
         """A spec cluster mode cannot run: driven here (resumed, when it had started), its state kept by this thread."""
         spec, entry = suite.specs[i], entries[i]
         if entry["run_id"] is None:
-            entry["run_id"] = store.RunDir.new(runs_dir, spec.name, spec.path, spec.to_json()).run_id
-        entry.update(started_at=entry.get("started_at") or utc_now(), where="here", here_because=outside_effects(spec))
+            entry["run_id"] = store.RunDir.new(
+                runs_dir, spec.name, spec.path, spec.to_json()
+            ).run_id
+        entry.update(
+            started_at=entry.get("started_at") or utc_now(),
+            where="here",
+            here_because=outside_effects(spec),
+        )
         record.save()  # before the run starts: a caller killed from here on resumes this run
         if progress is not None:
             progress(i, "here")
-        here_flight[here_pool.submit(here, i, spec, store.RunDir.open(runs_dir / entry["run_id"]))] = i
+        here_flight[
+            here_pool.submit(here, i, spec, store.RunDir.open(runs_dir / entry["run_id"]))
+        ] = i
 
     def here(i: int, spec: spec_mod.Spec, run: store.RunDir) -> str:
         here_threads[i] = threading.get_ident()
@@ -788,15 +1056,23 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 here_waiting.append(i)
                 continue
             if entry["run_id"] is not None:
-                for stale in runs_dir.glob(f"{ARRIVING}{entry['run_id']}-*"):  # an unpack the caller's death cut short
+                for stale in runs_dir.glob(
+                    f"{ARRIVING}{entry['run_id']}-*"
+                ):  # an unpack the caller's death cut short
                     shutil.rmtree(stale, ignore_errors=True)
                 if (runs_dir / entry["run_id"]).is_dir():
-                    _settle_arrived(i, entry, suite.specs[i], runs_dir, key, conclude)  # arrived before the caller died
+                    _settle_arrived(
+                        i, entry, suite.specs[i], runs_dir, key, conclude
+                    )  # arrived before the caller died
                     continue
-                if entry.get("node_verdict") == BREACH:  # its message came, and the caller died before the run directory did
+                if (
+                    entry.get("node_verdict") == BREACH
+                ):  # its message came, and the caller died before the run directory did
                     without_bulk(i, BREACH, "the caller stopped before its run directory arrived")
                     continue
-                if not lose(i, None, "the caller stopped", "caller"):  # in flight when the caller died: Ray ended it with its driver
+                if not lose(
+                    i, None, "the caller stopped", "caller"
+                ):  # in flight when the caller died: Ray ended it with its driver
                     continue
             waiting.append(i)
         try:
@@ -811,16 +1087,26 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                     time.sleep(HERE_POLL_SECONDS if here_flight else 0)
                     stop = stopped()
                     continue
-                timeout = max(0.0, min(deadline for _, deadline, _ in in_flight.values()) - time.monotonic())
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=min(timeout, HERE_POLL_SECONDS if here_flight else CLAIMS_POLL_SECONDS))
+                timeout = max(
+                    0.0, min(deadline for _, deadline, _ in in_flight.values()) - time.monotonic()
+                )
+                ready, _ = ray.wait(
+                    list(in_flight),
+                    num_returns=1,
+                    timeout=min(timeout, HERE_POLL_SECONDS if here_flight else CLAIMS_POLL_SECONDS),
+                )
                 if not ready:
                     take_claims()  # written ahead: a caller killed later keeps them
                     ref = overdue(in_flight, time.monotonic())
                     if ref is None:  # every task within its spec's budget
                         continue
-                    i, _, _ = in_flight.pop(ref)  # the nearest task outlived its spec's whole budget: a hung node
+                    i, _, _ = in_flight.pop(
+                        ref
+                    )  # the nearest task outlived its spec's whole budget: a hung node
                     ray.cancel(ref, force=True)
-                    if lose(i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s", "hung"):
+                    if lose(
+                        i, None, f"cancelled after {_budget_seconds(suite.specs[i]):.0f} s", "hung"
+                    ):
                         waiting.insert(0, i)
                     continue
                 (ref,) = ready
@@ -829,54 +1115,120 @@ def drive_suite(record: SuiteRun, runs_dir: Path, address: str, jobs: int | None
                 try:
                     data = ray.get(ref)
                 except lost_errors as exc:
-                    if lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                    if lose(
+                        i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__
+                    ):
                         waiting.insert(0, i)
                     continue
                 except ray.exceptions.RayTaskError as exc:
-                    cause = exc.cause if isinstance(getattr(exc, "cause", None), AssureError) else None
-                    conclude(i, "error", reason=describe(cause) if cause else f"{type(exc).__name__} on the node")
-                except ray.exceptions.RayError as exc:  # out of memory, cancelled, a runtime env that failed: no retry
-                    conclude(i, "error", reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000])
+                    cause = (
+                        exc.cause if isinstance(getattr(exc, "cause", None), AssureError) else None
+                    )
+                    conclude(
+                        i,
+                        "error",
+                        reason=describe(cause) if cause else f"{type(exc).__name__} on the node",
+                    )
+                except (
+                    ray.exceptions.RayError
+                ) as exc:  # out of memory, cancelled, a runtime env that failed: no retry
+                    conclude(
+                        i,
+                        "error",
+                        reason=f"{type(exc).__name__} on the node: {display(str(exc))}"[:2000],
+                    )
                 else:
                     try:
                         message = NodeMessage.decode(data)
                     except ArrivalError as exc:
-                        conclude(i, "error", node_finding=f"its message was refused on arrival: {exc.explain()}")
+                        conclude(
+                            i,
+                            "error",
+                            node_finding=f"its message was refused on arrival: {exc.explain()}",
+                        )
                         continue
-                    entry.update(node=message.node_id, node_verdict=message.verdict, node_findings=list(message.findings))
+                    entry.update(
+                        node=message.node_id,
+                        node_verdict=message.verdict,
+                        node_findings=list(message.findings),
+                    )
                     record.save()  # write-ahead: what the node said, before the arrival is judged
                     if message.unsent:
-                        without_bulk(i, message.verdict, f"its node did not send its run directory: {message.unsent}")
+                        without_bulk(
+                            i,
+                            message.verdict,
+                            f"its node did not send its run directory: {message.unsent}",
+                        )
                         continue
                     try:
                         archive = ray.get(bulk, timeout=BULK_FETCH_SECONDS)
-                    except ray.exceptions.RayError as exc:  # the node's gone since it replied, the fetch timed out, ...
+                    except (
+                        ray.exceptions.RayError
+                    ) as exc:  # the node's gone since it replied, the fetch timed out, ...
                         if message.verdict == BREACH:
-                            without_bulk(i, BREACH, f"its run directory was lost on the way ({type(exc).__name__})")
-                        elif lose(i, lost_node(exc, (n["NodeID"] for n in ray.nodes())), type(exc).__name__):
+                            without_bulk(
+                                i,
+                                BREACH,
+                                f"its run directory was lost on the way ({type(exc).__name__})",
+                            )
+                        elif lose(
+                            i,
+                            lost_node(exc, (n["NodeID"] for n in ray.nodes())),
+                            type(exc).__name__,
+                        ):
                             waiting.insert(0, i)
                         continue
                     try:
                         unpack(archive, runs_dir, entry["run_id"])
                     except ArrivalError as exc:
-                        without_bulk(i, message.verdict, f"its run directory was refused on arrival: {exc.explain()}")
+                        without_bulk(
+                            i,
+                            message.verdict,
+                            f"its run directory was refused on arrival: {exc.explain()}",
+                        )
                     else:
                         take_claims()  # every claim made so far counts in its receipts
                         _settle_arrived(i, entry, spec, runs_dir, key, conclude)
                 stop = stopped()
-        except BaseException:  # Ctrl-C: the driver running a spec here gets it too, and cleans up as it would alone
+        except (
+            BaseException
+        ):  # Ctrl-C: the driver running a spec here gets it too, and cleans up as it would alone
             for tid in list(here_threads.values()):
                 raise_in(tid, KeyboardInterrupt)
             raise
         record.finish()
-    return [Outcome(s.name, e["run_id"], e["verdict"], s.expect) for s, e in zip(suite.specs, entries) if e["verdict"] is not None]
+    return [
+        Outcome(s.name, e["run_id"], e["verdict"], s.expect)
+        for s, e in zip(suite.specs, entries)
+        if e["verdict"] is not None
+    ]
 
 
-def _settle_arrived(i: int, entry: dict[str, Any], spec: spec_mod.Spec, runs_dir: Path, key: Path | None,
-                    conclude: Callable[..., None]) -> None:
+def _settle_arrived(
+    i: int,
+    entry: dict[str, Any],
+    spec: spec_mod.Spec,
+    runs_dir: Path,
+    key: Path | None,
+    conclude: Callable[..., None],
+) -> None:
     """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing: see `decide`."""
     try:
-        arrival = settle(store.RunDir.open(runs_dir / entry["run_id"]), spec, entry.get("node_verdict"), key, entry.get("claims", []))
+        arrival = settle(
+            store.RunDir.open(runs_dir / entry["run_id"]),
+            spec,
+            entry.get("node_verdict"),
+            key,
+            entry.get("claims", []),
+        )
     except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
-        arrival = decide(None, [entry.get("node_verdict")], f"its run directory cannot be judged here: {describe(exc)}")
-    conclude(i, arrival.verdict, **({"node_finding": arrival.node_finding} if arrival.node_finding else {}))
+        arrival = decide(
+            None,
+            [entry.get("node_verdict")],
+            f"its run directory cannot be judged here: {describe(exc)}",
+        )
+    conclude(
+        i,
+        arrival.verdict,
+        **({"node_finding": arrival.node_finding} if arrival.node_finding else {}),
+    )

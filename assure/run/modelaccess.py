@@ -25,14 +25,29 @@ from assure.sandbox import hardening
 from assure.sandbox.backend import Mount
 from assure.spec import Egress, Model, Spec, no_egress
 
-UPSTREAM_MODES = ("anthropic", "openai")  # a real API behind the egress proxy, its key mounted into the gateway only
+UPSTREAM_MODES = (
+    "anthropic",
+    "openai",
+)  # a real API behind the egress proxy, its key mounted into the gateway only
 
-PROXY_TIMEOUT_SECONDS = MODEL_EXCHANGE_SECONDS  # a long model answer must not be cut in the proxy's tunnel
-CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = 1.25, 0.1  # Anthropic's cache prices relative to input, when a spec omits them
+PROXY_TIMEOUT_SECONDS = (
+    MODEL_EXCHANGE_SECONDS  # a long model answer must not be cut in the proxy's tunnel
+)
+CACHE_WRITE_FACTOR, CACHE_READ_FACTOR = (
+    1.25,
+    0.1,
+)  # Anthropic's cache prices relative to input, when a spec omits them
 
 
 def prices(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    return {model: {"cache_write": p["input"] * CACHE_WRITE_FACTOR, "cache_read": p["input"] * CACHE_READ_FACTOR, **p} for model, p in table.items()}
+    return {
+        model: {
+            "cache_write": p["input"] * CACHE_WRITE_FACTOR,
+            "cache_read": p["input"] * CACHE_READ_FACTOR,
+            **p,
+        }
+        for model, p in table.items()
+    }
 
 
 def upstream_hostport(url: str) -> str:
@@ -60,12 +75,29 @@ class ModelAccess:
         m = self.model
         if not m:
             return None
-        conf: dict[str, Any] = {"mode": m.mode, "blob_dir": f"{hardening.GATEWAY_STATE}/blobs", "prices": prices(m.prices)}
-        conf.update({name: value for name, value in (("allow", m.allow), ("server_tool_fees", m.server_tool_fees)) if value})  # what the provider may do beyond the defaults
+        conf: dict[str, Any] = {
+            "mode": m.mode,
+            "blob_dir": f"{hardening.GATEWAY_STATE}/blobs",
+            "prices": prices(m.prices),
+        }
+        conf.update(
+            {
+                name: value
+                for name, value in (("allow", m.allow), ("server_tool_fees", m.server_tool_fees))
+                if value
+            }
+        )  # what the provider may do beyond the defaults
         if m.mode in UPSTREAM_MODES:
-            conf.update(upstream=m.upstream, key_file=f"{hardening.GATEWAY_SECRETS}/model-key", allow_http=m.allow_http)
+            conf.update(
+                upstream=m.upstream,
+                key_file=f"{hardening.GATEWAY_SECRETS}/model-key",
+                allow_http=m.allow_http,
+            )
         elif m.mode == "replay":
-            conf["recording"] = {"journals": [f"{hardening.GATEWAY_RECORDING}/journal.jsonl"], "blob_dir": f"{hardening.GATEWAY_RECORDING}/blobs"}
+            conf["recording"] = {
+                "journals": [f"{hardening.GATEWAY_RECORDING}/journal.jsonl"],
+                "blob_dir": f"{hardening.GATEWAY_RECORDING}/blobs",
+            }
             if m.volatile is not None:
                 conf["volatile"] = {name: list(items) for name, items in m.volatile.items()}
         else:
@@ -82,7 +114,13 @@ class ModelAccess:
             self.secrets = self._write_key(self.model)
             return (Mount(str(self.secrets), hardening.GATEWAY_SECRETS, read_only=True),)
         if self.model.mode == "replay":
-            return (Mount(str(self._path("recording") / "gateway"), hardening.GATEWAY_RECORDING, read_only=True),)
+            return (
+                Mount(
+                    str(self._path("recording") / "gateway"),
+                    hardening.GATEWAY_RECORDING,
+                    read_only=True,
+                ),
+            )
         return ()
 
     def cleanup(self) -> None:
@@ -93,14 +131,28 @@ class ModelAccess:
     def _path(self, field: str) -> Path:
         path = (self.spec_dir / (getattr(self.model, field) or "")).resolve()
         if not path.exists():
-            raise AssureError(f"model.{field}: {path} does not exist", fix="point it at an existing file or attempt directory")
+            raise AssureError(
+                f"model.{field}: {path} does not exist",
+                fix="point it at an existing file or attempt directory",
+            )
         return path
 
     def _write_key(self, m: Model) -> Path:
-        key = self._path("key_file").read_text().strip() if m.key_file else os.environ.get(m.key_env, "")
+        key = (
+            self._path("key_file").read_text().strip()
+            if m.key_file
+            else os.environ.get(m.key_env, "")
+        )
         if not key:
-            raise AssureError(f"model.mode is {m.mode} but no key: set {m.key_env} (or model.key_file)", fix=f"export {m.key_env}=... before `assure run`")
-        folder = Path(tempfile.mkdtemp(prefix="assure-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+            raise AssureError(
+                f"model.mode is {m.mode} but no key: set {m.key_env} (or model.key_file)",
+                fix=f"export {m.key_env}=... before `assure run`",
+            )
+        folder = Path(
+            tempfile.mkdtemp(
+                prefix="assure-secret-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+            )
+        )
         path = folder / "model-key"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
         with os.fdopen(fd, "w") as fh:

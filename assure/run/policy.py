@@ -20,7 +20,9 @@ def epoch(text: str) -> float:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError as exc:
-        raise SpecError([f"{text!r} is not an ISO 8601 date-time (e.g. 2027-01-31T12:00:00Z)"]) from exc
+        raise SpecError(
+            [f"{text!r} is not an ISO 8601 date-time (e.g. 2027-01-31T12:00:00Z)"]
+        ) from exc
 
 
 def contract(c: Contract | None) -> gate.Contract | None:
@@ -44,8 +46,16 @@ def pinned(spec: Spec) -> dict[str, Any]:
     """What `spec.contract`'s ratification pins besides its own terms, as this spec runs them:
     the acceptance tests of every task it governs (by task id), the protected paths and the
     writable scope. `gate.contract_terms` takes these as keywords."""
-    governed = [{"task": t.id, "assertions": list(t.assertions)} for t in spec.tasks if t.contract == spec.contract]
-    return {"assertions": governed, "protected": list(spec.workspace.protected), "writable": list(spec.workspace.writable)}
+    governed = [
+        {"task": t.id, "assertions": list(t.assertions)}
+        for t in spec.tasks
+        if t.contract == spec.contract
+    ]
+    return {
+        "assertions": governed,
+        "protected": list(spec.workspace.protected),
+        "writable": list(spec.workspace.writable),
+    }
 
 
 def contract_denial(spec: Spec, task: Task, now: float) -> gate.Decision | None:
@@ -55,9 +65,21 @@ def contract_denial(spec: Spec, task: Task, now: float) -> gate.Decision | None:
     Scope is left out: it is a property of a move, not of the contract."""
     c = contract(task.contract)
     pins = pinned(dataclasses.replace(spec, contract=task.contract))
-    action = gate.Action("contract.check", mutates=True, scope=c.scope[0] if c and c.scope else None)
-    decision = gate.contract_rule(action, gate.Context(known_tools=frozenset(), now=now, budget=gate.Budget(), contract=c,
-                                                       assertions=pins["assertions"], protected=tuple(pins["protected"]), writable=tuple(pins["writable"])))
+    action = gate.Action(
+        "contract.check", mutates=True, scope=c.scope[0] if c and c.scope else None
+    )
+    decision = gate.contract_rule(
+        action,
+        gate.Context(
+            known_tools=frozenset(),
+            now=now,
+            budget=gate.Budget(),
+            contract=c,
+            assertions=pins["assertions"],
+            protected=tuple(pins["protected"]),
+            writable=tuple(pins["writable"]),
+        ),
+    )
     return None if decision is None or decision.rule == "contract.scope" else decision
 
 
@@ -98,7 +120,10 @@ def gateway_policy(spec: Spec) -> dict[str, Any]:
         "writable": pins["writable"],
         "operator_dial": gate.LEVELS[spec.autonomy.dial],
         "verifier_trust": verifier_trust(spec),
-        "human_gates": [{**dataclasses.asdict(g), "expires_at": epoch(g.expires_at)} for g in spec.autonomy.human_gates],
+        "human_gates": [
+            {**dataclasses.asdict(g), "expires_at": epoch(g.expires_at)}
+            for g in spec.autonomy.human_gates
+        ],
         "rollbacks": rollback_scopes(spec),
         "tokens_limit": spec.limits.tokens,
         "cost_limit": spec.limits.cost,

@@ -49,7 +49,15 @@ from assure.records import layout, store
 from assure.records.layout import AttemptPaths
 from assure.run import modelaccess, suite
 from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
-from assure.sandbox.backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_UID, OWNER, Mount, SandboxBackend
+from assure.sandbox.backend import (
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_PID,
+    LABEL_UID,
+    OWNER,
+    Mount,
+    SandboxBackend,
+)
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 
@@ -58,24 +66,56 @@ log = logging.getLogger(__name__)
 LABEL_POOL = "assure.pool"
 CONTROL, RUN_STATE, AGENT_FILES, CLAIM = ".run-control", ".run-state", "agent-files", "agent-claim"
 WAKE = "wake"  # a FIFO in the claim and gateway config folders: the waiting gate and gateway block on it
-WAIT_MARGIN_SECONDS = 60  # a pair's containers wait this much longer than its idle lifetime, then exit
+WAIT_MARGIN_SECONDS = (
+    60  # a pair's containers wait this much longer than its idle lifetime, then exit
+)
 REFILL_POLL_SECONDS = 0.5
 # Pairs made at once: making one mostly waits on the engine (creates, starts, the gateway's
 # boot), so on this 2-core machine 3 at once kept -j 2 fed where 1 left its attempts waiting.
 REFILL_THREADS = max(1, min(4, (os.cpu_count() or 1) + 1))
-CLAIM_WAIT_SECONDS = 2.0  # a claim waits this long for a pair being made for it, rather than start cold
+CLAIM_WAIT_SECONDS = (
+    2.0  # a claim waits this long for a pair being made for it, rather than start cold
+)
 MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
-CLOSE_WORKERS = 4  # free pairs removed side by side on close(): each removal mostly waits on the engine
-MOUNTED_MODEL_MODES = ("anthropic", "openai", "replay")  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
+CLOSE_WORKERS = (
+    4  # free pairs removed side by side on close(): each removal mostly waits on the engine
+)
+MOUNTED_MODEL_MODES = (
+    "anthropic",
+    "openai",
+    "replay",
+)  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
 # Variables bash sets, resets or keeps read-only itself. A claimed agent's environment is
 # exported by its gate's bash (sandbox/docker.py GATE_CLAIM), a cold one's imported by the
 # same bash at its start, and bash treats these two ways differently: the agent would get
 # another value (PWD, IFS, SECONDS...), or none, or not start at all (UID, EUID, PPID and
 # SHELLOPTS are read-only: the export fails). A spec that sets one starts cold.
-BASH_OWN = frozenset({"DIRSTACK", "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "FUNCNAME", "GROUPS", "HISTCMD", "IFS", "OLDPWD",
-                      "OPTERR", "OPTIND", "PIPESTATUS", "PPID", "PS1", "PWD", "RANDOM", "SECONDS", "SHELLOPTS", "SRANDOM", "UID"})
+BASH_OWN = frozenset(
+    {
+        "DIRSTACK",
+        "EPOCHREALTIME",
+        "EPOCHSECONDS",
+        "EUID",
+        "FUNCNAME",
+        "GROUPS",
+        "HISTCMD",
+        "IFS",
+        "OLDPWD",
+        "OPTERR",
+        "OPTIND",
+        "PIPESTATUS",
+        "PPID",
+        "PS1",
+        "PWD",
+        "RANDOM",
+        "SECONDS",
+        "SHELLOPTS",
+        "SRANDOM",
+        "UID",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -87,8 +127,11 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not 0 <= self.size <= MAX_SIZE or not self.idle_seconds > 0:
-            raise AssureError(f"a pool of {self.size} pairs idle at most {self.idle_seconds} s", where="pool",
-                              fix=f"give a size from 0 to {MAX_SIZE} and an idle lifetime above 0 seconds")
+            raise AssureError(
+                f"a pool of {self.size} pairs idle at most {self.idle_seconds} s",
+                where="pool",
+                fix=f"give a size from 0 to {MAX_SIZE} and an idle lifetime above 0 seconds",
+            )
 
 
 @dataclass(frozen=True)
@@ -109,8 +152,18 @@ class Shape:
     @classmethod
     def of(cls, spec: Spec, images: ImageSet) -> Shape:
         s, lim = spec.sandbox, spec.limits
-        return cls(s.user, s.read_only_root, lim.memory, lim.pids, lim.cpus, lim.tmpfs, lim.nofile, lim.disk, lim.inodes,
-                   install.agent_image(spec, images))
+        return cls(
+            s.user,
+            s.read_only_root,
+            lim.memory,
+            lim.pids,
+            lim.cpus,
+            lim.tmpfs,
+            lim.nofile,
+            lim.disk,
+            lim.inodes,
+            install.agent_image(spec, images),
+        )
 
 
 def ineligible(spec: Spec) -> str | None:
@@ -125,9 +178,13 @@ def ineligible(spec: Spec) -> str | None:
         return "a live database"
     if spec.model is not None and spec.model.mode in MOUNTED_MODEL_MODES:
         return f"model mode {spec.model.mode} (its key or recording is mounted into the gateway)"
-    if any("\0" in part for part in [*spec.agent.command, *spec.agent.env, *spec.agent.env.values()]):
+    if any(
+        "\0" in part for part in [*spec.agent.command, *spec.agent.env, *spec.agent.env.values()]
+    ):
         return "a NUL in the agent's command or environment"
-    if own := sorted(name for name in spec.agent.env if name in BASH_OWN or name.startswith("BASH")):
+    if own := sorted(
+        name for name in spec.agent.env if name in BASH_OWN or name.startswith("BASH")
+    ):
         return f"the agent's environment sets {own[0]}, which bash keeps itself"
     return None
 
@@ -147,9 +204,16 @@ class Pair:
 
     def describe(self) -> dict[str, object]:
         """What the attempt records (container.json `pool`): the verifier expects its mounts."""
-        return {"pool": self.pool_id, "pair": self.root.name, "created_at": self.created_at,
-                "workspace": str(workspace_fs.WorkspaceFs(self.root, 0, 0).workspace), "agent_files": str(self.root / AGENT_FILES),
-                "gateway": self.gateway, "agent": self.agent, "volume": self.volume}
+        return {
+            "pool": self.pool_id,
+            "pair": self.root.name,
+            "created_at": self.created_at,
+            "workspace": str(workspace_fs.WorkspaceFs(self.root, 0, 0).workspace),
+            "agent_files": str(self.root / AGENT_FILES),
+            "gateway": self.gateway,
+            "agent": self.agent,
+            "volume": self.volume,
+        }
 
 
 def fresh(run: store.RunDir) -> bool:
@@ -172,7 +236,9 @@ def take(pair: Pair, run: store.RunDir, attempt_root: Path) -> None:
 
 def write_claim(folder: Path, command: Iterable[str], env: dict[str, str]) -> None:
     """The agent's command and environment for its gate (`ContainerRequest.claim`)."""
-    atomic.write_bytes(folder / "env", _nul_separated(f"{k}={v}" for k, v in env.items()), sync=False)
+    atomic.write_bytes(
+        folder / "env", _nul_separated(f"{k}={v}" for k, v in env.items()), sync=False
+    )
     atomic.write_bytes(folder / "argv", _nul_separated(command), sync=False)
 
 
@@ -212,24 +278,48 @@ class WarmPool:
     and a shape never has more free and in-the-making pairs than claims still to come (a pair
     made for nobody costs as much as an attempt on a busy machine, and more at the end)."""
 
-    def __init__(self, backend: SandboxBackend, images: ImageSet, runs_dir: Path, settings: Settings,
-                 say: Callable[[str], None] = lambda _: None, makers: int = REFILL_THREADS):
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        images: ImageSet,
+        runs_dir: Path,
+        settings: Settings,
+        say: Callable[[str], None] = lambda _: None,
+        makers: int = REFILL_THREADS,
+    ):
         self.backend, self.images, self.settings, self.say = backend, images, settings, say
         self._stack = ExitStack()
-        self.dir = store.new_dir(runs_dir.resolve() / layout.POOL, "pool")  # the engine binds absolute paths
-        self._stack.enter_context(store.exclusive(self.dir, "pool"))  # gc: a pool whose lock is free is an orphan
+        self.dir = store.new_dir(
+            runs_dir.resolve() / layout.POOL, "pool"
+        )  # the engine binds absolute paths
+        self._stack.enter_context(
+            store.exclusive(self.dir, "pool")
+        )  # gc: a pool whose lock is free is an orphan
         self.pool_id = self.dir.name
-        self.labels = {LABEL_OWNER: OWNER, LABEL_POOL: self.pool_id, LABEL_PID: str(os.getpid()), LABEL_HOST: socket.gethostname(), LABEL_UID: str(os.getuid())}
+        self.labels = {
+            LABEL_OWNER: OWNER,
+            LABEL_POOL: self.pool_id,
+            LABEL_PID: str(os.getpid()),
+            LABEL_HOST: socket.gethostname(),
+            LABEL_UID: str(os.getuid()),
+        }
         self._free: dict[Shape, list[Pair]] = {}
         self._making: dict[Shape, int] = {}
         self._to_come: dict[Shape, int] = {}  # claims announced by `want` and not yet asked for
-        self._doomed: list[Pair] = []  # given back by attempts: removed by a refill thread (the backend is the pool's)
-        self._handed: list[Pair] = []  # claimed: an attempt's once `take` moved its folder out of the pool's
+        self._doomed: list[
+            Pair
+        ] = []  # given back by attempts: removed by a refill thread (the backend is the pool's)
+        self._handed: list[
+            Pair
+        ] = []  # claimed: an attempt's once `take` moved its folder out of the pool's
         self._specs: dict[Shape, Spec] = {}
         self._made = self._failures = 0
         self._cv = threading.Condition()
         self._closed = self._gave_up = False
-        self._threads = [threading.Thread(target=self._refill, name=f"assure-pool-{i}", daemon=True) for i in range(max(1, makers))]
+        self._threads = [
+            threading.Thread(target=self._refill, name=f"assure-pool-{i}", daemon=True)
+            for i in range(max(1, makers))
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -261,7 +351,11 @@ class WarmPool:
             self._to_come[shape] = max(0, self._to_come[shape] - 1)
             self._cv.notify_all()
             while True:
-                free = [p for p in self._free[shape] if time.time() - p.created_at < self.settings.idle_seconds]
+                free = [
+                    p
+                    for p in self._free[shape]
+                    if time.time() - p.created_at < self.settings.idle_seconds
+                ]
                 if self._closed:
                     return None
                 if free:  # an expired pair is a refill thread's to remove
@@ -305,13 +399,19 @@ class WarmPool:
         for thread in self._threads:
             thread.join(timeout=120)
         with self._cv:  # a claimed pair whose folder is still here never became an attempt's (Ctrl-C just after the claim)
-            pairs = [p for free in self._free.values() for p in free] + self._doomed + [p for p in self._handed if p.root.exists()]
+            pairs = (
+                [p for free in self._free.values() for p in free]
+                + self._doomed
+                + [p for p in self._handed if p.root.exists()]
+            )
             self._free.clear()
             self._doomed, self._handed = [], []
         if pairs:  # side by side, as an attempt's cleanup removes its containers: on exit, each is wall time
             with ThreadPoolExecutor(max_workers=min(len(pairs), CLOSE_WORKERS)) as workers:
                 list(workers.map(self.discard, pairs))
-        _release_folders(self.backend, self.dir)  # a pair claimed by an attempt interrupted before it took the pair
+        _release_folders(
+            self.backend, self.dir
+        )  # a pair claimed by an attempt interrupted before it took the pair
         self._stack.close()
 
     # --- refill ------------------------------------------------------------------------
@@ -330,14 +430,18 @@ class WarmPool:
             for pair in expired:
                 self.discard(pair)
             with self._cv:
-                short = {s: len(f) + self._making[s] - self._target(s) for s, f in self._free.items()}
+                short = {
+                    s: len(f) + self._making[s] - self._target(s) for s, f in self._free.items()
+                }
                 short = {s: gap for s, gap in short.items() if gap < 0}
                 if not short:
                     self._cv.wait(REFILL_POLL_SECONDS)
                     continue
                 shape = min(short, key=short.get)
                 spec = self._specs[shape]
-                if not _room_for(spec, also=sum(self._making.values())):  # the attempts come first: wait for memory to be freed
+                if not _room_for(
+                    spec, also=sum(self._making.values())
+                ):  # the attempts come first: wait for memory to be freed
                     self._cv.wait(REFILL_POLL_SECONDS)
                     continue
                 self._making[shape] += 1
@@ -345,14 +449,19 @@ class WarmPool:
                 number = self._made
             try:
                 pair = self._make(spec, shape, number)
-            except Exception as exc:  # the engine may answer later: retried after a pause, a few times
+            except (
+                Exception
+            ) as exc:  # the engine may answer later: retried after a pause, a few times
                 with self._cv:
                     self._making[shape] -= 1
                     self._failures += 1
                     give_up = self._failures >= MAX_FAILURES and not self._gave_up
                     self._gave_up = self._gave_up or give_up
                     self._cv.notify_all()
-                self.say(f"pool: cannot make a pair: {exc}" + ("; no more tries: attempts start cold" if give_up else ""))
+                self.say(
+                    f"pool: cannot make a pair: {exc}"
+                    + ("; no more tries: attempts start cold" if give_up else "")
+                )
                 with self._cv:
                     if self._gave_up:
                         return
@@ -387,28 +496,71 @@ class WarmPool:
         fs = None
         try:
             root.mkdir()
-            fs = workspace_fs.WorkspaceFs.create(root, size=parse_size(shape.disk), inodes=shape.inodes)
+            fs = workspace_fs.WorkspaceFs.create(
+                root, size=parse_size(shape.disk), inodes=shape.inodes
+            )
             fs.workspace.mkdir()
-            for folder in (paths.gateway_state, paths.gateway_config, root / CONTROL, root / RUN_STATE, root / AGENT_FILES, root / CLAIM):
+            for folder in (
+                paths.gateway_state,
+                paths.gateway_config,
+                root / CONTROL,
+                root / RUN_STATE,
+                root / AGENT_FILES,
+                root / CLAIM,
+            ):
                 folder.mkdir()
             for folder in (fs.workspace, paths.gateway_state, root / RUN_STATE):
                 hardening.chown_tree(folder, uid, gid)
-            for folder in (paths.gateway_config, root / CLAIM):  # the containers' own: opened read-write to block on
+            for folder in (
+                paths.gateway_config,
+                root / CLAIM,
+            ):  # the containers' own: opened read-write to block on
                 os.mkfifo(folder / WAKE, 0o600)
                 os.chown(folder / WAKE, uid, gid)
             prefix = f"assure-{self.pool_id[-12:]}-{number}"
-            made["volume"] = self.backend.create_volume(f"{prefix}-sock", self.labels, hardening.socket_volume_options(lease.ids))
-            mounts = hardening.Mounts(fs.workspace, made["volume"], paths.gateway_state, paths.gateway_config,
-                                      root / AGENT_FILES, root / CONTROL, root / RUN_STATE)
+            made["volume"] = self.backend.create_volume(
+                f"{prefix}-sock", self.labels, hardening.socket_volume_options(lease.ids)
+            )
+            mounts = hardening.Mounts(
+                fs.workspace,
+                made["volume"],
+                paths.gateway_state,
+                paths.gateway_config,
+                root / AGENT_FILES,
+                root / CONTROL,
+                root / RUN_STATE,
+            )
             wait = self.settings.idle_seconds + WAIT_MARGIN_SECONDS
-            gateway = hardening.gateway_request(spec, image=self.images.gateway, name=f"{prefix}-gateway", mounts=mounts, labels=self.labels,
-                                                user=lease.ids)
+            gateway = hardening.gateway_request(
+                spec,
+                image=self.images.gateway,
+                name=f"{prefix}-gateway",
+                mounts=mounts,
+                labels=self.labels,
+                user=lease.ids,
+            )
             gateway = replace(gateway, command=(*gateway.command, "--wait", str(wait)))
             made["gateway"] = self.backend.start_container(gateway)
-            agent = hardening.agent_request(spec, image=shape.image, name=f"{prefix}-agent", mounts=mounts, labels=self.labels,
-                                            env={}, user=lease.ids, gate_seconds=wait)
-            agent = replace(agent, command=None, claim=hardening.AGENT_CLAIM, env=hardening.agent_base_env(),
-                            mounts=(*agent.mounts, Mount(str(root / CLAIM), hardening.AGENT_CLAIM, read_only=True)))
+            agent = hardening.agent_request(
+                spec,
+                image=shape.image,
+                name=f"{prefix}-agent",
+                mounts=mounts,
+                labels=self.labels,
+                env={},
+                user=lease.ids,
+                gate_seconds=wait,
+            )
+            agent = replace(
+                agent,
+                command=None,
+                claim=hardening.AGENT_CLAIM,
+                env=hardening.agent_base_env(),
+                mounts=(
+                    *agent.mounts,
+                    Mount(str(root / CLAIM), hardening.AGENT_CLAIM, read_only=True),
+                ),
+            )
             made["agent"] = self.backend.start_container(agent)
         except BaseException:
             for key in ("agent", "gateway"):
@@ -421,7 +573,16 @@ class WarmPool:
             shutil.rmtree(root, ignore_errors=True)
             lease.release()
             raise
-        return Pair(root, shape, made["gateway"], made["agent"], made["volume"], time.time(), self.pool_id, lease)
+        return Pair(
+            root,
+            shape,
+            made["gateway"],
+            made["agent"],
+            made["volume"],
+            time.time(),
+            self.pool_id,
+            lease,
+        )
 
     def discard(self, pair: Pair) -> None:
         """Remove a pair never claimed (or given back unused): containers, volume, filesystem,
@@ -461,14 +622,21 @@ def _quietly(remove: Callable[[str], None], what: str) -> None:
         log.warning("pool: %s", exc.message)
 
 
-def release_orphans(runs_dir: Path, backend: SandboxBackend, everything: bool = False) -> list[Path]:
+def release_orphans(
+    runs_dir: Path, backend: SandboxBackend, everything: bool = False
+) -> list[Path]:
     """`assure gc`: every pool folder whose process is gone (its lock is free), after gc removed
     their containers by label: filesystems released, folders removed."""
     base = runs_dir / layout.POOL
     if not base.is_dir():
         return []
-    return [folder for folder in sorted(base.iterdir())
-            if folder.is_dir() and (everything or not store.is_locked(folder)) and _release_folders(backend, folder)]
+    return [
+        folder
+        for folder in sorted(base.iterdir())
+        if folder.is_dir()
+        and (everything or not store.is_locked(folder))
+        and _release_folders(backend, folder)
+    ]
 
 
 def _release_folders(backend: SandboxBackend, folder: Path) -> bool:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from assure.core import confined, globs
 from assure import presets
+from assure.core import confined, globs
 from assure.errors import AssureError, SpecError
 from assure.run import policy
 from assure.sandbox import runtimes
@@ -52,7 +52,13 @@ def problems(spec: Spec) -> list[Problem]:
     """Every problem of a loaded spec: its contracts as the gate judges them now, and an agent
     command that names a script the spec does not ship to the agent."""
     _, lines = read_document(spec.path, schema(), "spec")
-    return [*_contracts(spec, lines), *_agent_command(spec, lines), *_install(spec, lines), *_scopes(spec, lines), *_script(spec, lines)]
+    return [
+        *_contracts(spec, lines),
+        *_agent_command(spec, lines),
+        *_install(spec, lines),
+        *_scopes(spec, lines),
+        *_script(spec, lines),
+    ]
 
 
 def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
@@ -69,16 +75,34 @@ def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
         if decision is None:
             continue
         field = f"tasks[{i}].contract" if own else "contract"
-        where = f"{spec.path}:{line_of(at, lines)}: {field}" if at in lines else f"{spec.path}: {field}"
+        where = (
+            f"{spec.path}:{line_of(at, lines)}: {field}" if at in lines else f"{spec.path}: {field}"
+        )
         if decision.rule == "contract.missing":
-            found.append(Problem(where, "no contract: the gate will deny every mutation (contract.missing); fine for a hostile spec",
-                                 "add a contract block (see the contract section of README.md) and have it ratified", fatal=False, stops_run=False))
+            found.append(
+                Problem(
+                    where,
+                    "no contract: the gate will deny every mutation (contract.missing); fine for a hostile spec",
+                    "add a contract block (see the contract section of README.md) and have it ratified",
+                    fatal=False,
+                    stops_run=False,
+                )
+            )
             continue
         command = f"assure contract hash {spec.path}" + (f" --task {task.id}" if own else "")
-        fix = CONTRACT_FIXES.get(decision.rule, "see the contract section of README.md").format(hash=command)
+        fix = CONTRACT_FIXES.get(decision.rule, "see the contract section of README.md").format(
+            hash=command
+        )
         expected = "; expected of a hostile spec" if spec.hostile else ""
-        found.append(Problem(where, f"{decision.reason} ({decision.rule}): the gate will deny every mutation{expected}", fix,
-                             fatal=not spec.hostile, stops_run=False))
+        found.append(
+            Problem(
+                where,
+                f"{decision.reason} ({decision.rule}): the gate will deny every mutation{expected}",
+                fix,
+                fatal=not spec.hostile,
+                stops_run=False,
+            )
+        )
     return found
 
 
@@ -90,7 +114,7 @@ def missing_agent_script(spec: Spec) -> tuple[int, str] | None:
     for index, arg in enumerate(spec.agent.command):
         if not arg.startswith(prefix) or any(c.isspace() for c in arg):
             continue
-        rel = posixpath.normpath(arg[len(prefix):])
+        rel = posixpath.normpath(arg[len(prefix) :])
         if spec.agent.files is None or rel.startswith("..") or not _regular(spec.agent.files, rel):
             return index, arg
     return None
@@ -112,10 +136,20 @@ def _agent_command(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     index, arg = missing
     where = f"{spec.path}:{line_of(('agent', 'command', index), lines)}: agent.command[{index}]"
     if spec.agent.files is None:
-        return [Problem(where, f"{arg} is under {AGENT_FILES}, but the spec ships no agent files (no agent.files)",
-                        f"set agent.files to the folder that holds {arg[len(AGENT_FILES) + 1:]}")]
-    return [Problem(where, f"{arg} is not among the agent files ({spec.agent.files}): the agent would exit 127, command not found",
-                    f"put {arg[len(AGENT_FILES) + 1:]} in {spec.agent.files}, or fix the path in agent.command")]
+        return [
+            Problem(
+                where,
+                f"{arg} is under {AGENT_FILES}, but the spec ships no agent files (no agent.files)",
+                f"set agent.files to the folder that holds {arg[len(AGENT_FILES) + 1 :]}",
+            )
+        ]
+    return [
+        Problem(
+            where,
+            f"{arg} is not among the agent files ({spec.agent.files}): the agent would exit 127, command not found",
+            f"put {arg[len(AGENT_FILES) + 1 :]} in {spec.agent.files}, or fix the path in agent.command",
+        )
+    ]
 
 
 def _install(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
@@ -129,10 +163,18 @@ def _install(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
         field = "agent.install" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in at)
         return f"{spec.path}:{line_of(('agent', 'install', *at), lines)}: {field}"
 
-    found = [Problem(where(at), message, fix) for at, message, fix in install.problems(spec.agent.install)]
+    found = [
+        Problem(where(at), message, fix)
+        for at, message, fix in install.problems(spec.agent.install)
+    ]
     if spec.agent.image != AGENT_IMAGE_ALIAS:
-        found.append(Problem(where(()), f"an install is built on assure's agent image, but agent.image is {spec.agent.image!r}",
-                             f"drop agent.image (the install goes into `{AGENT_IMAGE_ALIAS}`), or bake the software into your own image and drop agent.install"))
+        found.append(
+            Problem(
+                where(()),
+                f"an install is built on assure's agent image, but agent.image is {spec.agent.image!r}",
+                f"drop agent.image (the install goes into `{AGENT_IMAGE_ALIAS}`), or bake the software into your own image and drop agent.install",
+            )
+        )
     return found
 
 
@@ -144,23 +186,37 @@ def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     found: list[Problem] = []
     writable = spec.workspace.writable
     edits = spec.agent.preset is not None and presets.PRESETS[spec.agent.preset]["edits_files"]
-    for contract in {id(t.contract): t.contract for t in spec.tasks if t.contract is not None}.values():
+    for contract in {
+        id(t.contract): t.contract for t in spec.tasks if t.contract is not None
+    }.values():
         fs = [s[3:] for s in contract.scope if s.startswith("fs:")]
         where = f"{spec.path}:{line_of(('contract', 'scope'), lines)}: contract {contract.id} scope"
         if outside := [w for w in writable if not globs.match_any(fs, w)]:
-            found.append(Problem(where, f"workspace.writable {', '.join(outside)} is outside the contract's fs: scope: the agent may change it, "
-                                        "but no change there can be promoted (propose-only)",
-                                 f"add {', '.join(f'fs:{w}' for w in outside)} to the contract's scope (and re-ratify), or narrow workspace.writable",
-                                 fatal=False, stops_run=False))
+            found.append(
+                Problem(
+                    where,
+                    f"workspace.writable {', '.join(outside)} is outside the contract's fs: scope: the agent may change it, "
+                    "but no change there can be promoted (propose-only)",
+                    f"add {', '.join(f'fs:{w}' for w in outside)} to the contract's scope (and re-ratify), or narrow workspace.writable",
+                    fatal=False,
+                    stops_run=False,
+                )
+            )
         if edits and (direct := [f for f in fs if not globs.match_any(writable, f)]):
-            found.append(Problem(where, f"fs:{', fs:'.join(direct)} is not in workspace.writable: there, only writes through the gateway's fs.write "
-                                        "are attributed, and an agent that edits files itself is judged on unattributed changes",
-                                 f"add {', '.join(direct)} to workspace.writable: the preset's agent edits files itself",
-                                 fatal=False, stops_run=False))
+            found.append(
+                Problem(
+                    where,
+                    f"fs:{', fs:'.join(direct)} is not in workspace.writable: there, only writes through the gateway's fs.write "
+                    "are attributed, and an agent that edits files itself is judged on unattributed changes",
+                    f"add {', '.join(direct)} to workspace.writable: the preset's agent edits files itself",
+                    fatal=False,
+                    stops_run=False,
+                )
+            )
     return found
 
 
-SCRIPT_FIX = "see `$defs.model_script` in specs/spec.schema.json, and README.md: \"Scripted answers, in order and by request\""
+SCRIPT_FIX = 'see `$defs.model_script` in specs/spec.schema.json, and README.md: "Scripted answers, in order and by request"'
 
 
 def _script(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
@@ -175,13 +231,24 @@ def _script(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     where = f"{spec.path}:{line_of(('model', 'script'), lines)}: model.script"
     path = (spec.path.parent / spec.model.script).resolve()
     if not path.is_file():
-        return [Problem(where, f"no such file: {path}", "point model.script at a JSON file of answers, relative to the spec")]
+        return [
+            Problem(
+                where,
+                f"no such file: {path}",
+                "point model.script at a JSON file of answers, relative to the spec",
+            )
+        ]
     root = schema()
     found: list[Problem] = []
     try:
-        read_document(path, {"$defs": root["$defs"], **root["$defs"]["model_script"]}, "model script")
+        read_document(
+            path, {"$defs": root["$defs"], **root["$defs"]["model_script"]}, "model script"
+        )
     except SpecError as exc:
-        found += [Problem(f"{where}: {problem}", "off the script's schema", SCRIPT_FIX) for problem in exc.problems]
+        found += [
+            Problem(f"{where}: {problem}", "off the script's schema", SCRIPT_FIX)
+            for problem in exc.problems
+        ]
     try:
         Script(str(path))
     except ModelError as exc:  # the field the gateway stops at, in its words
@@ -200,7 +267,9 @@ class Engine(Protocol):
 def needs_engine(spec: Spec) -> bool:
     """Whether `engine_problems` has anything to ask: an image other than assure's own (built
     when missing), or a runtime other than runc (every engine has it)."""
-    return spec.sandbox.runtime != runtimes.RUNC or any(image != AGENT_IMAGE_ALIAS for _, image, _ in _images(spec))
+    return spec.sandbox.runtime != runtimes.RUNC or any(
+        image != AGENT_IMAGE_ALIAS for _, image, _ in _images(spec)
+    )
 
 
 def engine_problems(spec: Spec, engine: Engine) -> list[Problem]:
@@ -228,9 +297,14 @@ def engine_problems(spec: Spec, engine: Engine) -> list[Problem]:
             except AssureError as exc:
                 known[image] = f"cannot be looked up ({exc.message})"
         if known[image] is not None:
-            found.append(Problem(where(at), f"image {image!r} {known[image]}: {what} could not start",
-                                 f"correct the name (`docker images` lists the engine's), or `docker pull {image}` or build it first; "
-                                 f"`{AGENT_IMAGE_ALIAS}` (the default) is assure's own image"))
+            found.append(
+                Problem(
+                    where(at),
+                    f"image {image!r} {known[image]}: {what} could not start",
+                    f"correct the name (`docker images` lists the engine's), or `docker pull {image}` or build it first; "
+                    f"`{AGENT_IMAGE_ALIAS}` (the default) is assure's own image",
+                )
+            )
     return found
 
 
@@ -238,14 +312,21 @@ def _images(spec: Spec) -> list[tuple[tuple[Any, ...], str, str]]:
     """(where in the document, image, whose) of every container image the spec names: the
     agent's, and each command and cases check's (top-level and per task)."""
     data, _ = read_document(spec.path, schema(), "spec")
-    found: list[tuple[tuple[Any, ...], str, str]] = [(("agent", "image"), spec.agent.image, "the agent")]
-    lists = [(("assertions",), data["assertions"])] + [(("tasks", t, "assertions"), task["assertions"])
-                                                      for t, task in enumerate(data.get("tasks", [])) if "assertions" in task]
+    found: list[tuple[tuple[Any, ...], str, str]] = [
+        (("agent", "image"), spec.agent.image, "the agent")
+    ]
+    lists = [(("assertions",), data["assertions"])] + [
+        (("tasks", t, "assertions"), task["assertions"])
+        for t, task in enumerate(data.get("tasks", []))
+        if "assertions" in task
+    ]
     for at, items in lists:
         for n, assertion in enumerate(items):
             for kind in ("command", "cases"):
                 if kind in assertion:
-                    found.append((at + (n, kind, "image"), assertion[kind]["image"], f"the {kind} check"))
+                    found.append(
+                        (at + (n, kind, "image"), assertion[kind]["image"], f"the {kind} check")
+                    )
     return found
 
 
@@ -253,7 +334,14 @@ def refuse(specs: list[Spec], engine: Engine | None) -> None:
     """Raise a `SpecError` listing every problem of every spec that stops a run (its agent's
     script, and with an `engine` its images and runtime), each with its fix; nothing when
     there is none. Called before any run directory or container is made."""
-    found = [p for s in specs for p in [*problems(s), *(engine_problems(s, engine) if engine is not None else [])] if p.fatal and p.stops_run]
+    found = [
+        p
+        for s in specs
+        for p in [*problems(s), *(engine_problems(s, engine) if engine is not None else [])]
+        if p.fatal and p.stops_run
+    ]
     if found:
-        raise SpecError([line for p in found for line in p.lines()],
-                        fix="fix each problem above; `assure validate FILE` checks a spec without running anything")
+        raise SpecError(
+            [line for p in found for line in p.lines()],
+            fix="fix each problem above; `assure validate FILE` checks a spec without running anything",
+        )

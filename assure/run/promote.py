@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from assure.core import confined, control, gate, private
-from assure.run import policy
-from assure.records import applied, layout, store
-from assure.records.attempt_record import AttemptRecord
 from assure.core.chain import iter_chain
 from assure.errors import AssureError
+from assure.records import applied, layout, store
+from assure.records.attempt_record import AttemptRecord
+from assure.run import policy
 from assure.spec import Spec
 from assure.textsafe import display
 from assure.verify.snapshot import Snapshot
@@ -42,38 +42,66 @@ from assure.verify.snapshot import Snapshot
 STAGE_CHUNK = 1 << 20
 MAX_PATCH_FILE_BYTES = 1 * 2**20
 MAX_PATCH_BYTES = 16 * 2**20  # a proposal's whole patch: past it, changes are named, not shown
-MAX_PROMOTE_FILE_BYTES = applied.MAX_FILE_BYTES  # a bigger file was never hashed by the verifier: never promoted
-GIT_ENV = {"GIT_AUTHOR_NAME": "assure", "GIT_AUTHOR_EMAIL": "assure@localhost", "GIT_COMMITTER_NAME": "assure", "GIT_COMMITTER_EMAIL": "assure@localhost"}
+MAX_PROMOTE_FILE_BYTES = (
+    applied.MAX_FILE_BYTES
+)  # a bigger file was never hashed by the verifier: never promoted
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "assure",
+    "GIT_AUTHOR_EMAIL": "assure@localhost",
+    "GIT_COMMITTER_NAME": "assure",
+    "GIT_COMMITTER_EMAIL": "assure@localhost",
+}
 
 
 class PromoteError(AssureError):
     """A commit could not be completed; the task becomes `commit_failed`, never `committed`."""
 
 
-def decide(spec: Spec, run: store.RunDir, record: AttemptRecord, *, dial: str | None = None) -> gate.Decision:
+def decide(
+    spec: Spec, run: store.RunDir, record: AttemptRecord, *, dial: str | None = None
+) -> gate.Decision:
     """One decision per changed path; the first that is not `allow` decides. The operator's
     dial is `dial` when given (a later `assure promote --dial`), else the run's control record;
     either only lowers the spec's own."""
     if spec.promote is None:
-        return gate.Decision(gate.DENY, "promote.no_target", "no promote target in the spec: propose-only")
+        return gate.Decision(
+            gate.DENY, "promote.no_target", "no promote target in the spec: propose-only"
+        )
     override = control.read(run.control_dir)
     operator = dial if dial is not None else override.dial
     level = gate.LEVELS[spec.autonomy.dial]
     if operator is not None:
         level = min(level, gate.LEVELS[operator])
     has_verifier = bool(spec.assertions)
-    rollback = f"promote:{run.run_id}:{record.number}"  # the host keeps a backup of what it replaces
+    rollback = (
+        f"promote:{run.run_id}:{record.number}"  # the host keeps a backup of what it replaces
+    )
     ctx = gate.Context(
-        known_tools=frozenset({"promote"}), now=time.time(), budget=gate.Budget(),
-        protected=spec.workspace.protected, contract=policy.contract(spec.contract),
-        assertions=policy.pinned(spec)["assertions"], writable=spec.workspace.writable,
-        operator_dial=level, verifier_trust=policy.verifier_trust(spec),
-        verifier_fresh=has_verifier, rollbacks={rollback: ("fs:**",)}, halted=override.halted,  # the backup covers every promoted path
+        known_tools=frozenset({"promote"}),
+        now=time.time(),
+        budget=gate.Budget(),
+        protected=spec.workspace.protected,
+        contract=policy.contract(spec.contract),
+        assertions=policy.pinned(spec)["assertions"],
+        writable=spec.workspace.writable,
+        operator_dial=level,
+        verifier_trust=policy.verifier_trust(spec),
+        verifier_fresh=has_verifier,
+        rollbacks={rollback: ("fs:**",)},
+        halted=override.halted,  # the backup covers every promoted path
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
     for change in record.changes():
         created = change["kind"] == "added" and (change.get("after") or {}).get("kind") == "dir"
-        action = gate.Action("promote", True, path=change["path"], resource_mode="live", reversible=True, rollback_ref=rollback, folder=created)
+        action = gate.Action(
+            "promote",
+            True,
+            path=change["path"],
+            resource_mode="live",
+            reversible=True,
+            rollback_ref=rollback,
+            folder=created,
+        )
         decision = gate.decide(action, ctx)
         if not decision.allowed:
             return decision
@@ -89,7 +117,14 @@ def propose(run: store.RunDir, task_id: str, record: AttemptRecord) -> Path:
     bundle.patch.write_text(_patch(run.paths.base, record.paths.workspace, items), encoding="utf-8")
     journal = record.paths.journal
     records = iter_chain(journal) if journal.is_file() else []
-    sql = [r["effect"] for r in records if r.get("event") == "tool_call" and r.get("decision") == "allow" and isinstance(r.get("effect"), dict) and r["effect"].get("op") == "sql"]
+    sql = [
+        r["effect"]
+        for r in records
+        if r.get("event") == "tool_call"
+        and r.get("decision") == "allow"
+        and isinstance(r.get("effect"), dict)
+        and r["effect"].get("op") == "sql"
+    ]
     store.write_json(bundle.changesets, sql)
     store.write_json(bundle.verdict, record.verdict_json())
     return bundle.root
@@ -107,11 +142,17 @@ def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
             continue
         # difflib leaves a last line without its newline as it is; patch(1) and git apply
         # need it marked, or the next line of the patch is glued onto it
-        lines = [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                 for line in difflib.unified_diff(before, after, f"a/{display(path)}", f"b/{display(path)}")]
+        lines = [
+            line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+            for line in difflib.unified_diff(
+                before, after, f"a/{display(path)}", f"b/{display(path)}"
+            )
+        ]
         length = sum(len(line) for line in lines)
         if size + length > MAX_PATCH_BYTES:
-            out.append(f"Not shown: {display(path)} ({change['kind']}): the patch would exceed {MAX_PATCH_BYTES} bytes\n")
+            out.append(
+                f"Not shown: {display(path)} ({change['kind']}): the patch would exceed {MAX_PATCH_BYTES} bytes\n"
+            )
             continue
         size += length
         out.extend(lines)
@@ -125,12 +166,18 @@ def _text(root: Path, rel: str) -> list[str] | None:
     if st is None:
         return []
     try:
-        return confined.read_file(root, rel, MAX_PATCH_FILE_BYTES).decode("utf-8").splitlines(keepends=True)
+        return (
+            confined.read_file(root, rel, MAX_PATCH_FILE_BYTES)
+            .decode("utf-8")
+            .splitlines(keepends=True)
+        )
     except (OSError, UnicodeDecodeError):
         return None
 
 
-def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, base: Path) -> dict[str, Any]:
+def commit(
+    spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, base: Path
+) -> dict[str, Any]:
     """Apply an attempt's changes to the target (and the run's base); in a git target, one
     commit per task. Idempotent: a finished commit is recorded and returned as is."""
     promotion = run.paths.promotion(task_id)
@@ -138,24 +185,37 @@ def commit(spec: Spec, run: store.RunDir, task_id: str, record: AttemptRecord, b
     if marker.is_file():
         return store.read_json(marker)
     if spec.promote is None:
-        raise PromoteError("the spec has no promote target", fix="add `promote: {target: ...}` to the spec")
+        raise PromoteError(
+            "the spec has no promote target", fix="add `promote: {target: ...}` to the spec"
+        )
     target = (spec.path.parent / spec.promote.target).resolve()
     if not target.is_dir():
-        raise PromoteError(f"the promote target {target} is not a folder", fix="create it (or `git init` it) first")
+        raise PromoteError(
+            f"the promote target {target} is not a folder", fix="create it (or `git init` it) first"
+        )
     promotion.root.mkdir(parents=True, exist_ok=True)
     items = record.changes()
     workspace = record.paths.workspace
     post = record.post or _post(record)
-    with _target_lock(target):  # runs side by side commit to one target one at a time (git's index is one)
+    with _target_lock(
+        target
+    ):  # runs side by side commit to one target one at a time (git's index is one)
         for root in (target, base):
             preflight(workspace, root, items)
-        stage(workspace, post, items, promotion.staged)  # the last check: nothing is written to the target before it
+        stage(
+            workspace, post, items, promotion.staged
+        )  # the last check: nothing is written to the target before it
         _backup(target, items, promotion.backup)
         for root in (target, base):
             _apply(promotion.staged, root, items)
-        result: dict[str, Any] = {"target": str(target), "paths": [c["path"] for c in items],
-                                  "changeset_sha256": applied.digest(applied.vouched(workspace, items))}
-        if (target / ".git").exists():  # folders are not staged: git would take the user's untracked files inside them
+        result: dict[str, Any] = {
+            "target": str(target),
+            "paths": [c["path"] for c in items],
+            "changeset_sha256": applied.digest(applied.vouched(workspace, items)),
+        }
+        if (
+            target / ".git"
+        ).exists():  # folders are not staged: git would take the user's untracked files inside them
             staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
             result["git_commit"] = _git_commit(target, run.run_id, task_id, staged)
     store.write_json(marker, result)
@@ -168,8 +228,10 @@ def _post(record: AttemptRecord) -> Snapshot:
     try:
         return Snapshot.from_json(store.read_json(record.paths.post))
     except (AssureError, ValueError, TypeError, KeyError) as exc:
-        raise PromoteError(f"cannot promote attempt {record.number}: its {layout.POST} is unreadable ({exc})",
-                           fix="re-run the attempt; nothing was applied") from None
+        raise PromoteError(
+            f"cannot promote attempt {record.number}: its {layout.POST} is unreadable ({exc})",
+            fix="re-run the attempt; nothing was applied",
+        ) from None
 
 
 def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: Path) -> None:
@@ -186,7 +248,9 @@ def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: 
             if not _is_deletion(change) and change["after"]["kind"] == "file":
                 _stage_checked(workspace, post, change, staged)
     except BaseException:
-        confined.remove(staged.parent, staged.name)  # a refused commit leaves nothing of what it read
+        confined.remove(
+            staged.parent, staged.name
+        )  # a refused commit leaves nothing of what it read
         raise
 
 
@@ -196,20 +260,29 @@ def _stage_checked(workspace: Path, post: Snapshot, change: dict[str, Any], stag
     entry = post.entries.get(path)
     want = entry.sha256 if entry is not None and entry.kind == "file" else None
     if want is None:
-        raise PromoteError(f"refusing to promote {display(path)}: the verifier holds no digest of it in {layout.POST}",
-                           fix=f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was applied")
+        raise PromoteError(
+            f"refusing to promote {display(path)}: the verifier holds no digest of it in {layout.POST}",
+            fix=f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was applied",
+        )
     if change["after"].get("sha256") != want:
-        raise PromoteError(f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on its digest",
-                           fix="the run directory was changed after the run: re-run it; nothing was applied")
+        raise PromoteError(
+            f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on its digest",
+            fix="the run directory was changed after the run: re-run it; nothing was applied",
+        )
     try:
         got = _stage_file(workspace, path, staged)
     except OSError as exc:
-        raise PromoteError(f"refusing to promote {display(path)}: the attempt's workspace copy cannot be read as a file "
-                           f"({exc.strerror or exc})", fix="re-run the attempt; nothing was applied") from None
+        raise PromoteError(
+            f"refusing to promote {display(path)}: the attempt's workspace copy cannot be read as a file "
+            f"({exc.strerror or exc})",
+            fix="re-run the attempt; nothing was applied",
+        ) from None
     if got != want:
-        raise PromoteError(f"refusing to promote {display(path)}: its bytes in the attempt's workspace copy are not the ones the "
-                           f"verifier saw (sha256 {got[:16]}, {layout.POST} has {want[:16]})",
-                           fix="the run directory was changed after the run: re-run it, and find who wrote there; nothing was applied")
+        raise PromoteError(
+            f"refusing to promote {display(path)}: its bytes in the attempt's workspace copy are not the ones the "
+            f"verifier saw (sha256 {got[:16]}, {layout.POST} has {want[:16]})",
+            fix="the run directory was changed after the run: re-run it, and find who wrote there; nothing was applied",
+        )
 
 
 def _stage_file(workspace: Path, rel: str, staged: Path) -> str:
@@ -223,14 +296,23 @@ def _stage_file(workspace: Path, rel: str, staged: Path) -> str:
             confined.make_dirs(staged, parent)
         dfd = confined.open_dir(staged, parent) if parent else os.open(staged, confined.OPEN_DIR)
         try:
-            out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, private.FILE_MODE, dir_fd=dfd)
+            out = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                private.FILE_MODE,
+                dir_fd=dfd,
+            )
         finally:
             os.close(dfd)
         try:
             digest, offset = hashlib.sha256(), 0
             while chunk := os.read(fd, STAGE_CHUNK):
-                if offset + len(chunk) > MAX_PROMOTE_FILE_BYTES:  # grew since the fstat: not what POST hashed
-                    raise confined.TooLarge(errno.EFBIG, f"larger than {MAX_PROMOTE_FILE_BYTES} bytes")
+                if (
+                    offset + len(chunk) > MAX_PROMOTE_FILE_BYTES
+                ):  # grew since the fstat: not what POST hashed
+                    raise confined.TooLarge(
+                        errno.EFBIG, f"larger than {MAX_PROMOTE_FILE_BYTES} bytes"
+                    )
                 digest.update(chunk)
                 if chunk.count(0) != len(chunk):
                     os.pwrite(out, chunk, offset)
@@ -267,7 +349,9 @@ def _backup(target: Path, items: list[dict[str, Any]], backup: Path) -> None:
     for change in items:
         st = confined.lstat(target, change["path"])
         if st is not None and stat.S_ISREG(st.st_mode):
-            confined.copy_file(target, change["path"], tmp, change["path"], max_bytes=confined.COPY_MAX_BYTES)
+            confined.copy_file(
+                target, change["path"], tmp, change["path"], max_bytes=confined.COPY_MAX_BYTES
+            )
     os.replace(tmp, backup)
 
 
@@ -289,28 +373,41 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
 
     for change in items:
         if any(part.casefold() == ".git" for part in change["path"].split("/")):
-            raise PromoteError(f"refusing to promote {display(change['path'])}: it is inside a git folder, and git would run what it holds "
-                               "(hooks, core.fsmonitor) on this host", fix="keep .git out of the contract's scope; nothing was applied")
+            raise PromoteError(
+                f"refusing to promote {display(change['path'])}: it is inside a git folder, and git would run what it holds "
+                "(hooks, core.fsmonitor) on this host",
+                fix="keep .git out of the contract's scope; nothing was applied",
+            )
         if _is_deletion(change):
             continue
         path, kind = change["path"], change["after"]["kind"]
         if kind not in ("file", "dir"):
-            raise PromoteError(f"refusing to promote a {kind} at {display(path)}", fix="only files and folders are promoted")
+            raise PromoteError(
+                f"refusing to promote a {kind} at {display(path)}",
+                fix="only files and folders are promoted",
+            )
         parts = path.split("/")
         for n in range(1, len(parts)):
             parent = "/".join(parts[:n])
             st = present(parent)
             if st is not None and not stat.S_ISDIR(st.st_mode):
-                raise PromoteError(f"cannot promote {display(path)}: {display(parent)} in {root} is not a folder",
-                                   fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied")
+                raise PromoteError(
+                    f"cannot promote {display(path)}: {display(parent)} in {root} is not a folder",
+                    fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied",
+                )
         st = present(path)
         want = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
         if st is not None and not want(st.st_mode):
-            raise PromoteError(f"cannot promote {display(path)} as a {kind}: {root} has something else there",
-                               fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied")
+            raise PromoteError(
+                f"cannot promote {display(path)} as a {kind}: {root} has something else there",
+                fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied",
+            )
         source = confined.lstat(workspace, path)
         if source is None or not want(source.st_mode):
-            raise PromoteError(f"cannot promote {display(path)}: the attempt's workspace has no {kind} there", fix="re-run the attempt")
+            raise PromoteError(
+                f"cannot promote {display(path)}: the attempt's workspace has no {kind} there",
+                fix="re-run the attempt",
+            )
 
 
 def _apply(staged: Path, root: Path, items: list[dict[str, Any]]) -> None:
@@ -318,29 +415,51 @@ def _apply(staged: Path, root: Path, items: list[dict[str, Any]]) -> None:
     relative and without following links; files come from `staged` (`stage`), each with
     `private.promoted_mode`; `preflight` has passed."""
     deletions = sorted((c for c in items if _is_deletion(c)), key=lambda c: -c["path"].count("/"))
-    for change in deletions + sorted((c for c in items if c not in deletions), key=lambda c: c["path"]):
+    for change in deletions + sorted(
+        (c for c in items if c not in deletions), key=lambda c: c["path"]
+    ):
         path = change["path"]
         if _is_deletion(change):
             confined.remove(root, path)
         elif change["after"]["kind"] == "dir":
             confined.make_dirs(root, path)
         else:
-            confined.copy_file(staged, path, root, path, max_bytes=MAX_PROMOTE_FILE_BYTES, mode=private.promoted_mode(change["after"]["mode"]))
+            confined.copy_file(
+                staged,
+                path,
+                root,
+                path,
+                max_bytes=MAX_PROMOTE_FILE_BYTES,
+                mode=private.promoted_mode(change["after"]["mode"]),
+            )
 
 
 def _git_commit(target: Path, run_id: str, task_id: str, paths: list[str]) -> str:
     def git(*args: str) -> str:
         # --literal-pathspecs: a promoted name (`:(glob)**`, say) is a path, never pathspec magic
-        done = subprocess.run(["git", "--literal-pathspecs", "-C", str(target), *args], capture_output=True, text=True, env={**os.environ, **GIT_ENV})
+        done = subprocess.run(
+            ["git", "--literal-pathspecs", "-C", str(target), *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **GIT_ENV},
+        )
         if done.returncode != 0:
             raise PromoteError(f"git {args[0]} failed: {done.stderr.strip()[-500:]}")
         return done.stdout.strip()
 
     trailer = f"run: {run_id}\ntask: {display(task_id)}\nreceipt: {layout.RECEIPTS}/{layout.receipt_filename(task_id)}"
-    with_head = subprocess.run(["git", "-C", str(target), "log", "-1", "--format=%B"], capture_output=True, text=True)
+    with_head = subprocess.run(
+        ["git", "-C", str(target), "log", "-1", "--format=%B"], capture_output=True, text=True
+    )
     if with_head.returncode == 0 and trailer in with_head.stdout:
         return git("rev-parse", "HEAD")  # committed before a crash: do not commit twice
     if paths:  # exactly these files, ignored by the target's .gitignore or not (git add refused those, after the apply)
         git("update-index", "--add", "--remove", "--", *paths)
-    git("commit", "--allow-empty", "--no-verify", "-m", f"assure: task {display(task_id)}\n\n{trailer}\n")
+    git(
+        "commit",
+        "--allow-empty",
+        "--no-verify",
+        "-m",
+        f"assure: task {display(task_id)}\n\n{trailer}\n",
+    )
     return git("rev-parse", "HEAD")

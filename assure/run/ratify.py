@@ -20,10 +20,14 @@ from assure.spec import Spec, load
 
 @dataclasses.dataclass(frozen=True)
 class Ratification:
-    at: tuple[Any, ...]  # where the contract block is in the document: ("contract",) or ("tasks", i, "contract")
+    at: tuple[
+        Any, ...
+    ]  # where the contract block is in the document: ("contract",) or ("tasks", i, "contract")
     terms: dict[str, str]
     hash: str
-    carried: dict[str, str] | None  # the term digests the spec carries now (None: none, or an older format)
+    carried: (
+        dict[str, str] | None
+    )  # the term digests the spec carries now (None: none, or an older format)
     carried_hash: str | None
 
     def changed(self) -> list[str] | None:
@@ -43,15 +47,31 @@ def compute(spec: Spec, task_id: str | None = None) -> Ratification:
     if task_id is not None:
         index = next((i for i, t in enumerate(spec.tasks) if t.id == task_id), None)
         if index is None:
-            raise SpecError([f"{spec.path}: no task {task_id!r}"], fix="pass one of: " + ", ".join(repr(t.id) for t in spec.tasks))
+            raise SpecError(
+                [f"{spec.path}: no task {task_id!r}"],
+                fix="pass one of: " + ", ".join(repr(t.id) for t in spec.tasks),
+            )
         contract = spec.tasks[index].contract
         if "contract" in (data.get("tasks") or [{}])[index]:
             at = ("tasks", index, "contract")
     if contract is None:
-        raise SpecError([f"{spec.path}: {'task ' + repr(task_id) if task_id else 'the spec'} has no contract block"],
-                        fix="add one (see the contract section of README.md)" + ("" if task_id else ", or pass --task for a task's own"))
-    terms = gate.contract_terms(policy.contract(contract), **policy.pinned(dataclasses.replace(spec, contract=contract)))
-    return Ratification(at, terms, gate.contract_hash(terms), dict(contract.terms) if contract.terms else None, contract.hash)
+        raise SpecError(
+            [
+                f"{spec.path}: {'task ' + repr(task_id) if task_id else 'the spec'} has no contract block"
+            ],
+            fix="add one (see the contract section of README.md)"
+            + ("" if task_id else ", or pass --task for a task's own"),
+        )
+    terms = gate.contract_terms(
+        policy.contract(contract), **policy.pinned(dataclasses.replace(spec, contract=contract))
+    )
+    return Ratification(
+        at,
+        terms,
+        gate.contract_hash(terms),
+        dict(contract.terms) if contract.terms else None,
+        contract.hash,
+    )
 
 
 def write(spec: Spec, r: Ratification) -> None:
@@ -60,27 +80,43 @@ def write(spec: Spec, r: Ratification) -> None:
     text = spec.path.read_text(encoding="utf-8")
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     for step in r.at:
-        node = node.value[step] if isinstance(step, int) else next(v for k, v in node.value if k.value == step)
+        node = (
+            node.value[step]
+            if isinstance(step, int)
+            else next(v for k, v in node.value if k.value == step)
+        )
     if not isinstance(node, yaml.MappingNode) or node.flow_style or not node.value:
-        raise SpecError([f"{spec.path}: the contract block is not a block mapping"], fix="paste the printed lines into it by hand")
+        raise SpecError(
+            [f"{spec.path}: the contract block is not a block mapping"],
+            fix="paste the printed lines into it by hand",
+        )
     lines = text.splitlines(keepends=True)
     indent = " " * node.value[0][0].start_mark.column
-    old = [(k.start_mark.line, _last_line(v)) for k, v in node.value if k.value in ("terms", "hash")]
+    old = [
+        (k.start_mark.line, _last_line(v)) for k, v in node.value if k.value in ("terms", "hash")
+    ]
     at = min((first for first, _ in old), default=_last_line(node.value[-1][1]) + 1)
     for first, last in sorted(old, reverse=True):
-        del lines[first:last + 1]
+        del lines[first : last + 1]
     if at and not lines[at - 1].endswith("\n"):
         lines[at - 1] += "\n"
     lines[at:at] = [indent + line + "\n" for line in r.to_yaml().splitlines()]
     atomic.write_bytes(spec.path, "".join(lines).encode("utf-8"))
     again = compute(load(spec.path), None if r.at == ("contract",) else spec.tasks[r.at[1]].id)
     if (again.carried, again.carried_hash) != (r.terms, r.hash):
-        raise SpecError([f"{spec.path}: the rewritten contract block does not carry the new digests"], fix="paste the printed lines by hand")
+        raise SpecError(
+            [f"{spec.path}: the rewritten contract block does not carry the new digests"],
+            fix="paste the printed lines by hand",
+        )
 
 
 def _last_line(node: yaml.Node) -> int:
     """The 0-based line of a value's last character (a block collection ends with its last child)."""
-    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and not node.flow_style and node.value:
+    if (
+        isinstance(node, (yaml.MappingNode, yaml.SequenceNode))
+        and not node.flow_style
+        and node.value
+    ):
         last = node.value[-1]
         return _last_line(last[1] if isinstance(node, yaml.MappingNode) else last)
     end = node.end_mark

@@ -46,20 +46,29 @@ def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
     output = agent_output(record) if facts.exit_code not in (0, None) else []
     summary = None
     missing = missing_agent_script(spec)
-    if judgement.verdict is Verdict.BREACH:  # what the verifier found, whatever the agent did or said besides
+    if (
+        judgement.verdict is Verdict.BREACH
+    ):  # what the verifier found, whatever the agent did or said besides
         summary = breach_line(judgement.findings)
     elif missing is not None and facts.exit_code != 0:
-        files = f"the agent files ({display(str(spec.agent.files))})" if spec.agent.files else f"any agent files (the spec ships none to {AGENT_FILES})"
+        files = (
+            f"the agent files ({display(str(spec.agent.files))})"
+            if spec.agent.files
+            else f"any agent files (the spec ships none to {AGENT_FILES})"
+        )
         summary = f"the agent's command was not found: {display(missing[1])} is not among {files} (exit code {facts.exit_code})"
     elif facts.exit_code == NOT_FOUND and any("not found" in line for line in output):
-        summary = "exit code 127: a command the agent ran was not found (its output below says which)"
+        summary = (
+            "exit code 127: a command the agent ran was not found (its output below says which)"
+        )
     elif facts.harness_errors:
         summary = f"harness error: {display(facts.harness_errors[0])[:MESSAGE_CHARS]}"
     elif denial is not None:
         summary = denial_line(denial)
     elif facts.stopped:
         summary = f"the harness stopped the agent: {display(str(facts.stopped.get('reason')))}" + (
-            f" ({display(str(facts.stopped['counter']))})" if facts.stopped.get("counter") else "")
+            f" ({display(str(facts.stopped['counter']))})" if facts.stopped.get("counter") else ""
+        )
     elif facts.exit_code not in (0, None):
         summary = f"the agent exited with code {facts.exit_code}"
     if summary is None and denial is None and not output:
@@ -88,7 +97,11 @@ def breach_line(findings: Iterable[Finding]) -> str:
     first = min(found, key=lambda f: order.index(f.kind) if f.kind in order else len(order))
     words, agents = BREACH_WORDS.get(first.kind, (first.kind.value, True))
     subject = agent_quoted(first.subject) if agents else display(first.subject)
-    more = f" (and {len(found) - 1} more breach finding{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+    more = (
+        f" (and {len(found) - 1} more breach finding{'s' if len(found) > 2 else ''})"
+        if len(found) > 1
+        else ""
+    )
     return f"breach: {first.kind.value} {subject}: {words}{more}"
 
 
@@ -101,12 +114,19 @@ def first_denial(record: AttemptRecord) -> dict[str, Any] | None:
         return None
     try:
         for line in iter_chain(path):
-            if line.get("event") not in ("tool_call", "model_call") or line.get("decision") not in DENIED:
+            if (
+                line.get("event") not in ("tool_call", "model_call")
+                or line.get("decision") not in DENIED
+            ):
                 continue
             denied += 1
             if first is None:
-                first = {"tool": display(str(line.get("tool"))), "path": display(str(line["path"])) if line.get("path") else None,
-                         "rule": display(str(line.get("rule"))), "message": display(str(line.get("reason")))[:MESSAGE_CHARS]}
+                first = {
+                    "tool": display(str(line.get("tool"))),
+                    "path": display(str(line["path"])) if line.get("path") else None,
+                    "rule": display(str(line.get("rule"))),
+                    "message": display(str(line.get("reason")))[:MESSAGE_CHARS],
+                }
     except (ChainError, OSError, UnicodeDecodeError, ValueError):
         pass
     return None if first is None else {**first, "denied": denied}
@@ -122,7 +142,11 @@ def agent_output(record: AttemptRecord) -> list[str]:
             data = fh.read(OUTPUT_READ_BYTES)
     except OSError:
         return []
-    lines = [display(line) for line in data.decode("utf-8", "surrogateescape").splitlines() if line.strip()]
+    lines = [
+        display(line)
+        for line in data.decode("utf-8", "surrogateescape").splitlines()
+        if line.strip()
+    ]
     if size > OUTPUT_READ_BYTES and lines:
         lines = lines[1:]  # the first may be cut
     kept: list[str] = []
@@ -130,5 +154,5 @@ def agent_output(record: AttemptRecord) -> list[str]:
         room = OUTPUT_CHARS - sum(len(k) for k in kept)
         if room <= 1:
             break
-        kept.insert(0, line if len(line) <= room else "…" + line[-(room - 1):])
+        kept.insert(0, line if len(line) <= room else "…" + line[-(room - 1) :])
     return kept

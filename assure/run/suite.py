@@ -25,10 +25,10 @@ from typing import Any
 import yaml
 
 from assure import spec as spec_mod
-from assure.records import store
-from assure.records.layout import SuitePaths
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, SpecError
+from assure.records import store
+from assure.records.layout import SuitePaths
 from assure.sandbox.hardening import GATEWAY_MEMORY
 
 MAX_JOBS = 64  # -j: specs in flight at once, at most
@@ -47,8 +47,11 @@ class Shard:
         match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
         index, count = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
         if not match or count < 1 or not 1 <= index <= count:
-            raise AssureError(f"{text!r} is not K/N with 1 <= K <= N", where="--shard",
-                              fix="e.g. --shard 1/3, --shard 2/3 and --shard 3/3 split a suite over three CI jobs")
+            raise AssureError(
+                f"{text!r} is not K/N with 1 <= K <= N",
+                where="--shard",
+                fix="e.g. --shard 1/3, --shard 2/3 and --shard 3/3 split a suite over three CI jobs",
+            )
         return cls(index, count)
 
     def select(self, specs: tuple[spec_mod.Spec, ...]) -> tuple[spec_mod.Spec, ...]:
@@ -72,15 +75,27 @@ class Suite:
     specs: tuple[spec_mod.Spec, ...]
     stop_on_unexpected: bool
     shard: Shard | None = None
-    pool: dict[str, Any] | None = None  # the suite file's `pool` (how it runs, not what: not in the digest)
+    pool: dict[str, Any] | None = (
+        None  # the suite file's `pool` (how it runs, not what: not in the digest)
+    )
 
     @property
     def digest(self) -> str:
         """What a suite run is a run of: the suite and every spec, as loaded, and the shard
         (shard 1/2 and shard 2/2 are two suite runs, neither continues the other)."""
-        shard = {"shard": self.shard.to_json()} if self.shard else {}  # an unsharded digest is as it always was
-        return sha256_hex(canonical({"name": self.name, "stop_on_unexpected": self.stop_on_unexpected,
-                                     "specs": [s.to_json() for s in self.specs], **shard}))
+        shard = (
+            {"shard": self.shard.to_json()} if self.shard else {}
+        )  # an unsharded digest is as it always was
+        return sha256_hex(
+            canonical(
+                {
+                    "name": self.name,
+                    "stop_on_unexpected": self.stop_on_unexpected,
+                    "specs": [s.to_json() for s in self.specs],
+                    **shard,
+                }
+            )
+        )
 
     def sharded(self, shard: Shard | None) -> Suite:
         """This suite cut down to one shard (itself for None)."""
@@ -105,7 +120,12 @@ def with_findings(outcomes: list[Outcome], doc: dict[str, Any]) -> list[Outcome]
     it: an expected breach that a containment failure (or any finding but a covert change's)
     made is unexpected (`findings.as_expected`), in the table and the exit code alike."""
     judged = {r["run_id"]: r["as_expected"] for r in doc["results"] if r.get("run_id")}
-    return [replace(o, findings_as_expected=False) if o.as_expected and judged.get(o.run_id) is False else o for o in outcomes]
+    return [
+        replace(o, findings_as_expected=False)
+        if o.as_expected and judged.get(o.run_id) is False
+        else o
+        for o in outcomes
+    ]
 
 
 def is_suite(path: Path) -> bool:
@@ -125,7 +145,9 @@ def load(path: str | Path) -> Suite:
     for i, rel in enumerate(data["specs"]):
         targets = _expand(path.resolve().parent, rel)
         if not targets:
-            problems.append(f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file: {path.resolve().parent / rel}")
+            problems.append(
+                f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file: {path.resolve().parent / rel}"
+            )
             fixes.append("spec paths in a suite are relative to the suite file's folder")
         for target in targets:
             try:
@@ -135,11 +157,20 @@ def load(path: str | Path) -> Suite:
                 fixes.append(exc.fix or "")
     for name in sorted({s.name for s in specs if sum(t.name == s.name for t in specs) > 1}):
         files = ", ".join(str(s.path) for s in specs if s.name == name)
-        problems.append(f"{path}: specs: two specs are named `{name}` ({files}): a suite's report tells its specs apart by name")
+        problems.append(
+            f"{path}: specs: two specs are named `{name}` ({files}): a suite's report tells its specs apart by name"
+        )
         fixes.append("give each spec of the suite a `name:` of its own")
     if problems:
         raise SpecError(problems, fix="; ".join(dict.fromkeys(f for f in fixes if f)) or None)
-    return Suite(data["name"], path.resolve(), data.get("description", ""), tuple(specs), data["stop_on_unexpected"], pool=data.get("pool"))
+    return Suite(
+        data["name"],
+        path.resolve(),
+        data.get("description", ""),
+        tuple(specs),
+        data["stop_on_unexpected"],
+        pool=data.get("pool"),
+    )
 
 
 def _expand(folder: Path, entry: str) -> list[Path]:
@@ -152,13 +183,18 @@ def _expand(folder: Path, entry: str) -> list[Path]:
 
 def spec_footprint(spec: spec_mod.Spec) -> tuple[float, int]:
     """(cpus, memory bytes) one run of `spec` may take at once: the agent's limits and its gateway."""
-    return spec.limits.cpus, spec_mod.parse_size(spec.limits.memory) + spec_mod.parse_size(GATEWAY_MEMORY)
+    return spec.limits.cpus, spec_mod.parse_size(spec.limits.memory) + spec_mod.parse_size(
+        GATEWAY_MEMORY
+    )
 
 
 def default_jobs(specs: tuple[spec_mod.Spec, ...], cpus: float, memory: int) -> int:
     """How many runs the machine holds side by side: the fewest that `cpus` CPUs and `memory`
     bytes fit of the hungriest spec; at least 1, at most MAX_JOBS."""
-    fits = [min(cpus / need_cpu, memory / need_memory) for need_cpu, need_memory in map(spec_footprint, specs)]
+    fits = [
+        min(cpus / need_cpu, memory / need_memory)
+        for need_cpu, need_memory in map(spec_footprint, specs)
+    ]
     return max(1, min(MAX_JOBS, int(min(fits, default=1))))
 
 
@@ -175,7 +211,9 @@ def memory_available() -> int:
     """Bytes of memory available now (MemAvailable)."""
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
-            return next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:")) * 1024
+            return (
+                next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:")) * 1024
+            )
     except (OSError, StopIteration, ValueError, IndexError):
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
@@ -200,7 +238,9 @@ def cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
 
 RunOne = Callable[[spec_mod.Spec, store.RunDir], str]
 Started = Callable[[int, spec_mod.Spec], None]
-Finished = Callable[[int, "Outcome", "float | None"], None]  # seconds; None: finished before this process
+Finished = Callable[
+    [int, "Outcome", "float | None"], None
+]  # seconds; None: finished before this process
 
 
 class SuiteRun:
@@ -218,11 +258,27 @@ class SuiteRun:
     @classmethod
     def create(cls, base: Path, suite: Suite) -> SuiteRun:
         path = store.new_dir(base, suite.name)
-        store.write_json(SuitePaths(path).state, {
-            "suite": suite.name, "source": str(suite.path), "digest": suite.digest, "state": "running",
-            "shard": suite.shard.to_json() if suite.shard else None, "started_at": utc_now(),
-            "runs": [{"spec": str(s.path), "run_id": None, "verdict": None, "started_at": None, "finished_at": None} for s in suite.specs],
-        })
+        store.write_json(
+            SuitePaths(path).state,
+            {
+                "suite": suite.name,
+                "source": str(suite.path),
+                "digest": suite.digest,
+                "state": "running",
+                "shard": suite.shard.to_json() if suite.shard else None,
+                "started_at": utc_now(),
+                "runs": [
+                    {
+                        "spec": str(s.path),
+                        "run_id": None,
+                        "verdict": None,
+                        "started_at": None,
+                        "finished_at": None,
+                    }
+                    for s in suite.specs
+                ],
+            },
+        )
         return cls(path, suite)
 
     @classmethod
@@ -234,12 +290,24 @@ class SuiteRun:
                 state = store.read_json(SuitePaths(path).state)
             except RunDirError:  # not a suite run (or a damaged one): never continued
                 continue
-            if isinstance(state, dict) and state.get("digest") == suite.digest and state.get("state") == "running" and not store.is_locked(path):
+            if (
+                isinstance(state, dict)
+                and state.get("digest") == suite.digest
+                and state.get("state") == "running"
+                and not store.is_locked(path)
+            ):
                 candidates.append((SuitePaths(path).state.stat().st_mtime, path))
         return cls(max(candidates)[1], suite) if candidates else None
 
-    def drive(self, runs_dir: Path, run_one: RunOne, started: Started = lambda n, spec: None, *, jobs: int = 1,
-              finished: Finished = lambda n, outcome, seconds: None) -> list[Outcome]:
+    def drive(
+        self,
+        runs_dir: Path,
+        run_one: RunOne,
+        started: Started = lambda n, spec: None,
+        *,
+        jobs: int = 1,
+        finished: Finished = lambda n, outcome, seconds: None,
+    ) -> list[Outcome]:
         """Run the specs in order, `jobs` at a time (`run_one` drives a run and returns its
         verdict; it is called from worker threads); a spec whose verdict is already recorded is
         not run again. With `stop_on_unexpected`, no spec starts after an unexpected verdict
@@ -248,16 +316,24 @@ class SuiteRun:
         one) reaches every worker, whose drivers clean up as they would alone."""
         with store.exclusive(self.path, "suite run"):
             pending = []
-            for n, (spec, entry) in enumerate(zip(self.suite.specs, self.state["runs"], strict=True)):
+            for n, (spec, entry) in enumerate(
+                zip(self.suite.specs, self.state["runs"], strict=True)
+            ):
                 if entry["verdict"] is None:
                     pending.append(n)
                 else:
                     finished(n, self._outcome(n), None)
-            failure = self._schedule(pending, runs_dir, run_one, started, finished, max(1, min(jobs, MAX_JOBS)))
+            failure = self._schedule(
+                pending, runs_dir, run_one, started, finished, max(1, min(jobs, MAX_JOBS))
+            )
             if failure is not None:
                 raise failure
             self.finish()
-        return [self._outcome(n) for n, entry in enumerate(self.state["runs"]) if entry["verdict"] is not None]
+        return [
+            self._outcome(n)
+            for n, entry in enumerate(self.state["runs"])
+            if entry["verdict"] is not None
+        ]
 
     def finish(self) -> None:
         """Every spec has its verdict (or the suite stopped on an unexpected one): never continued again."""
@@ -265,7 +341,15 @@ class SuiteRun:
         self.state["finished_at"] = utc_now()
         self.save()
 
-    def _schedule(self, pending: list[int], runs_dir: Path, run_one: RunOne, started: Started, finished: Finished, jobs: int) -> BaseException | None:
+    def _schedule(
+        self,
+        pending: list[int],
+        runs_dir: Path,
+        run_one: RunOne,
+        started: Started,
+        finished: Finished,
+        jobs: int,
+    ) -> BaseException | None:
         """Keep up to `jobs` specs in flight until none is left to start; the first exception."""
         workers: dict[int, int] = {}  # spec index -> the worker thread's id, while it runs
         failure: BaseException | None = None
@@ -274,9 +358,13 @@ class SuiteRun:
             flight: dict[Future[None], int] = {}
             try:
                 while pending or flight:
-                    while pending and len(flight) < jobs and failure is None and not self._stopped():
+                    while (
+                        pending and len(flight) < jobs and failure is None and not self._stopped()
+                    ):
                         n = pending.pop(0)
-                        flight[pool.submit(self._one, n, runs_dir, run_one, started, finished, workers)] = n
+                        flight[
+                            pool.submit(self._one, n, runs_dir, run_one, started, finished, workers)
+                        ] = n
                     if not flight:
                         break
                     done, _ = wait(flight, return_when=FIRST_COMPLETED)
@@ -284,7 +372,9 @@ class SuiteRun:
                         del flight[future]
                         if future.exception() is not None and failure is None:
                             failure = future.exception()
-            except BaseException:  # KeyboardInterrupt in this thread: every worker gets it too, once
+            except (
+                BaseException
+            ):  # KeyboardInterrupt in this thread: every worker gets it too, once
                 interrupted: set[int] = set()
                 for future in flight:
                     future.cancel()  # not started yet: never will
@@ -296,7 +386,15 @@ class SuiteRun:
                 raise
         return failure
 
-    def _one(self, n: int, runs_dir: Path, run_one: RunOne, started: Started, finished: Finished, workers: dict[int, int]) -> None:
+    def _one(
+        self,
+        n: int,
+        runs_dir: Path,
+        run_one: RunOne,
+        started: Started,
+        finished: Finished,
+        workers: dict[int, int],
+    ) -> None:
         spec, entry = self.suite.specs[n], self.state["runs"][n]
         workers[n] = threading.get_ident()
         try:
@@ -306,7 +404,9 @@ class SuiteRun:
                     entry["run_id"] = run.run_id
                 else:
                     run = store.RunDir.open(runs_dir / entry["run_id"])
-                entry["started_at"] = entry.get("started_at") or utc_now()  # a resumed spec keeps when it first started
+                entry["started_at"] = (
+                    entry.get("started_at") or utc_now()
+                )  # a resumed spec keeps when it first started
                 self.save()  # before the run starts: a kill from here on resumes this run
             started(n, spec)
             began = time.monotonic()
@@ -326,7 +426,9 @@ class SuiteRun:
         """Whether `stop_on_unexpected` forbids starting another spec."""
         with self._lock:
             return self.suite.stop_on_unexpected and any(
-                e["verdict"] is not None and e["verdict"] != s.expect for s, e in zip(self.suite.specs, self.state["runs"], strict=True))
+                e["verdict"] is not None and e["verdict"] != s.expect
+                for s, e in zip(self.suite.specs, self.state["runs"], strict=True)
+            )
 
     def save(self) -> None:
         store.write_json(SuitePaths(self.path).state, self.state)

@@ -20,7 +20,9 @@ def watch(alive: int, worker: int, seconds: float) -> None:
     at the spec's whole budget with the worker still alive (then it is killed), everything its
     makers left is removed as `assure gc` would: no agent runs on unwatched."""
     if os.fork():
-        os._exit(0)  # the worker's own child ends here: Ray ends a worker's children with it, not this grandchild
+        os._exit(
+            0
+        )  # the worker's own child ends here: Ray ends a worker's children with it, not this grandchild
     if select.select([alive], [], [], seconds)[0]:
         if os.read(alive, 1):
             return
@@ -28,7 +30,9 @@ def watch(alive: int, worker: int, seconds: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker, signal.SIGKILL)
     gone = time.monotonic() + 60
-    while os.path.exists(f"/proc/{worker}") and time.monotonic() < gone:  # until it is reaped: a zombie's pid is alive to `gc`
+    while (
+        os.path.exists(f"/proc/{worker}") and time.monotonic() < gone
+    ):  # until it is reaped: a zombie's pid is alive to `gc`
         time.sleep(0.2)
     from assure.ops import gc
     from assure.sandbox.docker import DockerBackend

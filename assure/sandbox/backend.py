@@ -43,7 +43,9 @@ LABEL_ATTEMPT = "assure.run.attempt"
 LABEL_ROLE = "assure.role"
 LABEL_PID = "assure.pid"
 LABEL_HOST = "assure.host"
-LABEL_UID = "assure.uid"  # the user whose process made it: `assure gc` takes only its own (or --all-users)
+LABEL_UID = (
+    "assure.uid"  # the user whose process made it: `assure gc` takes only its own (or --all-users)
+)
 OWNER = "assure"
 ENGINE_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this user"
 
@@ -123,7 +125,9 @@ class ContainerRequest:
         return {**self.labels, LABEL_ROLE: self.role}
 
 
-Owned = dict[str, list[dict[str, str]]]  # "containers" | "volumes" | "networks" -> [{"id", "name", **labels}]
+Owned = dict[
+    str, list[dict[str, str]]
+]  # "containers" | "volumes" | "networks" -> [{"id", "name", **labels}]
 
 
 @runtime_checkable
@@ -162,8 +166,7 @@ class SandboxBackend(Protocol):
         """A created, not started container; returns its id. ImageError if the image is missing."""
         ...
 
-    def start(self, cid: str) -> None:
-        ...
+    def start(self, cid: str) -> None: ...
 
     def start_container(self, request: ContainerRequest) -> str:
         """Create and start; a container that fails to start is removed before raising."""
@@ -227,13 +230,30 @@ class ImageBuilder(Protocol):
 
     def try_pull(self, reference: str) -> bool: ...
 
-    def import_rootfs(self, tar_path: str, repository: str, tag: str, changes: list[str]) -> None: ...
+    def import_rootfs(
+        self, tar_path: str, repository: str, tag: str, changes: list[str]
+    ) -> None: ...
 
-    def build(self, context: bytes, tag: str, buildargs: dict[str, str], labels: dict[str, str], *, network: bool = False) -> None: ...
+    def build(
+        self,
+        context: bytes,
+        tag: str,
+        buildargs: dict[str, str],
+        labels: dict[str, str],
+        *,
+        network: bool = False,
+    ) -> None: ...
 
     def tag(self, source: str, repository: str, tag: str) -> None: ...
 
 
 def labels(run_id: str, attempt: int, pid: int, host: str) -> dict[str, str]:
     """The labels every resource of one attempt carries (`owned()` and `assure gc` find it by them)."""
-    return {LABEL_OWNER: OWNER, LABEL_RUN: run_id, LABEL_ATTEMPT: str(attempt), LABEL_PID: str(pid), LABEL_HOST: host, LABEL_UID: str(os.getuid())}
+    return {
+        LABEL_OWNER: OWNER,
+        LABEL_RUN: run_id,
+        LABEL_ATTEMPT: str(attempt),
+        LABEL_PID: str(pid),
+        LABEL_HOST: host,
+        LABEL_UID: str(os.getuid()),
+    }

@@ -19,11 +19,18 @@ from typing import Any
 
 import docker
 import docker.errors
-from docker.models.containers import _create_container_args
 import requests.exceptions
+from docker.models.containers import _create_container_args
 
 from assure.errors import ImageError, SandboxError
-from assure.sandbox.backend import ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned
+from assure.sandbox.backend import (
+    ENGINE_FIX,
+    LABEL_OWNER,
+    LABEL_RUN,
+    OWNER,
+    ContainerRequest,
+    Owned,
+)
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
 GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
@@ -32,25 +39,29 @@ GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
 # then exec the command in its place: same pid, no fd or process left over. The loop's
 # variables are a function's locals: an agent variable of the same name (`n`, `limit`),
 # imported from the container's environment, reaches the command as the spec gave it.
-GATE_SCRIPT = ('exec 3<> <(:); __assure_gate() { local n=0 limit=$(($2 * 100)); while [ ! -S "$1" ]; do n=$((n + 1)); '
-               f'if [ "$n" -gt "$limit" ]; then echo "assure: no gateway socket at $1 after $2 s: the agent was not started" >&2; exit {GATE_EXIT}; fi; '
-               'read -t 0.01 -u 3; done; }; __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; ')
+GATE_SCRIPT = (
+    'exec 3<> <(:); __assure_gate() { local n=0 limit=$(($2 * 100)); while [ ! -S "$1" ]; do n=$((n + 1)); '
+    f'if [ "$n" -gt "$limit" ]; then echo "assure: no gateway socket at $1 after $2 s: the agent was not started" >&2; exit {GATE_EXIT}; fi; '
+    'read -t 0.01 -u 3; done; }; __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
+)
 GATE_EXEC = 'exec "$@"'
 # A pooled agent (`ContainerRequest.claim`, $3) first waits for its claim blocked on the FIFO
 # `wake` in the claim folder (an idle agent costs no CPU; the 10 ms socket poll below cost
 # ~24 ms of CPU a second, its root's FUSE daemon included), which the claim writes a line to
 # once the command and environment are in place (opened before they are looked for: no
 # wake-up is missed; the claim removes it, and the socket's wait follows).
-GATE_WAKE = ('{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec 4<&-; ')
+GATE_WAKE = '{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec 4<&-; '
 # A claimed pair's agent (`ContainerRequest.claim`, $3): its command and environment from the
 # claim, written before the gateway could bind. Both become the positional parameters, the
 # environment first up to a `--` (no entry is `--`: each has a `=`), and the two arrays are
 # unset before any entry is exported: no shell variable of the gate's own is left in the
 # agent's environment or can take the place of one of the spec's (`argv`, `kv`...).
-GATE_CLAIM = ('mapfile -d "" -t __assure_env < "$1/env" && mapfile -d "" -t __assure_argv < "$1/argv" && [ "${#__assure_argv[@]}" -gt 0 ] || '
-              f'{{ echo "assure: no claim at $1: the agent was not started" >&2; exit {GATE_EXIT}; }}; '
-              'set -- "${__assure_env[@]}" -- "${__assure_argv[@]}"; unset __assure_env __assure_argv; '
-              f'while [ "$1" != -- ]; do export "$1" || exit {GATE_EXIT}; shift; done; shift; exec "$@"')
+GATE_CLAIM = (
+    'mapfile -d "" -t __assure_env < "$1/env" && mapfile -d "" -t __assure_argv < "$1/argv" && [ "${#__assure_argv[@]}" -gt 0 ] || '
+    f'{{ echo "assure: no claim at $1: the agent was not started" >&2; exit {GATE_EXIT}; }}; '
+    'set -- "${__assure_env[@]}" -- "${__assure_argv[@]}"; unset __assure_env __assure_argv; '
+    f'while [ "$1" != -- ]; do export "$1" || exit {GATE_EXIT}; shift; done; shift; exec "$@"'
+)
 
 
 def command(request: ContainerRequest) -> list[str] | None:
@@ -59,9 +70,19 @@ def command(request: ContainerRequest) -> list[str] | None:
         return None if request.command is None else list(request.command)
     gate = [request.gate, str(max(1, int(request.gate_seconds)))]
     if request.claim is not None:
-        return ["/bin/bash", "-c", GATE_WAKE + GATE_SCRIPT + GATE_CLAIM, "assure-gate", *gate, request.claim]
+        return [
+            "/bin/bash",
+            "-c",
+            GATE_WAKE + GATE_SCRIPT + GATE_CLAIM,
+            "assure-gate",
+            *gate,
+            request.claim,
+        ]
     if not request.command:
-        raise SandboxError(f"create container {request.name}: a gated container needs a command", fix="give the agent a command")
+        raise SandboxError(
+            f"create container {request.name}: a gated container needs a command",
+            fix="give the agent a command",
+        )
     return ["/bin/bash", "-c", GATE_SCRIPT + GATE_EXEC, "assure-gate", *gate, *request.command]
 
 
@@ -70,7 +91,9 @@ def _mapped(what: str) -> Iterator[None]:
     try:
         yield
     except docker.errors.ImageNotFound as exc:
-        raise ImageError(f"{what}: image not found", fix="run `assure images build` (or `make images`)") from exc
+        raise ImageError(
+            f"{what}: image not found", fix="run `assure images build` (or `make images`)"
+        ) from exc
     except docker.errors.BuildError as exc:
         tail = "".join(str(x.get("stream", x.get("error", ""))) for x in list(exc.build_log)[-15:])
         raise ImageError(f"{what}: build failed: {exc.msg}\n{tail}") from exc
@@ -82,8 +105,8 @@ def _demultiplexed(data: bytes) -> bytes:
     """The payloads of the engine's log frames (8-byte header: stream, 0, 0, 0, big-endian size)."""
     out, at = bytearray(), 0
     while at + 8 <= len(data):
-        size = int.from_bytes(data[at + 4: at + 8], "big")
-        out += data[at + 8: at + 8 + size]
+        size = int.from_bytes(data[at + 4 : at + 8], "big")
+        out += data[at + 8 : at + 8 + size]
         at += 8 + size
     return bytes(out)
 
@@ -92,20 +115,48 @@ def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
     """A request as docker-py's `containers.create` keyword arguments (what is None is left
     to the engine or the image)."""
     optional = {
-        "name": request.name, "command": command(request),
-        "environment": dict(request.env) or None, "working_dir": request.working_dir, "hostname": request.hostname,
-        "user": request.user, "network_mode": request.network, "tmpfs": dict(request.tmpfs) or None,
-        "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits] or None,
-        "cap_drop": list(request.cap_drop) or None, "security_opt": list(request.security_opt) or None,
-        "ipc_mode": request.ipc, "pids_limit": request.pids_limit, "mem_limit": request.memory,
-        "memswap_limit": request.memory_swap, "nano_cpus": request.nano_cpus, "runtime": request.runtime,
-        "log_config": {"type": "json-file", "config": {"max-size": request.log_max, "max-file": "1"}} if request.log_max else None,
-        "volumes": {m.source: {"bind": m.target, "mode": ("ro" if m.read_only else "rw") + (",nocopy" if m.nocopy else "")}
-                    for m in request.mounts} or None,
+        "name": request.name,
+        "command": command(request),
+        "environment": dict(request.env) or None,
+        "working_dir": request.working_dir,
+        "hostname": request.hostname,
+        "user": request.user,
+        "network_mode": request.network,
+        "tmpfs": dict(request.tmpfs) or None,
+        "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits]
+        or None,
+        "cap_drop": list(request.cap_drop) or None,
+        "security_opt": list(request.security_opt) or None,
+        "ipc_mode": request.ipc,
+        "pids_limit": request.pids_limit,
+        "mem_limit": request.memory,
+        "memswap_limit": request.memory_swap,
+        "nano_cpus": request.nano_cpus,
+        "runtime": request.runtime,
+        "log_config": {
+            "type": "json-file",
+            "config": {"max-size": request.log_max, "max-file": "1"},
+        }
+        if request.log_max
+        else None,
+        "volumes": {
+            m.source: {
+                "bind": m.target,
+                "mode": ("ro" if m.read_only else "rw") + (",nocopy" if m.nocopy else ""),
+            }
+            for m in request.mounts
+        }
+        or None,
         "stdin_open": request.stdin_open or None,
     }
-    return {"image": request.image, "labels": request.all_labels, "read_only": request.read_only_root, "privileged": False,
-            "init": request.init, **{k: v for k, v in optional.items() if v is not None}}
+    return {
+        "image": request.image,
+        "labels": request.all_labels,
+        "read_only": request.read_only_root,
+        "privileged": False,
+        "init": request.init,
+        **{k: v for k, v in optional.items() if v is not None},
+    }
 
 
 class DockerBackend:
@@ -117,7 +168,9 @@ class DockerBackend:
             self._client = docker.from_env(timeout=120)
             self._client.ping()
         self._security: list[str] | None = None
-        self._layers: dict[str, str | None] = {}  # container id -> its UpperDir, from its last inspect
+        self._layers: dict[
+            str, str | None
+        ] = {}  # container id -> its UpperDir, from its last inspect
 
     # --- engine -----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -161,14 +214,31 @@ class DockerBackend:
 
     def import_rootfs(self, tar_path: str, repository: str, tag: str, changes: list[str]) -> None:
         with _mapped(f"docker import {repository}:{tag}"):
-            self._client.api.import_image_from_file(tar_path, repository=repository, tag=tag, changes=changes)
+            self._client.api.import_image_from_file(
+                tar_path, repository=repository, tag=tag, changes=changes
+            )
 
-    def build(self, context: bytes, tag: str, buildargs: dict[str, str], labels: dict[str, str], *, network: bool = False) -> None:
+    def build(
+        self,
+        context: bytes,
+        tag: str,
+        buildargs: dict[str, str],
+        labels: dict[str, str],
+        *,
+        network: bool = False,
+    ) -> None:
         """Build from a tar context; with no network unless the recipe needs a package mirror."""
         with _mapped(f"docker build {tag}"):
             self._client.images.build(
-                fileobj=io.BytesIO(context), custom_context=True, tag=tag, buildargs=buildargs, labels=labels,
-                rm=True, forcerm=True, network_mode="default" if network else "none", pull=False,
+                fileobj=io.BytesIO(context),
+                custom_context=True,
+                tag=tag,
+                buildargs=buildargs,
+                labels=labels,
+                rm=True,
+                forcerm=True,
+                network_mode="default" if network else "none",
+                pull=False,
             )
 
     def tag(self, source: str, repository: str, tag: str) -> None:
@@ -178,7 +248,9 @@ class DockerBackend:
     # --- volumes ----------------------------------------------------------------------
     def create_volume(self, name: str, labels: dict[str, str], driver_opts: dict[str, str]) -> str:
         with _mapped(f"create volume {name}"):
-            return self._client.volumes.create(name=name, driver="local", driver_opts=driver_opts, labels=labels).name
+            return self._client.volumes.create(
+                name=name, driver="local", driver_opts=driver_opts, labels=labels
+            ).name
 
     def remove_volume(self, name: str) -> None:
         try:
@@ -193,7 +265,9 @@ class DockerBackend:
         """docker-py's own translation of `containers.create` arguments, sent without the
         inspect its model adds after every create: one round trip, not two."""
         with _mapped(f"create container {request.name}"):
-            args = _create_container_args({**create_kwargs(request), "version": self._client.api._version})
+            args = _create_container_args(
+                {**create_kwargs(request), "version": self._client.api._version}
+            )
             return self._client.api.create_container(**args)["Id"]
 
     def start(self, cid: str) -> None:
@@ -227,7 +301,9 @@ class DockerBackend:
         byte is missed. Write stdin (shut the write side to close it, with `stdin_open`);
         read stdout and stderr as the engine's frames (8-byte header: stream, 0, 0, 0, size)."""
         with _mapped("attach container"):
-            raw = self._client.api.attach_socket(cid, params={"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1})
+            raw = self._client.api.attach_socket(
+                cid, params={"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
+            )
         sock = getattr(raw, "_sock", raw)
         try:
             yield sock
@@ -260,7 +336,10 @@ class DockerBackend:
         container first to learn whether it has a TTY, and ours never do."""
         api = self._client.api
         with _mapped("container logs"):
-            res = api._get(api._url("/containers/{0}/logs", cid), params={"stdout": 1, "stderr": 1, "timestamps": 0, "tail": "all"})
+            res = api._get(
+                api._url("/containers/{0}/logs", cid),
+                params={"stdout": 1, "stderr": 1, "timestamps": 0, "tail": "all"},
+            )
             api._raise_for_status(res)
             return _demultiplexed(res.content)[-limit:]
 
@@ -327,17 +406,32 @@ class DockerBackend:
         labels = [f"{LABEL_OWNER}={OWNER}"] + ([f"{LABEL_RUN}={run_id}"] if run_id else [])
         with _mapped("list assure resources"):
             containers = self._client.api.containers(all=True, filters={"label": labels})
-            volumes = (self._client.api.volumes(filters={"label": labels}) or {}).get("Volumes") or []
+            volumes = (self._client.api.volumes(filters={"label": labels}) or {}).get(
+                "Volumes"
+            ) or []
             networks = self._client.api.networks(filters={"label": labels})
         return {
-            "containers": [{"id": c["Id"], "name": (c.get("Names") or ["?"])[0].lstrip("/"), **(c.get("Labels") or {})} for c in containers],
-            "volumes": [{"id": v["Name"], "name": v["Name"], **(v.get("Labels") or {})} for v in volumes],
-            "networks": [{"id": n["Id"], "name": n["Name"], **(n.get("Labels") or {})} for n in networks],
+            "containers": [
+                {
+                    "id": c["Id"],
+                    "name": (c.get("Names") or ["?"])[0].lstrip("/"),
+                    **(c.get("Labels") or {}),
+                }
+                for c in containers
+            ],
+            "volumes": [
+                {"id": v["Name"], "name": v["Name"], **(v.get("Labels") or {})} for v in volumes
+            ],
+            "networks": [
+                {"id": n["Id"], "name": n["Name"], **(n.get("Labels") or {})} for n in networks
+            ],
         }
 
     def create_network(self, name: str, labels: dict[str, str], *, internal: bool) -> str:
         with _mapped(f"create network {name}"):
-            return self._client.networks.create(name, driver="bridge", internal=internal, labels=labels, check_duplicate=True).id
+            return self._client.networks.create(
+                name, driver="bridge", internal=internal, labels=labels, check_duplicate=True
+            ).id
 
     def connect(self, network: str, cid: str) -> None:
         with _mapped(f"connect to network {network}"):

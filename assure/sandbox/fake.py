@@ -36,10 +36,21 @@ from pathlib import Path
 from typing import Any
 
 from assure.errors import ImageError, SandboxError
-from assure.sandbox.backend import CHANGE_ADDED, ENGINE_FIX, LABEL_OWNER, LABEL_RUN, OWNER, ContainerRequest, Owned, Role
+from assure.sandbox.backend import (
+    CHANGE_ADDED,
+    ENGINE_FIX,
+    LABEL_OWNER,
+    LABEL_RUN,
+    OWNER,
+    ContainerRequest,
+    Owned,
+    Role,
+)
 
 KILLED = 137  # what a container killed at the end of its stop grace exits with (128 + SIGKILL)
-GATE_EXIT = 125  # as the Docker backend's gate script: the socket never appeared, the command never ran
+GATE_EXIT = (
+    125  # as the Docker backend's gate script: the socket never appeared, the command never ran
+)
 GATE_POLL_SECONDS = 0.01
 TERMINATED = 143  # 128 + SIGTERM: what a program stopped without handling SIGTERM reports
 
@@ -82,7 +93,9 @@ class _Container:
     logs: bytearray = field(default_factory=bytearray)
     attached: socket.socket | None = None  # the backend's end of an attached stream
     lock: threading.Lock = field(default_factory=threading.Lock)  # exit_code, logs, attached
-    sending: threading.Lock = field(default_factory=threading.Lock)  # one frame at a time, never under `lock`
+    sending: threading.Lock = field(
+        default_factory=threading.Lock
+    )  # one frame at a time, never under `lock`
 
     @property
     def running(self) -> bool:
@@ -94,7 +107,13 @@ class FakeBackend:
     container runs; `images` are the tags that exist (creating from another is an ImageError);
     volumes and containers' own folders live in a fresh folder under `tmp`."""
 
-    def __init__(self, programs: dict[str, Program] | None = None, images: set[str] | None = None, *, tmp: str = "/tmp"):
+    def __init__(
+        self,
+        programs: dict[str, Program] | None = None,
+        images: set[str] | None = None,
+        *,
+        tmp: str = "/tmp",
+    ):
         self.programs: dict[str, Program] = dict(programs or {})
         self.images: set[str] = set(images or ())
         self.created: list[ContainerRequest] = []  # every request, in order, for tests to read
@@ -102,7 +121,9 @@ class FakeBackend:
         self._volumes: dict[str, tuple[Path, dict[str, str]]] = {}
         self._networks: dict[str, tuple[str, dict[str, str], set[str]]] = {}
         self._ids = itertools.count(1)
-        self._scratch = Path(tempfile.mkdtemp(prefix="fk", dir=tmp))  # keep it short: a unix socket's path is ~100 bytes at most
+        self._scratch = Path(
+            tempfile.mkdtemp(prefix="fk", dir=tmp)
+        )  # keep it short: a unix socket's path is ~100 bytes at most
 
     def close(self) -> None:
         """Remove every container and volume left, and the fake's own folder."""
@@ -144,15 +165,32 @@ class FakeBackend:
     def create_container(self, request: ContainerRequest) -> str:
         name = request.name
         if request.image not in self.images:
-            raise ImageError(f"create container {name}: image not found", fix="run `assure images build` (or `make images`)")
+            raise ImageError(
+                f"create container {name}: image not found",
+                fix="run `assure images build` (or `make images`)",
+            )
         if name and any(c.request.name == name for c in self._containers.values()):
-            raise SandboxError(f"create container {name}: the name is already in use", fix=ENGINE_FIX)
+            raise SandboxError(
+                f"create container {name}: the name is already in use", fix=ENGINE_FIX
+            )
         cid = f"fake{next(self._ids):06d}"
         root = self._scratch / cid
         root.mkdir()
         mounts = {m.target: self._source(m.source) for m in request.mounts}
-        container = _Container(cid, request, Context(list(request.command or ()), dict(request.env), request.working_dir or "/",
-                                                     mounts, root, threading.Event(), lambda *_: None), self._program(request))
+        container = _Container(
+            cid,
+            request,
+            Context(
+                list(request.command or ()),
+                dict(request.env),
+                request.working_dir or "/",
+                mounts,
+                root,
+                threading.Event(),
+                lambda *_: None,
+            ),
+            self._program(request),
+        )
         container.context.output = lambda stream, data: self._output(container, stream, data)
         self._containers[cid] = container
         self.created.append(request)
@@ -164,8 +202,13 @@ class FakeBackend:
             return
         if container.program is None:
             first = (container.context.command or ["(none)"])[0]
-            raise SandboxError(f"start container: the fake has no program {first!r}", fix="register it in FakeBackend(programs=...)")
-        container.thread = threading.Thread(target=self._run, args=(container,), name=f"fake-{cid}", daemon=True)
+            raise SandboxError(
+                f"start container: the fake has no program {first!r}",
+                fix="register it in FakeBackend(programs=...)",
+            )
+        container.thread = threading.Thread(
+            target=self._run, args=(container,), name=f"fake-{cid}", daemon=True
+        )
         container.thread.start()
 
     def start_container(self, request: ContainerRequest) -> str:
@@ -205,7 +248,9 @@ class FakeBackend:
         assert container.thread is not None
         container.thread.join(max(grace, 0.01))
         with container.lock:
-            if container.exit_code is None:  # the program ignored the stop: killed (its thread is left to end)
+            if (
+                container.exit_code is None
+            ):  # the program ignored the stop: killed (its thread is left to end)
                 container.exit_code = KILLED
                 self._close_attached(container)
 
@@ -222,21 +267,56 @@ class FakeBackend:
         c = self._get(cid)
         r = c.request
         status = "running" if c.running else ("exited" if c.thread is not None else "created")
-        mounts = [{"Type": "bind" if os.path.isabs(m.source) else "volume", "Source": str(self._source(m.source)),
-                   "Destination": m.target, "RW": not m.read_only} for m in r.mounts]
+        mounts = [
+            {
+                "Type": "bind" if os.path.isabs(m.source) else "volume",
+                "Source": str(self._source(m.source)),
+                "Destination": m.target,
+                "RW": not m.read_only,
+            }
+            for m in r.mounts
+        ]
         return {
-            "Id": c.id, "Name": f"/{r.name or c.id}",
-            "State": {"Status": status, "Running": c.running, "ExitCode": c.exit_code or 0, "OOMKilled": False},
-            "Config": {"User": r.user or "", "Labels": r.all_labels, "Image": r.image, "Cmd": c.context.command},
-            "HostConfig": {
-                "NetworkMode": r.network or "default", "CapDrop": list(r.cap_drop) or None, "CapAdd": None, "Privileged": False,
-                "SecurityOpt": list(r.security_opt) or None, "IpcMode": r.ipc or "private", "PidMode": "", "Devices": [],
-                "PidsLimit": r.pids_limit, "Memory": r.memory or 0, "MemorySwap": r.memory_swap or 0, "NanoCpus": r.nano_cpus or 0,
-                "ReadonlyRootfs": r.read_only_root, "Tmpfs": dict(r.tmpfs), "Runtime": r.runtime or "runc", "Init": r.init,
-                "Ulimits": [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in r.ulimits],
-                "Binds": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in r.mounts if os.path.isabs(m.source)],
+            "Id": c.id,
+            "Name": f"/{r.name or c.id}",
+            "State": {
+                "Status": status,
+                "Running": c.running,
+                "ExitCode": c.exit_code or 0,
+                "OOMKilled": False,
             },
-            "Mounts": mounts, "AppArmorProfile": "",
+            "Config": {
+                "User": r.user or "",
+                "Labels": r.all_labels,
+                "Image": r.image,
+                "Cmd": c.context.command,
+            },
+            "HostConfig": {
+                "NetworkMode": r.network or "default",
+                "CapDrop": list(r.cap_drop) or None,
+                "CapAdd": None,
+                "Privileged": False,
+                "SecurityOpt": list(r.security_opt) or None,
+                "IpcMode": r.ipc or "private",
+                "PidMode": "",
+                "Devices": [],
+                "PidsLimit": r.pids_limit,
+                "Memory": r.memory or 0,
+                "MemorySwap": r.memory_swap or 0,
+                "NanoCpus": r.nano_cpus or 0,
+                "ReadonlyRootfs": r.read_only_root,
+                "Tmpfs": dict(r.tmpfs),
+                "Runtime": r.runtime or "runc",
+                "Init": r.init,
+                "Ulimits": [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in r.ulimits],
+                "Binds": [
+                    f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"
+                    for m in r.mounts
+                    if os.path.isabs(m.source)
+                ],
+            },
+            "Mounts": mounts,
+            "AppArmorProfile": "",
         }
 
     def logs(self, cid: str, limit: int) -> bytes:
@@ -244,8 +324,11 @@ class FakeBackend:
 
     def fs_changes(self, cid: str) -> list[dict[str, Any]]:
         root = self._get(cid).context.root
-        return [{"Path": "/" + os.path.relpath(os.path.join(top, name), root), "Kind": CHANGE_ADDED}
-                for top, dirs, files in os.walk(root) for name in sorted(dirs + files)]
+        return [
+            {"Path": "/" + os.path.relpath(os.path.join(top, name), root), "Kind": CHANGE_ADDED}
+            for top, dirs, files in os.walk(root)
+            for name in sorted(dirs + files)
+        ]
 
     def writable_layer(self, cid: str) -> Path | None:
         return self._get(cid).context.root
@@ -255,7 +338,9 @@ class FakeBackend:
         try:
             st = target.lstat()
         except OSError as exc:
-            raise SandboxError(f"copy {path} out of container: {exc.strerror}", fix=ENGINE_FIX) from exc
+            raise SandboxError(
+                f"copy {path} out of container: {exc.strerror}", fix=ENGINE_FIX
+            ) from exc
         if stat.S_ISLNK(st.st_mode):
             return "symlink", None, os.readlink(target)
         if stat.S_ISDIR(st.st_mode):
@@ -267,13 +352,26 @@ class FakeBackend:
     # --- cleanup -----------------------------------------------------------------------------------
     def owned(self, run_id: str | None = None) -> Owned:
         def ours(labels: dict[str, str]) -> bool:
-            return labels.get(LABEL_OWNER) == OWNER and (run_id is None or labels.get(LABEL_RUN) == run_id)
+            return labels.get(LABEL_OWNER) == OWNER and (
+                run_id is None or labels.get(LABEL_RUN) == run_id
+            )
 
         return {
-            "containers": [{"id": c.id, "name": c.request.name or c.id, **c.request.all_labels}
-                           for c in self._containers.values() if ours(c.request.all_labels)],
-            "volumes": [{"id": name, "name": name, **labels} for name, (_, labels) in self._volumes.items() if ours(labels)],
-            "networks": [{"id": nid, "name": name, **labels} for nid, (name, labels, _) in self._networks.items() if ours(labels)],
+            "containers": [
+                {"id": c.id, "name": c.request.name or c.id, **c.request.all_labels}
+                for c in self._containers.values()
+                if ours(c.request.all_labels)
+            ],
+            "volumes": [
+                {"id": name, "name": name, **labels}
+                for name, (_, labels) in self._volumes.items()
+                if ours(labels)
+            ],
+            "networks": [
+                {"id": nid, "name": name, **labels}
+                for nid, (name, labels, _) in self._networks.items()
+                if ours(labels)
+            ],
         }
 
     # --- inside ----------------------------------------------------------------------------------
@@ -316,7 +414,9 @@ class FakeBackend:
                 return
             container.logs += data
             attached = container.attached
-        if attached is not None:  # a reader that stopped reading blocks this program only, never `stop`
+        if (
+            attached is not None
+        ):  # a reader that stopped reading blocks this program only, never `stop`
             with container.sending, contextlib.suppress(OSError):
                 attached.sendall(struct.pack(">BxxxI", stream, len(data)) + data)
 
@@ -337,7 +437,10 @@ def _gated(container: _Container) -> int | None:
     path = ctx.path(request.gate)
     while not _is_socket(path):
         if time.monotonic() > deadline or ctx.stopping.wait(GATE_POLL_SECONDS):
-            ctx.output(2, f"assure: no gateway socket at {request.gate}: the agent was not started\n".encode())
+            ctx.output(
+                2,
+                f"assure: no gateway socket at {request.gate}: the agent was not started\n".encode(),
+            )
             return GATE_EXIT
     return None
 
@@ -357,7 +460,10 @@ def _gateway(ctx: Context) -> int:
 
     config_path = ctx.path(ctx.command[ctx.command.index("--config") + 1])
     mapped = ctx.root / "gateway.json"
-    mapped.write_text(json.dumps(_mapped(json.loads(config_path.read_text(encoding="utf-8")), ctx)), encoding="utf-8")
+    mapped.write_text(
+        json.dumps(_mapped(json.loads(config_path.read_text(encoding="utf-8")), ctx)),
+        encoding="utf-8",
+    )
     try:
         config = load(str(mapped))
     except ConfigError as exc:
@@ -386,10 +492,18 @@ def _mapped(value: Any, ctx: Context) -> Any:
 
 def _subprocess(ctx: Context) -> int:
     """A check's command on the host, in the folder mounted at its working directory."""
-    proc = subprocess.Popen(ctx.command, cwd=ctx.path(ctx.working_dir), env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **ctx.env},
-                            stdin=subprocess.PIPE if ctx.stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    pumps = [threading.Thread(target=_pump, args=(pipe, n, ctx), daemon=True) for n, pipe in ((1, proc.stdout), (2, proc.stderr))]
+    proc = subprocess.Popen(
+        ctx.command,
+        cwd=ctx.path(ctx.working_dir),
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **ctx.env},
+        stdin=subprocess.PIPE if ctx.stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    pumps = [
+        threading.Thread(target=_pump, args=(pipe, n, ctx), daemon=True)
+        for n, pipe in ((1, proc.stdout), (2, proc.stderr))
+    ]
     if ctx.stdin is not None:
         pumps.append(threading.Thread(target=_feed, args=(ctx.stdin, proc.stdin), daemon=True))
     for pump in pumps:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from assure.core import confined
-from assure.spec import Spec, parse_size
 from assure.sandbox import runtimes, seccomp
 from assure.sandbox.backend import ContainerRequest, Mount, Role, Ulimit
+from assure.spec import Spec, parse_size
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
@@ -50,7 +50,9 @@ class Mounts:
     `run_state` (the idempotency store) belong to the run and outlive its attempts."""
 
     workspace: Path
-    socket_volume: str  # a volume name, or a host folder (absolute path) under another runtime than runc
+    socket_volume: (
+        str  # a volume name, or a host folder (absolute path) under another runtime than runc
+    )
     gateway_state: Path
     gateway_config: Path
     agent_files: Path | None
@@ -87,11 +89,23 @@ def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
     it): an agent within its own pids limit could use it up and stop its gateway, or another
     run's, from starting a thread. Each container's processes are bounded by its pids cgroup."""
     fsize = parse_size(disk or FILE_SIZE_LIMIT)
-    return [{"name": name, "soft": value, "hard": value} for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))]
+    return [
+        {"name": name, "soft": value, "hard": value}
+        for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))
+    ]
 
 
-def common_request(spec: Spec, role: str, image: str, labels: dict[str, str], memory: str, pids: int, runtime: str | None = None, *,
-                   user: tuple[int, int]) -> ContainerRequest:
+def common_request(
+    spec: Spec,
+    role: str,
+    image: str,
+    labels: dict[str, str],
+    memory: str,
+    pids: int,
+    runtime: str | None = None,
+    *,
+    user: tuple[int, int],
+) -> ContainerRequest:
     """The hardening every container of an attempt shares (agent, gateway, proxy, checks), all
     as the attempt's `user` (`uids.Lease.ids`); the runtime is the spec's unless the caller
     says otherwise (the gateway and proxy: runc)."""
@@ -129,7 +143,11 @@ def database_path(db: Any) -> str:
 
 def live_database_mounts(spec: Spec) -> tuple[Mount, ...]:
     """Live databases: the folder of each (SQLite writes -wal/-journal beside it), gateway only."""
-    return tuple(Mount(str(db.fixture.parent), f"{GATEWAY_LIVE}/{db.name}") for db in spec.databases if db.mode == "live")
+    return tuple(
+        Mount(str(db.fixture.parent), f"{GATEWAY_LIVE}/{db.name}")
+        for db in spec.databases
+        if db.mode == "live"
+    )
 
 
 def chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -141,23 +159,47 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
 
 def socket_mount(mounts: Mounts, *, read_only: bool) -> Mount:
     """The socket folder: a volume (`nocopy`, see socket_volume_options), or a host folder."""
-    return Mount(mounts.socket_volume, SOCKET_DIR, read_only=read_only, nocopy=not os.path.isabs(mounts.socket_volume))
+    return Mount(
+        mounts.socket_volume,
+        SOCKET_DIR,
+        read_only=read_only,
+        nocopy=not os.path.isabs(mounts.socket_volume),
+    )
 
 
-def agent_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], env: dict[str, str], user: tuple[int, int],
-                  gate_seconds: float | None = None) -> ContainerRequest:
+def agent_request(
+    spec: Spec,
+    *,
+    image: str,
+    name: str,
+    mounts: Mounts,
+    labels: dict[str, str],
+    env: dict[str, str],
+    user: tuple[int, int],
+    gate_seconds: float | None = None,
+) -> ContainerRequest:
     """`gate_seconds`: the agent's command waits (at most that long) for the gateway's socket,
     which the gateway binds only once its journal is open: the container may then be started
     while the gateway boots, and the agent still acts only once the gateway journals."""
-    agent_files = (Mount(str(mounts.agent_files), AGENT_FILES, read_only=True),) if mounts.agent_files is not None else ()
+    agent_files = (
+        (Mount(str(mounts.agent_files), AGENT_FILES, read_only=True),)
+        if mounts.agent_files is not None
+        else ()
+    )
     return replace(
-        common_request(spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids, user=user),
+        common_request(
+            spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids, user=user
+        ),
         name=name,
         command=tuple(spec.agent.command),
         env={**spec.agent.env, **env, **agent_base_env()},
         working_dir=WORKSPACE,
         hostname="sandbox",
-        mounts=(Mount(str(mounts.workspace), WORKSPACE), socket_mount(mounts, read_only=True), *agent_files),
+        mounts=(
+            Mount(str(mounts.workspace), WORKSPACE),
+            socket_mount(mounts, read_only=True),
+            *agent_files,
+        ),
         **({"gate": SOCKET_PATH, "gate_seconds": gate_seconds} if gate_seconds is not None else {}),
     )
 
@@ -167,12 +209,30 @@ def agent_base_env() -> dict[str, str]:
     return {"ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"}
 
 
-def gateway_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels: dict[str, str], user: tuple[int, int], network: str | None = None,
-                    extra_mounts: tuple[Mount, ...] = ()) -> ContainerRequest:
+def gateway_request(
+    spec: Spec,
+    *,
+    image: str,
+    name: str,
+    mounts: Mounts,
+    labels: dict[str, str],
+    user: tuple[int, int],
+    network: str | None = None,
+    extra_mounts: tuple[Mount, ...] = (),
+) -> ContainerRequest:
     """The gateway: no network, or only the internal egress network it shares with the proxy.
     It runs as its agent's user: the files it writes in the workspace are the agent's to edit."""
     return replace(
-        common_request(spec, Role.GATEWAY, image, labels, GATEWAY_MEMORY, GATEWAY_PIDS, runtimes.sidecar_runtime(), user=user),
+        common_request(
+            spec,
+            Role.GATEWAY,
+            image,
+            labels,
+            GATEWAY_MEMORY,
+            GATEWAY_PIDS,
+            runtimes.sidecar_runtime(),
+            user=user,
+        ),
         network=network or "none",
         read_only_root=True,
         name=name,
@@ -192,29 +252,67 @@ def gateway_request(spec: Spec, *, image: str, name: str, mounts: Mounts, labels
     )
 
 
-def egress_request(spec: Spec, *, image: str, name: str, config_dir: Path, log_dir: Path, labels: dict[str, str], network: str,
-                   user: tuple[int, int]) -> ContainerRequest:
+def egress_request(
+    spec: Spec,
+    *,
+    image: str,
+    name: str,
+    config_dir: Path,
+    log_dir: Path,
+    labels: dict[str, str],
+    network: str,
+    user: tuple[int, int],
+) -> ContainerRequest:
     """The egress proxy: on the internal network with the gateway (the upstream network is
     connected before it starts); the only container of a run that can reach anything. As the
     attempt's user, like the rest: no budget of it is shared with another run's."""
     return replace(
-        common_request(spec, Role.EGRESS, image, labels, EGRESS_MEMORY, EGRESS_PIDS, runtimes.sidecar_runtime(), user=user),
+        common_request(
+            spec,
+            Role.EGRESS,
+            image,
+            labels,
+            EGRESS_MEMORY,
+            EGRESS_PIDS,
+            runtimes.sidecar_runtime(),
+            user=user,
+        ),
         network=network,
         read_only_root=True,
         name=name,
         hostname="egress-proxy",
-        mounts=(Mount(str(config_dir), "/etc/egress", read_only=True), Mount(str(log_dir), "/var/log/egress")),
+        mounts=(
+            Mount(str(config_dir), "/etc/egress", read_only=True),
+            Mount(str(log_dir), "/var/log/egress"),
+        ),
     )
 
 
-def check_request(spec: Spec, *, image: str, name: str, command: list[str], env: dict[str, str], copy: Path, labels: dict[str, str],
-                  stdin: bool, user: tuple[int, int]) -> ContainerRequest:
+def check_request(
+    spec: Spec,
+    *,
+    image: str,
+    name: str,
+    command: list[str],
+    env: dict[str, str],
+    copy: Path,
+    labels: dict[str, str],
+    stdin: bool,
+    user: tuple[int, int],
+) -> ContainerRequest:
     """A check: the agent's limits on a throwaway copy of the workspace, read-only root;
     `stdin` keeps stdin open for a case's input."""
     return replace(
-        common_request(spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids, user=user),
-        name=name, command=tuple(command), working_dir=WORKSPACE, env={**env, "HOME": "/tmp"}, read_only_root=True,
-        mounts=(Mount(str(copy), WORKSPACE),), stdin_open=stdin,
+        common_request(
+            spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids, user=user
+        ),
+        name=name,
+        command=tuple(command),
+        working_dir=WORKSPACE,
+        env={**env, "HOME": "/tmp"},
+        read_only_root=True,
+        mounts=(Mount(str(copy), WORKSPACE),),
+        stdin_open=stdin,
     )
 
 
@@ -224,7 +322,11 @@ def socket_volume_options(user: tuple[int, int]) -> dict[str, str]:
     Both mounts use `nocopy`: otherwise the engine copies the image's /run/assure (owned by
     root) over the volume's root when a container is created, and the gateway cannot bind."""
     uid, gid = user
-    return {"type": "tmpfs", "device": "tmpfs", "o": f"size={SOCKET_VOLUME_SIZE},uid={uid},gid={gid},mode=0755,nosuid,nodev,noexec"}
+    return {
+        "type": "tmpfs",
+        "device": "tmpfs",
+        "o": f"size={SOCKET_VOLUME_SIZE},uid={uid},gid={gid},mode=0755,nosuid,nodev,noexec",
+    }
 
 
 def make_socket_folder(path: Path, user: tuple[int, int]) -> None:
@@ -244,13 +346,25 @@ CONTAINMENT: tuple[tuple[str, tuple[str, ...], Any], ...] = (
     ("all capabilities dropped", ("HostConfig", "CapDrop"), lambda v: bool(v) and "ALL" in v),
     ("no capabilities added", ("HostConfig", "CapAdd"), lambda v: not v),
     ("not privileged", ("HostConfig", "Privileged"), lambda v: v is False),
-    ("no-new-privileges", ("HostConfig", "SecurityOpt"), lambda v: bool(v) and "no-new-privileges:true" in v),
+    (
+        "no-new-privileges",
+        ("HostConfig", "SecurityOpt"),
+        lambda v: bool(v) and "no-new-privileges:true" in v,
+    ),
     ("private IPC", ("HostConfig", "IpcMode"), lambda v: v == "none"),
     ("private PID namespace", ("HostConfig", "PidMode"), lambda v: v in ("", None)),
     ("no host devices", ("HostConfig", "Devices"), lambda v: not v),
     ("pids limited", ("HostConfig", "PidsLimit"), lambda v: isinstance(v, int) and v > 0),
     ("memory limited", ("HostConfig", "Memory"), lambda v: isinstance(v, int) and v > 0),
     ("no swap", ("HostConfig", "MemorySwap"), lambda v: isinstance(v, int) and v > 0),
-    ("non-root user", ("Config", "User"), lambda v: bool(v) and v.split(":")[0] not in ("0", "root")),
-    ("no Docker socket", ("HostConfig", "Binds"), lambda v: not any("docker.sock" in b for b in (v or []))),
+    (
+        "non-root user",
+        ("Config", "User"),
+        lambda v: bool(v) and v.split(":")[0] not in ("0", "root"),
+    ),
+    (
+        "no Docker socket",
+        ("HostConfig", "Binds"),
+        lambda v: not any("docker.sock" in b for b in (v or [])),
+    ),
 )

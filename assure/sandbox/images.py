@@ -43,13 +43,28 @@ BOOTSTRAP_RECIPE = {
     "suite": "bookworm",
     "variant": "minbase",
     "include": ["python3", "python3-pip", "sqlite3", "ca-certificates"],
-    "trim": ["var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"],
+    "trim": [
+        "var/cache/apt",
+        "var/lib/apt/lists",
+        "usr/share/doc",
+        "usr/share/man",
+        "usr/share/info",
+        "usr/share/locale",
+    ],
 }
-IMPORT_CHANGES = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8", 'CMD ["/bin/sh"]']
+IMPORT_CHANGES = [
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    'CMD ["/bin/sh"]',
+]
 # Each image: its folder (Dockerfile and extra files) and which files of the package it
 # carries: the agent gets the client, the gateway `core/` and `gateway/`, the proxy nothing.
 # The import test derives what each image's modules may import from this table.
-IMAGE_DIRS = {"agent": IMAGES_DIR / "agent", "gateway": IMAGES_DIR / "gateway", "egress": ROOT / "egress-proxy"}
+IMAGE_DIRS = {
+    "agent": IMAGES_DIR / "agent",
+    "gateway": IMAGES_DIR / "gateway",
+    "egress": ROOT / "egress-proxy",
+}
 IMAGE_SOURCES = {
     "agent": ["__init__.py", "client.py", "agents/*.py", "core/__init__.py", "core/limits.py"],
     "gateway": ["__init__.py", "core/*.py", "gateway/*.py"],
@@ -97,15 +112,22 @@ DEFAULT_NAMESPACE = "assure"
 def namespace() -> str:
     ns = os.environ.get("ASSURE_IMAGE_NAMESPACE", DEFAULT_NAMESPACE)
     if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", ns):
-        raise ImageError(f"ASSURE_IMAGE_NAMESPACE={ns!r} is not a repository name (lowercase letters, digits, '.', '_', '-')",
-                         where="environment", fix="unset ASSURE_IMAGE_NAMESPACE or set it to a name such as assure")
+        raise ImageError(
+            f"ASSURE_IMAGE_NAMESPACE={ns!r} is not a repository name (lowercase letters, digits, '.', '_', '-')",
+            where="environment",
+            fix="unset ASSURE_IMAGE_NAMESPACE or set it to a name such as assure",
+        )
     return ns
 
 
 def base_mode() -> str:
     mode = os.environ.get("ASSURE_BASE", "auto")
     if mode not in ("auto", "bootstrap", "registry"):
-        raise ImageError(f"ASSURE_BASE={mode!r} is not one of auto, bootstrap, registry", where="environment", fix="unset ASSURE_BASE or set it to auto")
+        raise ImageError(
+            f"ASSURE_BASE={mode!r} is not one of auto, bootstrap, registry",
+            where="environment",
+            fix="unset ASSURE_BASE or set it to auto",
+        )
     return mode
 
 
@@ -139,12 +161,34 @@ def _download(requirements: Path, target: Path) -> None:
     """pip download into `target`, unless another process finished it while we waited."""
     if not (target / ".complete").exists():
         target.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--require-hashes",
-               "--platform", f"manylinux2014_{platform.machine()}", "--platform", f"manylinux_2_28_{platform.machine()}", "--python-version", "3.11", "--implementation", "cp",
-               "-r", str(requirements), "-d", str(target)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
+            "--platform",
+            f"manylinux2014_{platform.machine()}",
+            "--platform",
+            f"manylinux_2_28_{platform.machine()}",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "-r",
+            str(requirements),
+            "-d",
+            str(target),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            raise ImageError(f"pip download for {requirements.name} failed:\n{done.stderr[-2000:]}", fix="check that PyPI is reachable from this host")
+            raise ImageError(
+                f"pip download for {requirements.name} failed:\n{done.stderr[-2000:]}",
+                fix="check that PyPI is reachable from this host",
+            )
         (target / ".complete").touch()
 
 
@@ -169,8 +213,12 @@ def _context(name: str) -> bytes:
 def sandbox_users() -> dict[str, bytes]:
     """passwd and group lines for every uid an attempt may lease (`uids.IDS`), appended to the
     agent image's: what the agent and its checks run (`whoami`, getpass, git) finds a name."""
-    return {"passwd.sandbox": "".join(f"agent{uid}:x:{uid}:{uid}:assure sandbox:/tmp:/bin/sh\n" for uid in IDS).encode(),
-            "group.sandbox": "".join(f"agent{uid}:x:{uid}:\n" for uid in IDS).encode()}
+    return {
+        "passwd.sandbox": "".join(
+            f"agent{uid}:x:{uid}:{uid}:assure sandbox:/tmp:/bin/sh\n" for uid in IDS
+        ).encode(),
+        "group.sandbox": "".join(f"agent{uid}:x:{uid}:\n" for uid in IDS).encode(),
+    }
 
 
 def image_tag(name: str, base: str) -> str:
@@ -192,7 +240,11 @@ class Images:
         if base is None:
             return None
         images = ImageSet(base, *(image_tag(name, base) for name in ROLES))
-        return images if all(self.backend.image_exists(getattr(images, name)) for name in ROLES) else None
+        return (
+            images
+            if all(self.backend.image_exists(getattr(images, name)) for name in ROLES)
+            else None
+        )
 
     def ensure(self) -> ImageSet:
         """Build whatever is missing (base first); never rebuild what exists, nor build what
@@ -221,8 +273,12 @@ class Images:
         mode, tags = base_mode(), base_tags()
         if mode == "registry" or (mode == "auto" and self._registry_reachable()):
             self.progress(f"building {tags['registry']} from {REGISTRY_BASE}")
-            context = _context_of({"Dockerfile": (IMAGES_DIR / "base" / "Dockerfile.registry").read_bytes()})
-            self.backend.build(context, tags["registry"], {}, {"assure.owner": "assure"}, network=True)
+            context = _context_of(
+                {"Dockerfile": (IMAGES_DIR / "base" / "Dockerfile.registry").read_bytes()}
+            )
+            self.backend.build(
+                context, tags["registry"], {}, {"assure.owner": "assure"}, network=True
+            )
             return tags["registry"]
         bootstrap(tags["bootstrap"], self.backend, self.progress)
         return tags["bootstrap"]
@@ -252,24 +308,46 @@ def bootstrap(tag: str, backend: ImageBuilder, progress: Progress) -> None:
             fix="install it (`apt-get install debootstrap` as root), or set ASSURE_BASE=registry where a registry is reachable",
         )
     if os.geteuid() != 0:
-        raise ImageError("building the base image with debootstrap needs root", fix="run `sudo make images` once, or set ASSURE_BASE=registry")
+        raise ImageError(
+            "building the base image with debootstrap needs root",
+            fix="run `sudo make images` once, or set ASSURE_BASE=registry",
+        )
     recipe = BOOTSTRAP_RECIPE
     with tempfile.TemporaryDirectory(prefix="assure-base-", dir="/var/tmp") as tmp:
         root, log = Path(tmp) / "root", Path(tmp) / "debootstrap.log"
-        progress(f"debootstrap {recipe['suite']} ({recipe['variant']} + {', '.join(recipe['include'])}) from {mirror()}; about a minute")
-        cmd = ["debootstrap", f"--variant={recipe['variant']}", f"--include={','.join(recipe['include'])}", recipe["suite"], str(root), mirror()]
+        progress(
+            f"debootstrap {recipe['suite']} ({recipe['variant']} + {', '.join(recipe['include'])}) from {mirror()}; about a minute"
+        )
+        cmd = [
+            "debootstrap",
+            f"--variant={recipe['variant']}",
+            f"--include={','.join(recipe['include'])}",
+            recipe["suite"],
+            str(root),
+            mirror(),
+        ]
         with open(log, "wb") as fh:
-            done = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         if done.returncode != 0:
             tail = log.read_text(errors="replace").splitlines()[-20:]
-            raise ImageError(f"debootstrap failed (exit {done.returncode}):\n" + "\n".join(tail), fix="check that Debian's mirror is reachable over plain HTTP, or set ASSURE_DEBIAN_MIRROR")
+            raise ImageError(
+                f"debootstrap failed (exit {done.returncode}):\n" + "\n".join(tail),
+                fix="check that Debian's mirror is reachable over plain HTTP, or set ASSURE_DEBIAN_MIRROR",
+            )
         for rel in recipe["trim"]:
             target = root / rel
             if target.is_dir():
                 for child in target.iterdir():
-                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+                    shutil.rmtree(
+                        child
+                    ) if child.is_dir() and not child.is_symlink() else child.unlink()
         tar_path = Path(tmp) / "rootfs.tar"
-        subprocess.run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(tar_path), "."], check=True)
+        subprocess.run(
+            ["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(tar_path), "."],
+            check=True,
+        )
         repo, version = tag.split(":")
         progress(f"docker import {tag}")
         backend.import_rootfs(str(tar_path), repo, version, IMPORT_CHANGES)

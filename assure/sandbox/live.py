@@ -13,8 +13,8 @@ import os
 import stat
 
 from assure.errors import SpecError
-from assure.spec import Spec
 from assure.sandbox.hardening import fixed_user
+from assure.spec import Spec
 
 COMPANIONS = ("-journal", "-wal", "-shm")
 
@@ -34,18 +34,32 @@ def check(spec: Spec) -> None:
         allowed = {path.name, *(path.name + c for c in COMPANIONS)}
         others = sorted(n for n in os.listdir(folder) if n not in allowed)
         if others:
-            shown = ", ".join(repr(n) for n in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-            problems.append(f"{where}: {folder} holds more than the database ({shown}); the gateway mounts the database's folder, "
-                            f"so a live database needs a folder of its own. fix: move {path.name} (with any {path.name}-wal/-shm/-journal) "
-                            f"into a new folder that holds nothing else, and point the fixture there")
+            shown = ", ".join(repr(n) for n in others[:5]) + (
+                f" and {len(others) - 5} more" if len(others) > 5 else ""
+            )
+            problems.append(
+                f"{where}: {folder} holds more than the database ({shown}); the gateway mounts the database's folder, "
+                f"so a live database needs a folder of its own. fix: move {path.name} (with any {path.name}-wal/-shm/-journal) "
+                f"into a new folder that holds nothing else, and point the fixture there"
+            )
             continue
-        for target in [path, *(folder / n for n in sorted(allowed - {path.name}) if (folder / n).exists()), folder]:
+        for target in [
+            path,
+            *(folder / n for n in sorted(allowed - {path.name}) if (folder / n).exists()),
+            folder,
+        ]:
             st = os.stat(target, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode) or not _writable(st, uid, gid, folder=target == folder):
-                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else f"owned by {_owner(st)}, mode {stat.filemode(st.st_mode)}"
-                problems.append(f"{where}: the sandbox user {uid}:{gid} cannot write {target} ({kind}): SQLite needs to write the "
-                                f"database and create its journal beside it. fix: `chown {uid}:{gid} {folder} {folder}/{path.name}*` "
-                                f"(or set sandbox.user to the owner's uid:gid)")
+                kind = (
+                    "a symlink"
+                    if stat.S_ISLNK(st.st_mode)
+                    else f"owned by {_owner(st)}, mode {stat.filemode(st.st_mode)}"
+                )
+                problems.append(
+                    f"{where}: the sandbox user {uid}:{gid} cannot write {target} ({kind}): SQLite needs to write the "
+                    f"database and create its journal beside it. fix: `chown {uid}:{gid} {folder} {folder}/{path.name}*` "
+                    f"(or set sandbox.user to the owner's uid:gid)"
+                )
                 break
     if problems:
         raise SpecError(problems)

@@ -30,7 +30,9 @@ REGISTER_SCRIPT = ".ci/register-runsc"
 # processes inside instead of being a limit on gVisor's own threads.
 RUNSC_PIDS_BASE = 64
 RUNSC_PIDS_PER_PROCESS = 10
-HOST_UDS_FLAGS = frozenset({"host-uds=open", "host-uds=all", "fsgofer-host-uds", "fsgofer-host-uds=true"})
+HOST_UDS_FLAGS = frozenset(
+    {"host-uds=open", "host-uds=all", "fsgofer-host-uds", "fsgofer-host-uds=true"}
+)
 OCI_SECCOMP_FLAGS = frozenset({"oci-seccomp", "oci-seccomp=true"})
 
 
@@ -69,7 +71,9 @@ def registration_steps() -> list[str]:
 
 
 def registration() -> str:
-    return "register runsc: " + "; ".join(step.split("    #")[0].strip() for step in registration_steps()).replace(":;", ":")
+    return "register runsc: " + "; ".join(
+        step.split("    #")[0].strip() for step in registration_steps()
+    ).replace(":;", ":")
 
 
 def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
@@ -77,16 +81,28 @@ def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
     if runtime not in engine_runtimes:
         return f"the Docker engine has no runtime {runtime!r} (it has: {', '.join(sorted(engine_runtimes)) or 'none'})"
     path = (engine_runtimes.get(runtime) or {}).get("path")
-    if runtime != RUNC and isinstance(path, str) and os.path.isabs(path) and not os.path.exists(path):
+    if (
+        runtime != RUNC
+        and isinstance(path, str)
+        and os.path.isabs(path)
+        and not os.path.exists(path)
+    ):
         return f"the Docker engine's runtime {runtime!r} is registered as {path}, which is not on this host: no container could start under it"
     if is_gvisor(runtime):
-        args = [str(a).lstrip("-") for a in (engine_runtimes.get(runtime) or {}).get("runtimeArgs") or []]
+        args = [
+            str(a).lstrip("-")
+            for a in (engine_runtimes.get(runtime) or {}).get("runtimeArgs") or []
+        ]
         if not HOST_UDS_FLAGS.intersection(args):
-            return (f"the Docker engine's runtime {runtime!r} is registered without --host-uds=open "
-                    f"(its runtimeArgs: {args or 'none'}): the agent could not reach the gateway's socket")
+            return (
+                f"the Docker engine's runtime {runtime!r} is registered without --host-uds=open "
+                f"(its runtimeArgs: {args or 'none'}): the agent could not reach the gateway's socket"
+            )
         if not OCI_SECCOMP_FLAGS.intersection(args):
-            return (f"the Docker engine's runtime {runtime!r} is registered without --oci-seccomp "
-                    f"(its runtimeArgs: {args or 'none'}): the container's seccomp profile would not filter the agent's syscalls")
+            return (
+                f"the Docker engine's runtime {runtime!r} is registered without --oci-seccomp "
+                f"(its runtimeArgs: {args or 'none'}): the container's seccomp profile would not filter the agent's syscalls"
+            )
     return None
 
 

@@ -52,12 +52,27 @@ from assure.sandbox import runtimes
 
 BASE = Path(__file__).with_name("seccomp-docker-default.json")
 DENIED = (
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
     "userfaultfd",
-    "unshare", "setns",
-    "keyctl", "add_key", "request_key",
-    "bpf", "perf_event_open",
-    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr", "mount", "umount", "umount2",
+    "unshare",
+    "setns",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",
+    "mount",
+    "umount",
+    "umount2",
 )
 EPERM = 1
 EAFNOSUPPORT, EPROTONOSUPPORT = 97, 93
@@ -69,19 +84,43 @@ def _low32(index: int, value: int) -> dict[str, Any]:
     return {"index": index, "value": 0xFFFFFFFF, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
 
 
-def _rule(names: list[str], action: str, args: list[dict[str, Any]], comment: str, errno: int | None = None) -> dict[str, Any]:
-    return {"names": names, "action": action, "args": args, "comment": f"assure: {comment}", "includes": {}, "excludes": {},
-            **({"errnoRet": errno} if errno is not None else {})}
+def _rule(
+    names: list[str],
+    action: str,
+    args: list[dict[str, Any]],
+    comment: str,
+    errno: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "names": names,
+        "action": action,
+        "args": args,
+        "comment": f"assure: {comment}",
+        "includes": {},
+        "excludes": {},
+        **({"errnoRet": errno} if errno is not None else {}),
+    }
 
 
 # first in the profile (see the docstring: the first of overlapping rules wins)
 SOCKET_REFUSALS = (
     _rule(list(SOCKETS), "SCMP_ACT_ERRNO", [_low32(0, AF_VSOCK)], "AF_VSOCK", EAFNOSUPPORT),
-    _rule(["socket"], "SCMP_ACT_ERRNO", [_low32(0, AF_NETLINK), _low32(2, NETLINK_KOBJECT_UEVENT)], "NETLINK_KOBJECT_UEVENT", EPROTONOSUPPORT),
+    _rule(
+        ["socket"],
+        "SCMP_ACT_ERRNO",
+        [_low32(0, AF_NETLINK), _low32(2, NETLINK_KOBJECT_UEVENT)],
+        "NETLINK_KOBJECT_UEVENT",
+        EPROTONOSUPPORT,
+    ),
 )
 # last: every other socket. It needs a condition: runc refuses an unconditional rule beside
 # conditional ones ("file exists"), and libseccomp ignores refusals added after one.
-SOCKET_ALLOW = _rule(list(SOCKETS), "SCMP_ACT_ALLOW", [{"index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_NE"}], "sockets but the refused")
+SOCKET_ALLOW = _rule(
+    list(SOCKETS),
+    "SCMP_ACT_ALLOW",
+    [{"index": 0, "value": AF_VSOCK, "op": "SCMP_CMP_NE"}],
+    "sockets but the refused",
+)
 
 
 def build(base: dict[str, Any], runtime: str) -> dict[str, Any]:
@@ -96,9 +135,20 @@ def build(base: dict[str, Any], runtime: str) -> dict[str, Any]:
         names = [n for n in rule["names"] if n not in taken]
         if names:
             rules.append({**rule, "names": names})
-    rules.append(_rule(list(DENIED), "SCMP_ACT_ERRNO", [], "syscalls recent kernel exploits start from", EPERM))
+    rules.append(
+        _rule(
+            list(DENIED), "SCMP_ACT_ERRNO", [], "syscalls recent kernel exploits start from", EPERM
+        )
+    )
     if gvisor:
-        rules.append(_rule(["clone3"], "SCMP_ACT_ALLOW", [], "gVisor's sentry answers clone3 (ENOSYS), its refusal would be EPERM"))
+        rules.append(
+            _rule(
+                ["clone3"],
+                "SCMP_ACT_ALLOW",
+                [],
+                "gVisor's sentry answers clone3 (ENOSYS), its refusal would be EPERM",
+            )
+        )
     rules.append(copy.deepcopy(SOCKET_ALLOW))
     profile["syscalls"] = rules
     return profile
@@ -108,7 +158,9 @@ def build(base: dict[str, Any], runtime: str) -> dict[str, Any]:
 def profile_text(runtime: str) -> str:
     """The profile for containers of `runtime` as the engine receives it (`security_opt:
     seccomp=<text>`), in one fixed form."""
-    return json.dumps(build(json.loads(BASE.read_text()), runtime), sort_keys=True, separators=(",", ":"))
+    return json.dumps(
+        build(json.loads(BASE.read_text()), runtime), sort_keys=True, separators=(",", ":")
+    )
 
 
 def security_opt(runtime: str) -> str:

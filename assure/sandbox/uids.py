@@ -79,18 +79,24 @@ def lease(folder: Path = LOCK_DIR, ids: range = IDS) -> Lease:
     for uid in ids:
         if uid in busy or _known(uid):
             continue
-        fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             continue
-        if uid in running_uids():  # a holder that died between our scan and its lock: its containers may still run
+        if (
+            uid in running_uids()
+        ):  # a holder that died between our scan and its lock: its containers may still run
             os.close(fd)
             continue
         return Lease(uid, uid, fd)
-    raise SandboxError(f"every sandbox uid of {ids.start}-{ids.stop - 1} is in use on this host (leased in {folder}, or running)",
-                       fix="wait for other runs to finish, or run `assure gc` to remove what killed runs left")
+    raise SandboxError(
+        f"every sandbox uid of {ids.start}-{ids.stop - 1} is in use on this host (leased in {folder}, or running)",
+        fix="wait for other runs to finish, or run `assure gc` to remove what killed runs left",
+    )
 
 
 def _own_folder(folder: Path) -> None:
@@ -98,8 +104,10 @@ def _own_folder(folder: Path) -> None:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise SandboxError(f"{folder} is not a folder of this user's alone (owner {st.st_uid}, mode {stat.filemode(st.st_mode)})",
-                           fix=f"remove {folder}: assure makes it again")
+        raise SandboxError(
+            f"{folder} is not a folder of this user's alone (owner {st.st_uid}, mode {stat.filemode(st.st_mode)})",
+            fix=f"remove {folder}: assure makes it again",
+        )
 
 
 def _known(uid: int) -> bool:
@@ -127,7 +135,11 @@ def remapped(host_uids: set[int], subuid: Path | None = None) -> set[int]:
     found = set()
     for line in lines:
         fields = line.strip().split(":")
-        if len(fields) != 3 or fields[0] != REMAP_USER or not (fields[1].isdigit() and fields[2].isdigit()):
+        if (
+            len(fields) != 3
+            or fields[0] != REMAP_USER
+            or not (fields[1].isdigit() and fields[2].isdigit())
+        ):
             continue
         start, count = int(fields[1]), int(fields[2])
         found.update(uid - start for uid in host_uids if start <= uid < start + count)

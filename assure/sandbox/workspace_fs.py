@@ -37,14 +37,23 @@ from assure.records import layout
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
 CHECK = "check"  # the name of a check container's filesystem (check.img, check.fs), beside the workspace's
-WORKSPACE = "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
+WORKSPACE = (
+    "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
+)
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 BLOCK_SIZE = 4096
-FULL_FRACTION = 0.01  # less than this share of bytes (or inodes) left after the run: the limit was reached
+FULL_FRACTION = (
+    0.01  # less than this share of bytes (or inodes) left after the run: the limit was reached
+)
 FULL_MIN_BYTES = 2**20
 FULL_MIN_INODES = 16
 TOOLS = ("mkfs.ext4", "mount", "umount", "losetup")
-SYSTEM_PATH = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")  # where root's tools are when a shell's PATH lacks the sbin folders (a user's, sudo's)
+SYSTEM_PATH = (
+    "/usr/sbin",
+    "/sbin",
+    "/usr/bin",
+    "/bin",
+)  # where root's tools are when a shell's PATH lacks the sbin folders (a user's, sudo's)
 COMMAND_SECONDS = 30
 FIX = "run assure as root on a host with loop devices (`modprobe loop`; in a container: --privileged or --device /dev/loop-control plus /dev/loopN) and util-linux + e2fsprogs installed"
 
@@ -60,8 +69,11 @@ def require() -> None:
         problem = f"{', '.join(missing)} not found on PATH or in {', '.join(SYSTEM_PATH)}"
     else:
         return
-    raise SandboxError(f"the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes, but {problem}",
-                       where="limits.disk", fix=FIX)
+    raise SandboxError(
+        f"the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes, but {problem}",
+        where="limits.disk",
+        fix=FIX,
+    )
 
 
 @dataclass(frozen=True)
@@ -86,8 +98,13 @@ class Usage:
         return self.inodes_free < max(FULL_MIN_INODES, int(self.inodes_total * FULL_FRACTION))
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "bytes_used": self.bytes_total - self.bytes_free, "inodes_used": self.inodes_total - self.inodes_free,
-                "bytes_full": self.bytes_full, "inodes_full": self.inodes_full}
+        return {
+            **asdict(self),
+            "bytes_used": self.bytes_total - self.bytes_free,
+            "inodes_used": self.inodes_total - self.inodes_free,
+            "bytes_full": self.bytes_full,
+            "inodes_full": self.inodes_full,
+        }
 
 
 def _tool(name: str) -> str | None:
@@ -96,11 +113,19 @@ def _tool(name: str) -> str | None:
 
 def _command(args: list[str], what: str) -> None:
     try:
-        done = subprocess.run([_tool(args[0]) or args[0], *args[1:]], capture_output=True, text=True, timeout=COMMAND_SECONDS)
+        done = subprocess.run(
+            [_tool(args[0]) or args[0], *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_SECONDS,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SandboxError(f"{what}: {exc}", fix=FIX) from exc
     if done.returncode != 0:
-        raise SandboxError(f"{what}: `{' '.join(args)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}", fix=FIX)
+        raise SandboxError(
+            f"{what}: `{' '.join(args)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}",
+            fix=FIX,
+        )
 
 
 class WorkspaceFs:
@@ -110,21 +135,45 @@ class WorkspaceFs:
     def __init__(self, attempt_dir: Path, size: int, inodes: int, name: str = "workspace"):
         self.image = attempt_dir / f"{name}.img"
         self.mount_point = attempt_dir / f"{name}.fs"
-        self.workspace = self.mount_point / WORKSPACE  # created by the caller's copy; what the containers mount
+        self.workspace = (
+            self.mount_point / WORKSPACE
+        )  # created by the caller's copy; what the containers mount
         self.size, self.inodes = size, inodes
 
     @classmethod
-    def create(cls, attempt_dir: Path, *, size: int, inodes: int, name: str = "workspace") -> WorkspaceFs:
+    def create(
+        cls, attempt_dir: Path, *, size: int, inodes: int, name: str = "workspace"
+    ) -> WorkspaceFs:
         """A fresh, empty filesystem mounted at attempt_dir/<name>.fs.
         On any failure nothing is left behind (no mount, no loop device, no image)."""
         fs = cls(attempt_dir, size, inodes, name)  # sizes the spec accepts (spec.MIN_DISK and up)
         try:
             with open(fs.image, "xb") as fh:
                 fh.truncate(fs.size)  # sparse: the host allocates only what is written
-            _command(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK_SIZE), "-N", str(inodes), "-m", "0", "-O", "^has_journal",
-                      "-E", "lazy_itable_init=1,lazy_journal_init=1", str(fs.image)], "cannot make the workspace filesystem")
+            _command(
+                [
+                    "mkfs.ext4",
+                    "-q",
+                    "-F",
+                    "-b",
+                    str(BLOCK_SIZE),
+                    "-N",
+                    str(inodes),
+                    "-m",
+                    "0",
+                    "-O",
+                    "^has_journal",
+                    "-E",
+                    "lazy_itable_init=1,lazy_journal_init=1",
+                    str(fs.image),
+                ],
+                "cannot make the workspace filesystem",
+            )
             fs.mount_point.mkdir()
-            _command(["mount", "-t", "ext4", "-o", MOUNT_OPTIONS, str(fs.image), str(fs.mount_point)], "cannot mount the workspace filesystem")
+            _command(
+                ["mount", "-t", "ext4", "-o", MOUNT_OPTIONS, str(fs.image), str(fs.mount_point)],
+                "cannot mount the workspace filesystem",
+            )
         except BaseException:
             fs.release()
             raise
@@ -134,9 +183,15 @@ class WorkspaceFs:
         """The counters once the filesystem is synced, so the image holds every block it will."""
         _syncfs(self.mount_point)
         st = os.statvfs(self.mount_point)
-        return Usage(bytes_total=st.f_blocks * st.f_frsize, bytes_free=st.f_bavail * st.f_frsize, inodes_total=st.f_files,
-                     inodes_free=st.f_favail, limit_bytes=self.size, limit_inodes=self.inodes,
-                     host_bytes=os.stat(self.image).st_blocks * 512)
+        return Usage(
+            bytes_total=st.f_blocks * st.f_frsize,
+            bytes_free=st.f_bavail * st.f_frsize,
+            inodes_total=st.f_files,
+            inodes_free=st.f_favail,
+            limit_bytes=self.size,
+            limit_inodes=self.inodes,
+            host_bytes=os.stat(self.image).st_blocks * 512,
+        )
 
     def release(self) -> None:
         """Unmount (the loop device goes with it), then delete the image and the mount point."""
@@ -155,7 +210,10 @@ def _syncfs(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
-            raise SandboxError(f"cannot sync the workspace filesystem: {os.strerror(ctypes.get_errno())}", where=str(path))
+            raise SandboxError(
+                f"cannot sync the workspace filesystem: {os.strerror(ctypes.get_errno())}",
+                where=str(path),
+            )
     finally:
         os.close(fd)
 

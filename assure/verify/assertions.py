@@ -38,18 +38,40 @@ def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
     return True
 
 
-def check(assertion: dict[str, Any], *, post: Snapshot, workspace: Path, exit_code: int | None, journal: Iterable[dict[str, Any]], unexplained: list[str],
-          command_result: dict[str, Any] | None = None, post_digest: str | None = None) -> Finding:
+def check(
+    assertion: dict[str, Any],
+    *,
+    post: Snapshot,
+    workspace: Path,
+    exit_code: int | None,
+    journal: Iterable[dict[str, Any]],
+    unexplained: list[str],
+    command_result: dict[str, Any] | None = None,
+    post_digest: str | None = None,
+) -> Finding:
     """`command_result`: the recorded run of a `command` or `cases` assertion (commands.json, cases.json)."""
     ((kind, arg),) = assertion.items()
     if kind == "cases":
         ok, why, detail = cases(Cases.from_json(arg), command_result, post_digest)
-        return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, "cases: " + " ".join(arg["run"]), why, detail=detail)
+        return Finding(
+            Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED,
+            "cases: " + " ".join(arg["run"]),
+            why,
+            detail=detail,
+        )
     if kind == "command":
         ok, why = _command(command_result, post_digest)
-        return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, "command: " + " ".join(arg["run"]), why,
-                       detail={"output_tail": (command_result or {}).get("output_tail", "")[-2000:]})
-    subject = f"{kind}: {_written(arg)}" if not isinstance(arg, dict) else f"{kind}: " + ", ".join(f"{k}={_written(v)}" for k, v in arg.items())
+        return Finding(
+            Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED,
+            "command: " + " ".join(arg["run"]),
+            why,
+            detail={"output_tail": (command_result or {}).get("output_tail", "")[-2000:]},
+        )
+    subject = (
+        f"{kind}: {_written(arg)}"
+        if not isinstance(arg, dict)
+        else f"{kind}: " + ", ".join(f"{k}={_written(v)}" for k, v in arg.items())
+    )
     ok, why = _evaluate(kind, arg, post, workspace, exit_code, journal, unexplained)
     return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, subject, why)
 
@@ -67,7 +89,9 @@ def _command(result: dict[str, Any] | None, post_digest: str | None) -> tuple[bo
     return result.get("exit_code") == 0, f"exit code {result.get('exit_code')} in a fresh container"
 
 
-def cases(spec_cases: Cases, result: dict[str, Any] | None, post_digest: str | None) -> tuple[bool, str, dict[str, Any]]:
+def cases(
+    spec_cases: Cases, result: dict[str, Any] | None, post_digest: str | None
+) -> tuple[bool, str, dict[str, Any]]:
     """Every case's recorded stdout byte for byte, and its exit code, against the spec's: here,
     on the host, in a process that never imports or runs the agent's code."""
     if result is None:
@@ -76,14 +100,26 @@ def cases(spec_cases: Cases, result: dict[str, Any] | None, post_digest: str | N
         return False, "the recorded results are for another workspace state", {}
     runs = result.get("results")
     each = spec_cases.each
-    if not isinstance(runs, list) or len(runs) != len(each) or any(not isinstance(r, dict) or r.get("case") != i for i, r in enumerate(runs)):
+    if (
+        not isinstance(runs, list)
+        or len(runs) != len(each)
+        or any(not isinstance(r, dict) or r.get("case") != i for i, r in enumerate(runs))
+    ):
         return False, f"the recorded results do not match the spec's {len(each)} cases", {}
     for i, (case, got) in enumerate(zip(each, runs)):
         why = _case_mismatch(case, got)
         if why:
             where = f"case {i + 1} of {len(runs)} (args {' '.join(case.args) or 'none'})"
-            return False, f"{where}: {why}", {"output_tail": str(got.get("output_tail", ""))[-2000:]}
-    return True, f"{len(runs)} of {len(runs)} cases: stdout and exit code as expected, each in a fresh container", {}
+            return (
+                False,
+                f"{where}: {why}",
+                {"output_tail": str(got.get("output_tail", ""))[-2000:]},
+            )
+    return (
+        True,
+        f"{len(runs)} of {len(runs)} cases: stdout and exit code as expected, each in a fresh container",
+        {},
+    )
 
 
 def _case_mismatch(case: Case, got: dict[str, Any]) -> str | None:
@@ -113,7 +149,15 @@ def _show(data: bytes, limit: int = 80) -> str:
     return f"'{data[:limit].decode('utf-8', 'replace')}'" + ("..." if len(data) > limit else "")
 
 
-def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: int | None, journal: Iterable[dict[str, Any]], unexplained: list[str]) -> tuple[bool, str]:
+def _evaluate(
+    kind: str,
+    arg: Any,
+    post: Snapshot,
+    workspace: Path,
+    exit_code: int | None,
+    journal: Iterable[dict[str, Any]],
+    unexplained: list[str],
+) -> tuple[bool, str]:
     if kind == "file_exists":
         return (arg in post.entries, "present" if arg in post.entries else "missing")
     if kind == "file_absent":
@@ -132,12 +176,21 @@ def _evaluate(kind: str, arg: Any, post: Snapshot, workspace: Path, exit_code: i
         found = arg["text"].encode() in data
         return found, "text found" if found else "text not found"
     if kind == "exit_code":
-        return (exit_code == arg, f"agent exit code {exit_code}" if exit_code is not None else "no exit code: the agent never ran to an end")
+        return (
+            exit_code == arg,
+            f"agent exit code {exit_code}"
+            if exit_code is not None
+            else "no exit code: the agent never ran to an end",
+        )
     if kind in ("journal_has", "journal_lacks"):
         hits = sum(1 for r in journal if _journal_matches(r, arg))
         return ((hits > 0) == (kind == "journal_has"), f"{hits} matching journal entries")
     if kind == "no_unattributed_changes":
-        return (not unexplained, f"{len(unexplained)} unexplained changes" + (f": {', '.join(unexplained[:5])}" if unexplained else ""))
+        return (
+            not unexplained,
+            f"{len(unexplained)} unexplained changes"
+            + (f": {', '.join(unexplained[:5])}" if unexplained else ""),
+        )
     return False, f"unknown assertion {kind!r}"  # the schema forbids this; fail closed
 
 

@@ -20,13 +20,19 @@ from assure.verify.diff import Change
 from assure.verify.findings import Finding, Kind
 
 
-def gateway_effects(journal: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+def gateway_effects(
+    journal: Iterable[dict[str, Any]],
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The last allowed effect per path, and the folders that writes created (path -> action_id)."""
     last: dict[str, dict[str, Any]] = {}
     folders: dict[str, str] = {}
     for record in journal:
         effect = record.get("effect")
-        if record.get("event") != "tool_call" or record.get("decision") != "allow" or not isinstance(effect, dict):
+        if (
+            record.get("event") != "tool_call"
+            or record.get("decision") != "allow"
+            or not isinstance(effect, dict)
+        ):
             continue
         path = effect.get("path")
         if not isinstance(path, str):
@@ -39,16 +45,29 @@ def gateway_effects(journal: Iterable[dict[str, Any]]) -> tuple[dict[str, dict[s
     return last, folders
 
 
-def _explained_by(change: Change, effects: dict[str, dict[str, Any]], folders: dict[str, str]) -> str | None:
+def _explained_by(
+    change: Change, effects: dict[str, dict[str, Any]], folders: dict[str, str]
+) -> str | None:
     after = change.after
     effect = effects.get(change.path)
     if effect is not None:
-        if effect.get("op") == "write" and after is not None and after.kind == "file" and after.sha256 == effect.get("sha256") and after.mode == effect.get("mode"):
+        if (
+            effect.get("op") == "write"
+            and after is not None
+            and after.kind == "file"
+            and after.sha256 == effect.get("sha256")
+            and after.mode == effect.get("mode")
+        ):
             return str(effect["action_id"])
         if effect.get("op") == "delete" and after is None:
             return str(effect["action_id"])
         return None
-    if change.kind == "added" and after is not None and after.kind == "dir" and change.path in folders:
+    if (
+        change.kind == "added"
+        and after is not None
+        and after.kind == "dir"
+        and change.path in folders
+    ):
         return folders[change.path]
     return None
 
@@ -73,25 +92,65 @@ def _writable_scope(change: Change, writable: tuple[str, ...]) -> str | None:
     if (scope := next((g for g in writable if globs.match(g, change.path)), None)) is not None:
         return scope
     if all(entry is None or entry.kind == "dir" for entry in (change.before, change.after)):
-        whole = next((g for g in writable if g.endswith("/**") and globs.match(g[:-3], change.path)), None)
+        whole = next(
+            (g for g in writable if g.endswith("/**") and globs.match(g[:-3], change.path)), None
+        )
         if whole is not None or change.kind != "added":
             return whole
         return next((g for g in writable if globs.names_folder(g, change.path)), None)
     return None
 
 
-def attribute(changes: Iterable[Change], journal: Iterable[dict[str, Any]], *, writable: Iterable[str], protected: Iterable[str]) -> list[Finding]:
+def attribute(
+    changes: Iterable[Change],
+    journal: Iterable[dict[str, Any]],
+    *,
+    writable: Iterable[str],
+    protected: Iterable[str],
+) -> list[Finding]:
     effects, folders = gateway_effects(journal)
     writable, protected = tuple(writable), tuple(protected)
     findings = []
     for change in changes:
         detail = {"change": change.kind, "fields": list(change.fields)}
         if globs.match_any(protected, change.path):
-            findings.append(Finding(Kind.PROTECTED_CHANGED, change.path, f"protected path {describe(change)}", None, detail))
+            findings.append(
+                Finding(
+                    Kind.PROTECTED_CHANGED,
+                    change.path,
+                    f"protected path {describe(change)}",
+                    None,
+                    detail,
+                )
+            )
         elif (action := _explained_by(change, effects, folders)) is not None:
-            findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{describe(change)} through the gateway", f"gateway:{action}", detail))
+            findings.append(
+                Finding(
+                    Kind.ATTRIBUTED,
+                    change.path,
+                    f"{describe(change)} through the gateway",
+                    f"gateway:{action}",
+                    detail,
+                )
+            )
         elif (scope := _writable_scope(change, writable)) is not None:
-            findings.append(Finding(Kind.ATTRIBUTED, change.path, f"{describe(change)} directly, inside a writable glob", f"writable:{scope}", detail))
+            findings.append(
+                Finding(
+                    Kind.ATTRIBUTED,
+                    change.path,
+                    f"{describe(change)} directly, inside a writable glob",
+                    f"writable:{scope}",
+                    detail,
+                )
+            )
         else:
-            findings.append(Finding(Kind.UNATTRIBUTED, change.path, f"{describe(change)}: no allowed action or writable scope explains it", None, detail))
+            findings.append(
+                Finding(
+                    Kind.UNATTRIBUTED,
+                    change.path,
+                    f"{describe(change)}: no allowed action or writable scope explains it",
+                    None,
+                    detail,
+                )
+            )
     return findings

@@ -26,12 +26,15 @@ from typing import Any
 from assure.verify.findings import Finding, Kind
 
 LIMIT_COUNTERS = ("requests", "journal_bytes")
-GATEWAY_OWN = frozenset({"gateway_started", "gateway_stopped", "override_effective"})  # journaled with no call from the agent
+GATEWAY_OWN = frozenset(
+    {"gateway_started", "gateway_stopped", "override_effective"}
+)  # journaled with no call from the agent
 MAX_LISTED = 20  # intents without an outcome listed one by one; the rest are counted
 
 
-def account(journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None,
-            agent_started: bool = True) -> tuple[dict[str, Any] | None, list[Finding]]:
+def account(
+    journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None, agent_started: bool = True
+) -> tuple[dict[str, Any] | None, list[Finding]]:
     """(journal head, findings) from one pass over the journal, the gateway's exit facts and
     whether the engine ever started the agent's container."""
     open_intents: dict[str, dict[str, Any]] = {}
@@ -43,7 +46,11 @@ def account(journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None,
         event = record.get("event")
         served = served or event not in GATEWAY_OWN
         if event == "intent":
-            open_intents[str(record.get("action_id"))] = {"tool": record.get("tool"), "path": record.get("path"), "scope": record.get("scope")}
+            open_intents[str(record.get("action_id"))] = {
+                "tool": record.get("tool"),
+                "path": record.get("path"),
+                "scope": record.get("scope"),
+            }
         elif event in ("tool_call", "model_call"):
             open_intents.pop(str(record.get("action_id")), None)
         elif event == "budget_breach" and record.get("counter") in LIMIT_COUNTERS:
@@ -55,29 +62,70 @@ def account(journal: Iterable[dict[str, Any]], gateway: dict[str, Any] | None,
     findings = []
     for n, (action_id, intent) in enumerate(open_intents.items()):
         if n == MAX_LISTED:
-            findings.append(Finding(Kind.JOURNAL_INCOMPLETE, "journal", f"{len(open_intents) - MAX_LISTED} more intents without an outcome"))
+            findings.append(
+                Finding(
+                    Kind.JOURNAL_INCOMPLETE,
+                    "journal",
+                    f"{len(open_intents) - MAX_LISTED} more intents without an outcome",
+                )
+            )
             break
-        call = " ".join(str(part) for part in (intent["tool"], intent["path"] or intent["scope"]) if part)
-        findings.append(Finding(Kind.JOURNAL_INCOMPLETE, f"intent:{action_id}",
-                                f"{call} was allowed and its effect started, but its outcome was never journaled",
-                                None, {"action_id": action_id, **intent}))
+        call = " ".join(
+            str(part) for part in (intent["tool"], intent["path"] or intent["scope"]) if part
+        )
+        findings.append(
+            Finding(
+                Kind.JOURNAL_INCOMPLETE,
+                f"intent:{action_id}",
+                f"{call} was allowed and its effect started, but its outcome was never journaled",
+                None,
+                {"action_id": action_id, **intent},
+            )
+        )
     stop = _unclean_stop(last, gateway)
     if stop and not agent_started and not served:
-        findings.append(Finding(Kind.HARNESS_ERROR, "gateway", f"the agent's container never started and the gateway served no call; "
-                                f"it did not stop cleanly ({stop}), which leaves no effect unjournaled", None, dict(gateway or {})))
+        findings.append(
+            Finding(
+                Kind.HARNESS_ERROR,
+                "gateway",
+                f"the agent's container never started and the gateway served no call; "
+                f"it did not stop cleanly ({stop}), which leaves no effect unjournaled",
+                None,
+                dict(gateway or {}),
+            )
+        )
     elif stop:
-        findings.append(Finding(Kind.JOURNAL_INCOMPLETE, "gateway", f"the gateway did not stop cleanly ({stop}): effects in flight may have no journal line",
-                                None, dict(gateway or {})))
+        findings.append(
+            Finding(
+                Kind.JOURNAL_INCOMPLETE,
+                "gateway",
+                f"the gateway did not stop cleanly ({stop}): effects in flight may have no journal line",
+                None,
+                dict(gateway or {}),
+            )
+        )
     for counter, record in sorted(limits.items()):
-        what = "more requests than limits.requests" if counter == "requests" else f"a journal over its {record.get('limit', 'size')}-byte cap"
-        findings.append(Finding(Kind.GATEWAY_LIMIT, f"budget:{counter}", f"the agent sent {what}: the gateway refused the rest and the attempt was stopped"))
+        what = (
+            "more requests than limits.requests"
+            if counter == "requests"
+            else f"a journal over its {record.get('limit', 'size')}-byte cap"
+        )
+        findings.append(
+            Finding(
+                Kind.GATEWAY_LIMIT,
+                f"budget:{counter}",
+                f"the agent sent {what}: the gateway refused the rest and the attempt was stopped",
+            )
+        )
     return {"seq": last["seq"], "hash": last["hash"]}, findings
 
 
 def _unclean_stop(last: dict[str, Any], gateway: dict[str, Any] | None) -> str:
     reasons = []
     if last.get("event") != "gateway_stopped":
-        reasons.append(f"its journal ends with {str(last.get('event'))[:64]!r}, not 'gateway_stopped'")
+        reasons.append(
+            f"its journal ends with {str(last.get('event'))[:64]!r}, not 'gateway_stopped'"
+        )
     if gateway is not None:
         if gateway.get("oom_killed"):
             reasons.append("OOM-killed")

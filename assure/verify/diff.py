@@ -92,7 +92,11 @@ def _changed_fields(before: Entry, after: Entry) -> tuple[str, ...]:
         ("owner", (before.uid, before.gid) != (after.uid, after.gid)),
         ("target", before.target != after.target),
         ("xattrs", before.xattrs != after.xattrs),
-        ("link", before.kind != "dir" and (before.nlink, before.link_group) != (after.nlink, after.link_group)),
+        (
+            "link",
+            before.kind != "dir"
+            and (before.nlink, before.link_group) != (after.nlink, after.link_group),
+        ),
     )
     return tuple(name for name, changed in differs if changed)
 

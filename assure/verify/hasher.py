@@ -30,7 +30,9 @@ CHUNK_BYTES = 1 << 20  # one read
 MAX_BATCH = 64  # descriptors in one request (the kernel allows 253)
 REPLY_TIMEOUT = 120.0  # seconds for one batch (at most 64 files or one of up to max_hash_bytes)
 CHANGED = "changed while reading"
-Identity = tuple[int, int, int, int, int, int]  # st_dev, st_ino, st_mode, st_size, st_mtime_ns, st_ctime_ns
+Identity = tuple[
+    int, int, int, int, int, int
+]  # st_dev, st_ino, st_mode, st_size, st_mtime_ns, st_ctime_ns
 Result = tuple[str | None, str | None]  # (sha256 hex, None) or (None, why not)
 _IDENTITY = struct.Struct("<QQQQqq")
 _REPLY = struct.Struct("<Bi32s")  # status, errno, digest
@@ -151,7 +153,10 @@ class HashPool:
             try:
                 process = subprocess.Popen(
                     [sys.executable, "-I", "-S", os.path.abspath(__file__)],
-                    stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                    stdin=theirs,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    close_fds=True,
                 )
             except OSError:
                 ours.close()
@@ -178,7 +183,9 @@ def lease(processes: int) -> Iterator[HashPool]:
         yield HashPool(0)
         return
     try:
-        if _shared is None or _shared.pid != os.getpid():  # a forked child: the helpers are its parent's
+        if (
+            _shared is None or _shared.pid != os.getpid()
+        ):  # a forked child: the helpers are its parent's
             _shared = HashPool(processes)
         pool = _shared
         try:
@@ -206,7 +213,10 @@ def serve(sock: socket.socket) -> None:
         try:
             if not request or len(request) != len(fds) * _IDENTITY.size:
                 return  # the walk is done, or this is not our walk: either way, stop
-            reply = b"".join(_REPLY.pack(*_hash(fd, expected)) for fd, expected in zip(fds, _IDENTITY.iter_unpack(request)))
+            reply = b"".join(
+                _REPLY.pack(*_hash(fd, expected))
+                for fd, expected in zip(fds, _IDENTITY.iter_unpack(request))
+            )
         finally:
             for fd in fds:
                 os.close(fd)

@@ -30,7 +30,10 @@ if TYPE_CHECKING:
     from assure.records.attempt_record import AttemptRecord
     from assure.records.layout import AttemptPaths
 
-CHECK_KINDS = ("command", "cases")  # assertions run in check containers: their results are in the record
+CHECK_KINDS = (
+    "command",
+    "cases",
+)  # assertions run in check containers: their results are in the record
 SNAPSHOTS = "snapshot"  # a record's `unreadable` key for pre.json and post.json, loaded together
 
 
@@ -41,7 +44,9 @@ class Judgement:
     changes: tuple[Change, ...]
     claim: dict[str, Any] | None
     journal_head: dict[str, Any] | None
-    containment: dict[str, list[str]] | None = None  # what the container check covered, and what failed
+    containment: dict[str, list[str]] | None = (
+        None  # what the container check covered, and what failed
+    )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,8 +61,14 @@ class Judgement:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Judgement:
         """Inverse of `to_json` (a `verdict.json`)."""
-        return cls(Verdict(data["verdict"]), tuple(Finding.from_json(f) for f in data["findings"]),
-                   tuple(Change.from_json(c) for c in data["changes"]), data.get("claim"), data.get("journal_head"), data.get("containment"))
+        return cls(
+            Verdict(data["verdict"]),
+            tuple(Finding.from_json(f) for f in data["findings"]),
+            tuple(Change.from_json(c) for c in data["changes"]),
+            data.get("claim"),
+            data.get("journal_head"),
+            data.get("containment"),
+        )
 
     def with_finding(self, finding: Finding, *, hostile: bool) -> Judgement:
         """The judgement with one more finding (a failure after judging), its verdict
@@ -66,32 +77,44 @@ class Judgement:
         return replace(self, findings=found, verdict=verdict(list(found), hostile=hostile))
 
 
-def _journal(path: Path, findings: list[Finding], gateway: dict[str, Any] | None,
-             agent_started: bool) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None, Any]:
+def _journal(
+    path: Path, findings: list[Finding], gateway: dict[str, Any] | None, agent_started: bool
+) -> tuple[Iterable[dict[str, Any]], dict[str, Any] | None, Any]:
     """The verified journal, streamed again by each reader (never loaded whole), its head and
     the agent's last claim. The first pass also checks it is a complete account (completeness.py)
     and picks up the claim on its way."""
     if not path.is_file():
-        findings.append(Finding(Kind.HARNESS_ERROR, "journal", "no gateway journal: the gateway never ran"))
+        findings.append(
+            Finding(Kind.HARNESS_ERROR, "journal", "no gateway journal: the gateway never ran")
+        )
         return (), None, None
     journal = ChainFile(path)
     claims = []
 
     def noting_claims(records: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:
         for r in records:
-            if r.get("event") == "tool_call" and r.get("tool") == "task.report" and r.get("decision") == "allow":
+            if (
+                r.get("event") == "tool_call"
+                and r.get("tool") == "task.report"
+                and r.get("decision") == "allow"
+            ):
                 claims.append(r.get("claim"))
             yield r
+
     try:
         head, incomplete = completeness.account(noting_claims(journal), gateway, agent_started)
     except (ChainError, OSError, UnicodeDecodeError) as exc:
-        findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the gateway journal does not verify: {exc}"))
+        findings.append(
+            Finding(Kind.HARNESS_ERROR, "journal", f"the gateway journal does not verify: {exc}")
+        )
         return (), None, None
     findings += incomplete
     return journal, head, claims[-1] if claims else None
 
 
-def _database_findings(paths: AttemptPaths, name: str, journal: Iterable[dict[str, Any]]) -> list[Finding]:
+def _database_findings(
+    paths: AttemptPaths, name: str, journal: Iterable[dict[str, Any]]
+) -> list[Finding]:
     """Rows, schema and header of one database: PRE vs POST, explained by the journaled changesets."""
     pre, post = paths.db_capture("pre", name), paths.db_capture("post", name)
     for side, path in (("pre", pre), ("post", post)):
@@ -121,20 +144,36 @@ def _workspace_moved(post: Snapshot, now: Snapshot, copy: dict[str, Any] | None)
         out = {}
         for path, e in snap.entries.items():
             parts = path.split("/")
-            if e.kind in CARRIED_KINDS and not any("/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1)):
+            if e.kind in CARRIED_KINDS and not any(
+                "/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1)
+            ):
                 out[path] = e
         return out
 
-    def copied(e: Any) -> int:  # the mode the copy-out gave it: copy_mode, or (a run from before) the agent's
-        return private.copy_mode(e.mode, e.kind == "dir") if copy.get("modes") == private.COPY_MODES else e.mode & 0o777
+    def copied(
+        e: Any,
+    ) -> int:  # the mode the copy-out gave it: copy_mode, or (a run from before) the agent's
+        return (
+            private.copy_mode(e.mode, e.kind == "dir")
+            if copy.get("modes") == private.COPY_MODES
+            else e.mode & 0o777
+        )
 
     before, after = carried(post), carried(now)
     if before.keys() != after.keys():
         return True
     for path, a in before.items():
         b = after[path]
-        same_content = a.sha256 == b.sha256 if a.sha256 is not None and b.sha256 is not None else a.size == b.size
-        if (a.kind, a.target) != (b.kind, b.target) or (a.kind != "symlink" and copied(a) != b.mode) or (a.kind == "file" and not same_content):
+        same_content = (
+            a.sha256 == b.sha256
+            if a.sha256 is not None and b.sha256 is not None
+            else a.size == b.size
+        )
+        if (
+            (a.kind, a.target) != (b.kind, b.target)
+            or (a.kind != "symlink" and copied(a) != b.mode)
+            or (a.kind == "file" and not same_content)
+        ):
             return True
     return False
 
@@ -143,20 +182,50 @@ def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
     """What the copy-out left out of `workspace/` (it is in POST, and judged there)."""
     if not copy or not copy.get("skipped_count"):
         return []
-    return [Finding(Kind.NOT_CHECKED, rel, f"not copied to the run directory's workspace/: {reason}") for rel, reason in copy.get("skipped", [])] + (
-        [Finding(Kind.NOT_CHECKED, "(workspace)", f"{copy['skipped_count'] - len(copy['skipped'])} more entries not copied to workspace/")]
-        if copy["skipped_count"] > len(copy.get("skipped", [])) else [])
+    return [
+        Finding(Kind.NOT_CHECKED, rel, f"not copied to the run directory's workspace/: {reason}")
+        for rel, reason in copy.get("skipped", [])
+    ] + (
+        [
+            Finding(
+                Kind.NOT_CHECKED,
+                "(workspace)",
+                f"{copy['skipped_count'] - len(copy['skipped'])} more entries not copied to workspace/",
+            )
+        ]
+        if copy["skipped_count"] > len(copy.get("skipped", []))
+        else []
+    )
 
 
 def _disk_limit(usage: dict[str, Any] | None) -> list[Finding]:
     """The workspace filesystem's own counters at the end of the run (recorded in container.json)."""
     if not usage or not (usage.get("bytes_full") or usage.get("inodes_full")):
         return []
-    which = [name for name, full in (("bytes", usage.get("bytes_full")), ("inodes", usage.get("inodes_full"))) if full]
-    return [Finding(Kind.DISK_LIMIT, "(workspace)",
-                    f"disk limit reached: {usage['bytes_used']} of {usage['bytes_total']} bytes / {usage['inodes_used']} of {usage['inodes_total']} inodes "
-                    f"used ({' and '.join(which)} exhausted; limits.disk {usage['limit_bytes']}, limits.inodes {usage['limit_inodes']})",
-                    detail={k: usage.get(k) for k in ("bytes_used", "bytes_total", "inodes_used", "inodes_total", "limit_bytes", "limit_inodes")})]
+    which = [
+        name
+        for name, full in (("bytes", usage.get("bytes_full")), ("inodes", usage.get("inodes_full")))
+        if full
+    ]
+    return [
+        Finding(
+            Kind.DISK_LIMIT,
+            "(workspace)",
+            f"disk limit reached: {usage['bytes_used']} of {usage['bytes_total']} bytes / {usage['inodes_used']} of {usage['inodes_total']} inodes "
+            f"used ({' and '.join(which)} exhausted; limits.disk {usage['limit_bytes']}, limits.inodes {usage['limit_inodes']})",
+            detail={
+                k: usage.get(k)
+                for k in (
+                    "bytes_used",
+                    "bytes_total",
+                    "inodes_used",
+                    "inodes_total",
+                    "limit_bytes",
+                    "limit_inodes",
+                )
+            },
+        )
+    ]
 
 
 def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], default: Any) -> Any:
@@ -165,14 +234,22 @@ def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], def
     try:
         return rule()
     except Exception as exc:
-        findings.append(Finding(Kind.HARNESS_ERROR, subject, f"the verifier failed here: {describe(exc)}"))
+        findings.append(
+            Finding(Kind.HARNESS_ERROR, subject, f"the verifier failed here: {describe(exc)}")
+        )
         return default
 
 
 def _unreadable(findings: list[Finding], record: AttemptRecord, name: str) -> None:
     """A part of the record that did not load, reported as its rule would have."""
     if name in record.unreadable:
-        findings.append(Finding(Kind.HARNESS_ERROR, name, f"the verifier failed here: {describe(record.unreadable[name])}"))
+        findings.append(
+            Finding(
+                Kind.HARNESS_ERROR,
+                name,
+                f"the verifier failed here: {describe(record.unreadable[name])}",
+            )
+        )
 
 
 def _head_words(head: Any) -> str:
@@ -187,35 +264,105 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
     findings: list[Finding] = []
     _unreadable(findings, record, paths.container.name)
     findings += [Finding(Kind.HARNESS_ERROR, "harness", str(e)) for e in facts.harness_errors]
-    journal, head, claim = _guarded(findings, "journal", lambda: _journal(paths.journal, findings, facts.gateway, facts.agent_started), ((), None, None))
+    journal, head, claim = _guarded(
+        findings,
+        "journal",
+        lambda: _journal(paths.journal, findings, facts.gateway, facts.agent_started),
+        ((), None, None),
+    )
     recorded = facts.journal_head
     if recorded is not None and recorded != head:
-        findings.append(Finding(Kind.HARNESS_ERROR, "journal", f"the journal's head ({_head_words(head)}) differs from the head recorded at collection ({_head_words(recorded)})"))
+        findings.append(
+            Finding(
+                Kind.HARNESS_ERROR,
+                "journal",
+                f"the journal's head ({_head_words(head)}) differs from the head recorded at collection ({_head_words(recorded)})",
+            )
+        )
     checked = None
     if facts.inspect is not None:
-        failed = _guarded(findings, "containment", lambda: container.containment(
-            facts.inspect, spec, facts.engine_security, paths.root.name, facts.data.get("pool"), facts.data.get("user")), [])
-        checked = {"checked": container.containment_checked(spec), "failed": [f.subject for f in failed]}
+        failed = _guarded(
+            findings,
+            "containment",
+            lambda: container.containment(
+                facts.inspect,
+                spec,
+                facts.engine_security,
+                paths.root.name,
+                facts.data.get("pool"),
+                facts.data.get("user"),
+            ),
+            [],
+        )
+        checked = {
+            "checked": container.containment_checked(spec),
+            "failed": [f.subject for f in failed],
+        }
         findings += failed
-    findings += _guarded(findings, "container filesystem", lambda: container.filesystem_changes(facts.fs_changes), [])
+    findings += _guarded(
+        findings, "container filesystem", lambda: container.filesystem_changes(facts.fs_changes), []
+    )
     pre, post = record.pre, record.post
     if pre is None or post is None:  # a missing or unreadable snapshot: cannot judge, never pass
-        findings.append(Finding(Kind.HARNESS_ERROR, "snapshot", f"snapshot unavailable: {record.unreadable.get(SNAPSHOTS, 'not collected')}"))
-        return Judgement(verdict(findings, hostile=spec.hostile), tuple(findings), (), None, head, checked)
-    if recheck_workspace and _guarded(findings, "workspace", lambda: _workspace_moved(post, take(paths.workspace), facts.workspace_copy), False):
-        findings.append(Finding(Kind.HARNESS_ERROR, "workspace", f"the run directory's workspace no longer matches {paths.post.name}"))
+        findings.append(
+            Finding(
+                Kind.HARNESS_ERROR,
+                "snapshot",
+                f"snapshot unavailable: {record.unreadable.get(SNAPSHOTS, 'not collected')}",
+            )
+        )
+        return Judgement(
+            verdict(findings, hostile=spec.hostile), tuple(findings), (), None, head, checked
+        )
+    if recheck_workspace and _guarded(
+        findings,
+        "workspace",
+        lambda: _workspace_moved(post, take(paths.workspace), facts.workspace_copy),
+        False,
+    ):
+        findings.append(
+            Finding(
+                Kind.HARNESS_ERROR,
+                "workspace",
+                f"the run directory's workspace no longer matches {paths.post.name}",
+            )
+        )
     findings += _guarded(findings, "workspace copy", lambda: _not_carried(facts.workspace_copy), [])
     if pre.truncated:
-        findings.append(Finding(Kind.HARNESS_ERROR, "workspace", "the fixture exceeds the verifier's limits: " + "; ".join(pre.notes)))
+        findings.append(
+            Finding(
+                Kind.HARNESS_ERROR,
+                "workspace",
+                "the fixture exceeds the verifier's limits: " + "; ".join(pre.notes),
+            )
+        )
     if post.truncated:
-        findings.append(Finding(Kind.UNATTRIBUTED, "(workspace)", "the agent left more than the verifier's limits allow: " + "; ".join(post.notes)))
+        findings.append(
+            Finding(
+                Kind.UNATTRIBUTED,
+                "(workspace)",
+                "the agent left more than the verifier's limits allow: " + "; ".join(post.notes),
+            )
+        )
     findings += _guarded(findings, "disk limit", lambda: _disk_limit(facts.workspace_fs), [])
     changes = _guarded(findings, "diff", lambda: diff(pre, post), [])
     ws = spec.workspace
-    findings += _guarded(findings, "attribution", lambda: attribution.attribute(changes, journal, writable=ws.writable, protected=ws.protected), [])
+    findings += _guarded(
+        findings,
+        "attribution",
+        lambda: attribution.attribute(
+            changes, journal, writable=ws.writable, protected=ws.protected
+        ),
+        [],
+    )
     findings += [Finding(Kind.NOT_CHECKED, e.path, e.note) for e in post.entries.values() if e.note]
     for db in spec.databases:
-        findings += _guarded(findings, f"db:{db.name}", lambda name=db.name: _database_findings(paths, name, journal), [])
+        findings += _guarded(
+            findings,
+            f"db:{db.name}",
+            lambda name=db.name: _database_findings(paths, name, journal),
+            [],
+        )
     unexplained = unexplained_subjects(findings)
     for name in (paths.commands.name, paths.cases.name):
         _unreadable(findings, record, name)
@@ -223,13 +370,39 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
     counts = dict.fromkeys(CHECK_KINDS, 0)
     for a in spec.assertions:
         result = None
-        for kind in a.keys() & CHECK_KINDS:  # the nth assertion of a kind has index n in its results
-            result = next((c for c in record.checks.get(kind, []) if isinstance(c, dict) and c.get("index") == counts[kind]), None)
+        for kind in (
+            a.keys() & CHECK_KINDS
+        ):  # the nth assertion of a kind has index n in its results
+            result = next(
+                (
+                    c
+                    for c in record.checks.get(kind, [])
+                    if isinstance(c, dict) and c.get("index") == counts[kind]
+                ),
+                None,
+            )
             counts[kind] += 1
+
         def check(a: dict[str, Any] = a, result: dict[str, Any] | None = result) -> Finding:
-            return assertions.check(a, post=post, workspace=paths.workspace, exit_code=facts.exit_code, journal=journal,
-                                    unexplained=unexplained, command_result=result, post_digest=post_digest)
+            return assertions.check(
+                a,
+                post=post,
+                workspace=paths.workspace,
+                exit_code=facts.exit_code,
+                journal=journal,
+                unexplained=unexplained,
+                command_result=result,
+                post_digest=post_digest,
+            )
+
         finding = _guarded(findings, f"assertion {next(iter(a))}", check, None)
         if finding is not None:
             findings.append(finding)
-    return Judgement(verdict(findings, hostile=spec.hostile), tuple(findings), tuple(changes), claim, head, checked)
+    return Judgement(
+        verdict(findings, hostile=spec.hostile),
+        tuple(findings),
+        tuple(changes),
+        claim,
+        head,
+        checked,
+    )

@@ -32,7 +32,9 @@ EntryKind = Literal["file", "dir", "symlink", "fifo", "socket", "chardev", "bloc
 Xattrs = tuple[tuple[str, str], ...]
 
 FORMAT_VERSION = 1
-BATCH_FILES = hasher.MAX_BATCH  # files hashed as one batch: one round trip to a helper, not one per file
+BATCH_FILES = (
+    hasher.MAX_BATCH
+)  # files hashed as one batch: one round trip to a helper, not one per file
 BATCH_BYTES = 4 << 20  # ... or fewer files, once they hold this many bytes
 _CPUS = len(os.sched_getaffinity(0))
 
@@ -45,7 +47,10 @@ _KIND_BY_FORMAT: dict[int, EntryKind] = {
     stat.S_IFCHR: "chardev",
     stat.S_IFBLK: "blockdev",
 }
-_OPEN_FILE, _OPEN_DIR = confined.OPEN_FILE, confined.OPEN_DIR  # one definition of how agent files are opened
+_OPEN_FILE, _OPEN_DIR = (
+    confined.OPEN_FILE,
+    confined.OPEN_DIR,
+)  # one definition of how agent files are opened
 _GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENXIO})
 
 
@@ -111,7 +116,9 @@ class Hashing:
     """How a walk shares its hashing with helper processes (see hasher.py)."""
 
     helpers: int = min(4, _CPUS) if _CPUS > 1 else 0  # processes hashing beside the walk
-    helper_after_bytes: int = 16 << 20  # until the helpers run, a tree this small is hashed by the walk alone
+    helper_after_bytes: int = (
+        16 << 20
+    )  # until the helpers run, a tree this small is hashed by the walk alone
 
     @property
     def max_batches_in_flight(self) -> int:
@@ -155,7 +162,13 @@ class Snapshot:
         return cls(entries=by_path, truncated=bool(data["truncated"]), notes=tuple(data["notes"]))
 
 
-def take(root: str | os.PathLike[str], limits: Limits = Limits(), *, reuse: Snapshot | None = None, hashing: Hashing | None = None) -> Snapshot:
+def take(
+    root: str | os.PathLike[str],
+    limits: Limits = Limits(),
+    *,
+    reuse: Snapshot | None = None,
+    hashing: Hashing | None = None,
+) -> Snapshot:
     """Snapshot the tree under `root` (the root itself is not an entry).
 
     With `reuse` (an earlier snapshot of the same tree), a file whose stamp is unchanged keeps
@@ -189,7 +202,9 @@ class _Walk:
     at a time, while it walks on. A file enters `entries` once its hash is known.
     """
 
-    def __init__(self, limits: Limits, pool: HashPool, reuse: Mapping[str, Entry], hashing: Hashing):
+    def __init__(
+        self, limits: Limits, pool: HashPool, reuse: Mapping[str, Entry], hashing: Hashing
+    ):
         self.limits = limits
         self.sharing = hashing
         self.pool = pool
@@ -246,7 +261,10 @@ class _Walk:
         path = parent.prefix + name
         if parent.depth + 1 >= self.limits.max_depth:
             self._cut(f"depth limit at {display(path)}")
-            self._annotate(path, f"not listed: its entries would be deeper than max_depth ({self.limits.max_depth})")
+            self._annotate(
+                path,
+                f"not listed: its entries would be deeper than max_depth ({self.limits.max_depth})",
+            )
             return
         try:
             fd = os.open(name, _OPEN_DIR, dir_fd=parent.fd)
@@ -286,7 +304,9 @@ class _Walk:
         if self.listed >= self.limits.max_files:
             self._stop(f"stopped after max_files ({self.limits.max_files} entries)")
         elif self.path_chars > self.limits.max_total_path_chars:
-            self._stop(f"stopped after max_total_path_chars ({self.limits.max_total_path_chars} characters)")
+            self._stop(
+                f"stopped after max_total_path_chars ({self.limits.max_total_path_chars} characters)"
+            )
         return not self.stopped
 
     def _record(self, dir_fd: int, prefix: str, item: os.DirEntry[str]) -> os.stat_result | None:
@@ -323,7 +343,9 @@ class _Walk:
         try:
             fd = os.open(name, _OPEN_FILE, dir_fd=dir_fd)
         except OSError as error:
-            self.entries[path] = _entry(path, "file", st, None, None, (), _open_failure(error), stamp)
+            self.entries[path] = _entry(
+                path, "file", st, None, None, (), _open_failure(error), stamp
+            )
             return
         try:
             xattrs = _xattrs(fd)
@@ -357,7 +379,9 @@ class _Walk:
         if self.batch:
             batch, self.batch, self.batch_bytes = self.batch, [], 0
             self.hashing.append(batch)  # from here on, `close` finds its descriptors there
-            if self.pool.usable and (self.pool.helpers or self.hashed_bytes >= self.sharing.helper_after_bytes):
+            if self.pool.usable and (
+                self.pool.helpers or self.hashed_bytes >= self.sharing.helper_after_bytes
+            ):
                 try:
                     self.pool.submit([(p.fd, identity(p.st)) for p in batch])
                 except HasherError:
@@ -381,7 +405,9 @@ class _Walk:
                 results = hash_here([(p.fd, identity(p.st)) for p in batch])
             for p, (sha256, note) in zip(batch, results, strict=True):
                 xattrs = () if note == CHANGED else p.xattrs
-                self.entries[p.path] = _entry(p.path, "file", p.st, sha256, None, xattrs, note, p.stamp)
+                self.entries[p.path] = _entry(
+                    p.path, "file", p.st, sha256, None, xattrs, note, p.stamp
+                )
         finally:
             for p in batch:
                 os.close(p.fd)
@@ -410,10 +436,31 @@ class _Pending(NamedTuple):
     stamp: str
 
 
-def _entry(path: str, kind: EntryKind, st: os.stat_result, sha256: str | None, target: str | None,
-           xattrs: Xattrs, note: str | None, stamp: str | None) -> Entry:
-    return Entry(path, kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_size, sha256, target,
-                 st.st_nlink, None, xattrs, note, stamp)
+def _entry(
+    path: str,
+    kind: EntryKind,
+    st: os.stat_result,
+    sha256: str | None,
+    target: str | None,
+    xattrs: Xattrs,
+    note: str | None,
+    stamp: str | None,
+) -> Entry:
+    return Entry(
+        path,
+        kind,
+        stat.S_IMODE(st.st_mode),
+        st.st_uid,
+        st.st_gid,
+        st.st_size,
+        sha256,
+        target,
+        st.st_nlink,
+        None,
+        xattrs,
+        note,
+        stamp,
+    )
 
 
 def _stamp(st: os.stat_result) -> str:
@@ -431,7 +478,9 @@ def _open_root(root: str | os.PathLike[str]) -> int:
         ) from error
 
 
-def _examine_other(kind: EntryKind, dir_fd: int, name: str, st: os.stat_result) -> tuple[str | None, Xattrs, str | None]:
+def _examine_other(
+    kind: EntryKind, dir_fd: int, name: str, st: os.stat_result
+) -> tuple[str | None, Xattrs, str | None]:
     """Target, xattrs and note of anything but a regular file; opens nothing."""
     notes = []
     target = None
@@ -463,7 +512,11 @@ def _xattrs(node: int | str) -> Xattrs:
         raise
     if not names:
         return ()
-    return tuple(sorted((name, hashlib.sha256(os.getxattr(node, name, **options)).hexdigest()) for name in names))
+    return tuple(
+        sorted(
+            (name, hashlib.sha256(os.getxattr(node, name, **options)).hexdigest()) for name in names
+        )
+    )
 
 
 def _open_failure(error: OSError) -> str:

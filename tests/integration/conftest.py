@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from assure import spec as spec_mod
-from assure.records import store
 from assure.errors import AssureError
+from assure.records import store
 from assure.run.driver import Driver, RunResult
 from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import ImageSet, Images
+from assure.sandbox.images import Images, ImageSet
 from tests.contracts import ratify_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,10 @@ def backend() -> DockerBackend:
     try:
         return DockerBackend()
     except AssureError as exc:
-        pytest.fail(f"the Docker engine is required for the integration tests: {exc.explain()}", pytrace=False)
+        pytest.fail(
+            f"the Docker engine is required for the integration tests: {exc.explain()}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -47,9 +50,15 @@ def run(backend, images, tmp_path):
     def go(name_or_path: str | Path) -> RunResult:
         path = Path(name_or_path)
         if not path.is_file():
-            path = next(p for p in (EXAMPLES / f"{name_or_path}.yaml", SPECS / f"{name_or_path}.yaml") if p.is_file())
+            path = next(
+                p
+                for p in (EXAMPLES / f"{name_or_path}.yaml", SPECS / f"{name_or_path}.yaml")
+                if p.is_file()
+            )
         spec = spec_mod.load(path)
-        run = store.RunDir.create(tmp_path / "runs", store.new_run_id(spec.name), spec.path, spec.to_json())
+        run = store.RunDir.create(
+            tmp_path / "runs", store.new_run_id(spec.name), spec.path, spec.to_json()
+        )
         return Driver(spec, run, backend, images, lambda *_: None).drive()
 
     return go
@@ -96,13 +105,22 @@ def no_leftovers(backend, tmp_path_factory):
     leaked = {k: after[k] - before[k] for k in after if after[k] - before[k]}
     assert not leaked, f"left behind: {leaked}"
     now = mounts_and_loops_under(basetemp)
-    assert (set(now[0]) - set(mounted[0]), set(now[1]) - set(mounted[1])) == (set(), set()), f"left mounted: {now}"
+    assert (set(now[0]) - set(mounted[0]), set(now[1]) - set(mounted[1])) == (set(), set()), (
+        f"left mounted: {now}"
+    )
 
 
 def ratified(scope: list[str], ceiling: str = "commit", **changes: object) -> dict:
     """A contract ratified by someone other than its proposer; `make_spec` fills in its digests
     (`tests.contracts.ratify_in_place`) for the spec it ends up in."""
-    return {"id": "c-test", "proposed_by": "alice", "ratified_by": "bob", "scope": scope, "autonomy_ceiling": ceiling, **changes}
+    return {
+        "id": "c-test",
+        "proposed_by": "alice",
+        "ratified_by": "bob",
+        "scope": scope,
+        "autonomy_ceiling": ceiling,
+        **changes,
+    }
 
 
 @pytest.fixture
@@ -114,8 +132,15 @@ def make_spec(tmp_path):
         data = {
             "version": 1,
             "name": name,
-            "agent": {"command": ["sh", f"/opt/agent/{script}"], "files": str(ROOT / "fixtures" / "agents" / "governance")},
-            "workspace": {"fixture": str(ROOT / "fixtures" / "workspaces" / "calc"), "writable": ["out/**"], "protected": ["tests/**"]},
+            "agent": {
+                "command": ["sh", f"/opt/agent/{script}"],
+                "files": str(ROOT / "fixtures" / "agents" / "governance"),
+            },
+            "workspace": {
+                "fixture": str(ROOT / "fixtures" / "workspaces" / "calc"),
+                "writable": ["out/**"],
+                "protected": ["tests/**"],
+            },
             "limits": {"wall_seconds": 60},
             "assertions": [],
             "expect": "pass",

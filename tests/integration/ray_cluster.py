@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +40,7 @@ def session_pids(sid: int) -> list[int]:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[3]) == sid and fields[0] != "Z":
                 pids.append(int(entry))
     return pids
@@ -96,7 +96,9 @@ class LocalCluster:
     port: int
     tmp: Path
     nodes: list[Node] = field(default_factory=list)
-    ray_tmp: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="ar-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    ray_tmp: str = field(
+        default_factory=lambda: tempfile.mkdtemp(prefix="ar-", dir="/tmp")
+    )  # short: Ray's socket paths must fit 107 bytes
 
     @property
     def address(self) -> str:
@@ -111,16 +113,39 @@ class LocalCluster:
     def start_node(self, name: str, *args: str, env: dict[str, str] | None = None) -> Node:
         log = self.tmp / f"{name}.log"
         with open(log, "wb") as fh:
-            proc = subprocess.Popen(self.in_ns(RAY, "start", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats", *args),
-                                    stdout=fh, stderr=subprocess.STDOUT, env={**ENV, **(env or {})}, start_new_session=True)
+            proc = subprocess.Popen(
+                self.in_ns(
+                    RAY,
+                    "start",
+                    "--block",
+                    "--node-ip-address=127.0.0.1",
+                    "--disable-usage-stats",
+                    *args,
+                ),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env={**ENV, **(env or {})},
+                start_new_session=True,
+            )
         node = Node(name, proc, log)
         self.nodes.append(node)
         return node
 
     def alive_nodes(self) -> list[dict[str, object]]:
-        code = "import json, ray; ray.init(address='%s', logging_level='ERROR', log_to_driver=False); print('NODES', json.dumps([n for n in ray.nodes() if n['Alive']]))" % self.address
-        out = subprocess.run(self.in_ns(sys.executable, "-c", code), env=ENV, capture_output=True, text=True, timeout=60)
-        lines = [line for line in out.stdout.splitlines() if line.startswith("NODES ")]  # Ray may print its own lines too
+        code = (
+            "import json, ray; ray.init(address='%s', logging_level='ERROR', log_to_driver=False); print('NODES', json.dumps([n for n in ray.nodes() if n['Alive']]))"
+            % self.address
+        )
+        out = subprocess.run(
+            self.in_ns(sys.executable, "-c", code),
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        lines = [
+            line for line in out.stdout.splitlines() if line.startswith("NODES ")
+        ]  # Ray may print its own lines too
         return json.loads(lines[-1].removeprefix("NODES ")) if out.returncode == 0 and lines else []
 
     def wait_for(self, count: int, timeout: float = 90) -> list[dict[str, object]]:
@@ -130,7 +155,10 @@ class LocalCluster:
             if len(alive) >= count:
                 return alive
             time.sleep(1)
-        raise AssertionError(f"{count} Ray nodes did not come up: " + "; ".join(n.log.read_text(errors="replace")[-800:] for n in self.nodes))
+        raise AssertionError(
+            f"{count} Ray nodes did not come up: "
+            + "; ".join(n.log.read_text(errors="replace")[-800:] for n in self.nodes)
+        )
 
     def stop(self) -> None:
         failed = []
@@ -153,11 +181,26 @@ def start(tmp: Path, workers: int = 2, worker_env: dict[str, str] | None = None)
     cluster = LocalCluster(netns, 6379, tmp)
     try:
         subprocess.run(cluster.in_ns("ip", "link", "set", "lo", "up"), check=True)
-        cluster.start_node("head", "--head", f"--port={cluster.port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={cluster.ray_tmp}")
+        cluster.start_node(
+            "head",
+            "--head",
+            f"--port={cluster.port}",
+            "--num-cpus=0",
+            "--include-dashboard=false",
+            f"--temp-dir={cluster.ray_tmp}",
+        )
         seen = {n["NodeID"] for n in cluster.wait_for(1)}
         cluster.nodes[0].node_id = next(iter(seen))
-        for n in range(workers):  # one at a time: two raylets registering at once on one host can stall
-            node = cluster.start_node(f"worker{n + 1}", f"--address={cluster.address}", "--num-cpus=1", '--resources={"docker": 1}', env=worker_env)
+        for n in range(
+            workers
+        ):  # one at a time: two raylets registering at once on one host can stall
+            node = cluster.start_node(
+                f"worker{n + 1}",
+                f"--address={cluster.address}",
+                "--num-cpus=1",
+                '--resources={"docker": 1}',
+                env=worker_env,
+            )
             (node.node_id,) = {m["NodeID"] for m in cluster.wait_for(n + 2)} - seen
             seen.add(node.node_id)
     except BaseException:

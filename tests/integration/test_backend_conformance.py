@@ -18,6 +18,11 @@ COMMANDS = {
 class TestDockerBackend(BackendConformance):
     @pytest.fixture
     def harness(self, backend, images):
-        harness = Harness(backend, images.agent, lambda behaviour: ["sh", "-c", COMMANDS[behaviour]], absent_id="0" * 64)
+        harness = Harness(
+            backend,
+            images.agent,
+            lambda behaviour: ["sh", "-c", COMMANDS[behaviour]],
+            absent_id="0" * 64,
+        )
         yield harness
         harness.cleanup()

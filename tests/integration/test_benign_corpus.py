@@ -29,13 +29,22 @@ def test_the_corpus_is_big_enough():
 
 @pytest.mark.parametrize("spec", SPECS, ids=[s.stem for s in SPECS])
 def test_a_benign_spec_passes_with_no_finding_above_info(run, spec):
-    subprocess.run([sys.executable, str(ROOT / "fixtures" / "workspaces" / "make_monorepo.py")], check=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "fixtures" / "workspaces" / "make_monorepo.py")], check=True
+    )
     if "http" in spec.stem:
         with _upstream().serving():
             result = run(spec)
     else:
         result = run(spec)
-    verdicts = [json.loads(p.read_text()) for p in sorted(result.run_dir.glob("attempts/*/verdict.json"))]
-    above_info = [(f["kind"], f["subject"], f["message"]) for v in verdicts for f in v["findings"] if f["severity"] != "info"]
+    verdicts = [
+        json.loads(p.read_text()) for p in sorted(result.run_dir.glob("attempts/*/verdict.json"))
+    ]
+    above_info = [
+        (f["kind"], f["subject"], f["message"])
+        for v in verdicts
+        for f in v["findings"]
+        if f["severity"] != "info"
+    ]
     assert (result.verdict, above_info) == ("pass", []), result.report
     assert verdicts and all(v["verdict"] == "pass" for v in verdicts)

@@ -54,11 +54,21 @@ def test_claude_code_fixes_the_bug_from_its_preset(backend, images, run):
     result = run("claude-code")
     print(f"claude-code: verdict {result.verdict} in {time.monotonic() - started:.1f}s")
     assert result.verdict == "pass", result.report
-    assert "protected_changed" not in findings(result) and "unattributed_change" not in findings(result)
+    assert "protected_changed" not in findings(result) and "unattributed_change" not in findings(
+        result
+    )
     attempt = result.run_dir / "attempts" / "1"
-    assert tag in (result.run_dir / "events.jsonl").read_text()  # run_started names the derived image the agent ran
-    calls = [r for r in verify_chain(attempt / "gateway" / "journal.jsonl") if r["event"] == "model_call"]
-    assert [(c["status"], c["served"], c["script_index"]) for c in calls] == [(200, "script", 0), (200, "script", 1), (200, "script", 2)]
+    assert (
+        tag in (result.run_dir / "events.jsonl").read_text()
+    )  # run_started names the derived image the agent ran
+    calls = [
+        r for r in verify_chain(attempt / "gateway" / "journal.jsonl") if r["event"] == "model_call"
+    ]
+    assert [(c["status"], c["served"], c["script_index"]) for c in calls] == [
+        (200, "script", 0),
+        (200, "script", 1),
+        (200, "script", 2),
+    ]
     assert all("claude-code-20250219" in c["anthropic_beta"] for c in calls)
     assert "return a + b" in (attempt / "workspace" / "src" / "calc.py").read_text()
     assert not list((attempt / "workspace").rglob("__pycache__"))
@@ -71,30 +81,42 @@ def test_claude_code_scripted_to_edit_the_protected_test_is_a_breach(backend, im
     assert findings(result)["protected_changed"] == ["tests/test_calc.py"]
 
 
-def test_a_pinned_debian_package_and_a_binary_are_in_the_agents_image(backend, images, run, tmp_path):
+def test_a_pinned_debian_package_and_a_binary_are_in_the_agents_image(
+    backend, images, run, tmp_path
+):
     """apt-get download on the host (signature-checked), unpacked in an offline build: the
     agent runs ripgrep and the spec's own script with no network."""
     import yaml
 
     (tmp_path / "hello").write_text("#!/bin/sh\necho hello from the install\n")
     data = yaml.safe_load((EXAMPLES / "benign.yaml").read_text())
-    data.update(name="install-apt", hostile=False, expect="pass", assertions=[{"file_exists": "out/rg.txt"}])
+    data.update(
+        name="install-apt", hostile=False, expect="pass", assertions=[{"file_exists": "out/rg.txt"}]
+    )
     data.pop("contract")
     data["workspace"]["fixture"] = str((EXAMPLES / data["workspace"]["fixture"]).resolve())
-    data["agent"] = {"command": ["sh", "-c", "rg --version > out/rg.txt && hello >> out/rg.txt"],
-                     "install": {"apt": ["ripgrep=13.0.0-4+b2"], "binaries": [str(tmp_path / "hello")]}}
+    data["agent"] = {
+        "command": ["sh", "-c", "rg --version > out/rg.txt && hello >> out/rg.txt"],
+        "install": {"apt": ["ripgrep=13.0.0-4+b2"], "binaries": [str(tmp_path / "hello")]},
+    }
     path = tmp_path / "install-apt.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     spec = spec_mod.load(path)
     install.ensure(spec, backend, images, print)
     result = run(path)
     out = (result.run_dir / "attempts" / "1" / "workspace" / "out" / "rg.txt").read_text()
-    assert out.startswith("ripgrep 13.0.0") and out.endswith("hello from the install\n"), result.report
+    assert out.startswith("ripgrep 13.0.0") and out.endswith("hello from the install\n"), (
+        result.report
+    )
     assert result.verdict == "pass", result.report
 
 
 def model_calls(result):
-    return [r for r in verify_chain(result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl") if r["event"] == "model_call"]
+    return [
+        r
+        for r in verify_chain(result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl")
+        if r["event"] == "model_call"
+    ]
 
 
 def test_claude_code_replays_from_its_own_recording(backend, images, run):
@@ -105,15 +127,26 @@ def test_claude_code_replays_from_its_own_recording(backend, images, run):
     assert result.verdict == "pass", result.report
     recorded = [r for r in verify_chain(RECORDING) if r["event"] == "model_call"]
     calls = model_calls(result)
-    assert [(c["served"], c["status"], c["replayed"]["seq"]) for c in calls] == [("replay", 200, r["seq"]) for r in recorded]
-    assert [c["response_sha256"] for c in calls] == [r["response_sha256"] for r in recorded]  # byte for byte
-    assert all(c["request_sha256"] != r["request_sha256"] for c, r in zip(calls, recorded))  # a fresh metadata.user_id: matched all the same
-    assert "return a + b" in (result.run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").read_text()
+    assert [(c["served"], c["status"], c["replayed"]["seq"]) for c in calls] == [
+        ("replay", 200, r["seq"]) for r in recorded
+    ]
+    assert [c["response_sha256"] for c in calls] == [
+        r["response_sha256"] for r in recorded
+    ]  # byte for byte
+    assert all(
+        c["request_sha256"] != r["request_sha256"] for c, r in zip(calls, recorded)
+    )  # a fresh metadata.user_id: matched all the same
+    assert (
+        "return a + b"
+        in (result.run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").read_text()
+    )
 
 
 def test_a_replay_of_a_changed_task_names_the_field_that_differs(backend, images, run, tmp_path):
     data = yaml.safe_load((EXAMPLES / "claude-code-replay.yaml").read_text())
-    data.update(name="claude-code-replay-changed", description="Fix sub() in src/calc.py.", expect="fail")
+    data.update(
+        name="claude-code-replay-changed", description="Fix sub() in src/calc.py.", expect="fail"
+    )
     data["workspace"]["fixture"] = str((EXAMPLES / data["workspace"]["fixture"]).resolve())
     data["model"]["recording"] = str((EXAMPLES / data["model"]["recording"]).resolve())
     path = tmp_path / "changed.yaml"
@@ -121,7 +154,12 @@ def test_a_replay_of_a_changed_task_names_the_field_that_differs(backend, images
     result = run(path)
     (call,) = model_calls(result)  # refused: Claude Code stops at the 409
     assert (call["status"], call["error"]) == (409, "replay_mismatch")
-    assert "$.messages[0].content[1].text" in call["differs"], call["differs"]  # the task, as Claude Code words its prompt
+    assert "$.messages[0].content[1].text" in call["differs"], call[
+        "differs"
+    ]  # the task, as Claude Code words its prompt
     assert result.verdict == "fail", result.report
-    assert "return a - b" in (result.run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").read_text()
+    assert (
+        "return a - b"
+        in (result.run_dir / "attempts" / "1" / "workspace" / "src" / "calc.py").read_text()
+    )
     assert json.dumps(call["differs"]) in json.dumps(call)  # the journal line carries them

@@ -13,9 +13,17 @@ from assure.records import conformance_packet
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
-def test_the_live_packet_passes_every_row_and_verifies_with_the_public_key(tmp_path, images, backend):
-    done = subprocess.run(ASSURE + ["conformance", "--out", str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=900, env=os.environ)
+def test_the_live_packet_passes_every_row_and_verifies_with_the_public_key(
+    tmp_path, images, backend
+):
+    done = subprocess.run(
+        ASSURE + ["conformance", "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=os.environ,
+    )
     (folder,) = (tmp_path / "out").iterdir()
     packet = json.loads((folder / "packet.json").read_text())
     statuses = {oid: (ob["status"], ob["reason"]) for oid, ob in packet["obligations"].items()}
@@ -26,16 +34,34 @@ def test_the_live_packet_passes_every_row_and_verifies_with_the_public_key(tmp_p
     assert figures["effects_under_duplicate_key"] == 1
     assert 0 <= figures["override_latency_ms"] < 5000 and 0 <= figures["breach_to_halt_ms"] < 5000
     trace = packet["gate_trace"]
-    assert trace["allow"]["decision"] == "allow" and trace["deny"]["decision"] in ("deny", "escalate")
+    assert trace["allow"]["decision"] == "allow" and trace["deny"]["decision"] in (
+        "deny",
+        "escalate",
+    )
     for entry in trace.values():
-        assert entry["min(dial, ceiling, trust)"] == min(entry["operator_dial"], entry["autonomy_ceiling"], entry["verifier_trust"])
-    assert packet["receipt_chain"]["verified"] is True and packet["receipt_chain"]["tampered_copy"]["rejected"] is True
+        assert entry["min(dial, ceiling, trust)"] == min(
+            entry["operator_dial"], entry["autonomy_ceiling"], entry["verifier_trust"]
+        )
+    assert (
+        packet["receipt_chain"]["verified"] is True
+        and packet["receipt_chain"]["tampered_copy"]["rejected"] is True
+    )
     assert "| `chaos_kill_resume` | PASS |" in (folder / "packet.md").read_text()
 
     public = folder / "packet.pub.pem"
-    ok = subprocess.run(ASSURE + ["conformance", "verify", str(folder / "packet.json"), "--public-key", str(public)], capture_output=True, text=True)
+    ok = subprocess.run(
+        ASSURE
+        + ["conformance", "verify", str(folder / "packet.json"), "--public-key", str(public)],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0 and "11 PASS" in ok.stdout, ok.stdout + ok.stderr
     packet["figures"]["effects_under_duplicate_key"] = 2
     (tmp_path / "tampered.json").write_text(json.dumps(packet))
-    bad = subprocess.run(ASSURE + ["conformance", "verify", str(tmp_path / "tampered.json"), "--public-key", str(public)], capture_output=True, text=True)
+    bad = subprocess.run(
+        ASSURE
+        + ["conformance", "verify", str(tmp_path / "tampered.json"), "--public-key", str(public)],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1 and "does not match" in bad.stdout + bad.stderr

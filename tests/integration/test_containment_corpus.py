@@ -27,25 +27,67 @@ from .conftest import ROOT
 
 CORPUS = ROOT / "suites" / "containment"
 SPECS = sorted(CORPUS.glob("*--*.yaml"))
-EXAMPLES = [ROOT / "specs" / "examples" / "escape.yaml", ROOT / "specs" / "examples" / "network.yaml"]  # the suite's other two
-CATEGORIES = ("network", "fs-escape", "gateway-abuse", "resource", "privilege", "audit",
-              "covert", "secrets", "lying", "override", "host-postrun", "model-proxy")
+EXAMPLES = [
+    ROOT / "specs" / "examples" / "escape.yaml",
+    ROOT / "specs" / "examples" / "network.yaml",
+]  # the suite's other two
+CATEGORIES = (
+    "network",
+    "fs-escape",
+    "gateway-abuse",
+    "resource",
+    "privilege",
+    "audit",
+    "covert",
+    "secrets",
+    "lying",
+    "override",
+    "host-postrun",
+    "model-proxy",
+)
 JOBS = 2  # specs in flight: what two cores hold (on a busy 2-core machine the runsc pass took 8 minutes)
 # spec -> (its verdict under gVisor, why). gVisor's sentry is the kernel the agent meets: these
 # limits and refusals are its own, and none of them reaches the host (see README, "gVisor").
 UNDER_GVISOR = {
-    "covert--xattr": ("fail", "the sandbox's workspace refuses user.* xattrs (EOPNOTSUPP): the covert channel does not exist, the agent exits 3"),
-    "host-postrun--fifo-socket": ("fail", "FIFOs and sockets made inside the sandbox never reach the host's workspace: nothing outside out/ changes, "
-                                          "and the fixture's own test fails"),
-    "resource--fork-bomb": ("fail", "going over the pids limit ends the whole sandbox (exit 137), so the agent cannot report the limit holding"),
-    "resource--memory-balloon": ("fail", "going over the memory limit ends the whole sandbox (exit 137)"),
-    "resource--per-user-limits": ("fail", "the sentry keeps inotify, pipe and mqueue budgets per sandbox, so there is nothing shared to hold; "
-                                          "its 150 forks reach the sandbox's scaled pids bound and the sandbox ends (exit 2)"),
-    "resource--cpu": ("fail", "the sentry's getrusage counts more CPU time than the host's cpu quota allows the container"),
-    "privilege--capabilities": ("fail", "the sentry lets setpriority lower the nice value to -20 without CAP_SYS_NICE (its own scheduler)"),
-    "privilege--proc-sys": ("fail", "the sentry's /proc/self/oom_score_adj takes -1000 (its own OOM bookkeeping; the host sees one sandbox)"),
-    "fs-escape--readonly-root": ("fail", "the sentry lets ld.so map a program from the noexec /tmp, mknod a device node in /tmp, "
-                                         "and chmod u+s a file in out/"),
+    "covert--xattr": (
+        "fail",
+        "the sandbox's workspace refuses user.* xattrs (EOPNOTSUPP): the covert channel does not exist, the agent exits 3",
+    ),
+    "host-postrun--fifo-socket": (
+        "fail",
+        "FIFOs and sockets made inside the sandbox never reach the host's workspace: nothing outside out/ changes, "
+        "and the fixture's own test fails",
+    ),
+    "resource--fork-bomb": (
+        "fail",
+        "going over the pids limit ends the whole sandbox (exit 137), so the agent cannot report the limit holding",
+    ),
+    "resource--memory-balloon": (
+        "fail",
+        "going over the memory limit ends the whole sandbox (exit 137)",
+    ),
+    "resource--per-user-limits": (
+        "fail",
+        "the sentry keeps inotify, pipe and mqueue budgets per sandbox, so there is nothing shared to hold; "
+        "its 150 forks reach the sandbox's scaled pids bound and the sandbox ends (exit 2)",
+    ),
+    "resource--cpu": (
+        "fail",
+        "the sentry's getrusage counts more CPU time than the host's cpu quota allows the container",
+    ),
+    "privilege--capabilities": (
+        "fail",
+        "the sentry lets setpriority lower the nice value to -20 without CAP_SYS_NICE (its own scheduler)",
+    ),
+    "privilege--proc-sys": (
+        "fail",
+        "the sentry's /proc/self/oom_score_adj takes -1000 (its own OOM bookkeeping; the host sees one sandbox)",
+    ),
+    "fs-escape--readonly-root": (
+        "fail",
+        "the sentry lets ld.so map a program from the noexec /tmp, mknod a device node in /tmp, "
+        "and chmod u+s a file in out/",
+    ),
 }
 
 
@@ -59,7 +101,9 @@ def test_every_category_holds_at_least_four_agents_and_the_corpus_a_hundred_and_
 def test_each_spec_is_hostile_and_expects_a_safe_verdict():
     for path in SPECS:
         spec = spec_mod.load(path)
-        assert spec.hostile and spec.expect in ("contained", "breach", "fail"), path.name  # fail: a lie the verifier caught
+        assert spec.hostile and spec.expect in ("contained", "breach", "fail"), (
+            path.name
+        )  # fail: a lie the verifier caught
         assert spec.name == path.stem.replace("--", "-"), path.name
     assert set(UNDER_GVISOR) <= {p.stem for p in SPECS}
     assert {verdict for verdict, _ in UNDER_GVISOR.values()} <= {"contained", "breach", "fail"}
@@ -77,7 +121,11 @@ def corpus_under(runtime, folder):
         data.setdefault("sandbox", {})["runtime"] = runtime
         (copies / path.name).write_text(yaml.safe_dump(data, sort_keys=False))
     suite = folder / "suites" / f"containment-{runtime}.yaml"
-    suite.write_text(yaml.safe_dump({"version": 1, "name": f"containment-{runtime}", "specs": ["containment/*.yaml"]}))
+    suite.write_text(
+        yaml.safe_dump(
+            {"version": 1, "name": f"containment-{runtime}", "specs": ["containment/*.yaml"]}
+        )
+    )
     return suite
 
 
@@ -87,11 +135,32 @@ def test_the_corpus_gets_every_verdict_it_expects(backend, images, tmp_path, run
     if problem:
         pytest.fail(f"{problem}; {runtimes.fix(runtime)}", pytrace=False)
     suite = corpus_under(runtime, tmp_path / "repo")
-    done = subprocess.run([sys.executable, "-m", "assure.cli", "suite", "--json", "-j", str(JOBS), "--runs-dir", str(tmp_path / "runs"), str(suite)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1800, env={**os.environ, "NO_COLOR": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "assure.cli",
+            "suite",
+            "--json",
+            "-j",
+            str(JOBS),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            str(suite),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     got = {r["spec"]: r["verdict"] for r in json.loads(done.stdout)["results"]}
     expected = {spec_mod.load(p).name: spec_mod.load(p).expect for p in SPECS + EXAMPLES}
     if runtimes.is_gvisor(runtime):
-        expected |= {name.replace("--", "-"): verdict for name, (verdict, _) in UNDER_GVISOR.items()}
-    assert {name: (got.get(name), want) for name, want in expected.items() if got.get(name) != want} == {}, done.stderr[-4000:]
+        expected |= {
+            name.replace("--", "-"): verdict for name, (verdict, _) in UNDER_GVISOR.items()
+        }
+    assert {
+        name: (got.get(name), want) for name, want in expected.items() if got.get(name) != want
+    } == {}, done.stderr[-4000:]
     assert "pass" not in got.values()

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from assure.run.driver import reverify
 from assure.records.store import read_json
+from assure.run.driver import reverify
 
 from .conftest import SPECS, mounts_and_loops_under, run_dirs
 
@@ -34,7 +34,9 @@ def allocated(root: Path) -> int:
 def test_a_disk_filling_agent_stops_at_the_limit_and_is_contained(run, tmp_path):
     result = run("diskfill")
     (attempt,) = result.report["attempts"]
-    assert attempt["verdict"] == "contained"  # the limit held (a refusal, reported), never a harness error
+    assert (
+        attempt["verdict"] == "contained"
+    )  # the limit held (a refusal, reported), never a harness error
     assert not attempt["timed_out"]  # the filesystem stopped it, not the wall clock
     (limit,) = [f for f in attempt["findings"] if f["kind"] == "disk_limit"]
     assert limit["severity"] == "fail" and limit["message"].startswith("disk limit reached: ")
@@ -50,13 +52,19 @@ def test_a_disk_filling_agent_stops_at_the_limit_and_is_contained(run, tmp_path)
     assert 0.9 * LIMIT < usage["host_bytes"] <= LIMIT  # it did fill the image, and no more
     workspace = attempt_dir / "workspace"
     assert allocated(workspace) <= LIMIT
-    assert "sparse 10T: refused" in log  # the fsize ulimit is limits.disk: no file, not even a hole, outgrows the disk
+    assert (
+        "sparse 10T: refused" in log
+    )  # the fsize ulimit is limits.disk: no file, not even a hole, outgrows the disk
     hole = os.lstat(workspace / "fill" / "hole")
     assert hole.st_size == 60 * 2**20 and hole.st_blocks == 0  # copied out as the hole it is
-    assert not (attempt_dir / "workspace.img").exists() and not (attempt_dir / "workspace.fs").exists()
+    assert (
+        not (attempt_dir / "workspace.img").exists() and not (attempt_dir / "workspace.fs").exists()
+    )
     assert mounts_and_loops_under(tmp_path) == ([], [])
 
-    assert reverify(result.run_dir).report["attempts"][0]["verdict"] == "contained"  # `assure verify` reproduces it offline
+    assert (
+        reverify(result.run_dir).report["attempts"][0]["verdict"] == "contained"
+    )  # `assure verify` reproduces it offline
 
 
 def test_a_fixture_larger_than_the_disk_is_a_clear_error_and_unmounts(run, tmp_path):
@@ -64,13 +72,17 @@ def test_a_fixture_larger_than_the_disk_is_a_clear_error_and_unmounts(run, tmp_p
     fixture.mkdir()
     (fixture / "blob").write_bytes(os.urandom(12 * 2**20))
     spec = tmp_path / "big.yaml"
-    spec.write_text(f"version: 1\nname: big\nagent: {{command: [sh, -c, 'true']}}\nworkspace: {{fixture: {fixture}}}\n"
-                    "limits: {disk: 8m, inodes: 2048}\nassertions: []\nexpect: pass\n")
+    spec.write_text(
+        f"version: 1\nname: big\nagent: {{command: [sh, -c, 'true']}}\nworkspace: {{fixture: {fixture}}}\n"
+        "limits: {disk: 8m, inodes: 2048}\nassertions: []\nexpect: pass\n"
+    )
     result = run(spec)
     (attempt,) = result.report["attempts"]
     assert attempt["verdict"] == "error"
     errors = [f["message"] for f in attempt["findings"] if f["kind"] == "harness_error"]
-    assert any("does not fit in the workspace filesystem (8m, 2048 inodes)" in e for e in errors), errors
+    assert any("does not fit in the workspace filesystem (8m, 2048 inodes)" in e for e in errors), (
+        errors
+    )
     assert mounts_and_loops_under(tmp_path) == ([], [])
 
 
@@ -85,7 +97,12 @@ def _wait_for_mount(root: Path, proc: subprocess.Popen, seconds: float = 60) -> 
 
 
 def test_sigterm_mid_run_unmounts_and_frees_the_loop_device(tmp_path, images):
-    proc = subprocess.Popen(ASSURE + ["run", str(SPECS / "hang.yaml")], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        ASSURE + ["run", str(SPECS / "hang.yaml")],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     point = _wait_for_mount(tmp_path, proc)
     assert point.endswith("/attempts/1/workspace.fs")
     time.sleep(1)  # into the run phase
@@ -97,12 +114,20 @@ def test_sigterm_mid_run_unmounts_and_frees_the_loop_device(tmp_path, images):
 
 def test_kill_9_mid_run_leaves_a_mount_that_gc_releases(make_spec, tmp_path, images, backend):
     spec = make_spec("disk-kill", "spin.sh")
-    killed = subprocess.run(ASSURE + ["run", str(spec)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "ASSURE_FAILPOINT": "run"})
+    killed = subprocess.run(
+        ASSURE + ["run", str(spec)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ASSURE_FAILPOINT": "run"},
+    )
     assert killed.returncode == -9, killed.stderr
     (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
     points, loops = mounts_and_loops_under(tmp_path)
-    assert points == [str((run_dir / "attempts" / "1" / "workspace.fs").resolve())] and len(loops) == 1  # what a killed run leaves
+    assert (
+        points == [str((run_dir / "attempts" / "1" / "workspace.fs").resolve())] and len(loops) == 1
+    )  # what a killed run leaves
 
     gc = subprocess.run(ASSURE + ["gc"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert gc.returncode == 0, gc.stderr

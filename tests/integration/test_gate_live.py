@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from assure.core.chain import verify_chain
 from assure.ops import alerts
 from assure.records import journal
-from assure.core.chain import verify_chain
 from assure.records.store import RunDir
 
 from .conftest import ROOT, live_ledger, ratified, run_dirs
@@ -23,23 +23,39 @@ ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
 def tool_calls(result, attempt=1):
-    return [r for r in verify_chain(result.run_dir / "attempts" / str(attempt) / "gateway" / "journal.jsonl") if r["event"] == "tool_call"]
+    return [
+        r
+        for r in verify_chain(
+            result.run_dir / "attempts" / str(attempt) / "gateway" / "journal.jsonl"
+        )
+        if r["event"] == "tool_call"
+    ]
 
 
-def test_acceptance_tests_edited_after_ratification_deny_every_mutation_naming_assertions(run, make_spec):
+def test_acceptance_tests_edited_after_ratification_deny_every_mutation_naming_assertions(
+    run, make_spec
+):
     """The contract pins what done means: the spec is ratified (make_spec), then its assertions
     are loosened without re-ratifying. Every mutation is denied, the reason names the term."""
     import yaml
 
-    path = make_spec("loosened", "every-mutation.sh", contract=ratified(["fs:**", "db:shop"]), databases=[{"name": "shop", "fixture": SHOP}],
-                     assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}])
+    path = make_spec(
+        "loosened",
+        "every-mutation.sh",
+        contract=ratified(["fs:**", "db:shop"]),
+        databases=[{"name": "shop", "fixture": SHOP}],
+        assertions=[{"command": {"run": ["python3", "tests/test_calc.py"]}}],
+    )
     data = yaml.safe_load(path.read_text())
     data["assertions"] = [{"exit_code": 0}]  # "done" made easier after the ratifier signed off
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     result = run(path)
     calls = {r["tool"]: r for r in tool_calls(result)}
     for tool in ("fs.write", "fs.delete", "db.execute"):
-        assert (calls[tool]["decision"], calls[tool]["rule"]) == ("deny", "contract.terms_changed"), calls[tool]
+        assert (calls[tool]["decision"], calls[tool]["rule"]) == (
+            "deny",
+            "contract.terms_changed",
+        ), calls[tool]
         assert "ratified: assertions;" in calls[tool]["reason"], calls[tool]
     assert calls["db.query"]["decision"] == "allow"
     verdict = json.loads((result.run_dir / "attempts" / "1" / "verdict.json").read_text())
@@ -51,10 +67,19 @@ def test_acceptance_tests_edited_after_ratification_deny_every_mutation_naming_a
 def test_an_unratified_contract_denies_every_mutation_and_nothing_changes(run, make_spec):
     unratified = ratified(["fs:**", "db:shop"])
     del unratified["ratified_by"]
-    result = run(make_spec("unratified", "every-mutation.sh", contract=unratified, databases=[{"name": "shop", "fixture": SHOP}]))
+    result = run(
+        make_spec(
+            "unratified",
+            "every-mutation.sh",
+            contract=unratified,
+            databases=[{"name": "shop", "fixture": SHOP}],
+        )
+    )
     calls = {r["tool"]: r for r in tool_calls(result)}
     for tool in ("fs.write", "fs.delete", "db.execute"):
-        assert (calls[tool]["decision"], calls[tool]["rule"]) == ("deny", "contract.unratified"), calls[tool]
+        assert (calls[tool]["decision"], calls[tool]["rule"]) == ("deny", "contract.unratified"), (
+            calls[tool]
+        )
     assert calls["db.query"]["decision"] == "allow"
     verdict = json.loads((result.run_dir / "attempts" / "1" / "verdict.json").read_text())
     assert verdict["changes"] == []
@@ -63,16 +88,27 @@ def test_an_unratified_contract_denies_every_mutation_and_nothing_changes(run, m
 
 
 def test_a_self_ratified_contract_is_no_contract(run, make_spec):
-    result = run(make_spec("selfie", "every-mutation.sh", contract=ratified(["fs:**"], ratified_by="alice")))
-    assert {r["rule"] for r in tool_calls(result) if r["tool"] == "fs.write"} == {"contract.self_ratified"}
+    result = run(
+        make_spec("selfie", "every-mutation.sh", contract=ratified(["fs:**"], ratified_by="alice"))
+    )
+    assert {r["rule"] for r in tool_calls(result) if r["tool"] == "fs.write"} == {
+        "contract.self_ratified"
+    }
 
 
 def test_one_key_one_effect_and_a_derived_key_for_live_effects(run, make_spec, tmp_path):
     live = live_ledger(tmp_path)
-    spec = make_spec("dup", "duplicate.sh", contract=ratified(["db:*"], ceiling="irreversible"),
-                     autonomy={"dial": "irreversible", "verifier_trust": "irreversible"},
-                     databases=[{"name": "shop", "fixture": SHOP}, {"name": "ledger", "fixture": str(live), "mode": "live"}],
-                     assertions=[{"exit_code": 0}])
+    spec = make_spec(
+        "dup",
+        "duplicate.sh",
+        contract=ratified(["db:*"], ceiling="irreversible"),
+        autonomy={"dial": "irreversible", "verifier_trust": "irreversible"},
+        databases=[
+            {"name": "shop", "fixture": SHOP},
+            {"name": "ledger", "fixture": str(live), "mode": "live"},
+        ],
+        assertions=[{"exit_code": 0}],
+    )
     result = run(spec)
     sandbox = sqlite3.connect(result.run_dir / "attempts" / "1" / "gateway" / "db" / "shop.sqlite")
     assert sandbox.execute("SELECT count(*) FROM orders WHERE item = 'book'").fetchone() == (1,)
@@ -80,34 +116,64 @@ def test_one_key_one_effect_and_a_derived_key_for_live_effects(run, make_spec, t
     calls = [r for r in tool_calls(result) if r["tool"] == "db.execute"]
     assert [r.get("idempotent_replay", False) for r in calls] == [False, False, True, True]
     assert calls[2]["original_action_id"] == calls[0]["action_id"]
-    assert calls[1]["resource_mode"] == "live" and calls[1]["idempotency_key"].startswith("derived:")
-    assert calls[1]["inputs"]["required_trust"] == 2  # a live insert with no rollback is irreversible
+    assert calls[1]["resource_mode"] == "live" and calls[1]["idempotency_key"].startswith(
+        "derived:"
+    )
+    assert (
+        calls[1]["inputs"]["required_trust"] == 2
+    )  # a live insert with no rollback is irreversible
 
 
 def test_a_live_effect_without_enough_trust_escalates(run, make_spec, tmp_path):
     live = live_ledger(tmp_path)
-    result = run(make_spec("lowtrust", "duplicate.sh", contract=ratified(["db:*"]),
-                           databases=[{"name": "shop", "fixture": SHOP}, {"name": "ledger", "fixture": str(live), "mode": "live"}]))
-    live_calls = [r for r in tool_calls(result) if r["tool"] == "db.execute" and r["resource_mode"] == "live"]
-    assert {(r["decision"], r["rule"]) for r in live_calls} == {("escalate", "escalate.irreversible")}
+    result = run(
+        make_spec(
+            "lowtrust",
+            "duplicate.sh",
+            contract=ratified(["db:*"]),
+            databases=[
+                {"name": "shop", "fixture": SHOP},
+                {"name": "ledger", "fixture": str(live), "mode": "live"},
+            ],
+        )
+    )
+    live_calls = [
+        r for r in tool_calls(result) if r["tool"] == "db.execute" and r["resource_mode"] == "live"
+    ]
+    assert {(r["decision"], r["rule"]) for r in live_calls} == {
+        ("escalate", "escalate.irreversible")
+    }
     assert sqlite3.connect(live).execute("SELECT count(*) FROM entries").fetchone() == (0,)
 
 
 def test_override_mid_run_leaves_no_mutation_after_its_effect(make_spec, tmp_path, images, backend):
     spec = make_spec("writer", "writer-loop.sh", contract=ratified(["fs:**"]))
-    proc = subprocess.Popen(ASSURE + ["run", "--json", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ASSURE + ["run", "--json", str(spec)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         runs = tmp_path / ".assure" / "runs"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            journals = list(runs.glob("*/attempts/1/gateway/journal.jsonl")) if runs.exists() else []
+            journals = (
+                list(runs.glob("*/attempts/1/gateway/journal.jsonl")) if runs.exists() else []
+            )
             if journals and journals[0].read_text().count('"tool":"fs.write"') >= 5:
                 break
             time.sleep(0.05)
         else:
             pytest.fail("the writer never wrote")
         run_id = run_dirs(runs)[0].name
-        assert subprocess.run(ASSURE + ["halt", run_id], cwd=tmp_path, capture_output=True, timeout=30).returncode == 0
+        assert (
+            subprocess.run(
+                ASSURE + ["halt", run_id], cwd=tmp_path, capture_output=True, timeout=30
+            ).returncode
+            == 0
+        )
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -124,7 +190,14 @@ def test_override_mid_run_leaves_no_mutation_after_its_effect(make_spec, tmp_pat
 
 
 def test_a_budget_breach_halts_the_attempt_and_leaves_a_pending_alert(run, make_spec):
-    result = run(make_spec("spin", "spin.sh", contract=ratified(["fs:**"]), limits={"wall_seconds": 60, "tool_calls": 5}))
+    result = run(
+        make_spec(
+            "spin",
+            "spin.sh",
+            contract=ratified(["fs:**"]),
+            limits={"wall_seconds": 60, "tool_calls": 5},
+        )
+    )
     stop = result.report["attempts"][0]["stopped"]
     assert (stop["reason"], stop["counter"]) == ("budget", "tool_calls")
     assert 0 <= stop["latency_ms"] < 5000
@@ -145,7 +218,13 @@ def upstream(backend, images):
     client = docker.from_env()
     name = f"assure-test-upstream-{secrets.token_hex(3)}"
     network = client.networks.create(name, internal=True)
-    server = client.containers.create(images.agent, ["python3", "-c", UPSTREAM_SERVER], name=f"{name}-srv", read_only=True, cap_drop=["ALL"])
+    server = client.containers.create(
+        images.agent,
+        ["python3", "-c", UPSTREAM_SERVER],
+        name=f"{name}-srv",
+        read_only=True,
+        cap_drop=["ALL"],
+    )
     network.connect(server, aliases=["upstream"])
     server.start()
     try:
@@ -173,19 +252,30 @@ server.serve_forever()
 
 
 def test_egress_allows_the_allowlist_and_refuses_everything_else(run, make_spec, upstream):
-    spec = make_spec("http", "http.sh", contract=ratified(["http:*"], ceiling="irreversible"),
-                     autonomy={"dial": "irreversible", "verifier_trust": "irreversible"},
-                     egress={"allow": ["upstream:8080"], "upstream": upstream, "allow_private": True},
-                     assertions=[{"exit_code": 0}])  # a verifier: without one, trust is propose
+    spec = make_spec(
+        "http",
+        "http.sh",
+        contract=ratified(["http:*"], ceiling="irreversible"),
+        autonomy={"dial": "irreversible", "verifier_trust": "irreversible"},
+        egress={"allow": ["upstream:8080"], "upstream": upstream, "allow_private": True},
+        assertions=[{"exit_code": 0}],
+    )  # a verifier: without one, trust is propose
     result = run(spec)
     calls = tool_calls(result)
     urls = [(r["decision"], r["status"], r.get("error")) for r in calls]
-    evidence = (result.run_dir / "attempts" / "1" / "agent.log").read_text()  # shown if an assertion fails
+    evidence = (
+        result.run_dir / "attempts" / "1" / "agent.log"
+    ).read_text()  # shown if an assertion fails
     assert urls[0] == ("allow", 200, None), evidence
-    assert urls[1] == ("allow", 200, None), evidence  # POST: an external effect, allowed at the irreversible tier
+    assert urls[1] == ("allow", 200, None), (
+        evidence
+    )  # POST: an external effect, allowed at the irreversible tier
     assert [u[2] for u in urls[2:]] == ["egress_denied"] * 4
     log = result.run_dir / "attempts" / "1" / "egress" / "requests.jsonl"
     entries = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(e["method"], e["host"], e["decision"]) for e in entries] == [("GET", "upstream", "allow"), ("POST", "upstream", "allow")]
+    assert [(e["method"], e["host"], e["decision"]) for e in entries] == [
+        ("GET", "upstream", "allow"),
+        ("POST", "upstream", "allow"),
+    ]
     agent_log = (result.run_dir / "attempts" / "1" / "agent.log").read_text()
     assert '"path": "/hello"' in agent_log or '\\"path\\": \\"/hello\\"' in agent_log

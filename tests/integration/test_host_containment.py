@@ -32,8 +32,13 @@ def test_a_symlinked_protected_dir_never_leads_the_host_outside(run, make_spec, 
     (host / "canary").write_text("host data")
     os.chmod(host, 0o755)
     before = host.stat().st_ino
-    spec = make_spec("h-symlink", "symlink-tests.sh", agent=_agent("symlink-tests.sh", str(host)),
-                     assertions=[TEST_COMMAND, {"file_contains": {"path": "canary-link", "text": "host"}}], expect="breach")
+    spec = make_spec(
+        "h-symlink",
+        "symlink-tests.sh",
+        agent=_agent("symlink-tests.sh", str(host)),
+        assertions=[TEST_COMMAND, {"file_contains": {"path": "canary-link", "text": "host"}}],
+        expect="breach",
+    )
     result = run(spec)
     assert host.stat().st_ino == before, "the host directory was replaced"
     assert sorted(os.listdir(host)) == ["canary"], "the host wrote into the agent's link target"
@@ -41,32 +46,57 @@ def test_a_symlinked_protected_dir_never_leads_the_host_outside(run, make_spec, 
     assert result.verdict == "breach"
     got = findings(result)
     assert "harness_error" not in got
-    assert "file_contains: path=canary-link, text=host" in got["assertion_failed"]  # the link is never read through
-    assert "command: python3 tests/test_calc.py" in got["assertion_failed"]  # the restored tests fail the unfixed bug
+    assert (
+        "file_contains: path=canary-link, text=host" in got["assertion_failed"]
+    )  # the link is never read through
+    assert (
+        "command: python3 tests/test_calc.py" in got["assertion_failed"]
+    )  # the restored tests fail the unfixed bug
     assert _receipts(result.run_dir)
 
 
 def test_fifos_and_sockets_are_a_breach_not_an_aborted_run(run, make_spec, tmp_path):
-    spec = make_spec("h-special", "special-files.sh", agent=_agent("special-files.sh"), assertions=[TEST_COMMAND], expect="breach")
+    spec = make_spec(
+        "h-special",
+        "special-files.sh",
+        agent=_agent("special-files.sh"),
+        assertions=[TEST_COMMAND],
+        expect="breach",
+    )
     result = run(spec)
     assert result.verdict == "breach"
     got = findings(result)
     assert "harness_error" not in got
     assert {"fifo", "sock"} <= set(got["unattributed"])
-    assert (result.run_dir / "attempts" / "1" / "commands.json").is_file()  # the checks ran, on a copy without them
+    assert (
+        result.run_dir / "attempts" / "1" / "commands.json"
+    ).is_file()  # the checks ran, on a copy without them
     assert _receipts(result.run_dir)
-    assert any(json.loads(p.read_text())["kind"] == "breach" for p in (result.run_dir / "alerts").glob("*.json"))
+    assert any(
+        json.loads(p.read_text())["kind"] == "breach"
+        for p in (result.run_dir / "alerts").glob("*.json")
+    )
 
 
 def _du_bytes(path: Path) -> int:
-    return int(subprocess.run(["du", "-s", "--block-size=1", str(path)], capture_output=True, text=True, check=True).stdout.split()[0])
+    return int(
+        subprocess.run(
+            ["du", "-s", "--block-size=1", str(path)], capture_output=True, text=True, check=True
+        ).stdout.split()[0]
+    )
 
 
 def test_a_huge_sparse_file_is_never_materialized(run, make_spec, tmp_path):
     """1000 MiB (10 TiB where no fsize limit stops it) of holes: the check copy keeps it sparse (the check itself measures its copy with du), the run
     directory stays small, and the verdict is breach (a file outside the writable scope)."""
     small = ["sh", "-c", "du -sk .; test $(du -sk . | cut -f1) -lt 65536"]
-    spec = make_spec("h-sparse", "sparse.sh", agent=_agent("sparse.sh"), assertions=[{"command": {"run": small}}], expect="breach")
+    spec = make_spec(
+        "h-sparse",
+        "sparse.sh",
+        agent=_agent("sparse.sh"),
+        assertions=[{"command": {"run": small}}],
+        expect="breach",
+    )
     result = run(spec)
     assert result.verdict in ("breach", "fail")
     assert result.verdict == "breach"
@@ -76,13 +106,18 @@ def test_a_huge_sparse_file_is_never_materialized(run, make_spec, tmp_path):
     assert _du_bytes(result.run_dir) < 64 * 2**20
     commands = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
     assert commands[0]["exit_code"] == 0, commands[0]  # the check ran, on a copy du measured small
-    assert (result.run_dir / "attempts" / "1" / "workspace" / "out" / "big").stat().st_size >= 1000 * 2**20
+    assert (
+        result.run_dir / "attempts" / "1" / "workspace" / "out" / "big"
+    ).stat().st_size >= 1000 * 2**20
     assert _receipts(result.run_dir)
 
 
 # --- every phase is total (issue 10, finding 3 / deliverable 3) -----------------------------
 
-def test_a_crash_in_the_checks_keeps_the_breach_its_alert_and_its_receipt(run, make_spec, monkeypatch):
+
+def test_a_crash_in_the_checks_keeps_the_breach_its_alert_and_its_receipt(
+    run, make_spec, monkeypatch
+):
     """Any exception (not only assure's own) in a phase is a harness error; the breach the
     snapshot found still decides the verdict."""
     from assure.run import checks
@@ -91,19 +126,34 @@ def test_a_crash_in_the_checks_keeps_the_breach_its_alert_and_its_receipt(run, m
         raise RuntimeError("injected: the check phase crashed")
 
     monkeypatch.setattr(checks, "run_commands", crash)
-    spec = make_spec("h-crash", "special-files.sh", agent=_agent("special-files.sh"), assertions=[TEST_COMMAND], expect="breach")
+    spec = make_spec(
+        "h-crash",
+        "special-files.sh",
+        agent=_agent("special-files.sh"),
+        assertions=[TEST_COMMAND],
+        expect="breach",
+    )
     result = run(spec)
     assert result.verdict == "breach"
     got = findings(result)
     assert got["harness_error"] == ["harness"]
-    (error,) = [f["message"] for f in result.report["attempts"][0]["findings"] if f["kind"] == "harness_error"]
+    (error,) = [
+        f["message"]
+        for f in result.report["attempts"][0]["findings"]
+        if f["kind"] == "harness_error"
+    ]
     assert error == "checks: RuntimeError: injected: the check phase crashed"
     assert "command: python3 tests/test_calc.py" in got["assertion_failed"]  # not run: never a pass
     assert _receipts(result.run_dir)
-    assert any(json.loads(p.read_text())["kind"] == "breach" for p in (result.run_dir / "alerts").glob("*.json"))
+    assert any(
+        json.loads(p.read_text())["kind"] == "breach"
+        for p in (result.run_dir / "alerts").glob("*.json")
+    )
 
 
-def test_a_crash_in_promote_is_commit_failed_with_a_harness_error_and_a_receipt(run, make_spec, tmp_path, monkeypatch):
+def test_a_crash_in_promote_is_commit_failed_with_a_harness_error_and_a_receipt(
+    run, make_spec, tmp_path, monkeypatch
+):
     from assure.run import promote
 
     def crash(*_a, **_k):
@@ -112,15 +162,23 @@ def test_a_crash_in_promote_is_commit_failed_with_a_harness_error_and_a_receipt(
     monkeypatch.setattr(promote, "commit", crash)
     target = tmp_path / "target"
     target.mkdir()
-    spec = make_spec("h-promote-crash", "notes-only.sh", contract=ratified(["fs:**"]), promote={"target": str(target)},
-                     assertions=[{"file_exists": "out/notes.txt"}])
+    spec = make_spec(
+        "h-promote-crash",
+        "notes-only.sh",
+        contract=ratified(["fs:**"]),
+        promote={"target": str(target)},
+        assertions=[{"file_exists": "out/notes.txt"}],
+    )
     result = run(spec)
     (task,) = result.report["tasks"]
     assert task["state"] == "commit_failed" and "no space left" in task["reason"]
     assert result.verdict == "error"
     assert "promote" in findings(result)["harness_error"]
     assert _receipts(result.run_dir)
-    assert any(json.loads(p.read_text())["kind"] == "commit_failed" for p in (result.run_dir / "alerts").glob("*.json"))
+    assert any(
+        json.loads(p.read_text())["kind"] == "commit_failed"
+        for p in (result.run_dir / "alerts").glob("*.json")
+    )
 
 
 def test_ctrl_c_in_a_phase_still_stops_the_run_and_cleans_up(run, make_spec, monkeypatch):
@@ -136,13 +194,21 @@ def test_ctrl_c_in_a_phase_still_stops_the_run_and_cleans_up(run, make_spec, mon
         run(spec)
 
 
-def test_the_agents_code_in_a_check_writes_no_more_than_limits_disk_and_leaves_nothing(run, make_spec):
+def test_the_agents_code_in_a_check_writes_no_more_than_limits_disk_and_leaves_nothing(
+    run, make_spec
+):
     """The check container runs the agent's code on a copy of the workspace: that copy is as
     bounded as the workspace, at twice limits.disk (it wrote all 256 MiB to the host's /tmp
     against a 64m limit), and a 2000-level tree the code builds there is removed without a
     harness error (shutil.rmtree raised RecursionError and left the tree on the host)."""
-    spec = make_spec("h-check-fill", "check-fill.sh", agent=_agent("check-fill.sh"), assertions=[TEST_COMMAND],
-                     limits={"wall_seconds": 60, "disk": "64m", "inodes": 16384}, expect="breach")
+    spec = make_spec(
+        "h-check-fill",
+        "check-fill.sh",
+        agent=_agent("check-fill.sh"),
+        assertions=[TEST_COMMAND],
+        limits={"wall_seconds": 60, "disk": "64m", "inodes": 16384},
+        expect="breach",
+    )
     result = run(spec)
     got = findings(result)
     assert "harness_error" not in got, result.report["attempts"][0]["findings"]
@@ -158,9 +224,17 @@ def test_a_check_never_runs_on_a_copy_out_that_left_files_behind(run, make_spec)
     """Two hard links to a 10 MiB file fit a 16m disk but not the copy-out's bound: the copy
     leaves out/b behind, so a check on workspace/ would judge a tree POST does not describe
     (`test ! -e out/b` passed although POST has out/b)."""
-    spec = make_spec("h-hardlinks", "hardlinks.sh", agent=_agent("hardlinks.sh"),
-                     assertions=[{"file_exists": "out/b"}, {"command": {"run": ["sh", "-c", "test ! -e out/b"]}}],
-                     limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096}, expect="breach")
+    spec = make_spec(
+        "h-hardlinks",
+        "hardlinks.sh",
+        agent=_agent("hardlinks.sh"),
+        assertions=[
+            {"file_exists": "out/b"},
+            {"command": {"run": ["sh", "-c", "test ! -e out/b"]}},
+        ],
+        limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096},
+        expect="breach",
+    )
     result = run(spec)
     got = findings(result)
     assert "harness_error" not in got
@@ -173,9 +247,14 @@ def test_a_check_never_runs_on_a_copy_out_that_left_files_behind(run, make_spec)
 def test_a_check_never_runs_on_a_check_copy_its_filesystem_could_not_hold(run, make_spec):
     """9000 hard links to an empty file cost one inode on a 4096-inode workspace; copied apart
     they need 9000, more than the check copy's 8192: the check ran on the copy without them."""
-    spec = make_spec("h-links", "hardlinks.sh", agent=_agent("hardlinks.sh", "many"),
-                     assertions=[{"command": {"run": ["sh", "-c", "test ! -e out/l8999"]}}],
-                     limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096}, expect="breach")
+    spec = make_spec(
+        "h-links",
+        "hardlinks.sh",
+        agent=_agent("hardlinks.sh", "many"),
+        assertions=[{"command": {"run": ["sh", "-c", "test ! -e out/l8999"]}}],
+        limits={"wall_seconds": 60, "disk": "16m", "inodes": 4096},
+        expect="breach",
+    )
     result = run(spec)
     got = findings(result)
     assert "harness_error" not in got

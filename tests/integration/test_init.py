@@ -13,15 +13,37 @@ ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
 def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images) -> None:
-    made = subprocess.run(ASSURE + ["init", "first", "--database", "notes"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    made = subprocess.run(
+        ASSURE + ["init", "first", "--database", "notes"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "first"
-    checked = subprocess.run(ASSURE + ["validate", "spec.yaml", "suite.yaml"], cwd=folder, capture_output=True, text=True, timeout=120)
+    checked = subprocess.run(
+        ASSURE + ["validate", "spec.yaml", "suite.yaml"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert checked.returncode == 0, checked.stderr
-    ran = subprocess.run(ASSURE + ["run", "spec.yaml", "--json"], cwd=folder, capture_output=True, text=True, timeout=300)
+    ran = subprocess.run(
+        ASSURE + ["run", "spec.yaml", "--json"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stderr
     report = json.loads(ran.stdout)
     assert report["verdict"] == "pass", report
-    passed = [f["subject"] for f in report["attempts"][0]["findings"] if f["kind"] == "assertion_passed"]
+    passed = [
+        f["subject"] for f in report["attempts"][0]["findings"] if f["kind"] == "assertion_passed"
+    ]
     assert "journal_has: tool=db.execute, decision=allow" in passed, passed
-    assert (folder / "workspace" / "out").is_dir() and not (folder / "workspace" / "out" / "hello.txt").exists()  # the fixture is untouched
+    assert (folder / "workspace" / "out").is_dir() and not (
+        folder / "workspace" / "out" / "hello.txt"
+    ).exists()  # the fixture is untouched

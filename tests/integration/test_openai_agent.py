@@ -24,7 +24,9 @@ def openai_spec(tmp_path, name, **env):
     example = ROOT / "specs" / "examples" / "openai-agent.yaml"
     data = yaml.safe_load(example.read_text())
     data["name"] = name
-    data["agent"].update(files=str((example.parent / data["agent"]["files"]).resolve()), env={"WIRES": WIRES, **env})
+    data["agent"].update(
+        files=str((example.parent / data["agent"]["files"]).resolve()), env={"WIRES": WIRES, **env}
+    )
     data["workspace"]["fixture"] = str((example.parent / data["workspace"]["fixture"]).resolve())
     data["model"]["script"] = str((example.parent / data["model"]["script"]).resolve())
     path = tmp_path / f"{name}.yaml"
@@ -44,11 +46,25 @@ def test_a_stock_openai_sdk_agent_fixes_the_bug_over_both_openai_apis(run, tmp_p
     records = journal(result)
     calls = [r for r in records if r["event"] == "model_call"]
     assert [(c["endpoint"], c["stream"], c["served"], c["status"]) for c in calls] == [
-        ("models", False, "script", 200), ("chat_completions", False, "script", 200), ("chat_completions", True, "script", 200),
-        ("responses", False, "script", 200), ("responses", True, "script", 200)]
-    assert [c["tokens"] for c in calls] == [0, 460, 460, 460, 460]  # the script's usage, read back from each wire format
+        ("models", False, "script", 200),
+        ("chat_completions", False, "script", 200),
+        ("chat_completions", True, "script", 200),
+        ("responses", False, "script", 200),
+        ("responses", True, "script", 200),
+    ]
+    assert [c["tokens"] for c in calls] == [
+        0,
+        460,
+        460,
+        460,
+        460,
+    ]  # the script's usage, read back from each wire format
     assert calls[-1]["counters"]["tokens"] == 4 * 460 and calls[1]["cost"] > 0
-    assert [r["tool"] for r in records if r["event"] == "tool_call"] == ["fs.read", "fs.write", "task.report"]
+    assert [r["tool"] for r in records if r["event"] == "tool_call"] == [
+        "fs.read",
+        "fs.write",
+        "task.report",
+    ]
 
 
 def test_one_refusal_names_all_three_refused_parts(run, tmp_path):
@@ -56,16 +72,28 @@ def test_one_refusal_names_all_three_refused_parts(run, tmp_path):
     log = (result.run_dir / "attempts" / "1" / "agent.log").read_text()
     (refused,) = [line for line in log.splitlines() if line.startswith("REFUSED ")]
     assert refused.startswith("REFUSED 403 ") and "not an authentication problem" in refused
-    for named in ("model.allow.request_keys: ['web_search_options']", "model.allow.tool_types: ['web_search']", "model.allow.content: ['image_url.url']"):
+    for named in (
+        "model.allow.request_keys: ['web_search_options']",
+        "model.allow.tool_types: ['web_search']",
+        "model.allow.content: ['image_url.url']",
+    ):
         assert named in refused, refused
     (line,) = [r for r in journal(result) if r["event"] == "request_rejected"]
     assert (line["status"], line["code"]) == (403, "feature_refused")
-    assert line["allow"] == {"request_keys": ["web_search_options"], "tool_types": ["web_search"], "content": ["image_url.url"]}
-    assert result.verdict == "pass", result.report  # refused, not sent: the agent carries on and fixes the bug
+    assert line["allow"] == {
+        "request_keys": ["web_search_options"],
+        "tool_types": ["web_search"],
+        "content": ["image_url.url"],
+    }
+    assert result.verdict == "pass", (
+        result.report
+    )  # refused, not sent: the agent carries on and fixes the bug
 
 
 def test_the_openai_agent_example_passes(run):
     result = run("openai-agent")
     assert result.verdict == "pass", result.report
     calls = [r for r in journal(result) if r["event"] == "model_call"]
-    assert [c["endpoint"] for c in calls] == ["models"] + ["chat_completions"] * 4 and calls[-1]["counters"]["tokens"] == 4 * 460
+    assert [c["endpoint"] for c in calls] == ["models"] + ["chat_completions"] * 4 and calls[-1][
+        "counters"
+    ]["tokens"] == 4 * 460

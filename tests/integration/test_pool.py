@@ -38,17 +38,31 @@ TRACE = ["bash", "/opt/agent/trace.sh"]
 FILL_SECONDS = 120  # a pool of one or two pairs fills in a few seconds; this is the bound
 
 
-def spec_file(folder: Path, name: str, command: list[str] = TRACE, env: dict[str, str] | None = None, **fields: object) -> Path:
-    data = {"version": 1, "name": name,
-            "agent": {"command": command, "files": str(TRACE_FILES), **({"env": env} if env else {})},
-            "workspace": {"fixture": str(CALC), "writable": ["out/**"], "protected": ["tests/**"]},
-            "limits": {"wall_seconds": 60}, "assertions": [{"exit_code": 0}], "expect": "pass", **fields}
+def spec_file(
+    folder: Path,
+    name: str,
+    command: list[str] = TRACE,
+    env: dict[str, str] | None = None,
+    **fields: object,
+) -> Path:
+    data = {
+        "version": 1,
+        "name": name,
+        "agent": {"command": command, "files": str(TRACE_FILES), **({"env": env} if env else {})},
+        "workspace": {"fixture": str(CALC), "writable": ["out/**"], "protected": ["tests/**"]},
+        "limits": {"wall_seconds": 60},
+        "assertions": [{"exit_code": 0}],
+        "expect": "pass",
+        **fields,
+    }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return ratify_in_place(path)
 
 
-def drive(path: Path, runs: Path, backend: DockerBackend, images, pool: WarmPool | None = None) -> RunResult:
+def drive(
+    path: Path, runs: Path, backend: DockerBackend, images, pool: WarmPool | None = None
+) -> RunResult:
     spec = spec_mod.load(path)
     run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
     return Driver(spec, run, backend, images, lambda *_: None, pool=pool).drive()
@@ -63,7 +77,9 @@ def warm(images, tmp_path):
     def make(size: int, *specs: Path) -> WarmPool:
         pool = WarmPool(DockerBackend(), images, tmp_path / "runs", Settings(size))
         made.append(pool)
-        pool.want([spec_mod.load(p) for p in specs for _ in range(size)])  # `size` claims to come each: the pool makes no more
+        pool.want(
+            [spec_mod.load(p) for p in specs for _ in range(size)]
+        )  # `size` claims to come each: the pool makes no more
         assert pool.wait_full(FILL_SECONDS), "the pool never filled"
         return pool
 
@@ -118,7 +134,10 @@ def fixture_listing() -> set[str]:
 
 
 def journal(result: RunResult) -> list[dict]:
-    return [json.loads(line) for line in (attempt(result) / "gateway" / "journal.jsonl").read_text().splitlines()]
+    return [
+        json.loads(line)
+        for line in (attempt(result) / "gateway" / "journal.jsonl").read_text().splitlines()
+    ]
 
 
 def at(stamp: str) -> float:
@@ -133,21 +152,34 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
     pooled = drive(spec, runs, backend, images, pool)
 
     assert (cold.verdict, pooled.verdict) == ("pass", "pass")
-    assert "pool" not in facts(cold) and "pool" in facts(pooled), "the pooled attempt did not claim its pair"
+    assert "pool" not in facts(cold) and "pool" in facts(pooled), (
+        "the pooled attempt did not claim its pair"
+    )
     claimed = facts(pooled)["pool"]
     assert claimed["pool"] == pool.pool_id and claimed["created_at"] < facts(pooled)["started_at"]
     c, p = traced(cold), traced(pooled)
 
     # environment: the same variables with the same values, this run's id; nothing names the pool
     cold_env, pooled_env = environ(c["environ"]), environ(p["environ"])
-    assert (cold_env["ASSURE_RUN_ID"], pooled_env["ASSURE_RUN_ID"]) == (cold.run_dir.name, pooled.run_dir.name)
+    assert (cold_env["ASSURE_RUN_ID"], pooled_env["ASSURE_RUN_ID"]) == (
+        cold.run_dir.name,
+        pooled.run_dir.name,
+    )
     assert {**pooled_env, "ASSURE_RUN_ID": "-"} == {**cold_env, "ASSURE_RUN_ID": "-"}
     assert not [k for k in pooled_env if "pool" in k.lower() or "claim" in k.lower()]
-    assert not [k for k in environ(p["init-environ"]) if "pool" in k.lower() or "claim" in k.lower()]
-    assert set(environ(p["init-environ"])) <= set(environ(c["init-environ"]))  # pid 1 started before the claim: less, never more
+    assert not [
+        k for k in environ(p["init-environ"]) if "pool" in k.lower() or "claim" in k.lower()
+    ]
+    assert set(environ(p["init-environ"])) <= set(
+        environ(c["init-environ"])
+    )  # pid 1 started before the claim: less, never more
 
     # open fds: stdin, stdout, stderr and bash's own script fd, nothing inherited from the wait
-    assert fds(p["fds"]) == fds(c["fds"]) == {0: "/dev/null", 1: "pipe", 2: "pipe", 255: "/opt/agent/trace.sh"}
+    assert (
+        fds(p["fds"])
+        == fds(c["fds"])
+        == {0: "/dev/null", 1: "pipe", 2: "pipe", 255: "/opt/agent/trace.sh"}
+    )
 
     # processes: the engine's init and the agent's own, nothing left from the gate
     cold_procs, pooled_procs = processes(c), processes(p)
@@ -157,21 +189,40 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
 
     # sockets: none in the agent's network namespace, unix or inet
     for name in [n for n in c if n.startswith("net-")]:
-        assert len(p[name].splitlines()) == len(c[name].splitlines()) == 1, (name, p[name])  # the header only
+        assert len(p[name].splitlines()) == len(c[name].splitlines()) == 1, (
+            name,
+            p[name],
+        )  # the header only
     assert set(n for n in p if n.startswith("net-")) == set(n for n in c if n.startswith("net-"))
-    assert p["run-assure"] == c["run-assure"] == b"gateway.sock s\n"  # the gateway's socket, nothing else
+    assert (
+        p["run-assure"] == c["run-assure"] == b"gateway.sock s\n"
+    )  # the gateway's socket, nothing else
 
     # files: /tmp empty, the workspace exactly the fixture, the same mounts but the claim's own
     assert p["tmp"] == c["tmp"] == b""
-    assert set(p["workspace"].decode().splitlines()) - {""} == set(c["workspace"].decode().splitlines()) - {""} == fixture_listing()
+    assert (
+        set(p["workspace"].decode().splitlines()) - {""}
+        == set(c["workspace"].decode().splitlines()) - {""}
+        == fixture_listing()
+    )
     assert mount_points(p["mountinfo"]) - mount_points(c["mountinfo"]) == {"/run/assure-claim"}
     assert mount_points(c["mountinfo"]) - mount_points(p["mountinfo"]) == set()
     assert p["workspace-stat"] == c["workspace-stat"]
-    assert sorted(p["agent-files"].splitlines()) == sorted(c["agent-files"].splitlines())  # copied at the claim, as mounted when cold
+    assert sorted(p["agent-files"].splitlines()) == sorted(
+        c["agent-files"].splitlines()
+    )  # copied at the claim, as mounted when cold
     assert p["hello"] == c["hello"] == b"hello\n"  # modes kept: an agent file runs as it is
-    for made in ("status", "ulimits", "id", "cgroup"):  # capabilities, seccomp, limits, user: the same container
+    for made in (
+        "status",
+        "ulimits",
+        "id",
+        "cgroup",
+    ):  # capabilities, seccomp, limits, user: the same container
         assert p[made] == c[made] and p[made], made
-    assert (p["claim"], c["claim"]) == (b"argv\nenv\n", b"")  # the claim holds this attempt's command and environment, no more
+    assert (p["claim"], c["claim"]) == (
+        b"argv\nenv\n",
+        b"",
+    )  # the claim holds this attempt's command and environment, no more
     claim = attempt(pooled) / "agent-claim"
     assert (claim / "argv").read_bytes() == b"".join(a.encode() + b"\0" for a in TRACE)
     assert environ((claim / "env").read_bytes()).items() <= pooled_env.items()
@@ -180,22 +231,40 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
     records = journal(pooled)
     assert records[0]["seq"] in (0, 1) and records[0]["event"] == "gateway_started"
     assert {(r["run_id"], r["attempt"]) for r in records} == {(pooled.run_dir.name, 1)}
-    assert at(records[0]["ts"]) >= facts(pooled)["started_at"]  # nothing journaled before the attempt began
-    assert sorted(os.listdir(attempt(pooled) / "gateway")) == sorted(os.listdir(attempt(cold) / "gateway"))
-    assert (attempt(pooled) / "gateway.log").read_bytes() == b""  # the gateway said nothing while it waited
+    assert (
+        at(records[0]["ts"]) >= facts(pooled)["started_at"]
+    )  # nothing journaled before the attempt began
+    assert sorted(os.listdir(attempt(pooled) / "gateway")) == sorted(
+        os.listdir(attempt(cold) / "gateway")
+    )
+    assert (
+        attempt(pooled) / "gateway.log"
+    ).read_bytes() == b""  # the gateway said nothing while it waited
 
 
-def test_the_agent_environment_is_its_spec_s_cold_or_pooled_whatever_its_names(tmp_path, backend, images, warm):
+def test_the_agent_environment_is_its_spec_s_cold_or_pooled_whatever_its_names(
+    tmp_path, backend, images, warm
+):
     """The gate's shell (sandbox/docker.py) must not leak its own variables into the agent's
     environment, nor let the spec's names collide with them; HOME is assure's, as when cold."""
-    env = {"HOME": "/workspace", "n": "3", "limit": "4", "argv": "5", "envs": "6", "kv": "7", "TRACE": "a b=c\nd"}
+    env = {
+        "HOME": "/workspace",
+        "n": "3",
+        "limit": "4",
+        "argv": "5",
+        "envs": "6",
+        "kv": "7",
+        "TRACE": "a b=c\nd",
+    }
     spec = spec_file(tmp_path, "names", env=env)
     runs = tmp_path / "runs"
     cold = drive(spec, runs, backend, images)
     pooled = drive(spec, runs, backend, images, warm(1, spec))
 
     assert "pool" in facts(pooled)
-    assert (cold.verdict, pooled.verdict) == ("pass", "pass"), [f for a in pooled.report["attempts"] for f in a["findings"]]
+    assert (cold.verdict, pooled.verdict) == ("pass", "pass"), [
+        f for a in pooled.report["attempts"] for f in a["findings"]
+    ]
     expected = {**env, "HOME": "/tmp"}
     for result in (cold, pooled):
         got = environ(traced(result)["environ"])
@@ -225,14 +294,19 @@ def test_idle_pairs_wait_without_using_the_cpu(tmp_path, backend, images, warm):
     ids = [c["id"] for c in backend.owned()["containers"] if c.get(LABEL_POOL) == pool.pool_id]
 
     def used(cid: str) -> tuple[float, int]:
-        usage = client.api.stats(cid, stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"]  # ns
+        usage = client.api.stats(cid, stream=False, one_shot=True)["cpu_stats"]["cpu_usage"][
+            "total_usage"
+        ]  # ns
         return time.monotonic(), usage
 
     time.sleep(1)  # past their boot
     before = {cid: used(cid) for cid in ids}
     time.sleep(3)
     after = {cid: used(cid) for cid in ids}
-    per_second = {cid: (after[cid][1] - before[cid][1]) / (after[cid][0] - before[cid][0]) / 1e6 for cid in ids}  # ms of CPU a second
+    per_second = {
+        cid: (after[cid][1] - before[cid][1]) / (after[cid][0] - before[cid][0]) / 1e6
+        for cid in ids
+    }  # ms of CPU a second
     assert len(ids) == 4 and max(per_second.values()) < 5, per_second
 
 
@@ -246,70 +320,121 @@ def test_nothing_of_one_pooled_attempt_reaches_the_next(tmp_path, backend, image
     assert (first.verdict, second.verdict) == ("pass", "pass")
     a, b = facts(first)["pool"], facts(second)["pool"]
     assert a["pair"] != b["pair"]
-    assert {a["agent"], a["gateway"]}.isdisjoint({b["agent"], b["gateway"]}) and a["volume"] != b["volume"]
-    users = [facts(r)["user"] for r in (first, second)]  # each pair booted as a uid of its own, held until its attempt ended
-    assert users[0] != users[1] and users == [facts(r)["inspect"]["Config"]["User"] for r in (first, second)], users
-    assert (attempt(first) / "workspace" / "out" / "left-behind").read_text().strip() == first.run_dir.name
+    assert {a["agent"], a["gateway"]}.isdisjoint({b["agent"], b["gateway"]}) and a["volume"] != b[
+        "volume"
+    ]
+    users = [
+        facts(r)["user"] for r in (first, second)
+    ]  # each pair booted as a uid of its own, held until its attempt ended
+    assert users[0] != users[1] and users == [
+        facts(r)["inspect"]["Config"]["User"] for r in (first, second)
+    ], users
+    assert (
+        attempt(first) / "workspace" / "out" / "left-behind"
+    ).read_text().strip() == first.run_dir.name
     trace = traced(second)
     assert "out/left-behind" not in trace["workspace"].decode().splitlines()
     assert trace["tmp"] == b""  # the first agent's /tmp/left-behind is gone with its container
-    assert not (attempt(second) / "workspace" / "out" / "left-behind").read_text().strip() == first.run_dir.name
-    seen = b"".join(trace.values()) + b"".join(p.read_bytes() for p in (attempt(second) / "agent-claim").iterdir())
+    assert (
+        not (attempt(second) / "workspace" / "out" / "left-behind").read_text().strip()
+        == first.run_dir.name
+    )
+    seen = b"".join(trace.values()) + b"".join(
+        p.read_bytes() for p in (attempt(second) / "agent-claim").iterdir()
+    )
     assert first.run_dir.name.encode() not in seen
     owned = backend.owned()
-    left = {c["id"] for c in owned["containers"]} & {a["agent"], a["gateway"], b["agent"], b["gateway"]}
+    left = {c["id"] for c in owned["containers"]} & {
+        a["agent"],
+        a["gateway"],
+        b["agent"],
+        b["gateway"],
+    }
     assert not left, f"claimed pairs' containers outlived their attempts: {left}"
     assert not {v["id"] for v in owned["volumes"]} & {a["volume"], b["volume"]}
 
 
-def test_a_pooled_attempt_that_fails_before_its_start_removes_its_pair(tmp_path, backend, images, warm):
+def test_a_pooled_attempt_that_fails_before_its_start_removes_its_pair(
+    tmp_path, backend, images, warm
+):
     """The pair is the attempt's from the claim on: a fixture that does not fit its disk fails
     the prepare phase after the claim, and the pair's containers and volume must still go."""
     fixture = tmp_path / "big"
     fixture.mkdir()
     (fixture / "blob").write_bytes(os.urandom(12 * 2**20))
-    spec = spec_file(tmp_path, "big", command=["true"], limits={"wall_seconds": 60, "disk": "8m", "inodes": 2048})
+    spec = spec_file(
+        tmp_path, "big", command=["true"], limits={"wall_seconds": 60, "disk": "8m", "inodes": 2048}
+    )
     data = yaml.safe_load(spec.read_text())
     data["workspace"]["fixture"] = str(fixture)
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     result = drive(spec, tmp_path / "runs", backend, images, warm(1, spec))
 
     assert result.verdict == "error"
-    errors = [f["message"] for f in result.report["attempts"][0]["findings"] if f["kind"] == "harness_error"]
+    errors = [
+        f["message"]
+        for f in result.report["attempts"][0]["findings"]
+        if f["kind"] == "harness_error"
+    ]
     assert any("does not fit in the workspace filesystem" in e for e in errors), errors
     claimed = json.loads((attempt(result) / "pool.json").read_text())
     owned = backend.owned()
-    assert not {c["id"] for c in owned["containers"]} & {claimed["agent"], claimed["gateway"]}, "the claimed pair's containers were left"
+    assert not {c["id"] for c in owned["containers"]} & {claimed["agent"], claimed["gateway"]}, (
+        "the claimed pair's containers were left"
+    )
     assert claimed["volume"] not in {v["id"] for v in owned["volumes"]}
     assert mounts_and_loops_under(tmp_path / "runs" / result.run_dir.name) == ([], [])
 
 
 def test_a_retry_never_takes_a_pair(tmp_path, backend, images, warm):
-    spec = spec_file(tmp_path, "retry", command=["true"], max_attempts=2, assertions=[{"file_exists": "out/never.txt"}], expect="fail")
-    result = drive(spec, tmp_path / "runs", backend, images, warm(2, spec))  # a free pair left for the retry to refuse
+    spec = spec_file(
+        tmp_path,
+        "retry",
+        command=["true"],
+        max_attempts=2,
+        assertions=[{"file_exists": "out/never.txt"}],
+        expect="fail",
+    )
+    result = drive(
+        spec, tmp_path / "runs", backend, images, warm(2, spec)
+    )  # a free pair left for the retry to refuse
 
     (task,) = result.report["tasks"]
     assert (task["state"], task["attempts"]) == ("quarantined", [1, 2])
     assert result.verdict == "fail"
-    assert "pool" in facts(result, 1)  # the run's first attempt: a fresh run's folders, so it claimed
+    assert "pool" in facts(
+        result, 1
+    )  # the run's first attempt: a fresh run's folders, so it claimed
     assert "pool" not in facts(result, 2) and not (attempt(result, 2) / "pool.json").exists()
-    assert [f["kind"] for f in result.report["attempts"][1]["findings"] if f["severity"] != "info"] == ["assertion_failed"]
+    assert [
+        f["kind"] for f in result.report["attempts"][1]["findings"] if f["severity"] != "info"
+    ] == ["assertion_failed"]
 
 
 def test_a_resumed_run_never_takes_a_pair(tmp_path, backend, images, warm):
     spec = spec_file(tmp_path, "resumed", command=["true"], max_attempts=2)
-    killed = subprocess.run(ASSURE + ["run", str(spec)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "ASSURE_FAILPOINT": "start"})
+    killed = subprocess.run(
+        ASSURE + ["run", str(spec)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ASSURE_FAILPOINT": "start"},
+    )
     assert killed.returncode == -9, killed.stderr
     (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
     pool = warm(2, spec)
-    result = Driver(spec_mod.load(spec), store.RunDir.open(run_dir), backend, images, lambda *_: None, pool=pool).drive()
+    result = Driver(
+        spec_mod.load(spec), store.RunDir.open(run_dir), backend, images, lambda *_: None, pool=pool
+    ).drive()
 
     assert result.verdict == "pass"
     (task,) = result.report["tasks"]
     assert task["attempts"] == [1, 2]
     assert "pool" not in facts(run_dir, 2) and not (attempt(run_dir, 2) / "pool.json").exists()
-    events = [json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    events = [
+        json.loads(line)["event"] for line in (run_dir / "events.jsonl").read_text().splitlines()
+    ]
     assert "run_resumed" in events and "attempt_interrupted" in events
 
 
@@ -333,27 +458,46 @@ Driver(spec, run, backend, images, lambda *_: None, pool=pool).drive()  # ASSURE
 """
 
 
-def test_a_driver_killed_in_a_pooled_attempt_is_resumed_and_its_pair_reaped(tmp_path, backend, images):
+def test_a_driver_killed_in_a_pooled_attempt_is_resumed_and_its_pair_reaped(
+    tmp_path, backend, images
+):
     """The claimed pair's containers carry the pool's labels, not the run's: `assure resume`
     finds them by the attempt's pool.json and removes them before its next attempt."""
     spec = spec_file(tmp_path, "killed", command=["true"], max_attempts=2)
     runs = tmp_path / ".assure" / "runs"
-    child = subprocess.Popen([sys.executable, "-c", CLAIM_AND_DIE, str(spec), str(runs)], cwd=tmp_path,
-                             env={**os.environ, "ASSURE_FAILPOINT": "start"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CLAIM_AND_DIE, str(spec), str(runs)],
+        cwd=tmp_path,
+        env={**os.environ, "ASSURE_FAILPOINT": "start"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _, err = child.communicate(timeout=300)
         assert child.returncode == -9, err
         (run_dir,) = run_dirs(runs)
         claimed = json.loads((attempt(run_dir) / "pool.json").read_text())
-        assert {claimed["agent"], claimed["gateway"]} <= {c["id"] for c in backend.owned()["containers"]}  # what the kill left
+        assert {claimed["agent"], claimed["gateway"]} <= {
+            c["id"] for c in backend.owned()["containers"]
+        }  # what the kill left
 
-        resumed = subprocess.run(ASSURE + ["resume", run_dir.name, "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        resumed = subprocess.run(
+            ASSURE + ["resume", run_dir.name, "--json"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
         assert resumed.returncode == 0, resumed.stderr
         report = json.loads(resumed.stdout)
         assert report["verdict"] == "pass" and report["tasks"][0]["attempts"] == [1, 2]
         owned = backend.owned()
-        assert not {c["id"] for c in owned["containers"]} & {claimed["agent"], claimed["gateway"]}, "the claimed pair was not reaped"
+        assert not {c["id"] for c in owned["containers"]} & {
+            claimed["agent"],
+            claimed["gateway"],
+        }, "the claimed pair was not reaped"
         assert claimed["volume"] not in {v["id"] for v in owned["volumes"]}
         assert "pool" not in facts(run_dir, 2)
         assert mounts_and_loops_under(run_dir) == ([], [])
@@ -367,15 +511,21 @@ def test_a_driver_killed_in_a_pooled_attempt_is_resumed_and_its_pair_reaped(tmp_
 
 # --- assure suite --pool: the pool's own lifetime ---------------------------------------------
 
+
 def write_suite(folder: Path, specs: list[Path]) -> Path:
     path = folder / "suite.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "name": "pooled", "specs": [p.name for p in specs]}))
+    path.write_text(
+        yaml.safe_dump({"version": 1, "name": "pooled", "specs": [p.name for p in specs]})
+    )
     return path
 
 
 def pool_resources(backend: DockerBackend, pid: int) -> dict[str, list[dict]]:
     """What the pool of the `assure` process `pid` made (its labels name the pool and the pid)."""
-    return {kind: [i for i in items if i.get(LABEL_POOL) and i.get("assure.pid") == str(pid)] for kind, items in backend.owned().items()}
+    return {
+        kind: [i for i in items if i.get(LABEL_POOL) and i.get("assure.pid") == str(pid)]
+        for kind, items in backend.owned().items()
+    }
 
 
 def pool_folders(runs: Path) -> list[Path]:
@@ -395,7 +545,16 @@ def wait_for_full_pool(backend: DockerBackend, proc: subprocess.Popen, pairs: in
     """Until the suite's pool holds `pairs` whole pairs (an agent is a pair's last container)."""
     deadline = time.monotonic() + FILL_SECONDS
     while time.monotonic() < deadline and proc.poll() is None:
-        if len([c for c in pool_resources(backend, proc.pid)["containers"] if c.get("assure.role") == "agent"]) >= pairs:
+        if (
+            len(
+                [
+                    c
+                    for c in pool_resources(backend, proc.pid)["containers"]
+                    if c.get("assure.role") == "agent"
+                ]
+            )
+            >= pairs
+        ):
             return
         time.sleep(0.2)
     raise AssertionError(f"the pool never held {pairs} pairs (exit {proc.poll()})")
@@ -410,7 +569,13 @@ def stopped(proc: subprocess.Popen, runs: Path, cwd: Path) -> None:
 
 
 def gc(runs: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(ASSURE + ["gc", "--runs-dir", str(runs)], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ASSURE + ["gc", "--runs-dir", str(runs)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def trivial(folder: Path, name: str, seconds: int = 0) -> Path:
@@ -418,13 +583,27 @@ def trivial(folder: Path, name: str, seconds: int = 0) -> Path:
 
 
 def sleeper(folder: Path) -> Path:
-    return spec_file(folder, "sleeper", command=["sh", "-c", "sleep 300"], limits={"wall_seconds": 120}, expect="fail")
+    return spec_file(
+        folder,
+        "sleeper",
+        command=["sh", "-c", "sleep 300"],
+        limits={"wall_seconds": 120},
+        expect="fail",
+    )
 
 
 def test_the_pool_is_removed_when_the_suite_exits(tmp_path, backend, images):
-    suite = write_suite(tmp_path, [trivial(tmp_path, "first", seconds=3), trivial(tmp_path, "second")])  # first: time to fill
+    suite = write_suite(
+        tmp_path, [trivial(tmp_path, "first", seconds=3), trivial(tmp_path, "second")]
+    )  # first: time to fill
     runs = tmp_path / ".assure" / "runs"
-    proc = subprocess.Popen(ASSURE + ["suite", "--pool", "2", "-j", "1", str(suite)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ASSURE + ["suite", "--pool", "2", "-j", "1", str(suite)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _, err = proc.communicate(timeout=300)
 
@@ -442,7 +621,13 @@ def test_the_pool_is_removed_when_the_suite_exits(tmp_path, backend, images):
 def test_the_pool_is_removed_on_ctrl_c_and_sigterm(sig, tmp_path, backend, images):
     suite = write_suite(tmp_path, [sleeper(tmp_path), trivial(tmp_path, "after")])
     runs = tmp_path / ".assure" / "runs"
-    proc = subprocess.Popen(ASSURE + ["suite", "--pool", "2", "-j", "1", str(suite)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ASSURE + ["suite", "--pool", "2", "-j", "1", str(suite)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for_full_pool(backend, proc, 2)
         proc.send_signal(sig)
@@ -458,14 +643,21 @@ def test_the_pool_is_removed_on_ctrl_c_and_sigterm(sig, tmp_path, backend, image
 def test_a_pool_killed_with_kill_9_is_removed_by_gc(tmp_path, backend, images):
     suite = write_suite(tmp_path, [sleeper(tmp_path), trivial(tmp_path, "after")])
     runs = tmp_path / ".assure" / "runs"
-    proc = subprocess.Popen(ASSURE + ["suite", "--pool", "2", "-j", "1", str(suite)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ASSURE + ["suite", "--pool", "2", "-j", "1", str(suite)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_full_pool(backend, proc, 2)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
 
         left = pool_resources(backend, proc.pid)
-        assert len(left["containers"]) >= 4 and len(left["volumes"]) >= 2  # two whole pairs at least, as the kill found them
+        assert (
+            len(left["containers"]) >= 4 and len(left["volumes"]) >= 2
+        )  # two whole pairs at least, as the kill found them
         (folder,) = pool_folders(runs)
         assert len([p for p in folder.iterdir() if p.name.startswith("pair-")]) >= 2
         assert mounts_and_loops_under(folder)[0], "no free pair's workspace filesystem is mounted"
@@ -474,7 +666,9 @@ def test_a_pool_killed_with_kill_9_is_removed_by_gc(tmp_path, backend, images):
 
         assert done.returncode == 0, done.stderr
         assert_nothing_left(backend, proc.pid, tmp_path)
-        for run in run_dirs(runs):  # the sleeper's own containers too: its driver died with the pool
+        for run in run_dirs(
+            runs
+        ):  # the sleeper's own containers too: its driver died with the pool
             assert not backend.owned(run.name)["containers"]
     finally:
         stopped(proc, runs, tmp_path)
@@ -482,24 +676,37 @@ def test_a_pool_killed_with_kill_9_is_removed_by_gc(tmp_path, backend, images):
 
 # --- containment with the pool on ---------------------------------------------------------------
 
+
 def test_the_containment_suite_holds_with_the_pool_on(tmp_path, images):
     started = time.monotonic()
-    done = subprocess.run(ASSURE + ["suite", "--pool", "2", "-j", "2", "--json", str(ROOT / "suites" / "containment.yaml")],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=1500)
+    done = subprocess.run(
+        ASSURE
+        + ["suite", "--pool", "2", "-j", "2", "--json", str(ROOT / "suites" / "containment.yaml")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     took = time.monotonic() - started
 
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-4000:]
     result = json.loads(done.stdout)
-    unexpected = [(r["spec"], r["verdict"]) for r in result["results"] if not r.get("as_expected", True)]
+    unexpected = [
+        (r["spec"], r["verdict"]) for r in result["results"] if not r.get("as_expected", True)
+    ]
     assert not unexpected, unexpected
     pooled, cold = [], []
     for run in run_dirs(tmp_path / ".assure" / "runs"):
         for folder in sorted((run / "attempts").iterdir()):
             container = json.loads((folder / "container.json").read_text())
             (pooled if "pool" in container else cold).append(folder)
-    assert len(pooled) >= 10, f"only {len(pooled)} of {len(pooled) + len(cold)} attempts claimed a pair in {took:.0f} s"
+    assert len(pooled) >= 10, (
+        f"only {len(pooled)} of {len(pooled) + len(cold)} attempts claimed a pair in {took:.0f} s"
+    )
     for folder in pooled:  # the post-run containment check held for every pooled attempt
         verdict = json.loads((folder / "verdict.json").read_text())
         assert verdict["containment"]["failed"] == [], (folder, verdict["containment"])
         assert not [f for f in verdict["findings"] if f["kind"] == "containment_failed"], folder
-    print(f"containment suite with the pool on: {took:.0f} s, {len(pooled)} pooled and {len(cold)} cold attempts")
+    print(
+        f"containment suite with the pool on: {took:.0f} s, {len(pooled)} pooled and {len(cold)} cold attempts"
+    )

@@ -31,8 +31,8 @@ import docker
 import pytest
 
 from assure.records import keys
-from assure.sandbox.images import ImageSet, Images
 from assure.sandbox.backend import LABEL_PID, LABEL_RUN
+from assure.sandbox.images import Images, ImageSet
 from tests.integration import ray_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,12 +42,16 @@ QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
 BULK = ROOT / "suites" / "containment" / "covert--bulk-hides-breach.yaml"
 EGRESS = ROOT / "suites" / "containment" / "network--egress-proxy-self.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
-NAMESPACE = f"assuretest-{uuid.uuid4().hex[:8]}"  # this module's images: `<NAMESPACE>-agent:<digest>`
+NAMESPACE = (
+    f"assuretest-{uuid.uuid4().hex[:8]}"  # this module's images: `<NAMESPACE>-agent:<digest>`
+)
 ENV = {**ray_cluster.ENV, "ASSURE_IMAGE_NAMESPACE": NAMESPACE}
 
 
 def namespaced(engine: docker.DockerClient) -> list[str]:
-    return [t for image in engine.images.list() for t in image.tags if t.startswith(f"{NAMESPACE}-")]
+    return [
+        t for image in engine.images.list() for t in image.tags if t.startswith(f"{NAMESPACE}-")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,9 @@ def ns_images(images, backend):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, ns_images):  # built once here, so no node builds them mid-test
-    c = ray_cluster.start(tmp_path_factory.mktemp("ray"), worker_env={"ASSURE_IMAGE_NAMESPACE": NAMESPACE})
+    c = ray_cluster.start(
+        tmp_path_factory.mktemp("ray"), worker_env={"ASSURE_IMAGE_NAMESPACE": NAMESPACE}
+    )
     yield c
     c.stop()
     leftover = [p for n in c.nodes for p in n.pids()]
@@ -76,7 +82,9 @@ def cluster(tmp_path_factory, ns_images):  # built once here, so no node builds 
 
 
 def caller(c: ray_cluster.LocalCluster, suite: Path, runs: Path, *extra: str) -> list[str]:
-    return c.in_ns(*ASSURE, "suite", str(suite), "--cluster", c.address, "--runs-dir", str(runs), *extra)
+    return c.in_ns(
+        *ASSURE, "suite", str(suite), "--cluster", c.address, "--runs-dir", str(runs), *extra
+    )
 
 
 def suite_state(runs: Path) -> dict:
@@ -84,38 +92,70 @@ def suite_state(runs: Path) -> dict:
     return json.loads(state.read_text())
 
 
-def run_assure(argv: list[str], cwd: Path, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+def run_assure(
+    argv: list[str], cwd: Path, timeout: float = 400
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
 
 
 def tcp_peers(netns: str) -> list[str]:
     """Every TCP address (local and peer) of every socket in the namespace."""
-    lines = subprocess.run(["nsenter", f"--net=/run/netns/{netns}", "--", "ss", "-tanH"], capture_output=True, text=True, check=True).stdout.splitlines()
-    return [addr.rsplit(":", 1)[0].removeprefix("[::ffff:").rstrip("]") for line in lines for addr in line.split()[3:5]]
+    lines = subprocess.run(
+        ["nsenter", f"--net=/run/netns/{netns}", "--", "ss", "-tanH"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    return [
+        addr.rsplit(":", 1)[0].removeprefix("[::ffff:").rstrip("]")
+        for line in lines
+        for addr in line.split()[3:5]
+    ]
 
 
-def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_here(cluster, tmp_path):
+def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_here(
+    cluster, tmp_path
+):
     """With -j above the cluster's `docker` slots, the specs that wait in Ray's queue say how long
     (their deadlines count from their start on the node, not from their submission)."""
     private, public = keys.generate_keypair(tmp_path / "keys")
     runs = tmp_path / "runs"
-    out = run_assure(caller(cluster, SUITE, runs, "--json", "--key", str(private), "-j", "4"), tmp_path)  # 4 in flight, 2 docker slots
+    out = run_assure(
+        caller(cluster, SUITE, runs, "--json", "--key", str(private), "-j", "4"), tmp_path
+    )  # 4 in flight, 2 docker slots
     assert out.returncode == 0, out.stderr[-3000:]
     state = suite_state(runs)
     queued = [r["queued_seconds"] for r in state["runs"] if r.get("queued_seconds")]
-    assert queued and max(queued) >= 1, state["runs"]  # the specs past the 2 slots waited in Ray's queue, and it was measured
+    assert queued and max(queued) >= 1, state[
+        "runs"
+    ]  # the specs past the 2 slots waited in Ray's queue, and it was measured
     assert f"queued {max(queued):g} s" in out.stderr  # and shown
-    assert [(r["verdict"], r.get("node_finding"), r["lost"]) for r in state["runs"]] == [("fail", None, []), *[("pass", None, [])] * 4]
+    assert [(r["verdict"], r.get("node_finding"), r["lost"]) for r in state["runs"]] == [
+        ("fail", None, []),
+        *[("pass", None, [])] * 4,
+    ]
     workers = {n["NodeID"] for n in cluster.alive_nodes() if n["Resources"].get("docker")}
-    assert {r["node"] for r in state["runs"]} == workers and len(workers) == 2  # each worker ran at least one spec
+    assert {r["node"] for r in state["runs"]} == workers and len(
+        workers
+    ) == 2  # each worker ran at least one spec
     assert all(r["started_at"] and r["finished_at"] for r in state["runs"])
     for r in state["runs"]:
         run_dir = runs / r["run_id"]
-        verified = run_assure([*ASSURE, "receipts", "verify", str(run_dir), "--public-key", str(public), "--json"], tmp_path, 60)
-        assert verified.returncode == 0 and json.loads(verified.stdout)["signatures"] == "passed", verified.stdout + verified.stderr
-        assert (run_dir / "attempts" / "1" / "reverify.json").is_file()  # judged here, from the folder alone
+        verified = run_assure(
+            [*ASSURE, "receipts", "verify", str(run_dir), "--public-key", str(public), "--json"],
+            tmp_path,
+            60,
+        )
+        assert verified.returncode == 0 and json.loads(verified.stdout)["signatures"] == "passed", (
+            verified.stdout + verified.stderr
+        )
+        assert (
+            run_dir / "attempts" / "1" / "reverify.json"
+        ).is_file()  # judged here, from the folder alone
     peers = tcp_peers(cluster.netns)
-    assert peers and set(peers) <= {"127.0.0.1", "0.0.0.0", "*"}, peers  # all of Ray's traffic is on loopback
+    assert peers and set(peers) <= {"127.0.0.1", "0.0.0.0", "*"}, (
+        peers
+    )  # all of Ray's traffic is on loopback
     ray_pids = {p for n in cluster.nodes for p in n.pids()}
     host = subprocess.run(["ss", "-tanpH"], capture_output=True, text=True, check=True).stdout
     assert not any(f"pid={p}," in host for p in ray_pids)  # and none of it is on the host's network
@@ -124,7 +164,7 @@ def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_her
 def wait_until(what, timeout: float, step: float = 0.3):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (value := what()):
+        if value := what():
             return value
         time.sleep(step)
     raise AssertionError(f"timed out waiting for {what.__doc__ or what}")
@@ -140,25 +180,40 @@ def test_a_breach_behind_a_run_directory_too_large_to_send_stays_a_breach(cluste
     """covert--bulk-hides-breach: a covert edit plus 50,100 files in out/. Its node does not send
     the run directory (past the caller's 50,000 members); its message does, and the breach stands."""
     runs, junit = tmp_path / "runs", tmp_path / "junit.xml"
-    out = run_assure(caller(cluster, one_spec_suite(tmp_path, BULK), runs, "--json", "--junit", str(junit)), tmp_path)
+    out = run_assure(
+        caller(cluster, one_spec_suite(tmp_path, BULK), runs, "--json", "--junit", str(junit)),
+        tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]  # the spec expects breach, and so it is
     (entry,) = suite_state(runs)["runs"]
     assert (entry["verdict"], entry["node_verdict"], entry["lost"]) == ("breach", "breach", [])
-    assert entry["node_finding"].startswith("its node did not send its run directory: the run directory has more than 50000 members")
+    assert entry["node_finding"].startswith(
+        "its node did not send its run directory: the run directory has more than 50000 members"
+    )
     assert entry["node_finding"].endswith("the node's verdict, breach, stands (not judged here)")
     assert not (runs / entry["run_id"]).exists()  # nothing of it arrived
     (result,) = json.loads(out.stdout)["results"]
-    assert (result["verdict"], result["as_expected"]) == ("breach", True) and "did not send its run directory" in result["reason"]
-    assert ("unattributed", "breach", "src/calc.py") in [(f["kind"], f["severity"], f["subject"]) for f in result["findings"]]  # the node's findings
+    assert (result["verdict"], result["as_expected"]) == (
+        "breach",
+        True,
+    ) and "did not send its run directory" in result["reason"]
+    assert ("unattributed", "breach", "src/calc.py") in [
+        (f["kind"], f["severity"], f["subject"]) for f in result["findings"]
+    ]  # the node's findings
     xml = junit.read_text()
     assert "verdict: breach" in xml and "<error" not in xml and "<failure" not in xml
 
 
-def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_finished_specs(cluster, tmp_path):
+def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_finished_specs(
+    cluster, tmp_path
+):
     runs = tmp_path / "runs"
     argv = caller(cluster, SUITE, runs, "-j", "1")
-    first = subprocess.Popen(argv, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        argv, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
+
         def two_finished():
             """two specs finished"""
             try:
@@ -174,16 +229,24 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     again = run_assure(argv, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "continuing unfinished suite run" in again.stderr
-    assert "stopped with the caller" in again.stderr and "lost with their node" not in again.stderr  # the caller's own stop, worded as such
+    assert (
+        "stopped with the caller" in again.stderr and "lost with their node" not in again.stderr
+    )  # the caller's own stop, worded as such
     state = suite_state(runs)
     assert all(r["verdict"] is not None for r in state["runs"])
     spans = sorted((r["started_at"], r["finished_at"]) for r in state["runs"])
-    assert all(done <= then for (_, done), (then, _) in zip(spans, spans[1:]))  # -j 1: one spec in flight at a time
+    assert all(
+        done <= then for (_, done), (then, _) in zip(spans, spans[1:])
+    )  # -j 1: one spec in flight at a time
     by_id = {r["run_id"]: r for r in state["runs"]}
     for r in kept:  # finished before the kill: the same run, not run again
         assert by_id[r["run_id"]]["finished_at"] == r["finished_at"]
-    assert len(list(runs.iterdir())) == len(state["runs"])  # one run directory per spec, nothing half-arrived
-    gc_left_behind(tmp_path, [r["run_id"] for r in state["runs"]])  # what the task Ray ended with the caller left
+    assert len(list(runs.iterdir())) == len(
+        state["runs"]
+    )  # one run directory per spec, nothing half-arrived
+    gc_left_behind(
+        tmp_path, [r["run_id"] for r in state["runs"]]
+    )  # what the task Ray ended with the caller left
 
 
 def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
@@ -193,8 +256,18 @@ def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
     engine = docker.from_env()
 
     def ours() -> list[str]:
-        found = [*engine.containers.list(all=True, filters={"label": LABEL_RUN}), *engine.volumes.list(filters={"label": LABEL_RUN})]
-        return [x.name for x in found if (x.attrs.get("Labels") or x.attrs.get("Config", {}).get("Labels") or {}).get(LABEL_RUN) in run_ids]
+        found = [
+            *engine.containers.list(all=True, filters={"label": LABEL_RUN}),
+            *engine.volumes.list(filters={"label": LABEL_RUN}),
+        ]
+        return [
+            x.name
+            for x in found
+            if (x.attrs.get("Labels") or x.attrs.get("Config", {}).get("Labels") or {}).get(
+                LABEL_RUN
+            )
+            in run_ids
+        ]
 
     def scratch() -> list[Path]:  # the nodes' temp folder is this machine's
         return [p for r in run_ids for p in Path(tempfile.gettempdir()).glob(f"assure-node-*/{r}")]
@@ -204,15 +277,24 @@ def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
     assert ours() == [] and scratch() == []
 
 
-def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_the_other(cluster, tmp_path):
+def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_the_other(
+    cluster, tmp_path
+):
     """Its raylet SIGKILLed mid-attempt: the task's watchdog (a process of its own on the node)
     removes the agent and gateway by itself, long before the spec's deadline; the spec runs
     again on the other worker, one attempt number on, and the loss names the dead node."""
     runs = tmp_path / "runs"
     engine = docker.from_env()
-    proc = subprocess.Popen(caller(cluster, one_spec_suite(tmp_path, SLOW), runs, "--json"), cwd=tmp_path, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        caller(cluster, one_spec_suite(tmp_path, SLOW), runs, "--json"),
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
+
         def agent_running():
             """the slow spec's agent container"""
             found = engine.containers.list(filters={"label": ["assure.role=agent"]})
@@ -226,9 +308,13 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
 
         def sandbox_gone():
             """the dead worker's agent and gateway removed on its node, with no gc run"""
-            return not engine.containers.list(all=True, filters={"label": [f"{LABEL_PID}={worker_pid}"]})
+            return not engine.containers.list(
+                all=True, filters={"label": [f"{LABEL_PID}={worker_pid}"]}
+            )
 
-        wait_until(sandbox_gone, 60, 0.5)  # its watchdog's doing: the driver that enforced the deadline is gone
+        wait_until(
+            sandbox_gone, 60, 0.5
+        )  # its watchdog's doing: the driver that enforced the deadline is gone
         gone_after = time.monotonic() - killed
         stdout, stderr = proc.communicate(timeout=400)
     finally:
@@ -236,15 +322,28 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
             proc.kill()
     assert proc.returncode == 0, stderr[-3000:]
     (entry,) = suite_state(runs)["runs"]
-    assert entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
-    assert entry["lost"][0]["node"] == victim.node_id and entry["node"] != victim.node_id  # the loss names the dead node
+    assert (
+        entry["verdict"] == "pass" and len(entry["lost"]) == 1 and entry["lost"][0]["attempt"] == 1
+    )
+    assert (
+        entry["lost"][0]["node"] == victim.node_id and entry["node"] != victim.node_id
+    )  # the loss names the dead node
     (result,) = json.loads(stdout)["results"]  # and so do the summary and its line
     assert result["placement"]["node"] == entry["node"] and result["placement"]["where"] == "node"
-    assert [(x["attempt"], x["node"], x["cause"]) for x in result["placement"]["lost"]] == [(1, victim.node_id, "node")]
+    assert [(x["attempt"], x["node"], x["cause"]) for x in result["placement"]["lost"]] == [
+        (1, victim.node_id, "node")
+    ]
     assert "1 lost with their node" in stderr
-    assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == ["2"]  # the run went on with attempt+1
-    assert engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]}) == []
-    assert not list(Path(tempfile.gettempdir()).glob(f"assure-node-*/{entry['run_id']}"))  # nor its task's scratch folder
+    assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == [
+        "2"
+    ]  # the run went on with attempt+1
+    assert (
+        engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
+        == []
+    )
+    assert not list(
+        Path(tempfile.gettempdir()).glob(f"assure-node-*/{entry['run_id']}")
+    )  # nor its task's scratch folder
     print(f"the dead worker's sandbox was gone {gone_after:.1f} s after its raylet was killed")
     gc_left_behind(tmp_path, [entry["run_id"]])
 
@@ -253,7 +352,9 @@ def worker_ids(c: ray_cluster.LocalCluster) -> set[str]:
     return {n.node_id for n in c.nodes if n.name.startswith("worker")}
 
 
-def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tmp_path, ns_images: ImageSet, images: ImageSet):
+def test_a_node_builds_the_images_on_first_use_with_the_same_digests(
+    cluster, tmp_path, ns_images: ImageSet, images: ImageSet
+):
     """This module's agent and gateway images are removed from the engine (every tag of each, its
     digest and `latest`: the namespace's own, no one else's), so the rebuild is the build
     cache's and takes seconds; the base and the egress image stay. A suite on the cluster then has
@@ -262,7 +363,10 @@ def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tm
     engine = docker.from_env()
     shared = set(namespaced(engine))
     before = {tag: engine.images.get(tag).id for tag in (ns_images.agent, ns_images.gateway)}
-    assert [t.split(":")[1] for t in before] == [images.agent.split(":")[1], images.gateway.split(":")[1]]  # the digests do not name the namespace
+    assert [t.split(":")[1] for t in before] == [
+        images.agent.split(":")[1],
+        images.gateway.split(":")[1],
+    ]  # the digests do not name the namespace
     for tag in before:
         for name in (tag, tag.split(":")[0] + ":latest"):
             engine.images.remove(name, noprune=True)
@@ -272,49 +376,94 @@ def test_a_node_builds_the_images_on_first_use_with_the_same_digests(cluster, tm
     assert out.returncode == 0, out.stderr[-3000:]
     (entry,) = suite_state(runs)["runs"]
     assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster)
-    assert {tag: engine.images.get(tag).id for tag in before} == before  # the same digest tags, the same images
+    assert {
+        tag: engine.images.get(tag).id for tag in before
+    } == before  # the same digest tags, the same images
     assert set(namespaced(engine)) == shared  # `latest` too
-    logs = "".join(p.read_text(errors="replace") for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*"))  # every node's
+    logs = "".join(
+        p.read_text(errors="replace") for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*")
+    )  # every node's
     for tag in before:  # built in the node's task, the one that ran the spec
         assert f"assure node {entry['node']}: building {tag}" in logs, tag
 
 
 def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
     runs = tmp_path / "runs"
-    argv = cluster.in_ns(*ASSURE, "suite", str(one_spec_suite(tmp_path, QUICK)), "--cluster", "auto", "--runs-dir", str(runs))
-    out = subprocess.run(argv, cwd=tmp_path, env={**ENV, "RAY_ADDRESS": cluster.address}, capture_output=True, text=True, timeout=400)
+    argv = cluster.in_ns(
+        *ASSURE,
+        "suite",
+        str(one_spec_suite(tmp_path, QUICK)),
+        "--cluster",
+        "auto",
+        "--runs-dir",
+        str(runs),
+    )
+    out = subprocess.run(
+        argv,
+        cwd=tmp_path,
+        env={**ENV, "RAY_ADDRESS": cluster.address},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "on the Ray cluster auto" in out.stderr
     (entry,) = suite_state(runs)["runs"]
-    assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster) and entry["lost"] == []
+    assert (
+        entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster) and entry["lost"] == []
+    )
 
 
-def test_a_wrong_address_and_a_spec_no_node_holds_fail_fast_before_a_suite_run_is_written(cluster, tmp_path):
+def test_a_wrong_address_and_a_spec_no_node_holds_fail_fast_before_a_suite_run_is_written(
+    cluster, tmp_path
+):
     """Nothing at the address, and something that is not Ray there: each refused in seconds with
     the address and the fix (Ray alone retried for minutes). A spec asking 2 CPUs of 1-CPU nodes:
     refused naming the spec and the largest node (Ray would have queued it, silently, for ever).
     No suite run is written for any of them."""
     runs = tmp_path / "runs"
     suite = one_spec_suite(tmp_path, QUICK)
-    http = subprocess.Popen(cluster.in_ns(sys.executable, "-m", "http.server", "6392", "--bind", "127.0.0.1"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    http = subprocess.Popen(
+        cluster.in_ns(sys.executable, "-m", "http.server", "6392", "--bind", "127.0.0.1"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        for address, said in (("127.0.0.1:6390", "nothing answers at the Ray cluster address 127.0.0.1:6390"),
-                              ("127.0.0.1:6392", "what answers at 127.0.0.1:6392 is not a Ray cluster's head")):
+        for address, said in (
+            ("127.0.0.1:6390", "nothing answers at the Ray cluster address 127.0.0.1:6390"),
+            ("127.0.0.1:6392", "what answers at 127.0.0.1:6392 is not a Ray cluster's head"),
+        ):
             started = time.monotonic()
-            out = run_assure(cluster.in_ns(*ASSURE, "suite", str(suite), "--cluster", address, "--runs-dir", str(runs)), tmp_path, 120)
+            out = run_assure(
+                cluster.in_ns(
+                    *ASSURE, "suite", str(suite), "--cluster", address, "--runs-dir", str(runs)
+                ),
+                tmp_path,
+                120,
+            )
             took = time.monotonic() - started
-            assert out.returncode != 0 and said in out.stderr and "ray start --head" in out.stderr, out.stderr[-2000:]
-            assert took < 30, took  # the interpreter and its imports included; Ray alone took over 150 s
+            assert (
+                out.returncode != 0 and said in out.stderr and "ray start --head" in out.stderr
+            ), out.stderr[-2000:]
+            assert took < 30, (
+                took
+            )  # the interpreter and its imports included; Ray alone took over 150 s
     finally:
         http.kill()
         http.wait(10)
     big = tmp_path / "big.yaml"
-    big.write_text(QUICK.read_text().replace("name: quick-pass-1", "name: too-big").replace("{wall_seconds: 30}", "{wall_seconds: 30, cpus: 2}")
-                   .replace("../../../../../fixtures", str(ROOT / "fixtures")))
+    big.write_text(
+        QUICK.read_text()
+        .replace("name: quick-pass-1", "name: too-big")
+        .replace("{wall_seconds: 30}", "{wall_seconds: 30, cpus: 2}")
+        .replace("../../../../../fixtures", str(ROOT / "fixtures"))
+    )
     out = run_assure(caller(cluster, one_spec_suite(tmp_path, big), runs), tmp_path, 120)
     assert out.returncode != 0, out.stderr[-2000:]
-    assert f"{big}: limits.cpus 2 and limits.memory" in out.stderr and "no node of the cluster holds it (the largest: node " in out.stderr, out.stderr[-2000:]
+    assert (
+        f"{big}: limits.cpus 2 and limits.memory" in out.stderr
+        and "no node of the cluster holds it (the largest: node " in out.stderr
+    ), out.stderr[-2000:]
     assert ": 1 CPU," in out.stderr  # the largest worker's
     assert not (tmp_path / "suites").exists() and not runs.exists()
 
@@ -324,14 +473,22 @@ def test_a_mixed_suite_runs_what_the_cluster_cannot_here_beside_it(cluster, tmp_
     effects) runs on the caller, beside the cluster's spec, instead of refusing the whole suite;
     `--check --cluster` says which."""
     suite = tmp_path / "suite.yaml"
-    suite.write_text(f"version: 1\nname: mixed\nspecs: [{json.dumps(str(QUICK))}, {json.dumps(str(EGRESS))}]\n")
-    check = run_assure([*ASSURE, "suite", str(suite), "--check", "--cluster", cluster.address], tmp_path, 60)
-    assert check.returncode == 0 and "2 specs (1 run here, not on the cluster" in check.stdout, check.stdout + check.stderr
+    suite.write_text(
+        f"version: 1\nname: mixed\nspecs: [{json.dumps(str(QUICK))}, {json.dumps(str(EGRESS))}]\n"
+    )
+    check = run_assure(
+        [*ASSURE, "suite", str(suite), "--check", "--cluster", cluster.address], tmp_path, 60
+    )
+    assert check.returncode == 0 and "2 specs (1 run here, not on the cluster" in check.stdout, (
+        check.stdout + check.stderr
+    )
     runs = tmp_path / "runs"
     out = run_assure(caller(cluster, suite, runs, "--json"), tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     quick, egress = suite_state(runs)["runs"]
-    assert quick["verdict"] == "pass" and quick["node"] in worker_ids(cluster) and "where" not in quick
+    assert (
+        quick["verdict"] == "pass" and quick["node"] in worker_ids(cluster) and "where" not in quick
+    )
     assert (egress["verdict"], egress["where"], egress.get("node")) == ("contained", "here", None)
     assert egress["here_because"] == ["an HTTP upstream (egress.allow)"]
     assert "network-egress-proxy-self: contained (expects contained) here" in out.stderr
@@ -342,7 +499,9 @@ def test_doctor_checks_the_cluster_and_each_of_its_nodes(cluster, tmp_path):
     """`doctor --cluster`: Ray on both sides, the `docker` resource, and on each worker (a task
     pinned to it) the engine, the images (the same tags as the caller's) and assure's version. A
     wrong address is one failed check, in seconds. Ray's own noise (its 8.8.8.8 probe) is not shown."""
-    out = run_assure(cluster.in_ns(*ASSURE, "doctor", "--cluster", cluster.address, "--json"), tmp_path, 180)
+    out = run_assure(
+        cluster.in_ns(*ASSURE, "doctor", "--cluster", cluster.address, "--json"), tmp_path, 180
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
     alive = cluster.alive_nodes()  # an earlier test of the module may have killed a worker
@@ -351,12 +510,20 @@ def test_doctor_checks_the_cluster_and_each_of_its_nodes(cluster, tmp_path):
     assert f"{len(workers)} of {len(alive)} nodes" in checks["docker resource"]["detail"]
     for node in workers:
         name = f"node {node[:12]}"
-        assert all(checks[f"{name} {part}"]["status"] == "ok" for part in ("ray", "assure", "engine", "images")), checks
+        assert all(
+            checks[f"{name} {part}"]["status"] == "ok"
+            for part in ("ray", "assure", "engine", "images")
+        ), checks
         assert checks[f"{name} images"]["detail"].startswith(f"{NAMESPACE}-agent:")
     assert checks["ray stop"]["status"] == "info"
     assert "8.8.8.8" not in out.stderr, out.stderr[-2000:]
     started = time.monotonic()
-    wrong = run_assure(cluster.in_ns(*ASSURE, "doctor", "--cluster", "127.0.0.1:6391", "--json"), tmp_path, 60)
+    wrong = run_assure(
+        cluster.in_ns(*ASSURE, "doctor", "--cluster", "127.0.0.1:6391", "--json"), tmp_path, 60
+    )
     assert wrong.returncode == 1 and time.monotonic() - started < 30
     (address,) = [c for c in json.loads(wrong.stdout)["checks"] if c["name"] == "cluster address"]
-    assert address["status"] == "missing" and "nothing answers at the Ray cluster address 127.0.0.1:6391" in address["detail"]
+    assert (
+        address["status"] == "missing"
+        and "nothing answers at the Ray cluster address 127.0.0.1:6391" in address["detail"]
+    )

@@ -9,7 +9,9 @@ from .conftest import findings
 
 
 def agent_output(result):
-    return json.loads((result.run_dir / "attempts" / "1" / "agent.log").read_text().strip().splitlines()[-1])
+    return json.loads(
+        (result.run_dir / "attempts" / "1" / "agent.log").read_text().strip().splitlines()[-1]
+    )
 
 
 def test_hardening_seen_from_inside(run):
@@ -26,7 +28,24 @@ def test_hardening_seen_from_inside(run):
     assert seen["mknod"] == "EPERM"
     assert seen["docker_sock"] is False
     assert seen["socket_present"] is True
-    assert set(seen["devices"]) <= {"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+    assert set(seen["devices"]) <= {
+        "console",
+        "core",
+        "fd",
+        "full",
+        "mqueue",
+        "null",
+        "ptmx",
+        "pts",
+        "random",
+        "shm",
+        "stderr",
+        "stdin",
+        "stdout",
+        "tty",
+        "urandom",
+        "zero",
+    }
     inspect = read_json(result.run_dir / "attempts" / "1" / "container.json")["inspect"]
     assert inspect["HostConfig"]["NetworkMode"] == "none"
 

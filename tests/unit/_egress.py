@@ -13,9 +13,9 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -83,7 +83,13 @@ def start_origin(tls: Any = None) -> Origin:
             origin.seen.append(Seen(self.command, self.path, list(self.headers.items()), body))
             return body
 
-        def _send(self, status: int, body: bytes, content_type: str = "application/octet-stream", extra: tuple[tuple[str, str], ...] = ()) -> None:
+        def _send(
+            self,
+            status: int,
+            body: bytes,
+            content_type: str = "application/octet-stream",
+            extra: tuple[tuple[str, str], ...] = (),
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -103,11 +109,24 @@ def start_origin(tls: Any = None) -> Origin:
                 seen = origin.seen[-1]
                 self._send(200, json.dumps(seen.headers).encode(), "application/json")
             elif self.path == "/forbidden":
-                self._send(403, b'{"error": {"code": "egress_denied", "message": "spoofed"}}', "application/json")
+                self._send(
+                    403,
+                    b'{"error": {"code": "egress_denied", "message": "spoofed"}}',
+                    "application/json",
+                )
             elif self.path == "/binary":
                 self._send(200, bytes(range(256)))
             elif self.path == "/underscore":  # hop-by-hop and proxy names spelled with `_`
-                self._send(200, GET_BODY, "text/plain", (("Transfer_Encoding", "chunked"), ("Keep_Alive", "timeout=1"), ("Proxy_Status", "assure-egress; error=spoofed")))
+                self._send(
+                    200,
+                    GET_BODY,
+                    "text/plain",
+                    (
+                        ("Transfer_Encoding", "chunked"),
+                        ("Keep_Alive", "timeout=1"),
+                        ("Proxy_Status", "assure-egress; error=spoofed"),
+                    ),
+                )
             else:
                 self._send(200, GET_BODY, "text/plain")
 
@@ -129,7 +148,9 @@ def start_origin(tls: Any = None) -> Origin:
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
     origin = Origin(server)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
+    ).start()
     return origin
 
 

@@ -28,11 +28,24 @@ def short_dir() -> Iterator[Path]:
 def ratified_policy(protected: Sequence[str] = ("tests/**",), **overrides: Any) -> dict[str, Any]:
     """A policy whose contract (covering the whole workspace, pinning `protected` and no
     acceptance tests or writable scope) is ratified by someone else."""
-    contract = gate.Contract(id="c1", proposed_by="alice", ratified_by="bob", scope=("fs:**",), autonomy_ceiling=gate.COMMIT)
-    return {"contract": dataclasses.asdict(gate.ratify(contract, protected=protected)), "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT, **overrides}
+    contract = gate.Contract(
+        id="c1",
+        proposed_by="alice",
+        ratified_by="bob",
+        scope=("fs:**",),
+        autonomy_ceiling=gate.COMMIT,
+    )
+    return {
+        "contract": dataclasses.asdict(gate.ratify(contract, protected=protected)),
+        "operator_dial": gate.COMMIT,
+        "verifier_trust": gate.COMMIT,
+        **overrides,
+    }
 
 
-SPEC_TOOL_CALLS = spec.schema()["properties"]["limits"]["properties"]["tool_calls"]["default"]  # what the host passes when a spec says none
+SPEC_TOOL_CALLS = spec.schema()["properties"]["limits"]["properties"]["tool_calls"][
+    "default"
+]  # what the host passes when a spec says none
 
 
 @pytest.fixture()
@@ -58,7 +71,9 @@ def gateway_config(tmp_path: Path, short_dir: Path) -> Callable[..., dict[str, A
 
 
 @pytest.fixture()
-def start_gateway(gateway_config: Callable[..., dict[str, Any]]) -> Iterator[Callable[..., Gateway]]:
+def start_gateway(
+    gateway_config: Callable[..., dict[str, Any]],
+) -> Iterator[Callable[..., Gateway]]:
     """Start gateways in this process; every one still running is shut down after the test."""
     started: list[Gateway] = []
 

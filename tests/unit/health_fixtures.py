@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from assure.core.chain import ChainWriter, canonical, sha256_hex, utc_now
 from assure.ops import health
 from assure.records import store
-from assure.core.chain import ChainWriter, canonical, sha256_hex, utc_now
 
 CLEAN = "clean"
 CLASSES = ("rate_of_change", "duplication_ratio", "resource_saturation", "silent_component")
@@ -38,7 +38,9 @@ def tool_call(tool: str, args: dict[str, Any], *, effect: bool = False) -> dict[
         "rule": "allowed",
         "reason": "fixture",
         "inputs": {},
-        "effect": {"op": "write", "path": path, "sha256": "0" * 64, "size": 1, "mode": 420} if effect else None,
+        "effect": {"op": "write", "path": path, "sha256": "0" * 64, "size": 1, "mode": 420}
+        if effect
+        else None,
         "status": 200,
         "error": None,
     }
@@ -60,39 +62,71 @@ def make_run(
     (attempt / "gateway").mkdir(parents=True)
     (run / "control").mkdir()
     store.write_json(run / "spec.json", {"name": run_id})
-    store.write_json(run / "state.json", {"run_id": run_id, "spec": run_id, "state": state, "attempt": 1, "started_at": utc_now()})
+    store.write_json(
+        run / "state.json",
+        {"run_id": run_id, "spec": run_id, "state": state, "attempt": 1, "started_at": utc_now()},
+    )
     events = ChainWriter(run / "events.jsonl", base={"run_id": run_id, "actor": "driver"})
     events.append("run_started", spec=run_id)
     events.append("attempt_started", attempt=1)
     events.close()
-    journal = ChainWriter(attempt / "gateway" / "journal.jsonl", base={"run_id": run_id, "attempt": 1, "actor": "gateway"})
-    journal.append("gateway_started", config_sha256="0" * 64, tools=["fs.read", "fs.write"], protected=[], limits={"tool_calls": TOOL_CALLS_LIMIT})
+    journal = ChainWriter(
+        attempt / "gateway" / "journal.jsonl",
+        base={"run_id": run_id, "attempt": 1, "actor": "gateway"},
+    )
+    journal.append(
+        "gateway_started",
+        config_sha256="0" * 64,
+        tools=["fs.read", "fs.write"],
+        protected=[],
+        limits={"tool_calls": TOOL_CALLS_LIMIT},
+    )
     for call in calls:
         journal.append("tool_call", **call)
     journal.close()
     (attempt / "gateway" / "ready").write_text('{"attempt": 1}\n')
     if container is not None:
-        store.write_json(attempt / "container.json", {"harness_errors": [], "exit_code": 0, "oom_killed": False, "stopped": None, **container})
+        store.write_json(
+            attempt / "container.json",
+            {
+                "harness_errors": [],
+                "exit_code": 0,
+                "oom_killed": False,
+                "stopped": None,
+                **container,
+            },
+        )
     if heartbeats:
         health.beat(run / "control" / "verifier.json", health.VERIFIER, attempt=1)
-        health.beat(attempt / "gateway" / "heartbeat.json", health.GATEWAY, attempt=1, tool_calls=len(calls))
+        health.beat(
+            attempt / "gateway" / "heartbeat.json", health.GATEWAY, attempt=1, tool_calls=len(calls)
+        )
         health.beat(base / health.HEALTH_DIR / "driver.json", health.DRIVER, run_id=run_id)
     if age_seconds:
         then = time.time() - age_seconds
-        for path in (run / "events.jsonl", attempt / "gateway" / "journal.jsonl", run / "state.json"):
+        for path in (
+            run / "events.jsonl",
+            attempt / "gateway" / "journal.jsonl",
+            run / "state.json",
+        ):
             os.utime(path, (then, then))
     return run
 
 
 def clean(base: Path) -> Path:
     """A running attempt, fresh heartbeats, a few different calls: fires nothing."""
-    calls = [tool_call("fs.read", {"path": f"src/{n}.py"}) for n in range(5)] + [tool_call("fs.write", {"path": "out.txt", "content": "x"}, effect=True)]
+    calls = [tool_call("fs.read", {"path": f"src/{n}.py"}) for n in range(5)] + [
+        tool_call("fs.write", {"path": "out.txt", "content": "x"}, effect=True)
+    ]
     return make_run(base, "clean-run", calls=calls)
 
 
 def rate_of_change(base: Path) -> Path:
     """More different tool calls within a minute than the default limit allows."""
-    calls = [tool_call("fs.read", {"path": f"src/{n}.py"}) for n in range(health.MAX_TOOL_CALLS_PER_MINUTE + 1)]
+    calls = [
+        tool_call("fs.read", {"path": f"src/{n}.py"})
+        for n in range(health.MAX_TOOL_CALLS_PER_MINUTE + 1)
+    ]
     return make_run(base, "rate-run", calls=calls)
 
 
@@ -106,13 +140,23 @@ def duplication_ratio(base: Path) -> Path:
 
 def resource_saturation(base: Path) -> Path:
     """An attempt whose agent the OOM killer stopped."""
-    return make_run(base, "oom-run", calls=[tool_call("fs.read", {"path": "big.bin"})], container={"oom_killed": True, "exit_code": 137})
+    return make_run(
+        base,
+        "oom-run",
+        calls=[tool_call("fs.read", {"path": "big.bin"})],
+        container={"oom_killed": True, "exit_code": 137},
+    )
 
 
 def silent_component(base: Path) -> Path:
     """A running run (driver alive) whose events and journal stopped growing long ago."""
-    return make_run(base, "quiet-run", calls=[tool_call("fs.read", {"path": "a"})], container={"exit_code": 0},
-                    age_seconds=health.SILENT_AFTER_SECONDS + 60)
+    return make_run(
+        base,
+        "quiet-run",
+        calls=[tool_call("fs.read", {"path": "a"})],
+        container={"exit_code": 0},
+        age_seconds=health.SILENT_AFTER_SECONDS + 60,
+    )
 
 
 BUILDERS: dict[str, Callable[[Path], Path]] = {
@@ -135,7 +179,13 @@ def hostile(base: Path) -> dict[str, Path]:
     # a run directory that is a symlink out of the runs base
     os.symlink(outside, base / "linked-run")
     # a run whose state.json is a symlink, one whose state is garbage, one a FIFO, one huge
-    for name, kind in (("state-link", "link"), ("state-garbage", "garbage"), ("state-fifo", "fifo"), ("state-huge", "huge"), ("state-deep", "deep")):
+    for name, kind in (
+        ("state-link", "link"),
+        ("state-garbage", "garbage"),
+        ("state-fifo", "fifo"),
+        ("state-huge", "huge"),
+        ("state-deep", "deep"),
+    ):
         run = base / name
         (run / "attempts").mkdir(parents=True)
         target = run / "state.json"
@@ -152,7 +202,9 @@ def hostile(base: Path) -> dict[str, Path]:
             target.write_text("[" * 100_000 + "]" * 100_000)
         made[name] = run
     # a running run whose attempt is full of traps
-    run = make_run(base, "trapped-run", calls=[tool_call("fs.read", {"path": "a"})], heartbeats=False)
+    run = make_run(
+        base, "trapped-run", calls=[tool_call("fs.read", {"path": "a"})], heartbeats=False
+    )
     attempt = run / "attempts" / "1"
     journal = attempt / "gateway" / "journal.jsonl"
     with open(journal, "ab") as fh:  # garbage lines after the real chain, then 10 MiB more
@@ -165,7 +217,9 @@ def hostile(base: Path) -> dict[str, Path]:
     (run / "alerts").mkdir()
     (run / "alerts" / "junk.json").write_text('{"id": 1}')
     (run / "alerts" / "bad.json").write_text("{{{{")
-    (run / "alerts" / "future.json").write_text('{"id": "x-1", "kind": "breach", "state": "pending", "raised_at": "garbage", "extra": 1}')
+    (run / "alerts" / "future.json").write_text(
+        '{"id": "x-1", "kind": "breach", "state": "pending", "raised_at": "garbage", "extra": 1}'
+    )
     os.mkfifo(run / "alerts" / "fifo.json")
     (attempt / "weird").symlink_to("/")
     os.symlink("/", run / "attempts" / "2")
@@ -182,7 +236,9 @@ def hostile(base: Path) -> dict[str, Path]:
     health_dir = base / health.HEALTH_DIR
     health_dir.mkdir(exist_ok=True)
     (health_dir / "escalations.jsonl").write_text("garbage\n")
-    store.write_json(health_dir / "driver.json", {"component": "driver", "last_success_at": time.time() + 10**6})
+    store.write_json(
+        health_dir / "driver.json", {"component": "driver", "last_success_at": time.time() + 10**6}
+    )
     return made
 
 

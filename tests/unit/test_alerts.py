@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from assure.ops import alerts
 from assure.errors import AssureError
+from assure.ops import alerts
 
 
 @pytest.fixture
@@ -41,7 +41,9 @@ def run_dir(tmp_path):
 def test_an_alert_reaches_every_sink_and_stays_pending_until_acked(tmp_path, webhook):
     url, received = webhook
     sinks = alerts.Sinks(jsonl=tmp_path / "alerts.jsonl", webhook=url)
-    alert = alerts.raise_alert(run_dir(tmp_path), "budget_halt", "tool calls exhausted", sinks, {"counter": "tool_calls"})
+    alert = alerts.raise_alert(
+        run_dir(tmp_path), "budget_halt", "tool calls exhausted", sinks, {"counter": "tool_calls"}
+    )
     assert alert.state == "pending" and alert.sink_errors == ()
     assert [r["id"] for r in received] == [alert.id]
     assert json.loads((tmp_path / "alerts.jsonl").read_text())["id"] == alert.id
@@ -75,8 +77,18 @@ def test_a_damaged_alert_file_is_left_out_not_fatal(tmp_path):
 
 def test_an_expected_outcome_is_on_record_acknowledged_by_the_spec(tmp_path):
     sink = tmp_path / "alerts.jsonl"
-    alert = alerts.raise_alert(run_dir(tmp_path), "breach", "1 breach findings: src/x", alerts.Sinks(jsonl=sink), expected="hostile spec h expects breach")
-    assert (alert.state, alert.acked_by, alert.ack_reason) == ("acked", alerts.SPEC_ACTOR, "hostile spec h expects breach")
+    alert = alerts.raise_alert(
+        run_dir(tmp_path),
+        "breach",
+        "1 breach findings: src/x",
+        alerts.Sinks(jsonl=sink),
+        expected="hostile spec h expects breach",
+    )
+    assert (alert.state, alert.acked_by, alert.ack_reason) == (
+        "acked",
+        alerts.SPEC_ACTOR,
+        "hostile spec h expects breach",
+    )
     assert alerts.all_alerts(tmp_path / "runs") == [alert]
     assert json.loads(sink.read_text())["state"] == "acked"  # the sinks are told it needs no one
 
@@ -87,13 +99,23 @@ def test_ack_takes_a_filter_and_acknowledges_only_the_pending_alerts_it_matches(
         (base / name).mkdir(parents=True)
         for kind in ("breach", "quarantine"):
             alerts.raise_alert(base / name, kind, f"{kind} of {name}", alerts.Sinks())
-    expected = alerts.raise_alert(base / "r2", "breach", "expected", alerts.Sinks(), expected="hostile spec expects breach")
-    assert {(a.run_id, a.kind) for a in alerts.ack_matching(base, "carol", run_id="r1", kind="breach")} == {("r1", "breach")}
-    assert {(a.run_id, a.kind) for a in alerts.ack_matching(base, "carol", kind="quarantine")} == {("r1", "quarantine"), ("r2", "quarantine")}
+    expected = alerts.raise_alert(
+        base / "r2", "breach", "expected", alerts.Sinks(), expected="hostile spec expects breach"
+    )
+    assert {
+        (a.run_id, a.kind) for a in alerts.ack_matching(base, "carol", run_id="r1", kind="breach")
+    } == {("r1", "breach")}
+    assert {(a.run_id, a.kind) for a in alerts.ack_matching(base, "carol", kind="quarantine")} == {
+        ("r1", "quarantine"),
+        ("r2", "quarantine"),
+    }
     assert [(a.run_id, a.kind) for a in alerts.ack_matching(base, "carol")] == [("r2", "breach")]
     assert alerts.ack_matching(base, "carol") == []
     states = {a.id: (a.state, a.acked_by) for a in alerts.all_alerts(base)}
-    assert states.pop(expected.id) == ("acked", alerts.SPEC_ACTOR)  # left as the spec acknowledged it
+    assert states.pop(expected.id) == (
+        "acked",
+        alerts.SPEC_ACTOR,
+    )  # left as the spec acknowledged it
     assert set(states.values()) == {("acked", "carol")}
     with pytest.raises(AssureError, match="no alert kind"):
         alerts.ack_matching(base, "carol", kind="nope")

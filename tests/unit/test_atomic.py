@@ -59,6 +59,8 @@ def test_a_symlink_planted_at_the_temporary_name_is_never_followed(tmp_path: Pat
     atomic.write_bytes(folder / "file", b"new")
     assert outside.read_text() == "keep" and (folder / "file").read_bytes() == b"new"
     (folder / "file").unlink()
-    os.symlink(outside, folder / "file")  # the final name may be a link: it is replaced, not followed
+    os.symlink(
+        outside, folder / "file"
+    )  # the final name may be a link: it is replaced, not followed
     atomic.write_bytes(folder / "file", b"new")
     assert outside.read_text() == "keep" and not (folder / "file").is_symlink()

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from assure.run import checks
 from assure import spec
 from assure.errors import SandboxError, SpecError
+from assure.run import checks
 from assure.spec import Case, Cases
 from assure.verify.assertions import cases as compare
 
@@ -29,9 +29,23 @@ def spec_cases(*each: Case) -> Cases:
 
 
 def recorded(*runs: dict[str, Any], digest: str = DIGEST) -> dict[str, Any]:
-    return {"index": 0, "run": ["python3", "tests/add_cli.py"], "post_digest": digest,
-            "results": [{"case": i, "exit_code": 0, "timed_out": False, "seconds": 0.1, "stdout_over": False, "output_tail": "", **r}
-                        for i, r in enumerate(runs)]}
+    return {
+        "index": 0,
+        "run": ["python3", "tests/add_cli.py"],
+        "post_digest": digest,
+        "results": [
+            {
+                "case": i,
+                "exit_code": 0,
+                "timed_out": False,
+                "seconds": 0.1,
+                "stdout_over": False,
+                "output_tail": "",
+                **r,
+            }
+            for i, r in enumerate(runs)
+        ],
+    }
 
 
 def out(text: bytes) -> dict[str, Any]:
@@ -46,16 +60,37 @@ def test_every_case_as_expected_passes():
     assert ok and why == "2 of 2 cases: stdout and exit code as expected, each in a fresh container"
 
 
-@pytest.mark.parametrize(("run", "why"), [
-    (out(b""), "stdout differs: expected '-4\n', got ''"),                      # the exit-0 liar: printed nothing
-    (out(b"-4"), "stdout differs: expected '-4\n', got '-4'"),                  # byte for byte: the newline counts
-    (out(b"-7 3\n"), "stdout differs: expected '-4\n', got '-7 3\n'"),          # its input printed back (raw: renderers escape once)
-    (out(b"\xff\x1b"), "stdout differs: expected '-4\n', got '\ufffd\x1b'"),     # an undecodable byte, a control: escaped when shown
-    ({**out(b"-4\n"), "exit_code": 3}, "exit code 3, expected 0"),             # the right answer, then a failure status
-    ({**out(b""), "exit_code": None, "timed_out": True, "seconds": 60.0}, "timed out after 60.0 s"),
-    ({**out(b"-4\nx"), "exit_code": None, "stdout_over": True}, "stdout is longer than expected"),
-    ({"stdout_b64": "not base64!"}, "the recorded stdout is not base64"),
-])
+@pytest.mark.parametrize(
+    ("run", "why"),
+    [
+        (out(b""), "stdout differs: expected '-4\n', got ''"),  # the exit-0 liar: printed nothing
+        (
+            out(b"-4"),
+            "stdout differs: expected '-4\n', got '-4'",
+        ),  # byte for byte: the newline counts
+        (
+            out(b"-7 3\n"),
+            "stdout differs: expected '-4\n', got '-7 3\n'",
+        ),  # its input printed back (raw: renderers escape once)
+        (
+            out(b"\xff\x1b"),
+            "stdout differs: expected '-4\n', got '\ufffd\x1b'",
+        ),  # an undecodable byte, a control: escaped when shown
+        (
+            {**out(b"-4\n"), "exit_code": 3},
+            "exit code 3, expected 0",
+        ),  # the right answer, then a failure status
+        (
+            {**out(b""), "exit_code": None, "timed_out": True, "seconds": 60.0},
+            "timed out after 60.0 s",
+        ),
+        (
+            {**out(b"-4\nx"), "exit_code": None, "stdout_over": True},
+            "stdout is longer than expected",
+        ),
+        ({"stdout_b64": "not base64!"}, "the recorded stdout is not base64"),
+    ],
+)
 def test_any_difference_in_one_case_fails_it_and_names_it(run, why):
     ok, got, _ = compare(spec_cases(*ADD), recorded(out(b"42\n"), run), DIGEST)
     assert not ok and got == f"case 2 of 2 (args -7 3): {why}"
@@ -70,25 +105,36 @@ def test_an_expected_nonzero_exit_code_must_match():
 def test_results_not_for_this_snapshot_or_these_cases_fail_closed():
     good = recorded(out(b"42\n"), out(b"-4\n"))
     assert compare(spec_cases(*ADD), None, DIGEST)[:2] == (False, "the cases were not run")
-    assert compare(spec_cases(*ADD), recorded(out(b"42\n"), out(b"-4\n"), digest="e" * 64), DIGEST)[:2] == (
-        False, "the recorded results are for another workspace state")
-    for broken in ({**good, "results": good["results"][:1]}, {**good, "results": good["results"][::-1]}, {**good, "results": "x"}):
-        assert compare(spec_cases(*ADD), broken, DIGEST)[:2] == (False, "the recorded results do not match the spec's 2 cases")
+    assert compare(spec_cases(*ADD), recorded(out(b"42\n"), out(b"-4\n"), digest="e" * 64), DIGEST)[
+        :2
+    ] == (False, "the recorded results are for another workspace state")
+    for broken in (
+        {**good, "results": good["results"][:1]},
+        {**good, "results": good["results"][::-1]},
+        {**good, "results": "x"},
+    ):
+        assert compare(spec_cases(*ADD), broken, DIGEST)[:2] == (
+            False,
+            "the recorded results do not match the spec's 2 cases",
+        )
 
 
 # --- the reader of the attached stream ----------------------------------------------------------
+
 
 def frame(stream: int, payload: bytes) -> bytes:
     return bytes([stream, 0, 0, 0]) + struct.pack(">I", len(payload)) + payload
 
 
-def read(wire: bytes, cap: int | None, *, chunk: int = 1, close: bool = True, timeout: float = 5.0) -> checks.CheckRun:
+def read(
+    wire: bytes, cap: int | None, *, chunk: int = 1, close: bool = True, timeout: float = 5.0
+) -> checks.CheckRun:
     """Feed `wire` through a real socket pair, `chunk` bytes at a time, into the reader."""
     ours, theirs = socket.socketpair()
 
     def send() -> None:
         for i in range(0, len(wire), chunk):
-            theirs.sendall(wire[i:i + chunk])
+            theirs.sendall(wire[i : i + chunk])
         if close:
             theirs.shutdown(socket.SHUT_WR)
 
@@ -177,17 +223,35 @@ def problems(path: Path) -> list[str]:
 
 
 def test_defaults_come_from_the_schema(tmp_path):
-    loaded = spec.load(write(tmp_path, '        - {stdout: "x\\n"}\n        - {args: ["1", "2"], stdin: "3", stdout: "6\\n", exit_code: 1}'))
-    assert loaded.cases() == (Cases(("python3", "tests/add_cli.py"), "assure-agent", 60.0, {},
-                                    (Case((), None, "x\n", 0), Case(("1", "2"), "3", "6\n", 1))),)
+    loaded = spec.load(
+        write(
+            tmp_path,
+            '        - {stdout: "x\\n"}\n        - {args: ["1", "2"], stdin: "3", stdout: "6\\n", exit_code: 1}',
+        )
+    )
+    assert loaded.cases() == (
+        Cases(
+            ("python3", "tests/add_cli.py"),
+            "assure-agent",
+            60.0,
+            {},
+            (Case((), None, "x\n", 0), Case(("1", "2"), "3", "6\n", 1)),
+        ),
+    )
 
 
 def test_a_case_whose_answer_is_its_input_is_refused_with_field_and_fix(tmp_path):
-    path = write(tmp_path, '        - {args: ["40", "2"], stdout: "42\\n"}\n        - {args: ["5", "0"], stdout: "5\\n"}\n        - {stdin: "hi\\n", stdout: "hi\\n"}')
+    path = write(
+        tmp_path,
+        '        - {args: ["40", "2"], stdout: "42\\n"}\n        - {args: ["5", "0"], stdout: "5\\n"}\n        - {stdin: "hi\\n", stdout: "hi\\n"}',
+    )
     with pytest.raises(SpecError) as info:
         spec.load(path)
     msg = "the expected stdout is one of the case's inputs: a program that echoes its input passes"
-    assert info.value.problems == [f"{path}:12: assertions[0].cases.each[1].stdout: {msg}", f"{path}:13: assertions[0].cases.each[2].stdout: {msg}"]
+    assert info.value.problems == [
+        f"{path}:12: assertions[0].cases.each[1].stdout: {msg}",
+        f"{path}:13: assertions[0].cases.each[2].stdout: {msg}",
+    ]
     assert "add 40 2 -> 42" in info.value.fix
 
 
@@ -195,10 +259,14 @@ def test_a_case_without_stdout_or_with_an_unknown_field_names_it(tmp_path):
     path = write(tmp_path, '        - {args: ["1"]}\n        - {stdout: "1\\n", stdot: "x"}')
     got = problems(path)
     assert f"{path}:11: assertions[0].cases.each[0]: 'stdout' is required" in got
-    assert f"{path}:12: assertions[0].cases.each[1].stdot: unknown field; allowed here: args, exit_code, stdin, stdout" in got
+    assert (
+        f"{path}:12: assertions[0].cases.each[1].stdot: unknown field; allowed here: args, exit_code, stdin, stdout"
+        in got
+    )
 
 
 # --- what reaches the engine --------------------------------------------------------------------
+
 
 class RecordingEngine:
     """Stands in for the engine and keeps every byte sent to it: create arguments and stdin.
@@ -250,11 +318,23 @@ class RecordingEngine:
 
 def test_no_expected_output_or_exit_code_is_ever_sent_to_the_engine(tmp_path):
     secret_out, secret_code = "SECRET-ANSWER-7f3a", 173
-    path = write(tmp_path, f'        - {{args: ["a1"], stdin: "in-1", stdout: "{secret_out}\\n", exit_code: {secret_code}}}\n'
-                           f'        - {{args: ["a2"], stdout: "{secret_out}-2\\n"}}')
+    path = write(
+        tmp_path,
+        f'        - {{args: ["a1"], stdin: "in-1", stdout: "{secret_out}\\n", exit_code: {secret_code}}}\n'
+        f'        - {{args: ["a2"], stdout: "{secret_out}-2\\n"}}',
+    )
     loaded = spec.load(path)
     engine = RecordingEngine()
-    results = checks.run_cases(loaded, loaded.workspace.fixture, {"entries": {}}, engine, "assure-agent:x", {}, "t", user=(60600, 60600))
+    results = checks.run_cases(
+        loaded,
+        loaded.workspace.fixture,
+        {"entries": {}},
+        engine,
+        "assure-agent:x",
+        {},
+        "t",
+        user=(60600, 60600),
+    )
     wire = b"".join(engine.sent)
     assert b"in-1" in wire and b"a1" in wire and b"a2" in wire  # the inputs do go in
     assert secret_out.encode() not in wire and b"exit_code" not in wire

@@ -56,8 +56,8 @@ def test_a_fixture_that_cannot_be_copied_whole_fails_before_the_attempt_starts(t
 
     import pytest
 
-    from assure.run.attempt import fresh_copy
     from assure.errors import SandboxError
+    from assure.run.attempt import fresh_copy
 
     fixture = tmp_path / "fixture"
     fixture.mkdir()

@@ -32,7 +32,9 @@ def helps(command: Any) -> list[str]:
 
 
 @pytest.mark.parametrize("path,command", ALL, ids=[" ".join(p) or "assure" for p, _ in ALL])
-def test_help_shows_every_string_whole_and_names_only_files_that_exist(path: tuple[str, ...], command: Any) -> None:
+def test_help_shows_every_string_whole_and_names_only_files_that_exist(
+    path: tuple[str, ...], command: Any
+) -> None:
     rendered = flat(invoke(*path, "--help", columns=1000).output)
     for help_text in helps(command):
         meant = shown(help_text)
@@ -40,14 +42,20 @@ def test_help_shows_every_string_whole_and_names_only_files_that_exist(path: tup
         first = meant.split("\n\n")[0]
         assert flat(first) in rendered, first
         for name in FILE.findall(meant):
-            assert list(ROOT.glob(name.rstrip("/"))), f"{' '.join(path)} names {name}, which does not exist"
+            assert list(ROOT.glob(name.rstrip("/"))), (
+                f"{' '.join(path)} names {name}, which does not exist"
+            )
 
 
 def test_the_cluster_option_says_what_to_install() -> None:
     assert "needs assure[ray]." in flat(invoke("suite", "--help", columns=1000).output)
 
 
-@pytest.mark.parametrize("path,group", [(p, g) for p, g in ALL if hasattr(g, "commands")], ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+@pytest.mark.parametrize(
+    "path,group",
+    [(p, g) for p, g in ALL if hasattr(g, "commands")],
+    ids=lambda v: " ".join(v) if isinstance(v, tuple) else "",
+)
 def test_a_group_lists_each_command_on_one_line(path: tuple[str, ...], group: Any) -> None:
     """A command's first paragraph on its own row, unbroken (a docstring's line breaks once cut it mid-sentence)."""
     lines = invoke(*path, "--help", columns=1000).output.splitlines()

@@ -25,12 +25,27 @@ from tests.unit.test_driver_states import ACCEPTANCE, drive, fix, ratified, writ
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "suites" / "containment.yaml"
-RESOLVER_ERRORS = ("neither a run's folder nor a run id", "no run `", "not a run directory", "Traceback")
-FILLERS = {"LEVEL": "propose", "ALERT": "no-such-alert", "SPEC": str(DEFAULT_SPEC), "[SPEC]": str(DEFAULT_SPEC), "SUITE": str(SUITE),
-           "FILE...": str(DEFAULT_SPEC), "[SPEC]...": str(DEFAULT_SPEC), "PACKET": str(DEFAULT_SPEC)}
+RESOLVER_ERRORS = (
+    "neither a run's folder nor a run id",
+    "no run `",
+    "not a run directory",
+    "Traceback",
+)
+FILLERS = {
+    "LEVEL": "propose",
+    "ALERT": "no-such-alert",
+    "SPEC": str(DEFAULT_SPEC),
+    "[SPEC]": str(DEFAULT_SPEC),
+    "SUITE": str(SUITE),
+    "FILE...": str(DEFAULT_SPEC),
+    "[SPEC]...": str(DEFAULT_SPEC),
+    "PACKET": str(DEFAULT_SPEC),
+}
 
 
-def commands(group: Any = None, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+def commands(
+    group: Any = None, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
     """Every command and group of the app, with the words that invoke it: nothing hard-coded."""
     group = group or typer.main.get_command(app)
     yield path, group
@@ -66,7 +81,13 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "fixture"]):
         git(target, *cmd)
     private, public = keys.generate_keypair(tmp / "keys")
-    spec = write_spec(tmp, "fix", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE)
+    spec = write_spec(
+        tmp,
+        "fix",
+        contract=ratified(["fs:**"]),
+        promote={"target": str(target)},
+        assertions=ACCEPTANCE,
+    )
     run = store.RunDir.create(tmp / "runs", store.new_run_id(spec.name), spec.path, spec.to_json())
     short = tempfile.mkdtemp(prefix="nam", dir="/tmp")
     try:
@@ -85,17 +106,34 @@ def run_copy(finished: tuple[Path, Path], tmp_path: Path) -> Path:
     return copy
 
 
-RUN_COMMANDS = [path for path, c in commands() if any(p.metavar in ("RUN", "[RUN]") for p in c.params)]
+RUN_COMMANDS = [
+    path for path, c in commands() if any(p.metavar in ("RUN", "[RUN]") for p in c.params)
+]
 
 
 def test_the_run_naming_commands_are_found() -> None:
     names = {" ".join(p) for p in RUN_COMMANDS}
-    assert {"verify", "diff", "show", "journal", "halt", "dial", "promote", "resume", "health", "receipts verify"} <= names
+    assert {
+        "verify",
+        "diff",
+        "show",
+        "journal",
+        "halt",
+        "dial",
+        "promote",
+        "resume",
+        "health",
+        "receipts verify",
+    } <= names
 
 
 @pytest.mark.parametrize("path", RUN_COMMANDS, ids=" ".join)
-def test_every_command_that_names_a_run_takes_its_id_or_its_folder(path: tuple[str, ...], run_copy: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)  # what a command writes to its working folder (report html's page) lands here
+def test_every_command_that_names_a_run_takes_its_id_or_its_folder(
+    path: tuple[str, ...], run_copy: Path, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(
+        tmp_path
+    )  # what a command writes to its working folder (report html's page) lands here
     command = dict(commands())[path]
     by_id = invoke(*path, *argv_for(command, run_copy.name), "--runs-dir", str(run_copy.parent))
     empty = tmp_path / "elsewhere"
@@ -103,14 +141,32 @@ def test_every_command_that_names_a_run_takes_its_id_or_its_folder(path: tuple[s
     for result in (by_id, by_folder):
         assert not any(e in result.output for e in RESOLVER_ERRORS), result.output
     assert by_id.exit_code == by_folder.exit_code
-    unknown = invoke(*path, *argv_for(command, "no-such-run-20260101T000000Z-000000"), "--runs-dir", str(run_copy.parent))
-    assert unknown.exit_code == 1 and "no run `no-such-run" in unknown.output and "assure runs" in unknown.output
+    unknown = invoke(
+        *path,
+        *argv_for(command, "no-such-run-20260101T000000Z-000000"),
+        "--runs-dir",
+        str(run_copy.parent),
+    )
+    assert (
+        unknown.exit_code == 1
+        and "no run `no-such-run" in unknown.output
+        and "assure runs" in unknown.output
+    )
     assert "Traceback" not in unknown.output
 
 
 def test_receipts_verify_takes_a_run_id(finished: tuple[Path, Path]) -> None:
     run, public = finished
-    result = invoke("receipts", "verify", run.name, "--runs-dir", str(run.parent), "--public-key", str(public), "--json")
+    result = invoke(
+        "receipts",
+        "verify",
+        run.name,
+        "--runs-dir",
+        str(run.parent),
+        "--public-key",
+        str(public),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["verified"] is True and report["run_id"] == run.name
@@ -145,8 +201,15 @@ def test_show_says_the_promote_decision_in_words(finished: tuple[Path, Path]) ->
 
 
 def test_a_journal_detail_is_words_not_a_repr() -> None:
-    record = {"tool": "promote", "decision": {"outcome": "deny", "rule": "autonomy.propose", "inputs": {"dial": "propose"}}, "path": None}
-    assert journal.detail(record, ("tool", "path", "decision")) == "tool=promote decision.outcome=deny decision.rule=autonomy.propose"
+    record = {
+        "tool": "promote",
+        "decision": {"outcome": "deny", "rule": "autonomy.propose", "inputs": {"dial": "propose"}},
+        "path": None,
+    }
+    assert (
+        journal.detail(record, ("tool", "path", "decision"))
+        == "tool=promote decision.outcome=deny decision.rule=autonomy.propose"
+    )
 
 
 def test_version_prints_the_package_version() -> None:
@@ -169,7 +232,12 @@ def test_every_placeholder_is_uppercase_and_named() -> None:
             if isinstance(param, TyperOption) and (param.is_flag or param.count):
                 continue
             metavar = param.metavar or ""
-            if not metavar or metavar != metavar.upper() or metavar.strip("[].") in ("PATH", "TEXT", "INTEGER", "FLOAT") or "_" in metavar:
+            if (
+                not metavar
+                or metavar != metavar.upper()
+                or metavar.strip("[].") in ("PATH", "TEXT", "INTEGER", "FLOAT")
+                or "_" in metavar
+            ):
                 unnamed.append(f"{' '.join(path)} {param.name}: {metavar or '(none)'}")
     assert unnamed == []
 
@@ -179,23 +247,38 @@ def test_the_usage_line_wraps_each_argument_once(path: tuple[str, ...]) -> None:
     """One style on the usage line: {RUN} required, [SPEC] optional, ... after a list, as the
     help framework writes them; never [[SPEC]] or {FILE...}... from a metavar that wraps itself."""
     usage = next(line for line in invoke(*path, "-h").output.splitlines() if "Usage:" in line)
-    words = usage.split("Usage:", 1)[1].split()[len(path) + 1:]  # after `assure` and the command's words
-    odd = [w for w in words if w not in ("[OPTIONS]", "COMMAND", "[ARGS]...") and not re.fullmatch(r"(\{[A-Z/]+\}|\[[A-Z/]+\])(\.\.\.)?", w)]
+    words = usage.split("Usage:", 1)[1].split()[
+        len(path) + 1 :
+    ]  # after `assure` and the command's words
+    odd = [
+        w
+        for w in words
+        if w not in ("[OPTIONS]", "COMMAND", "[ARGS]...")
+        and not re.fullmatch(r"(\{[A-Z/]+\}|\[[A-Z/]+\])(\.\.\.)?", w)
+    ]
     assert odd == [], usage
 
 
-@pytest.mark.parametrize("path", [p for p, c in commands() if any(o.name == "runs_dir" for o in c.params)], ids=" ".join)
+@pytest.mark.parametrize(
+    "path", [p for p, c in commands() if any(o.name == "runs_dir" for o in c.params)], ids=" ".join
+)
 def test_a_file_as_runs_dir_is_refused_in_words(path: tuple[str, ...], tmp_path: Path) -> None:
     somefile = tmp_path / "somefile"
     somefile.write_text("x\n")
-    result = invoke(*path, *argv_for(dict(commands())[path], "some-run"), "--runs-dir", str(somefile))
+    result = invoke(
+        *path, *argv_for(dict(commands())[path], "some-run"), "--runs-dir", str(somefile)
+    )
     assert result.exit_code == 1, result.output
     assert "--runs-dir is not a folder" in result.output and "Traceback" not in result.output
 
 
-@pytest.mark.parametrize("argv", [["run", str(DEFAULT_SPEC)], ["suite", str(SUITE)]], ids=lambda a: a[0])
+@pytest.mark.parametrize(
+    "argv", [["run", str(DEFAULT_SPEC)], ["suite", str(SUITE)]], ids=lambda a: a[0]
+)
 @pytest.mark.parametrize("base", ["/proc", "file"])
-def test_a_runs_dir_no_run_can_be_made_in_is_refused_before_the_engine(argv: list[str], base: str, tmp_path: Path) -> None:
+def test_a_runs_dir_no_run_can_be_made_in_is_refused_before_the_engine(
+    argv: list[str], base: str, tmp_path: Path
+) -> None:
     if base == "file":
         base = str(tmp_path / "somefile")
         Path(base).write_text("x\n")
@@ -217,7 +300,10 @@ def test_a_run_directory_cannot_be_made_in_proc() -> None:
         (b"# only a comment\n", "the file is empty"),
         (b"- a\n- b\n", "the file holds a list: a spec is a mapping"),
         (b"\xff\xfe\x00name: x\n", "not UTF-8 text (byte 0xff at offset 0)"),
-        (b"version: 1\nname: x\nagent:\nworkspace: [1]\nassertions: []\nexpect: pass\n", "agent: expected a mapping, found nothing"),
+        (
+            b"version: 1\nname: x\nagent:\nworkspace: [1]\nassertions: []\nexpect: pass\n",
+            "agent: expected a mapping, found nothing",
+        ),
     ],
 )
 def test_a_bad_spec_is_explained_in_words(content: bytes, said: str, tmp_path: Path) -> None:
@@ -226,7 +312,11 @@ def test_a_bad_spec_is_explained_in_words(content: bytes, said: str, tmp_path: P
     result = invoke("validate", str(path))
     assert result.exit_code == 1
     assert said in result.output
-    assert "None is not of type" not in result.output and "Traceback" not in result.output and "codec" not in result.output
+    assert (
+        "None is not of type" not in result.output
+        and "Traceback" not in result.output
+        and "codec" not in result.output
+    )
 
 
 @pytest.mark.parametrize("kind", ["missing", "folder", "unreadable"])
@@ -237,8 +327,17 @@ def test_a_spec_that_cannot_be_read_is_explained(kind: str, tmp_path: Path) -> N
     elif kind == "unreadable":
         path.write_text("version: 1\n")
         path.chmod(0)
-    said = {"missing": "no such file", "folder": "is a folder, not a file", "unreadable": "permission denied"}[kind]
-    for argv in (["validate", str(path)], ["validate", str(path), "--json"], ["contract", "hash", str(path)], ["doctor", str(path)]):
+    said = {
+        "missing": "no such file",
+        "folder": "is a folder, not a file",
+        "unreadable": "permission denied",
+    }[kind]
+    for argv in (
+        ["validate", str(path)],
+        ["validate", str(path), "--json"],
+        ["contract", "hash", str(path)],
+        ["doctor", str(path)],
+    ):
         result = invoke(*argv)
         assert result.exit_code == 1 and "Traceback" not in result.output
         if kind != "unreadable" or not _root():  # root reads a mode-0 file
@@ -267,8 +366,16 @@ def test_a_long_run_id_is_printed_whole_in_a_narrow_table(tmp_path: Path) -> Non
     spec.write_text("name: long\n")
     run_id = "a-spec-with-a-rather-long-descriptive-name-for-its-runs-20261201T000000Z-abcdef"
     run = store.RunDir.create(tmp_path / "runs", run_id, spec, {"name": "long"}).path
-    (run / "state.json").write_text(json.dumps({"state": "finished", "verdict": "pass", "started_at": "2026-12-01T00:00:00.000Z",
-                                                "tasks": {"main": {"state": "committed"}}}))
+    (run / "state.json").write_text(
+        json.dumps(
+            {
+                "state": "finished",
+                "verdict": "pass",
+                "started_at": "2026-12-01T00:00:00.000Z",
+                "tasks": {"main": {"state": "committed"}},
+            }
+        )
+    )
     from assure.ops import alerts
 
     alerts.raise_alert(run, "breach", "something happened", alerts.Sinks())
@@ -278,11 +385,15 @@ def test_a_long_run_id_is_printed_whole_in_a_narrow_table(tmp_path: Path) -> Non
         assert run_id in result.output and "…" not in result.output, result.output
 
 
-def test_diff_of_an_attempt_the_run_does_not_have_says_which_it_has(finished: tuple[Path, Path]) -> None:
+def test_diff_of_an_attempt_the_run_does_not_have_says_which_it_has(
+    finished: tuple[Path, Path],
+) -> None:
     run, _ = finished
     for n in ("5", "0"):
         result = invoke("diff", str(run), "--attempt", n)
-        assert result.exit_code == 1 and f"the run has no attempt {n} (it has: 1)" in result.output, result.output
+        assert (
+            result.exit_code == 1 and f"the run has no attempt {n} (it has: 1)" in result.output
+        ), result.output
 
 
 def test_journal_since_must_be_a_time(finished: tuple[Path, Path]) -> None:
@@ -298,22 +409,31 @@ def test_operator_results_answer_in_json(tmp_path: Path) -> None:
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: live\n")
-    run = store.RunDir.create(tmp_path / "runs", "live-20261201T000000Z-abcdef", spec, {"name": "live"}).path
+    run = store.RunDir.create(
+        tmp_path / "runs", "live-20261201T000000Z-abcdef", spec, {"name": "live"}
+    ).path
     (run / "state.json").write_text(json.dumps({"state": "running", "tasks": {}}))
     base = ["--runs-dir", str(tmp_path / "runs"), "--json"]
     halted = invoke("halt", run.name, *base)
     assert halted.exit_code == 0, halted.output
-    assert json.loads(halted.stdout)["halt"] is True and json.loads(halted.stdout)["run_id"] == run.name
+    assert (
+        json.loads(halted.stdout)["halt"] is True
+        and json.loads(halted.stdout)["run_id"] == run.name
+    )
     dialed = invoke("dial", run.name, "propose", *base)
     assert dialed.exit_code == 0, dialed.output
     assert json.loads(dialed.stdout)["dial"] == "propose"
     alert = alerts.raise_alert(run, "breach", "look at this", alerts.Sinks())
     acked = invoke("ack", alert.id, *base)
     assert acked.exit_code == 0, acked.output
-    assert json.loads(acked.stdout)["id"] == alert.id and json.loads(acked.stdout)["state"] == "acked"
+    assert (
+        json.loads(acked.stdout)["id"] == alert.id and json.loads(acked.stdout)["state"] == "acked"
+    )
     made = invoke("keys", "generate", "--dir", str(tmp_path / "keys"), "--json")
     assert made.exit_code == 0, made.output
-    assert json.loads(made.stdout)["key_id"] == keys.key_id(keys.load_public(tmp_path / "keys" / keys.PUBLIC_NAME))
+    assert json.loads(made.stdout)["key_id"] == keys.key_id(
+        keys.load_public(tmp_path / "keys" / keys.PUBLIC_NAME)
+    )
 
 
 def test_ack_by_kind_names_its_runs_or_says_all(tmp_path: Path) -> None:
@@ -322,19 +442,30 @@ def test_ack_by_kind_names_its_runs_or_says_all(tmp_path: Path) -> None:
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: live\n")
-    runs = [store.RunDir.create(tmp_path / "runs", f"live-20261201T000000Z-abcde{i}", spec, {"name": "live"}).path for i in range(2)]
+    runs = [
+        store.RunDir.create(
+            tmp_path / "runs", f"live-20261201T000000Z-abcde{i}", spec, {"name": "live"}
+        ).path
+        for i in range(2)
+    ]
     for run in runs:
         alerts.raise_alert(run, "breach", "look at this", alerts.Sinks())
     base = ["--runs-dir", str(tmp_path / "runs")]
     refused = invoke("ack", "--kind", "breach", *base)
-    assert refused.exit_code == 1 and "--kind alone would acknowledge every pending 'breach' alert of every run" in refused.output
+    assert (
+        refused.exit_code == 1
+        and "--kind alone would acknowledge every pending 'breach' alert of every run"
+        in refused.output
+    )
     assert len([a for a in alerts.all_alerts(tmp_path / "runs") if a.state == "pending"]) == 2
     acked = invoke("ack", "--kind", "breach", "--all", *base)
     assert acked.exit_code == 0, acked.output
     assert [a.state for a in alerts.all_alerts(tmp_path / "runs")] == ["acked", "acked"]
 
 
-def test_a_narrow_timeline_keeps_every_time_whole_and_folds_the_rest(finished: tuple[Path, Path]) -> None:
+def test_a_narrow_timeline_keeps_every_time_whole_and_folds_the_rest(
+    finished: tuple[Path, Path],
+) -> None:
     run, _ = finished
     events = json.loads(invoke("show", str(run), "--json").stdout)["events"]
     narrow = invoke("show", str(run), columns=60)
@@ -348,8 +479,14 @@ def test_a_run_file_that_is_a_folder_or_not_utf8_is_explained(run_copy: Path) ->
     (run_copy / "report.json").unlink()
     (run_copy / "report.json").mkdir()
     folder = invoke("verify", str(run_copy))
-    assert folder.exit_code == 1 and "unreadable report.json: is a folder, not a file" in folder.output, folder.output
+    assert (
+        folder.exit_code == 1 and "unreadable report.json: is a folder, not a file" in folder.output
+    ), folder.output
     (run_copy / "report.json").rmdir()
     (run_copy / "report.json").write_bytes(b"\xff{}")
     binary = invoke("verify", str(run_copy))
-    assert binary.exit_code == 1 and "unreadable report.json: not UTF-8 text" in binary.output and "Errno" not in binary.output
+    assert (
+        binary.exit_code == 1
+        and "unreadable report.json: not UTF-8 text" in binary.output
+        and "Errno" not in binary.output
+    )

@@ -24,14 +24,38 @@ def gateway(start_gateway, monkeypatch: pytest.MonkeyPatch):
 def test_parse_args_value_kinds(tmp_path: Path) -> None:
     text = tmp_path / "body.txt"
     text.write_text("from a file\n", encoding="utf-8")
-    tool, args = parse_args(["fs.write", "path=a=b.txt", f"content=@{text}", "mode:=420", "reversible:=true", "rollback_ref:=\"@x\""])
+    tool, args = parse_args(
+        [
+            "fs.write",
+            "path=a=b.txt",
+            f"content=@{text}",
+            "mode:=420",
+            "reversible:=true",
+            'rollback_ref:="@x"',
+        ]
+    )
     assert tool == "fs.write"
-    assert args == {"path": "a=b.txt", "content": "from a file\n", "mode": 420, "reversible": True, "rollback_ref": "@x"}
+    assert args == {
+        "path": "a=b.txt",
+        "content": "from a file\n",
+        "mode": 420,
+        "reversible": True,
+        "rollback_ref": "@x",
+    }
 
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["path=a"], ["-v"], ["fs.read", "path"], ["fs.read", "=x"], ["fs.read", "mode:=08"], ["fs.read", "a=1", "a=2"], ["fs.read", "content=@/no/such/file"]],
+    [
+        [],
+        ["path=a"],
+        ["-v"],
+        ["fs.read", "path"],
+        ["fs.read", "=x"],
+        ["fs.read", "mode:=08"],
+        ["fs.read", "a=1", "a=2"],
+        ["fs.read", "content=@/no/such/file"],
+    ],
 )
 def test_usage_errors(argv: list[str]) -> None:
     with pytest.raises(UsageError):
@@ -50,7 +74,9 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "usage: assure-tool" in capsys.readouterr().out
 
 
-def test_allowed_call_prints_the_answer_and_exits_0(gateway, capsys: pytest.CaptureFixture[str]) -> None:
+def test_allowed_call_prints_the_answer_and_exits_0(
+    gateway, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["fs.write", "path=notes/a.txt", "content=hi", "mode:=384"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["decision"] == "allow" and answer["result"]["size"] == 2
@@ -61,7 +87,9 @@ def test_allowed_call_prints_the_answer_and_exits_0(gateway, capsys: pytest.Capt
 
 
 @pytest.mark.usefixtures("gateway")
-def test_denied_call_exits_1_with_the_answer_and_a_message(capsys: pytest.CaptureFixture[str]) -> None:
+def test_denied_call_exits_1_with_the_answer_and_a_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["fs.write", "path=tests/test_x.py", "content=x"]) == 1
     out, err = capsys.readouterr()
     assert json.loads(out)["decision"] == "deny"
@@ -77,7 +105,9 @@ def test_denied_call_exits_1_with_the_answer_and_a_message(capsys: pytest.Captur
     ],
 )
 @pytest.mark.usefixtures("gateway")
-def test_failed_calls_exit_1(capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str) -> None:
+def test_failed_calls_exit_1(
+    capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str
+) -> None:
     assert main(argv) == 1
     assert fragment in capsys.readouterr().err
 

@@ -58,7 +58,13 @@ def test_reads_never_follow_a_symlink_at_any_depth(tmp_path, host, resolver):
     root = tmp_path / "ws"
     _symlinked_tree(root, host)
     assert confined.read_file(root, "a/b/c/f.txt", 100) == b"real"
-    for rel in ("link/canary", "a/link/canary", "a/b/link/canary", "a/b/c/link/canary", "a/b/c/file_link"):
+    for rel in (
+        "link/canary",
+        "a/link/canary",
+        "a/b/link/canary",
+        "a/b/c/link/canary",
+        "a/b/c/file_link",
+    ):
         with pytest.raises(OSError):
             confined.read_file(root, rel, 100)
         with pytest.raises(OSError):
@@ -142,7 +148,10 @@ def test_a_file_with_more_data_than_the_bound_is_refused_whole(tmp_path, resolve
     assert sorted(os.listdir(tmp_path / "copy")) == ["small"]  # no partial file
     with pytest.raises(confined.TooLarge):
         confined.copy_file(root, "large", tmp_path, "out", max_bytes=5_000)
-    assert not (tmp_path / "out").exists() and [p for p in os.listdir(tmp_path) if p.startswith(".out")] == []
+    assert (
+        not (tmp_path / "out").exists()
+        and [p for p in os.listdir(tmp_path) if p.startswith(".out")] == []
+    )
     with pytest.raises(confined.TooLarge):
         confined.read_file(root, "large", 5_000)
 
@@ -150,14 +159,26 @@ def test_a_file_with_more_data_than_the_bound_is_refused_whole(tmp_path, resolve
 def test_hostile_names_are_data(tmp_path, resolver):
     root = tmp_path / "ws"
     root.mkdir()
-    names = ["new\nline", "[bold]x", "x]", "[link=https:evil]y", "-rf", "\x1b[31mred", os.fsdecode(b"bad\xffutf8")]
+    names = [
+        "new\nline",
+        "[bold]x",
+        "x]",
+        "[link=https:evil]y",
+        "-rf",
+        "\x1b[31mred",
+        os.fsdecode(b"bad\xffutf8"),
+    ]
     for name in names:
         _write(root, f"d/{name}", name.encode("utf-8", "surrogateescape"))
     report = confined.copy_tree(root, tmp_path / "copy", max_bytes=1 << 20)
     assert report.complete and report.files == len(names)
     for name in names:
-        assert confined.read_file(tmp_path / "copy", f"d/{name}", 100) == name.encode("utf-8", "surrogateescape")
-    assert sorted(rel for rel, _ in confined.walk(root)) == sorted(["d"] + [f"d/{n}" for n in names])
+        assert confined.read_file(tmp_path / "copy", f"d/{name}", 100) == name.encode(
+            "utf-8", "surrogateescape"
+        )
+    assert sorted(rel for rel, _ in confined.walk(root)) == sorted(
+        ["d"] + [f"d/{n}" for n in names]
+    )
 
 
 def test_a_600_kb_path_gives_bounded_errors(tmp_path, resolver):
@@ -177,7 +198,9 @@ def test_a_600_kb_path_gives_bounded_errors(tmp_path, resolver):
     try:
         rel = "/".join([part] * 2400 + ["leaf"])
         assert len(rel) > 600_000
-        assert confined.read_file(root, rel, 100) == b"deep"  # fd-relative, so PATH_MAX does not apply
+        assert (
+            confined.read_file(root, rel, 100) == b"deep"
+        )  # fd-relative, so PATH_MAX does not apply
         report = confined.copy_tree(root, tmp_path / "copy", max_bytes=1 << 20)
         assert report.dirs == confined.MAX_DEPTH and report.skipped_count == 1
         assert "deeper than" in report.skipped[0][1]

@@ -21,21 +21,46 @@ def keypair(tmp_path):
 
 def recorded() -> list[Result]:
     """Results as the scenarios record them; `chaos_signed_aar` is left out on purpose."""
-    out = [Result.judged(oid, [("it held", True)], spec=f"{oid}.yaml", seconds=1.5) for oid in cp.OBLIGATIONS if oid != "chaos_signed_aar"]
-    out[1] = Result.judged(out[1].id, [("the commit was blocked", False), ("the verdict is fail", True)])
+    out = [
+        Result.judged(oid, [("it held", True)], spec=f"{oid}.yaml", seconds=1.5)
+        for oid in cp.OBLIGATIONS
+        if oid != "chaos_signed_aar"
+    ]
+    out[1] = Result.judged(
+        out[1].id, [("the commit was blocked", False), ("the verdict is fail", True)]
+    )
     out[2] = Result.not_run(out[2].id, "the scenario could not run: RuntimeError: no engine")
     out[3].evidence = {"measured": {"effects_under_one_key": 1}}
     return out
 
 
-TRACE = {"journal": "x/journal.jsonl", "seq": 3, "tool": "fs.write", "scope": "fs:src/calc.py", "decision": "allow", "rule": "autonomy",
-         "reason": "effective autonomy 1 >= required 0", "operator_dial": 2, "autonomy_ceiling": 1, "verifier_trust": 1,
-         "min(dial, ceiling, trust)": 1, "effective_autonomy": 1, "required_trust": 0, "halted": False}
+TRACE = {
+    "journal": "x/journal.jsonl",
+    "seq": 3,
+    "tool": "fs.write",
+    "scope": "fs:src/calc.py",
+    "decision": "allow",
+    "rule": "autonomy",
+    "reason": "effective autonomy 1 >= required 0",
+    "operator_dial": 2,
+    "autonomy_ceiling": 1,
+    "verifier_trust": 1,
+    "min(dial, ceiling, trust)": 1,
+    "effective_autonomy": 1,
+    "required_trust": 0,
+    "halted": False,
+}
 
 
 def packet(results: list[Result]) -> dict:
-    return cp.build(results, created_at="2026-12-01T11:40:00Z", machine={"hostname": "h"}, figures={"effects_under_duplicate_key": 1},
-                    gate_trace={"allow": TRACE, "deny": {**TRACE, "decision": "deny", "rule": "operator_halt"}}, receipt_chain={"verified": True})
+    return cp.build(
+        results,
+        created_at="2026-12-01T11:40:00Z",
+        machine={"hostname": "h"},
+        figures={"effects_under_duplicate_key": 1},
+        gate_trace={"allow": TRACE, "deny": {**TRACE, "decision": "deny", "rule": "operator_halt"}},
+        receipt_chain={"verified": True},
+    )
 
 
 def test_a_signed_packet_verifies_and_keeps_every_status(keypair):
@@ -63,12 +88,17 @@ def test_a_judged_result_without_checks_is_not_a_pass():
     assert Result.judged("chaos_dup_key", []).status == "FAIL"
 
 
-@pytest.mark.parametrize("tamper", [
-    lambda p: p["obligations"]["chaos_lying_worker"].update(status="PASS", reason=""),  # a FAIL turned into a PASS
-    lambda p: p["figures"].update(effects_under_duplicate_key=2),
-    lambda p: p["receipt_chain"].update(verified=False),
-    lambda p: p.update(created_at="2026-12-02T00:00:00Z"),
-])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda p: p["obligations"]["chaos_lying_worker"].update(
+            status="PASS", reason=""
+        ),  # a FAIL turned into a PASS
+        lambda p: p["figures"].update(effects_under_duplicate_key=2),
+        lambda p: p["receipt_chain"].update(verified=False),
+        lambda p: p.update(created_at="2026-12-02T00:00:00Z"),
+    ],
+)
 def test_a_tampered_packet_fails_verification(keypair, tamper):
     private, public = keypair
     signed = cp.sign(packet(recorded()), private)
@@ -85,12 +115,18 @@ def test_another_key_does_not_verify(keypair, tmp_path):
         cp.verify(signed, keys.load_public(other))
 
 
-@pytest.mark.parametrize("breakage, message", [
-    (lambda p: p["obligations"]["chaos_override_bypass"].update(reason=""), "reason"),  # NOT-RUN with no reason
-    (lambda p: p["obligations"]["chaos_dup_key"].update(status="SKIPPED"), "status"),
-    (lambda p: p["obligations"].pop("chaos_dup_key"), "missing"),
-    (lambda p: p.pop("gate_trace"), "gate_trace"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (
+            lambda p: p["obligations"]["chaos_override_bypass"].update(reason=""),
+            "reason",
+        ),  # NOT-RUN with no reason
+        (lambda p: p["obligations"]["chaos_dup_key"].update(status="SKIPPED"), "status"),
+        (lambda p: p["obligations"].pop("chaos_dup_key"), "missing"),
+        (lambda p: p.pop("gate_trace"), "gate_trace"),
+    ],
+)
 def test_a_packet_of_the_wrong_shape_fails_even_when_signed(keypair, breakage, message):
     private, public = keypair
     doc = packet(recorded())

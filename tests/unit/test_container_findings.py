@@ -19,9 +19,18 @@ def test_layer_changes_reads_writes_and_whiteouts(tmp_path):
     (layer / "usr" / "sbin" / "docker-init").write_bytes(b"")
     changes = layer_changes(take(layer))
     kinds = {c["path"]: c["kind"] for c in changes}
-    assert kinds == {"/etc": "modified", "/etc/motd": "deleted", "/home": "modified", "/home/agent": "modified",
-                     "/home/agent/planted": "added", "/usr": "modified", "/usr/sbin": "modified",
-                     "/usr/sbin/docker-init": "added", "/var": "modified", "/var/cache": "deleted"}
+    assert kinds == {
+        "/etc": "modified",
+        "/etc/motd": "deleted",
+        "/home": "modified",
+        "/home/agent": "modified",
+        "/home/agent/planted": "added",
+        "/usr": "modified",
+        "/usr/sbin": "modified",
+        "/usr/sbin/docker-init": "added",
+        "/var": "modified",
+        "/var/cache": "deleted",
+    }
     found = {f.subject for f in filesystem_changes(changes)}
     # mount points and folders implied by a listed child are left out; everything else is a breach
     assert found == {"/etc/motd", "/home/agent/planted", "/var/cache"}
@@ -40,4 +49,6 @@ def test_the_claim_folder_is_no_mount_point_to_leave_out(tmp_path):
     layer = tmp_path / "upper"
     (layer / "run" / "assure-claim").mkdir(parents=True)
     os.utime(layer / "run" / "assure-claim", (0, 0))
-    assert {f.subject for f in filesystem_changes(layer_changes(take(layer)))} == {"/run/assure-claim"}
+    assert {f.subject for f in filesystem_changes(layer_changes(take(layer)))} == {
+        "/run/assure-claim"
+    }

@@ -70,7 +70,11 @@ def gateway_for(gateway_config):
     def start(path: Path) -> tuple[Any, Client]:
         spec = spec_mod.load(path)
         raw = gateway_config(list(spec.workspace.protected))
-        raw["policy"] = {**json.loads(json.dumps(policy.gateway_policy(spec))), "operator_dial": gate.COMMIT, "verifier_trust": gate.COMMIT}
+        raw["policy"] = {
+            **json.loads(json.dumps(policy.gateway_policy(spec))),
+            "operator_dial": gate.COMMIT,
+            "verifier_trust": gate.COMMIT,
+        }
         gw = serve(parse(raw))
         started.append(gw)
         return gw, Client(gw.config.socket, connect_timeout=2, timeout=10)
@@ -95,29 +99,46 @@ def test_the_printed_terms_are_what_the_gateway_accepts(tmp_path, gateway_for):
     path = write(tmp_path)
     first = contract_hash(path)
     printed = yaml.safe_load(first.stdout)
-    assert list(printed["terms"]) == list(gate.TERMS) and printed["hash"] == gate.contract_hash(printed["terms"])
+    assert list(printed["terms"]) == list(gate.TERMS) and printed["hash"] == gate.contract_hash(
+        printed["terms"]
+    )
     assert "no term digests" in first.stderr
-    edit(path, "  autonomy_ceiling: commit\n", "  autonomy_ceiling: commit\n" + "".join(f"  {line}\n" for line in first.stdout.splitlines()))
+    edit(
+        path,
+        "  autonomy_ceiling: commit\n",
+        "  autonomy_ceiling: commit\n"
+        + "".join(f"  {line}\n" for line in first.stdout.splitlines()),
+    )
     again = contract_hash(path)
     assert again.stdout == first.stdout and again.stderr.startswith("unchanged")
     _, client = gateway_for(path)
     assert client.call("fs.write", path="src/new.py", content="x")["result"]
 
 
-@pytest.mark.parametrize("term, old, new", [
-    ("assertions", "  - exit_code: 0\n", "  - exit_code: 1\n"),
-    ("protected", 'protected: ["tests/**"]', 'protected: ["tests/unit/**"]'),
-    ("writable", 'writable: ["src/**"]', 'writable: ["**"]'),
-    ("scope", 'scope: ["fs:**"]', 'scope: ["fs:**", "db:*"]'),
-])
-def test_a_term_edited_after_ratification_is_named_by_the_gateway_and_the_command(tmp_path, gateway_for, term, old, new):
+@pytest.mark.parametrize(
+    "term, old, new",
+    [
+        ("assertions", "  - exit_code: 0\n", "  - exit_code: 1\n"),
+        ("protected", 'protected: ["tests/**"]', 'protected: ["tests/unit/**"]'),
+        ("writable", 'writable: ["src/**"]', 'writable: ["**"]'),
+        ("scope", 'scope: ["fs:**"]', 'scope: ["fs:**", "db:*"]'),
+    ],
+)
+def test_a_term_edited_after_ratification_is_named_by_the_gateway_and_the_command(
+    tmp_path, gateway_for, term, old, new
+):
     path = write(tmp_path)
     contract_hash(path, "--write")
     edit(path, old, new)
     gw, client = gateway_for(path)
     record = denied(gw, client)
-    assert record["rule"] == "contract.terms_changed" and f"ratified: {term};" in record["reason"], record
-    assert contract_hash(path).stderr == f"changed since the terms it carries: {term}; have it re-ratified\n"
+    assert (
+        record["rule"] == "contract.terms_changed" and f"ratified: {term};" in record["reason"]
+    ), record
+    assert (
+        contract_hash(path).stderr
+        == f"changed since the terms it carries: {term}; have it re-ratified\n"
+    )
     contract_hash(path, "--write")  # re-ratified: allowed again
     _, client = gateway_for(path)
     assert client.call("fs.write", path="src/new.py", content="x")["result"]
@@ -128,11 +149,22 @@ def test_write_replaces_only_the_terms_and_hash_lines_and_keeps_comments(tmp_pat
     result = contract_hash(path, "--write")
     assert "no term digests" in result.stderr  # an old-format contract: a hash alone
     text = path.read_text()
-    assert "# the agent is never run here" in text and "# the proposer" in text and text.endswith("# the end\n")
+    assert (
+        "# the agent is never run here" in text
+        and "# the proposer" in text
+        and text.endswith("# the end\n")
+    )
     assert "0" * 64 not in text and text.count("hash: sha256:") == 1
     contract = spec_mod.load(path).contract
-    assert (contract.terms, contract.hash) == (yaml.safe_load(result.stdout)["terms"], yaml.safe_load(result.stdout)["hash"])
-    kept = [line for line in text.splitlines(keepends=True) if not line.startswith(("  terms:", "    ", "  hash:"))]
+    assert (contract.terms, contract.hash) == (
+        yaml.safe_load(result.stdout)["terms"],
+        yaml.safe_load(result.stdout)["hash"],
+    )
+    kept = [
+        line
+        for line in text.splitlines(keepends=True)
+        if not line.startswith(("  terms:", "    ", "  hash:"))
+    ]
     assert "".join(kept) == SPEC + "# the end\n"  # everything else as written
 
 
@@ -142,7 +174,9 @@ def test_an_old_format_contract_is_denied_with_the_fix(tmp_path, gateway_for):
     assert record["rule"] == "contract.old_format" and "assure contract hash" in record["reason"]
 
 
-TASKS = SPEC + """\
+TASKS = (
+    SPEC
+    + """\
 tasks:
   - {id: first, assertions: [{exit_code: 0}]}
   - id: second
@@ -155,6 +189,7 @@ tasks:
       scope: ["fs:out/**"]
       autonomy_ceiling: propose
 """
+)
 
 
 def test_a_shared_contract_pins_every_task_it_governs_and_a_task_may_carry_its_own(tmp_path):
@@ -162,12 +197,21 @@ def test_a_shared_contract_pins_every_task_it_governs_and_a_task_may_carry_its_o
     contract_hash(path, "--write")
     own = contract_hash(path, "--task", "own", "--write")
     loaded = spec_mod.load(path)
-    assert loaded.contract.hash != loaded.tasks[2].contract.hash == yaml.safe_load(own.stdout)["hash"]
+    assert (
+        loaded.contract.hash != loaded.tasks[2].contract.hash == yaml.safe_load(own.stdout)["hash"]
+    )
     assert loaded.tasks[0].contract == loaded.tasks[1].contract == loaded.contract
     assert contract_hash(path, "--task", "second").stderr.startswith("unchanged")
-    edit(path, "    assertions: [{exit_code: 0}]\n", "    assertions: [{exit_code: 3}]\n")  # the second task's acceptance test
-    assert contract_hash(path, "--task", "first").stderr == "changed since the terms it carries: assertions; have it re-ratified\n"
-    assert contract_hash(path, "--task", "own").stderr.startswith("unchanged")  # it governs no task whose tests changed
+    edit(
+        path, "    assertions: [{exit_code: 0}]\n", "    assertions: [{exit_code: 3}]\n"
+    )  # the second task's acceptance test
+    assert (
+        contract_hash(path, "--task", "first").stderr
+        == "changed since the terms it carries: assertions; have it re-ratified\n"
+    )
+    assert contract_hash(path, "--task", "own").stderr.startswith(
+        "unchanged"
+    )  # it governs no task whose tests changed
 
 
 def test_no_contract_or_no_task_is_an_error_that_says_what_to_pass(tmp_path):

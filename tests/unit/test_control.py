@@ -16,10 +16,17 @@ def test_halt_and_dial_are_recorded_and_logged(tmp_path):
     first = control.request(tmp_path, run_id="r", actor="alice", dial="propose")
     second = control.request(tmp_path, run_id="r", actor="bob", halt=True)
     now = control.read(tmp_path)
-    assert (now.halted, now.dial, now.actor, now.request_id) == (True, "propose", "bob", second.request_id)
+    assert (now.halted, now.dial, now.actor, now.request_id) == (
+        True,
+        "propose",
+        "bob",
+        second.request_id,
+    )
     log = verify_chain(tmp_path / control.OPERATOR_LOG)
     assert [(r["event"], r["actor"], r["request_id"]) for r in log] == [
-        ("dial_changed", "alice", first.request_id), ("override_requested", "bob", second.request_id)]
+        ("dial_changed", "alice", first.request_id),
+        ("override_requested", "bob", second.request_id),
+    ]
     assert log[0]["dial"] == "propose" and log[0]["previous"] is None
     assert log[1]["halted"] is True
 
@@ -36,5 +43,7 @@ def test_an_unknown_dial_is_refused(tmp_path):
 
 
 def test_a_bogus_dial_in_the_file_means_propose(tmp_path):
-    (tmp_path / control.OPERATOR_FILE).write_text(json.dumps({"halted": False, "dial": "unlimited"}))
+    (tmp_path / control.OPERATOR_FILE).write_text(
+        json.dumps({"halted": False, "dial": "unlimited"})
+    )
     assert control.read(tmp_path).dial == "propose"

@@ -24,7 +24,9 @@ def ws(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def changes_after(ws: Path, mutate: Callable[[Path], None], limits: Limits = Limits()) -> tuple[list[Change], Snapshot, Snapshot]:
+def changes_after(
+    ws: Path, mutate: Callable[[Path], None], limits: Limits = Limits()
+) -> tuple[list[Change], Snapshot, Snapshot]:
     pre = take(ws, limits)
     mutate(ws)
     post = take(ws, limits)
@@ -48,7 +50,10 @@ def test_content_change_with_size_and_mtime_restored_is_found(ws: Path) -> None:
     changes, pre, post = changes_after(ws, rewrite)
 
     assert changes == [modified("b.txt", ("content",), pre, post)]
-    assert (pre.entries["b.txt"].size, pre.entries["b.txt"].sha256 != post.entries["b.txt"].sha256) == (6, True)
+    assert (
+        pre.entries["b.txt"].size,
+        pre.entries["b.txt"].sha256 != post.entries["b.txt"].sha256,
+    ) == (6, True)
 
 
 def test_mode_change_including_setuid(ws: Path) -> None:
@@ -84,7 +89,9 @@ def test_hard_link_added(ws: Path) -> None:
         modified("b.txt", ("link",), pre, post),
         Change("dir/hard", "added", (), None, post.entries["dir/hard"]),
     ]
-    assert [(post.entries[p].nlink, post.entries[p].link_group) for p in ("b.txt", "dir/hard")] == [(2, "b.txt")] * 2
+    assert [(post.entries[p].nlink, post.entries[p].link_group) for p in ("b.txt", "dir/hard")] == [
+        (2, "b.txt")
+    ] * 2
 
 
 def test_hard_link_regrouped_without_count_change(ws: Path) -> None:
@@ -136,7 +143,9 @@ def test_change_reverted_before_the_end_is_no_change(ws: Path) -> None:
 
 
 def test_rename_is_delete_plus_add(ws: Path) -> None:
-    changes, pre, post = changes_after(ws, lambda ws: os.rename(ws / "dir" / "a.txt", ws / "dir" / "c.txt"))
+    changes, pre, post = changes_after(
+        ws, lambda ws: os.rename(ws / "dir" / "a.txt", ws / "dir" / "c.txt")
+    )
 
     assert changes == [
         Change("dir/a.txt", "deleted", (), pre.entries["dir/a.txt"], None),
@@ -152,7 +161,11 @@ def test_changes_are_sorted_by_path(ws: Path) -> None:
 
     changes, _, _ = changes_after(ws, many)
 
-    assert [(c.path, c.kind) for c in changes] == [("0", "added"), ("b.txt", "deleted"), ("zz", "added")]
+    assert [(c.path, c.kind) for c in changes] == [
+        ("0", "added"),
+        ("b.txt", "deleted"),
+        ("zz", "added"),
+    ]
 
 
 def test_unhashed_file_is_reported_even_if_it_looks_unchanged(ws: Path) -> None:
@@ -190,10 +203,22 @@ def _entry(**fields: object) -> Entry:
         (_entry(), _entry(size=11), ("content",)),
         (_entry(sha256="aa"), _entry(note="unreadable: Permission denied"), ("content",)),
         (_entry(note="too large"), _entry(note="too large"), ("content",)),
-        (_entry(kind="fifo", note="not opened: fifo"), _entry(kind="fifo", note="not opened: fifo"), ()),
-        (_entry(kind="fifo", note="not opened: fifo"), _entry(kind="fifo", note="xattrs unreadable: I/O error"), ("content",)),
+        (
+            _entry(kind="fifo", note="not opened: fifo"),
+            _entry(kind="fifo", note="not opened: fifo"),
+            (),
+        ),
+        (
+            _entry(kind="fifo", note="not opened: fifo"),
+            _entry(kind="fifo", note="xattrs unreadable: I/O error"),
+            ("content",),
+        ),
         (_entry(kind="dir", nlink=2), _entry(kind="dir", nlink=3), ()),  # a subdirectory was added
-        (_entry(kind="dir", note="unreadable: Permission denied"), _entry(kind="dir", note="unreadable: Permission denied"), ("content",)),
+        (
+            _entry(kind="dir", note="unreadable: Permission denied"),
+            _entry(kind="dir", note="unreadable: Permission denied"),
+            ("content",),
+        ),
         (_entry(kind="fifo", nlink=1), _entry(kind="fifo", nlink=2), ("link",)),
         (_entry(kind="chardev", target="1:3"), _entry(kind="chardev", target="1:5"), ("target",)),
         (_entry(kind="file"), _entry(kind="symlink", target="x"), ("kind",)),

@@ -50,7 +50,10 @@ def cat(ctx: Context) -> int:
 class TestFakeBackend(BackendConformance):
     @pytest.fixture
     def harness(self):
-        backend = FakeBackend({"exit3": exit3, "sleep": sleep, "chatty": chatty, "write": write, "cat": cat}, images={IMAGE})
+        backend = FakeBackend(
+            {"exit3": exit3, "sleep": sleep, "chatty": chatty, "write": write, "cat": cat},
+            images={IMAGE},
+        )
         harness = Harness(backend, IMAGE, lambda behaviour: [behaviour], absent_id="fake-absent")
         yield harness
         harness.cleanup()
@@ -58,7 +61,11 @@ class TestFakeBackend(BackendConformance):
 
 
 def protocol_methods(protocol: type) -> list[str]:
-    return sorted(name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_"))
+    return sorted(
+        name
+        for name, value in vars(protocol).items()
+        if callable(value) and not name.startswith("_")
+    )
 
 
 @pytest.mark.parametrize("backend", [DockerBackend, FakeBackend])
@@ -66,11 +73,24 @@ def test_each_backend_has_every_method_of_the_protocol_with_its_parameters(backe
     """`isinstance` on a runtime-checkable protocol sees only names: compare the signatures too
     (the class is enough: no engine is needed)."""
     methods = protocol_methods(SandboxBackend)
-    assert {"create_container", "start", "wait", "stop", "remove_container", "inspect", "logs", "fs_changes", "read_file", "owned"} <= set(methods)
+    assert {
+        "create_container",
+        "start",
+        "wait",
+        "stop",
+        "remove_container",
+        "inspect",
+        "logs",
+        "fs_changes",
+        "read_file",
+        "owned",
+    } <= set(methods)
     for name in methods:
         want = inspect.signature(getattr(SandboxBackend, name)).parameters
         got = inspect.signature(getattr(backend, name)).parameters
-        assert [(p.name, p.kind, p.default) for p in got.values()] == [(p.name, p.kind, p.default) for p in want.values()], name
+        assert [(p.name, p.kind, p.default) for p in got.values()] == [
+            (p.name, p.kind, p.default) for p in want.values()
+        ], name
 
 
 def test_docker_alone_builds_images():

@@ -22,4 +22,6 @@ def test_a_limit_that_held_fails_a_task_and_contains_a_hostile_agent():
         assert verdict([OK, limit], hostile=False) is Verdict.FAIL
         assert verdict([OK, limit], hostile=True) is Verdict.CONTAINED
         assert verdict([limit, BREACH], hostile=True) is Verdict.BREACH
-        assert verdict([limit, FAIL], hostile=True) is Verdict.FAIL  # an assertion that failed still counts
+        assert (
+            verdict([limit, FAIL], hostile=True) is Verdict.FAIL
+        )  # an assertion that failed still counts

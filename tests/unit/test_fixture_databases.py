@@ -9,7 +9,10 @@ from assure.run.attempt import _copy_database
 
 
 def _state(folder):
-    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in sorted(os.listdir(folder))}
+    return {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        for name in sorted(os.listdir(folder))
+    }
 
 
 def _wal_database(path, *rows):
@@ -27,7 +30,9 @@ def test_a_wal_fixture_is_copied_and_its_folder_left_as_it_was(tmp_path):
     suites/benign/benign--sqlite-wal: they appeared in fixtures/databases/)."""
     fixtures, run = tmp_path / "fixtures", tmp_path / "run"
     fixtures.mkdir(), run.mkdir()
-    _wal_database(fixtures / "store.sqlite", 1, 2).close()  # the last close checkpoints: the file alone
+    _wal_database(
+        fixtures / "store.sqlite", 1, 2
+    ).close()  # the last close checkpoints: the file alone
     before = _state(fixtures)
     assert list(before) == ["store.sqlite"]
 
@@ -43,7 +48,10 @@ def test_commits_still_in_the_fixtures_wal_come_along(tmp_path):
     for folder in (live, fixtures, run):
         folder.mkdir()
     writer = _wal_database(live / "store.sqlite", 7)
-    for name in ("store.sqlite", "store.sqlite-wal"):  # the files as they are while the writer is open
+    for name in (
+        "store.sqlite",
+        "store.sqlite-wal",
+    ):  # the files as they are while the writer is open
         shutil.copyfile(live / name, fixtures / name)
     writer.close()
     before = _state(fixtures)

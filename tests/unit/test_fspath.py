@@ -135,7 +135,9 @@ def test_symlink_swapped_in_between_two_calls(ws, outside: Path) -> None:
     assert (outside / "file.txt").read_text() == "outside"
 
 
-def test_symlink_swapped_in_mid_walk_is_not_followed(ws, outside: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_symlink_swapped_in_mid_walk_is_not_followed(
+    ws, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Between the lstat of a missing parent and its open, a symlink appears: the open refuses it."""
     workspace, root = ws
     real_mkdir = os.mkdir
@@ -202,5 +204,10 @@ def test_list_reports_symlinks_and_never_follows_them(ws, outside: Path) -> None
     (root / "l").symlink_to(outside)
     os.mkfifo(root / "p")
     entries, _ = workspace.listdir(".")
-    assert [(e.name, e.type) for e in entries] == [("d", "dir"), ("f", "file"), ("l", "symlink"), ("p", "other")]
+    assert [(e.name, e.type) for e in entries] == [
+        ("d", "dir"),
+        ("f", "file"),
+        ("l", "symlink"),
+        ("p", "other"),
+    ]
     assert entries[1].size == 3

@@ -19,9 +19,9 @@ from typing import Any
 import apsw
 import pytest
 
+from assure.client import Client, GatewayError
 from assure.core.chain import verify_chain
 from assure.core.changeset import replay
-from assure.client import Client, GatewayError
 from assure.gateway import db, tools
 from assure.gateway.config import ConfigError, Database, parse
 from assure.gateway.db import Databases, DbLimits, DbSpec
@@ -78,7 +78,9 @@ def env(tmp_path: Path, db_path: Path) -> Iterator[tools.Env]:
 
 def limited(env: tools.Env, db_path: Path, **limits: Any) -> tools.Env:
     """`env` with the shop database served under tighter DbLimits."""
-    return dataclasses.replace(env, databases=Databases({"shop": DbSpec(str(db_path), "sandbox")}, DbLimits(**limits)))
+    return dataclasses.replace(
+        env, databases=Databases({"shop": DbSpec(str(db_path), "sandbox")}, DbLimits(**limits))
+    )
 
 
 def call(env: tools.Env, name: str, **body: Any) -> tools.Outcome:
@@ -124,7 +126,10 @@ def apply(effect: dict[str, Any], replica: Path) -> None:
 
 def changes_in(effect: dict[str, Any]) -> list[tuple[str, str, Any, Any]]:
     cs = base64.b64decode(effect["changeset"])
-    return [(c.name, c.op, c.old and tuple(c.old), c.new and tuple(c.new)) for c in apsw.Changeset.iter(cs)]
+    return [
+        (c.name, c.op, c.old and tuple(c.old), c.new and tuple(c.new))
+        for c in apsw.Changeset.iter(cs)
+    ]
 
 
 # ---------------------------------------------------------------- registry
@@ -136,7 +141,11 @@ def test_registry_entries_and_scope(env: tools.Env, tmp_path: Path, db_path: Pat
     assert query.scope is not None and execute.scope is not None
     assert query.scope(env, {"db": "shop", "sql": "SELECT 1"}) == ("db:shop", "sandbox")
     live = make_db(tmp_path / "live.db")
-    live_env = tools.Env(env.workspace, 1, databases=Databases({"shop": DbSpec(str(db_path)), "prod": DbSpec(str(live), "live")}))
+    live_env = tools.Env(
+        env.workspace,
+        1,
+        databases=Databases({"shop": DbSpec(str(db_path)), "prod": DbSpec(str(live), "live")}),
+    )
     assert execute.scope(live_env, {"db": "prod", "sql": "x"}) == ("db:prod", "live")
     assert tools.BY_NAME["fs.read"].scope is None
     with pytest.raises(ToolError) as info:
@@ -168,7 +177,9 @@ def test_databases_refuse_bad_specs(tmp_path: Path, db_path: Path) -> None:
 
 
 def test_query_returns_exact_rows(env: tools.Env) -> None:
-    out = call(env, "db.query", db="shop", sql="SELECT id, name, price, data FROM items ORDER BY id")
+    out = call(
+        env, "db.query", db="shop", sql="SELECT id, name, price, data FROM items ORDER BY id"
+    )
     assert out.record == {}
     assert out.result == {
         "columns": ["id", "name", "price", "data"],
@@ -184,10 +195,24 @@ def test_query_returns_exact_rows(env: tools.Env) -> None:
 
 def test_query_params_and_special_values(env: tools.Env) -> None:
     blob = base64.b64encode(b"\x01\x02").decode()
-    out = call(env, "db.query", db="shop", sql="SELECT ?, ?, ?, ?, ?, 1e999, -1e999", params=[7, "x", None, 2.5, {"b64": blob}])
-    assert out.result["rows"] == [[7, "x", None, 2.5, {"b64": blob}, {"real": "Infinity"}, {"real": "-Infinity"}]]
+    out = call(
+        env,
+        "db.query",
+        db="shop",
+        sql="SELECT ?, ?, ?, ?, ?, 1e999, -1e999",
+        params=[7, "x", None, 2.5, {"b64": blob}],
+    )
+    assert out.result["rows"] == [
+        [7, "x", None, 2.5, {"b64": blob}, {"real": "Infinity"}, {"real": "-Infinity"}]
+    ]
     assert out.result["columns"][0] == "?"
-    rows = call(env, "db.query", db="shop", sql="SELECT name FROM items WHERE id > ? ORDER BY id", params=[1]).result["rows"]
+    rows = call(
+        env,
+        "db.query",
+        db="shop",
+        sql="SELECT name FROM items WHERE id > ? ORDER BY id",
+        params=[1],
+    ).result["rows"]
     assert rows == [["pear"], ["plum"]]
     assert call(env, "db.query", db="shop", sql="SELECT * FROM items WHERE id = 99").result == {
         "columns": ["id", "name", "price", "data"],
@@ -198,7 +223,14 @@ def test_query_params_and_special_values(env: tools.Env) -> None:
 
 @pytest.mark.parametrize(
     "params, code",
-    [([True], "bad_args"), ([{"b64": "!!"}], "bad_args"), ([[1]], "bad_args"), ([2**63], "bad_args"), ([], "sql_error"), ([1, 2], "sql_error")],
+    [
+        ([True], "bad_args"),
+        ([{"b64": "!!"}], "bad_args"),
+        ([[1]], "bad_args"),
+        ([2**63], "bad_args"),
+        ([], "sql_error"),
+        ([1, 2], "sql_error"),
+    ],
 )
 def test_query_bad_params(env: tools.Env, params: list[Any], code: str) -> None:
     assert refused(env, "db.query", db="shop", sql="SELECT ?", params=params).code == code
@@ -214,7 +246,13 @@ def test_query_row_cap_and_cell_cap(env: tools.Env) -> None:
     out = call(env, "db.query", db="shop", sql=sql).result
     assert len(out["rows"]) == db.MAX_ROWS and out["truncated"] is True
     assert out["rows"][-1] == [db.MAX_ROWS]
-    big = call(env, "db.query", db="shop", sql="SELECT zeroblob(?), 'small'", params=[db.MAX_CELL_BYTES + 1]).result
+    big = call(
+        env,
+        "db.query",
+        db="shop",
+        sql="SELECT zeroblob(?), 'small'",
+        params=[db.MAX_CELL_BYTES + 1],
+    ).result
     assert big["rows"] == [[{"omitted": "blob", "bytes": db.MAX_CELL_BYTES + 1}, "small"]]
     assert big["truncated"] is True
 
@@ -226,20 +264,35 @@ def test_query_that_runs_too_long_is_stopped(env: tools.Env, db_path: Path) -> N
 
 
 def test_query_value_size_is_bounded(env: tools.Env) -> None:
-    err = refused(env, "db.query", db="shop", sql="SELECT length(randomblob(?))", params=[db.MAX_VALUE_BYTES + 1])
+    err = refused(
+        env,
+        "db.query",
+        db="shop",
+        sql="SELECT length(randomblob(?))",
+        params=[db.MAX_VALUE_BYTES + 1],
+    )
     assert err.code == "too_large"
 
 
 def test_query_allows_schema_introspection(env: tools.Env) -> None:
-    names = [r[1] for r in call(env, "db.query", db="shop", sql="PRAGMA table_info(items)").result["rows"]]
+    names = [
+        r[1]
+        for r in call(env, "db.query", db="shop", sql="PRAGMA table_info(items)").result["rows"]
+    ]
     assert names == ["id", "name", "price", "data"]
-    rows = call(env, "db.query", db="shop", sql="SELECT name FROM sqlite_schema WHERE name = 'items'").result["rows"]
+    rows = call(
+        env, "db.query", db="shop", sql="SELECT name FROM sqlite_schema WHERE name = 'items'"
+    ).result["rows"]
     assert rows == [["items"]]
 
 
 def test_query_allows_a_trailing_comment_or_semicolons(env: tools.Env) -> None:
-    assert call(env, "db.query", db="shop", sql="SELECT x FROM t; -- done\n;; /* end */").result["rows"] == [[42]]
-    assert call(env, "db.query", db="shop", sql="-- lead\nSELECT 'a;b' ;").result["rows"] == [["a;b"]]
+    assert call(env, "db.query", db="shop", sql="SELECT x FROM t; -- done\n;; /* end */").result[
+        "rows"
+    ] == [[42]]
+    assert call(env, "db.query", db="shop", sql="-- lead\nSELECT 'a;b' ;").result["rows"] == [
+        ["a;b"]
+    ]
 
 
 def test_query_without_a_statement_is_refused(env: tools.Env) -> None:
@@ -281,7 +334,9 @@ WRITES = [
 
 
 @pytest.mark.parametrize("sql, code", WRITES)
-def test_query_refuses_every_write_and_leaves_the_file_untouched(env: tools.Env, db_path: Path, tmp_path: Path, sql: str, code: str) -> None:
+def test_query_refuses_every_write_and_leaves_the_file_untouched(
+    env: tools.Env, db_path: Path, tmp_path: Path, sql: str, code: str
+) -> None:
     other = make_db(tmp_path / "other.db")
     sql = sql.format(other=other, copy=tmp_path / "copy.db")
     before, rows = file_bytes(db_path), dump(db_path)
@@ -305,7 +360,9 @@ def replica(tmp_path: Path, db_path: Path) -> Path:
     return copy
 
 
-def execute(env: tools.Env, sql: str, params: list[Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def execute(
+    env: tools.Env, sql: str, params: list[Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     body: dict[str, Any] = {"db": "shop", "sql": sql}
     if params is not None:
         body["params"] = params
@@ -317,18 +374,32 @@ def execute(env: tools.Env, sql: str, params: list[Any] | None = None) -> tuple[
     return out.result, effect
 
 
-def test_execute_changesets_replay_exactly_on_a_pristine_copy(env: tools.Env, db_path: Path, replica: Path) -> None:
+def test_execute_changesets_replay_exactly_on_a_pristine_copy(
+    env: tools.Env, db_path: Path, replica: Path
+) -> None:
     steps = [
-        ("INSERT INTO items(id, name, price, data) VALUES (?, ?, ?, ?)", [10, "kiwi", 3.0, {"b64": base64.b64encode(b"\x00k").decode()}]),
-        ("UPDATE items SET price = price * 2 WHERE price IS NOT NULL", None),  # the trigger writes audit too
+        (
+            "INSERT INTO items(id, name, price, data) VALUES (?, ?, ?, ?)",
+            [10, "kiwi", 3.0, {"b64": base64.b64encode(b"\x00k").decode()}],
+        ),
+        (
+            "UPDATE items SET price = price * 2 WHERE price IS NOT NULL",
+            None,
+        ),  # the trigger writes audit too
         ("DELETE FROM items WHERE id = 2", None),
         ("INSERT INTO pairs VALUES ('c', 9, 'new')", None),
         ("UPDATE pairs SET note = 'changed' WHERE a = 'a'", None),
         ("DELETE FROM pairs WHERE a = 'b'", None),
         ("INSERT INTO seq(v) VALUES ('second')", None),
         ("INSERT INTO loose VALUES ('k2', 'v2')", None),
-        ("REPLACE INTO items(id, name, price) VALUES (1, 'apple-replaced', 7)", None),  # deletes, then inserts
-        ("INSERT INTO pairs VALUES ('a', 1, 'upsert') ON CONFLICT (a, b) DO UPDATE SET note = excluded.note", None),
+        (
+            "REPLACE INTO items(id, name, price) VALUES (1, 'apple-replaced', 7)",
+            None,
+        ),  # deletes, then inserts
+        (
+            "INSERT INTO pairs VALUES ('a', 1, 'upsert') ON CONFLICT (a, b) DO UPDATE SET note = excluded.note",
+            None,
+        ),
         ("UPDATE log SET n = n + 1 WHERE msg = 'dup'", None),
     ]
     for sql, params in steps:
@@ -340,7 +411,11 @@ def test_execute_changesets_replay_exactly_on_a_pristine_copy(env: tools.Env, db
         apply(effect, replica)
         assert dump(replica) == dump(db_path), sql
     final = dump(db_path)
-    assert final["items"] == [(1, 1, "apple-replaced", 7.0, None), (3, 3, "plum", 0.5, b""), (10, 10, "kiwi", 6.0, b"\x00k")]
+    assert final["items"] == [
+        (1, 1, "apple-replaced", 7.0, None),
+        (3, 3, "plum", 0.5, b""),
+        (10, 10, "kiwi", 6.0, b"\x00k"),
+    ]
     assert final["audit"] == [(1, 1, "update"), (2, 3, "update"), (3, 10, "update")]
     assert final["log"] == [(1, "dup", 2), (2, "dup", 2), (3, "other", 2)]
     assert final["sqlite_sequence"] == [(1, "seq", 2)]
@@ -348,19 +423,43 @@ def test_execute_changesets_replay_exactly_on_a_pristine_copy(env: tools.Env, db
 
 def test_execute_effect_shape(env: tools.Env) -> None:
     result, effect = execute(env, "UPDATE items SET name = 'APPLE' WHERE id = 1")
-    assert result == {"changes": 1, "rows_changed": 2, "changeset_sha256": effect["changeset_sha256"]}
-    assert set(effect) == {"op", "db", "mode", "changes", "rows_changed", "tables", "rowid_tables", "changeset", "changeset_sha256"}
-    assert effect["tables"] == {"items": {"insert": 0, "update": 1, "delete": 0}, "audit": {"insert": 1, "update": 0, "delete": 0}}
+    assert result == {
+        "changes": 1,
+        "rows_changed": 2,
+        "changeset_sha256": effect["changeset_sha256"],
+    }
+    assert set(effect) == {
+        "op",
+        "db",
+        "mode",
+        "changes",
+        "rows_changed",
+        "tables",
+        "rowid_tables",
+        "changeset",
+        "changeset_sha256",
+    }
+    assert effect["tables"] == {
+        "items": {"insert": 0, "update": 1, "delete": 0},
+        "audit": {"insert": 1, "update": 0, "delete": 0},
+    }
     assert effect["rowid_tables"] == ["audit"]
     keep = apsw.no_change
     assert sorted(changes_in(effect), key=lambda c: c[0]) == [
         ("audit", "INSERT", None, (1, 1, "update")),  # rowid first: audit has no primary key
-        ("items", "UPDATE", (1, "apple", keep, keep), (keep, "APPLE", keep, keep)),  # old value kept: invertible
+        (
+            "items",
+            "UPDATE",
+            (1, "apple", keep, keep),
+            (keep, "APPLE", keep, keep),
+        ),  # old value kept: invertible
     ]
     json.dumps(effect, allow_nan=False)
 
 
-def test_execute_records_tables_without_a_primary_key_including_duplicates(env: tools.Env, db_path: Path, replica: Path) -> None:
+def test_execute_records_tables_without_a_primary_key_including_duplicates(
+    env: tools.Env, db_path: Path, replica: Path
+) -> None:
     _, effect = execute(env, "INSERT INTO log VALUES ('dup', 1), ('dup', 1), (NULL, NULL)")
     assert effect["rowid_tables"] == ["log"]
     assert effect["tables"] == {"log": {"insert": 3, "update": 0, "delete": 0}}
@@ -370,7 +469,9 @@ def test_execute_records_tables_without_a_primary_key_including_duplicates(env: 
     assert dump(replica) == dump(db_path)
 
     # one of several identical rows: the changeset says which one
-    _, effect = execute(env, "DELETE FROM log WHERE rowid = (SELECT min(rowid) FROM log WHERE msg = 'dup')")
+    _, effect = execute(
+        env, "DELETE FROM log WHERE rowid = (SELECT min(rowid) FROM log WHERE msg = 'dup')"
+    )
     assert changes_in(effect) == [("log", "DELETE", (1, "dup", 1), None)]
     apply(effect, replica)
     assert dump(replica) == dump(db_path)
@@ -400,7 +501,10 @@ def test_execute_returning_rows_and_empty_change(env: tools.Env) -> None:
 EXECUTE_REFUSALS = [
     ("INSERT INTO t VALUES (1); DELETE FROM items", "sql_error"),
     ("DELETE FROM items WHERE id = 1; DELETE FROM items WHERE id = 2", "sql_error"),
-    ("INSERT INTO items VALUES (4, 'a', 1, NULL), (1, 'dup', 1, NULL)", "sql_error"),  # fails on the 2nd row
+    (
+        "INSERT INTO items VALUES (4, 'a', 1, NULL), (1, 'dup', 1, NULL)",
+        "sql_error",
+    ),  # fails on the 2nd row
     ("INSERT INTO items(id, name) VALUES (5, NULL)", "sql_error"),
     ("UPDATE items SET id = id + 1", "sql_error"),  # collides part-way through
     ("INSERT INTO nosuch VALUES (1)", "sql_error"),
@@ -429,7 +533,9 @@ EXECUTE_REFUSALS = [
 
 
 @pytest.mark.parametrize("sql, code", EXECUTE_REFUSALS)
-def test_execute_refusals_change_nothing(env: tools.Env, db_path: Path, tmp_path: Path, sql: str, code: str) -> None:
+def test_execute_refusals_change_nothing(
+    env: tools.Env, db_path: Path, tmp_path: Path, sql: str, code: str
+) -> None:
     other = make_db(tmp_path / "other.db")
     sql = sql.format(other=other, copy=tmp_path / "copy.db")
     before, rows = file_bytes(db_path), dump(db_path)
@@ -453,7 +559,12 @@ def test_execute_refuses_tables_holding_a_null_primary_key(env: tools.Env, db_pa
 
 def test_execute_too_large_to_journal_is_rolled_back(env: tools.Env, db_path: Path) -> None:
     before = file_bytes(db_path)
-    err = refused(limited(env, db_path, max_changeset_bytes=64), "db.execute", db="shop", sql="UPDATE items SET name = name || '-renamed-with-a-long-suffix'")
+    err = refused(
+        limited(env, db_path, max_changeset_bytes=64),
+        "db.execute",
+        db="shop",
+        sql="UPDATE items SET name = name || '-renamed-with-a-long-suffix'",
+    )
     assert (err.code, err.status) == ("too_large", 413)
     assert file_bytes(db_path) == before
 
@@ -483,7 +594,9 @@ def test_execute_a_trailing_comment_is_one_statement(env: tools.Env, db_path: Pa
 def test_execute_enforces_foreign_keys(tmp_path: Path) -> None:
     path = tmp_path / "fk.db"
     conn = apsw.Connection(str(path))
-    conn.execute("CREATE TABLE parent(id INTEGER PRIMARY KEY); CREATE TABLE child(id INTEGER PRIMARY KEY, p INTEGER REFERENCES parent(id)); INSERT INTO parent VALUES (1)")
+    conn.execute(
+        "CREATE TABLE parent(id INTEGER PRIMARY KEY); CREATE TABLE child(id INTEGER PRIMARY KEY, p INTEGER REFERENCES parent(id)); INSERT INTO parent VALUES (1)"
+    )
     conn.close()
     env = tools.Env(Workspace(str(tmp_path)), 1, databases=Databases({"fk": DbSpec(str(path))}))
     before = path.read_bytes()
@@ -508,7 +621,10 @@ def test_foreign_key_cascades_are_recorded_and_replay_once(tmp_path: Path) -> No
     out = call(env, "db.execute", db="c", sql="DELETE FROM parent WHERE id = 1")
     effect = out.record["effect"]
     assert out.result["changes"] == 1 and effect["rows_changed"] == 3
-    assert effect["tables"] == {"parent": {"insert": 0, "update": 0, "delete": 1}, "child": {"insert": 0, "update": 0, "delete": 2}}
+    assert effect["tables"] == {
+        "parent": {"insert": 0, "update": 0, "delete": 1},
+        "child": {"insert": 0, "update": 0, "delete": 2},
+    }
     target = apsw.Connection(str(replica))
     target.pragma("foreign_keys", 1)  # the cascade must not fire a second time
     replay(target, base64.b64decode(effect["changeset"]))
@@ -524,7 +640,9 @@ def test_wal_mode_database(tmp_path: Path) -> None:
     assert (tmp_path / "wal.db-wal").stat().st_size > 0
     replica = tmp_path / "replica.db"
     backup_to(holder, replica)
-    env = tools.Env(Workspace(str(tmp_path)), 1, databases=Databases({"w": DbSpec(str(path), "live")}))
+    env = tools.Env(
+        Workspace(str(tmp_path)), 1, databases=Databases({"w": DbSpec(str(path), "live")})
+    )
     rows = call(env, "db.query", db="w", sql="SELECT name FROM items WHERE id = 50").result["rows"]
     assert rows == [["in the wal"]]
     out = call(env, "db.execute", db="w", sql="UPDATE items SET name = 'changed' WHERE id = 50")
@@ -559,8 +677,14 @@ def backup_to(source: apsw.Connection, target: Path) -> None:
 def test_config_databases(gateway_config: Callable[..., dict[str, Any]]) -> None:
     raw = gateway_config()
     assert parse(raw).databases == ()
-    raw["databases"] = [{"name": "shop", "path": "/var/lib/assure/db/shop.db", "mode": "sandbox"}, {"name": "prod", "path": "/data/p.db", "mode": "live"}]
-    assert parse(raw).databases == (Database("shop", "/var/lib/assure/db/shop.db", "sandbox"), Database("prod", "/data/p.db", "live"))
+    raw["databases"] = [
+        {"name": "shop", "path": "/var/lib/assure/db/shop.db", "mode": "sandbox"},
+        {"name": "prod", "path": "/data/p.db", "mode": "live"},
+    ]
+    assert parse(raw).databases == (
+        Database("shop", "/var/lib/assure/db/shop.db", "sandbox"),
+        Database("prod", "/data/p.db", "live"),
+    )
     bad = [
         ({"name": "shop", "path": "/a", "mode": "sandbox", "fixture": "x"}, "databases[0].fixture"),
         ({"name": "Shop", "path": "/a", "mode": "sandbox"}, "databases[0].name"),
@@ -574,7 +698,10 @@ def test_config_databases(gateway_config: Callable[..., dict[str, Any]]) -> None
         with pytest.raises(ConfigError) as info:
             parse(raw)
         assert info.value.field == field
-    raw["databases"] = [{"name": "a", "path": "/a", "mode": "live"}, {"name": "a", "path": "/b", "mode": "live"}]
+    raw["databases"] = [
+        {"name": "a", "path": "/a", "mode": "live"},
+        {"name": "a", "path": "/b", "mode": "live"},
+    ]
     with pytest.raises(ConfigError) as info:
         parse(raw)
     assert info.value.field == "databases[1].name"
@@ -588,7 +715,10 @@ def test_config_databases(gateway_config: Callable[..., dict[str, Any]]) -> None
 
 
 def test_db_tools_through_the_gateway(
-    gateway_config: Callable[..., dict[str, Any]], db_path: Path, replica: Path, monkeypatch: pytest.MonkeyPatch
+    gateway_config: Callable[..., dict[str, Any]],
+    db_path: Path,
+    replica: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The dispatcher does not build `Env.databases` from the config yet: inject it here."""
     from assure.gateway.server import serve
@@ -599,7 +729,14 @@ def test_db_tools_through_the_gateway(
     contract["scope"] = ["fs:**", "db:**"]
     from assure.core import gate
 
-    contract.update(dataclasses.asdict(gate.ratify(gate.Contract(**{**contract, "scope": tuple(contract["scope"])}), protected=raw["protected"])))
+    contract.update(
+        dataclasses.asdict(
+            gate.ratify(
+                gate.Contract(**{**contract, "scope": tuple(contract["scope"])}),
+                protected=raw["protected"],
+            )
+        )
+    )
     config = parse(raw)
     real_env = tools.Env
 
@@ -611,18 +748,26 @@ def test_db_tools_through_the_gateway(
     gateway = serve(config)
     try:
         with Client(config.socket, connect_timeout=2, timeout=10) as client:
-            answer = client.call("db.query", db="shop", sql="SELECT id, name FROM items ORDER BY id")
+            answer = client.call(
+                "db.query", db="shop", sql="SELECT id, name FROM items ORDER BY id"
+            )
             assert answer["result"]["rows"] == [[1, "apple"], [2, "pear"], [3, "plum"]]
             with pytest.raises(GatewayError) as info:
                 client.call("db.query", db="shop", sql="DELETE FROM items")
             assert info.value.status == 403
-            answer = client.call("db.execute", db="shop", sql="DELETE FROM items WHERE id = ?", params=[2])
+            answer = client.call(
+                "db.execute", db="shop", sql="DELETE FROM items WHERE id = ?", params=[2]
+            )
             assert answer["decision"] == "allow", answer
             assert answer["result"]["changes"] == 1
     finally:
         gateway.shutdown()
     calls = [r for r in verify_chain(config.journal) if r["event"] == "tool_call"]
-    assert [(c["tool"], c["status"]) for c in calls] == [("db.query", 200), ("db.query", 403), ("db.execute", 200)]
+    assert [(c["tool"], c["status"]) for c in calls] == [
+        ("db.query", 200),
+        ("db.query", 403),
+        ("db.execute", 200),
+    ]
     assert calls[0]["effect"] is None
     effect = calls[2]["effect"]
     assert calls[2]["scope"] == "db:shop" and calls[2]["resource_mode"] == "sandbox"

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from assure.client import Client, GatewayError
 from assure.core import gate
 from assure.core.chain import canonical, sha256_hex, verify_chain
-from assure.client import Client, GatewayError
 from assure.gateway import tools
 from assure.gateway.config import ConfigError, Limits, parse
 from assure.gateway.server import Gateway
@@ -80,7 +80,10 @@ def raw_exchange(gateway: Gateway, data: bytes) -> list[tuple[int, dict[str, str
 
 def post(tool: str, body: dict[str, Any], extra: str = "") -> bytes:
     payload = json.dumps(body).encode()
-    return f"POST /v1/tools/{tool} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n{extra}\r\n".encode() + payload
+    return (
+        f"POST /v1/tools/{tool} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n{extra}\r\n".encode()
+        + payload
+    )
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5) -> None:
@@ -104,7 +107,9 @@ def test_health(start_gateway, gateway_config) -> None:
     assert answer["status"] == "ok"
     assert answer["run_id"] == "run-test" and answer["attempt"] == 1
     assert [t["name"] for t in answer["tools"]] == [t.name for t in tools.TOOLS]
-    assert answer["limits"] == dataclasses.asdict(Limits(tool_calls=gateway_config()["limits"]["tool_calls"]))
+    assert answer["limits"] == dataclasses.asdict(
+        Limits(tool_calls=gateway_config()["limits"]["tool_calls"])
+    )
     assert Path(gateway.config.ready_file).exists()
     assert os.stat(gateway.config.socket).st_mode & 0o777 == 0o666
 
@@ -120,7 +125,11 @@ def test_read_write_list_delete_round_trip(start_gateway) -> None:
         assert (root / "src/a.txt").read_bytes() == b"hello\n"
         assert (root / "src/a.txt").stat().st_mode & 0o777 == 0o600
 
-        assert client.call("fs.read", path="src/a.txt")["result"] == {"content": "hello\n", "sha256": digest, "size": 6}
+        assert client.call("fs.read", path="src/a.txt")["result"] == {
+            "content": "hello\n",
+            "sha256": digest,
+            "size": 6,
+        }
         client.call("fs.write", path="bin.dat", content_b64="/wA=")
         assert client.call("fs.read", path="bin.dat")["result"] == {
             "content_b64": "/wA=",
@@ -128,7 +137,10 @@ def test_read_write_list_delete_round_trip(start_gateway) -> None:
             "size": 2,
         }
         assert client.call("fs.list")["result"] == {
-            "entries": [{"name": "bin.dat", "type": "file", "size": 2}, {"name": "src", "type": "dir", "size": (root / "src").lstat().st_size}],
+            "entries": [
+                {"name": "bin.dat", "type": "file", "size": 2},
+                {"name": "src", "type": "dir", "size": (root / "src").lstat().st_size},
+            ],
             "truncated": False,
         }
         assert client.call("fs.delete", path="src/a.txt")["result"] == {"deleted": True}
@@ -148,7 +160,10 @@ def test_keep_alive_reuses_one_connection_even_after_idling(start_gateway) -> No
 
 def test_pipelined_requests_on_one_raw_connection(start_gateway) -> None:
     gateway = start_gateway()
-    answers = raw_exchange(gateway, post("fs.list", {}) + b"GET /v1/health HTTP/1.1\r\n\r\n" + post("fs.list", {"path": "."}))
+    answers = raw_exchange(
+        gateway,
+        post("fs.list", {}) + b"GET /v1/health HTTP/1.1\r\n\r\n" + post("fs.list", {"path": "."}),
+    )
     assert [status for status, _, _ in answers] == [200, 200, 200]
 
 
@@ -159,7 +174,12 @@ def test_handler_errors_carry_the_action_and_the_allow(start_gateway) -> None:
     assert (info.value.status, info.value.code) == (404, "not_found")
     assert info.value.answer["decision"] == "allow" and info.value.action_id
     record = journal(gateway)[-1]
-    assert (record["event"], record["status"], record["error"], record["effect"]) == ("tool_call", 404, "not_found", None)
+    assert (record["event"], record["status"], record["error"], record["effect"]) == (
+        "tool_call",
+        404,
+        "not_found",
+        None,
+    )
 
 
 def test_symlink_escape_is_refused_through_the_gateway(start_gateway, tmp_path: Path) -> None:
@@ -184,7 +204,12 @@ def test_protected_path_is_denied_and_journaled(start_gateway) -> None:
         assert client.call("fs.list")["result"]["entries"] == []
     record = [r for r in journal(gateway) if r["event"] == "tool_call"][-2]
     assert record["tool"] == "fs.write"
-    assert (record["decision"], record["rule"], record["status"], record["path"]) == ("deny", "protected_path", 403, "tests/test_x.py")
+    assert (record["decision"], record["rule"], record["status"], record["path"]) == (
+        "deny",
+        "protected_path",
+        403,
+        "tests/test_x.py",
+    )
     assert record["effect"] is None and record["error"] == "denied"
     assert not (Path(gateway.config.workspace) / "tests").exists()
 
@@ -230,9 +255,20 @@ def test_unknown_missing_and_mistyped_fields_are_400(start_gateway) -> None:
 def test_meta_fields_are_accepted_and_journaled(start_gateway) -> None:
     gateway = start_gateway()
     with client_for(gateway) as client:
-        client.call("fs.write", path="a", content="x", idempotency_key="k1", reversible=True, rollback_ref="r1")
+        client.call(
+            "fs.write",
+            path="a",
+            content="x",
+            idempotency_key="k1",
+            reversible=True,
+            rollback_ref="r1",
+        )
     record = journal(gateway)[-1]
-    assert (record["idempotency_key"], record["reversible"], record["rollback_ref"]) == ("k1", True, "r1")
+    assert (record["idempotency_key"], record["reversible"], record["rollback_ref"]) == (
+        "k1",
+        True,
+        "r1",
+    )
     assert record["args_digest"] == sha256_hex(canonical({"path": "a", "content": "x"}))
 
 
@@ -255,7 +291,9 @@ def test_write_argument_errors_are_allowed_calls_with_an_error(start_gateway) ->
 def test_task_report_is_journaled_as_a_claim(start_gateway) -> None:
     gateway = start_gateway()
     with client_for(gateway) as client:
-        assert client.call("task.report", status="done", summary="all tests pass")["result"] == {"recorded": True}
+        assert client.call("task.report", status="done", summary="all tests pass")["result"] == {
+            "recorded": True
+        }
         with pytest.raises(GatewayError) as info:
             client.call("task.report", status="done", summary="x" * (tools.MAX_REPORT_SUMMARY + 1))
         assert info.value.code == "bad_args"
@@ -277,7 +315,11 @@ def test_oversize_body_is_413_without_reading_it(start_gateway) -> None:
     assert [(s, b["error"]["code"]) for s, _, b in answers] == [(413, "body_too_large")]
     assert answers[0][1]["connection"] == "close"
     rejected = last_rejection(gateway)
-    assert (rejected["status"], rejected["code"], rejected["target"]) == (413, "body_too_large", "/v1/tools/fs.write")
+    assert (rejected["status"], rejected["code"], rejected["target"]) == (
+        413,
+        "body_too_large",
+        "/v1/tools/fs.write",
+    )
 
 
 def test_client_sees_413_even_when_the_gateway_never_reads_the_body(start_gateway) -> None:
@@ -291,14 +333,19 @@ def test_client_sees_413_even_when_the_gateway_never_reads_the_body(start_gatewa
 
 def test_missing_content_length_is_411(start_gateway) -> None:
     gateway = start_gateway()
-    answers = raw_exchange(gateway, b'POST /v1/tools/fs.list HTTP/1.1\r\n\r\n{}')
+    answers = raw_exchange(gateway, b"POST /v1/tools/fs.list HTTP/1.1\r\n\r\n{}")
     assert [(s, b["error"]["code"]) for s, _, b in answers] == [(411, "length_required")]
 
 
 def test_chunked_is_400(start_gateway) -> None:
     gateway = start_gateway()
-    answers = raw_exchange(gateway, b"POST /v1/tools/fs.list HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
-    assert [(s, b["error"]["code"]) for s, _, b in answers] == [(400, "transfer_encoding_not_supported")]
+    answers = raw_exchange(
+        gateway,
+        b"POST /v1/tools/fs.list HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+    )
+    assert [(s, b["error"]["code"]) for s, _, b in answers] == [
+        (400, "transfer_encoding_not_supported")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -308,17 +355,35 @@ def test_chunked_is_400(start_gateway) -> None:
         (b"GET /v1/health\r\n\r\n", 400, "bad_request"),
         (b"GET /v1/health HTTP/2.0\r\n\r\n", 505, "http_version_not_supported"),
         (b"GET /v1/health HTTP/1.1\r\nno colon here\r\n\r\n", 400, "bad_header"),
-        (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}", 400, "bad_header"),
-        (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nContent_Length: 0\r\n\r\n{}", 400, "bad_header"),  # `_` is `-` (headers.py)
-        (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nTransfer_Encoding: chunked\r\n\r\n{}", 400, "transfer_encoding_not_supported"),
+        (
+            b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+            400,
+            "bad_header",
+        ),
+        (
+            b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nContent_Length: 0\r\n\r\n{}",
+            400,
+            "bad_header",
+        ),  # `_` is `-` (headers.py)
+        (
+            b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nTransfer_Encoding: chunked\r\n\r\n{}",
+            400,
+            "transfer_encoding_not_supported",
+        ),
         (b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "bad_header"),
         (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n", 414, "uri_too_long"),
-        (b"GET /v1/health HTTP/1.1\r\n" + b"X-Big: " + b"a" * 9000 + b"\r\n\r\n", 431, "headers_too_large"),
+        (
+            b"GET /v1/health HTTP/1.1\r\n" + b"X-Big: " + b"a" * 9000 + b"\r\n\r\n",
+            431,
+            "headers_too_large",
+        ),
         (b"GET /v1/health HTTP/1.1\r\n" + b"X-A: b\r\n" * 2000 + b"\r\n", 431, "headers_too_large"),
         (b"DELETE /v1/tools/fs.read HTTP/1.1\r\n\r\n", 405, "method_not_allowed"),
     ],
 )
-def test_malformed_requests_are_refused_and_journaled(start_gateway, data: bytes, status: int, code: str) -> None:
+def test_malformed_requests_are_refused_and_journaled(
+    start_gateway, data: bytes, status: int, code: str
+) -> None:
     gateway = start_gateway()
     answers = raw_exchange(gateway, data)
     assert [(s, b["error"]["code"]) for s, _, b in answers] == [(status, code)]
@@ -327,25 +392,45 @@ def test_malformed_requests_are_refused_and_journaled(start_gateway, data: bytes
         assert client.health()["status"] == "ok"  # still serving
 
 
-@pytest.mark.parametrize(("body", "code"), [
-    (b"not json", "bad_json"), (b"[1, 2]", "bad_json"), (b'{"path": "a", "path": "b"}', "bad_json"), (b"\xff\xfe", "bad_json"),
-    (b"[" * 100000 + b"]" * 100000, "json_too_complex"),  # refused by the pre-scan, never parsed
-    (b'{"params": [' + b"{}," * 200000 + b'{}]}', "json_too_complex"),
-])
-def test_bad_json_is_400_and_the_connection_stays_usable(start_gateway, body: bytes, code: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"not json", "bad_json"),
+        (b"[1, 2]", "bad_json"),
+        (b'{"path": "a", "path": "b"}', "bad_json"),
+        (b"\xff\xfe", "bad_json"),
+        (
+            b"[" * 100000 + b"]" * 100000,
+            "json_too_complex",
+        ),  # refused by the pre-scan, never parsed
+        (b'{"params": [' + b"{}," * 200000 + b"{}]}", "json_too_complex"),
+    ],
+)
+def test_bad_json_is_400_and_the_connection_stays_usable(
+    start_gateway, body: bytes, code: str
+) -> None:
     gateway = start_gateway()
-    request = f"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    request = (
+        f"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    )
     answers = raw_exchange(gateway, request + post("fs.list", {}))
-    assert [(s, b.get("error", {}).get("code")) for s, _, b in answers] == [(400, code), (200, None)]
+    assert [(s, b.get("error", {}).get("code")) for s, _, b in answers] == [
+        (400, code),
+        (200, None),
+    ]
     if code == "json_too_complex":
         rejected = last_rejection(gateway)
-        assert rejected["code"] == code and "refused unparsed" in rejected["reason"]  # journaled with its reason
+        assert (
+            rejected["code"] == code and "refused unparsed" in rejected["reason"]
+        )  # journaled with its reason
 
 
 def test_expect_100_continue(start_gateway) -> None:
     gateway = start_gateway()
     with raw_connect(gateway) as sock:
-        sock.sendall(b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        sock.sendall(
+            b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+        )
         assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
         sock.sendall(b"{}")
         sock.shutdown(socket.SHUT_WR)
@@ -355,7 +440,9 @@ def test_expect_100_continue(start_gateway) -> None:
 def test_slow_client_is_closed_while_another_is_served(start_gateway) -> None:
     gateway = start_gateway(read_timeout_seconds=1.0)
     with raw_connect(gateway) as slow, client_for(gateway) as client:
-        slow.sendall(b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\n")  # ...and nothing more
+        slow.sendall(
+            b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\n"
+        )  # ...and nothing more
         started = time.monotonic()
         for _ in range(10):
             assert client.call("fs.list")["decision"] == "allow"
@@ -368,7 +455,11 @@ def test_slow_client_is_closed_while_another_is_served(start_gateway) -> None:
         assert [(s, b["error"]["code"]) for s, _, b in answers] == [(408, "read_timeout")]
         assert client.call("fs.list")["decision"] == "allow"
     rejected = last_rejection(gateway)
-    assert (rejected["status"], rejected["code"], rejected["method"]) == (408, "read_timeout", "POST")
+    assert (rejected["status"], rejected["code"], rejected["method"]) == (
+        408,
+        "read_timeout",
+        "POST",
+    )
 
 
 def test_connection_limit_answers_503_at_once(start_gateway) -> None:
@@ -406,7 +497,14 @@ def test_connections_over_every_slot_are_closed_not_queued(start_gateway) -> Non
             sock.close()
     gateway.shutdown()  # the dropped ones are journaled in batches, the last at shutdown
     reasons = [r["reason"] for r in journal(gateway) if r.get("code") == "too_many_connections"]
-    assert sum(int(reason.split("; ")[1].split()[0]) for reason in reasons if reason.endswith("closed without an answer")) == 3
+    assert (
+        sum(
+            int(reason.split("; ")[1].split()[0])
+            for reason in reasons
+            if reason.endswith("closed without an answer")
+        )
+        == 3
+    )
     assert sum(reason.endswith("answered 503") for reason in reasons) == 4
 
 
@@ -418,15 +516,24 @@ def test_a_flood_of_dropped_connections_is_journaled_in_a_few_lines(start_gatewa
     for sock in socks:
         sock.close()
     gateway.shutdown()
-    dropped = [r["reason"] for r in journal(gateway) if r.get("code") == "too_many_connections" and r["reason"].endswith("closed without an answer")]
+    dropped = [
+        r["reason"]
+        for r in journal(gateway)
+        if r.get("code") == "too_many_connections"
+        and r["reason"].endswith("closed without an answer")
+    ]
     assert sum(int(reason.split("; ")[1].split()[0]) for reason in dropped) == 100
-    assert len(dropped) <= 10, len(dropped)  # batched: one line each was ~half the drops (197 lines for 380)
+    assert len(dropped) <= 10, len(
+        dropped
+    )  # batched: one line each was ~half the drops (197 lines for 380)
 
 
 def test_the_accept_loop_never_waits_for_the_dispatcher(start_gateway) -> None:
     gateway = start_gateway(max_connections=1, read_timeout_seconds=5)
     with gateway._calls._lock:  # as during a long tool call (an http.request holds it up to 30 s)
-        socks = [raw_connect(gateway) for _ in range(1 + 4 + 3)]  # 1 served, 4 waiting for 503, 3 to drop
+        socks = [
+            raw_connect(gateway) for _ in range(1 + 4 + 3)
+        ]  # 1 served, 4 waiting for 503, 3 to drop
         try:
             for sock in socks[5:]:  # each closed by the acceptor while the lock is held
                 assert sock.recv(100) == b""
@@ -435,7 +542,14 @@ def test_the_accept_loop_never_waits_for_the_dispatcher(start_gateway) -> None:
                 sock.close()
     gateway.shutdown()
     reasons = [r["reason"] for r in journal(gateway) if r.get("code") == "too_many_connections"]
-    assert sum(int(reason.split("; ")[1].split()[0]) for reason in reasons if reason.endswith("closed without an answer")) == 3
+    assert (
+        sum(
+            int(reason.split("; ")[1].split()[0])
+            for reason in reasons
+            if reason.endswith("closed without an answer")
+        )
+        == 3
+    )
 
 
 def test_an_idle_kept_alive_connection_is_closed(start_gateway) -> None:
@@ -443,7 +557,9 @@ def test_an_idle_kept_alive_connection_is_closed(start_gateway) -> None:
     with raw_connect(gateway) as silent, raw_connect(gateway) as used:
         used.sendall(b"GET /v1/health HTTP/1.1\r\n\r\n")
         assert used.recv(65536).startswith(b"HTTP/1.1 200 OK")
-        assert used.recv(100) == b"" and silent.recv(100) == b""  # closed by the gateway, not by the 5 s socket timeout
+        assert (
+            used.recv(100) == b"" and silent.recv(100) == b""
+        )  # closed by the gateway, not by the 5 s socket timeout
     wait_for(lambda: not gateway._conns)
     assert "request_rejected" not in events(gateway)
 
@@ -451,7 +567,9 @@ def test_an_idle_kept_alive_connection_is_closed(start_gateway) -> None:
 # ---------------------------------------------------------------- fail closed
 
 
-def test_a_gate_exception_denies_with_500_and_is_journaled(start_gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gate_exception_denies_with_500_and_is_journaled(
+    start_gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gateway = start_gateway()
 
     def broken(*_args: object) -> gate.Decision:
@@ -460,19 +578,27 @@ def test_a_gate_exception_denies_with_500_and_is_journaled(start_gateway, monkey
     monkeypatch.setattr(gate, "decide", broken)
     with client_for(gateway) as client, pytest.raises(GatewayError) as info:
         client.call("fs.write", path="a", content="x")
-    assert (info.value.status, info.value.code, info.value.answer["decision"]) == (500, "internal_error", "deny")
+    assert (info.value.status, info.value.code, info.value.answer["decision"]) == (
+        500,
+        "internal_error",
+        "deny",
+    )
     record = journal(gateway)[-1]
     assert (record["decision"], record["status"], record["effect"]) == ("deny", 500, None)
     assert not (Path(gateway.config.workspace) / "a").exists()
 
 
-def test_a_handler_exception_is_500_and_the_server_keeps_serving(start_gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_handler_exception_is_500_and_the_server_keeps_serving(
+    start_gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gateway = start_gateway()
 
     def broken(*_args: object) -> tools.Outcome:
         raise KeyError("boom")
 
-    monkeypatch.setitem(tools.BY_NAME, "fs.list", dataclasses.replace(tools.BY_NAME["fs.list"], handler=broken))
+    monkeypatch.setitem(
+        tools.BY_NAME, "fs.list", dataclasses.replace(tools.BY_NAME["fs.list"], handler=broken)
+    )
     with client_for(gateway) as client:
         with pytest.raises(GatewayError) as info:
             client.call("fs.list")
@@ -481,7 +607,9 @@ def test_a_handler_exception_is_500_and_the_server_keeps_serving(start_gateway, 
         assert client.call("fs.write", path="a", content="x")["decision"] == "allow"
 
 
-def test_a_journal_failure_stops_all_further_tool_calls(start_gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_journal_failure_stops_all_further_tool_calls(
+    start_gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gateway = start_gateway()
 
     def disk_full(*_args: object, **_fields: object) -> dict[str, Any]:
@@ -531,16 +659,40 @@ def test_journal_has_exactly_the_expected_events_in_order(start_gateway) -> None
         ("tool_call", "task.report", 200),
         ("gateway_stopped", None, None),
     ]
-    assert all((r["run_id"], r["attempt"], r["actor"]) == ("run-test", 1, "gateway") for r in records)
+    assert all(
+        (r["run_id"], r["attempt"], r["actor"]) == ("run-test", 1, "gateway") for r in records
+    )
     assert records[0]["config_sha256"] == gateway.config.digest
-    assert records[1]["action_id"] == records[2]["action_id"] and records[1]["args_digest"] == records[2]["args_digest"]
+    assert (
+        records[1]["action_id"] == records[2]["action_id"]
+        and records[1]["args_digest"] == records[2]["args_digest"]
+    )
     assert records[1]["decision"] == "allow" and "effect" not in records[1]
-    assert records[2]["effect"] == {"op": "write", "path": "a.txt", "sha256": on_disk, "size": 3, "mode": 0o644}
+    assert records[2]["effect"] == {
+        "op": "write",
+        "path": "a.txt",
+        "sha256": on_disk,
+        "size": 3,
+        "mode": 0o644,
+    }
     assert records[4]["effect"] is None
     assert records[8]["effect"] == {"op": "delete", "path": "a.txt"}
-    assert [r["inputs"]["tool_calls_used"] for r in records if r["event"] == "tool_call"] == [0, 1, 2, 3, 4]
+    assert [r["inputs"]["tool_calls_used"] for r in records if r["event"] == "tool_call"] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
     assert len({r["action_id"] for r in records if r["event"] == "tool_call"}) == 5
-    assert records[-1]["counters"] == {"requests": 6, "tool_calls": 5, "denied": 1, "rejected": 1, "tokens": 0, "cost": 0.0}
+    assert records[-1]["counters"] == {
+        "requests": 6,
+        "tool_calls": 5,
+        "denied": 1,
+        "rejected": 1,
+        "tokens": 0,
+        "cost": 0.0,
+    }
 
 
 # ---------------------------------------------------------------- client behaviour
@@ -585,7 +737,10 @@ def test_config_errors_name_the_field(gateway_config) -> None:
         ({**good, "protected": "tests/**"}, "protected"),
         ({**good, "limits": {}}, "limits.tool_calls"),  # the host always passes the spec's
         ({**good, "limits": {"tool_calls": -1}}, "limits.tool_calls"),
-        ({**good, "limits": {**good["limits"], "read_timeout_seconds": 0}}, "limits.read_timeout_seconds"),
+        (
+            {**good, "limits": {**good["limits"], "read_timeout_seconds": 0}},
+            "limits.read_timeout_seconds",
+        ),
         ({**good, "limits": {**good["limits"], "max_connections": True}}, "limits.max_connections"),
         ({**good, "limits": {**good["limits"], "max_fds": 3}}, "limits.max_fds"),
     ]:
@@ -611,7 +766,9 @@ def test_process_stops_cleanly_on_sigterm(gateway_config, tmp_path: Path) -> Non
     config = gateway_config()
     process = _run_gateway(config, tmp_path)
     try:
-        wait_for(lambda: Path(config["ready_file"]).exists() or process.poll() is not None, timeout=20)
+        wait_for(
+            lambda: Path(config["ready_file"]).exists() or process.poll() is not None, timeout=20
+        )
         with Client(config["socket"], connect_timeout=5) as client:
             client.call("fs.write", path="a.txt", content="x")
         process.send_signal(signal.SIGTERM)
@@ -620,9 +777,21 @@ def test_process_stops_cleanly_on_sigterm(gateway_config, tmp_path: Path) -> Non
         process.kill()
     assert process.returncode == 0, stderr
     records = verify_chain(config["journal"])
-    assert [r["event"] for r in records] == ["gateway_started", "intent", "tool_call", "gateway_stopped"]
+    assert [r["event"] for r in records] == [
+        "gateway_started",
+        "intent",
+        "tool_call",
+        "gateway_stopped",
+    ]
     assert records[-1]["reason"] == "signal SIGTERM"
-    assert records[-1]["counters"] == {"requests": 1, "tool_calls": 1, "denied": 0, "rejected": 0, "tokens": 0, "cost": 0.0}
+    assert records[-1]["counters"] == {
+        "requests": 1,
+        "tool_calls": 1,
+        "denied": 0,
+        "rejected": 0,
+        "tokens": 0,
+        "cost": 0.0,
+    }
 
 
 def test_process_refuses_a_bad_config_with_one_line(gateway_config, tmp_path: Path) -> None:
@@ -634,7 +803,9 @@ def test_process_refuses_a_bad_config_with_one_line(gateway_config, tmp_path: Pa
     assert len(stderr.strip().splitlines()) == 1 and "'workspace'" in stderr
 
 
-def test_a_gateway_that_cannot_start_a_thread_says_so_and_journals_why(gateway_config, monkeypatch, tmp_path) -> None:
+def test_a_gateway_that_cannot_start_a_thread_says_so_and_journals_why(
+    gateway_config, monkeypatch, tmp_path
+) -> None:
     """The cause reaches the harness: not `cannot join thread before it is started` from the cleanup."""
     real_start = threading.Thread.start
 

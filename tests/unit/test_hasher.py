@@ -22,7 +22,9 @@ def pool():
     pool.close()
 
 
-HELPED = snapshot.Hashing(helpers=2, helper_after_bytes=0)  # every file hashed in two helpers, whatever this machine's CPUs
+HELPED = snapshot.Hashing(
+    helpers=2, helper_after_bytes=0
+)  # every file hashed in two helpers, whatever this machine's CPUs
 
 
 @pytest.fixture
@@ -60,7 +62,9 @@ def test_helpers_answer_what_hashlib_computes_in_order(tmp_path: Path, pool: Has
     assert not pool.failed
 
 
-def test_a_descriptor_that_is_not_the_lstat_ed_file_is_not_hashed(tmp_path: Path, pool: HashPool) -> None:
+def test_a_descriptor_that_is_not_the_lstat_ed_file_is_not_hashed(
+    tmp_path: Path, pool: HashPool
+) -> None:
     (tmp_path / "a").write_bytes(b"one")
     (tmp_path / "b").write_bytes(b"two")
     [(fd, _)] = open_all([tmp_path / "a"])
@@ -100,7 +104,9 @@ def test_a_helper_that_answers_out_of_turn_is_not_believed(tmp_path: Path, pool:
     assert pool.failed
 
 
-def test_snapshot_through_helpers_matches_hashlib_and_keeps_the_checks(tmp_path: Path, helped: None) -> None:
+def test_snapshot_through_helpers_matches_hashlib_and_keeps_the_checks(
+    tmp_path: Path, helped: None
+) -> None:
     contents = {f"d{n % 3}/f{n}": os.urandom(n * 1000) for n in range(150)}
     for name, data in contents.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
@@ -137,11 +143,17 @@ def test_helpers_killed_mid_walk_cost_time_not_findings_and_the_next_snapshot_st
     again = snapshot.take(tmp_path, hashing=HELPED).entries
 
     assert len(sent) >= 2  # the helpers did get batches before they died
-    assert {p: (e.sha256, e.note) for p, e in killed.items()} == expected == {p: (e.sha256, e.note) for p, e in again.items()}
+    assert (
+        {p: (e.sha256, e.note) for p, e in killed.items()}
+        == expected
+        == {p: (e.sha256, e.note) for p, e in again.items()}
+    )
     assert all(process.poll() is None for process, _ in hasher._shared.helpers)
 
 
-def test_an_interrupted_snapshot_stops_its_helpers(tmp_path: Path, helped: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_snapshot_stops_its_helpers(
+    tmp_path: Path, helped: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for n in range(300):
         (tmp_path / f"f{n}").write_bytes(b"x" * n)
     snapshot.take(tmp_path, hashing=HELPED)
@@ -161,7 +173,9 @@ def test_an_interrupted_snapshot_stops_its_helpers(tmp_path: Path, helped: None,
     assert all(process.poll() is not None for process in helpers)
 
 
-def test_after_a_stalled_helper_a_late_answer_is_never_taken_for_the_next(tmp_path: Path, pool: HashPool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_after_a_stalled_helper_a_late_answer_is_never_taken_for_the_next(
+    tmp_path: Path, pool: HashPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "a").write_bytes(b"first")
     (tmp_path / "b").write_bytes(b"second")
     first, second = open_all([tmp_path / "a"]), open_all([tmp_path / "b"])

@@ -18,7 +18,12 @@ def test_first_claim_then_duplicate_gets_the_original_answer(tmp_path):
     assert store.claim(sandbox("k1"), action_id="a1") is None
     store.complete(sandbox("k1"), 200, {"result": {"rows": 1}})
     prior = store.claim(sandbox("k1"), action_id="a2")
-    assert (prior.state, prior.action_id, prior.status, prior.answer) == ("done", "a1", 200, {"result": {"rows": 1}})
+    assert (prior.state, prior.action_id, prior.status, prior.answer) == (
+        "done",
+        "a1",
+        200,
+        {"result": {"rows": 1}},
+    )
 
 
 def test_a_live_call_outlives_the_process_and_the_attempt(tmp_path):
@@ -40,15 +45,21 @@ def test_a_sandbox_key_belongs_to_its_attempt_alone(tmp_path):
     assert store.claim(sandbox("done", attempt=2), action_id="a2") is None
     assert store.claim(sandbox("pending", attempt=2), action_id="a3") is None
     assert store.claim(sandbox("other", "another call", attempt=2), action_id="a4") is None
-    assert store.claim(sandbox("done", attempt=1), action_id="a5").action_id == "a1"  # still attempt 1's
+    assert (
+        store.claim(sandbox("done", attempt=1), action_id="a5").action_id == "a1"
+    )  # still attempt 1's
 
 
 def test_a_live_key_answers_a_later_attempt_for_its_identical_call_only(tmp_path):
     store = Store(str(tmp_path / "idem.sqlite"))
     store.claim(live("k", "pay 5"), action_id="a1")
     store.complete(live("k", "pay 5"), 200, {"result": "paid"})
-    assert store.claim(live("k", "pay 5", attempt=2), action_id="a2").action_id == "a1"  # no second effect
-    assert store.claim(live("k", "pay 7", attempt=3), action_id="a3") is None  # another call: a fresh key
+    assert (
+        store.claim(live("k", "pay 5", attempt=2), action_id="a2").action_id == "a1"
+    )  # no second effect
+    assert (
+        store.claim(live("k", "pay 7", attempt=3), action_id="a3") is None
+    )  # another call: a fresh key
 
 
 def test_what_a_later_attempt_gets_for_a_key_never_depends_on_an_earlier_one(tmp_path):
@@ -83,7 +94,9 @@ def test_a_pending_key_is_in_doubt_and_release_forgets_it(tmp_path):
     assert store.claim(live(), action_id="a2").state == "pending"
     store.release(live())
     assert store.claim(live(), action_id="a3") is None
-    assert store.claim(live(attempt=2), action_id="a4").state == "pending"  # a live call in doubt is never re-run
+    assert (
+        store.claim(live(attempt=2), action_id="a4").state == "pending"
+    )  # a live call in doubt is never re-run
 
 
 def test_release_never_forgets_a_done_key(tmp_path):
@@ -95,8 +108,12 @@ def test_release_never_forgets_a_done_key(tmp_path):
 
 
 def test_derived_keys_ignore_argument_order_but_not_values():
-    assert derive_key("g", "db.execute", {"db": "x", "sql": "s"}) == derive_key("g", "db.execute", {"sql": "s", "db": "x"})
-    assert derive_key("g", "db.execute", {"db": "x", "sql": "s"}) != derive_key("g", "db.execute", {"db": "x", "sql": "t"})
+    assert derive_key("g", "db.execute", {"db": "x", "sql": "s"}) == derive_key(
+        "g", "db.execute", {"sql": "s", "db": "x"}
+    )
+    assert derive_key("g", "db.execute", {"db": "x", "sql": "s"}) != derive_key(
+        "g", "db.execute", {"db": "x", "sql": "t"}
+    )
     assert derive_key("g", "db.execute", {"db": "x"}) != derive_key("h", "db.execute", {"db": "x"})
 
 
@@ -111,10 +128,14 @@ def _old_store(path, *, bound):
     )
     if bound:
         db.execute("ALTER TABLE keys ADD COLUMN binding TEXT NOT NULL DEFAULT ''")
-        db.execute("INSERT INTO keys VALUES ('key:d', 'done', 'a1', 1, 200, '{\"result\": 1}', 0, 'http.request:x')")
+        db.execute(
+            "INSERT INTO keys VALUES ('key:d', 'done', 'a1', 1, 200, '{\"result\": 1}', 0, 'http.request:x')"
+        )
     else:
         db.execute("INSERT INTO keys VALUES ('key:K', 'done', 'a1', 1, 200, '{\"result\": 1}', 0)")
-        db.execute("INSERT INTO keys VALUES ('derived:abc', 'done', 'a2', 1, 200, '{\"result\": 2}', 0)")
+        db.execute(
+            "INSERT INTO keys VALUES ('derived:abc', 'done', 'a2', 1, 200, '{\"result\": 2}', 0)"
+        )
     db.commit()
     db.close()
 
@@ -125,17 +146,30 @@ def test_a_store_from_before_bindings_is_migrated_not_a_traceback(tmp_path):
     path = str(tmp_path / "idem.sqlite")
     _old_store(path, bound=False)
     store = Store(path)
-    prior = store.claim(live("key:" + sha256_hex(b"K"), "fs.write:d", attempt=2), action_id="a3")  # the caller key, as it is looked up now
-    assert (prior.state, prior.action_id, prior.binding, prior.answer) == ("done", "a1", LEGACY, {"result": 1})
-    assert store.claim(live("derived:abc", "fs.write:d", attempt=2), action_id="a4").binding == LEGACY
+    prior = store.claim(
+        live("key:" + sha256_hex(b"K"), "fs.write:d", attempt=2), action_id="a3"
+    )  # the caller key, as it is looked up now
+    assert (prior.state, prior.action_id, prior.binding, prior.answer) == (
+        "done",
+        "a1",
+        LEGACY,
+        {"result": 1},
+    )
+    assert (
+        store.claim(live("derived:abc", "fs.write:d", attempt=2), action_id="a4").binding == LEGACY
+    )
     assert store.claim(live("key:new", "fs.write:d", attempt=2), action_id="a5") is None
     store.close()
-    assert Store(path).claim(live("key:new", "x", attempt=2), action_id="a6").binding == "fs.write:d"  # migrated once
+    assert (
+        Store(path).claim(live("key:new", "x", attempt=2), action_id="a6").binding == "fs.write:d"
+    )  # migrated once
 
 
 def test_a_store_from_before_attempt_scopes_keeps_its_calls_as_live_ones(tmp_path):
     path = str(tmp_path / "idem.sqlite")
     _old_store(path, bound=True)
     store = Store(path)
-    assert store.claim(live("key:d", "http.request:x", attempt=3), action_id="a2").action_id == "a1"  # never a second effect
+    assert (
+        store.claim(live("key:d", "http.request:x", attempt=3), action_id="a2").action_id == "a1"
+    )  # never a second effect
     assert store.claim(live("key:d", "http.request:y", attempt=4), action_id="a3") is None

@@ -29,7 +29,15 @@ class Builder:
     def import_rootfs(self, tar_path: str, repository: str, tag: str, changes: list[str]) -> None:
         raise AssertionError("the base is there: nothing is bootstrapped")
 
-    def build(self, context: bytes, tag: str, buildargs: dict[str, str], labels: dict[str, str], *, network: bool = False) -> None:
+    def build(
+        self,
+        context: bytes,
+        tag: str,
+        buildargs: dict[str, str],
+        labels: dict[str, str],
+        *,
+        network: bool = False,
+    ) -> None:
         time.sleep(0.2)
         with self.lock:
             self.built.append(tag)
@@ -46,13 +54,19 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(images, "WHEEL_CACHE", tmp_path / "wheels")
     for folder in images.IMAGE_DIRS.values():
         if (folder / "requirements.txt").is_file():
-            done = tmp_path / "wheels" / hashlib.sha256((folder / "requirements.txt").read_bytes()).hexdigest()[:16]
+            done = (
+                tmp_path
+                / "wheels"
+                / hashlib.sha256((folder / "requirements.txt").read_bytes()).hexdigest()[:16]
+            )
             done.mkdir(parents=True)
             (done / ".complete").touch()
     return tmp_path
 
 
-def test_two_processes_missing_the_images_at_once_build_each_once(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_processes_missing_the_images_at_once_build_each_once(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ASSURE_BASE", "bootstrap")
     base = images.base_tags()["bootstrap"]
     builder = Builder({base})
@@ -70,7 +84,9 @@ def test_two_processes_missing_the_images_at_once_build_each_once(cache: Path, m
     for t in threads:
         t.join()
 
-    assert sorted(builder.built) == sorted(images.image_tag(role, base) for role in images.ROLES)  # once each
+    assert sorted(builder.built) == sorted(
+        images.image_tag(role, base) for role in images.ROLES
+    )  # once each
     assert found[0] == found[1]
     assert "waiting for another assure process building the images" in said
     assert (cache / images.BUILD_LOCK).is_file()

@@ -20,24 +20,67 @@ NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "PATH": "/usr/bin
 
 
 def assure(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "assure.cli", *args], cwd=cwd, env=NO_ENGINE, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "assure.cli", *args],
+        cwd=cwd,
+        env=NO_ENGINE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_init_with_flags_writes_a_project_that_validates(tmp_path: Path) -> None:
-    made = assure("init", "proj", "--name", "greeter", "--writable", "notes/**", "--protected", "src/**", "--protected", "README.md",
-                  "--proposed-by", "ann@example.org", "--ratified-by", "bo@example.org", cwd=tmp_path)
+    made = assure(
+        "init",
+        "proj",
+        "--name",
+        "greeter",
+        "--writable",
+        "notes/**",
+        "--protected",
+        "src/**",
+        "--protected",
+        "README.md",
+        "--proposed-by",
+        "ann@example.org",
+        "--ratified-by",
+        "bo@example.org",
+        cwd=tmp_path,
+    )
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "proj"
     assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == {
-        "spec.yaml", "suite.yaml", "README.md", "agent/run.sh", "workspace/src/greeting.txt", "workspace/notes/.keep"}
+        "spec.yaml",
+        "suite.yaml",
+        "README.md",
+        "agent/run.sh",
+        "workspace/src/greeting.txt",
+        "workspace/notes/.keep",
+    }
     text = (folder / "spec.yaml").read_text()
-    assert text.startswith("# greeter: written by `assure init`") and text.count("\n#") >= 5  # commented
+    assert (
+        text.startswith("# greeter: written by `assure init`") and text.count("\n#") >= 5
+    )  # commented
     loaded = spec_mod.load(folder / "spec.yaml")
-    assert (loaded.name, loaded.workspace.writable, loaded.workspace.protected) == ("greeter", ("notes/**",), ("src/**", "README.md"))
-    assert (loaded.contract.proposed_by, loaded.contract.ratified_by, loaded.contract.scope) == ("ann@example.org", "bo@example.org", ("fs:notes/**",))
+    assert (loaded.name, loaded.workspace.writable, loaded.workspace.protected) == (
+        "greeter",
+        ("notes/**",),
+        ("src/**", "README.md"),
+    )
+    assert (loaded.contract.proposed_by, loaded.contract.ratified_by, loaded.contract.scope) == (
+        "ann@example.org",
+        "bo@example.org",
+        ("fs:notes/**",),
+    )
     assert [s.name for s in suite.load(folder / "suite.yaml").specs] == ["greeter"]
     checked = assure("validate", "spec.yaml", "suite.yaml", cwd=folder)
-    assert checked.returncode == 0 and checked.stdout.split() == ["ok", "spec.yaml", "ok", "suite.yaml"], checked.stderr
+    assert checked.returncode == 0 and checked.stdout.split() == [
+        "ok",
+        "spec.yaml",
+        "ok",
+        "suite.yaml",
+    ], checked.stderr
 
 
 def test_init_overwrites_nothing_and_refuses_what_would_not_run(tmp_path: Path) -> None:
@@ -46,9 +89,14 @@ def test_init_overwrites_nothing_and_refuses_what_would_not_run(tmp_path: Path) 
     with pytest.raises(AssureError, match="already there: spec.yaml, suite.yaml, README.md"):
         init.create(tmp_path, init.Choices())
     assert (tmp_path / "spec.yaml").read_bytes() == before
-    for choices, where in ((init.Choices(name="Not A Name"), "--name"), (init.Choices(writable=("../out/**",)), "--writable"),
-                           (init.Choices(protected=("/etc/**",)), "--protected"), (init.Choices(proposed_by="a b: c"), "--proposed-by"),
-                           (init.Choices(proposed_by="ann", ratified_by="ann"), "--ratified-by"), (init.Choices(database="No-Such"), "--database")):
+    for choices, where in (
+        (init.Choices(name="Not A Name"), "--name"),
+        (init.Choices(writable=("../out/**",)), "--writable"),
+        (init.Choices(protected=("/etc/**",)), "--protected"),
+        (init.Choices(proposed_by="a b: c"), "--proposed-by"),
+        (init.Choices(proposed_by="ann", ratified_by="ann"), "--ratified-by"),
+        (init.Choices(database="No-Such"), "--database"),
+    ):
         with pytest.raises(AssureError) as info:
             init.create(tmp_path / "fresh", choices)
         assert info.value.where == where and info.value.fix
@@ -61,12 +109,19 @@ def test_the_written_contract_is_ratified_as_the_spec_stands(tmp_path: Path) -> 
     init.create(tmp_path, init.Choices())
     found = ratify.compute(spec_mod.load(tmp_path / "spec.yaml"))
     assert found.changed() == [] and found.carried_hash == found.hash
-    assert yaml.safe_load((tmp_path / "spec.yaml").read_text())["contract"]["autonomy_ceiling"] == "propose"
+    assert (
+        yaml.safe_load((tmp_path / "spec.yaml").read_text())["contract"]["autonomy_ceiling"]
+        == "propose"
+    )
 
 
-def test_init_with_a_database_gives_the_gateway_its_fixture_and_the_contract_its_scope(tmp_path: Path) -> None:
+def test_init_with_a_database_gives_the_gateway_its_fixture_and_the_contract_its_scope(
+    tmp_path: Path,
+) -> None:
     init.create(tmp_path, init.Choices(database="notes"))
     loaded = spec_mod.load(tmp_path / "spec.yaml")
-    assert [(d.name, d.mode) for d in loaded.databases] == [("notes", "sandbox")] and "db:notes" in loaded.contract.scope
+    assert [(d.name, d.mode) for d in loaded.databases] == [
+        ("notes", "sandbox")
+    ] and "db:notes" in loaded.contract.scope
     assert "db.execute db=notes" in (tmp_path / "agent" / "run.sh").read_text()
     assert assure("validate", "spec.yaml", cwd=tmp_path).returncode == 0

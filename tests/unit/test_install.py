@@ -53,7 +53,9 @@ def test_the_tag_follows_every_input_and_the_agent_image(tmp_path):
     tool.write_bytes(b"one")
     first = install.tag(Install(binaries=(tool,)), "assure-agent:a")
     assert install.tag(Install(binaries=(tool,)), "assure-agent:a") == first
-    assert install.tag(Install(binaries=(tool,)), "assure-agent:b") != first  # a new agent image: rebuilt on it
+    assert (
+        install.tag(Install(binaries=(tool,)), "assure-agent:b") != first
+    )  # a new agent image: rebuilt on it
     tool.write_bytes(b"two")
     assert install.tag(Install(binaries=(tool,)), "assure-agent:a") != first
 
@@ -61,7 +63,9 @@ def test_the_tag_follows_every_input_and_the_agent_image(tmp_path):
 def test_ensure_builds_once_offline_with_the_binary_executable(tmp_path):
     tool = tmp_path / "tool"
     tool.write_bytes(b"#!/bin/sh\necho hi\n")
-    spec = spec_mod.load(variant(tmp_path, lambda d: d["agent"].update(install={"binaries": [str(tool)]})))
+    spec = spec_mod.load(
+        variant(tmp_path, lambda d: d["agent"].update(install={"binaries": [str(tool)]}))
+    )
     engine = Builder()
     tag = install.ensure(spec, engine, IMAGES)
     assert install.ensure(spec, engine, IMAGES) == tag == install.agent_image(spec, IMAGES)
@@ -70,18 +74,27 @@ def test_ensure_builds_once_offline_with_the_binary_executable(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(context)) as tar:
         member = tar.getmember("bin/tool")
         assert member.mode == 0o755 and tar.extractfile(member).read() == tool.read_bytes()
-        assert b"COPY --from=build" in tar.extractfile("Dockerfile").read()  # the wheels never reach the final image
+        assert (
+            b"COPY --from=build" in tar.extractfile("Dockerfile").read()
+        )  # the wheels never reach the final image
 
 
 def test_a_spec_with_no_install_runs_the_agent_image(tmp_path):
     spec = spec_mod.load(ROOT / "specs" / "examples" / "benign.yaml")
     engine = Builder()
-    assert spec.agent.install is None and install.ensure(spec, engine, IMAGES) == "assure-agent:a" and not engine.builds
+    assert (
+        spec.agent.install is None
+        and install.ensure(spec, engine, IMAGES) == "assure-agent:a"
+        and not engine.builds
+    )
 
 
 def test_an_unbuildable_install_is_refused_before_the_start_with_its_fix(tmp_path):
     def change(data):
-        data["agent"]["install"] = {"pip": ["requests", "idna==3.7 --hash=sha256:" + "0" * 64], "wheels": ["missing.whl"]}
+        data["agent"]["install"] = {
+            "pip": ["requests", "idna==3.7 --hash=sha256:" + "0" * 64],
+            "wheels": ["missing.whl"],
+        }
         data["agent"]["image"] = "debian:bookworm"
 
     found = [p for p in preflight.problems(spec_mod.load(variant(tmp_path, change))) if p.fatal]
@@ -95,10 +108,22 @@ def test_an_unbuildable_install_is_refused_before_the_start_with_its_fix(tmp_pat
 
 
 def test_a_preset_expands_once_and_reads_back_the_same(tmp_path):
-    spec = spec_mod.load(variant(tmp_path, lambda d: d["agent"].update(env={"HOME": "/tmp/mine"}, preset="claude-code")))
-    assert spec.agent.command == tuple(presets.PRESETS["claude-code"]["command"]) and "$ASSURE_TASK" in spec.agent.command[-1]
-    assert spec.agent.env["HOME"] == "/tmp/mine" and spec.agent.env["PYTHONDONTWRITEBYTECODE"] == "1"  # the spec's env wins
-    assert spec.agent.install.pip[0].startswith("claude-agent-sdk==0.2.184 --hash=sha256:") and not spec.agent.install.pip_deps
+    spec = spec_mod.load(
+        variant(
+            tmp_path, lambda d: d["agent"].update(env={"HOME": "/tmp/mine"}, preset="claude-code")
+        )
+    )
+    assert (
+        spec.agent.command == tuple(presets.PRESETS["claude-code"]["command"])
+        and "$ASSURE_TASK" in spec.agent.command[-1]
+    )
+    assert (
+        spec.agent.env["HOME"] == "/tmp/mine" and spec.agent.env["PYTHONDONTWRITEBYTECODE"] == "1"
+    )  # the spec's env wins
+    assert (
+        spec.agent.install.pip[0].startswith("claude-agent-sdk==0.2.184 --hash=sha256:")
+        and not spec.agent.install.pip_deps
+    )
     assert set(presets.PRESETS["claude-code"]["allow"]["betas"]) <= set(spec.model.allow["betas"])
     assert spec_mod.Spec.from_json(spec.to_json()) == spec
 
@@ -106,13 +131,21 @@ def test_a_preset_expands_once_and_reads_back_the_same(tmp_path):
 def test_validate_notes_a_writable_scope_the_contract_cannot_promote(tmp_path):
     spec = spec_mod.load(variant(tmp_path, lambda d: d["workspace"].update(writable=["out/**"])))
     notes = [p.message for p in preflight.problems(spec) if not p.fatal]
-    assert any("out/** is outside the contract's fs: scope" in n and "propose-only" in n for n in notes)
-    assert any("fs:src/** is not in workspace.writable" in n for n in notes)  # Claude Code edits src itself: unattributed
-    assert not [p for p in preflight.problems(spec_mod.load(EXAMPLE)) if not p.fatal]  # the example's scopes agree
+    assert any(
+        "out/** is outside the contract's fs: scope" in n and "propose-only" in n for n in notes
+    )
+    assert any(
+        "fs:src/** is not in workspace.writable" in n for n in notes
+    )  # Claude Code edits src itself: unattributed
+    assert not [
+        p for p in preflight.problems(spec_mod.load(EXAMPLE)) if not p.fatal
+    ]  # the example's scopes agree
 
 
 def test_debian_packages_must_be_pinned(tmp_path):
-    spec = spec_mod.load(variant(tmp_path, lambda d: d["agent"].update(install={"apt": ["ripgrep", "jq=1.6-2.1"]})))
+    spec = spec_mod.load(
+        variant(tmp_path, lambda d: d["agent"].update(install={"apt": ["ripgrep", "jq=1.6-2.1"]}))
+    )
     found = [p for p in preflight.problems(spec) if p.fatal]
     assert [p.message for p in found] == ["'ripgrep' is not pinned as name=version"]
     assert "agent.install.apt[0]" in found[0].where

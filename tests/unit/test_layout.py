@@ -26,12 +26,21 @@ def test_a_task_has_one_name_for_its_receipt_proposal_and_promotion() -> None:
     run, task = RunPaths(Path("/runs/r")), "../../Task A"
     slug = layout.task_slug(task)
     assert "/" not in slug and not slug.startswith(".")
-    assert run.receipt(task) == run.receipts / f"{slug}.json" == run.receipts / layout.receipt_filename(task)
-    assert run.proposal(task).root == run.proposals / slug and run.promotion(task).root == run.promotions / slug
+    assert (
+        run.receipt(task)
+        == run.receipts / f"{slug}.json"
+        == run.receipts / layout.receipt_filename(task)
+    )
+    assert (
+        run.proposal(task).root == run.proposals / slug
+        and run.promotion(task).root == run.promotions / slug
+    )
 
 
 def test_suite_runs_and_the_default_alert_sink_sit_beside_the_runs_base() -> None:
     base = Path("/work/.assure/runs")
     assert layout.suites_base(base) == Path("/work/.assure/suites")
-    assert layout.SuitePaths(layout.suites_base(base) / "s1").state == Path("/work/.assure/suites/s1/state.json")
+    assert layout.SuitePaths(layout.suites_base(base) / "s1").state == Path(
+        "/work/.assure/suites/s1/state.json"
+    )
     assert layout.alerts_sink(base) == Path("/work/.assure/alerts.jsonl")

@@ -26,9 +26,16 @@ def ledger(folder: Path) -> Path:
 
 
 def load(tmp_path, db: Path, user: str):
-    data = {"version": 1, "name": "live", "agent": {"command": ["true"]}, "assertions": [], "expect": "pass",
-            "workspace": {"fixture": str(ROOT / "fixtures" / "workspaces" / "calc")},
-            "databases": [{"name": "ledger", "fixture": str(db), "mode": "live"}], "sandbox": {"user": user}}
+    data = {
+        "version": 1,
+        "name": "live",
+        "agent": {"command": ["true"]},
+        "assertions": [],
+        "expect": "pass",
+        "workspace": {"fixture": str(ROOT / "fixtures" / "workspaces" / "calc")},
+        "databases": [{"name": "ledger", "fixture": str(db), "mode": "live"}],
+        "sandbox": {"user": user},
+    }
     path = tmp_path / "live.yaml"
     path.write_text(yaml.safe_dump(data))
     return spec.load(path)
@@ -70,14 +77,21 @@ def test_a_folder_shared_with_other_files_is_refused_naming_them(tmp_path):
     (db.parent / "secrets.txt").write_text("hunter2")
     (db.parent / "projects").mkdir()
     message = problem(tmp_path, db, me(db.parent, db))
-    assert "'projects', 'secrets.txt'" in message and "folder of its own" in message and "fix: move ledger.sqlite" in message
+    assert (
+        "'projects', 'secrets.txt'" in message
+        and "folder of its own" in message
+        and "fix: move ledger.sqlite" in message
+    )
 
 
 def test_a_file_the_sandbox_user_cannot_write_is_refused_naming_owner_and_fix(tmp_path):
     db = ledger(tmp_path / "ledger")
     db.chmod(0o644)
     message = problem(tmp_path, db, STRANGER)
-    assert f"cannot write {db} (owned by " in message and f"({os.getuid()}:{os.getgid()}), mode -rw-r--r--" in message
+    assert (
+        f"cannot write {db} (owned by " in message
+        and f"({os.getuid()}:{os.getgid()}), mode -rw-r--r--" in message
+    )
     assert f"fix: `chown {STRANGER} {db.parent} {db}*`" in message
 
 
@@ -103,11 +117,22 @@ def test_a_symlinked_database_is_refused(tmp_path):
     folder = tmp_path / "ledger"
     folder.mkdir()
     (folder / "ledger.sqlite").symlink_to(real)
-    assert "(a symlink)" in problem(tmp_path, folder / "ledger.sqlite", me(folder, folder / "ledger.sqlite", real.parent, real))
+    assert "(a symlink)" in problem(
+        tmp_path, folder / "ledger.sqlite", me(folder, folder / "ledger.sqlite", real.parent, real)
+    )
 
 
 def test_sandbox_databases_are_not_checked(tmp_path):
     db = ledger(tmp_path / "home")
     (db.parent / "other").write_text("x")
     s = load(tmp_path, db, STRANGER)
-    live.check(spec.Spec(**{**s.__dict__, "databases": tuple(spec.Database(d.name, d.fixture, "sandbox") for d in s.databases)}))
+    live.check(
+        spec.Spec(
+            **{
+                **s.__dict__,
+                "databases": tuple(
+                    spec.Database(d.name, d.fixture, "sandbox") for d in s.databases
+                ),
+            }
+        )
+    )

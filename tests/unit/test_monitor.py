@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from assure.ops import alerts, anomalies, health, monitor, runsbase
-from assure.core import control
-from assure.ops.alerts import Sinks
-from assure.core.chain import verify_chain
 from assure.cli import app
+from assure.core import control
+from assure.core.chain import verify_chain
 from assure.errors import AssureError
-from assure.ops.health import Manifest, Thresholds
+from assure.ops import alerts, anomalies, health, monitor, runsbase
+from assure.ops.alerts import Sinks
 from assure.ops.anomalies import AttemptData, Call, RunData
+from assure.ops.health import Manifest, Thresholds
 from tests.unit import health_fixtures as hf
 
 SINKS = Sinks()
@@ -84,7 +84,9 @@ def test_each_detector_is_quiet_on_the_other_fixtures(base, anomaly):
 
 
 # --- the detectors as pure functions ----------------------------------------------------------------
-def _run(*attempts: AttemptData, state: str = "running", events_mtime: float | None = None) -> RunData:
+def _run(
+    *attempts: AttemptData, state: str = "running", events_mtime: float | None = None
+) -> RunData:
     return RunData("r", state, None, 0.0, 0.0, events_mtime, attempts, examined=True)
 
 
@@ -98,13 +100,30 @@ def test_rate_of_change_counts_any_sixty_second_window():
 
 def test_duplication_needs_enough_calls():
     same = tuple(Call(0.0, "fs.read", "d", effect=False) for _ in range(5))
-    assert anomalies.duplication_ratio(_run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=6), 0.0) == []
-    assert [f.subject for f in anomalies.duplication_ratio(_run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=5), 0.0)] == ["duplicates"]
+    assert (
+        anomalies.duplication_ratio(
+            _run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=6), 0.0
+        )
+        == []
+    )
+    assert [
+        f.subject
+        for f in anomalies.duplication_ratio(
+            _run(AttemptData(1, same)), Thresholds(min_calls_for_ratio=5), 0.0
+        )
+    ] == ["duplicates"]
 
 
 def test_resource_saturation_budget_stop_and_near_limit():
     t = Thresholds(near_limit_ratio=0.9)
-    budget = AttemptData(1, finished=True, stopped="budget", stopped_counter="tool_calls", tool_calls_used=10, tool_calls_limit=10)
+    budget = AttemptData(
+        1,
+        finished=True,
+        stopped="budget",
+        stopped_counter="tool_calls",
+        tool_calls_used=10,
+        tool_calls_limit=10,
+    )
     near = AttemptData(2, tool_calls_used=9, tool_calls_limit=10)
     fine = AttemptData(3, tool_calls_used=8, tool_calls_limit=10)
     zero = AttemptData(4, tool_calls_used=0, tool_calls_limit=0)
@@ -114,9 +133,26 @@ def test_resource_saturation_budget_stop_and_near_limit():
 
 def test_silent_component_only_for_running_runs():
     t = Thresholds(silent_after_seconds=100)
-    assert anomalies.silent_component(_run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 149.0) == []
-    assert len(anomalies.silent_component(_run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 151.0)) == 1
-    assert anomalies.silent_component(_run(AttemptData(1, journal_mtime=50.0), state="finished"), t, 1e9) == []
+    assert (
+        anomalies.silent_component(
+            _run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 149.0
+        )
+        == []
+    )
+    assert (
+        len(
+            anomalies.silent_component(
+                _run(AttemptData(1, journal_mtime=50.0), events_mtime=10.0), t, 151.0
+            )
+        )
+        == 1
+    )
+    assert (
+        anomalies.silent_component(
+            _run(AttemptData(1, journal_mtime=50.0), state="finished"), t, 1e9
+        )
+        == []
+    )
 
 
 def test_staleness_counts_from_the_later_of_last_success_and_expected_since():
@@ -129,7 +165,9 @@ def test_staleness_counts_from_the_later_of_last_success_and_expected_since():
 # --- stale heartbeats ---------------------------------------------------------------------------------
 def test_a_stale_heartbeat_raises_one_alert_that_stays_pending_until_acked(base):
     run = hf.clean(base)
-    later = time.time() + health.VERIFIER_STALE_SECONDS + 1  # only the verifier (30 s) is overdue yet
+    later = (
+        time.time() + health.VERIFIER_STALE_SECONDS + 1
+    )  # only the verifier (30 s) is overdue yet
     raised = monitor.run_once(base, Manifest(), later, SINKS)
     assert [(a.kind, a.detail["component"]) for a in raised] == [("stale_health", "verifier")]
     alert = raised[0]
@@ -165,12 +203,16 @@ def test_nothing_is_expected_of_finished_attempts_or_runs(base):
 
 
 # --- escalation --------------------------------------------------------------------------------------
-ESCALATING = Manifest.from_data({"ack_window_seconds": 10, "halt_after_seconds": 20, "components": [{"name": "verifier"}]})
+ESCALATING = Manifest.from_data(
+    {"ack_window_seconds": 10, "halt_after_seconds": 20, "components": [{"name": "verifier"}]}
+)
 
 
 def _stale_verifier(base: Path) -> tuple[Path, alerts.Alert]:
     run = hf.clean(base)
-    raised = monitor.run_once(base, ESCALATING, time.time() + health.VERIFIER_STALE_SECONDS + 1, SINKS)
+    raised = monitor.run_once(
+        base, ESCALATING, time.time() + health.VERIFIER_STALE_SECONDS + 1, SINKS
+    )
     assert [a.detail["component"] for a in raised] == ["verifier"]
     return run, raised[0]
 
@@ -185,7 +227,9 @@ def test_unacked_alerts_dial_down_after_t1_and_halt_after_t2_once_each(base):
     assert run_pass(base, t0 + 9, ESCALATING).escalations == []
     assert control.read(run / "control") == control.Override()
     first = run_pass(base, t0 + 11, ESCALATING)
-    assert [(e.alert_id, e.run_id, e.step, e.effect) for e in first.escalations] == [(alert.id, run.name, "dial_down", "requested")]
+    assert [(e.alert_id, e.run_id, e.step, e.effect) for e in first.escalations] == [
+        (alert.id, run.name, "dial_down", "requested")
+    ]
     now = control.read(run / "control")
     assert (now.dial, now.halted, now.actor) == ("propose", False, "monitor")
     assert run_pass(base, t0 + 12, ESCALATING).escalations == []  # not repeated
@@ -194,10 +238,15 @@ def test_unacked_alerts_dial_down_after_t1_and_halt_after_t2_once_each(base):
     assert control.read(run / "control").halted is True
     assert run_pass(base, t0 + 40, ESCALATING).escalations == []
     log = verify_chain(run / "control" / control.OPERATOR_LOG)  # the operator log: each step once
-    assert [(r["event"], r["actor"]) for r in log] == [("dial_changed", "monitor"), ("override_requested", "monitor")]
+    assert [(r["event"], r["actor"]) for r in log] == [
+        ("dial_changed", "monitor"),
+        ("override_requested", "monitor"),
+    ]
     ledger = verify_chain(base / health.HEALTH_DIR / monitor.LEDGER)
     assert [(r["alert_id"], r["step"], r["request_id"]) for r in ledger] == [
-        (alert.id, "dial_down", first.escalations[0].request_id), (alert.id, "halt", second.escalations[0].request_id)]
+        (alert.id, "dial_down", first.escalations[0].request_id),
+        (alert.id, "halt", second.escalations[0].request_id),
+    ]
 
 
 def test_a_late_first_look_does_both_steps_in_one_pass(base):
@@ -220,19 +269,29 @@ def test_an_operator_halt_already_in_effect_is_not_requested_again(base):
     run, alert = _stale_verifier(base)
     control.request(run / "control", run_id=run.name, actor="alice", halt=True)
     done = run_pass(base, _raised_at(alert) + 100, ESCALATING).escalations
-    assert [(e.step, e.effect) for e in done] == [("dial_down", "already_in_effect"), ("halt", "already_in_effect")]
+    assert [(e.step, e.effect) for e in done] == [
+        ("dial_down", "already_in_effect"),
+        ("halt", "already_in_effect"),
+    ]
     assert [r["actor"] for r in verify_chain(run / "control" / control.OPERATOR_LOG)] == ["alice"]
 
 
 def test_a_stale_driver_escalates_on_every_running_run_only(base):
-    manifest = Manifest.from_data({"ack_window_seconds": 10, "halt_after_seconds": 20, "components": [{"name": "driver"}]})
+    manifest = Manifest.from_data(
+        {"ack_window_seconds": 10, "halt_after_seconds": 20, "components": [{"name": "driver"}]}
+    )
     runs = [hf.make_run(base, f"run-{n}", heartbeats=False) for n in range(2)]
     finished = hf.make_run(base, "old-run", state="finished", heartbeats=False, container={})
     raised = monitor.run_once(base, manifest, time.time() + health.DRIVER_STALE_SECONDS + 1, SINKS)
     assert [(a.run_id, a.detail["component"]) for a in raised] == [(health.HEALTH_DIR, "driver")]
-    assert [a.id for a in alerts.all_alerts(base)] == [raised[0].id]  # `assure alerts` and `assure ack` see it
+    assert [a.id for a in alerts.all_alerts(base)] == [
+        raised[0].id
+    ]  # `assure alerts` and `assure ack` see it
     done = run_pass(base, _raised_at(raised[0]) + 11, manifest).escalations
-    assert sorted((e.run_id, e.step) for e in done) == [("run-0", "dial_down"), ("run-1", "dial_down")]
+    assert sorted((e.run_id, e.step) for e in done) == [
+        ("run-0", "dial_down"),
+        ("run-1", "dial_down"),
+    ]
     assert all(control.read(r / "control").dial == "propose" for r in runs)
     assert control.read(finished / "control") == control.Override()
 
@@ -244,7 +303,11 @@ def test_the_monitor_beats_every_pass_and_notices_its_own_gap(base):
     for n in range(3):
         run_pass(base, t + n)
         data = json.loads(beat.read_text())
-        assert (data["component"], data["last_success_at"], data["pid"]) == ("monitor", t + n, os.getpid())
+        assert (data["component"], data["last_success_at"], data["pid"]) == (
+            "monitor",
+            t + n,
+            os.getpid(),
+        )
         assert set(data["detail"]) >= {"runs", "alerts", "escalations", "skipped"}
     gap = monitor.run_once(base, Manifest(), t + 2 + health.MONITOR_STALE_SECONDS + 1, SINKS)
     assert [(a.kind, a.detail["component"]) for a in gap] == [("stale_health", "monitor")]
@@ -278,7 +341,11 @@ def test_a_hostile_runs_base_never_crashes_the_monitor(base):
     before = sorted(p.name for p in outside.iterdir())
     result: dict[str, monitor.Pass] = {}
     later = time.time() + 400
-    worker = threading.Thread(target=lambda: result.update(first=run_pass(base, later), second=run_pass(base, later + 301)))
+    worker = threading.Thread(
+        target=lambda: result.update(
+            first=run_pass(base, later), second=run_pass(base, later + 301)
+        )
+    )
     worker.start()
     worker.join(60)
     assert not worker.is_alive(), "the monitor blocked (a FIFO?)"
@@ -287,20 +354,32 @@ def test_a_hostile_runs_base_never_crashes_the_monitor(base):
     # garbage is skipped and reported, never followed, never fatal
     assert skipped["linked-run"] == "a symlink in the runs base"
     assert "symlink" in skipped["state-link/state.json"]
-    assert "not JSON" in skipped["state-garbage/state.json"] and "RecursionError" in skipped["state-deep/state.json"]
+    assert (
+        "not JSON" in skipped["state-garbage/state.json"]
+        and "RecursionError" in skipped["state-deep/state.json"]
+    )
     assert skipped["state-fifo/state.json"] == "not a regular file"
     assert "over the" in skipped["state-huge/state.json"]
-    assert "not a directory" in skipped["odd-run/attempts"] and "symlink" in skipped["odd-run/alerts"]
+    assert (
+        "not a directory" in skipped["odd-run/attempts"] and "symlink" in skipped["odd-run/alerts"]
+    )
     assert skipped["trapped-run/attempts/2"] == "a symlink"
     assert "not an alert" == skipped["trapped-run/alerts/junk.json"]
     assert any("journal.jsonl" in s.path and "unparsable" in s.reason for s in first.skipped)
     assert any("journal.jsonl" in s.path and "examined" in s.reason for s in first.skipped)
     # garbage where an expected heartbeat should be counts as no heartbeat: stale_health
     stale = {(a.run_id, a.detail["component"]) for a in first.alerts if a.kind == "stale_health"}
-    assert stale == {("trapped-run", "verifier"), ("trapped-run", "gateway"), (health.HEALTH_DIR, "driver")}
+    assert stale == {
+        ("trapped-run", "verifier"),
+        ("trapped-run", "gateway"),
+        (health.HEALTH_DIR, "driver"),
+    }
     # nothing was written through a symlink; the monitor still beat; the broken ledger was set aside
     assert sorted(p.name for p in outside.iterdir()) == before
-    assert json.loads((base / health.HEALTH_DIR / "monitor.json").read_text())["last_success_at"] == later + 301
+    assert (
+        json.loads((base / health.HEALTH_DIR / "monitor.json").read_text())["last_success_at"]
+        == later + 301
+    )
     assert any(s.path == f"{health.HEALTH_DIR}/{monitor.LEDGER}" for s in second.skipped)
     assert {e.run_id for e in second.escalations} == {"trapped-run", "odd-run"}
     assert control.read(made["trapped-run"] / "control").dial == "propose"
@@ -310,18 +389,30 @@ def test_a_hostile_runs_base_never_crashes_the_monitor(base):
 def test_the_default_manifest_lists_the_four_components():
     m = Manifest()
     assert [c.name for c in m.components] == ["driver", "verifier", "gateway", "monitor"]
-    assert m.component("verifier").path(Path("/b"), Path("/b/r")) == Path("/b/r/control/verifier.json")
-    assert m.component("gateway").path(Path("/b"), Path("/b/r"), 3) == Path("/b/r/attempts/3/gateway/heartbeat.json")
+    assert m.component("verifier").path(Path("/b"), Path("/b/r")) == Path(
+        "/b/r/control/verifier.json"
+    )
+    assert m.component("gateway").path(Path("/b"), Path("/b/r"), 3) == Path(
+        "/b/r/attempts/3/gateway/heartbeat.json"
+    )
     assert m.component("driver").path(Path("/b")) == Path("/b/.health/driver.json")
     assert Manifest.from_data(m.to_json()) == m
     assert health.default_path("driver", Path("/b")) == Path("/b/.health/driver.json")
-    assert health.default_path("gateway", Path("/b"), Path("/b/r"), 2) == Path("/b/r/attempts/2/gateway/heartbeat.json")
+    assert health.default_path("gateway", Path("/b"), Path("/b/r"), 2) == Path(
+        "/b/r/attempts/2/gateway/heartbeat.json"
+    )
 
 
 def test_beat_writes_the_record_atomically(tmp_path):
     record = health.beat(tmp_path / "x" / "hb.json", "gateway", now=12.5, attempt=3)
     assert json.loads((tmp_path / "x" / "hb.json").read_text()) == record
-    assert record == {"component": "gateway", "last_success_at": 12.5, "pid": os.getpid(), "host": record["host"], "detail": {"attempt": 3}}
+    assert record == {
+        "component": "gateway",
+        "last_success_at": 12.5,
+        "pid": os.getpid(),
+        "host": record["host"],
+        "detail": {"attempt": 3},
+    }
     assert health.last_success(record, 13.0) == (12.5, None)
     assert health.last_success({"last_success_at": True}, 13.0)[0] is None
     assert health.last_success({"last_success_at": 1e12}, 13.0)[1].endswith("in the future")
@@ -338,24 +429,50 @@ def test_a_yaml_manifest_overrides_and_keeps_defaults(tmp_path):
         "anomalies: {max_duplicate_ratio: 0.25}\n"
     )
     m = Manifest.load(path)
-    assert [(c.name, c.stale_after_seconds, c.ack_window_seconds) for c in m.components] == [("verifier", 15.0, 300.0), ("proxy", 40.0, 60.0)]
+    assert [(c.name, c.stale_after_seconds, c.ack_window_seconds) for c in m.components] == [
+        ("verifier", 15.0, 300.0),
+        ("proxy", 40.0, 60.0),
+    ]
     assert m.component("verifier").heartbeat_path == "{run}/control/verifier.json"
-    assert m.anomalies.max_duplicate_ratio == 0.25 and m.anomalies.min_calls_for_ratio == health.MIN_CALLS_FOR_RATIO
+    assert (
+        m.anomalies.max_duplicate_ratio == 0.25
+        and m.anomalies.min_calls_for_ratio == health.MIN_CALLS_FOR_RATIO
+    )
     assert m.ack_window("proxy") == 60.0 and m.ack_window(None) == health.ACK_WINDOW_SECONDS
 
 
-@pytest.mark.parametrize("data, needle", [
-    ({"interval": 5}, "unknown field"),
-    ({"anomalies": {"max_duplicate_ratio": 2}}, "share"),
-    ({"anomalies": {"max_tool_calls_per_minute": -1}}, "positive"),
-    ({"ack_window_seconds": 100, "halt_after_seconds": 50}, "less than"),
-    ({"components": [{"name": "x", "heartbeat_path": "../etc/passwd", "stale_after_seconds": 1}]}, "relative path"),
-    ({"components": [{"name": "x", "heartbeat_path": "/abs", "stale_after_seconds": 1}]}, "relative path"),
-    ({"components": [{"name": "x", "heartbeat_path": "a.json"}]}, "required"),
-    ({"components": [{"name": "x", "heartbeat_path": "{attempt}/a.json", "stale_after_seconds": 1}]}, "only allowed"),
-    ({"components": [{"name": "driver"}, {"name": "driver"}]}, "twice"),
-    ([1, 2], "mapping"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        ({"interval": 5}, "unknown field"),
+        ({"anomalies": {"max_duplicate_ratio": 2}}, "share"),
+        ({"anomalies": {"max_tool_calls_per_minute": -1}}, "positive"),
+        ({"ack_window_seconds": 100, "halt_after_seconds": 50}, "less than"),
+        (
+            {
+                "components": [
+                    {"name": "x", "heartbeat_path": "../etc/passwd", "stale_after_seconds": 1}
+                ]
+            },
+            "relative path",
+        ),
+        (
+            {"components": [{"name": "x", "heartbeat_path": "/abs", "stale_after_seconds": 1}]},
+            "relative path",
+        ),
+        ({"components": [{"name": "x", "heartbeat_path": "a.json"}]}, "required"),
+        (
+            {
+                "components": [
+                    {"name": "x", "heartbeat_path": "{attempt}/a.json", "stale_after_seconds": 1}
+                ]
+            },
+            "only allowed",
+        ),
+        ({"components": [{"name": "driver"}, {"name": "driver"}]}, "twice"),
+        ([1, 2], "mapping"),
+    ],
+)
 def test_a_bad_manifest_is_refused(data, needle):
     with pytest.raises(AssureError, match=needle):
         Manifest.from_data(data)
@@ -366,18 +483,27 @@ def test_cli_monitor_once_prints_the_alerts_and_exits_0(base, tmp_path):
     hf.duplication_ratio(base)
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"alerts_file": str(tmp_path / "alerts.jsonl")}))
-    result = CliRunner().invoke(app, ["monitor", "--once", "--runs-dir", str(base), "--manifest", str(manifest)])
+    result = CliRunner().invoke(
+        app, ["monitor", "--once", "--runs-dir", str(base), "--manifest", str(manifest)]
+    )
     assert result.exit_code == 0, result.output
     assert "ALERT duplication_ratio-" in result.output and "dup-run" in result.output
-    assert json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[0])["kind"] == "duplication_ratio"
-    again = CliRunner().invoke(app, ["monitor", "--once", "--runs-dir", str(base), "--manifest", str(manifest)])
+    assert (
+        json.loads((tmp_path / "alerts.jsonl").read_text().splitlines()[0])["kind"]
+        == "duplication_ratio"
+    )
+    again = CliRunner().invoke(
+        app, ["monitor", "--once", "--runs-dir", str(base), "--manifest", str(manifest)]
+    )
     assert again.exit_code == 0 and "ALERT" not in again.output
 
 
 def test_cli_monitor_refuses_a_bad_manifest(base, tmp_path):
     manifest = tmp_path / "m.yaml"
     manifest.write_text("components: 3\n")
-    result = CliRunner().invoke(app, ["monitor", "--once", "--runs-dir", str(base), "--manifest", str(manifest)])
+    result = CliRunner().invoke(
+        app, ["monitor", "--once", "--runs-dir", str(base), "--manifest", str(manifest)]
+    )
     assert result.exit_code == 1
 
 

@@ -25,18 +25,40 @@ from assure.run import preflight
 from assure.sandbox.fake import Context
 from assure.verify import completeness
 from assure.verify.findings import Kind
-from tests.unit.test_driver_states import ACCEPTANCE, drive, gateway, killed_at, new_run, ratified, short_tmp, write_spec  # noqa: F401 (short_tmp: a fixture)
+from tests.unit.test_driver_states import (
+    ACCEPTANCE,
+    drive,
+    gateway,
+    killed_at,
+    new_run,
+    ratified,
+    short_tmp,
+    write_spec,
+)  # noqa: F401 (short_tmp: a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 BENIGN = ROOT / "specs" / "examples" / "benign.yaml"
-RUNSC_OK = {"path": "/bin/sh", "runtimeArgs": ["--host-uds=open", "--oci-seccomp"]}  # a program that is on every host
+RUNSC_OK = {
+    "path": "/bin/sh",
+    "runtimeArgs": ["--host-uds=open", "--oci-seccomp"],
+}  # a program that is on every host
 
 
 class Engine:
     """What `preflight.engine_problems` asks: the images and runtimes an engine has."""
 
-    def __init__(self, images: set[str], runtimes: dict[str, Any] | None = None, broken: set[str] = frozenset()):
-        self.images, self._runtimes, self.broken, self.asked = images, runtimes or {"runc": {"path": "runc"}}, broken, []
+    def __init__(
+        self,
+        images: set[str],
+        runtimes: dict[str, Any] | None = None,
+        broken: set[str] = frozenset(),
+    ):
+        self.images, self._runtimes, self.broken, self.asked = (
+            images,
+            runtimes or {"runc": {"path": "runc"}},
+            broken,
+            [],
+        )
 
     def image_exists(self, tag: str) -> bool:
         self.asked.append(tag)
@@ -63,55 +85,101 @@ def variant(tmp_path: Path, change: Any, name: str = "spec") -> spec_mod.Spec:
 def images(d: dict[str, Any]) -> None:
     d["agent"]["image"] = "no-such-image:1"
     d["assertions"][0]["command"]["image"] = "python:3-typo"
-    d["tasks"] = [{"id": "a"}, {"id": "b", "assertions": [{"cases": {"run": ["x"], "image": "no-such-image:1", "each": [{"args": ["1"], "stdout": "2\n"}]}}]}]
+    d["tasks"] = [
+        {"id": "a"},
+        {
+            "id": "b",
+            "assertions": [
+                {
+                    "cases": {
+                        "run": ["x"],
+                        "image": "no-such-image:1",
+                        "each": [{"args": ["1"], "stdout": "2\n"}],
+                    }
+                }
+            ],
+        },
+    ]
 
 
 # --- preflight -------------------------------------------------------------------------------
+
 
 def test_every_missing_image_is_named_by_its_field_and_line_asked_once_each(tmp_path):
     spec = variant(tmp_path, images)
     engine = Engine(set())
     found = preflight.engine_problems(spec, engine)
     fields = [p.where.split(": ")[-1] for p in found]
-    assert fields == ["agent.image", "assertions[0].command.image", "tasks[1].assertions[0].cases.image"]
+    assert fields == [
+        "agent.image",
+        "assertions[0].command.image",
+        "tasks[1].assertions[0].cases.image",
+    ]
     assert all(p.where.startswith(f"{spec.path}:") and p.fatal and p.stops_run for p in found)
-    assert "image 'no-such-image:1' is not in the Docker engine: the agent could not start" in found[0].message
+    assert (
+        "image 'no-such-image:1' is not in the Docker engine: the agent could not start"
+        in found[0].message
+    )
     assert "`docker pull no-such-image:1`" in found[0].fix
-    assert sorted(engine.asked) == ["no-such-image:1", "python:3-typo"]  # each image asked once; assure's own never
+    assert sorted(engine.asked) == [
+        "no-such-image:1",
+        "python:3-typo",
+    ]  # each image asked once; assure's own never
     assert preflight.engine_problems(spec, Engine({"no-such-image:1", "python:3-typo"})) == []
 
 
-def test_assures_own_image_needs_no_engine_and_an_engine_that_fails_to_answer_is_a_problem(tmp_path):
+def test_assures_own_image_needs_no_engine_and_an_engine_that_fails_to_answer_is_a_problem(
+    tmp_path,
+):
     plain = variant(tmp_path, lambda d: None, "plain")
-    assert not preflight.needs_engine(plain) and preflight.engine_problems(plain, Engine(set())) == []
+    assert (
+        not preflight.needs_engine(plain) and preflight.engine_problems(plain, Engine(set())) == []
+    )
     spec = variant(tmp_path, lambda d: d["agent"].update(image="broken:1"), "broken")
     assert preflight.needs_engine(spec)
     (problem,) = preflight.engine_problems(spec, Engine(set(), broken={"broken:1"}))
     assert "cannot be looked up (inspect image broken:1: 500 Server Error)" in problem.message
 
 
-@pytest.mark.parametrize(("runtimes", "said"), [
-    ({"runc": {}}, "the Docker engine has no runtime 'runsc' (it has: runc)"),
-    ({"runc": {}, "runsc": {**RUNSC_OK, "path": "/nonexistent/runsc"}}, "registered as /nonexistent/runsc, which is not on this host"),
-    ({"runc": {}, "runsc": {**RUNSC_OK, "runtimeArgs": []}}, "without --host-uds=open"),
-])
+@pytest.mark.parametrize(
+    ("runtimes", "said"),
+    [
+        ({"runc": {}}, "the Docker engine has no runtime 'runsc' (it has: runc)"),
+        (
+            {"runc": {}, "runsc": {**RUNSC_OK, "path": "/nonexistent/runsc"}},
+            "registered as /nonexistent/runsc, which is not on this host",
+        ),
+        ({"runc": {}, "runsc": {**RUNSC_OK, "runtimeArgs": []}}, "without --host-uds=open"),
+    ],
+)
 def test_a_runtime_the_engine_cannot_run_is_a_problem_of_sandbox_runtime(tmp_path, runtimes, said):
     spec = variant(tmp_path, lambda d: d.update(sandbox={"runtime": "runsc"}))
     (problem,) = preflight.engine_problems(spec, Engine(set(), runtimes))
-    assert problem.where.endswith(": sandbox.runtime") and said in problem.message and "runsc" in problem.fix
+    assert (
+        problem.where.endswith(": sandbox.runtime")
+        and said in problem.message
+        and "runsc" in problem.fix
+    )
     assert preflight.engine_problems(spec, Engine(set(), {"runc": {}, "runsc": RUNSC_OK})) == []
 
 
 def test_refuse_lists_every_problem_of_every_spec_and_lets_a_denied_contract_run(tmp_path):
-    script = variant(tmp_path, lambda d: d["agent"].update(command=["sh", "/opt/agent/nope.sh"]), "script")
+    script = variant(
+        tmp_path, lambda d: d["agent"].update(command=["sh", "/opt/agent/nope.sh"]), "script"
+    )
     image = variant(tmp_path, lambda d: d["agent"].update(image="no-such-image:1"), "image")
     unratified = variant(tmp_path, lambda d: d["contract"].pop("ratified_by"), "unratified")
     with pytest.raises(SpecError) as caught:
         preflight.refuse([script, image, unratified], Engine(set()))
     said = caught.value.message
-    assert f"{script.path}:7: agent.command[1]: /opt/agent/nope.sh is not among the agent files" in said
+    assert (
+        f"{script.path}:7: agent.command[1]: /opt/agent/nope.sh is not among the agent files"
+        in said
+    )
     assert f"{image.path}:" in said and ": agent.image: image 'no-such-image:1'" in said
-    assert "unratified" not in said  # validate fails it; a run goes ahead and shows the gate's denial
+    assert (
+        "unratified" not in said
+    )  # validate fails it; a run goes ahead and shows the gate's denial
     assert said.count("\n  fix: ") == 2 and "assure validate" in caught.value.fix
     with pytest.raises(SpecError) as without:
         preflight.refuse([script, image], None)  # no engine: what needs none is still told
@@ -125,13 +193,32 @@ JOURNAL_OPENED = [{"seq": 0, "hash": "h0", "event": "gateway_started"}]
 A_CALL = [*JOURNAL_OPENED, {"seq": 1, "hash": "h1", "event": "request_rejected"}]
 
 
-@pytest.mark.parametrize(("journal", "agent_started", "kind"), [
-    (JOURNAL_OPENED, False, Kind.HARNESS_ERROR),  # a mistyped image: no agent, no call, no effect
-    (JOURNAL_OPENED, True, Kind.JOURNAL_INCOMPLETE),  # an agent that ran may have left an effect in flight
-    (A_CALL, False, Kind.JOURNAL_INCOMPLETE),  # a call was served: whatever the facts say, breach-level
-])
-def test_an_unclosed_journal_is_a_harness_error_only_when_no_agent_started_and_no_call_was_served(journal, agent_started, kind):
-    _, findings = completeness.account(journal, {"exit_code": None, "oom_killed": False}, agent_started)
+@pytest.mark.parametrize(
+    ("journal", "agent_started", "kind"),
+    [
+        (
+            JOURNAL_OPENED,
+            False,
+            Kind.HARNESS_ERROR,
+        ),  # a mistyped image: no agent, no call, no effect
+        (
+            JOURNAL_OPENED,
+            True,
+            Kind.JOURNAL_INCOMPLETE,
+        ),  # an agent that ran may have left an effect in flight
+        (
+            A_CALL,
+            False,
+            Kind.JOURNAL_INCOMPLETE,
+        ),  # a call was served: whatever the facts say, breach-level
+    ],
+)
+def test_an_unclosed_journal_is_a_harness_error_only_when_no_agent_started_and_no_call_was_served(
+    journal, agent_started, kind
+):
+    _, findings = completeness.account(
+        journal, {"exit_code": None, "oom_killed": False}, agent_started
+    )
     assert [(f.kind, f.subject) for f in findings] == [(kind, "gateway")]
 
 
@@ -140,19 +227,36 @@ def crash(ctx: Context) -> int:
     return 3
 
 
-def test_an_agent_image_the_engine_lacks_is_an_error_and_a_crash_after_start_is_judged_as_before(tmp_path, short_tmp):
-    missing = write_spec(tmp_path, "crash", agent={"command": ["crash"], "image": "no-such-image:1"}, contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+def test_an_agent_image_the_engine_lacks_is_an_error_and_a_crash_after_start_is_judged_as_before(
+    tmp_path, short_tmp
+):
+    missing = write_spec(
+        tmp_path,
+        "crash",
+        agent={"command": ["crash"], "image": "no-such-image:1"},
+        contract=ratified(["fs:**"]),
+        assertions=ACCEPTANCE,
+    )
     result, _ = drive(missing, new_run(tmp_path, missing), short_tmp, {"crash": crash})
     (attempt,) = result.report["attempts"]
     kinds = {f["kind"] for f in attempt["findings"]}
-    assert result.verdict == "error" and "journal_incomplete" not in kinds and "harness_error" in kinds
-    assert store.read_json(Path(result.run_dir) / "attempts" / "1" / "container.json")["agent_started"] is False
+    assert (
+        result.verdict == "error" and "journal_incomplete" not in kinds and "harness_error" in kinds
+    )
+    assert (
+        store.read_json(Path(result.run_dir) / "attempts" / "1" / "container.json")["agent_started"]
+        is False
+    )
 
     (tmp_path / "again").mkdir()
-    started = write_spec(tmp_path / "again", "crash", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    started = write_spec(
+        tmp_path / "again", "crash", contract=ratified(["fs:**"]), assertions=ACCEPTANCE
+    )
     result, _ = drive(started, new_run(tmp_path / "again", started), short_tmp, {"crash": crash})
     (attempt,) = result.report["attempts"]
-    assert result.verdict == "fail" and "agent_started" not in store.read_json(Path(result.run_dir) / "attempts" / "1" / "container.json")
+    assert result.verdict == "fail" and "agent_started" not in store.read_json(
+        Path(result.run_dir) / "attempts" / "1" / "container.json"
+    )
 
 
 # --- a driver that is gone ---------------------------------------------------------------------
@@ -161,7 +265,9 @@ HOLD = "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcn
 
 
 def test_the_lock_is_held_while_its_holder_lives_and_free_once_it_is_killed(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / layout.LOCK)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / layout.LOCK)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         assert store.is_locked(tmp_path) is True
@@ -169,7 +275,9 @@ def test_the_lock_is_held_while_its_holder_lives_and_free_once_it_is_killed(tmp_
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert store.is_locked(tmp_path) is False
-    (tmp_path / layout.LOCK).write_text(f"{os.getpid()}@{os.uname().nodename}\n")  # a live pid in the file proves nothing
+    (tmp_path / layout.LOCK).write_text(
+        f"{os.getpid()}@{os.uname().nodename}\n"
+    )  # a live pid in the file proves nothing
     assert store.is_locked(tmp_path) is False
 
 
@@ -188,19 +296,26 @@ def test_resume_command_names_the_runs_base_unless_it_is_the_default(tmp_path, m
     monkeypatch.chdir(tmp_path)
     assert runs.resume_command(store.RUNS_DIR, "r-1") == "assure resume r-1"
     assert runs.resume_command((tmp_path / store.RUNS_DIR).resolve(), "r-1") == "assure resume r-1"
-    assert runs.resume_command(tmp_path / "my runs", "r-1") == f"assure resume r-1 --runs-dir '{tmp_path}/my runs'"
+    assert (
+        runs.resume_command(tmp_path / "my runs", "r-1")
+        == f"assure resume r-1 --runs-dir '{tmp_path}/my runs'"
+    )
 
 
 def checks(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for layer in doc["layers"].values() for c in layer}
 
 
-def test_a_killed_driver_reads_interrupted_in_runs_and_health_until_it_is_resumed(tmp_path, short_tmp):
+def test_a_killed_driver_reads_interrupted_in_runs_and_health_until_it_is_resumed(
+    tmp_path, short_tmp
+):
     spec = write_spec(tmp_path, "slow", contract=ratified(["fs:**"]), assertions=[{"exit_code": 0}])
 
     def slow(ctx: Context) -> int:
         with gateway(ctx) as client:
-            client.call("task.report", status="done", summary="nothing")  # the failpoint `run` is hit once a call is journaled
+            client.call(
+                "task.report", status="done", summary="nothing"
+            )  # the failpoint `run` is hit once a call is journaled
         ctx.stopping.wait(1.0)
         return 0
 
@@ -209,19 +324,37 @@ def test_a_killed_driver_reads_interrupted_in_runs_and_health_until_it_is_resume
     base = run.path.parent
     assert store.read_json(run.paths.state)["state"] == "running"
     (row,) = runs.listing(base)
-    assert (row.state, row.resume) == ("interrupted", f"assure resume {run.run_id} --runs-dir {base}")
+    assert (row.state, row.resume) == (
+        "interrupted",
+        f"assure resume {run.run_id} --runs-dir {base}",
+    )
     engine = health_probe.Engine(True, "engine", ("a", "g", "e"))
     found = checks(health_probe.probe(base, run.run_id, engine, time.time()))
-    assert (found["process.driver"]["status"], found["process.driver"]["reason_code"]) == ("fail", "driver_gone")
+    assert (found["process.driver"]["status"], found["process.driver"]["reason_code"]) == (
+        "fail",
+        "driver_gone",
+    )
     state = found[f"scheduler.run_state@{run.run_id}"]
-    assert (state["status"], state["reason_code"], state["evidence"]["state"]) == ("fail", "run_interrupted", "interrupted")
+    assert (state["status"], state["reason_code"], state["evidence"]["state"]) == (
+        "fail",
+        "run_interrupted",
+        "interrupted",
+    )
     assert row.resume in state["summary"] and row.resume in found["process.driver"]["summary"]
-    assert checks(health_probe.probe(base, None, engine, time.time()))["process.driver"]["reason_code"] == "driver_gone"
+    assert (
+        checks(health_probe.probe(base, None, engine, time.time()))["process.driver"]["reason_code"]
+        == "driver_gone"
+    )
 
     with store.exclusive(run.path, "run"):  # a live driver holds it: running, as recorded
         assert [r.state for r in runs.listing(base)] == ["running"]
         held = checks(health_probe.probe(base, run.run_id, engine, time.time()))
-        assert held[f"scheduler.run_state@{run.run_id}"]["status"] == "pass" and held["process.driver"].get("reason_code") != "driver_gone"
+        assert (
+            held[f"scheduler.run_state@{run.run_id}"]["status"] == "pass"
+            and held["process.driver"].get("reason_code") != "driver_gone"
+        )
 
     result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {"slow": slow})
-    assert [(r.state, r.resume) for r in runs.listing(base)] == [("finished", None)] and result.verdict == "pass"
+    assert [(r.state, r.resume) for r in runs.listing(base)] == [
+        ("finished", None)
+    ] and result.verdict == "pass"

@@ -39,23 +39,36 @@ def test_the_gateway_policy_comes_from_typed_fields(tmp_path):
     got = policy.gateway_policy(s)
     assert got["operator_dial"] == gate.PROPOSE and got["verifier_trust"] == gate.COMMIT
     assert got["contract"]["id"] == "c" and got["contract"]["ratified_by"] == "bob"
-    assert got["human_gates"] == [{"id": "g", "scope": "fs:**", "approved_by": "carol", "expires_at": 1893456000.0}]
-    assert got["rollbacks"] == {"undo.sql": ["db:shop"]}  # read beside the spec; a missing file confirms nothing
+    assert got["human_gates"] == [
+        {"id": "g", "scope": "fs:**", "approved_by": "carol", "expires_at": 1893456000.0}
+    ]
+    assert got["rollbacks"] == {
+        "undo.sql": ["db:shop"]
+    }  # read beside the spec; a missing file confirms nothing
     assert (got["tokens_limit"], got["cost_limit"]) == (5000, 2.0)
-    assert policy.gateway_policy(dataclasses.replace(s, assertions=()))["verifier_trust"] == gate.PROPOSE  # nothing to verify
+    assert (
+        policy.gateway_policy(dataclasses.replace(s, assertions=()))["verifier_trust"]
+        == gate.PROPOSE
+    )  # nothing to verify
 
 
 def test_the_model_upstream_joins_an_egress_with_the_schemas_defaults(tmp_path):
     s = load(tmp_path)
     assert modelaccess.egress(s) == spec.Egress(("api.example.com:8443",), "bridge", False)
     own = spec.Egress(("example.org:443",), "none", True)
-    assert modelaccess.egress(dataclasses.replace(s, egress=own)) == spec.Egress(("api.example.com:8443", "example.org:443"), "none", True)
+    assert modelaccess.egress(dataclasses.replace(s, egress=own)) == spec.Egress(
+        ("api.example.com:8443", "example.org:443"), "none", True
+    )
     assert modelaccess.egress(dataclasses.replace(s, model=None, egress=own)) == own
 
 
 def test_the_gateway_model_block_comes_from_typed_fields(tmp_path):
     s = load(tmp_path)
     conf = modelaccess.ModelAccess(s.model, s.path.parent, tmp_path, 0, 0).gateway_config()
-    assert conf["mode"] == "anthropic" and conf["upstream"] == "https://api.example.com:8443" and conf["allow_http"] is False
+    assert (
+        conf["mode"] == "anthropic"
+        and conf["upstream"] == "https://api.example.com:8443"
+        and conf["allow_http"] is False
+    )
     assert conf["allow"] == {"betas": ("b1",)} and "server_tool_fees" not in conf
     assert modelaccess.ModelAccess(None, s.path.parent, tmp_path, 0, 0).gateway_config() is None

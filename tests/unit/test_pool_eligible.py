@@ -29,9 +29,18 @@ def load(tmp_path: Path, env: dict[str, str] | None = None) -> spec.Spec:
 
 
 def test_a_plain_spec_is_pooled(tmp_path):
-    assert pool.ineligible(load(tmp_path, {"TRACE": "on", "n": "1", "argv": "x", "HOME": "/w"})) is None
+    assert (
+        pool.ineligible(load(tmp_path, {"TRACE": "on", "n": "1", "argv": "x", "HOME": "/w"}))
+        is None
+    )
 
 
-@pytest.mark.parametrize("name", ["UID", "EUID", "PPID", "SHELLOPTS", "BASHOPTS", "BASH_ENV", "PWD", "IFS", "SECONDS", "RANDOM"])
+@pytest.mark.parametrize(
+    "name",
+    ["UID", "EUID", "PPID", "SHELLOPTS", "BASHOPTS", "BASH_ENV", "PWD", "IFS", "SECONDS", "RANDOM"],
+)
 def test_a_variable_bash_keeps_starts_cold(tmp_path, name):
-    assert pool.ineligible(load(tmp_path, {name: "1"})) == f"the agent's environment sets {name}, which bash keeps itself"
+    assert (
+        pool.ineligible(load(tmp_path, {name: "1"}))
+        == f"the agent's environment sets {name}, which bash keeps itself"
+    )

@@ -15,7 +15,9 @@ from assure.sandbox.images import ImageSet
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
 
-IMAGES = ImageSet("assure-base:b", "assure-agent:a", "assure-gateway:g", "assure-egress:e")  # a shape names its agent image
+IMAGES = ImageSet(
+    "assure-base:b", "assure-agent:a", "assure-gateway:g", "assure-egress:e"
+)  # a shape names its agent image
 
 
 class HeldPool(pool.WarmPool):
@@ -36,7 +38,16 @@ class HeldPool(pool.WarmPool):
         with self.count:
             self.making -= 1
         (self.dir / f"pair-{number}").mkdir()
-        return pool.Pair(self.dir / f"pair-{number}", shape, f"gw{number}", f"ag{number}", f"vol{number}", time.time(), self.pool_id, uids.Lease(60600, 60600))
+        return pool.Pair(
+            self.dir / f"pair-{number}",
+            shape,
+            f"gw{number}",
+            f"ag{number}",
+            f"vol{number}",
+            time.time(),
+            self.pool_id,
+            uids.Lease(60600, 60600),
+        )
 
     def discard(self, pair):
         self.discarded.append(pair.root.name)

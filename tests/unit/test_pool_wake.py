@@ -17,7 +17,9 @@ def folder(tmp_path):
 
 
 def test_the_gateway_waits_on_the_fifo_and_the_claim_wakes_it(folder, monkeypatch):
-    monkeypatch.setattr(gateway_main.time, "sleep", lambda _: pytest.fail("polled instead of waiting on the FIFO"))
+    monkeypatch.setattr(
+        gateway_main.time, "sleep", lambda _: pytest.fail("polled instead of waiting on the FIFO")
+    )
     config = folder / "gateway.json"
 
     def claim():

@@ -30,7 +30,12 @@ def variant(tmp_path: Path, change: Any) -> Path:
 
 
 def validate(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "assure.cli", "validate", str(path)], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "assure.cli", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_ratified_spec_with_its_agent_files_is_ok(tmp_path):
@@ -54,12 +59,35 @@ def _missing_script(d):
     d["agent"]["command"] = ["sh", "/opt/agent/gone.sh"]
 
 
-@pytest.mark.parametrize(("change", "field", "said", "fix"), [
-    (_unratified, "contract", "is not ratified (contract.unratified)", "put their name in `ratified_by`"),
-    (_self_ratified, "contract", "was ratified by its own proposer 'alice@example.org' (contract.self_ratified)", "put their name in `ratified_by`"),
-    (_widened, "contract", "terms changed since it was ratified: writable", "`assure contract hash {path} --write`"),
-    (_missing_script, "agent.command[1]", "/opt/agent/gone.sh is not among the agent files", "put gone.sh in"),
-])
+@pytest.mark.parametrize(
+    ("change", "field", "said", "fix"),
+    [
+        (
+            _unratified,
+            "contract",
+            "is not ratified (contract.unratified)",
+            "put their name in `ratified_by`",
+        ),
+        (
+            _self_ratified,
+            "contract",
+            "was ratified by its own proposer 'alice@example.org' (contract.self_ratified)",
+            "put their name in `ratified_by`",
+        ),
+        (
+            _widened,
+            "contract",
+            "terms changed since it was ratified: writable",
+            "`assure contract hash {path} --write`",
+        ),
+        (
+            _missing_script,
+            "agent.command[1]",
+            "/opt/agent/gone.sh is not among the agent files",
+            "put gone.sh in",
+        ),
+    ],
+)
 def test_a_spec_that_cannot_work_fails_with_the_fix(tmp_path, change, field, said, fix):
     path = variant(tmp_path, change)
     done = validate(path)
@@ -86,13 +114,23 @@ def test_a_hostile_spec_without_a_contract_gets_a_note_not_a_failure():
 def test_a_model_script_off_its_schema_is_named_by_file_line_and_field(tmp_path):
     """`$defs.model_script`: every problem at its line in the script; then the gateway's own parser (a bad regex)."""
     script = tmp_path / "script.json"
-    script.write_text('[\n  {"type": "message", "content": []},\n  {"match": {"modle": "haiku"}, "response": {"type": "message"}}\n]\n')
+    script.write_text(
+        '[\n  {"type": "message", "content": []},\n  {"match": {"modle": "haiku"}, "response": {"type": "message"}}\n]\n'
+    )
     path = variant(tmp_path, lambda d: d.update(model={"mode": "scripted", "script": str(script)}))
     schema, parser = preflight.problems(spec_mod.load(path))
-    assert f"model.script: {script}:3: [1]: matches none of the allowed forms (an answer" in schema.where and "$defs.model_script" in schema.fix
+    assert (
+        f"model.script: {script}:3: [1]: matches none of the allowed forms (an answer"
+        in schema.where
+        and "$defs.model_script" in schema.fix
+    )
     assert "item 1.match.modle: unknown field" in parser.message
-    script.write_text('[{"match": {"user": {"regex": "(unclosed"}}, "response": {"type": "message"}}]')
+    script.write_text(
+        '[{"match": {"user": {"regex": "(unclosed"}}, "response": {"type": "message"}}]'
+    )
     (problem,) = preflight.problems(spec_mod.load(path))
     assert "item 0.match.user.regex: not a valid regular expression" in problem.message
-    script.write_text('[{"match": {"user": "Fix"}, "response": {"type": "message"}, "repeat": true}, {"type": "message"}]')
+    script.write_text(
+        '[{"match": {"user": "Fix"}, "response": {"type": "message"}, "repeat": true}, {"type": "message"}]'
+    )
     assert preflight.problems(spec_mod.load(path)) == []

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from assure import spec as spec_mod
 from assure.core import control
-from assure.run import promote
 from assure.records import store
 from assure.records.attempt_record import AttemptRecord
+from assure.run import promote
 from assure.verify.diff import Change
-from assure.verify.snapshot import Entry, Snapshot, take
 from assure.verify.findings import Verdict
 from assure.verify.judge import Judgement
-from assure import spec as spec_mod
+from assure.verify.snapshot import Entry, Snapshot, take
 from tests.contracts import ratify_in_place
 
 
@@ -44,17 +44,39 @@ def _judged(run: store.RunDir, items: list[dict]) -> AttemptRecord:
         if after is None:
             return None
         seen = post.entries.get(path)
-        return Entry(path, after["kind"], after["mode"], 0, 0, 0, seen.sha256 if seen else None, None, 1, None, (), None)
-    changes = tuple(Change(c["path"], c["kind"], (), None, entry(c["path"], c["after"])) for c in items)
-    run.attempt(1).verdict.write_text(json.dumps(Judgement(Verdict.PASS, (), changes, None, None).to_json()))
+        return Entry(
+            path,
+            after["kind"],
+            after["mode"],
+            0,
+            0,
+            0,
+            seen.sha256 if seen else None,
+            None,
+            1,
+            None,
+            (),
+            None,
+        )
+
+    changes = tuple(
+        Change(c["path"], c["kind"], (), None, entry(c["path"], c["after"])) for c in items
+    )
+    run.attempt(1).verdict.write_text(
+        json.dumps(Judgement(Verdict.PASS, (), changes, None, None).to_json())
+    )
     return AttemptRecord.load(run.attempt(1), snapshots=False)
 
 
 def _with_digests(workspace: Path, items: list[dict]) -> tuple[Snapshot, list[dict]]:
     """POST of `workspace`, and `items` with each file's digest from it (as the judge lists them)."""
     post = take(workspace)
-    return post, [{**c, "after": {**c["after"], "sha256": post.entries[c["path"]].sha256}}
-                  if c["after"] and c["after"]["kind"] == "file" and c["path"] in post.entries else c for c in items]
+    return post, [
+        {**c, "after": {**c["after"], "sha256": post.entries[c["path"]].sha256}}
+        if c["after"] and c["after"]["kind"] == "file" and c["path"] in post.entries
+        else c
+        for c in items
+    ]
 
 
 def _commit(workspace: Path, target: Path, items: list[dict]) -> None:
@@ -133,7 +155,11 @@ def test_links_in_the_target_or_the_workspace_are_never_followed(trees, tmp_path
     with pytest.raises(promote.PromoteError, match="workspace has no file"):
         _commit(ws, target, [_file("src/canary")])
     with pytest.raises(promote.PromoteError, match="refusing to promote a symlink"):
-        _commit(ws, target, [{"path": "src", "kind": "added", "after": {"kind": "symlink", "mode": 0o777}}])
+        _commit(
+            ws,
+            target,
+            [{"path": "src", "kind": "added", "after": {"kind": "symlink", "mode": 0o777}}],
+        )
     assert _tree(host) == {"canary": "host data"}
     (ws / "link").symlink_to(host / "canary")
     assert promote._text(ws, "link") is None  # a patch never shows the link target's content
@@ -149,12 +175,23 @@ def test_files_are_applied_with_git_modes_and_sparse_files_stay_sparse(trees):
     with open(ws / "out" / "big", "wb") as fh:
         fh.truncate(64 * 2**20)
         fh.write(b"head")
-    _commit(ws, target, [_dir("out"), _file("out/run.sh", mode=0o4777), _file("out/open.txt", mode=0o666), _file("out/big")])
+    _commit(
+        ws,
+        target,
+        [
+            _dir("out"),
+            _file("out/run.sh", mode=0o4777),
+            _file("out/open.txt", mode=0o666),
+            _file("out/big"),
+        ],
+    )
     assert (target / "out" / "run.sh").read_text() == "echo hi"
     assert (target / "out" / "run.sh").stat().st_mode & 0o7777 == 0o755
     assert (target / "out" / "open.txt").stat().st_mode & 0o7777 == 0o644
     assert (target / "out" / "big").stat().st_size == 64 * 2**20
-    assert (target / "out" / "big").stat().st_blocks * 512 <= promote.STAGE_CHUNK  # the chunk with data, no more
+    assert (
+        target / "out" / "big"
+    ).stat().st_blocks * 512 <= promote.STAGE_CHUNK  # the chunk with data, no more
 
 
 def test_a_file_whose_bytes_differ_from_post_is_refused_before_anything_is_written(trees, tmp_path):
@@ -168,13 +205,25 @@ def test_a_file_whose_bytes_differ_from_post_is_refused_before_anything_is_writt
     post, items = _with_digests(ws, items)
     (ws / "b.txt").write_text("swapped after the run")
     before = _tree(target)
-    with pytest.raises(promote.PromoteError, match="refusing to promote b.txt: its bytes .* are not the ones the verifier saw"):
+    with pytest.raises(
+        promote.PromoteError,
+        match="refusing to promote b.txt: its bytes .* are not the ones the verifier saw",
+    ):
         promote.stage(ws, post, items, tmp_path / "staged")
-    assert _tree(target) == before and not (tmp_path / "staged").exists()  # nothing of what it read is left either
-    with pytest.raises(promote.PromoteError, match="holds no digest"):  # a file POST never hashed is never promoted
+    assert (
+        _tree(target) == before and not (tmp_path / "staged").exists()
+    )  # nothing of what it read is left either
+    with pytest.raises(
+        promote.PromoteError, match="holds no digest"
+    ):  # a file POST never hashed is never promoted
         promote.stage(ws, Snapshot({}, False, ()), items[:1], tmp_path / "staged")
     with pytest.raises(promote.PromoteError, match="the judged change and post.json disagree"):
-        promote.stage(ws, post, [{**items[0], "after": {**items[0]["after"], "sha256": None}}], tmp_path / "staged")
+        promote.stage(
+            ws,
+            post,
+            [{**items[0], "after": {**items[0]["after"], "sha256": None}}],
+            tmp_path / "staged",
+        )
 
 
 def test_the_staged_bytes_are_the_hashed_ones(trees, tmp_path):
@@ -188,28 +237,51 @@ def test_the_staged_bytes_are_the_hashed_ones(trees, tmp_path):
     (ws / "a.txt").symlink_to("/etc/shadow")
     promote._apply(tmp_path / "staged", target, items)
     assert (target / "a.txt").read_text() == "verified" and not (target / "a.txt").is_symlink()
-    with pytest.raises(promote.PromoteError, match="a.txt: the attempt's workspace copy cannot be read as a file"):
+    with pytest.raises(
+        promote.PromoteError, match="a.txt: the attempt's workspace copy cannot be read as a file"
+    ):
         promote.stage(ws, post, items, tmp_path / "staged")  # a link in the copy is never followed
 
 
 def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path):
     root = Path(__file__).resolve().parents[2]
-    data = {"version": 1, "name": "p", "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
-            "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
-            "promote": {"target": str(tmp_path / "target")}, "assertions": [{"exit_code": 0}], "expect": "pass",
-            "contract": {"id": "c", "proposed_by": "alice", "ratified_by": "bob", "scope": ["fs:**"], "autonomy_ceiling": "commit"}}
+    data = {
+        "version": 1,
+        "name": "p",
+        "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
+        "workspace": {
+            "fixture": str(root / "fixtures" / "workspaces" / "calc"),
+            "protected": ["tests/**"],
+        },
+        "promote": {"target": str(tmp_path / "target")},
+        "assertions": [{"exit_code": 0}],
+        "expect": "pass",
+        "contract": {
+            "id": "c",
+            "proposed_by": "alice",
+            "ratified_by": "bob",
+            "scope": ["fs:**"],
+            "autonomy_ceiling": "commit",
+        },
+    }
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     spec = spec_mod.load(ratify_in_place(tmp_path / "p.yaml"))
     run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())
     run.attempt(1).root.mkdir(parents=True)
     attempt = _judged(run, [_file("src/calc.py", "modified")])
-    assert promote.decide(spec, run, attempt).outcome == "allow"  # the promote backup is a rollback for fs:**
+    assert (
+        promote.decide(spec, run, attempt).outcome == "allow"
+    )  # the promote backup is a rollback for fs:**
     control.request(run.control_dir, run_id="p-run", actor="carol", halt=True)
-    assert (promote.decide(spec, run, attempt).outcome, promote.decide(spec, run, attempt).rule) == ("deny", "operator_halt")
+    assert (
+        promote.decide(spec, run, attempt).outcome,
+        promote.decide(spec, run, attempt).rule,
+    ) == ("deny", "operator_halt")
 
 
-
-@pytest.mark.parametrize("path", [".git/config", ".git/hooks/post-commit", "sub/.git/config", ".GIT/config"])
+@pytest.mark.parametrize(
+    "path", [".git/config", ".git/hooks/post-commit", "sub/.git/config", ".GIT/config"]
+)
 def test_nothing_is_promoted_into_a_git_folder(trees, path):
     """A promoted .git/config (core.fsmonitor) or hook would run the agent's code on the host
     at the commit's own `git add`/`git commit`, as the host's user."""
@@ -236,7 +308,9 @@ def test_git_reads_promoted_names_literally(tmp_path, name):
     (target / "secret.env").write_text("TOKEN=1")
     (target / name).write_text("agent's file")
     promote._git_commit(target, "run", "task", [name])
-    listed = subprocess.run(["git", "-C", str(target), "ls-files", "-z"], capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "-C", str(target), "ls-files", "-z"], capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     assert [f for f in listed if f] == [name]
 
 
@@ -264,11 +338,34 @@ def test_a_git_commit_holds_exactly_the_promoted_files_ignored_or_not(tmp_path):
     subprocess.run(["git", "init", "-q", str(target)], check=True)
     (target / ".gitignore").write_text("*.log\n")
     subprocess.run(["git", "-C", str(target), "add", ".gitignore"], check=True)
-    subprocess.run(["git", "-C", str(target), "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-qm", "init"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(target),
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@x",
+            "commit",
+            "-qm",
+            "init",
+        ],
+        check=True,
+    )
     (target / "conf" / "secret.yaml").write_text("token: 1")  # the user's, untracked
-    data = {"version": 1, "name": "p", "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
-            "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
-            "promote": {"target": str(target)}, "assertions": [{"exit_code": 0}], "expect": "pass"}
+    data = {
+        "version": 1,
+        "name": "p",
+        "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
+        "workspace": {
+            "fixture": str(root / "fixtures" / "workspaces" / "calc"),
+            "protected": ["tests/**"],
+        },
+        "promote": {"target": str(target)},
+        "assertions": [{"exit_code": 0}],
+        "expect": "pass",
+    }
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     spec = spec_mod.load(tmp_path / "p.yaml")
     run = store.RunDir.create(tmp_path / "runs", "p-run", spec.path, spec.to_json())
@@ -280,7 +377,12 @@ def test_a_git_commit_holds_exactly_the_promoted_files_ignored_or_not(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
     promote.commit(spec, run, "main", _judged(run, items), base)
-    committed = subprocess.run(["git", "-C", str(target), "show", "--name-only", "--format=", "HEAD"], capture_output=True, text=True, check=True).stdout.split()
+    committed = subprocess.run(
+        ["git", "-C", str(target), "show", "--name-only", "--format=", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert committed == ["out/run.log"]
 
 
@@ -294,9 +396,18 @@ def test_runs_side_by_side_commit_to_one_git_target_one_at_a_time(tmp_path):
     target = tmp_path / "target"
     target.mkdir()
     subprocess.run(["git", "init", "-q", str(target)], check=True)
-    data = {"version": 1, "name": "p", "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
-            "workspace": {"fixture": str(root / "fixtures" / "workspaces" / "calc"), "protected": ["tests/**"]},
-            "promote": {"target": str(target)}, "assertions": [{"exit_code": 0}], "expect": "pass"}
+    data = {
+        "version": 1,
+        "name": "p",
+        "agent": {"command": ["true"], "files": str(root / "fixtures" / "agents" / "benign")},
+        "workspace": {
+            "fixture": str(root / "fixtures" / "workspaces" / "calc"),
+            "protected": ["tests/**"],
+        },
+        "promote": {"target": str(target)},
+        "assertions": [{"exit_code": 0}],
+        "expect": "pass",
+    }
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     spec = spec_mod.load(tmp_path / "p.yaml")
     jobs = []
@@ -323,7 +434,11 @@ def test_runs_side_by_side_commit_to_one_git_target_one_at_a_time(tmp_path):
         t.join()
 
     assert failures == []
-    log = subprocess.run(["git", "-C", str(target), "log", "--format=%s"], capture_output=True, text=True, check=True).stdout.splitlines()
+    log = subprocess.run(
+        ["git", "-C", str(target), "log", "--format=%s"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     assert log == ["assure: task main"] * 6
-    files = subprocess.run(["git", "-C", str(target), "ls-files"], capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "-C", str(target), "ls-files"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert files == [f"out/{i}.txt" for i in range(6)]

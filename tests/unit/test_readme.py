@@ -39,7 +39,11 @@ def _not_placeholders(data: Any, schema: dict[str, Any]) -> list[str]:
     for error in jsonschema.Draft202012Validator(schema).iter_errors(data):
         at = ".".join(str(p) for p in error.absolute_path)
         if error.validator == "additionalProperties":
-            extra = [k for k in error.instance if k not in error.schema.get("properties", {}) and not _placeholder(k)]
+            extra = [
+                k
+                for k in error.instance
+                if k not in error.schema.get("properties", {}) and not _placeholder(k)
+            ]
             out += [f"{at}.{k}: unknown field" for k in extra]
         elif not _placeholder(error.instance):
             out.append(f"{at}: {error.message}")
@@ -49,7 +53,9 @@ def _not_placeholders(data: Any, schema: dict[str, Any]) -> list[str]:
 def test_every_yaml_example_says_what_it_is():
     yaml_blocks = [b for b in blocks() if b.language == "yaml"]
     unmarked = [b.line for b in yaml_blocks if not (b.file or b.mark in ("reference", "suite"))]
-    assert yaml_blocks and unmarked == [], f"README.md lines {unmarked}: mark the block file=PATH, reference or suite"
+    assert yaml_blocks and unmarked == [], (
+        f"README.md lines {unmarked}: mark the block file=PATH, reference or suite"
+    )
     for b in blocks():
         if b.mark:
             assert b.file or b.mark in ("reference", "suite", "run", "setup"), (b.line, b.mark)
@@ -60,14 +66,18 @@ def test_the_spec_reference_is_valid_but_for_its_placeholders():
     data = yaml.safe_load(reference.text)
     assert _not_placeholders(data, spec_mod.schema()) == []
     contract = data["contract"]
-    assert isinstance(contract["expires_at"], str) and isinstance(data["autonomy"]["human_gates"][0]["expires_at"], str)
+    assert isinstance(contract["expires_at"], str) and isinstance(
+        data["autonomy"]["human_gates"][0]["expires_at"], str
+    )
     datetime.datetime.fromisoformat(contract["expires_at"])  # quoted, and still a timestamp
 
 
 def test_the_placeholder_rule_catches_what_the_readme_got_wrong():
     """The check above fails on the trap it is for (an unquoted timestamp) and on a misspelt field."""
     (reference,) = [b for b in blocks() if b.mark == "reference"]
-    wrong = reference.text.replace('expires_at: "2027-01-31T00:00:00Z"', "expires_at: 2027-01-31T00:00:00Z").replace("  wall_seconds: 120", "  wall_secs: 120")
+    wrong = reference.text.replace(
+        'expires_at: "2027-01-31T00:00:00Z"', "expires_at: 2027-01-31T00:00:00Z"
+    ).replace("  wall_seconds: 120", "  wall_secs: 120")
     assert wrong != reference.text
     got = _not_placeholders(yaml.safe_load(wrong), spec_mod.schema())
     assert any(p.startswith("contract.expires_at: datetime.datetime(2027, 1, 31") for p in got), got
@@ -75,8 +85,14 @@ def test_the_placeholder_rule_catches_what_the_readme_got_wrong():
 
 
 def _validate(*paths: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "assure.cli", "validate", *map(str, paths)], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    return subprocess.run(
+        [sys.executable, "-m", "assure.cli", "validate", *map(str, paths)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
 
 
 def test_the_suite_example_validates_where_it_would_sit(tmp_path):
@@ -93,7 +109,9 @@ def test_the_suite_example_validates_where_it_would_sit(tmp_path):
 
 def write_example(tmp_path: Path) -> list[Path]:
     """The own-agent example's files, in a folder laid out like a checkout (with the calc fixture)."""
-    shutil.copytree(ROOT / "fixtures" / "workspaces" / "calc", tmp_path / "fixtures" / "workspaces" / "calc")
+    shutil.copytree(
+        ROOT / "fixtures" / "workspaces" / "calc", tmp_path / "fixtures" / "workspaces" / "calc"
+    )
     written = []
     for b in blocks():
         if b.file:
@@ -107,9 +125,13 @@ def write_example(tmp_path: Path) -> list[Path]:
 def test_the_own_agent_spec_validates_as_written(tmp_path):
     written = write_example(tmp_path)
     specs = [p for p in written if p.suffix == ".yaml"]
-    assert [p.name for p in specs] == ["my-agent.yaml"] and (tmp_path / "my-agent" / "run.sh") in written
+    assert [p.name for p in specs] == ["my-agent.yaml"] and (
+        tmp_path / "my-agent" / "run.sh"
+    ) in written
     unhashed = _validate(*specs, cwd=tmp_path)
-    assert unhashed.returncode == 1 and "contract hash" in unhashed.stderr  # what the README's first command fixes
+    assert (
+        unhashed.returncode == 1 and "contract hash" in unhashed.stderr
+    )  # what the README's first command fixes
     ratify_in_place(specs[0])
     done = _validate(*specs, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -29,7 +29,9 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return keys.load_private(keys.generate_keypair(tmp_path_factory.mktemp("keys"))[0])
 
 
-def attempt_run(tmp_path: Path, key: Any, *, version: str = "2", left_out: str | None = None) -> Path:
+def attempt_run(
+    tmp_path: Path, key: Any, *, version: str = "2", left_out: str | None = None
+) -> Path:
     """A run whose attempt 1 added a script and changed a file, judged, with its receipt."""
     run = make_run(tmp_path)
     mount, workspace = tmp_path / "mount", run / "attempts" / "1" / "workspace"
@@ -41,12 +43,19 @@ def attempt_run(tmp_path: Path, key: Any, *, version: str = "2", left_out: str |
     os.chmod(mount / "run.sh", 0o4777)
     post = take(mount)
     confined.copy_tree(mount, workspace, max_bytes=2**20, modes=private.copy_mode)
-    if left_out:  # as the copy-out's own limits leave a file out (two hard links that no longer fit)
+    if (
+        left_out
+    ):  # as the copy-out's own limits leave a file out (two hard links that no longer fit)
         (workspace / left_out).unlink()
     changes = diff(pre, post)
-    write_json(run / "attempts" / "1" / layout.VERDICT, Judgement(Verdict.PASS, (), tuple(changes), None, None).to_json())
+    write_json(
+        run / "attempts" / "1" / layout.VERDICT,
+        Judgement(Verdict.PASS, (), tuple(changes), None, None).to_json(),
+    )
     seal = seal_run(run)
-    record = receipt_for(seal, "task-1", changeset=receipts.changeset_of(run, 1, [c.to_json() for c in changes]))
+    record = receipt_for(
+        seal, "task-1", changeset=receipts.changeset_of(run, 1, [c.to_json() for c in changes])
+    )
     if version == "1":
         record = {**{k: v for k, v in record.items() if k != "changeset"}, "aar": "1"}
     receipts.write_receipt(run, receipts.sign(record, key))
@@ -61,13 +70,27 @@ def test_a_receipt_vouches_for_the_workspace_copy_as_it_was(tmp_path: Path, key:
     assert report.steps[-1].detail == "1 changesets, 2 changed paths"
 
 
-@pytest.mark.parametrize("tamper, named", [
-    (lambda ws: (ws / "src" / "calc.py").write_text("import os; os.system('id')\n"), "attempts/1/workspace/src/calc.py"),
-    (lambda ws: os.chmod(ws / "src" / "calc.py", 0o755), "attempts/1/workspace/src/calc.py"),  # now executable
-    (lambda ws: (ws / "run.sh").unlink(), "attempts/1/workspace/run.sh"),
-    (lambda ws: ((ws / "run.sh").unlink(), (ws / "run.sh").symlink_to("/etc/passwd")), "attempts/1/workspace/run.sh"),
-])
-def test_a_swapped_workspace_copy_fails_step_7_naming_the_file(tmp_path: Path, key: Any, tamper: Any, named: str) -> None:
+@pytest.mark.parametrize(
+    "tamper, named",
+    [
+        (
+            lambda ws: (ws / "src" / "calc.py").write_text("import os; os.system('id')\n"),
+            "attempts/1/workspace/src/calc.py",
+        ),
+        (
+            lambda ws: os.chmod(ws / "src" / "calc.py", 0o755),
+            "attempts/1/workspace/src/calc.py",
+        ),  # now executable
+        (lambda ws: (ws / "run.sh").unlink(), "attempts/1/workspace/run.sh"),
+        (
+            lambda ws: ((ws / "run.sh").unlink(), (ws / "run.sh").symlink_to("/etc/passwd")),
+            "attempts/1/workspace/run.sh",
+        ),
+    ],
+)
+def test_a_swapped_workspace_copy_fails_step_7_naming_the_file(
+    tmp_path: Path, key: Any, tamper: Any, named: str
+) -> None:
     run = attempt_run(tmp_path, key)
     tamper(run / "attempts" / "1" / "workspace")
     with pytest.raises(ReceiptError) as caught:
@@ -84,7 +107,9 @@ def test_rewritten_judged_changes_fail_step_7(tmp_path: Path, key: Any) -> None:
     (run / "attempts" / "1" / "workspace" / "src" / "calc.py").write_text("swapped\n")
     for change in verdict["changes"]:
         if change["path"] == "src/calc.py":
-            change["after"]["sha256"] = applied.file_digest(run / "attempts" / "1" / "workspace", "src/calc.py")
+            change["after"]["sha256"] = applied.file_digest(
+                run / "attempts" / "1" / "workspace", "src/calc.py"
+            )
     verdict_path.write_text(json.dumps(verdict))
     with pytest.raises(ReceiptError, match="step 7 .*not the ones receipts/.* vouches for"):
         receipt_verify.verify_run(run, key.public_key())
@@ -95,12 +120,16 @@ def test_rewritten_judged_changes_fail_step_7(tmp_path: Path, key: Any) -> None:
 
 def test_a_version_1_receipt_still_verifies_with_step_7_not_run(tmp_path: Path, key: Any) -> None:
     run = attempt_run(tmp_path, key, version="1")
-    (run / "attempts" / "1" / "workspace" / "src" / "calc.py").write_text("swapped\n")  # aar 1 cannot see it
+    (run / "attempts" / "1" / "workspace" / "src" / "calc.py").write_text(
+        "swapped\n"
+    )  # aar 1 cannot see it
     report = receipt_verify.verify_run(run, key.public_key())
     assert [(s.number, s.outcome) for s in report.steps][-1] == (7, Outcome.NOT_RUN)
 
 
-def test_a_version_2_receipt_without_its_changeset_field_is_malformed(tmp_path: Path, key: Any) -> None:
+def test_a_version_2_receipt_without_its_changeset_field_is_malformed(
+    tmp_path: Path, key: Any
+) -> None:
     seal = seal_run(make_run(tmp_path))
     record = {k: v for k, v in receipt_for(seal, "t").items() if k != "changeset"}
     with pytest.raises(ReceiptError, match="step 1 .*receipt lacks changeset"):
@@ -131,13 +160,17 @@ def test_the_digest_is_the_same_from_post_and_from_a_faithful_copy(tmp_path: Pat
 def test_what_the_copy_out_left_out_is_vouched_for_as_left_out(tmp_path: Path, key: Any) -> None:
     run = attempt_run(tmp_path, key, left_out="run.sh")
     assert receipt_verify.verify_run(run, key.public_key()).steps[-1].outcome is Outcome.PASSED
-    (run / "attempts" / "1" / "workspace" / "run.sh").write_text("#!/bin/sh\nid\n")  # a file where the copy had none
+    (run / "attempts" / "1" / "workspace" / "run.sh").write_text(
+        "#!/bin/sh\nid\n"
+    )  # a file where the copy had none
     with pytest.raises(ReceiptError) as caught:
         receipt_verify.verify_run(run, key.public_key())
     assert (caught.value.step, caught.value.path) == (7, "attempts/1/workspace/run.sh")
 
 
-def test_a_file_that_grows_after_its_size_was_checked_is_oversize_and_read_no_further(tmp_path, monkeypatch):
+def test_a_file_that_grows_after_its_size_was_checked_is_oversize_and_read_no_further(
+    tmp_path, monkeypatch
+):
     """`receipts verify` reads run directories nobody vouches for: a file that grew past the
     limit between the fstat and the read (a FIFO-like stream, a writer) is never read to its end."""
     (tmp_path / "big").write_bytes(b"small")

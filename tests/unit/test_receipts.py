@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 from assure.core.chain import ChainWriter
 from assure.records import keys, layout, receipt_format, receipt_verify, receipts
-from assure.records.seal import merkle_root, seal_run, write_seal
 from assure.records.keys import KeyFileError
 from assure.records.receipt_format import ReceiptError
 from assure.records.receipt_verify import Outcome
+from assure.records.seal import merkle_root, seal_run, write_seal
 
 JOURNAL = "attempts/1/gateway/journal.jsonl"
 
@@ -31,9 +31,23 @@ def make_run(base: Path, run_id: str = "demo-20260101T000000Z-abc123") -> Path:
     (run / "attempts" / "1" / "gateway").mkdir(parents=True)
     (run / "spec.json").write_text("{}\n")
     writers = [
-        (ChainWriter(run / "events.jsonl", base={"run_id": run_id, "actor": "driver"}), "attempt_started", 3),
-        (ChainWriter(run / "control" / "operator.jsonl", base={"run_id": run_id, "actor": "alice"}), "dial", 2),
-        (ChainWriter(run / JOURNAL, base={"run_id": run_id, "attempt": 1, "actor": "gateway"}), "tool_call", 5),
+        (
+            ChainWriter(run / "events.jsonl", base={"run_id": run_id, "actor": "driver"}),
+            "attempt_started",
+            3,
+        ),
+        (
+            ChainWriter(
+                run / "control" / "operator.jsonl", base={"run_id": run_id, "actor": "alice"}
+            ),
+            "dial",
+            2,
+        ),
+        (
+            ChainWriter(run / JOURNAL, base={"run_id": run_id, "attempt": 1, "actor": "gateway"}),
+            "tool_call",
+            5,
+        ),
     ]
     for writer, event, count in writers:
         for n in range(count):
@@ -50,11 +64,21 @@ def receipt_for(seal: dict[str, Any], task_id: str, **overrides: Any) -> dict[st
         "verdict": "verified",
         "ground_truth": "confirmed",
         "reason": "pytest exited 0 in a fresh container on the post-run workspace",
-        "checks": [{"source": "command:pytest", "query": "pytest -q tests", "observed_at": "2026-01-01T00:01:00.000000Z",
-                    "response_sha256": hashlib.sha256(b"3 passed").hexdigest(), "excerpt": "3 passed"}],
+        "checks": [
+            {
+                "source": "command:pytest",
+                "query": "pytest -q tests",
+                "observed_at": "2026-01-01T00:01:00.000000Z",
+                "response_sha256": hashlib.sha256(b"3 passed").hexdigest(),
+                "excerpt": "3 passed",
+            }
+        ],
         "subject": "agent:claude-worker",
         "principal": "did:web:example.org:assure",
-        "verifier": {"id": "assure:command-verifier", "independence": "separate container, fresh workspace copy"},
+        "verifier": {
+            "id": "assure:command-verifier",
+            "independence": "separate container, fresh workspace copy",
+        },
         "deployment_id": "dep-1",
         "scope_id": "fs:**",
         "seal": seal,
@@ -70,7 +94,9 @@ def issue(run: Path, key: Any, task_ids: list[str], **overrides: Any) -> list[Pa
     paths = []
     for task_id in task_ids:
         record = receipt_for(seal, task_id, **overrides)
-        paths.append(receipts.write_receipt(run, receipts.sign(record, key) if key is not None else record))
+        paths.append(
+            receipts.write_receipt(run, receipts.sign(record, key) if key is not None else record)
+        )
     write_seal(run, seal, key)
     return paths
 
@@ -138,11 +164,29 @@ def test_load_public_refuses_a_private_key_file(tmp_path: Path) -> None:
 # Building --------------------------------------------------------------------------------
 
 
-def test_receipt_has_every_field_machine_md_names(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_receipt_has_every_field_machine_md_names(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     path = signed_run / "receipts" / layout.receipt_filename("task-1")
     record = json.loads(path.read_text())
-    assert set(record) == {"aar", "run_id", "task", "subject", "principal", "verdict", "ground_truth", "reason", "checks",
-                           "verifier", "deployment_id", "scope_id", "seal", "issued", "signature", "changeset"}
+    assert set(record) == {
+        "aar",
+        "run_id",
+        "task",
+        "subject",
+        "principal",
+        "verdict",
+        "ground_truth",
+        "reason",
+        "checks",
+        "verifier",
+        "deployment_id",
+        "scope_id",
+        "seal",
+        "issued",
+        "signature",
+        "changeset",
+    }
     assert record["aar"] == "2" and record["changeset"] is None  # these tasks name no attempt
     assert record["task"] == {"id": "task-1", "claim": "tests in tests/ pass"}
     assert record["signature"]["alg"] == "Ed25519"
@@ -155,14 +199,19 @@ def test_receipt_has_every_field_machine_md_names(signed_run: Path, keypair: tup
         ({"verdict": "maybe"}, "verdict must be one of verified, rejected"),
         ({"ground_truth": "unknown"}, "ground_truth must be one of confirmed, contradicted"),
         ({"checks": []}, "checks must list at least one ground-truth check"),
-        ({"verifier": {"id": "agent:claude-worker", "independence": "none"}}, "verifier.id equals subject"),
+        (
+            {"verifier": {"id": "agent:claude-worker", "independence": "none"}},
+            "verifier.id equals subject",
+        ),
         ({"deployment_id": ""}, "deployment_id must be a non-empty string"),
         ({"task_id": ""}, "task.id must be a non-empty string"),
         ({"claim": {"n": float("nan")}}, "no RFC 8785 canonical form"),
         ({"claim": {"n": 2**60}}, "no RFC 8785 canonical form"),
     ],
 )
-def test_build_receipt_refuses_incomplete_records(tmp_path: Path, override: dict[str, Any], message: str) -> None:
+def test_build_receipt_refuses_incomplete_records(
+    tmp_path: Path, override: dict[str, Any], message: str
+) -> None:
     seal = seal_run(make_run(tmp_path))
     with pytest.raises(ReceiptError, match="step 1 ") as caught:
         receipt_for(seal, override.pop("task_id", "t"), **override)
@@ -181,9 +230,17 @@ def test_clean_run_verifies(signed_run: Path, keypair: tuple[Any, Any]) -> None:
     report = receipt_verify.verify_run(signed_run, keypair[1])
     assert report.key_id == keys.key_id(keypair[1])
     assert report.signatures is Outcome.PASSED
-    assert report.receipts == tuple(sorted(f"receipts/{layout.receipt_filename(t)}" for t in ("task-1", "task-2")))
-    assert report.logs == ("attempts/1/gateway/journal.jsonl", "control/operator.jsonl", "events.jsonl")
-    assert [(s.number, s.outcome) for s in report.steps] == [(n, Outcome.PASSED) for n in range(1, 7)] + [(7, Outcome.NOT_RUN)]
+    assert report.receipts == tuple(
+        sorted(f"receipts/{layout.receipt_filename(t)}" for t in ("task-1", "task-2"))
+    )
+    assert report.logs == (
+        "attempts/1/gateway/journal.jsonl",
+        "control/operator.jsonl",
+        "events.jsonl",
+    )
+    assert [(s.number, s.outcome) for s in report.steps] == [
+        (n, Outcome.PASSED) for n in range(1, 7)
+    ] + [(7, Outcome.NOT_RUN)]
     with pytest.raises(AttributeError):
         report.key_id = "x"  # type: ignore[misc]
 
@@ -196,8 +253,14 @@ def test_keyless_run_verifies_with_signatures_not_run(tmp_path: Path) -> None:
     assert report.key_id is None
     assert report.signatures is Outcome.NOT_RUN
     assert [(s.number, s.outcome) for s in report.steps] == [
-        (1, Outcome.PASSED), (2, Outcome.NOT_RUN), (3, Outcome.NOT_RUN), (4, Outcome.PASSED), (5, Outcome.PASSED), (6, Outcome.PASSED),
-        (7, Outcome.NOT_RUN)]
+        (1, Outcome.PASSED),
+        (2, Outcome.NOT_RUN),
+        (3, Outcome.NOT_RUN),
+        (4, Outcome.PASSED),
+        (5, Outcome.PASSED),
+        (6, Outcome.PASSED),
+        (7, Outcome.NOT_RUN),
+    ]
     assert report.to_json()["signatures"] == "NOT-RUN"
 
 
@@ -209,7 +272,9 @@ def test_keyless_run_still_fails_on_a_changed_log(tmp_path: Path) -> None:
     assert (error.step, error.path, error.line) == (4, "events.jsonl", 3)
 
 
-def test_unsigned_receipts_fail_when_a_key_is_given(tmp_path: Path, keypair: tuple[Any, Any]) -> None:
+def test_unsigned_receipts_fail_when_a_key_is_given(
+    tmp_path: Path, keypair: tuple[Any, Any]
+) -> None:
     run = make_run(tmp_path)
     issue(run, None, ["task-1"])
     error = fails(run, keypair[1])
@@ -220,7 +285,9 @@ def test_unsigned_receipts_fail_when_a_key_is_given(tmp_path: Path, keypair: tup
 # Tampering with receipts -----------------------------------------------------------------
 
 
-def test_one_byte_change_in_a_receipt_fails_at_step_2_naming_it(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_one_byte_change_in_a_receipt_fails_at_step_2_naming_it(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     path = signed_run / "receipts" / layout.receipt_filename("task-2")
     data = path.read_bytes()
     assert data.count(b"pytest exited 0") == 1
@@ -228,11 +295,15 @@ def test_one_byte_change_in_a_receipt_fails_at_step_2_naming_it(signed_run: Path
     error = fails(signed_run, keypair[1])
     assert error.step == 2
     assert error.path == f"receipts/{path.name}"
-    assert str(error) == (f"step 2 (receipt signatures verify with the key) failed: receipts/{path.name}: "
-                          f"signature by {keys.key_id(keypair[1])} does not match the content (changed after signing)")
+    assert str(error) == (
+        f"step 2 (receipt signatures verify with the key) failed: receipts/{path.name}: "
+        f"signature by {keys.key_id(keypair[1])} does not match the content (changed after signing)"
+    )
 
 
-def test_receipt_signed_by_another_key_fails_naming_both_key_ids(tmp_path: Path, keypair: tuple[Any, Any]) -> None:
+def test_receipt_signed_by_another_key_fails_naming_both_key_ids(
+    tmp_path: Path, keypair: tuple[Any, Any]
+) -> None:
     run = make_run(tmp_path)
     seal = seal_run(run)
     other_private, _ = keys.generate_keypair(tmp_path / "other")
@@ -242,10 +313,15 @@ def test_receipt_signed_by_another_key_fails_naming_both_key_ids(tmp_path: Path,
     write_seal(run, seal, keypair[0])
     error = fails(run, keypair[1])
     assert (error.step, error.path) == (2, f"receipts/{forged.name}")
-    assert error.detail == f"signed by key {keys.key_id(other.public_key())}, not by {keys.key_id(keypair[1])} (the public key given)"
+    assert (
+        error.detail
+        == f"signed by key {keys.key_id(other.public_key())}, not by {keys.key_id(keypair[1])} (the public key given)"
+    )
 
 
-def test_whole_run_checked_with_the_wrong_public_key_fails_at_step_2(signed_run: Path, tmp_path: Path) -> None:
+def test_whole_run_checked_with_the_wrong_public_key_fails_at_step_2(
+    signed_run: Path, tmp_path: Path
+) -> None:
     _, public_path = keys.generate_keypair(tmp_path / "stranger")
     error = fails(signed_run, keys.load_public(public_path))
     assert error.step == 2
@@ -269,16 +345,24 @@ def test_removed_receipt_fails_at_step_6(signed_run: Path, keypair: tuple[Any, A
     assert "receipt removed" in error.detail
 
 
-def test_receipt_added_after_sealing_fails_at_step_6(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_receipt_added_after_sealing_fails_at_step_6(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     seal = json.loads((signed_run / "receipts" / "seal.json").read_text())["seal"]
-    added = receipts.write_receipt(signed_run, receipts.sign(receipt_for(seal, "task-3"), keypair[0]))
+    added = receipts.write_receipt(
+        signed_run, receipts.sign(receipt_for(seal, "task-3"), keypair[0])
+    )
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path) == (6, f"receipts/{added.name}")
 
 
-def test_receipt_under_another_seal_fails_at_step_6(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_receipt_under_another_seal_fails_at_step_6(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     later = seal_run(signed_run)  # same logs, another sealed_at
-    path = receipts.write_receipt(signed_run, receipts.sign(receipt_for(later, "task-1"), keypair[0]))
+    path = receipts.write_receipt(
+        signed_run, receipts.sign(receipt_for(later, "task-1"), keypair[0])
+    )
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path) == (6, f"receipts/{path.name}")
     assert "its seal differs" in error.detail
@@ -306,7 +390,9 @@ def test_renamed_receipt_fails_at_step_1(signed_run: Path, keypair: tuple[Any, A
         (b"[]", "receipt is not a JSON object"),
     ],
 )
-def test_malformed_receipt_fails_at_step_1(signed_run: Path, keypair: tuple[Any, Any], raw: bytes, message: str) -> None:
+def test_malformed_receipt_fails_at_step_1(
+    signed_run: Path, keypair: tuple[Any, Any], raw: bytes, message: str
+) -> None:
     path = signed_run / "receipts" / layout.receipt_filename("task-1")
     path.write_bytes(raw)
     error = fails(signed_run, keypair[1])
@@ -314,7 +400,9 @@ def test_malformed_receipt_fails_at_step_1(signed_run: Path, keypair: tuple[Any,
     assert message in error.detail
 
 
-def test_unexpected_file_in_receipts_fails_at_step_1(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_unexpected_file_in_receipts_fails_at_step_1(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     (signed_run / "receipts" / "notes.txt").write_text("hi")
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path) == (1, "receipts/notes.txt")
@@ -323,7 +411,9 @@ def test_unexpected_file_in_receipts_fails_at_step_1(signed_run: Path, keypair: 
 # Tampering with the sealed logs ----------------------------------------------------------
 
 
-def test_one_byte_change_in_a_journal_line_fails_at_step_4_naming_file_and_line(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_one_byte_change_in_a_journal_line_fails_at_step_4_naming_file_and_line(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     def change(lines: list[str]) -> list[str]:
         assert '"file-2.txt"' in lines[2]
         return [*lines[:2], lines[2].replace('"file-2.txt"', '"file-3.txt"'), *lines[3:]]
@@ -331,8 +421,10 @@ def test_one_byte_change_in_a_journal_line_fails_at_step_4_naming_file_and_line(
     rewrite_lines(signed_run / JOURNAL, change)
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path, error.line) == (4, JOURNAL, 3)
-    assert str(error) == (f"step 4 (sealed logs verify, same lines and head) failed: {JOURNAL}: line 3: "
-                          "hash does not match the content (line altered)")
+    assert str(error) == (
+        f"step 4 (sealed logs verify, same lines and head) failed: {JOURNAL}: line 3: "
+        "hash does not match the content (line altered)"
+    )
 
 
 def test_dropped_line_fails_at_step_4(signed_run: Path, keypair: tuple[Any, Any]) -> None:
@@ -355,7 +447,9 @@ def test_reordered_pair_fails_at_step_4(signed_run: Path, keypair: tuple[Any, An
     assert (error.step, error.path, error.line) == (4, "events.jsonl", 1)
 
 
-def test_line_appended_after_sealing_fails_at_step_4(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_line_appended_after_sealing_fails_at_step_4(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     writer = ChainWriter(signed_run / JOURNAL, base={"attempt": 1, "actor": "gateway"})
     writer.append("tool_call", path="late.txt")
     writer.close()
@@ -364,7 +458,9 @@ def test_line_appended_after_sealing_fails_at_step_4(signed_run: Path, keypair: 
     assert error.detail == "appended after sealing (sealed 5 lines, found 6)"
 
 
-def test_log_rewritten_as_a_valid_chain_fails_at_step_4(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_log_rewritten_as_a_valid_chain_fails_at_step_4(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     (signed_run / "control" / "operator.jsonl").unlink()
     writer = ChainWriter(signed_run / "control" / "operator.jsonl", base={"actor": "mallory"})
     writer.append("dial", n=0)
@@ -375,7 +471,9 @@ def test_log_rewritten_as_a_valid_chain_fails_at_step_4(signed_run: Path, keypai
     assert "head hash differs" in error.detail
 
 
-def test_log_started_after_sealing_fails_at_step_4(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_log_started_after_sealing_fails_at_step_4(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     (signed_run / "attempts" / "2" / "gateway").mkdir(parents=True)
     writer = ChainWriter(signed_run / "attempts" / "2" / "gateway" / "journal.jsonl")
     writer.append("tool_call")
@@ -391,7 +489,9 @@ def test_deleted_log_fails_at_step_4(signed_run: Path, keypair: tuple[Any, Any])
     assert (error.step, error.path) == (4, "control/operator.jsonl")
 
 
-def test_symlinked_log_fails_at_step_4(signed_run: Path, keypair: tuple[Any, Any], tmp_path: Path) -> None:
+def test_symlinked_log_fails_at_step_4(
+    signed_run: Path, keypair: tuple[Any, Any], tmp_path: Path
+) -> None:
     outside = tmp_path / "elsewhere.jsonl"
     (signed_run / "events.jsonl").rename(outside)
     (signed_run / "events.jsonl").symlink_to(outside)
@@ -407,7 +507,9 @@ def test_seal_refuses_a_broken_chain(tmp_path: Path) -> None:
     assert (caught.value.step, caught.value.path, caught.value.line) == (4, "events.jsonl", 1)
 
 
-def test_a_journal_its_judge_verified_is_sealed_with_that_head_and_a_later_change_fails(tmp_path: Path) -> None:
+def test_a_journal_its_judge_verified_is_sealed_with_that_head_and_a_later_change_fails(
+    tmp_path: Path,
+) -> None:
     """The driver hands the seal the head each attempt's judge verified, instead of a second
     pass: the same seal when the journal is unchanged; a journal changed after judging fails
     verification (the seal holds what was judged, not what is there now)."""
@@ -424,7 +526,9 @@ def test_a_journal_its_judge_verified_is_sealed_with_that_head_and_a_later_chang
     assert (error.step, error.path) == (4, JOURNAL)
     (run / JOURNAL).unlink()
     (run / JOURNAL).symlink_to(run / "events.jsonl")
-    with pytest.raises(ReceiptError, match="symbolic link"):  # a judged log is still checked in place
+    with pytest.raises(
+        ReceiptError, match="symbolic link"
+    ):  # a judged log is still checked in place
         seal_run(run, {JOURNAL: (journal["lines"], journal["head_hash"])})
 
 
@@ -469,7 +573,18 @@ def test_wrong_merkle_root_fails_at_step_5(tmp_path: Path) -> None:
 
 # Hostile task ids ------------------------------------------------------------------------
 
-HOSTILE = ["../../etc/x", "a\nb", "x" * 5000, "/abs/path", "..", ".", "seal", "seal.json", "tâche-ü\u202e", "\x00nul"]
+HOSTILE = [
+    "../../etc/x",
+    "a\nb",
+    "x" * 5000,
+    "/abs/path",
+    "..",
+    ".",
+    "seal",
+    "seal.json",
+    "tâche-ü\u202e",
+    "\x00nul",
+]
 
 
 def test_hostile_task_ids_stay_inside_receipts(tmp_path: Path, keypair: tuple[Any, Any]) -> None:
@@ -482,23 +597,40 @@ def test_hostile_task_ids_stay_inside_receipts(tmp_path: Path, keypair: tuple[An
         assert path.name != "seal.json" and not path.name.startswith(".")
         assert len(path.name) <= layout.SLUG_MAX + 1 + 12 + 5
         assert json.loads(path.read_text())["task"]["id"] == task_id
-    assert sorted(p.name for p in folder.iterdir()) == sorted([*(p.name for p in paths), "seal.json"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [*(p.name for p in paths), "seal.json"]
+    )
     assert not (tmp_path / "etc").exists()
     assert len(receipt_verify.verify_run(run, keypair[1]).receipts) == len(HOSTILE)
 
 
 def test_receipt_filename_is_a_readable_slug_and_a_digest() -> None:
-    assert layout.receipt_filename("../../etc/x") == "etc-x-" + hashlib.sha256(b"../../etc/x").hexdigest()[:12] + ".json"
-    assert layout.receipt_filename("..") == "task-" + hashlib.sha256(b"..").hexdigest()[:12] + ".json"
+    assert (
+        layout.receipt_filename("../../etc/x")
+        == "etc-x-" + hashlib.sha256(b"../../etc/x").hexdigest()[:12] + ".json"
+    )
+    assert (
+        layout.receipt_filename("..") == "task-" + hashlib.sha256(b"..").hexdigest()[:12] + ".json"
+    )
     assert layout.receipt_filename("Task-A") != layout.receipt_filename("task-a")
 
 
 # RFC 8785 --------------------------------------------------------------------------------
 
 
-def test_floats_and_unicode_sign_and_verify_over_rfc8785(tmp_path: Path, keypair: tuple[Any, Any]) -> None:
+def test_floats_and_unicode_sign_and_verify_over_rfc8785(
+    tmp_path: Path, keypair: tuple[Any, Any]
+) -> None:
     run = make_run(tmp_path)
-    claim = {"metric": "latency", "value": 12.5, "tiny": 1e-7, "huge": 1.5e21, "neg_zero": -0.0, "unit": "µs", "emoji": "✓ 😀"}
+    claim = {
+        "metric": "latency",
+        "value": 12.5,
+        "tiny": 1e-7,
+        "huge": 1.5e21,
+        "neg_zero": -0.0,
+        "unit": "µs",
+        "emoji": "✓ 😀",
+    }
     paths = issue(run, keypair[0], ["tâche-1"], claim=claim, reason="réponse confirmée — 100 %")
     record = json.loads(paths[0].read_text())
     body = {k: v for k, v in record.items() if k != "signature"}
@@ -509,7 +641,9 @@ def test_floats_and_unicode_sign_and_verify_over_rfc8785(tmp_path: Path, keypair
     receipt_verify.verify_run(run, keypair[1])
 
 
-def test_key_order_and_layout_in_the_file_do_not_matter(signed_run: Path, keypair: tuple[Any, Any]) -> None:
+def test_key_order_and_layout_in_the_file_do_not_matter(
+    signed_run: Path, keypair: tuple[Any, Any]
+) -> None:
     def reverse(obj: Any) -> Any:
         if isinstance(obj, dict):
             return {k: reverse(obj[k]) for k in reversed(list(obj))}
@@ -532,7 +666,10 @@ def test_cli_keys_generate_and_receipts_verify(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["keys", "generate", "--dir", str(tmp_path / "keys")])
     assert result.exit_code == 0, result.output
-    private_path, public_path = tmp_path / "keys" / keys.PRIVATE_NAME, tmp_path / "keys" / keys.PUBLIC_NAME
+    private_path, public_path = (
+        tmp_path / "keys" / keys.PRIVATE_NAME,
+        tmp_path / "keys" / keys.PUBLIC_NAME,
+    )
     public = keys.load_public(public_path)
     assert keys.key_id(public) in result.output
 
@@ -542,11 +679,19 @@ def test_cli_keys_generate_and_receipts_verify(tmp_path: Path) -> None:
 
     run = make_run(tmp_path)
     issue(run, keys.load_private(private_path), ["task-1", "task-2"])
-    ok = runner.invoke(app, ["receipts", "verify", str(run), "--public-key", str(public_path), "--json"])
+    ok = runner.invoke(
+        app, ["receipts", "verify", str(run), "--public-key", str(public_path), "--json"]
+    )
     assert ok.exit_code == 0, ok.output
     report = json.loads(ok.stdout)
-    assert report["verified"] is True and report["key_id"] == keys.key_id(public) and report["signatures"] == "passed"
-    assert [s["outcome"] for s in report["steps"]] == ["passed"] * 6 + ["NOT-RUN"]  # no changeset in these receipts
+    assert (
+        report["verified"] is True
+        and report["key_id"] == keys.key_id(public)
+        and report["signatures"] == "passed"
+    )
+    assert [s["outcome"] for s in report["steps"]] == ["passed"] * 6 + [
+        "NOT-RUN"
+    ]  # no changeset in these receipts
 
     table = runner.invoke(app, ["receipts", "verify", str(run), "--public-key", str(public_path)])
     assert table.exit_code == 0, table.output
@@ -562,8 +707,16 @@ def test_cli_keys_generate_and_receipts_verify(tmp_path: Path) -> None:
     assert "step 4 (sealed logs verify, same lines and head) failed" in bad.output
     assert JOURNAL in bad.output
 
-    bad_json = runner.invoke(app, ["receipts", "verify", str(run), "--public-key", str(public_path), "--json"])
+    bad_json = runner.invoke(
+        app, ["receipts", "verify", str(run), "--public-key", str(public_path), "--json"]
+    )
     assert bad_json.exit_code == 1
     failure = json.loads(bad_json.stdout)
-    assert failure == {"verified": False, "step": 4, "step_name": receipt_format.STEPS[4], "path": JOURNAL, "line": 5,
-                       "message": "missing (sealed 5 lines, found 4)"}
+    assert failure == {
+        "verified": False,
+        "step": 4,
+        "step_name": receipt_format.STEPS[4],
+        "path": JOURNAL,
+        "line": 5,
+        "message": "missing (sealed 5 lines, found 4)",
+    }

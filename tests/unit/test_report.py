@@ -18,8 +18,20 @@ def verdict() -> dict:
             {"path": "src/calc.py", "kind": "modified", "fields": ["content", "mode"]},
         ],
         "findings": [
-            {"kind": "unattributed", "severity": "breach", "subject": EVIL, "message": f"added file {EVIL}", "attribution": None},
-            {"kind": "attributed", "severity": "info", "subject": "src/calc.py", "message": "modified", "attribution": 'gateway:"a1"'},
+            {
+                "kind": "unattributed",
+                "severity": "breach",
+                "subject": EVIL,
+                "message": f"added file {EVIL}",
+                "attribution": None,
+            },
+            {
+                "kind": "attributed",
+                "severity": "info",
+                "subject": "src/calc.py",
+                "message": "modified",
+                "attribution": 'gateway:"a1"',
+            },
         ],
     }
 

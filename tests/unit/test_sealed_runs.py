@@ -16,9 +16,18 @@ from assure.errors import AssureError, RunDirError
 from assure.records import keys, receipt_verify, store
 from assure.run.driver import promote_proposed
 from assure.sandbox.fake import Context
-from tests.unit.test_driver_states import ACCEPTANCE, FIXED, drive, gateway, git, new_run, ratified, task_of, write_spec
 from tests.unit import test_driver_states as states
-
+from tests.unit.test_driver_states import (
+    ACCEPTANCE,
+    FIXED,
+    drive,
+    gateway,
+    git,
+    new_run,
+    ratified,
+    task_of,
+    write_spec,
+)
 
 short_tmp, target = states.short_tmp, states.target  # the same fixtures
 
@@ -31,12 +40,19 @@ def fix(ctx: Context) -> int:
 
 def logs(run: store.RunDir) -> dict[str, bytes]:
     """Every sealed log's bytes, and the seal."""
-    found = [run.paths.events, run.paths.operator_log, run.paths.seal, *(run.attempt(int(a.name)).journal for a in run.attempts())]
+    found = [
+        run.paths.events,
+        run.paths.operator_log,
+        run.paths.seal,
+        *(run.attempt(int(a.name)).journal for a in run.attempts()),
+    ]
     return {str(p): p.read_bytes() for p in found if p.exists()}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "assure.cli", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "assure.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.fixture
@@ -55,7 +71,11 @@ def test_operator_commands_on_a_finished_run_refuse_and_write_nothing(finished, 
     command, *rest = args
     done = cli(command, str(finished.path), *rest)
     assert done.returncode == 1, done.stdout + done.stderr
-    expected = "is propose-only: its spec has no promote target" if command == "promote" else "is finished: a"
+    expected = (
+        "is propose-only: its spec has no promote target"
+        if command == "promote"
+        else "is finished: a"
+    )
     assert expected in done.stderr and "fix: " in done.stderr, done.stderr
     assert logs(finished) == before
     assert receipt_verify.verify_run(finished.path, None).run_id == finished.run_id
@@ -65,16 +85,30 @@ def test_the_refusal_is_one_check_taken_under_the_control_lock(finished, tmp_pat
     with pytest.raises(RunDirError, match="would append to its sealed logs"):
         finished.override("alice", halt=True)
     assert not finished.paths.operator_log.exists()
-    open_run = store.RunDir.create(tmp_path / "runs", "open-run", finished.paths.spec_yaml, finished.spec_json())
-    open_run.save_state({"state": "aborted"})  # a driver that died: not sealed, `assure resume` continues it
-    assert open_run.override("alice", halt=True).halted and control.read(open_run.control_dir).halted
+    open_run = store.RunDir.create(
+        tmp_path / "runs", "open-run", finished.paths.spec_yaml, finished.spec_json()
+    )
+    open_run.save_state(
+        {"state": "aborted"}
+    )  # a driver that died: not sealed, `assure resume` continues it
+    assert (
+        open_run.override("alice", halt=True).halted and control.read(open_run.control_dir).halted
+    )
 
 
-def test_promote_writes_nothing_until_a_task_can_commit_then_seals_again(tmp_path, short_tmp, target):
+def test_promote_writes_nothing_until_a_task_can_commit_then_seals_again(
+    tmp_path, short_tmp, target
+):
     """Dialled down mid-run: proposed. Promote under the run's dial refuses and writes nothing;
     with --dial commit it commits once and the re-issued, re-signed receipts verify."""
     private, public = keys.generate_keypair(tmp_path / "keys")
-    spec = write_spec(tmp_path, "dialed", contract=ratified(["fs:**"]), promote={"target": str(target)}, assertions=ACCEPTANCE)
+    spec = write_spec(
+        tmp_path,
+        "dialed",
+        contract=ratified(["fs:**"]),
+        promote={"target": str(target)},
+        assertions=ACCEPTANCE,
+    )
     run = new_run(tmp_path, spec)
 
     def dialled_down(ctx: Context) -> int:
@@ -85,14 +119,21 @@ def test_promote_writes_nothing_until_a_task_can_commit_then_seals_again(tmp_pat
     result, _ = drive(spec, run, short_tmp, {"dialed": dialled_down}, signing_key=private)
     assert task_of(result)["state"] == "proposed"
     before = logs(run)
-    with pytest.raises(AssureError, match=r"the gate still allows no commit .*autonomy.insufficient.*nothing was written") as refused:
+    with pytest.raises(
+        AssureError,
+        match=r"the gate still allows no commit .*autonomy.insufficient.*nothing was written",
+    ) as refused:
         promote_proposed(spec, run, None, private)
     assert "--dial commit" in str(refused.value.fix)
     with pytest.raises(AssureError, match="signed by ed25519:"):
-        promote_proposed(spec, run, None, None, dial="commit")  # unsigned receipts would replace signed ones
+        promote_proposed(
+            spec, run, None, None, dial="commit"
+        )  # unsigned receipts would replace signed ones
     assert logs(run) == before
 
-    assert promote_proposed(spec, run, None, private, dial="commit") == [("main", "committed", "committed later by an operator's promote")]
+    assert promote_proposed(spec, run, None, private, dial="commit") == [
+        ("main", "committed", "committed later by an operator's promote")
+    ]
     assert git(target, "log", "--format=%s").splitlines() == ["assure: task main", "fixture"]
     assert receipt_verify.verify_run(run.path, keys.load_public(public)).run_id == run.run_id
     with pytest.raises(AssureError, match="no proposed task"):

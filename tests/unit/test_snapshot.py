@@ -19,7 +19,15 @@ import pytest
 
 from assure.textsafe import display
 from assure.verify.hasher import CHUNK_BYTES
-from assure.verify.snapshot import BATCH_BYTES, CHANGED, Entry, Limits, Snapshot, SnapshotError, take
+from assure.verify.snapshot import (
+    BATCH_BYTES,
+    CHANGED,
+    Entry,
+    Limits,
+    Snapshot,
+    SnapshotError,
+    take,
+)
 
 NOBODY = 65534
 HELLO_SHA = hashlib.sha256(b"hello\n").hexdigest()
@@ -85,7 +93,11 @@ def test_files_and_directories_are_listed_with_hashes(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "hello.txt").write_bytes(b"hello\n")
     (tmp_path / "empty").write_bytes(b"")
-    own(tmp_path / "sub", 0o755), own(tmp_path / "sub" / "hello.txt", 0o644), own(tmp_path / "empty", 0o4755)
+    (
+        own(tmp_path / "sub", 0o755),
+        own(tmp_path / "sub" / "hello.txt", 0o644),
+        own(tmp_path / "empty", 0o4755),
+    )
     size = os.lstat(tmp_path / "sub").st_size
 
     snapshot = take(tmp_path)
@@ -122,7 +134,9 @@ def test_symlinks_are_recorded_and_never_followed(tmp_path: Path, opened: list[s
     finally:
         shutil.rmtree(outside)
 
-    targets = {path: (e.kind, e.target, e.size, e.sha256, e.mode) for path, e in snapshot.entries.items()}
+    targets = {
+        path: (e.kind, e.target, e.size, e.sha256, e.mode) for path, e in snapshot.entries.items()
+    }
     assert targets == {
         "loop": ("symlink", "loop", 4, None, 0o777),
         "passwd": ("symlink", "/etc/passwd", 11, None, 0o777),
@@ -148,12 +162,19 @@ def test_special_files_are_noted_and_not_opened(tmp_path: Path, opened: list[str
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
-def test_device_node_records_its_numbers_and_is_not_opened(tmp_path: Path, opened: list[str]) -> None:
+def test_device_node_records_its_numbers_and_is_not_opened(
+    tmp_path: Path, opened: list[str]
+) -> None:
     os.mknod(tmp_path / "null", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
 
     (null,) = take(tmp_path).entries.values()
 
-    assert (null.kind, null.target, null.mode, null.note) == ("chardev", "1:3", 0o600, "not opened: chardev")
+    assert (null.kind, null.target, null.mode, null.note) == (
+        "chardev",
+        "1:3",
+        0o600,
+        "not opened: chardev",
+    )
     assert opened == [str(tmp_path)]
 
 
@@ -168,8 +189,16 @@ def test_sparse_file_over_the_limit_is_noted_without_reading(tmp_path: Path) -> 
     small = take(tmp_path, limits).entries["sparse"]
     huge = take(tmp_path).entries["huge"]
 
-    assert (small.size, small.sha256, small.note) == (2097152, None, "too large to hash (2097152 bytes > 1048576)")
-    assert (huge.size, huge.sha256, huge.note) == (2**40, None, "too large to hash (1099511627776 bytes > 268435456)")
+    assert (small.size, small.sha256, small.note) == (
+        2097152,
+        None,
+        "too large to hash (2097152 bytes > 1048576)",
+    )
+    assert (huge.size, huge.sha256, huge.note) == (
+        2**40,
+        None,
+        "too large to hash (1099511627776 bytes > 268435456)",
+    )
     assert time.monotonic() - started < 5
 
 
@@ -248,7 +277,10 @@ def test_unreadable_files_and_directories_are_noted() -> None:
         "listonly": (None, None),
         "locked": (None, "unreadable: Permission denied"),
     }
-    assert (snapshot.truncated, snapshot.notes) == (True, ("not listed (unreadable: Permission denied): listonly/inside",))
+    assert (snapshot.truncated, snapshot.notes) == (
+        True,
+        ("not listed (unreadable: Permission denied): listonly/inside",),
+    )
 
 
 @pytest.fixture
@@ -287,7 +319,9 @@ def _append(dir_fd: int) -> None:
 
 @pytest.mark.parametrize("swap", [_replace_with_fifo, _replace_with_symlink, _append])
 def test_file_changed_between_lstat_and_open_is_noted(
-    tmp_path: Path, swap_on_open: Callable[[str, Callable[[int], None]], None], swap: Callable[[int], None]
+    tmp_path: Path,
+    swap_on_open: Callable[[str, Callable[[int], None]], None],
+    swap: Callable[[int], None],
 ) -> None:
     (tmp_path / "victim").write_bytes(b"hello\n")
     swap_on_open("victim", swap)
@@ -311,11 +345,19 @@ def test_directory_swapped_for_symlink_is_not_entered(
 
     snapshot = take(tmp_path)
 
-    assert {path: (e.kind, e.note) for path, e in snapshot.entries.items()} == {"victim": ("dir", CHANGED)}
+    assert {path: (e.kind, e.note) for path, e in snapshot.entries.items()} == {
+        "victim": ("dir", CHANGED)
+    }
 
 
 def test_hostile_names_survive_json_and_are_displayed_escaped(tmp_path: Path) -> None:
-    names = [b"new\nline", b"\x1b[2Jclear", b"bad\xff\xfeutf8", b"bidi\xe2\x80\xaetxt", b"back\\slash"]
+    names = [
+        b"new\nline",
+        b"\x1b[2Jclear",
+        b"bad\xff\xfeutf8",
+        b"bidi\xe2\x80\xaetxt",
+        b"back\\slash",
+    ]
     for name in names:
         with open(os.path.join(os.fsencode(tmp_path), name), "wb") as f:
             f.write(b"x")
@@ -418,7 +460,11 @@ def test_root_must_be_a_real_directory(tmp_path: Path) -> None:
     os.symlink("real", tmp_path / "link")
     (tmp_path / "file").write_bytes(b"")
 
-    for name, reason in [("link", "Not a directory"), ("file", "Not a directory"), ("missing", "No such file or directory")]:
+    for name, reason in [
+        ("link", "Not a directory"),
+        ("file", "Not a directory"),
+        ("missing", "No such file or directory"),
+    ]:
         with pytest.raises(SnapshotError) as raised:
             take(tmp_path / name)
         assert raised.value.explain() == (
@@ -435,7 +481,10 @@ def test_deep_nesting_stops_at_the_depth_limit(tmp_path: Path) -> None:
     deepest = "/".join(["d"] * 256)
     assert len(snapshot.entries) == 256
     assert (snapshot.truncated, snapshot.notes) == (True, (f"depth limit at {deepest}",))
-    assert snapshot.entries[deepest].note == "not listed: its entries would be deeper than max_depth (256)"
+    assert (
+        snapshot.entries[deepest].note
+        == "not listed: its entries would be deeper than max_depth (256)"
+    )
     assert [e.note for e in snapshot.entries.values()].count(None) == 255
 
 
@@ -500,7 +549,9 @@ def test_max_total_path_chars_stops_the_walk(tmp_path: Path) -> None:
     )
 
 
-def test_reuse_gives_the_same_snapshot_and_opens_only_what_changed(tmp_path: Path, opened: list[str]) -> None:
+def test_reuse_gives_the_same_snapshot_and_opens_only_what_changed(
+    tmp_path: Path, opened: list[str]
+) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     for i in range(20):
@@ -511,7 +562,9 @@ def test_reuse_gives_the_same_snapshot_and_opens_only_what_changed(tmp_path: Pat
 
     post = take(root, reuse=pre)
 
-    assert [name for name in opened if not name.endswith("ws")] == ["f3.txt"]  # the root is opened too
+    assert [name for name in opened if not name.endswith("ws")] == [
+        "f3.txt"
+    ]  # the root is opened too
     assert post.to_json() == take(root).to_json()
 
 
@@ -531,7 +584,9 @@ def test_reuse_still_finds_content_changed_with_size_and_mtime_restored(tmp_path
     assert [(c.path, c.fields) for c in changes] == [("a.txt", ("content",))]
 
 
-def test_reuse_still_finds_xattrs_mode_and_owner_changed_on_unchanged_content(tmp_path: Path) -> None:
+def test_reuse_still_finds_xattrs_mode_and_owner_changed_on_unchanged_content(
+    tmp_path: Path,
+) -> None:
     from assure.verify.diff import diff
 
     for name in ("x", "m", "o"):
@@ -545,4 +600,8 @@ def test_reuse_still_finds_xattrs_mode_and_owner_changed_on_unchanged_content(tm
 
     changes = diff(pre, take(tmp_path, reuse=pre))
 
-    assert [(c.path, c.fields) for c in changes] == [("m", ("mode",)), ("o", ("owner",)), ("x", ("xattrs",))]
+    assert [(c.path, c.fields) for c in changes] == [
+        ("m", ("mode",)),
+        ("o", ("owner",)),
+        ("x", ("xattrs",)),
+    ]

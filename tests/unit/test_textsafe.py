@@ -67,6 +67,8 @@ def _undisplay(shown: str) -> str:
 
 def test_display_is_reversible() -> None:
     rng = random.Random(7)
-    alphabet = "ab\\nxu\n\t\x1b\x7f\x85\x9b\u2028\u202e\u2066é日\U000e0041\U0001f600\ud800\udc9b\udcff"
+    alphabet = (
+        "ab\\nxu\n\t\x1b\x7f\x85\x9b\u2028\u202e\u2066é日\U000e0041\U0001f600\ud800\udc9b\udcff"
+    )
     names = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(2000)]
     assert [_undisplay(display(name)) for name in names] == names

@@ -48,9 +48,17 @@ def test_when_every_uid_is_held_the_lease_is_refused_naming_the_range(tmp_path):
     assert sorted(h.uid for h in held) == list(IDS)
 
 
-def test_a_uid_held_by_another_process_is_skipped_and_comes_back_when_that_process_is_killed(tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def test_a_uid_held_by_another_process_is_skipped_and_comes_back_when_that_process_is_killed(
+    tmp_path,
+):
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         assert child.stdout.readline().strip() == "60600"
         mine = uids.lease(tmp_path, IDS)
@@ -89,7 +97,12 @@ def test_a_lock_folder_others_can_write_is_refused(tmp_path):
 
 
 def test_the_range_is_apart_from_the_images_user_regular_users_and_systemds_dynamic_users():
-    assert 10001 not in uids.IDS and uids.IDS.start > 60513 and uids.IDS.stop <= 61184 and uids.IDS.stop <= 65534
+    assert (
+        10001 not in uids.IDS
+        and uids.IDS.start > 60513
+        and uids.IDS.stop <= 61184
+        and uids.IDS.stop <= 65534
+    )
 
 
 def test_a_container_uid_running_under_a_userns_remap_counts_as_running(tmp_path, monkeypatch):

@@ -24,7 +24,15 @@ from assure.gateway.db import Databases, DbSpec
 from assure.gateway.errors import ToolError
 from assure.verify import sqlite
 from assure.verify.findings import Kind
-from assure.verify.sqlite import DatabaseError, DatabaseTooLarge, DbChange, attribute, capture, db_effects, diff
+from assure.verify.sqlite import (
+    DatabaseError,
+    DatabaseTooLarge,
+    DbChange,
+    attribute,
+    capture,
+    db_effects,
+    diff,
+)
 
 SEEDS = range(20)
 
@@ -83,7 +91,11 @@ def row_changes(changes: list[DbChange]) -> list[tuple[str, str, Any, Any, Any, 
 
 
 def test_capture_sees_a_commit_that_only_reached_the_wal(tmp_path: Path) -> None:
-    src = make(tmp_path / "w.db", "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a')", wal=True)
+    src = make(
+        tmp_path / "w.db",
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'a')",
+        wal=True,
+    )
     conn = apsw.Connection(str(src))
     conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     conn.execute("INSERT INTO t VALUES (2, 'only in the wal')")
@@ -96,17 +108,26 @@ def test_capture_sees_a_commit_that_only_reached_the_wal(tmp_path: Path) -> None
 
     captured = cap(tmp_path, src, "w")
     assert captured == tmp_path / "captured" / "w.sqlite"
-    assert sorted(p.name for p in captured.parent.iterdir()) == ["w.sqlite"]  # one self-contained file
+    assert sorted(p.name for p in captured.parent.iterdir()) == [
+        "w.sqlite"
+    ]  # one self-contained file
     assert rows(captured, "SELECT id, v FROM t ORDER BY id") == [(1, "a"), (2, "only in the wal")]
     assert rows(captured, "PRAGMA journal_mode") == [("delete",)]
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("w.db")) == ["w.db", "w.db-shm", "w.db-wal"]  # source untouched
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("w.db")) == [
+        "w.db",
+        "w.db-shm",
+        "w.db-wal",
+    ]  # source untouched
 
 
 def _hot_journal(directory: Path) -> tuple[Path, list[tuple[Any, ...]]]:
     """A copy of a database taken mid-transaction: uncommitted pages in the file, a hot journal beside it."""
     directory.mkdir()
-    src = make(directory / "live.db", "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);"
-               "INSERT INTO t SELECT value, randomblob(200) FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 2000) SELECT value FROM s)")
+    src = make(
+        directory / "live.db",
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);"
+        "INSERT INTO t SELECT value, randomblob(200) FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 2000) SELECT value FROM s)",
+    )
     committed = rows(src, "SELECT id, v FROM t ORDER BY id")
     conn = apsw.Connection(str(src))
     conn.pragma("cache_size", 5)  # spill the uncommitted change into the database file
@@ -171,11 +192,21 @@ def test_capture_refuses_a_journal_that_names_a_file_outside_the_copy(tmp_path: 
 
 
 def test_capture_reports_a_failed_integrity_check(tmp_path: Path) -> None:
-    src = make(tmp_path / "c.db", "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); CREATE INDEX ix ON t(v);"
-               "INSERT INTO t SELECT value, 'value-' || value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 500) SELECT value FROM s)")
-    page, size = rows(src, "SELECT pageno FROM dbstat WHERE name = 'ix' AND pagetype = 'leaf' LIMIT 1")[0][0], rows(src, "PRAGMA page_size")[0][0]
+    src = make(
+        tmp_path / "c.db",
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); CREATE INDEX ix ON t(v);"
+        "INSERT INTO t SELECT value, 'value-' || value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 500) SELECT value FROM s)",
+    )
+    page, size = (
+        rows(src, "SELECT pageno FROM dbstat WHERE name = 'ix' AND pagetype = 'leaf' LIMIT 1")[0][
+            0
+        ],
+        rows(src, "PRAGMA page_size")[0][0],
+    )
     data = bytearray(src.read_bytes())
-    for i in range((page - 1) * size + 200, page * size):  # change the digits of the index keys on one leaf page
+    for i in range(
+        (page - 1) * size + 200, page * size
+    ):  # change the digits of the index keys on one leaf page
         if data[i] in b"0123456789":
             data[i] = ord("0") + (data[i] - ord("0") + 1) % 10
     src.write_bytes(bytes(data))
@@ -257,56 +288,94 @@ def test_identical_databases_have_no_changes(tmp_path: Path) -> None:
 
 
 def test_diff_primary_key_insert_update_delete(tmp_path: Path) -> None:
-    pre, post = pair(tmp_path, SHOP, "UPDATE items SET price = 2.5 WHERE id = 1; DELETE FROM items WHERE id = 2;"
-                     "INSERT INTO items VALUES (9, 'kiwi', NULL, x'0102')")
+    pre, post = pair(
+        tmp_path,
+        SHOP,
+        "UPDATE items SET price = 2.5 WHERE id = 1; DELETE FROM items WHERE id = 2;"
+        "INSERT INTO items VALUES (9, 'kiwi', NULL, x'0102')",
+    )
     changes = diff(pre, post, db="shop")
     by_key = {(c.op, c.key["id"]): c for c in changes}
     assert set(by_key) == {("update", 1), ("delete", 2), ("insert", 9)}
     update = by_key[("update", 1)]
     assert update.subject == "db:shop:items[id=1]" and update.columns == ("price",)
-    assert update.before == {"id": 1, "name": "apple", "price": 1.5, "data": {"b64": base64.b64encode(b"\x00\xff").decode()}}
+    assert update.before == {
+        "id": 1,
+        "name": "apple",
+        "price": 1.5,
+        "data": {"b64": base64.b64encode(b"\x00\xff").decode()},
+    }
     assert update.after["price"] == 2.5
     assert by_key[("delete", 2)].after is None and by_key[("delete", 2)].before["name"] == "pear"
-    assert by_key[("insert", 9)].before is None and by_key[("insert", 9)].after["data"] == {"b64": "AQI="}
+    assert by_key[("insert", 9)].before is None and by_key[("insert", 9)].after["data"] == {
+        "b64": "AQI="
+    }
 
 
 def test_diff_composite_key_without_rowid(tmp_path: Path) -> None:
-    pre, post = pair(tmp_path, SHOP, "UPDATE pairs SET note = 'changed' WHERE a = 'a' AND b = 2; DELETE FROM pairs WHERE a = 'b'")
+    pre, post = pair(
+        tmp_path,
+        SHOP,
+        "UPDATE pairs SET note = 'changed' WHERE a = 'a' AND b = 2; DELETE FROM pairs WHERE a = 'b'",
+    )
     got = {(c.op, tuple(c.key.values()), c.columns) for c in diff(pre, post)}
     assert got == {("update", ("a", 2), ("note",)), ("delete", ("b", 1), ())}
-    assert {c.subject for c in diff(pre, post, db="shop")} == {"db:shop:pairs[a='a', b=2]", "db:shop:pairs[a='b', b=1]"}
+    assert {c.subject for c in diff(pre, post, db="shop")} == {
+        "db:shop:pairs[a='a', b=2]",
+        "db:shop:pairs[a='b', b=1]",
+    }
 
 
 def test_keyless_duplicates_are_a_multiset(tmp_path: Path) -> None:
     pre, post = pair(tmp_path, SHOP, "DELETE FROM log WHERE rowid = 1")  # one of the two ('dup', 1)
     [change] = diff(pre, post, db="shop")
-    assert (change.table, change.op, change.key, change.before, change.count) == ("log", "delete", None, {"msg": "dup", "n": 1}, 1)
+    assert (change.table, change.op, change.key, change.before, change.count) == (
+        "log",
+        "delete",
+        None,
+        {"msg": "dup", "n": 1},
+        1,
+    )
     assert change.subject == "db:shop:log[msg='dup', n=1]"
 
     pre, post = pair(tmp_path, SHOP, "INSERT INTO log VALUES ('dup', 1), ('dup', 1), ('other', 2)")
-    assert row_changes(diff(pre, post)) == sorted([
-        ("log", "insert", None, None, {"msg": "dup", "n": 1}, 2),
-        ("log", "insert", None, None, {"msg": "other", "n": 2}, 1),
-    ], key=repr)
+    assert row_changes(diff(pre, post)) == sorted(
+        [
+            ("log", "insert", None, None, {"msg": "dup", "n": 1}, 2),
+            ("log", "insert", None, None, {"msg": "other", "n": 2}, 1),
+        ],
+        key=repr,
+    )
 
 
 def test_keyless_update_is_a_delete_and_an_insert(tmp_path: Path) -> None:
     pre, post = pair(tmp_path, SHOP, "UPDATE log SET n = 7 WHERE msg = 'other'")
-    assert row_changes(diff(pre, post)) == sorted([
-        ("log", "delete", None, {"msg": "other", "n": 2}, None, 1),
-        ("log", "insert", None, None, {"msg": "other", "n": 7}, 1),
-    ], key=repr)
+    assert row_changes(diff(pre, post)) == sorted(
+        [
+            ("log", "delete", None, {"msg": "other", "n": 2}, None, 1),
+            ("log", "insert", None, None, {"msg": "other", "n": 7}, 1),
+        ],
+        key=repr,
+    )
 
 
 def test_vacuum_renumbering_rowids_is_not_a_change(tmp_path: Path) -> None:
-    src = make(tmp_path / "v.db", SHOP + "INSERT INTO log SELECT 'filler', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 300) SELECT value FROM s);"
-               "DELETE FROM log WHERE n % 3 = 0;")
+    src = make(
+        tmp_path / "v.db",
+        SHOP
+        + "INSERT INTO log SELECT 'filler', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 300) SELECT value FROM s);"
+        "DELETE FROM log WHERE n % 3 = 0;",
+    )
     pre = cap(tmp_path, src, "pre")
     run_sql(src, "VACUUM")
     post = cap(tmp_path, src, "post")
-    assert rows(pre, "SELECT rowid FROM log ORDER BY rowid") != rows(post, "SELECT rowid FROM log ORDER BY rowid")  # renumbered
+    assert rows(pre, "SELECT rowid FROM log ORDER BY rowid") != rows(
+        post, "SELECT rowid FROM log ORDER BY rowid"
+    )  # renumbered
     assert diff(pre, post) == []
-    run_sql(src, "DELETE FROM log WHERE rowid = (SELECT max(rowid) FROM log WHERE msg = 'filler')")  # and after VACUUM, a real change is still seen
+    run_sql(
+        src, "DELETE FROM log WHERE rowid = (SELECT max(rowid) FROM log WHERE msg = 'filler')"
+    )  # and after VACUUM, a real change is still seen
     post2 = cap(tmp_path, src, "post2")
     [change] = diff(pre, post2)
     assert (change.table, change.op, change.count) == ("log", "delete", 1)
@@ -315,17 +384,31 @@ def test_vacuum_renumbering_rowids_is_not_a_change(tmp_path: Path) -> None:
 def test_rowid_shadowed_by_columns_still_compares_as_multiset(tmp_path: Path) -> None:
     """Columns named rowid, oid and _rowid_ hide the real rowid: rows must not pair by those columns."""
     schema = "CREATE TABLE s(rowid, oid, _rowid_, v); INSERT INTO s VALUES (1, 1, 1, 'x'), (1, 1, 1, 'x'), (2, 2, 2, 'y');"
-    pre, post = pair(tmp_path, schema, "DELETE FROM s WHERE v = 'x'; INSERT INTO s VALUES (1, 1, 1, 'x')")  # two copies -> one
-    assert row_changes(diff(pre, post)) == [("s", "delete", None, {"rowid": 1, "oid": 1, "_rowid_": 1, "v": "x"}, None, 1)]
+    pre, post = pair(
+        tmp_path, schema, "DELETE FROM s WHERE v = 'x'; INSERT INTO s VALUES (1, 1, 1, 'x')"
+    )  # two copies -> one
+    assert row_changes(diff(pre, post)) == [
+        ("s", "delete", None, {"rowid": 1, "oid": 1, "_rowid_": 1, "v": "x"}, None, 1)
+    ]
 
 
 def test_schema_changes(tmp_path: Path) -> None:
-    schema = SHOP + "CREATE INDEX items_name ON items(name); CREATE TRIGGER t1 AFTER INSERT ON items BEGIN SELECT 1; END;"
-    change = ("CREATE TABLE fresh(x); DROP INDEX items_name; DROP TRIGGER t1;"
-              "CREATE TRIGGER t1 AFTER INSERT ON items BEGIN SELECT 2; END; CREATE VIEW v AS SELECT id FROM items")
+    schema = (
+        SHOP
+        + "CREATE INDEX items_name ON items(name); CREATE TRIGGER t1 AFTER INSERT ON items BEGIN SELECT 1; END;"
+    )
+    change = (
+        "CREATE TABLE fresh(x); DROP INDEX items_name; DROP TRIGGER t1;"
+        "CREATE TRIGGER t1 AFTER INSERT ON items BEGIN SELECT 2; END; CREATE VIEW v AS SELECT id FROM items"
+    )
     pre, post = pair(tmp_path, schema, change)
     got = {(c.object_type, c.name, c.op) for c in diff(pre, post) if c.kind == "schema"}
-    assert got == {("table", "fresh", "added"), ("index", "items_name", "removed"), ("trigger", "t1", "changed"), ("view", "v", "added")}
+    assert got == {
+        ("table", "fresh", "added"),
+        ("index", "items_name", "removed"),
+        ("trigger", "t1", "changed"),
+        ("view", "v", "added"),
+    }
     trigger = next(c for c in diff(pre, post, db="shop") if c.name == "t1")
     assert trigger.subject == "db:shop:schema:trigger t1"
     assert "SELECT 1" in trigger.before["sql"] and "SELECT 2" in trigger.after["sql"]
@@ -335,39 +418,79 @@ def test_user_version_and_application_id(tmp_path: Path) -> None:
     pre, post = pair(tmp_path, SHOP, "PRAGMA user_version = 7; PRAGMA application_id = 42")
     got = {(c.kind, c.name, c.before, c.after) for c in diff(pre, post, db="shop")}
     assert got == {("user_version", "user_version", 0, 7), ("header", "application_id", 0, 42)}
-    assert {c.subject for c in diff(pre, post, db="shop")} == {"db:shop:user_version", "db:shop:header:application_id"}
+    assert {c.subject for c in diff(pre, post, db="shop")} == {
+        "db:shop:user_version",
+        "db:shop:header:application_id",
+    }
 
 
 def test_table_on_one_side_only(tmp_path: Path) -> None:
-    pre, post = pair(tmp_path, SHOP, "CREATE TABLE extra(id INTEGER PRIMARY KEY, v); INSERT INTO extra VALUES (1, 'x'); DROP TABLE pairs")
+    pre, post = pair(
+        tmp_path,
+        SHOP,
+        "CREATE TABLE extra(id INTEGER PRIMARY KEY, v); INSERT INTO extra VALUES (1, 'x'); DROP TABLE pairs",
+    )
     changes = diff(pre, post)
-    assert {(c.object_type, c.name, c.op) for c in changes if c.kind == "schema"} == {("table", "extra", "added"), ("table", "pairs", "removed")}
-    assert sorted((c.table, c.op) for c in changes if c.kind == "row") == [("extra", "insert")] + [("pairs", "delete")] * 3
+    assert {(c.object_type, c.name, c.op) for c in changes if c.kind == "schema"} == {
+        ("table", "extra", "added"),
+        ("table", "pairs", "removed"),
+    }
+    assert (
+        sorted((c.table, c.op) for c in changes if c.kind == "row")
+        == [("extra", "insert")] + [("pairs", "delete")] * 3
+    )
 
 
 def test_exact_values_type_collation_nulls_blobs(tmp_path: Path) -> None:
-    schema = ("CREATE TABLE u(id INTEGER PRIMARY KEY, v);"  # no declared type: stores 1 and 1.0 as they are
-              "CREATE TABLE c(k TEXT COLLATE NOCASE PRIMARY KEY, v TEXT COLLATE NOCASE);"
-              "CREATE TABLE nk(k TEXT PRIMARY KEY, v);"  # a rowid table: its key may hold NULLs
-              "INSERT INTO u VALUES (1, 1), (2, 'x'), (3, x'78'), (4, NULL), (5, 0.5);"
-              "INSERT INTO c VALUES ('Key', 'value');"
-              "INSERT INTO nk VALUES (NULL, 1), (NULL, 1), ('k', 2);")
-    change = ("UPDATE u SET v = 1.0 WHERE id = 1; UPDATE u SET v = x'78' WHERE id = 2; UPDATE u SET v = 'x' WHERE id = 3;"
-              "UPDATE u SET v = NULL WHERE id = 4; UPDATE c SET v = 'VALUE'; UPDATE c SET k = 'KEY';"
-              "DELETE FROM nk WHERE rowid = 2")
+    schema = (
+        "CREATE TABLE u(id INTEGER PRIMARY KEY, v);"  # no declared type: stores 1 and 1.0 as they are
+        "CREATE TABLE c(k TEXT COLLATE NOCASE PRIMARY KEY, v TEXT COLLATE NOCASE);"
+        "CREATE TABLE nk(k TEXT PRIMARY KEY, v);"  # a rowid table: its key may hold NULLs
+        "INSERT INTO u VALUES (1, 1), (2, 'x'), (3, x'78'), (4, NULL), (5, 0.5);"
+        "INSERT INTO c VALUES ('Key', 'value');"
+        "INSERT INTO nk VALUES (NULL, 1), (NULL, 1), ('k', 2);"
+    )
+    change = (
+        "UPDATE u SET v = 1.0 WHERE id = 1; UPDATE u SET v = x'78' WHERE id = 2; UPDATE u SET v = 'x' WHERE id = 3;"
+        "UPDATE u SET v = NULL WHERE id = 4; UPDATE c SET v = 'VALUE'; UPDATE c SET k = 'KEY';"
+        "DELETE FROM nk WHERE rowid = 2"
+    )
     pre, post = pair(tmp_path, schema, change)
     got = row_changes(diff(pre, post))
     assert ("u", "update", {"id": 1}, {"id": 1, "v": 1}, {"id": 1, "v": 1.0}, 1) in got
-    assert ("u", "update", {"id": 2}, {"id": 2, "v": "x"}, {"id": 2, "v": {"b64": "eA=="}}, 1) in got
-    assert ("u", "update", {"id": 3}, {"id": 3, "v": {"b64": "eA=="}}, {"id": 3, "v": "x"}, 1) in got
+    assert (
+        "u",
+        "update",
+        {"id": 2},
+        {"id": 2, "v": "x"},
+        {"id": 2, "v": {"b64": "eA=="}},
+        1,
+    ) in got
+    assert (
+        "u",
+        "update",
+        {"id": 3},
+        {"id": 3, "v": {"b64": "eA=="}},
+        {"id": 3, "v": "x"},
+        1,
+    ) in got
     assert not any(c[0] == "u" and c[2] == {"id": 4} for c in got)  # NULL -> NULL is no change
-    assert ("c", "update", {"k": "Key"}, {"k": "Key", "v": "value"}, {"k": "KEY", "v": "VALUE"}, 1) in got  # NOCASE-equal, not equal
+    assert (
+        "c",
+        "update",
+        {"k": "Key"},
+        {"k": "Key", "v": "value"},
+        {"k": "KEY", "v": "VALUE"},
+        1,
+    ) in got  # NOCASE-equal, not equal
     assert ("nk", "delete", None, {"k": None, "v": 1}, None, 1) in got
     assert len(got) == 5
 
 
 def test_invalid_utf8_text_and_large_values_are_reported_safely(tmp_path: Path) -> None:
-    pre, post = pair(tmp_path, SHOP, "INSERT INTO items VALUES (7, CAST(x'ff41' AS TEXT), NULL, zeroblob(5000))")
+    pre, post = pair(
+        tmp_path, SHOP, "INSERT INTO items VALUES (7, CAST(x'ff41' AS TEXT), NULL, zeroblob(5000))"
+    )
     [change] = diff(pre, post, db="shop")
     assert change.after["name"] == "\udcffA"  # surrogate escape of the invalid byte
     assert change.after["data"]["omitted"] == "blob" and change.after["data"]["bytes"] == 5000
@@ -375,11 +498,20 @@ def test_invalid_utf8_text_and_large_values_are_reported_safely(tmp_path: Path) 
 
 
 def test_hostile_names_are_quoted(tmp_path: Path) -> None:
-    schema = ('CREATE TABLE "we""ird {a} name"("k{0}" TEXT PRIMARY KEY, "v""x" TEXT, "{y}");'
-              'INSERT INTO "we""ird {a} name" VALUES (NULL, \'n\', 1), (\'k\', \'v\', 2);')
-    pre, post = pair(tmp_path, schema, 'UPDATE "we""ird {a} name" SET "v""x" = \'w\'; DELETE FROM "we""ird {a} name" WHERE "k{0}" IS NULL')
+    schema = (
+        'CREATE TABLE "we""ird {a} name"("k{0}" TEXT PRIMARY KEY, "v""x" TEXT, "{y}");'
+        "INSERT INTO \"we\"\"ird {a} name\" VALUES (NULL, 'n', 1), ('k', 'v', 2);"
+    )
+    pre, post = pair(
+        tmp_path,
+        schema,
+        'UPDATE "we""ird {a} name" SET "v""x" = \'w\'; DELETE FROM "we""ird {a} name" WHERE "k{0}" IS NULL',
+    )
     got = row_changes(diff(pre, post))
-    assert [(t, op) for t, op, *_ in got] == [('we"ird {a} name', "delete"), ('we"ird {a} name', "update")]
+    assert [(t, op) for t, op, *_ in got] == [
+        ('we"ird {a} name', "delete"),
+        ('we"ird {a} name', "update"),
+    ]
 
 
 def test_virtual_tables_are_compared_through_their_shadow_tables(tmp_path: Path) -> None:
@@ -401,7 +533,9 @@ def test_added_column_with_default_updates_every_row(tmp_path: Path) -> None:
     changes = diff(pre, post)
     assert [(c.object_type, c.op) for c in changes if c.kind == "schema"] == [("table", "changed")]
     updates = [c for c in changes if c.kind == "row"]
-    assert len(updates) == 3 and all(c.op == "update" and c.columns == ("extra",) and c.after["extra"] == 5 for c in updates)
+    assert len(updates) == 3 and all(
+        c.op == "update" and c.columns == ("extra",) and c.after["extra"] == 5 for c in updates
+    )
 
 
 def test_text_encoding_change_is_reported(tmp_path: Path) -> None:
@@ -412,11 +546,20 @@ def test_text_encoding_change_is_reported(tmp_path: Path) -> None:
     conn.execute("PRAGMA encoding = 'UTF-16le'; CREATE TABLE t(x); INSERT INTO t VALUES ('a')")
     conn.close()
     [change] = diff(cap(tmp_path, pre_src, "pre"), cap(tmp_path, post_src, "post"), db="shop")
-    assert (change.kind, change.name, change.before, change.after) == ("header", "encoding", "UTF-8", "UTF-16le")
+    assert (change.kind, change.name, change.before, change.after) == (
+        "header",
+        "encoding",
+        "UTF-8",
+        "UTF-16le",
+    )
 
 
 def test_reporting_is_capped_but_detection_is_not(tmp_path: Path) -> None:
-    pre, post = pair(tmp_path, SHOP, "INSERT INTO log SELECT 'many', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 50) SELECT value FROM s)")
+    pre, post = pair(
+        tmp_path,
+        SHOP,
+        "INSERT INTO log SELECT 'many', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 50) SELECT value FROM s)",
+    )
     changes = diff(pre, post, limit=10)
     assert len(changes) == 11 and changes[-1].kind == "omitted" and changes[-1].count == 40
     assert changes[-1].subject == "db:post:(more changes)"
@@ -428,7 +571,9 @@ def test_changeset_parser_keeps_text_bytes() -> None:
     session = apsw.Session(conn, "main")
     session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
     session.attach()
-    conn.execute("INSERT INTO k VALUES (CAST(x'ff41' AS TEXT), 2, 1.5); INSERT INTO r VALUES (NULL, x'00')")
+    conn.execute(
+        "INSERT INTO k VALUES (CAST(x'ff41' AS TEXT), 2, 1.5); INSERT INTO r VALUES (NULL, x'00')"
+    )
     touches = sqlite.parse_changeset(session.changeset())
     assert [(t.table, t.op, t.pk, t.new) for t in touches] == [
         ("k", "insert", (1, 2, 0), (("text", b"\xffA"), ("integer", 2), ("real", 1.5))),
@@ -465,7 +610,9 @@ class Run:
         self.effects: list[dict[str, Any]] = []
         self.last: dict[int, str] = {}  # items id -> last action that touched it
 
-    def execute(self, sql: str, params: list[Any] | None = None, touches: tuple[int, ...] = ()) -> bool:
+    def execute(
+        self, sql: str, params: list[Any] | None = None, touches: tuple[int, ...] = ()
+    ) -> bool:
         action = f"act{len(self.effects):03d}"
         try:
             _result, effect = self.dbs.execute("shop", sql, params)
@@ -477,7 +624,12 @@ class Run:
         return True
 
     def ids(self, table: str = "items") -> list[int]:
-        return [r[0] for r in rows(self.path, f"SELECT {'id' if table == 'items' else 'rowid'} FROM {table} ORDER BY 1")]
+        return [
+            r[0]
+            for r in rows(
+                self.path, f"SELECT {'id' if table == 'items' else 'rowid'} FROM {table} ORDER BY 1"
+            )
+        ]
 
     def workload(self, rng: random.Random, steps: int = 14) -> None:
         next_id = 100
@@ -486,26 +638,46 @@ class Run:
             choice = rng.randrange(10)
             if choice == 0 or not ids:
                 next_id += 1
-                self.execute("INSERT INTO items VALUES (?, ?, ?, ?)", [next_id, f"new{next_id}", rng.choice([None, 1.25, 2]), {"b64": "AAE="}], (next_id,))
+                self.execute(
+                    "INSERT INTO items VALUES (?, ?, ?, ?)",
+                    [next_id, f"new{next_id}", rng.choice([None, 1.25, 2]), {"b64": "AAE="}],
+                    (next_id,),
+                )
             elif choice == 1:
                 item = rng.choice(ids)
-                self.execute("UPDATE items SET price = ? WHERE id = ?", [rng.randrange(100) / 4, item], (item,))
+                self.execute(
+                    "UPDATE items SET price = ? WHERE id = ?",
+                    [rng.randrange(100) / 4, item],
+                    (item,),
+                )
             elif choice == 2:
                 item = rng.choice(ids)
                 self.execute("DELETE FROM items WHERE id = ?", [item], (item,))
             elif choice == 3:
                 limit = rng.choice([0.5, 1, 2])
-                hit = tuple(r[0] for r in rows(self.path, f"SELECT id FROM items WHERE price > {limit}"))
+                hit = tuple(
+                    r[0] for r in rows(self.path, f"SELECT id FROM items WHERE price > {limit}")
+                )
                 self.execute("UPDATE items SET name = name || '+' WHERE price > ?", [limit], hit)
             elif choice == 4:
-                self.execute("INSERT INTO pairs VALUES (?, ?, ?) ON CONFLICT (a, b) DO UPDATE SET note = excluded.note",
-                             [rng.choice("abc"), rng.randrange(3), rng.choice([None, "n1", "n2"])])
+                self.execute(
+                    "INSERT INTO pairs VALUES (?, ?, ?) ON CONFLICT (a, b) DO UPDATE SET note = excluded.note",
+                    [rng.choice("abc"), rng.randrange(3), rng.choice([None, "n1", "n2"])],
+                )
             elif choice == 5:
-                self.execute("DELETE FROM pairs WHERE a = ? AND b = ?", [rng.choice("abc"), rng.randrange(3)])
+                self.execute(
+                    "DELETE FROM pairs WHERE a = ? AND b = ?", [rng.choice("abc"), rng.randrange(3)]
+                )
             elif choice == 6:
-                self.execute("INSERT INTO log VALUES (?, ?)", [rng.choice(["dup", "other", "new"]), rng.randrange(3)])
+                self.execute(
+                    "INSERT INTO log VALUES (?, ?)",
+                    [rng.choice(["dup", "other", "new"]), rng.randrange(3)],
+                )
             elif choice == 7 and self.ids("log"):
-                self.execute("UPDATE log SET n = ? WHERE rowid = ?", [rng.randrange(5), rng.choice(self.ids("log"))])
+                self.execute(
+                    "UPDATE log SET n = ? WHERE rowid = ?",
+                    [rng.randrange(5), rng.choice(self.ids("log"))],
+                )
             elif choice == 8 and self.ids("log"):
                 self.execute("DELETE FROM log WHERE rowid = ?", [rng.choice(self.ids("log"))])
             else:
@@ -526,7 +698,9 @@ def test_journaled_changes_only_are_all_attributed(tmp_path: Path, seed: int) ->
     findings, post = run.judge()
     assert [f for f in findings if f.kind != Kind.ATTRIBUTED] == []
     changes = diff(run.pre, post, db="shop")
-    assert sorted(f.subject for f in findings) == sorted(c.subject for c in changes)  # every change, once
+    assert sorted(f.subject for f in findings) == sorted(
+        c.subject for c in changes
+    )  # every change, once
     assert all(f.attribution and f.attribution.startswith("gateway:act") for f in findings)
     for f in findings:
         change = f.detail["change"]
@@ -535,7 +709,17 @@ def test_journaled_changes_only_are_all_attributed(tmp_path: Path, seed: int) ->
     assert "db:shop:items[id=999]" not in {f.subject for f in findings}
 
 
-COVERT = ["pk_insert", "pk_update", "pk_delete", "keyless_insert", "keyless_update", "keyless_delete", "wal_only", "schema", "trigger"]
+COVERT = [
+    "pk_insert",
+    "pk_update",
+    "pk_delete",
+    "keyless_insert",
+    "keyless_update",
+    "keyless_delete",
+    "wal_only",
+    "schema",
+    "trigger",
+]
 
 
 def covert_change(run: Run, kind: str, rng: random.Random) -> set[str]:
@@ -555,7 +739,9 @@ def covert_change(run: Run, kind: str, rng: random.Random) -> set[str]:
         return {f"db:shop:items[id={item}]"}
     if kind == "pk_update":
         item = rng.choice(ids)
-        run_sql(path, "UPDATE items SET name = 'covert' || name WHERE id = ?", (item,), triggers=False)
+        run_sql(
+            path, "UPDATE items SET name = 'covert' || name WHERE id = ?", (item,), triggers=False
+        )
         return {f"db:shop:items[id={item}]"}
     if kind == "pk_delete":
         item = rng.choice(ids)
@@ -578,13 +764,18 @@ def covert_change(run: Run, kind: str, rng: random.Random) -> set[str]:
         run_sql(path, "CREATE INDEX covert_ix ON items(price)")
         return {"db:shop:schema:index covert_ix"}
     assert kind == "trigger"
-    run_sql(path, "CREATE TRIGGER covert_t AFTER DELETE ON items BEGIN INSERT INTO log VALUES ('gone', old.id); END")
+    run_sql(
+        path,
+        "CREATE TRIGGER covert_t AFTER DELETE ON items BEGIN INSERT INTO log VALUES ('gone', old.id); END",
+    )
     return {"db:shop:schema:trigger covert_t"}
 
 
 @pytest.mark.parametrize("kind", COVERT)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_one_covert_change_is_exactly_what_is_unattributed(tmp_path: Path, kind: str, seed: int) -> None:
+def test_one_covert_change_is_exactly_what_is_unattributed(
+    tmp_path: Path, kind: str, seed: int
+) -> None:
     rng = random.Random(f"{kind}-{seed}")
     honest = tmp_path / "honest"
     honest.mkdir()
@@ -600,8 +791,16 @@ def test_one_covert_change_is_exactly_what_is_unattributed(tmp_path: Path, kind:
     assert unattributed == flagged
     assert {f.kind for f in findings} <= {Kind.ATTRIBUTED, Kind.UNATTRIBUTED}
     # everything else is still attributed, to the same actions
-    honest_rest = {(f.subject, f.attribution, f.detail["change"]["count"]) for f in expected_attributed if f.subject not in flagged}
-    now_rest = {(f.subject, f.attribution, f.detail["change"]["count"]) for f in findings if f.kind == Kind.ATTRIBUTED and f.subject not in flagged}
+    honest_rest = {
+        (f.subject, f.attribution, f.detail["change"]["count"])
+        for f in expected_attributed
+        if f.subject not in flagged
+    }
+    now_rest = {
+        (f.subject, f.attribution, f.detail["change"]["count"])
+        for f in findings
+        if f.kind == Kind.ATTRIBUTED and f.subject not in flagged
+    }
     assert now_rest == honest_rest
 
 
@@ -611,16 +810,22 @@ def test_covert_change_to_a_journaled_row_names_the_action(tmp_path: Path) -> No
     run_sql(run.path, "UPDATE items SET price = 10 WHERE id = 2", triggers=False)
     findings, _ = run.judge()
     flagged = [f for f in findings if f.kind == Kind.UNATTRIBUTED]
-    assert [(f.subject, f.detail["journaled_by"], f.detail["change"]["columns"]) for f in flagged] == [("db:shop:items[id=2]", "act000", ["price"])]
+    assert [
+        (f.subject, f.detail["journaled_by"], f.detail["change"]["columns"]) for f in flagged
+    ] == [("db:shop:items[id=2]", "act000", ["price"])]
     assert "act000" in flagged[0].message
-    assert {f.subject for f in findings if f.kind == Kind.ATTRIBUTED} == {"db:shop:audit[item_id=2, what='update']"}
+    assert {f.subject for f in findings if f.kind == Kind.ATTRIBUTED} == {
+        "db:shop:audit[item_id=2, what='update']"
+    }
 
 
 def test_covert_change_that_is_reverted_is_no_change(tmp_path: Path) -> None:
     run = Run(tmp_path)
     run.workload(random.Random(1))
     conn = apsw.Connection(str(run.path))
-    conn.config(apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0)  # the audit trigger would add a (real) covert row
+    conn.config(
+        apsw.SQLITE_DBCONFIG_ENABLE_TRIGGER, 0
+    )  # the audit trigger would add a (real) covert row
     before = conn.execute("SELECT name FROM items ORDER BY id LIMIT 1").fetchone()[0]
     conn.execute("UPDATE items SET name = 'x' WHERE id = (SELECT min(id) FROM items)")
     conn.execute("UPDATE items SET name = ? WHERE id = (SELECT min(id) FROM items)", (before,))
@@ -636,7 +841,16 @@ def test_keyless_partial_attribution_counts(tmp_path: Path) -> None:
     assert run.execute("DELETE FROM log WHERE rowid = ?", [first])
     run_sql(run.path, "DELETE FROM log WHERE msg = 'dup'")
     findings, _ = run.judge()
-    got = sorted((f.kind.value, f.subject, f.detail["change"]["op"], f.detail["change"]["count"], f.attribution) for f in findings)
+    got = sorted(
+        (
+            f.kind.value,
+            f.subject,
+            f.detail["change"]["op"],
+            f.detail["change"]["count"],
+            f.attribution,
+        )
+        for f in findings
+    )
     assert got == [
         ("attributed", "db:shop:log[msg='dup', n=1]", "delete", 1, "gateway:act000"),
         ("unattributed", "db:shop:log[msg='dup', n=1]", "delete", 1, None),
@@ -650,7 +864,10 @@ def test_keyless_journal_and_covert_change_in_opposite_directions(tmp_path: Path
     assert run.execute("INSERT INTO log VALUES ('dup', 1)")
     run_sql(run.path, "DELETE FROM log WHERE msg = 'dup'")
     findings, _ = run.judge()
-    got = sorted((f.kind.value, f.subject, f.detail["change"]["op"], f.detail["change"]["count"]) for f in findings)
+    got = sorted(
+        (f.kind.value, f.subject, f.detail["change"]["op"], f.detail["change"]["count"])
+        for f in findings
+    )
     assert got == [("unattributed", "db:shop:log[msg='dup', n=1]", "delete", 3)]
 
 
@@ -660,7 +877,9 @@ def test_a_changeset_that_does_not_apply_is_unattributed(tmp_path: Path) -> None
     assert run.execute("UPDATE items SET price = 8 WHERE id = 1", None, (1,))
     findings, _ = run.judge()
     assert all(f.kind == Kind.ATTRIBUTED for f in findings)
-    broken = attribute("shop", run.pre, cap(tmp_path, run.path, "post2"), run.effects[1:])  # the first action is missing
+    broken = attribute(
+        "shop", run.pre, cap(tmp_path, run.path, "post2"), run.effects[1:]
+    )  # the first action is missing
     kinds = {(f.kind, f.subject) for f in broken}
     assert (Kind.UNATTRIBUTED, "db:shop") in kinds
     assert (Kind.UNATTRIBUTED, "db:shop:items[id=1]") in kinds
@@ -682,16 +901,33 @@ def test_effects_of_other_databases_and_denied_calls_are_ignored(tmp_path: Path)
     run = Run(tmp_path)
     assert run.execute("DELETE FROM items WHERE id = 3", None, (3,))
     journal = [
-        {"event": "tool_call", "decision": "allow", "action_id": "act000", "effect": run.effects[0]},
+        {
+            "event": "tool_call",
+            "decision": "allow",
+            "action_id": "act000",
+            "effect": run.effects[0],
+        },
         {"event": "tool_call", "decision": "deny", "action_id": "x1", "effect": run.effects[0]},
-        {"event": "tool_call", "decision": "allow", "action_id": "x2", "effect": {**run.effects[0], "db": "other"}},
-        {"event": "tool_call", "decision": "allow", "action_id": "x3", "effect": {"op": "write", "path": "a"}},
+        {
+            "event": "tool_call",
+            "decision": "allow",
+            "action_id": "x2",
+            "effect": {**run.effects[0], "db": "other"},
+        },
+        {
+            "event": "tool_call",
+            "decision": "allow",
+            "action_id": "x3",
+            "effect": {"op": "write", "path": "a"},
+        },
         {"event": "gateway_started"},
     ]
     effects = db_effects(journal, "shop")
     assert [e["action_id"] for e in effects] == ["act000"]
     findings = attribute("shop", run.pre, cap(tmp_path, run.path, "post"), effects)
-    assert [(f.kind, f.subject, f.attribution) for f in findings] == [(Kind.ATTRIBUTED, "db:shop:items[id=3]", "gateway:act000")]
+    assert [(f.kind, f.subject, f.attribution) for f in findings] == [
+        (Kind.ATTRIBUTED, "db:shop:items[id=3]", "gateway:act000")
+    ]
 
 
 def test_unreadable_post_is_unattributed_not_a_crash(tmp_path: Path) -> None:
@@ -699,7 +935,6 @@ def test_unreadable_post_is_unattributed_not_a_crash(tmp_path: Path) -> None:
     post = tmp_path / "captured" / "missing.sqlite"
     findings = attribute("shop", run.pre, post, [])
     assert [(f.kind, f.subject) for f in findings] == [(Kind.UNATTRIBUTED, "db:shop")]
-
 
 
 def test_capture_leaves_no_vfs_registered(tmp_path: Path) -> None:
@@ -713,7 +948,10 @@ def test_capture_leaves_no_vfs_registered(tmp_path: Path) -> None:
 def test_autoincrement_counter_bumped_by_a_net_zero_statement_is_attributed(tmp_path: Path) -> None:
     """The insert and its delete cancel out in the changeset; the gateway journals the counter."""
     run = Run(tmp_path)
-    run_sql(run.path, "CREATE TRIGGER vanish AFTER INSERT ON seq WHEN new.v = 'tmp' BEGIN DELETE FROM seq WHERE id = new.id; END")
+    run_sql(
+        run.path,
+        "CREATE TRIGGER vanish AFTER INSERT ON seq WHEN new.v = 'tmp' BEGIN DELETE FROM seq WHERE id = new.id; END",
+    )
     run.pre = cap(tmp_path, run.path, "pre-with-trigger")
     assert run.execute("INSERT INTO seq(v) VALUES ('tmp')")
     assert run.effects[-1]["sequence"] == [["seq", 2]] and run.effects[-1]["rows_changed"] == 0
@@ -722,11 +960,14 @@ def test_autoincrement_counter_bumped_by_a_net_zero_statement_is_attributed(tmp_
 
     # sqlite_sequence has no primary key: the counter's old row went, a new row came
     assert [(f.kind, f.subject, f.attribution) for f in findings] == [
-        (Kind.ATTRIBUTED, f"db:shop:sqlite_sequence[name='seq', seq={seq}]", "gateway:act000") for seq in (1, 2)
+        (Kind.ATTRIBUTED, f"db:shop:sqlite_sequence[name='seq', seq={seq}]", "gateway:act000")
+        for seq in (1, 2)
     ]
 
 
-def test_an_update_to_a_higher_autoincrement_key_leaves_the_counter_and_is_explained(tmp_path: Path) -> None:
+def test_an_update_to_a_higher_autoincrement_key_leaves_the_counter_and_is_explained(
+    tmp_path: Path,
+) -> None:
     """SQLite moves sqlite_sequence on INSERT only; the UPDATE's changeset replays as a DELETE and
     an INSERT, which must not move EXPECTED's counter (found by suites/benign/benign--sqlite-keyed)."""
     run = Run(tmp_path)
@@ -738,7 +979,9 @@ def test_an_update_to_a_higher_autoincrement_key_leaves_the_counter_and_is_expla
     findings, _ = run.judge()
 
     assert [f.kind for f in findings if f.kind != Kind.ATTRIBUTED] == []
-    run_sql(run.path, "UPDATE sqlite_sequence SET seq = 50 WHERE name = 'seq'")  # the move the replay made, done behind the gateway
+    run_sql(
+        run.path, "UPDATE sqlite_sequence SET seq = 50 WHERE name = 'seq'"
+    )  # the move the replay made, done behind the gateway
     findings, _ = run.judge("post2")
     assert [(f.kind, f.subject) for f in findings if f.kind != Kind.ATTRIBUTED] == [
         (Kind.UNATTRIBUTED, f"db:shop:sqlite_sequence[name='seq', seq={seq}]") for seq in (2, 50)

@@ -62,4 +62,14 @@ from assure.verify.sqlite.changesets import parse_changeset
 from assure.verify.sqlite.comparison import diff
 from assure.verify.sqlite.connection import DatabaseError, DatabaseTooLarge
 
-__all__ = ["DatabaseError", "DatabaseTooLarge", "DbChange", "attribute", "capture", "db_effects", "diff", "error_finding", "parse_changeset"]
+__all__ = [
+    "DatabaseError",
+    "DatabaseTooLarge",
+    "DbChange",
+    "attribute",
+    "capture",
+    "db_effects",
+    "diff",
+    "error_finding",
+    "parse_changeset",
+]

@@ -17,12 +17,18 @@ import apsw
 
 from assure.core.changeset import replay
 from assure.textsafe import display
-
 from assure.verify.findings import Finding, Kind
 from assure.verify.sqlite.changes import CODECS, DbChange, Raw, Value, canon
 from assure.verify.sqlite.changesets import Touch, parse_changeset
 from assure.verify.sqlite.comparison import MAX_CHANGES, check_captured, stream
-from assure.verify.sqlite.connection import TIMEOUT_SECONDS, DatabaseError, Deadline, configure, uri, wrap
+from assure.verify.sqlite.connection import (
+    TIMEOUT_SECONDS,
+    DatabaseError,
+    Deadline,
+    configure,
+    uri,
+    wrap,
+)
 from assure.verify.sqlite.tables import Table, quote, read_tables, value_sql
 
 
@@ -31,7 +37,11 @@ def db_effects(journal: Iterable[Mapping[str, Any]], db: str) -> list[dict[str, 
     out = []
     for record in journal:
         effect = record.get("effect")
-        if record.get("event") != "tool_call" or record.get("decision") != "allow" or not isinstance(effect, dict):
+        if (
+            record.get("event") != "tool_call"
+            or record.get("decision") != "allow"
+            or not isinstance(effect, dict)
+        ):
             continue
         if effect.get("op") == "sql" and effect.get("db") == db:
             out.append({**effect, "action_id": record.get("action_id")})
@@ -48,7 +58,13 @@ def error_finding(db: str, exc: DatabaseError, *, side: str) -> Finding:
     """
     kind = Kind.HARNESS_ERROR if side == "pre" else Kind.UNATTRIBUTED
     label = "the fixture" if side == "pre" else "the database after the run"
-    return Finding(kind, f"db:{db}", f"{label} cannot be verified: {exc.message}", None, {"side": side, "error": type(exc).__name__})
+    return Finding(
+        kind,
+        f"db:{db}",
+        f"{label} cannot be verified: {exc.message}",
+        None,
+        {"side": side, "error": type(exc).__name__},
+    )
 
 
 class _Replay:
@@ -56,13 +72,19 @@ class _Replay:
 
     def __init__(self, path: Path, db: str):
         self.path, self.db = path, db
-        self.keys: dict[tuple[Any, ...], tuple[int, str]] = {}  # ("key"|"values", table, canon) -> (index, action)
-        self.tables: dict[str, tuple[int, str]] = {}  # table -> last action inserting into it (sqlite_sequence)
+        self.keys: dict[
+            tuple[Any, ...], tuple[int, str]
+        ] = {}  # ("key"|"values", table, canon) -> (index, action)
+        self.tables: dict[
+            str, tuple[int, str]
+        ] = {}  # table -> last action inserting into it (sqlite_sequence)
         self.failure: Finding | None = None
 
     def run(self, effects: list[dict[str, Any]]) -> None:
         deadline = Deadline(TIMEOUT_SECONDS)
-        conn = apsw.Connection(uri(self.path, immutable=False), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+        conn = apsw.Connection(
+            uri(self.path, immutable=False), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI
+        )
         try:
             configure(conn, deadline)
             tables = read_tables(conn, "main")
@@ -75,7 +97,13 @@ class _Replay:
                 try:
                     touches = parse_changeset(changeset)
                 except ValueError as exc:
-                    self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}", f"the changeset journaled by action {display(action)} is malformed ({exc}); changes from it on are not explained", None, {"action_id": action})
+                    self.failure = Finding(
+                        Kind.HARNESS_ERROR,
+                        f"db:{self.db}",
+                        f"the changeset journaled by action {display(action)} is malformed ({exc}); changes from it on are not explained",
+                        None,
+                        {"action_id": action},
+                    )
                     return
                 counters = self._counters(effect, action)
                 if counters is False:
@@ -92,10 +120,12 @@ class _Replay:
                 except apsw.Error as exc:
                     why = "it ran too long" if deadline.hit else display(str(exc))[:300]
                     self.failure = Finding(
-                        Kind.UNATTRIBUTED, f"db:{self.db}",
+                        Kind.UNATTRIBUTED,
+                        f"db:{self.db}",
                         f"the change journaled by action {display(action)} does not apply to the database as the journal says it was ({why}): "
                         "something else changed it first; changes from this action on are not explained",
-                        None, {"action_id": action, "effect_index": index},
+                        None,
+                        {"action_id": action, "effect_index": index},
                     )
                     return
                 self._remember(index, action, tables, touches, before, after, encoding)
@@ -108,24 +138,41 @@ class _Replay:
         except (binascii.Error, ValueError):
             data = None
         if data is None or hashlib.sha256(data).hexdigest() != effect.get("changeset_sha256"):
-            self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}", f"the changeset journaled by action {display(action)} is unreadable or does not match its sha256; changes from it on are not explained", None, {"action_id": action})
+            self.failure = Finding(
+                Kind.HARNESS_ERROR,
+                f"db:{self.db}",
+                f"the changeset journaled by action {display(action)} is unreadable or does not match its sha256; changes from it on are not explained",
+                None,
+                {"action_id": action},
+            )
             return None
         return data
 
-    def _counters(self, effect: dict[str, Any], action: str) -> list[tuple[str, int]] | None | Literal[False]:
+    def _counters(
+        self, effect: dict[str, Any], action: str
+    ) -> list[tuple[str, int]] | None | Literal[False]:
         """The sqlite_sequence the gateway saw after this action, if it journaled one (it does
         when the statement moved a counter; no changeset holds that table). False if malformed."""
         if "sequence" not in effect:
             return None
         rows = effect["sequence"]
-        if isinstance(rows, list) and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int for r in rows):
+        if isinstance(rows, list) and all(
+            isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and type(r[1]) is int
+            for r in rows
+        ):
             return [(name, seq) for name, seq in rows]
-        self.failure = Finding(Kind.HARNESS_ERROR, f"db:{self.db}",
-                               f"the AUTOINCREMENT counters journaled by action {display(action)} are malformed; changes from it on are not explained",
-                               None, {"action_id": action})
+        self.failure = Finding(
+            Kind.HARNESS_ERROR,
+            f"db:{self.db}",
+            f"the AUTOINCREMENT counters journaled by action {display(action)} are malformed; changes from it on are not explained",
+            None,
+            {"action_id": action},
+        )
         return False
 
-    def _set_counters(self, conn: apsw.Connection, counters: list[tuple[str, int]], stamp: tuple[int, str]) -> None:
+    def _set_counters(
+        self, conn: apsw.Connection, counters: list[tuple[str, int]], stamp: tuple[int, str]
+    ) -> None:
         """Make EXPECTED's sqlite_sequence what the gateway saw, and credit every counter that moved."""
         before = set(conn.execute("SELECT name, seq FROM main.sqlite_sequence").fetchall())
         with conn:
@@ -136,9 +183,16 @@ class _Replay:
 
     @staticmethod
     def _read_counters(conn: apsw.Connection) -> list[tuple[Any, ...]] | None:
-        if conn.execute("SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'").fetchone() is None:
+        if (
+            conn.execute(
+                "SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'"
+            ).fetchone()
+            is None
+        ):
             return None
-        return conn.execute("SELECT rowid, name, seq FROM main.sqlite_sequence ORDER BY rowid").fetchall()
+        return conn.execute(
+            "SELECT rowid, name, seq FROM main.sqlite_sequence ORDER BY rowid"
+        ).fetchall()
 
     def _keep_counters(self, conn: apsw.Connection, kept: list[tuple[Any, ...]]) -> None:
         """Undo what replaying moved in sqlite_sequence for an action that journaled no counters:
@@ -148,10 +202,14 @@ class _Replay:
         if self._read_counters(conn) != kept:
             with conn:
                 conn.execute("DELETE FROM main.sqlite_sequence")
-                conn.executemany("INSERT INTO main.sqlite_sequence(rowid, name, seq) VALUES (?, ?, ?)", kept)
+                conn.executemany(
+                    "INSERT INTO main.sqlite_sequence(rowid, name, seq) VALUES (?, ?, ?)", kept
+                )
 
     @staticmethod
-    def _rowid_rows(conn: apsw.Connection, tables: dict[str, Table], touches: list[Touch]) -> dict[tuple[str, int], tuple[Value, ...]]:
+    def _rowid_rows(
+        conn: apsw.Connection, tables: dict[str, Table], touches: list[Touch]
+    ) -> dict[tuple[str, int], tuple[Value, ...]]:
         """Full rows of the rowid-keyed (no PRIMARY KEY) tables a changeset touches, by rowid."""
         wanted: dict[str, set[int]] = {}
         for t in touches:
@@ -168,12 +226,22 @@ class _Replay:
             sql = f"SELECT {rowid}, {', '.join(value_sql(quote(c)) for c in cols)} FROM main.{quote(name)} WHERE {rowid} IN (SELECT value FROM json_each(?))"
             ids = sorted(rowids)
             for start in range(0, len(ids), 10_000):
-                for row in conn.execute(sql, ("[" + ",".join(map(str, ids[start : start + 10_000])) + "]",)):
+                for row in conn.execute(
+                    sql, ("[" + ",".join(map(str, ids[start : start + 10_000])) + "]",)
+                ):
                     out[(name, row[0])] = tuple(zip(row[1::2], row[2::2]))
         return out
 
-    def _remember(self, index: int, action: str, tables: dict[str, Table], touches: list[Touch],
-                  before: dict[tuple[str, int], tuple[Value, ...]], after: dict[tuple[str, int], tuple[Value, ...]], encoding: str) -> None:
+    def _remember(
+        self,
+        index: int,
+        action: str,
+        tables: dict[str, Table],
+        touches: list[Touch],
+        before: dict[tuple[str, int], tuple[Value, ...]],
+        after: dict[tuple[str, int], tuple[Value, ...]],
+        encoding: str,
+    ) -> None:
         stamp = (index, action)
         for t in touches:
             table = tables.get(t.table)
@@ -196,9 +264,16 @@ class _Replay:
                 key = [record[i] for _p, i in positions]
                 if any(v is None for v in key):
                     continue
-                if encoding != "UTF-8":  # a changeset holds text as UTF-8; the database in its own encoding
+                if (
+                    encoding != "UTF-8"
+                ):  # a changeset holds text as UTF-8; the database in its own encoding
                     codec, errors = CODECS.get(encoding, CODECS["UTF-8"])
-                    key = [(k, p.decode("utf-8", "surrogateescape").encode(codec, errors)) if k == "text" else (k, p) for k, p in key]
+                    key = [
+                        (k, p.decode("utf-8", "surrogateescape").encode(codec, errors))
+                        if k == "text"
+                        else (k, p)
+                        for k, p in key
+                    ]
                 self.keys[("key", t.table, tuple(canon(v) for v in key))] = stamp
 
     def who(self, raw: Raw) -> str | None:
@@ -228,7 +303,13 @@ def attribute(db: str, pre: Path, post: Path, effects: list[dict[str, Any]]) -> 
             check_captured(Path(pre))
             shutil.copyfile(pre, expected, follow_symlinks=False)
         except (DatabaseError, OSError) as exc:
-            return [error_finding(db, exc if isinstance(exc, DatabaseError) else DatabaseError(str(exc)), side="pre")]
+            return [
+                error_finding(
+                    db,
+                    exc if isinstance(exc, DatabaseError) else DatabaseError(str(exc)),
+                    side="pre",
+                )
+            ]
         replayed = _Replay(expected, db)
         try:
             replayed.run(effects)
@@ -253,8 +334,11 @@ def _unexplained(raw: Raw, change: DbChange, who: str | None) -> str:
         n = abs(raw.delta)
         what = f"{n} {'more' if raw.delta > 0 else 'fewer'} cop{'y' if n == 1 else 'ies'} of this row than the journal explains"
     else:
-        what = {"insert": "a row the journal does not explain", "delete": "a row gone that the journal does not explain",
-                "update": f"a row whose {', '.join(change.columns)} differ from what the journal explains"}[raw.op]
+        what = {
+            "insert": "a row the journal does not explain",
+            "delete": "a row gone that the journal does not explain",
+            "update": f"a row whose {', '.join(change.columns)} differ from what the journal explains",
+        }[raw.op]
     if who is not None:
         return f"{what}; action {display(who)} wrote this row through the gateway, but the database does not hold what its changeset left"
     return f"{what}; no allowed journaled action touched it"
@@ -262,7 +346,9 @@ def _unexplained(raw: Raw, change: DbChange, who: str | None) -> str:
 
 def _judge_rows(db: str, pre: Path, expected: Path, post: Path, replayed: _Replay) -> list[Finding]:
     findings: list[Finding] = []
-    unexplained: dict[tuple[Any, ...], int] = {}  # identity -> multiset delta (or 0 for keyed/other)
+    unexplained: dict[
+        tuple[Any, ...], int
+    ] = {}  # identity -> multiset delta (or 0 for keyed/other)
     complete = True
     extra = 0
     for raw, encoding in stream(expected, post, f"comparing {display(db)} with its journal"):
@@ -273,10 +359,28 @@ def _judge_rows(db: str, pre: Path, expected: Path, post: Path, replayed: _Repla
         change = raw.change(db, encoding)
         who = replayed.who(raw)
         for identity in raw.keys():
-            unexplained[identity] = unexplained.get(identity, 0) + (raw.delta if raw.kind == "row" and not raw.key_columns else 0)
-        findings.append(Finding(Kind.UNATTRIBUTED, change.subject, _unexplained(raw, change, who), None, {"change": change.to_json(), "journaled_by": who}))
+            unexplained[identity] = unexplained.get(identity, 0) + (
+                raw.delta if raw.kind == "row" and not raw.key_columns else 0
+            )
+        findings.append(
+            Finding(
+                Kind.UNATTRIBUTED,
+                change.subject,
+                _unexplained(raw, change, who),
+                None,
+                {"change": change.to_json(), "journaled_by": who},
+            )
+        )
     if extra:
-        findings.append(Finding(Kind.UNATTRIBUTED, f"db:{db}", f"{extra} more unexplained changes (not listed)", None, {"count": extra}))
+        findings.append(
+            Finding(
+                Kind.UNATTRIBUTED,
+                f"db:{db}",
+                f"{extra} more unexplained changes (not listed)",
+                None,
+                {"count": extra},
+            )
+        )
     attributed = 0
     more = 0
     not_checked = 0
@@ -308,9 +412,33 @@ def _judge_rows(db: str, pre: Path, expected: Path, post: Path, replayed: _Repla
             change = dataclasses.replace(change, count=count)
         who = replayed.who(raw)
         attribution = f"gateway:{who}" if who is not None else "gateway:journal"
-        findings.append(Finding(Kind.ATTRIBUTED, change.subject, f"{change.describe()} through the gateway", attribution, {"change": change.to_json()}))
+        findings.append(
+            Finding(
+                Kind.ATTRIBUTED,
+                change.subject,
+                f"{change.describe()} through the gateway",
+                attribution,
+                {"change": change.to_json()},
+            )
+        )
     if more:
-        findings.append(Finding(Kind.ATTRIBUTED, f"db:{db}", f"{more} more changes explained by the journal (not listed)", "gateway:journal", {"count": more}))
+        findings.append(
+            Finding(
+                Kind.ATTRIBUTED,
+                f"db:{db}",
+                f"{more} more changes explained by the journal (not listed)",
+                "gateway:journal",
+                {"count": more},
+            )
+        )
     if not_checked:
-        findings.append(Finding(Kind.NOT_CHECKED, f"db:{db}", f"{not_checked} changes were not attributed: too many unexplained changes to tell them apart", None, {"count": not_checked}))
+        findings.append(
+            Finding(
+                Kind.NOT_CHECKED,
+                f"db:{db}",
+                f"{not_checked} changes were not attributed: too many unexplained changes to tell them apart",
+                None,
+                {"count": not_checked},
+            )
+        )
     return findings

@@ -14,8 +14,14 @@ import apsw
 
 from assure.core import confined
 from assure.textsafe import display
-
-from assure.verify.sqlite.connection import TIMEOUT_SECONDS, DatabaseError, DatabaseTooLarge, Deadline, configure, wrap
+from assure.verify.sqlite.connection import (
+    TIMEOUT_SECONDS,
+    DatabaseError,
+    DatabaseTooLarge,
+    Deadline,
+    configure,
+    wrap,
+)
 
 MAX_DB_BYTES = 2 * 1024**3  # database + WAL + journal; larger is refused (see error_finding)
 MAX_INTEGRITY_ERRORS = 20
@@ -67,14 +73,27 @@ def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
-def _copy_at(src_dir: int, name: str, expect: os.stat_result, dst_dir: int, target: str, budget: int, limit: int) -> int:
+def _copy_at(
+    src_dir: int,
+    name: str,
+    expect: os.stat_result,
+    dst_dir: int,
+    target: str,
+    budget: int,
+    limit: int,
+) -> int:
     """Copy one regular file without following symlinks, at most `budget` bytes of the `limit`; returns bytes copied."""
     fd = os.open(name, _OPEN_FILE, dir_fd=src_dir)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (expect.st_dev, expect.st_ino):
             raise DatabaseError(f"{display(name)} changed into something else while it was opened")
-        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
+        out = os.open(
+            target,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dst_dir,
+        )
         copied = 0
         try:
             while chunk := os.read(fd, CHUNK_BYTES):
@@ -92,7 +111,9 @@ def _copy_at(src_dir: int, name: str, expect: os.stat_result, dst_dir: int, targ
 
 
 def _fingerprint(st: os.stat_result | None) -> tuple[int, ...] | None:
-    return None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (
+        None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    )
 
 
 def capture(source: Path, target_dir: Path, name: str, *, max_bytes: int = MAX_DB_BYTES) -> Path:
@@ -117,7 +138,9 @@ def capture(source: Path, target_dir: Path, name: str, *, max_bytes: int = MAX_D
         dst_dir = os.open(target_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         os.close(src_dir)
-        raise DatabaseError(f"{display(str(target_dir))}: not a usable directory: {exc.strerror}") from None
+        raise DatabaseError(
+            f"{display(str(target_dir))}: not a usable directory: {exc.strerror}"
+        ) from None
     target = Path(target_dir) / f"{name}.sqlite"
     try:
         _copy_all(src_dir, base, shown, dst_dir, target.name, max_bytes)
@@ -139,26 +162,38 @@ def capture(source: Path, target_dir: Path, name: str, *, max_bytes: int = MAX_D
     return target
 
 
-def _copy_all(src_dir: int, base: str, shown: str, dst_dir: int, target: str, max_bytes: int) -> None:
+def _copy_all(
+    src_dir: int, base: str, shown: str, dst_dir: int, target: str, max_bytes: int
+) -> None:
     """Copy the database, WAL and journal; again if any of them changed meanwhile (live databases)."""
     for _attempt in range(COPY_ATTEMPTS):
         stats = _source_stats(src_dir, base, shown)
-        total = sum(st.st_size for suffix, st in stats.items() if st is not None and suffix != "-shm")
+        total = sum(
+            st.st_size for suffix, st in stats.items() if st is not None and suffix != "-shm"
+        )
         if total > max_bytes:
-            raise DatabaseTooLarge(f"{shown}: the database and its WAL/journal are {total} bytes, over the {max_bytes}-byte limit")
+            raise DatabaseTooLarge(
+                f"{shown}: the database and its WAL/journal are {total} bytes, over the {max_bytes}-byte limit"
+            )
         _remove_copies(dst_dir, target)
         budget = max_bytes
         for suffix in ("", "-wal", "-journal"):
             st = stats[suffix]
             if st is not None:
                 try:
-                    budget -= _copy_at(src_dir, base + suffix, st, dst_dir, target + suffix, budget, max_bytes)
+                    budget -= _copy_at(
+                        src_dir, base + suffix, st, dst_dir, target + suffix, budget, max_bytes
+                    )
                 except FileNotFoundError:
                     break  # a sidecar vanished (checkpoint): copy again
-        if {s: _fingerprint(st) for s, st in _source_stats(src_dir, base, shown).items()} == {s: _fingerprint(st) for s, st in stats.items()}:
+        if {s: _fingerprint(st) for s, st in _source_stats(src_dir, base, shown).items()} == {
+            s: _fingerprint(st) for s, st in stats.items()
+        }:
             return
     _remove_copies(dst_dir, target)
-    raise DatabaseError(f"{shown}: the database kept changing while it was copied ({COPY_ATTEMPTS} attempts)")
+    raise DatabaseError(
+        f"{shown}: the database kept changing while it was copied ({COPY_ATTEMPTS} attempts)"
+    )
 
 
 def _source_stats(src_dir: int, base: str, shown: str) -> dict[str, os.stat_result | None]:
@@ -193,19 +228,25 @@ def _recover(target: Path, shown: str) -> None:
         try:
             conn = apsw.Connection(str(target), flags=apsw.SQLITE_OPEN_READWRITE, vfs=vfs.vfs_name)
             configure(conn, deadline)
-            problems = [row[0] for row in conn.execute(f"PRAGMA integrity_check({MAX_INTEGRITY_ERRORS})")]
+            problems = [
+                row[0] for row in conn.execute(f"PRAGMA integrity_check({MAX_INTEGRITY_ERRORS})")
+            ]
             if problems != ["ok"]:
                 listed = "; ".join(display(str(p))[:200] for p in problems)
                 raise DatabaseError(f"{shown}: integrity check failed: {listed}")
             busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             mode = conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
             if busy or str(mode).lower() != "delete":
-                raise DatabaseError(f"{shown}: could not checkpoint the copy into one file (journal mode {mode})")
+                raise DatabaseError(
+                    f"{shown}: could not checkpoint the copy into one file (journal mode {mode})"
+                )
             conn.close()
             conn = None
         except apsw.Error as exc:
             if vfs.refused:
-                raise DatabaseError(f"{shown}: its journal reaches outside the database's own files ({'; '.join(vfs.refused[:3])}); refusing to recover it") from None
+                raise DatabaseError(
+                    f"{shown}: its journal reaches outside the database's own files ({'; '.join(vfs.refused[:3])}); refusing to recover it"
+                ) from None
             raise wrap(exc, deadline, shown) from None
         finally:
             if conn is not None:
@@ -213,7 +254,9 @@ def _recover(target: Path, shown: str) -> None:
     finally:
         vfs.unregister()
     if vfs.refused:
-        raise DatabaseError(f"{shown}: its journal reaches outside the database's own files ({'; '.join(vfs.refused[:3])})")
+        raise DatabaseError(
+            f"{shown}: its journal reaches outside the database's own files ({'; '.join(vfs.refused[:3])})"
+        )
     left = [suffix for suffix in SIDECARS if os.path.lexists(str(target) + suffix)]
     if left:
         raise DatabaseError(f"{shown}: the copy still has {', '.join(left)} after a checkpoint")

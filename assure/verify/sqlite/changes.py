@@ -15,7 +15,11 @@ from assure.textsafe import display
 MAX_CELL_BYTES = 1024  # a larger reported text/blob becomes {"omitted", "bytes", "sha256"}
 MAX_SUBJECT_VALUE_CHARS = 48
 MAX_SUBJECT_CHARS = 240
-CODECS = {"UTF-8": ("utf-8", "surrogateescape"), "UTF-16le": ("utf-16-le", "surrogatepass"), "UTF-16be": ("utf-16-be", "surrogatepass")}
+CODECS = {
+    "UTF-8": ("utf-8", "surrogateescape"),
+    "UTF-16le": ("utf-16-le", "surrogatepass"),
+    "UTF-16be": ("utf-16-be", "surrogatepass"),
+}
 
 
 # ---------------------------------------------------------------- values
@@ -40,9 +44,17 @@ def _json_value(value: Value, encoding: str) -> Any:
     if kind == "integer" or kind == "null":
         return payload
     if kind == "real":
-        return payload if math.isfinite(payload) else {"real": "Infinity" if payload > 0 else "-Infinity"}
+        return (
+            payload
+            if math.isfinite(payload)
+            else {"real": "Infinity" if payload > 0 else "-Infinity"}
+        )
     if len(payload) > MAX_CELL_BYTES:
-        return {"omitted": kind, "bytes": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+        return {
+            "omitted": kind,
+            "bytes": len(payload),
+            "sha256": hashlib.sha256(payload).hexdigest(),
+        }
     if kind == "text":
         if encoding == "UTF-8":
             return payload.decode("utf-8", "surrogateescape")
@@ -76,7 +88,11 @@ def _literal(value: Any) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        text = value if len(value) <= MAX_SUBJECT_VALUE_CHARS else value[:MAX_SUBJECT_VALUE_CHARS] + "…"
+        text = (
+            value
+            if len(value) <= MAX_SUBJECT_VALUE_CHARS
+            else value[:MAX_SUBJECT_VALUE_CHARS] + "…"
+        )
         return "'" + text.replace("'", "''") + "'"
     if "b64" in value:
         data = base64.b64decode(value["b64"])
@@ -129,7 +145,11 @@ class DbChange:
         elif self.kind == "omitted":
             text = f"{prefix}:(more changes)"
         else:
-            values = self.key if self.key is not None else (self.before if self.before is not None else self.after) or {}
+            values = (
+                self.key
+                if self.key is not None
+                else (self.before if self.before is not None else self.after) or {}
+            )
             inner = ", ".join(f"{col}={_literal(v)}" for col, v in values.items())
             text = f"{prefix}:{self.table}[{inner}]"
         if len(text) > MAX_SUBJECT_CHARS:
@@ -140,7 +160,9 @@ class DbChange:
         if self.kind == "row":
             if self.op == "update":
                 return f"row updated ({', '.join(self.columns)})"
-            return f"row {'inserted' if self.op == 'insert' else 'deleted'}" + (f" x{self.count}" if self.count != 1 else "")
+            return f"row {'inserted' if self.op == 'insert' else 'deleted'}" + (
+                f" x{self.count}" if self.count != 1 else ""
+            )
         if self.kind == "schema":
             return f"{self.object_type} {self.op}"
         if self.kind == "omitted":
@@ -149,9 +171,17 @@ class DbChange:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "db": self.db, "kind": self.kind, "op": self.op, "table": self.table, "key": self.key,
-            "before": self.before, "after": self.after, "count": self.count, "columns": list(self.columns),
-            "object_type": self.object_type, "name": self.name,
+            "db": self.db,
+            "kind": self.kind,
+            "op": self.op,
+            "table": self.table,
+            "key": self.key,
+            "before": self.before,
+            "after": self.after,
+            "count": self.count,
+            "columns": list(self.columns),
+            "object_type": self.object_type,
+            "name": self.name,
         }
 
 
@@ -188,18 +218,47 @@ class Raw:
     def change(self, db: str, encoding: str) -> DbChange:
         if self.kind != "row":
             extra = self.extra or {}
-            return DbChange(db, self.kind, self.op, table=extra.get("table"), before=extra.get("before"),
-                            after=extra.get("after"), object_type=extra.get("object_type"), name=extra.get("name"))
+            return DbChange(
+                db,
+                self.kind,
+                self.op,
+                table=extra.get("table"),
+                before=extra.get("before"),
+                after=extra.get("after"),
+                object_type=extra.get("object_type"),
+                name=extra.get("name"),
+            )
 
         columns = self.columns
-        before = None if self.before is None else dict(zip(columns, _json_values(self.before, encoding)))
-        after = None if self.after is None else dict(zip(columns, _json_values(self.after, encoding)))
+        before = (
+            None if self.before is None else dict(zip(columns, _json_values(self.before, encoding)))
+        )
+        after = (
+            None if self.after is None else dict(zip(columns, _json_values(self.after, encoding)))
+        )
         if not self.key_columns:
-            return DbChange(db, "row", self.op, table=self.table, before=before, after=after, count=abs(self.delta))
+            return DbChange(
+                db,
+                "row",
+                self.op,
+                table=self.table,
+                before=before,
+                after=after,
+                count=abs(self.delta),
+            )
         side = before if before is not None else after
         key = {c: side[c] for c in self.key_columns}
         changed: tuple[str, ...] = ()
         if self.before is not None and self.after is not None:
             # (typeof, payload) pairs: equal exactly when the storage class and the value are
             changed = tuple(c for c, b, a in zip(columns, self.before, self.after) if b != a)
-        return DbChange(db, "row", self.op, table=self.table, key=key, before=before, after=after, columns=changed)
+        return DbChange(
+            db,
+            "row",
+            self.op,
+            table=self.table,
+            key=key,
+            before=before,
+            after=after,
+            columns=changed,
+        )

@@ -46,7 +46,11 @@ def _record(data: bytes, pos: int, n: int) -> tuple[tuple[Value | None, ...], in
         elif kind in (1, 2):
             if pos + 8 > len(data):
                 raise ValueError("truncated number")
-            out.append(("integer", struct.unpack(">q", data[pos : pos + 8])[0]) if kind == 1 else ("real", struct.unpack(">d", data[pos : pos + 8])[0]))
+            out.append(
+                ("integer", struct.unpack(">q", data[pos : pos + 8])[0])
+                if kind == 1
+                else ("real", struct.unpack(">d", data[pos : pos + 8])[0])
+            )
             pos += 8
         elif kind in (3, 4):
             size, pos = _varint(data, pos)

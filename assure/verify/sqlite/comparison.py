@@ -11,18 +11,28 @@ from typing import Any
 import apsw
 
 from assure.textsafe import display
-
 from assure.verify.sqlite.changes import DbChange, Raw
-from assure.verify.sqlite.connection import TIMEOUT_SECONDS, DatabaseError, Deadline, configure, uri, wrap
+from assure.verify.sqlite.connection import (
+    TIMEOUT_SECONDS,
+    DatabaseError,
+    Deadline,
+    configure,
+    uri,
+    wrap,
+)
 from assure.verify.sqlite.tables import Table, quote, read_tables, value_sql
 
-MAX_CHANGES = 10_000  # changes reported by diff / findings per kind by attribute; the rest are counted
+MAX_CHANGES = (
+    10_000  # changes reported by diff / findings per kind by attribute; the rest are counted
+)
 
 
 class _Side:
     """One side of a table comparison: a real table, or an empty stand-in when it is missing."""
 
-    def __init__(self, schema: str, table: Table | None, alias: str, columns: tuple[str, ...], name: str):
+    def __init__(
+        self, schema: str, table: Table | None, alias: str, columns: tuple[str, ...], name: str
+    ):
         self.alias = alias
         self.table = table
         if table is None:
@@ -31,7 +41,9 @@ class _Side:
             self.exprs = {c: f"{alias}.{quote(c)}" for c in columns}
         else:
             self.source = f"{schema}.{quote(name)} AS {alias}"
-            self.exprs = {c: (f"{alias}.{quote(c)}" if c in table.collations else "NULL") for c in columns}
+            self.exprs = {
+                c: (f"{alias}.{quote(c)}" if c in table.collations else "NULL") for c in columns
+            }
         self.rowid = None if table is None else table.rowid
 
     def values(self) -> str:
@@ -63,7 +75,11 @@ def _differs(columns: tuple[str, ...], left: _Side, right: _Side, skip: Iterable
             continue
         a, b = left.exprs[c], right.exprs[c]
         collate = "" if left.binary(c) and right.binary(c) else " COLLATE BINARY"
-        typed = "" if left.affinity(c) == right.affinity(c) == "TEXT" else f" OR typeof({a}) <> typeof({b})"
+        typed = (
+            ""
+            if left.affinity(c) == right.affinity(c) == "TEXT"
+            else f" OR typeof({a}) <> typeof({b})"
+        )
         terms.append(f"{a} IS NOT {b}{collate}{typed}")
     return " OR ".join(terms) or "0"
 
@@ -83,7 +99,9 @@ class _Compare:
 
     def _schema(self) -> Iterator[Raw]:
         def objects(schema: str) -> dict[tuple[str, str], tuple[Any, Any]]:
-            rows = self.conn.execute(f"SELECT type, name, tbl_name, sql FROM {schema}.sqlite_schema")
+            rows = self.conn.execute(
+                f"SELECT type, name, tbl_name, sql FROM {schema}.sqlite_schema"
+            )
             return {(str(t), str(n)): (tbl, sql) for t, n, tbl, sql in rows}
 
         before, after = objects(self.left), objects(self.right)
@@ -93,7 +111,9 @@ class _Compare:
                 continue
             op = "added" if b is None else "removed" if a is None else "changed"
             extra = {
-                "object_type": obj[0], "name": obj[1], "table": (a or b)[0],
+                "object_type": obj[0],
+                "name": obj[1],
+                "table": (a or b)[0],
                 "before": None if b is None else {"tbl_name": b[0], "sql": b[1]},
                 "after": None if a is None else {"tbl_name": a[0], "sql": a[1]},
             }
@@ -122,7 +142,15 @@ class _Compare:
         if not alias:  # rows whose key holds a NULL have no identity: compare them as a multiset
             yield from self._multiset(name, columns, left, right, key)
 
-    def _keyed(self, name: str, columns: tuple[str, ...], key: tuple[str, ...], left: _Side, right: _Side, alias: bool) -> Iterator[Raw]:
+    def _keyed(
+        self,
+        name: str,
+        columns: tuple[str, ...],
+        key: tuple[str, ...],
+        left: _Side,
+        right: _Side,
+        alias: bool,
+    ) -> Iterator[Raw]:
         la, ra = left.exprs, right.exprs
 
         def join(inner: dict[str, str], outer: dict[str, str]) -> str:
@@ -134,7 +162,9 @@ class _Compare:
 
         # an INTEGER PRIMARY KEY joined by equality is equal (same integer) on both sides
         differs = _differs(columns, left, right, skip=key if alias else ())
-        missing = f"{ra[key[0]]} IS NULL"  # after the join, only a row without partner has a NULL key
+        missing = (
+            f"{ra[key[0]]} IS NULL"  # after the join, only a row without partner has a NULL key
+        )
         sql = (
             f"SELECT {missing}, {left.values()}, {right.values()} FROM {left.source} LEFT JOIN {right.source} ON {join(ra, la)} "
             f"WHERE {not_null(la)} AND ({missing} OR {differs}) "
@@ -148,7 +178,14 @@ class _Compare:
             after = None if op == 1 else tuple(zip(row[2 * n + 1 :: 2], row[2 * n + 2 :: 2]))
             yield Raw("row", _OPS[op], name, columns, key, before, after)
 
-    def _multiset(self, name: str, columns: tuple[str, ...], left: _Side, right: _Side, null_key: tuple[str, ...] | None) -> Iterator[Raw]:
+    def _multiset(
+        self,
+        name: str,
+        columns: tuple[str, ...],
+        left: _Side,
+        right: _Side,
+        null_key: tuple[str, ...] | None,
+    ) -> Iterator[Raw]:
         """Rows as multisets of whole rows (with `null_key`: only the rows with a NULL in those columns).
 
         Rows at the same rowid on both sides that are identical cancel out first (any pairing
@@ -157,17 +194,27 @@ class _Compare:
         on one side are found by rowid alone, as sqldiff does. After a VACUUM renumbered the
         rowids, nothing pairs and every row is grouped: slower, same answer.
         """
+
         def values(side: _Side) -> str:
-            return ", ".join(f"typeof({e}) AS t{i}, {e} COLLATE BINARY AS v{i}" for i, e in enumerate(side.exprs.values()))
+            return ", ".join(
+                f"typeof({e}) AS t{i}, {e} COLLATE BINARY AS v{i}"
+                for i, e in enumerate(side.exprs.values())
+            )
 
         def domain(side: _Side) -> str:
-            return "(" + " OR ".join(f"{side.exprs[c]} IS NULL" for c in null_key) + ")" if null_key else "1"
+            return (
+                "(" + " OR ".join(f"{side.exprs[c]} IS NULL" for c in null_key) + ")"
+                if null_key
+                else "1"
+            )
 
         if left.rowid is not None and right.rowid is not None:
             la, ra = f"A.{left.rowid}", f"B.{right.rowid}"
             # one pass over PRE: its rows with no partner at their rowid, or a partner that differs
-            head = (f"WITH changed(r, alone) AS MATERIALIZED (SELECT {la}, {ra} IS NULL FROM {left.source} LEFT JOIN {right.source} ON {ra} = {la} "
-                    f"WHERE {ra} IS NULL OR {_differs(columns, left, right)}) ")
+            head = (
+                f"WITH changed(r, alone) AS MATERIALIZED (SELECT {la}, {ra} IS NULL FROM {left.source} LEFT JOIN {right.source} ON {ra} = {la} "
+                f"WHERE {ra} IS NULL OR {_differs(columns, left, right)}) "
+            )
             parts = (
                 f"SELECT {values(left)}, 1 AS n FROM changed JOIN {left.source} ON {la} = changed.r WHERE {domain(left)} "
                 f"UNION ALL SELECT {values(right)}, -1 FROM changed JOIN {right.source} ON {ra} = changed.r WHERE NOT changed.alone AND {domain(right)} "
@@ -177,7 +224,10 @@ class _Compare:
             head = ""
             parts = f"SELECT {values(left)}, 1 AS n FROM {left.source} WHERE {domain(left)} UNION ALL SELECT {values(right)}, -1 FROM {right.source} WHERE {domain(right)}"
         group = ", ".join(f"t{i}, v{i}" for i in range(len(columns)))
-        out = ", ".join(f"t{i}, CASE WHEN t{i} = 'text' THEN CAST(v{i} AS BLOB) ELSE v{i} END" for i in range(len(columns)))
+        out = ", ".join(
+            f"t{i}, CASE WHEN t{i} = 'text' THEN CAST(v{i} AS BLOB) ELSE v{i} END"
+            for i in range(len(columns))
+        )
         sql = f"{head}SELECT sum(n), {out} FROM ({parts}) GROUP BY {group} HAVING sum(n) <> 0"
         for row in self.conn.execute(sql):
             values_ = tuple(zip(row[1::2], row[2::2]))
@@ -194,10 +244,14 @@ _OPS = ("update", "delete", "insert")
 def check_captured(path: Path) -> None:
     st = _lstat(path)
     if st is None or not stat.S_ISREG(st.st_mode):
-        raise DatabaseError(f"{display(str(path))}: not a regular file (compare only what capture() produced)")
+        raise DatabaseError(
+            f"{display(str(path))}: not a regular file (compare only what capture() produced)"
+        )
     for suffix in ("-wal", "-journal"):
         if os.path.lexists(str(path) + suffix):
-            raise DatabaseError(f"{display(str(path))}{suffix} exists: compare only what capture() produced")
+            raise DatabaseError(
+                f"{display(str(path))}{suffix} exists: compare only what capture() produced"
+            )
 
 
 def _lstat(path: Path) -> os.stat_result | None:
@@ -214,11 +268,15 @@ class _Pair:
         check_captured(left)
         check_captured(right)
         self.deadline = Deadline(TIMEOUT_SECONDS)
-        self.conn = apsw.Connection(uri(left, immutable=True), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        self.conn = apsw.Connection(
+            uri(left, immutable=True), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+        )
         try:
             configure(self.conn, self.deadline, attached=1, check_cells=False)
             self.encoding = self.conn.execute("PRAGMA main.encoding").fetchone()[0]
-            other = apsw.Connection(uri(right, immutable=True), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+            other = apsw.Connection(
+                uri(right, immutable=True), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+            )
             try:
                 configure(other, self.deadline, check_cells=False)
                 self.right_encoding = other.execute("PRAGMA main.encoding").fetchone()[0]
@@ -232,7 +290,11 @@ class _Pair:
 
     def changes(self) -> Iterator[Raw]:
         if self.encoding != self.right_encoding:
-            yield Raw("header", "changed", extra={"name": "encoding", "before": self.encoding, "after": self.right_encoding})
+            yield Raw(
+                "header",
+                "changed",
+                extra={"name": "encoding", "before": self.encoding, "after": self.right_encoding},
+            )
             return
         yield from _Compare(self.conn).changes()
 
@@ -257,7 +319,9 @@ def stream(left: Path, right: Path, what: str) -> Iterator[tuple[Raw, str]]:
         pair.close()
 
 
-def diff(pre: Path, post: Path, *, db: str | None = None, limit: int = MAX_CHANGES) -> list[DbChange]:
+def diff(
+    pre: Path, post: Path, *, db: str | None = None, limit: int = MAX_CHANGES
+) -> list[DbChange]:
     """Every change from `pre` to `post` (captured files), at most `limit` then an `omitted` count."""
     name = db if db is not None else Path(post).stem
     out: list[DbChange] = []

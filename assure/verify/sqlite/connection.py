@@ -35,7 +35,9 @@ class Deadline:
         return self.hit
 
 
-def configure(conn: apsw.Connection, deadline: Deadline, *, attached: int = 0, check_cells: bool = True) -> None:
+def configure(
+    conn: apsw.Connection, deadline: Deadline, *, attached: int = 0, check_cells: bool = True
+) -> None:
     """Defensive, untrusted schema, no extensions, no memory-mapped I/O, deadline.
 
     `check_cells` (PRAGMA cell_size_check) is on wherever a file is opened that has not yet
@@ -43,11 +45,16 @@ def configure(conn: apsw.Connection, deadline: Deadline, *, attached: int = 0, c
     (private files, never shared with the agent) and leave it off: it costs them about 20%.
     """
     harden(conn)
-    if conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) != 1 or conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, -1) != 0:
+    if (
+        conn.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, -1) != 1
+        or conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, -1) != 0
+    ):
         raise DatabaseError("SQLite refused defensive mode")
     conn.limit(apsw.SQLITE_LIMIT_ATTACHED, attached)
     conn.set_progress_handler(deadline, PROGRESS_OPS)
-    conn.execute(f"PRAGMA cell_size_check = {'ON' if check_cells else 'OFF'}; PRAGMA mmap_size = 0; PRAGMA trusted_schema = OFF").fetchall()
+    conn.execute(
+        f"PRAGMA cell_size_check = {'ON' if check_cells else 'OFF'}; PRAGMA mmap_size = 0; PRAGMA trusted_schema = OFF"
+    ).fetchall()
 
 
 def uri(path: Path, *, immutable: bool) -> str:

@@ -17,8 +17,12 @@ class Table:
     name: str
     columns: tuple[str, ...]  # compared (non-generated) columns
     key: tuple[str, ...]  # declared PRIMARY KEY columns in key order; () if none
-    rowid_alias: bool  # the key is an INTEGER PRIMARY KEY: the rowid itself, never NULL, always an integer
-    rowid: str | None  # a name that reaches the true rowid (not shadowed by a column); None: WITHOUT ROWID or all shadowed
+    rowid_alias: (
+        bool  # the key is an INTEGER PRIMARY KEY: the rowid itself, never NULL, always an integer
+    )
+    rowid: (
+        str | None
+    )  # a name that reaches the true rowid (not shadowed by a column); None: WITHOUT ROWID or all shadowed
     collations: Mapping[str, str]  # column -> declared collation (upper case)
     affinities: Mapping[str, str]  # column -> affinity of its declared type (TEXT, INTEGER, ...)
 
@@ -43,19 +47,41 @@ def read_tables(conn: apsw.Connection, schema: str) -> dict[str, Table]:
     out: dict[str, Table] = {}
     listed = conn.execute(
         "SELECT name, wr FROM pragma_table_list WHERE schema = ? AND type IN ('table', 'shadow') "
-        "AND name NOT IN ('sqlite_schema', 'sqlite_temp_schema')", (schema,)).fetchall()
+        "AND name NOT IN ('sqlite_schema', 'sqlite_temp_schema')",
+        (schema,),
+    ).fetchall()
     for name, wr in listed:
-        xinfo = conn.execute(f"SELECT name, pk, hidden, type FROM pragma_table_xinfo(?, '{schema}')", (name,)).fetchall()
+        xinfo = conn.execute(
+            f"SELECT name, pk, hidden, type FROM pragma_table_xinfo(?, '{schema}')", (name,)
+        ).fetchall()
         names = {str(col).lower() for col, _pk, _h, _t in xinfo}
         columns = tuple(col for col, _pk, hidden, _t in xinfo if hidden == 0)
-        affinities = {col: _affinity(str(declared or "")) for col, _pk, hidden, declared in xinfo if hidden == 0}
-        key = tuple(col for col, _pk, _h, _t in sorted((r for r in xinfo if r[1] > 0), key=lambda r: r[1]))
+        affinities = {
+            col: _affinity(str(declared or ""))
+            for col, _pk, hidden, declared in xinfo
+            if hidden == 0
+        }
+        key = tuple(
+            col for col, _pk, _h, _t in sorted((r for r in xinfo if r[1] > 0), key=lambda r: r[1])
+        )
         without_rowid = bool(wr)
         # an INTEGER PRIMARY KEY is the rowid itself; any other key has an index of origin 'pk'
-        alias = bool(key) and not without_rowid and not conn.execute(
-            f"SELECT 1 FROM pragma_index_list(?, '{schema}') WHERE origin = 'pk'", (name,)).fetchone()
-        collations = {col: str(conn.column_metadata(schema, name, col)[1] or "BINARY").upper() for col in columns}
-        rowid = None if without_rowid else next((n for n in ("rowid", "_rowid_", "oid") if n not in names), None)
+        alias = (
+            bool(key)
+            and not without_rowid
+            and not conn.execute(
+                f"SELECT 1 FROM pragma_index_list(?, '{schema}') WHERE origin = 'pk'", (name,)
+            ).fetchone()
+        )
+        collations = {
+            col: str(conn.column_metadata(schema, name, col)[1] or "BINARY").upper()
+            for col in columns
+        }
+        rowid = (
+            None
+            if without_rowid
+            else next((n for n in ("rowid", "_rowid_", "oid") if n not in names), None)
+        )
         out[name] = Table(name, columns, key, alias, rowid, collations, affinities)
     return out
 

@@ -50,12 +50,21 @@ class _Liar(importlib.abc.MetaPathFinder):
                 if what[0] == "breach-then-die":
                     with open(os.environ["ASSURE_LIAR_MODE"], "w") as fh:
                         fh.write("honest")
-                    module.claim(claims, run_id, module.NodeMessage("liar", "breach", attempt=first_attempt), lambda line: print(line, file=sys.stderr))
+                    module.claim(
+                        claims,
+                        run_id,
+                        module.NodeMessage("liar", "breach", attempt=first_attempt),
+                        lambda line: print(line, file=sys.stderr),
+                    )
                     os._exit(1)
                 data, archive = honest(spec_path, digest, run_id, first_attempt, claims)
                 message = module.NodeMessage.decode(data)
                 if what[0] == "flip":
-                    data = module.NodeMessage(message.node_id, FLIP.get(message.verdict, message.verdict), message.findings).encode()
+                    data = module.NodeMessage(
+                        message.node_id,
+                        FLIP.get(message.verdict, message.verdict),
+                        message.findings,
+                    ).encode()
                 elif what[0] == "refused":
                     data = module.NodeMessage(message.node_id, what[1], message.findings).encode()
                     archive = too_many_members(module.MAX_MEMBERS + 1)
