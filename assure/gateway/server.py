@@ -475,10 +475,10 @@ class Gateway:
         try:
             work(sock)
         finally:
+            sock.close()
+            slot.release()  # before leaving _conns: one counted gone may be replaced at once
             with self._conns_lock:
                 self._conns.pop(sock, None)
-            sock.close()
-            slot.release()
 
     def _serve(self, sock: socket.socket) -> None:
         reader = _Reader(sock)
