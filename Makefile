@@ -45,7 +45,7 @@ NO_DOCKER := DOCKER_HOST=unix:///nonexistent/docker.sock
 
 test: images runsc chromium fixtures
 	$(NO_DOCKER) $(BIN)/python -m pytest -q tests/unit
-	$(BIN)/python -m pytest -q tests/integration
+	$(BIN)/python -m pytest -q --durations=30 tests/integration
 
 unit: install fixtures
 	$(NO_DOCKER) $(BIN)/python -m pytest -q tests/unit
