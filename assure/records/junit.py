@@ -46,26 +46,47 @@ def of_summary(doc: dict[str, Any]) -> bytes:
         props["merged_from"] = " ".join(
             f"{m['index']}:{m['suite_run_id']}" for m in doc["merged_from"]
         )
-    return render(doc["suite"], doc["results"], props)
+    return render(doc["suite"], doc["results"], props, wall_seconds(doc))
+
+
+def wall_seconds(doc: dict[str, Any]) -> float | None:
+    """A suite's wall time: from its start to its end (to its last spec's end while unfinished),
+    never the sum of its specs' times, which run side by side."""
+    ends = (
+        [doc["finished_at"]] if doc["finished_at"] else [r["finished_at"] for r in doc["results"]]
+    )
+    ends = [e for e in ends if e]
+    return (
+        summary.seconds_between(doc["started_at"], max(ends, key=summary.instant)) if ends else None
+    )
 
 
 def of_run(run_dir: Path) -> bytes:
     """One run (`assure run --junit`) as JUnit XML, from its run directory."""
     result = summary.run_result(run_dir)
     return render(
-        result["spec"], [result], {"run_id": result["run_id"], "run_dir": result["run_dir"]}
+        result["spec"],
+        [result],
+        {"run_id": result["run_id"], "run_dir": result["run_dir"]},
+        result["duration_seconds"],
     )
 
 
-def render(name: str, results: Sequence[dict[str, Any]], properties: dict[str, Any]) -> bytes:
-    """One <testsuite> named `name` (each testcase's classname) of summary results."""
+def render(
+    name: str,
+    results: Sequence[dict[str, Any]],
+    properties: dict[str, Any],
+    seconds: float | None,
+) -> bytes:
+    """One <testsuite> named `name` (each testcase's classname) of summary results, taking
+    `seconds` of wall time."""
     failures = sum(
         r["verdict"] is not None and r["verdict"] != "error" and not r["as_expected"]
         for r in results
     )
     errors = sum(r["verdict"] == "error" and not r["as_expected"] for r in results)
     skipped = sum(r["verdict"] is None for r in results)
-    total = f"{sum(r['duration_seconds'] or 0.0 for r in results):.3f}"
+    total = f"{seconds or 0.0:.3f}"
     counts = {
         "tests": str(len(results)),
         "failures": str(failures),

@@ -21,7 +21,7 @@ import jsonschema
 from assure import spec as spec_mod
 from assure.core import atomic
 from assure.errors import AssureError, RunDirError
-from assure.records import store
+from assure.records import layout, store
 from assure.records.layout import RunPaths, SuitePaths
 from assure.textsafe import agent_quoted
 from assure.verify.findings import VERDICT_ORDER, as_expected, standing
@@ -318,6 +318,44 @@ def _suite_result(
     return result
 
 
+def recorded_results(
+    suite_run: Path, runs_dir: Path
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A suite run's state and one result per run it names, from the suite run's folder and the
+    run directories alone (no suite file: it may have changed since): what `assure show` lists.
+    A run never started, or whose folder is unreadable, is a result without a verdict."""
+    state = store.read_json(SuitePaths(suite_run).state)
+    if not isinstance(state, dict) or not isinstance(state.get("runs"), list):
+        raise RunDirError(
+            "not a suite run's state (no runs)", where=str(SuitePaths(suite_run).state)
+        )
+    runs, results = layout.suite_runs_dir(suite_run, runs_dir), []
+    for n, entry in enumerate(e for e in state["runs"] if isinstance(e, dict)):
+        run_id = str(entry.get("run_id"))
+        error = "not run" if entry.get("run_id") is None else f"unusable run id {run_id!r}"
+        result = None
+        if store.RUN_ID.match(run_id):
+            try:
+                result = run_result(runs / run_id, n + 1)
+            except RunDirError as exc:
+                error = f"run directory unreadable: {exc.message}"
+        if result is None:
+            result = _result(
+                n + 1,
+                Path(str(entry.get("spec"))).stem,
+                str(entry.get("spec")),
+                "pass",
+                None,
+                None,
+                {},
+                error,
+                entry,
+            )
+            result["expect"] = None
+        results.append({**result, "epoch": entry.get("epoch", 1)})
+    return state, results
+
+
 LOST_MAX = 10  # lost submissions a result lists (a spec's verdict is error after 3: more is a state written by hand)
 
 
@@ -553,11 +591,11 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
         None,
         None,
         [{"index": d["shard"]["index"], "suite_run_id": d["suite_run_id"]} for _, d in ordered],
-        min((d["started_at"] for _, d in ordered), key=_instant),
-        None if None in finished else max(finished, key=_instant),
+        min((d["started_at"] for _, d in ordered), key=instant),
+        None if None in finished else max(finished, key=instant),
         results,
     )
 
 
-def _instant(stamp: str) -> datetime:
+def instant(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp)
