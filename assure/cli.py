@@ -790,7 +790,7 @@ def resume(
 def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
     """The run's spec, reloaded from its source and checked unchanged since the run began."""
     recorded = spec_mod.Spec.from_json(rd.spec_json())
-    loaded = spec_mod.load(recorded.path)
+    loaded = spec_mod.load(recorded.path, recorded.sample.id if recorded.sample else None)
     if loaded != recorded:
         raise AssureError(
             "the spec changed since this run started",
@@ -840,7 +840,9 @@ def validate(
     for path in specs:
         try:
             loaded = (
-                suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
+                suite_mod.load(path).specs
+                if suite_mod.is_suite(path)
+                else spec_mod.load_samples(path)
             )
             found = [p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]]
         except AssureError as exc:

@@ -151,7 +151,7 @@ def load(path: str | Path) -> Suite:
             fixes.append("spec paths in a suite are relative to the suite file's folder")
         for target in targets:
             try:
-                specs.append(spec_mod.load(target))
+                specs += spec_mod.load_samples(target)
             except SpecError as exc:
                 problems += exc.problems
                 fixes.append(exc.fix or "")
