@@ -501,6 +501,14 @@ def suite_cmd(
             from assure.run import cluster as cluster_mod
             from assure.run import preflight
 
+            for _, loaded in suites:
+                if loaded.epochs > 1 or any(s.sample for s in loaded.specs):
+                    raise AssureError(
+                        "epochs and datasets do not run on a cluster yet",
+                        where=f"--cluster {cluster}",
+                        fix="run this suite without --cluster (with -j, or --shard K/N per CI job)",
+                    )
+
             preflight.refuse(
                 [s for _, loaded in suites for s in loaded.specs], None
             )  # the nodes' engines are theirs to ask
@@ -534,7 +542,7 @@ def suite_cmd(
                 _drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm)
             )
     ok = all(
-        len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
+        len(outcomes) == len(loaded.trials) and all(o.as_expected for o in outcomes)
         for loaded, _, outcomes, _ in results
     )
     docs = [doc for _, _, _, doc in results]
@@ -547,7 +555,7 @@ def suite_cmd(
     else:
         for loaded, record, outcomes, _ in results:
             _print_whole(
-                render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs))
+                render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.trials))
             )
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
@@ -620,7 +628,7 @@ def _drive_suite(
     backend, images = engine if engine is not None else (None, None)
     local = threading.local()
     in_flight: dict[str, str] = {}  # spec name -> its phase
-    total = len(loaded.specs)
+    total = len(loaded.trials)
     try:
         base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
@@ -682,8 +690,9 @@ def _drive_suite(
             def done(n: int, outcome: Any, seconds: float | None) -> None:
                 in_flight.pop(outcome.spec, None)
                 took = "kept from before" if seconds is None else f"{seconds:.1f}s"
+                epoch = f" epoch {outcome.epoch}" if loaded.epochs > 1 else ""
                 report_line(
-                    f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}",
+                    f"[{n + 1}/{total}] {outcome.spec}{epoch}: {outcome.verdict} (expects {outcome.expect}) {took}",
                     outcome,
                 )
 

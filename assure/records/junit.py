@@ -1,4 +1,4 @@
-"""A summary as JUnit XML, for CI test reports: one testcase per spec, a failure when the
+"""A summary as JUnit XML, for CI test reports: one testcase per run (spec, or sample, x epoch), a failure when the
 verdict is not the expected one, an error when it is `error`, skipped when it never ran.
 
 The shape is the common JUnit schema's (Ant's, as Jenkins' junit-10.xsd and pytest's xunit2
@@ -42,6 +42,12 @@ def of_summary(doc: dict[str, Any]) -> bytes:
     }
     if doc["shard"]:
         props["shard"] = f"{doc['shard']['index']}/{doc['shard']['count']}"
+    if doc.get("epochs", 1) > 1:
+        m = doc["metrics"]
+        props["epochs"] = doc["epochs"]
+        props["pass_rate"] = m["pass_rate"]
+        props["pass_rate_stderr"] = m["pass_rate_stderr"]
+        props |= {f"pass_at_{k}": v for k, v in m["pass_at_k"].items()}
     if doc["merged_from"]:
         props["merged_from"] = " ".join(
             f"{m['index']}:{m['suite_run_id']}" for m in doc["merged_from"]
@@ -98,8 +104,9 @@ def render(
         root, "testsuite", {"name": text(name), **counts, "skipped": str(skipped)}
     )
     _properties(suite, properties)
+    epochs = max((r.get("epoch", 1) for r in results), default=1)
     for r in results:
-        _case(suite, name, r)
+        _case(suite, name, r, epochs)
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
@@ -112,13 +119,16 @@ def _properties(parent: ET.Element, values: dict[str, Any]) -> None:
             ET.SubElement(props, "property", {"name": key, "value": text(value)})
 
 
-def _case(suite: ET.Element, classname: str, r: dict[str, Any]) -> None:
+def _case(suite: ET.Element, classname: str, r: dict[str, Any], epochs: int = 1) -> None:
+    """One run's testcase, named by its spec (and its epoch, when the suite runs more than one)."""
     case = ET.SubElement(
         suite,
         "testcase",
         {
             "classname": text(classname),
-            "name": text(r["spec"]),
+            "name": text(
+                r["spec"] + (f" epoch {r['epoch']}" if r.get("epoch", 1) > 1 or epochs > 1 else "")
+            ),
             "time": f"{r['duration_seconds'] or 0.0:.3f}",
         },
     )
