@@ -553,10 +553,18 @@ def suite_cmd(
     if json_out:
         _print_json(docs[0] if len(docs) == 1 else docs)
     else:
-        for loaded, record, outcomes, _ in results:
+        for loaded, record, outcomes, doc in results:
             _print_whole(
                 render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.trials))
             )
+            if doc["pool"] is not None:
+                p = doc["pool"]
+                out.print(
+                    plain(
+                        f"warm pool: {p['hits']} hits, {p['misses']} misses, {p['cold_starts']} cold starts"
+                    ),
+                    soft_wrap=True,
+                )
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
@@ -754,7 +762,11 @@ def _drive_suite(
                     lambda n, phase: (in_flight.__setitem__(loaded.specs[n].name, phase), shown()),
                 )
             else:
-                outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
+                try:
+                    outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
+                finally:  # an interrupted suite run's starts count too
+                    if warm is not None:
+                        record.count_pool(warm.stats())
         doc = summary.suite_document(whole, record.path, runs_dir)
         outcomes = suite_mod.with_findings(outcomes, doc)
     except AssureError as exc:

@@ -344,6 +344,14 @@ class SuiteRun:
             if entry["verdict"] is not None
         ]
 
+    def count_pool(self, starts: dict[str, int]) -> None:
+        """Add a warm pool's starts (`pool.WarmPool.stats`) to the suite run's: every process
+        that drove it, a continued run's included."""
+        with self._lock:
+            before = self.state.get("pool") or {}
+            self.state["pool"] = {k: before.get(k, 0) + v for k, v in starts.items()}
+            self.save()
+
     def finish(self) -> None:
         """Every spec has its verdict (or the suite stopped on an unexpected one): never continued again."""
         self.state["state"] = "finished"
