@@ -841,7 +841,8 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
         f"<header><h1>{_h(title)}</h1><p>{head}</p>"
         f'<p class="verdict {"ok" if ok else "bad"}">{"AS EXPECTED" if ok else "UNEXPECTED"}</p>'
         f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(_suite_state(state))}, "
-        f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p></header>"
+        f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p>"
+        f"{_metrics_line(rows)}</header>"
     ]
     body.append(
         '<section class="charts"><figure><figcaption>Outcomes (specs per verdict)</figcaption>'
@@ -850,10 +851,11 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
         + _duration_chart(rows)
         + "</figure></section>"
     )
+    epochs = max((r.epoch for r in rows), default=1)
     table = [
         (
             f'<span class="{"ok" if r.as_expected else "bad"}">{"✓" if r.as_expected else "✗"}</span>',
-            f"<code>{_h(r.spec)}</code>",
+            f"<code>{_h(r.spec)}</code>" + (f" epoch {r.epoch}" if epochs > 1 else ""),
             _verdict_word(r.verdict or "not run"),
             _h(r.expect or "?"),
             _h("-" if r.seconds is None else f"{r.seconds:.1f}"),
@@ -879,6 +881,30 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
         + '<p class="note">Each run id links its run\'s page, which <code>assure report html</code> writes beside this one.</p></section>'
     )
     return _document(f"assure {title}", "\n".join(body))
+
+
+def _metrics_line(rows: list[_SuiteRow]) -> str:
+    """The pass rate with its standard error and pass@k (`summary.metrics`), from the rows."""
+    places = {name: n for n, name in enumerate(dict.fromkeys(r.spec for r in rows), 1)}
+    results = [
+        {
+            "position": places[r.spec],
+            "epoch": r.epoch,
+            "spec": r.spec,
+            "verdict": r.verdict,
+            "as_expected": r.as_expected,
+        }
+        for r in rows
+    ]
+    m = summary.metrics(results, max((r.epoch for r in rows), default=1))
+    if m["pass_rate"] is None:
+        return ""
+    error = f" ± {m['pass_rate_stderr']:.2f}" if m["pass_rate_stderr"] is not None else ""
+    at_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in m["pass_at_k"].items() if v is not None)
+    return (
+        f"<p>pass rate {m['pass_rate']:.2f}{error} (standard error) over {m['samples']} samples "
+        f"and {m['runs']} runs; {at_k}</p>"
+    )
 
 
 def _run_cell(row: _SuiteRow) -> str:

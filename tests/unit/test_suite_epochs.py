@@ -194,3 +194,16 @@ def test_shards_of_samples_and_epochs_merge_back_and_a_missing_epoch_is_refused(
     short = [dict(parts[0], results=[r for r in parts[0]["results"] if r["epoch"] == 1]), parts[1]]
     with pytest.raises(Exception, match="no shard has the spec"):
         summary.merge([(f"{n}.json", d) for n, d in enumerate(short)])
+
+
+def test_the_suite_page_names_each_epoch_and_the_pass_rate(ran: Ran) -> None:
+    from assure.records import html_report
+    from tests.unit.test_html_report import assert_inert
+
+    page = html_report.render(str(ran.record.path), ran.runs)
+    text = "".join(assert_inert(page.html, frozenset(f"{p.name}.html" for p in page.linked)).text)
+    assert "calc.flaky epoch 2" in text and len(page.linked) == 6
+    assert (
+        "pass rate 0.83 ± 0.17 (standard error) over 3 samples and 6 runs; pass@1 0.83, pass@2 1.00"
+        in text
+    )
