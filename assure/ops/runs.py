@@ -7,6 +7,7 @@ import os
 import shlex
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,15 +150,21 @@ def _when(stamp: Any) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def _suite_runs(runs_dir: Path) -> list[RunSummary]:
-    base = layout.suites_base(runs_dir)
-    rows = []
+def _states(base: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each folder of `base` with a readable state file, and its state (a mapping)."""
     for path in base.glob(f"*/{layout.STATE}") if base.is_dir() else []:
         try:
             state = store.read_json(path)
         except AssureError:
             continue
-        if not isinstance(state, dict) or not isinstance(state.get("runs"), list):
+        if isinstance(state, dict):
+            yield path, state
+
+
+def _suite_runs(runs_dir: Path) -> list[RunSummary]:
+    rows = []
+    for path, state in _states(layout.suites_base(runs_dir)):
+        if not isinstance(state.get("runs"), list):
             continue
         verdicts: dict[str, int] = {}
         for entry in state["runs"]:
@@ -182,13 +189,7 @@ def _suite_runs(runs_dir: Path) -> list[RunSummary]:
 
 def _runs(runs_dir: Path) -> list[RunSummary]:
     rows = []
-    for path in runs_dir.glob(f"*/{layout.STATE}") if runs_dir.is_dir() else []:
-        try:
-            state = store.read_json(path)
-        except AssureError:
-            continue
-        if not isinstance(state, dict):
-            continue
+    for path, state in _states(runs_dir):
         tasks = state.get("tasks", {})
         shown = shown_state(path.parent, state.get("state"))
         rows.append(
