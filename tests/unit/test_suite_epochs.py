@@ -207,3 +207,17 @@ def test_the_suite_page_names_each_epoch_and_the_pass_rate(ran: Ran) -> None:
         "pass rate 0.83 ± 0.17 (standard error) over 3 samples and 6 runs; pass@1 0.83, pass@2 1.00"
         in text
     )
+
+
+def test_the_suite_box_names_each_epoch_and_how_to_show_the_suite_run(ran: Ran) -> None:
+    from assure.records import report
+
+    console = report.console()
+    console.width = 200
+    with console.capture() as captured:
+        console.print(
+            report.render_suite("s", ran.record.suite_run_id, ran.outcomes, len(ran.suite.trials))
+        )
+    text = captured.get()
+    assert "calc.flaky epoch 2" in text and "FAIL (expects pass)" in text
+    assert f"assure show {ran.record.suite_run_id}" in text
