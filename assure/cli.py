@@ -865,7 +865,11 @@ def validate(
                 if suite_mod.is_suite(path)
                 else spec_mod.load_samples(path)
             )
-            found = [p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]]
+            found = list(  # the samples of one spec share its problems: each said once
+                dict.fromkeys(
+                    p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]
+                )
+            )
         except AssureError as exc:
             bad += 1
             results.append(

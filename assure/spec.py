@@ -446,6 +446,16 @@ def read_document(
     return check_document(path, data, lines, against, kind), lines
 
 
+def document_of(spec: Spec) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """The loaded spec's document as its file and its dataset row give it (defaults filled in),
+    and the line of every value: where a later check points (`run/preflight.py`)."""
+    data, lines = parse_document(spec.path, "spec")
+    if spec.sample is not None:
+        s = spec.sample
+        data = samples.fill(data, samples.Row(s.line, s.id, s.values))
+    return _with_defaults(data, schema(), schema()), lines
+
+
 def parse_document(path: Path, kind: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     """A YAML file as data, and the line of every value (see `line_of`); not checked but for
     duplicate keys and being the other kind of file. Raises `SpecError` listing every problem."""

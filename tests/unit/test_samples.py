@@ -137,3 +137,15 @@ def test_an_empty_or_headless_dataset_is_refused(tmp_path: Path) -> None:
     assert problems(template(tmp_path, "a,b\n1\n", "rows.csv"))[0] == (
         "rows.csv:2: (row): 1 values for the header's 2 fields"
     )
+
+
+def test_validate_checks_every_sample_and_says_a_shared_note_once(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+
+    path = template(tmp_path, "id,a,b,sum,expect\nx,1,2,3,pass\ny,2,2,4,pass\n", "rows.csv")
+    done = CliRunner().invoke(app, ["validate", str(path)])
+    assert done.exit_code == 0 and done.output.count("no contract") == 1, done.output
+    refused = CliRunner().invoke(app, ["run", str(path)])
+    assert refused.exit_code == 1 and "this spec is 2 samples" in refused.output

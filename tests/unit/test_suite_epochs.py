@@ -221,3 +221,25 @@ def test_the_suite_box_names_each_epoch_and_how_to_show_the_suite_run(ran: Ran) 
     text = captured.get()
     assert "calc.flaky epoch 2" in text and "FAIL (expects pass)" in text
     assert f"assure show {ran.record.suite_run_id}" in text
+
+
+def test_a_cluster_refuses_epochs_and_datasets_before_anything_runs(
+    ran: Ran, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+
+    done = CliRunner().invoke(
+        app,
+        [
+            "suite",
+            str(ran.suite.path),
+            "--cluster",
+            "127.0.0.1:1",
+            "--runs-dir",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert done.exit_code == 1 and "epochs and datasets do not run on a cluster yet" in done.output
+    assert not (tmp_path / "r").exists()
