@@ -477,13 +477,14 @@ def suite_cmd(
 
             preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)
             for path, (_, loaded) in zip(suite_files, suites):
+                epochs = f", {loaded.epochs} epochs each" if loaded.epochs > 1 else ""
                 here = ""
                 if cluster is not None:  # the cluster's rules: what it cannot run runs here
                     from assure.run.cluster import outside_effects
 
                     here = f" ({sum(1 for s in loaded.specs if outside_effects(s))} run here, not on the cluster: effects outside the sandbox)"
                 out.print(
-                    f"ok {render.display(str(path))}: {len(loaded.specs)} specs{here}",
+                    f"ok {render.display(str(path))}: {len(loaded.specs)} specs{epochs}{here}",
                     markup=False,
                     highlight=False,
                     soft_wrap=True,
