@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -477,13 +477,14 @@ def suite_cmd(
 
             preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)
             for path, (_, loaded) in zip(suite_files, suites):
+                epochs = f", {loaded.epochs} epochs each" if loaded.epochs > 1 else ""
                 here = ""
                 if cluster is not None:  # the cluster's rules: what it cannot run runs here
                     from assure.run.cluster import outside_effects
 
                     here = f" ({sum(1 for s in loaded.specs if outside_effects(s))} run here, not on the cluster: effects outside the sandbox)"
                 out.print(
-                    f"ok {render.display(str(path))}: {len(loaded.specs)} specs{here}",
+                    f"ok {render.display(str(path))}: {len(loaded.specs)} specs{epochs}{here}",
                     markup=False,
                     highlight=False,
                     soft_wrap=True,
@@ -500,6 +501,14 @@ def suite_cmd(
         if cluster is not None:
             from assure.run import cluster as cluster_mod
             from assure.run import preflight
+
+            for _, loaded in suites:
+                if loaded.epochs > 1 or any(s.sample for s in loaded.specs):
+                    raise AssureError(
+                        "epochs and datasets do not run on a cluster yet",
+                        where=f"--cluster {cluster}",
+                        fix="run this suite without --cluster (with -j, or --shard K/N per CI job)",
+                    )
 
             preflight.refuse(
                 [s for _, loaded in suites for s in loaded.specs], None
@@ -534,7 +543,7 @@ def suite_cmd(
                 _drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm)
             )
     ok = all(
-        len(outcomes) == len(loaded.specs) and all(o.as_expected for o in outcomes)
+        len(outcomes) == len(loaded.trials) and all(o.as_expected for o in outcomes)
         for loaded, _, outcomes, _ in results
     )
     docs = [doc for _, _, _, doc in results]
@@ -545,10 +554,18 @@ def suite_cmd(
     if json_out:
         _print_json(docs[0] if len(docs) == 1 else docs)
     else:
-        for loaded, record, outcomes, _ in results:
+        for loaded, record, outcomes, doc in results:
             _print_whole(
-                render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.specs))
+                render.render_suite(loaded.name, record.suite_run_id, outcomes, len(loaded.trials))
             )
+            if doc["pool"] is not None:
+                p = doc["pool"]
+                out.print(
+                    plain(
+                        f"warm pool: {p['hits']} hits, {p['misses']} misses, {p['cold_starts']} cold starts"
+                    ),
+                    soft_wrap=True,
+                )
     raise typer.Exit(0 if ok else EXIT_UNEXPECTED)
 
 
@@ -620,7 +637,7 @@ def _drive_suite(
     backend, images = engine if engine is not None else (None, None)
     local = threading.local()
     in_flight: dict[str, str] = {}  # spec name -> its phase
-    total = len(loaded.specs)
+    total = len(loaded.trials)
     try:
         base = layout.suites_base(runs_dir)
         record = None if new else suite_mod.SuiteRun.find_unfinished(base, loaded)
@@ -682,8 +699,9 @@ def _drive_suite(
             def done(n: int, outcome: Any, seconds: float | None) -> None:
                 in_flight.pop(outcome.spec, None)
                 took = "kept from before" if seconds is None else f"{seconds:.1f}s"
+                epoch = f" epoch {outcome.epoch}" if loaded.epochs > 1 else ""
                 report_line(
-                    f"[{n + 1}/{total}] {outcome.spec}: {outcome.verdict} (expects {outcome.expect}) {took}",
+                    f"[{n + 1}/{total}] {outcome.spec}{epoch}: {outcome.verdict} (expects {outcome.expect}) {took}",
                     outcome,
                 )
 
@@ -745,7 +763,11 @@ def _drive_suite(
                     lambda n, phase: (in_flight.__setitem__(loaded.specs[n].name, phase), shown()),
                 )
             else:
-                outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
+                try:
+                    outcomes = record.drive(runs_dir, run_one, begin, jobs=jobs or 1, finished=done)
+                finally:  # an interrupted suite run's starts count too
+                    if warm is not None:
+                        record.count_pool(warm.stats())
         doc = summary.suite_document(whole, record.path, runs_dir)
         outcomes = suite_mod.with_findings(outcomes, doc)
     except AssureError as exc:
@@ -790,7 +812,7 @@ def resume(
 def _spec_of(rd: store.RunDir) -> spec_mod.Spec:
     """The run's spec, reloaded from its source and checked unchanged since the run began."""
     recorded = spec_mod.Spec.from_json(rd.spec_json())
-    loaded = spec_mod.load(recorded.path)
+    loaded = spec_mod.load(recorded.path, recorded.sample.id if recorded.sample else None)
     if loaded != recorded:
         raise AssureError(
             "the spec changed since this run started",
@@ -840,9 +862,15 @@ def validate(
     for path in specs:
         try:
             loaded = (
-                suite_mod.load(path).specs if suite_mod.is_suite(path) else (spec_mod.load(path),)
+                suite_mod.load(path).specs
+                if suite_mod.is_suite(path)
+                else spec_mod.load_samples(path)
             )
-            found = [p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]]
+            found = list(  # the samples of one spec share its problems: each said once
+                dict.fromkeys(
+                    p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]
+                )
+            )
         except AssureError as exc:
             bad += 1
             results.append(
@@ -1070,6 +1098,7 @@ def report_html(
     ),
 ) -> None:
     """A self-contained HTML page (no script, no network) of a run or a suite run, for a reviewer.
+    A suite's page links each run's page, written beside it as <run id>.html.
 
     It is written to the current folder by default, never into a run directory: those are sealed."""
     from assure.records import html_report
@@ -1085,21 +1114,34 @@ def report_html(
             sys.stdout.write(page.html)
             return
         target = (output or Path(f"{page.id}.html")).resolve()
-        inside = next((s for s in page.sources if target.is_relative_to(s.resolve())), None)
-        if inside is not None:
-            raise AssureError(
-                "the page would be written inside a run directory, which is sealed",
-                where=str(target),
-                fix="pass -o with a path outside it (or -o - for stdout)",
-            )
-        target.write_text(page.html, encoding="utf-8")
+        pages = [(target, page)]
+        for run_dir in page.linked:  # each beside the suite's page, where its link points
+            name = html_report.page_name(run_dir)
+            try:
+                if name is not None:
+                    pages.append(
+                        (target.parent / name, html_report.run_page(store.RunDir.open(run_dir)))
+                    )
+            except AssureError as exc:  # its row on the suite page says why already
+                err.print(plain(f"no page for run {run_dir.name}: {exc.message}", "yellow"))
+        sources = [s.resolve() for _, p in pages for s in p.sources]
+        for where, _ in pages:
+            if any(where.is_relative_to(s) for s in sources):
+                raise AssureError(
+                    "the page would be written inside a run directory, which is sealed",
+                    where=str(where),
+                    fix="pass -o with a path outside it (or -o - for stdout)",
+                )
+        for where, p in pages:
+            where.write_text(p.html, encoding="utf-8")
     except AssureError as exc:
         raise _fail(exc) from None
     except OSError as exc:
         raise _fail(
             AssureError(f"cannot write the page: {exc.strerror}", where=str(exc.filename))
         ) from None
-    err.print(f"wrote {render.display(str(target))}", markup=False, highlight=False)
+    more = f" and the pages of its {len(pages) - 1} runs beside it" if len(pages) > 1 else ""
+    err.print(f"wrote {render.display(str(target))}{more}", markup=False, highlight=False)
 
 
 @images_app.command("build")
@@ -1485,26 +1527,29 @@ def journal_cmd(
 
 @app.command()
 def runs(runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
-    """List runs with their state, tasks and verdicts."""
+    """List runs and suite runs, newest first, with their state, tasks and verdicts."""
     rows = [r.to_json() for r in runs_mod.listing(runs_dir)]
     if json_out:
         _print_json(rows)
         return
-    table = _whole("run", "state", "verdict", "started", "tasks")
+    table = _whole("run", "kind", "state", "verdict", "started", "tasks")
     for r in rows:
+        parts = (r["specs"] or {}).items() if r["kind"] == "suite" else r["tasks"].items()
         table.add_row(
             plain(r["run_id"]),
+            plain(r["kind"]),
             plain(r["state"]),
             plain(r["verdict"] or "-"),
             plain(r["started_at"]),
-            plain(", ".join(f"{t}: {st}" for t, st in r["tasks"].items())),
+            plain(", ".join(f"{t}: {st}" for t, st in parts)),
         )
     _print_table(table)
     for r in rows:
         if r["resume"]:
+            gone = _gone(r["state"]) if r["kind"] == "run" else "no process drives it"
             out.print(
                 plain(
-                    f"{r['run_id']} is {r['state']}: {_gone(r['state'])}; `{r['resume']}` continues it",
+                    f"{r['run_id']} is {r['state']}: {gone}; `{r['resume']}` continues it",
                     "yellow",
                 ),
                 soft_wrap=True,
@@ -1522,14 +1567,25 @@ def _gone(state: str) -> str:
 
 @app.command()
 def show(
-    run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION
+    run_ref: str = typer.Argument(
+        ...,
+        metavar="RUN",
+        help="A run or a suite run: its id (looked up under --runs-dir, or its suites/ beside it) or its folder.",
+    ),
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
 ) -> None:
     """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order; then
-    each attempt's model exchange (messages, tool calls and results, tokens and cost per call)."""
+    each attempt's model exchange (messages, tool calls and results, tokens and cost per call).
+    A suite run (its id or folder): each of its runs, its verdict and why."""
     from assure.records import conversation, journal
     from assure.records.layout import AttemptPaths
 
     try:
+        suite_run = runs_mod.locate_suite_run(run_ref, runs_dir)
+        if suite_run is not None:
+            _show_suite_run(suite_run, runs_dir, json_out)
+            return
         rd = runs_mod.find(run_ref, runs_dir)
         records = list(journal.query(rd))
     except AssureError as exc:
@@ -1603,6 +1659,52 @@ def show(
         )
     elif state is not None:
         out.print(plain(f"run {rd.run_id} is {state}"), soft_wrap=True)
+
+
+def _show_suite_run(folder: Path, runs_dir: Path, json_out: bool) -> None:
+    """`assure show SUITE_RUN`: the suite run's state and each of its runs, from the records."""
+    state, results = summary.recorded_results(folder, runs_dir)
+    shown = runs_mod.shown_state(folder, state.get("state"))
+    resume = runs_mod.suite_resume_command(runs_dir, state) if shown == "interrupted" else None
+    if json_out:
+        _print_json(
+            {
+                "kind": "suite",
+                "suite_run_id": folder.name,
+                "suite": state.get("suite"),
+                "source": state.get("source"),
+                "state": shown,
+                "started_at": state.get("started_at"),
+                "finished_at": state.get("finished_at"),
+                "resume": resume,
+                "results": results,
+            }
+        )
+        return
+    out.print(
+        plain(
+            f"suite run {folder.name} of suite {state.get('suite')} ({state.get('source')}): {shown}, "
+            f"started {state.get('started_at')}, finished {state.get('finished_at') or '-'}"
+        ),
+        soft_wrap=True,
+    )
+    table = _whole("#", "spec", "epoch", "verdict", "expects", "seconds", "run", "why")
+    for r in results:
+        seconds = r["duration_seconds"]
+        table.add_row(
+            plain(str(r["position"])),
+            plain(r["spec"]),
+            plain(str(r["epoch"])),
+            plain(r["verdict"] or "not run"),
+            plain(r["expect"] or "-"),
+            plain("-" if seconds is None else f"{seconds:.1f}"),
+            plain(r["run_id"] or "-"),
+            plain(r["reason"] or ""),
+        )
+    _print_table(table)
+    out.print(plain("`assure show RUN` shows one run's timeline"), soft_wrap=True)
+    if resume is not None:
+        out.print(plain(f"suite run {folder.name} is {shown}; `{resume}` continues it", "yellow"))
 
 
 @app.command("promote")

@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from assure import samples
 from assure.errors import SpecError, unreadable
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "specs"
@@ -246,6 +247,16 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Sample:
+    """Which row of the spec's dataset (assure/samples.py) made this spec, and its fields."""
+
+    id: str
+    file: Path
+    line: int
+    values: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Spec:
     path: Path
     version: int
@@ -268,6 +279,12 @@ class Spec:
     egress: Egress | None = None
     promote: Promote | None = None
     model: Model | None = None
+    sample: Sample | None = None  # one row of `dataset` filled it in
+
+    @property
+    def key(self) -> str:
+        """The spec file, and the sample: what tells the specs of a suite apart on disk."""
+        return f"{self.path}#{self.sample.id}" if self.sample else str(self.path)
 
     def to_json(self) -> dict[str, Any]:
         """The resolved spec as JSON (defaults filled in, fixture paths absolute, the spec file
@@ -313,25 +330,111 @@ def parse_size(text: str) -> int:
     return int(text[:-1]) * {"k": 2**10, "m": 2**20, "g": 2**30}[text[-1]]
 
 
-def load(path: str | Path) -> Spec:
-    """Read, validate and resolve one spec. Raises `SpecError` listing every problem."""
+def load(path: str | Path, sample: str | None = None) -> Spec:
+    """Read, validate and resolve one spec (of a spec with a dataset, the `sample` named).
+    Raises `SpecError` listing every problem."""
     path = Path(path)
-    data, lines = read_document(path, schema(), "spec")
-    problems = _missing_paths(data, path, lines)
-    if problems:
-        raise SpecError(problems, fix="paths in a spec are relative to the spec file's folder")
-    problems = _disk_problems(data, path, lines)
-    if problems:
+    specs = load_samples(path)
+    if specs[0].sample is None:
+        return specs[0]
+    found = [s for s in specs if s.sample is not None and s.sample.id == sample]
+    if found:
+        return found[0]
+    if sample is None:
+        problem = f"{path}:1: dataset: this spec is {len(specs)} samples, one per row of {specs[0].sample.file}"
         raise SpecError(
-            problems, fix="raise limits.disk to that size or more, or lower limits.inodes"
+            [problem],
+            fix="list it in a suite (`specs: [...]`) and run that with `assure suite`: it runs every sample",
         )
-    problems = _echo_cases(data, path, lines)
-    if problems:
-        raise SpecError(
-            problems,
-            fix="give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)",
+    raise SpecError([f"{path}:1: dataset: no sample {sample!r} in {specs[0].sample.file}"])
+
+
+def load_samples(path: str | Path) -> tuple[Spec, ...]:
+    """Read, validate and resolve a spec: itself, or with a dataset one spec per row (each
+    problem said once, with the samples it is in). Raises `SpecError` listing every problem."""
+    path = Path(path)
+    data, lines = parse_document(path, "spec")
+    rows: list[samples.Row | None] = [None]
+    dataset = data.get("dataset") if isinstance(data, dict) else None
+    if isinstance(dataset, dict) and isinstance(dataset.get("file"), str):
+        file = path.resolve().parent / dataset["file"]
+        rows, problems = _dataset_rows(path, data, lines, file)
+        if problems:
+            raise SpecError(problems, fix="see `dataset` in the spec reference (README.md)")
+    steps = (
+        (lambda d: check_document(path, d, lines, schema(), "spec"), None),
+        (
+            lambda d: _missing_paths(d, path, lines),
+            "paths in a spec are relative to the spec file's folder",
+        ),
+        (
+            lambda d: _disk_problems(d, path, lines),
+            "raise limits.disk to that size or more, or lower limits.inodes",
+        ),
+        (
+            lambda d: _echo_cases(d, path, lines),
+            "give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)",
+        ),
+    )
+    documents = [data if row is None else samples.fill(data, row) for row in rows]
+    for step, fix in steps:
+        said: dict[str, list[str]] = {}
+        for n, (row, document) in enumerate(zip(rows, documents, strict=True)):
+            try:
+                found = step(document)
+            except SpecError as exc:
+                found, fix = exc.problems, exc.fix
+            if isinstance(found, list):  # the schema's check returns the document, defaults filled
+                for problem in found:
+                    said.setdefault(problem, []).append(row.id if row else "")
+            else:
+                documents[n] = found
+        if said:
+            raise SpecError([_in_samples(p, ids, len(rows)) for p, ids in said.items()], fix=fix)
+    file = path.resolve().parent / data["dataset"]["file"] if rows[0] else None
+    return tuple(
+        _build(
+            path.resolve(),
+            document,
+            Sample(row.id, file, row.line, row.values) if row and file else None,
         )
-    return _build(path.resolve(), data)
+        for row, document in zip(rows, documents, strict=True)
+    )
+
+
+SAMPLES_NAMED = 5  # samples a problem names before it counts the rest
+
+
+def _in_samples(problem: str, ids: list[str], total: int) -> str:
+    """A problem of some samples, said once: `... (samples a, b and 3 more)`, `(every sample)`."""
+    if ids == [""]:
+        return problem
+    if len(ids) == total and total > 1:
+        return f"{problem} (every sample)"
+    named = ", ".join(ids[:SAMPLES_NAMED]) + (
+        f" and {len(ids) - SAMPLES_NAMED} more" if len(ids) > SAMPLES_NAMED else ""
+    )
+    return f"{problem} (sample{'s' if len(ids) > 1 else ''} {named})"
+
+
+def _dataset_rows(
+    path: Path, data: dict[str, Any], lines: dict[tuple[Any, ...], int], file: Path
+) -> tuple[list[samples.Row | None], list[str]]:
+    """The dataset's rows, and every problem: the file's own, and each placeholder of the spec
+    that a row does not fill (at the spec's line, naming the rows)."""
+    rows, problems = samples.read(file)
+    used = samples.placeholders(data)
+    for field, at in sorted(used.items(), key=lambda item: line_of(item[1], lines)):
+        lacking = [r for r in rows if field not in r.values]
+        if lacking:
+            where = ", ".join(str(r.line) for r in lacking[:SAMPLES_NAMED]) + (
+                f" and {len(lacking) - SAMPLES_NAMED} more" if len(lacking) > SAMPLES_NAMED else ""
+            )
+            problems.append(
+                f"{path}:{line_of(at, lines)}: {_dotted(at)}: {{{{{field}}}}} is no field of "
+                f"{file.name}" + ("" if len(lacking) == len(rows) else f" line {where}")
+            )
+    return list(rows), problems
 
 
 def read_document(
@@ -339,6 +442,23 @@ def read_document(
 ) -> tuple[Any, dict[tuple[Any, ...], int]]:
     """A YAML file checked against a JSON Schema, with the schema's defaults filled in, and
     the line of every value (see `line_of`). Raises `SpecError` listing every problem."""
+    data, lines = parse_document(path, kind)
+    return check_document(path, data, lines, against, kind), lines
+
+
+def document_of(spec: Spec) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """The loaded spec's document as its file and its dataset row give it (defaults filled in),
+    and the line of every value: where a later check points (`run/preflight.py`)."""
+    data, lines = parse_document(spec.path, "spec")
+    if spec.sample is not None:
+        s = spec.sample
+        data = samples.fill(data, samples.Row(s.line, s.id, s.values))
+    return _with_defaults(data, schema(), schema()), lines
+
+
+def parse_document(path: Path, kind: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """A YAML file as data, and the line of every value (see `line_of`); not checked but for
+    duplicate keys and being the other kind of file. Raises `SpecError` listing every problem."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -370,7 +490,19 @@ def read_document(
     problems = [
         f"{path}:{line}: {_dotted(p)}: duplicate key" for p, line in _index(node, (), lines)
     ]
-    problems += [
+    if problems:
+        raise SpecError(
+            problems, fix=f"see the {kind} reference in README.md or specs/{kind}.schema.json"
+        )
+    return data, lines
+
+
+def check_document(
+    path: Path, data: Any, lines: dict[tuple[Any, ...], int], against: dict[str, Any], kind: str
+) -> Any:
+    """The document checked against a JSON Schema, with the schema's defaults filled in.
+    Raises `SpecError` listing every problem."""
+    problems = [
         f"{path}:{line}: {where}: {msg}"
         for line, where, msg in _schema_problems(data, lines, against, kind)
     ]
@@ -378,7 +510,7 @@ def read_document(
         raise SpecError(
             problems, fix=f"see the {kind} reference in README.md or specs/{kind}.schema.json"
         )
-    return _with_defaults(data, against, against), lines
+    return _with_defaults(data, against, against)
 
 
 def _index(
@@ -633,10 +765,14 @@ def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], i
     return problems
 
 
-def _build(path: Path, data: dict[str, Any]) -> Spec:
+def _build(path: Path, data: dict[str, Any], sample: Sample | None = None) -> Spec:
     """The typed spec of a validated document (defaults filled in); paths are resolved against
     the spec's folder (an absolute one, as `to_json` writes, stays as it is)."""
     from assure import presets
+
+    if sample is None and isinstance(data.get("sample"), dict):  # as `to_json` wrote it
+        given = data["sample"]
+        sample = Sample(given["id"], Path(given["file"]), given["line"], dict(given["values"]))
 
     base = path.parent
     data = presets.expand(data)
@@ -733,4 +869,5 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
         )
         if m
         else None,
+        sample=sample,
     )

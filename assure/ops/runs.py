@@ -1,4 +1,5 @@
-"""The runs under a runs folder: finding one by id or path, and listing them all."""
+"""The runs under a runs folder, and the suite runs beside it: finding one by id or path, and
+listing them all, newest first."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import os
 import shlex
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +27,18 @@ class RunSummary:
     started_at: Any
     tasks: dict[str, Any]  # task -> its state
     resume: str | None = None  # the command that continues it, when its driver is gone
+    kind: str = "run"  # or "suite": a suite run (under suites/ beside the runs base)
+    specs: dict[str, int] | None = None  # a suite run's: its runs per verdict ("not run" too)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "kind": self.kind,
             "run_id": self.run_id,
             "state": self.state,
             "verdict": self.verdict,
             "started_at": self.started_at,
             "tasks": self.tasks,
+            "specs": self.specs,
             "resume": self.resume,
         }
 
@@ -101,14 +108,88 @@ def resume_command(base: Path, run_id: str) -> str:
     return f"assure resume {run_id}" + ("" if default else f" --runs-dir {shlex.quote(str(base))}")
 
 
+def locate_suite_run(ref: str, runs_dir: Path) -> Path | None:
+    """The suite run `ref` names (its folder, or its id under the suites folder beside
+    `runs_dir`), or None when it names none or names a run (a run's id or folder wins)."""
+    path = Path(ref)
+    if not path.is_dir() and store.RUN_ID.match(ref):
+        if (runs_dir / ref).is_dir():
+            return None
+        path = layout.suites_base(runs_dir) / ref
+    try:
+        state = store.read_json(layout.SuitePaths(path).state)
+    except AssureError:
+        return None
+    return path if isinstance(state, dict) and isinstance(state.get("runs"), list) else None
+
+
+def suite_resume_command(runs_dir: Path, state: dict[str, Any]) -> str:
+    """`assure suite SOURCE`, with its shard and the runs base when it is not the default one."""
+    shard = state.get("shard") if isinstance(state.get("shard"), dict) else None
+    default = runs_dir.absolute() == store.RUNS_DIR.absolute()
+    return (
+        f"assure suite {shlex.quote(str(state.get('source')))}"
+        + (f" --shard {shard.get('index')}/{shard.get('count')}" if shard else "")
+        + ("" if default else f" --runs-dir {shlex.quote(str(runs_dir))}")
+    )
+
+
 def listing(runs_dir: Path) -> list[RunSummary]:
-    """Every run with a readable state file, by run id; unreadable ones are left out."""
-    rows = []
-    for path in sorted(runs_dir.glob(f"*/{layout.STATE}")) if runs_dir.is_dir() else []:
+    """Every run and suite run with a readable state file, newest first (by when it started);
+    unreadable ones are left out."""
+    rows = _runs(runs_dir) + _suite_runs(runs_dir)
+    return sorted(rows, key=lambda r: (_when(r.started_at), r.run_id), reverse=True)
+
+
+def _when(stamp: Any) -> datetime:
+    """An RFC 3339 time, comparable; the oldest possible for one missing or odd."""
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _states(base: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each folder of `base` with a readable state file, and its state (a mapping)."""
+    for path in base.glob(f"*/{layout.STATE}") if base.is_dir() else []:
         try:
             state = store.read_json(path)
         except AssureError:
             continue
+        if isinstance(state, dict):
+            yield path, state
+
+
+def _suite_runs(runs_dir: Path) -> list[RunSummary]:
+    rows = []
+    for path, state in _states(layout.suites_base(runs_dir)):
+        if not isinstance(state.get("runs"), list):
+            continue
+        verdicts: dict[str, int] = {}
+        for entry in state["runs"]:
+            verdict = entry.get("verdict") if isinstance(entry, dict) else None
+            key = str(verdict) if verdict is not None else "not run"
+            verdicts[key] = verdicts.get(key, 0) + 1
+        shown = shown_state(path.parent, state.get("state"))
+        rows.append(
+            RunSummary(
+                path.parent.name,
+                shown,
+                None,
+                state.get("started_at"),
+                {},
+                suite_resume_command(runs_dir, state) if shown == INTERRUPTED else None,
+                kind="suite",
+                specs=verdicts,
+            )
+        )
+    return rows
+
+
+def _runs(runs_dir: Path) -> list[RunSummary]:
+    rows = []
+    for path, state in _states(runs_dir):
         tasks = state.get("tasks", {})
         shown = shown_state(path.parent, state.get("state"))
         rows.append(

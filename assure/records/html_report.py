@@ -1,7 +1,8 @@
 """A self-contained HTML page of a run, or of a suite run, for a security reviewer.
 
 The page needs nothing but itself: inline CSS, inline SVG charts, no script, no image, no
-link off the page, and a Content-Security-Policy that forbids them anyway. It shows the
+link off the page but a suite page's to its runs' pages (`<run id>.html`, written beside it),
+and a Content-Security-Policy that forbids the rest anyway. It shows the
 verdict and the findings behind it, each attempt's changes with their content diffs (read
 from the run's `base/` and the attempt's `workspace/`, trusted only where their hash is the
 snapshot's), each attribution linked to its journal line, the denied calls, the agent's claim
@@ -65,6 +66,13 @@ class Page:
     id: str
     html: str
     sources: tuple[Path, ...]
+    linked: tuple[Path, ...] = ()  # the run directories whose pages it links, as `<run id>.html`
+
+
+def page_name(run_dir: Path) -> str | None:
+    """The file a run's page is written to beside a suite page that links it (its run id is
+    the only part of the name: RUN_ID's characters), None for a folder that is no run id."""
+    return f"{run_dir.name}.html" if store.RUN_ID.match(run_dir.name) else None
 
 
 def render(ref: str, runs_dir: Path) -> Page:
@@ -722,6 +730,8 @@ class _SuiteRow:
     expect: str | None
     seconds: float | None
     reason: str
+    run_dir: Path | None = None  # linked to its page when it is a run's folder
+    epoch: int = 1
 
     @property
     def as_expected(self) -> bool:
@@ -732,13 +742,20 @@ def suite_page(folder: Path, runs_dir: Path) -> Page:
     state = store.read_json(SuitePaths(folder).state)
     if not isinstance(state, dict) or not isinstance(state.get("runs"), list):
         raise RunDirError("not a suite run's state (no runs)", where=str(SuitePaths(folder).state))
-    runs = _runs_dir_of(folder, runs_dir)
+    runs = layout.suite_runs_dir(folder, runs_dir)
     rows = [_suite_row(entry, runs) for entry in state["runs"] if isinstance(entry, dict)]
     head = f"suite run <code>{_h(folder.name)}</code>, from <code>{_h(state.get('source'))}</code>"
     sources = (folder, *(runs / r.run_id for r in rows if r.run_id))
     return Page(
-        folder.name, _suite_document(str(state.get("suite", "?")), head, state, rows), sources
+        folder.name,
+        _suite_document(str(state.get("suite", "?")), head, state, rows),
+        sources,
+        _linked(rows),
     )
+
+
+def _linked(rows: list[_SuiteRow]) -> tuple[Path, ...]:
+    return tuple(dict.fromkeys(r.run_dir for r in rows if r.run_dir is not None))
 
 
 def summary_page(path: Path) -> Page:
@@ -785,6 +802,7 @@ def summary_page(path: Path) -> Page:
         name if store.RUN_ID.match(name) else path.stem,
         _suite_document(str(data.get("suite", "?")), head, data, rows),
         sources,
+        _linked(rows),
     )
 
 
@@ -794,6 +812,7 @@ def _summary_row(result: dict[str, Any]) -> _SuiteRow:
     reason = result.get("reason") or "; ".join(
         f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]
     )
+    run_dir = Path(result["run_dir"]) if isinstance(result.get("run_dir"), str) else None
     return _SuiteRow(
         str(result.get("spec", "?")),
         result.get("run_id") if isinstance(result.get("run_id"), str) else None,
@@ -801,6 +820,8 @@ def _summary_row(result: dict[str, Any]) -> _SuiteRow:
         result.get("expect"),
         float(seconds) if isinstance(seconds, (int, float)) else None,
         str(reason or ""),
+        run_dir if run_dir is not None and page_name(run_dir) and run_dir.is_dir() else None,
+        result["epoch"] if isinstance(result.get("epoch"), int) else 1,
     )
 
 
@@ -820,7 +841,8 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
         f"<header><h1>{_h(title)}</h1><p>{head}</p>"
         f'<p class="verdict {"ok" if ok else "bad"}">{"AS EXPECTED" if ok else "UNEXPECTED"}</p>'
         f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(_suite_state(state))}, "
-        f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p></header>"
+        f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p>"
+        f"{_metrics_line(rows)}</header>"
     ]
     body.append(
         '<section class="charts"><figure><figcaption>Outcomes (specs per verdict)</figcaption>'
@@ -829,14 +851,15 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
         + _duration_chart(rows)
         + "</figure></section>"
     )
+    epochs = max((r.epoch for r in rows), default=1)
     table = [
         (
             f'<span class="{"ok" if r.as_expected else "bad"}">{"✓" if r.as_expected else "✗"}</span>',
-            f"<code>{_h(r.spec)}</code>",
+            f"<code>{_h(r.spec)}</code>" + (f" epoch {r.epoch}" if epochs > 1 else ""),
             _verdict_word(r.verdict or "not run"),
             _h(r.expect or "?"),
             _h("-" if r.seconds is None else f"{r.seconds:.1f}"),
-            f"<code>{_h(r.run_id or '-')}</code>",
+            _run_cell(r),
             _h(r.reason),
         )
         for r in rows
@@ -855,17 +878,40 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
             ),
             table,
         )
-        + '<p class="note">A run\'s full page: <code>assure report html RUN</code>.</p></section>'
+        + '<p class="note">Each run id links its run\'s page, which <code>assure report html</code> writes beside this one.</p></section>'
     )
     return _document(f"assure {title}", "\n".join(body))
 
 
-def _runs_dir_of(folder: Path, runs_dir: Path) -> Path:
-    """Where a suite run's runs are: `runs_dir` if its suites folder holds this suite run, else
-    the conventional `.assure/runs` beside the suite run's own suites folder."""
-    if layout.suites_base(runs_dir).resolve() == folder.resolve().parent:
-        return runs_dir
-    return folder.resolve().parent.parent / store.RUNS_DIR.name
+def _metrics_line(rows: list[_SuiteRow]) -> str:
+    """The pass rate with its standard error and pass@k (`summary.metrics`), from the rows."""
+    places = {name: n for n, name in enumerate(dict.fromkeys(r.spec for r in rows), 1)}
+    results = [
+        {
+            "position": places[r.spec],
+            "epoch": r.epoch,
+            "spec": r.spec,
+            "verdict": r.verdict,
+            "as_expected": r.as_expected,
+        }
+        for r in rows
+    ]
+    m = summary.metrics(results, max((r.epoch for r in rows), default=1))
+    if m["pass_rate"] is None:
+        return ""
+    error = f" ± {m['pass_rate_stderr']:.2f}" if m["pass_rate_stderr"] is not None else ""
+    at_k = ", ".join(f"pass@{k} {v:.2f}" for k, v in m["pass_at_k"].items() if v is not None)
+    return (
+        f"<p>pass rate {m['pass_rate']:.2f}{error} (standard error) over {m['samples']} samples "
+        f"and {m['runs']} runs; {at_k}</p>"
+    )
+
+
+def _run_cell(row: _SuiteRow) -> str:
+    """The run's id, a link to its page (written beside this one) when it has a folder."""
+    code = f"<code>{_h(row.run_id or '-')}</code>"
+    name = page_name(row.run_dir) if row.run_dir is not None else None
+    return f'<a href="{html.escape(name, quote=True)}">{code}</a>' if name else code
 
 
 def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
@@ -875,8 +921,10 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
         else None
     )
     spec_name, expect, reason, seconds = Path(str(entry.get("spec", "?"))).stem, None, "", None
+    run_dir = None
     if run_id is not None:
         run = RunPaths(runs / run_id)
+        run_dir = run.root if run.root.is_dir() else None
         try:
             spec = store.read_json(run.spec_json)
             spec_name, expect = str(spec.get("name", spec_name)), spec.get("expect")
@@ -889,7 +937,10 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
             reason = _reason(report)
         except RunDirError as exc:
             reason = f"its run directory cannot be read: {exc.message} ({exc.where})"
-    return _SuiteRow(spec_name, run_id, entry.get("verdict"), expect, seconds, reason)
+    epoch = entry["epoch"] if isinstance(entry.get("epoch"), int) else 1
+    return _SuiteRow(
+        spec_name, run_id, entry.get("verdict"), expect, seconds, reason, run_dir, epoch
+    )
 
 
 def _reason(report: dict[str, Any]) -> str:

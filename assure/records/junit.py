@@ -1,4 +1,4 @@
-"""A summary as JUnit XML, for CI test reports: one testcase per spec, a failure when the
+"""A summary as JUnit XML, for CI test reports: one testcase per run (spec, or sample, x epoch), a failure when the
 verdict is not the expected one, an error when it is `error`, skipped when it never ran.
 
 The shape is the common JUnit schema's (Ant's, as Jenkins' junit-10.xsd and pytest's xunit2
@@ -42,30 +42,57 @@ def of_summary(doc: dict[str, Any]) -> bytes:
     }
     if doc["shard"]:
         props["shard"] = f"{doc['shard']['index']}/{doc['shard']['count']}"
+    if doc.get("epochs", 1) > 1:
+        m = doc["metrics"]
+        props["epochs"] = doc["epochs"]
+        props["pass_rate"] = m["pass_rate"]
+        props["pass_rate_stderr"] = m["pass_rate_stderr"]
+        props |= {f"pass_at_{k}": v for k, v in m["pass_at_k"].items()}
     if doc["merged_from"]:
         props["merged_from"] = " ".join(
             f"{m['index']}:{m['suite_run_id']}" for m in doc["merged_from"]
         )
-    return render(doc["suite"], doc["results"], props)
+    return render(doc["suite"], doc["results"], props, wall_seconds(doc))
+
+
+def wall_seconds(doc: dict[str, Any]) -> float | None:
+    """A suite's wall time: from its start to its end (to its last spec's end while unfinished),
+    never the sum of its specs' times, which run side by side."""
+    ends = (
+        [doc["finished_at"]] if doc["finished_at"] else [r["finished_at"] for r in doc["results"]]
+    )
+    ends = [e for e in ends if e]
+    return (
+        summary.seconds_between(doc["started_at"], max(ends, key=summary.instant)) if ends else None
+    )
 
 
 def of_run(run_dir: Path) -> bytes:
     """One run (`assure run --junit`) as JUnit XML, from its run directory."""
     result = summary.run_result(run_dir)
     return render(
-        result["spec"], [result], {"run_id": result["run_id"], "run_dir": result["run_dir"]}
+        result["spec"],
+        [result],
+        {"run_id": result["run_id"], "run_dir": result["run_dir"]},
+        result["duration_seconds"],
     )
 
 
-def render(name: str, results: Sequence[dict[str, Any]], properties: dict[str, Any]) -> bytes:
-    """One <testsuite> named `name` (each testcase's classname) of summary results."""
+def render(
+    name: str,
+    results: Sequence[dict[str, Any]],
+    properties: dict[str, Any],
+    seconds: float | None,
+) -> bytes:
+    """One <testsuite> named `name` (each testcase's classname) of summary results, taking
+    `seconds` of wall time."""
     failures = sum(
         r["verdict"] is not None and r["verdict"] != "error" and not r["as_expected"]
         for r in results
     )
     errors = sum(r["verdict"] == "error" and not r["as_expected"] for r in results)
     skipped = sum(r["verdict"] is None for r in results)
-    total = f"{sum(r['duration_seconds'] or 0.0 for r in results):.3f}"
+    total = f"{seconds or 0.0:.3f}"
     counts = {
         "tests": str(len(results)),
         "failures": str(failures),
@@ -77,8 +104,9 @@ def render(name: str, results: Sequence[dict[str, Any]], properties: dict[str, A
         root, "testsuite", {"name": text(name), **counts, "skipped": str(skipped)}
     )
     _properties(suite, properties)
+    epochs = max((r.get("epoch", 1) for r in results), default=1)
     for r in results:
-        _case(suite, name, r)
+        _case(suite, name, r, epochs)
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
@@ -91,13 +119,16 @@ def _properties(parent: ET.Element, values: dict[str, Any]) -> None:
             ET.SubElement(props, "property", {"name": key, "value": text(value)})
 
 
-def _case(suite: ET.Element, classname: str, r: dict[str, Any]) -> None:
+def _case(suite: ET.Element, classname: str, r: dict[str, Any], epochs: int = 1) -> None:
+    """One run's testcase, named by its spec (and its epoch, when the suite runs more than one)."""
     case = ET.SubElement(
         suite,
         "testcase",
         {
             "classname": text(classname),
-            "name": text(r["spec"]),
+            "name": text(
+                r["spec"] + (f" epoch {r['epoch']}" if r.get("epoch", 1) > 1 or epochs > 1 else "")
+            ),
             "time": f"{r['duration_seconds'] or 0.0:.3f}",
         },
     )

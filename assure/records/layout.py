@@ -72,6 +72,14 @@ def suites_base(runs_dir: Path) -> Path:
     return runs_dir.parent / SUITES
 
 
+def suite_runs_dir(suite_run: Path, runs_dir: Path) -> Path:
+    """Where a suite run's runs are: `runs_dir` if its suites folder holds this suite run, else
+    the conventional runs folder beside the suite run's own suites folder."""
+    if suites_base(runs_dir).resolve() == suite_run.resolve().parent:
+        return runs_dir
+    return suite_run.resolve().parent.parent / "runs"  # store.RUNS_DIR's last part
+
+
 def alerts_sink(runs_dir: Path) -> Path:
     """The JSON-lines alert sink when the spec or the manifest names none."""
     return runs_dir.parent / ALERTS_SINK

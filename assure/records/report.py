@@ -222,13 +222,14 @@ def render_suite(name: str, suite_run_id: str, outcomes: list[Any], total: int) 
     table.add_column(
         "run", no_wrap=True, min_width=max((len(display(o.run_id)) for o in outcomes), default=3)
     )  # whole, to copy
+    epochs = max((getattr(o, "epoch", 1) for o in outcomes), default=1)
     for o in outcomes:
         verdict = verdict_text(o.verdict)
         if not o.as_expected:
             verdict.append(f" (expects {o.expect})", style="bold red")
         table.add_row(
             Text("✓", style="green") if o.as_expected else Text("✗", style="bold red"),
-            plain(o.spec),
+            plain(o.spec + (f" epoch {o.epoch}" if epochs > 1 else "")),
             verdict,
             plain(o.run_id),
         )
@@ -245,7 +246,12 @@ def render_suite(name: str, suite_run_id: str, outcomes: list[Any], total: int) 
         f"suite {display(name)}  ",
         Text("AS EXPECTED", style="bold green") if ok else Text("UNEXPECTED", style="bold red"),
     )
-    parts.append(Text(f"suite run: {display(suite_run_id)}", style="dim"))
+    parts.append(
+        Text(
+            f"suite run: {display(suite_run_id)} · its runs: assure show {display(suite_run_id)}",
+            style="dim",
+        )
+    )
     parts.append(
         Text("a run's timeline: assure show RUN · its changes: assure diff RUN", style="dim")
     )

@@ -11,6 +11,7 @@ displays them escapes them, and the JSON printed is ASCII.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -21,7 +22,7 @@ import jsonschema
 from assure import spec as spec_mod
 from assure.core import atomic
 from assure.errors import AssureError, RunDirError
-from assure.records import store
+from assure.records import layout, store
 from assure.records.layout import RunPaths, SuitePaths
 from assure.textsafe import agent_quoted
 from assure.verify.findings import VERDICT_ORDER, as_expected, standing
@@ -40,6 +41,7 @@ class SuiteLike(Protocol):
     name: str
     path: Path
     specs: tuple[spec_mod.Spec, ...]
+    epochs: int
 
     @property
     def digest(self) -> str: ...
@@ -78,9 +80,14 @@ def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
             None,
             f"no verdict: {exc.message} (run state {state.get('state', 'unknown')}{_because(state)})",
         )
-    return _result(
-        position, spec["name"], spec["_source"], spec["expect"], run_dir, report, state, error
-    )
+    sample = spec.get("sample")
+    return {
+        **_result(
+            position, spec["name"], spec["_source"], spec["expect"], run_dir, report, state, error
+        ),
+        "epoch": 1,  # a suite's summary says which
+        "sample": str(sample.get("id")) if isinstance(sample, dict) else None,
+    }
 
 
 def _because(state: dict[str, Any]) -> str:
@@ -265,19 +272,23 @@ def suite_document(suite: SuiteLike, suite_run: Path, runs_dir: Path) -> dict[st
     """`assure suite --json`: one result per spec of the suite run (its shard of the suite), in
     suite order. `suite` is the whole suite as loaded, so that each result knows its place in it."""
     state = store.read_json(SuitePaths(suite_run).state)
-    by_path = {str(s.path): (n, s) for n, s in enumerate(suite.specs, 1)}
+    by_key = {s.key: (n, s) for n, s in enumerate(suite.specs, 1)}
     results = []
     for entry in state["runs"]:
-        if entry["spec"] not in by_path:
+        if entry["spec"] not in by_key:
             raise RunDirError(
                 f"the suite run names a spec the suite does not have: {entry['spec']}",
                 where=str(suite_run),
                 fix="summarize a suite run with the suite it ran (or start a new one)",
             )
-        position, spec = by_path[entry["spec"]]
-        results.append(_suite_result(position, spec, entry, runs_dir))
-    results.sort(key=lambda r: r["position"])
+        position, spec = by_key[entry["spec"]]
+        result = _suite_result(position, spec, entry, runs_dir)
+        result.update(epoch=entry.get("epoch", 1), sample=spec.sample.id if spec.sample else None)
+        results.append(result)
+    results.sort(key=lambda r: (r["position"], r["epoch"]))
     return _suite(
+        suite.epochs,
+        state.get("pool"),
         suite.name,
         suite.digest,
         len(suite.specs),
@@ -316,6 +327,44 @@ def _suite_result(
     if placed is not None:
         result["placement"] = placed
     return result
+
+
+def recorded_results(
+    suite_run: Path, runs_dir: Path
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A suite run's state and one result per run it names, from the suite run's folder and the
+    run directories alone (no suite file: it may have changed since): what `assure show` lists.
+    A run never started, or whose folder is unreadable, is a result without a verdict."""
+    state = store.read_json(SuitePaths(suite_run).state)
+    if not isinstance(state, dict) or not isinstance(state.get("runs"), list):
+        raise RunDirError(
+            "not a suite run's state (no runs)", where=str(SuitePaths(suite_run).state)
+        )
+    runs, results = layout.suite_runs_dir(suite_run, runs_dir), []
+    for n, entry in enumerate(e for e in state["runs"] if isinstance(e, dict)):
+        run_id = str(entry.get("run_id"))
+        error = "not run" if entry.get("run_id") is None else f"unusable run id {run_id!r}"
+        result = None
+        if store.RUN_ID.match(run_id):
+            try:
+                result = run_result(runs / run_id, n + 1)
+            except RunDirError as exc:
+                error = f"run directory unreadable: {exc.message}"
+        if result is None:
+            result = _result(
+                n + 1,
+                Path(str(entry.get("spec"))).stem,
+                str(entry.get("spec")),
+                "pass",
+                None,
+                None,
+                {},
+                error,
+                entry,
+            )
+            result["expect"] = None
+        results.append({**result, "epoch": entry.get("epoch", 1)})
+    return state, results
 
 
 LOST_MAX = 10  # lost submissions a result lists (a spec's verdict is error after 3: more is a state written by hand)
@@ -389,6 +438,8 @@ def _from_run_dir(
 
 
 def _suite(
+    epochs: int,
+    pool: dict[str, int] | None,
     name: str,
     digest: str,
     size: int,
@@ -414,7 +465,64 @@ def _suite(
         "finished_at": finished,
         "as_expected": all(r["as_expected"] for r in results),
         "counts": counts(results),
+        "epochs": epochs,
+        "metrics": metrics(results, epochs),
+        "samples": per_sample(results),
+        "pool": pool,
         "results": results,
+    }
+
+
+def per_sample(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each sample (each spec of the suite; of a spec with a dataset, each row) with its epochs'
+    verdicts, in suite order: how many ran and how many got the verdict their spec expects."""
+    by_position: dict[int, list[dict[str, Any]]] = {}
+    for r in results:
+        by_position.setdefault(r["position"], []).append(r)
+    out = []
+    for position, trials in sorted(by_position.items()):
+        trials = sorted(trials, key=lambda r: r.get("epoch", 1))
+        ran = [r for r in trials if r["verdict"] is not None]
+        out.append(
+            {
+                "spec": trials[0]["spec"],
+                "position": position,
+                "sample": trials[0].get("sample"),
+                "verdicts": [r["verdict"] for r in trials],
+                "runs": len(ran),
+                "as_expected": sum(r["as_expected"] for r in ran),
+            }
+        )
+    return out
+
+
+def metrics(results: Sequence[dict[str, Any]], epochs: int) -> dict[str, Any]:
+    """The pass rate (a run passes when it got the verdict its spec expects: a contained hostile
+    spec passes) over the samples that ran, each sample's epochs averaged first; its standard
+    error over the samples (sample standard deviation / sqrt(samples), null below 2); pass@k for
+    k = 1..epochs, the unbiased estimate (1 - C(n-c, k)/C(n, k), over samples with n >= k runs)."""
+    ran = [s for s in per_sample(results) if s["runs"]]
+    rates = [s["as_expected"] / s["runs"] for s in ran]
+    mean = sum(rates) / len(rates) if rates else None
+    stderr = (
+        math.sqrt(sum((x - mean) ** 2 for x in rates) / (len(rates) - 1) / len(rates))
+        if mean is not None and len(rates) > 1
+        else None
+    )
+    at_k = {}
+    for k in range(1, epochs + 1):
+        scored = [
+            1 - math.comb(s["runs"] - s["as_expected"], k) / math.comb(s["runs"], k)
+            for s in ran
+            if s["runs"] >= k
+        ]
+        at_k[str(k)] = round(sum(scored) / len(scored), 6) if scored else None
+    return {
+        "samples": len(ran),
+        "runs": sum(s["runs"] for s in ran),
+        "pass_rate": None if mean is None else round(mean, 6),
+        "pass_rate_stderr": None if stderr is None else round(stderr, 6),
+        "pass_at_k": at_k,
     }
 
 
@@ -518,17 +626,19 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             f"missing shard{'s' if len(missing) > 1 else ''} {', '.join(missing)}", fix=fix
         )
     ordered = sorted(docs, key=lambda d: d[1]["shard"]["index"])
-    seen: dict[int, str] = {}
+    seen: dict[tuple[int, int], str] = {}
     results = []
+    epochs = first.get("epochs", 1)  # in the digest: the same in every shard
     for where, doc in ordered:
         for r in doc["results"]:
-            if r["position"] in seen:
+            trial = (r["position"], r.get("epoch", 1))
+            if trial in seen:
                 raise AssureError(
-                    f"spec {r['spec']!r} (position {r['position']}) is in two shards: {seen[r['position']]} and {where}",
+                    f"spec {r['spec']!r} (position {r['position']}, epoch {trial[1]}) is in two shards: {seen[trial]} and {where}",
                     where=where,
                     fix=fix,
                 )
-            seen[r["position"]] = where
+            seen[trial] = where
             # recomputed: a shard's word is not taken, except that it may say unexpected (its findings may be cut short)
             results.append(
                 {
@@ -537,15 +647,22 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
                     and r["as_expected"] is True,
                 }
             )
-    results.sort(key=lambda r: r["position"])
-    uncovered = sorted(set(range(1, first["suite_size"] + 1)) - set(seen))
+    results.sort(key=lambda r: (r["position"], r.get("epoch", 1)))
+    uncovered = [  # a spec missing any of its epochs
+        p
+        for p in range(1, first["suite_size"] + 1)
+        if any((p, e) not in seen for e in range(1, epochs + 1))
+    ]
     if uncovered:
         raise AssureError(
             f"no shard has the spec{'s' if len(uncovered) > 1 else ''} at position {', '.join(map(str, uncovered))} of the suite's {first['suite_size']}",
             fix=fix,
         )
     finished = [d["finished_at"] for _, d in ordered]
+    pools = [d["pool"] for _, d in ordered if d.get("pool")]
     return _suite(
+        epochs,
+        {k: sum(p[k] for p in pools) for k in pools[0]} if pools else None,
         first["suite"],
         first["suite_digest"],
         first["suite_size"],
@@ -553,11 +670,11 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
         None,
         None,
         [{"index": d["shard"]["index"], "suite_run_id": d["suite_run_id"]} for _, d in ordered],
-        min((d["started_at"] for _, d in ordered), key=_instant),
-        None if None in finished else max(finished, key=_instant),
+        min((d["started_at"] for _, d in ordered), key=instant),
+        None if None in finished else max(finished, key=instant),
         results,
     )
 
 
-def _instant(stamp: str) -> datetime:
+def instant(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp)

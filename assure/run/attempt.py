@@ -486,9 +486,12 @@ class Attempt:
     def _claim(self) -> bool:
         """Take a pooled pair (run/pool.py) if the pool has one for this spec and the run's
         folders can still take it; the containers are then this attempt's to remove."""
-        pair = (
-            self.pool.claim(self.spec) if self.pool is not None and warm.fresh(self.run) else None
-        )
+        if self.pool is None:
+            return False
+        if not warm.fresh(self.run):
+            self.pool.started_cold()
+            return False
+        pair = self.pool.claim(self.spec)
         if pair is None:
             return False
         self._containers, self._volume = (

@@ -314,6 +314,7 @@ class WarmPool:
         ] = []  # claimed: an attempt's once `take` moved its folder out of the pool's
         self._specs: dict[Shape, Spec] = {}
         self._made = self._failures = 0
+        self._starts = {"hits": 0, "misses": 0, "cold_starts": 0}  # `stats`
         self._cv = threading.Condition()
         self._closed = self._gave_up = False
         self._threads = [
@@ -342,11 +343,13 @@ class WarmPool:
         free within `wait` seconds while one is being made for it (the attempt then starts
         cold). Each call uses up one claim announced by `want`."""
         if ineligible(spec) is not None:
+            self.started_cold()
             return None
         shape = Shape.of(spec, self.images)
         deadline = time.monotonic() + wait
         with self._cv:
             if shape not in self._to_come:
+                self._starts["cold_starts"] += 1
                 return None
             self._to_come[shape] = max(0, self._to_come[shape] - 1)
             self._cv.notify_all()
@@ -357,23 +360,41 @@ class WarmPool:
                     if time.time() - p.created_at < self.settings.idle_seconds
                 ]
                 if self._closed:
+                    self._starts["cold_starts"] += 1
                     return None
                 if free:  # an expired pair is a refill thread's to remove
                     pair = free[-1]  # the newest: the furthest from its idle lifetime
                     self._free[shape].remove(pair)
                     self._handed.append(pair)
+                    self._starts["hits"] += 1
                     self._cv.notify_all()
                     return pair
                 left = deadline - time.monotonic()
                 if not self._making.get(shape) or self._gave_up or left <= 0:
+                    self._starts["misses"] += 1
+                    self._starts["cold_starts"] += 1
                     return None  # nothing on its way: waiting would only delay a cold start
                 self._cv.wait(left)
+
+    def started_cold(self) -> None:
+        """An attempt the pool does not serve (a spec it cannot pool, a retry, a resumed run)
+        started cold: counted in `stats`."""
+        with self._cv:
+            self._starts["cold_starts"] += 1
+
+    def stats(self) -> dict[str, int]:
+        """Attempts started on a pooled pair (hits), those the pool serves that found none in
+        time (misses), and every attempt started cold (the misses included)."""
+        with self._cv:
+            return dict(self._starts)
 
     def give_back(self, pair: Pair) -> None:
         """A claimed pair the attempt could not take: removed, never claimed again."""
         with self._cv:
             self._handed.remove(pair)
             self._doomed.append(pair)
+            self._starts["hits"] -= 1  # its attempt starts cold after all
+            self._starts["cold_starts"] += 1
             self._cv.notify_all()
 
     def wait_full(self, timeout: float) -> bool:

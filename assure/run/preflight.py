@@ -20,7 +20,7 @@ from assure.errors import AssureError, SpecError
 from assure.run import policy
 from assure.sandbox import runtimes
 from assure.sandbox.hardening import AGENT_FILES
-from assure.spec import AGENT_IMAGE_ALIAS, Spec, line_of, read_document, schema
+from assure.spec import AGENT_IMAGE_ALIAS, Spec, document_of, line_of, read_document, schema
 
 # What fixes each contract denial (gate rule -> fix); {hash} is the `assure contract hash` command.
 CONTRACT_FIXES = {
@@ -51,7 +51,7 @@ class Problem:
 def problems(spec: Spec) -> list[Problem]:
     """Every problem of a loaded spec: its contracts as the gate judges them now, and an agent
     command that names a script the spec does not ship to the agent."""
-    _, lines = read_document(spec.path, schema(), "spec")
+    _, lines = document_of(spec)
     return [
         *_contracts(spec, lines),
         *_agent_command(spec, lines),
@@ -276,7 +276,7 @@ def engine_problems(spec: Spec, engine: Engine) -> list[Problem]:
     """What the engine lacks for the spec's containers to start: its `sandbox.runtime` (and
     that runtime's program), the agent's image, each command and cases check's image.
     `assure-agent` is assure's own image, which `run` builds when it is missing."""
-    _, lines = read_document(spec.path, schema(), "spec")
+    _, lines = document_of(spec)
     found: list[Problem] = []
 
     def where(at: tuple[Any, ...]) -> str:
@@ -311,7 +311,7 @@ def engine_problems(spec: Spec, engine: Engine) -> list[Problem]:
 def _images(spec: Spec) -> list[tuple[tuple[Any, ...], str, str]]:
     """(where in the document, image, whose) of every container image the spec names: the
     agent's, and each command and cases check's (top-level and per task)."""
-    data, _ = read_document(spec.path, schema(), "spec")
+    data, _ = document_of(spec)
     found: list[tuple[tuple[Any, ...], str, str]] = [
         (("agent", "image"), spec.agent.image, "the agent")
     ]

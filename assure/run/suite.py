@@ -75,9 +75,15 @@ class Suite:
     specs: tuple[spec_mod.Spec, ...]
     stop_on_unexpected: bool
     shard: Shard | None = None
+    epochs: int = 1  # runs of each spec
     pool: dict[str, Any] | None = (
         None  # the suite file's `pool` (how it runs, not what: not in the digest)
     )
+
+    @property
+    def trials(self) -> tuple[tuple[spec_mod.Spec, int], ...]:
+        """Each run the suite makes: every spec, `epochs` times (spec, epoch), in suite order."""
+        return tuple((s, e) for s in self.specs for e in range(1, self.epochs + 1))
 
     @property
     def digest(self) -> str:
@@ -86,6 +92,7 @@ class Suite:
         shard = (
             {"shard": self.shard.to_json()} if self.shard else {}
         )  # an unsharded digest is as it always was
+        shard |= {"epochs": self.epochs} if self.epochs != 1 else {}  # and so is one of 1 epoch
         return sha256_hex(
             canonical(
                 {
@@ -108,6 +115,7 @@ class Outcome:
     run_id: str
     verdict: str
     expect: str
+    epoch: int = 1
     findings_as_expected: bool = True  # False: the expected verdict, but from findings the spec never expects (`with_findings`)
 
     @property
@@ -151,7 +159,7 @@ def load(path: str | Path) -> Suite:
             fixes.append("spec paths in a suite are relative to the suite file's folder")
         for target in targets:
             try:
-                specs.append(spec_mod.load(target))
+                specs += spec_mod.load_samples(target)
             except SpecError as exc:
                 problems += exc.problems
                 fixes.append(exc.fix or "")
@@ -170,6 +178,7 @@ def load(path: str | Path) -> Suite:
         tuple(specs),
         data["stop_on_unexpected"],
         pool=data.get("pool"),
+        epochs=data["epochs"],
     )
 
 
@@ -267,15 +276,17 @@ class SuiteRun:
                 "state": "running",
                 "shard": suite.shard.to_json() if suite.shard else None,
                 "started_at": utc_now(),
+                "epochs": suite.epochs,
                 "runs": [
                     {
-                        "spec": str(s.path),
+                        "spec": s.key,
+                        "epoch": epoch,
                         "run_id": None,
                         "verdict": None,
                         "started_at": None,
                         "finished_at": None,
                     }
-                    for s in suite.specs
+                    for s, epoch in suite.trials
                 ],
             },
         )
@@ -316,9 +327,7 @@ class SuiteRun:
         one) reaches every worker, whose drivers clean up as they would alone."""
         with store.exclusive(self.path, "suite run"):
             pending = []
-            for n, (spec, entry) in enumerate(
-                zip(self.suite.specs, self.state["runs"], strict=True)
-            ):
+            for n, (_, entry) in enumerate(zip(self.suite.trials, self.state["runs"], strict=True)):
                 if entry["verdict"] is None:
                     pending.append(n)
                 else:
@@ -334,6 +343,14 @@ class SuiteRun:
             for n, entry in enumerate(self.state["runs"])
             if entry["verdict"] is not None
         ]
+
+    def count_pool(self, starts: dict[str, int]) -> None:
+        """Add a warm pool's starts (`pool.WarmPool.stats`) to the suite run's: every process
+        that drove it, a continued run's included."""
+        with self._lock:
+            before = self.state.get("pool") or {}
+            self.state["pool"] = {k: before.get(k, 0) + v for k, v in starts.items()}
+            self.save()
 
     def finish(self) -> None:
         """Every spec has its verdict (or the suite stopped on an unexpected one): never continued again."""
@@ -395,7 +412,7 @@ class SuiteRun:
         finished: Finished,
         workers: dict[int, int],
     ) -> None:
-        spec, entry = self.suite.specs[n], self.state["runs"][n]
+        (spec, _), entry = self.suite.trials[n], self.state["runs"][n]
         workers[n] = threading.get_ident()
         try:
             with self._lock:
@@ -419,15 +436,15 @@ class SuiteRun:
             workers.pop(n, None)
 
     def _outcome(self, n: int) -> Outcome:
-        spec, entry = self.suite.specs[n], self.state["runs"][n]
-        return Outcome(spec.name, entry["run_id"], entry["verdict"], spec.expect)
+        (spec, epoch), entry = self.suite.trials[n], self.state["runs"][n]
+        return Outcome(spec.name, entry["run_id"], entry["verdict"], spec.expect, epoch)
 
     def _stopped(self) -> bool:
         """Whether `stop_on_unexpected` forbids starting another spec."""
         with self._lock:
             return self.suite.stop_on_unexpected and any(
                 e["verdict"] is not None and e["verdict"] != s.expect
-                for s, e in zip(self.suite.specs, self.state["runs"], strict=True)
+                for (s, _), e in zip(self.suite.trials, self.state["runs"], strict=True)
             )
 
     def save(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -605,13 +606,19 @@ def test_the_pool_is_removed_when_the_suite_exits(tmp_path, backend, images):
         text=True,
     )
     try:
-        _, err = proc.communicate(timeout=300)
+        printed, err = proc.communicate(timeout=300)
 
         assert proc.returncode == 0 and "Traceback" not in err, err
         assert "a warm pool of 2 pairs per shape" in err
         by_name = {run.name.split("-")[0]: run for run in run_dirs(runs)}
         assert sorted(by_name) == ["first", "second"]
         assert "pool" in facts(by_name["second"])  # a pair made while the first ran
+        hits, misses, cold = map(
+            int,
+            re.search(r"warm pool: (\d+) hits, (\d+) misses, (\d+) cold starts", printed).groups(),
+        )  # issue 27 item 6: at the end of the suite's output
+        pooled = sum("pool" in facts(run) for run in by_name.values())
+        assert (hits, hits + cold, misses <= cold) == (pooled, 2, True)
         assert_nothing_left(backend, proc.pid, tmp_path)
     finally:
         stopped(proc, runs, tmp_path)

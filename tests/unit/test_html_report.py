@@ -93,10 +93,13 @@ class Parsed(HTMLParser):
         return [v for _, n, v in self.attrs if n == name]
 
 
-def assert_inert(page: str) -> Parsed:
+def assert_inert(page: str, pages: frozenset[str] = frozenset()) -> Parsed:
     """Nothing on the page can run or reach anything: no script, no handler, no link off the
-    page, no agent-chosen id; the CSP forbids the rest anyway."""
+    page but to the run `pages` written beside it, no agent-chosen id; the CSP forbids the rest."""
     parsed = Parsed(page)
+    beside = [h for h in parsed.values("href") if not h.startswith("#")]
+    assert set(beside) <= pages and all(re.fullmatch(r"[A-Za-z0-9._-]+\.html", h) for h in beside)
+    anchors = [h for h in parsed.values("href") if h.startswith("#")]
     assert not set(parsed.tags) & {
         "script",
         "img",
@@ -134,10 +137,10 @@ def assert_inert(page: str) -> Parsed:
         "stroke",
         "text-anchor",
     }
-    assert all(re.fullmatch(r"#[a-z]+-[0-9a-f]{16}", href) for href in parsed.values("href"))
+    assert all(re.fullmatch(r"#[a-z]+-[0-9a-f]{16}", href) for href in anchors)
     ids = parsed.values("id")
     assert all(re.fullmatch(r"[a-z]+-[0-9a-f]{16}", i) for i in ids) and len(ids) == len(set(ids))
-    assert set(h[1:] for h in parsed.values("href")) <= set(ids)  # every link lands on the page
+    assert set(h[1:] for h in anchors) <= set(ids)  # every link on the page lands on it
     assert all(re.fullmatch(r"[a-z ]*", c) for c in parsed.values("class"))
     assert (
         "meta",
@@ -236,7 +239,7 @@ def test_a_broken_journal_is_said_and_not_shown_past_the_break(hostile_run: stor
 def test_a_suite_page_charts_outcomes_and_durations(tmp_path: Path, short_tmp: str) -> None:
     runs_dir, folder = suite_run(tmp_path, short_tmp)
     page = html_report.render(folder.name, runs_dir)
-    parsed = assert_inert(page.html)
+    parsed = assert_inert(page.html, frozenset(f"{p.name}.html" for p in page.linked))
     assert parsed.tags.count("svg") == 2 and parsed.tags.count("rect") == 6 + 2
     text = "".join(parsed.text)
     assert "UNEXPECTED" in text and "1 of 2 specs as expected" in text
@@ -245,6 +248,42 @@ def test_a_suite_page_charts_outcomes_and_durations(tmp_path: Path, short_tmp: s
     bars = re.findall(r'<rect x="\d+" y="(\d+)" width="50" height="(\d+)"', page.html)
     assert [int(h) for _, h in bars] == [140, 0, 140, 0, 0, 0]  # pass 1, contained 0, fail 1, ...
     assert set(page.sources) >= {folder} and len(page.sources) == 3
+    ids = [e["run_id"] for e in store.read_json(folder / layout.STATE)["runs"]]
+    assert page.linked == tuple(runs_dir / i for i in ids)
+    assert [h for h in parsed.values("href") if not h.startswith("#")] == [f"{i}.html" for i in ids]
+
+
+def test_the_command_writes_a_suite_page_and_its_runs_pages_together(
+    tmp_path: Path, short_tmp: str, monkeypatch
+) -> None:
+    runs_dir, folder = suite_run(tmp_path, short_tmp)
+    ids = [e["run_id"] for e in store.read_json(folder / layout.STATE)["runs"]]
+    here = tmp_path / "pages"
+    here.mkdir()
+    monkeypatch.chdir(here)
+
+    done = CliRunner().invoke(app, ["report", "html", folder.name, "--runs-dir", str(runs_dir)])
+
+    assert done.exit_code == 0, done.output
+    assert sorted(p.name for p in here.iterdir()) == sorted(
+        [f"{folder.name}.html", *(f"{i}.html" for i in ids)]
+    )
+    assert_inert((here / f"{folder.name}.html").read_text(), frozenset(f"{i}.html" for i in ids))
+    for i in ids:
+        assert f"run {i}" in "".join(assert_inert((here / f"{i}.html").read_text()).text)
+    into_a_run = CliRunner().invoke(
+        app,
+        [
+            "report",
+            "html",
+            str(folder),
+            "-o",
+            str(runs_dir / ids[0] / "x.html"),
+            "--runs-dir",
+            str(runs_dir),
+        ],
+    )
+    assert into_a_run.exit_code != 0 and "sealed" in into_a_run.output
 
 
 def suite_run(tmp_path: Path, short_tmp: str) -> tuple[Path, Path]:
@@ -319,8 +358,9 @@ def test_a_suite_row_whose_run_cannot_be_read_says_so(tmp_path: Path, short_tmp:
     runs_dir, folder = suite_run(tmp_path, short_tmp)
     state = store.read_json(folder / layout.STATE)
     (runs_dir / state["runs"][1]["run_id"] / "spec.json").unlink()
-    page = html_report.render(str(folder), runs_dir).html
-    assert_inert(page)
+    rendered = html_report.render(str(folder), runs_dir)
+    page = rendered.html
+    assert_inert(page, frozenset(f"{p.name}.html" for p in rendered.linked))
     assert "its run directory cannot be read: missing spec.json" in page and "fake-fixer" in page
 
 
@@ -387,7 +427,7 @@ def test_a_suite_summary_file_renders_the_suite_page(tmp_path: Path) -> None:
         ),
     )
     page = html_report.render(str(path), tmp_path / "runs")
-    parsed = assert_inert(page.html)
+    parsed = assert_inert(page.html, frozenset(f"{p.name}.html" for p in page.linked))
     text = "".join(parsed.text)
     assert (
         page.id == "s-20261201T000000Z-abcdef"
@@ -463,7 +503,10 @@ def test_a_failed_run_and_its_suite_row_say_why_as_the_box_does(
     )
     assert "agent: \\x1b[31mGatewayError" in run_text  # the agent's bytes, escaped
 
-    suite_text = "".join(assert_inert(html_report.render(record.path.name, runs_dir).html).text)
+    suite_page = html_report.render(record.path.name, runs_dir)
+    suite_text = "".join(
+        assert_inert(suite_page.html, frozenset(f"{p.name}.html" for p in suite_page.linked)).text
+    )
     assert cause in suite_text
 
 

@@ -32,15 +32,63 @@ def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:
     listed = runs.listing(tmp_path)
     assert [r.to_json() for r in listed] == [
         {
+            "kind": "run",
             "run_id": "r1",
             "state": "finished",
             "verdict": "pass",
             "started_at": "t0",
             "tasks": {"a": "done"},
+            "specs": None,
             "resume": None,
         }
     ]
     assert runs.listing(tmp_path / "missing") == []
+
+
+def test_runs_and_suite_runs_are_listed_newest_first(tmp_path: Path) -> None:
+    base = tmp_path / "runs"
+    for run_id, started in (("b-old", "2026-01-01T00:00:00Z"), ("a-new", "2026-03-01T00:00:00.5Z")):
+        (base / run_id).mkdir(parents=True)
+        (base / run_id / "state.json").write_text(
+            json.dumps({"state": "finished", "verdict": "pass", "started_at": started, "tasks": {}})
+        )
+    suite_run = tmp_path / "suites" / "s-mid"
+    suite_run.mkdir(parents=True)
+    (suite_run / "state.json").write_text(
+        json.dumps(
+            {
+                "suite": "s",
+                "source": "suites/s.yaml",
+                "state": "running",  # nobody holds its lock: interrupted
+                "shard": {"index": 2, "count": 3},
+                "started_at": "2026-02-01T00:00:00Z",
+                "runs": [
+                    {"verdict": "pass"},
+                    {"verdict": "breach"},
+                    {"verdict": "pass"},
+                    {"verdict": None},
+                ],
+            }
+        )
+    )
+
+    listed = runs.listing(base)
+
+    assert [(r.run_id, r.kind) for r in listed] == [
+        ("a-new", "run"),
+        ("s-mid", "suite"),
+        ("b-old", "run"),
+    ]
+    suite = listed[1].to_json()
+    assert (suite["state"], suite["specs"], suite["resume"]) == (
+        "interrupted",
+        {"pass": 2, "breach": 1, "not run": 1},
+        f"assure suite suites/s.yaml --shard 2/3 --runs-dir {base}",
+    )
+    assert runs.locate_suite_run("s-mid", base) == suite_run
+    assert runs.locate_suite_run(str(suite_run), base) == suite_run
+    assert runs.locate_suite_run("a-new", base) is None  # a run's id names the run
+    assert runs.locate_suite_run(str(base / "a-new"), base) is None
 
 
 def test_a_run_reference_that_is_neither_an_id_nor_a_folder_is_refused(

@@ -143,3 +143,41 @@ def test_a_pair_claimed_but_never_taken_is_removed_on_close(make, benign, tmp_pa
     taken.root.rename(tmp_path / "attempt-1")
     p.close()
     assert p.discarded == [interrupted.root.name]
+
+
+def test_hits_misses_and_cold_starts_are_counted(make, benign, tmp_path):
+    """Issue 27 item 6: what the suite's summary and the end of its output say of the pool."""
+    import dataclasses
+
+    p = make(size=1)
+    p.want([benign, benign, benign])
+    settle(p)
+    assert p.claim(benign, wait=0.2) is None  # being made, not in time: a miss
+    p.go.set()
+    assert p.wait_full(10)
+    hit = p.claim(benign)
+    assert hit is not None
+    p.started_cold()  # a retry: the pool does not serve it
+    cold = dataclasses.replace(benign, sandbox=dataclasses.replace(benign.sandbox, runtime="runsc"))
+    assert pool.ineligible(cold) and p.claim(cold) is None  # a spec it cannot pool
+    assert p.stats() == {"hits": 1, "misses": 1, "cold_starts": 3}
+    p.give_back(hit)  # its attempt could not take it: cold after all
+    assert p.stats() == {"hits": 0, "misses": 1, "cold_starts": 4}
+
+
+def test_a_suite_runs_pool_starts_add_up_in_its_summary_and_merge(tmp_path):
+    from assure.records import summary
+    from assure.run import suite as suite_mod
+    from tests.unit.test_summary import shards
+
+    s = suite_mod.Suite("p", tmp_path / "p.yaml", "", (spec.load(EXAMPLES / "benign.yaml"),), False)
+    record = suite_mod.SuiteRun.create(tmp_path / "suites", s)
+    record.count_pool({"hits": 2, "misses": 1, "cold_starts": 1})
+    record.count_pool({"hits": 1, "misses": 0, "cold_starts": 2})  # a continued suite run's
+    again = suite_mod.SuiteRun(record.path, s)
+    doc = summary.suite_document(s, again.path, tmp_path / "runs")
+    assert doc["pool"] == {"hits": 3, "misses": 1, "cold_starts": 3} and summary.problems(doc) == []
+    one, two = shards(doc, 2)  # the one spec in shard 1; shard 2's pool ran, for nothing
+    two["pool"] = {"hits": 1, "misses": 1, "cold_starts": 1}
+    merged = summary.merge([("1.json", one), ("2.json", two)])
+    assert merged["pool"] == {"hits": 4, "misses": 2, "cold_starts": 4}

@@ -74,7 +74,7 @@ def test_every_problem_is_named_with_its_line(specs: Path) -> None:
 
     assert (
         found[0]
-        == f"{path}:7: colour: unknown field; allowed here: description, name, pool, specs, stop_on_unexpected, version"
+        == f"{path}:7: colour: unknown field; allowed here: description, epochs, name, pool, specs, stop_on_unexpected, version"
     )
     path.write_text("version: 1\nname: s\nspecs:\n  - one.yaml\n  - missing.yaml\n  - bad.yaml\n")
     found = problems(path)

@@ -508,7 +508,7 @@ def test_junit_has_a_testcase_per_spec_failing_where_the_verdict_is_unexpected(r
         "skipped": "0",
     }
     assert float(suite.get("time")) == pytest.approx(
-        sum(r["duration_seconds"] for r in ran.doc["results"]), abs=0.01
+        summary.seconds_between(ran.doc["started_at"], ran.doc["finished_at"]), abs=0.001
     )
     assert props(suite)["suite_run_id"] == ran.record.suite_run_id
     assert [(c.get("classname"), c.get("name")) for c in found] == [
@@ -531,6 +531,24 @@ def test_junit_has_a_testcase_per_spec_failing_where_the_verdict_is_unexpected(r
     )
     assert failure.text.splitlines()[0] == "verdict fail, the spec expects pass"
     assert "fail assertion_failed " in failure.text
+
+
+def test_junit_suite_time_is_the_wall_time_not_the_sum_of_specs_side_by_side(ran):
+    doc = copy.deepcopy(ran.doc)
+    doc["started_at"], doc["finished_at"] = "2026-01-01T00:00:00Z", "2026-01-01T00:00:11.700Z"
+    for r in doc["results"]:  # four specs of 10.5 s each, two at a time
+        r.update(duration_seconds=10.5)
+
+    suite, found = cases(junit.of_summary(doc))
+    assert suite.get("time") == ET.fromstring(junit.of_summary(doc)).get("time") == "11.700"
+    assert [c.get("time") for c in found] == ["10.500"] * 4
+
+    doc["finished_at"] = None  # unfinished: up to its last spec's end
+    doc["results"][1]["finished_at"] = "2026-01-01T00:00:05Z"
+    doc["results"][2]["finished_at"] = "2026-01-01T00:00:09.250Z"
+    for r in doc["results"][::3]:
+        r["finished_at"] = None
+    assert cases(junit.of_summary(doc))[0].get("time") == "9.250"
 
 
 def test_junit_keeps_hostile_names_visible_and_well_formed(ran):
@@ -853,3 +871,32 @@ def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_j
         "lost: attempt 2 at 2026-01-01T00:01:00Z on node unknown (caller: the caller stopped)",
     ]
     assert found[1].find("system-out").text.splitlines()[4:] == ["ran: here on the caller"]
+
+
+def test_show_takes_a_suite_run_and_lists_its_runs_from_the_records(ran):
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+
+    args = ["show", ran.record.suite_run_id, "--runs-dir", str(ran.runs)]
+    shown = CliRunner().invoke(app, [*args, "--json"])
+    assert shown.exit_code == 0, shown.output
+    doc = json.loads(shown.stdout)
+    assert (doc["kind"], doc["suite"], doc["state"]) == ("suite", "s", "finished")
+    assert [(r["spec"], r["epoch"], r["verdict"], r["run_id"]) for r in doc["results"]] == [
+        (r["spec"], 1, r["verdict"], r["run_id"]) for r in ran.doc["results"]
+    ]
+    table = CliRunner().invoke(app, [*args], env={"COLUMNS": "300"})
+    assert table.exit_code == 0, table.output
+    assert f"suite run {ran.record.suite_run_id} of suite s" in table.stdout
+    for r in ran.doc["results"]:
+        assert r["run_id"] in table.stdout
+    by_folder = CliRunner().invoke(
+        app, ["show", str(ran.record.path), "--runs-dir", str(ran.runs), "--json"]
+    )
+    assert json.loads(by_folder.stdout) == doc
+    listed = CliRunner().invoke(app, ["runs", "--runs-dir", str(ran.runs), "--json"])
+    rows = json.loads(listed.stdout)
+    assert rows[0]["kind"] == "suite" or rows[0]["run_id"] == ran.doc["results"][-1]["run_id"]
+    assert [r["run_id"] for r in rows if r["kind"] == "suite"] == [ran.record.suite_run_id]
+    assert [r["started_at"] for r in rows] == sorted((r["started_at"] for r in rows), reverse=True)
