@@ -39,6 +39,7 @@ def contract(c: Contract | None) -> gate.Contract | None:
         revoked=c.revoked,
         terms=c.terms,
         hash=c.hash,
+        trust=c.trust,
     )
 
 
