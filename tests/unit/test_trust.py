@@ -300,7 +300,7 @@ def worker(ctx: Any) -> int:
     return tamper(ctx) if MODE["breach"] else fix(ctx)
 
 
-def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotion(
+def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotion(  # noqa: F811
     tmp_path, short_tmp, target
 ):
     private, public = keys.generate_keypair(tmp_path / "keys")
@@ -344,3 +344,31 @@ def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotio
     )
     assert [(e["from"], e["to"]) for e in report["events"]] == [(0, 1), (1, 0)]
     assert report["entries"] == 5
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+
+    ledger, runs_dir = str(tmp_path / "runs" / layout.TRUST / trust.LEDGER), str(tmp_path / "runs")
+    cli = CliRunner()
+    verified = cli.invoke(
+        app,
+        ["trust", "verify", ledger, "--public-key", str(public), "--runs-dir", runs_dir, "--json"],
+    )
+    assert verified.exit_code == 0, verified.output
+    agent = json.loads((runs[0] / layout.RECEIPTS).glob("main-*.json").__next__().read_text())
+    shown = cli.invoke(
+        app,
+        ["trust", "show", agent["trust"]["agent"][:20], "--public-key", str(public)]
+        + ["--runs-dir", runs_dir],
+        env={"COLUMNS": "300"},
+    )
+    assert shown.exit_code == 0 and "propose" in shown.output and "breach" in shown.output, (
+        shown.output
+    )
+    (runs[0] / layout.RECEIPTS).joinpath("x.json").write_text("{}")  # not a receipt: skipped
+    book = Path(ledger)
+    book.write_bytes(book.read_bytes().splitlines(keepends=True)[0])  # rolled back to 1 entry
+    refused = cli.invoke(
+        app, ["trust", "verify", ledger, "--public-key", str(public), "--runs-dir", runs_dir]
+    )
+    assert refused.exit_code == 1 and "rolled back" in refused.output, refused.output
