@@ -300,8 +300,8 @@ def worker(ctx: Any) -> int:
     return tamper(ctx) if MODE["breach"] else fix(ctx)
 
 
-def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotion(  # noqa: F811
-    tmp_path, short_tmp, target
+def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotion(
+    tmp_path, short_tmp, target  # noqa: F811 (the fixtures imported above)
 ):
     private, public = keys.generate_keypair(tmp_path / "keys")
     contract = {
