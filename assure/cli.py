@@ -2161,8 +2161,9 @@ def trust_show(
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """AGENT's trust in each scope: its level, why, what would change it, and every rise and fall
-    with the receipts it counted."""
+    """AGENT's earned trust in each scope, why, and what would change it.
+
+    Every rise and fall is listed with the receipts it counted."""
     from assure.records import layout, trust
 
     try:
@@ -2209,9 +2210,10 @@ def trust_verify(
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """Recompute every level in LEDGER from the receipts it holds alone, offline: each entry's
-    signature and place in the chain, each receipt's signature, time and pinned head, and the
-    receipts under --runs-dir against it (a rolled-back ledger shows)."""
+    """Recompute every level in LEDGER from its receipts alone, offline.
+
+    Checks each entry's signature and place in the chain, each receipt's signature, time and
+    pinned head, and the receipts under --runs-dir against it (a rolled-back ledger shows)."""
     try:
         report = _trust_report(ledger, public_key, runs_dir)
     except AssureError as exc:
