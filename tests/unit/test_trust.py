@@ -301,7 +301,9 @@ def worker(ctx: Any) -> int:
 
 
 def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotion(
-    tmp_path, short_tmp, target  # noqa: F811 (the fixtures imported above)
+    tmp_path,
+    short_tmp,
+    target,  # noqa: F811 (the fixtures imported above)
 ):
     private, public = keys.generate_keypair(tmp_path / "keys")
     contract = {
@@ -372,3 +374,17 @@ def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotio
         app, ["trust", "verify", ledger, "--public-key", str(public), "--runs-dir", runs_dir]
     )
     assert refused.exit_code == 1 and "rolled back" in refused.output, refused.output
+
+
+def test_under_a_trust_policy_an_attempts_own_live_effects_get_no_static_trust(tmp_path):
+    from assure.run import policy
+
+    plain = write_spec(tmp_path, "fix", contract=ratified(["fs:**"]), assertions=ACCEPTANCE)
+    earning = write_spec(
+        tmp_path,
+        "fix2",
+        contract={**ratified(["fs:**"]), "trust": {"earn": {"after": 1}, "max": "commit"}},
+        assertions=ACCEPTANCE,
+    )
+    assert policy.gateway_policy(plain)["verifier_trust"] == policy.verifier_trust(plain)
+    assert policy.gateway_policy(earning)["verifier_trust"] == gate.PROPOSE
