@@ -319,19 +319,21 @@ def test_the_driver_earns_commit_over_runs_and_a_breach_denies_the_next_promotio
         max_attempts=1,
     )
 
+    runs: list[Path] = []
+
     def once(breach: bool = False) -> str:
         MODE["breach"] = breach
         run = new_run(tmp_path, spec)
         shutil.rmtree(short_tmp, ignore_errors=True)
         Path(short_tmp).mkdir()
         result, _ = drive(spec, run, short_tmp, {"worker": worker}, signing_key=private)
+        runs.append(run.path)  # in the order they ran (two ids of one second sort by chance)
         return result.report["tasks"][0]["state"]
 
     assert [once(), once()] == ["proposed", "proposed"]  # two passes earned, none before
     assert once() == "committed"
     assert once(breach=True) == "quarantined"
     assert once() == "proposed"  # the breach dropped it: the promotion that needed it is denied
-    runs = sorted((tmp_path / "runs").glob("fake-worker-*"))
     dropped = [a for a in (runs[3] / layout.ALERTS).iterdir() if a.name.startswith("trust_dropped")]
     assert dropped and "breach" in json.loads(dropped[0].read_text())["message"]
     report = trust.verify_ledger(
