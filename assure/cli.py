@@ -1760,6 +1760,18 @@ receipts_app = typer.Typer(
     help="Verify a run's signed receipts and sealed logs.",
 )
 app.add_typer(receipts_app, name="receipts")
+trust_app = typer.Typer(
+    no_args_is_help=True,
+    context_settings=HELP,
+    help="Earned autonomy: the trust an agent earned in the signed trust ledger.",
+)
+app.add_typer(trust_app, name="trust")
+TRUST_KEY_OPTION = typer.Option(
+    None,
+    "--public-key",
+    metavar="FILE",
+    help="Ed25519 public key (PEM) the ledger is signed with (default: `assure keys`' own).",
+)
 
 
 @keys_app.command("generate")
@@ -2214,6 +2226,119 @@ _help_as_text(app, set())
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
+
+
+def _trust_report(ledger: Path, public_key: Path | None, runs: Path | None) -> dict[str, Any]:
+    """The whole ledger replayed from its receipts (and the runs' receipts checked against it)."""
+    from assure.records import keys, layout, trust
+
+    key = keys.load_public(public_key or keys.default_key_dir() / keys.PUBLIC_NAME)
+    found = []
+    for path in sorted(runs.glob(f"*/{layout.RECEIPTS}/*.json")) if runs else ():
+        if path.name != layout.SEAL and not path.is_symlink() and path.is_file():
+            try:
+                found.append(json.loads(path.read_bytes()))
+            except (ValueError, OSError):
+                continue  # not a receipt: `assure receipts verify` judges it
+    return trust.verify_ledger(ledger, key, receipts=found)
+
+
+def _level_name(n: int) -> str:
+    from assure.core import gate
+
+    return {v: k for k, v in gate.LEVELS.items()}.get(n, str(n))
+
+
+@trust_app.command("show")
+def trust_show(
+    agent: str = typer.Argument(
+        ...,
+        metavar="AGENT",
+        help="The agent's identity digest (a receipt's trust.agent), or its start.",
+    ),
+    scope: str | None = typer.Option(
+        None, "--scope", metavar="SCOPE", help="Only this scope (CONTRACT-ID@HASH)."
+    ),
+    public_key: Path | None = TRUST_KEY_OPTION,
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """AGENT's earned trust in each scope, why, and what would change it.
+
+    Every rise and fall is listed with the receipts it counted."""
+    from assure.records import layout, trust
+
+    try:
+        report = _trust_report(runs_dir / layout.TRUST / trust.LEDGER, public_key, runs_dir)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    wanted = agent.removeprefix("sha256:")
+    shown = {
+        k: lv
+        for k, lv in report["levels"].items()
+        if k.split(" ", 1)[0].removeprefix("sha256:").startswith(wanted)
+        and scope in (None, k.split(" ", 1)[1])
+    }
+    events = [e for e in report["events"] if trust.key_of(e["agent"], e["scope"]) in shown]
+    if json_out:
+        _print_json({"levels": shown, "events": events})
+        raise typer.Exit(0)
+    if not shown:
+        raise _fail(
+            AssureError(
+                f"the trust ledger has no history for agent {agent!r}"
+                + (f" in scope {scope!r}" if scope else ""),
+                fix="a receipt's trust.agent names an agent; `assure trust verify LEDGER` lists them",
+            )
+        )
+    for k, lv in shown.items():
+        name, where = k.split(" ", 1)
+        out.print(plain(f"{name} in {where}: {_level_name(lv['level'])}", "bold"))
+        out.print(plain(f"  why: {lv['why']}"))
+        out.print(plain(f"  what would change it: {lv['next']}"))
+        for e in (e for e in events if trust.key_of(e["agent"], e["scope"]) == k):
+            out.print(
+                plain(
+                    f"  {e['time']} {_level_name(e['from'])} -> {_level_name(e['to'])}: {e['why']}"
+                    f" ({len(e['receipts'])} receipt(s): {', '.join(r[:12] for r in e['receipts'])})"
+                )
+            )
+
+
+@trust_app.command("verify")
+def trust_verify(
+    ledger: Path = typer.Argument(..., metavar="LEDGER", help="The trust ledger (ledger.jsonl)."),
+    public_key: Path | None = TRUST_KEY_OPTION,
+    runs_dir: Path = RUNS_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Recompute every level in LEDGER from its receipts alone, offline.
+
+    Checks each entry's signature and place in the chain, each receipt's signature, time and
+    pinned head, and the receipts under --runs-dir against it (a rolled-back ledger shows)."""
+    try:
+        report = _trust_report(ledger, public_key, runs_dir)
+    except AssureError as exc:
+        if json_out:
+            _print_json({"verified": False, "message": exc.message})
+            raise typer.Exit(1) from None
+        raise _fail(exc) from None
+    if json_out:
+        _print_json(
+            {"verified": True, **{k: report[k] for k in ("entries", "head", "levels", "events")}}
+        )
+        raise typer.Exit(0)
+    table = _whole("agent", "scope", "level", "why")
+    for k, lv in report["levels"].items():
+        name, where = k.split(" ", 1)
+        table.add_row(plain(name), plain(where), plain(_level_name(lv["level"])), plain(lv["why"]))
+    _print_table(table)
+    out.print(
+        plain(
+            f"{ledger}: {report['entries']} entries verified, {len(report['events'])} rises and falls",
+            "green",
+        )
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -152,6 +152,7 @@ class Contract:
     expires_at: str | None = None  # ISO 8601, as written
     terms: dict[str, str] | None = None  # each term's digest, as ratified (`assure contract hash`)
     hash: str | None = None
+    trust: dict[str, Any] | None = None  # earned autonomy's policy, defaults filled (records/trust)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Contract:
@@ -168,6 +169,7 @@ class Contract:
             expires_at=c.get("expires_at"),
             terms=c.get("terms"),
             hash=c.get("hash"),
+            trust=c.get("trust"),
         )
 
 

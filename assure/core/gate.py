@@ -52,6 +52,7 @@ class Contract:
     revoked: bool = False
     terms: Mapping[str, str] | None = None
     hash: str | None = None
+    trust: Mapping[str, Any] | None = None  # earned autonomy's policy (records/trust), as JSON
 
 
 # What "done" means, pinned by ratification: the contract's own terms, then what the attempt
@@ -68,6 +69,7 @@ TERMS = (
     "assertions",
     "protected",
     "writable",
+    "trust",  # pinned only when the contract has a trust policy, so older ratifications stand
 )
 
 
@@ -89,8 +91,13 @@ def contract_terms(
         "assertions": assertions,
         "protected": list(protected),
         "writable": list(writable),
+        "trust": None if contract.trust is None else dict(contract.trust),
     }
-    return {name: digest(values[name]) for name in TERMS}
+    return {
+        name: digest(values[name])
+        for name in TERMS
+        if name != "trust" or contract.trust is not None
+    }
 
 
 def contract_hash(terms: Mapping[str, str]) -> str:

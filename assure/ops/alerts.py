@@ -41,6 +41,7 @@ class AlertKind(StrEnum):
     QUARANTINE = "quarantine"
     STALE_HEALTH = "stale_health"
     COMMIT_FAILED = "commit_failed"
+    TRUST_DROPPED = "trust_dropped"  # earned autonomy fell to propose (run/earned), and why
     # the monitor's registered anomaly classes (assure/ops/anomalies.py ANOMALIES), one kind each
     RATE_OF_CHANGE = "rate_of_change"
     DUPLICATION_RATIO = "duplication_ratio"

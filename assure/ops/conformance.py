@@ -507,6 +507,69 @@ def signed_aar(bench: Bench) -> Result:
     )
 
 
+def earned_autonomy(bench: Bench) -> Result:
+    """One agent (same image, files, command) runs the same contract again and again: the
+    policy's 2 verified passes raise the dial from propose to commit, one breach drops it, and
+    a forged receipt appended to a copy of the ledger earns nothing."""
+    from assure.records import layout, trust
+
+    staged = bench.stage("earned-autonomy")
+    breach = bench.root / "earned-autonomy" / "breach.yaml"
+    data = yaml.safe_load(staged.spec.read_text(encoding="utf-8"))
+    data["agent"]["env"] = {"MODE": "breach"}  # not part of the agent's identity
+    breach.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    states, timings = [], []
+    for spec in (staged.spec, staged.spec, staged.spec, breach, staged.spec):
+        started = time.monotonic()
+        report = bench.run_json(Staged(spec, staged.target, {}))
+        timings.append(round(time.monotonic() - started, 2))
+        states.append(report["tasks"][0]["state"])
+    public = keys.load_private(bench.key).public_key()
+    folder = bench.runs / layout.TRUST
+    t0 = time.perf_counter()
+    verified = trust.verify_ledger(folder / trust.LEDGER, public)
+    verify_ms = round((time.perf_counter() - t0) * 1000, 2)
+    copy = bench.root / "forged-ledger"
+    shutil.copytree(folder, copy)
+    receipt = json.loads(
+        next((bench.run_dirs()[0] / layout.RECEIPTS).glob("main-*.json")).read_text()
+    )
+    receipt["trust"] = {**receipt["trust"], "attempt": "forged/main/1"}  # a new attempt, unsigned
+    entry, _ = trust.Ledger(copy, public).append(receipt, keys.load_private(bench.key))
+    dropped = [a for a in bench.alerts(alerts.AlertKind.TRUST_DROPPED) if "breach" in a.message]
+    checks = [
+        (
+            "two verified passes earned nothing before them: proposed, proposed",
+            states[:2] == ["proposed", "proposed"],
+        ),
+        ("after two verified passes the third run committed", states[2] == "committed"),
+        ("the breach was quarantined", states[3] == "quarantined"),
+        ("after the breach the next verified run was only proposed", states[4] == "proposed"),
+        ("a trust_dropped alert says it was a breach", bool(dropped)),
+        (
+            "the ledger verifies offline: up to commit, then down to propose",
+            [(e["from"], e["to"]) for e in verified["events"]] == [(0, 1), (1, 0)],
+        ),
+        ("a forged receipt is refused (recorded as unverified)", entry["outcome"] == "unverified"),
+    ]
+    ledger_bytes = (folder / trust.LEDGER).stat().st_size
+    return Result.judged(
+        "earned_autonomy",
+        checks,
+        spec="earned-autonomy.yaml",
+        evidence={
+            "states": states,
+            "run_seconds": timings,
+            "events": verified["events"],
+            "ledger_entries": verified["entries"],
+            "ledger_bytes_per_entry": ledger_bytes // max(verified["entries"], 1),
+            "checkpoint_bytes": (folder / trust.CHECKPOINT).stat().st_size,
+            "full_verify_ms": verify_ms,
+            "forged": {"outcome": entry["outcome"], "alert": [a.message for a in dropped][:1]},
+        },
+    )
+
+
 def missing_verifier(bench: Bench) -> Result:
     staged = bench.stage("missing-verifier")
     report = bench.run_json(staged)
@@ -663,6 +726,7 @@ SCENARIOS: dict[str, Callable[[Bench], Result]] = {
     "chaos_dup_key": dup_key,
     "chaos_budget_thermal": budget_thermal,
     "chaos_signed_aar": signed_aar,
+    "earned_autonomy": earned_autonomy,
     "missing_verifier_propose_only": missing_verifier,
     "max_attempts_quarantine": max_attempts,
     "forged_rollback_irreversible": forged_rollback,

@@ -74,6 +74,11 @@ class ContainerFacts:
         return self.data.get("inspect")
 
     @property
+    def image(self) -> str | None:
+        """The image the engine ran the agent's container from, by id where the engine gives one."""
+        return self.data.get("image")
+
+    @property
     def engine_security(self) -> Any:
         return self.data.get("engine_security")
 

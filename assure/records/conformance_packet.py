@@ -34,6 +34,7 @@ OBLIGATIONS: dict[str, str] = {
     "chaos_dup_key": "two actions with one idempotency key: one effect",
     "chaos_budget_thermal": "drive a budget breach: halt + alert within N s, N measured",
     "chaos_signed_aar": "export the receipt chain: an independent verifier validates it with the public key",
+    "earned_autonomy": "L5: N verified passes raise the dial from propose to commit; one breach drops it; a forged receipt is refused",
     "missing_verifier_propose_only": "no verifier: trust 0, propose-only, nothing committed",
     "max_attempts_quarantine": "max attempts reached: terminal quarantine with a pending alert",
     "forged_rollback_irreversible": "a rollback_ref that does not resolve for the effect: the action counts as irreversible",

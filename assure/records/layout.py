@@ -45,6 +45,8 @@ IDEMPOTENCY_DB = "idempotency.sqlite"  # in gateway-state/
 RECEIPTS = "receipts"
 SEAL = "seal.json"
 ALERTS = "alerts"
+TRUST_RECORDED = "trust-recorded.json"  # the attempts this run put in the trust ledger
+TRUST = "trust"  # beside the runs: the trust ledger (records/trust) and its checkpoint
 
 SLUG_MAX = 40  # characters of a task id kept, after encoding, in its file names
 DIGEST_CHARS = 12  # hex digits of the task id's SHA-256 that make its file names unique
@@ -362,6 +364,10 @@ class RunPaths:
     @property
     def seal(self) -> Path:
         return self.receipts / SEAL
+
+    @property
+    def trust_recorded(self) -> Path:
+        return self.root / TRUST_RECORDED
 
     @property
     def alerts(self) -> Path:

@@ -15,8 +15,7 @@ from assure.errors import AssureError
 from assure.records import layout
 from assure.records.keys import ALG
 
-AAR_VERSION = "2"  # 2 added `changeset`; a version-1 receipt still verifies, its step 7 NOT-RUN
-AAR_VERSIONS = ("1", AAR_VERSION)
+AAR_VERSION = "3"  # 2 added `changeset`, 3 `trust`; a version-1 receipt verifies, step 7 NOT-RUN
 SEAL_VERSION = "1"
 VERDICTS = ("verified", "rejected")
 GROUND_TRUTHS = ("confirmed", "contradicted")
@@ -52,7 +51,16 @@ RECEIPT_FIELDS_V1 = frozenset(
         "signature",
     }
 )
-RECEIPT_FIELDS = RECEIPT_FIELDS_V1 | {"changeset"}
+RECEIPT_FIELDS_BY_VERSION = {
+    "1": RECEIPT_FIELDS_V1,
+    "2": RECEIPT_FIELDS_V1 | {"changeset"},
+    AAR_VERSION: RECEIPT_FIELDS_V1 | {"changeset", "trust"},
+}
+AAR_VERSIONS = tuple(RECEIPT_FIELDS_BY_VERSION)
+# What the trust ledger (records/trust) reads of a receipt: who ran, under which contract, how it
+# ended, and the ledger head as it stood when the receipt was issued (rollback shows against it).
+TRUST_FIELDS = frozenset({"agent", "identity", "scope", "attempt", "outcome", "policy", "ledger"})
+TRUST_OUTCOMES = ("pass", "fail", "breach", "quarantine")
 CHANGESET_FIELDS = frozenset({"attempt", "sha256", "changes"})
 CHECK_FIELDS = frozenset({"source", "query", "observed_at", "response_sha256", "excerpt"})
 SEAL_FIELDS = frozenset({"run_id", "sealed_at", "logs", "merkle_root"})
@@ -139,9 +147,9 @@ def check_receipt(r: Any, path: str) -> None:
         path,
         f"aar version {r.get('aar')!r}, expected one of {', '.join(map(repr, AAR_VERSIONS))}",
     )
-    _exact_fields(
-        r, RECEIPT_FIELDS if r["aar"] == AAR_VERSION else RECEIPT_FIELDS_V1, path, "receipt"
-    )
+    _exact_fields(r, RECEIPT_FIELDS_BY_VERSION[r["aar"]], path, "receipt")
+    if r.get("trust") is not None:
+        _check_trust(r["trust"], path)
     if r.get("changeset") is not None:
         _exact_fields(r["changeset"], CHANGESET_FIELDS, path, "changeset")
         fail_unless(
@@ -215,6 +223,32 @@ def check_receipt(r: Any, path: str) -> None:
     check_seal(r["seal"], path)
     _check_signature_shape(r["signature"], path)
     canonical(r, 1, path)
+
+
+def _check_trust(t: Any, path: str) -> None:
+    _exact_fields(t, TRUST_FIELDS, path, "trust")
+    for name in ("agent", "scope", "attempt"):
+        fail_unless(_is_text(t[name]), path, f"trust.{name} must be a non-empty string")
+    fail_unless(isinstance(t["identity"], dict), path, "trust.identity must be an object")
+    fail_unless(
+        t["outcome"] in TRUST_OUTCOMES,
+        path,
+        f"trust.outcome must be one of {', '.join(TRUST_OUTCOMES)}",
+    )
+    fail_unless(
+        t["policy"] is None or isinstance(t["policy"], dict), path, "trust.policy must be an object"
+    )
+    if t["ledger"] is None:  # unsigned, or the ledger could not be read: nothing is counted
+        return
+    _exact_fields(t["ledger"], frozenset({"entries", "head"}), path, "trust.ledger")
+    entries, head = t["ledger"]["entries"], t["ledger"]["head"]
+    fail_unless(type(entries) is int and entries >= 0, path, "trust.ledger.entries must be a count")
+    fail_unless(
+        (entries == 0 and head is None)
+        or (entries > 0 and isinstance(head, str) and bool(_HEX64.match(head))),
+        path,
+        "trust.ledger.head must be 64 hex digits (null for an empty ledger)",
+    )
 
 
 def _is_timestamp(value: Any) -> bool:

@@ -51,10 +51,12 @@ def build_receipt(
     scope_id: str,
     seal: dict[str, Any],
     changeset: dict[str, Any] | None = None,
+    trust: dict[str, Any] | None = None,
     issued: str | None = None,
 ) -> dict[str, Any]:
     """An unsigned AAR record (`signature: null`); checked as step 1 of `verify_run` would.
-    `changeset` is `changeset_of(...)` for the attempt the receipt speaks for (None: no attempt)."""
+    `changeset` is `changeset_of(...)` for the attempt the receipt speaks for (None: no attempt);
+    `trust` what the trust ledger counts it as (`trust.receipt_trust`; None: no attempt)."""
     record = {
         "aar": AAR_VERSION,
         "run_id": run_id,
@@ -70,6 +72,7 @@ def build_receipt(
         "scope_id": scope_id,
         "seal": seal,
         "changeset": changeset,
+        "trust": trust,
         "issued": issued or utc_now(),
         "signature": None,
     }

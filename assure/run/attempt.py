@@ -29,7 +29,7 @@ from assure.core import confined, control, private
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
 from assure.ops import health
-from assure.records import store
+from assure.records import store, trust
 from assure.records.attempt_record import AttemptRecord, ContainerFacts
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run import pool as warm
@@ -803,6 +803,7 @@ class Attempt:
             "Mounts": inspect.get("Mounts", []),
             "AppArmorProfile": inspect.get("AppArmorProfile"),
         }
+        facts["image"] = trust.image_of(inspect)  # the id it ran from: the agent's identity
         facts["engine_security"] = self.backend.security_options()
         facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
         layer = self.backend.writable_layer(self._agent)

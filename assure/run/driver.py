@@ -25,12 +25,12 @@ from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, describe
 from assure.ops import alerts, health
 from assure.ops.alerts import AlertKind
-from assure.records import keys, layout, receipts, store
+from assure.records import keys, layout, receipts, store, trust
 from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import RunPaths
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
-from assure.run import failpoints, promote
+from assure.run import earned, failpoints, promote
 from assure.run.attempt import Attempt, Progress, fresh_copy
 from assure.run.pool import WarmPool, remove_wakes
 from assure.run.reasons import attempt_reason
@@ -178,7 +178,13 @@ class Driver:
             finally:
                 self.events.close()  # sealed next: nothing more is appended to it
             issue_receipts(
-                self.run, self.spec, self.state, self.signing_key, self.records, self._judged
+                self.run,
+                self.spec,
+                self.state,
+                self.signing_key,
+                self.records,
+                self._judged,
+                sinks=self.sinks,
             )
             return RunResult(self.run.path, report)
 
@@ -297,7 +303,9 @@ class Driver:
                 f"({ts['attempts'][-1].get('verdict')}), but a breached task is never promoted",
             )
         record = self.records.get(n)
-        decision = promote.decide(task_spec(self.spec, task, self._base()), self.run, record)
+        decision = promote.decide(
+            task_spec(self.spec, task, self._base()), self.run, record, signing_key=self.signing_key
+        )
         if ts["state"] != TaskState.PROMOTING:
             ts["state"] = TaskState.PROMOTING
             self._record("promote_started", task=task.id, attempt=n, decision=decision.to_json())
@@ -549,7 +557,13 @@ def promote_proposed(
         _require_same_signer(run, signing_key)
         decided = [(t, records.get(state["tasks"][t.id]["attempts"][-1]["n"])) for t in wanted]
         decisions = [
-            (t, r, promote.decide(task_spec(spec, t, run.paths.base), run, r, dial=dial))
+            (
+                t,
+                r,
+                promote.decide(
+                    task_spec(spec, t, run.paths.base), run, r, dial=dial, signing_key=signing_key
+                ),
+            )
             for t, r in decided
         ]
         if not any(d.allowed for _, _, d in decisions):
@@ -629,6 +643,7 @@ def issue_receipts(
     records: Records,
     judged: Mapping[int, AttemptRecord] | None = None,
     overruled: str | None = None,
+    sinks: alerts.Sinks | None = None,
 ) -> None:
     """Seal the run's logs and issue one AAR per resolved task (signed when a key is given);
     `overruled` (why the run's verdict is not the one its record gives: a cluster's claimed
@@ -651,6 +666,7 @@ def issue_receipts(
             if r.judgement is not None and (head := r.judgement.journal_head) is not None
         }
         seal = seal_run(run.path, heads)
+        pinned = earned.head(run.path.parent, signing_key)
         for task in spec.tasks:
             ts = state["tasks"][task.id]
             if ts["state"] not in TERMINAL or not ts["attempts"]:
@@ -687,9 +703,26 @@ def issue_receipts(
                 changeset=receipts.changeset_of(run.path, last.number, last.changes())
                 if last.judgement is not None
                 else None,
+                trust=trust.receipt_trust(
+                    ident=earned.identity(spec, last),
+                    contract=task.contract,
+                    attempt=f"{run.run_id}/{task.id}/{last.number}",
+                    outcome=_outcome(ts["state"], judgement.verdict, verified, overruled),
+                    head=pinned,
+                ),
             )
             receipts.write_receipt(run.path, receipts.sign(record, key) if key else record)
         write_seal(run.path, seal, key)
+    earned.record(run.path, signing_key, sinks or alerts.Sinks())
+
+
+def _outcome(state: str, verdict: Verdict, verified: bool, overruled: str | None) -> str:
+    """What the trust ledger counts a receipt as: a pass, a fail, or a fall."""
+    if verdict == Verdict.BREACH or overruled is not None:
+        return "breach"
+    if state == TaskState.QUARANTINED:
+        return "quarantine"
+    return "pass" if verified else "fail"
 
 
 def _standing_record(attempts: list[dict[str, Any]], records: Records) -> AttemptRecord:

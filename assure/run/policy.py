@@ -39,6 +39,7 @@ def contract(c: Contract | None) -> gate.Contract | None:
         revoked=c.revoked,
         terms=c.terms,
         hash=c.hash,
+        trust=c.trust,
     )
 
 
@@ -119,7 +120,11 @@ def gateway_policy(spec: Spec) -> dict[str, Any]:
         "assertions": pins["assertions"],
         "writable": pins["writable"],
         "operator_dial": gate.LEVELS[spec.autonomy.dial],
-        "verifier_trust": verifier_trust(spec),
+        # under a trust policy, trust is earned per agent in the host's ledger (run/earned), which
+        # promote consults; an attempt's own live effects get none of it yet: fail closed
+        "verifier_trust": gate.PROPOSE
+        if spec.contract is not None and spec.contract.trust is not None
+        else verifier_trust(spec),
         "human_gates": [
             {**dataclasses.asdict(g), "expires_at": epoch(g.expires_at)}
             for g in spec.autonomy.human_gates

@@ -34,7 +34,7 @@ from assure.core.chain import iter_chain
 from assure.errors import AssureError
 from assure.records import applied, layout, store
 from assure.records.attempt_record import AttemptRecord
-from assure.run import policy
+from assure.run import earned, policy
 from assure.spec import Spec
 from assure.textsafe import display
 from assure.verify.snapshot import Snapshot
@@ -58,11 +58,17 @@ class PromoteError(AssureError):
 
 
 def decide(
-    spec: Spec, run: store.RunDir, record: AttemptRecord, *, dial: str | None = None
+    spec: Spec,
+    run: store.RunDir,
+    record: AttemptRecord,
+    *,
+    dial: str | None = None,
+    signing_key: Path | None = None,
 ) -> gate.Decision:
     """One decision per changed path; the first that is not `allow` decides. The operator's
     dial is `dial` when given (a later `assure promote --dial`), else the run's control record;
-    either only lowers the spec's own."""
+    either only lowers the spec's own. Under a contract's trust policy the verifier's trust is
+    at most what the agent earned in the trust ledger (`signing_key`'s, beside the runs)."""
     if spec.promote is None:
         return gate.Decision(
             gate.DENY, "promote.no_target", "no promote target in the spec: propose-only"
@@ -85,7 +91,7 @@ def decide(
         assertions=policy.pinned(spec)["assertions"],
         writable=spec.workspace.writable,
         operator_dial=level,
-        verifier_trust=policy.verifier_trust(spec),
+        verifier_trust=verifier_trust(spec, run, record, signing_key),
         verifier_fresh=has_verifier,
         rollbacks={rollback: ("fs:**",)},
         halted=override.halted,  # the backup covers every promoted path
@@ -463,3 +469,13 @@ def _git_commit(target: Path, run_id: str, task_id: str, paths: list[str]) -> st
         f"assure: task {display(task_id)}\n\n{trailer}\n",
     )
     return git("rev-parse", "HEAD")
+
+
+def verifier_trust(
+    spec: Spec, run: store.RunDir, record: AttemptRecord, signing_key: Path | None
+) -> int:
+    """The spec's verifier trust, lowered to what the agent earned if the contract asks it to."""
+    granted = policy.verifier_trust(spec)
+    if spec.contract is None or spec.contract.trust is None:
+        return granted
+    return min(granted, earned.earned(spec, record, run.path.parent, signing_key)[0])

@@ -55,7 +55,7 @@ def test_the_live_packet_passes_every_row_and_verifies_with_the_public_key(
         capture_output=True,
         text=True,
     )
-    assert ok.returncode == 0 and "11 PASS" in ok.stdout, ok.stdout + ok.stderr
+    assert ok.returncode == 0 and "12 PASS" in ok.stdout, ok.stdout + ok.stderr
     packet["figures"]["effects_under_duplicate_key"] = 2
     (tmp_path / "tampered.json").write_text(json.dumps(packet))
     bad = subprocess.run(

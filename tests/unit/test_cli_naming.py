@@ -40,6 +40,8 @@ FILLERS = {
     "FILE...": str(DEFAULT_SPEC),
     "[SPEC]...": str(DEFAULT_SPEC),
     "PACKET": str(DEFAULT_SPEC),
+    "AGENT": "sha256:0",
+    "LEDGER": str(DEFAULT_SPEC),
 }
 
 

@@ -633,7 +633,8 @@ def test_contract_hash_covers_the_terms_only() -> None:
     assert (
         C.hash is not None and C.hash.startswith("sha256:") and len(C.hash) == len("sha256:") + 64
     )
-    assert C.hash == contract_hash(C.terms) and list(C.terms) == list(gate.TERMS)
+    assert C.hash == contract_hash(C.terms)
+    assert list(C.terms) == [t for t in gate.TERMS if t != "trust"]  # only a trust policy pins it
     assert (
         contract_terms(
             dataclasses.replace(C, ratified_by="zed", revoked=True, terms=None, hash="x"), **PINNED
@@ -665,6 +666,9 @@ CHANGES: dict[
     "assertions": {"assertions": [{"task": "main", "assertions": [{"exit_code": 1}]}]},
     "protected": {"protected": ("tests/**", "docs/**")},
     "writable": {"writable": ("src/**", "out/**")},
+    "trust": {  # a trust policy added after ratification (the ledger would raise the dial)
+        "contract": dataclasses.replace(C, trust={"earn": {"after": 1}, "max": "commit"})
+    },
 }
 
 

@@ -57,7 +57,10 @@ def attempt_run(
         seal, "task-1", changeset=receipts.changeset_of(run, 1, [c.to_json() for c in changes])
     )
     if version == "1":
-        record = {**{k: v for k, v in record.items() if k != "changeset"}, "aar": "1"}
+        record = {
+            **{k: v for k, v in record.items() if k not in ("changeset", "trust")},
+            "aar": "1",
+        }
     receipts.write_receipt(run, receipts.sign(record, key))
     write_seal(run, seal, key)
     return run

@@ -186,8 +186,9 @@ def test_receipt_has_every_field_machine_md_names(
         "issued",
         "signature",
         "changeset",
+        "trust",
     }
-    assert record["aar"] == "2" and record["changeset"] is None  # these tasks name no attempt
+    assert record["aar"] == "3" and record["changeset"] is None  # these tasks name no attempt
     assert record["task"] == {"id": "task-1", "claim": "tests in tests/ pass"}
     assert record["signature"]["alg"] == "Ed25519"
     assert record["signature"]["key_id"] == keys.key_id(keypair[1])
