@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # INSTALL_SPECS: examples whose agent.install image is built too (Claude Code: a one-time
-# download of 157 MiB and about a minute; mini-swe-agent: 40 MiB of wheels, +170 MB of image,
+# download of 157 MiB and about a minute; mini-swe-agent: 54 MB of wheels, +170 MB of image,
 # about 40 s; cached by content after that).
 INSTALL_SPECS ?= specs/examples/claude-code.yaml specs/examples/mini-swe-agent.yaml
 
