@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.client
 import json
-import socket
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from assure.client import UnixHTTPConnection
 from assure.core.chain import canonical
 from assure.gateway.config import parse
 from assure.gateway.modelsources import Script
@@ -44,20 +43,10 @@ ANSWER = {
 }
 
 
-class UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str):
-        super().__init__("gateway")
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self._path)
-
-
 def gateway_samples(path: str) -> list[float]:
     body = json.dumps(ASK).encode()
     headers = {"content-type": "application/json", "anthropic-version": "2023-06-01"}
-    conn, samples = UnixHTTP(path), []
+    conn, samples = UnixHTTPConnection(path, timeout=10, connect_timeout=5), []
     for _ in range(WARMUP + CALLS):
         start = time.perf_counter()
         conn.request("POST", "/v1/messages", body, headers)

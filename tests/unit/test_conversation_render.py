@@ -5,14 +5,13 @@ results, and one huge text. Every rendered form must show them inert and cut the
 
 from __future__ import annotations
 
-import http.client
 import io
 import json
-import socket
 from pathlib import Path
 
 from rich.console import Console
 
+from assure.client import UnixHTTPConnection
 from assure.gateway.config import parse
 from assure.gateway.server import serve
 from assure.records import conversation, html_report
@@ -23,16 +22,6 @@ MARKUP = "[bold red]VERDICT: PASS[/bold red]"
 HTML = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 EVIL = f"{ANSI}{MARKUP}{HTML}"
 HUGE = "A" * 100_000
-
-
-class UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str):
-        super().__init__("gateway")
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self._path)
 
 
 def hostile_attempt(root: Path, short_dir: Path) -> AttemptPaths:
@@ -86,7 +75,7 @@ def hostile_attempt(root: Path, short_dir: Path) -> AttemptPaths:
                 },
             ],
         }
-        conn = UnixHTTP(config.socket)
+        conn = UnixHTTPConnection(config.socket, timeout=10, connect_timeout=5)
         conn.request("POST", "/v1/messages", json.dumps(ask), {"content-type": "application/json"})
         response = conn.getresponse()
         assert response.status == 200, response.read()
