@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-# INSTALL_SPECS: examples whose agent.install image is built too (Claude Code's: a one-time
-# download of 157 MiB and about a minute; cached by content after that).
-INSTALL_SPECS ?= specs/examples/claude-code.yaml
+# INSTALL_SPECS: examples whose agent.install image is built too (Claude Code: a one-time
+# download of 157 MiB and about a minute; mini-swe-agent: 54 MB of wheels, +170 MB of image,
+# about 40 s; cached by content after that).
+INSTALL_SPECS ?= specs/examples/claude-code.yaml specs/examples/mini-swe-agent.yaml
 
 # The base image is bootstrapped with debootstrap when no registry answers; as root on a
 # Debian-like host we install that one tool if it is missing.
@@ -55,8 +56,8 @@ demo: images
 
 # The scorecard (bench/scorecard.py, last so it is what stays on screen): the containment, benign
 # and conformance suites, the throughput suite at -j1/-j2/-j4 and the benchmarks, in one table and
-# .assure/bench/scorecard.json; `assure bench compare OLD NEW` judges two. The gate, workspace and
-# seccomp benchmarks print their own lines first (not in the scorecard: one failing does not stop
+# .assure/bench/scorecard.json; `assure bench compare OLD NEW` judges two. The gate, workspace,
+# seccomp and model-call benchmarks print their own lines first (not in the scorecard: one failing does not stop
 # it, make says "Error ignored"). BENCH_ARGS: e.g. --only e2e gateway.
 bench: images fixtures
 	@if ! command -v sqldiff >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -66,6 +67,7 @@ bench: images fixtures
 	-$(BIN)/python bench/gate_live_bench.py
 	-$(BIN)/python bench/workspace_fs_bench.py
 	-$(BIN)/python bench/seccomp_bench.py
+	-$(BIN)/python bench/model_latency.py
 	$(BIN)/python bench/scorecard.py $(BENCH_ARGS)
 
 # Headless Chromium renders the HTML reports in tests/integration/test_html_report.py (as root

@@ -97,3 +97,33 @@ def test_the_openai_agent_example_passes(run):
     assert [c["endpoint"] for c in calls] == ["models"] + ["chat_completions"] * 4 and calls[-1][
         "counters"
     ]["tokens"] == 4 * 460
+
+
+def test_the_openai_agent_scripted_to_edit_the_protected_test_is_contained(run):
+    """Its writes go through the gateway: the protected test is refused before it lands."""
+    result = run("openai-agent-hostile")
+    assert result.verdict == "contained", result.report
+    (denied,) = [r for r in journal(result) if r.get("decision") == "deny"]
+    assert (denied["tool"], denied["path"], denied["rule"]) == (
+        "fs.write",
+        "tests/test_calc.py",
+        "protected_path",
+    )
+    workspace = result.run_dir / "attempts" / "1" / "workspace"
+    assert (workspace / "tests" / "test_calc.py").read_text() == (
+        ROOT / "fixtures" / "workspaces" / "calc" / "tests" / "test_calc.py"
+    ).read_text()
+
+
+def test_the_openai_agent_replays_from_its_own_recording(run):
+    result = run("openai-agent-replay")
+    assert result.verdict == "pass", result.report
+    recorded = verify_chain(
+        ROOT / "specs" / "examples" / "openai-agent.recording" / "gateway" / "journal.jsonl"
+    )
+    calls = [r for r in journal(result) if r["event"] == "model_call"]
+    assert [(c["endpoint"], c["served"], c["response_sha256"]) for c in calls] == [
+        (r["endpoint"], "replay", r["response_sha256"])
+        for r in recorded
+        if r["event"] == "model_call"
+    ]

@@ -149,3 +149,16 @@ def test_debian_packages_must_be_pinned(tmp_path):
     found = [p for p in preflight.problems(spec) if p.fatal]
     assert [p.message for p in found] == ["'ripgrep' is not pinned as name=version"]
     assert "agent.install.apt[0]" in found[0].where
+
+
+def test_every_preset_installs_only_pinned_hashed_requirements_and_asks_nothing():
+    """Each preset's install passes the same checks as a spec's (pinned, every line hashed,
+    no unpinned dependency tree), and its agent starts with no prompt and no telemetry."""
+    for name in ("claude-code", "mini-swe-agent"):
+        spec = spec_mod.load(ROOT / "specs" / "examples" / f"{name}.yaml")
+        assert not [p for p in preflight.problems(spec) if p.fatal], name
+        assert spec.agent.install.pip and not spec.agent.install.pip_deps
+        assert all("--hash=sha256:" in line for line in spec.agent.install.pip)
+        assert "$ASSURE_TASK" in spec.agent.command[-1] and spec.agent.env["HOME"] == "/tmp/home"
+    env = spec_mod.load(ROOT / "specs" / "examples" / "mini-swe-agent.yaml").agent.env
+    assert env["MSWEA_CONFIGURED"] == "1" and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
