@@ -3,5 +3,6 @@
 sandbox through the `inspect_ai` entry point, which imports this package."""
 
 from assure.inspect.sandbox import AssureConfig, AssureSandbox
+from assure.inspect.scorer import assure_verdict
 
-__all__ = ["AssureConfig", "AssureSandbox"]
+__all__ = ["AssureConfig", "AssureSandbox", "assure_verdict"]
