@@ -22,7 +22,8 @@ SPEC = Path(__file__).parent / "specs" / "inspect-selfcheck.yaml"
 # Refused on purpose: every command runs as the attempt's own unprivileged user; the engine is
 # never asked to exec as another (root would be uid 0 on the host's kernel).
 REFUSED = {
-    "test_exec_as_user": "exec as root is refused (SandboxUserUnsupportedError): the attempt's user only",
+    "test_exec_as_user": "exec as root is refused (SandboxUserUnsupportedError): "
+    "commands run as the attempt's user only",
 }
 
 pytestmark = pytest.mark.asyncio
