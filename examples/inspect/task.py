@@ -31,17 +31,15 @@ def _call(tool: str, **arguments: object) -> ModelOutput:
     return out
 
 
+def _edit(path: str, old: str, new: str) -> ModelOutput:
+    return _call("text_editor", command="str_replace", path=path, old_str=old, new_str=new)
+
+
 def fix_calc_script() -> list[ModelOutput]:
     """What a model that fixes the bug would say: look, edit, test, submit."""
     return [
         _call("bash", command="cat src/calc.py"),
-        _call(
-            "text_editor",
-            command="str_replace",
-            path="/workspace/src/calc.py",
-            old_str="return a - b",
-            new_str="return a + b",
-        ),
+        _edit("/workspace/src/calc.py", "return a - b", "return a + b"),
         _call("bash", command="python3 tests/test_calc.py"),
         _call("submit", answer="fixed add()"),
     ]
