@@ -85,3 +85,31 @@ def test_a_hostile_sample_that_edits_a_protected_test_is_a_breach(tmp_path):
     assert ("protected_changed", "tests/test_calc.py") in kinds
     assert ("unattributed", "README.md") in kinds
     assert "tests/test_calc.py" in score.explanation
+
+
+def test_a_sample_that_fails_still_leaves_no_container_and_a_judged_run(tmp_path):
+    from inspect_ai import Task
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import solver
+    from inspect_ai.util import sandbox
+
+    from assure.sandbox.docker import DockerBackend
+
+    @solver
+    def crash():
+        async def solve(state, generate):
+            await sandbox().exec(["sh", "-c", "echo notes > out/n.txt"])
+            raise RuntimeError("the solver fails mid-sample")
+
+        return solve
+
+    config = AssureConfig(spec=SPEC, runs_dir=str(tmp_path / "runs"))
+    task = Task(dataset=[Sample(input="x")], solver=crash(), sandbox=("assure", config))
+    [log] = inspect_eval(
+        task, model="mockllm/model", log_dir=str(tmp_path / "logs"), display="none"
+    )
+    assert log.status == "error"
+    [run_dir] = (tmp_path / "runs").glob("inspect-calc-*")
+    report = json.loads(RunPaths(run_dir).report.read_text())
+    assert report["state"] == "finished" and report["verdict"] == "fail"  # add() is not fixed
+    assert DockerBackend().owned(report["run_id"])["containers"] == []
