@@ -30,7 +30,7 @@ from assure.records import report as render
 from assure.records.conformance_packet import OBLIGATIONS
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.records.states import RESUMABLE
-from assure.sandbox import install, live, runtimes, workspace_fs
+from assure.sandbox import install, runtimes
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
 
@@ -118,26 +118,11 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]:
-    """The engine and this checkout's images, building whatever is missing (with progress),
-    once every spec passed `preflight.refuse`: what `validate` refuses, and each image and
-    runtime the engine lacks, every problem of every spec listed before anything starts."""
+    """`preflight.engine`, saying on stderr what it builds."""
     from assure.run import preflight
 
-    workspace_fs.require()  # the workspace cannot be bounded here: refuse before any run starts
-    for s in specs:
-        live.check(s)
-    try:
-        backend = DockerBackend()
-    except AssureError:
-        preflight.refuse(list(specs), None)  # what needs no engine is told even when there is none
-        raise
-    preflight.refuse(list(specs), backend)
     say = lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg)))  # noqa: E731
-    images = Images(backend, say)
-    found = images.resolve() or images.ensure()
-    for s in specs:  # each agent.install's derived image: a no-op when the engine has it
-        install.ensure(s, backend, found, say)
-    return backend, found
+    return preflight.engine(list(specs), say)
 
 
 def _stamp() -> str:

@@ -87,6 +87,9 @@ class Sandbox:
     user: str
     runtime: str
     read_only_root: bool
+    # Not a spec field: an Inspect sample's (assure/inspect/) agent container also gets a
+    # /var/tmp where programs may run, for the tools Inspect puts in its sandboxes.
+    tools_tmp: bool = False
 
 
 @dataclass(frozen=True)
@@ -829,7 +832,9 @@ def _build(path: Path, data: dict[str, Any], sample: Sample | None = None) -> Sp
             tokens=lim.get("tokens"),
             cost=float(lim["cost"]) if lim.get("cost") is not None else None,
         ),
-        sandbox=Sandbox(sb["user"], sb["runtime"], sb["read_only_root"]),
+        sandbox=Sandbox(
+            sb["user"], sb["runtime"], sb["read_only_root"], sb.get("tools_tmp", False)
+        ),
         assertions=tuple(data["assertions"]),
         expect=data["expect"],
         autonomy=Autonomy(

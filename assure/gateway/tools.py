@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # db.py needs apsw; only a gateway with databases imports it
 MAX_REPORT_STATUS = 64
 MAX_REPORT_SUMMARY = 8192
 DEFAULT_MODE = 0o644
+# What the journal keeps of a sandbox operation's command (the Inspect sandbox, assure/inspect/):
+# each string up to MAX_SHOWN_CHARS (a longer one by its digest), at most MAX_SHOWN_ITEMS of them.
+MAX_SHOWN_CHARS = 256
+MAX_SHOWN_ITEMS = 64
+EXEC_SCOPE = "sandbox:exec"  # a command, or a file outside the workspace: the contract must name it
 
 # Optional fields every tool accepts; the gate and the idempotency store read them, the journal
 # records them (a long value by its digest: dispatch.py).
@@ -206,6 +211,37 @@ def _task_report(_env: Env, args: dict[str, Any]) -> Outcome:
     return Outcome({"recorded": True}, {"claim": {"status": status, "summary": summary}})
 
 
+def _shown(value: str) -> str:
+    if len(value) <= MAX_SHOWN_CHARS:
+        return value
+    return "sha256:" + _sha256(value.encode("utf-8", "surrogatepass"))
+
+
+def _sandbox_op(_env: Env, args: dict[str, Any]) -> Outcome:
+    """An Inspect sandbox operation (assure/inspect/) that the agent container's shim performs
+    once the gate allowed it: journaled here (its command bounded, every argument in the
+    digest), its effect judged from the snapshots like any direct edit, never attributed to it."""
+    argv = args.get("argv")
+    if argv is not None and (not argv or not all(isinstance(a, str) for a in argv)):
+        raise ToolError("bad_args", "'argv' must be a non-empty list of strings")
+    shown: dict[str, Any] = {k: _shown(v) for k, v in args.items() if isinstance(v, str)}
+    if argv is not None:
+        more = len(argv) - MAX_SHOWN_ITEMS
+        shown["argv"] = [_shown(a) for a in argv[:MAX_SHOWN_ITEMS]] + (
+            [f"({more} more)"] if more > 0 else []
+        )
+    if isinstance(args.get("env"), dict):
+        shown["env"] = sorted(_shown(str(k)) for k in args["env"])[:MAX_SHOWN_ITEMS]
+    shown.update({k: v for k, v in args.items() if isinstance(v, int)})
+    return Outcome({"allowed": True}, {"sandbox": shown})
+
+
+def _sandbox_scope(_env: Env, args: dict[str, Any]) -> tuple[str, str]:
+    """A workspace file is `fs:<path>`, as for fs.write; a command or any other file of the
+    agent's container is `sandbox:exec`."""
+    return (f"fs:{normalize(args['path'])}" if "path" in args else EXEC_SCOPE), "sandbox"
+
+
 def _databases(env: Env) -> Databases:
     if env.databases is None:
         raise ToolError("not_found", "this gateway has no databases")
@@ -257,6 +293,13 @@ _DB_PARAMS: Mapping[str, tuple[type, bool]] = {
     "db": (str, True),
     "sql": (str, True),
     "params": (list, False),
+}
+
+_FILE_PARAMS: Mapping[str, tuple[type, bool]] = {
+    "path": (str, False),  # a workspace file, relative
+    "file": (str, False),  # any other file of the agent's container, absolute
+    "size": (int, False),
+    "sha256": (str, False),
 }
 
 TOOLS: tuple[Tool, ...] = (
@@ -330,6 +373,37 @@ TOOLS: tuple[Tool, ...] = (
         "HTTP(S) through the egress proxy to allowlisted host:port only: status, headers, body (or body_b64), truncated.",
         scope=_http_scope,
         mutates_when=_http_mutating,
+    ),
+    Tool(
+        "sandbox.exec",
+        True,
+        {
+            "argv": (list, True),
+            "cwd": (str, False),
+            "env": (dict, False),
+            "input_sha256": (str, False),
+            "input_size": (int, False),
+            "timeout": (int, False),
+        },
+        _sandbox_op,
+        "Inspect's exec: a command the agent container's shim runs once allowed (scope sandbox:exec).",
+        _sandbox_scope,
+    ),
+    Tool(
+        "sandbox.read_file",
+        False,
+        _FILE_PARAMS,
+        _sandbox_op,
+        "Inspect's read_file: a file of the agent's container the shim reads once allowed.",
+        _sandbox_scope,
+    ),
+    Tool(
+        "sandbox.write_file",
+        True,
+        _FILE_PARAMS,
+        _sandbox_op,
+        "Inspect's write_file: a file the shim writes once allowed (a workspace file: fs:<path>, protected refused).",
+        _sandbox_scope,
     ),
 )
 

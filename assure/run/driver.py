@@ -92,7 +92,11 @@ class Driver:
         signing_key: Path | None = None,
         first_attempt: int = 1,
         pool: WarmPool | None = None,
+        attempt: Callable[..., Attempt] = Attempt,
     ):
+        self.attempt = (
+            attempt  # what runs one attempt: `Attempt`, or an Inspect sample's (assure/inspect/)
+        )
         self.spec, self.run, self.backend, self.images, self.progress = (
             spec,
             run,
@@ -273,7 +277,7 @@ class Driver:
     def _attempt(self, task: Task, n: int) -> AttemptRecord:
         base = self._base()
         spec = task_spec(self.spec, task, base)
-        record = Attempt(
+        record = self.attempt(
             spec, self.run, n, self.backend, self.images, self.progress, pool=self.pool
         ).execute()
         self.records.keep(record)

@@ -12,6 +12,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from assure import presets
@@ -345,3 +346,28 @@ def refuse(specs: list[Spec], engine: Engine | None) -> None:
             [line for p in found for line in p.lines()],
             fix="fix each problem above; `assure validate FILE` checks a spec without running anything",
         )
+
+
+def engine(specs: list[Spec], say: Callable[[str], None]) -> tuple[Any, Any]:
+    """The engine (a `DockerBackend`) and this checkout's images (an `ImageSet`), building
+    whatever is missing (`say` tells of it), once every spec passed `refuse`: what `validate`
+    refuses, and each image and runtime the engine lacks, every problem of every spec listed
+    before anything starts."""
+    from assure.sandbox import install, live, workspace_fs
+    from assure.sandbox.docker import DockerBackend
+    from assure.sandbox.images import Images
+
+    workspace_fs.require()  # the workspace cannot be bounded here: refuse before any run starts
+    for s in specs:
+        live.check(s)
+    try:
+        backend = DockerBackend()
+    except AssureError:
+        refuse(specs, None)  # what needs no engine is told even when there is none
+        raise
+    refuse(specs, backend)
+    images = Images(backend, say)
+    found = images.resolve() or images.ensure()
+    for s in specs:  # each agent.install's derived image: a no-op when the engine has it
+        install.ensure(s, backend, found, say)
+    return backend, found

@@ -223,6 +223,15 @@ class SandboxBackend(Protocol):
 
 
 @runtime_checkable
+class Exec(Protocol):
+    """A command in a running container (the Inspect sandbox, assure/inspect/): Docker only."""
+
+    def exec(
+        self, cid: str, argv: list[str], data: bytes, *, limit: int, timeout: float | None
+    ) -> tuple[int | None, bytes, bytes]: ...
+
+
+@runtime_checkable
 class ImageBuilder(Protocol):
     """The images' build (sandbox/images.py): Docker only."""
 

@@ -13,6 +13,7 @@ import io
 import os
 import socket
 import tarfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,33 @@ def _demultiplexed(data: bytes) -> bytes:
         out += data[at + 8 : at + 8 + size]
         at += 8 + size
     return bytes(out)
+
+
+def _send_all(sock: socket.socket, data: bytes) -> None:
+    """An exec's stdin, then its end (the engine closes the process's stdin on half-close)."""
+    with contextlib.suppress(OSError):
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+
+
+def _read_frames(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
+    """stdout and stderr of an attached stream (8-byte frame header: stream, 0, 0, 0, size),
+    each kept to `limit` bytes; read to the end."""
+    kept = {1: bytearray(), 2: bytearray()}
+    buf = bytearray()
+    while True:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return bytes(kept[1]), bytes(kept[2])
+        buf += chunk
+        while len(buf) >= 8:
+            size = int.from_bytes(buf[4:8], "big")
+            if len(buf) < 8 + size:
+                break
+            stream = kept.get(buf[0])
+            if stream is not None and len(stream) < limit:
+                stream += buf[8 : 8 + min(size, limit - len(stream))]
+            del buf[: 8 + size]
 
 
 def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
@@ -385,6 +413,34 @@ class DockerBackend:
                 return "file", None, None
             fh = tar.extractfile(member)
             return "file", fh.read() if fh else None, None
+
+    def exec(
+        self, cid: str, argv: list[str], data: bytes, *, limit: int, timeout: float | None
+    ) -> tuple[int | None, bytes, bytes]:
+        """Run `argv` in the running container `cid` as its own user, from `/`: `data` on its
+        stdin, then (exit code, stdout, stderr), each stream read to at most `limit` bytes
+        (the rest is drained and dropped). SandboxError: the engine refused (the container
+        is not running) or did not answer within `timeout` seconds."""
+        with _mapped(f"exec in container {cid[:12]}"):
+            made = self._client.api.exec_create(
+                cid, argv, stdin=True, stdout=True, stderr=True, workdir="/"
+            )
+            raw = self._client.api.exec_start(made["Id"], socket=True)
+        sock = getattr(raw, "_sock", raw)
+        sock.settimeout(timeout)
+        writer = threading.Thread(target=_send_all, args=(sock, data), daemon=True)
+        try:
+            writer.start()
+            out, err = _read_frames(sock, limit)
+        except OSError as exc:
+            raise SandboxError(f"exec in container {cid[:12]}: {exc}", fix=ENGINE_FIX) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+                raw.close()
+        with _mapped(f"exec in container {cid[:12]}"):
+            code = self._client.api.exec_inspect(made["Id"]).get("ExitCode")
+        return code, out, err
 
     def remove_container(self, cid: str) -> None:
         self._layers.pop(cid, None)

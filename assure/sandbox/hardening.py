@@ -76,8 +76,18 @@ def fixed_user(spec: Spec) -> tuple[int, int] | None:
     return None
 
 
-def tmpfs_options(size: str) -> str:
-    return f"rw,nosuid,nodev,noexec,size={parse_size(size)}"
+def tmpfs_options(size: str, *, runnable: bool = False) -> str:
+    return f"rw,nosuid,nodev,{'exec' if runnable else 'noexec'},size={parse_size(size)}"
+
+
+TOOLS_TMP = "/var/tmp"  # where Inspect puts the tools it runs in a sandbox (its SANDBOX_TOOLS_DIR)
+
+
+def agent_tmpfs(spec: Spec) -> dict[str, str]:
+    """The agent's tmpfs: /tmp (noexec), and for an Inspect sample /var/tmp, where the programs
+    Inspect injects must run (each bounded by `limits.tmpfs`)."""
+    tools = {TOOLS_TMP: tmpfs_options(spec.limits.tmpfs, runnable=True)}
+    return {"/tmp": tmpfs_options(spec.limits.tmpfs), **(tools if spec.sandbox.tools_tmp else {})}
 
 
 def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
@@ -192,6 +202,7 @@ def agent_request(
         ),
         name=name,
         command=tuple(spec.agent.command),
+        tmpfs=agent_tmpfs(spec),
         env={**spec.agent.env, **env, **agent_base_env()},
         working_dir=WORKSPACE,
         hostname="sandbox",

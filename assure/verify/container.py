@@ -18,7 +18,7 @@ from assure.sandbox.hardening import (
     CONTAINMENT,
     SOCKET_DIR,
     WORKSPACE,
-    tmpfs_options,
+    agent_tmpfs,
     ulimits,
 )
 from assure.spec import Spec
@@ -202,7 +202,11 @@ def _spec_checks(
         ),
         ("Mounts", expected_mounts, mounts),
         ("Mounts sources", expected_sources, sources),
-        ("HostConfig.Tmpfs", {"/tmp": sorted(tmpfs_options(limits.tmpfs).split(","))}, tmpfs),
+        (
+            "HostConfig.Tmpfs",
+            {k: sorted(v.split(",")) for k, v in agent_tmpfs(spec).items()},
+            tmpfs,
+        ),
         (
             "HostConfig.Ulimits",
             {u["name"]: (u["soft"], u["hard"]) for u in ulimits(limits.nofile, limits.disk)},

@@ -1,0 +1,149 @@
+"""One Inspect sample as one assure run of one attempt, driven by the ordinary driver.
+
+The spec is the sample's config: its workspace, databases, limits, gateway, egress, contract
+and assertions hold as for `assure run`; its `agent` is replaced by a process that only holds
+the agent container open, since Inspect's solver is the agent and acts through `exec`. The
+driver runs in a thread of its own: `start` returns once the agent container is up (or raises
+why it never was), `finish` ends the hold (the run loop then collects, snapshots, judges,
+signs and reports as for any run) and returns the run's result. Nothing here imports Inspect.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from assure import spec as spec_mod
+from assure.errors import AssureError, SandboxError, SpecError
+from assure.inspect import channel
+from assure.records import store
+from assure.run import preflight
+from assure.run.attempt import GATEWAY_READY_SECONDS, Attempt
+from assure.run.driver import Driver, RunResult
+from assure.sandbox import hardening
+
+# The agent container's command: nothing but a wait, ended (exit 0) by the stop at `finish`.
+HOLD = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
+START_SECONDS = 600.0  # prepare (images built first on a new host) and start, at most
+
+
+def sample_spec(spec: spec_mod.Spec) -> spec_mod.Spec:
+    """The spec an Inspect sample runs: one task, one attempt (a retry would have no agent),
+    the holding command in place of the agent's, and the tools' /var/tmp."""
+    if len(spec.tasks) != 1:
+        raise SpecError(
+            [f"{spec.path}: tasks: {len(spec.tasks)} tasks"],
+            fix="give an Inspect sandbox a spec of one task (an Inspect sample is one attempt)",
+        )
+    agent = replace(spec.agent, command=HOLD, files=None, env={})
+    return replace(
+        spec,
+        agent=agent,
+        max_attempts=1,
+        tasks=tuple(replace(t, max_attempts=1) for t in spec.tasks),
+        sandbox=replace(spec.sandbox, tools_tmp=True),
+    )
+
+
+class SampleAttempt(Attempt):
+    """An attempt that tells its session which container the agent is, once it started."""
+
+    def __init__(self, *args: Any, started: Callable[[str], None], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._started_cb = started
+
+    def _start(self, facts: dict[str, Any]) -> None:
+        super()._start(facts)
+        self._started_cb(self._agent)
+
+
+class Session:
+    """One sample's run: `start`, any number of execs into `agent`, `finish` (idempotent)."""
+
+    def __init__(self, spec_path: Path, runs_dir: Path, key: Path | None):
+        self.spec = sample_spec(spec_mod.load(spec_path))
+        self.runs_dir, self.key = runs_dir, key
+        self.agent: str | None = None
+        self.run: store.RunDir | None = None
+        self.result: RunResult | None = None
+        self.error: BaseException | None = None
+        self._up = threading.Event()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.run.path if self.run is not None else None
+
+    def start(self, say: Callable[[str], None] = lambda _: None) -> None:
+        """Build what is missing, make the run and start its driver; return once the agent
+        container runs. SandboxError if the attempt ended before that (its run is kept)."""
+        backend, images = preflight.engine([self.spec], say)  # the driver's thread's own
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        self.run = store.RunDir.new(
+            self.runs_dir, self.spec.name, self.spec.path, self.spec.to_json()
+        )
+        attempt = functools.partial(SampleAttempt, started=self._started)
+        driver = Driver(
+            self.spec,
+            self.run,
+            backend,
+            images,
+            lambda *_: None,
+            signing_key=self.key,
+            attempt=attempt,
+        )
+        self._thread = threading.Thread(
+            target=self._drive, args=(driver,), name=f"assure-{self.run.run_id}", daemon=True
+        )
+        self._thread.start()
+        if not self._up.wait(START_SECONDS + GATEWAY_READY_SECONDS) or self.agent is None:
+            self.finish()
+            raise SandboxError(
+                f"the assure attempt did not start: {self._why()}",
+                where=str(self.run.path),
+                fix=f"`assure show {self.run.run_id}` shows what happened",
+            )
+
+    def _started(self, agent: str) -> None:
+        self.agent = agent
+        self._up.set()
+
+    def _drive(self, driver: Driver) -> None:
+        try:
+            self.result = driver.drive()
+        except BaseException as exc:  # kept for `finish`, which raises it where it is waited for
+            self.error = exc
+        finally:
+            self._done.set()
+            self._up.set()
+
+    def _why(self) -> str:
+        if self.error is not None:
+            return str(self.error)
+        report = self.result.report if self.result else {}
+        attempts = report.get("attempts") or [{}]
+        reason = attempts[-1].get("reason") or {}
+        return str(reason.get("summary") or report.get("verdict") or "unknown")
+
+    def finish(self) -> RunResult:
+        """End the hold, wait for the run to be judged and sealed, return it. Safe to call
+        again, and from cleanup after a failure or a cancel: the containers are gone after it."""
+        with self._lock:
+            if self._thread is None:
+                raise SandboxError("this sample's assure run never started")
+            if self.agent is not None and not self._done.is_set():
+                try:
+                    channel.backend().stop(self.agent, hardening.STOP_GRACE_SECONDS)
+                except AssureError:
+                    pass  # already gone: the run loop sees it exit either way
+            self._thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
