@@ -151,6 +151,7 @@ class Contract:
     expires_at: str | None = None  # ISO 8601, as written
     terms: dict[str, str] | None = None  # each term's digest, as ratified (`assure contract hash`)
     hash: str | None = None
+    signature: dict[str, str] | None = None  # the ratifier's (`assure contract ratify`)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Contract:
@@ -167,6 +168,7 @@ class Contract:
             expires_at=c.get("expires_at"),
             terms=c.get("terms"),
             hash=c.get("hash"),
+            signature=c.get("signature"),
         )
 
 
