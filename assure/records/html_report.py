@@ -29,6 +29,7 @@ from assure.core import confined
 from assure.core.chain import ChainError, iter_chain
 from assure.errors import AssureError, RunDirError
 from assure.records import conversation, layout, store, summary
+from assure.records.states import shown_verdict
 from assure.records.layout import AttemptPaths, RunPaths, SuitePaths
 from assure.textsafe import display
 
@@ -100,7 +101,7 @@ def run_page(run: store.RunDir) -> Page:
     report = store.read_json(run.paths.report) if run.paths.report.is_file() else {}
     spec = run.spec_json()
     budget = _Budget(MAX_PAGE_DIFF_LINES)
-    verdict = str(report.get("verdict") or "unfinished")
+    verdict = str(shown_verdict(report.get("state"), report.get("verdict")) or "unfinished")
     body = [
         _verdict_banner(
             f"run {run.run_id}", str(spec.get("name", "?")), verdict, spec.get("expect"), report

@@ -22,6 +22,7 @@ from assure import spec as spec_mod
 from assure.core import atomic
 from assure.errors import AssureError, RunDirError
 from assure.records import store
+from assure.records.states import shown_verdict
 from assure.records.layout import RunPaths, SuitePaths
 from assure.textsafe import agent_quoted
 from assure.verify.findings import VERDICT_ORDER, as_expected, standing
@@ -98,7 +99,8 @@ def _result(
     error: str | None,
     entry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    verdict = report.get("verdict") if report else None
+    judged = report.get("verdict") if report else None
+    verdict = shown_verdict(report.get("state"), judged) if report else None
     findings = list(_final_findings(report)) if report else []
     entry = entry or {}
     started, finished = (
@@ -117,7 +119,11 @@ def _result(
         "started_at": started,
         "finished_at": finished,
         "duration_seconds": seconds_between(started, finished),
-        "reason": _reason(verdict, expect, findings, report, error),
+        "reason": (
+            f"halted by the operator; its attempts were judged {judged}"
+            if verdict != judged
+            else _reason(verdict, expect, findings, report, error)
+        ),
         "findings": findings[:FINDINGS_MAX],
         "findings_omitted": max(0, len(findings) - FINDINGS_MAX),
     }

@@ -853,3 +853,15 @@ def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_j
         "lost: attempt 2 at 2026-01-01T00:01:00Z on node unknown (caller: the caller stopped)",
     ]
     assert found[1].find("system-out").text.splitlines()[4:] == ["ran: here on the caller"]
+
+
+@pytest.mark.parametrize(
+    "judged, shown", [("fail", "halted"), ("pass", "halted"), ("breach", "breach")]
+)
+def test_a_halted_run_reads_halted_unless_it_breached(judged, shown):
+    report = {"verdict": judged, "state": "halted", "attempts": []}
+    result = summary._result(1, "n", "n.yaml", "pass", None, report, {}, None)
+    assert result["verdict"] == shown and result["as_expected"] is False
+    if shown == "halted":
+        assert result["reason"] == f"halted by the operator; its attempts were judged {judged}"
+        assert b'type="halted"' in junit.render("s", [result], {})
