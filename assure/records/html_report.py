@@ -876,6 +876,7 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
         else None
     )
     spec_name, expect, reason, seconds = Path(str(entry.get("spec", "?"))).stem, None, "", None
+    state: dict[str, Any] = {}
     if run_id is not None:
         run = RunPaths(runs / run_id)
         try:
@@ -890,7 +891,13 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
             reason = _reason(report)
         except RunDirError as exc:
             reason = f"its run directory cannot be read: {exc.message} ({exc.where})"
-    return _SuiteRow(spec_name, run_id, entry.get("verdict"), expect, seconds, reason)
+    placed = summary.placement(entry)  # a cluster suite's: where it ran, what was lost
+    if placed is not None:
+        reason = "; ".join([*summary.placement_lines(placed), *([reason] if reason else [])])
+    verdict = shown_verdict(
+        state.get("state") if run_id is not None else None, entry.get("verdict")
+    )
+    return _SuiteRow(spec_name, run_id, verdict, expect, seconds, reason)
 
 
 def _reason(report: dict[str, Any]) -> str:

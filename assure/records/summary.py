@@ -318,16 +318,30 @@ def _suite_result(
             _as_expected(verdict, spec.expect, result["findings"])
             and not result["findings_omitted"]
         )
-    placed = _placement(entry)
+    placed = placement(entry)
     if placed is not None:
         result["placement"] = placed
     return result
 
 
+def placement_lines(placed: dict[str, Any]) -> list[str]:
+    """`_placement` as lines: where the spec ran, then each lost attempt (when, where, why)."""
+    return [
+        "ran: here on the caller"
+        if placed["where"] == "here"
+        else f"ran: on node {placed['node'] or 'unknown'}",
+        *(
+            f"lost: attempt {loss['attempt']} at {loss['at']} on node {loss['node'] or 'unknown'}"
+            f" ({loss['cause']}: {loss['error']})"
+            for loss in placed["lost"]
+        ),
+    ]
+
+
 LOST_MAX = 10  # lost submissions a result lists (a spec's verdict is error after 3: more is a state written by hand)
 
 
-def _placement(entry: dict[str, Any]) -> dict[str, Any] | None:
+def placement(entry: dict[str, Any]) -> dict[str, Any] | None:
     """Where a cluster suite's spec ran (a node, or here on the caller) and every submission of it
     that was lost; None for a local suite's spec. From the suite run's state, as it says it."""
     lost = entry.get("lost") if isinstance(entry.get("lost"), list) else []

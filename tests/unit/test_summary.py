@@ -853,6 +853,11 @@ def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_j
         "lost: attempt 2 at 2026-01-01T00:01:00Z on node unknown (caller: the caller stopped)",
     ]
     assert found[1].find("system-out").text.splitlines()[4:] == ["ran: here on the caller"]
+    from assure.records import html_report
+
+    page = html_report.render(str(copied), ran.runs).html  # the suite page says the same
+    assert f"ran: on node {'b' * 56}; lost: attempt 1 at 2026-01-01T00:00:00Z on node" in page
+    assert "(caller: the caller stopped)" in page and "ran: here on the caller" in page
 
 
 @pytest.mark.parametrize(
