@@ -1144,15 +1144,18 @@ def images_build(
         out.print(f"{'install':8} {tag}  ({name})", markup=False, highlight=False)
 
 
+CONTRACT_TASK_OPTION = typer.Option(
+    None,
+    "--task",
+    metavar="TASK",
+    help="The contract governing this task (its own block, else the spec's).",
+)
+
+
 @contract_app.command("hash")
 def contract_hash(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file."),
-    task: str | None = typer.Option(
-        None,
-        "--task",
-        metavar="TASK",
-        help="The contract governing this task (its own block, else the spec's).",
-    ),
+    task: str | None = CONTRACT_TASK_OPTION,
     write: bool = typer.Option(
         False,
         "--write",
@@ -1202,12 +1205,7 @@ def contract_ratify(
         metavar="FILE",
         help="The ratifier's Ed25519 private key (PEM); default: the one `assure keys generate` made.",
     ),
-    task: str | None = typer.Option(
-        None,
-        "--task",
-        metavar="TASK",
-        help="The contract governing this task (its own block, else the spec's).",
-    ),
+    task: str | None = CONTRACT_TASK_OPTION,
     trust: bool = typer.Option(
         False,
         "--trust",
