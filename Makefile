@@ -2,6 +2,8 @@
 # Both set up what they need: a virtualenv, the Python packages, the images (and, for the
 # tests, gVisor's runsc registered with the engine).
 PYTHON ?= python3
+# The checkout's own specs are signed with its published example key (specs/ratifiers.yaml).
+export ASSURE_RATIFIERS ?= $(CURDIR)/specs/ratifiers.yaml
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp

@@ -856,6 +856,7 @@ def validate(
                     p for s in loaded for p in [*preflight.problems(s), *engine_problems(s)]
                 )
             )
+            signed = list(dict.fromkeys(line for s in loaded for line in preflight.ratified(s)))
         except AssureError as exc:
             bad += 1
             results.append(
@@ -879,6 +880,7 @@ def validate(
                 "problems": [f"{p.where}: {p.message}" for p in fatal],
                 "fix": "; ".join(p.fix for p in fatal) or None,
                 "notes": [f"{p.where}: {p.message}" for p in found if not p.fatal],
+                "ratified": signed,
             }
         )
         if json_out:
@@ -892,6 +894,8 @@ def validate(
             )
         if not fatal:
             out.print(f"ok {render.display(str(path))}", markup=False, highlight=False)
+            for line in signed:
+                out.print(_safe_lines(f"  {line}"), markup=False, highlight=False)
     if json_out:
         _print_json(results)
     raise typer.Exit(1 if bad else 0)
@@ -958,11 +962,14 @@ def init(
         if v
     }
     try:
-        written = scaffold.create(folder, scaffold.Choices(**given))
+        choices = scaffold.Choices(**given)
+        written = scaffold.create(folder, choices)
+        signed = scaffold.ratify_as_you(folder / "spec.yaml", choices.ratified_by)
     except AssureError as exc:
         raise _fail(exc) from None
     for path in written:
         out.print(plain(f"wrote {path}"), soft_wrap=True)
+    out.print(plain(signed), soft_wrap=True)
     out.print(
         plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"),
         soft_wrap=True,
@@ -1164,15 +1171,18 @@ def images_build(
         out.print(f"{'install':8} {tag}  ({name})", markup=False, highlight=False)
 
 
+CONTRACT_TASK_OPTION = typer.Option(
+    None,
+    "--task",
+    metavar="TASK",
+    help="The contract governing this task (its own block, else the spec's).",
+)
+
+
 @contract_app.command("hash")
 def contract_hash(
     spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file."),
-    task: str | None = typer.Option(
-        None,
-        "--task",
-        metavar="TASK",
-        help="The contract governing this task (its own block, else the spec's).",
-    ),
+    task: str | None = CONTRACT_TASK_OPTION,
     write: bool = typer.Option(
         False,
         "--write",
@@ -1208,6 +1218,59 @@ def contract_hash(
         err.print("unchanged: the contract carries these terms and hash", markup=False)
     if write:
         err.print(f"written to {render.display(str(spec))}", markup=False)
+
+
+@contract_app.command("ratify")
+def contract_ratify(
+    spec: Path = typer.Argument(..., metavar="SPEC", help="Spec file."),
+    name: str = typer.Option(
+        ..., "--as", metavar="NAME", help="Who ratifies: someone other than the proposer."
+    ),
+    key: Path | None = typer.Option(
+        None,
+        "--key",
+        metavar="FILE",
+        help="The ratifier's Ed25519 private key (PEM); default: the one `assure keys generate` made.",
+    ),
+    task: str | None = CONTRACT_TASK_OPTION,
+    trust: bool = typer.Option(
+        False,
+        "--trust",
+        help="Also trust the key for NAME in your own keyring (ratifiers.yaml beside your keys).",
+    ),
+) -> None:
+    """Sign SPEC's contract terms as they stand, as NAME: writes the terms, hash, `ratified_by`
+    and the signature into SPEC. The gate accepts it only if a trusted-ratifiers keyring
+    (yours, ratifiers.yaml beside your keys, or one in ASSURE_RATIFIERS) holds this key for NAME."""
+    from assure.records import keys
+    from assure.run import ratifiers, ratify
+
+    try:
+        private_key = keys.load_private(key or keys.default_key_dir() / keys.PRIVATE_NAME)
+        loaded = spec_mod.load(spec)
+        found = ratify.compute(loaded, task)
+        contract = ratify.spec_contract(loaded, found.at)
+        if name.strip().casefold() == contract.proposed_by.strip().casefold():
+            raise AssureError(
+                f"{name!r} proposed this contract: the gate refuses a self-ratified one",
+                where=str(spec),
+                fix="have someone other than the proposer ratify it",
+            )
+        signature = ratify.sign(loaded, found, name, private_key)
+        keyring = ratifiers.own()
+        if trust and ratifiers.trust(keyring, name, private_key.public_key()):
+            err.print(f"trusted {name} in {render.display(str(keyring))}", markup=False)
+        check = ratifiers.check(loaded.name, ratify.spec_contract(spec_mod.load(spec), found.at))
+    except AssureError as exc:
+        raise _fail(exc) from None
+    err.print(
+        f"ratified {render.display(str(spec))} (contract {contract.id!r}, {found.hash}) as "
+        f"{name} with key {signature['key_id']}",
+        markup=False,
+    )
+    if check.problem:
+        err.print(f"but the gate will refuse it: {check.problem}", markup=False)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -156,6 +156,7 @@ class Contract:
     terms: dict[str, str] | None = None  # each term's digest, as ratified (`assure contract hash`)
     hash: str | None = None
     trust: dict[str, Any] | None = None  # earned autonomy's policy, defaults filled (records/trust)
+    signature: dict[str, str] | None = None  # the ratifier's (`assure contract ratify`)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Contract:
@@ -173,6 +174,7 @@ class Contract:
             terms=c.get("terms"),
             hash=c.get("hash"),
             trust=c.get("trust"),
+            signature=c.get("signature"),
         )
 
 

@@ -7,7 +7,7 @@ replay it. Any exception inside a rule denies with rule `internal_error` (fail c
 a call that no rule decided is denied too.
 
 The rules implement boxes 0 and 5 of The Machine: no mutation without a contract ratified
-by someone other than its proposer, and `effective = min(operator_dial, ceiling,
+by someone other than its proposer (with a trusted key, as the host checked), and `effective = min(operator_dial, ceiling,
 verifier_trust)` with irreversible effects needing more trust or a human-gate receipt.
 Standard library only: this module runs inside the gateway image.
 """
@@ -53,6 +53,11 @@ class Contract:
     terms: Mapping[str, str] | None = None
     hash: str | None = None
     trust: Mapping[str, Any] | None = None  # earned autonomy's policy (records/trust), as JSON
+    # The hash a trusted ratifier's signature covers, and that key's id, as the host found
+    # them (`run/ratifiers.check`: the gateway image has no Ed25519); else why not.
+    signed: str | None = None
+    key_id: str | None = None
+    signature_problem: str | None = None
 
 
 # What "done" means, pinned by ratification: the contract's own terms, then what the attempt
@@ -110,9 +115,11 @@ def digest(value: Any) -> str:
 
 
 def ratify(contract: Contract, **pinned: Any) -> Contract:
-    """`contract` with its term digests and hash filled in (`pinned`: `contract_terms`'s keywords)."""
+    """`contract` with its term digests and hash filled in (`pinned`: `contract_terms`'s
+    keywords), as the host passes a contract whose ratifier's signature it found over them."""
     terms = contract_terms(contract, **pinned)
-    return replace(contract, terms=terms, hash=contract_hash(terms))
+    h = contract_hash(terms)
+    return replace(contract, terms=terms, hash=h, signed=h)
 
 
 def changed_terms(ratified: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
@@ -394,6 +401,13 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
             "contract.terms_changed",
             f"contract {c.id!r} terms changed since it was ratified: {', '.join(changed)}; "
             "re-ratify (`assure contract hash SPEC` prints the new hash)",
+        )
+    if c.signed is None or c.signed != c.hash:
+        return Decision(
+            DENY,
+            "contract.signature",
+            f"contract {c.id!r} is not signed by its ratifier {c.ratified_by!r} with a trusted "
+            f"key: {c.signature_problem or 'the signature covers other terms'}",
         )
     if c.revoked:
         return Decision(DENY, "contract.revoked", f"contract {c.id!r} was revoked")

@@ -40,6 +40,9 @@ from assure.run import failpoints
 from assure.sandbox.hardening import DEFAULT_UID
 
 SUITE = Path(__file__).resolve().parents[2] / "suites" / "conformance"
+# Its specs are ratified with the checkout's published example key: the bench trusts that
+# keyring for its own specs, and no other (specs/ratifiers.yaml says what it proves).
+RATIFIERS = {"ASSURE_RATIFIERS": str(SUITE.parents[1] / "specs" / "ratifiers.yaml")}
 ASSURE = [sys.executable, "-m", "assure.cli"]
 COMMAND_SECONDS = 300  # one `assure` command of a scenario; a hung one is the scenario's NOT-RUN
 WAIT_SECONDS = 90  # for a running attempt to reach the moment a scenario acts on
@@ -100,7 +103,7 @@ class Bench:
             capture_output=True,
             text=True,
             timeout=COMMAND_SECONDS,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **RATIFIERS, **(env or {})},
         )
 
     def run_json(self, staged: Staged, *extra: str) -> dict[str, Any]:
@@ -121,6 +124,7 @@ class Bench:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env={**os.environ, **RATIFIERS},
         )
 
     def run_dirs(self) -> list[Path]:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from assure import spec as spec_mod
 from assure.errors import AssureError
-from assure.run import ratify
+from assure.records import keys
+from assure.run import ratifiers, ratify
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 DB_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # the schema's
@@ -62,8 +63,9 @@ workspace:
   writable: {writable}
   protected: {protected}
 # The contract says what the agent may touch; someone other than its proposer ratifies it.
-# Edit it and the gate refuses it until it is ratified again: `assure contract hash spec.yaml
-# --write` writes the new terms and hash. autonomy_ceiling propose: results are only proposed.
+# The ratifier signs the terms with their key: edit them and the gate refuses the contract
+# until it is ratified again, `assure contract ratify spec.yaml --as NAME` (their key must be
+# in the trusted-ratifiers keyring). autonomy_ceiling propose: results are only proposed.
 contract:
   id: {name}
   proposed_by: {proposed_by}
@@ -208,3 +210,24 @@ def create(folder: Path, choices: Choices) -> list[Path]:
         spec, ratify.compute(spec)
     )  # the terms as written: ratified by `ratified_by`, who should read them
     return written
+
+
+def ratify_as_you(path: Path, name: str) -> str:
+    """Sign the written contract as `name` with your own key (made if you have none), and
+    trust that key for `name` in your keyring if it holds none for it: you chose these terms
+    just now. After an edit, review them and `assure contract ratify` again."""
+    directory = keys.default_key_dir()
+    if not (directory / keys.PRIVATE_NAME).exists():
+        keys.generate_keypair(directory)
+    key = keys.load_private(directory / keys.PRIVATE_NAME)
+    spec = spec_mod.load(path)
+    signature = ratify.sign(spec, ratify.compute(spec), name, key)
+    keyring = ratifiers.own()
+    try:
+        ratifiers.trust(keyring, name, key.public_key())
+    except ratifiers.KeyringError as exc:
+        return f"signed as {name} with {signature['key_id']}, but not trusted: {exc.explain()}"
+    return (
+        f"ratified the contract as {name} with your key {signature['key_id']}"
+        f" (trusted in {keyring})"
+    )

@@ -15,7 +15,7 @@ from typing import Any
 
 from assure.errors import AssureError, unreadable
 from assure.records import layout, store
-from assure.records.states import INTERRUPTED, RESUMABLE, RunState
+from assure.records.states import INTERRUPTED, RESUMABLE, RunState, shown_verdict
 from assure.textsafe import display
 
 
@@ -196,7 +196,7 @@ def _runs(runs_dir: Path) -> list[RunSummary]:
             RunSummary(
                 path.parent.name,
                 shown,
-                state.get("verdict"),
+                shown_verdict(state.get("state"), state.get("verdict")),
                 state.get("started_at"),
                 {t: v.get("state") for t, v in tasks.items()},
                 resume_command(runs_dir, path.parent.name) if shown in RESUMABLE else None,

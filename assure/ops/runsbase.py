@@ -11,7 +11,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from assure.core import confined

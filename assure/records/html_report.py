@@ -30,6 +30,7 @@ from assure.core import confined
 from assure.core.chain import ChainError, iter_chain
 from assure.errors import AssureError, RunDirError
 from assure.records import conversation, layout, store, summary
+from assure.records.states import shown_verdict
 from assure.records.layout import AttemptPaths, RunPaths, SuitePaths
 from assure.textsafe import display
 
@@ -108,7 +109,7 @@ def run_page(run: store.RunDir) -> Page:
     report = store.read_json(run.paths.report) if run.paths.report.is_file() else {}
     spec = run.spec_json()
     budget = _Budget(MAX_PAGE_DIFF_LINES)
-    verdict = str(report.get("verdict") or "unfinished")
+    verdict = str(shown_verdict(report.get("state"), report.get("verdict")) or "unfinished")
     body = [
         _verdict_banner(
             f"run {run.run_id}", str(spec.get("name", "?")), verdict, spec.get("expect"), report
@@ -922,6 +923,7 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
     )
     spec_name, expect, reason, seconds = Path(str(entry.get("spec", "?"))).stem, None, "", None
     run_dir = None
+    state: dict[str, Any] = {}
     if run_id is not None:
         run = RunPaths(runs / run_id)
         run_dir = run.root if run.root.is_dir() else None
@@ -937,10 +939,14 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
             reason = _reason(report)
         except RunDirError as exc:
             reason = f"its run directory cannot be read: {exc.message} ({exc.where})"
-    epoch = entry["epoch"] if isinstance(entry.get("epoch"), int) else 1
-    return _SuiteRow(
-        spec_name, run_id, entry.get("verdict"), expect, seconds, reason, run_dir, epoch
+    placed = summary.placement(entry)  # a cluster suite's: where it ran, what was lost
+    if placed is not None:
+        reason = "; ".join([*summary.placement_lines(placed), *([reason] if reason else [])])
+    verdict = shown_verdict(
+        state.get("state") if run_id is not None else None, entry.get("verdict")
     )
+    epoch = entry["epoch"] if isinstance(entry.get("epoch"), int) else 1
+    return _SuiteRow(spec_name, run_id, verdict, expect, seconds, reason, run_dir, epoch)
 
 
 def _reason(report: dict[str, Any]) -> str:

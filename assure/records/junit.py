@@ -156,15 +156,7 @@ def _case(suite: ET.Element, classname: str, r: dict[str, Any], epochs: int = 1)
         for key in ("run_id", "run_dir", "verdict", "expect")
     ]
     if (placed := r.get("placement")) is not None:  # a cluster suite's: where it ran, what was lost
-        out.append(
-            "ran: here on the caller"
-            if placed["where"] == "here"
-            else f"ran: on node {text(placed['node'] or 'unknown')}"
-        )
-        out += [
-            f"lost: attempt {loss['attempt']} at {text(loss['at'])} on node {text(loss['node'] or 'unknown')} ({text(loss['cause'])}: {text(loss['error'])})"
-            for loss in placed["lost"]
-        ]
+        out += [text(line) for line in summary.placement_lines(placed)]
     ET.SubElement(case, "system-out").text = "\n".join(out)
 
 

@@ -44,3 +44,9 @@ STOPS_GOAL = frozenset(
 VERIFIED = frozenset(
     {TaskState.COMMITTED, TaskState.PROPOSED}
 )  # the last attempt verified and the gate acted on it
+
+
+def shown_verdict(state: str | None, verdict: str | None) -> str | None:
+    """What a run's verdict reads as: `halted` for a run the operator halted (its attempts were
+    judged, but it did not finish), save a breach, which no halt hides."""
+    return "halted" if state == RunState.HALTED and verdict not in (None, "breach") else verdict

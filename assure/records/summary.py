@@ -23,6 +23,7 @@ from assure import spec as spec_mod
 from assure.core import atomic
 from assure.errors import AssureError, RunDirError
 from assure.records import layout, store
+from assure.records.states import shown_verdict
 from assure.records.layout import RunPaths, SuitePaths
 from assure.textsafe import agent_quoted
 from assure.verify.findings import VERDICT_ORDER, as_expected, standing
@@ -105,7 +106,8 @@ def _result(
     error: str | None,
     entry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    verdict = report.get("verdict") if report else None
+    judged = report.get("verdict") if report else None
+    verdict = shown_verdict(report.get("state"), judged) if report else None
     findings = list(_final_findings(report)) if report else []
     entry = entry or {}
     started, finished = (
@@ -124,7 +126,11 @@ def _result(
         "started_at": started,
         "finished_at": finished,
         "duration_seconds": seconds_between(started, finished),
-        "reason": _reason(verdict, expect, findings, report, error),
+        "reason": (
+            f"halted by the operator; its attempts were judged {judged}"
+            if verdict != judged
+            else _reason(verdict, expect, findings, report, error)
+        ),
         "findings": findings[:FINDINGS_MAX],
         "findings_omitted": max(0, len(findings) - FINDINGS_MAX),
     }
@@ -323,7 +329,7 @@ def _suite_result(
             _as_expected(verdict, spec.expect, result["findings"])
             and not result["findings_omitted"]
         )
-    placed = _placement(entry)
+    placed = placement(entry)
     if placed is not None:
         result["placement"] = placed
     return result
@@ -367,10 +373,24 @@ def recorded_results(
     return state, results
 
 
+def placement_lines(placed: dict[str, Any]) -> list[str]:
+    """`_placement` as lines: where the spec ran, then each lost attempt (when, where, why)."""
+    return [
+        "ran: here on the caller"
+        if placed["where"] == "here"
+        else f"ran: on node {placed['node'] or 'unknown'}",
+        *(
+            f"lost: attempt {loss['attempt']} at {loss['at']} on node {loss['node'] or 'unknown'}"
+            f" ({loss['cause']}: {loss['error']})"
+            for loss in placed["lost"]
+        ),
+    ]
+
+
 LOST_MAX = 10  # lost submissions a result lists (a spec's verdict is error after 3: more is a state written by hand)
 
 
-def _placement(entry: dict[str, Any]) -> dict[str, Any] | None:
+def placement(entry: dict[str, Any]) -> dict[str, Any] | None:
     """Where a cluster suite's spec ran (a node, or here on the caller) and every submission of it
     that was lost; None for a local suite's spec. From the suite run's state, as it says it."""
     lost = entry.get("lost") if isinstance(entry.get("lost"), list) else []

@@ -13,6 +13,7 @@ from typing import Any
 
 from assure.core import gate
 from assure.errors import SpecError
+from assure.run import ratifiers
 from assure.spec import Contract, Spec, Task
 
 
@@ -25,9 +26,12 @@ def epoch(text: str) -> float:
         ) from exc
 
 
-def contract(c: Contract | None) -> gate.Contract | None:
+def contract(spec: Spec, c: Contract | None) -> gate.Contract | None:
+    """`c` (one of `spec`'s contracts) as the gate takes it, with its ratifier's signature
+    checked against the trusted keyring here on the host."""
     if c is None:
         return None
+    signed = ratifiers.check(spec.name, c)
     return gate.Contract(
         id=c.id,
         proposed_by=c.proposed_by,
@@ -40,6 +44,9 @@ def contract(c: Contract | None) -> gate.Contract | None:
         terms=c.terms,
         hash=c.hash,
         trust=c.trust,
+        signed=c.hash if signed.key_id else None,
+        key_id=signed.key_id,
+        signature_problem=signed.problem,
     )
 
 
@@ -64,7 +71,7 @@ def contract_denial(spec: Spec, task: Task, now: float) -> gate.Decision | None:
     mutation inside the contract's scope, under what the task's attempts run with (a missing
     contract, unratified, self-ratified, hash or terms changed, revoked, expired). None: valid.
     Scope is left out: it is a property of a move, not of the contract."""
-    c = contract(task.contract)
+    c = contract(spec, task.contract)
     pins = pinned(dataclasses.replace(spec, contract=task.contract))
     action = gate.Action(
         "contract.check", mutates=True, scope=c.scope[0] if c and c.scope else None
@@ -113,7 +120,7 @@ def verifier_trust(spec: Spec) -> int:
 
 def gateway_policy(spec: Spec) -> dict[str, Any]:
     """The policy block of the gateway config: everything `gate.Context` needs but the clock."""
-    c = contract(spec.contract)
+    c = contract(spec, spec.contract)
     pins = pinned(spec)
     return {
         "contract": None if c is None else dataclasses.asdict(c),

@@ -30,6 +30,7 @@ CONTRACT_FIXES = {
     "contract.hash": "after review, `{hash} --write` puts the term digests and hash in the spec; then have them ratified",
     "contract.old_format": "after review, `{hash} --write` puts the term digests in the spec; then have them re-ratified",
     "contract.terms_changed": "after review, `{hash} --write` puts the new digests in the spec; then have them re-ratified",
+    "contract.signature": "have a trusted ratifier review the terms and sign them: `assure contract ratify {spec} --as NAME` (their key in the keyring, ASSURE_RATIFIERS)",
     "contract.revoked": "propose a new contract (a new `id`) and have it ratified",
     "contract.expired": "move `expires_at` forward (a changed term: re-ratify it, `{hash} --write`)",
 }
@@ -92,7 +93,7 @@ def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
             continue
         command = f"assure contract hash {spec.path}" + (f" --task {task.id}" if own else "")
         fix = CONTRACT_FIXES.get(decision.rule, "see the contract section of README.md").format(
-            hash=command
+            hash=command, spec=spec.path
         )
         expected = "; expected of a hostile spec" if spec.hostile else ""
         found.append(
@@ -104,6 +105,23 @@ def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
                 stops_run=False,
             )
         )
+    return found
+
+
+def ratified(spec: Spec) -> list[str]:
+    """Who ratified each contract the gate accepts, with which key: `validate`'s notes."""
+    found, seen = [], set()
+    for task in spec.tasks:
+        c = task.contract
+        if c is None or id(c) in seen:
+            continue
+        seen.add(id(c))
+        judged = policy.contract(spec, c)
+        if judged and judged.key_id and not policy.contract_denial(spec, task, time.time()):
+            found.append(
+                f"{spec.path}: contract {c.id!r}: ratified by {c.ratified_by} "
+                f"with key {judged.key_id} (a trusted ratifier)"
+            )
     return found
 
 

@@ -87,7 +87,7 @@ def decide(
         now=time.time(),
         budget=gate.Budget(),
         protected=spec.workspace.protected,
-        contract=policy.contract(spec.contract),
+        contract=policy.contract(spec, spec.contract),
         assertions=policy.pinned(spec)["assertions"],
         writable=spec.workspace.writable,
         operator_dial=level,

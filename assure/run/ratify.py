@@ -1,5 +1,6 @@
 """`assure contract hash`: the digests a spec's contract must carry to be ratified as the spec
-stands, which terms changed since the ones it carries, and writing them into the spec file.
+stands, which terms changed since the ones it carries, and writing them into the spec file;
+`assure contract ratify`: the same, signed by the ratifier (`run/ratifiers`).
 
 The gate recomputes the same digests (`gate.contract_terms` over `policy.pinned`), so what
 this prints is exactly what an attempt of the spec will accept.
@@ -11,11 +12,12 @@ import dataclasses
 from typing import Any
 
 import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from assure.core import atomic, gate
 from assure.errors import SpecError
-from assure.run import policy
-from assure.spec import Spec, load
+from assure.run import policy, ratifiers
+from assure.spec import Contract, Spec, load
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +36,16 @@ class Ratification:
         """The terms whose digest differs from what the spec carries; None if it carries none."""
         return None if self.carried is None else gate.changed_terms(self.carried, self.terms)
 
+    def fields(self) -> dict[str, Any]:
+        return {"terms": self.terms, "hash": self.hash}
+
     def to_yaml(self) -> str:
         """The contract block's `terms` and `hash` lines, to paste in."""
-        return yaml.safe_dump({"terms": self.terms, "hash": self.hash}, sort_keys=False, width=1000)
+        return _yaml(self.fields())
+
+
+def _yaml(fields: dict[str, Any]) -> str:
+    return yaml.safe_dump(fields, sort_keys=False, width=1000)
 
 
 def compute(spec: Spec, task_id: str | None = None) -> Ratification:
@@ -63,7 +72,8 @@ def compute(spec: Spec, task_id: str | None = None) -> Ratification:
             + ("" if task_id else ", or pass --task for a task's own"),
         )
     terms = gate.contract_terms(
-        policy.contract(contract), **policy.pinned(dataclasses.replace(spec, contract=contract))
+        policy.contract(spec, contract),
+        **policy.pinned(dataclasses.replace(spec, contract=contract)),
     )
     return Ratification(
         at,
@@ -74,9 +84,19 @@ def compute(spec: Spec, task_id: str | None = None) -> Ratification:
     )
 
 
-def write(spec: Spec, r: Ratification) -> None:
-    """Replace the contract block's `terms` and `hash` lines in the spec file, keeping the rest
-    (comments included) as written; then check the file now carries them."""
+def sign(spec: Spec, r: Ratification, name: str, key: Ed25519PrivateKey) -> dict[str, str]:
+    """`assure contract ratify`: write the terms and hash as they stand, `ratified_by: name`
+    and `name`'s signature over them into the spec file; the signature."""
+    contract_id = spec_contract(spec, r.at).id
+    signature = ratifiers.sign(spec.name, contract_id, r.hash, name, key)
+    write(spec, r, {"ratified_by": name, **r.fields(), "signature": signature})
+    return signature
+
+
+def write(spec: Spec, r: Ratification, fields: dict[str, Any] | None = None) -> None:
+    """Replace the contract block's `terms` and `hash` lines (or `fields`) in the spec file,
+    keeping the rest (comments included) as written; then check the file now carries them."""
+    fields = fields or r.fields()
     text = spec.path.read_text(encoding="utf-8")
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     for step in r.at:
@@ -92,22 +112,30 @@ def write(spec: Spec, r: Ratification) -> None:
         )
     lines = text.splitlines(keepends=True)
     indent = " " * node.value[0][0].start_mark.column
-    old = [
-        (k.start_mark.line, _last_line(v)) for k, v in node.value if k.value in ("terms", "hash")
-    ]
-    at = min((first for first, _ in old), default=_last_line(node.value[-1][1]) + 1)
-    for first, last in sorted(old, reverse=True):
-        del lines[first : last + 1]
-    if at and not lines[at - 1].endswith("\n"):
-        lines[at - 1] += "\n"
-    lines[at:at] = [indent + line + "\n" for line in r.to_yaml().splitlines()]
+    held = {k.value: (k.start_mark.line, _last_line(v)) for k, v in node.value if k.value in fields}
+    # each field held is replaced where it stands; the others go after the last one held
+    end = max((last for _, last in held.values()), default=_last_line(node.value[-1][1])) + 1
+    if end and not lines[end - 1].endswith("\n"):
+        lines[end - 1] += "\n"
+    edits = [(first, last, {k: fields[k]}) for k, (first, last) in held.items()]
+    edits.append((end, end - 1, {k: v for k, v in fields.items() if k not in held}))
+    for first, last, part in sorted(edits, key=lambda e: e[0], reverse=True):
+        new = [indent + line + "\n" for line in _yaml(part).splitlines()] if part else []
+        lines[first : last + 1] = new
     atomic.write_bytes(spec.path, "".join(lines).encode("utf-8"))
     again = compute(load(spec.path), None if r.at == ("contract",) else spec.tasks[r.at[1]].id)
-    if (again.carried, again.carried_hash) != (r.terms, r.hash):
+    written = spec_contract(load(spec.path), r.at)
+    if (again.carried, again.carried_hash) != (r.terms, r.hash) or any(
+        getattr(written, k) != v for k, v in fields.items() if k not in ("terms", "hash")
+    ):
         raise SpecError(
             [f"{spec.path}: the rewritten contract block does not carry the new digests"],
             fix="paste the printed lines by hand",
         )
+
+
+def spec_contract(spec: Spec, at: tuple[Any, ...]) -> Contract:
+    return spec.contract if at == ("contract",) else spec.tasks[at[1]].contract
 
 
 def _last_line(node: yaml.Node) -> int:

@@ -5,6 +5,7 @@ through the gateway)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,15 @@ ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
 def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images) -> None:
+    env = {  # a new user's: init makes their key and trusts it in their own keyring
+        **{k: v for k, v in os.environ.items() if k != "ASSURE_RATIFIERS"},
+        "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+    }
     made = subprocess.run(
         ASSURE + ["init", "first", "--database", "notes"],
         cwd=tmp_path,
         capture_output=True,
+        env=env,
         text=True,
         timeout=60,
     )
@@ -26,6 +32,7 @@ def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images) -> Non
         ASSURE + ["validate", "spec.yaml", "suite.yaml"],
         cwd=folder,
         capture_output=True,
+        env=env,
         text=True,
         timeout=120,
     )
@@ -34,6 +41,7 @@ def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images) -> Non
         ASSURE + ["run", "spec.yaml", "--json"],
         cwd=folder,
         capture_output=True,
+        env=env,
         text=True,
         timeout=300,
     )

@@ -5,7 +5,6 @@ give a passing run whose fix went through the gateway."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,6 @@ from tests.unit.test_readme import write_example
 from .conftest import run_dirs
 
 BARE = {
-    "HOME": os.environ.get("HOME", "/root"),
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
 }  # a new shell: nothing the README did not set up
@@ -26,13 +24,14 @@ def test_the_own_agent_example_runs_as_written(images, tmp_path):
     """In a fresh shell with a bare PATH, in a folder laid out like the checkout (its virtualenv
     there, as `make` left it): the README's set-up block, then its commands, as written."""
     write_example(tmp_path)
+    env = {**BARE, "HOME": str(tmp_path / "home")}  # a new user's: no key, no keyring yet
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     (setup,) = [b for b in blocks() if b.mark == "setup"]
     (commands,) = [b for b in blocks() if b.mark == "run"]
     without = subprocess.run(
         ["sh", "-eu", "-c", commands.text],
         cwd=tmp_path,
-        env=BARE,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -43,7 +42,7 @@ def test_the_own_agent_example_runs_as_written(images, tmp_path):
     done = subprocess.run(
         ["sh", "-eu", "-c", setup.text + commands.text],
         cwd=tmp_path,
-        env=BARE,
+        env=env,
         capture_output=True,
         text=True,
         timeout=240,

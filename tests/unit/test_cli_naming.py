@@ -359,7 +359,17 @@ def test_validate_json_lists_each_file(tmp_path: Path) -> None:
     result = invoke("validate", str(DEFAULT_SPEC), str(empty), "--json")
     assert result.exit_code == 1
     good, bad = json.loads(result.stdout)
-    assert good == {"file": str(DEFAULT_SPEC), "ok": True, "problems": [], "fix": None, "notes": []}
+    assert good == {
+        "file": str(DEFAULT_SPEC),
+        "ok": True,
+        "problems": [],
+        "fix": None,
+        "notes": [],
+        "ratified": [
+            f"{DEFAULT_SPEC}: contract 'fix-calc-add': ratified by bob@example.org with key "
+            "ed25519:e5738e67dcb3fd00 (a trusted ratifier)"
+        ],
+    }
     assert bad["ok"] is False and "the file is empty" in bad["problems"][0]
 
 

@@ -111,6 +111,9 @@ def test_the_printed_terms_are_what_the_gateway_accepts(tmp_path, gateway_for):
     )
     again = contract_hash(path)
     assert again.stdout == first.stdout and again.stderr.startswith("unchanged")
+    gw, client = gateway_for(path)
+    assert denied(gw, client)["rule"] == "contract.signature"  # hashed, not yet signed
+    assert ratify_cli(path, key_file(tmp_path)).exit_code == 0
     _, client = gateway_for(path)
     assert client.call("fs.write", path="src/new.py", content="x")["result"]
 
@@ -128,7 +131,7 @@ def test_a_term_edited_after_ratification_is_named_by_the_gateway_and_the_comman
     tmp_path, gateway_for, term, old, new
 ):
     path = write(tmp_path)
-    contract_hash(path, "--write")
+    ratify_cli(path, key_file(tmp_path))
     edit(path, old, new)
     gw, client = gateway_for(path)
     record = denied(gw, client)
@@ -139,7 +142,10 @@ def test_a_term_edited_after_ratification_is_named_by_the_gateway_and_the_comman
         contract_hash(path).stderr
         == f"changed since the terms it carries: {term}; have it re-ratified\n"
     )
-    contract_hash(path, "--write")  # re-ratified: allowed again
+    contract_hash(path, "--write")  # the new terms, but nobody signed them
+    gw, client = gateway_for(path)
+    assert denied(gw, client)["rule"] == "contract.signature"
+    ratify_cli(path, key_file(tmp_path))  # re-ratified: allowed again
     _, client = gateway_for(path)
     assert client.call("fs.write", path="src/new.py", content="x")["result"]
 
@@ -226,3 +232,132 @@ def test_the_schema_refuses_a_term_it_does_not_know(tmp_path):
     path = write(tmp_path, SPEC + "  terms: {budget: sha256:" + "0" * 64 + "}\n")
     with pytest.raises(AssureError, match="budget"):
         spec_mod.load(path)
+
+
+# ---------------------------------------------------------------- signed ratification
+
+
+def ratify_cli(path: Path, key: Path, name: str = "bob", *extra: str) -> Any:
+    return CliRunner().invoke(
+        app, ["contract", "ratify", str(path), "--as", name, "--key", str(key), *extra]
+    )
+
+
+def key_file(tmp_path: Path, key=None) -> Path:
+    """A 0600 PEM file of `key` (default: the checkout's example key, which the tests trust)."""
+    from cryptography.hazmat.primitives import serialization
+
+    from tests.contracts import example_key
+
+    path = tmp_path / f"key-{len(list(tmp_path.glob('key-*')))}.pem"
+    path.write_bytes(
+        (key or example_key()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+    return path
+
+
+def test_ratify_signs_the_terms_the_gateway_accepts_and_validate_names_the_key(
+    tmp_path, gateway_for
+):
+    path = write(tmp_path)
+    done = ratify_cli(path, key_file(tmp_path))
+    assert done.exit_code == 0, done.output
+    contract = yaml.safe_load(path.read_text())["contract"]
+    assert contract["ratified_by"] == "bob" and contract["signature"]["alg"] == "Ed25519"
+    _, client = gateway_for(path)
+    assert client.call("fs.write", path="src/new.py", content="x")["result"]
+    checked = CliRunner().invoke(app, ["validate", str(path)])
+    assert checked.exit_code == 0, checked.output
+    assert f"ratified by bob with key {contract['signature']['key_id']}" in checked.output
+
+
+def test_the_proposer_cannot_ratify(tmp_path):
+    path = write(tmp_path)
+    done = ratify_cli(path, key_file(tmp_path), "Alice")
+    assert done.exit_code == 1 and "proposed this contract" in done.output
+    assert "signature" not in path.read_text()
+
+
+def _forged(path: Path, tmp_path: Path) -> str:
+    ratify_cli(path, key_file(tmp_path))
+    text = path.read_text()
+    value = yaml.safe_load(text)["contract"]["signature"]["value"]
+    flipped = ("B" if value[0] == "A" else "A") + value[1:]
+    path.write_text(text.replace(value, flipped))
+    return "does not match the content"
+
+
+def _edited_then_rehashed(path: Path, tmp_path: Path) -> str:
+    ratify_cli(path, key_file(tmp_path))
+    edit(path, 'scope: ["fs:**"]', 'scope: ["fs:**", "db:*"]')
+    contract_hash(path, "--write")  # the old way to "ratify" again, by anyone who edits the spec
+    return "does not match the content"
+
+
+def _untrusted_key(path: Path, tmp_path: Path) -> str:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    done = ratify_cli(path, key_file(tmp_path, Ed25519PrivateKey.generate()))
+    assert done.exit_code == 1 and "the gate will refuse it" in done.output
+    return "not by"
+
+
+def _copied_from_another_spec(path: Path, tmp_path: Path) -> str:
+    other = tmp_path / "other"
+    other.mkdir()
+    donor = write(other, SPEC.replace("name: pinned", "name: donor"))
+    ratify_cli(donor, key_file(tmp_path))
+    contract_hash(path, "--write")  # the same terms, hash and name of ratifier
+    signature = yaml.safe_load(donor.read_text())["contract"]["signature"]
+    assert (
+        yaml.safe_load(path.read_text())["contract"]["hash"]
+        == yaml.safe_load(donor.read_text())["contract"]["hash"]
+    )
+    edit(
+        path,
+        "  autonomy_ceiling: commit\n",
+        "  autonomy_ceiling: commit\n"
+        + "".join(f"  {line}\n" for line in yaml.safe_dump({"signature": signature}).splitlines()),
+    )
+    return "does not match the content"
+
+
+def _unsigned(path: Path, tmp_path: Path) -> str:
+    contract_hash(path, "--write")
+    return "did not sign it"
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [_forged, _edited_then_rehashed, _untrusted_key, _copied_from_another_spec, _unsigned],
+)
+def test_a_ratification_that_is_not_a_trusted_signature_of_these_terms_is_refused(
+    tmp_path, gateway_for, attack
+):
+    path = write(tmp_path)
+    why = attack(path, tmp_path)
+    gw, client = gateway_for(path)
+    record = denied(gw, client)
+    assert record["rule"] == "contract.signature" and why in record["reason"], record
+    checked = CliRunner().invoke(app, ["validate", str(path)])
+    assert checked.exit_code == 1 and "contract.signature" in checked.output, checked.output
+
+
+def test_a_keyring_naming_a_ratifier_twice_with_two_keys_fails_closed(tmp_path, monkeypatch):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from assure.run import ratifiers
+    from tests.contracts import KEYRING
+
+    path = write(tmp_path)
+    ratify_cli(path, key_file(tmp_path))
+    other = tmp_path / "other.yaml"
+    other.write_text(f"bob: {ratifiers.public_text(Ed25519PrivateKey.generate().public_key())}\n")
+    monkeypatch.setenv(ratifiers.ENV, f"{KEYRING}:{other}")
+    check = ratifiers.check("pinned", spec_mod.load(path).contract)
+    assert check.key_id is None and "two different keys" in check.problem

@@ -154,3 +154,11 @@ def test_gc_removes_only_this_user_s_or_this_runs_folder_s_orphans_unless_all_us
     engine.removed.clear()
     gc.collect(engine, runs_dir=runs, all_users=True)
     assert engine.removed == ["mine", "foreign", "here", "unlabelled"]
+
+
+def test_a_halted_run_is_listed_with_the_verdict_halted(tmp_path: Path) -> None:
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "state.json").write_text(
+        json.dumps({"state": "halted", "verdict": "fail", "started_at": "t0", "tasks": {}})
+    )
+    assert [r.verdict for r in runs.listing(tmp_path)] == ["halted"]
