@@ -67,6 +67,13 @@ class Tool:
     scope: Callable[[Env, dict[str, Any]], tuple[str, str]] | None = None
     # Per-call override of `mutates` (http.request: GET is safe, POST is an external effect).
     mutates_when: Callable[[dict[str, Any]], bool] | None = None
+    # The arguments that name workspace paths: the gate checks every one (protected, scope).
+    paths: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        undeclared = [p for p in self.paths if p not in self.params]
+        if undeclared:
+            raise ValueError(f"{self.name}: path arguments {undeclared} are not parameters")
 
     def mutating(self, args: dict[str, Any]) -> bool:
         """Whether this call mutates: the per-call override if the tool has one, else `mutates`."""
@@ -100,9 +107,10 @@ def mutates(tool: Tool, args: dict[str, Any]) -> bool:
     return bool(hook(args)) if hook is not None else tool.mutates
 
 
-def target_path(args: dict[str, Any]) -> str | None:
-    """The normalized workspace path a call touches, if any (what the gate matches globs on)."""
-    return normalize(args["path"]) if "path" in args else None
+def target_paths(tool: Tool, args: dict[str, Any]) -> tuple[str, ...]:
+    """The normalized workspace paths a call touches, in `tool.paths` order (what the gate
+    matches globs on)."""
+    return tuple(normalize(args[name]) for name in tool.paths if name in args)
 
 
 def run(tool: Tool, env: Env, args: dict[str, Any]) -> Outcome:
@@ -266,6 +274,7 @@ TOOLS: tuple[Tool, ...] = (
         {"path": (str, True)},
         _fs_read,
         "Read a workspace file: content (or content_b64), sha256, size.",
+        paths=("path",),
     ),
     Tool(
         "fs.write",
@@ -278,6 +287,7 @@ TOOLS: tuple[Tool, ...] = (
         },
         _fs_write,
         "Atomically write a workspace file (parents created); mode defaults to 0o644.",
+        paths=("path",),
     ),
     Tool(
         "fs.delete",
@@ -285,6 +295,7 @@ TOOLS: tuple[Tool, ...] = (
         {"path": (str, True)},
         _fs_delete,
         "Delete a workspace file or symlink (never its target).",
+        paths=("path",),
     ),
     Tool(
         "fs.list",
@@ -292,6 +303,7 @@ TOOLS: tuple[Tool, ...] = (
         {"path": (str, False)},
         _fs_list,
         "List a workspace directory; symlinks are reported, never followed.",
+        paths=("path",),
     ),
     Tool(
         "task.report",
