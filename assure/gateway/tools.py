@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from assure.core.effects import Op
 from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace, normalize
 
@@ -169,7 +170,7 @@ def _fs_write(env: Env, args: dict[str, Any]) -> Outcome:
     path = normalize(args["path"])
     env.workspace.write(path, data, mode)
     digest = _sha256(data)
-    effect = {"op": "write", "path": path, "sha256": digest, "size": len(data), "mode": mode}
+    effect = {"op": Op.WRITE, "path": path, "sha256": digest, "size": len(data), "mode": mode}
     return Outcome({"sha256": digest, "size": len(data)}, {"effect": effect})
 
 
@@ -196,7 +197,7 @@ def _content(args: dict[str, Any]) -> bytes:
 def _fs_delete(env: Env, args: dict[str, Any]) -> Outcome:
     path = normalize(args["path"])
     env.workspace.delete(path)
-    return Outcome({"deleted": True}, {"effect": {"op": "delete", "path": path}})
+    return Outcome({"deleted": True}, {"effect": {"op": Op.DELETE, "path": path}})
 
 
 def _fs_list(env: Env, args: dict[str, Any]) -> Outcome:
