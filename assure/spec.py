@@ -86,6 +86,7 @@ class Sandbox:
     user: str
     runtime: str
     read_only_root: bool
+    backend: str = "docker"  # a name in sandbox/registry.py (the schema lists them)
 
 
 @dataclass(frozen=True)
@@ -691,7 +692,9 @@ def _build(path: Path, data: dict[str, Any]) -> Spec:
             tokens=lim.get("tokens"),
             cost=float(lim["cost"]) if lim.get("cost") is not None else None,
         ),
-        sandbox=Sandbox(sb["user"], sb["runtime"], sb["read_only_root"]),
+        sandbox=Sandbox(
+            sb["user"], sb["runtime"], sb["read_only_root"], sb.get("backend", "docker")
+        ),
         assertions=tuple(data["assertions"]),
         expect=data["expect"],
         autonomy=Autonomy(
