@@ -30,7 +30,7 @@ from assure.records import report as render
 from assure.records.conformance_packet import OBLIGATIONS
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.records.states import RESUMABLE
-from assure.sandbox import install, runtimes
+from assure.sandbox import install, registry, runtimes
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet
 
@@ -588,7 +588,7 @@ def _warm_pool(
         )
     )
     warm = pool_mod.WarmPool(
-        DockerBackend(), engine[1], runs_dir, settings, say=lambda msg: err.print(plain(msg))
+        registry.create(), engine[1], runs_dir, settings, say=lambda msg: err.print(plain(msg))
     )
     try:
         warm.want(loaded.specs)
@@ -695,7 +695,7 @@ def _drive_suite(
                     local.backend = backend
                 elif not hasattr(local, "backend"):
                     local.backend = (
-                        DockerBackend()
+                        registry.create()
                     )  # docker-py's client is one HTTP session: one per thread
 
                 def progress(phase: str, info: dict[str, Any]) -> None:
@@ -830,7 +830,7 @@ def validate(
             return []
         if not engine:
             try:
-                engine.append(DockerBackend())
+                engine.append(registry.create())
             except AssureError as exc:
                 engine.append(exc)
         if isinstance(engine[0], AssureError):
@@ -1147,7 +1147,7 @@ def images_build(
     agent image (its agent.install); skip what is up to date."""
     try:
         loaded = [spec_mod.load(p) for p in specs or []]
-        backend = DockerBackend()
+        backend = registry.create()
         built = Images(backend, lambda msg: err.print(f"images: {msg}")).ensure()
         derived = {
             s.name: install.ensure(s, backend, built, lambda msg: err.print(f"images: {msg}"))
@@ -1359,7 +1359,7 @@ def gc(
 
     try:
         removed = collector.collect(
-            DockerBackend(),
+            registry.create(),
             everything=everything,
             runs_dir=runs_dir,
             all_users=all_users,
@@ -2020,7 +2020,7 @@ def health_cmd(
         run = runs_mod.find(run_ref, runs_dir) if run_ref is not None else None
     except AssureError as exc:
         raise _fail(exc) from None
-    engine = health_probe.engine_facts(DockerBackend)
+    engine = health_probe.engine_facts(registry.create)
     base, run_id = (run.path.parent, run.run_id) if run else (runs_dir, None)
     doc = health_probe.probe(base, run_id, engine, time.time(), manifest)
     if out_file is not None:

@@ -87,6 +87,7 @@ class Sandbox:
     user: str
     runtime: str
     read_only_root: bool
+    backend: str = "docker"  # a name in sandbox/registry.py (the schema lists them)
     # Not a spec field: an Inspect sample's (assure/inspect/) agent container also gets a
     # /var/tmp where programs may run, for the tools Inspect puts in its sandboxes.
     tools_tmp: bool = False
@@ -835,7 +836,11 @@ def _build(path: Path, data: dict[str, Any], sample: Sample | None = None) -> Sp
             cost=float(lim["cost"]) if lim.get("cost") is not None else None,
         ),
         sandbox=Sandbox(
-            sb["user"], sb["runtime"], sb["read_only_root"], sb.get("tools_tmp", False)
+            sb["user"],
+            sb["runtime"],
+            sb["read_only_root"],
+            backend=sb.get("backend", "docker"),
+            tools_tmp=sb.get("tools_tmp", False),
         ),
         assertions=tuple(data["assertions"]),
         expect=data["expect"],

@@ -170,6 +170,7 @@ class Action:
     tool: str
     mutates: bool
     path: str | None = None
+    paths: tuple[str, ...] = ()  # every workspace path the call names (`path` is the first)
     scope: str | None = None
     resource_mode: str = SANDBOX
     reversible: bool | None = None
@@ -248,9 +249,8 @@ def action_scope(action: Action) -> str | None:
 def rollback_covers(action: Action, ctx: Context) -> bool:
     """The host confirmed `rollback_ref` resolves (no forgery) for a scope that covers this
     action's (a ref for one database makes no other effect reversible)."""
-    scope = action_scope(action)
     covered = ctx.rollbacks.get(action.rollback_ref, ()) if action.rollback_ref is not None else ()
-    return scope is not None and globs.match_any(covered, scope)
+    return all(s is not None and globs.match_any(covered, s) for s in _scopes(action))
 
 
 def rollback_confirmed(action: Action, ctx: Context) -> bool:
@@ -340,11 +340,24 @@ def _read_only(action: Action, ctx: Context) -> Decision | None:
     return None
 
 
+def action_paths(action: Action) -> tuple[str, ...]:
+    """Every workspace path the call names: all of them are matched, never the first alone."""
+    return action.paths or (() if action.path is None else (action.path,))
+
+
 def _protected_path(action: Action, ctx: Context) -> Decision | None:
     """The acceptance tests (and whatever else the spec protects) are immutable during the move."""
-    if action.path is not None and globs.match_any(ctx.protected, action.path):
-        return Decision(DENY, "protected_path", f"{action.path!r} is protected by the spec")
+    for path in action_paths(action):
+        if globs.match_any(ctx.protected, path):
+            return Decision(DENY, "protected_path", f"{path!r} is protected by the spec")
     return None
+
+
+def _scopes(action: Action) -> list[str | None]:
+    """The scopes a contract must cover: the explicit one, else `fs:<path>` of every path."""
+    if action.scope is not None or len(action_paths(action)) < 2:
+        return [action_scope(action)]
+    return [f"fs:{path}" for path in action_paths(action)]
 
 
 def contract_rule(action: Action, ctx: Context) -> Decision | None:
@@ -413,17 +426,17 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
         return Decision(DENY, "contract.revoked", f"contract {c.id!r} was revoked")
     if _expired(ctx.now, c.expires_at):
         return Decision(DENY, "contract.expired", f"contract {c.id!r} expired at {c.expires_at}")
-    scope = action_scope(action)
-    covered = scope is not None and (
-        globs.match_any(c.scope, scope)
-        or (action.folder and any(globs.names_folder(g, scope) for g in c.scope))
-    )
-    if not covered:
-        return Decision(
-            DENY,
-            "contract.scope",
-            f"{scope!r} is outside contract {c.id!r} scope ({', '.join(c.scope) or 'empty'})",
+    for scope in _scopes(action):
+        covered = scope is not None and (
+            globs.match_any(c.scope, scope)
+            or (action.folder and any(globs.names_folder(g, scope) for g in c.scope))
         )
+        if not covered:
+            return Decision(
+                DENY,
+                "contract.scope",
+                f"{scope!r} is outside contract {c.id!r} scope ({', '.join(c.scope) or 'empty'})",
+            )
     return None
 
 
@@ -462,7 +475,8 @@ def _human_gate(action: Action, ctx: Context, figures: dict[str, int]) -> Decisi
     covering = [
         g
         for g in presented
-        if (g.approved_by or "").strip() and scope is not None and globs.match(g.scope, scope)
+        if (g.approved_by or "").strip()
+        and all(s is not None and globs.match(g.scope, s) for s in _scopes(action))
     ]
     if any(not _expired(ctx.now, g.expires_at) for g in covering):
         return Decision(

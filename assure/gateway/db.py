@@ -50,6 +50,7 @@ from typing import Any
 import apsw
 
 from assure.core.changeset import harden
+from assure.core.effects import Op
 from assure.gateway.errors import ToolError
 
 MODES = ("sandbox", "live")
@@ -568,7 +569,7 @@ def _effect(
         per[change.op.lower()] += 1
     rowid_tables = sorted(table for table in counts if not _primary_key(conn, table))
     return {
-        "op": "sql",
+        "op": Op.SQL,
         "db": name,
         "mode": spec.mode,
         "changes": changes,

@@ -161,7 +161,7 @@ class Dispatcher:
         """Parse, decide, run and journal one tool call."""
         try:
             args, meta = tools.parse(tool, body)
-            path = tools.target_path(args)
+            paths = tools.target_paths(tool, args)
         except (ArgError, PathError) as exc:
             return self.reject(400, exc.code, exc.message, tool=tool.name)
         with self._lock:
@@ -170,12 +170,13 @@ class Dispatcher:
             record = {
                 "action_id": os.urandom(16).hex(),
                 "tool": tool.name,
-                "path": path,
+                "path": paths[0] if paths else None,
+                **({"paths": list(paths)} if len(paths) > 1 else {}),
                 "args_digest": sha256_hex(canonical(args)),
                 **{name: self.field(meta.get(name)) for name in tools.META_PARAMS},
                 "effect": None,
             }
-            answer = self._decide_and_run(tool, args, meta, path, record)
+            answer = self._decide_and_run(tool, args, meta, paths, record)
             if not self._append("tool_call", _outcome=record.pop("_intent", False), **record):
                 if self._full:
                     return self._unavailable()
@@ -398,14 +399,14 @@ class Dispatcher:
         tool: tools.Tool,
         args: dict[str, Any],
         meta: dict[str, Any],
-        path: str | None,
+        paths: tuple[str, ...],
         record: dict[str, Any],
     ) -> Answer:
         """Gate first (halt, budget, scope); then the idempotency store; then intent, effect."""
         record.update(decision=gate.DENY, rule="internal_error", reason="not decided", inputs={})
         key = None
         try:
-            action = self._action(tool, args, meta, path, record)
+            action = self._action(tool, args, meta, paths, record)
             decision = gate.decide(action, self._context())
             self.counters.tool_calls += 1
             self._decided(record, decision)
@@ -484,15 +485,17 @@ class Dispatcher:
         tool: tools.Tool,
         args: dict[str, Any],
         meta: dict[str, Any],
-        path: str | None,
+        paths: tuple[str, ...],
         record: dict[str, Any],
     ) -> gate.Action:
+        path = paths[0] if paths else None
         scope, mode = tools.scope_of(tool, self._env, args, path)
         record.update(scope=scope, resource_mode=mode)
         return gate.Action(
             tool.name,
             tools.mutates(tool, args),
             path,
+            paths=paths,
             scope=scope,
             resource_mode=mode,
             reversible=meta.get("reversible"),

@@ -46,6 +46,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from assure.core.effects import Op
 from assure.gateway import headers as header_names
 
 if TYPE_CHECKING:
@@ -363,7 +364,7 @@ def request(egress: Egress | None, args: dict[str, Any]) -> tuple[dict[str, Any]
     else:
         result["body_b64"] = base64.b64encode(data).decode("ascii")
     summary = {
-        "op": "http",
+        "op": Op.HTTP,
         "method": target.method,
         "url": target.url[:MAX_JOURNAL_URL],
         "scope": f"http:{target.key}",

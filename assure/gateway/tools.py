@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from assure.core.effects import Op
 from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace, normalize
 
@@ -72,6 +73,13 @@ class Tool:
     scope: Callable[[Env, dict[str, Any]], tuple[str, str]] | None = None
     # Per-call override of `mutates` (http.request: GET is safe, POST is an external effect).
     mutates_when: Callable[[dict[str, Any]], bool] | None = None
+    # The arguments that name workspace paths: the gate checks every one (protected, scope).
+    paths: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        undeclared = [p for p in self.paths if p not in self.params]
+        if undeclared:
+            raise ValueError(f"{self.name}: path arguments {undeclared} are not parameters")
 
     def mutating(self, args: dict[str, Any]) -> bool:
         """Whether this call mutates: the per-call override if the tool has one, else `mutates`."""
@@ -105,9 +113,10 @@ def mutates(tool: Tool, args: dict[str, Any]) -> bool:
     return bool(hook(args)) if hook is not None else tool.mutates
 
 
-def target_path(args: dict[str, Any]) -> str | None:
-    """The normalized workspace path a call touches, if any (what the gate matches globs on)."""
-    return normalize(args["path"]) if "path" in args else None
+def target_paths(tool: Tool, args: dict[str, Any]) -> tuple[str, ...]:
+    """The normalized workspace paths a call touches, in `tool.paths` order (what the gate
+    matches globs on)."""
+    return tuple(normalize(args[name]) for name in tool.paths if name in args)
 
 
 def run(tool: Tool, env: Env, args: dict[str, Any]) -> Outcome:
@@ -166,7 +175,7 @@ def _fs_write(env: Env, args: dict[str, Any]) -> Outcome:
     path = normalize(args["path"])
     env.workspace.write(path, data, mode)
     digest = _sha256(data)
-    effect = {"op": "write", "path": path, "sha256": digest, "size": len(data), "mode": mode}
+    effect = {"op": Op.WRITE, "path": path, "sha256": digest, "size": len(data), "mode": mode}
     return Outcome({"sha256": digest, "size": len(data)}, {"effect": effect})
 
 
@@ -193,7 +202,7 @@ def _content(args: dict[str, Any]) -> bytes:
 def _fs_delete(env: Env, args: dict[str, Any]) -> Outcome:
     path = normalize(args["path"])
     env.workspace.delete(path)
-    return Outcome({"deleted": True}, {"effect": {"op": "delete", "path": path}})
+    return Outcome({"deleted": True}, {"effect": {"op": Op.DELETE, "path": path}})
 
 
 def _fs_list(env: Env, args: dict[str, Any]) -> Outcome:
@@ -309,6 +318,7 @@ TOOLS: tuple[Tool, ...] = (
         {"path": (str, True)},
         _fs_read,
         "Read a workspace file: content (or content_b64), sha256, size.",
+        paths=("path",),
     ),
     Tool(
         "fs.write",
@@ -321,6 +331,7 @@ TOOLS: tuple[Tool, ...] = (
         },
         _fs_write,
         "Atomically write a workspace file (parents created); mode defaults to 0o644.",
+        paths=("path",),
     ),
     Tool(
         "fs.delete",
@@ -328,6 +339,7 @@ TOOLS: tuple[Tool, ...] = (
         {"path": (str, True)},
         _fs_delete,
         "Delete a workspace file or symlink (never its target).",
+        paths=("path",),
     ),
     Tool(
         "fs.list",
@@ -335,6 +347,7 @@ TOOLS: tuple[Tool, ...] = (
         {"path": (str, False)},
         _fs_list,
         "List a workspace directory; symlinks are reported, never followed.",
+        paths=("path",),
     ),
     Tool(
         "task.report",

@@ -15,7 +15,7 @@ from assure import spec as spec_mod
 from assure.errors import AssureError
 from assure.ops import cis
 from assure.sandbox import backend as sandbox
-from assure.sandbox import install, runtimes, uids, workspace_fs
+from assure.sandbox import install, registry, runtimes, uids, workspace_fs
 from assure.sandbox.docker import DockerBackend
 from assure.sandbox.images import Images, ImageSet, base_mode, base_tags
 
@@ -74,7 +74,7 @@ def diagnose(wanted: Iterable[str] = (), installs: Iterable[spec_mod.Spec] = ())
 
 
 def _engine(report: Report, wanted: set[str], installs: list[spec_mod.Spec]) -> None:
-    backend = DockerBackend()
+    backend = registry.create()
     version = backend.version()
     report.add(
         "docker engine", True, f"engine {version.get('Version')} (API {version.get('ApiVersion')})"

@@ -34,9 +34,9 @@ def node_facts() -> dict[str, Any]:
         "host": socket.gethostname(),
     }
     try:
-        from assure.sandbox.docker import DockerBackend
+        from assure.sandbox import registry
 
-        backend = DockerBackend()
+        backend = registry.create()
         facts["engine"] = backend.version().get("Version")
         facts["images"] = _image_tags(backend)
         facts["runtimes"] = sorted(backend.runtimes())
@@ -177,9 +177,9 @@ def _node(
 def local_images() -> list[str] | None:
     """The caller's own image tags, or None when they are not built here (or no engine is)."""
     try:
-        from assure.sandbox.docker import DockerBackend
+        from assure.sandbox import registry
 
-        return _image_tags(DockerBackend())
+        return _image_tags(registry.create())
     except AssureError:
         return None
 

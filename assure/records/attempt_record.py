@@ -17,7 +17,8 @@ from typing import Any
 from assure.errors import RunDirError
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.records.store import read_json
-from assure.verify.judge import CHECK_KINDS, SNAPSHOTS, Judgement
+from assure.verify.assertions import CHECK_KINDS, KINDS
+from assure.verify.judge import SNAPSHOTS, Judgement
 from assure.verify.snapshot import Snapshot
 
 
@@ -201,7 +202,7 @@ def _snapshots(
 
 
 def _check_file(paths: AttemptPaths, kind: str, unreadable: dict[str, Exception]) -> list[Any]:
-    path = paths.commands if kind == "command" else paths.cases
+    path = KINDS[kind].results(paths)
     try:
         return read_json(path) if path.is_file() else []
     except Exception as exc:

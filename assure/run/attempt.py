@@ -40,7 +40,7 @@ from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from assure.textsafe import display
-from assure.verify import judge
+from assure.verify import assertions, judge
 from assure.verify import sqlite as sqlite_verify
 from assure.verify.container import EXPECTED_PATHS, layer_changes
 from assure.verify.findings import Finding, Kind, verdict
@@ -179,7 +179,7 @@ class Attempt:
         facts: dict[str, Any] = {"harness_errors": [], "started_at": time.time()}
         self._pre: Snapshot | None = None
         self._post: Snapshot | None = None
-        self._checks: dict[str, list[Any] | None] = dict.fromkeys(judge.CHECK_KINDS)
+        self._checks: dict[str, list[Any] | None] = dict.fromkeys(assertions.CHECK_KINDS)
         self._copy_report: confined.CopyReport | None = None
         try:
             return self._execute(facts)
@@ -356,16 +356,12 @@ class Attempt:
         # as the attempt's own user: its containers are removed by now, with every process, pipe,
         # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
-        commands = checks.run_commands(
-            *args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids
-        )
-        store.write_json(self.paths.commands, commands)
-        self._checks["command"] = commands
-        cases = checks.run_cases(
-            *args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids
-        )
-        store.write_json(self.paths.cases, cases)
-        self._checks["cases"] = cases
+        for kind in assertions.CHECK_KINDS:
+            results = checks.RUNNERS[kind](
+                *args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids
+            )
+            store.write_json(assertions.KINDS[kind].results(self.paths), results)
+            self._checks[kind] = results
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:

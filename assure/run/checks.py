@@ -19,7 +19,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,6 +274,13 @@ def run_cases(
             }
         )
     return out
+
+
+# How each check-container assertion kind (verify/assertions.py, `Where.CHECK`) is run.
+RUNNERS: Mapping[str, Callable[..., list[dict[str, Any]]]] = {
+    "command": run_commands,
+    "cases": run_cases,
+}
 
 
 def stdout_cap(case: Case) -> int:

@@ -380,8 +380,7 @@ def run_on_node(
     import ray
 
     from assure.run.driver import Driver
-    from assure.sandbox import install
-    from assure.sandbox.docker import DockerBackend
+    from assure.sandbox import install, registry
     from assure.sandbox.images import Images
 
     class NodeDriver(Driver):
@@ -409,7 +408,7 @@ def run_on_node(
             where=f"{node_id}: {spec_path}",
             fix="deploy the same suite and spec files, at the same paths, to every node",
         )
-    backend = DockerBackend()
+    backend = registry.create()
     say = lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True)  # noqa: E731  (in the node's Ray worker log)
     finder = Images(backend, say)
     images = (

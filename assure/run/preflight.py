@@ -371,15 +371,14 @@ def engine(specs: list[Spec], say: Callable[[str], None]) -> tuple[Any, Any]:
     whatever is missing (`say` tells of it), once every spec passed `refuse`: what `validate`
     refuses, and each image and runtime the engine lacks, every problem of every spec listed
     before anything starts."""
-    from assure.sandbox import install, live, workspace_fs
-    from assure.sandbox.docker import DockerBackend
+    from assure.sandbox import install, live, registry, workspace_fs
     from assure.sandbox.images import Images
 
     workspace_fs.require()  # the workspace cannot be bounded here: refuse before any run starts
     for s in specs:
         live.check(s)
     try:
-        backend = DockerBackend()
+        backend = registry.create(registry.chosen(s.sandbox.backend for s in specs))
     except AssureError:
         refuse(specs, None)  # what needs no engine is told even when there is none
         raise

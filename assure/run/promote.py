@@ -31,6 +31,7 @@ from typing import Any
 
 from assure.core import confined, control, gate, private
 from assure.core.chain import iter_chain
+from assure.core.effects import Op
 from assure.errors import AssureError
 from assure.records import applied, layout, store
 from assure.records.attempt_record import AttemptRecord
@@ -129,7 +130,7 @@ def propose(run: store.RunDir, task_id: str, record: AttemptRecord) -> Path:
         if r.get("event") == "tool_call"
         and r.get("decision") == "allow"
         and isinstance(r.get("effect"), dict)
-        and r["effect"].get("op") == "sql"
+        and r["effect"].get("op") == Op.SQL
     ]
     store.write_json(bundle.changesets, sql)
     store.write_json(bundle.verdict, record.verdict_json())

@@ -35,9 +35,9 @@ def watch(alive: int, worker: int, seconds: float) -> None:
     ):  # until it is reaped: a zombie's pid is alive to `gc`
         time.sleep(0.2)
     from assure.ops import gc
-    from assure.sandbox.docker import DockerBackend
+    from assure.sandbox import registry
 
-    gc.collect(DockerBackend())
+    gc.collect(registry.create())
 
 
 if __name__ == "__main__":

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from assure.core import confined
-from assure.spec import Case, Cases
+from assure.spec import Case, Cases, schema
 from assure.verify.findings import Finding, Kind
 from assure.verify.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from assure.records.layout import AttemptPaths
 
 MAX_CONTAINS_BYTES = 16 * 2**20
 
@@ -38,42 +43,188 @@ def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
     return True
 
 
-def check(
-    assertion: dict[str, Any],
-    *,
-    post: Snapshot,
-    workspace: Path,
-    exit_code: int | None,
-    journal: Iterable[dict[str, Any]],
-    unexplained: list[str],
-    command_result: dict[str, Any] | None = None,
-    post_digest: str | None = None,
-) -> Finding:
-    """`command_result`: the recorded run of a `command` or `cases` assertion (commands.json, cases.json)."""
-    ((kind, arg),) = assertion.items()
-    if kind == "cases":
-        ok, why, detail = cases(Cases.from_json(arg), command_result, post_digest)
-        return Finding(
-            Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED,
-            "cases: " + " ".join(arg["run"]),
-            why,
-            detail=detail,
-        )
-    if kind == "command":
-        ok, why = _command(command_result, post_digest)
-        return Finding(
-            Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED,
-            "command: " + " ".join(arg["run"]),
-            why,
-            detail={"output_tail": (command_result or {}).get("output_tail", "")[-2000:]},
-        )
-    subject = (
-        f"{kind}: {_written(arg)}"
-        if not isinstance(arg, dict)
-        else f"{kind}: " + ", ".join(f"{k}={_written(v)}" for k, v in arg.items())
+class Where(StrEnum):
+    """Where an assertion's evidence is made: read on the host from what the attempt
+    collected, or run in a fresh check container (run/checks.py), its results in the record."""
+
+    HOST = "host"
+    CHECK = "check container"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Ground truth an assertion is judged on. `result`: the recorded run of a check-container
+    kind (commands.json, cases.json), for exactly the POST snapshot `post_digest` names."""
+
+    post: Snapshot
+    workspace: Path
+    exit_code: int | None
+    journal: Iterable[dict[str, Any]]
+    unexplained: list[str]
+    result: dict[str, Any] | None = None
+    post_digest: str | None = None
+
+
+class AssertionKind:
+    """One kind of assertion (`- <name>: <argument>` in a spec): its schema fragment, where
+    it runs and how it is judged. Registered in `KINDS`; a check-container kind also has a
+    runner in run/checks.py (`RUNNERS`) and a results file (`results`)."""
+
+    name: ClassVar[str]
+    where: ClassVar[Where] = Where.HOST
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The argument's JSON schema, as specs/spec.schema.json gives it (validated at load)."""
+        return dict(schema()["$defs"]["assertion"]["properties"][self.name])
+
+    def subject(self, arg: Any) -> str:
+        if isinstance(arg, dict):
+            return f"{self.name}: " + ", ".join(f"{k}={_written(v)}" for k, v in arg.items())
+        return f"{self.name}: {_written(arg)}"
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        raise NotImplementedError
+
+    def results(self, paths: AttemptPaths) -> Path:
+        """The record's file of a check-container kind's results."""
+        raise NotImplementedError(f"{self.name} runs on the host: it has no results file")
+
+
+class FileExists(AssertionKind):
+    name = "file_exists"
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        return arg in ev.post.entries, "present" if arg in ev.post.entries else "missing", None
+
+
+class FileAbsent(AssertionKind):
+    name = "file_absent"
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        absent = arg not in ev.post.entries
+        return absent, "absent" if absent else "present", None
+
+
+class FileSha256(AssertionKind):
+    name = "file_sha256"
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        entry = ev.post.entries.get(arg["path"])
+        got = entry.sha256 if entry else None
+        return got == arg["sha256"], f"sha256 {got or 'unavailable'}", None
+
+
+class FileContains(AssertionKind):
+    name = "file_contains"
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        entry = ev.post.entries.get(arg["path"])
+        if entry is None or entry.kind != "file":
+            return False, "not a regular file", None
+        data = _read_confined(ev.workspace, arg["path"])
+        if data is None:
+            return False, "could not read the file", None
+        found = arg["text"].encode() in data
+        return found, "text found" if found else "text not found", None
+
+
+class ExitCode(AssertionKind):
+    name = "exit_code"
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        if ev.exit_code is None:
+            return False, "no exit code: the agent never ran to an end", None
+        return ev.exit_code == arg, f"agent exit code {ev.exit_code}", None
+
+
+class JournalHas(AssertionKind):
+    name = "journal_has"
+    wanted = True  # at least one matching entry (JournalLacks: none)
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        hits = sum(1 for r in ev.journal if _journal_matches(r, arg))
+        return (hits > 0) == self.wanted, f"{hits} matching journal entries", None
+
+
+class JournalLacks(JournalHas):
+    name = "journal_lacks"
+    wanted = False
+
+
+class NoUnattributedChanges(AssertionKind):
+    name = "no_unattributed_changes"
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        shown = f": {', '.join(ev.unexplained[:5])}" if ev.unexplained else ""
+        return not ev.unexplained, f"{len(ev.unexplained)} unexplained changes{shown}", None
+
+
+class CommandKind(AssertionKind):
+    name = "command"
+    where = Where.CHECK
+
+    def subject(self, arg: Any) -> str:
+        return "command: " + " ".join(arg["run"])
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        ok, why = _command(ev.result, ev.post_digest)
+        return ok, why, {"output_tail": (ev.result or {}).get("output_tail", "")[-2000:]}
+
+    def results(self, paths: AttemptPaths) -> Path:
+        return paths.commands
+
+
+class CasesKind(AssertionKind):
+    name = "cases"
+    where = Where.CHECK
+
+    def subject(self, arg: Any) -> str:
+        return "cases: " + " ".join(arg["run"])
+
+    def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
+        return cases(Cases.from_json(arg), ev.result, ev.post_digest)
+
+    def results(self, paths: AttemptPaths) -> Path:
+        return paths.cases
+
+
+KINDS: Mapping[str, AssertionKind] = {
+    k.name: k
+    for k in (
+        FileExists(),
+        FileAbsent(),
+        FileSha256(),
+        FileContains(),
+        ExitCode(),
+        JournalHas(),
+        JournalLacks(),
+        NoUnattributedChanges(),
+        CommandKind(),
+        CasesKind(),
     )
-    ok, why = _evaluate(kind, arg, post, workspace, exit_code, journal, unexplained)
-    return Finding(Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED, subject, why)
+}
+CHECK_KINDS = tuple(
+    name for name, k in KINDS.items() if k.where is Where.CHECK
+)  # their results are in the record, the nth assertion of a kind at index n
+
+
+def check(assertion: dict[str, Any], ev: Evidence) -> Finding:
+    """One assertion judged on `ev`; a kind the registry does not know fails (the schema
+    forbids it)."""
+    ((name, arg),) = assertion.items()
+    kind = KINDS.get(name)
+    if kind is None:
+        return Finding(
+            Kind.ASSERTION_FAILED, f"{name}: {_written(arg)}", f"unknown assertion {name!r}"
+        )
+    ok, why, detail = kind.judge(arg, ev)
+    return Finding(
+        Kind.ASSERTION_PASSED if ok else Kind.ASSERTION_FAILED,
+        kind.subject(arg),
+        why,
+        detail=detail or {},
+    )
 
 
 def _command(result: dict[str, Any] | None, post_digest: str | None) -> tuple[bool, str]:
@@ -147,51 +298,6 @@ def _show(data: bytes, limit: int = 80) -> str:
     so a repr here showed `'6\\n'` twice escaped. An undecodable byte reads U+FFFD (a lone
     surrogate would make the receipt's canonical JSON fail)."""
     return f"'{data[:limit].decode('utf-8', 'replace')}'" + ("..." if len(data) > limit else "")
-
-
-def _evaluate(
-    kind: str,
-    arg: Any,
-    post: Snapshot,
-    workspace: Path,
-    exit_code: int | None,
-    journal: Iterable[dict[str, Any]],
-    unexplained: list[str],
-) -> tuple[bool, str]:
-    if kind == "file_exists":
-        return (arg in post.entries, "present" if arg in post.entries else "missing")
-    if kind == "file_absent":
-        return (arg not in post.entries, "absent" if arg not in post.entries else "present")
-    if kind == "file_sha256":
-        entry = post.entries.get(arg["path"])
-        got = entry.sha256 if entry else None
-        return (got == arg["sha256"], f"sha256 {got or 'unavailable'}")
-    if kind == "file_contains":
-        entry = post.entries.get(arg["path"])
-        if entry is None or entry.kind != "file":
-            return False, "not a regular file"
-        data = _read_confined(workspace, arg["path"])
-        if data is None:
-            return False, "could not read the file"
-        found = arg["text"].encode() in data
-        return found, "text found" if found else "text not found"
-    if kind == "exit_code":
-        return (
-            exit_code == arg,
-            f"agent exit code {exit_code}"
-            if exit_code is not None
-            else "no exit code: the agent never ran to an end",
-        )
-    if kind in ("journal_has", "journal_lacks"):
-        hits = sum(1 for r in journal if _journal_matches(r, arg))
-        return ((hits > 0) == (kind == "journal_has"), f"{hits} matching journal entries")
-    if kind == "no_unattributed_changes":
-        return (
-            not unexplained,
-            f"{len(unexplained)} unexplained changes"
-            + (f": {', '.join(unexplained[:5])}" if unexplained else ""),
-        )
-    return False, f"unknown assertion {kind!r}"  # the schema forbids this; fail closed
 
 
 def _written(value: Any) -> str:

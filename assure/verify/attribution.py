@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from assure.core import globs
+from assure.core.effects import Op
 from assure.verify.diff import Change
 from assure.verify.findings import Finding, Kind
 
@@ -52,14 +53,14 @@ def _explained_by(
     effect = effects.get(change.path)
     if effect is not None:
         if (
-            effect.get("op") == "write"
+            effect.get("op") == Op.WRITE
             and after is not None
             and after.kind == "file"
             and after.sha256 == effect.get("sha256")
             and after.mode == effect.get("mode")
         ):
             return str(effect["action_id"])
-        if effect.get("op") == "delete" and after is None:
+        if effect.get("op") == Op.DELETE and after is None:
             return str(effect["action_id"])
         return None
     if (

@@ -30,10 +30,6 @@ if TYPE_CHECKING:
     from assure.records.attempt_record import AttemptRecord
     from assure.records.layout import AttemptPaths
 
-CHECK_KINDS = (
-    "command",
-    "cases",
-)  # assertions run in check containers: their results are in the record
 SNAPSHOTS = "snapshot"  # a record's `unreadable` key for pre.json and post.json, loaded together
 
 
@@ -364,14 +360,14 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
             [],
         )
     unexplained = unexplained_subjects(findings)
-    for name in (paths.commands.name, paths.cases.name):
-        _unreadable(findings, record, name)
+    for kind in assertions.CHECK_KINDS:
+        _unreadable(findings, record, assertions.KINDS[kind].results(paths).name)
     post_digest = sha256_hex(canonical(post.to_json()))
-    counts = dict.fromkeys(CHECK_KINDS, 0)
+    counts = dict.fromkeys(assertions.CHECK_KINDS, 0)
     for a in spec.assertions:
         result = None
-        for kind in (
-            a.keys() & CHECK_KINDS
+        for kind in a.keys() & set(
+            assertions.CHECK_KINDS
         ):  # the nth assertion of a kind has index n in its results
             result = next(
                 (
@@ -386,13 +382,15 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
         def check(a: dict[str, Any] = a, result: dict[str, Any] | None = result) -> Finding:
             return assertions.check(
                 a,
-                post=post,
-                workspace=paths.workspace,
-                exit_code=facts.exit_code,
-                journal=journal,
-                unexplained=unexplained,
-                command_result=result,
-                post_digest=post_digest,
+                assertions.Evidence(
+                    post,
+                    paths.workspace,
+                    facts.exit_code,
+                    journal,
+                    unexplained,
+                    result,
+                    post_digest,
+                ),
             )
 
         finding = _guarded(findings, f"assertion {next(iter(a))}", check, None)

@@ -13,12 +13,7 @@ WRITE = {"tool": "fs.write", "decision": "allow", "path": "src/calc.py"}
 
 def check(assertion, journal):
     return assertions.check(
-        assertion,
-        post=EMPTY,
-        workspace=Path("/nonexistent"),
-        exit_code=0,
-        journal=journal,
-        unexplained=[],
+        assertion, assertions.Evidence(EMPTY, Path("/nonexistent"), 0, journal, [])
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import apsw
 
 from assure.core.changeset import replay
+from assure.core.effects import Op
 from assure.textsafe import display
 from assure.verify.findings import Finding, Kind
 from assure.verify.sqlite.changes import CODECS, DbChange, Raw, Value, canon
@@ -43,7 +44,7 @@ def db_effects(journal: Iterable[Mapping[str, Any]], db: str) -> list[dict[str, 
             or not isinstance(effect, dict)
         ):
             continue
-        if effect.get("op") == "sql" and effect.get("db") == db:
+        if effect.get("op") == Op.SQL and effect.get("db") == db:
             out.append({**effect, "action_id": record.get("action_id")})
     return out
 
@@ -295,7 +296,7 @@ def attribute(db: str, pre: Path, post: Path, effects: list[dict[str, Any]]) -> 
     (see `db_effects`); effects of other databases are ignored. Never raises DatabaseError:
     a database that cannot be compared becomes an `unattributed` finding.
     """
-    effects = [e for e in effects if e.get("op") == "sql" and e.get("db") == db]
+    effects = [e for e in effects if e.get("op") == Op.SQL and e.get("db") == db]
     findings: list[Finding] = []
     with tempfile.TemporaryDirectory(prefix="assure-expected-") as tmp:
         expected = Path(tmp) / "expected.sqlite"
