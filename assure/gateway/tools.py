@@ -409,6 +409,7 @@ TOOLS: tuple[Tool, ...] = (
         _sandbox_op,
         "Inspect's read_file: a file of the agent's container the shim reads once allowed.",
         _sandbox_scope,
+        paths=("path",),
     ),
     Tool(
         "sandbox.write_file",
@@ -417,6 +418,7 @@ TOOLS: tuple[Tool, ...] = (
         _sandbox_op,
         "Inspect's write_file: a file the shim writes once allowed (a workspace file: fs:<path>, protected refused).",
         _sandbox_scope,
+        paths=("path",),
     ),
 )
 

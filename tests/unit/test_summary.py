@@ -872,6 +872,12 @@ def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_j
     ]
     assert found[1].find("system-out").text.splitlines()[4:] == ["ran: here on the caller"]
 
+    from assure.records import html_report
+
+    page = html_report.render(str(copied), ran.runs).html  # the suite page says the same
+    assert f"ran: on node {'b' * 56}; lost: attempt 1 at 2026-01-01T00:00:00Z on node" in page
+    assert "(caller: the caller stopped)" in page and "ran: here on the caller" in page
+
 
 def test_show_takes_a_suite_run_and_lists_its_runs_from_the_records(ran):
     from typer.testing import CliRunner
@@ -901,12 +907,6 @@ def test_show_takes_a_suite_run_and_lists_its_runs_from_the_records(ran):
     assert [r["run_id"] for r in rows if r["kind"] == "suite"] == [ran.record.suite_run_id]
     assert [r["started_at"] for r in rows] == sorted((r["started_at"] for r in rows), reverse=True)
 
-    from assure.records import html_report
-
-    page = html_report.render(str(copied), ran.runs).html  # the suite page says the same
-    assert f"ran: on node {'b' * 56}; lost: attempt 1 at 2026-01-01T00:00:00Z on node" in page
-    assert "(caller: the caller stopped)" in page and "ran: here on the caller" in page
-
 
 @pytest.mark.parametrize(
     "judged, shown", [("fail", "halted"), ("pass", "halted"), ("breach", "breach")]
@@ -917,4 +917,4 @@ def test_a_halted_run_reads_halted_unless_it_breached(judged, shown):
     assert result["verdict"] == shown and result["as_expected"] is False
     if shown == "halted":
         assert result["reason"] == f"halted by the operator; its attempts were judged {judged}"
-        assert b'type="halted"' in junit.render("s", [result], {})
+        assert b'type="halted"' in junit.render("s", [result], {}, None)
