@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from assure.core.chain import verify_chain
+from tests.contracts import ratify_in_place
 
 from .conftest import ROOT
 
@@ -29,9 +30,11 @@ def openai_spec(tmp_path, name, **env):
     )
     data["workspace"]["fixture"] = str((example.parent / data["workspace"]["fixture"]).resolve())
     data["model"]["script"] = str((example.parent / data["model"]["script"]).resolve())
+    for pinned in ("terms", "hash", "signature"):  # the signature covers the spec's name
+        data["contract"].pop(pinned, None)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return ratify_in_place(path)
 
 
 def journal(result):
