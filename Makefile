@@ -66,6 +66,7 @@ bench: images fixtures
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3-tools >/dev/null; \
 	fi
 	-$(BIN)/python bench/gate_bench.py
+	-$(BIN)/python bench/cli_start_bench.py
 	-$(BIN)/python bench/gate_live_bench.py
 	-$(BIN)/python bench/workspace_fs_bench.py
 	-$(BIN)/python bench/seccomp_bench.py

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import inspect
 import json
 import logging
@@ -13,26 +14,66 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from assure import spec as spec_mod
 from assure.errors import AssureError, unreadable
-from assure.ops import alerts
-from assure.ops import runs as runs_mod
-from assure.records import junit, layout, store, summary
-from assure.records import report as render
-from assure.records.conformance_packet import OBLIGATIONS
-from assure.records.layout import AttemptPaths, RunPaths
-from assure.records.states import RESUMABLE
-from assure.sandbox import install, registry, runtimes
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images, ImageSet
+from assure.records.obligations import OBLIGATIONS
+
+
+class _Lazy:
+    """A module, or what a call makes, on first use: `--version` and `--help` need none of
+    rich, docker, jsonschema or cryptography, which were most of a bare start (issue 25)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make, self._it, self._lock = make, None, threading.Lock()
+
+    def _get(self) -> Any:
+        with self._lock:
+            if self._it is None:
+                self._it = self._make()
+            return self._it
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._get(), attr)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._get()(*args, **kwargs)
+
+
+def _lazy(module: str, name: str | None = None) -> Any:
+    return _Lazy(
+        lambda: (
+            getattr(importlib.import_module(module), name)
+            if name
+            else importlib.import_module(module)
+        )
+    )
+
+
+Table = _lazy("rich.table", "Table")
+Text = _lazy("rich.text", "Text")
+spec_mod = _lazy("assure.spec")
+alerts = _lazy("assure.ops.alerts")
+runs_mod = _lazy("assure.ops.runs")
+junit = _lazy("assure.records.junit")
+layout = _lazy("assure.records.layout")
+store = _lazy("assure.records.store")
+summary = _lazy("assure.records.summary")
+render = _lazy("assure.records.report")
+AttemptPaths = _lazy("assure.records.layout", "AttemptPaths")
+RunPaths = _lazy("assure.records.layout", "RunPaths")
+install = _lazy("assure.sandbox.install")
+registry = _lazy("assure.sandbox.registry")
+live = _lazy("assure.sandbox.live")
+runtimes = _lazy("assure.sandbox.runtimes")
+workspace_fs = _lazy("assure.sandbox.workspace_fs")
+DockerBackend = _lazy("assure.sandbox.docker", "DockerBackend")
+Images = _lazy("assure.sandbox.images", "Images")
+ImageSet = _lazy("assure.sandbox.images", "ImageSet")
 
 HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
 app = typer.Typer(
@@ -49,11 +90,15 @@ contract_app = typer.Typer(
     no_args_is_help=True, context_settings=HELP, help="Work with a spec's contract."
 )
 app.add_typer(contract_app, name="contract")
-out = (
-    render.console()
-)  # no markup, emoji or highlighting: every str is printed as text; styles only through Text
-err = render.console(stderr=True)
-plain = render.plain  # the one way an agent-controlled value enters a rich renderable
+# no markup, emoji or highlighting: every str is printed as text; styles only through Text.
+# Made on first use, with the width a console made at import reads (COLUMNS as the process
+# started), not whatever COLUMNS says when something is first printed.
+_COLUMNS = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else None
+out = _Lazy(lambda: render.console(width=_COLUMNS))
+err = _Lazy(lambda: render.console(stderr=True, width=_COLUMNS))
+plain = _lazy(
+    "assure.records.report", "plain"
+)  # the one way an agent-controlled value enters a rich renderable
 
 
 def _print_json(data: Any) -> None:
@@ -66,7 +111,7 @@ def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version
 
-        out.print(f"assure {version('assure')}", markup=False, highlight=False)
+        sys.stdout.write(f"assure {version('assure')}\n")
         raise typer.Exit(0)
 
 
@@ -1626,7 +1671,7 @@ def show(
     """A run's timeline: attempts, decisions, overrides, alerts and receipts, in time order; then
     each attempt's model exchange (messages, tool calls and results, tokens and cost per call).
     A suite run (its id or folder): each of its runs, its verdict and why."""
-    from assure.records import conversation, journal
+    from assure.records import conversation, journal, states
     from assure.records.layout import AttemptPaths
 
     try:
@@ -1643,7 +1688,9 @@ def show(
         state = runs_mod.shown_state(rd.path, store.read_json(rd.paths.state).get("state"))
     except (AssureError, AttributeError):
         state = None  # no readable state.json: the timeline is all there is
-    resume = runs_mod.resume_command(rd.path.parent, rd.run_id) if state in RESUMABLE else None
+    resume = (
+        runs_mod.resume_command(rd.path.parent, rd.run_id) if state in states.RESUMABLE else None
+    )
     exchanges = [
         (paths.number, conversation.read(paths))
         for paths in (AttemptPaths(folder) for folder in rd.attempts())

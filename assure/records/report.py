@@ -38,9 +38,13 @@ def plain(value: Any, style: str = "") -> Text:
     return Text(display(str(value)), style=style)
 
 
-def console(*, stderr: bool = False) -> Console:
-    """A console for the CLI that prints every str as it is: no markup, no emoji codes, no highlighting."""
-    return Console(stderr=stderr, soft_wrap=stderr, markup=False, emoji=False, highlight=False)
+def console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """A console for the CLI that prints every str as it is: no markup, no emoji codes, no
+    highlighting. `width`: None reads COLUMNS and the terminal at each print (rich would fix
+    the COLUMNS it sees when made, and the CLI makes its consoles on first use)."""
+    made = Console(stderr=stderr, soft_wrap=stderr, markup=False, emoji=False, highlight=False)
+    made.width = width  # type: ignore[assignment]
+    return made
 
 
 def verdict_text(verdict: str) -> Text:
