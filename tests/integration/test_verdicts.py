@@ -116,7 +116,7 @@ def test_the_agents_denied_path_never_writes_the_headline(runs):
         "as_expected": False,
     }
     message = (
-        ET.fromstring(junit.render("s", [as_if], {}))
+        ET.fromstring(junit.render("s", [as_if], {}, None))
         .find("testsuite/testcase/failure")
         .get("message")
     )
