@@ -114,7 +114,8 @@ class Bench:
             return json.loads(done.stdout)
         except json.JSONDecodeError:
             raise RuntimeError(
-                f"`assure run` gave no report (exit {done.returncode}): {done.stderr.strip()[-600:]}"
+                f"`assure run` gave no report (exit {done.returncode}):"
+                f" {done.stderr.strip()[-600:]}"
             ) from None
 
     def popen(self, staged: Staged) -> subprocess.Popen[str]:
@@ -207,7 +208,8 @@ def wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str]) 
             return
         if proc.poll() is not None:
             raise RuntimeError(
-                f"the run ended (exit {proc.returncode}) before {what}: {proc.stderr.read()[-600:] if proc.stderr else ''}"
+                f"the run ended (exit {proc.returncode}) before {what}:"
+                f" {proc.stderr.read()[-600:] if proc.stderr else ''}"
             )
         time.sleep(0.05)
     raise RuntimeError(f"timed out after {WAIT_SECONDS} s waiting for {what}")
@@ -344,7 +346,8 @@ def override_bypass(bench: Bench) -> Result:
         for r in records
         if effective and r["seq"] > effective["seq"] and r.get("event") == "tool_call"
     ]
-    # every other continuation: a resumed run (new attempt, retry) and an operator's promote (commit)
+    # every other continuation: a resumed run (new attempt, retry) and an operator's promote
+    # (commit)
     bench.assure("resume", run_id, "--json", "--key", str(bench.key))
     bench.assure("promote", run_id, "--key", str(bench.key))
     state = json.loads((run_dir / "state.json").read_text())
@@ -646,8 +649,10 @@ def forged_rollback(bench: Bench) -> Result:
         spec="forged-rollback.yaml",
         evidence={
             "run_id": report["run_id"],
-            "vault": {k: vault.get(k) for k in ("decision", "rule")}
-            | {"required_trust": vault_inputs.get("required_trust")},
+            "vault": (
+                {k: vault.get(k) for k in ("decision", "rule")}
+                | {"required_trust": vault_inputs.get("required_trust")}
+            ),
         },
     )
 
@@ -822,7 +827,10 @@ def gate_trace(root: Path) -> dict[str, Any]:
         if not ranked:
             return {
                 "status": packet_mod.NOT_RUN,
-                "reason": f"no journaled mutating {'/'.join(outcomes)} with gate inputs in this packet's runs",
+                "reason": (
+                    f"no journaled mutating {'/'.join(outcomes)} with gate inputs in this packet's"
+                    " runs"
+                ),
             }
         d = ranked[0]
         inputs, (dial, ceiling, trust) = d["inputs"], d["levels"]
@@ -854,8 +862,8 @@ def figures(results: list[Result]) -> dict[str, Any]:
     return {
         "override_latency_ms": measured.get("chaos_override_bypass", {}).get("override_latency_ms"),
         "breach_to_halt_ms": measured.get("chaos_budget_thermal", {}).get("breach_to_halt_ms"),
-        "effects_under_duplicate_key": measured.get("chaos_dup_key", {}).get(
-            "effects_under_one_key"
+        "effects_under_duplicate_key": (
+            measured.get("chaos_dup_key", {}).get("effects_under_one_key")
         ),
         "kill_points_resumed": measured.get("chaos_kill_resume", {}).get("kill_points_resumed"),
         "kill_points_tried": list(failpoints.POINTS),

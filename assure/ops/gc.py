@@ -31,9 +31,8 @@ class Removed:
     volumes: int
     networks: int
     workspaces: int
-    node_scratch: (
-        int  # the scratch folders of cluster tasks lost with their node or driver (run/cluster.py)
-    )
+    # the scratch folders of cluster tasks lost with their node or driver (run/cluster.py)
+    node_scratch: int
     dry_run: bool = False  # nothing was removed: these are what would be
     names: list[str] = field(default_factory=list)  # `kind id-or-path` of each
 

@@ -46,7 +46,8 @@ class ContainerFacts:
 
     @property
     def stopped(self) -> dict[str, Any] | None:
-        """Why the harness stopped the agent (`reason`: deadline, operator_halt, budget), if it did."""
+        """Why the harness stopped the agent (`reason`: deadline, operator_halt, budget), if it
+        did."""
         return self.data.get("stopped")
 
     @property
@@ -66,7 +67,8 @@ class ContainerFacts:
     @property
     def agent_started(self) -> bool:
         """Whether the engine ever started the agent's container: false only when the harness
-        recorded, after a failed start, that the engine never did (`Attempt._agent_ever_started`)."""
+        recorded, after a failed start, that the engine never did (`Attempt._agent_ever_started`).
+        """
         return self.data.get("agent_started") is not False
 
     @property

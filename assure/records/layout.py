@@ -22,7 +22,9 @@ from pathlib import Path
 from assure.core import control
 
 SUITES = "suites"  # suite runs, beside the runs base
-POOL = ".pool"  # warm pools (run/pool.py), in the runs base: a claimed pair is renamed into a run, on one filesystem
+# warm pools (run/pool.py), in the runs base: a claimed pair is renamed into a run, on one
+# filesystem
+POOL = ".pool"
 ALERTS_SINK = "alerts.jsonl"  # the default JSON-lines alert sink, beside the runs base
 
 EVENTS_LOG = "events.jsonl"
@@ -37,8 +39,8 @@ VERDICT = "verdict.json"
 POST = "post.json"  # an attempt's POST snapshot: every file's digest as the verifier hashed it
 STATE = "state.json"  # a run's, and a suite run's
 LOCK = "lock"  # held by the one process driving a run, or a suite run
-VERIFIER_HEARTBEAT = (
-    "verifier.json"  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
+VERIFIER_HEARTBEAT = (  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
+    "verifier.json"
 )
 GATEWAY_RUN_STATE = "gateway-state"
 IDEMPOTENCY_DB = "idempotency.sqlite"  # in gateway-state/
@@ -56,7 +58,7 @@ def task_slug(task_id: str) -> str:
     """`<readable slug>-<sha256(task id)[:12]>`: a task's name in `receipts/`, `proposals/` and
     `promotions/` (task ids are hostile input): unique per id, never a path, never hidden."""
     readable = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:SLUG_MAX] or "task"
-    return f"{readable}-{hashlib.sha256(task_id.encode('utf-8', 'surrogatepass')).hexdigest()[:DIGEST_CHARS]}"
+    return f"{readable}-{hashlib.sha256(task_id.encode('utf-8', 'surrogatepass')).hexdigest()[:DIGEST_CHARS]}"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
 
 
 def receipt_filename(task_id: str) -> str:
@@ -141,7 +143,8 @@ class PromotionPaths:
 
     @property
     def staged(self) -> Path:
-        """The files being committed, as hashed and checked against POST (removed once committed)."""
+        """The files being committed, as hashed and checked against POST (removed once
+        committed)."""
         return self.root / "staged"
 
 
@@ -293,7 +296,8 @@ class RunPaths:
 
     @property
     def node_report(self) -> Path:
-        """In cluster mode, the report the node wrote; `report` is the one judged where it arrived."""
+        """In cluster mode, the report the node wrote; `report` is the one judged where it
+        arrived."""
         return self.root / "node-report.json"
 
     @property

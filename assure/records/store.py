@@ -190,8 +190,8 @@ class RunDir:
             state is None and self.paths.seal.exists()
         ):  # a resumed run's old seal does not close it
             raise RunDirError(
-                f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed logs, "
-                "and `assure receipts verify` would then fail",
+                f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed"
+                " logs, and `assure receipts verify` would then fail",
                 where=str(self.path),
                 fix=instead,
             )
@@ -199,11 +199,12 @@ class RunDir:
     def override(
         self, actor: str, *, halt: bool | None = None, dial: str | None = None
     ) -> control.Override:
-        """An operator's halt or dial for this run; refused once the run is over (`require_open`)."""
+        """An operator's halt or dial for this run; refused once the run is over
+        (`require_open`)."""
         doing = "a halt" if halt else f"a dial to {dial}"
         instead = (
-            "nothing is left to halt or dial: the run is over; to commit a proposed result under another dial, "
-            f"`assure promote {self.run_id} --dial LEVEL`"
+            "nothing is left to halt or dial: the run is over; to commit a proposed result under"
+            f" another dial, `assure promote {self.run_id} --dial LEVEL`"
         )
         return control.request(
             self.control_dir,
@@ -227,7 +228,9 @@ class Busy(RunDirError):
 @contextlib.contextmanager
 def exclusive(folder: Path, what: str) -> Iterator[None]:
     """One process drives a run (or a suite run) at a time: a second one, or a resume while the
-    first lives, is refused. The lock is `folder/lock` (`layout.LOCK`), released when the process dies."""
+    first lives, is refused. The lock is `folder/lock` (`layout.LOCK`), released when the process
+    dies.
+    """
     with open(folder / LOCK, "a+") as fh:
         deadline = time.monotonic() + PROBE_GRACE_SECONDS
         while True:

@@ -93,7 +93,8 @@ def record(run_dir: Path, signing_key: Path | None, sinks: alerts.Sinks) -> list
                 run_dir,
                 AlertKind.TRUST_DROPPED,
                 f"trust of agent {entry['agent'][:23]} in scope {entry['scope']} is propose: "
-                f"{entry['outcome']} in {entry['attempt']} (receipt {entry['receipt_sha256'][:16]})",
+                f"{entry['outcome']} in {entry['attempt']} (receipt"
+                f" {entry['receipt_sha256'][:16]})",
                 sinks,
                 detail={"entry": entry["seq"], "change": change},
             )

@@ -22,7 +22,9 @@ def watch(alive: int, worker: int, seconds: float) -> None:
     if os.fork():
         os._exit(
             0
-        )  # the worker's own child ends here: Ray ends a worker's children with it, not this grandchild
+            # the worker's own child ends here: Ray ends a worker's children with it, not this
+            # grandchild
+        )
     if select.select([alive], [], [], seconds)[0]:
         if os.read(alive, 1):
             return

@@ -36,9 +36,10 @@ from assure.records import layout
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
-CHECK = "check"  # the name of a check container's filesystem (check.img, check.fs), beside the workspace's
-WORKSPACE = (
-    "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
+# the name of a check container's filesystem (check.img, check.fs), beside the workspace's
+CHECK = "check"
+WORKSPACE = (  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
+    "workspace"
 )
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 BLOCK_SIZE = 4096
@@ -55,7 +56,10 @@ SYSTEM_PATH = (
     "/bin",
 )  # where root's tools are when a shell's PATH lacks the sbin folders (a user's, sudo's)
 COMMAND_SECONDS = 30
-FIX = "run assure as root on a host with loop devices (`modprobe loop`; in a container: --privileged or --device /dev/loop-control plus /dev/loopN) and util-linux + e2fsprogs installed"
+FIX = (
+    "run assure as root on a host with loop devices (`modprobe loop`; in a container: --privileged"
+    " or --device /dev/loop-control plus /dev/loopN) and util-linux + e2fsprogs installed"
+)
 
 
 def require() -> None:
@@ -70,7 +74,8 @@ def require() -> None:
     else:
         return
     raise SandboxError(
-        f"the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes, but {problem}",
+        "the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes,"
+        f" but {problem}",
         where="limits.disk",
         fix=FIX,
     )
@@ -123,7 +128,8 @@ def _command(args: list[str], what: str) -> None:
         raise SandboxError(f"{what}: {exc}", fix=FIX) from exc
     if done.returncode != 0:
         raise SandboxError(
-            f"{what}: `{' '.join(args)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}",
+            f"{what}: `{' '.join(args)}` exited {done.returncode}:"
+            f" {(done.stderr or done.stdout).strip()[-500:]}",
             fix=FIX,
         )
 
@@ -256,7 +262,8 @@ _OCTAL = re.compile(r"\\([0-7]{3})")
 
 
 def _mount_points() -> list[Path]:
-    """Every mount point in this mount namespace (mountinfo escapes space, tab, newline, backslash)."""
+    """Every mount point in this mount namespace (mountinfo escapes space, tab, newline,
+    backslash)."""
     points = []
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
         for line in fh:

@@ -23,7 +23,8 @@ MAX_CONTAINS_BYTES = 16 * 2**20
 
 
 def _read_confined(root: Path, rel: str) -> bytes | None:
-    """A workspace file's content, never through a symlink; None if not a plain file (or too big)."""
+    """A workspace file's content, never through a symlink; None if not a plain file (or too
+    big)."""
     try:
         return confined.read_file(root, rel, MAX_CONTAINS_BYTES)
     except OSError:
@@ -257,7 +258,7 @@ def cases(
         or any(not isinstance(r, dict) or r.get("case") != i for i, r in enumerate(runs))
     ):
         return False, f"the recorded results do not match the spec's {len(each)} cases", {}
-    for i, (case, got) in enumerate(zip(each, runs)):
+    for i, (case, got) in enumerate(zip(each, runs, strict=False)):
         why = _case_mismatch(case, got)
         if why:
             where = f"case {i + 1} of {len(runs)} (args {' '.join(case.args) or 'none'})"
@@ -268,7 +269,10 @@ def cases(
             )
     return (
         True,
-        f"{len(runs)} of {len(runs)} cases: stdout and exit code as expected, each in a fresh container",
+        (
+            f"{len(runs)} of {len(runs)} cases: stdout and exit code as expected, each in a fresh"
+            " container"
+        ),
         {},
     )
 

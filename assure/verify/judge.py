@@ -111,7 +111,8 @@ def _journal(
 def _database_findings(
     paths: AttemptPaths, name: str, journal: Iterable[dict[str, Any]]
 ) -> list[Finding]:
-    """Rows, schema and header of one database: PRE vs POST, explained by the journaled changesets."""
+    """Rows, schema and header of one database: PRE vs POST, explained by the journaled
+    changesets."""
     pre, post = paths.db_capture("pre", name), paths.db_capture("post", name)
     for side, path in (("pre", pre), ("post", post)):
         if not path.is_file():
@@ -186,7 +187,8 @@ def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
             Finding(
                 Kind.NOT_CHECKED,
                 "(workspace)",
-                f"{copy['skipped_count'] - len(copy['skipped'])} more entries not copied to workspace/",
+                f"{copy['skipped_count'] - len(copy['skipped'])} more entries not copied to"
+                " workspace/",
             )
         ]
         if copy["skipped_count"] > len(copy.get("skipped", []))
@@ -195,7 +197,8 @@ def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
 
 
 def _disk_limit(usage: dict[str, Any] | None) -> list[Finding]:
-    """The workspace filesystem's own counters at the end of the run (recorded in container.json)."""
+    """The workspace filesystem's own counters at the end of the run (recorded in
+    container.json)."""
     if not usage or not (usage.get("bytes_full") or usage.get("inodes_full")):
         return []
     which = [
@@ -207,8 +210,10 @@ def _disk_limit(usage: dict[str, Any] | None) -> list[Finding]:
         Finding(
             Kind.DISK_LIMIT,
             "(workspace)",
-            f"disk limit reached: {usage['bytes_used']} of {usage['bytes_total']} bytes / {usage['inodes_used']} of {usage['inodes_total']} inodes "
-            f"used ({' and '.join(which)} exhausted; limits.disk {usage['limit_bytes']}, limits.inodes {usage['limit_inodes']})",
+            f"disk limit reached: {usage['bytes_used']} of {usage['bytes_total']} bytes /"
+            f" {usage['inodes_used']} of {usage['inodes_total']} inodes used ({' and '.join(which)}"
+            f" exhausted; limits.disk {usage['limit_bytes']}, limits.inodes"
+            f" {usage['limit_inodes']})",
             detail={
                 k: usage.get(k)
                 for k in (
@@ -272,7 +277,8 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
             Finding(
                 Kind.HARNESS_ERROR,
                 "journal",
-                f"the journal's head ({_head_words(head)}) differs from the head recorded at collection ({_head_words(recorded)})",
+                f"the journal's head ({_head_words(head)}) differs from the head recorded at"
+                f" collection ({_head_words(recorded)})",
             )
         )
     checked = None

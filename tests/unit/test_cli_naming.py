@@ -449,7 +449,8 @@ def test_operator_results_answer_in_json(tmp_path: Path) -> None:
 
 
 def test_ack_by_kind_names_its_runs_or_says_all(tmp_path: Path) -> None:
-    """`--kind breach` alone would silence every run's breaches: refused, nothing acked; with --all it acks them."""
+    """`--kind breach` alone would silence every run's breaches: refused, nothing acked; with --all
+    it acks them."""
     from assure.ops import alerts
 
     spec = tmp_path / "spec.yaml"
@@ -483,7 +484,8 @@ def test_a_narrow_timeline_keeps_every_time_whole_and_folds_the_rest(
     narrow = invoke("show", str(run), columns=60)
     assert narrow.exit_code == 0, narrow.output
     assert all(e["ts"] in narrow.output for e in events) and "…" not in narrow.output
-    # long details fold: only the uncut columns and what a folding one keeps (FOLD_ROOM, so words are never split) set the width
+    # long details fold: only the uncut columns and what a folding one keeps (FOLD_ROOM, so words
+    # are never split) set the width
     assert max(len(line) for line in narrow.output.splitlines()) < 80 + FOLD_ROOM
 
 

@@ -36,7 +36,10 @@ CREDIT_ERROR = {
     "type": "error",
     "error": {
         "type": "invalid_request_error",
-        "message": "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+        "message": (
+            "Your credit balance is too low to access the Anthropic API. Please go to Plans &"
+            " Billing to upgrade or purchase credits."
+        ),
     },
 }
 short_tmp = driving.short_tmp  # the fixture: a short folder for the fake's gateway socket
@@ -242,7 +245,8 @@ def test_the_schema_refuses_what_the_standard_forbids():
 
 # --- the probe on real run folders ---------------------------------------------------------
 def spec_file(tmp_path: Path, **fields: Any) -> spec_mod.Spec:
-    """A spec with a verifier and a ratified contract, unless `fields` say otherwise (None: left out)."""
+    """A spec with a verifier and a ratified contract, unless `fields` say otherwise (None: left
+    out)."""
     data = {"contract": ratified(["fs:**"]), "assertions": ACCEPTANCE, **fields}
     return write_spec(tmp_path, "true", **{k: v for k, v in data.items() if v is not None})
 

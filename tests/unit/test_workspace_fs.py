@@ -56,7 +56,8 @@ def test_a_loop_device_the_kernel_freed_meanwhile_is_no_failure_and_one_still_at
 
     def refused(args: list[str], what: str) -> None:
         raise SandboxError(
-            f"{what}: `{' '.join(args)}` exited 1: losetup: /dev/loop9: detach failed: No such device or address"
+            f"{what}: `{' '.join(args)}` exited 1: losetup: /dev/loop9: detach failed: No such"
+            " device or address"
         )
 
     monkeypatch.setattr(workspace_fs, "_command", refused)
@@ -77,7 +78,8 @@ def test_a_full_filesystem_is_a_disk_limit_failure_and_a_roomy_one_is_nothing():
     (finding,) = judge._disk_limit(usage(0, 500).to_json())
     assert finding.kind is Kind.DISK_LIMIT and finding.severity == "fail"
     assert finding.message.startswith(
-        f"disk limit reached: {100 * 2**20} of {100 * 2**20} bytes / 500 of 1000 inodes used (bytes exhausted"
+        f"disk limit reached: {100 * 2**20} of {100 * 2**20} bytes / 500 of 1000 inodes used (bytes"
+        " exhausted"
     )
     assert judge._disk_limit(usage(50 * 2**20, 500).to_json()) == []
     assert judge._disk_limit(None) == []  # a run from before bounded workspaces
