@@ -2054,13 +2054,15 @@ def monitor_cmd(
         "--manifest",
         metavar="FILE",
         help=(
-            "JSON or YAML manifest (default: the built-in one, `Manifest` in assure/ops/health.py)."
+            "JSON or YAML manifest (default: the built-in one, `Manifest` in"
+            " assure/records/health.py)."
         ),
     ),
 ) -> None:
     """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
     dial down then halt the runs whose alerts nobody acknowledges."""
-    from assure.ops import health, monitor
+    from assure.ops import monitor
+    from assure.records import health
 
     if interval is not None and interval <= 0:
         err.print("error: --interval must be positive", markup=False)
@@ -2133,7 +2135,8 @@ def health_cmd(
     """Print a frontier.machine.health.v1 document (specs/health.schema.json) on stdout.
     Exit 0 only when the aggregate is pass; 1 when it is degraded, propose_only, blocked or
     halted (the document is printed all the same, its `aggregate.causes` say why)."""
-    from assure.ops import health, health_probe
+    from assure.ops import health_probe
+    from assure.records import health
 
     try:
         manifest = health.Manifest.load(manifest_file)

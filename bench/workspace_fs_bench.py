@@ -138,7 +138,7 @@ def attempt(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -
 def main() -> None:
     # the plain variant's one breach (its mount source, allowed in `attempt`) raises an alert
     # per attempt: expected here, so not printed
-    logging.getLogger("assure.ops.alerts").setLevel(logging.ERROR)
+    logging.getLogger("assure.records.alerts").setLevel(logging.ERROR)
     workspace_fs.require()
     backend = DockerBackend()
     images = Images(backend).ensure()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from assure.ops.health import Thresholds
+from assure.records.health import Thresholds
 from assure.run.stop import StopReason
 from assure.textsafe import display
 

@@ -30,9 +30,8 @@ from cryptography.hazmat.primitives import serialization
 from assure import __version__
 from assure.core import chain
 from assure.errors import AssureError
-from assure.ops import alerts
+from assure.records import alerts, keys, store
 from assure.records import conformance_packet as packet_mod
-from assure.records import keys, store
 from assure.records.conformance_packet import Result
 from assure.records.receipt_format import ReceiptError
 from assure.records.receipt_verify import verify_run

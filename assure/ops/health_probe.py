@@ -39,13 +39,13 @@ from typing import Any
 
 from assure import spec as spec_mod
 from assure.core import control, gate
-from assure.ops import health, health_v1
-from assure.ops.alerts import AlertState
+from assure.ops import health_v1
 from assure.ops.anomalies import staleness
 from assure.ops.health_v1 import FAIL, PASS, UNKNOWN, Check
 from assure.ops.runs import resume_command
 from assure.ops.runsbase import Refused, Tree, parse_json
-from assure.records import layout, receipts
+from assure.records import health, layout, receipts
+from assure.records.alerts import AlertState
 from assure.records.states import INTERRUPTED, RunState, TaskState
 from assure.records.store import RUN_ID, lock_held
 from assure.run import policy

@@ -48,10 +48,7 @@ from typing import Any
 from assure.core import control
 from assure.core.chain import ChainError, ChainWriter, iter_chain
 from assure.errors import RunDirError
-from assure.ops import alerts, health
-from assure.ops.alerts import Alert, AlertKind, AlertState, Sinks
 from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
-from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.ops.runsbase import (
     MAX_ENTRIES,
     Refused,
@@ -61,6 +58,9 @@ from assure.ops.runsbase import (
     parse_json,
     parse_time,
 )
+from assure.records import alerts, health
+from assure.records.alerts import Alert, AlertKind, AlertState, Sinks
+from assure.records.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE, alerts_sink
 from assure.records.store import RUN_ID, RunDir
 from assure.textsafe import display

@@ -54,6 +54,17 @@ SLUG_MAX = 40  # characters of a task id kept, after encoding, in its file names
 DIGEST_CHARS = 12  # hex digits of the task id's SHA-256 that make its file names unique
 
 
+def mount_owner(point: Path, names: tuple[str, ...]) -> Path | None:
+    """The folder whose lock says whether someone owns the workspace mounted at `point`: the
+    run of `<run>/attempts/<n>/<name>` (an attempt's workspace or check copy), the pair of
+    `<runs>/.pool/<pool>/<pair>/<names[0]>` (a warm pool's); None for any other mount."""
+    if point.name in names and point.parent.parent.name == ATTEMPTS:
+        return point.parent.parent.parent
+    if point.name == names[0] and point.parent.parent.parent.name == POOL:
+        return point.parent.parent
+    return None
+
+
 def task_slug(task_id: str) -> str:
     """`<readable slug>-<sha256(task id)[:12]>`: a task's name in `receipts/`, `proposals/` and
     `promotions/` (task ids are hostile input): unique per id, never a path, never hidden."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import secrets
@@ -24,7 +23,7 @@ from typing import Any
 
 from assure.core import atomic, control, private
 from assure.core.chain import ChainWriter
-from assure.errors import RunDirError, unreadable
+from assure.errors import RunDirError, read_json
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
 from assure.records.states import RUN_OVER
 
@@ -82,23 +81,6 @@ def write_json(path: Path, data: Any, *, mode: int = private.FILE_MODE) -> None:
     """A run-directory JSON file, written atomically (`core.atomic`): the invoking user's
     alone unless `mode` says a container reads it through its mount."""
     atomic.write_json(path, data, mode=mode)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise RunDirError(
-            f"missing {path.name}",
-            where=str(path),
-            fix="is this a run directory made by `assure run`?",
-        ) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
-    except ValueError as exc:
-        raise RunDirError(f"unreadable {path.name}: not JSON ({exc})", where=str(path)) from exc
-    except RecursionError:  # `[[[[...` nested deeper than the parser goes: hostile, never a crash
-        raise RunDirError(f"unreadable {path.name}: nested too deeply", where=str(path)) from None
 
 
 class RunDir:

@@ -28,9 +28,8 @@ from typing import Any
 from assure.core import confined, control, private
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
-from assure.ops import health
-from assure.records import store, trust
-from assure.records.attempt_record import AttemptRecord, ContainerFacts
+from assure.records import health, store, trust
+from assure.records.attempt_record import AttemptRecord
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run import pool as warm
 from assure.run.stop import INTERRUPTED, StopReason
@@ -43,6 +42,7 @@ from assure.textsafe import display
 from assure.verify import assertions, judge
 from assure.verify import sqlite as sqlite_verify
 from assure.verify.container import EXPECTED_PATHS, layer_changes
+from assure.verify.facts import ContainerFacts
 from assure.verify.findings import Finding, Kind, verdict
 from assure.verify.snapshot import Snapshot, take
 

@@ -438,7 +438,7 @@ def run_on_node(
         [
             sys.executable,
             "-m",
-            "assure.run.watchdog",
+            "assure.ops.watchdog",
             str(alive),
             str(os.getpid()),
             str(_budget_seconds(spec)),

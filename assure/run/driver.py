@@ -23,9 +23,8 @@ from assure import __version__
 from assure.core import confined, control
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, describe
-from assure.ops import alerts, health
-from assure.ops.alerts import AlertKind
-from assure.records import keys, layout, receipts, store, trust
+from assure.records import alerts, health, keys, layout, receipts, store, trust
+from assure.records.alerts import AlertKind
 from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import RunPaths
 from assure.records.seal import seal_run, write_seal
@@ -209,7 +208,7 @@ class Driver:
         self.state["state"] = RunState.RUNNING
         reaped = reap(self.backend, self.run)
         mine = self.run.path.resolve()
-        released = workspace_fs.release_orphans(lambda run_dir: run_dir == mine)
+        released = workspace_fs.release_orphans(lambda run_dir: run_dir == mine, layout.mount_owner)
         self._record(
             "run_resumed",
             reaped=reaped,

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from assure.core import gate
-from assure.ops import alerts
-from assure.ops.alerts import AlertKind
-from assure.records import keys, layout, trust
+from assure.records import alerts, keys, layout, trust
+from assure.records.alerts import AlertKind
 from assure.records.attempt_record import AttemptRecord
 from assure.records.receipt_format import parse_strict
 from assure.records.store import write_json

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from assure.errors import SandboxError
-from assure.records import layout
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
@@ -283,24 +282,22 @@ def mounted_under(folder: Path) -> bool:
     return any(p == top or top in p.parents for p in _mount_points())
 
 
-def workspace_mounts() -> list[tuple[Path, Path]]:
-    """(mount point, the folder whose lock says whether someone owns it) of attempt workspaces
-    and check copies, `<run>/attempts/<n>/{workspace,check}.fs` (the run), and of warm pools'
-    pairs, `<runs>/.pool/<pool>/<pair>/workspace.fs` (the pool)."""
-    found = []
-    for p in _mount_points():
-        if p.name in (MOUNT_POINT, f"{CHECK}.fs") and p.parent.parent.name == layout.ATTEMPTS:
-            found.append((p, p.parent.parent.parent))
-        elif p.name == MOUNT_POINT and p.parent.parent.parent.name == layout.POOL:
-            found.append((p, p.parent.parent))
-    return found
+Owner = Callable[[Path, tuple[str, ...]], Path | None]
 
 
-def release_orphans(orphaned: Callable[[Path], bool]) -> list[Path]:
+def workspace_mounts(owner: Owner) -> list[tuple[Path, Path]]:
+    """(mount point, the folder whose lock says whether someone owns it) of the workspaces
+    mounted now; `owner` (records.layout.mount_owner: the run directory's names are spelled
+    there) names that folder, given a mount point and the names a mount point may have."""
+    names = (MOUNT_POINT, f"{CHECK}.fs")
+    return [(p, folder) for p in _mount_points() if (folder := owner(p, names)) is not None]
+
+
+def release_orphans(orphaned: Callable[[Path], bool], owner: Owner) -> list[Path]:
     """Release every workspace whose run directory (or pool) `orphaned(folder)` says nobody
     drives any more; returns their mount points."""
     released = []
-    for point, run_dir in workspace_mounts():
+    for point, run_dir in workspace_mounts(owner):
         if orphaned(run_dir):
             WorkspaceFs(point.parent, 0, 0, point.name.removesuffix(".fs")).release()
             released.append(point)

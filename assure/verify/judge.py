@@ -11,24 +11,60 @@ read by any rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from assure.core import private
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
-from assure.errors import describe
-from assure.records.store import read_json
+from assure.errors import describe, read_json
 from assure.spec import Spec
 from assure.verify import assertions, attribution, completeness, container, sqlite
 from assure.verify.diff import Change, diff
+from assure.verify.facts import ContainerFacts
 from assure.verify.findings import Finding, Kind, Verdict, unexplained_subjects, verdict
 from assure.verify.snapshot import Snapshot, take
 
-if TYPE_CHECKING:
-    from assure.records.attempt_record import AttemptRecord
-    from assure.records.layout import AttemptPaths
+
+class AttemptPaths(Protocol):
+    """The files of one attempt the judge reads (records.layout.AttemptPaths)."""
+
+    @property
+    def root(self) -> Path: ...
+    @property
+    def journal(self) -> Path: ...
+    @property
+    def container(self) -> Path: ...
+    @property
+    def workspace(self) -> Path: ...
+    @property
+    def post(self) -> Path: ...
+    @property
+    def commands(self) -> Path: ...
+    @property
+    def cases(self) -> Path: ...
+    def db_capture(self, side: str, name: str) -> Path: ...
+    def db_error(self, side: str, name: str) -> Path: ...
+
+
+class AttemptRecord(Protocol):
+    """What one attempt collected, as the judge reads it (records.attempt_record.AttemptRecord):
+    a protocol, so that verify needs nothing from records, which stands above it."""
+
+    @property
+    def paths(self) -> AttemptPaths: ...
+    @property
+    def facts(self) -> ContainerFacts: ...
+    @property
+    def pre(self) -> Snapshot | None: ...
+    @property
+    def post(self) -> Snapshot | None: ...
+    @property
+    def checks(self) -> Mapping[str, list[Any]]: ...
+    @property
+    def unreadable(self) -> Mapping[str, Exception]: ...
+
 
 SNAPSHOTS = "snapshot"  # a record's `unreadable` key for pre.json and post.json, loaded together
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from assure.ops import alerts
+from assure.records import alerts
 from assure.records.store import read_json
 
 from .conftest import ROOT, live_ledger, ratified, run_dirs

@@ -12,8 +12,7 @@ import time
 import pytest
 
 from assure.core.chain import verify_chain
-from assure.ops import alerts
-from assure.records import journal
+from assure.records import alerts, journal
 from assure.records.store import RunDir
 
 from .conftest import ROOT, live_ledger, ratified, run_dirs

@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from assure import spec as spec_mod
-from assure.ops import alerts
-from assure.records import html_report, junit, store, summary
+from assure.records import alerts, html_report, junit, store, summary
 from assure.records.report import console, render_report
 from assure.run.driver import Driver, RunResult, reverify
 

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.core.chain import ChainWriter, canonical, sha256_hex, utc_now
-from assure.ops import health
-from assure.records import store
+from assure.records import health, store
 
 CLEAN = "clean"
 CLASSES = ("rate_of_change", "duplication_ratio", "resource_saturation", "silent_component")

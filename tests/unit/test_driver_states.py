@@ -25,8 +25,7 @@ from assure import spec as spec_mod
 from assure.client import Client, GatewayError
 from assure.core import control
 from assure.errors import AssureError, SandboxError
-from assure.ops import alerts
-from assure.records import keys, receipt_verify, store
+from assure.records import alerts, keys, layout, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
 from assure.run import failpoints
 from assure.run.driver import MAX_INTERRUPTED, Driver, RunResult, promote_proposed, resume_note
@@ -624,9 +623,8 @@ def test_a_run_that_is_not_over_takes_a_halt_even_with_an_old_seal_and_refuses_p
     )  # lands: the run goes on
     with pytest.raises(AssureError, match="not over"):
         promote_proposed(spec, store.RunDir.open(run.path), None)
-    workspace_fs.release_orphans(
-        lambda run_dir: run_dir == run.path.resolve()
-    )  # what the killed driver left mounted
+    # what the killed driver left mounted
+    workspace_fs.release_orphans(lambda run_dir: run_dir == run.path.resolve(), layout.mount_owner)
 
 
 def tamper_once(ctx: Context) -> int:

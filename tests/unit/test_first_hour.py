@@ -198,7 +198,7 @@ MESSAGE = (
 
 @pytest.fixture()
 def alerted(tmp_path: Path) -> Path:
-    from assure.ops import alerts
+    from assure.records import alerts
 
     run = tmp_path / "runs" / "claude-fix-bug-scripted-20260101T000000Z-abcdef"
     run.mkdir(parents=True)

@@ -24,9 +24,9 @@ from assure import spec as spec_mod
 from assure.cli import app
 from assure.core import control
 from assure.core.chain import ChainWriter
-from assure.ops import health, health_probe
+from assure.ops import health_probe
 from assure.ops.health_v1 import SCHEMA_VERSION, aggregate, iso
-from assure.records import store
+from assure.records import health, store
 from tests.unit import test_driver_states as driving
 from tests.unit.test_driver_states import ACCEPTANCE, new_run, ratified, write_spec
 

@@ -17,10 +17,11 @@ from assure.cli import app
 from assure.core import control
 from assure.core.chain import verify_chain
 from assure.errors import AssureError
-from assure.ops import alerts, anomalies, health, monitor, runsbase
-from assure.ops.alerts import Sinks
+from assure.ops import anomalies, monitor, runsbase
 from assure.ops.anomalies import AttemptData, Call, RunData
-from assure.ops.health import Manifest, Thresholds
+from assure.records import alerts, health
+from assure.records.alerts import Sinks
+from assure.records.health import Manifest, Thresholds
 from tests.unit import health_fixtures as hf
 
 SINKS = Sinks()

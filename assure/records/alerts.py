@@ -30,7 +30,7 @@ from assure.records.layout import ALERTS, RunPaths
 from assure.records.store import read_json, write_json
 from assure.textsafe import display
 
-log = logging.getLogger("assure.ops.alerts")
+log = logging.getLogger("assure.records.alerts")
 WEBHOOK_TIMEOUT_SECONDS = 3.0
 
 

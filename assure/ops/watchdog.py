@@ -1,4 +1,4 @@
-"""A cluster node task's own bound, in a process of its own (`python -m assure.run.watchdog FD
+"""A cluster node task's own bound, in a process of its own (`python -m assure.ops.watchdog FD
 PID SECONDS`). The task waits for it to fork away, so this module imports only the standard
 library until it has: its start is on every node task's path."""
 
