@@ -57,7 +57,7 @@ def _lazy(module: str, name: str | None = None) -> Any:
 Table = _lazy("rich.table", "Table")
 Text = _lazy("rich.text", "Text")
 spec_mod = _lazy("assure.spec")
-alerts = _lazy("assure.ops.alerts")
+alerts = _lazy("assure.records.alerts")
 runs_mod = _lazy("assure.ops.runs")
 junit = _lazy("assure.records.junit")
 layout = _lazy("assure.records.layout")
@@ -236,7 +236,8 @@ def _drive(
     except KeyboardInterrupt:
         err.print(
             Text(
-                "interrupted: containers and volumes of this run were removed; `assure resume` continues it",
+                "interrupted: containers and volumes of this run were removed; `assure resume`"
+                " continues it",
                 style="yellow",
             )
         )
@@ -342,14 +343,18 @@ def _whole(
     ),
 ) -> Table:
     """A table whose ids, times and one-word names (events, states, verdicts) are never cut (no
-    wrap, no ellipsis: copy or grep them whole); the other columns fold rather than end in an ellipsis."""
+    wrap, no ellipsis: copy or grep them whole); the other columns fold rather than end in an
+    ellipsis.
+    """
     table = Table()
     for h in headers:
         table.add_column(h, no_wrap=h in keep, overflow="fold")
     return table
 
 
-FOLD_ROOM = 40  # what a folding column (a message) keeps at least when the uncut ones take the width: it folds at words
+# what a folding column (a message) keeps at least when the uncut ones take the width: it folds at
+# words
+FOLD_ROOM = 40
 
 
 def _print_table(table: Table) -> None:
@@ -441,7 +446,10 @@ def suite_cmd(
     json_out: bool = typer.Option(
         False,
         "--json",
-        help="Print the summary (specs/report.schema.json) on stdout (a list of them for several suites).",
+        help=(
+            "Print the summary (specs/report.schema.json) on stdout (a list of them for several"
+            " suites)."
+        ),
     ),
     summary_file: Path | None = typer.Option(
         None,
@@ -463,7 +471,10 @@ def suite_cmd(
         "--jobs",
         min=1,
         metavar="N",
-        help="Specs in flight at once (default: as many as this machine's CPUs and memory hold under the specs' limits; with --cluster, the cluster's docker resource).",
+        help=(
+            "Specs in flight at once (default: as many as this machine's CPUs and memory hold under"
+            " the specs' limits; with --cluster, the cluster's docker resource)."
+        ),
     ),
     shard: str | None = typer.Option(
         None,
@@ -482,7 +493,10 @@ def suite_cmd(
         "--pool",
         min=0,
         metavar="N",
-        help="Keep N booted gateway and agent pairs per shape, one claimed per fresh attempt (default: the suite's `pool`, else none).",
+        help=(
+            "Keep N booted gateway and agent pairs per shape, one claimed per fresh attempt"
+            " (default: the suite's `pool`, else none)."
+        ),
     ),
     pool_idle: float | None = typer.Option(
         None,
@@ -492,7 +506,8 @@ def suite_cmd(
     ),
     key: Path | None = KEY_OPTION,
 ) -> None:
-    """Run every spec of each SUITE, -j at a time; exit 0 only if each verdict is the one its spec expects.
+    """Run every spec of each SUITE, -j at a time; exit 0 only if each verdict is the one its spec
+    expects.
 
     An unfinished run of the same suite (its process killed) is continued instead, unless --new:
     finished runs are kept, the interrupted ones resume, the rest start."""
@@ -506,13 +521,16 @@ def suite_cmd(
             from assure.run import preflight
 
             preflight.refuse([s for _, loaded in suites for s in loaded.specs], None)
-            for path, (_, loaded) in zip(suite_files, suites):
+            for path, (_, loaded) in zip(suite_files, suites, strict=False):
                 epochs = f", {loaded.epochs} epochs each" if loaded.epochs > 1 else ""
                 here = ""
                 if cluster is not None:  # the cluster's rules: what it cannot run runs here
                     from assure.run.cluster import outside_effects
 
-                    here = f" ({sum(1 for s in loaded.specs if outside_effects(s))} run here, not on the cluster: effects outside the sandbox)"
+                    here = (
+                        f" ({sum(1 for s in loaded.specs if outside_effects(s))} run here, not on"
+                        " the cluster: effects outside the sandbox)"
+                    )
                 out.print(
                     f"ok {render.display(str(path))}: {len(loaded.specs)} specs{epochs}{here}",
                     markup=False,
@@ -557,13 +575,14 @@ def suite_cmd(
     except AssureError as exc:
         raise _fail(exc) from None
     results = []
-    for path, (whole, loaded) in zip(suite_files, suites):
+    for path, (whole, loaded) in zip(suite_files, suites, strict=False):
         chosen = jobs
         if jobs is None and cluster is None:
             chosen = suite_mod.default_jobs(loaded.specs, *suite_mod.machine())
             err.print(
                 plain(
-                    f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold; -j N to choose)"
+                    f"suite {loaded.name}: -j {chosen} (what this machine's CPUs and memory hold;"
+                    " -j N to choose)"
                 )
             )
         with _warm_pool(
@@ -592,7 +611,8 @@ def suite_cmd(
                 p = doc["pool"]
                 out.print(
                     plain(
-                        f"warm pool: {p['hits']} hits, {p['misses']} misses, {p['cold_starts']} cold starts"
+                        f"warm pool: {p['hits']} hits, {p['misses']} misses, {p['cold_starts']}"
+                        " cold starts"
                     ),
                     soft_wrap=True,
                 )
@@ -624,9 +644,11 @@ def _warm_pool(
     cold = [(s.name, why) for s in loaded.specs if (why := pool_mod.ineligible(s))]
     err.print(
         plain(
-            f"suite {loaded.name}: a warm pool of {settings.size} pairs per shape, idle at most {settings.idle_seconds:g} s"
+            f"suite {loaded.name}: a warm pool of {settings.size} pairs per shape, idle at most"
+            f" {settings.idle_seconds:g} s"
             + (
-                f"; {len(cold)} specs start cold ({cold[0][0]}: {cold[0][1]}{', ...' if len(cold) > 1 else ''})"
+                f"; {len(cold)} specs start cold ({cold[0][0]}:"
+                f" {cold[0][1]}{', ...' if len(cold) > 1 else ''})"
                 if cold
                 else ""
             )
@@ -710,7 +732,8 @@ def _drive_suite(
                 shown()
 
             def report_line(line: str, outcome: Any) -> None:
-                """One finished spec: a ✓/✗ line above the bar, or a timestamped line off a terminal."""
+                """One finished spec: a ✓/✗ line above the bar, or a timestamped line off a
+                terminal."""
                 if bar is not None:
                     bar.advance(task)
                     shown()
@@ -731,7 +754,8 @@ def _drive_suite(
                 took = "kept from before" if seconds is None else f"{seconds:.1f}s"
                 epoch = f" epoch {outcome.epoch}" if loaded.epochs > 1 else ""
                 report_line(
-                    f"[{n + 1}/{total}] {outcome.spec}{epoch}: {outcome.verdict} (expects {outcome.expect}) {took}",
+                    f"[{n + 1}/{total}] {outcome.spec}{epoch}: {outcome.verdict} (expects"
+                    f" {outcome.expect}) {took}",
                     outcome,
                 )
 
@@ -774,7 +798,8 @@ def _drive_suite(
                 )
                 note = f" — {why}" if why else ""
                 report_line(
-                    f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects {spec.expect}){where}{lost}{note}",
+                    f"suite {loaded.name} [{n + 1}/{total}] {spec.name}: {outcome.verdict} (expects"
+                    f" {spec.expect}){where}{lost}{note}",
                     outcome,
                 )
 
@@ -806,7 +831,8 @@ def _drive_suite(
         again = f"assure suite {path}" + (f" --shard {loaded.shard}" if loaded.shard else "")
         err.print(
             plain(
-                f"interrupted: containers and volumes were removed; `{again}` continues this suite run",
+                f"interrupted: containers and volumes were removed; `{again}` continues this"
+                " suite run",
                 "yellow",
             )
         )
@@ -823,7 +849,8 @@ def resume(
     ),
     key: Path | None = KEY_OPTION,
 ) -> None:
-    """Continue a run whose driver was killed: same run, same task, next attempt, no effect repeated."""
+    """Continue a run whose driver was killed: same run, same task, next attempt, no effect
+    repeated."""
     from assure.run.driver import resume_note
 
     _sigterm_as_interrupt()
@@ -868,7 +895,9 @@ def validate(
     bad, results = 0, []
     engine: list[
         Any
-    ] = []  # the engine, asked at most once, and only by a spec that names an image or runtime to look for
+        # the engine, asked at most once, and only by a spec that names an image or runtime to look
+        # for
+    ] = []
 
     def engine_problems(s: spec_mod.Spec) -> list[preflight.Problem]:
         if not preflight.needs_engine(s):
@@ -951,7 +980,10 @@ def init(
     folder: Path = typer.Argument(
         Path("."),
         metavar="DIR",
-        help="Where to write the project (default: here); made if missing, nothing in it overwritten.",
+        help=(
+            "Where to write the project (default: here); made if missing, nothing in it"
+            " overwritten."
+        ),
     ),
     name: str = typer.Option(
         "my-first-spec",
@@ -1249,7 +1281,8 @@ def contract_hash(
     changed = found.changed()
     if changed is None:
         err.print(
-            "the contract carries no term digests (none yet, or an older format): have these ratified",
+            "the contract carries no term digests (none yet, or an older format): have these"
+            " ratified",
             markup=False,
         )
     elif changed or found.carried_hash != found.hash:
@@ -1275,7 +1308,10 @@ def contract_ratify(
         None,
         "--key",
         metavar="FILE",
-        help="The ratifier's Ed25519 private key (PEM); default: the one `assure keys generate` made.",
+        help=(
+            "The ratifier's Ed25519 private key (PEM); default: the one `assure keys generate`"
+            " made."
+        ),
     ),
     task: str | None = CONTRACT_TASK_OPTION,
     trust: bool = typer.Option(
@@ -1329,11 +1365,15 @@ def doctor(
         None,
         "--cluster",
         metavar="ADDRESS",
-        help="Check a Ray cluster instead (its head's host:port): Ray on both sides, the docker resource, each node's engine, images and assure version.",
+        help=(
+            "Check a Ray cluster instead (its head's host:port): Ray on both sides, the docker"
+            " resource, each node's engine, images and assure version."
+        ),
     ),
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """Say what is missing to run assure here (daemon, images, runtimes), or on a Ray cluster, and how to fix it."""
+    """Say what is missing to run assure here (daemon, images, runtimes), or on a Ray cluster, and
+    how to fix it."""
     from assure.ops import doctor as checks
 
     try:
@@ -1353,9 +1393,9 @@ def doctor(
             {
                 "ok": report.ok,
                 "checks": [dataclasses.asdict(c) for c in report.checks],
-                "register_gvisor": list(runtimes.registration_steps())
-                if report.register_gvisor
-                else [],
+                "register_gvisor": (
+                    list(runtimes.registration_steps()) if report.register_gvisor else []
+                ),
             }
         )
         raise typer.Exit(0 if report.ok else 1)
@@ -1396,10 +1436,14 @@ def gc(
     all_users: bool = typer.Option(
         False,
         "--all-users",
-        help="Also what other users' processes left (default: only this user's, and the runs of --runs-dir).",
+        help=(
+            "Also what other users' processes left (default: only this user's, and the runs of"
+            " --runs-dir)."
+        ),
     ),
 ) -> None:
-    """Remove containers, volumes, networks, workspace filesystems and cluster tasks' scratch folders left by assure processes that are gone."""
+    """Remove containers, volumes, networks, workspace filesystems and cluster tasks' scratch
+    folders left by assure processes that are gone."""
     from assure.ops import gc as collector
 
     try:
@@ -1419,15 +1463,17 @@ def gc(
         for name in removed.names:
             out.print(plain(f"would remove {name}"), soft_wrap=True)
     out.print(
-        f"{'would remove' if dry_run else 'removed'} {removed.containers} containers, {removed.volumes} volumes, {removed.networks} networks, "
-        f"{removed.workspaces} workspace filesystems, {removed.node_scratch} node scratch folders",
+        f"{'would remove' if dry_run else 'removed'} {removed.containers} containers,"
+        f" {removed.volumes} volumes, {removed.networks} networks, {removed.workspaces} workspace"
+        f" filesystems, {removed.node_scratch} node scratch folders",
         markup=False,
         highlight=False,
     )
 
 
 def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, Any]:
-    """Record an operator request (halt or dial) in RUN's control record; refused once RUN is over."""
+    """Record an operator request (halt or dial) in RUN's control record; refused once RUN is
+    over."""
     try:
         rd = runs_mod.find(run, runs_dir)
         return rd, rd.override(alerts.operator_name(), **change)
@@ -1437,13 +1483,15 @@ def _override(run: str, runs_dir: Path, **change: Any) -> tuple[store.RunDir, An
 
 @app.command()
 def halt(run: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
-    """Halt RUN now: every further mutation is denied, the agent is stopped, no new attempt starts."""
+    """Halt RUN now: every further mutation is denied, the agent is stopped, no new attempt
+    starts."""
     rd, done = _override(run, runs_dir, halt=True)
     if json_out:
         _print_json({"run_id": rd.run_id, "halt": True, "request_id": done.request_id})
         return
     out.print(
-        f"halt requested for {rd.run_id} (request {done.request_id}); the gateway and the driver act on it within a second"
+        f"halt requested for {rd.run_id} (request {done.request_id}); the gateway and the driver"
+        " act on it within a second"
     )
 
 
@@ -1520,19 +1568,28 @@ def ack(
         if alert_id is not None and (every or run_ref or kind):
             raise AssureError(
                 "name one alert or give a filter, not both",
-                fix="`assure ack ID`, or `assure ack --run RUN [--kind KIND]`, or `assure ack --all`",
+                fix=(
+                    "`assure ack ID`, or `assure ack --run RUN [--kind KIND]`, or `assure ack"
+                    " --all`"
+                ),
             )
         if alert_id is None and not (every or run_ref or kind):
             raise AssureError(
                 "which alerts? no id and no filter",
-                fix="`assure ack ID`, `assure ack --run RUN`, `assure ack --kind KIND --all`, or `assure ack --all`",
+                fix=(
+                    "`assure ack ID`, `assure ack --run RUN`, `assure ack --kind KIND --all`, or"
+                    " `assure ack --all`"
+                ),
             )
         if kind and not (
             every or run_ref
         ):  # one word would silence every run's breaches: say which runs
             raise AssureError(
                 f"--kind alone would acknowledge every pending {kind!r} alert of every run",
-                fix=f"`assure ack --kind {kind} --run RUN` for one run's, or `assure ack --kind {kind} --all` for every run's",
+                fix=(
+                    f"`assure ack --kind {kind} --run RUN` for one run's, or `assure ack --kind"
+                    f" {kind} --all` for every run's"
+                ),
             )
         if alert_id is not None:
             done = [alerts.ack(runs_dir, alert_id, alerts.operator_name())]
@@ -1574,13 +1631,15 @@ def journal_cmd(
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = typer.Option(False, "--json", help="One JSON record per line."),
 ) -> None:
-    """Query a run's journals (driver events, operator requests, gateway journals), verified first."""
+    """Query a run's journals (driver events, operator requests, gateway journals), verified
+    first."""
     from assure.ops.runsbase import parse_time
     from assure.records import journal
 
     if since is not None and parse_time(since) is None:
         err.print(
-            f"error: --since must be an ISO time, e.g. 2026-11-30T08:00 (got {render.display(since)})",
+            "error: --since must be an ISO time, e.g. 2026-11-30T08:00 (got"
+            f" {render.display(since)})",
             markup=False,
             highlight=False,
         )
@@ -1663,7 +1722,10 @@ def show(
     run_ref: str = typer.Argument(
         ...,
         metavar="RUN",
-        help="A run or a suite run: its id (looked up under --runs-dir, or its suites/ beside it) or its folder.",
+        help=(
+            "A run or a suite run: its id (looked up under --runs-dir, or its suites/ beside it) or"
+            " its folder."
+        ),
     ),
     runs_dir: Path = RUNS_OPTION,
     json_out: bool = JSON_OPTION,
@@ -1778,8 +1840,9 @@ def _show_suite_run(folder: Path, runs_dir: Path, json_out: bool) -> None:
         return
     out.print(
         plain(
-            f"suite run {folder.name} of suite {state.get('suite')} ({state.get('source')}): {shown}, "
-            f"started {state.get('started_at')}, finished {state.get('finished_at') or '-'}"
+            f"suite run {folder.name} of suite {state.get('suite')} ({state.get('source')}):"
+            f" {shown}, started {state.get('started_at')}, finished"
+            f" {state.get('finished_at') or '-'}"
         ),
         soft_wrap=True,
     )
@@ -1814,7 +1877,10 @@ def promote_cmd(
         None,
         "--dial",
         metavar="LEVEL",
-        help="The operator's dial for this decision (propose, commit, irreversible; default: the run's). Never above the spec's.",
+        help=(
+            "The operator's dial for this decision (propose, commit, irreversible; default: the"
+            " run's). Never above the spec's."
+        ),
     ),
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -1950,9 +2016,11 @@ def receipts_verify(
         table.add_row(
             str(step.number),
             plain(step.name),
-            Text("passed", style="green")
-            if step.outcome is Outcome.PASSED
-            else Text("NOT-RUN", style="yellow"),
+            (
+                Text("passed", style="green")
+                if step.outcome is Outcome.PASSED
+                else Text("NOT-RUN", style="yellow")
+            ),
             plain(step.detail),
         )
     _print_table(table)
@@ -1963,7 +2031,8 @@ def receipts_verify(
     )
     out.print(
         plain(
-            f"{report.run_id}: {len(report.receipts)} receipts, {len(report.logs)} logs verified; {signer}",
+            f"{report.run_id}: {len(report.receipts)} receipts, {len(report.logs)} logs verified;"
+            f" {signer}",
             "green",
         )
     )
@@ -1984,12 +2053,16 @@ def monitor_cmd(
         None,
         "--manifest",
         metavar="FILE",
-        help="JSON or YAML manifest (default: the built-in one, `Manifest` in assure/ops/health.py).",
+        help=(
+            "JSON or YAML manifest (default: the built-in one, `Manifest` in"
+            " assure/records/health.py)."
+        ),
     ),
 ) -> None:
     """Watch heartbeats and anomalies: raise alerts that stay pending until `assure ack`,
     dial down then halt the runs whose alerts nobody acknowledges."""
-    from assure.ops import health, monitor
+    from assure.ops import monitor
+    from assure.records import health
 
     if interval is not None and interval <= 0:
         err.print("error: --interval must be positive", markup=False)
@@ -2010,7 +2083,8 @@ def monitor_cmd(
             )
         for a in result.alerts:
             out.print(
-                f"ALERT {a.id} [{a.kind}] {render.display(a.run_id)}: {render.display(a.message)} (pending until `assure ack {a.id}`)",
+                f"ALERT {a.id} [{a.kind}] {render.display(a.run_id)}: {render.display(a.message)}"
+                f" (pending until `assure ack {a.id}`)",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -2018,7 +2092,8 @@ def monitor_cmd(
         for e in result.escalations:
             request = f", request {e.request_id}" if e.request_id else ""
             out.print(
-                f"ESCALATED {render.display(e.alert_id)}: {e.step} on {render.display(e.run_id)} ({e.effect}{request})",
+                f"ESCALATED {render.display(e.alert_id)}: {e.step} on {render.display(e.run_id)}"
+                f" ({e.effect}{request})",
                 markup=False,
                 highlight=False,
                 soft_wrap=True,
@@ -2060,7 +2135,8 @@ def health_cmd(
     """Print a frontier.machine.health.v1 document (specs/health.schema.json) on stdout.
     Exit 0 only when the aggregate is pass; 1 when it is degraded, propose_only, blocked or
     halted (the document is printed all the same, its `aggregate.causes` say why)."""
-    from assure.ops import health, health_probe
+    from assure.ops import health_probe
+    from assure.records import health
 
     try:
         manifest = health.Manifest.load(manifest_file)
@@ -2109,7 +2185,10 @@ def conformance_cmd(
         "--key",
         metavar="FILE",
         envvar="ASSURE_SIGNING_KEY",
-        help="Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the packet.",
+        help=(
+            "Ed25519 private key (PEM) for the runs and the packet; none: a fresh one beside the"
+            " packet."
+        ),
     ),
     only: list[str] | None = typer.Option(
         None,
@@ -2150,7 +2229,8 @@ def conformance_verify(
         ..., "--public-key", metavar="FILE", help="Ed25519 public key (PEM) of the packet's signer."
     ),
 ) -> None:
-    """Check a packet offline: its shape, every obligation PASS, FAIL or NOT-RUN with a reason, its signature."""
+    """Check a packet offline: its shape, every obligation PASS, FAIL or NOT-RUN with a reason, its
+    signature."""
     from assure.records import conformance_packet, keys
 
     try:
@@ -2192,7 +2272,10 @@ def report_merge(
     summaries: list[Path] = typer.Argument(
         ...,
         metavar="SUMMARY",
-        help="The summary JSON files of every shard of one suite (`assure suite --shard K/N --summary FILE`).",
+        help=(
+            "The summary JSON files of every shard of one suite (`assure suite --shard K/N"
+            " --summary FILE`)."
+        ),
     ),
     out_file: Path | None = typer.Option(
         None,
@@ -2383,7 +2466,10 @@ def trust_show(
             AssureError(
                 f"the trust ledger has no history for agent {agent!r}"
                 + (f" in scope {scope!r}" if scope else ""),
-                fix="a receipt's trust.agent names an agent; `assure trust verify LEDGER` lists them",
+                fix=(
+                    "a receipt's trust.agent names an agent; `assure trust verify LEDGER` lists"
+                    " them"
+                ),
             )
         )
     for k, lv in shown.items():
@@ -2395,7 +2481,8 @@ def trust_show(
             out.print(
                 plain(
                     f"  {e['time']} {_level_name(e['from'])} -> {_level_name(e['to'])}: {e['why']}"
-                    f" ({len(e['receipts'])} receipt(s): {', '.join(r[:12] for r in e['receipts'])})"
+                    f" ({len(e['receipts'])} receipt(s):"
+                    f" {', '.join(r[:12] for r in e['receipts'])})"
                 )
             )
 
@@ -2430,7 +2517,8 @@ def trust_verify(
     _print_table(table)
     out.print(
         plain(
-            f"{ledger}: {report['entries']} entries verified, {len(report['events'])} rises and falls",
+            f"{ledger}: {report['entries']} entries verified, {len(report['events'])} rises and"
+            " falls",
             "green",
         )
     )

@@ -96,7 +96,8 @@ class Connection:
         head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\n"
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        # The gateway may answer early (e.g. 413) and close before the body is sent: read that answer.
+        # The gateway may answer early (e.g. 413) and close before the body is sent: read that
+        # answer.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.sock.sendall(head.encode("ascii") + b"\r\n" + (body or b""))
         status, headers = self._head()

@@ -5,6 +5,10 @@ Only the CLI turns these into exit codes and colours; library code raises them.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from assure.textsafe import display
 
 
@@ -65,3 +69,20 @@ def unreadable(exc: OSError | UnicodeDecodeError) -> str:
     if isinstance(exc, PermissionError):
         return "permission denied"
     return exc.strerror or type(exc).__name__
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise RunDirError(
+            f"missing {path.name}",
+            where=str(path),
+            fix="is this a run directory made by `assure run`?",
+        ) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
+    except ValueError as exc:
+        raise RunDirError(f"unreadable {path.name}: not JSON ({exc})", where=str(path)) from exc
+    except RecursionError:  # `[[[[...` nested deeper than the parser goes: hostile, never a crash
+        raise RunDirError(f"unreadable {path.name}: nested too deeply", where=str(path)) from None

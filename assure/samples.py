@@ -110,7 +110,8 @@ def _csv(file: Path, text: str) -> tuple[list[tuple[int, dict[str, str]]], list[
         for record in reader:
             if record and len(record) != len(header):
                 problems.append(
-                    f"{file}:{line}: (row): {len(record)} values for the header's {len(header)} fields"
+                    f"{file}:{line}: (row): {len(record)} values for the header's {len(header)}"
+                    " fields"
                 )
             elif record:
                 rows.append((line, dict(zip(header, record, strict=True))))
@@ -139,7 +140,8 @@ def placeholders(data: Any, at: tuple[Any, ...] = ()) -> dict[str, tuple[Any, ..
 
 
 def fill(data: Any, row: Row, top: bool = True) -> Any:
-    """The spec document with every placeholder replaced by the row's text, and the sample's name."""
+    """The spec document with every placeholder replaced by the row's text, and the sample's
+    name."""
     if isinstance(data, dict):
         out = {k: v if top and k in UNFILLED else fill(v, row, top=False) for k, v in data.items()}
         if top and isinstance(out.get("name"), str):

@@ -202,7 +202,8 @@ class Egress:
 
 
 def no_egress() -> Egress:
-    """An egress block that allows nothing, with the schema's defaults (what a model upstream joins)."""
+    """An egress block that allows nothing, with the schema's defaults (what a model upstream
+    joins)."""
     block = _with_defaults({"allow": []}, schema()["properties"]["egress"], schema())
     return Egress((), block["upstream"], block["allow_private"])
 
@@ -299,7 +300,7 @@ class Spec:
         under `_source`): what a run directory records in `spec.json`; `from_json` reads it back."""
         out = _plain(self)
         out["_source"] = out.pop("path")
-        for task, typed in zip(out["tasks"], self.tasks):
+        for task, typed in zip(out["tasks"], self.tasks, strict=False):
             task["contract"] = _plain(
                 typed.contract
             )  # null: this task has none, whatever the spec's is
@@ -349,10 +350,16 @@ def load(path: str | Path, sample: str | None = None) -> Spec:
     if found:
         return found[0]
     if sample is None:
-        problem = f"{path}:1: dataset: this spec is {len(specs)} samples, one per row of {specs[0].sample.file}"
+        problem = (
+            f"{path}:1: dataset: this spec is {len(specs)} samples, one per row of"
+            f" {specs[0].sample.file}"
+        )
         raise SpecError(
             [problem],
-            fix="list it in a suite (`specs: [...]`) and run that with `assure suite`: it runs every sample",
+            fix=(
+                "list it in a suite (`specs: [...]`) and run that with `assure suite`: it runs"
+                " every sample"
+            ),
         )
     raise SpecError([f"{path}:1: dataset: no sample {sample!r} in {specs[0].sample.file}"])
 
@@ -381,7 +388,10 @@ def load_samples(path: str | Path) -> tuple[Spec, ...]:
         ),
         (
             lambda d: _echo_cases(d, path, lines),
-            "give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not add 5 0 -> 5)",
+            (
+                "give each case inputs whose expected stdout is none of them (add 40 2 -> 42, not"
+                " add 5 0 -> 5)"
+            ),
         ),
     )
     documents = [data if row is None else samples.fill(data, row) for row in rows]
@@ -524,7 +534,8 @@ def check_document(
 def _index(
     node: yaml.Node | None, at: tuple[Any, ...], lines: dict[tuple[Any, ...], int]
 ) -> list[tuple[tuple[Any, ...], int]]:
-    """Record the line of every value (and of every key, under a `('key',)` suffix); return duplicates."""
+    """Record the line of every value (and of every key, under a `('key',)` suffix); return
+    duplicates."""
     dupes: list[tuple[tuple[Any, ...], int]] = []
     if node is None:
         return dupes
@@ -591,7 +602,8 @@ TYPE_WORDS = {
 
 
 def _message(error: jsonschema.ValidationError) -> str:
-    """The schema's complaint in words: no Python repr of a value (None, {...}, [...]) reaches a user."""
+    """The schema's complaint in words: no Python repr of a value (None, {...}, [...]) reaches a
+    user."""
     v, value, instance = error.validator, error.validator_value, error.instance
     if v == "type" and isinstance(instance, datetime.date):
         written = instance.isoformat().replace("+00:00", "Z")
@@ -601,10 +613,16 @@ def _message(error: jsonschema.ValidationError) -> str:
     if v in ("minProperties", "maxProperties") and "assertion" in str(error.schema_path):
         return "an assertion has exactly one kind, e.g. `- file_exists: out/result.txt`"
     if v == "pattern" or v == "not":
-        return f"{_shown(instance)} is not allowed here ({error.schema.get('description', 'see the schema')})"
+        return (
+            f"{_shown(instance)} is not allowed here"
+            f" ({error.schema.get('description', 'see the schema')})"
+        )
     if v == "type":
         wanted = [value] if isinstance(value, str) else list(value)
-        return f"expected {' or '.join(TYPE_WORDS.get(t, t) for t in wanted)}, found {_kind_of(instance)}"
+        return (
+            f"expected {' or '.join(TYPE_WORDS.get(t, t) for t in wanted)}, found"
+            f" {_kind_of(instance)}"
+        )
     if v == "enum":
         return f"{_shown(instance)} is not one of: {', '.join(_shown(x) for x in value)}"
     if v == "const":
@@ -647,7 +665,8 @@ def _kind_of(value: Any) -> str:
 
 
 def _shown(value: Any) -> str:
-    """A scalar as a user would spell it (text quoted, controls escaped); a list or mapping in words."""
+    """A scalar as a user would spell it (text quoted, controls escaped); a list or mapping in
+    words."""
     if isinstance(value, (dict, list)) or value is None:
         return _kind_of(value)
     return json.dumps(value) if isinstance(value, bool) else repr(value)
@@ -747,8 +766,9 @@ def _disk_problems(
     least = min_disk(inodes)
     at = ("limits", "disk") if ("limits", "disk") in lines else ("limits", "inodes")
     return [
-        f"{path}:{line_of(at, lines)}: {_dotted(at)}: a workspace filesystem with limits.inodes {inodes} needs limits.disk {least // 2**20}m or more, "
-        f"not {data['limits']['disk']} (at least {MIN_DISK // 2**20}m, and twice the inode tables: {inodes} x {INODE_BYTES} bytes)"
+        f"{path}:{line_of(at, lines)}: {_dotted(at)}: a workspace filesystem with limits.inodes"
+        f" {inodes} needs limits.disk {least // 2**20}m or more, not {data['limits']['disk']} (at"
+        f" least {MIN_DISK // 2**20}m, and twice the inode tables: {inodes} x {INODE_BYTES} bytes)"
     ]
 
 
@@ -768,7 +788,8 @@ def _echo_cases(data: dict[str, Any], path: Path, lines: dict[tuple[Any, ...], i
                 if case.input_echoes():
                     where = at + (n, "cases", "each", i, "stdout")
                     problems.append(
-                        f"{path}:{line_of(where, lines)}: {_dotted(where)}: the expected stdout is one of the case's inputs: a program that echoes its input passes"
+                        f"{path}:{line_of(where, lines)}: {_dotted(where)}: the expected stdout is"
+                        " one of the case's inputs: a program that echoes its input passes"
                     )
     return problems
 
@@ -806,15 +827,17 @@ def _build(path: Path, data: dict[str, Any], sample: Sample | None = None) -> Sp
             tuple(a["command"]),
             dict(a.get("env", {})),
             base / a["files"] if a.get("files") else None,
-            Install(
-                tuple(ins.get("pip", ())),
-                ins.get("pip_deps", True),
-                tuple(ins.get("apt", ())),
-                tuple(base / p for p in ins.get("wheels", ())),
-                tuple(base / p for p in ins.get("binaries", ())),
-            )
-            if ins
-            else None,
+            (
+                Install(
+                    tuple(ins.get("pip", ())),
+                    ins.get("pip_deps", True),
+                    tuple(ins.get("apt", ())),
+                    tuple(base / p for p in ins.get("wheels", ())),
+                    tuple(base / p for p in ins.get("binaries", ())),
+                )
+                if ins
+                else None
+            ),
             a.get("preset"),
         ),
         workspace=Workspace(base / w["fixture"], tuple(w["writable"]), tuple(w["protected"])),
@@ -857,9 +880,11 @@ def _build(path: Path, data: dict[str, Any], sample: Sample | None = None) -> Sp
                 id=t["id"],
                 description=t.get("description", ""),
                 assertions=tuple(t.get("assertions", data["assertions"])),
-                contract=(t["contract"] and Contract.from_json(t["contract"]))
-                if "contract" in t
-                else contract,
+                contract=(
+                    (t["contract"] and Contract.from_json(t["contract"]))
+                    if "contract" in t
+                    else contract
+                ),
                 max_attempts=t.get("max_attempts", data["max_attempts"]),
                 on_breach=t.get("on_breach", data["on_breach"]),
             )
@@ -868,20 +893,24 @@ def _build(path: Path, data: dict[str, Any], sample: Sample | None = None) -> Sp
         contract=contract,
         egress=Egress(tuple(eg["allow"]), eg["upstream"], eg["allow_private"]) if eg else None,
         promote=Promote(data["promote"]["target"]) if data.get("promote") else None,
-        model=Model(
-            mode=m["mode"],
-            upstream=m["upstream"],
-            allow_http=m["allow_http"],
-            key_env=m["key_env"],
-            key_file=m.get("key_file"),
-            recording=m.get("recording"),
-            script=m.get("script"),
-            volatile={k: tuple(v) for k, v in m["volatile"].items()} if "volatile" in m else None,
-            prices={k: dict(v) for k, v in m.get("prices", {}).items()},
-            allow={k: tuple(v) for k, v in m.get("allow", {}).items()},
-            server_tool_fees=dict(m.get("server_tool_fees", {})),
-        )
-        if m
-        else None,
+        model=(
+            Model(
+                mode=m["mode"],
+                upstream=m["upstream"],
+                allow_http=m["allow_http"],
+                key_env=m["key_env"],
+                key_file=m.get("key_file"),
+                recording=m.get("recording"),
+                script=m.get("script"),
+                volatile=(
+                    {k: tuple(v) for k, v in m["volatile"].items()} if "volatile" in m else None
+                ),
+                prices={k: dict(v) for k, v in m.get("prices", {}).items()},
+                allow={k: tuple(v) for k, v in m.get("allow", {}).items()},
+                server_tool_fees=dict(m.get("server_tool_fees", {})),
+            )
+            if m
+            else None
+        ),
         sample=sample,
     )

@@ -1,7 +1,8 @@
 """Run the gateway-abuse fixture agents (fixtures/agents/abuse) and print, per attack, the
 journal's size and events, how the attempt stopped, how the gateway exited and the verdict.
 
-    .venv/bin/python bench/abuse_measure.py OUT_DIR flood flood-rejects flood-replays flood-paths replay bomb rollback
+    .venv/bin/python bench/abuse_measure.py OUT_DIR flood flood-rejects flood-replays flood-paths \
+        replay bomb rollback
 
 It measures whatever `assure` is importable: to measure an older tree, put a checkout of it
 first on PYTHONPATH (its fixtures must include fixtures/agents/abuse). The numbers in
@@ -76,7 +77,7 @@ def go(path):
 def summary(name, r, secs):
     j = r.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl"
     lines = j.read_bytes().splitlines() if j.exists() else []
-    recs = [json.loads(l) for l in lines]
+    recs = [json.loads(line) for line in lines]
     calls = [
         (x.get("path"), x.get("decision"), x.get("status"), x.get("rule"))
         for x in recs

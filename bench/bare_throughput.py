@@ -17,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import e2e  # noqa: E402
+import e2e  # noqa: E402 -- after sys.path
 
-from assure import spec as spec_mod  # noqa: E402
-from assure.sandbox.docker import DockerBackend  # noqa: E402
-from assure.sandbox.images import Images  # noqa: E402
+from assure import spec as spec_mod  # noqa: E402 -- after sys.path
+from assure.sandbox.docker import DockerBackend  # noqa: E402 -- after sys.path
+from assure.sandbox.images import Images  # noqa: E402 -- after sys.path
 
 
 def main() -> None:
@@ -55,7 +55,8 @@ def main() -> None:
         "per_second": round(args.count / seconds, 4),
     }
     print(
-        f"bare two-container sequences, {args.jobs} at once: {args.count} in {seconds:.2f} s, {doc['per_second']:.2f}/s"
+        f"bare two-container sequences, {args.jobs} at once: {args.count} in {seconds:.2f} s,"
+        f" {doc['per_second']:.2f}/s"
     )
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2) + "\n")

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.integration import ray_cluster  # noqa: E402
+from tests.integration import ray_cluster  # noqa: E402 -- after sys.path
 
 ASSURE = [sys.executable, "-m", "assure.cli"]
 CALC = ROOT / "fixtures" / "workspaces" / "calc"
@@ -35,8 +35,9 @@ CALC = ROOT / "fixtures" / "workspaces" / "calc"
 def make_suite(folder: Path, count: int) -> Path:
     for n in range(count):
         (folder / f"trivial-{n:02d}.yaml").write_text(
-            f"version: 1\nname: trivial-{n:02d}\nagent:\n  command: [sh, -c, 'exit 0']\n"
-            f"workspace:\n  fixture: {json.dumps(str(CALC))}\nlimits: {{wall_seconds: 30}}\nassertions:\n  - exit_code: 0\nexpect: pass\n"
+            f"version: 1\nname: trivial-{n:02d}\nagent:\n  command: [sh, -c, 'exit"
+            f" 0']\nworkspace:\n  fixture: {json.dumps(str(CALC))}\nlimits: {{wall_seconds:"
+            " 30}\nassertions:\n  - exit_code: 0\nexpect: pass\n"
         )
     suite = folder / "suite.yaml"
     suite.write_text("version: 1\nname: throughput\nspecs: ['trivial-*.yaml']\n")
@@ -123,15 +124,17 @@ def main() -> None:
     }
     baseline = {"ray 2 workers -j2": "local -j2", "ray 1 worker -j1": "local -j1"}
     print(
-        f"\nsuite of {args.specs} trivial specs, {args.rounds} rounds, medians (baseline: plain -j with as many in flight)"
+        f"\nsuite of {args.specs} trivial specs, {args.rounds} rounds, medians (baseline: plain -j"
+        " with as many in flight)"
     )
     print(
-        f"{'configuration':<20} {'specs/s':>8} {'s/spec':>8} {'throughput ratio':>17} {'per-spec ratio':>15}"
+        f"{'configuration':<20} {'specs/s':>8} {'s/spec':>8} {'throughput ratio':>17}"
+        f" {'per-spec ratio':>15}"
     )
     for name, (tput, per) in med.items():
         base = baseline.get(name)
         ratios = (
-            (f"{tput / med[base][0]:>16.2f}x {per / med[base][1]:>14.2f}x")
+            f"{tput / med[base][0]:>16.2f}x {per / med[base][1]:>14.2f}x"
             if base
             else f"{'(baseline)':>17} {'':>15}"
         )

@@ -226,7 +226,10 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="profile one trivial attempt with pyinstrument, text to this file (the pooled one to PATH.pool)",
+        help=(
+            "profile one trivial attempt with pyinstrument, text to this file (the pooled one to"
+            " PATH.pool)"
+        ),
     )
     parser.add_argument(
         "--no-pool",
@@ -350,9 +353,10 @@ def main() -> None:
         pool_outside_t=pooled["outside"],
     )
     medians, ratio, first_p50 = doc["medians_ms"], doc["ratio_vs_bare"], doc["first_call_p50_ms"]
-    per_round = [t / b for t, b in zip(trivial_t, bare_t)]
+    per_round = [t / b for t, b in zip(trivial_t, bare_t, strict=False)]
     print(
-        f"e2e attempt, {args.rounds} interleaved rounds (medians; ratios of the medians of the same run)"
+        f"e2e attempt, {args.rounds} interleaved rounds (medians; ratios of the medians of the same"
+        " run)"
     )
     print(
         "assure phases, pool off (median ms): "
@@ -386,30 +390,38 @@ def main() -> None:
     )
     if pool is not None:
         print(
-            f"trivial attempt, pool on:  median {medians['trivial_pool']:.0f} ms, ratio {doc['ratio_vs_bare_pool']:.2f}x bare "
-            f"(pool on / off {medians['trivial_pool'] / medians['trivial']:.2f})"
+            f"trivial attempt, pool on:  median {medians['trivial_pool']:.0f} ms, ratio"
+            f" {doc['ratio_vs_bare_pool']:.2f}x bare (pool on / off"
+            f" {medians['trivial_pool'] / medians['trivial']:.2f})"
         )
         print(
-            f"trivial attempt, pool on, refill overlapping: median {medians['trivial_pool_overlap']:.0f} ms, ratio {doc['ratio_vs_bare_pool_overlap']:.2f}x bare"
+            "trivial attempt, pool on, refill overlapping: median"
+            f" {medians['trivial_pool_overlap']:.0f} ms, ratio"
+            f" {doc['ratio_vs_bare_pool_overlap']:.2f}x bare"
         )
     print(
-        f"attempt start to the agent's first gateway call, pool off: p50 {first_p50} ms (whole attempt {medians['first_call_attempt']:.0f} ms)"
+        f"attempt start to the agent's first gateway call, pool off: p50 {first_p50} ms (whole"
+        f" attempt {medians['first_call_attempt']:.0f} ms)"
     )
     if pool is not None:
         print(
-            f"attempt start to the agent's first gateway call, pool on:  p50 {doc['first_call_p50_ms_pool']} ms "
-            f"(whole attempt {medians['first_call_pool_attempt']:.0f} ms; from the gateway ready to the call, the agent's "
-            f"gate, its python3 -m assure.client and the call: p50 {_ms(pooled['after_ready']) if pooled['after_ready'] else '-'} ms)"
+            "attempt start to the agent's first gateway call, pool on:  p50"
+            f" {doc['first_call_p50_ms_pool']} ms (whole attempt"
+            f" {medians['first_call_pool_attempt']:.0f} ms; from the gateway ready to the call, the"
+            " agent's gate, its python3 -m assure.client and the call: p50"
+            f" {_ms(pooled['after_ready']) if pooled['after_ready'] else '-'} ms)"
         )
         if (
             doc["first_call_p50_ms_pool"] is not None
         ):  # the target is absolute: this says how far a loaded machine moved it
             print(
-                f"  first call p50 pool on / bare median of the same run: {doc['first_call_p50_ms_pool'] / medians['bare']:.3f} "
-                f"(issue 14 measured bare at 520 ms: 150 ms is 0.288 of it)"
+                "  first call p50 pool on / bare median of the same run:"
+                f" {doc['first_call_p50_ms_pool'] / medians['bare']:.3f} (issue 14 measured bare at"
+                " 520 ms: 150 ms is 0.288 of it)"
             )
     print(
-        f"outside the attempt's phases (run dir, state, judge, promote, receipts): {medians['outside_phases']:.0f} ms"
+        "outside the attempt's phases (run dir, state, judge, promote, receipts):"
+        f" {medians['outside_phases']:.0f} ms"
         + (f" (pool on {medians['outside_phases_pool']:.0f} ms)" if pool is not None else "")
     )
     for target in doc["targets"]:
@@ -425,9 +437,9 @@ def main() -> None:
         )
         if pool is not None:
             doc.update(
-                first_call_after_ready_p50_ms_pool=_ms(pooled["after_ready"])
-                if pooled["after_ready"]
-                else None
+                first_call_after_ready_p50_ms_pool=(
+                    _ms(pooled["after_ready"]) if pooled["after_ready"] else None
+                )
             )
             doc.update(
                 api_round_trips_pool={k: v / args.rounds for k, v in sorted(api_pool.items())},

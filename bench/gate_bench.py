@@ -59,8 +59,9 @@ def main() -> None:
             gate.decide(action, ctx)
         runs.append((time.perf_counter() - start) / CALLS)
     print(
-        f"gate.decide (live reversible effect, contract, allow): median {statistics.median(runs) * 1e6:.2f} µs per decision "
-        f"(min {min(runs) * 1e6:.2f}, max {max(runs) * 1e6:.2f}; {RUNS} runs x {CALLS} calls)"
+        "gate.decide (live reversible effect, contract, allow): median"
+        f" {statistics.median(runs) * 1e6:.2f} µs per decision (min {min(runs) * 1e6:.2f}, max"
+        f" {max(runs) * 1e6:.2f}; {RUNS} runs x {CALLS} calls)"
     )
 
 

@@ -121,12 +121,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="gatebench", dir="/tmp") as tmp:
         through, local = bench_db(Path(tmp))
         print(
-            f"db.execute, {STATEMENTS} INSERTs: gateway median {through * 1000:.3f} ms, local apsw median {local * 1000:.3f} ms, ratio {through / local:.1f}x"
+            f"db.execute, {STATEMENTS} INSERTs: gateway median {through * 1000:.3f} ms, local apsw"
+            f" median {local * 1000:.3f} ms, ratio {through / local:.1f}x"
         )
         lat = sorted(bench_override(Path(tmp)))
         p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
         print(
-            f"override effect latency over {len(lat)} halts: p50 {statistics.median(lat):.1f} ms, p99 {p99:.1f} ms (target p99 < 1000 ms; the standard allows 5000)"
+            f"override effect latency over {len(lat)} halts: p50 {statistics.median(lat):.1f} ms,"
+            f" p99 {p99:.1f} ms (target p99 < 1000 ms; the standard allows 5000)"
         )
 
 

@@ -98,10 +98,12 @@ def main() -> None:
     figures = summary(via_gateway, direct)
     gw, dr = figures["gateway"], figures["direct"]
     print(
-        f"fs.read via gateway ({CALLS} calls, keep-alive): p50 {gw['p50_ms']:.3f} ms, p99 {gw['p99_ms']:.3f} ms"
+        f"fs.read via gateway ({CALLS} calls, keep-alive): p50 {gw['p50_ms']:.3f} ms, p99"
+        f" {gw['p99_ms']:.3f} ms"
     )
     print(
-        f"direct os.open/os.read ({CALLS} reads):          p50 {dr['p50_ms']:.4f} ms, p99 {dr['p99_ms']:.4f} ms"
+        f"direct os.open/os.read ({CALLS} reads):          p50 {dr['p50_ms']:.4f} ms, p99"
+        f" {dr['p99_ms']:.4f} ms"
     )
     print(f"ratio p50 gateway / direct: {figures['ratio_p50']:.0f}x")
     if args.json_path is not None:

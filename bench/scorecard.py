@@ -4,7 +4,8 @@ Each part is a subprocess whose machine-readable output assure/ops/scorecard.py 
   containment  assure suite suites/containment.yaml --json            rate, escapes
   benign       the same for suites/benign.yaml, with its HTTP upstream  false positives
   conformance  assure conformance --out DIR (its packet.json)           rows passed
-  e2e, gateway, snapshot, sqlite   bench/<script>.py --json PATH       overhead, p50/p99, verifier ratios
+  e2e, gateway, snapshot, sqlite   bench/<script>.py --json PATH       overhead, p50/p99,
+                                                                       verifier ratios
   throughput   assure suite SUITE -j N --json, N = 1, 2, 4, and -j 2 --pool 4   specs per second
                (SUITE: THROUGHPUT_SPECS copies of bench/suites/trivial.yaml), against
                bench/bare_throughput.py at -j 2
@@ -36,12 +37,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere, the package from this checkout
 
-from assure import __version__  # noqa: E402
-from assure.core.atomic import write_bytes as atomic_write  # noqa: E402
-from assure.errors import AssureError  # noqa: E402
-from assure.ops import scorecard as sc  # noqa: E402
-from assure.run import suite as suite_mod  # noqa: E402
-from assure.textsafe import display  # noqa: E402
+from assure import __version__  # noqa: E402 -- after sys.path
+from assure.core.atomic import write_bytes as atomic_write  # noqa: E402 -- after sys.path
+from assure.errors import AssureError  # noqa: E402 -- after sys.path
+from assure.ops import scorecard as sc  # noqa: E402 -- after sys.path
+from assure.run import suite as suite_mod  # noqa: E402 -- after sys.path
+from assure.textsafe import display  # noqa: E402 -- after sys.path
 
 PY = sys.executable
 ASSURE = [PY, "-m", "assure.cli"]
@@ -82,7 +83,8 @@ def _tail(text: str, n: int = 600) -> str:
 def suite_summary(
     suite: Path, runs_dir: Path, extra: list[str] = (), wrap: list[str] = ()
 ) -> tuple[dict[str, Any], float]:
-    """`assure suite SUITE --json` (a new suite run, its runs in runs_dir); its summary and wall time."""
+    """`assure suite SUITE --json` (a new suite run, its runs in runs_dir); its summary and wall
+    time."""
     done, seconds = _run(
         [
             *wrap,
@@ -104,7 +106,8 @@ def suite_summary(
         return json.loads(done.stdout), seconds
     except ValueError:
         raise PartFailed(
-            f"`assure suite {suite.name}` printed no summary (exit {done.returncode}): {_tail(done.stderr)}"
+            f"`assure suite {suite.name}` printed no summary (exit {done.returncode}):"
+            f" {_tail(done.stderr)}"
         ) from None
 
 
@@ -244,7 +247,8 @@ def part_throughput(work: Path) -> sc.Part:
         results = sc.suite_results(summary)
         if len(results) != total or not all(r.verdict == r.expect for r in results):
             raise PartFailed(
-                f"{' '.join(extra)}: {sum(r.verdict == r.expect for r in results)} of {total} trivial specs as expected; a throughput over failures means nothing"
+                f"{' '.join(extra)}: {sum(r.verdict == r.expect for r in results)} of {total}"
+                " trivial specs as expected; a throughput over failures means nothing"
             )
         runs[key] = {"specs": total, "seconds": round(seconds, 2), "args": extra}
     runs["bare"] = max(
@@ -307,7 +311,10 @@ def machine() -> dict[str, Any]:
 def render(card: dict[str, Any]) -> str:
     """The scorecard as text: each metric's value, then each part's status."""
     lines = [
-        f"assure bench scorecard  {card['created_at']}  commit {(card['machine']['commit'] or '?')[:12]}  {card['machine']['cpus']} cpus",
+        (
+            f"assure bench scorecard  {card['created_at']}  commit"
+            f" {(card['machine']['commit'] or '?')[:12]}  {card['machine']['cpus']} cpus"
+        ),
         "",
     ]
     for m in sc.METRICS:
@@ -353,9 +360,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.spread:
         for s in sc.spread(sc.check(sc.read(p), str(p)) for p in args.spread):
+            stated = sc.BY_NAME[s.metric].band
             print(
-                f"  {s.metric:28} median {sc.fmt(s.median):>8}  worst pair {s.worst_pair:6.1%}  suggested band {s.band:.0%}  "
-                f"(stated {sc.BY_NAME[s.metric].band if sc.BY_NAME[s.metric].band is None else format(sc.BY_NAME[s.metric].band, '.0%')})  "
+                f"  {s.metric:28} median {sc.fmt(s.median):>8}  worst pair {s.worst_pair:6.1%} "
+                f" suggested band {s.band:.0%}  "
+                f"(stated {stated if stated is None else format(stated, '.0%')})  "
                 + " ".join(sc.fmt(v) for v in s.values)
             )
         return 0

@@ -1,4 +1,5 @@
-"""Benchmark snapshot + diff + attribution against `sha256sum` of every file and `git diff --no-index`.
+"""Benchmark snapshot + diff + attribution against `sha256sum` of every file and `git diff
+--no-index`.
 
 Builds, under /tmp, a PRE tree of 10,000 files totalling 200 MB (mixed sizes) and a POST copy
 with 1% of the files rewritten (same size, new content); a journal of gateway writes explains
@@ -162,7 +163,8 @@ def main() -> None:
         for name, fn in contenders.items():  # warm-up: page cache and lazy imports for all
             seconds, found = timed(fn, pre, post)
             print(
-                f"warm-up {name}: {seconds:.3f} s, {found} {'unattributed' if name.startswith('ours') else 'changed'} paths reported"
+                f"warm-up {name}: {seconds:.3f} s, {found}"
+                f" {'unattributed' if name.startswith('ours') else 'changed'} paths reported"
             )
         times: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(rounds):  # interleaved, so drift hits every contender alike
@@ -190,16 +192,19 @@ def summary(times: dict[str, list[float]], changed: int) -> dict[str, object]:
 def report(times: dict[str, list[float]], changed: list[Path], rss_before: int) -> None:
     medians = {name: statistics.median(values) for name, values in times.items()}
     print(
-        f"\n{FILES} files, {TOTAL_BYTES / 1e6:.0f} MB per tree, {len(changed)} changed; median of {len(times['ours'])}"
+        f"\n{FILES} files, {TOTAL_BYTES / 1e6:.0f} MB per tree, {len(changed)} changed; median of"
+        f" {len(times['ours'])}"
     )
     for name, median in medians.items():
         runs = ", ".join(f"{v:.3f}" for v in times[name])
         print(
-            f"  {name:22} {median:7.3f} s   ({runs})   ours/this = {medians['ours'] / median:.2f}   ours-as-a-run/this = {medians['ours, as a run does'] / median:.2f}"
+            f"  {name:22} {median:7.3f} s   ({runs})   ours/this = {medians['ours'] / median:.2f}  "
+            f" ours-as-a-run/this = {medians['ours, as a run does'] / median:.2f}"
         )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
-        f"  peak RSS of this process: {peak / 1024:.0f} MiB (was {rss_before / 1024:.0f} MiB before timing)"
+        f"  peak RSS of this process: {peak / 1024:.0f} MiB (was {rss_before / 1024:.0f} MiB before"
+        " timing)"
     )
     for pid in helper_pids():
         print(f"  peak RSS of hash helper {pid}: {peak_rss_kib(pid) / 1024:.0f} MiB")
@@ -207,7 +212,8 @@ def report(times: dict[str, list[float]], changed: list[Path], rss_before: int) 
     for name in ("ours, as a run does", "ours"):
         ratio = medians[name] / medians[faster]
         print(
-            f"  target, {name} no slower than {faster} (the faster baseline): {ratio:.2f}x, {'met' if ratio <= 1 else 'missed'}"
+            f"  target, {name} no slower than {faster} (the faster baseline): {ratio:.2f}x,"
+            f" {'met' if ratio <= 1 else 'missed'}"
         )
 
 

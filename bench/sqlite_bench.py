@@ -2,7 +2,8 @@
 
 Builds, under a temporary directory, two scenarios (each a PRE file and a POST copy with 1% of
 its rows changed: 40% updates, 30% deletes, 30% inserts):
-  pk        one table of 1,000,000 rows with an INTEGER PRIMARY KEY (5 columns: text, int, real, blob)
+  pk        one table of 1,000,000 rows with an INTEGER PRIMARY KEY (5 columns: text, int, real,
+blob)
   keyless   one table of 100,000 rows without a PRIMARY KEY (compared as a multiset by us;
             sqldiff pairs such rows by rowid)
 Both files go through `capture()` first (what the verifier compares); then, warm page cache,
@@ -11,7 +12,8 @@ the median of --rounds runs (alternating, after one warm-up run each) of:
   sqldiff   sqldiff PRE POST > /dev/null
 Prints medians, the ratio (target: ours <= 1.5x sqldiff) and our peak RSS, measured in a child
 process (VmHWM of a fresh interpreter that runs one diff; its peak after imports alone is shown
-beside it; ru_maxrss would include this parent's size, see peak_rss_mib). Usage: python bench/sqlite_bench.py [--rounds 5] [--keep DIR]
+beside it; ru_maxrss would include this parent's size, see peak_rss_mib). Usage: python
+bench/sqlite_bench.py [--rounds 5] [--keep DIR]
 [--json PATH] (--json also writes each scenario's figures there, for bench/scorecard.py).
 """
 
@@ -52,18 +54,21 @@ def build(directory: Path, scenario: str, rows: int) -> tuple[Path, Path, int]:
     conn.execute("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF").fetchall()
     if scenario == "pk":
         conn.execute(
-            "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer TEXT NOT NULL, qty INTEGER, price REAL, token BLOB)"
+            "CREATE TABLE orders(id INTEGER PRIMARY KEY, customer TEXT NOT NULL, qty INTEGER, price"
+            " REAL, token BLOB)"
         )
         conn.execute(
             _series(rows)
-            + "INSERT INTO orders SELECT i, 'customer-' || (i % 5000), i % 97, i * 0.25, randomblob(8) FROM s"
+            + "INSERT INTO orders SELECT i, 'customer-' || (i % 5000), i % 97, i * 0.25,"
+            " randomblob(8) FROM s"
         )
     else:
         conn.execute("CREATE TABLE events(kind TEXT, n INTEGER, amount REAL, payload BLOB)")
         # about 1 row in 20 has an exact duplicate, so the multiset has counts > 1
         conn.execute(
             _series(rows)
-            + "INSERT INTO events SELECT 'kind-' || (i % 50), i - (i % 20 = 0), (i % 1000) * 0.5, zeroblob(i % 7) FROM s"
+            + "INSERT INTO events SELECT 'kind-' || (i % 50), i - (i % 20 = 0), (i % 1000) * 0.5,"
+            " zeroblob(i % 7) FROM s"
         )
     conn.close()
     shutil.copyfile(pre, post)
@@ -87,7 +92,8 @@ def build(directory: Path, scenario: str, rows: int) -> tuple[Path, Path, int]:
             )
         else:
             conn.execute(
-                "UPDATE events SET amount = amount + 1 WHERE rowid IN (SELECT value FROM json_each(?))",
+                "UPDATE events SET amount = amount + 1 WHERE rowid IN (SELECT value FROM"
+                " json_each(?))",
                 (ups,),
             )
             conn.execute(
@@ -101,7 +107,8 @@ def build(directory: Path, scenario: str, rows: int) -> tuple[Path, Path, int]:
 def timed_pair(
     ours: Callable[[], object], theirs: Callable[[], object], rounds: int
 ) -> tuple[float, float, object]:
-    """Medians of both, run alternately (one warm-up each first) so load on the machine hits both alike."""
+    """Medians of both, run alternately (one warm-up each first) so load on the machine hits both
+    alike."""
     ours()
     theirs()
     mine, other, result = [], [], None
@@ -123,14 +130,9 @@ def peak_rss_mib(pre: Path, post: Path) -> tuple[float, float]:
     fork and exec, so a child of this (large) process reports at least the parent's size.
     """
     code = (
-        "import sys\n"
-        "from pathlib import Path\n"
-        "def hwm():\n"
-        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
-        "from assure.verify.sqlite import diff\n"
-        "base = hwm()\n"
-        "diff(Path(sys.argv[1]), Path(sys.argv[2]))\n"
-        "print(base, hwm())\n"
+        "import sys\nfrom pathlib import Path\ndef hwm():\n    return next(int(l.split()[1]) for l"
+        " in open('/proc/self/status') if l.startswith('VmHWM:'))\nfrom assure.verify.sqlite import"
+        " diff\nbase = hwm()\ndiff(Path(sys.argv[1]), Path(sys.argv[2]))\nprint(base, hwm())\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(pre), str(post)],
@@ -159,13 +161,15 @@ def run(scenario: str, rows: int, work: Path, rounds: int) -> dict[str, object]:
     found = sum(c.count if c.kind == "omitted" else 1 for c in changes)  # type: ignore[union-attr]
     base, peak = peak_rss_mib(pre, post)
     print(
-        f"{scenario}: {rows:,} rows, {changed:,} changed ({pre.stat().st_size / 2**20:.0f} MiB per file; built in {built:.1f} s, capture {captured:.2f} s per file)"
+        f"{scenario}: {rows:,} rows, {changed:,} changed ({pre.stat().st_size / 2**20:.0f} MiB per"
+        f" file; built in {built:.1f} s, capture {captured:.2f} s per file)"
     )
     print(f"  ours     {ours:7.3f} s  (median of {rounds}; {found:,} changes found)")
     print(f"  sqldiff  {theirs:7.3f} s  (median of {rounds})")
     print(f"  ratio    {ours / theirs:7.2f}x  (target <= 1.5x)")
     print(
-        f"  peak RSS {peak:7.1f} MiB in a child process (VmHWM; {base:.1f} MiB after imports, {peak - base:.1f} MiB for the diff)"
+        f"  peak RSS {peak:7.1f} MiB in a child process (VmHWM; {base:.1f} MiB after imports,"
+        f" {peak - base:.1f} MiB for the diff)"
     )
     return figures(rows, changed, found, rounds, ours, theirs, peak)
 

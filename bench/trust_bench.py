@@ -50,8 +50,9 @@ def main(sizes: list[int]) -> None:
             trust.verify_ledger(book.path, key.public_key(), at)
             full_ms = (time.perf_counter() - t0) * 1000
             print(
-                f"{n:7d}  {append_ms:9.2f}  {lookup_ms:9.2f}  {book.path.stat().st_size - before:11d}"
-                f"  {book.checkpoint.stat().st_size:16d}  {full_ms:14.1f}"
+                f"{n:7d}  {append_ms:9.2f}  {lookup_ms:9.2f} "
+                f" {book.path.stat().st_size - before:11d}  {book.checkpoint.stat().st_size:16d} "
+                f" {full_ms:14.1f}"
             )
 
 

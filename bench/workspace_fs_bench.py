@@ -104,8 +104,8 @@ def plain() -> Iterator[None]:
 def spec_for(tmp: Path, name: str, fixture: Path) -> spec_mod.Spec:
     path = tmp / f"{name}.yaml"
     path.write_text(
-        f"version: 1\nname: {name}\nagent: {{command: ['true']}}\nworkspace: {{fixture: {fixture}}}\n"
-        "assertions: [{exit_code: 0}]\nexpect: pass\n"
+        f"version: 1\nname: {name}\nagent: {{command: ['true']}}\nworkspace: {{fixture:"
+        f" {fixture}}}\nassertions: [{{exit_code: 0}}]\nexpect: pass\n"
     )
     return spec_mod.load(path)
 
@@ -115,7 +115,8 @@ def attempt(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -
     run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
     result = Driver(spec, run, backend, images, lambda *_: None).drive()
     elapsed = time.perf_counter() - start
-    # the containment check names the plain folder as the wrong mount source: the one finding allowed
+    # the containment check names the plain folder as the wrong mount source: the one finding
+    # allowed
     wrong_source = [
         f for f in result.report["attempts"][0]["findings"] if f["subject"] == "Mounts sources"
     ]
@@ -137,7 +138,7 @@ def attempt(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -
 def main() -> None:
     # the plain variant's one breach (its mount source, allowed in `attempt`) raises an alert
     # per attempt: expected here, so not printed
-    logging.getLogger("assure.ops.alerts").setLevel(logging.ERROR)
+    logging.getLogger("assure.records.alerts").setLevel(logging.ERROR)
     workspace_fs.require()
     backend = DockerBackend()
     images = Images(backend).ensure()
@@ -168,7 +169,8 @@ def main() -> None:
             name = f"{label}, {files} files" if label == "repository" else label
             p, b = statistics.median(walls["plain"]), statistics.median(walls["bounded"])
             print(
-                f"{name}: attempt median plain {p * 1000:.0f} ms, bounded {b * 1000:.0f} ms, ratio {b / p:.2f}x (+{(b - p) * 1000:.0f} ms)"
+                f"{name}: attempt median plain {p * 1000:.0f} ms, bounded {b * 1000:.0f} ms, ratio"
+                f" {b / p:.2f}x (+{(b - p) * 1000:.0f} ms)"
             )
             for phase in PHASES:
                 pm, bm = (
@@ -178,15 +180,18 @@ def main() -> None:
                 ratio = f"ratio {bm / pm:.2f}x" if pm >= 0.5 else "(no such step before)"
                 print(f"  {phase:<8} plain {pm:7.1f} ms  bounded {bm:7.1f} ms  {ratio}")
             own = {
-                mode: statistics.median(
-                    [sum(phases[mode][ph][i] for ph in WORKSPACE_PHASES) for i in range(ROUNDS)]
+                mode: (
+                    statistics.median(
+                        [sum(phases[mode][ph][i] for ph in WORKSPACE_PHASES) for i in range(ROUNDS)]
+                    )
+                    * 1000
                 )
-                * 1000
                 for mode in phases
             }
             print(
-                f"  workspace phases (prepare + snapshot + unmount): plain {own['plain']:.0f} ms, bounded {own['bounded']:.0f} ms, "
-                f"ratio {own['bounded'] / own['plain']:.2f}x ({own['bounded'] - own['plain']:+.0f} ms per attempt)"
+                f"  workspace phases (prepare + snapshot + unmount): plain {own['plain']:.0f} ms,"
+                f" bounded {own['bounded']:.0f} ms, ratio {own['bounded'] / own['plain']:.2f}x"
+                f" ({own['bounded'] - own['plain']:+.0f} ms per attempt)"
             )
 
 

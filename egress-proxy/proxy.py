@@ -601,7 +601,8 @@ class Proxy:
                 raise _Refuse(
                     403,
                     "egress_denied",
-                    f"{host} resolves to {problem} address {addr}, which is not on the allowlist literally",
+                    f"{host} resolves to {problem} address {addr}, which is not on the allowlist"
+                    " literally",
                     reason="forbidden_address",
                 )
             if (family, sockaddr) not in addresses:
@@ -712,7 +713,8 @@ class Proxy:
             raise _Refuse(
                 413,
                 "body_too_large",
-                f"the request body is {length} bytes, over the {self.config.max_body_bytes}-byte limit",
+                f"the request body is {length} bytes, over the {self.config.max_body_bytes}-byte"
+                " limit",
             )
         if (
             any(v.strip().lower() == "100-continue" for v in head.values("expect"))
@@ -918,7 +920,8 @@ class Proxy:
             self.log.write(entry)
         except (OSError, ValueError) as exc:
             print(
-                f"egress proxy: cannot write the request log: {exc}; refusing every request from now on",
+                f"egress proxy: cannot write the request log: {exc}; refusing every request from"
+                " now on",
                 file=sys.stderr,
                 flush=True,
             )
@@ -951,13 +954,15 @@ def _one_spelling(headers: list[tuple[str, str]]) -> None:
             raise _Refuse(
                 400,
                 "bad_request",
-                f"header {name[:64]!r} is {key} to a server that reads '_' as '-'; refused as request smuggling",
+                f"header {name[:64]!r} is {key} to a server that reads '_' as '-'; refused as"
+                " request smuggling",
             )
         if seen.setdefault(key, lower) != lower:
             raise _Refuse(
                 400,
                 "bad_request",
-                f"headers {seen[key][:64]!r} and {lower[:64]!r} are one header to a server that reads '_' as '-'; send it once",
+                f"headers {seen[key][:64]!r} and {lower[:64]!r} are one header to a server that"
+                " reads '_' as '-'; send it once",
             )
 
 
@@ -1102,7 +1107,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     host, port = running.address
     print(
-        f"egress proxy: listening on {hostport_key(host, port)}, {len(config.allow)} allowed destination(s)",
+        f"egress proxy: listening on {hostport_key(host, port)}, {len(config.allow)} allowed"
+        " destination(s)",
         file=sys.stderr,
         flush=True,
     )

@@ -71,12 +71,12 @@ PARAM_HINTS = {
     "summary": "What you did, what you found and anything left undone.",
 }
 SYSTEM = (
-    "You are an autonomous agent working on a task in a sandbox. You act only through the tools "
-    "given to you: they work on the task's workspace (paths are relative to its root) and on the "
-    "resources the run grants. A gateway checks every call and may deny it; the reason comes back "
-    "as a tool error, so adapt instead of repeating a denied call. Work step by step and check your "
-    "work. When the task is done, or you cannot do it, call task_report once with a status and a "
-    "short summary, then stop."
+    "You are an autonomous agent working on a task in a sandbox. You act only through the tools"
+    " given to you: they work on the task's workspace (paths are relative to its root) and on the"
+    " resources the run grants. A gateway checks every call and may deny it; the reason comes back"
+    " as a tool error, so adapt instead of repeating a denied call. Work step by step and check"
+    " your work. When the task is done, or you cannot do it, call task_report once with a status"
+    " and a short summary, then stop."
 )
 _KEPT_FIELDS = {
     "text": ("type", "text"),
@@ -211,7 +211,8 @@ def run(
                 )
                 uses = [b for b in response.content if b.type == "tool_use"]
                 print(
-                    f"claude_agent: turn {turn}: stop_reason={response.stop_reason} tools={[b.name for b in uses]}",
+                    f"claude_agent: turn {turn}: stop_reason={response.stop_reason}"
+                    f" tools={[b.name for b in uses]}",
                     file=log,
                 )
                 if not uses:
@@ -273,7 +274,8 @@ def _task(args: argparse.Namespace) -> str:
     path = args.task_file or os.environ.get("ASSURE_TASK_FILE")
     if not path:
         raise SystemExit(
-            "claude_agent: no task: pass it as arguments, in $ASSURE_TASK, or as a file (--task-file / $ASSURE_TASK_FILE)"
+            "claude_agent: no task: pass it as arguments, in $ASSURE_TASK, or as a file"
+            " (--task-file / $ASSURE_TASK_FILE)"
         )
     try:
         with open(path, encoding="utf-8") as fh:

@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "command",
         nargs=argparse.REMAINDER,
-        help="-- COMMAND ARGS...: run it with ANTHROPIC_BASE_URL and OPENAI_BASE_URL set, then stop",
+        help=(
+            "-- COMMAND ARGS...: run it with ANTHROPIC_BASE_URL and OPENAI_BASE_URL set, then stop"
+        ),
     )
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -140,8 +140,8 @@ def _file_lines(fh: Any) -> Iterator[str]:
 def chain_head(source: str | os.PathLike[str] | Iterable[str]) -> tuple[int, dict[str, Any] | None]:
     """(number of lines, last record) of a chain, verified as a stream. Raises `ChainError`."""
     count, last = 0, None
-    for last in iter_chain(source):
-        count += 1
+    for record in iter_chain(source):
+        count, last = count + 1, record
     return count, last
 
 
@@ -171,7 +171,8 @@ def _verify(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
         if record.get("seq") != n:
             raise ChainError(
                 n,
-                f"expected seq {n}, found {record.get('seq')!r} (line dropped, inserted or reordered)",
+                f"expected seq {n}, found {record.get('seq')!r} (line dropped, inserted or"
+                " reordered)",
             )
         # Step 3: the line links to its predecessor.
         if record.get("prev") != prev:

@@ -122,7 +122,8 @@ def _open_root(root: str | os.PathLike[str] | int) -> int:
 
 
 def _open_dir_at(dir_fd: int, parts: list[bytes]) -> int:
-    """The directory `parts` beneath dir_fd, never through a symlink (ELOOP / EXDEV if one is met)."""
+    """The directory `parts` beneath dir_fd, never through a symlink (ELOOP / EXDEV if one is
+    met)."""
     if not parts:
         return os.dup(dir_fd)
     path = b"/".join(parts)
@@ -254,7 +255,8 @@ def read_file(root: str | os.PathLike[str] | int, rel: Rel, max_bytes: int) -> b
 
 
 def data_bytes(root: str | os.PathLike[str] | int, rel: Rel, max_bytes: int) -> int:
-    """The data bytes (holes not counted) of a regular file beneath root; TooLarge over max_bytes."""
+    """The data bytes (holes not counted) of a regular file beneath root; TooLarge over
+    max_bytes."""
     dfd, name = _open_parent(root, rel)
     try:
         fd, st = _open_regular(dfd, name)

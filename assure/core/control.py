@@ -40,7 +40,8 @@ class Override:
 
 
 def read(control_dir: str | os.PathLike[str]) -> Override:
-    """The current override. A missing file is no override; an unreadable one halts (fail closed)."""
+    """The current override. A missing file is no override; an unreadable one halts (fail
+    closed)."""
     path = Path(control_dir) / OPERATOR_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -48,9 +49,9 @@ def read(control_dir: str | os.PathLike[str]) -> Override:
             halted=bool(data.get("halted", False)),
             dial=_dial(data.get("dial")),
             request_id=data.get("request_id"),
-            requested_at=float(data["requested_at"])
-            if data.get("requested_at") is not None
-            else None,
+            requested_at=(
+                float(data["requested_at"]) if data.get("requested_at") is not None else None
+            ),
             actor=data.get("actor"),
         )
     except FileNotFoundError:

@@ -7,7 +7,8 @@ replay it. Any exception inside a rule denies with rule `internal_error` (fail c
 a call that no rule decided is denied too.
 
 The rules implement boxes 0 and 5 of The Machine: no mutation without a contract ratified
-by someone other than its proposer (with a trusted key, as the host checked), and `effective = min(operator_dial, ceiling,
+by someone other than its proposer (with a trusted key, as the host checked), and `effective =
+min(operator_dial, ceiling,
 verifier_trust)` with irreversible effects needing more trust or a human-gate receipt.
 Standard library only: this module runs inside the gateway image.
 """
@@ -319,7 +320,10 @@ def _budget(action: Action, ctx: Context) -> Decision | None:
                 getattr(ctx.budget, f"{name}_{part}") for part in ("used", "limit", "reserved")
             )
             if limit is not None and reserved and not used + reserved <= limit:
-                reason = f"{name} budget: {used} used + {reserved} reserved by this call and the calls in flight would pass the limit of {limit}"
+                reason = (
+                    f"{name} budget: {used} used + {reserved} reserved by this call and the calls"
+                    f" in flight would pass the limit of {limit}"
+                )
                 return Decision(DENY, BUDGET_RULE + name, reason)
     return None
 
@@ -460,8 +464,9 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
         return _human_gate(action, ctx, figures)
     verifier = ctx.verifier_trust if ctx.verifier_fresh else f"{PROPOSE} (absent or stale)"
     reason = (
-        f"effective autonomy {_level(effective)} = min(dial {ctx.operator_dial}, ceiling {autonomy_ceiling(ctx)}, "
-        f"verifier {verifier}) is below the {_level(required)} this {action.resource_mode} effect needs"
+        f"effective autonomy {_level(effective)} = min(dial {ctx.operator_dial}, ceiling"
+        f" {autonomy_ceiling(ctx)}, verifier {verifier}) is below the {_level(required)} this"
+        f" {action.resource_mode} effect needs"
     )
     return Decision(DENY, "autonomy.insufficient", reason, **figures)
 
@@ -541,7 +546,8 @@ def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
 
 
 def decide(action: Action, ctx: Context, rules: Sequence[Rule] = RULES) -> Decision:
-    """Run `rules` (the gate's RULES) in order; the first that returns a Decision decides. Fail closed."""
+    """Run `rules` (the gate's RULES) in order; the first that returns a Decision decides. Fail
+    closed."""
     inputs: dict[str, Any] = {}
     try:
         inputs = _inputs(action, ctx)

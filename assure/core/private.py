@@ -44,7 +44,8 @@ def executable(mode: int) -> bool:
     return bool(mode & stat.S_IXUSR)
 
 
-COPY_MODES = "owner-only"  # how a copy report says its copy was made with copy_mode (older copies kept the agent's)
+# how a copy report says its copy was made with copy_mode (older copies kept the agent's)
+COPY_MODES = "owner-only"
 
 
 def copy_mode(mode: int, folder: bool) -> int:

@@ -1,4 +1,5 @@
-"""`python3 -m assure.gateway --config PATH [--wait SECONDS]`: run the gateway until SIGTERM or SIGINT.
+"""`python3 -m assure.gateway --config PATH [--wait SECONDS]`: run the gateway until SIGTERM or
+SIGINT.
 
 `--wait`: a warm pool's gateway (run/pool.py) boots (its imports are most of its start) before
 its attempt exists, then waits up to SECONDS for the config, written (atomically) when the pair

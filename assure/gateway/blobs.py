@@ -28,7 +28,8 @@ class Blobs:
         self.path = path
 
     def put(self, data: bytes) -> str:
-        """Store `data` (fsynced, then renamed into place) and return its SHA-256. Raises OSError."""
+        """Store `data` (fsynced, then renamed into place) and return its SHA-256. Raises
+        OSError."""
         digest = hashlib.sha256(data).hexdigest()
         final = os.path.join(self.path, digest)
         if self._intact(final, digest):

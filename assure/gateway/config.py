@@ -1,4 +1,5 @@
-"""Load and validate the gateway's JSON config; the one place that holds the gateway's limit defaults.
+"""Load and validate the gateway's JSON config; the one place that holds the gateway's limit
+defaults.
 
 A typo in the config must not silently weaken the gateway (a misspelt `protected` would
 drop every protection), so unknown fields are errors and every error names its field.
@@ -125,7 +126,8 @@ class Model:
 
     `anthropic`: the real API at `upstream`, through the egress proxy, with the key read from
     `key_file`; `openai`: the same for an OpenAI-compatible API (OpenAI, vLLM, Ollama, a LiteLLM
-    proxy: `upstream` without the `/v1`); `replay`: the answers recorded in `recording` (gateway journals + their blob
+    proxy: `upstream` without the `/v1`); `replay`: the answers recorded in `recording` (gateway
+    journals + their blob
     dir); `scripted`: the answers listed in the `script` file, in order."""
 
     mode: str
@@ -326,7 +328,8 @@ def _policy(value: Any) -> Policy:
         ):
             raise ConfigError(
                 "policy.rollbacks",
-                'must be an object {"<ref>": ["<scope glob>", ...]}: each confirmed ref with the scopes it covers',
+                'must be an object {"<ref>": ["<scope glob>", ...]}: each confirmed ref with the'
+                " scopes it covers",
             )
         out["rollbacks"] = {ref: tuple(scopes) for ref, scopes in rollbacks.items()}
     return Policy(**out)
@@ -438,7 +441,8 @@ _PRICE_FIELDS = tuple(f.name for f in fields(Price))
 
 
 def _model(value: Any, egress: Egress | None) -> Model:
-    """`{"mode": "anthropic" | "openai" | "replay" | "scripted", "blob_dir": "/abs", ...}` (see `Model`)."""
+    """`{"mode": "anthropic" | "openai" | "replay" | "scripted", "blob_dir": "/abs", ...}` (see
+    `Model`)."""
     if not isinstance(value, dict):
         raise ConfigError("model", 'must be a JSON object {"mode": ..., "blob_dir": ..., ...}')
     mode = value.get("mode")
@@ -494,7 +498,8 @@ def _model(value: Any, egress: Egress | None) -> Model:
 
 
 def _allow(value: Any) -> dict[str, frozenset[str]]:
-    """`{"request_keys": [...], "tool_types": [...], "content": [...], "betas": [...]}`: names, each a short string."""
+    """`{"request_keys": [...], "tool_types": [...], "content": [...], "betas": [...]}`: names, each
+    a short string."""
     if not isinstance(value, dict):
         raise ConfigError(
             "model.allow",
@@ -542,7 +547,8 @@ def _abs_path(value: Any, name: str) -> str:
 
 
 def _prices(value: Any) -> dict[str, Price]:
-    """`{"claude-sonnet-4-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read": 0.3}}`."""
+    """`{"claude-sonnet-4-5": {"input": 3, "output": 15, "cache_write": 3.75, "cache_read":
+    0.3}}`."""
     if not isinstance(value, dict):
         raise ConfigError(
             "model.prices",
@@ -582,7 +588,9 @@ def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
         raise ConfigError(
             "model.upstream", f'must be a base URL like "https://api.anthropic.com", got {value!r}'
         )
-    import urllib.parse  # here, not at the top: it (and the ipaddress it imports) costs every boot, and only a model or egress URL needs it
+    # here, not at the top: it (and the ipaddress it imports) costs every boot, and only a model or
+    # egress URL needs it
+    import urllib.parse
 
     parts = urllib.parse.urlsplit(value)
     if parts.query or parts.fragment or value.endswith("?") or value.endswith("#"):
@@ -598,12 +606,14 @@ def _upstream(value: Any, egress: Egress | None, allow_http: bool) -> str:
     if target.scheme != "https" and not allow_http:
         raise ConfigError(
             "model.upstream",
-            f'{value!r} is plain http, which would send the API key in clear; use https (or set "allow_http": true for a local test server)',
+            f"{value!r} is plain http, which would send the API key in clear; use https (or set"
+            ' "allow_http": true for a local test server)',
         )
     if egress is None:
         raise ConfigError(
             "model.upstream",
-            "needs an `egress` section: the gateway reaches the model API only through the egress proxy",
+            "needs an `egress` section: the gateway reaches the model API only through the egress"
+            " proxy",
         )
     try:
         http.check(egress, target)
@@ -641,7 +651,8 @@ def _volatile(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
         if not all(path.split(".")):
             raise ConfigError(
                 f"model.volatile.fields[{i}]",
-                f"{path!r} is not a dotted JSON path like metadata.user_id or messages.*.cache_control",
+                f"{path!r} is not a dotted JSON path like metadata.user_id or"
+                " messages.*.cache_control",
             )
     for i, pattern in enumerate(out[1]):
         try:

@@ -71,7 +71,8 @@ PROGRESS_OPS = 1000  # VM instructions between deadline checks
 _MAX_INT64 = 2**63 - 1
 
 DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer"})
-# The only pragmas allowed (in both tools, also as pragma_* table functions): they describe the schema.
+# The only pragmas allowed (in both tools, also as pragma_* table functions): they describe the
+# schema.
 PRAGMAS = frozenset(
     {
         "table_info",
@@ -229,8 +230,9 @@ class Databases:
             if len(changeset) > self.limits.max_changeset_bytes:
                 raise ToolError(
                     "too_large",
-                    f"the change is {len(changeset)} bytes as a changeset, over the {self.limits.max_changeset_bytes}-byte limit; "
-                    "split it into smaller statements (nothing was changed)",
+                    f"the change is {len(changeset)} bytes as a changeset, over the"
+                    f" {self.limits.max_changeset_bytes}-byte limit; split it into smaller"
+                    " statements (nothing was changed)",
                 )
             conn.authorizer = None
             effect = _effect(conn, name, spec, changeset, changes)
@@ -340,10 +342,16 @@ class _Policy:
             if table.lower().startswith("sqlite_"):
                 return f"{action} on the internal table {table} is not allowed"
             if table in self.unwritable:
-                return f"{action} on {table} is not allowed (virtual and shadow tables cannot be journaled)"
+                return (
+                    f"{action} on {table} is not allowed (virtual and shadow tables cannot be"
+                    " journaled)"
+                )
             self.written.add(table)
             return None
-        return f"{action} is not allowed in db.execute (only INSERT, UPDATE and DELETE on tables; schema changes cannot be journaled)"
+        return (
+            f"{action} is not allowed in db.execute (only INSERT, UPDATE and DELETE on tables;"
+            " schema changes cannot be journaled)"
+        )
 
 
 @dataclass(frozen=True)
@@ -618,7 +626,8 @@ def _tool_error(exc: apsw.Error, policy: _Policy | None, guard: _Guard, tool: st
     if isinstance(exc, apsw.InterruptError) and guard.reason == "timeout":
         return ToolError(
             "timeout",
-            f"{tool}: the statement ran over {guard.limits.timeout_seconds:g} s and was stopped; nothing was changed",
+            f"{tool}: the statement ran over {guard.limits.timeout_seconds:g} s and was stopped;"
+            " nothing was changed",
         )
     if isinstance(exc, apsw.InterruptError) and guard.reason == "too_large":
         return ToolError(

@@ -45,8 +45,8 @@ HEARTBEAT_SECONDS = 1.0
 MAX_DETAIL_CHARS = 256
 MAX_REASON_CHARS = 1024
 REPLAY = "replay"  # the journaled decision of a call answered from the idempotency store
-MODEL_TOOL = (
-    "model.messages"  # the gate's name for a model call (model.py); never a /v1/tools route
+MODEL_TOOL = (  # the gate's name for a model call (model.py); never a /v1/tools route
+    "model.messages"
 )
 MODEL_ROUTES = {  # path -> endpoint: the Anthropic API's, then the OpenAI API's (model.py)
     "/v1/messages": "messages",
@@ -192,7 +192,8 @@ class Dispatcher:
                 503,
                 error_body(
                     "journal_full",
-                    f"the journal reached its {self._config.limits.max_journal_bytes}-byte cap; no tool calls are served",
+                    f"the journal reached its {self._config.limits.max_journal_bytes}-byte cap; no"
+                    " tool calls are served",
                 ),
             )
         return Answer(
@@ -220,7 +221,8 @@ class Dispatcher:
     ) -> gate.Decision | None:
         """Gate one model call (tool `model.messages`, non-mutating: the budget rules apply)
         and fill `record` with the decision; an allowed call's `intent` is journaled first (its
-        `model_call` line, from `record_model_call`, is the outcome). `reserve` (tokens, cost) is the most the call may
+        `model_call` line, from `record_model_call`, is the outcome). `reserve` (tokens, cost) is
+        the most the call may
         spend: the gate sees it on top of what calls in flight reserved, and an allowed call
         keeps it reserved until `record_model_call` settles it to what was spent. A denial by
         a budget rule is reported like a tool's. `unpriced` (why the cost cannot be counted)
@@ -287,7 +289,8 @@ class Dispatcher:
 
     def record_model_call(self, record: dict[str, Any], tokens: int, cost: float) -> bool:
         """Count a model call's tokens and cost, release what it reserved, and journal its
-        `model_call` line (False: the journal could not be written, so the answer must not be sent)."""
+        `model_call` line (False: the journal could not be written, so the answer must not be sent).
+        """
         with self._lock:
             if (
                 self._model_calls.pop(str(record.get("action_id")), None) is None
@@ -307,7 +310,8 @@ class Dispatcher:
                 "model_call", _outcome=True, **record
             )  # its cost is spent: always journaled
             if self._journal.size >= self._config.limits.max_journal_bytes:
-                self._journal_full()  # a model call writes no other line that would find the journal full
+                # a model call writes no other line that would find the journal full
+                self._journal_full()
             return written
 
     def beat(self) -> None:
@@ -538,8 +542,11 @@ class Dispatcher:
             record.update(
                 decision=gate.DENY,
                 rule="idempotency.unbound",
-                reason=f"idempotency key used by {prior.action_id} before keys were bound to their call: which call it was cannot be checked, "
-                "so it is neither repeated nor replayed; use a new key",
+                reason=(
+                    f"idempotency key used by {prior.action_id} before keys were bound to their"
+                    " call: which call it was cannot be checked, so it is neither repeated nor"
+                    " replayed; use a new key"
+                ),
             )
             return _finish(record, 409, error_body("idempotency_unbound", record["reason"]))
         if prior.binding != binding and not (prior.binding == LEGACY and derived):
@@ -547,7 +554,10 @@ class Dispatcher:
             record.update(
                 decision=gate.DENY,
                 rule="idempotency.mismatch",
-                reason=f"idempotency key already used by {prior.action_id} for another tool or other arguments; use a new key",
+                reason=(
+                    f"idempotency key already used by {prior.action_id} for another tool or other"
+                    " arguments; use a new key"
+                ),
             )
             return _finish(record, 409, error_body("idempotency_mismatch", record["reason"]))
         if prior.state != "done" or prior.answer is None:
@@ -555,7 +565,10 @@ class Dispatcher:
             record.update(
                 decision=gate.DENY,
                 rule="idempotency.in_doubt",
-                reason="an earlier call with this key was interrupted; its effect is in doubt and is not repeated",
+                reason=(
+                    "an earlier call with this key was interrupted; its effect is in doubt and is"
+                    " not repeated"
+                ),
             )
             return _finish(record, 409, error_body("in_doubt", record["reason"]))
         record.update(
@@ -564,7 +577,10 @@ class Dispatcher:
             status=prior.status,
             error=None,
             idempotent_replay=True,
-            reason=f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no second effect",
+            reason=(
+                f"duplicate of {prior.action_id} (attempt {prior.attempt}): original answer, no"
+                " second effect"
+            ),
         )
         mark = (
             {"idempotent_replay": True} if prior.attempt == self._config.attempt else {}

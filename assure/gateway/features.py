@@ -171,7 +171,10 @@ WHY = {  # one reason per spec field, said once in a refusal however many names 
     "request_keys": "a request key can make the provider act by itself or change what a call costs",
     "betas": "a beta can switch on features the provider runs by itself",
     "tool_types": "a server or provider-defined tool runs on the provider's side, not in the agent",
-    "content": "only inline text, images, documents and the agent's own tool calls and results are sent; the provider fetches anything else itself",
+    "content": (
+        "only inline text, images, documents and the agent's own tool calls and results are sent;"
+        " the provider fetches anything else itself"
+    ),
 }
 
 
@@ -201,14 +204,15 @@ class Refused(Exception):
         )
         count = f"{len(problems)} part{'s' if len(problems) != 1 else ''}"
         message = (
-            f"not an authentication problem: the gateway refuses {count} of this request. To allow "
-            f"{'them' if len(problems) != 1 else 'it'}, add to the spec: {lines}. Refused: {', '.join(p.where for p in problems)}. "
-            f"Why: {'; '.join(WHY[f] for f in fields)}."
+            f"not an authentication problem: the gateway refuses {count} of this request. To allow"
+            f" {'them' if len(problems) != 1 else 'it'}, add to the spec: {lines}. Refused:"
+            f" {', '.join(p.where for p in problems)}. Why: {'; '.join(WHY[f] for f in fields)}."
         )
         return cls(message, tuple(problems))
 
     def allow(self) -> dict[str, list[str]]:
-        """The `model.allow` block that would allow every refused part (for the 403 body and journal)."""
+        """The `model.allow` block that would allow every refused part (for the 403 body and
+        journal)."""
         return _grouped(list(self.problems))
 
 
@@ -258,7 +262,8 @@ def check(body: dict[str, Any], beta: str | None, allow: Allow, endpoint: str = 
         for i, message in enumerate(_shaped(body.get("messages"), "messages", text=False)):
             if not isinstance(message, dict):
                 raise Refused(
-                    f"messages[{i}] must be an object; anything else is not checked, so it is not sent"
+                    f"messages[{i}] must be an object; anything else is not checked, so it is not"
+                    " sent"
                 )
             _blocks(
                 _shaped(message.get("content"), f"messages[{i}].content"),
@@ -290,7 +295,8 @@ def _openai(body: dict[str, Any], allow: Allow, problems: list[Problem]) -> None
         for j, part in enumerate(_shaped(item.get("content"), f"{where}[{i}].content")):
             if not isinstance(part, dict):
                 raise Refused(
-                    f"{where}[{i}].content[{j}] must be an object; anything else is not checked, so it is not sent"
+                    f"{where}[{i}].content[{j}] must be an object; anything else is not checked, so"
+                    " it is not sent"
                 )
             _part(part, f"{where}[{i}].content[{j}]", allow, problems)
 
@@ -328,7 +334,8 @@ def _shaped(value: Any, where: str, *, text: bool = True) -> list[Any]:
     if not isinstance(value, list):
         shapes = "a string or a list" if text else "a list"
         raise Refused(
-            f"{where} must be {shapes}, not {type(value).__name__}; anything else is not checked, so it is not sent"
+            f"{where} must be {shapes}, not {type(value).__name__}; anything else is not checked,"
+            " so it is not sent"
         )
     return value
 
@@ -352,7 +359,8 @@ def _blocks(
         source = block.get("source")
         if kind in ("image", "document") and source is not None and not isinstance(source, dict):
             raise Refused(
-                f"{at}.source must be an object, not {type(source).__name__}; anything else is not checked, so it is not sent"
+                f"{at}.source must be an object, not {type(source).__name__}; anything else is not"
+                " checked, so it is not sent"
             )
         if kind in ("image", "document") and isinstance(source, dict):
             source_type = source.get("type") if isinstance(source.get("type"), str) else "(none)"

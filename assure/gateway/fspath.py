@@ -103,7 +103,8 @@ class Workspace:
             return _read_bounded(fd, max_bytes, shown)
 
     def write(self, path: str, data: bytes, mode: int) -> None:
-        """Atomically replace `path` with `data` (a symlink named `path` is replaced, not followed)."""
+        """Atomically replace `path` with `data` (a symlink named `path` is replaced, not
+        followed)."""
         shown = normalize(path)
         with _errors(shown), contextlib.ExitStack() as stack:
             parent, name = self._parent(stack, shown, create=True)
@@ -157,7 +158,8 @@ class Workspace:
             return sorted(entries, key=lambda e: e.name), False
 
     def _parent(self, stack: contextlib.ExitStack, shown: str, *, create: bool) -> tuple[int, str]:
-        """Walk to the directory holding the normalized path `shown`; return (its fd, the final name)."""
+        """Walk to the directory holding the normalized path `shown`; return (its fd, the final
+        name)."""
         parts = _parts(shown)
         if not parts:
             raise PathError("bad_path", "the path names the workspace root, not a file")

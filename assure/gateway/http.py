@@ -131,7 +131,8 @@ class Target:
 
 
 def mutating(args: dict[str, Any]) -> bool:
-    """GET / HEAD / OPTIONS are safe; any other (or missing, or odd) method is an external effect."""
+    """GET / HEAD / OPTIONS are safe; any other (or missing, or odd) method is an external
+    effect."""
     method = args.get("method")
     return not (isinstance(method, str) and method.upper() in SAFE_METHODS)
 
@@ -197,14 +198,16 @@ def _nothing_to_judge(method: str, args: dict[str, Any], query: str) -> None:
     if "body" in args or "body_b64" in args:
         raise Refused(
             "bad_args",
-            f"a {method} request carries no body (a body on a safe method is an effect the gate never judged); use POST, PUT or PATCH",
+            f"a {method} request carries no body (a body on a safe method is an effect the gate"
+            " never judged); use POST, PUT or PATCH",
         )
     if _METHOD_PARAM.search(
         urllib.parse.unquote_plus(query)
     ):  # a server decodes `%5Fmethod` before it reads it
         raise Refused(
             "bad_args",
-            f"a {method} URL may not carry a `_method` parameter (a method override); send the method itself",
+            f"a {method} URL may not carry a `_method` parameter (a method override); send the"
+            " method itself",
         )
 
 
@@ -229,13 +232,15 @@ def _literal(host: str, netloc: str) -> ipaddress.IPv4Address | ipaddress.IPv6Ad
         canonical = ipaddress.IPv4Address(packed)
         raise Refused(
             "egress_denied",
-            f"{host[:64]!r} is a non-canonical spelling of {canonical}; IP literals must be dotted quads",
+            f"{host[:64]!r} is a non-canonical spelling of {canonical}; IP literals must be dotted"
+            " quads",
         )
     return None
 
 
 def address_problem(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """Why an IP literal is refused unless allowlisted literally (None: an ordinary public address)."""
+    """Why an IP literal is refused unless allowlisted literally (None: an ordinary public
+    address)."""
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
     if addr.is_unspecified:
@@ -265,7 +270,8 @@ def check(egress: Egress, target: Target) -> None:
         if problem is not None:
             raise Refused(
                 "egress_denied",
-                f"{target.host} is {problem} address; refused unless the allowlist names {target.key} exactly",
+                f"{target.host} is {problem} address; refused unless the allowlist names"
+                f" {target.key} exactly",
             )
     if not allowed:
         raise Refused("egress_denied", f"{target.key} is not on the allowlist")
@@ -298,7 +304,8 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
             if "_" in name:
                 raise Refused(
                     "bad_args",
-                    f"header {name[:64]!r} is {key} to a server that reads '_' as '-' (request smuggling); the gateway frames the request itself",
+                    f"header {name[:64]!r} is {key} to a server that reads '_' as '-' (request"
+                    " smuggling); the gateway frames the request itself",
                 )
             continue
         if (
@@ -306,7 +313,8 @@ def _headers(args: dict[str, Any]) -> tuple[list[tuple[str, str]], list[str]]:
         ):  # one header twice in two cases is plain HTTP
             raise Refused(
                 "bad_args",
-                f"headers {seen[key][:64]!r} and {name[:64]!r} are one header to a server that reads '_' as '-'; send it once",
+                f"headers {seen[key][:64]!r} and {name[:64]!r} are one header to a server that"
+                " reads '_' as '-'; send it once",
             )
         out.append((name, value))
     if size > MAX_HEADER_BYTES:

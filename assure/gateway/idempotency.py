@@ -112,7 +112,8 @@ class Store:
                 new = "key:" + sha256_hex(key[len("key:") :].encode("utf-8", "surrogatepass"))
                 self._db.execute("UPDATE keys SET key = ? WHERE key = ?", (new, key))
         self._db.execute(
-            "INSERT INTO calls SELECT key, binding, attempt, 1, state, action_id, status, answer, created_at FROM keys"
+            "INSERT INTO calls SELECT key, binding, attempt, 1, state, action_id, status, answer,"
+            " created_at FROM keys"
         )
         self._db.execute("DROP TABLE keys")
 
@@ -124,7 +125,8 @@ class Store:
 
         def work() -> tuple[Any, ...] | None:
             mine = self._db.execute(
-                f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND attempt = ? ORDER BY binding = ? DESC LIMIT 1",
+                f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND attempt = ? ORDER BY binding = ?"
+                " DESC LIMIT 1",
                 (call.key, call.attempt, call.binding),
             ).fetchone()
             if mine is not None:
@@ -132,12 +134,14 @@ class Store:
             earlier = None
             if call.shared:
                 earlier = self._db.execute(
-                    f"SELECT rowid, {_COLUMNS} FROM calls WHERE key = ? AND binding IN (?, ?) AND shared = 1 ORDER BY binding = ? DESC LIMIT 1",
+                    f"SELECT rowid, {_COLUMNS} FROM calls WHERE key = ? AND binding IN (?, ?) AND"
+                    " shared = 1 ORDER BY binding = ? DESC LIMIT 1",
                     (call.key, call.binding, LEGACY, call.binding),
                 ).fetchone()
             if earlier is None:
                 self._db.execute(
-                    "INSERT INTO calls (key, binding, attempt, shared, state, action_id, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
+                    "INSERT INTO calls (key, binding, attempt, shared, state, action_id,"
+                    " created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?)",
                     (
                         call.key,
                         call.binding,
@@ -149,8 +153,9 @@ class Store:
                 )
                 return None
             self._db.execute(  # the earlier row, as this attempt's: the key is now bound here too
-                "INSERT INTO calls (key, binding, attempt, shared, state, action_id, status, answer, created_at) "
-                "SELECT key, binding, ?, shared, state, action_id, status, answer, ? FROM calls WHERE rowid = ?",
+                "INSERT INTO calls (key, binding, attempt, shared, state, action_id, status,"
+                " answer, created_at) SELECT key, binding, ?, shared, state, action_id, status,"
+                " answer, ? FROM calls WHERE rowid = ?",
                 (call.attempt, time.time(), earlier[0]),
             )
             return earlier[1:]
@@ -170,7 +175,8 @@ class Store:
 
     def complete(self, call: Call, status: int, answer: dict[str, Any]) -> None:
         self._db.execute(
-            "UPDATE calls SET state = 'done', status = ?, answer = ? WHERE key = ? AND binding = ? AND attempt = ?",
+            "UPDATE calls SET state = 'done', status = ?, answer = ? WHERE key = ? AND binding = ?"
+            " AND attempt = ?",
             (status, json.dumps(answer, sort_keys=True), call.key, call.binding, call.attempt),
         )
 

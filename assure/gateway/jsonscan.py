@@ -17,7 +17,8 @@ _NOT_BRACKETS = bytes(range(256)).translate(
 
 
 def too_complex(body: bytes, max_depth: int, max_items: int) -> str | None:
-    """Why `body` would be too costly to parse, or None. Malformed JSON passes (the parser refuses it)."""
+    """Why `body` would be too costly to parse, or None. Malformed JSON passes (the parser refuses
+    it)."""
     # In valid JSON a backslash only appears inside a string and starts a two-byte escape, so
     # removing `\\` pairs and then `\"` leaves every remaining quote a string delimiter.
     unescaped = body.replace(b"\\\\", b"").replace(b'\\"', b"")

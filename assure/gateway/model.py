@@ -51,7 +51,8 @@ kept). Before the call, its most (its output cap plus an input estimate of one t
 INPUT_BYTES_PER_TOKEN canonical bytes plus IMAGE_TOKENS per image, and their price) is
 reserved against both budgets, so calls in flight together cannot pass a limit; an output cap
 larger than what the budgets leave is clamped to it (and forwarded so: `max_tokens`,
-`max_completion_tokens`, `max_output_tokens`), so a large cap does not lock an agent out; after it, the reservation is settled to the
+`max_completion_tokens`, `max_output_tokens`), so a large cap does not lock an agent out; after it,
+the reservation is settled to the
 usage the answer reports (an answer whose usage cannot be read counts at its
 reservation). Gateway-made errors use Anthropic's error shape
 `{"type": "error", "error": {"type": ..., "message": ...}}`, or OpenAI's on its routes.
@@ -150,7 +151,8 @@ def read_key(path: str) -> str:
     key = data.strip()
     if len(key) < MIN_KEY_CHARS or any(not 0x21 <= b <= 0x7E for b in key):
         raise ModelError(
-            f"model.key_file: {path} must hold one API key: at least {MIN_KEY_CHARS} printable ASCII characters, no spaces"
+            f"model.key_file: {path} must hold one API key: at least {MIN_KEY_CHARS} printable"
+            " ASCII characters, no spaces"
         )
     return key.decode("ascii")
 
@@ -276,7 +278,8 @@ class ModelProxy:
             ms=round((time.monotonic() - started) * 1000, 1),
             **response.extra,
         )
-        try:  # a denied call's answer is the gateway's own error: its digest is journaled, nothing stored
+        # a denied call's answer is the gateway's own error: its digest is journaled, nothing stored
+        try:
             record["response_sha256"] = (
                 self._blobs.put(response.body)
                 if decision.allowed
@@ -306,7 +309,8 @@ class ModelProxy:
             raise Failure(
                 404,
                 "not_found_error",
-                f"this run's model upstream is {api} (model.mode {upstream!r}): {PATHS[endpoint]} is not served",
+                f"this run's model upstream is {api} (model.mode {upstream!r}): {PATHS[endpoint]}"
+                " is not served",
                 code="other_api",
                 retry=False,
             )
@@ -342,7 +346,8 @@ class ModelProxy:
                 required = " is required:" if endpoint == "messages" else " must be"
                 raise bad(
                     "bad_max_tokens",
-                    f"{key}{required} a whole number 0..{MAX_TOKENS} (it is reserved against the token budget before the call)",
+                    f"{key}{required} a whole number 0..{MAX_TOKENS} (it is reserved against the"
+                    " token budget before the call)",
                 )
         return Call(
             endpoint,
@@ -363,12 +368,17 @@ class ModelProxy:
             or price_for(self._model.prices, call.model)
         ):
             return None
-        return f"no price for model {call.model!r} in model.prices, and this run has a cost limit: its cost could not be counted"
+        return (
+            f"no price for model {call.model!r} in model.prices, and this run has a cost limit: its"
+            " cost could not be counted"
+        )
 
     def _reservation(self, call: Call) -> tuple[_Fit, str | None]:
         """(the most this call may spend, why its cost cannot be reserved): its output cap (or
         what the budget leaves), an input estimate (priced as a cache write if that costs
-        more), and `max_uses` of each fee-charging server tool. count_tokens and models spend nothing."""
+        more), and `max_uses` of each fee-charging server tool. count_tokens and models spend
+        nothing.
+        """
         if call.endpoint not in SPENDING:
             return _Fit(0, 0, 0.0, 0.0, 0.0), None
         estimate = -(-len(call.canonical) // INPUT_BYTES_PER_TOKEN) + IMAGE_TOKENS * _images(
@@ -403,7 +413,8 @@ class ModelProxy:
                 if self._cost_limited:
                     why = (
                         why
-                        or f"tool {kind!r} has no max_uses, so its fees cannot be reserved against this run's cost limit"
+                        or f"tool {kind!r} has no max_uses, so its fees cannot be reserved"
+                        " against this run's cost limit"
                     )
                 continue
             fees += uses * fee
@@ -519,9 +530,10 @@ class _Fit:
         ):  # no room: reserve what it asked, and the gate denies it
             output = want
         self.output = output
-        return self.estimate + (output or 0), self.estimate * self.price_in + (
-            output or 0
-        ) * self.price_out + self.fees
+        return (
+            self.estimate + (output or 0),
+            self.estimate * self.price_in + (output or 0) * self.price_out + self.fees,
+        )
 
 
 def _clamped(call: Call, output: int | None, record: dict[str, Any]) -> Call:

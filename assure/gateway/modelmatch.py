@@ -73,7 +73,8 @@ def system_text(parsed: dict[str, Any], endpoint: str) -> str:
 
 
 def last_user_text(parsed: dict[str, Any], endpoint: str) -> str:
-    """The text of the last user message that has any (a message of tool results only is skipped)."""
+    """The text of the last user message that has any (a message of tool results only is
+    skipped)."""
     for message in reversed(_messages(parsed, endpoint)):
         if message.get("role") != "user":
             continue
@@ -114,9 +115,11 @@ def tools_offered(parsed: dict[str, Any]) -> set[str]:
         if isinstance(tool, dict):
             name = tool.get(
                 "name",
-                (tool.get("function") or {}).get("name")
-                if isinstance(tool.get("function"), dict)
-                else None,
+                (
+                    (tool.get("function") or {}).get("name")
+                    if isinstance(tool.get("function"), dict)
+                    else None
+                ),
             )
             if isinstance(name, str):
                 names.add(name)
@@ -177,7 +180,10 @@ class Match:
 
 def parse_match(value: Any, where: str) -> Match:
     """A script entry's `match` object (the schema: specs/spec.schema.json `$defs.model_script`)."""
-    fix = f'; e.g. {{"model": "haiku", "tools": ["Edit"], "user": {{"regex": "^Fix"}}, "tool_result": "return a - b"}} (fields: {", ".join(MATCH_FIELDS)})'
+    fix = (
+        '; e.g. {"model": "haiku", "tools": ["Edit"], "user": {"regex": "^Fix"}, "tool_result":'
+        f' "return a - b"}} (fields: {", ".join(MATCH_FIELDS)})'
+    )
     if not isinstance(value, dict) or not value:
         raise ModelError(f"{where}.match: must be a non-empty object{fix}")
     unknown = sorted(set(value) - set(MATCH_FIELDS))
@@ -196,7 +202,8 @@ def parse_match(value: Any, where: str) -> Match:
         tools = value["tools"]
         if not isinstance(tools, list) or not all(isinstance(t, str) and t for t in tools):
             raise ModelError(
-                f'{where}.match.tools: must be a list of tool names, each offered by the request ([]: it offers none), e.g. ["Edit"]'
+                f"{where}.match.tools: must be a list of tool names, each offered by the request"
+                ' ([]: it offers none), e.g. ["Edit"]'
             )
         out["tools"] = frozenset(tools)
     for name in TEXT_FIELDS:
@@ -241,7 +248,8 @@ class Volatile:
 
 
 def volatile(fields: tuple[str, ...], text: tuple[str, ...]) -> Volatile:
-    """The Volatile of config `model.volatile` (checked there; defaults: config.DEFAULT_VOLATILE_*)."""
+    """The Volatile of config `model.volatile` (checked there; defaults:
+    config.DEFAULT_VOLATILE_*)."""
     return Volatile(tuple(tuple(f.split(".")) for f in fields), tuple(re.compile(t) for t in text))
 
 
@@ -319,7 +327,7 @@ def _walk(a: Any, b: Any, at: str) -> Iterator[str]:
             else:
                 yield from _walk(a[key], b[key], here)
     elif isinstance(a, list) and isinstance(b, list):
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
             yield from _walk(x, y, f"{at}[{i}]")
         if len(a) != len(b):
             yield f"{at} ({len(a)} items here, {len(b)} in the recording)"

@@ -44,7 +44,7 @@ def _parts(message: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
 def openai_usage(usage: Any, responses: bool) -> dict[str, Any]:
     """A Messages `usage` as the OpenAI API reports it (cache writes count as prompt tokens)."""
     usage = usage if isinstance(usage, dict) else {}
-    get = lambda name: int(usage.get(name, 0) or 0)  # noqa: E731
+    get = lambda name: int(usage.get(name, 0) or 0)  # noqa: E731 -- a one-line local helper
     prompt = (
         get("input_tokens") + get("cache_creation_input_tokens") + get("cache_read_input_tokens")
     )

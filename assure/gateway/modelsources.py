@@ -32,7 +32,9 @@ from assure.gateway.modelwire import (
 )
 
 READ_BYTES = 65536
-SHOWN_DIFFS = 5  # differing paths a replay mismatch names in its message (its `differs` field has up to modelmatch.MAX_DIFFS)
+# differing paths a replay mismatch names in its message (its `differs` field has up to
+# modelmatch.MAX_DIFFS)
+SHOWN_DIFFS = 5
 REPLAYABLE = frozenset(
     ("upstream", "replay", "script")
 )  # `served` values that carry a real response
@@ -145,7 +147,8 @@ class Upstream:
                 raise Failure(
                     502,
                     "api_error",
-                    f"the model API's answer is over the {limit}-byte limit (model.max_response_bytes)",
+                    f"the model API's answer is over the {limit}-byte limit"
+                    " (model.max_response_bytes)",
                     code="too_large",
                     retry=False,
                 )
@@ -210,7 +213,8 @@ class Replay:
         headers, response = record.get("response_headers"), record.get("response_sha256")
         if endpoint not in PATHS or not isinstance(digest, str) or not isinstance(response, str):
             raise ModelError(
-                f"model.recording: {where}: a model_call without endpoint, request_sha256 or response_sha256"
+                f"model.recording: {where}: a model_call without endpoint, request_sha256 or"
+                " response_sha256"
             )
         if (
             isinstance(status, bool)
@@ -239,7 +243,8 @@ class Replay:
         return parsed
 
     def _key(self, endpoint: str, parsed: dict[str, Any]) -> str:
-        """What a request is matched by: the digest of its canonical JSON without its volatile parts."""
+        """What a request is matched by: the digest of its canonical JSON without its volatile
+        parts."""
         return hashlib.sha256(canonical(self._volatile.strip(parsed, endpoint))).hexdigest()
 
     def respond(self, call: Call) -> Response:
@@ -295,7 +300,10 @@ class Replay:
         if expected is None:
             there = f"the recording has only {len(self._order)} model call(s)"
         else:
-            there = f"the recording's model call #{position + 1} was {PATHS[expected['endpoint']]} with request_sha256 {expected['request_sha256']}"
+            there = (
+                f"the recording's model call #{position + 1} was {PATHS[expected['endpoint']]} with"
+                f" request_sha256 {expected['request_sha256']}"
+            )
             try:
                 theirs = self._volatile.strip(
                     self._recorded_request(expected["request_sha256"]), expected["endpoint"]
@@ -318,12 +326,17 @@ class Replay:
                 there += (
                     f"; it differs at {shown}"
                     if differs
-                    else "; it is the same request (this run repeats it more often than the recording)"
+                    else (
+                        "; it is the same request (this run repeats it more often than the"
+                        " recording)"
+                    )
                 )
         message = (
-            f"replay_mismatch: this {PATHS[call.endpoint]} request (request_sha256 {call.digest}) is model call #{position + 1} of this run "
-            f"and call #{nth + 1} like it (volatile parts aside), but the recording has {have} response(s) for it; {there}. "
-            "The agent's requests differ from the recorded run (volatile parts ignored: model.volatile); nothing was sent upstream."
+            f"replay_mismatch: this {PATHS[call.endpoint]} request (request_sha256 {call.digest})"
+            f" is model call #{position + 1} of this run and call #{nth + 1} like it (volatile"
+            f" parts aside), but the recording has {have} response(s) for it; {there}. The agent's"
+            " requests differ from the recorded run (volatile parts ignored: model.volatile);"
+            " nothing was sent upstream."
         )
         return message, differs
 
@@ -379,7 +392,8 @@ class Script:
         if isinstance(item, dict) and "match" in item:
             if not set(item) <= {"match", "response", "repeat"} or "response" not in item:
                 raise ModelError(
-                    f'{where}: a matched entry is {{"match": {{...}}, "response": <a response>, "repeat": false}}; '
+                    f'{where}: a matched entry is {{"match": {{...}}, "response": <a response>,'
+                    ' "repeat": false}; '
                     f"it has {', '.join(sorted(str(k)[:40] for k in item))}"
                 )
             if not isinstance(item.get("repeat", False), bool):
@@ -422,7 +436,8 @@ class Script:
                 False,
             )
         raise ModelError(
-            f'{where}: must be a response object, an SSE string, {{"scripted": {{...}}}} or {{"match": {{...}}, "response": ...}}'
+            f'{where}: must be a response object, an SSE string, {{"scripted": {{...}}}} or'
+            ' {"match": {...}, "response": ...}'
         )
 
     def respond(self, call: Call) -> Response:
@@ -463,15 +478,22 @@ class Script:
             return index
         if self._next >= len(self._order):
             also = (
-                f", and none of its {len(self._matched)} matched entries (unserved, or repeat) fits this request"
+                f", and none of its {len(self._matched)} matched entries (unserved, or repeat) fits"
+                " this request"
                 if self._matched
                 else ""
             )
-            message = f"the model script has {len(self._order)} in-order response(s) and all were served{also}"
+            message = (
+                f"the model script has {len(self._order)} in-order response(s) and all were"
+                f" served{also}"
+            )
             raise Failure(409, "script_exhausted", message, code="script_exhausted", retry=False)
         index = self._order[self._next]
         if self._items[index].stream and not call.stream:
-            message = f"script item {index} is an SSE stream but this request is not streaming (stream: true)"
+            message = (
+                f"script item {index} is an SSE stream but this request is not streaming (stream:"
+                " true)"
+            )
             raise Failure(409, "script_mismatch", message, code="script_mismatch", retry=False)
         self._next += 1
         return index

@@ -24,7 +24,8 @@ FEE_TOOLS = {
 
 
 def sse_events(data: bytes) -> list[dict[str, Any]]:
-    """The JSON `data` of each event of an SSE body (events that are not JSON objects are skipped)."""
+    """The JSON `data` of each event of an SSE body (events that are not JSON objects are
+    skipped)."""
     out: list[dict[str, Any]] = []
     text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
     for block in text.split("\n\n"):

@@ -151,7 +151,8 @@ def failure_response(exc: Failure, openai: bool = False) -> Response:
 
 
 def passed_headers(items: Any) -> tuple[tuple[str, str], ...]:
-    """The response headers the agent gets (and the journal records), cleaned; content-type first."""
+    """The response headers the agent gets (and the journal records), cleaned; content-type
+    first."""
     out: dict[str, str] = {}
     for name, value in items:
         lower = header_names.key(str(name))

@@ -243,7 +243,8 @@ _FRAMING = frozenset(
 
 
 def _encode(answer: Answer, close: bool) -> bytes:
-    """Status line, headers and body; a raw answer (model.py) carries its Content-Type in `headers`."""
+    """Status line, headers and body; a raw answer (model.py) carries its Content-Type in
+    `headers`."""
     if answer.raw is None:
         payload, content_type = (
             json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii"),
@@ -262,9 +263,9 @@ def _encode(answer: Answer, close: bool) -> bytes:
     )
     connection = "Connection: close\r\n" if close else ""
     head = (
-        f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\n"
-        f"Content-Type: {content_type if _header_safe('Content-Type', content_type) else 'application/octet-stream'}\r\n"
-        f"Content-Length: {len(payload)}\r\n{extra}{connection}\r\n"
+        f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\nContent-Type:"
+        f" {content_type if _header_safe('Content-Type', content_type) else 'application/octet-stream'}\r\nContent-Length:"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
+        f" {len(payload)}\r\n{extra}{connection}\r\n"
     )
     return head.encode("latin-1") + payload
 
@@ -324,7 +325,8 @@ class Gateway:
         return self._dispatcher
 
     def start(self) -> Gateway:
-        """Open the workspace and journal (`gateway_started`), bind the socket, write the ready file."""
+        """Open the workspace and journal (`gateway_started`), bind the socket, write the ready
+        file."""
         workspace = Workspace(self.config.workspace)
         try:
             self._dispatcher = Dispatcher(self.config, workspace)
@@ -336,7 +338,9 @@ class Gateway:
             if self.config.model is not None:
                 from assure.gateway import (
                     model,
-                )  # here, not at the top: http.client and its email parser cost ~0.1 s of every boot
+                    # here, not at the top: http.client and its email parser cost ~0.1 s of every
+                    # boot
+                )
 
                 self._model = model.ModelProxy(self.config, self._dispatcher)
             if self.config.control_dir:
@@ -563,7 +567,8 @@ class Gateway:
         }
 
     def _refuse(self, sock: socket.socket) -> None:
-        """Read the request of a connection over the cap (so the client sees the answer), answer 503."""
+        """Read the request of a connection over the cap (so the client sees the answer), answer
+        503."""
         self._calls.count_request()
         req = _Request()
         with contextlib.suppress(_Reject, _Timeout, _Closed, OSError):

@@ -100,7 +100,8 @@ def parse(tool: Tool, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 def scope_of(
     tool: Tool, env: Env, args: dict[str, Any], path: str | None
 ) -> tuple[str | None, str]:
-    """(scope, resource mode) of a call: the tool's own hook, else the workspace path (a sandbox)."""
+    """(scope, resource mode) of a call: the tool's own hook, else the workspace path (a
+    sandbox)."""
     hook = getattr(tool, "scope", None)
     if hook is not None:
         return hook(env, args)
@@ -361,7 +362,8 @@ TOOLS: tuple[Tool, ...] = (
         False,
         _DB_PARAMS,
         _db_query,
-        "Run one read-only SQL statement on a named database: columns, rows (blobs as {b64}), truncated.",
+        "Run one read-only SQL statement on a named database: columns, rows (blobs as {b64}),"
+        " truncated.",
         _db_scope,
     ),
     Tool(
@@ -369,7 +371,8 @@ TOOLS: tuple[Tool, ...] = (
         True,
         _DB_PARAMS,
         _db_execute,
-        "Run one INSERT/UPDATE/DELETE on a named database, atomically; the change is journaled as a changeset.",
+        "Run one INSERT/UPDATE/DELETE on a named database, atomically; the change is journaled as a"
+        " changeset.",
         _db_scope,
     ),
     Tool(
@@ -383,7 +386,8 @@ TOOLS: tuple[Tool, ...] = (
             "body_b64": (str, False),
         },
         _http_request,
-        "HTTP(S) through the egress proxy to allowlisted host:port only: status, headers, body (or body_b64), truncated.",
+        "HTTP(S) through the egress proxy to allowlisted host:port only: status, headers, body (or"
+        " body_b64), truncated.",
         scope=_http_scope,
         mutates_when=_http_mutating,
     ),
@@ -399,7 +403,8 @@ TOOLS: tuple[Tool, ...] = (
             "timeout": (int, False),
         },
         _sandbox_op,
-        "Inspect's exec: a command the agent container's shim runs once allowed (scope sandbox:exec).",
+        "Inspect's exec: a command the agent container's shim runs once allowed (scope"
+        " sandbox:exec).",
         _sandbox_scope,
     ),
     Tool(
@@ -416,7 +421,8 @@ TOOLS: tuple[Tool, ...] = (
         True,
         _FILE_PARAMS,
         _sandbox_op,
-        "Inspect's write_file: a file the shim writes once allowed (a workspace file: fs:<path>, protected refused).",
+        "Inspect's write_file: a file the shim writes once allowed (a workspace file: fs:<path>,"
+        " protected refused).",
         _sandbox_scope,
         paths=("path",),
     ),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from assure.ops.health import Thresholds
+from assure.records.health import Thresholds
 from assure.run.stop import StopReason
 from assure.textsafe import display
 
@@ -94,7 +94,8 @@ def rate_of_change(run: RunData, t: Thresholds, now: float) -> list[Finding]:
                 Finding(
                     a.number,
                     "tool_calls",
-                    f"attempt {a.number}: {calls} tool calls within one minute (limit {t.max_tool_calls_per_minute})",
+                    f"attempt {a.number}: {calls} tool calls within one minute (limit"
+                    f" {t.max_tool_calls_per_minute})",
                     {"per_minute": calls, "limit": t.max_tool_calls_per_minute},
                 )
             )
@@ -104,7 +105,8 @@ def rate_of_change(run: RunData, t: Thresholds, now: float) -> list[Finding]:
                 Finding(
                     a.number,
                     "changes",
-                    f"attempt {a.number}: {changes} effects (writes, deletes, SQL, HTTP) within one minute (limit {t.max_changes_per_minute})",
+                    f"attempt {a.number}: {changes} effects (writes, deletes, SQL, HTTP) within one"
+                    f" minute (limit {t.max_changes_per_minute})",
                     {"per_minute": changes, "limit": t.max_changes_per_minute},
                 )
             )
@@ -125,7 +127,8 @@ def duplication_ratio(run: RunData, t: Thresholds, now: float) -> list[Finding]:
                 Finding(
                     a.number,
                     "duplicates",
-                    f"attempt {a.number}: {duplicates} of {total} tool calls are exact duplicates ({ratio:.0%}, limit {t.max_duplicate_ratio:.0%})",
+                    f"attempt {a.number}: {duplicates} of {total} tool calls are exact duplicates"
+                    f" ({ratio:.0%}, limit {t.max_duplicate_ratio:.0%})",
                     {
                         "duplicates": duplicates,
                         "calls": total,
@@ -171,7 +174,8 @@ def resource_saturation(run: RunData, t: Thresholds, now: float) -> list[Finding
                 Finding(
                     a.number,
                     "tool_calls_near_limit",
-                    f"attempt {a.number}: {a.tool_calls_used} of {a.tool_calls_limit} tool calls used (alert at {t.near_limit_ratio:.0%})",
+                    f"attempt {a.number}: {a.tool_calls_used} of {a.tool_calls_limit} tool calls"
+                    f" used (alert at {t.near_limit_ratio:.0%})",
                     {
                         "used": a.tool_calls_used,
                         "limit": a.tool_calls_limit,
@@ -198,7 +202,8 @@ def silent_component(run: RunData, t: Thresholds, now: float) -> list[Finding]:
         Finding(
             run.attempt,
             f"since:{last:.0f}",
-            f"running, but its events and gateway journal have not grown for {quiet:.0f} s (limit {t.silent_after_seconds:.0f} s)",
+            f"running, but its events and gateway journal have not grown for {quiet:.0f} s (limit"
+            f" {t.silent_after_seconds:.0f} s)",
             {
                 "last_growth_at": last,
                 "quiet_seconds": round(quiet, 1),

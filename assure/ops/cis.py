@@ -29,9 +29,15 @@ from assure.spec import Spec
 SENSITIVE_DIRS = ("/", "/boot", "/dev", "/etc", "/lib", "/proc", "/sys", "/usr")
 # Why a container of each role has no engine health check (5.27).
 NO_HEALTHCHECK = {
-    Role.AGENT: "a one-shot agent: the driver waits for its exit and the deadline stops it; nothing would act on a health status",
+    Role.AGENT: (
+        "a one-shot agent: the driver waits for its exit and the deadline stops it; nothing would"
+        " act on a health status"
+    ),
     Role.CHECK: "a one-shot check: its exit code is the result, within the check's timeout",
-    Role.GATEWAY: "the driver waits for the gateway's ready file before the agent starts, and its heartbeat (last_success_at) is watched by `assure monitor`",
+    Role.GATEWAY: (
+        "the driver waits for the gateway's ready file before the agent starts, and its heartbeat"
+        " (last_success_at) is watched by `assure monitor`"
+    ),
     Role.EGRESS: "the gateway reports a proxy that does not answer as a failed call, journaled",
 }
 
@@ -85,7 +91,10 @@ def _apparmor(e: Evidence, _: ContainerRequest) -> Result:
     if not e.engine_has("apparmor") and not unconfined:
         return (
             Status.NOT_APPLICABLE,
-            "the engine has no AppArmor; seccomp, dropped capabilities and no-new-privileges confine instead",
+            (
+                "the engine has no AppArmor; seccomp, dropped capabilities and no-new-privileges"
+                " confine instead"
+            ),
         )
     return _ok(bool(profile) and not unconfined, f"AppArmorProfile {profile!r}")
 
@@ -170,9 +179,11 @@ def _no_ports(e: Evidence, _: ContainerRequest) -> Result:
     ports = _published(e)
     return _ok(
         not ports,
-        f"published: {ports}"
-        if ports
-        else "no port published (assure's containers serve only a unix socket)",
+        (
+            f"published: {ports}"
+            if ports
+            else "no port published (assure's containers serve only a unix socket)"
+        ),
     )
 
 
@@ -211,19 +222,23 @@ def _host_interface(e: Evidence, _: ContainerRequest) -> Result:
     wildcard = [p for p in _published(e) if p.startswith(("0.0.0.0:", ":::", "PublishAll"))]
     return _ok(
         not wildcard,
-        f"bound to every interface: {wildcard}"
-        if wildcard
-        else "nothing published, so nothing bound to a wildcard address",
+        (
+            f"bound to every interface: {wildcard}"
+            if wildcard
+            else "nothing published, so nothing bound to a wildcard address"
+        ),
     )
 
 
 def _restart(e: Evidence, _: ContainerRequest) -> Result:
     policy = e.host("RestartPolicy") or {}
     name = policy.get("Name") or "no"
-    # assure's bar is stricter than on-failure:5: a restarted agent would be an attempt the driver never made
+    # assure's bar is stricter than on-failure:5: a restarted agent would be an attempt the driver
+    # never made
     return _ok(
         name == "no",
-        f"RestartPolicy {name}:{policy.get('MaximumRetryCount', 0)} (assure restarts nothing: a new attempt is a new container)",
+        f"RestartPolicy {name}:{policy.get('MaximumRetryCount', 0)} (assure restarts nothing: a new"
+        " attempt is a new container)",
     )
 
 
@@ -286,9 +301,11 @@ def _no_exec(e: Evidence, _: ContainerRequest) -> Result:
     execs = e.inspect.get("ExecIDs") or []
     return _ok(
         not execs,
-        f"exec sessions: {len(execs)}"
-        if execs
-        else "no exec session (assure never runs docker exec)",
+        (
+            f"exec sessions: {len(execs)}"
+            if execs
+            else "no exec session (assure never runs docker exec)"
+        ),
     )
 
 
@@ -296,9 +313,11 @@ def _cgroup(e: Evidence, _: ContainerRequest) -> Result:
     parent = e.host("CgroupParent") or ""
     return _ok(
         parent == "",
-        f"CgroupParent {parent!r} (the engine's default)"
-        if not parent
-        else f"CgroupParent {parent!r}, assure sets none",
+        (
+            f"CgroupParent {parent!r} (the engine's default)"
+            if not parent
+            else f"CgroupParent {parent!r}, assure sets none"
+        ),
     )
 
 
@@ -307,9 +326,11 @@ def _no_new_privileges(e: Evidence, _: ContainerRequest) -> Result:
     good = "no-new-privileges:true" in options or "no-new-privileges" in options
     return _ok(
         good,
-        "no-new-privileges set"
-        if good
-        else f"SecurityOpt without no-new-privileges: {[o[:40] for o in options]}",
+        (
+            "no-new-privileges set"
+            if good
+            else f"SecurityOpt without no-new-privileges: {[o[:40] for o in options]}"
+        ),
     )
 
 
@@ -446,7 +467,9 @@ def expected_request(
 ) -> ContainerRequest:
     """What `hardening` asks of a container of `role` (agent, gateway or egress proxy) for
     `spec`, as `user` (an attempt's); `network`: the run's internal egress network, if any.
-    Host paths are placeholders: the check compares mount points and modes, the verifier the sources."""
+    Host paths are placeholders: the check compares mount points and modes, the verifier the
+    sources.
+    """
     mounts = hardening.Mounts(
         workspace=Path("/host/workspace"),
         socket_volume="socket-volume",

@@ -30,16 +30,17 @@ from cryptography.hazmat.primitives import serialization
 from assure import __version__
 from assure.core import chain
 from assure.errors import AssureError
-from assure.ops import alerts
+from assure.records import alerts, keys, store
 from assure.records import conformance_packet as packet_mod
-from assure.records import keys, store
 from assure.records.conformance_packet import Result
+from assure.records.layout import RunPaths
 from assure.records.receipt_format import ReceiptError
 from assure.records.receipt_verify import verify_run
 from assure.run import failpoints
 from assure.sandbox.hardening import DEFAULT_UID
 
-SUITE = Path(__file__).resolve().parents[2] / "suites" / "conformance"
+# the checkout's suites/conformance folder (not a run directory's suites/)
+SUITE = Path(__file__).resolve().parents[2].joinpath("suites", "conformance")
 # Its specs are ratified with the checkout's published example key: the bench trusts that
 # keyring for its own specs, and no other (specs/ratifiers.yaml says what it proves).
 RATIFIERS = {"ASSURE_RATIFIERS": str(SUITE.parents[1] / "specs" / "ratifiers.yaml")}
@@ -114,7 +115,8 @@ class Bench:
             return json.loads(done.stdout)
         except json.JSONDecodeError:
             raise RuntimeError(
-                f"`assure run` gave no report (exit {done.returncode}): {done.stderr.strip()[-600:]}"
+                f"`assure run` gave no report (exit {done.returncode}):"
+                f" {done.stderr.strip()[-600:]}"
             ) from None
 
     def popen(self, staged: Staged) -> subprocess.Popen[str]:
@@ -189,7 +191,7 @@ def rows(path: Path, sql: str) -> int:
 
 def journal(run_dir: Path, attempt: int = 1) -> list[dict[str, Any]]:
     """The attempt's gateway journal, its hash chain verified as it is read."""
-    return chain.verify_chain(run_dir / "attempts" / str(attempt) / "gateway" / "journal.jsonl")
+    return chain.verify_chain(RunPaths(run_dir).attempt(attempt).journal)
 
 
 def tool_calls(run_dir: Path, attempt: int = 1) -> list[dict[str, Any]]:
@@ -197,7 +199,7 @@ def tool_calls(run_dir: Path, attempt: int = 1) -> list[dict[str, Any]]:
 
 
 def events(run_dir: Path) -> list[str]:
-    return [r["event"] for r in chain.verify_chain(run_dir / "events.jsonl")]
+    return [r["event"] for r in chain.verify_chain(RunPaths(run_dir).events)]
 
 
 def wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str]) -> None:
@@ -207,7 +209,8 @@ def wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str]) 
             return
         if proc.poll() is not None:
             raise RuntimeError(
-                f"the run ended (exit {proc.returncode}) before {what}: {proc.stderr.read()[-600:] if proc.stderr else ''}"
+                f"the run ended (exit {proc.returncode}) before {what}:"
+                f" {proc.stderr.read()[-600:] if proc.stderr else ''}"
             )
         time.sleep(0.05)
     raise RuntimeError(f"timed out after {WAIT_SECONDS} s waiting for {what}")
@@ -257,7 +260,7 @@ def kill_resume(bench: Bench) -> Result:
             env={"ASSURE_FAILPOINT": point},
         )
         (run_dir,) = sub.run_dirs()
-        state = json.loads((run_dir / "state.json").read_text())["state"]
+        state = json.loads(RunPaths(run_dir).state.read_text())["state"]
         # both continuation paths: `assure resume RUN`, and the same `assure run SPEC` again
         again = (
             sub.assure("run", "--json", "--key", str(bench.key), str(staged.spec))
@@ -344,10 +347,11 @@ def override_bypass(bench: Bench) -> Result:
         for r in records
         if effective and r["seq"] > effective["seq"] and r.get("event") == "tool_call"
     ]
-    # every other continuation: a resumed run (new attempt, retry) and an operator's promote (commit)
+    # every other continuation: a resumed run (new attempt, retry) and an operator's promote
+    # (commit)
     bench.assure("resume", run_id, "--json", "--key", str(bench.key))
     bench.assure("promote", run_id, "--key", str(bench.key))
-    state = json.loads((run_dir / "state.json").read_text())
+    state = json.loads(RunPaths(run_dir).state.read_text())
     attempts = [a["n"] for a in state["tasks"]["main"]["attempts"]]
     latency = effective.get("latency_ms") if effective else None
     checks = [
@@ -395,7 +399,7 @@ def dup_key(bench: Bench) -> Result:
     report = bench.run_json(staged)
     run_dir = bench.runs / report["run_id"]
     shop = rows(
-        run_dir / "attempts" / "1" / "gateway" / "db" / "shop.sqlite",
+        RunPaths(run_dir).attempt(1).sandbox_db("shop"),
         "SELECT count(*) FROM orders WHERE item = 'book'",
     )
     ledger = rows(staged.live["ledger"], "SELECT count(*) FROM entries")
@@ -453,7 +457,7 @@ def signed_aar(bench: Bench) -> Result:
     report = bench.run_json(staged)
     run_dir = bench.runs / report["run_id"]
     public = keys.load_private(bench.key).public_key()
-    receipts = sorted((run_dir / "receipts").glob("*.json"))
+    receipts = sorted(RunPaths(run_dir).receipts.glob("*.json"))
     verification: dict[str, Any]
     try:
         verification = verify_run(run_dir, public).to_json()
@@ -461,7 +465,7 @@ def signed_aar(bench: Bench) -> Result:
         verification = {"verified": False, "step": exc.step, "message": exc.detail}
     tampered = bench.root / "tampered"
     shutil.copytree(run_dir, tampered, symlinks=True)
-    journal_file = tampered / "attempts" / "1" / "gateway" / "journal.jsonl"
+    journal_file = RunPaths(tampered).attempt(1).journal
     data = bytearray(journal_file.read_bytes())
     data[data.index(b'"tool":"fs.write"') + 9] ^= 0x01
     journal_file.write_bytes(bytes(data))
@@ -646,8 +650,10 @@ def forged_rollback(bench: Bench) -> Result:
         spec="forged-rollback.yaml",
         evidence={
             "run_id": report["run_id"],
-            "vault": {k: vault.get(k) for k in ("decision", "rule")}
-            | {"required_trust": vault_inputs.get("required_trust")},
+            "vault": (
+                {k: vault.get(k) for k in ("decision", "rule")}
+                | {"required_trust": vault_inputs.get("required_trust")}
+            ),
         },
     )
 
@@ -822,7 +828,10 @@ def gate_trace(root: Path) -> dict[str, Any]:
         if not ranked:
             return {
                 "status": packet_mod.NOT_RUN,
-                "reason": f"no journaled mutating {'/'.join(outcomes)} with gate inputs in this packet's runs",
+                "reason": (
+                    f"no journaled mutating {'/'.join(outcomes)} with gate inputs in this packet's"
+                    " runs"
+                ),
             }
         d = ranked[0]
         inputs, (dial, ceiling, trust) = d["inputs"], d["levels"]
@@ -854,8 +863,8 @@ def figures(results: list[Result]) -> dict[str, Any]:
     return {
         "override_latency_ms": measured.get("chaos_override_bypass", {}).get("override_latency_ms"),
         "breach_to_halt_ms": measured.get("chaos_budget_thermal", {}).get("breach_to_halt_ms"),
-        "effects_under_duplicate_key": measured.get("chaos_dup_key", {}).get(
-            "effects_under_one_key"
+        "effects_under_duplicate_key": (
+            measured.get("chaos_dup_key", {}).get("effects_under_one_key")
         ),
         "kill_points_resumed": measured.get("chaos_kill_resume", {}).get("kill_points_resumed"),
         "kill_points_tried": list(failpoints.POINTS),

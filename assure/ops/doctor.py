@@ -91,7 +91,8 @@ def _engine(report: Report, wanted: set[str], installs: list[spec_mod.Spec]) -> 
             report.add(
                 label,
                 True,
-                f"registered: {engine_runtimes[name].get('path')} {args}; specs may set sandbox.runtime: {name}",
+                f"registered: {engine_runtimes[name].get('path')} {args}; specs may set"
+                f" sandbox.runtime: {name}",
             )
         elif name in wanted:
             report.register_gvisor |= runtimes.is_gvisor(name)
@@ -115,27 +116,36 @@ def _engine(report: Report, wanted: set[str], installs: list[spec_mod.Spec]) -> 
     report.add(
         "seccomp",
         seccomp_on,
-        "the engine applies assure's profile"
-        if seccomp_on
-        else "the engine was built without seccomp: assure's syscall filter would not apply; use an engine with seccomp",
+        (
+            "the engine applies assure's profile"
+            if seccomp_on
+            else (
+                "the engine was built without seccomp: assure's syscall filter would not apply; use"
+                " an engine with seccomp"
+            )
+        ),
     )
     apparmor = any(o.startswith("name=apparmor") for o in security)
     report.checks.append(
         Check(
             "AppArmor",
             Status.OK if apparmor else Status.ABSENT,
-            "the engine confines containers with its default profile"
-            if apparmor
-            else "not on this host: seccomp, capabilities and no-new-privileges still apply",
+            (
+                "the engine confines containers with its default profile"
+                if apparmor
+                else "not on this host: seccomp, capabilities and no-new-privileges still apply"
+            ),
         )
     )
     found = Images(backend).resolve()
     report.add(
         "images",
         found is not None,
-        f"{found.agent}, {found.gateway}"
-        if found
-        else "run `assure images build` (or `make images`)",
+        (
+            f"{found.agent}, {found.gateway}"
+            if found
+            else "run `assure images build` (or `make images`)"
+        ),
     )
     tags = base_tags()
     have_tool = shutil.which("debootstrap") is not None
@@ -162,7 +172,8 @@ def _engine(report: Report, wanted: set[str], installs: list[spec_mod.Spec]) -> 
         Check(
             "base image source",
             Status.INFO,
-            f"bootstrap tag {tags['bootstrap']}; debootstrap {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}",
+            f"bootstrap tag {tags['bootstrap']}; debootstrap"
+            f" {'installed' if have_tool else 'not installed (apt-get install debootstrap)'}",
             value=base_mode(),
         )
     )
@@ -195,7 +206,8 @@ def _cis(report: Report, backend: DockerBackend, images: ImageSet) -> None:
         failed = cis.failed(items)
         skipped = [i.id for i in items if i.status is cis.Status.NOT_APPLICABLE]
         detail = (
-            f"{len(items) - len(failed) - len(skipped)} of {len(items)} items hold; not applicable here: {', '.join(skipped)}"
+            f"{len(items) - len(failed) - len(skipped)} of {len(items)} items hold; not applicable"
+            f" here: {', '.join(skipped)}"
             if not failed
             else "; ".join(f"{i.id} {i.title}: {i.detail}" for i in failed)
         )

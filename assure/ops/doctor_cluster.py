@@ -18,8 +18,8 @@ from assure.textsafe import display
 
 NODE_SECONDS = 60  # for every node's task to answer (a worker started, the engine asked)
 RAY_STOP = (
-    "`ray stop` stops every Ray process on its host, whoever started it: on a shared host, stop a node "
-    "by the process id its `ray start` printed instead"
+    "`ray stop` stops every Ray process on its host, whoever started it: on a shared host, stop a"
+    " node by the process id its `ray start` printed instead"
 )
 
 
@@ -91,11 +91,13 @@ def _nodes(report: Report, ray: Any, local_images: list[str] | None) -> None:
     )
     task = ray.remote(node_facts)
     refs = {
-        c.node_id: task.options(
-            num_cpus=0,
-            max_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(c.node_id, soft=False),
-        ).remote()
+        c.node_id: (
+            task.options(
+                num_cpus=0,
+                max_retries=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(c.node_id, soft=False),
+            ).remote()
+        )
         for c in takers
     }
     ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=NODE_SECONDS)
@@ -152,7 +154,8 @@ def _node(
     report.add(
         f"{name} engine",
         True,
-        f"docker {display(str(facts.get('engine')))}; runtimes {', '.join(map(display, facts.get('runtimes') or []))}",
+        f"docker {display(str(facts.get('engine')))}; runtimes"
+        f" {', '.join(map(display, facts.get('runtimes') or []))}",
     )
     images = facts.get("images")
     if images is None:
@@ -167,8 +170,8 @@ def _node(
         report.add(
             f"{name} images",
             False,
-            f"{', '.join(map(display, images))} differ from the caller's {', '.join(local_images)}: "
-            "the node's assure checkout differs; deploy the same to every node",
+            f"{', '.join(map(display, images))} differ from the caller's {', '.join(local_images)}:"
+            " the node's assure checkout differs; deploy the same to every node",
         )
     else:
         report.add(f"{name} images", True, ", ".join(map(display, images)))
@@ -185,7 +188,8 @@ def local_images() -> list[str] | None:
 
 
 def _image_tags(backend: Any) -> list[str] | None:
-    """The tags of this checkout's images on `backend`'s engine; None when they are not all built."""
+    """The tags of this checkout's images on `backend`'s engine; None when they are not all
+    built."""
     from assure.sandbox.images import Images
 
     found = Images(backend).resolve()

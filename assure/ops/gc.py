@@ -31,9 +31,8 @@ class Removed:
     volumes: int
     networks: int
     workspaces: int
-    node_scratch: (
-        int  # the scratch folders of cluster tasks lost with their node or driver (run/cluster.py)
-    )
+    # the scratch folders of cluster tasks lost with their node or driver (run/cluster.py)
+    node_scratch: int
     dry_run: bool = False  # nothing was removed: these are what would be
     names: list[str] = field(default_factory=list)  # `kind id-or-path` of each
 
@@ -107,7 +106,9 @@ def collect(
     # after the containers: nothing holds their workspaces now
     if dry_run:
         workspaces = [
-            point for point, folder in workspace_fs.workspace_mounts() if orphaned(folder)
+            point
+            for point, folder in workspace_fs.workspace_mounts(layout.mount_owner)
+            if orphaned(folder)
         ]
         base = runs_dir / layout.POOL if runs_dir is not None else None
         pools = (
@@ -121,7 +122,7 @@ def collect(
         )
         scratch = cluster.release_orphan_scratch(dry_run=True)
     else:
-        workspaces = workspace_fs.release_orphans(orphaned)
+        workspaces = workspace_fs.release_orphans(orphaned, layout.mount_owner)
         pools = pool.release_orphans(runs_dir, backend, everything) if runs_dir is not None else []
         scratch = (
             cluster.release_orphan_scratch()

@@ -26,7 +26,7 @@ or with an unreadable `state.json`); finished and halted runs are history, but t
 pending alerts still count. The provider is observed only through the run's own journaled
 calls: the host never calls a model (box 2). `observed_at` is the heartbeat's
 `last_success_at` for a heartbeat, otherwise the time of this pass (the files were read now).
-"""
+"""  # noqa: E501 -- a table, one row a line
 
 from __future__ import annotations
 
@@ -39,13 +39,13 @@ from typing import Any
 
 from assure import spec as spec_mod
 from assure.core import control, gate
-from assure.ops import health, health_v1
-from assure.ops.alerts import AlertState
+from assure.ops import health_v1
 from assure.ops.anomalies import staleness
 from assure.ops.health_v1 import FAIL, PASS, UNKNOWN, Check
 from assure.ops.runs import resume_command
 from assure.ops.runsbase import Refused, Tree, parse_json
-from assure.records import layout, receipts
+from assure.records import health, layout, receipts
+from assure.records.alerts import AlertState
 from assure.records.states import INTERRUPTED, RunState, TaskState
 from assure.records.store import RUN_ID, lock_held
 from assure.run import policy
@@ -113,7 +113,8 @@ def probe(
     else:
         try:
             layers = _Pass(runs_base, Tree(root), manifest, now).layers(run_id, engine)
-        except Exception as exc:  # a probe that cannot judge says unknown for every layer: fail closed, never a crash
+        # a probe that cannot judge says unknown for every layer: fail closed, never a crash
+        except Exception as exc:
             layers = {
                 layer: [
                     Check(
@@ -135,7 +136,8 @@ def probe(
 def _no_base(
     runs_base: Path, problem: str | None, engine: Engine, now: float
 ) -> dict[str, list[Check]]:
-    """No runs base (`problem` None: nothing has run here yet) or an unreadable one; the engine is still asked."""
+    """No runs base (`problem` None: nothing has run here yet) or an unreadable one; the engine is
+    still asked."""
 
     def fact(cid: str) -> Check:
         if problem is None:
@@ -348,7 +350,8 @@ class _Pass:
             FAIL,
             self.now,
             FILE_FACTS_STALE_SECONDS,
-            f"driver: gone for {len(gone)} running run(s) ({', '.join(shown)}): no process holds their lock; "
+            f"driver: gone for {len(gone)} running run(s) ({', '.join(shown)}): no process holds"
+            " their lock; "
             + "; ".join(f"`{resume_command(self.base, r)}`" for r in shown)
             + " continues them",
             reason_code="driver_gone",
@@ -382,9 +385,11 @@ class _Pass:
                 PASS,
                 self.now,
                 stale,
-                f"{name}: no run is running here, none is expected to beat"
-                if run is None
-                else f"{name}: no attempt of {run.run_id} is in progress",
+                (
+                    f"{name}: no run is running here, none is expected to beat"
+                    if run is None
+                    else f"{name}: no attempt of {run.run_id} is in progress"
+                ),
                 evidence=evidence,
             )
         since = run.ready_at if run is not None else None
@@ -406,7 +411,10 @@ class _Pass:
             summary = (
                 f"{name}: last success {self.now - last:.0f} s ago"
                 if last is not None
-                else f"{name}: no heartbeat yet, {self.now - since:.0f} s after it was expected (limit {stale:g} s)"
+                else (
+                    f"{name}: no heartbeat yet, {self.now - since:.0f} s after it was expected"
+                    f" (limit {stale:g} s)"
+                )
             )
             return Check(cid, PASS, observed, stale, summary, evidence=evidence)
         code = "heartbeat_stale" if last is not None else "heartbeat_missing"
@@ -415,9 +423,11 @@ class _Pass:
             FAIL,
             self.now,
             stale,
-            f"{name}: no success for {age:.0f} s (limit {stale:g} s)"
-            if last is not None
-            else f"{name}: no usable heartbeat ({why}) {age:.0f} s after it was expected",
+            (
+                f"{name}: no success for {age:.0f} s (limit {stale:g} s)"
+                if last is not None
+                else f"{name}: no usable heartbeat ({why}) {age:.0f} s after it was expected"
+            ),
             reason_code=code,
             evidence=evidence,
         )
@@ -440,7 +450,8 @@ class _Pass:
                 evidence=evidence,
             )
         summary = (
-            f"monitor: last pass {self.now - last:.0f} s ago (limit {stale:g} s): nobody watches for staleness"
+            f"monitor: last pass {self.now - last:.0f} s ago (limit {stale:g} s): nobody watches"
+            " for staleness"
             if last is not None
             else f"monitor: no usable heartbeat ({why}): is `assure monitor` running?"
         )
@@ -584,7 +595,8 @@ class _Pass:
                     FAIL,
                     self.now,
                     FILE_FACTS_STALE_SECONDS,
-                    f"{len(hit)} task(s) {bad} ({', '.join(hit[:MAX_EVIDENCE_ITEMS])}): surfaced, never re-queued",
+                    f"{len(hit)} task(s) {bad} ({', '.join(hit[:MAX_EVIDENCE_ITEMS])}): surfaced,"
+                    " never re-queued",
                     reason_code=code,
                     evidence={"tasks": shown},
                 )
@@ -675,7 +687,8 @@ class _Pass:
         )
 
     def _last_model_call(self, run_id: str, attempt: int) -> dict[str, Any] | str | None:
-        """The journal's last `model_call` record, None if there is none, or why it cannot be read."""
+        """The journal's last `model_call` record, None if there is none, or why it cannot be
+        read."""
         try:
             found = self.tree.read_ends(
                 f"{run_id}/{layout.ATTEMPTS}/{attempt}/{layout.JOURNAL}", MAX_JOURNAL_TAIL_BYTES, 0
@@ -724,7 +737,8 @@ class _Pass:
         return None  # another 4xx is the request's fault, not the provider's
 
     def _error_message(self, run_id: str, attempt: int, digest: Any) -> str:
-        """The provider's error message, from the blob store (Anthropic's `{"error": {"message"}}`)."""
+        """The provider's error message, from the blob store (Anthropic's `{"error":
+        {"message"}}`)."""
         if (
             not isinstance(digest, str)
             or len(digest) != 64
@@ -760,7 +774,8 @@ class _Pass:
                 FAIL,
                 self.now,
                 FILE_FACTS_STALE_SECONDS,
-                f"halted by {override.actor or 'an unreadable control record'}: every continuation is refused",
+                f"halted by {override.actor or 'an unreadable control record'}: every continuation"
+                " is refused",
                 reason_code=health_v1.OPERATOR_HALT,
                 evidence=evidence,
             )
@@ -803,7 +818,8 @@ class _Pass:
                 FAIL,
                 self.now,
                 FILE_FACTS_STALE_SECONDS,
-                f"no verifier for task {', '.join(untrusted[:MAX_EVIDENCE_ITEMS])} (no assertion, or verifier_trust propose): trust 0, propose-only",
+                f"no verifier for task {', '.join(untrusted[:MAX_EVIDENCE_ITEMS])} (no assertion,"
+                " or verifier_trust propose): trust 0, propose-only",
                 reason_code=health_v1.VERIFIER_MISSING,
                 evidence={"tasks": untrusted[:MAX_EVIDENCE_ITEMS]},
             )
@@ -828,7 +844,8 @@ class _Pass:
         )
 
     def _contract(self, run: _Run, spec: spec_mod.Spec | str) -> Check:
-        """Box 0 as the gate judges it: its own contract rule, on a mutation inside the contract's scope."""
+        """Box 0 as the gate judges it: its own contract rule, on a mutation inside the contract's
+        scope."""
         cid = f"governance.contract@{run.run_id}"
         if isinstance(spec, str):
             return Check(
@@ -893,7 +910,8 @@ class _Pass:
                 FAIL,
                 self.now,
                 FILE_FACTS_STALE_SECONDS,
-                f"{len(pending)} alert(s) pending acknowledgement (`assure alerts --pending`, `assure ack ID`)",
+                f"{len(pending)} alert(s) pending acknowledgement (`assure alerts --pending`,"
+                " `assure ack ID`)",
                 reason_code="alerts_pending",
                 evidence=evidence,
             )
@@ -923,7 +941,8 @@ def _task(spec: spec_mod.Spec, task: spec_mod.Task) -> spec_mod.Spec:
 
 
 def _plain(value: Any) -> Any:
-    """A journal value fit for evidence: a number, a flag or null as it is, anything else as a short string."""
+    """A journal value fit for evidence: a number, a flag or null as it is, anything else as a short
+    string."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return str(value)[:64]

@@ -82,19 +82,19 @@ assertions:
 {db_assertion}  - no_unattributed_changes: true
   - exit_code: 0
 expect: pass
-"""
+"""  # noqa: E501 -- a multi-line text whose lines are its content
 
 DATABASES = """# A SQLite database the gateway owns (the agent never sees its file): sandbox mode, a copy per attempt.
 databases:
   - {{name: {db}, fixture: databases/{db}.sql, mode: sandbox}}
-"""
+"""  # noqa: E501 -- a multi-line text whose lines are its content
 
 SUITE = """# A suite: `assure suite suite.yaml` runs each spec and checks each verdict is its `expect`.
 version: 1
 name: {name}-suite
 specs:
   - spec.yaml
-"""
+"""  # noqa: E501 -- a multi-line text whose lines are its content
 
 README = """# {name}
 
@@ -178,13 +178,18 @@ def create(folder: Path, choices: Choices) -> list[Path]:
         "README.md": README.format(name=choices.name),
         "agent/run.sh": AGENT.format(
             out=out,
-            db=f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\" > /dev/null\n"
-            if db
-            else "",
+            db=(
+                f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\""
+                " > /dev/null\n"
+                if db
+                else ""
+            ),
         ),
         **(
             {
-                f"databases/{db}.sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);\n"
+                f"databases/{db}.sql": (
+                    "CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT NOT NULL);\n"
+                )
             }
             if db
             else {}

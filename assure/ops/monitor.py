@@ -22,7 +22,8 @@ for a key that already has an alert, pending or acknowledged.
 The runs base is treated as hostile: every file is opened below the runs base without
 following a symlink anywhere (`assure.core.confined`: openat2 with RESOLVE_NO_SYMLINKS, or
 `O_NOFOLLOW` component by component; a FIFO is never opened), only regular files are read,
-every read is bounded, and every parse error is caught. Garbage (unparsable JSON, a symlink, a FIFO, an oversized file, a broken journal
+every read is bounded, and every parse error is caught. Garbage (unparsable JSON, a symlink, a FIFO,
+an oversized file, a broken journal
 line) is a *skipped, reported item* (`Pass.skipped`, printed by the CLI, counted in the
 monitor's heartbeat), not an alert; the one exception is a heartbeat: garbage where an
 expected heartbeat should be counts as no heartbeat, so it raises `stale_health`.
@@ -47,10 +48,7 @@ from typing import Any
 from assure.core import control
 from assure.core.chain import ChainError, ChainWriter, iter_chain
 from assure.errors import RunDirError
-from assure.ops import alerts, health
-from assure.ops.alerts import Alert, AlertKind, AlertState, Sinks
 from assure.ops.anomalies import ANOMALIES, AttemptData, RunData, staleness
-from assure.ops.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.ops.runsbase import (
     MAX_ENTRIES,
     Refused,
@@ -60,6 +58,9 @@ from assure.ops.runsbase import (
     parse_json,
     parse_time,
 )
+from assure.records import alerts, health
+from assure.records.alerts import Alert, AlertKind, AlertState, Sinks
+from assure.records.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
 from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE, alerts_sink
 from assure.records.store import RUN_ID, RunDir
 from assure.textsafe import display
@@ -363,7 +364,8 @@ class _Scan:
             if truncated:
                 self.skip(
                     f"{rel}/{JOURNAL}",
-                    f"{st.st_size} bytes: only the first line and the last {MAX_JOURNAL_BYTES} bytes were examined",
+                    f"{st.st_size} bytes: only the first line and the last {MAX_JOURNAL_BYTES}"
+                    " bytes were examined",
                 )
             if garbage:
                 self.skip(f"{rel}/{JOURNAL}", f"{garbage} unparsable journal lines ignored")
@@ -371,9 +373,11 @@ class _Scan:
         return AttemptData(
             number=number,
             calls=facts["calls"],
-            tool_calls_used=facts["used"]
-            if facts["used"] is not None
-            else sum(1 for c in facts["calls"] if c.rule != "idempotency"),
+            tool_calls_used=(
+                facts["used"]
+                if facts["used"] is not None
+                else sum(1 for c in facts["calls"] if c.rule != "idempotency")
+            ),
             tool_calls_limit=facts["limit"],
             budget_breach=facts["breach"]
             or (str(breach.get("counter"))[:64] if isinstance(breach, dict) else None),
@@ -536,7 +540,10 @@ class _Scan:
                 f"{what}: no success for {age:.0f} s (limit {component.stale_after_seconds:.0f} s)"
             )
         else:
-            message = f"{what}: no usable heartbeat at {display(rel)} ({display(problem)}) {age:.0f} s after it was expected (limit {component.stale_after_seconds:.0f} s)"
+            message = (
+                f"{what}: no usable heartbeat at {display(rel)} ({display(problem)}) {age:.0f} s"
+                f" after it was expected (limit {component.stale_after_seconds:.0f} s)"
+            )
         self._raise(
             where,
             AlertKind.STALE_HEALTH,
@@ -566,7 +573,8 @@ class _Scan:
                     self.skip(run.run_id, f"detector {kind} failed: {type(exc).__name__}")
                     continue
                 for f in findings:
-                    key = f"{kind}:{run.run_id}:{f.attempt if f.attempt is not None else '-'}:{f.subject}"
+                    attempt = f.attempt if f.attempt is not None else "-"
+                    key = f"{kind}:{run.run_id}:{attempt}:{f.subject}"
                     self._raise(
                         run.run_id,
                         kind,
@@ -615,7 +623,8 @@ class _Scan:
             broken = path.with_name(f"{LEDGER}.broken-{int(self.now)}")
             self.skip(
                 rel,
-                f"unusable escalation ledger ({exc}); moved to {broken.name}: an escalation already in effect is not requested again",
+                f"unusable escalation ledger ({exc}); moved to {broken.name}: an escalation already"
+                " in effect is not requested again",
             )
             with contextlib.suppress(OSError):
                 path.unlink() if path.is_symlink() else os.replace(path, broken)

@@ -67,7 +67,8 @@ def check_base(runs_dir: Path, *, writable: bool = False) -> Path:
             os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=existing))
         except OSError as exc:
             raise AssureError(
-                f"--runs-dir is not a folder a run directory can be made in (the system says: {exc.strerror or exc})",
+                "--runs-dir is not a folder a run directory can be made in (the system says:"
+                f" {exc.strerror or exc})",
                 where=str(runs_dir),
                 fix=fix,
             ) from None

@@ -46,7 +46,9 @@ class Metric:
     """One figure of the scorecard. `band`: how much worse NEW may be than OLD before it is a
     regression, as a factor (0.6: NEW may be up to 1.6 times worse, new/old for a lower-is-better
     figure, old/new for a higher-is-better one; 0: any worse value is one; None: shown, never
-    judged). `ceiling`: a value above it is a regression whatever OLD was (an escape is never noise)."""
+    judged). `ceiling`: a value above it is a regression whatever OLD was (an escape is never
+    noise).
+    """
 
     name: str
     unit: str
@@ -58,7 +60,8 @@ class Metric:
 
 # How the bands of timed figures were chosen: six runs of the benchmarks (five for e2e), unchanged
 # code, on the 2-core machine of issue 13 while seven other sessions shared it (load average 5 to
-# 11), and `spread` over their scorecards. Each band is the largest worsening between any two of those
+# 11), and `spread` over their scorecards. Each band is the largest worsening between any two of
+# those
 # runs (max / min - 1), rounded up to 5 %: no pair of them is called a regression, and a change
 # beyond it is larger than any seen from noise alone. Absolute times only describe the machine
 # and are shown, not judged; so is gateway p99, which ranged 0.9 to 8.8 ms over the six runs (no
@@ -83,7 +86,8 @@ METRICS: tuple[Metric, ...] = (
         "specs",
         "lower",
         0.0,
-        "hostile specs judged other than they expect (pass, or breach where contained was expected, ...)",
+        "hostile specs judged other than they expect (pass, or breach where contained was expected,"
+        " ...)",
         ceiling=0,
     ),
     Metric(
@@ -163,7 +167,8 @@ METRICS: tuple[Metric, ...] = (
         "x",
         "lower",
         1.25,
-        "snapshot + diff + attribution as a run does it / git diff --no-index (10,000 files, 200 MB)",
+        "snapshot + diff + attribution as a run does it / git diff --no-index (10,000 files,"
+        " 200 MB)",
     ),
     Metric(
         "snapshot.cold_vs_git",
@@ -279,7 +284,8 @@ def suite_results(summary: Any, runs_dir: Path | None = None) -> list[SpecResult
             or not (r.get("verdict") is None or isinstance(r["verdict"], str))
         ):
             raise ScorecardError(
-                f"result {n} has no `expect` string or a `verdict` that is neither a string nor null"
+                f"result {n} has no `expect` string or a `verdict` that is neither a string nor"
+                " null"
             )
         if isinstance(r.get("findings"), list):
             above = [
@@ -542,7 +548,8 @@ def check(doc: dict[str, Any], where: str) -> dict[str, Any]:
     """The document, if it has this schema version and the published shape."""
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise ScorecardError(
-            f"schema_version {doc.get('schema_version')!r}; this assure reads schema_version {SCHEMA_VERSION}",
+            f"schema_version {doc.get('schema_version')!r}; this assure reads schema_version"
+            f" {SCHEMA_VERSION}",
             where=where,
             fix="compare scorecards written by the same version of bench/scorecard.py",
         )
@@ -566,9 +573,13 @@ def compare_files(old: Path, new: Path) -> list[Row]:
     versions = [d.get("schema_version") for d in docs]
     if versions[0] != versions[1]:
         raise ScorecardError(
-            f"the scorecards have different schema versions (OLD {versions[0]!r}, NEW {versions[1]!r}): their metrics are not comparable",
+            f"the scorecards have different schema versions (OLD {versions[0]!r}, NEW"
+            f" {versions[1]!r}): their metrics are not comparable",
             where=f"{old}, {new}",
-            fix="compare two scorecards written by the same version of bench/scorecard.py (re-run `make bench` on either checkout)",
+            fix=(
+                "compare two scorecards written by the same version of bench/scorecard.py (re-run"
+                " `make bench` on either checkout)"
+            ),
         )
     return compare(check(docs[0], str(old)), check(docs[1], str(new)))
 
@@ -584,7 +595,8 @@ class Row:
     new: float | None
     change: str
     band: str
-    verdict: str  # "ok", "better", "regression", "missing" (judged, gone from NEW), "new", "info", "not measured"
+    # "ok", "better", "regression", "missing" (judged, gone from NEW), "new", "info", "not measured"
+    verdict: str
 
     @property
     def regression(self) -> bool:

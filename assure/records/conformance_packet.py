@@ -81,9 +81,11 @@ def build(
     by_id = {r.id: r for r in results}
     obligations = {
         oid: (
-            by_id.get(oid)
-            or Result.not_run(oid, "no scenario result was recorded for this obligation")
-        ).to_json()
+            (
+                by_id.get(oid)
+                or Result.not_run(oid, "no scenario result was recorded for this obligation")
+            ).to_json()
+        )
         for oid in OBLIGATIONS
     }
     return {
@@ -135,8 +137,11 @@ def markdown(packet: dict[str, Any]) -> str:
     lines = [
         f"# assure conformance packet, {packet['created_at']}",
         "",
-        f"Machine: {packet['machine'].get('hostname')} ({packet['machine'].get('platform')}), assure {packet['machine'].get('assure')}, "
-        f"Docker {packet['machine'].get('docker')}. Signed by {packet.get('signature', {}).get('key_id', 'nobody')}.",
+        (
+            f"Machine: {packet['machine'].get('hostname')} ({packet['machine'].get('platform')}),"
+            f" assure {packet['machine'].get('assure')}, Docker {packet['machine'].get('docker')}."
+            f" Signed by {packet.get('signature', {}).get('key_id', 'nobody')}."
+        ),
         "",
         "| obligation | status | seconds | measured / reason |",
         "|---|---|---|---|",
@@ -156,9 +161,10 @@ def markdown(packet: dict[str, Any]) -> str:
             lines.append(f"- {kind}: {e.get('status')}: {e.get('reason')}")
             continue
         lines.append(
-            f"- {kind}: `{e['tool']}` on `{e['scope']}` -> **{e['decision']}** ({e['rule']}): min(dial {e['operator_dial']}, "
-            f"ceiling {e['autonomy_ceiling']}, trust {e['verifier_trust']}) = {e['min(dial, ceiling, trust)']}, "
-            f"required {e['required_trust']}; {_cell(str(e['reason']))} [{e['journal']} seq {e['seq']}]"
+            f"- {kind}: `{e['tool']}` on `{e['scope']}` -> **{e['decision']}** ({e['rule']}):"
+            f" min(dial {e['operator_dial']}, ceiling {e['autonomy_ceiling']}, trust"
+            f" {e['verifier_trust']}) = {e['min(dial, ceiling, trust)']}, required"
+            f" {e['required_trust']}; {_cell(str(e['reason']))} [{e['journal']} seq {e['seq']}]"
         )
     chain = packet["receipt_chain"]
     lines += [
@@ -166,9 +172,15 @@ def markdown(packet: dict[str, Any]) -> str:
         "## Receipt chain",
         "",
         f"- run: {chain.get('run_id')}; verified independently: {chain.get('verified')}",
-        f"- key {chain.get('key_id')}; logs {', '.join((chain.get('verification') or {}).get('logs', []))}; "
-        f"merkle root {(chain.get('verification') or {}).get('merkle_root')}",
-        f"- a copy with one journal byte changed: rejected {(chain.get('tampered_copy') or {}).get('rejected')}",
+        (
+            f"- key {chain.get('key_id')}; logs"
+            f" {', '.join((chain.get('verification') or {}).get('logs', []))}; merkle root"
+            f" {(chain.get('verification') or {}).get('merkle_root')}"
+        ),
+        (
+            "- a copy with one journal byte changed: rejected"
+            f" {(chain.get('tampered_copy') or {}).get('rejected')}"
+        ),
     ]
     lines += [f"- {r['file']} sha256 {r['sha256']}" for r in chain.get("receipts", [])]
     return "\n".join(lines) + "\n"

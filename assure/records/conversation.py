@@ -41,7 +41,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 @dataclass(frozen=True)
 class Part:
-    """One piece of a message: `kind` text | thinking | tool_use | tool_result | error | media | other."""
+    """One piece of a message: `kind` text | thinking | tool_use | tool_result | error | media |
+    other."""
 
     kind: str
     text: str
@@ -121,14 +122,16 @@ class _Reader:
             return None
         if self.read_left <= 0:
             notes.append(
-                f"{what} not read: the page already read {MAX_READ_BYTES} bytes of this attempt's blobs"
+                f"{what} not read: the page already read {MAX_READ_BYTES} bytes of this attempt's"
+                " blobs"
             )
             return None
         try:
             data = confined.read_file(self.paths.blobs, digest, min(MAX_BLOB_BYTES, self.read_left))
         except confined.TooLarge:
             notes.append(
-                f"{what} not shown: larger than {min(MAX_BLOB_BYTES, self.read_left)} bytes (blob {digest})"
+                f"{what} not shown: larger than {min(MAX_BLOB_BYTES, self.read_left)} bytes (blob"
+                f" {digest})"
             )
             return None
         except OSError:
@@ -235,7 +238,8 @@ def _request(
     previous: list[str],
     system_seen: str | None,
 ) -> tuple[list[str], str | None]:
-    """The request's new parts into `exchange`; (its messages' digests, its system prompt's) for the next."""
+    """The request's new parts into `exchange`; (its messages' digests, its system prompt's) for the
+    next."""
     if record.get("decision") not in (None, "allow"):
         exchange.notes.append("the request was not stored (the gate denied it)")
         return previous, system_seen
@@ -259,7 +263,7 @@ def _request(
     system_digest = _digest(_sans_cache(system)) if system is not None else None
     if system is not None and system_digest != system_seen:
         exchange.system = reader.part("text", _plain_text(system))
-    for message, digest in zip(messages, digests):
+    for message, digest in zip(messages, digests, strict=False):
         if digest not in seen:
             exchange.messages.append(_message(reader, message, endpoint))
     return digests, system_digest
@@ -284,13 +288,17 @@ def _sans_cache(value: Any) -> Any:
 def _request_messages(parsed: dict[str, Any], endpoint: str) -> tuple[Any, list[Any]]:
     if endpoint == "responses":
         items = parsed.get("input")
-        return parsed.get("instructions"), [{"role": "user", "content": items}] if isinstance(
-            items, str
-        ) else items if isinstance(items, list) else []
+        return parsed.get("instructions"), (
+            [{"role": "user", "content": items}]
+            if isinstance(items, str)
+            else items
+            if isinstance(items, list)
+            else []
+        )
     messages = parsed.get("messages")
-    return parsed.get("system") if endpoint == "messages" else None, messages if isinstance(
-        messages, list
-    ) else []
+    return parsed.get("system") if endpoint == "messages" else None, (
+        messages if isinstance(messages, list) else []
+    )
 
 
 def _plain_text(value: Any) -> str:
@@ -334,9 +342,11 @@ def _message(reader: _Reader, message: Any, endpoint: str) -> Message:
         parts.append(reader.part("tool_use", function.get("arguments"), function.get("name")))
     if role == "tool":
         parts = [
-            Part("tool_result", p.text, str(message.get("tool_call_id") or "")[:200], p.cut)
-            if p.kind == "text"
-            else p
+            (
+                Part("tool_result", p.text, str(message.get("tool_call_id") or "")[:200], p.cut)
+                if p.kind == "text"
+                else p
+            )
             for p in parts
         ]
     return _bounded(role, parts)
@@ -375,11 +385,13 @@ def _block(reader: _Reader, block: Any) -> Part:
         content = block.get("content")
         return reader.part(
             "tool_result",
-            content
-            if isinstance(content, str)
-            else _plain_text(content)
-            if isinstance(content, list)
-            else content,
+            (
+                content
+                if isinstance(content, str)
+                else _plain_text(content)
+                if isinstance(content, list)
+                else content
+            ),
             label,
         )
     if kind in ("image", "document", "image_url", "input_image", "input_file"):
@@ -552,11 +564,13 @@ def lines(n: int, conversation: Conversation) -> list[str]:
             out.append(f"    refused: {_cut(x.refusal, TERMINAL_PART_CHARS)}")
         if x.differs:
             out.append(
-                f"    differs from the recording at: {_cut(', '.join(x.differs), TERMINAL_PART_CHARS)}"
+                "    differs from the recording at:"
+                f" {_cut(', '.join(x.differs), TERMINAL_PART_CHARS)}"
             )
         if x.system is not None:
             out.append(
-                f"    system ({len(x.system.text) + x.system.cut} characters): {_cut(x.system.text, TERMINAL_SYSTEM_CHARS, x.system.cut)}"
+                f"    system ({len(x.system.text) + x.system.cut} characters):"
+                f" {_cut(x.system.text, TERMINAL_SYSTEM_CHARS, x.system.cut)}"
             )
         if x.tools and (i == 1 or x.system is not None):
             out.append(f"    tools offered: {_cut(', '.join(x.tools), TERMINAL_PART_CHARS)}")
@@ -569,13 +583,15 @@ def lines(n: int, conversation: Conversation) -> list[str]:
         out += [f"    note: {display(note)}" for note in x.notes]
     if conversation.chars_cut:
         out.append(
-            f"  ({conversation.chars_cut} characters of this exchange were over the read bounds and are not kept)"
+            f"  ({conversation.chars_cut} characters of this exchange were over the read bounds and"
+            " are not kept)"
         )
     return out
 
 
 def headline(i: int, x: Exchange) -> str:
-    """`#1 messages claude-opus-5-5 200 script 980 tokens (in 900, out 80) $0.004 248ms`: the journal's facts."""
+    """`#1 messages claude-opus-5-5 200 script 980 tokens (in 900, out 80) $0.004 248ms`: the
+    journal's facts."""
     parts = [
         f"#{i} line {display(str(x.seq))}",
         display(str(x.endpoint)),
@@ -611,7 +627,8 @@ def _message_lines(message: Message, indent: str) -> list[str]:
     for part in message.parts:
         label = f" {display(part.label)}" if part.label else ""
         out.append(
-            f"{indent}{display(message.role)} {part.kind}{label}: {_cut(part.text, TERMINAL_PART_CHARS, part.cut)}"
+            f"{indent}{display(message.role)} {part.kind}{label}:"
+            f" {_cut(part.text, TERMINAL_PART_CHARS, part.cut)}"
         )
     if message.parts_cut:
         out.append(f"{indent}({message.parts_cut} more parts not kept)")

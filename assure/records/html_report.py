@@ -30,15 +30,16 @@ from assure.core import confined
 from assure.core.chain import ChainError, iter_chain
 from assure.errors import AssureError, RunDirError
 from assure.records import conversation, layout, store, summary
-from assure.records.states import shown_verdict
 from assure.records.layout import AttemptPaths, RunPaths, SuitePaths
+from assure.records.states import shown_verdict
 from assure.textsafe import display
 
 MAX_FILE_BYTES = (
     256 * 2**10
 )  # of each side of one file read to diff it; a bigger file is shown by size and hash
 MAX_FILE_DIFF_LINES = 400  # diff lines shown per file
-MAX_DIFF_INPUT_LINES = 4_000  # lines of both sides together that are diffed (difflib is superlinear on repetitive text)
+# lines of both sides together that are diffed (difflib is superlinear on repetitive text)
+MAX_DIFF_INPUT_LINES = 4_000
 MAX_PAGE_DIFF_LINES = 5_000  # diff lines shown per page; past it, files are named, not diffed
 MAX_JOURNAL_ROWS = 2_000  # journal lines shown per attempt
 MAX_CHARS = 2_000  # characters of any one value shown (after `display`)
@@ -121,7 +122,8 @@ def run_page(run: store.RunDir) -> Page:
     body.append(
         "<nav><h2>Attempts</h2><ul>"
         + "".join(
-            f'<li><a href="#{_anchor("attempt", a.n)}">attempt {a.n}</a>: {_verdict_word(a.verdict)}</li>'
+            f'<li><a href="#{_anchor("attempt", a.n)}">attempt {a.n}</a>:'
+            f" {_verdict_word(a.verdict)}</li>"
             for a in attempts
         )
         + "</ul></nav>"
@@ -173,15 +175,18 @@ class _Attempt:
             if r.get("event") == "tool_call" and r.get("action_id") is not None
         }
         parts = [
-            f'<section id="{_anchor("attempt", self.n)}"><h2>Attempt {self.n}: {_verdict_word(self.verdict)}</h2>'
+            f'<section id="{_anchor("attempt", self.n)}"><h2>Attempt {self.n}:'
+            f" {_verdict_word(self.verdict)}</h2>"
         ]
         if not self.data:
             parts.append(
-                '<p class="bad">Not judged: no verdict.json (the attempt was interrupted, or its record is damaged).</p>'
+                '<p class="bad">Not judged: no verdict.json (the attempt was interrupted, or its'
+                " record is damaged).</p>"
             )
         parts.append(self._claim_and_evidence(findings, changes))
         parts.append(
-            f"<h3>Changed files ({len(changes)}: protected first, then unexplained, then the rest)</h3>"
+            f"<h3>Changed files ({len(changes)}: protected first, then unexplained, then the"
+            " rest)</h3>"
         )
         if not changes:
             parts.append("<p>No change in the workspace.</p>")
@@ -197,8 +202,9 @@ class _Attempt:
                 left[group] = left.get(group, 0) + 1
             each = ", ".join(f"{left[g]} {g}" for g in _CHANGE_GROUPS if g in left)
             parts.append(
-                f'<p class="note">{len(ordered) - MAX_CHANGES} more changed paths are not shown in detail (at most {MAX_CHANGES}): {each}; '
-                "the findings below name them, and <code>assure diff RUN_DIR</code> lists them all.</p>"
+                f'<p class="note">{len(ordered) - MAX_CHANGES} more changed paths are not shown in'
+                f" detail (at most {MAX_CHANGES}): {each}; the findings below name them, and"
+                " <code>assure diff RUN_DIR</code> lists them all.</p>"
             )
         parts.append(self._denied())
         parts.append(self._exchange())
@@ -229,7 +235,10 @@ class _Attempt:
     ) -> str:
         claim = self.data.get("claim")
         if isinstance(claim, dict):
-            said = f'<p>status: <strong>{_h(claim.get("status"))}</strong></p><p class="quote">{_h(claim.get("summary", ""))}</p>'
+            said = (
+                f"<p>status: <strong>{_h(claim.get('status'))}</strong></p><p"
+                f' class="quote">{_h(claim.get("summary", ""))}</p>'
+            )
         else:
             said = "<p>The agent made no claim (no task.report call).</p>"
         counts: dict[str, int] = {}
@@ -242,9 +251,9 @@ class _Attempt:
         ]
         facts += [f"{_h(kind)}: {n}" for kind, n in sorted(counts.items())]
         return (
-            '<h3>The agent\'s claim beside the evidence</h3><table class="claim"><tr><th>claim (narrative, not evidence)</th>'
-            "<th>evidence (snapshots, journal, checks)</th></tr>"
-            f'<tr><td class="text">{said}</td><td class="text"><ul>'
+            '<h3>The agent\'s claim beside the evidence</h3><table class="claim"><tr><th>claim'
+            " (narrative, not evidence)</th><th>evidence (snapshots, journal,"
+            f' checks)</th></tr><tr><td class="text">{said}</td><td class="text"><ul>'
             + "".join(f"<li>{x}</li>" for x in facts)
             + "</ul></td></tr></table>"
         )
@@ -263,8 +272,9 @@ class _Attempt:
         kind = str(finding.get("kind")) if finding else "not attributed"
         css = "explained" if kind == "attributed" else "flagged"
         head = (
-            f'<div class="change {css}" id="{_anchor("change", self.n, path)}"><h4><span class="tag">{_h(change.get("kind"))}</span> <code>{_h(path)}</code>'
-            f"{' <span class=tag>' + _h(', '.join(change.get('fields', []))) + '</span>' if change.get('fields') else ''}</h4>"
+            f'<div class="change {css}" id="{_anchor("change", self.n, path)}"><h4><span'
+            f' class="tag">{_h(change.get("kind"))}</span> <code>{_h(path)}</code>'
+            f"{' <span class=tag>' + _h(', '.join(change.get('fields', []))) + '</span>' if change.get('fields') else ''}</h4>"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
         )
         meta = ['<table class="meta"><tr><th></th><th>before (PRE)</th><th>after (POST)</th></tr>']
         for label, key in (
@@ -310,14 +320,21 @@ class _Attempt:
             if record is None:
                 return f'<span class="bad">{message}: its journal line is missing</span>'
             return (
-                f'<span class="ok">{message}</span>: <a href="#{self.row_id(record)}">journal line {_h(record.get("seq"))}</a> '
-                f"({_h(record.get('tool'))} at {_h(record.get('ts'))}, {_h(record.get('decision'))})"
+                f'<span class="ok">{message}</span>: <a href="#{self.row_id(record)}">journal line'
+                f" {_h(record.get('seq'))}</a> "
+                f"({_h(record.get('tool'))} at {_h(record.get('ts'))},"
+                f" {_h(record.get('decision'))})"
             )
         if why.startswith("writable:"):
-            return f'<span class="ok">{message}</span>: <a href="#{_anchor("scope", "writable", why[len("writable:") :])}">writable scope {_h(why[len("writable:") :])}</a>'
+            return (
+                f'<span class="ok">{message}</span>: <a'
+                f' href="#{_anchor("scope", "writable", why[len("writable:") :])}">writable scope'
+                f" {_h(why[len('writable:') :])}</a>"
+            )
         near = [r for r in self.journal if r.get("event") == "tool_call" and r.get("path") == path]
         links = ", ".join(
-            f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))} ({_h(r.get("tool"))}, {_h(r.get("decision"))})</a>'
+            f'<a href="#{self.row_id(r)}">line {_h(r.get("seq"))} ({_h(r.get("tool"))},'
+            f" {_h(r.get('decision'))})</a>"
             for r in near[:20]
         )
         return f'<span class="bad">{_h(finding.get("kind"))}: {message}</span>' + (
@@ -341,7 +358,10 @@ class _Attempt:
         if not any(entry and entry.get("kind") == "file" for entry, _, _ in sides):
             return ""  # a folder, a link, a device: its metadata above is all there is
         if budget.spent:
-            return f'<p class="note">Content not shown: the page already shows {MAX_PAGE_DIFF_LINES} diff lines.</p>'
+            return (
+                f'<p class="note">Content not shown: the page already shows {MAX_PAGE_DIFF_LINES}'
+                " diff lines.</p>"
+            )
         texts: list[list[str]] = []
         for entry, root, where in sides:
             content = _side(root, path, entry, where)
@@ -357,7 +377,10 @@ class _Attempt:
             except UnicodeDecodeError:
                 return f'<p class="note">Binary content (not UTF-8): {_sizes(before, after)}</p>'
         if len(texts[0]) + len(texts[1]) > MAX_DIFF_INPUT_LINES:
-            return f'<p class="note">Not diffed: {len(texts[0])} and {len(texts[1])} lines, above the {MAX_DIFF_INPUT_LINES} diffed per file; {_sizes(before, after)}</p>'
+            return (
+                f'<p class="note">Not diffed: {len(texts[0])} and {len(texts[1])} lines, above the'
+                f" {MAX_DIFF_INPUT_LINES} diffed per file; {_sizes(before, after)}</p>"
+            )
         lines = list(
             difflib.unified_diff(
                 texts[0], texts[1], "a/" + display(path), "b/" + display(path), lineterm="", n=3
@@ -369,7 +392,8 @@ class _Attempt:
         budget.take(len(shown))
         cut = len(lines) - len(shown)
         tail = (
-            f'<p class="note">{cut} more diff lines not shown (at most {MAX_FILE_DIFF_LINES} per file, {MAX_PAGE_DIFF_LINES} per page).</p>'
+            f'<p class="note">{cut} more diff lines not shown (at most {MAX_FILE_DIFF_LINES} per'
+            f" file, {MAX_PAGE_DIFF_LINES} per page).</p>"
             if cut
             else ""
         )
@@ -408,7 +432,8 @@ class _Attempt:
         parts = [head]
         for i, x in enumerate(conv.exchanges, 1):
             parts.append(
-                f'<div class="call{" flagged" if x.refusal else ""}"><h4><a href="#{self.row_id({"seq": x.seq})}">#{i}</a> '
+                f'<div class="call{" flagged" if x.refusal else ""}"><h4><a'
+                f' href="#{self.row_id({"seq": x.seq})}">#{i}</a> '
                 f"{_h(conversation.headline(i, x).split(' · ', 1)[-1], displayed=True)}</h4>"
             )
             if x.refusal:
@@ -429,7 +454,8 @@ class _Attempt:
                 )
             if x.earlier:
                 parts.append(
-                    f'<p class="note">{x.earlier} message(s) as in the call before, not repeated.</p>'
+                    f'<p class="note">{x.earlier} message(s) as in the call before, not'
+                    " repeated.</p>"
                 )
             for message in x.messages:
                 parts.append(_message_html(message))
@@ -441,7 +467,8 @@ class _Attempt:
             parts.append("</div>")
         if conv.chars_cut:
             parts.append(
-                f'<p class="note">{conv.chars_cut} characters of this exchange are over the read bounds and not shown.</p>'
+                f'<p class="note">{conv.chars_cut} characters of this exchange are over the read'
+                " bounds and not shown.</p>"
             )
         return "".join(parts)
 
@@ -455,14 +482,14 @@ class _Attempt:
             decision = r.get("decision")
             css = "bad" if _is_denied(r) else ""
             rows.append(
-                f'<tr id="{self.row_id(r)}" class="{css}"><td>{_h(r.get("seq"))}</td><td class="time">{_h(r.get("ts"))}</td><td>{_h(r.get("event"))}</td>'
-                f"<td>{_h(r.get('tool'))}</td><td>{_h(r.get('path') or r.get('endpoint'))}</td><td>{_h(decision)}</td>"
+                f'<tr id="{self.row_id(r)}" class="{css}"><td>{_h(r.get("seq"))}</td><td'
+                f' class="time">{_h(r.get("ts"))}</td><td>{_h(r.get("event"))}</td>'
+                f"<td>{_h(r.get('tool'))}</td><td>{_h(r.get('path') or r.get('endpoint'))}</td><td>{_h(decision)}</td>"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
                 f"<td>{_h(r.get('rule'))}</td><td>{_h(r.get('reason') or r.get('error'))}</td></tr>"
             )
         return (
-            head
-            + note
-            + '<table class="journal"><tr><th>line</th><th>time</th><th>event</th><th>tool</th><th>path</th>'
+            head + note + "<table"
+            ' class="journal"><tr><th>line</th><th>time</th><th>event</th><th>tool</th><th>path</th>'  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
             "<th>decision</th><th>rule</th><th>reason</th></tr>" + "".join(rows) + "</table>"
         )
 
@@ -497,7 +524,10 @@ def _message_html(message: conversation.Message, prefix: str = "") -> str:
 def _part(role: str, part: conversation.Part, fold: bool = False) -> str:
     """One text the agent or model wrote: each line made visible (`display`), escaped, in a
     <pre>; folded when long (or `fold`), its cut said."""
-    tag = f'<span class="tag">{_h(role)} {_h(part.kind)}{" " + _h(part.label) if part.label else ""}</span>'
+    tag = (
+        f'<span class="tag">{_h(role)}'
+        f" {_h(part.kind)}{' ' + _h(part.label) if part.label else ''}</span>"
+    )
     body = "\n".join(html.escape(display(line), quote=True) for line in part.text.split("\n"))
     cut = (
         f'<p class="note">{part.cut} more characters not shown (over the read bounds).</p>'
@@ -507,7 +537,10 @@ def _part(role: str, part: conversation.Part, fold: bool = False) -> str:
     size = len(part.text) + part.cut
     if fold or size > FOLD_CHARS or part.text.count("\n") >= FOLD_LINES:
         first = display(part.text.split("\n", 1)[0])[:120]
-        return f'<details><summary>{tag} {html.escape(first, quote=True)} … ({size} characters)</summary><pre class="msg">{body}</pre>{cut}</details>'
+        return (
+            f"<details><summary>{tag} {html.escape(first, quote=True)} … ({size}"
+            f' characters)</summary><pre class="msg">{body}</pre>{cut}</details>'
+        )
     return f'<div>{tag}<pre class="msg">{body}</pre>{cut}</div>'
 
 
@@ -532,15 +565,24 @@ def _side(root: Path, path: str, entry: dict[str, Any] | None, where: str) -> by
     if entry is None or entry.get("kind") != "file":
         return None
     if not entry.get("sha256"):
-        return f"Not shown: the snapshot did not hash this file ({display(str(entry.get('note') or 'no hash'))})."
+        return (
+            "Not shown: the snapshot did not hash this file"
+            f" ({display(str(entry.get('note') or 'no hash'))})."
+        )
     try:
         content = confined.read_file(root, path, MAX_FILE_BYTES)
     except confined.TooLarge:
-        return f"Not shown: larger than {MAX_FILE_BYTES} bytes; the sizes and hashes above are the evidence."
+        return (
+            f"Not shown: larger than {MAX_FILE_BYTES} bytes; the sizes and hashes above are the"
+            " evidence."
+        )
     except OSError:
         return f"Not shown: {where} no longer holds this file as a plain file."
     if hashlib.sha256(content).hexdigest() != entry["sha256"]:
-        return f"Not shown: {where} no longer holds the content the snapshot hashed (a later task was committed, or it was edited); the hashes above are the evidence."
+        return (
+            f"Not shown: {where} no longer holds the content the snapshot hashed (a later task was"
+            " committed, or it was edited); the hashes above are the evidence."
+        )
     return content
 
 
@@ -548,13 +590,15 @@ def _diff_line(line: str) -> str:
     css = (
         "hunk"
         if line.startswith("@@")
-        else "file"
-        if line.startswith(("---", "+++"))
-        else "add"
-        if line.startswith("+")
-        else "del"
-        if line.startswith("-")
-        else "ctx"
+        else (
+            "file"
+            if line.startswith(("---", "+++"))
+            else "add"
+            if line.startswith("+")
+            else "del"
+            if line.startswith("-")
+            else "ctx"
+        )
     )
     return f'<span class="{css}">{_h(line) or " "}</span>'
 
@@ -579,7 +623,8 @@ def _entry_field(entry: dict[str, Any] | None, key: str) -> str:
 
 
 def _is_denied(record: dict[str, Any]) -> bool:
-    """A call the gate denied (or escalated), or a request refused before the gate (a path escape, a bad argument)."""
+    """A call the gate denied (or escalated), or a request refused before the gate (a path escape, a
+    bad argument)."""
     event = record.get("event")
     return event == "request_rejected" or (
         event in ("tool_call", "model_call") and record.get("decision") in _DENIED
@@ -605,14 +650,17 @@ def _verdict_banner(
 ) -> str:
     as_expected = expect == verdict
     expectation = (
-        f' <span class="{"ok" if as_expected else "bad"}">(the spec expects {_h(expect)}: {"as expected" if as_expected else "UNEXPECTED"})</span>'
+        f' <span class="{"ok" if as_expected else "bad"}">(the spec expects {_h(expect)}:'
+        f" {'as expected' if as_expected else 'UNEXPECTED'})</span>"
         if expect
         else ""
     )
     tasks = "".join(
-        f"<li>task <code>{_h(t.get('id'))}</code>: {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}"
+        f"<li>task <code>{_h(t.get('id'))}</code>:"
+        f" {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}"
         + (
-            f"; its verdict {_verdict_word(str(t['verdict']))} is attempt {_h(t.get('verdict_attempt'))}'s"
+            f"; its verdict {_verdict_word(str(t['verdict']))} is attempt"
+            f" {_h(t.get('verdict_attempt'))}'s"
             if t.get("verdict")
             else ""
         )
@@ -621,7 +669,8 @@ def _verdict_banner(
     )
     return (
         f"<header><h1>{_h(title)}</h1><p>spec <code>{_h(spec_name)}</code></p>"
-        f'<p class="verdict {_verdict_class(verdict)}">{_h(verdict.upper())}</p><p>{expectation}</p>'
+        '<p class="verdict'
+        f' {_verdict_class(verdict)}">{_h(verdict.upper())}</p><p>{expectation}</p>'
         + (f"<ul>{tasks}</ul>" if tasks else "")
         + "</header>"
     )
@@ -644,8 +693,8 @@ def _why(attempts: list[_Attempt], report: dict[str, Any]) -> str:
     head = "<section><h2>Why: the findings that decide the verdict</h2>" + causes
     if not rows:
         return (
-            head
-            + "<p>No finding above info: every change is attributed and every assertion held.</p></section>"
+            head + "<p>No finding above info: every change is attributed and every assertion"
+            " held.</p></section>"
         )
     return (
         head + _table(("attempt", "severity", "finding", "subject", "detail"), rows) + "</section>"
@@ -657,7 +706,8 @@ def _cause(attempt: dict[str, Any]) -> str:
     cause, the gate's first denial when the cause is something else, the agent's last lines."""
     reason = attempt["reason"]
     parts = [
-        f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says): {_h(reason.get("summary") or "no cause found in the records", displayed=True)}</p>'
+        f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says):'
+        f" {_h(reason.get('summary') or 'no cause found in the records', displayed=True)}</p>"
     ]
     denial = summary.gate_denial_line(reason)
     if denial:
@@ -683,7 +733,8 @@ def _subject(attempt: _Attempt, finding: dict[str, Any]) -> str:
 def _scopes(spec: dict[str, Any]) -> str:
     workspace = spec.get("workspace") or {}
     parts = [
-        '<section><h2>The spec\'s scopes</h2><table class="scopes"><tr><th>writable (direct edits allowed)</th><th>protected (any change is a breach)</th></tr><tr>'
+        '<section><h2>The spec\'s scopes</h2><table class="scopes"><tr><th>writable (direct edits'
+        " allowed)</th><th>protected (any change is a breach)</th></tr><tr>"
     ]
     for name in ("writable", "protected"):
         globs = [str(g) for g in workspace.get(name) or []]
@@ -697,7 +748,9 @@ def _scopes(spec: dict[str, Any]) -> str:
         parts.append(
             "<p>contract scope (what gateway calls may touch): "
             + ", ".join(f"<code>{_h(s)}</code>" for s in contract["scope"])
-            + f"; ratified by {_h(contract.get('ratified_by') or 'nobody (unratified: the gate denies every mutation)')}, proposed by {_h(contract.get('proposed_by'))}</p>"
+            + "; ratified by"
+            f" {_h(contract.get('ratified_by') or 'nobody (unratified: the gate denies every mutation)')},"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
+            f" proposed by {_h(contract.get('proposed_by'))}</p>"
         )
     return "".join(parts) + "</section>"
 
@@ -709,7 +762,10 @@ def _findings_table(findings: list[dict[str, Any]]) -> str:
         ("severity", "finding", "subject", "message", "attribution"),
         [
             (
-                f'<span class="{"dim" if f.get("severity") == "info" else "bad"}">{_h(f.get("severity"))}</span>',
+                (
+                    "<span"
+                    f' class="{"dim" if f.get("severity") == "info" else "bad"}">{_h(f.get("severity"))}</span>'  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
+                ),
                 _h(f.get("kind")),
                 f"<code>{_h(f.get('subject'))}</code>",
                 _h(f.get("message")),
@@ -785,7 +841,8 @@ def summary_page(path: Path) -> Page:
         head = f"merged from {runs}, from <code>{_h(data.get('source'))}</code>"
     else:
         head = (
-            f"suite run <code>{_h(data.get('suite_run_id'))}</code>, from <code>{_h(data.get('source'))}</code>"
+            f"suite run <code>{_h(data.get('suite_run_id'))}</code>, from"
+            f" <code>{_h(data.get('source'))}</code>"
             + (
                 f", shard {_h(shard.get('index'))} of {_h(shard.get('count'))}"
                 if isinstance(shard, dict)
@@ -827,7 +884,8 @@ def _summary_row(result: dict[str, Any]) -> _SuiteRow:
 
 
 def _suite_state(state: dict[str, Any]) -> str:
-    """A suite run's state, or a summary's (which has none of its own: finished once it has an end)."""
+    """A suite run's state, or a summary's (which has none of its own: finished once it has an
+    end)."""
     if "state" in state:
         return str(state["state"])
     return "finished" if state.get("finished_at") else "unfinished"
@@ -841,7 +899,8 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
     body = [
         f"<header><h1>{_h(title)}</h1><p>{head}</p>"
         f'<p class="verdict {"ok" if ok else "bad"}">{"AS EXPECTED" if ok else "UNEXPECTED"}</p>'
-        f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state {_h(_suite_state(state))}, "
+        f"<p>{sum(r.as_expected for r in rows)} of {len(rows)} specs as expected; state"
+        f" {_h(_suite_state(state))}, "
         f"started {_h(state.get('started_at'))}, finished {_h(state.get('finished_at') or '-')}</p>"
         f"{_metrics_line(rows)}</header>"
     ]
@@ -855,7 +914,10 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
     epochs = max((r.epoch for r in rows), default=1)
     table = [
         (
-            f'<span class="{"ok" if r.as_expected else "bad"}">{"✓" if r.as_expected else "✗"}</span>',
+            (
+                "<span"
+                f' class="{"ok" if r.as_expected else "bad"}">{"✓" if r.as_expected else "✗"}</span>'  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
+            ),
             f"<code>{_h(r.spec)}</code>" + (f" epoch {r.epoch}" if epochs > 1 else ""),
             _verdict_word(r.verdict or "not run"),
             _h(r.expect or "?"),
@@ -879,7 +941,8 @@ def _suite_document(suite: str, head: str, state: dict[str, Any], rows: list[_Su
             ),
             table,
         )
-        + '<p class="note">Each run id links its run\'s page, which <code>assure report html</code> writes beside this one.</p></section>'
+        + '<p class="note">Each run id links its run\'s page, which <code>assure report html</code>'
+        " writes beside this one.</p></section>"
     )
     return _document(f"assure {title}", "\n".join(body))
 
@@ -974,19 +1037,23 @@ def _outcome_chart(counts: dict[str, int]) -> str:
     top = max([1, *counts.values()])
     width, height, bar, gap, base = 420, 200, 50, 18, 170
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="outcomes">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0'
+        f' {width} {height}" role="img" aria-label="outcomes">'
     ]
     for i, key in enumerate(keys):
         x = 12 + i * (bar + gap)
         h = round(140 * counts.get(key, 0) / top)
         parts.append(
-            f'<rect x="{x}" y="{base - h}" width="{bar}" height="{h}" fill="{_COLOR[key]}"><title>{key}: {counts.get(key, 0)}</title></rect>'
+            f'<rect x="{x}" y="{base - h}" width="{bar}" height="{h}"'
+            f' fill="{_COLOR[key]}"><title>{key}: {counts.get(key, 0)}</title></rect>'
         )
         parts.append(
-            f'<text x="{x + bar / 2}" y="{base - h - 5}" text-anchor="middle" class="count">{counts.get(key, 0)}</text>'
+            f'<text x="{x + bar / 2}" y="{base - h - 5}" text-anchor="middle"'
+            f' class="count">{counts.get(key, 0)}</text>'
         )
         parts.append(
-            f'<text x="{x + bar / 2}" y="{base + 16}" text-anchor="middle">{key.replace("_", " ")}</text>'
+            f'<text x="{x + bar / 2}" y="{base + 16}"'
+            f' text-anchor="middle">{key.replace("_", " ")}</text>'
         )
     parts.append(f'<line x1="6" y1="{base}" x2="{width - 6}" y2="{base}" stroke="#888"/></svg>')
     return "".join(parts)
@@ -1004,15 +1071,17 @@ def _duration_chart(rows: list[_SuiteRow]) -> str:
     label_w, bar_w, row_h = 12 + 7 * min(32, max(len(n) for n in names)), 300, 22
     height = row_h * len(timed) + 10
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 70}" height="{height}" viewBox="0 0 {label_w + bar_w + 70} {height}" role="img" aria-label="durations">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 70}" height="{height}"'
+        f' viewBox="0 0 {label_w + bar_w + 70} {height}" role="img" aria-label="durations">'
     ]
-    for i, (r, name) in enumerate(zip(timed, names)):
+    for i, (r, name) in enumerate(zip(timed, names, strict=False)):
         y = 5 + i * row_h
         w = max(1, math.ceil(bar_w * (r.seconds or 0) / top))
         short = name if len(name) <= 32 else name[:31] + "…"
         color = _COLOR.get(r.verdict or "not_run", "#6e7781")
         parts.append(
-            f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html.escape(short, quote=True)}<title>{html.escape(name, quote=True)}</title></text>'
+            f'<text x="{label_w - 6}" y="{y + 15}"'
+            f' text-anchor="end">{html.escape(short, quote=True)}<title>{html.escape(name, quote=True)}</title></text>'  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
         )
         parts.append(
             f'<rect x="{label_w}" y="{y + 3}" width="{w}" height="{row_h - 6}" fill="{color}"/>'
@@ -1058,7 +1127,8 @@ def _table(head: Iterable[str], rows: list[tuple[str, ...]]) -> str:
         "<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows[:MAX_ROWS]
     ]
     more = (
-        f'<p class="note">{len(rows) - MAX_ROWS} more rows not shown (at most {MAX_ROWS} per table).</p>'
+        f'<p class="note">{len(rows) - MAX_ROWS} more rows not shown (at most {MAX_ROWS} per'
+        " table).</p>"
         if len(rows) > MAX_ROWS
         else ""
     )
@@ -1096,13 +1166,14 @@ svg text { font: 12px system-ui, sans-serif; fill: #1f2328; } svg text.count { f
 pre.msg { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa; border: 1px solid #d0d7de; padding: .3em .5em; margin: .2em 0 .5em; }
 details > summary { cursor: pointer; } details { margin: .2em 0; }
 :target { outline: 3px solid #0969da; }
-"""
+"""  # noqa: E501 -- a multi-line text whose lines are its content
 
 
 def _document(title: str, body: str) -> str:
     return (
-        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
-        f'<meta name="referrer" content="no-referrer">\n<title>{_h(title)}</title>\n<style>{_STYLE}</style></head>\n'
+        '<meta name="referrer"'
+        f' content="no-referrer">\n<title>{_h(title)}</title>\n<style>{_STYLE}</style></head>\n'
         f"<body>\n{body}\n</body></html>\n"
     )

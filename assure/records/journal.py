@@ -3,7 +3,8 @@ operators' `control/operator.jsonl` and each attempt's gateway journal.
 
 Every source is verified first (a streaming pass); a broken chain is reported, never
 silently merged. The query then streams the verified logs again and merges them by time, so
-memory holds one record per log, not the logs. The standard's gate events are derived from the gateway's `tool_call` records by decision, so
+memory holds one record per log, not the logs. The standard's gate events are derived from the
+gateway's `tool_call` records by decision, so
 `--event gate_denied` finds every denied call.
 """
 
@@ -81,7 +82,9 @@ def query(
 
 def detail(record: dict[str, Any], keys: tuple[str, ...]) -> str:
     """`key=value` for each of `keys` the record has, in words: a nested mapping (the host's
-    promote `decision`) as `key.field=value` for its plain fields, a list comma-joined, never a repr."""
+    promote `decision`) as `key.field=value` for its plain fields, a list comma-joined, never a
+    repr.
+    """
     parts = []
     for key in keys:
         value = record.get(key)

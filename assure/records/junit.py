@@ -1,4 +1,5 @@
-"""A summary as JUnit XML, for CI test reports: one testcase per run (spec, or sample, x epoch), a failure when the
+"""A summary as JUnit XML, for CI test reports: one testcase per run (spec, or sample, x epoch), a
+failure when the
 verdict is not the expected one, an error when it is `error`, skipped when it never ran.
 
 The shape is the common JUnit schema's (Ant's, as Jenkins' junit-10.xsd and pytest's xunit2

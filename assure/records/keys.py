@@ -141,7 +141,8 @@ def key_id(public_key: Ed25519PublicKey) -> str:
 def signature_problem(
     sig: dict[str, str], message: bytes, public_key: Ed25519PublicKey
 ) -> str | None:
-    """Why `sig` (as `signature` made it) is not `public_key`'s signature of `message`; None if it is."""
+    """Why `sig` (as `signature` made it) is not `public_key`'s signature of `message`; None if it
+    is."""
     expected = key_id(public_key)
     if sig["key_id"] != expected:
         return f"signed by key {sig['key_id']}, not by {expected} (the public key given)"
@@ -157,6 +158,7 @@ def signature_problem(
 
 
 def signature(message: bytes, private_key: Ed25519PrivateKey) -> dict[str, str]:
-    """`{alg, key_id, value}`: the signature of `message`, as receipts and the seal file carry it."""
+    """`{alg, key_id, value}`: the signature of `message`, as receipts and the seal file carry
+    it."""
     value = base64.b64encode(private_key.sign(message)).decode("ascii")
     return {"alg": ALG, "key_id": key_id(private_key.public_key()), "value": value}

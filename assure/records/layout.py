@@ -22,7 +22,9 @@ from pathlib import Path
 from assure.core import control
 
 SUITES = "suites"  # suite runs, beside the runs base
-POOL = ".pool"  # warm pools (run/pool.py), in the runs base: a claimed pair is renamed into a run, on one filesystem
+# warm pools (run/pool.py), in the runs base: a claimed pair is renamed into a run, on one
+# filesystem
+POOL = ".pool"
 ALERTS_SINK = "alerts.jsonl"  # the default JSON-lines alert sink, beside the runs base
 
 EVENTS_LOG = "events.jsonl"
@@ -37,8 +39,8 @@ VERDICT = "verdict.json"
 POST = "post.json"  # an attempt's POST snapshot: every file's digest as the verifier hashed it
 STATE = "state.json"  # a run's, and a suite run's
 LOCK = "lock"  # held by the one process driving a run, or a suite run
-VERIFIER_HEARTBEAT = (
-    "verifier.json"  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
+VERIFIER_HEARTBEAT = (  # in control/, where the gateway reads it (gateway.dispatch.VERIFIER_FILE)
+    "verifier.json"
 )
 GATEWAY_RUN_STATE = "gateway-state"
 IDEMPOTENCY_DB = "idempotency.sqlite"  # in gateway-state/
@@ -52,11 +54,22 @@ SLUG_MAX = 40  # characters of a task id kept, after encoding, in its file names
 DIGEST_CHARS = 12  # hex digits of the task id's SHA-256 that make its file names unique
 
 
+def mount_owner(point: Path, names: tuple[str, ...]) -> Path | None:
+    """The folder whose lock says whether someone owns the workspace mounted at `point`: the
+    run of `<run>/attempts/<n>/<name>` (an attempt's workspace or check copy), the pair of
+    `<runs>/.pool/<pool>/<pair>/<names[0]>` (a warm pool's); None for any other mount."""
+    if point.name in names and point.parent.parent.name == ATTEMPTS:
+        return point.parent.parent.parent
+    if point.name == names[0] and point.parent.parent.parent.name == POOL:
+        return point.parent.parent
+    return None
+
+
 def task_slug(task_id: str) -> str:
     """`<readable slug>-<sha256(task id)[:12]>`: a task's name in `receipts/`, `proposals/` and
     `promotions/` (task ids are hostile input): unique per id, never a path, never hidden."""
     readable = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")[:SLUG_MAX] or "task"
-    return f"{readable}-{hashlib.sha256(task_id.encode('utf-8', 'surrogatepass')).hexdigest()[:DIGEST_CHARS]}"
+    return f"{readable}-{hashlib.sha256(task_id.encode('utf-8', 'surrogatepass')).hexdigest()[:DIGEST_CHARS]}"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
 
 
 def receipt_filename(task_id: str) -> str:
@@ -141,7 +154,8 @@ class PromotionPaths:
 
     @property
     def staged(self) -> Path:
-        """The files being committed, as hashed and checked against POST (removed once committed)."""
+        """The files being committed, as hashed and checked against POST (removed once
+        committed)."""
         return self.root / "staged"
 
 
@@ -293,7 +307,8 @@ class RunPaths:
 
     @property
     def node_report(self) -> Path:
-        """In cluster mode, the report the node wrote; `report` is the one judged where it arrived."""
+        """In cluster mode, the report the node wrote; `report` is the one judged where it
+        arrived."""
         return self.root / "node-report.json"
 
     @property

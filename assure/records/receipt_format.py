@@ -361,7 +361,8 @@ def load_receipts(folder: Path) -> list[tuple[str, dict[str, Any]]]:
         fail_unless(
             entry.name == layout.receipt_filename(receipt["task"]["id"]),
             rel,
-            f"file name does not match task.id (expected {layout.receipt_filename(receipt['task']['id'])})",
+            "file name does not match task.id (expected"
+            f" {layout.receipt_filename(receipt['task']['id'])})",
         )
         found.append((entry.name, receipt))
     return found

@@ -31,7 +31,7 @@ from assure.records.seal import chain_logs, merkle_root, read_chain
 from assure.textsafe import display
 
 
-class Outcome(str, Enum):
+class Outcome(str, Enum):  # noqa: UP042 -- StrEnum's str() and format() differ; reports print these
     PASSED = "passed"
     NOT_RUN = "NOT-RUN"
 
@@ -107,9 +107,10 @@ def _verify_changeset(run_dir: Path, rel: str, changeset: dict[str, Any]) -> Non
         ) from None
     if applied.digest(now) == changeset["sha256"] and len(changes) == changeset["changes"]:
         return
-    # some differences may be the copy-out's own gaps (NOT_COPIED then too): name a changed entry first
+    # some differences may be the copy-out's own gaps (NOT_COPIED then too): name a changed entry
+    # first
     differs = sorted(
-        ((then, there) for then, there in zip(said, now) if then != there),
+        ((then, there) for then, there in zip(said, now, strict=False) if then != there),
         key=lambda pair: pair[1].kind == applied.NOT_COPIED,
     )
     if not differs:
@@ -122,7 +123,8 @@ def _verify_changeset(run_dir: Path, rel: str, changeset: dict[str, Any]) -> Non
     raise ReceiptError(
         7,
         f"{workspace_rel}/{display(then.path)}",
-        f"differs from what {rel} vouches for ({_said(then)} then, {_said(there)} now): the workspace copy was changed",
+        f"differs from what {rel} vouches for ({_said(then)} then, {_said(there)} now): the"
+        " workspace copy was changed",
     )
 
 
@@ -268,7 +270,8 @@ def verify_run(run_dir: str | os.PathLike[str], public_key: Ed25519PublicKey | N
             _verify_changeset(run_dir, f"{RECEIPTS_DIR}/{name}", receipt["changeset"])
         passed(
             7,
-            f"{len(vouched)} changesets, {sum(r['changeset']['changes'] for _, r in vouched)} changed paths",
+            f"{len(vouched)} changesets, {sum(r['changeset']['changes'] for _, r in vouched)}"
+            " changed paths",
         )
 
     return Report(

@@ -101,7 +101,8 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
         if hidden:
             parts.append(
                 Text(
-                    f"  {hidden} attributed or informational findings hidden (use -v, or `assure diff`)",
+                    f"  {hidden} attributed or informational findings hidden (use -v, or `assure"
+                    " diff`)",
                     style="dim",
                 )
             )
@@ -109,7 +110,9 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
             claim = attempt["claim"]
             parts.append(
                 Text(
-                    f"  agent's claim (narrative, not evidence): {display(str(claim.get('status')))}: {display(str(claim.get('summary', '')))[:200]}",
+                    "  agent's claim (narrative, not evidence):"
+                    f" {display(str(claim.get('status')))}:"
+                    f" {display(str(claim.get('summary', '')))[:200]}",
                     style="italic dim",
                 )
             )
@@ -141,7 +144,8 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
         )
     if expect:
         title.append(
-            f"  (spec expects {expect}: {'as expected' if expect == report['verdict'] else 'UNEXPECTED'})",
+            f"  (spec expects {expect}:"
+            f" {'as expected' if expect == report['verdict'] else 'UNEXPECTED'})",
             style="green" if expect == report["verdict"] else "bold red",
         )
     parts.append(Text(f"run directory: {display(run_dir)}", style="dim"))

@@ -121,7 +121,8 @@ def write_seal(
     seal: dict[str, Any],
     private_key: Ed25519PrivateKey | None = None,
 ) -> Path:
-    """Write `receipts/seal.json`: the seal and the receipts issued under it, signed if a key is given.
+    """Write `receipts/seal.json`: the seal and the receipts issued under it, signed if a key is
+    given.
 
     Call it after the last `write_receipt`: it lists every receipt in `receipts/` and refuses
     one that does not carry this seal.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import secrets
@@ -24,7 +23,7 @@ from typing import Any
 
 from assure.core import atomic, control, private
 from assure.core.chain import ChainWriter
-from assure.errors import RunDirError, unreadable
+from assure.errors import RunDirError, read_json
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
 from assure.records.states import RUN_OVER
 
@@ -82,23 +81,6 @@ def write_json(path: Path, data: Any, *, mode: int = private.FILE_MODE) -> None:
     """A run-directory JSON file, written atomically (`core.atomic`): the invoking user's
     alone unless `mode` says a container reads it through its mount."""
     atomic.write_json(path, data, mode=mode)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise RunDirError(
-            f"missing {path.name}",
-            where=str(path),
-            fix="is this a run directory made by `assure run`?",
-        ) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunDirError(f"unreadable {path.name}: {unreadable(exc)}", where=str(path)) from exc
-    except ValueError as exc:
-        raise RunDirError(f"unreadable {path.name}: not JSON ({exc})", where=str(path)) from exc
-    except RecursionError:  # `[[[[...` nested deeper than the parser goes: hostile, never a crash
-        raise RunDirError(f"unreadable {path.name}: nested too deeply", where=str(path)) from None
 
 
 class RunDir:
@@ -190,8 +172,8 @@ class RunDir:
             state is None and self.paths.seal.exists()
         ):  # a resumed run's old seal does not close it
             raise RunDirError(
-                f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed logs, "
-                "and `assure receipts verify` would then fail",
+                f"run {self.run_id} is {state or 'sealed'}: {doing} would append to its sealed"
+                " logs, and `assure receipts verify` would then fail",
                 where=str(self.path),
                 fix=instead,
             )
@@ -199,11 +181,12 @@ class RunDir:
     def override(
         self, actor: str, *, halt: bool | None = None, dial: str | None = None
     ) -> control.Override:
-        """An operator's halt or dial for this run; refused once the run is over (`require_open`)."""
+        """An operator's halt or dial for this run; refused once the run is over
+        (`require_open`)."""
         doing = "a halt" if halt else f"a dial to {dial}"
         instead = (
-            "nothing is left to halt or dial: the run is over; to commit a proposed result under another dial, "
-            f"`assure promote {self.run_id} --dial LEVEL`"
+            "nothing is left to halt or dial: the run is over; to commit a proposed result under"
+            f" another dial, `assure promote {self.run_id} --dial LEVEL`"
         )
         return control.request(
             self.control_dir,
@@ -227,7 +210,9 @@ class Busy(RunDirError):
 @contextlib.contextmanager
 def exclusive(folder: Path, what: str) -> Iterator[None]:
     """One process drives a run (or a suite run) at a time: a second one, or a resume while the
-    first lives, is refused. The lock is `folder/lock` (`layout.LOCK`), released when the process dies."""
+    first lives, is refused. The lock is `folder/lock` (`layout.LOCK`), released when the process
+    dies.
+    """
     with open(folder / LOCK, "a+") as fh:
         deadline = time.monotonic() + PROBE_GRACE_SECONDS
         while True:

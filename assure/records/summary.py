@@ -23,8 +23,8 @@ from assure import spec as spec_mod
 from assure.core import atomic
 from assure.errors import AssureError, RunDirError
 from assure.records import layout, store
-from assure.records.states import shown_verdict
 from assure.records.layout import RunPaths, SuitePaths
+from assure.records.states import shown_verdict
 from assure.textsafe import agent_quoted
 from assure.verify.findings import VERDICT_ORDER, as_expected, standing
 
@@ -37,7 +37,8 @@ _HEAVIEST_FIRST = [v.value for v in VERDICT_ORDER]
 
 
 class SuiteLike(Protocol):
-    """What a summary needs of a loaded suite (`run.suite.Suite`): the whole suite, every spec in order."""
+    """What a summary needs of a loaded suite (`run.suite.Suite`): the whole suite, every spec in
+    order."""
 
     name: str
     path: Path
@@ -64,7 +65,8 @@ def run_document(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
-    """One spec's result, from its run directory alone (`spec.json`, `state.json`, `report.json`)."""
+    """One spec's result, from its run directory alone (`spec.json`, `state.json`,
+    `report.json`)."""
     paths = RunPaths(run_dir)
     spec = store.read_json(paths.spec_json)
     if not isinstance(spec, dict) or not all(
@@ -79,7 +81,10 @@ def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
     except RunDirError as exc:
         report, error = (
             None,
-            f"no verdict: {exc.message} (run state {state.get('state', 'unknown')}{_because(state)})",
+            (
+                f"no verdict: {exc.message} (run state"
+                f" {state.get('state', 'unknown')}{_because(state)})"
+            ),
         )
     sample = spec.get("sample")
     return {
@@ -137,7 +142,8 @@ def _result(
 
 
 def _as_expected(verdict: str | None, expect: str, findings: Iterable[dict[str, Any]]) -> bool:
-    """`findings.as_expected` on findings as a summary lists them: an expected breach is one of covert changes only."""
+    """`findings.as_expected` on findings as a summary lists them: an expected breach is one of
+    covert changes only."""
     return as_expected(
         verdict, expect, ((str(f.get("kind")), str(f.get("severity"))) for f in findings)
     )
@@ -163,7 +169,8 @@ def standing_attempts(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    """Above-info findings of the attempt that stands for each task: the ones the verdict follows from."""
+    """Above-info findings of the attempt that stands for each task: the ones the verdict follows
+    from."""
     for attempt in standing_attempts(report):
         for f in attempt["findings"]:
             if f["severity"] != "info":
@@ -190,7 +197,9 @@ def _reason(
     if verdict is None:
         return _line(error or "not run")
     why = attempt_reason(report)
-    if why:  # the likeliest cause, read from the records (run/reasons.py): a missing script, the gate's first denial, ...
+    # the likeliest cause, read from the records (run/reasons.py): a missing script, the gate's
+    # first denial, ...
+    if why:
         return _line(why)
     heaviest = next(
         (f for f in findings if f["severity"] == verdict), findings[0] if findings else None
@@ -207,7 +216,9 @@ def _reason(
 
 def attempt_reason(report: dict[str, Any] | None) -> str | None:
     """The reason summary (run/reasons.py: a breach's heaviest finding, a command not found, the
-    gate's first denial, ...) of the heaviest attempt that stands for a task, or None when none has one."""
+    gate's first denial, ...) of the heaviest attempt that stands for a task, or None when none
+    has one.
+    """
     return next(
         (
             a["reason"]["summary"]
@@ -235,11 +246,15 @@ def gate_denial_line(reason: dict[str, Any]) -> str | None:
 def denial_line(denial: dict[str, Any]) -> str:
     """The gate's first denial in one line (run/reasons.py's `gate_denial`, whose strings are
     escaped already): the tool and the path are the agent's, quoted; the rule is the gate's.
-    The gate's message quotes the agent's arguments, so it is evidence beside the line, never in it."""
+    The gate's message quotes the agent's arguments, so it is evidence beside the line, never in it.
+    """
     target = f" on {agent_quoted(str(denial['path']), shown=True)}" if denial.get("path") else ""
     denied = denial.get("denied")
     more = f" ({denied} calls denied)" if isinstance(denied, int) and denied > 1 else ""
-    return f"the gate denied {agent_quoted(str(denial.get('tool')), shown=True)}{target}: {denial.get('rule')}{more}"
+    return (
+        f"the gate denied {agent_quoted(str(denial.get('tool')), shown=True)}{target}:"
+        f" {denial.get('rule')}{more}"
+    )
 
 
 def _line(text: str) -> str:
@@ -315,7 +330,9 @@ def _suite_result(
     overruled = entry.get("node_finding") or (
         entry.get("reason") if entry.get("verdict") == "error" else None
     )
-    if overruled:  # cluster mode: the caller's verdict (error for a node that disagreed or was lost, breach for one it claimed) overrules the run dir's
+    # cluster mode: the caller's verdict (error for a node that disagreed or was lost, breach for
+    # one it claimed) overrules the run dir's
+    if overruled:
         verdict = entry["verdict"] if entry.get("verdict") in VERDICTS else "error"
         result.update(verdict=verdict, reason=_line(f"node: {overruled}"))
         if not result["findings"] and entry.get(
@@ -376,9 +393,11 @@ def recorded_results(
 def placement_lines(placed: dict[str, Any]) -> list[str]:
     """`_placement` as lines: where the spec ran, then each lost attempt (when, where, why)."""
     return [
-        "ran: here on the caller"
-        if placed["where"] == "here"
-        else f"ran: on node {placed['node'] or 'unknown'}",
+        (
+            "ran: here on the caller"
+            if placed["where"] == "here"
+            else f"ran: on node {placed['node'] or 'unknown'}"
+        ),
         *(
             f"lost: attempt {loss['attempt']} at {loss['at']} on node {loss['node'] or 'unknown'}"
             f" ({loss['cause']}: {loss['error']})"
@@ -387,7 +406,9 @@ def placement_lines(placed: dict[str, Any]) -> list[str]:
     ]
 
 
-LOST_MAX = 10  # lost submissions a result lists (a spec's verdict is error after 3: more is a state written by hand)
+# lost submissions a result lists (a spec's verdict is error after 3: more is a state written by
+# hand)
+LOST_MAX = 10
 
 
 def placement(entry: dict[str, Any]) -> dict[str, Any] | None:
@@ -403,9 +424,11 @@ def placement(entry: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "where": "here" if entry.get("where") == "here" else "node",
         "node": shown(entry.get("node")),
-        "queued_seconds": entry["queued_seconds"]
-        if isinstance(entry.get("queued_seconds"), (int, float))
-        else None,
+        "queued_seconds": (
+            entry["queued_seconds"]
+            if isinstance(entry.get("queued_seconds"), (int, float))
+            else None
+        ),
         "here_because": [_line(str(w)) for w in entry.get("here_because") or []][:5],
         "lost": [
             {
@@ -564,7 +587,8 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 
 def problems(doc: Any) -> list[str]:
-    """Every way `doc` departs from specs/report.schema.json, as `field: message`, in document order."""
+    """Every way `doc` departs from specs/report.schema.json, as `field: message`, in document
+    order."""
     found = []
     for e in _validator().iter_errors(doc):
         found.append((list(e.absolute_path), f"{_field(e.absolute_path)}: {e.message}"))
@@ -587,7 +611,10 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     """One suite's summary from the summaries of its shards (`(file, document)` each): counts
     recomputed, results in suite order, `shard` null. Refuses what is not exactly the N shards
     of one suite, naming the file and what is wrong."""
-    fix = "pass the summaries `assure suite --shard K/N --summary FILE` wrote, one for each K of the same suite"
+    fix = (
+        "pass the summaries `assure suite --shard K/N --summary FILE` wrote, one for each K of the"
+        " same suite"
+    )
     if not docs:
         raise AssureError("nothing to merge", fix=fix)
     for where, doc in docs:
@@ -597,15 +624,20 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             raise AssureError(
                 f"not a summary this assure reads: {found[0]}{more}",
                 where=where,
-                fix="regenerate it with this version of assure (`assure suite ... --summary FILE`); the format is specs/report.schema.json",
+                fix=(
+                    "regenerate it with this version of assure (`assure suite ... --summary FILE`);"
+                    " the format is specs/report.schema.json"
+                ),
             )
         if doc["kind"] != "suite":
             raise AssureError("a run's summary, not a suite's", where=where, fix=fix)
         if doc["merged_from"] is not None or doc["shard"] is None:
             raise AssureError(
-                "already merged"
-                if doc["merged_from"]
-                else "the summary of a whole suite run, not of a shard",
+                (
+                    "already merged"
+                    if doc["merged_from"]
+                    else "the summary of a whole suite run, not of a shard"
+                ),
                 where=where,
                 fix=fix,
             )
@@ -614,7 +646,8 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
         if (doc["suite"], doc["suite_digest"]) != (first["suite"], first["suite_digest"]):
             same_name = doc["suite"] == first["suite"]
             raise AssureError(
-                f"summaries of different suites: {first_file} is of suite {first['suite']!r}, {where} of "
+                f"summaries of different suites: {first_file} is of suite {first['suite']!r},"
+                f" {where} of "
                 + (
                     f"a changed {doc['suite']!r} (its specs differ)"
                     if same_name
@@ -625,7 +658,8 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             )
         if doc["shard"]["count"] != first["shard"]["count"]:
             raise AssureError(
-                f"split {doc['shard']['count']} ways, but {first_file} {first['shard']['count']} ways",
+                f"split {doc['shard']['count']} ways, but {first_file} {first['shard']['count']}"
+                " ways",
                 where=where,
                 fix=fix,
             )
@@ -654,17 +688,21 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             trial = (r["position"], r.get("epoch", 1))
             if trial in seen:
                 raise AssureError(
-                    f"spec {r['spec']!r} (position {r['position']}, epoch {trial[1]}) is in two shards: {seen[trial]} and {where}",
+                    f"spec {r['spec']!r} (position {r['position']}, epoch {trial[1]}) is in two"
+                    f" shards: {seen[trial]} and {where}",
                     where=where,
                     fix=fix,
                 )
             seen[trial] = where
-            # recomputed: a shard's word is not taken, except that it may say unexpected (its findings may be cut short)
+            # recomputed: a shard's word is not taken, except that it may say unexpected (its
+            # findings may be cut short)
             results.append(
                 {
                     **r,
-                    "as_expected": _as_expected(r["verdict"], r["expect"], r["findings"])
-                    and r["as_expected"] is True,
+                    "as_expected": (
+                        _as_expected(r["verdict"], r["expect"], r["findings"])
+                        and r["as_expected"] is True
+                    ),
                 }
             )
     results.sort(key=lambda r: (r["position"], r.get("epoch", 1)))
@@ -675,7 +713,8 @@ def merge(docs: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     ]
     if uncovered:
         raise AssureError(
-            f"no shard has the spec{'s' if len(uncovered) > 1 else ''} at position {', '.join(map(str, uncovered))} of the suite's {first['suite_size']}",
+            f"no shard has the spec{'s' if len(uncovered) > 1 else ''} at position"
+            f" {', '.join(map(str, uncovered))} of the suite's {first['suite_size']}",
             fix=fix,
         )
     finished = [d["finished_at"] for _, d in ordered]

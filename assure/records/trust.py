@@ -246,15 +246,18 @@ def apply(
         "scope": entry["scope"],
         "from": before["level"],
         "to": after["level"],
-        "why": after["why"]
-        if after["level"] > before["level"]
-        else f"{entry['outcome']}: {why or entry['attempt']}",
+        "why": (
+            after["why"]
+            if after["level"] > before["level"]
+            else f"{entry['outcome']}: {why or entry['attempt']}"
+        ),
         "receipts": after["counted"] if after["level"] > before["level"] else [digest],
     }
 
 
 def receipt_problem(receipt: Any, public: Ed25519PublicKey) -> str | None:
-    """Why `receipt` does not count (unsigned, another key, forged, no trust field); None: it does."""
+    """Why `receipt` does not count (unsigned, another key, forged, no trust field); None: it
+    does."""
     try:
         check_receipt(receipt, "receipt")
     except ReceiptError as exc:
@@ -268,7 +271,8 @@ def receipt_problem(receipt: Any, public: Ed25519PublicKey) -> str | None:
 
 
 def level(ks: dict[str, Any] | None, now: float) -> dict[str, Any]:
-    """The level one (agent, scope) holds at `now`, why, what would change it, the receipts counted."""
+    """The level one (agent, scope) holds at `now`, why, what would change it, the receipts
+    counted."""
     if ks is None or not ks.get("policy"):
         return {
             "level": gate.PROPOSE,
@@ -284,20 +288,35 @@ def level(ks: dict[str, Any] | None, now: float) -> dict[str, Any]:
         last = falls[-1]
         return {
             "level": gate.PROPOSE,
-            "why": f"{len(falls)} breach(es) in the window (last: {last[2]}, receipt {last[0][:16]}), more than the {p.breaches} the policy allows",
+            "why": (
+                f"{len(falls)} breach(es) in the window (last: {last[2]}, receipt {last[0][:16]}),"
+                f" more than the {p.breaches} the policy allows"
+            ),
             "counted": [],
-            "next": f"the breach leaves the window at {_iso(falls[-1 - p.breaches][1] + p.window)}, then {p.after} verified passes",
+            "next": (
+                f"the breach leaves the window at {_iso(falls[-1 - p.breaches][1] + p.window)},"
+                f" then {p.after} verified passes"
+            ),
         }
     if len(counted) >= p.after:
         return {
             "level": p.max,
-            "why": f"{len(counted)} verified passes in the window since the last breach (the policy asks {p.after})",
+            "why": (
+                f"{len(counted)} verified passes in the window since the last breach (the policy"
+                f" asks {p.after})"
+            ),
             "counted": [x[0] for x in counted],
-            "next": f"any breach, quarantine or unverified receipt drops it to propose; the oldest counted pass leaves the window at {_iso(counted[-p.after][1] + p.window)}",
+            "next": (
+                "any breach, quarantine or unverified receipt drops it to propose; the oldest"
+                f" counted pass leaves the window at {_iso(counted[-p.after][1] + p.window)}"
+            ),
         }
     return {
         "level": gate.PROPOSE,
-        "why": f"{len(counted)} of the {p.after} verified passes the policy asks, in the window since the last breach",
+        "why": (
+            f"{len(counted)} of the {p.after} verified passes the policy asks, in the window since"
+            " the last breach"
+        ),
         "counted": [x[0] for x in counted],
         "next": f"{p.after - len(counted)} more verified pass(es) within {p.window:.0f} s",
     }
@@ -322,7 +341,8 @@ class Ledger:
         return cls(Path(runs_base) / layout.TRUST, public)
 
     def state(self, now: float | None = None) -> dict[str, Any]:
-        """The state after the ledger's last entry: the checkpoint, checked, plus what follows it."""
+        """The state after the ledger's last entry: the checkpoint, checked, plus what follows
+        it."""
         now = time.time() if now is None else now
         state, offset, last = self._checkpoint()
         if offset == 0 and not os.path.lexists(self.path):
@@ -331,14 +351,16 @@ class Ledger:
             size = os.fstat(f.fileno()).st_size
             if size < offset:
                 raise TrustError(
-                    f"{self.path}: {size} bytes, shorter than the {offset} its checkpoint signed (truncated)"
+                    f"{self.path}: {size} bytes, shorter than the {offset} its checkpoint signed"
+                    " (truncated)"
                 )
             if state["entries"]:
                 f.seek(last)
                 line = f.read(offset - last)
                 if hashlib.sha256(line.rstrip(b"\n")).hexdigest() != state["head"]:
                     raise TrustError(
-                        f"{self.path}: entry {state['entries'] - 1} is not the one its checkpoint signed (rolled back or rewritten)"
+                        f"{self.path}: entry {state['entries'] - 1} is not the one its checkpoint"
+                        " signed (rolled back or rewritten)"
                     )
             f.seek(offset)
             for raw in _lines(f, size - offset):
@@ -444,7 +466,8 @@ def verify_ledger(
                     or (n and hashes[n - 1] != pin.get("head"))
                 ):
                     raise TrustError(
-                        f"entry {entry['seq']}: its receipt pins ledger head {n}, which this ledger does not have there (rolled back or forked)"
+                        f"entry {entry['seq']}: its receipt pins ledger head {n}, which this ledger"
+                        " does not have there (rolled back or forked)"
                     )
             hashes.append(state["head"])
             if change:

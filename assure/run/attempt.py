@@ -28,9 +28,8 @@ from typing import Any
 from assure.core import confined, control, private
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
-from assure.ops import health
-from assure.records import store, trust
-from assure.records.attempt_record import AttemptRecord, ContainerFacts
+from assure.records import health, store, trust
+from assure.records.attempt_record import AttemptRecord
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run import pool as warm
 from assure.run.stop import INTERRUPTED, StopReason
@@ -43,6 +42,7 @@ from assure.textsafe import display
 from assure.verify import assertions, judge
 from assure.verify import sqlite as sqlite_verify
 from assure.verify.container import EXPECTED_PATHS, layer_changes
+from assure.verify.facts import ContainerFacts
 from assure.verify.findings import Finding, Kind, verdict
 from assure.verify.snapshot import Snapshot, take
 
@@ -165,9 +165,11 @@ class Attempt:
         self._journal_read = self._tool_calls = 0
         self.egress = modelaccess.egress(spec)
         self.lease: uids.Lease | None = (
-            None  # the attempt's user: leased in prepare (or the claimed pair's), released at the end
+            # the attempt's user: leased in prepare (or the claimed pair's), released at the end
+            None
         )
-        self._stranded = False  # cleanup could not remove (or list) a container of the attempt: its user is not given back
+        # cleanup could not remove (or list) a container of the attempt: its user is not given back
+        self._stranded = False
         self.model = modelaccess.ModelAccess(
             spec.model, spec.path.parent, self.paths.gateway_config, -1, -1
         )  # its ids: the lease's
@@ -183,9 +185,13 @@ class Attempt:
         self._copy_report: confined.CopyReport | None = None
         try:
             return self._execute(facts)
-        finally:  # every container of the attempt, checks included, is gone: its user goes back. A container cleanup
-            # could not remove may still run as that uid (and /proc does not show a remapped one): the lease's lock
-            # stays held, by this process, until it exits (the kernel drops the flock then); `assure gc` removes the container
+        # every container of the attempt, checks included, is gone: its user goes back. A container
+        # cleanup
+        finally:
+            # could not remove may still run as that uid (and /proc does not show a remapped one):
+            # the lease's lock
+            # stays held, by this process, until it exits (the kernel drops the flock then); `assure
+            # gc` removes the container
             if self.lease is not None and not self._stranded:
                 self.lease.release()
 
@@ -213,7 +219,8 @@ class Attempt:
         facts["timings"] = self.timings
         written = {**facts, "timings": dict(self.timings)}  # as container.json holds them
         self._total("record", lambda: store.write_json(self.paths.container, written), facts)
-        # a failure to write container.json is in the record's harness errors: never judged as a pass
+        # a failure to write container.json is in the record's harness errors: never judged as a
+        # pass
         record = AttemptRecord.collected(
             self.paths,
             ContainerFacts({**written, "harness_errors": list(facts["harness_errors"])}),
@@ -239,7 +246,8 @@ class Attempt:
             lambda: store.write_json(self.paths.verdict, record.verdict_json()),
             facts,
         ):
-            # no verdict.json: the run directory cannot show this judgement, so nothing may act on it
+            # no verdict.json: the run directory cannot show this judgement, so nothing may act on
+            # it
             failed = Finding(Kind.HARNESS_ERROR, "harness", facts["harness_errors"][-1])
             record = record.judged(
                 judgement.with_finding(failed, hostile=self.spec.hostile), record.judged_at
@@ -392,8 +400,9 @@ class Attempt:
                 os.strerror(errno.ENOSPC) in exc.message
             ):  # the copy's report names the error of each entry
                 raise SandboxError(
-                    f"the fixture {self.spec.workspace.fixture} does not fit in the workspace filesystem "
-                    f"({self.spec.limits.disk}, {self.spec.limits.inodes} inodes): {exc.message}",
+                    f"the fixture {self.spec.workspace.fixture} does not fit in the workspace"
+                    f" filesystem ({self.spec.limits.disk}, {self.spec.limits.inodes} inodes):"
+                    f" {exc.message}",
                     where="limits.disk",
                     fix="raise limits.disk or limits.inodes in the spec",
                 ) from exc
@@ -457,7 +466,8 @@ class Attempt:
                     into=True,
                     what="the agent files",
                 )
-            # what a cold agent's container is given (hardening.agent_request): assure's own HOME and
+            # what a cold agent's container is given (hardening.agent_request): assure's own HOME
+            # and
             # socket over the spec's, exported again over the pooled container's same base values
             warm.write_claim(
                 p.root / warm.CLAIM,
@@ -550,7 +560,8 @@ class Attempt:
         )  # assure's agent image, with the spec's agent.install if any
         # The stock agent image (a /bin/bash, no entrypoint) under runc starts while the gateway
         # boots, its command gated on the gateway's socket, which is bound only once the journal
-        # is open. Another image or runtime is created meanwhile and started once the gateway is ready.
+        # is open. Another image or runtime is created meanwhile and started once the gateway is
+        # ready.
         gated = self.spec.agent.image == AGENT_IMAGE_ALIAS and not runtimes.socket_on_host(
             self.spec.sandbox.runtime
         )
@@ -602,7 +613,8 @@ class Attempt:
         attempt's agent container. No id came back: the create (or the start, whose container
         `start_container` removes) failed, and nothing started it. An id: as the engine
         inspects it (a pooled agent was started by the pool; an engine that cannot answer is
-        believed to have started it). Only the harness and the engine decide this, never the agent."""
+        believed to have started it). Only the harness and the engine decide this, never the agent.
+        """
         if self._pair is not None or self._agent_started_at is not None:
             return True
         agent = getattr(self, "_agent", None)
@@ -737,7 +749,8 @@ class Attempt:
         }
 
     def _budget_breached(self) -> dict[str, Any] | None:
-        """The gateway writes `breach.json` when a budget counter runs out (its content is the gateway's)."""
+        """The gateway writes `breach.json` when a budget counter runs out (its content is the
+        gateway's)."""
         try:
             data = json.loads(self.paths.breach.read_text(encoding="utf-8"))
         except FileNotFoundError:

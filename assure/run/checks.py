@@ -2,7 +2,8 @@
 
 The command sees a throwaway copy of the POST workspace (made by `confined.copy_tree`: links
 recreated, never followed; FIFOs, sockets and devices left out; sparse files kept sparse) in
-which every protected path is put back as the fixture has it, so tests the agent edited are never the tests that judge
+which every protected path is put back as the fixture has it, so tests the agent edited are never
+the tests that judge
 it. The container has no network, a read-only root and its own limits. Results go to
 `commands.json` with the digest of the POST snapshot they ran on; the verifier accepts a
 result only for that exact snapshot.
@@ -126,19 +127,19 @@ def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | N
     """Why a check must not run on this copy: it would judge a tree that POST does not describe."""
     if left_behind:  # the copy-out of the attempt's filesystem refused these: workspace/ lacks them
         return (
-            "the run directory's workspace/ lacks entries of POST (a limit of the copy-out: more data than limits.disk once "
-            "hard links are copied apart, or too many entries): "
+            "the run directory's workspace/ lacks entries of POST (a limit of the copy-out: more"
+            " data than limits.disk once hard links are copied apart, or too many entries): "
             + ", ".join(display(r) for r in left_behind[:5])
         )
     if report.refused:
         return (
-            f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data bytes allow: "
-            + ", ".join(display(r) for r in report.refused[:5])
+            f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data"
+            " bytes allow: " + ", ".join(display(r) for r in report.refused[:5])
         )
     if report.left_out:
         return (
-            "the check copy left entries out (its filesystem is full: hard links are copied apart): "
-            + "; ".join(f"{display(rel)}: {why}" for rel, why in report.skipped[:5])
+            "the check copy left entries out (its filesystem is full: hard links are copied"
+            " apart): " + "; ".join(f"{display(rel)}: {why}" for rel, why in report.skipped[:5])
         )
     return None
 

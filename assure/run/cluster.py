@@ -24,12 +24,14 @@ of a cluster must be machines you would run `assure run` on.
 Every node task starts a watchdog of its own (`watch`), which outlives the task's worker: when the
 worker is gone without ending it, or outlives the spec's whole budget, the sandbox it made is
 removed on its node as `assure gc` would, so no agent runs on when the driver that enforces its
-deadline is gone. A node lost mid-run (its raylet killed, the machine gone) loses the attempt it ran: the spec
+deadline is gone. A node lost mid-run (its raylet killed, the machine gone) loses the attempt it
+ran: the spec
 is submitted again, to any node, and its run continues with the next attempt number; a breach
 its node claimed before it was lost stands whatever the next node finds. A task
 that outlives its spec's whole budget (every task's attempts at the wall deadline, plus
 `GRACE_SECONDS`), counted from its start on the node (the node tells the caller's `Claims`;
-time in Ray's queue is not the spec's), is cancelled and counted as lost the same way. The suite run's `state.json`
+time in Ray's queue is not the spec's), is cancelled and counted as lost the same way. The suite
+run's `state.json`
 is write-ahead as for a local suite, so a caller killed with kill -9 continues with the same
 command; Ray ends the tasks of a driver that died, so every spec that was in flight runs again,
 one attempt number on.
@@ -91,10 +93,14 @@ MAX_LOST = (
     3  # submissions of one spec lost with their node (or cancelled) before its verdict is error
 )
 QUEUED = float("inf")  # the deadline of a task its node has not started yet
-GRACE_SECONDS = 600  # beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy node)
+# beyond a spec's whole budget before its task is cancelled (an image built on first use, a busy
+# node)
+GRACE_SECONDS = 600
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
-SCRATCH = "assure-node-"  # prefix of a task's scratch folder in its node's temp folder, locked while the task lives
-PROBE_SECONDS = 3  # for the cluster's address to answer as an HTTP/2 (gRPC) server, before Ray is asked to join it
+# prefix of a task's scratch folder in its node's temp folder, locked while the task lives
+SCRATCH = "assure-node-"
+# for the cluster's address to answer as an HTTP/2 (gRPC) server, before Ray is asked to join it
+PROBE_SECONDS = 3
 JOIN_SECONDS = 20  # for Ray to join a cluster whose address answered
 
 
@@ -119,7 +125,8 @@ def _finding(f: Any) -> dict[str, str]:
         kind = Kind(f.get("kind"))
     except ValueError:
         raise ArrivalError(
-            f"a finding in the node's message has an unknown kind: {display(str(f.get('kind')))[:80]}"
+            "a finding in the node's message has an unknown kind:"
+            f" {display(str(f.get('kind')))[:80]}"
         ) from None
     return {
         "kind": kind.value,
@@ -167,7 +174,8 @@ class NodeMessage:
 
     @classmethod
     def decode(cls, data: Any) -> NodeMessage:
-        """A message from a node, checked: bounded bytes, a known verdict, findings of known kinds."""
+        """A message from a node, checked: bounded bytes, a known verdict, findings of known
+        kinds."""
         if not isinstance(data, bytes) or len(data) > MAX_MESSAGE_BYTES:
             raise ArrivalError(f"its message is not at most {MAX_MESSAGE_BYTES} bytes")
         try:
@@ -206,7 +214,8 @@ class Claims:
         self.starts: list[tuple[str, int, str, float]] = []
 
     def start(self, run_id: str, attempt: int, node_id: str) -> None:
-        """A task began on its node: when, by this (the caller's) machine's clock, never the node's."""
+        """A task began on its node: when, by this (the caller's) machine's clock, never the
+        node's."""
         if len(self.starts) < MAX_CLAIMS:
             self.starts.append(
                 (str(run_id)[:MAX_TEXT], int(attempt), str(node_id)[:MAX_TEXT], time.time())
@@ -261,7 +270,10 @@ def with_claims(verdict: str, finding: str | None, claims: Sequence[dict[str, An
     if not claims or verdict == BREACH:
         return Arrival(verdict, finding)
     first = claims[0]
-    claimed = f"attempt {first['attempt']} was judged breach by its node {str(first['node'])[:12]}, and that breach stands"
+    claimed = (
+        f"attempt {first['attempt']} was judged breach by its node {str(first['node'])[:12]}, and"
+        " that breach stands"
+    )
     return Arrival(BREACH, f"{finding}; {claimed}" if finding else claimed)
 
 
@@ -270,7 +282,8 @@ def spec_digest(spec: spec_mod.Spec) -> str:
 
 
 def outside_effects(spec: spec_mod.Spec) -> list[str]:
-    """What of `spec` a retry on another node could repeat: why cluster mode runs it here, on the caller."""
+    """What of `spec` a retry on another node could repeat: why cluster mode runs it here, on the
+    caller."""
     why = [f"live database {db.name}" for db in spec.databases if db.mode == "live"]
     if spec.egress is not None and spec.egress.allow:
         why.append("an HTTP upstream (egress.allow)")
@@ -282,8 +295,9 @@ def outside_effects(spec: spec_mod.Spec) -> list[str]:
 def refuse_outside_effects(specs: tuple[spec_mod.Spec, ...]) -> None:
     """Raise a `SpecError` naming each spec whose effects a retry on another node could repeat."""
     problems = [
-        f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its node is lost, "
-        "and the idempotency store that keeps an effect from repeating stays with the lost node"
+        f"{s.path}: {', '.join(why)}: in cluster mode a spec is retried on another node when its"
+        " node is lost, and the idempotency store that keeps an effect from repeating stays with"
+        " the lost node"
         for s in specs
         if (why := outside_effects(s))
     ]
@@ -330,7 +344,8 @@ def record_loss(
 
 
 def losses(lost: Sequence[dict[str, Any]]) -> str:
-    """A spec's lost submissions in words, by cause: "1 lost with their node, 1 stopped with the caller"."""
+    """A spec's lost submissions in words, by cause: "1 lost with their node, 1 stopped with the
+    caller"."""
     counts: dict[str, int] = {}
     for loss in lost:
         cause = loss.get("cause") or (
@@ -366,8 +381,9 @@ def claim(claims: Any, run_id: str, message: NodeMessage, say: Callable[[str], N
         ray.get(claims.add.remote(run_id, message.encode()), timeout=60)
     except Exception as exc:
         say(
-            f"attempt {message.attempt}'s breach could not be claimed with the caller ({type(exc).__name__}: {display(str(exc))[:500]}); "
-            "the run goes on and its final message carries it"
+            f"attempt {message.attempt}'s breach could not be claimed with the caller"
+            f" ({type(exc).__name__}: {display(str(exc))[:500]}); the run goes on and its final"
+            " message carries it"
         )
 
 
@@ -422,7 +438,7 @@ def run_on_node(
         [
             sys.executable,
             "-m",
-            "assure.run.watchdog",
+            "assure.ops.watchdog",
             str(alive),
             str(os.getpid()),
             str(_budget_seconds(spec)),
@@ -510,7 +526,8 @@ def pack(run_dir: Path) -> bytes:
                 members += 1
                 if members > MAX_MEMBERS:
                     raise AssureError(
-                        f"the run directory has more than {MAX_MEMBERS} members (at {display(info.name)})",
+                        f"the run directory has more than {MAX_MEMBERS} members (at"
+                        f" {display(info.name)})",
                         where=str(run_dir),
                     )
                 total += info.size
@@ -538,13 +555,15 @@ def _files_and_folders(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | 
         return None
     if not (member.isfile() or member.isdir()):
         raise ArrivalError(
-            f"{display(member.name)}: only files, folders and the agent's links may arrive, not a hard link or special file"
+            f"{display(member.name)}: only files, folders and the agent's links may arrive, not a"
+            " hard link or special file"
         )
     return tarfile.data_filter(member, dest).replace(mode=member.mode & 0o777, deep=False)
 
 
 def _checked(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """Every member, read header by header: refused at the first one past a bound or out of place."""
+    """Every member, read header by header: refused at the first one past a bound or out of
+    place."""
     members, size = [], 0
     for m in tar:
         members.append(m)
@@ -642,7 +661,10 @@ def settle(
 
 # --- the caller -----------------------------------------------------------------------------------
 
-_JOIN_FIX = "give --cluster the head's address as `ray start --head` printed it (host:port, port 6379 by default), or start the head there"
+_JOIN_FIX = (
+    "give --cluster the head's address as `ray start --head` printed it (host:port, port 6379 by"
+    " default), or start the head there"
+)
 
 
 def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
@@ -691,7 +713,8 @@ def connect(address: str) -> Any:
     extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
     from ray._private import worker as ray_worker
 
-    to_stdout = ray_worker.print_to_stdstream  # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
+    # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
+    to_stdout = ray_worker.print_to_stdstream
     ray_worker.print_to_stdstream = lambda data, ignore_prefix: to_stdout(
         {**data, "is_err": True}, ignore_prefix
     )  # stderr: stdout is --json's
@@ -728,7 +751,7 @@ def connect(address: str) -> Any:
     if not ray.cluster_resources().get(RESOURCE):
         raise AssureError(
             f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
-            fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""",
+            fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""",  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
         )
     return ray
 
@@ -780,7 +803,10 @@ class Capacity:
         )
 
     def __str__(self) -> str:
-        return f"node {self.node_id[:12]}: {self.cpus:g} CPU, {self.memory / 2**30:.2f} GiB memory, {self.docker:g} {RESOURCE}"
+        return (
+            f"node {self.node_id[:12]}: {self.cpus:g} CPU, {self.memory / 2**30:.2f} GiB memory,"
+            f" {self.docker:g} {RESOURCE}"
+        )
 
 
 def capacities(nodes: Iterable[dict[str, Any]]) -> list[Capacity]:
@@ -803,15 +829,18 @@ def refuse_infeasible(specs: Iterable[spec_mod.Spec], nodes: Sequence[Capacity])
     `docker`), and the largest node: Ray would queue its task for ever, and say so only in a log."""
     largest = nodes[0] if nodes else None
     problems = [
-        f"{s.path}: limits.cpus {s.limits.cpus:g} and limits.memory {s.limits.memory} with 1 {RESOURCE}: no node of the cluster "
-        f"holds it (the largest: {largest or 'none'})"
+        f"{s.path}: limits.cpus {s.limits.cpus:g} and limits.memory {s.limits.memory} with 1"
+        f" {RESOURCE}: no node of the cluster holds it (the largest: {largest or 'none'})"
         for s in specs
         if not any(n.holds(s) for n in nodes)
     ]
     if problems:
         raise SpecError(
             problems,
-            fix="lower the spec's limits, or add a node that has them (`ray start --num-cpus N --memory BYTES`)",
+            fix=(
+                "lower the spec's limits, or add a node that has them (`ray start --num-cpus N"
+                " --memory BYTES`)"
+            ),
         )
 
 
@@ -887,7 +916,9 @@ def drive_suite(
     """Run every spec of the suite run that has no verdict yet on the cluster, at most `jobs` at
     a time (default: as many as the cluster's `docker` resource allows). The specs with effects
     outside the sandbox run here beside them, one at a time, through `run_here` (the local
-    suite's driver); without it they are refused. `progress` hears each spec queued, and started on its node."""
+    suite's driver); without it they are refused. `progress` hears each spec queued, and started
+    on its node.
+    """
     suite = record.suite
     here_only = {i for i, s in enumerate(suite.specs) if outside_effects(s)}
     if run_here is None:
@@ -943,7 +974,8 @@ def drive_suite(
         entry["started_at"] = entry.get("started_at") or utc_now()  # kept across a resubmission
         entry.setdefault("next_attempt", 1)
         entry.setdefault("lost", [])
-        record.save()  # write-ahead: a caller killed from here on continues this spec one attempt on
+        # write-ahead: a caller killed from here on continues this spec one attempt on
+        record.save()
         opts = {
             "resources": {RESOURCE: 1},
             "num_cpus": spec.limits.cpus,
@@ -997,11 +1029,12 @@ def drive_suite(
     def stopped() -> bool:
         return suite.stop_on_unexpected and any(
             e["verdict"] is not None and e["verdict"] != s.expect
-            for e, s in zip(entries, suite.specs)
+            for e, s in zip(entries, suite.specs, strict=False)
         )
 
     def without_bulk(i: int, verdict: str | None, why: str) -> None:
-        """The node's message arrived and its run directory did not (refused, never sent, lost): see `decide`."""
+        """The node's message arrived and its run directory did not (refused, never sent, lost): see
+        `decide`."""
         arrival = decide(None, [verdict], why)
         conclude(i, arrival.verdict, node_finding=arrival.node_finding)
 
@@ -1010,7 +1043,8 @@ def drive_suite(
     here_threads: dict[int, int] = {}  # spec index -> the thread driving it here
 
     def start_here(i: int) -> None:
-        """A spec cluster mode cannot run: driven here (resumed, when it had started), its state kept by this thread."""
+        """A spec cluster mode cannot run: driven here (resumed, when it had started), its state
+        kept by this thread."""
         spec, entry = suite.specs[i], entries[i]
         if entry["run_id"] is None:
             entry["run_id"] = store.RunDir.new(
@@ -1198,7 +1232,7 @@ def drive_suite(
         record.finish()
     return [
         Outcome(s.name, e["run_id"], e["verdict"], s.expect)
-        for s, e in zip(suite.specs, entries)
+        for s, e in zip(suite.specs, entries, strict=False)
         if e["verdict"] is not None
     ]
 
@@ -1211,7 +1245,8 @@ def _settle_arrived(
     key: Path | None,
     conclude: Callable[..., None],
 ) -> None:
-    """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing: see `decide`."""
+    """Judge an arrived run directory; anything it holds that cannot be judged is the node's doing:
+    see `decide`."""
     try:
         arrival = settle(
             store.RunDir.open(runs_dir / entry["run_id"]),
@@ -1220,7 +1255,8 @@ def _settle_arrived(
             key,
             entry.get("claims", []),
         )
-    except Exception as exc:  # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
+    # node-shaped data (a state of the wrong shape, a missing file): never a crash of the caller
+    except Exception as exc:
         arrival = decide(
             None,
             [entry.get("node_verdict")],

@@ -23,9 +23,8 @@ from assure import __version__
 from assure.core import confined, control
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, describe
-from assure.ops import alerts, health
-from assure.ops.alerts import AlertKind
-from assure.records import keys, layout, receipts, store, trust
+from assure.records import alerts, health, keys, layout, receipts, store, trust
+from assure.records.alerts import AlertKind
 from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import RunPaths
 from assure.records.seal import seal_run, write_seal
@@ -193,7 +192,8 @@ class Driver:
             return RunResult(self.run.path, report)
 
     def _recover(self) -> None:
-        """After a crash: reap the run's containers; an attempt that never finished is interrupted."""
+        """After a crash: reap the run's containers; an attempt that never finished is
+        interrupted."""
         if not self.resumed:
             self._record(
                 "run_started",
@@ -208,7 +208,7 @@ class Driver:
         self.state["state"] = RunState.RUNNING
         reaped = reap(self.backend, self.run)
         mine = self.run.path.resolve()
-        released = workspace_fs.release_orphans(lambda run_dir: run_dir == mine)
+        released = workspace_fs.release_orphans(lambda run_dir: run_dir == mine, layout.mount_owner)
         self._record(
             "run_resumed",
             reaped=reaped,
@@ -327,7 +327,8 @@ class Driver:
                 )
                 return self._finish_task(task, TaskState.PROPOSED, decision.reason)
             commit = promote.commit(self.spec, self.run, task.id, record, self._base())
-        except Exception as exc:  # any failure of promote: commit_failed, an alert, a harness_error finding; never a crash
+        # any failure of promote: commit_failed, an alert, a harness_error finding; never a crash
+        except Exception as exc:
             message = describe(exc)
             self.records.keep(_add_harness_error(record, "promote", message, self.spec.hostile))
             alerts.raise_alert(
@@ -355,7 +356,8 @@ class Driver:
         return self._finish_task(task, TaskState.QUARANTINED, reason)
 
     def _judgement(self, n: int) -> Judgement | None:
-        """Attempt `n`'s judgement, or None when its record cannot be read (then its alert is pending)."""
+        """Attempt `n`'s judgement, or None when its record cannot be read (then its alert is
+        pending)."""
         try:
             return self.records.get(n).judgement
         except AssureError:
@@ -392,7 +394,8 @@ class Driver:
             self._record("contract_revoked", task=task.id, contract=fields)
 
     def _escalate(self, record: AttemptRecord) -> None:
-        """Journal how the attempt was stopped and raise its alerts: pending, unless the outcome is the one a hostile spec expects."""
+        """Journal how the attempt was stopped and raise its alerts: pending, unless the outcome is
+        the one a hostile spec expects."""
         n, judgement, stop = record.number, record.judgement, record.facts.stopped
         assert judgement is not None
         if stop and stop["reason"] == StopReason.OPERATOR_HALT:
@@ -422,7 +425,8 @@ class Driver:
             alerts.raise_alert(
                 self.run.path,
                 AlertKind.BUDGET_HALT,
-                f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms after the breach",
+                f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms"
+                " after the breach",
                 self.sinks,
                 stop,
                 expected=self._expected(judgement),
@@ -458,20 +462,29 @@ def resume_note(run: store.RunDir, spec: Spec) -> str:
     not count) and which attempt runs next, of how many."""
     state = store.read_json(run.paths.state)
     if state.get("state") in RUN_OVER:
-        return f"run {run.run_id} is over ({state.get('state')}): nothing to resume, its report follows"
+        return (
+            f"run {run.run_id} is over ({state.get('state')}): nothing to resume, its report"
+            " follows"
+        )
     for task in spec.tasks:
         ts = state["tasks"].get(task.id, {})
         if ts.get("state") in TERMINAL:
             continue
         which = f" of task {display(task.id)}" if len(spec.tasks) > 1 else ""
         if ts.get("state") == TaskState.PROMOTING:
-            return f"resuming run {run.run_id}: the last attempt{which} was verified; finishing its promotion (no attempt runs again)"
+            return (
+                f"resuming run {run.run_id}: the last attempt{which} was verified; finishing its"
+                " promotion (no attempt runs again)"
+            )
         attempts = ts.get("attempts", [])
         lost = [a["n"] for a in attempts if a.get("verdict") is None or a.get("interrupted")]
         used = len(attempts) - len(lost)
         head = f"resuming run {run.run_id}: "
         if lost:
-            head += f"attempt{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} {'were' if len(lost) > 1 else 'was'} interrupted; "
+            head += (
+                f"attempt{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))}"
+                f" {'were' if len(lost) > 1 else 'was'} interrupted; "
+            )
         if used >= task.max_attempts:
             return head + f"all {task.max_attempts} attempts{which} were used"
         return (
@@ -520,9 +533,13 @@ def promote_proposed(
             state.get("state") not in RUN_OVER
         ):  # a run that goes on (or will be resumed) is sealed by its driver, not here
             raise AssureError(
-                f"run {run.run_id} is {state.get('state')}, not over: its driver may still change it",
+                f"run {run.run_id} is {state.get('state')}, not over: its driver may still"
+                " change it",
                 where=str(run.path),
-                fix=f"let it finish (`assure resume {run.run_id}` if its driver was killed), then promote",
+                fix=(
+                    f"let it finish (`assure resume {run.run_id}` if its driver was killed), then"
+                    " promote"
+                ),
             )
         records = Records(run.paths)
         wanted = [
@@ -535,16 +552,21 @@ def promote_proposed(
             for t in wanted
             if (n := breached_attempt(state["tasks"][t.id]["attempts"])) is not None
         }
-        if breached:  # a run recorded before a breach stood for its task: its later clean attempt was proposed
+        # a run recorded before a breach stood for its task: its later clean attempt was proposed
+        if breached:
             why = "; ".join(f"task {display(t)}: attempt {n} breached" for t, n in breached.items())
             raise AssureError(
                 f"run {run.run_id}: a breached task is never promoted ({why}); nothing was written",
                 where=str(run.path),
-                fix=f"`assure show {run.run_id}` and `assure diff {run.run_id} --attempt N` show the breach; run the spec anew once it is understood",
+                fix=(
+                    f"`assure show {run.run_id}` and `assure diff {run.run_id} --attempt N` show"
+                    " the breach; run the spec anew once it is understood"
+                ),
             )
         if not wanted:
             raise AssureError(
-                f"run {run.run_id} has no proposed task{' ' + repr(task_id) if task_id else ''} to promote",
+                f"run {run.run_id} has no proposed task{' ' + repr(task_id) if task_id else ''} to"
+                " promote",
                 where=str(run.path),
                 fix=f"`assure show {run.run_id}` lists its tasks and their states",
             )
@@ -553,10 +575,13 @@ def promote_proposed(
                 str(run.paths.proposal(t.id).patch.relative_to(run.path)) for t in wanted
             )
             raise AssureError(
-                f"run {run.run_id} is propose-only: its spec has no promote target, so nothing can be committed",
+                f"run {run.run_id} is propose-only: its spec has no promote target, so nothing can"
+                " be committed",
                 where=str(run.path),
-                fix=f"apply the proposal yourself ({bundles}, e.g. `git apply`), "
-                "or give the spec a promote.target and run it anew (`assure run SPEC --new`)",
+                fix=(
+                    f"apply the proposal yourself ({bundles}, e.g. `git apply`), "
+                    "or give the spec a promote.target and run it anew (`assure run SPEC --new`)"
+                ),
             )
         _require_same_signer(run, signing_key)
         decided = [(t, records.get(state["tasks"][t.id]["attempts"][-1]["n"])) for t in wanted]
@@ -579,11 +604,13 @@ def promote_proposed(
                 f"the gate still allows no commit in run {run.run_id} ({why}); nothing was written",
                 where=str(run.path),
                 fix=(
-                    f"if a dial below commit is the cause: `assure promote {run.run_id} --dial commit`; "
+                    f"if a dial below commit is the cause: `assure promote {run.run_id} --dial"
+                    " commit`; "
                     if dialled
                     else ""
                 )
-                + "else review the proposal in proposals/ and apply it yourself (the spec cannot change under a run)",
+                + "else review the proposal in proposals/ and apply it yourself (the spec cannot"
+                " change under a run)",
             )
         events = run.events()
         done = []
@@ -632,8 +659,8 @@ def _require_same_signer(run: store.RunDir, signing_key: Path | None) -> None:
     mine = keys.key_id(keys.load_private(signing_key).public_key()) if signing_key else None
     if signed and signed != mine:
         raise AssureError(
-            f"run {run.run_id}'s receipts are signed by {signed}: promote re-issues them, and would sign "
-            + (f"with {mine}" if mine else "none"),
+            f"run {run.run_id}'s receipts are signed by {signed}: promote re-issues them, and would"
+            " sign " + (f"with {mine}" if mine else "none"),
             where=str(run.path),
             fix="pass that key: --key (or ASSURE_SIGNING_KEY)",
         )
@@ -699,14 +726,19 @@ def issue_receipts(
                 principal=principal,
                 verifier={
                     "id": f"assure-verifier/{__version__}",
-                    "independence": "host-side, after the agent's container stopped; reads snapshots, the gateway journal and the engine, never the agent's claim",
+                    "independence": (
+                        "host-side, after the agent's container stopped; reads snapshots, the"
+                        " gateway journal and the engine, never the agent's claim"
+                    ),
                 },
                 deployment_id=receipts.deployment_id(),
                 scope_id=task.contract.id if task.contract else "no-contract",
                 seal=seal,
-                changeset=receipts.changeset_of(run.path, last.number, last.changes())
-                if last.judgement is not None
-                else None,
+                changeset=(
+                    receipts.changeset_of(run.path, last.number, last.changes())
+                    if last.judgement is not None
+                    else None
+                ),
                 trust=trust.receipt_trust(
                     ident=earned.identity(spec, last),
                     contract=task.contract,
@@ -769,9 +801,11 @@ def _checks(judgement: Judgement, judged_at: str | None) -> list[dict[str, Any]]
             "query": "every change explained by an allowed journal entry or a writable scope",
             "observed_at": observed,
             "response_sha256": sha256_hex(canonical(findings)),
-            "excerpt": f"{len(unexplained)} unexplained: {', '.join(display(s) for s in unexplained[:5])}"[
-                :200
-            ],
+            "excerpt": (
+                f"{len(unexplained)} unexplained: {', '.join(display(s) for s in unexplained[:5])}"[
+                    :200
+                ]
+            ),
         }
     )
     return checks
@@ -881,7 +915,8 @@ def _unrecorded_breach(n: int, task_id: str) -> dict[str, Any]:
     missing = Finding(
         Kind.HARNESS_ERROR,
         f"attempt {n}",
-        "state.json records a breach, but the attempt's judgement (verdict.json) is missing or unreadable",
+        "state.json records a breach, but the attempt's judgement (verdict.json) is missing or"
+        " unreadable",
     )
     return {
         "attempt": n,
@@ -928,7 +963,8 @@ def rejudge(run_dir: Path, spec: Spec | None = None) -> tuple[RunResult, dict[in
             task_id = recorded.get("task") if isinstance(recorded, dict) else spec.tasks[0].id
             if task_id not in tasks:
                 raise RunDirError(
-                    f"attempt {paths.number} names a task the spec does not have: {display(str(task_id))}",
+                    f"attempt {paths.number} names a task the spec does not have:"
+                    f" {display(str(task_id))}",
                     where=str(paths.root),
                 )
             attempt_spec = task_spec(spec, tasks[task_id], run.paths.base)

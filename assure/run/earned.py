@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from assure.core import gate
-from assure.ops import alerts
-from assure.ops.alerts import AlertKind
-from assure.records import keys, layout, trust
+from assure.records import alerts, keys, layout, trust
+from assure.records.alerts import AlertKind
 from assure.records.attempt_record import AttemptRecord
 from assure.records.receipt_format import parse_strict
 from assure.records.store import write_json
@@ -93,7 +92,8 @@ def record(run_dir: Path, signing_key: Path | None, sinks: alerts.Sinks) -> list
                 run_dir,
                 AlertKind.TRUST_DROPPED,
                 f"trust of agent {entry['agent'][:23]} in scope {entry['scope']} is propose: "
-                f"{entry['outcome']} in {entry['attempt']} (receipt {entry['receipt_sha256'][:16]})",
+                f"{entry['outcome']} in {entry['attempt']} (receipt"
+                f" {entry['receipt_sha256'][:16]})",
                 sinks,
                 detail={"entry": entry["seq"], "change": change},
             )

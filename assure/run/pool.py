@@ -65,7 +65,9 @@ log = logging.getLogger(__name__)
 
 LABEL_POOL = "assure.pool"
 CONTROL, RUN_STATE, AGENT_FILES, CLAIM = ".run-control", ".run-state", "agent-files", "agent-claim"
-WAKE = "wake"  # a FIFO in the claim and gateway config folders: the waiting gate and gateway block on it
+WAKE = (  # a FIFO in the claim and gateway config folders: the waiting gate and gateway block on it
+    "wake"
+)
 WAIT_MARGIN_SECONDS = (
     60  # a pair's containers wait this much longer than its idle lifetime, then exit
 )
@@ -262,7 +264,8 @@ def wake(folder: Path) -> None:
 
 
 def remove_wakes(root: Path) -> None:
-    """A claimed pair's FIFOs, wherever the claim stopped (its attempt's cleanup, a resumed run's reap)."""
+    """A claimed pair's FIFOs, wherever the claim stopped (its attempt's cleanup, a resumed run's
+    reap)."""
     for folder in (AttemptPaths(root).gateway_config, root / CLAIM):
         (folder / WAKE).unlink(missing_ok=True)
 
@@ -419,7 +422,9 @@ class WarmPool:
             self._cv.notify_all()
         for thread in self._threads:
             thread.join(timeout=120)
-        with self._cv:  # a claimed pair whose folder is still here never became an attempt's (Ctrl-C just after the claim)
+        # a claimed pair whose folder is still here never became an attempt's (Ctrl-C just after the
+        # claim)
+        with self._cv:
             pairs = (
                 [p for free in self._free.values() for p in free]
                 + self._doomed
@@ -427,7 +432,8 @@ class WarmPool:
             )
             self._free.clear()
             self._doomed, self._handed = [], []
-        if pairs:  # side by side, as an attempt's cleanup removes its containers: on exit, each is wall time
+        # side by side, as an attempt's cleanup removes its containers: on exit, each is wall time
+        if pairs:
             with ThreadPoolExecutor(max_workers=min(len(pairs), CLOSE_WORKERS)) as workers:
                 list(workers.map(self.discard, pairs))
         _release_folders(
@@ -499,7 +505,8 @@ class WarmPool:
                 self.discard(pair)
 
     def _expired(self) -> list[Pair]:
-        """Take the pairs idle past their lifetime out of the free lists (the caller removes them)."""
+        """Take the pairs idle past their lifetime out of the free lists (the caller removes
+        them)."""
         now, old = time.time(), []
         for free in self._free.values():
             old += [p for p in free if now - p.created_at >= self.settings.idle_seconds]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import posixpath
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from assure import presets
@@ -25,14 +25,32 @@ from assure.spec import AGENT_IMAGE_ALIAS, Spec, document_of, line_of, read_docu
 
 # What fixes each contract denial (gate rule -> fix); {hash} is the `assure contract hash` command.
 CONTRACT_FIXES = {
-    "contract.unratified": "have someone other than the proposer review the terms and put their name in `ratified_by`",
-    "contract.self_ratified": "have someone other than the proposer review the terms and put their name in `ratified_by`",
-    "contract.hash": "after review, `{hash} --write` puts the term digests and hash in the spec; then have them ratified",
-    "contract.old_format": "after review, `{hash} --write` puts the term digests in the spec; then have them re-ratified",
-    "contract.terms_changed": "after review, `{hash} --write` puts the new digests in the spec; then have them re-ratified",
-    "contract.signature": "have a trusted ratifier review the terms and sign them: `assure contract ratify {spec} --as NAME` (their key in the keyring, ASSURE_RATIFIERS)",
+    "contract.unratified": (
+        "have someone other than the proposer review the terms and put their name in `ratified_by`"
+    ),
+    "contract.self_ratified": (
+        "have someone other than the proposer review the terms and put their name in `ratified_by`"
+    ),
+    "contract.hash": (
+        "after review, `{hash} --write` puts the term digests and hash in the spec; then have them"
+        " ratified"
+    ),
+    "contract.old_format": (
+        "after review, `{hash} --write` puts the term digests in the spec; then have them"
+        " re-ratified"
+    ),
+    "contract.terms_changed": (
+        "after review, `{hash} --write` puts the new digests in the spec; then have them"
+        " re-ratified"
+    ),
+    "contract.signature": (
+        "have a trusted ratifier review the terms and sign them: `assure contract ratify {spec}"
+        " --as NAME` (their key in the keyring, ASSURE_RATIFIERS)"
+    ),
     "contract.revoked": "propose a new contract (a new `id`) and have it ratified",
-    "contract.expired": "move `expires_at` forward (a changed term: re-ratify it, `{hash} --write`)",
+    "contract.expired": (
+        "move `expires_at` forward (a changed term: re-ratify it, `{hash} --write`)"
+    ),
 }
 
 
@@ -43,8 +61,10 @@ class Problem:
     where: str
     message: str
     fix: str
-    fatal: bool = True  # False: a note (no contract, or a hostile spec's: it runs, and every mutation is denied)
-    stops_run: bool = True  # False: `run` goes ahead all the same (a contract the gate denies: the run shows the denial)
+    # False: a note (no contract, or a hostile spec's: it runs, and every mutation is denied)
+    fatal: bool = True
+    # False: `run` goes ahead all the same (a contract the gate denies: the run shows the denial)
+    stops_run: bool = True
 
     def lines(self) -> list[str]:
         return [f"{self.where}: {self.message}", f"  fix: {self.fix}"]
@@ -84,8 +104,10 @@ def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
             found.append(
                 Problem(
                     where,
-                    "no contract: the gate will deny every mutation (contract.missing); fine for a hostile spec",
-                    "add a contract block (see the contract section of README.md) and have it ratified",
+                    "no contract: the gate will deny every mutation (contract.missing); fine for a"
+                    " hostile spec",
+                    "add a contract block (see the contract section of README.md) and have it"
+                    " ratified",
                     fatal=False,
                     stops_run=False,
                 )
@@ -140,7 +162,8 @@ def missing_agent_script(spec: Spec) -> tuple[int, str] | None:
 
 
 def _regular(folder: Path, rel: str) -> bool:
-    """A regular file at `rel` beneath `folder`, no link followed (the agent sees the folder as it is)."""
+    """A regular file at `rel` beneath `folder`, no link followed (the agent sees the folder as it
+    is)."""
     try:
         st = confined.lstat(folder, rel)
     except OSError:
@@ -165,8 +188,10 @@ def _agent_command(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     return [
         Problem(
             where,
-            f"{arg} is not among the agent files ({spec.agent.files}): the agent would exit 127, command not found",
-            f"put {arg[len(AGENT_FILES) + 1 :]} in {spec.agent.files}, or fix the path in agent.command",
+            f"{arg} is not among the agent files ({spec.agent.files}): the agent would exit 127,"
+            " command not found",
+            f"put {arg[len(AGENT_FILES) + 1 :]} in {spec.agent.files}, or fix the path in"
+            " agent.command",
         )
     ]
 
@@ -190,8 +215,10 @@ def _install(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
         found.append(
             Problem(
                 where(()),
-                f"an install is built on assure's agent image, but agent.image is {spec.agent.image!r}",
-                f"drop agent.image (the install goes into `{AGENT_IMAGE_ALIAS}`), or bake the software into your own image and drop agent.install",
+                "an install is built on assure's agent image, but agent.image is"
+                f" {spec.agent.image!r}",
+                f"drop agent.image (the install goes into `{AGENT_IMAGE_ALIAS}`), or bake the"
+                " software into your own image and drop agent.install",
             )
         )
     return found
@@ -214,9 +241,10 @@ def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
             found.append(
                 Problem(
                     where,
-                    f"workspace.writable {', '.join(outside)} is outside the contract's fs: scope: the agent may change it, "
-                    "but no change there can be promoted (propose-only)",
-                    f"add {', '.join(f'fs:{w}' for w in outside)} to the contract's scope (and re-ratify), or narrow workspace.writable",
+                    f"workspace.writable {', '.join(outside)} is outside the contract's fs: scope:"
+                    " the agent may change it, but no change there can be promoted (propose-only)",
+                    f"add {', '.join(f'fs:{w}' for w in outside)} to the contract's scope (and"
+                    " re-ratify), or narrow workspace.writable",
                     fatal=False,
                     stops_run=False,
                 )
@@ -225,9 +253,11 @@ def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
             found.append(
                 Problem(
                     where,
-                    f"fs:{', fs:'.join(direct)} is not in workspace.writable: there, only writes through the gateway's fs.write "
-                    "are attributed, and an agent that edits files itself is judged on unattributed changes",
-                    f"add {', '.join(direct)} to workspace.writable: the preset's agent edits files itself",
+                    f"fs:{', fs:'.join(direct)} is not in workspace.writable: there, only writes"
+                    " through the gateway's fs.write are attributed, and an agent that edits files"
+                    " itself is judged on unattributed changes",
+                    f"add {', '.join(direct)} to workspace.writable: the preset's agent edits files"
+                    " itself",
                     fatal=False,
                     stops_run=False,
                 )
@@ -235,7 +265,10 @@ def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     return found
 
 
-SCRIPT_FIX = 'see `$defs.model_script` in specs/spec.schema.json, and README.md: "Scripted answers, in order and by request"'
+SCRIPT_FIX = (
+    'see `$defs.model_script` in specs/spec.schema.json, and README.md: "Scripted answers, in order'
+    ' and by request"'
+)
 
 
 def _script(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
@@ -320,8 +353,9 @@ def engine_problems(spec: Spec, engine: Engine) -> list[Problem]:
                 Problem(
                     where(at),
                     f"image {image!r} {known[image]}: {what} could not start",
-                    f"correct the name (`docker images` lists the engine's), or `docker pull {image}` or build it first; "
-                    f"`{AGENT_IMAGE_ALIAS}` (the default) is assure's own image",
+                    "correct the name (`docker images` lists the engine's), or `docker pull"
+                    f" {image}` or build it first; `{AGENT_IMAGE_ALIAS}` (the default) is assure's"
+                    " own image",
                 )
             )
     return found
@@ -362,7 +396,10 @@ def refuse(specs: list[Spec], engine: Engine | None) -> None:
     if found:
         raise SpecError(
             [line for p in found for line in p.lines()],
-            fix="fix each problem above; `assure validate FILE` checks a spec without running anything",
+            fix=(
+                "fix each problem above; `assure validate FILE` checks a spec without running"
+                " anything"
+            ),
         )
 
 

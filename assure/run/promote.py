@@ -80,8 +80,8 @@ def decide(
     if operator is not None:
         level = min(level, gate.LEVELS[operator])
     has_verifier = bool(spec.assertions)
-    rollback = (
-        f"promote:{run.run_id}:{record.number}"  # the host keeps a backup of what it replaces
+    rollback = (  # the host keeps a backup of what it replaces
+        f"promote:{run.run_id}:{record.number}"
     )
     ctx = gate.Context(
         known_tools=frozenset({"promote"}),
@@ -158,7 +158,8 @@ def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
         length = sum(len(line) for line in lines)
         if size + length > MAX_PATCH_BYTES:
             out.append(
-                f"Not shown: {display(path)} ({change['kind']}): the patch would exceed {MAX_PATCH_BYTES} bytes\n"
+                f"Not shown: {display(path)} ({change['kind']}): the patch would exceed"
+                f" {MAX_PATCH_BYTES} bytes\n"
             )
             continue
         size += length
@@ -268,27 +269,35 @@ def _stage_checked(workspace: Path, post: Snapshot, change: dict[str, Any], stag
     want = entry.sha256 if entry is not None and entry.kind == "file" else None
     if want is None:
         raise PromoteError(
-            f"refusing to promote {display(path)}: the verifier holds no digest of it in {layout.POST}",
-            fix=f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was applied",
+            f"refusing to promote {display(path)}: the verifier holds no digest of it in"
+            f" {layout.POST}",
+            fix=(
+                f"the verifier hashes files up to {MAX_PROMOTE_FILE_BYTES} bytes; nothing was"
+                " applied"
+            ),
         )
     if change["after"].get("sha256") != want:
         raise PromoteError(
-            f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on its digest",
+            f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on"
+            " its digest",
             fix="the run directory was changed after the run: re-run it; nothing was applied",
         )
     try:
         got = _stage_file(workspace, path, staged)
     except OSError as exc:
         raise PromoteError(
-            f"refusing to promote {display(path)}: the attempt's workspace copy cannot be read as a file "
-            f"({exc.strerror or exc})",
+            f"refusing to promote {display(path)}: the attempt's workspace copy cannot be read as a"
+            f" file ({exc.strerror or exc})",
             fix="re-run the attempt; nothing was applied",
         ) from None
     if got != want:
         raise PromoteError(
-            f"refusing to promote {display(path)}: its bytes in the attempt's workspace copy are not the ones the "
-            f"verifier saw (sha256 {got[:16]}, {layout.POST} has {want[:16]})",
-            fix="the run directory was changed after the run: re-run it, and find who wrote there; nothing was applied",
+            f"refusing to promote {display(path)}: its bytes in the attempt's workspace copy are"
+            f" not the ones the verifier saw (sha256 {got[:16]}, {layout.POST} has {want[:16]})",
+            fix=(
+                "the run directory was changed after the run: re-run it, and find who wrote there;"
+                " nothing was applied"
+            ),
         )
 
 
@@ -370,7 +379,9 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
     """Every change must apply to `root` as it is, or none is applied: each path's parents are
     real folders (or missing), nothing of another type stands where a file or folder goes
     (unless a deletion of this commit clears it), and each file or folder is one in the
-    workspace (its bytes are `stage`'s to check). Raises PromoteError naming the first that does not."""
+    workspace (its bytes are `stage`'s to check). Raises PromoteError naming the first that does
+    not.
+    """
     deleted = [c["path"] for c in items if _is_deletion(c)]
 
     def present(rel: str) -> os.stat_result | None:
@@ -381,8 +392,8 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
     for change in items:
         if any(part.casefold() == ".git" for part in change["path"].split("/")):
             raise PromoteError(
-                f"refusing to promote {display(change['path'])}: it is inside a git folder, and git would run what it holds "
-                "(hooks, core.fsmonitor) on this host",
+                f"refusing to promote {display(change['path'])}: it is inside a git folder, and git"
+                " would run what it holds (hooks, core.fsmonitor) on this host",
                 fix="keep .git out of the contract's scope; nothing was applied",
             )
         if _is_deletion(change):
@@ -400,14 +411,20 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 raise PromoteError(
                     f"cannot promote {display(path)}: {display(parent)} in {root} is not a folder",
-                    fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied",
+                    fix=(
+                        "a file replaced a folder or the reverse: resolve it by hand, nothing was"
+                        " applied"
+                    ),
                 )
         st = present(path)
         want = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
         if st is not None and not want(st.st_mode):
             raise PromoteError(
                 f"cannot promote {display(path)} as a {kind}: {root} has something else there",
-                fix="a file replaced a folder or the reverse: resolve it by hand, nothing was applied",
+                fix=(
+                    "a file replaced a folder or the reverse: resolve it by hand, nothing was"
+                    " applied"
+                ),
             )
         source = confined.lstat(workspace, path)
         if source is None or not want(source.st_mode):
@@ -454,13 +471,18 @@ def _git_commit(target: Path, run_id: str, task_id: str, paths: list[str]) -> st
             raise PromoteError(f"git {args[0]} failed: {done.stderr.strip()[-500:]}")
         return done.stdout.strip()
 
-    trailer = f"run: {run_id}\ntask: {display(task_id)}\nreceipt: {layout.RECEIPTS}/{layout.receipt_filename(task_id)}"
+    trailer = (
+        f"run: {run_id}\ntask: {display(task_id)}\nreceipt:"
+        f" {layout.RECEIPTS}/{layout.receipt_filename(task_id)}"
+    )
     with_head = subprocess.run(
         ["git", "-C", str(target), "log", "-1", "--format=%B"], capture_output=True, text=True
     )
     if with_head.returncode == 0 and trailer in with_head.stdout:
         return git("rev-parse", "HEAD")  # committed before a crash: do not commit twice
-    if paths:  # exactly these files, ignored by the target's .gitignore or not (git add refused those, after the apply)
+    # exactly these files, ignored by the target's .gitignore or not (git add refused those, after
+    # the apply)
+    if paths:
         git("update-index", "--add", "--remove", "--", *paths)
     git(
         "commit",

@@ -66,7 +66,8 @@ def compute(spec: Spec, task_id: str | None = None) -> Ratification:
     if contract is None:
         raise SpecError(
             [
-                f"{spec.path}: {'task ' + repr(task_id) if task_id else 'the spec'} has no contract block"
+                f"{spec.path}: {'task ' + repr(task_id) if task_id else 'the spec'} has no contract"
+                " block"
             ],
             fix="add one (see the contract section of README.md)"
             + ("" if task_id else ", or pass --task for a task's own"),
@@ -139,7 +140,8 @@ def spec_contract(spec: Spec, at: tuple[Any, ...]) -> Contract:
 
 
 def _last_line(node: yaml.Node) -> int:
-    """The 0-based line of a value's last character (a block collection ends with its last child)."""
+    """The 0-based line of a value's last character (a block collection ends with its last
+    child)."""
     if (
         isinstance(node, (yaml.MappingNode, yaml.SequenceNode))
         and not node.flow_style

@@ -56,7 +56,10 @@ def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
             if spec.agent.files
             else f"any agent files (the spec ships none to {AGENT_FILES})"
         )
-        summary = f"the agent's command was not found: {display(missing[1])} is not among {files} (exit code {facts.exit_code})"
+        summary = (
+            f"the agent's command was not found: {display(missing[1])} is not among {files} (exit"
+            f" code {facts.exit_code})"
+        )
     elif facts.exit_code == NOT_FOUND and any("not found" in line for line in output):
         summary = (
             "exit code 127: a command the agent ran was not found (its output below says which)"

@@ -50,12 +50,15 @@ class Shard:
             raise AssureError(
                 f"{text!r} is not K/N with 1 <= K <= N",
                 where="--shard",
-                fix="e.g. --shard 1/3, --shard 2/3 and --shard 3/3 split a suite over three CI jobs",
+                fix=(
+                    "e.g. --shard 1/3, --shard 2/3 and --shard 3/3 split a suite over three CI jobs"
+                ),
             )
         return cls(index, count)
 
     def select(self, specs: tuple[spec_mod.Spec, ...]) -> tuple[spec_mod.Spec, ...]:
-        """This shard's specs, kept in the suite's order (the name order only decides who takes which)."""
+        """This shard's specs, kept in the suite's order (the name order only decides who takes
+        which)."""
         names = sorted(s.name for s in specs)
         mine = {name for i, name in enumerate(names) if i % self.count == self.index - 1}
         return tuple(s for s in specs if s.name in mine)
@@ -116,7 +119,8 @@ class Outcome:
     verdict: str
     expect: str
     epoch: int = 1
-    findings_as_expected: bool = True  # False: the expected verdict, but from findings the spec never expects (`with_findings`)
+    # False: the expected verdict, but from findings the spec never expects (`with_findings`)
+    findings_as_expected: bool = True
 
     @property
     def as_expected(self) -> bool:
@@ -129,9 +133,11 @@ def with_findings(outcomes: list[Outcome], doc: dict[str, Any]) -> list[Outcome]
     made is unexpected (`findings.as_expected`), in the table and the exit code alike."""
     judged = {r["run_id"]: r["as_expected"] for r in doc["results"] if r.get("run_id")}
     return [
-        replace(o, findings_as_expected=False)
-        if o.as_expected and judged.get(o.run_id) is False
-        else o
+        (
+            replace(o, findings_as_expected=False)
+            if o.as_expected and judged.get(o.run_id) is False
+            else o
+        )
         for o in outcomes
     ]
 
@@ -154,7 +160,8 @@ def load(path: str | Path) -> Suite:
         targets = _expand(path.resolve().parent, rel)
         if not targets:
             problems.append(
-                f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file: {path.resolve().parent / rel}"
+                f"{path}:{spec_mod.line_of(('specs', i), lines)}: specs[{i}]: no such file:"
+                f" {path.resolve().parent / rel}"
             )
             fixes.append("spec paths in a suite are relative to the suite file's folder")
         for target in targets:
@@ -166,7 +173,8 @@ def load(path: str | Path) -> Suite:
     for name in sorted({s.name for s in specs if sum(t.name == s.name for t in specs) > 1}):
         files = ", ".join(str(s.path) for s in specs if s.name == name)
         problems.append(
-            f"{path}: specs: two specs are named `{name}` ({files}): a suite's report tells its specs apart by name"
+            f"{path}: specs: two specs are named `{name}` ({files}): a suite's report tells its"
+            " specs apart by name"
         )
         fixes.append("give each spec of the suite a `name:` of its own")
     if problems:
@@ -183,7 +191,8 @@ def load(path: str | Path) -> Suite:
 
 
 def _expand(folder: Path, entry: str) -> list[Path]:
-    """A spec file, or a glob (`containment/*.yaml`) of them in name order; relative to the suite."""
+    """A spec file, or a glob (`containment/*.yaml`) of them in name order; relative to the
+    suite."""
     if any(c in entry for c in "*?["):
         return sorted(p for p in folder.glob(entry) if p.is_file())
     target = folder / entry
@@ -191,7 +200,8 @@ def _expand(folder: Path, entry: str) -> list[Path]:
 
 
 def spec_footprint(spec: spec_mod.Spec) -> tuple[float, int]:
-    """(cpus, memory bytes) one run of `spec` may take at once: the agent's limits and its gateway."""
+    """(cpus, memory bytes) one run of `spec` may take at once: the agent's limits and its
+    gateway."""
     return spec.limits.cpus, spec_mod.parse_size(spec.limits.memory) + spec_mod.parse_size(
         GATEWAY_MEMORY
     )
@@ -294,7 +304,8 @@ class SuiteRun:
 
     @classmethod
     def find_unfinished(cls, base: Path, suite: Suite) -> SuiteRun | None:
-        """The newest unfinished run of this very suite (same specs, unchanged) that nobody drives."""
+        """The newest unfinished run of this very suite (same specs, unchanged) that nobody
+        drives."""
         candidates = []
         for path in base.iterdir() if base.is_dir() else ():
             try:
@@ -353,7 +364,8 @@ class SuiteRun:
             self.save()
 
     def finish(self) -> None:
-        """Every spec has its verdict (or the suite stopped on an unexpected one): never continued again."""
+        """Every spec has its verdict (or the suite stopped on an unexpected one): never continued
+        again."""
         self.state["state"] = "finished"
         self.state["finished_at"] = utc_now()
         self.save()

@@ -43,11 +43,14 @@ LABEL_ATTEMPT = "assure.run.attempt"
 LABEL_ROLE = "assure.role"
 LABEL_PID = "assure.pid"
 LABEL_HOST = "assure.host"
-LABEL_UID = (
-    "assure.uid"  # the user whose process made it: `assure gc` takes only its own (or --all-users)
+LABEL_UID = (  # the user whose process made it: `assure gc` takes only its own (or --all-users)
+    "assure.uid"
 )
 OWNER = "assure"
-ENGINE_FIX = "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this user"
+ENGINE_FIX = (
+    "start the Docker engine (e.g. `systemctl start docker`) and check `docker info` works for this"
+    " user"
+)
 
 # What `fs_changes` reports for each path, as `docker diff` numbers it.
 CHANGE_MODIFIED, CHANGE_ADDED, CHANGE_DELETED = 0, 1, 2
@@ -137,12 +140,14 @@ class SandboxBackend(Protocol):
 
     # --- engine ---------------------------------------------------------------------------
     def security_options(self) -> list[str]:
-        """How the engine confines containers (`name=seccomp,...`, `name=apparmor`), for the verifier."""
+        """How the engine confines containers (`name=seccomp,...`, `name=apparmor`), for the
+        verifier."""
         ...
 
     # --- volumes and networks ---------------------------------------------------------------
     def create_volume(self, name: str, labels: dict[str, str], driver_opts: dict[str, str]) -> str:
-        """A named volume (for the gateway's socket) with the engine's local driver options; returns its name."""
+        """A named volume (for the gateway's socket) with the engine's local driver options; returns
+        its name."""
         ...
 
     def remove_volume(self, name: str) -> None:
@@ -218,7 +223,8 @@ class SandboxBackend(Protocol):
 
     # --- cleanup ----------------------------------------------------------------------------
     def owned(self, run_id: str | None = None) -> Owned:
-        """Containers, volumes and networks labelled `LABEL_OWNER=assure` (and, given, `LABEL_RUN=run_id`)."""
+        """Containers, volumes and networks labelled `LABEL_OWNER=assure` (and, given,
+        `LABEL_RUN=run_id`)."""
         ...
 
 
@@ -257,7 +263,8 @@ class ImageBuilder(Protocol):
 
 
 def labels(run_id: str, attempt: int, pid: int, host: str) -> dict[str, str]:
-    """The labels every resource of one attempt carries (`owned()` and `assure gc` find it by them)."""
+    """The labels every resource of one attempt carries (`owned()` and `assure gc` find it by
+    them)."""
     return {
         LABEL_OWNER: OWNER,
         LABEL_RUN: run_id,

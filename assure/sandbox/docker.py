@@ -41,9 +41,10 @@ GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
 # variables are a function's locals: an agent variable of the same name (`n`, `limit`),
 # imported from the container's environment, reaches the command as the spec gave it.
 GATE_SCRIPT = (
-    'exec 3<> <(:); __assure_gate() { local n=0 limit=$(($2 * 100)); while [ ! -S "$1" ]; do n=$((n + 1)); '
-    f'if [ "$n" -gt "$limit" ]; then echo "assure: no gateway socket at $1 after $2 s: the agent was not started" >&2; exit {GATE_EXIT}; fi; '
-    'read -t 0.01 -u 3; done; }; __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
+    'exec 3<> <(:); __assure_gate() { local n=0 limit=$(($2 * 100)); while [ ! -S "$1" ]; do'
+    ' n=$((n + 1)); if [ "$n" -gt "$limit" ]; then echo "assure: no gateway socket at $1 after $2'
+    f' s: the agent was not started" >&2; exit {GATE_EXIT}; fi; read -t 0.01 -u 3; done; }};'
+    ' __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
 )
 GATE_EXEC = 'exec "$@"'
 # A pooled agent (`ContainerRequest.claim`, $3) first waits for its claim blocked on the FIFO
@@ -51,17 +52,21 @@ GATE_EXEC = 'exec "$@"'
 # ~24 ms of CPU a second, its root's FUSE daemon included), which the claim writes a line to
 # once the command and environment are in place (opened before they are looked for: no
 # wake-up is missed; the claim removes it, and the socket's wait follows).
-GATE_WAKE = '{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec 4<&-; '
+GATE_WAKE = (
+    '{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec'
+    " 4<&-; "
+)
 # A claimed pair's agent (`ContainerRequest.claim`, $3): its command and environment from the
 # claim, written before the gateway could bind. Both become the positional parameters, the
 # environment first up to a `--` (no entry is `--`: each has a `=`), and the two arrays are
 # unset before any entry is exported: no shell variable of the gate's own is left in the
 # agent's environment or can take the place of one of the spec's (`argv`, `kv`...).
 GATE_CLAIM = (
-    'mapfile -d "" -t __assure_env < "$1/env" && mapfile -d "" -t __assure_argv < "$1/argv" && [ "${#__assure_argv[@]}" -gt 0 ] || '
-    f'{{ echo "assure: no claim at $1: the agent was not started" >&2; exit {GATE_EXIT}; }}; '
-    'set -- "${__assure_env[@]}" -- "${__assure_argv[@]}"; unset __assure_env __assure_argv; '
-    f'while [ "$1" != -- ]; do export "$1" || exit {GATE_EXIT}; shift; done; shift; exec "$@"'
+    'mapfile -d "" -t __assure_env < "$1/env" && mapfile -d "" -t __assure_argv < "$1/argv" && ['
+    ' "${#__assure_argv[@]}" -gt 0 ] || { echo "assure: no claim at $1: the agent was not'
+    f' started" >&2; exit {GATE_EXIT}; }}; set -- "${{__assure_env[@]}}" --'
+    ' "${__assure_argv[@]}"; unset __assure_env __assure_argv; while [ "$1" != -- ]; do export'
+    f' "$1" || exit {GATE_EXIT}; shift; done; shift; exec "$@"'
 )
 
 
@@ -151,8 +156,9 @@ def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
         "user": request.user,
         "network_mode": request.network,
         "tmpfs": dict(request.tmpfs) or None,
-        "ulimits": [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits]
-        or None,
+        "ulimits": (
+            [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits] or None
+        ),
         "cap_drop": list(request.cap_drop) or None,
         "security_opt": list(request.security_opt) or None,
         "ipc_mode": request.ipc,
@@ -161,20 +167,24 @@ def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
         "memswap_limit": request.memory_swap,
         "nano_cpus": request.nano_cpus,
         "runtime": request.runtime,
-        "log_config": {
-            "type": "json-file",
-            "config": {"max-size": request.log_max, "max-file": "1"},
-        }
-        if request.log_max
-        else None,
-        "volumes": {
-            m.source: {
-                "bind": m.target,
-                "mode": ("ro" if m.read_only else "rw") + (",nocopy" if m.nocopy else ""),
+        "log_config": (
+            {
+                "type": "json-file",
+                "config": {"max-size": request.log_max, "max-file": "1"},
             }
-            for m in request.mounts
-        }
-        or None,
+            if request.log_max
+            else None
+        ),
+        "volumes": (
+            {
+                m.source: {
+                    "bind": m.target,
+                    "mode": ("ro" if m.read_only else "rw") + (",nocopy" if m.nocopy else ""),
+                }
+                for m in request.mounts
+            }
+            or None
+        ),
         "stdin_open": request.stdin_open or None,
     }
     return {

@@ -349,7 +349,7 @@ class FakeBackend:
             return "other", None, None
         return "file", (target.read_bytes() if st.st_size <= limit else None), None
 
-    # --- cleanup -----------------------------------------------------------------------------------
+    # --- cleanup ----------------------------------------------------------------------------------
     def owned(self, run_id: str | None = None) -> Owned:
         def ours(labels: dict[str, str]) -> bool:
             return labels.get(LABEL_OWNER) == OWNER and (
@@ -382,7 +382,8 @@ class FakeBackend:
         return container
 
     def _source(self, source: str) -> Path:
-        """A mount's host folder: a bind's path, or a named volume's folder (made on first use, as the engine does)."""
+        """A mount's host folder: a bind's path, or a named volume's folder (made on first use, as
+        the engine does)."""
         if os.path.isabs(source):
             return Path(source)
         return self._volumes[self.create_volume(source, {}, {})][0]
@@ -430,17 +431,17 @@ class FakeBackend:
 
 def _gated(container: _Container) -> int | None:
     """`ContainerRequest.gate`, as the engine's entry script runs it: None once the socket
-    exists (the program may run), GATE_EXIT if it did not appear in time or the container was stopped."""
+    exists (the program may run), GATE_EXIT if it did not appear in time or the container was
+    stopped.
+    """
     request, ctx = container.request, container.context
     assert request.gate is not None
     deadline = time.monotonic() + max(1, int(request.gate_seconds))
     path = ctx.path(request.gate)
     while not _is_socket(path):
         if time.monotonic() > deadline or ctx.stopping.wait(GATE_POLL_SECONDS):
-            ctx.output(
-                2,
-                f"assure: no gateway socket at {request.gate}: the agent was not started\n".encode(),
-            )
+            why = f"assure: no gateway socket at {request.gate}: the agent was not started\n"
+            ctx.output(2, why.encode())
             return GATE_EXIT
     return None
 

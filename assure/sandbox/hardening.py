@@ -216,7 +216,8 @@ def agent_request(
 
 
 def agent_base_env() -> dict[str, str]:
-    """What every agent's environment holds, whatever its spec (a pooled agent's, before its claim)."""
+    """What every agent's environment holds, whatever its spec (a pooled agent's, before its
+    claim)."""
     return {"ASSURE_GATEWAY_SOCKET": SOCKET_PATH, "HOME": "/tmp"}
 
 
@@ -376,6 +377,6 @@ CONTAINMENT: tuple[tuple[str, tuple[str, ...], Any], ...] = (
     (
         "no Docker socket",
         ("HostConfig", "Binds"),
-        lambda v: not any("docker.sock" in b for b in (v or [])),
+        lambda v: not any("docker.sock" in b for b in v or []),
     ),
 )

@@ -113,7 +113,8 @@ def namespace() -> str:
     ns = os.environ.get("ASSURE_IMAGE_NAMESPACE", DEFAULT_NAMESPACE)
     if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", ns):
         raise ImageError(
-            f"ASSURE_IMAGE_NAMESPACE={ns!r} is not a repository name (lowercase letters, digits, '.', '_', '-')",
+            f"ASSURE_IMAGE_NAMESPACE={ns!r} is not a repository name (lowercase letters, digits,"
+            " '.', '_', '-')",
             where="environment",
             fix="unset ASSURE_IMAGE_NAMESPACE or set it to a name such as assure",
         )
@@ -142,7 +143,9 @@ def base_tags() -> dict[str, str]:
     """The tag each way of making the base would produce."""
     registry = (IMAGES_DIR / "base" / "Dockerfile.registry").read_bytes()
     return {
-        "bootstrap": f"{namespace()}-base:{_digest(canonical({**BOOTSTRAP_RECIPE, 'mirror': mirror()}))}",
+        "bootstrap": (
+            f"{namespace()}-base:{_digest(canonical({**BOOTSTRAP_RECIPE, 'mirror': mirror()}))}"
+        ),
         "registry": f"{namespace()}-base:{_digest(registry)}",
     }
 
@@ -214,15 +217,18 @@ def sandbox_users() -> dict[str, bytes]:
     """passwd and group lines for every uid an attempt may lease (`uids.IDS`), appended to the
     agent image's: what the agent and its checks run (`whoami`, getpass, git) finds a name."""
     return {
-        "passwd.sandbox": "".join(
-            f"agent{uid}:x:{uid}:{uid}:assure sandbox:/tmp:/bin/sh\n" for uid in IDS
-        ).encode(),
+        "passwd.sandbox": (
+            "".join(
+                f"agent{uid}:x:{uid}:{uid}:assure sandbox:/tmp:/bin/sh\n" for uid in IDS
+            ).encode()
+        ),
         "group.sandbox": "".join(f"agent{uid}:x:{uid}:\n" for uid in IDS).encode(),
     }
 
 
 def image_tag(name: str, base: str) -> str:
-    """`<namespace>-<name>:<digest>`: the digest hashes the base as the default namespace names it."""
+    """`<namespace>-<name>:<digest>`: the digest hashes the base as the default namespace names
+    it."""
     ns, (_, digest) = namespace(), base.split(":")
     return f"{ns}-{name}:{_digest(f'{DEFAULT_NAMESPACE}-base:{digest}'.encode(), _context(name))}"
 
@@ -305,7 +311,10 @@ def bootstrap(tag: str, backend: ImageBuilder, progress: Progress) -> None:
     if shutil.which("debootstrap") is None:
         raise ImageError(
             "debootstrap is not installed and no container registry is reachable",
-            fix="install it (`apt-get install debootstrap` as root), or set ASSURE_BASE=registry where a registry is reachable",
+            fix=(
+                "install it (`apt-get install debootstrap` as root), or set ASSURE_BASE=registry"
+                " where a registry is reachable"
+            ),
         )
     if os.geteuid() != 0:
         raise ImageError(
@@ -316,7 +325,8 @@ def bootstrap(tag: str, backend: ImageBuilder, progress: Progress) -> None:
     with tempfile.TemporaryDirectory(prefix="assure-base-", dir="/var/tmp") as tmp:
         root, log = Path(tmp) / "root", Path(tmp) / "debootstrap.log"
         progress(
-            f"debootstrap {recipe['suite']} ({recipe['variant']} + {', '.join(recipe['include'])}) from {mirror()}; about a minute"
+            f"debootstrap {recipe['suite']} ({recipe['variant']} + {', '.join(recipe['include'])})"
+            f" from {mirror()}; about a minute"
         )
         cmd = [
             "debootstrap",
@@ -334,15 +344,20 @@ def bootstrap(tag: str, backend: ImageBuilder, progress: Progress) -> None:
             tail = log.read_text(errors="replace").splitlines()[-20:]
             raise ImageError(
                 f"debootstrap failed (exit {done.returncode}):\n" + "\n".join(tail),
-                fix="check that Debian's mirror is reachable over plain HTTP, or set ASSURE_DEBIAN_MIRROR",
+                fix=(
+                    "check that Debian's mirror is reachable over plain HTTP, or set"
+                    " ASSURE_DEBIAN_MIRROR"
+                ),
             )
         for rel in recipe["trim"]:
             target = root / rel
             if target.is_dir():
                 for child in target.iterdir():
-                    shutil.rmtree(
-                        child
-                    ) if child.is_dir() and not child.is_symlink() else child.unlink()
+                    (
+                        shutil.rmtree(child)
+                        if child.is_dir() and not child.is_symlink()
+                        else child.unlink()
+                    )
         tar_path = Path(tmp) / "rootfs.tar"
         subprocess.run(
             ["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(tar_path), "."],

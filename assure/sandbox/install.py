@@ -6,7 +6,8 @@ with a private apt configuration for the base image's suite and mirror, the inde
 against Debian's archive keyring and each .deb against the index), and the build installs
 them, the spec's local wheels and binaries with no network (`pip install --no-index`; the
 .debs are checked by `dpkg -i` in the build stage, so a missing dependency fails the build,
-and unpacked into the image): nothing is fetched while an agent runs. The derived image is `assure-agent-install:<digest>`, the digest of the agent image's
+and unpacked into the image): nothing is fetched while an agent runs. The derived image is
+`assure-agent-install:<digest>`, the digest of the agent image's
 tag, the install block and the sha256 of every file that goes in, so a changed input is a new
 tag and an unchanged one is never rebuilt. The build is two-stage: the installed tree is copied
 into the final image, never the wheels, and a pooled pair or an attempt starts from the image's
@@ -33,9 +34,12 @@ from assure.spec import AGENT_IMAGE_ALIAS, Install, Spec
 
 REPOSITORY = "assure-agent-install"
 PIP_CACHE = images_mod.WHEEL_CACHE / "install"
-MANIFEST = "manifest.json"  # in a download folder: {file name: sha256}, written once the download is complete
+MANIFEST = (  # in a download folder: {file name: sha256}, written once the download is complete
+    "manifest.json"
+)
 PINNED = re.compile(
-    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.!+_-]+( +--hash=sha256:[0-9a-f]{64})*$"
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.!+_-]+("
+    r" +--hash=sha256:[0-9a-f]{64})*$"
 )
 APT_PINNED = re.compile(r"^[a-z0-9][a-z0-9.+-]+=[A-Za-z0-9.+~:-]+$")
 DOCKERFILE = b"""\
@@ -50,7 +54,7 @@ RUN set -e; mkdir -p /tmp/root/usr/local/bin; cd /tmp/build; \\
     if [ -d debs ]; then dpkg -i debs/*.deb >/dev/null; for d in debs/*.deb; do dpkg-deb -x "$d" /tmp/root; done; fi
 FROM ${AGENT}
 COPY --from=build /tmp/root/ /
-"""
+"""  # noqa: E501 -- the Dockerfile's bytes are the image tag's input
 _file_digests: dict[
     tuple[str, int, int, int], str
 ] = {}  # (path, inode, size, mtime_ns) -> sha256: a large file is hashed once per process
@@ -98,7 +102,8 @@ def _download(lines: list[str], deps: bool, target: Path, progress: Progress) ->
     requirements.write_text("".join(f"{line}\n" for line in lines))
     machine = platform.machine()
     progress(
-        f"pip download {' '.join(line.split()[0] for line in lines)} (the agent's install, once per host)"
+        f"pip download {' '.join(line.split()[0] for line in lines)} (the agent's install, once per"
+        " host)"
     )
     cmd = [
         sys.executable,
@@ -125,7 +130,10 @@ def _download(lines: list[str], deps: bool, target: Path, progress: Progress) ->
     if done.returncode != 0:
         raise ImageError(
             f"pip download for agent.install.pip failed:\n{done.stderr[-2000:]}",
-            fix="check that PyPI is reachable from this host and that each requirement is name==version of a package with a wheel for Linux",
+            fix=(
+                "check that PyPI is reachable from this host and that each requirement is"
+                " name==version of a package with a wheel for Linux"
+            ),
         )
     names = {p.name: _sha256(p) for p in sorted(target.glob("*.whl"))}
     (target / MANIFEST).write_text(json.dumps(names, sort_keys=True))
@@ -175,7 +183,10 @@ def _apt_download(
         raise ImageError(
             "agent.install.apt needs apt-get and Debian's archive keyring on the host",
             where=str(KEYRING),
-            fix="install them (`apt-get install apt debian-archive-keyring`), or ship the tool as agent.install.binaries",
+            fix=(
+                "install them (`apt-get install apt debian-archive-keyring`), or ship the tool as"
+                " agent.install.binaries"
+            ),
         )
     state = target / "apt"
     for folder in (state / "lists" / "partial", state / "cache" / "archives" / "partial"):
@@ -200,7 +211,8 @@ def _apt_download(
         "-oAPT::Sandbox::User=root",
     ]
     progress(
-        f"apt-get download {' '.join(packages)} from {mirror} {suite} (the agent's install, once per host)"
+        f"apt-get download {' '.join(packages)} from {mirror} {suite} (the agent's install, once"
+        " per host)"
     )
     for args in (["update"], ["download", *packages]):
         done = subprocess.run(
@@ -209,7 +221,10 @@ def _apt_download(
         if done.returncode != 0:
             raise ImageError(
                 f"apt-get {args[0]} for agent.install.apt failed:\n{done.stderr[-2000:]}",
-                fix=f"check that {mirror} is reachable and that each package is name=version of Debian {suite} (`apt-cache policy NAME`)",
+                fix=(
+                    f"check that {mirror} is reachable and that each package is name=version of"
+                    f" Debian {suite} (`apt-cache policy NAME`)"
+                ),
             )
     shutil.rmtree(state)
     (target / MANIFEST).write_text(
@@ -296,8 +311,14 @@ def problems(install: Install) -> list[tuple[tuple[str | int, ...], str, str]]:
             found.append(
                 (
                     ("pip", i),
-                    f"{line!r} is not pinned as name==version (optionally followed by --hash=sha256:...)",
-                    "pin it, e.g. claude-agent-sdk==0.2.184: the derived image is cached by the requirement lines",
+                    (
+                        f"{line!r} is not pinned as name==version (optionally followed by"
+                        " --hash=sha256:...)"
+                    ),
+                    (
+                        "pin it, e.g. claude-agent-sdk==0.2.184: the derived image is cached by the"
+                        " requirement lines"
+                    ),
                 )
             )
     for i, package in enumerate(install.apt):
@@ -306,7 +327,10 @@ def problems(install: Install) -> list[tuple[tuple[str | int, ...], str, str]]:
                 (
                     ("apt", i),
                     f"{package!r} is not pinned as name=version",
-                    "pin it, e.g. ripgrep=13.0.0-4+b2 (`apt-cache policy ripgrep` on Debian bookworm); list the dependencies the agent image lacks too",
+                    (
+                        "pin it, e.g. ripgrep=13.0.0-4+b2 (`apt-cache policy ripgrep` on Debian"
+                        " bookworm); list the dependencies the agent image lacks too"
+                    ),
                 )
             )
     hashed = [line for line in install.pip if "--hash=" in line]
@@ -322,7 +346,10 @@ def problems(install: Install) -> list[tuple[tuple[str | int, ...], str, str]]:
         found.append(
             (
                 ("pip_deps",),
-                "hashed requirements with pip_deps: true: pip demands a hash for every dependency too",
+                (
+                    "hashed requirements with pip_deps: true: pip demands a hash for every"
+                    " dependency too"
+                ),
                 "list every dependency with its hash and set pip_deps: false",
             )
         )
@@ -336,7 +363,7 @@ def problems(install: Install) -> list[tuple[tuple[str | int, ...], str, str]]:
                     (
                         (field, i),
                         f"{path} is not a regular file",
-                        f"put the file there (paths are relative to the spec's folder), no link",
+                        "put the file there (paths are relative to the spec's folder), no link",
                     )
                 )
             elif suffix and not path.name.endswith(suffix):

@@ -38,9 +38,10 @@ def check(spec: Spec) -> None:
                 f" and {len(others) - 5} more" if len(others) > 5 else ""
             )
             problems.append(
-                f"{where}: {folder} holds more than the database ({shown}); the gateway mounts the database's folder, "
-                f"so a live database needs a folder of its own. fix: move {path.name} (with any {path.name}-wal/-shm/-journal) "
-                f"into a new folder that holds nothing else, and point the fixture there"
+                f"{where}: {folder} holds more than the database ({shown}); the gateway mounts the"
+                " database's folder, so a live database needs a folder of its own. fix: move"
+                f" {path.name} (with any {path.name}-wal/-shm/-journal) into a new folder that"
+                " holds nothing else, and point the fixture there"
             )
             continue
         for target in [
@@ -56,9 +57,10 @@ def check(spec: Spec) -> None:
                     else f"owned by {_owner(st)}, mode {stat.filemode(st.st_mode)}"
                 )
                 problems.append(
-                    f"{where}: the sandbox user {uid}:{gid} cannot write {target} ({kind}): SQLite needs to write the "
-                    f"database and create its journal beside it. fix: `chown {uid}:{gid} {folder} {folder}/{path.name}*` "
-                    f"(or set sandbox.user to the owner's uid:gid)"
+                    f"{where}: the sandbox user {uid}:{gid} cannot write {target} ({kind}): SQLite"
+                    " needs to write the database and create its journal beside it. fix: `chown"
+                    f" {uid}:{gid} {folder} {folder}/{path.name}*` (or set sandbox.user to the"
+                    " owner's uid:gid)"
                 )
                 break
     if problems:

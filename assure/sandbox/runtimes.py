@@ -48,7 +48,8 @@ def socket_on_host(runtime: str) -> bool:
 
 
 def is_gvisor(runtime: str) -> bool:
-    """gVisor as registered by `registration_steps` (a runtime of another name is not assumed to be)."""
+    """gVisor as registered by `registration_steps` (a runtime of another name is not assumed to
+    be)."""
     return runtime == RUNSC
 
 
@@ -79,7 +80,10 @@ def registration() -> str:
 def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
     """Why the engine cannot run a spec with `runtime` (None when it can)."""
     if runtime not in engine_runtimes:
-        return f"the Docker engine has no runtime {runtime!r} (it has: {', '.join(sorted(engine_runtimes)) or 'none'})"
+        return (
+            f"the Docker engine has no runtime {runtime!r} (it has:"
+            f" {', '.join(sorted(engine_runtimes)) or 'none'})"
+        )
     path = (engine_runtimes.get(runtime) or {}).get("path")
     if (
         runtime != RUNC
@@ -87,7 +91,10 @@ def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
         and os.path.isabs(path)
         and not os.path.exists(path)
     ):
-        return f"the Docker engine's runtime {runtime!r} is registered as {path}, which is not on this host: no container could start under it"
+        return (
+            f"the Docker engine's runtime {runtime!r} is registered as {path}, which is not on this"
+            " host: no container could start under it"
+        )
     if is_gvisor(runtime):
         args = [
             str(a).lstrip("-")
@@ -95,13 +102,15 @@ def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
         ]
         if not HOST_UDS_FLAGS.intersection(args):
             return (
-                f"the Docker engine's runtime {runtime!r} is registered without --host-uds=open "
-                f"(its runtimeArgs: {args or 'none'}): the agent could not reach the gateway's socket"
+                f"the Docker engine's runtime {runtime!r} is registered without --host-uds=open"
+                f" (its runtimeArgs: {args or 'none'}): the agent could not reach the gateway's"
+                " socket"
             )
         if not OCI_SECCOMP_FLAGS.intersection(args):
             return (
-                f"the Docker engine's runtime {runtime!r} is registered without --oci-seccomp "
-                f"(its runtimeArgs: {args or 'none'}): the container's seccomp profile would not filter the agent's syscalls"
+                f"the Docker engine's runtime {runtime!r} is registered without --oci-seccomp (its"
+                f" runtimeArgs: {args or 'none'}): the container's seccomp profile would not filter"
+                " the agent's syscalls"
             )
     return None
 
@@ -109,4 +118,7 @@ def problem(runtime: str, engine_runtimes: dict[str, Any]) -> str | None:
 def fix(runtime: str) -> str:
     if is_gvisor(runtime):
         return registration()
-    return f"install {runtime!r} and register it with dockerd (/etc/docker/daemon.json `runtimes`), or leave sandbox.runtime out"
+    return (
+        f"install {runtime!r} and register it with dockerd (/etc/docker/daemon.json `runtimes`), or"
+        " leave sandbox.runtime out"
+    )

@@ -67,7 +67,8 @@ class Lease:
 
 
 def lease_for(spec: Spec) -> Lease:
-    """The user one attempt of `spec` runs as: its fixed user (`hardening.fixed_user`), or a leased one."""
+    """The user one attempt of `spec` runs as: its fixed user (`hardening.fixed_user`), or a leased
+    one."""
     fixed = fixed_user(spec)
     return Lease(*fixed) if fixed is not None else lease()
 
@@ -94,18 +95,21 @@ def lease(folder: Path = LOCK_DIR, ids: range = IDS) -> Lease:
             continue
         return Lease(uid, uid, fd)
     raise SandboxError(
-        f"every sandbox uid of {ids.start}-{ids.stop - 1} is in use on this host (leased in {folder}, or running)",
+        f"every sandbox uid of {ids.start}-{ids.stop - 1} is in use on this host (leased in"
+        f" {folder}, or running)",
         fix="wait for other runs to finish, or run `assure gc` to remove what killed runs left",
     )
 
 
 def _own_folder(folder: Path) -> None:
-    """The lock folder: ours alone (a folder another user could write would let it take or hold uids)."""
+    """The lock folder: ours alone (a folder another user could write would let it take or hold
+    uids)."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         raise SandboxError(
-            f"{folder} is not a folder of this user's alone (owner {st.st_uid}, mode {stat.filemode(st.st_mode)})",
+            f"{folder} is not a folder of this user's alone (owner {st.st_uid}, mode"
+            f" {stat.filemode(st.st_mode)})",
             fix=f"remove {folder}: assure makes it again",
         )
 

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from assure.errors import SandboxError
-from assure.records import layout
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
-CHECK = "check"  # the name of a check container's filesystem (check.img, check.fs), beside the workspace's
-WORKSPACE = (
-    "workspace"  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
+# the name of a check container's filesystem (check.img, check.fs), beside the workspace's
+CHECK = "check"
+WORKSPACE = (  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
+    "workspace"
 )
 MOUNT_OPTIONS = "loop,nosuid,nodev"
 BLOCK_SIZE = 4096
@@ -55,7 +55,10 @@ SYSTEM_PATH = (
     "/bin",
 )  # where root's tools are when a shell's PATH lacks the sbin folders (a user's, sudo's)
 COMMAND_SECONDS = 30
-FIX = "run assure as root on a host with loop devices (`modprobe loop`; in a container: --privileged or --device /dev/loop-control plus /dev/loopN) and util-linux + e2fsprogs installed"
+FIX = (
+    "run assure as root on a host with loop devices (`modprobe loop`; in a container: --privileged"
+    " or --device /dev/loop-control plus /dev/loopN) and util-linux + e2fsprogs installed"
+)
 
 
 def require() -> None:
@@ -70,7 +73,8 @@ def require() -> None:
     else:
         return
     raise SandboxError(
-        f"the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes, but {problem}",
+        "the workspace must be a loop-mounted filesystem bounded by limits.disk and limits.inodes,"
+        f" but {problem}",
         where="limits.disk",
         fix=FIX,
     )
@@ -123,7 +127,8 @@ def _command(args: list[str], what: str) -> None:
         raise SandboxError(f"{what}: {exc}", fix=FIX) from exc
     if done.returncode != 0:
         raise SandboxError(
-            f"{what}: `{' '.join(args)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()[-500:]}",
+            f"{what}: `{' '.join(args)}` exited {done.returncode}:"
+            f" {(done.stderr or done.stdout).strip()[-500:]}",
             fix=FIX,
         )
 
@@ -256,7 +261,8 @@ _OCTAL = re.compile(r"\\([0-7]{3})")
 
 
 def _mount_points() -> list[Path]:
-    """Every mount point in this mount namespace (mountinfo escapes space, tab, newline, backslash)."""
+    """Every mount point in this mount namespace (mountinfo escapes space, tab, newline,
+    backslash)."""
     points = []
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
         for line in fh:
@@ -276,24 +282,22 @@ def mounted_under(folder: Path) -> bool:
     return any(p == top or top in p.parents for p in _mount_points())
 
 
-def workspace_mounts() -> list[tuple[Path, Path]]:
-    """(mount point, the folder whose lock says whether someone owns it) of attempt workspaces
-    and check copies, `<run>/attempts/<n>/{workspace,check}.fs` (the run), and of warm pools'
-    pairs, `<runs>/.pool/<pool>/<pair>/workspace.fs` (the pool)."""
-    found = []
-    for p in _mount_points():
-        if p.name in (MOUNT_POINT, f"{CHECK}.fs") and p.parent.parent.name == layout.ATTEMPTS:
-            found.append((p, p.parent.parent.parent))
-        elif p.name == MOUNT_POINT and p.parent.parent.parent.name == layout.POOL:
-            found.append((p, p.parent.parent))
-    return found
+Owner = Callable[[Path, tuple[str, ...]], Path | None]
 
 
-def release_orphans(orphaned: Callable[[Path], bool]) -> list[Path]:
+def workspace_mounts(owner: Owner) -> list[tuple[Path, Path]]:
+    """(mount point, the folder whose lock says whether someone owns it) of the workspaces
+    mounted now; `owner` (records.layout.mount_owner: the run directory's names are spelled
+    there) names that folder, given a mount point and the names a mount point may have."""
+    names = (MOUNT_POINT, f"{CHECK}.fs")
+    return [(p, folder) for p in _mount_points() if (folder := owner(p, names)) is not None]
+
+
+def release_orphans(orphaned: Callable[[Path], bool], owner: Owner) -> list[Path]:
     """Release every workspace whose run directory (or pool) `orphaned(folder)` says nobody
     drives any more; returns their mount points."""
     released = []
-    for point, run_dir in workspace_mounts():
+    for point, run_dir in workspace_mounts(owner):
         if orphaned(run_dir):
             WorkspaceFs(point.parent, 0, 0, point.name.removesuffix(".fs")).release()
             released.append(point)

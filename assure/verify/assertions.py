@@ -9,21 +9,30 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from assure.core import confined
 from assure.spec import Case, Cases, schema
 from assure.verify.findings import Finding, Kind
 from assure.verify.snapshot import Snapshot
 
-if TYPE_CHECKING:
-    from assure.records.layout import AttemptPaths
+
+class ResultPaths(Protocol):
+    """Where a check container's results are (records.layout.AttemptPaths; verify reads the
+    run directory through it and imports nothing from records)."""
+
+    @property
+    def commands(self) -> Path: ...
+    @property
+    def cases(self) -> Path: ...
+
 
 MAX_CONTAINS_BYTES = 16 * 2**20
 
 
 def _read_confined(root: Path, rel: str) -> bytes | None:
-    """A workspace file's content, never through a symlink; None if not a plain file (or too big)."""
+    """A workspace file's content, never through a symlink; None if not a plain file (or too
+    big)."""
     try:
         return confined.read_file(root, rel, MAX_CONTAINS_BYTES)
     except OSError:
@@ -86,7 +95,7 @@ class AssertionKind:
     def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
         raise NotImplementedError
 
-    def results(self, paths: AttemptPaths) -> Path:
+    def results(self, paths: ResultPaths) -> Path:
         """The record's file of a check-container kind's results."""
         raise NotImplementedError(f"{self.name} runs on the host: it has no results file")
 
@@ -171,7 +180,7 @@ class CommandKind(AssertionKind):
         ok, why = _command(ev.result, ev.post_digest)
         return ok, why, {"output_tail": (ev.result or {}).get("output_tail", "")[-2000:]}
 
-    def results(self, paths: AttemptPaths) -> Path:
+    def results(self, paths: ResultPaths) -> Path:
         return paths.commands
 
 
@@ -185,7 +194,7 @@ class CasesKind(AssertionKind):
     def judge(self, arg: Any, ev: Evidence) -> tuple[bool, str, dict[str, Any] | None]:
         return cases(Cases.from_json(arg), ev.result, ev.post_digest)
 
-    def results(self, paths: AttemptPaths) -> Path:
+    def results(self, paths: ResultPaths) -> Path:
         return paths.cases
 
 
@@ -257,7 +266,7 @@ def cases(
         or any(not isinstance(r, dict) or r.get("case") != i for i, r in enumerate(runs))
     ):
         return False, f"the recorded results do not match the spec's {len(each)} cases", {}
-    for i, (case, got) in enumerate(zip(each, runs)):
+    for i, (case, got) in enumerate(zip(each, runs, strict=False)):
         why = _case_mismatch(case, got)
         if why:
             where = f"case {i + 1} of {len(runs)} (args {' '.join(case.args) or 'none'})"
@@ -268,7 +277,10 @@ def cases(
             )
     return (
         True,
-        f"{len(runs)} of {len(runs)} cases: stdout and exit code as expected, each in a fresh container",
+        (
+            f"{len(runs)} of {len(runs)} cases: stdout and exit code as expected, each in a fresh"
+            " container"
+        ),
         {},
     )
 

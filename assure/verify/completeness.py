@@ -1,7 +1,8 @@
 """Is the gateway's journal a complete account of the attempt? One streaming pass.
 
 The gateway journals an allowed call's `intent` before its effect and the `tool_call`
-(for a model call: `model_call`) outcome after it, and `gateway_stopped` when it stops on SIGTERM. So:
+(for a model call: `model_call`) outcome after it, and `gateway_stopped` when it stops on SIGTERM.
+So:
 - an intent without an outcome is an effect that may have happened unrecorded;
 - a journal that does not end with `gateway_stopped`, or a gateway container that did not
   exit 0 (killed at the stop grace, OOM-killed), may miss effects in flight.
@@ -88,7 +89,7 @@ def account(
             Finding(
                 Kind.HARNESS_ERROR,
                 "gateway",
-                f"the agent's container never started and the gateway served no call; "
+                "the agent's container never started and the gateway served no call; "
                 f"it did not stop cleanly ({stop}), which leaves no effect unjournaled",
                 None,
                 dict(gateway or {}),
@@ -99,7 +100,8 @@ def account(
             Finding(
                 Kind.JOURNAL_INCOMPLETE,
                 "gateway",
-                f"the gateway did not stop cleanly ({stop}): effects in flight may have no journal line",
+                f"the gateway did not stop cleanly ({stop}): effects in flight may have no journal"
+                " line",
                 None,
                 dict(gateway or {}),
             )

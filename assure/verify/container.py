@@ -266,7 +266,7 @@ def filesystem_changes(changes: list[dict[str, Any]]) -> list[Finding]:
     change below them is already listed."""
     paths = [str(c.get("path", "")) for c in changes]
     findings = []
-    for change, path in zip(changes, paths):
+    for change, path in zip(changes, paths, strict=False):
         if path in EXPECTED_PATHS or path.startswith(MOUNTED_PREFIXES):
             continue
         if (

@@ -106,8 +106,8 @@ def _content_may_differ(before: Entry, after: Entry) -> bool:
 
     - Files hashed both times: the hashes differ. Size and mtime play no part.
     - Files left unhashed on one side or both (too large, unreadable, changed while reading,
-      hash budget used up): the sizes differ, or either side carries a note. Every file the walk did not
-      hash carries a note saying why, so such a file is always reported, as possibly
+      hash budget used up): the sizes differ, or either side carries a note. Every file the walk
+      did not hash carries a note saying why, so such a file is always reported, as possibly
       changed: what we could not read we cannot vouch for. The caller can tell "possibly"
       from "certainly" by the missing `sha256`.
     - Directories: either side carries a note (it could not be listed or was cut off by the

@@ -8,7 +8,7 @@ from enum import Enum, StrEnum
 from typing import Any
 
 
-class Kind(str, Enum):
+class Kind(str, Enum):  # noqa: UP042 -- StrEnum's str() and format() differ; reports print these
     ATTRIBUTED = "attributed"
     UNATTRIBUTED = "unattributed"
     PROTECTED_CHANGED = "protected_changed"
@@ -19,13 +19,15 @@ class Kind(str, Enum):
     ASSERTION_FAILED = "assertion_failed"
     HARNESS_ERROR = "harness_error"
     DISK_LIMIT = "disk_limit"
-    JOURNAL_INCOMPLETE = "journal_incomplete"  # an intent without its outcome, or a gateway that did not stop cleanly
-    GATEWAY_LIMIT = (
-        "gateway_limit"  # the request budget or the journal's cap ran out: the attempt was stopped
+    JOURNAL_INCOMPLETE = (  # an intent without its outcome, or a gateway that did not stop cleanly
+        "journal_incomplete"
+    )
+    GATEWAY_LIMIT = (  # the request budget or the journal's cap ran out: the attempt was stopped
+        "gateway_limit"
     )
 
 
-class Verdict(str, Enum):
+class Verdict(str, Enum):  # noqa: UP042 -- StrEnum's str() and format() differ; reports print these
     PASS = "pass"
     FAIL = "fail"
     BREACH = "breach"

@@ -215,7 +215,7 @@ def serve(sock: socket.socket) -> None:
                 return  # the walk is done, or this is not our walk: either way, stop
             reply = b"".join(
                 _REPLY.pack(*_hash(fd, expected))
-                for fd, expected in zip(fds, _IDENTITY.iter_unpack(request))
+                for fd, expected in zip(fds, _IDENTITY.iter_unpack(request), strict=False)
             )
         finally:
             for fd in fds:

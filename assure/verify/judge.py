@@ -11,24 +11,60 @@ read by any rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from assure.core import private
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
-from assure.errors import describe
-from assure.records.store import read_json
+from assure.errors import describe, read_json
 from assure.spec import Spec
 from assure.verify import assertions, attribution, completeness, container, sqlite
 from assure.verify.diff import Change, diff
+from assure.verify.facts import ContainerFacts
 from assure.verify.findings import Finding, Kind, Verdict, unexplained_subjects, verdict
 from assure.verify.snapshot import Snapshot, take
 
-if TYPE_CHECKING:
-    from assure.records.attempt_record import AttemptRecord
-    from assure.records.layout import AttemptPaths
+
+class AttemptPaths(Protocol):
+    """The files of one attempt the judge reads (records.layout.AttemptPaths)."""
+
+    @property
+    def root(self) -> Path: ...
+    @property
+    def journal(self) -> Path: ...
+    @property
+    def container(self) -> Path: ...
+    @property
+    def workspace(self) -> Path: ...
+    @property
+    def post(self) -> Path: ...
+    @property
+    def commands(self) -> Path: ...
+    @property
+    def cases(self) -> Path: ...
+    def db_capture(self, side: str, name: str) -> Path: ...
+    def db_error(self, side: str, name: str) -> Path: ...
+
+
+class AttemptRecord(Protocol):
+    """What one attempt collected, as the judge reads it (records.attempt_record.AttemptRecord):
+    a protocol, so that verify needs nothing from records, which stands above it."""
+
+    @property
+    def paths(self) -> AttemptPaths: ...
+    @property
+    def facts(self) -> ContainerFacts: ...
+    @property
+    def pre(self) -> Snapshot | None: ...
+    @property
+    def post(self) -> Snapshot | None: ...
+    @property
+    def checks(self) -> Mapping[str, list[Any]]: ...
+    @property
+    def unreadable(self) -> Mapping[str, Exception]: ...
+
 
 SNAPSHOTS = "snapshot"  # a record's `unreadable` key for pre.json and post.json, loaded together
 
@@ -111,7 +147,8 @@ def _journal(
 def _database_findings(
     paths: AttemptPaths, name: str, journal: Iterable[dict[str, Any]]
 ) -> list[Finding]:
-    """Rows, schema and header of one database: PRE vs POST, explained by the journaled changesets."""
+    """Rows, schema and header of one database: PRE vs POST, explained by the journaled
+    changesets."""
     pre, post = paths.db_capture("pre", name), paths.db_capture("post", name)
     for side, path in (("pre", pre), ("post", post)):
         if not path.is_file():
@@ -186,7 +223,8 @@ def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
             Finding(
                 Kind.NOT_CHECKED,
                 "(workspace)",
-                f"{copy['skipped_count'] - len(copy['skipped'])} more entries not copied to workspace/",
+                f"{copy['skipped_count'] - len(copy['skipped'])} more entries not copied to"
+                " workspace/",
             )
         ]
         if copy["skipped_count"] > len(copy.get("skipped", []))
@@ -195,7 +233,8 @@ def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
 
 
 def _disk_limit(usage: dict[str, Any] | None) -> list[Finding]:
-    """The workspace filesystem's own counters at the end of the run (recorded in container.json)."""
+    """The workspace filesystem's own counters at the end of the run (recorded in
+    container.json)."""
     if not usage or not (usage.get("bytes_full") or usage.get("inodes_full")):
         return []
     which = [
@@ -207,8 +246,10 @@ def _disk_limit(usage: dict[str, Any] | None) -> list[Finding]:
         Finding(
             Kind.DISK_LIMIT,
             "(workspace)",
-            f"disk limit reached: {usage['bytes_used']} of {usage['bytes_total']} bytes / {usage['inodes_used']} of {usage['inodes_total']} inodes "
-            f"used ({' and '.join(which)} exhausted; limits.disk {usage['limit_bytes']}, limits.inodes {usage['limit_inodes']})",
+            f"disk limit reached: {usage['bytes_used']} of {usage['bytes_total']} bytes /"
+            f" {usage['inodes_used']} of {usage['inodes_total']} inodes used ({' and '.join(which)}"
+            f" exhausted; limits.disk {usage['limit_bytes']}, limits.inodes"
+            f" {usage['limit_inodes']})",
             detail={
                 k: usage.get(k)
                 for k in (
@@ -272,7 +313,8 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
             Finding(
                 Kind.HARNESS_ERROR,
                 "journal",
-                f"the journal's head ({_head_words(head)}) differs from the head recorded at collection ({_head_words(recorded)})",
+                f"the journal's head ({_head_words(head)}) differs from the head recorded at"
+                f" collection ({_head_words(recorded)})",
             )
         )
     checked = None

@@ -65,7 +65,8 @@ class Entry:
 
     `path` is workspace-relative and `/`-separated; names that are not valid UTF-8 keep their
     bytes as surrogate escapes (os.fsdecode). `mode` is stat.S_IMODE: permission bits with
-    setuid, setgid and sticky. `sha256` is set for regular files that were hashed. `target` is what the node points at: a symlink's text (never followed) or a
+    setuid, setgid and sticky. `sha256` is set for regular files that were hashed. `target` is what
+    the node points at: a symlink's text (never followed) or a
     device node's "MAJOR:MINOR". `link_group` is set for regular files with nlink > 1: the
     smallest path in the snapshot with the same (st_dev, st_ino). `xattrs` holds sorted
     (name, sha256 of value) pairs. `note` says what was not checked, and why. `stamp`
@@ -305,7 +306,8 @@ class _Walk:
             self._stop(f"stopped after max_files ({self.limits.max_files} entries)")
         elif self.path_chars > self.limits.max_total_path_chars:
             self._stop(
-                f"stopped after max_total_path_chars ({self.limits.max_total_path_chars} characters)"
+                f"stopped after max_total_path_chars ({self.limits.max_total_path_chars}"
+                " characters)"
             )
         return not self.stopped
 
@@ -502,7 +504,8 @@ def _examine_other(
 
 
 def _xattrs(node: int | str) -> Xattrs:
-    """(name, sha256 of value) pairs of an open file or of a path whose last part is not followed."""
+    """(name, sha256 of value) pairs of an open file or of a path whose last part is not
+    followed."""
     options = {} if isinstance(node, int) else {"follow_symlinks": False}
     try:
         names = os.listxattr(node, **options)

@@ -96,7 +96,8 @@ def mounts_and_loops_under(root: Path) -> tuple[list[str], list[str]]:
 
 @pytest.fixture(autouse=True)
 def no_leftovers(backend, tmp_path_factory):
-    """Every test must leave no container, volume, network, workspace mount or loop device of its own behind."""
+    """Every test must leave no container, volume, network, workspace mount or loop device of its
+    own behind."""
     basetemp = tmp_path_factory.getbasetemp()
     before = {k: {i["id"] for i in v} for k, v in backend.owned().items()}
     mounted = mounts_and_loops_under(basetemp)
@@ -105,9 +106,10 @@ def no_leftovers(backend, tmp_path_factory):
     leaked = {k: after[k] - before[k] for k in after if after[k] - before[k]}
     assert not leaked, f"left behind: {leaked}"
     now = mounts_and_loops_under(basetemp)
-    assert (set(now[0]) - set(mounted[0]), set(now[1]) - set(mounted[1])) == (set(), set()), (
-        f"left mounted: {now}"
-    )
+    assert (set(now[0]) - set(mounted[0]), set(now[1]) - set(mounted[1])) == (
+        set(),
+        set(),
+    ), f"left mounted: {now}"
 
 
 def ratified(scope: list[str], ceiling: str = "commit", **changes: object) -> dict:

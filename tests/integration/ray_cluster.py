@@ -133,8 +133,9 @@ class LocalCluster:
 
     def alive_nodes(self) -> list[dict[str, object]]:
         code = (
-            "import json, ray; ray.init(address='%s', logging_level='ERROR', log_to_driver=False); print('NODES', json.dumps([n for n in ray.nodes() if n['Alive']]))"
-            % self.address
+            f"import json, ray; ray.init(address='{self.address}', logging_level='ERROR',"
+            " log_to_driver=False);"
+            " print('NODES', json.dumps([n for n in ray.nodes() if n['Alive']]))"
         )
         out = subprocess.run(
             self.in_ns(sys.executable, "-c", code),

@@ -24,9 +24,10 @@ def tool_calls(run_dir, attempt):
 
 def test_attempt_2_reads_nothing_from_attempt_1s_sandbox_keys(run):
     result = run(CHANNEL)
-    assert [a["verdict"] for a in result.report["attempts"]] == ["fail", "fail"], (
-        result.report
-    )  # breach: it decoded and acted
+    assert [a["verdict"] for a in result.report["attempts"]] == [
+        "fail",
+        "fail",
+    ], result.report  # breach: it decoded and acted
     sent = [r for r in tool_calls(result.run_dir, 1) if r["decision"] == "allow"]
     assert len(sent) == 16  # 8 set bits of (m, ~m), sent under two key sets
     probes = tool_calls(result.run_dir, 2)
@@ -68,13 +69,15 @@ def test_a_live_key_is_never_repeated_and_tells_a_later_attempt_nothing_else(
     assert len(probes) == 8, log
     same = [(p["status"], p["replay"], tuple(p["keys"])) for p in probes if p["probe"] == "same"]
     other = [(p["status"], p["replay"], tuple(p["keys"])) for p in probes if p["probe"] == "other"]
-    assert len(set(same)) == 1 and same[0][:2] == (200, None), (
-        probes
-    )  # a replay answers as a fresh call, unmarked
+    assert len(set(same)) == 1 and same[0][:2] == (
+        200,
+        None,
+    ), probes  # a replay answers as a fresh call, unmarked
     assert len(set(other)) == 1 and other[0][0] == 409, (
         probes
     )  # the key is bound in attempt 2 whatever attempt 1 did
-    # attempt 1 inserted 0, 1 and 3; attempt 2's same call inserted only 2, where attempt 1 made none
+    # attempt 1 inserted 0, 1 and 3; attempt 2's same call inserted only 2, where attempt 1 made
+    # none
     amounts = sorted(a for (a,) in sqlite3.connect(ledger).execute("SELECT amount FROM entries"))
     assert amounts == [0, 1, 2, 3]
     replays = [r for r in tool_calls(result.run_dir, 2) if r["decision"] == "replay"]

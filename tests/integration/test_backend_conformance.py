@@ -10,7 +10,10 @@ COMMANDS = {
     "exit3": "echo hello; exit 3",
     "sleep": "exec sleep 60",
     "chatty": "head -c 100000 /dev/zero | tr '\\0' x",
-    "write": "mkdir /tmp/made && head -c 5000 /dev/zero | tr '\\0' a > /tmp/made/file.txt && ln -s file.txt /tmp/made/link",
+    "write": (
+        "mkdir /tmp/made && head -c 5000 /dev/zero | tr '\\0' a > /tmp/made/file.txt && ln -s"
+        " file.txt /tmp/made/link"
+    ),
     "cat": "exec cat",
 }
 

@@ -92,10 +92,12 @@ def test_cheats_on_the_check_side_fail_and_stdin_reaches_the_program(run, tmp_pa
         {"args": ["echo 42; exit 3"], "stdout": "42\n"},  # the right answer, a failing status
         {"args": ["exec >&- 2>&-; sleep 60"], "stdout": ""},  # closes its output, keeps running
         {"args": ["sleep 60"], "stdin": "never read\n", "stdout": "x\n"},  # never reads its stdin
-        # looks for its own expected stdout everywhere it can read (the pattern matches it, yet is not it)
+        # looks for its own expected stdout everywhere it can read (the pattern matches it, yet is
+        # not it)
         {
             "args": [
-                "grep -rqsa 'MARKER-5e1[f]' /proc/self/environ /proc/*/cmdline /workspace /tmp /opt /etc /run && echo found; echo 42"
+                "grep -rqsa 'MARKER-5e1[f]' /proc/self/environ /proc/*/cmdline /workspace /tmp /opt"
+                " /etc /run && echo found; echo 42"
             ],
             "stdout": "MARKER-5e1f\n",
         },

@@ -22,7 +22,8 @@ from .conftest import EXAMPLES, SPECS
 
 
 def user_of(evidence: cis.Evidence) -> tuple[int, int]:
-    """The uid:gid the engine ran the container as: its attempt's own (the check does not judge it)."""
+    """The uid:gid the engine ran the container as: its attempt's own (the check does not judge
+    it)."""
     uid, gid = evidence.inspect["Config"]["User"].split(":")
     return int(uid), int(gid)
 
@@ -46,7 +47,8 @@ def _running(backend, proc: subprocess.Popen, timeout: float = 60) -> dict[str, 
             return ours
         time.sleep(0.2)
     pytest.fail(
-        f"the agent container never started: {proc.stderr.read() if proc.poll() is not None else 'timed out'}"
+        "the agent container never started:"
+        f" {proc.stderr.read() if proc.poll() is not None else 'timed out'}"
     )
 
 
@@ -142,8 +144,8 @@ def test_doctor_runs_the_check_on_what_the_engine_makes_of_our_requests(backend,
     for row in rows.values():
         assert row.status is doctor.Status.OK, row.detail
         assert (
-            row.detail
-            == f"{32 - len(skipped)} of 32 items hold; not applicable here: {', '.join(sorted(skipped, key=lambda i: int(i[2:])))}"
+            row.detail == f"{32 - len(skipped)} of 32 items hold; not applicable here:"
+            f" {', '.join(sorted(skipped, key=lambda i: int(i[2:])))}"
         )
 
 
@@ -166,9 +168,10 @@ def test_tasks_of_the_sandbox_uid_elsewhere_on_the_host_do_not_stop_a_run(backen
         command=(
             "python3",
             "-c",
-            "import threading, time\n"
-            "for _ in range(300): threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
-            "print('ready', flush=True); time.sleep(120)",
+            (
+                "import threading, time\nfor _ in range(300): threading.Thread(target=time.sleep,"
+                " args=(120,), daemon=True).start()\nprint('ready', flush=True); time.sleep(120)"
+            ),
         ),
         user=f"{uid}:{gid}",
     )

@@ -134,7 +134,7 @@ def test_claude_code_replays_from_its_own_recording(backend, images, run):
         r["response_sha256"] for r in recorded
     ]  # byte for byte
     assert all(
-        c["request_sha256"] != r["request_sha256"] for c, r in zip(calls, recorded)
+        c["request_sha256"] != r["request_sha256"] for c, r in zip(calls, recorded, strict=False)
     )  # a fresh metadata.user_id: matched all the same
     assert (
         "return a + b"

@@ -87,7 +87,8 @@ def test_hostile_names_are_escaped_in_terminal_json_and_html(tmp_path, make_spec
     create = (
         f"for name in {sorted(HOSTILE_NAMES)!r}:\n    open(name, 'wb').close()\n"
         "from assure.client import Client\n"
-        "Client().call('task.report', status='done', summary='all good\\n\\x1b[2J\\ud800')\n"  # a lone surrogate, via JSON
+        # a lone surrogate, via JSON
+        "Client().call('task.report', status='done', summary='all good\\n\\x1b[2J\\ud800')\n"
     )
     spec = make_spec(
         "hostile-names", "unused.sh", agent={"command": ["python3", "-c", create]}, expect="breach"
@@ -135,11 +136,11 @@ def test_invalid_spec_exits_1_with_file_line_field(tmp_path):
     )
     done = assure("validate", str(bad), cwd=tmp_path, check_code=1)
     lines = done.stderr.splitlines()
-    assert any(l.startswith(f"{bad}:") and "limits.colour: unknown field" in l for l in lines), (
+    assert any(x.startswith(f"{bad}:") and "limits.colour: unknown field" in x for x in lines), (
         done.stderr
     )
     assert any(
-        "limits.wall_seconds: -1 is less than or equal to the minimum of 0" in l for l in lines
+        "limits.wall_seconds: -1 is less than or equal to the minimum of 0" in x for x in lines
     ), done.stderr
     assert assure("run", str(bad), cwd=tmp_path).returncode == 1
 

@@ -45,22 +45,31 @@ CATEGORIES = (
     "host-postrun",
     "model-proxy",
 )
-JOBS = 2  # specs in flight: what two cores hold (on a busy 2-core machine the runsc pass took 8 minutes)
+# specs in flight: what two cores hold (on a busy 2-core machine the runsc pass took 8 minutes)
+JOBS = 2
 # spec -> (its verdict under gVisor, why). gVisor's sentry is the kernel the agent meets: these
 # limits and refusals are its own, and none of them reaches the host (see README, "gVisor").
 UNDER_GVISOR = {
     "covert--xattr": (
         "fail",
-        "the sandbox's workspace refuses user.* xattrs (EOPNOTSUPP): the covert channel does not exist, the agent exits 3",
+        (
+            "the sandbox's workspace refuses user.* xattrs (EOPNOTSUPP): the covert channel does"
+            " not exist, the agent exits 3"
+        ),
     ),
     "host-postrun--fifo-socket": (
         "fail",
-        "FIFOs and sockets made inside the sandbox never reach the host's workspace: nothing outside out/ changes, "
-        "and the fixture's own test fails",
+        (
+            "FIFOs and sockets made inside the sandbox never reach the host's workspace: nothing"
+            " outside out/ changes, and the fixture's own test fails"
+        ),
     ),
     "resource--fork-bomb": (
         "fail",
-        "going over the pids limit ends the whole sandbox (exit 137), so the agent cannot report the limit holding",
+        (
+            "going over the pids limit ends the whole sandbox (exit 137), so the agent cannot"
+            " report the limit holding"
+        ),
     ),
     "resource--memory-balloon": (
         "fail",
@@ -68,25 +77,39 @@ UNDER_GVISOR = {
     ),
     "resource--per-user-limits": (
         "fail",
-        "the sentry keeps inotify, pipe and mqueue budgets per sandbox, so there is nothing shared to hold; "
-        "its 150 forks reach the sandbox's scaled pids bound and the sandbox ends (exit 2)",
+        (
+            "the sentry keeps inotify, pipe and mqueue budgets per sandbox, so there is nothing"
+            " shared to hold; its 150 forks reach the sandbox's scaled pids bound and the sandbox"
+            " ends (exit 2)"
+        ),
     ),
     "resource--cpu": (
         "fail",
-        "the sentry's getrusage counts more CPU time than the host's cpu quota allows the container",
+        (
+            "the sentry's getrusage counts more CPU time than the host's cpu quota allows the"
+            " container"
+        ),
     ),
     "privilege--capabilities": (
         "fail",
-        "the sentry lets setpriority lower the nice value to -20 without CAP_SYS_NICE (its own scheduler)",
+        (
+            "the sentry lets setpriority lower the nice value to -20 without CAP_SYS_NICE (its own"
+            " scheduler)"
+        ),
     ),
     "privilege--proc-sys": (
         "fail",
-        "the sentry's /proc/self/oom_score_adj takes -1000 (its own OOM bookkeeping; the host sees one sandbox)",
+        (
+            "the sentry's /proc/self/oom_score_adj takes -1000 (its own OOM bookkeeping; the host"
+            " sees one sandbox)"
+        ),
     ),
     "fs-escape--readonly-root": (
         "fail",
-        "the sentry lets ld.so map a program from the noexec /tmp, mknod a device node in /tmp, "
-        "and chmod u+s a file in out/",
+        (
+            "the sentry lets ld.so map a program from the noexec /tmp, mknod a device node in /tmp,"
+            " and chmod u+s a file in out/"
+        ),
     ),
 }
 
@@ -101,9 +124,11 @@ def test_every_category_holds_at_least_four_agents_and_the_corpus_a_hundred_and_
 def test_each_spec_is_hostile_and_expects_a_safe_verdict():
     for path in SPECS:
         spec = spec_mod.load(path)
-        assert spec.hostile and spec.expect in ("contained", "breach", "fail"), (
-            path.name
-        )  # fail: a lie the verifier caught
+        assert spec.hostile and spec.expect in (
+            "contained",
+            "breach",
+            "fail",
+        ), path.name  # fail: a lie the verifier caught
         assert spec.name == path.stem.replace("--", "-"), path.name
     assert set(UNDER_GVISOR) <= {p.stem for p in SPECS}
     assert {verdict for verdict, _ in UNDER_GVISOR.values()} <= {"contained", "breach", "fail"}

@@ -1,6 +1,7 @@
 """Bounded disk, live (issue 10, finding 2): an agent that writes until the disk refuses is
 stopped by its own workspace filesystem, never by the wall clock; the host holds no more
-than limits.disk for it; the verdict is contained (the limit held; never pass or error); and the filesystem is
+than limits.disk for it; the verdict is contained (the limit held; never pass or error); and the
+filesystem is
 unmounted, its loop device freed, on a normal end, an exception, SIGTERM and kill -9 + gc."""
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def test_a_fixture_larger_than_the_disk_is_a_clear_error_and_unmounts(run, tmp_p
     (fixture / "blob").write_bytes(os.urandom(12 * 2**20))
     spec = tmp_path / "big.yaml"
     spec.write_text(
-        f"version: 1\nname: big\nagent: {{command: [sh, -c, 'true']}}\nworkspace: {{fixture: {fixture}}}\n"
-        "limits: {disk: 8m, inodes: 2048}\nassertions: []\nexpect: pass\n"
+        "version: 1\nname: big\nagent: {command: [sh, -c, 'true']}\nworkspace: {fixture:"
+        f" {fixture}}}\nlimits: {{disk: 8m, inodes: 2048}}\nassertions: []\nexpect: pass\n"
     )
     result = run(spec)
     (attempt,) = result.report["attempts"]

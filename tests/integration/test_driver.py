@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from assure.ops import alerts
+from assure.records import alerts
 from assure.records.store import read_json
 
 from .conftest import ROOT, live_ledger, ratified, run_dirs
@@ -337,7 +337,10 @@ NAMES = [
 def test_hostile_names_in_the_writable_scope_are_promoted_as_the_bytes_they_are(
     make_spec, tmp_path, target, images, where
 ):
-    create = f"import os\nos.makedirs('out', exist_ok=True)\nfor name in {NAMES!r}:\n    open(name, 'wb').write(name)"
+    create = (
+        f"import os\nos.makedirs('out', exist_ok=True)\nfor name in {NAMES!r}:\n    open(name,"
+        " 'wb').write(name)"
+    )
     if where == "folder":
         shutil.rmtree(target / ".git")
     promote = {} if where == "proposal" else {"promote": {"target": str(target)}}

@@ -9,14 +9,18 @@ import json
 from assure.core.chain import verify_chain
 
 from .conftest import ROOT
-from .test_model_live import PRICES, fake_api, upstream_requests  # noqa: F401  (fake_api is a fixture)
+from .test_model_live import (  # noqa: F401 -- fake_api is a fixture
+    PRICES,
+    fake_api,
+    upstream_requests,
+)
 
 TOKENS = 150
 DEFAULT_BETAS_SEEN_OK = {"", None}  # the agent sends no beta but the hostile one
 OVERRIDES = ("x-http-method-override", "x-http-method", "x-method-override")
 
 
-def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api):  # noqa: F811
+def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api):
     network, server = fake_api
     spec = make_spec(
         "egress-hostile",
@@ -110,7 +114,7 @@ def test_a_hostile_agent_gets_nothing_past_the_gateway(run, make_spec, fake_api)
     assert result.verdict not in ("pass", "error"), result.report
 
 
-def test_underscore_header_spellings_never_reach_the_upstream(run, make_spec, fake_api):  # noqa: F811
+def test_underscore_header_spellings_never_reach_the_upstream(run, make_spec, fake_api):
     """Issue 21, item 7: `Transfer_Encoding`, `Content_Length` and the other `_` spellings the
     corpus agent sends (gateway-abuse--underscore-headers) are refused; only its control passes."""
     network, server = fake_api
@@ -130,9 +134,10 @@ def test_underscore_header_spellings_never_reach_the_upstream(run, make_spec, fa
     result = run(spec)
     seen = [r for r in upstream_requests(server) if r["path"] == "/headers"]
     print("MEASURED", json.dumps([sorted(r["headers"]) for r in seen]))
-    assert [r["headers"].get("x-probe") for r in seen] == [None, "kept"], (
-        seen
-    )  # the dropped override's call, then the control
+    assert [r["headers"].get("x-probe") for r in seen] == [
+        None,
+        "kept",
+    ], seen  # the dropped override's call, then the control
     for r in seen:
         assert not {name for name in r["headers"] if "_" in name}, r["headers"]
         assert (
@@ -147,7 +152,8 @@ import socket, sys
 for extra in sys.argv[1:]:
     s = socket.create_connection(("egress", 3128), timeout=10)
     body = b"abcde"
-    head = "POST http://fakeapi:8080/headers HTTP/1.1\r\nHost: fakeapi:8080\r\nContent-Length: 5\r\n" + extra.replace("|", "\r\n") + "\r\n"
+    head = "POST http://fakeapi:8080/headers HTTP/1.1\r\nHost: fakeapi:8080\r\n"
+    head += "Content-Length: 5\r\n" + extra.replace("|", "\r\n") + "\r\n"
     s.sendall(head.encode() + body)
     data = b""
     while chunk := s.recv(65536):
@@ -156,7 +162,7 @@ for extra in sys.argv[1:]:
 """
 
 
-def test_the_egress_proxy_image_refuses_underscore_spellings_on_its_own(images, fake_api, tmp_path):  # noqa: F811
+def test_the_egress_proxy_image_refuses_underscore_spellings_on_its_own(images, fake_api, tmp_path):
     """The proxy holds without the gateway's refusal (defence in depth): raw requests to the
     real egress image, each with a `_` spelling beside the real Content-Length, never reach the
     upstream; the control does."""

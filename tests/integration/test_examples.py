@@ -60,8 +60,8 @@ def test_escape_is_a_breach_listing_each_change(run):
     mode = next(c for c in verdict["changes"] if c["path"] == "README.md")
     assert mode["fields"] == ["mode"] and mode["after"]["mode"] == 0o777
     journal = [
-        json.loads(l)
-        for l in (result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl")
+        json.loads(line)
+        for line in (result.run_dir / "attempts" / "1" / "gateway" / "journal.jsonl")
         .read_text()
         .splitlines()
     ]

@@ -12,8 +12,7 @@ import time
 import pytest
 
 from assure.core.chain import verify_chain
-from assure.ops import alerts
-from assure.records import journal
+from assure.records import alerts, journal
 from assure.records.store import RunDir
 
 from .conftest import ROOT, live_ledger, ratified, run_dirs
@@ -77,9 +76,10 @@ def test_an_unratified_contract_denies_every_mutation_and_nothing_changes(run, m
     )
     calls = {r["tool"]: r for r in tool_calls(result)}
     for tool in ("fs.write", "fs.delete", "db.execute"):
-        assert (calls[tool]["decision"], calls[tool]["rule"]) == ("deny", "contract.unratified"), (
-            calls[tool]
-        )
+        assert (calls[tool]["decision"], calls[tool]["rule"]) == (
+            "deny",
+            "contract.unratified",
+        ), calls[tool]
     assert calls["db.query"]["decision"] == "allow"
     verdict = json.loads((result.run_dir / "attempts" / "1" / "verdict.json").read_text())
     assert verdict["changes"] == []
@@ -242,8 +242,10 @@ import http.server, json
 class H(http.server.BaseHTTPRequestHandler):
     def _answer(self):
         body = self.rfile.read(int(self.headers.get('Content-Length') or 0))
-        data = json.dumps({'method': self.command, 'path': self.path, 'body': body.decode()}).encode()
-        self.send_response(200); self.send_header('Content-Length', str(len(data))); self.end_headers(); self.wfile.write(data)
+        got = {'method': self.command, 'path': self.path, 'body': body.decode()}
+        data = json.dumps(got).encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(data)))
+        self.end_headers(); self.wfile.write(data)
     do_GET = do_POST = _answer
 server = http.server.ThreadingHTTPServer(('0.0.0.0', 8080), H)
 print('listening', flush=True)
@@ -267,9 +269,11 @@ def test_egress_allows_the_allowlist_and_refuses_everything_else(run, make_spec,
         result.run_dir / "attempts" / "1" / "agent.log"
     ).read_text()  # shown if an assertion fails
     assert urls[0] == ("allow", 200, None), evidence
-    assert urls[1] == ("allow", 200, None), (
-        evidence
-    )  # POST: an external effect, allowed at the irreversible tier
+    assert urls[1] == (
+        "allow",
+        200,
+        None,
+    ), evidence  # POST: an external effect, allowed at the irreversible tier
     assert [u[2] for u in urls[2:]] == ["egress_denied"] * 4
     log = result.run_dir / "attempts" / "1" / "egress" / "requests.jsonl"
     entries = [json.loads(line) for line in log.read_text().splitlines()]

@@ -1,4 +1,5 @@
-"""Hostile agents against the gateway's bookkeeping, on real containers (issue 10, findings 5, 7, 8, 9).
+"""Hostile agents against the gateway's bookkeeping, on real containers (issue 10, findings 5, 7, 8,
+9).
 
 Each test runs one fixture agent from fixtures/agents/abuse and asserts what must not
 happen: the journal past its cap, an `allow` journaled for a call the gate did not decide,

@@ -8,8 +8,7 @@ import time
 import pytest
 
 from assure.core import control
-from assure.ops import alerts
-from assure.records import journal
+from assure.records import alerts, journal
 from assure.records.store import RunDir
 
 from .conftest import SPECS, run_dirs

@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assure import spec as spec_mod
 from assure.records.store import read_json
-from assure.sandbox import hardening, runtimes
+from assure.sandbox import runtimes
 
 from .conftest import EXAMPLES, ROOT, SPECS, findings, ratified
 from .test_gate_live import tool_calls, upstream  # noqa: F401  (a fixture)
@@ -37,7 +36,9 @@ JUDGED = [
     (SPECS / "liar.yaml", "fail"),
     (SPECS / "container-write.yaml", "breach"),
 ]
-GVISOR_VERSION = "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"  # the sentry's, whatever the host runs
+GVISOR_VERSION = (  # the sentry's, whatever the host runs
+    "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"
+)
 PATH_FIELDS = (("agent", "files"), ("workspace", "fixture"), ("model", "script"))
 
 
@@ -138,8 +139,8 @@ def test_the_socket_folder_is_private_while_the_gateway_serves(run, make_spec, t
     script = tmp_path / "agent" / "look.sh"
     script.parent.mkdir()
     script.write_text(
-        "python3 -c 'import os; st = os.stat(\"/run/assure\"); print(oct(st.st_mode & 0o777), st.st_uid)'\n"
-        "touch /run/assure/planted 2>&1 | tail -1\nassure-tool fs.list path=.\n"
+        'python3 -c \'import os; st = os.stat("/run/assure"); print(oct(st.st_mode & 0o777),'
+        " st.st_uid)'\ntouch /run/assure/planted 2>&1 | tail -1\nassure-tool fs.list path=.\n"
     )
     spec = make_spec(
         "gvisor-socket", "look.sh", sandbox={"runtime": "runsc"}, assertions=[{"exit_code": 0}]
@@ -157,7 +158,7 @@ def test_the_socket_folder_is_private_while_the_gateway_serves(run, make_spec, t
     assert [r["tool"] for r in tool_calls(result)] == ["fs.list"]
 
 
-def test_egress_through_the_runc_proxy_works_for_a_gvisor_agent(run, make_spec, upstream):  # noqa: F811
+def test_egress_through_the_runc_proxy_works_for_a_gvisor_agent(run, make_spec, upstream):
     spec = make_spec(
         "http-gvisor",
         "http.sh",
@@ -191,15 +192,15 @@ def test_doctor_shows_runsc_registered_and_refuses_a_runtime_the_engine_lacks(tm
 
     shown = doctor(make_spec("wants-gvisor", "notes-only.sh", sandbox={"runtime": "runsc"}), 0)
     assert (
-        "runtime runsc (gVisor) │ ok │ registered: /usr/bin/runsc --host-uds=open --network=none --oci-seccomp"
-        in shown
+        "runtime runsc (gVisor) │ ok │ registered: /usr/bin/runsc --host-uds=open --network=none"
+        " --oci-seccomp" in shown
     ), shown
     shown = doctor(
         make_spec("wants-other", "notes-only.sh", sandbox={"runtime": "runsc-not-registered"}), 1
     )
     assert (
-        "runtime runsc-not-registered │ missing │ the Docker engine has no runtime 'runsc-not-registered'"
-        in shown
+        "runtime runsc-not-registered │ missing │ the Docker engine has no runtime"
+        " 'runsc-not-registered'" in shown
     ), shown
 
 

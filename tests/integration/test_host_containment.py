@@ -87,7 +87,8 @@ def _du_bytes(path: Path) -> int:
 
 
 def test_a_huge_sparse_file_is_never_materialized(run, make_spec, tmp_path):
-    """1000 MiB (10 TiB where no fsize limit stops it) of holes: the check copy keeps it sparse (the check itself measures its copy with du), the run
+    """1000 MiB (10 TiB where no fsize limit stops it) of holes: the check copy keeps it sparse (the
+    check itself measures its copy with du), the run
     directory stays small, and the verdict is breach (a file outside the writable scope)."""
     small = ["sh", "-c", "du -sk .; test $(du -sk . | cut -f1) -lt 65536"]
     spec = make_spec(

@@ -110,9 +110,11 @@ def test_the_stock_sdk_through_gateway_and_proxy_and_the_key_never_reaches_the_a
     assert calls[0]["usage"]["input_tokens"] == 11 and calls[-1]["counters"]["tokens"] == 54
     proxy_log = [
         json.loads(line)
-        for line in (result.run_dir / "attempts" / "1" / "egress" / "requests.jsonl")
-        .read_text()
-        .splitlines()
+        for line in (
+            (result.run_dir / "attempts" / "1" / "egress" / "requests.jsonl")
+            .read_text()
+            .splitlines()
+        )
     ]
     assert {(e["host"], e["decision"]) for e in proxy_log} == {("fakeapi", "allow")}
     for path in result.run_dir.rglob("*"):  # journal, blobs, logs, reports, the agent's own dump
@@ -136,7 +138,8 @@ def test_a_token_budget_breach_denies_the_next_call_and_halts(run, make_spec, fa
         },
     )
     result = run(spec)
-    # the first call's input estimate is 22 tokens, so its max_tokens 64 is clamped to the 18 left and it spends 18;
+    # the first call's input estimate is 22 tokens, so its max_tokens 64 is clamped to the 18 left
+    # and it spends 18;
     # the next one's input estimate (27) is more than the 22 left: no output fits, denied
     assert [c["status"] for c in model_calls(result)] == [200, 403]
     assert model_calls(result)[0]["output_cap"] == {"asked": 64, "forwarded": 18}

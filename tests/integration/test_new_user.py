@@ -88,7 +88,10 @@ def test_a_mistyped_image_or_a_missing_script_is_refused_before_any_container_or
     for change, said in (
         (
             mistyped,
-            ": agent.image: image 'no-such-image:1' is not in the Docker engine: the agent could not start",
+            (
+                ": agent.image: image 'no-such-image:1' is not in the Docker engine: the agent"
+                " could not start"
+            ),
         ),
         (missing_script, ": agent.command[1]: /opt/agent/nope.sh is not among the agent files"),
     ):

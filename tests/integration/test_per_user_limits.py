@@ -58,7 +58,9 @@ def start(
 ) -> threading.Thread:
     spec = spec_mod.load(path)
     spec = dataclasses.replace(spec, sandbox=dataclasses.replace(spec.sandbox, runtime=runtime))
-    if spec.hostile:  # it holds everything while its victim runs; under gVisor it forks fewer (the agent's header says why)
+    # it holds everything while its victim runs; under gVisor it forks fewer (the agent's header
+    # says why)
+    if spec.hostile:
         env = {
             **spec.agent.env,
             "HOLD_SECONDS": "30",

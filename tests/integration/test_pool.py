@@ -179,7 +179,12 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
     assert (
         fds(p["fds"])
         == fds(c["fds"])
-        == {0: "/dev/null", 1: "pipe", 2: "pipe", 255: "/opt/agent/trace.sh"}
+        == {
+            0: "/dev/null",
+            1: "pipe",
+            2: "pipe",
+            255: "/opt/agent/trace.sh",
+        }
     )
 
     # processes: the engine's init and the agent's own, nothing left from the gate
@@ -380,9 +385,10 @@ def test_a_pooled_attempt_that_fails_before_its_start_removes_its_pair(
     assert any("does not fit in the workspace filesystem" in e for e in errors), errors
     claimed = json.loads((attempt(result) / "pool.json").read_text())
     owned = backend.owned()
-    assert not {c["id"] for c in owned["containers"]} & {claimed["agent"], claimed["gateway"]}, (
-        "the claimed pair's containers were left"
-    )
+    assert not {c["id"] for c in owned["containers"]} & {
+        claimed["agent"],
+        claimed["gateway"],
+    }, "the claimed pair's containers were left"
     assert claimed["volume"] not in {v["id"] for v in owned["volumes"]}
     assert mounts_and_loops_under(tmp_path / "runs" / result.run_dir.name) == ([], [])
 
@@ -456,7 +462,7 @@ pool.want([spec])
 assert pool.wait_full(120)
 run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
 Driver(spec, run, backend, images, lambda *_: None, pool=pool).drive()  # ASSURE_FAILPOINT=start: kill -9 here
-"""
+"""  # noqa: E501 -- a multi-line text whose lines are its content
 
 
 def test_a_driver_killed_in_a_pooled_attempt_is_resumed_and_its_pair_reaped(
@@ -715,5 +721,6 @@ def test_the_containment_suite_holds_with_the_pool_on(tmp_path, images):
         assert verdict["containment"]["failed"] == [], (folder, verdict["containment"])
         assert not [f for f in verdict["findings"] if f["kind"] == "containment_failed"], folder
     print(
-        f"containment suite with the pool on: {took:.0f} s, {len(pooled)} pooled and {len(cold)} cold attempts"
+        f"containment suite with the pool on: {took:.0f} s, {len(pooled)} pooled and {len(cold)}"
+        " cold attempts"
     )

@@ -237,13 +237,16 @@ def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(
     tries = {
         "rewrite": f"open({str(calc)!r}, 'r+b').write(b'pwned')",
         "list": f"os.listdir({str(run_dir)!r})",
-        "journal": f"open({str(run_dir / 'attempts' / '1' / 'gateway' / 'journal.jsonl')!r}).read()",
+        "journal": (
+            f"open({str(run_dir / 'attempts' / '1' / 'gateway' / 'journal.jsonl')!r}).read()"
+        ),
         "spec": f"open({str(run_dir / 'spec.json')!r}).read()",
         "runs": f"os.listdir({str(runs)!r})",
     }
     for name, attempt in tries.items():
         done = as_nobody(
-            f"import os\ntry:\n    {attempt}\n    print('DONE')\nexcept PermissionError:\n    print('REFUSED')\n"
+            f"import os\ntry:\n    {attempt}\n    print('DONE')\nexcept PermissionError:\n   "
+            " print('REFUSED')\n"
         )
         assert done.stdout.strip() == "REFUSED", (name, done.stdout, done.stderr)
     assert calc.read_bytes() == verified
@@ -256,7 +259,8 @@ def test_promote_refuses_a_swapped_workspace_copy_and_the_target_is_untouched(
     )
     before = {p: (target / p).read_bytes() for p in ("src/calc.py", "README.md")}
     calc.write_bytes(
-        b"import os\nos.system('touch /tmp/assure-promote-pwned')\ndef add(a, b):\n    return a + b\n"
+        b"import os\nos.system('touch /tmp/assure-promote-pwned')\ndef add(a, b):\n    return a"
+        b" + b\n"
     )
     refused = assure("promote", run_id, "--dial", "commit", cwd=open_dir)
     said = refused.stdout + refused.stderr

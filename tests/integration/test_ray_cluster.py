@@ -7,7 +7,8 @@ again on the other worker, one attempt number on, the loss names the dead node, 
 removes what the dead worker left); the caller killed with kill -9 mid-suite (the same command
 continues it, finished specs kept); a node that builds the agent and gateway images on first
 use; `--cluster auto` joining the cluster RAY_ADDRESS names; a breach whose run directory is too
-large to send (the node's message carries it, and it stays a breach). Every Ray process is stopped by
+large to send (the node's message carries it, and it stays a breach). Every Ray process is stopped
+by
 process id at the end.
 
 The nodes and callers use images of their own (`ASSURE_IMAGE_NAMESPACE`, made here from the
@@ -42,8 +43,8 @@ QUICK = SUITE.parent / "specs" / "quick-pass-1.yaml"
 BULK = ROOT / "suites" / "containment" / "covert--bulk-hides-breach.yaml"
 EGRESS = ROOT / "suites" / "containment" / "network--egress-proxy-self.yaml"
 ASSURE = [sys.executable, "-m", "assure.cli"]
-NAMESPACE = (
-    f"assuretest-{uuid.uuid4().hex[:8]}"  # this module's images: `<NAMESPACE>-agent:<digest>`
+NAMESPACE = (  # this module's images: `<NAMESPACE>-agent:<digest>`
+    f"assuretest-{uuid.uuid4().hex[:8]}"
 )
 ENV = {**ray_cluster.ENV, "ASSURE_IMAGE_NAMESPACE": NAMESPACE}
 
@@ -153,9 +154,11 @@ def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_her
             run_dir / "attempts" / "1" / "reverify.json"
         ).is_file()  # judged here, from the folder alone
     peers = tcp_peers(cluster.netns)
-    assert peers and set(peers) <= {"127.0.0.1", "0.0.0.0", "*"}, (
-        peers
-    )  # all of Ray's traffic is on loopback
+    assert peers and set(peers) <= {
+        "127.0.0.1",
+        "0.0.0.0",
+        "*",
+    }, peers  # all of Ray's traffic is on loopback
     ray_pids = {p for n in cluster.nodes for p in n.pids()}
     host = subprocess.run(["ss", "-tanpH"], capture_output=True, text=True, check=True).stdout
     assert not any(f"pid={p}," in host for p in ray_pids)  # and none of it is on the host's network
@@ -178,7 +181,8 @@ def one_spec_suite(tmp_path: Path, spec: Path) -> Path:
 
 def test_a_breach_behind_a_run_directory_too_large_to_send_stays_a_breach(cluster, tmp_path):
     """covert--bulk-hides-breach: a covert edit plus 50,100 files in out/. Its node does not send
-    the run directory (past the caller's 50,000 members); its message does, and the breach stands."""
+    the run directory (past the caller's 50,000 members); its message does, and the breach stands.
+    """
     runs, junit = tmp_path / "runs", tmp_path / "junit.xml"
     out = run_assure(
         caller(cluster, one_spec_suite(tmp_path, BULK), runs, "--json", "--junit", str(junit)),
@@ -236,7 +240,7 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     assert all(r["verdict"] is not None for r in state["runs"])
     spans = sorted((r["started_at"], r["finished_at"]) for r in state["runs"])
     assert all(
-        done <= then for (_, done), (then, _) in zip(spans, spans[1:])
+        done <= then for (_, done), (then, _) in zip(spans, spans[1:], strict=False)
     )  # -j 1: one spec in flight at a time
     by_id = {r["run_id"]: r for r in state["runs"]}
     for r in kept:  # finished before the kill: the same run, not run again
@@ -498,7 +502,8 @@ def test_a_mixed_suite_runs_what_the_cluster_cannot_here_beside_it(cluster, tmp_
 def test_doctor_checks_the_cluster_and_each_of_its_nodes(cluster, tmp_path):
     """`doctor --cluster`: Ray on both sides, the `docker` resource, and on each worker (a task
     pinned to it) the engine, the images (the same tags as the caller's) and assure's version. A
-    wrong address is one failed check, in seconds. Ray's own noise (its 8.8.8.8 probe) is not shown."""
+    wrong address is one failed check, in seconds. Ray's own noise (its 8.8.8.8 probe) is not shown.
+    """
     out = run_assure(
         cluster.in_ns(*ASSURE, "doctor", "--cluster", cluster.address, "--json"), tmp_path, 180
     )

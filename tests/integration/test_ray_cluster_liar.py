@@ -38,7 +38,8 @@ def liar_cluster(
 def run_suite(
     liar_cluster, tmp_path: Path, mode: str
 ) -> tuple[subprocess.CompletedProcess[str], dict, dict]:
-    """The quick pass spec on the liar node told `mode`: the run, its suite-run entry, its summary result."""
+    """The quick pass spec on the liar node told `mode`: the run, its suite-run entry, its summary
+    result."""
     cluster, mode_file = liar_cluster
     mode_file.write_text(mode)
     suite = tmp_path / "suite.yaml"

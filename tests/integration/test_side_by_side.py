@@ -50,7 +50,8 @@ def notes(folder: Path, name: str) -> Path:
 
 
 def slow(folder: Path, name: str) -> Path:
-    """An agent that outlives its wall clock (a fail, as expected); an interrupted attempt does not count."""
+    """An agent that outlives its wall clock (a fail, as expected); an interrupted attempt does not
+    count."""
     return spec_file(
         folder,
         name,
@@ -302,7 +303,8 @@ time.sleep(25)
 
 
 def sandbox_tasks() -> int:
-    """Tasks (threads) on this host whose real uid is a sandbox user's (uids.IDS): what RLIMIT_NPROC counts, per uid."""
+    """Tasks (threads) on this host whose real uid is a sandbox user's (uids.IDS): what RLIMIT_NPROC
+    counts, per uid."""
     done = subprocess.run(
         ["ps", "-e", "-L", "-o", "ruid=", "--no-headers"], capture_output=True, text=True
     )

@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from assure import spec as spec_mod
-from assure.ops import alerts
-from assure.records import html_report, junit, store, summary
+from assure.records import alerts, html_report, junit, store, summary
 from assure.records.report import console, render_report
 from assure.run.driver import Driver, RunResult, reverify
 
@@ -109,7 +108,8 @@ def test_the_agents_denied_path_never_writes_the_headline(runs):
         f'containment that worked: the gate denied agent:"fs.write" on agent:"{INJECTED}'
         in captured.get()
     )
-    # the same run as a spec that expected contained: its JUnit failure message is the breach, not the agent's path
+    # the same run as a spec that expected contained: its JUnit failure message is the breach, not
+    # the agent's path
     as_if = {
         **summary.run_result(runs.headline.run_dir),
         "expect": "contained",

@@ -1,4 +1,5 @@
-"""The verifier inside real runs, at a size where the driver's snapshots hash in helper processes."""
+"""The verifier inside real runs, at a size where the driver's snapshots hash in helper
+processes."""
 
 import os
 import shutil
@@ -25,7 +26,10 @@ def test_a_big_workspace_is_hashed_by_the_helpers_and_one_covert_edit_is_found(
     monkeypatch.setattr(
         snapshot, "HASHING", snapshot.Hashing(helpers=2)
     )  # whatever this machine's CPUs
-    edit = "printf x | dd of=data/f07.bin bs=1 seek=4096 conv=notrunc 2>/dev/null; echo ok > out/notes.txt"
+    edit = (
+        "printf x | dd of=data/f07.bin bs=1 seek=4096 conv=notrunc 2>/dev/null; echo ok >"
+        " out/notes.txt"
+    )
     spec = make_spec(
         "big",
         "unused.sh",

@@ -5,7 +5,8 @@ hostile one. Real files, as the driver and the gateway write them: `state.json` 
 thresholds (`health.Manifest()`), so each one proves the defaults fire.
 
 Materialise them for a look with the CLI:
-    python -m tests.unit.health_fixtures /tmp/health && assure monitor --once --runs-dir /tmp/health/<class>
+    python -m tests.unit.health_fixtures /tmp/health && assure monitor --once --runs-dir
+/tmp/health/<class>
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.core.chain import ChainWriter, canonical, sha256_hex, utc_now
-from assure.ops import health
-from assure.records import store
+from assure.records import health, store
 
 CLEAN = "clean"
 CLASSES = ("rate_of_change", "duplication_ratio", "resource_saturation", "silent_component")
@@ -38,9 +38,11 @@ def tool_call(tool: str, args: dict[str, Any], *, effect: bool = False) -> dict[
         "rule": "allowed",
         "reason": "fixture",
         "inputs": {},
-        "effect": {"op": "write", "path": path, "sha256": "0" * 64, "size": 1, "mode": 420}
-        if effect
-        else None,
+        "effect": (
+            {"op": "write", "path": path, "sha256": "0" * 64, "size": 1, "mode": 420}
+            if effect
+            else None
+        ),
         "status": 200,
         "error": None,
     }

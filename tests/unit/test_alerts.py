@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from assure.errors import AssureError
-from assure.ops import alerts
+from assure.records import alerts
 
 
 @pytest.fixture

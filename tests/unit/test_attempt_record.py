@@ -8,10 +8,11 @@ from pathlib import Path
 import yaml
 
 from assure.core.chain import ChainWriter
-from assure.records.attempt_record import AttemptRecord, ContainerFacts, Records
+from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.records.store import write_json
 from assure.spec import Spec, load
+from assure.verify.facts import ContainerFacts
 from assure.verify.findings import Kind, Verdict
 from assure.verify.judge import Judgement, judge
 from assure.verify.snapshot import take

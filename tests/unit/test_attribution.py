@@ -1,4 +1,5 @@
-"""Attribution: every change is explained by an allowed journal entry or a writable scope, or flagged."""
+"""Attribution: every change is explained by an allowed journal entry or a writable scope, or
+flagged."""
 
 import hashlib
 
@@ -86,7 +87,8 @@ def test_direct_write_inside_writable_glob_is_attributed_to_the_scope(tmp_path):
 
 
 def test_a_folder_a_writable_glob_needs_is_inside_it_but_a_file_in_its_place_is_not(tmp_path):
-    """`build/**` covers the folder build a build creates (found by suites/benign/benign--build-output);
+    """`build/**` covers the folder build a build creates (found by
+    suites/benign/benign--build-output);
     a file named like the folder is not under it."""
 
     def m(ws):

@@ -226,7 +226,8 @@ def test_defaults_come_from_the_schema(tmp_path):
     loaded = spec.load(
         write(
             tmp_path,
-            '        - {stdout: "x\\n"}\n        - {args: ["1", "2"], stdin: "3", stdout: "6\\n", exit_code: 1}',
+            '        - {stdout: "x\\n"}\n        - {args: ["1", "2"], stdin: "3", stdout: "6\\n",'
+            " exit_code: 1}",
         )
     )
     assert loaded.cases() == (
@@ -243,7 +244,8 @@ def test_defaults_come_from_the_schema(tmp_path):
 def test_a_case_whose_answer_is_its_input_is_refused_with_field_and_fix(tmp_path):
     path = write(
         tmp_path,
-        '        - {args: ["40", "2"], stdout: "42\\n"}\n        - {args: ["5", "0"], stdout: "5\\n"}\n        - {stdin: "hi\\n", stdout: "hi\\n"}',
+        '        - {args: ["40", "2"], stdout: "42\\n"}\n        - {args: ["5", "0"], stdout:'
+        ' "5\\n"}\n        - {stdin: "hi\\n", stdout: "hi\\n"}',
     )
     with pytest.raises(SpecError) as info:
         spec.load(path)
@@ -260,8 +262,8 @@ def test_a_case_without_stdout_or_with_an_unknown_field_names_it(tmp_path):
     got = problems(path)
     assert f"{path}:11: assertions[0].cases.each[0]: 'stdout' is required" in got
     assert (
-        f"{path}:12: assertions[0].cases.each[1].stdot: unknown field; allowed here: args, exit_code, stdin, stdout"
-        in got
+        f"{path}:12: assertions[0].cases.each[1].stdot: unknown field; allowed here: args,"
+        " exit_code, stdin, stdout" in got
     )
 
 
@@ -320,8 +322,8 @@ def test_no_expected_output_or_exit_code_is_ever_sent_to_the_engine(tmp_path):
     secret_out, secret_code = "SECRET-ANSWER-7f3a", 173
     path = write(
         tmp_path,
-        f'        - {{args: ["a1"], stdin: "in-1", stdout: "{secret_out}\\n", exit_code: {secret_code}}}\n'
-        f'        - {{args: ["a2"], stdout: "{secret_out}-2\\n"}}',
+        f'        - {{args: ["a1"], stdin: "in-1", stdout: "{secret_out}\\n", exit_code:'
+        f' {secret_code}}}\n        - {{args: ["a2"], stdout: "{secret_out}-2\\n"}}',
     )
     loaded = spec.load(path)
     engine = RecordingEngine()

@@ -57,7 +57,8 @@ def test_the_cluster_option_says_what_to_install() -> None:
     ids=lambda v: " ".join(v) if isinstance(v, tuple) else "",
 )
 def test_a_group_lists_each_command_on_one_line(path: tuple[str, ...], group: Any) -> None:
-    """A command's first paragraph on its own row, unbroken (a docstring's line breaks once cut it mid-sentence)."""
+    """A command's first paragraph on its own row, unbroken (a docstring's line breaks once cut it
+    mid-sentence)."""
     lines = invoke(*path, "--help", columns=1000).output.splitlines()
     for name, sub in group.commands.items():
         row = next(line for line in lines if line.startswith(f"│ {name} "))

@@ -388,7 +388,7 @@ def test_a_long_run_id_is_printed_whole_in_a_narrow_table(tmp_path: Path) -> Non
             }
         )
     )
-    from assure.ops import alerts
+    from assure.records import alerts
 
     alerts.raise_alert(run, "breach", "something happened", alerts.Sinks())
     for argv in (["runs"], ["alerts"]):
@@ -417,7 +417,7 @@ def test_journal_since_must_be_a_time(finished: tuple[Path, Path]) -> None:
 
 
 def test_operator_results_answer_in_json(tmp_path: Path) -> None:
-    from assure.ops import alerts
+    from assure.records import alerts
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: live\n")
@@ -449,8 +449,9 @@ def test_operator_results_answer_in_json(tmp_path: Path) -> None:
 
 
 def test_ack_by_kind_names_its_runs_or_says_all(tmp_path: Path) -> None:
-    """`--kind breach` alone would silence every run's breaches: refused, nothing acked; with --all it acks them."""
-    from assure.ops import alerts
+    """`--kind breach` alone would silence every run's breaches: refused, nothing acked; with --all
+    it acks them."""
+    from assure.records import alerts
 
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: live\n")
@@ -483,7 +484,8 @@ def test_a_narrow_timeline_keeps_every_time_whole_and_folds_the_rest(
     narrow = invoke("show", str(run), columns=60)
     assert narrow.exit_code == 0, narrow.output
     assert all(e["ts"] in narrow.output for e in events) and "…" not in narrow.output
-    # long details fold: only the uncut columns and what a folding one keeps (FOLD_ROOM, so words are never split) set the width
+    # long details fold: only the uncut columns and what a folding one keeps (FOLD_ROOM, so words
+    # are never split) set the width
     assert max(len(line) for line in narrow.output.splitlines()) < 80 + FOLD_ROOM
 
 

@@ -257,7 +257,8 @@ def test_a_spec_no_node_can_hold_is_refused_naming_the_largest_node(tmp_path):
 
 def test_the_core_works_without_ray():
     code = (
-        "import sys; sys.modules['ray'] = None\n"  # `import ray` now fails as if it were not installed
+        # `import ray` now fails as if it were not installed
+        "import sys; sys.modules['ray'] = None\n"
         "import assure.cli, assure.run.cluster as c\n"
         "from assure.errors import AssureError\n"
         "try:\n    c.connect('auto')\nexcept AssureError as e:\n    print(e.explain())\n"
@@ -443,12 +444,14 @@ def test_a_task_is_cancelled_as_hung_only_once_its_specs_whole_budget_and_the_gr
     )
 
 
-# Ray 2.60's message for a task whose node died (src/ray/core_worker/task_manager.cc): the node id is only in the text.
+# Ray 2.60's message for a task whose node died (src/ray/core_worker/task_manager.cc): the node id
+# is only in the text.
 NODE_DIED = (
-    "Task failed because the node it was running on is dead or unavailable. Node IP: 127.0.0.1, node ID: {0}. This can happen "
-    "if the node was preempted, had a hardware failure, or its raylet crashed unexpectedly. To see node death information, "
-    "use `ray list nodes --filter node_id={0}`, check the Ray dashboard cluster page, search the node ID in the GCS logs, "
-    "or use `ray logs raylet.out -ip 127.0.0.1`."
+    "Task failed because the node it was running on is dead or unavailable. Node IP: 127.0.0.1,"
+    " node ID: {0}. This can happen if the node was preempted, had a hardware failure, or its"
+    " raylet crashed unexpectedly. To see node death information, use `ray list nodes --filter"
+    " node_id={0}`, check the Ray dashboard cluster page, search the node ID in the GCS logs, or"
+    " use `ray logs raylet.out -ip 127.0.0.1`."
 )
 
 
@@ -656,7 +659,7 @@ def verdicts_of_receipts(run: store.RunDir) -> list[str]:
     return [d["verdict"] for d in docs if "aar" in d]
 
 
-def test_a_run_whose_spec_a_claimed_breach_or_a_differing_verdict_overrules_carries_no_verified_receipt(
+def test_a_run_a_claimed_breach_or_a_differing_verdict_overrules_has_no_verified_receipt(
     finished_run, tmp_path
 ):
     """The receipts were signed `verified` from the run's record alone, and the breach a node

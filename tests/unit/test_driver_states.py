@@ -25,8 +25,7 @@ from assure import spec as spec_mod
 from assure.client import Client, GatewayError
 from assure.core import control
 from assure.errors import AssureError, SandboxError
-from assure.ops import alerts
-from assure.records import keys, receipt_verify, store
+from assure.records import alerts, keys, layout, receipt_verify, store
 from assure.records.receipt_format import ReceiptError
 from assure.run import failpoints
 from assure.run.driver import MAX_INTERRUPTED, Driver, RunResult, promote_proposed, resume_note
@@ -155,9 +154,10 @@ def drive(
 ) -> tuple[RunResult, FakeBackend]:
     backend = backend or fake(programs, tmp)
     try:
-        return Driver(
-            spec, run, backend, IMAGES, lambda *_: None, signing_key=signing_key
-        ).drive(), backend
+        return (
+            Driver(spec, run, backend, IMAGES, lambda *_: None, signing_key=signing_key).drive(),
+            backend,
+        )
     finally:
         backend.close()
 
@@ -251,7 +251,8 @@ def test_without_a_target_the_verified_result_is_proposed_not_committed(tmp_path
 def killed_at(
     point: str, spec: spec_mod.Spec, run: store.RunDir, tmp: str, programs: dict[str, Program]
 ) -> int:
-    """Drive `run` in a forked driver that SIGKILLs itself at `point`, as `kill -9` would; its pid."""
+    """Drive `run` in a forked driver that SIGKILLs itself at `point`, as `kill -9` would; its
+    pid."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -325,8 +326,8 @@ def test_an_interrupted_attempt_does_not_use_up_max_attempts(tmp_path, short_tmp
     killed_at("run", spec, run, short_tmp, {"fix": fix})
     note = resume_note(store.RunDir.open(run.path), spec)
     assert (
-        note
-        == f"resuming run {run.run_id}: attempt 1 was interrupted; running attempt 2 of max 1 (interrupted attempts don't count)"
+        note == f"resuming run {run.run_id}: attempt 1 was interrupted; running attempt 2 of max 1"
+        " (interrupted attempts don't count)"
     )
 
     result, _ = drive(spec, store.RunDir.open(run.path), short_tmp, {"fix": fix})
@@ -522,7 +523,8 @@ def test_a_spent_budget_stops_the_agent_and_is_journaled_and_alerted(tmp_path, s
 def test_an_operator_halt_stops_the_agent_and_the_run_with_no_new_attempt_or_commit(
     verified, tmp_path, short_tmp, target
 ):
-    """Unverified: the task is halted. Verified: the gate refuses to commit under a halt, so it is only proposed."""
+    """Unverified: the task is halted. Verified: the gate refuses to commit under a halt, so it is
+    only proposed."""
     spec = write_spec(
         tmp_path,
         "halt",
@@ -621,13 +623,13 @@ def test_a_run_that_is_not_over_takes_a_halt_even_with_an_old_seal_and_refuses_p
     )  # lands: the run goes on
     with pytest.raises(AssureError, match="not over"):
         promote_proposed(spec, store.RunDir.open(run.path), None)
-    workspace_fs.release_orphans(
-        lambda run_dir: run_dir == run.path.resolve()
-    )  # what the killed driver left mounted
+    # what the killed driver left mounted
+    workspace_fs.release_orphans(lambda run_dir: run_dir == run.path.resolve(), layout.mount_owner)
 
 
 def tamper_once(ctx: Context) -> int:
-    """Attempt 1 edits a protected test behind the gateway's back (a breach); later ones fix add() as asked."""
+    """Attempt 1 edits a protected test behind the gateway's back (a breach); later ones fix add()
+    as asked."""
     return tamper(ctx) if ctx.env.get("ASSURE_ATTEMPT") == "1" else fix(ctx)
 
 
@@ -635,7 +637,8 @@ def test_a_breach_a_later_clean_attempt_follows_stands_for_the_task_and_is_never
     tmp_path, short_tmp, target
 ):
     """on_breach: retry, attempt 1 breaches and attempt 2 passes: the task and the run are a
-    breach (attempt 2's pass is reported beside it), nothing is committed, the receipt is rejected."""
+    breach (attempt 2's pass is reported beside it), nothing is committed, the receipt is rejected.
+    """
     spec = write_spec(
         tmp_path,
         "tamper_once",

@@ -157,7 +157,8 @@ def test_allowed_get_passes_with_the_exact_body_and_a_fresh_host(
     reply = get(
         proxy,
         origin.url("/hello?q=1"),
-        "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: X-Drop-Me\r\nX-Drop-Me: 1\r\nX-Keep: 2\r\n",
+        "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: X-Drop-Me\r\nX-Drop-Me: 1\r\nX-Keep:"
+        " 2\r\n",
     )
     assert reply.status == 200
     assert reply.body == GET_BODY
@@ -186,7 +187,10 @@ def test_allowed_post_passes_the_exact_body_both_ways(
 ) -> None:
     proxy = start_proxy([origin.key])
     body = b"\x00binary\r\n\r\nGET / HTTP/1.1\r\n\xff" * 10
-    head = f"POST {origin.url('/echo')} HTTP/1.1\r\nHost: {origin.key}\r\nContent-Length: {len(body)}\r\nContent-Type: application/octet-stream\r\n\r\n"
+    head = (
+        f"POST {origin.url('/echo')} HTTP/1.1\r\nHost: {origin.key}\r\nContent-Length:"
+        f" {len(body)}\r\nContent-Type: application/octet-stream\r\n\r\n"
+    )
     reply = raw(proxy.address, head.encode() + body)
     assert reply.status == 201
     assert reply.body == body
@@ -206,7 +210,10 @@ def test_connect_to_an_allowed_target_tunnels(
             established += sock.recv(1)
         assert established.startswith(b"HTTP/1.1 200")
         sock.sendall(
-            f"GET /through-the-tunnel HTTP/1.1\r\nHost: {origin.key}\r\nConnection: close\r\n\r\n".encode()
+            (
+                f"GET /through-the-tunnel HTTP/1.1\r\nHost: {origin.key}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode()
         )
         data = b""
         while chunk := sock.recv(65536):
@@ -338,7 +345,8 @@ def test_chunked_request_bodies_and_oversize_heads_are_refused(
     proxy = start_proxy([origin.key], max_header_bytes=512)
     chunked = raw(
         proxy.address,
-        f"POST {origin.url('/')} HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".encode(),
+        f"POST {origin.url('/')} HTTP/1.1\r\nTransfer-Encoding:"
+        " chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n".encode(),
     )
     assert chunked.status == 411
     big = raw(
@@ -351,12 +359,14 @@ def test_chunked_request_bodies_and_oversize_heads_are_refused(
 @pytest.mark.parametrize(
     "extra",
     [
-        "Transfer_Encoding: chunked\r\nContent_Length: 0\r\n",  # issue 21, item 7: both beside the real Content-Length
+        # issue 21, item 7: both beside the real Content-Length
+        "Transfer_Encoding: chunked\r\nContent_Length: 0\r\n",
         "Content_Length: 0\r\n",
         "TRANSFER_ENCODING: chunked\r\n",
         "Keep_Alive: timeout=600\r\n",
         "Proxy_Authorization: Basic eA==\r\n",
-        "X-Forwarded-For: 203.0.113.9\r\nX_Forwarded_For: 127.0.0.1\r\n",  # two names one CGI server reads as one
+        # two names one CGI server reads as one
+        "X-Forwarded-For: 203.0.113.9\r\nX_Forwarded_For: 127.0.0.1\r\n",
     ],
 )
 def test_underscore_spellings_of_what_the_proxy_filters_are_refused_before_any_forwarding(

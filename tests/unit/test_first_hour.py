@@ -48,7 +48,8 @@ def assure(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_an_output_file_that_cannot_be_written_is_refused_before_any_work(
     argv: list[str], option: str, where: str, tmp_path: Path
 ) -> None:
-    """/proc/x.json once ran the whole suite, then failed writing it (as root, /proc passes os.access)."""
+    """/proc/x.json once ran the whole suite, then failed writing it (as root, /proc passes
+    os.access)."""
     target = tmp_path / "out.json" if where == "folder" else Path(where)
     if where == "folder":
         target.mkdir()
@@ -189,12 +190,15 @@ def test_each_phase_of_an_attempt_is_shown_once(tmp_path: Path) -> None:
     assert len(phases) == len(set(phases)), phases
 
 
-MESSAGE = "task 'fix' quarantined: every attempt failed its assertions; the last one: stdout differs from what the case expects"
+MESSAGE = (
+    "task 'fix' quarantined: every attempt failed its assertions; the last one: stdout differs from"
+    " what the case expects"
+)
 
 
 @pytest.fixture()
 def alerted(tmp_path: Path) -> Path:
-    from assure.ops import alerts
+    from assure.records import alerts
 
     run = tmp_path / "runs" / "claude-fix-bug-scripted-20260101T000000Z-abcdef"
     run.mkdir(parents=True)

@@ -138,7 +138,8 @@ def test_symlink_swapped_in_between_two_calls(ws, outside: Path) -> None:
 def test_symlink_swapped_in_mid_walk_is_not_followed(
     ws, outside: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between the lstat of a missing parent and its open, a symlink appears: the open refuses it."""
+    """Between the lstat of a missing parent and its open, a symlink appears: the open refuses
+    it."""
     workspace, root = ws
     real_mkdir = os.mkdir
 

@@ -741,7 +741,8 @@ def test_levels() -> None:
 
 
 def test_a_folder_a_scope_glob_names_may_be_created_and_nothing_else_at_that_path() -> None:
-    """Promote of an added folder `src` under scope `fs:src/**`: covered as a folder, not as a file."""
+    """Promote of an added folder `src` under scope `fs:src/**`: covered as a folder, not as a
+    file."""
     promote = {**BASE, **HIGH}
     folder = Action("fs.write", True, path="src", folder=True)
     assert decide(folder, Context(**promote)).rule == "autonomy"

@@ -45,7 +45,7 @@ INSERT INTO t VALUES (42);
 INSERT INTO seq(v) VALUES ('first');
 INSERT INTO loose VALUES ('k1', 'v1');
 INSERT INTO docs VALUES ('hello world');
-"""
+"""  # noqa: E501 -- SQL statements, one a line
 
 TABLES = ("items", "pairs", "log", "t", "seq", "loose", "audit", "sqlite_sequence")
 
@@ -242,7 +242,10 @@ def test_params_must_be_a_list(env: tools.Env) -> None:
 
 
 def test_query_row_cap_and_cell_cap(env: tools.Env) -> None:
-    sql = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1500) SELECT i FROM c"
+    sql = (
+        "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1500) SELECT i"
+        " FROM c"
+    )
     out = call(env, "db.query", db="shop", sql=sql).result
     assert len(out["rows"]) == db.MAX_ROWS and out["truncated"] is True
     assert out["rows"][-1] == [db.MAX_ROWS]
@@ -397,7 +400,10 @@ def test_execute_changesets_replay_exactly_on_a_pristine_copy(
             None,
         ),  # deletes, then inserts
         (
-            "INSERT INTO pairs VALUES ('a', 1, 'upsert') ON CONFLICT (a, b) DO UPDATE SET note = excluded.note",
+            (
+                "INSERT INTO pairs VALUES ('a', 1, 'upsert') ON CONFLICT (a, b) DO UPDATE SET note"
+                " = excluded.note"
+            ),
             None,
         ),
         ("UPDATE log SET n = n + 1 WHERE msg = 'dup'", None),
@@ -572,7 +578,10 @@ def test_execute_too_large_to_journal_is_rolled_back(env: tools.Env, db_path: Pa
 def test_execute_session_memory_is_bounded(env: tools.Env, db_path: Path) -> None:
     env = limited(env, db_path, max_session_memory=1024)
     before = file_bytes(db_path)
-    sql = "INSERT INTO log SELECT 'row', value FROM (WITH RECURSIVE c(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM c WHERE value < 5000) SELECT value FROM c)"
+    sql = (
+        "INSERT INTO log SELECT 'row', value FROM (WITH RECURSIVE c(value) AS (SELECT 1 UNION ALL"
+        " SELECT value + 1 FROM c WHERE value < 5000) SELECT value FROM c)"
+    )
     assert refused(env, "db.execute", db="shop", sql=sql).code == "too_large"
     assert file_bytes(db_path) == before
 
@@ -580,7 +589,10 @@ def test_execute_session_memory_is_bounded(env: tools.Env, db_path: Path) -> Non
 def test_execute_that_runs_too_long_is_rolled_back(env: tools.Env, db_path: Path) -> None:
     env = limited(env, db_path, timeout_seconds=0.2)
     before = file_bytes(db_path)
-    sql = "INSERT INTO log SELECT 'x', i FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c) SELECT i FROM c)"
+    sql = (
+        "INSERT INTO log SELECT 'x', i FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i +"
+        " 1 FROM c) SELECT i FROM c)"
+    )
     assert refused(env, "db.execute", db="shop", sql=sql).code == "timeout"
     assert file_bytes(db_path) == before
 
@@ -595,7 +607,8 @@ def test_execute_enforces_foreign_keys(tmp_path: Path) -> None:
     path = tmp_path / "fk.db"
     conn = apsw.Connection(str(path))
     conn.execute(
-        "CREATE TABLE parent(id INTEGER PRIMARY KEY); CREATE TABLE child(id INTEGER PRIMARY KEY, p INTEGER REFERENCES parent(id)); INSERT INTO parent VALUES (1)"
+        "CREATE TABLE parent(id INTEGER PRIMARY KEY); CREATE TABLE child(id INTEGER PRIMARY KEY, p"
+        " INTEGER REFERENCES parent(id)); INSERT INTO parent VALUES (1)"
     )
     conn.close()
     env = tools.Env(Workspace(str(tmp_path)), 1, databases=Databases({"fk": DbSpec(str(path))}))
@@ -610,9 +623,9 @@ def test_foreign_key_cascades_are_recorded_and_replay_once(tmp_path: Path) -> No
     path = tmp_path / "cascade.db"
     conn = apsw.Connection(str(path))
     conn.execute(
-        "CREATE TABLE parent(id INTEGER PRIMARY KEY);"
-        "CREATE TABLE child(id INTEGER PRIMARY KEY, p INTEGER REFERENCES parent(id) ON DELETE CASCADE);"
-        "INSERT INTO parent VALUES (1), (2); INSERT INTO child VALUES (10, 1), (11, 1), (12, 2)"
+        "CREATE TABLE parent(id INTEGER PRIMARY KEY);CREATE TABLE child(id INTEGER PRIMARY KEY, p"
+        " INTEGER REFERENCES parent(id) ON DELETE CASCADE);INSERT INTO parent VALUES (1), (2);"
+        " INSERT INTO child VALUES (10, 1), (11, 1), (12, 2)"
     )
     conn.close()
     replica = tmp_path / "replica.db"

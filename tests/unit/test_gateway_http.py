@@ -33,7 +33,8 @@ from tests.unit._egress import (  # noqa: F401  (fixtures: loopback_only applies
 
 proxy_mod = load_proxy()
 TOOL = tools.BY_NAME["http.request"]
-ALLOWED = "allowed.invalid"  # never resolved: only the proxy resolves, and these tests never reach it with this name
+# never resolved: only the proxy resolves, and these tests never reach it with this name
+ALLOWED = "allowed.invalid"
 
 
 @pytest.fixture()
@@ -432,7 +433,7 @@ def test_underscore_spellings_are_refused_before_any_socket(
 def test_what_is_sent_and_shown_is_filtered_in_either_spelling(
     workspace: Workspace, proxy: Any, origin: Origin
 ) -> None:
-    outcome = call(
+    call(
         proxied_env(workspace, proxy, origin),
         method="GET",
         url=origin.url("/headers"),

@@ -70,7 +70,8 @@ def test_a_shipped_module_imports_only_what_its_image_carries(role: str, path: P
             or top.lower() in third_party
         )
         assert allowed, (
-            f"{path.relative_to(PACKAGE_DIR)} (shipped in the {role} image) imports {name}, which that image does not carry"
+            f"{path.relative_to(PACKAGE_DIR)} (shipped in the {role} image) imports {name}, which"
+            " that image does not carry"
         )
 
 

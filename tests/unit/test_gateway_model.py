@@ -1243,7 +1243,7 @@ def test_an_unusable_key_file_stops_the_gateway_without_quoting_it(
     assert why in str(info.value) and (not content or content not in str(info.value))
 
 
-# ---------------------------------------------------------------- the reference agent and the bridge
+# --------------------------------------------------------------- the reference agent and the bridge
 
 
 def test_the_reference_agent_runs_a_tool_loop_through_the_gateway(
@@ -1413,7 +1413,7 @@ def test_an_operator_halt_stops_model_spending(
     assert calls(gateway)[-1]["rule"] == "operator_halt"
 
 
-# ---------------------------------------------------------------- bounded bookkeeping of model calls
+# --------------------------------------------------------------- bounded bookkeeping of model calls
 
 
 def test_a_long_model_name_is_journaled_as_its_digest(

@@ -19,7 +19,7 @@ import pytest
 from assure.core.chain import canonical, verify_chain
 from assure.gateway import features
 from assure.gateway.server import Gateway
-from tests.unit._egress import loopback_only  # noqa: F401  (an autouse fixture: applies to every test here)
+from tests.unit._egress import loopback_only  # noqa: F401 -- an autouse fixture: every test here
 from tests.unit.test_gateway_model import (  # noqa: F401  (fixtures)
     AGENT_KEY,
     ASK,
@@ -258,7 +258,7 @@ def test_an_openai_upstream_gets_the_gateways_key_as_a_bearer_token(
     assert "upstream is an OpenAI-compatible API" in info.value.message and api.count == 1
 
 
-# ---------------------------------------------------------------- a refusal names every refused part
+# --------------------------------------------------------------- a refusal names every refused part
 
 
 def test_one_403_names_all_three_refused_parts_and_the_spec_lines_that_allow_them(
@@ -329,8 +329,8 @@ def test_what_claude_code_sends_is_refused_in_one_answer_that_fits(
         )
     text = info.value.body["error"]["message"]
     assert (
-        f"model.allow.request_keys: ['context_management']; model.allow.betas: [{', '.join(repr(b) for b in betas)}]"
-        in text
+        "model.allow.request_keys: ['context_management']; model.allow.betas:"
+        f" [{', '.join(repr(b) for b in betas)}]" in text
     )
     assert "8 parts" in text and len(text) < 1024  # whole: nothing cut off
     assert info.value.body["error"]["allow"] == {
@@ -518,8 +518,10 @@ def test_the_bridge_gives_a_command_the_openai_sdks_environment(
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     out = tmp_path / "out.json"
     code = (
-        "import json, openai, os; c = openai.OpenAI(max_retries=0); r = c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}]);"
-        f" open({str(out)!r}, 'w').write(json.dumps([os.environ['OPENAI_BASE_URL'], r.choices[0].message.content]))"
+        "import json, openai, os; c = openai.OpenAI(max_retries=0); r ="
+        " c.chat.completions.create(model='m', messages=[{'role': 'user', 'content': 'hi'}]);"
+        f" open({str(out)!r}, 'w').write(json.dumps([os.environ['OPENAI_BASE_URL'],"
+        " r.choices[0].message.content]))"
     )
     assert (
         tcp_bridge.main(

@@ -81,7 +81,8 @@ def raw_exchange(gateway: Gateway, data: bytes) -> list[tuple[int, dict[str, str
 def post(tool: str, body: dict[str, Any], extra: str = "") -> bytes:
     payload = json.dumps(body).encode()
     return (
-        f"POST /v1/tools/{tool} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n{extra}\r\n".encode()
+        f"POST /v1/tools/{tool} HTTP/1.1\r\nHost: x\r\nContent-Length:"
+        f" {len(payload)}\r\n{extra}\r\n".encode()
         + payload
     )
 
@@ -341,7 +342,8 @@ def test_chunked_is_400(start_gateway) -> None:
     gateway = start_gateway()
     answers = raw_exchange(
         gateway,
-        b"POST /v1/tools/fs.list HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        b"POST /v1/tools/fs.list HTTP/1.1\r\nTransfer-Encoding:"
+        b" chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
     )
     assert [(s, b["error"]["code"]) for s, _, b in answers] == [
         (400, "transfer_encoding_not_supported")
@@ -366,7 +368,10 @@ def test_chunked_is_400(start_gateway) -> None:
             "bad_header",
         ),  # `_` is `-` (headers.py)
         (
-            b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nTransfer_Encoding: chunked\r\n\r\n{}",
+            (
+                b"POST /v1/tools/fs.list HTTP/1.1\r\nContent-Length: 2\r\nTransfer_Encoding:"
+                b" chunked\r\n\r\n{}"
+            ),
             400,
             "transfer_encoding_not_supported",
         ),
@@ -806,7 +811,8 @@ def test_process_refuses_a_bad_config_with_one_line(gateway_config, tmp_path: Pa
 def test_a_gateway_that_cannot_start_a_thread_says_so_and_journals_why(
     gateway_config, monkeypatch, tmp_path
 ) -> None:
-    """The cause reaches the harness: not `cannot join thread before it is started` from the cleanup."""
+    """The cause reaches the harness: not `cannot join thread before it is started` from the
+    cleanup."""
     real_start = threading.Thread.start
 
     def start(thread: threading.Thread) -> None:

@@ -1,4 +1,5 @@
-"""The hardened container settings, checked without Docker (the integration tests observe them live)."""
+"""The hardened container settings, checked without Docker (the integration tests observe them
+live)."""
 
 import dataclasses
 import os
@@ -319,8 +320,10 @@ def test_containment_requires_exactly_the_expected_mounts_and_modes(benign):
     good = good_inspect(s)
     extra = {
         **good,
-        "Mounts": good["Mounts"]
-        + [{"Type": "bind", "Source": "/home", "Destination": "/mnt", "RW": False}],
+        "Mounts": (
+            good["Mounts"]
+            + [{"Type": "bind", "Source": "/home", "Destination": "/mnt", "RW": False}]
+        ),
     }
     writable_socket = {
         **good,
@@ -521,10 +524,12 @@ def test_under_gvisor_the_agent_and_checks_run_in_runsc_and_the_sidecars_in_runc
         == "runsc"
     )
     assert gateway["runtime"] == egress["runtime"] == "runc"
-    # the socket folder is a bind mount (no `nocopy`, which only volumes take): read-only for the agent
+    # the socket folder is a bind mount (no `nocopy`, which only volumes take): read-only for the
+    # agent
     assert agent["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "ro"}
     assert gateway["volumes"][str(tmp_path / "socket")] == {"bind": "/run/assure", "mode": "rw"}
-    # the pids cgroup counts gVisor's own host tasks: the spec's limit is scaled, the sidecars' is not
+    # the pids cgroup counts gVisor's own host tasks: the spec's limit is scaled, the sidecars' is
+    # not
     assert agent["pids_limit"] == runtimes.pids_limit("runsc", 128) > 128
     assert gateway["pids_limit"] == hardening.GATEWAY_PIDS
 

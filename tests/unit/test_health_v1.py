@@ -24,9 +24,9 @@ from assure import spec as spec_mod
 from assure.cli import app
 from assure.core import control
 from assure.core.chain import ChainWriter
-from assure.ops import health, health_probe
+from assure.ops import health_probe
 from assure.ops.health_v1 import SCHEMA_VERSION, aggregate, iso
-from assure.records import store
+from assure.records import health, store
 from tests.unit import test_driver_states as driving
 from tests.unit.test_driver_states import ACCEPTANCE, new_run, ratified, write_spec
 
@@ -36,7 +36,10 @@ CREDIT_ERROR = {
     "type": "error",
     "error": {
         "type": "invalid_request_error",
-        "message": "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.",
+        "message": (
+            "Your credit balance is too low to access the Anthropic API. Please go to Plans &"
+            " Billing to upgrade or purchase credits."
+        ),
     },
 }
 short_tmp = driving.short_tmp  # the fixture: a short folder for the fake's gateway socket
@@ -242,7 +245,8 @@ def test_the_schema_refuses_what_the_standard_forbids():
 
 # --- the probe on real run folders ---------------------------------------------------------
 def spec_file(tmp_path: Path, **fields: Any) -> spec_mod.Spec:
-    """A spec with a verifier and a ratified contract, unless `fields` say otherwise (None: left out)."""
+    """A spec with a verifier and a ratified contract, unless `fields` say otherwise (None: left
+    out)."""
     data = {"contract": ratified(["fs:**"]), "assertions": ACCEPTANCE, **fields}
     return write_spec(tmp_path, "true", **{k: v for k, v in data.items() if v is not None})
 

@@ -28,8 +28,8 @@ from tests.unit.test_driver_states import (
     write_spec,
 )
 
-SCRIPT_NAME = (
-    "out/<script>alert(1)</script>.txt"  # a folder `<script>alert(1)<`, a file `script>.txt`
+SCRIPT_NAME = (  # a folder `<script>alert(1)<`, a file `script>.txt`
+    "out/<script>alert(1)</script>.txt"
 )
 QUOTE_NAME = 'out/x" onmouseover="y'
 BIDI_NAME = "out/\u202etxt.exe"
@@ -40,7 +40,8 @@ CLAIM = "all tests pass </p><script>alert(2)</script>"
 
 def hostile(ctx: Context) -> int:
     """Fixes add() through the gateway, is denied a protected write, claims success, then
-    leaves hostile names and contents in its writable scope and changes a mode behind the gateway."""
+    leaves hostile names and contents in its writable scope and changes a mode behind the gateway.
+    """
     with gateway(ctx) as client:
         client.call("fs.write", path="src/calc.py", content=FIXED)
         with pytest.raises(GatewayError):
@@ -365,7 +366,8 @@ def test_a_suite_row_whose_run_cannot_be_read_says_so(tmp_path: Path, short_tmp:
 
 
 def summary(results: list[dict]) -> dict:
-    """A suite summary as INTERFACES.md defines it (`assure suite --summary`, `assure report merge`)."""
+    """A suite summary as INTERFACES.md defines it (`assure suite --summary`, `assure report
+    merge`)."""
     return {
         "schema_version": 1,
         "kind": "suite",
@@ -514,8 +516,8 @@ def test_an_unratified_contract_is_said_to_be_ratified_by_nobody() -> None:
     contract = {"scope": ["fs:src/**"], "proposed_by": "alice@example.org"}
     text = "".join(Parsed(html_report._scopes({"workspace": {}, "contract": contract})).text)
     assert (
-        "ratified by nobody (unratified: the gate denies every mutation), proposed by alice@example.org"
-        in text
+        "ratified by nobody (unratified: the gate denies every mutation), proposed by"
+        " alice@example.org" in text
     )
     assert "ratified by Bob," in "".join(
         Parsed(html_report._scopes({"contract": {**contract, "ratified_by": "Bob"}})).text
@@ -523,7 +525,8 @@ def test_an_unratified_contract_is_said_to_be_ratified_by_nobody() -> None:
 
 
 def many_then_covert(ctx: Context) -> int:
-    """Issue 21 item 12: allowed edits in out/ that sort before the one covert edit of src/calc.py."""
+    """Issue 21 item 12: allowed edits in out/ that sort before the one covert edit of
+    src/calc.py."""
     workspace = ctx.path("/workspace")
     for i in range(6):
         (workspace / "out" / f"e{i}.txt").write_text(f"note {i}\n")
@@ -532,7 +535,7 @@ def many_then_covert(ctx: Context) -> int:
     return 0
 
 
-def test_the_only_breach_among_many_allowed_edits_is_listed_first_and_what_is_left_out_is_counted_by_group(
+def test_the_only_breach_among_many_allowed_edits_is_listed_first_and_what_is_left_out_is_counted_by_group(  # noqa: E501 -- the test's name says what it checks
     tmp_path: Path, short_tmp: str, monkeypatch
 ) -> None:
     spec = write_spec(
@@ -548,12 +551,13 @@ def test_the_only_breach_among_many_allowed_edits_is_listed_first_and_what_is_le
     monkeypatch.setattr(html_report, "MAX_CHANGES", 3)
     page = html_report.run_page(run).html
     shown = re.findall(
-        r'<div class="change [a-z]+" id="[^"]+"><h4><span class="tag">[^<]*</span> <code>([^<]*)</code>',
+        r'<div class="change [a-z]+" id="[^"]+"><h4><span class="tag">[^<]*</span>'
+        r" <code>([^<]*)</code>",
         page,
     )
     assert shown[0] == "src/calc.py" and len(shown) == 3, shown
     changes = len(store.read_json(run.paths.attempt(1).verdict)["changes"])
     assert (
-        f"{changes - 3} more changed paths are not shown in detail (at most 3): {changes - 3} attributed;"
-        in page
+        f"{changes - 3} more changed paths are not shown in detail (at most 3): {changes - 3}"
+        " attributed;" in page
     )

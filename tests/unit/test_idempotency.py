@@ -37,7 +37,8 @@ def test_a_live_call_outlives_the_process_and_the_attempt(tmp_path):
 
 
 def test_a_sandbox_key_belongs_to_its_attempt_alone(tmp_path):
-    """Attempt 2 cannot tell a key attempt 1 used (done, pending, or for another call) from a fresh one."""
+    """Attempt 2 cannot tell a key attempt 1 used (done, pending, or for another call) from a fresh
+    one."""
     store = Store(str(tmp_path / "idem.sqlite"))
     for key in ("done", "pending", "other"):
         store.claim(sandbox(key), action_id="a1")
@@ -118,18 +119,21 @@ def test_derived_keys_ignore_argument_order_but_not_values():
 
 
 def _old_store(path, *, bound):
-    """A store of an older gateway: keyed by `key` alone; before bindings (`bound=False`) caller keys stored raw."""
+    """A store of an older gateway: keyed by `key` alone; before bindings (`bound=False`) caller
+    keys stored raw."""
     import sqlite3
 
     db = sqlite3.connect(path)
     db.execute(
-        "CREATE TABLE keys (key TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN ('pending', 'done')), action_id TEXT NOT NULL,"
-        " attempt INTEGER NOT NULL, status INTEGER, answer TEXT, created_at REAL NOT NULL)"
+        "CREATE TABLE keys (key TEXT PRIMARY KEY, state TEXT NOT NULL CHECK (state IN ('pending',"
+        " 'done')), action_id TEXT NOT NULL, attempt INTEGER NOT NULL, status INTEGER, answer TEXT,"
+        " created_at REAL NOT NULL)"
     )
     if bound:
         db.execute("ALTER TABLE keys ADD COLUMN binding TEXT NOT NULL DEFAULT ''")
         db.execute(
-            "INSERT INTO keys VALUES ('key:d', 'done', 'a1', 1, 200, '{\"result\": 1}', 0, 'http.request:x')"
+            "INSERT INTO keys VALUES ('key:d', 'done', 'a1', 1, 200, '{\"result\": 1}', 0,"
+            " 'http.request:x')"
         )
     else:
         db.execute("INSERT INTO keys VALUES ('key:K', 'done', 'a1', 1, 200, '{\"result\": 1}', 0)")

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from assure.gateway import dispatch
-from assure.ops import health
-from assure.records import layout
+from assure.records import health, layout
 from assure.records.layout import RunPaths
 
 

@@ -17,10 +17,11 @@ from assure.cli import app
 from assure.core import control
 from assure.core.chain import verify_chain
 from assure.errors import AssureError
-from assure.ops import alerts, anomalies, health, monitor, runsbase
-from assure.ops.alerts import Sinks
+from assure.ops import anomalies, monitor, runsbase
 from assure.ops.anomalies import AttemptData, Call, RunData
-from assure.ops.health import Manifest, Thresholds
+from assure.records import alerts, health
+from assure.records.alerts import Sinks
+from assure.records.health import Manifest, Thresholds
 from tests.unit import health_fixtures as hf
 
 SINKS = Sinks()
@@ -83,7 +84,7 @@ def test_each_detector_is_quiet_on_the_other_fixtures(base, anomaly):
     assert fired == {anomaly}
 
 
-# --- the detectors as pure functions ----------------------------------------------------------------
+# --- the detectors as pure functions --------------------------------------------------------------
 def _run(
     *attempts: AttemptData, state: str = "running", events_mtime: float | None = None
 ) -> RunData:
@@ -162,7 +163,7 @@ def test_staleness_counts_from_the_later_of_last_success_and_expected_since():
     assert anomalies.staleness(None, 80.0, 10, 100) == 20
 
 
-# --- stale heartbeats ---------------------------------------------------------------------------------
+# --- stale heartbeats -----------------------------------------------------------------------------
 def test_a_stale_heartbeat_raises_one_alert_that_stays_pending_until_acked(base):
     run = hf.clean(base)
     later = (
@@ -202,7 +203,7 @@ def test_nothing_is_expected_of_finished_attempts_or_runs(base):
     assert monitor.run_once(base, Manifest(), time.time() + 10_000, SINKS) == []
 
 
-# --- escalation --------------------------------------------------------------------------------------
+# --- escalation -----------------------------------------------------------------------------------
 ESCALATING = Manifest.from_data(
     {"ack_window_seconds": 10, "halt_after_seconds": 20, "components": [{"name": "verifier"}]}
 )
@@ -296,7 +297,7 @@ def test_a_stale_driver_escalates_on_every_running_run_only(base):
     assert control.read(finished / "control") == control.Override()
 
 
-# --- the monitor's own heartbeat ------------------------------------------------------------------------
+# --- the monitor's own heartbeat ------------------------------------------------------------------
 def test_the_monitor_beats_every_pass_and_notices_its_own_gap(base):
     beat = base / health.HEALTH_DIR / "monitor.json"
     t = time.time()
@@ -334,7 +335,7 @@ def test_run_forever_passes_until_stopped(base):
     assert len(seen) == 2 and (base / health.HEALTH_DIR / "monitor.json").is_file()
 
 
-# --- a hostile runs base ---------------------------------------------------------------------------------
+# --- a hostile runs base --------------------------------------------------------------------------
 def test_a_hostile_runs_base_never_crashes_the_monitor(base):
     made = hf.hostile(base)
     outside = base.parent / "outside"
@@ -385,7 +386,7 @@ def test_a_hostile_runs_base_never_crashes_the_monitor(base):
     assert control.read(made["trapped-run"] / "control").dial == "propose"
 
 
-# --- the manifest -----------------------------------------------------------------------------------------
+# --- the manifest ---------------------------------------------------------------------------------
 def test_the_default_manifest_lists_the_four_components():
     m = Manifest()
     assert [c.name for c in m.components] == ["driver", "verifier", "gateway", "monitor"]
@@ -422,11 +423,10 @@ def test_beat_writes_the_record_atomically(tmp_path):
 def test_a_yaml_manifest_overrides_and_keeps_defaults(tmp_path):
     path = tmp_path / "monitor.yaml"
     path.write_text(
-        "halt_after_seconds: 1200\n"
-        "components:\n"
-        "  - {name: verifier, stale_after_seconds: 15}\n"
-        "  - {name: proxy, heartbeat_path: '{run}/attempts/{attempt}/egress/heartbeat.json', stale_after_seconds: 40, ack_window_seconds: 60}\n"
-        "anomalies: {max_duplicate_ratio: 0.25}\n"
+        "halt_after_seconds: 1200\ncomponents:\n  - {name: verifier, stale_after_seconds: 15}\n  -"
+        " {name: proxy, heartbeat_path: '{run}/attempts/{attempt}/egress/heartbeat.json',"
+        " stale_after_seconds: 40, ack_window_seconds: 60}\nanomalies: {max_duplicate_ratio:"
+        " 0.25}\n"
     )
     m = Manifest.load(path)
     assert [(c.name, c.stale_after_seconds, c.ack_window_seconds) for c in m.components] == [
@@ -478,7 +478,7 @@ def test_a_bad_manifest_is_refused(data, needle):
         Manifest.from_data(data)
 
 
-# --- the CLI ------------------------------------------------------------------------------------------------
+# --- the CLI --------------------------------------------------------------------------------------
 def test_cli_monitor_once_prints_the_alerts_and_exits_0(base, tmp_path):
     hf.duplication_ratio(base)
     manifest = tmp_path / "m.json"
@@ -508,7 +508,10 @@ def test_cli_monitor_refuses_a_bad_manifest(base, tmp_path):
 
 
 def test_a_journal_line_still_being_written_is_not_garbage():
-    line = b'{"event":"tool_call","tool":"fs.read","args_digest":"d","ts":"2026-01-01T00:00:00.000000Z"}\n'
+    line = (
+        b'{"event":"tool_call","tool":"fs.read","args_digest":"d",'
+        b'"ts":"2026-01-01T00:00:00.000000Z"}\n'
+    )
     facts, garbage = runsbase.parse_journal(b"", line + line[:20], False)
     assert (len(facts["calls"]), garbage) == (1, 0)
     facts, garbage = runsbase.parse_journal(line, line[30:] + line + b"not json\n", True)

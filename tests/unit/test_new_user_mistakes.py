@@ -25,7 +25,7 @@ from assure.run import preflight
 from assure.sandbox.fake import Context
 from assure.verify import completeness
 from assure.verify.findings import Kind
-from tests.unit.test_driver_states import (
+from tests.unit.test_driver_states import (  # noqa: F401 -- short_tmp is a fixture
     ACCEPTANCE,
     drive,
     gateway,
@@ -34,7 +34,7 @@ from tests.unit.test_driver_states import (
     ratified,
     short_tmp,
     write_spec,
-)  # noqa: F401 (short_tmp: a fixture)
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BENIGN = ROOT / "specs" / "examples" / "benign.yaml"
@@ -261,7 +261,10 @@ def test_an_agent_image_the_engine_lacks_is_an_error_and_a_crash_after_start_is_
 
 # --- a driver that is gone ---------------------------------------------------------------------
 
-HOLD = "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"
+HOLD = (
+    "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX);"
+    " print('held', flush=True); time.sleep(60)"
+)
 
 
 def test_the_lock_is_held_while_its_holder_lives_and_free_once_it_is_killed(tmp_path):

@@ -134,9 +134,9 @@ def test_gc_removes_only_this_user_s_or_this_runs_folder_s_orphans_unless_all_us
     from assure.sandbox.backend import LABEL_RUN, LABEL_UID
 
     monkeypatch.setattr(
-        workspace_fs, "release_orphans", lambda orphaned: []
+        workspace_fs, "release_orphans", lambda orphaned, owner: []
     )  # the host's mounts and temp folder are not this test's
-    monkeypatch.setattr(workspace_fs, "workspace_mounts", lambda: [])
+    monkeypatch.setattr(workspace_fs, "workspace_mounts", lambda owner: [])
     monkeypatch.setattr(cluster, "release_orphan_scratch", lambda dry_run=False: [])
     runs = tmp_path / "runs"
     (runs / "here-20260101T000000Z-000000").mkdir(parents=True)

@@ -112,10 +112,12 @@ def test_a_hostile_spec_without_a_contract_gets_a_note_not_a_failure():
 
 
 def test_a_model_script_off_its_schema_is_named_by_file_line_and_field(tmp_path):
-    """`$defs.model_script`: every problem at its line in the script; then the gateway's own parser (a bad regex)."""
+    """`$defs.model_script`: every problem at its line in the script; then the gateway's own parser
+    (a bad regex)."""
     script = tmp_path / "script.json"
     script.write_text(
-        '[\n  {"type": "message", "content": []},\n  {"match": {"modle": "haiku"}, "response": {"type": "message"}}\n]\n'
+        '[\n  {"type": "message", "content": []},\n  {"match": {"modle": "haiku"}, "response":'
+        ' {"type": "message"}}\n]\n'
     )
     path = variant(tmp_path, lambda d: d.update(model={"mode": "scripted", "script": str(script)}))
     schema, parser = preflight.problems(spec_mod.load(path))
@@ -131,6 +133,7 @@ def test_a_model_script_off_its_schema_is_named_by_file_line_and_field(tmp_path)
     (problem,) = preflight.problems(spec_mod.load(path))
     assert "item 0.match.user.regex: not a valid regular expression" in problem.message
     script.write_text(
-        '[{"match": {"user": "Fix"}, "response": {"type": "message"}, "repeat": true}, {"type": "message"}]'
+        '[{"match": {"user": "Fix"}, "response": {"type": "message"}, "repeat": true}, {"type":'
+        ' "message"}]'
     )
     assert preflight.problems(spec_mod.load(path)) == []

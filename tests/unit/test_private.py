@@ -9,8 +9,7 @@ import stat
 from pathlib import Path
 
 from assure.core import confined, private
-from assure.ops import alerts
-from assure.records import store
+from assure.records import alerts, store
 from assure.verify import judge
 from assure.verify.snapshot import take
 

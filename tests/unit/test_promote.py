@@ -69,12 +69,15 @@ def _judged(run: store.RunDir, items: list[dict]) -> AttemptRecord:
 
 
 def _with_digests(workspace: Path, items: list[dict]) -> tuple[Snapshot, list[dict]]:
-    """POST of `workspace`, and `items` with each file's digest from it (as the judge lists them)."""
+    """POST of `workspace`, and `items` with each file's digest from it (as the judge lists
+    them)."""
     post = take(workspace)
     return post, [
-        {**c, "after": {**c["after"], "sha256": post.entries[c["path"]].sha256}}
-        if c["after"] and c["after"]["kind"] == "file" and c["path"] in post.entries
-        else c
+        (
+            {**c, "after": {**c["after"], "sha256": post.entries[c["path"]].sha256}}
+            if c["after"] and c["after"]["kind"] == "file" and c["path"] in post.entries
+            else c
+        )
         for c in items
     ]
 

@@ -34,7 +34,8 @@ def _placeholder(value: Any) -> bool:
 
 
 def _not_placeholders(data: Any, schema: dict[str, Any]) -> list[str]:
-    """Schema problems of `data` other than at a placeholder (for an unknown key: other than a placeholder key)."""
+    """Schema problems of `data` other than at a placeholder (for an unknown key: other than a
+    placeholder key)."""
     out = []
     for error in jsonschema.Draft202012Validator(schema).iter_errors(data):
         at = ".".join(str(p) for p in error.absolute_path)
@@ -73,7 +74,8 @@ def test_the_spec_reference_is_valid_but_for_its_placeholders():
 
 
 def test_the_placeholder_rule_catches_what_the_readme_got_wrong():
-    """The check above fails on the trap it is for (an unquoted timestamp) and on a misspelt field."""
+    """The check above fails on the trap it is for (an unquoted timestamp) and on a misspelt
+    field."""
     (reference,) = [b for b in blocks() if b.mark == "reference"]
     wrong = reference.text.replace(
         'expires_at: "2027-01-31T00:00:00Z"', "expires_at: 2027-01-31T00:00:00Z"
@@ -108,7 +110,8 @@ def test_the_suite_example_validates_where_it_would_sit(tmp_path):
 
 
 def write_example(tmp_path: Path) -> list[Path]:
-    """The own-agent example's files, in a folder laid out like a checkout (with the calc fixture)."""
+    """The own-agent example's files, in a folder laid out like a checkout (with the calc
+    fixture)."""
     shutil.copytree(
         ROOT / "fixtures" / "workspaces" / "calc", tmp_path / "fixtures" / "workspaces" / "calc"
     )

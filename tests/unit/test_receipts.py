@@ -296,8 +296,9 @@ def test_one_byte_change_in_a_receipt_fails_at_step_2_naming_it(
     error = fails(signed_run, keypair[1])
     assert error.step == 2
     assert error.path == f"receipts/{path.name}"
-    assert str(error) == (
-        f"step 2 (receipt signatures verify with the key) failed: receipts/{path.name}: "
+    assert (
+        str(error)
+        == f"step 2 (receipt signatures verify with the key) failed: receipts/{path.name}: "
         f"signature by {keys.key_id(keypair[1])} does not match the content (changed after signing)"
     )
 
@@ -316,7 +317,8 @@ def test_receipt_signed_by_another_key_fails_naming_both_key_ids(
     assert (error.step, error.path) == (2, f"receipts/{forged.name}")
     assert (
         error.detail
-        == f"signed by key {keys.key_id(other.public_key())}, not by {keys.key_id(keypair[1])} (the public key given)"
+        == f"signed by key {keys.key_id(other.public_key())}, not by {keys.key_id(keypair[1])} (the"
+        " public key given)"
     )
 
 
@@ -422,8 +424,9 @@ def test_one_byte_change_in_a_journal_line_fails_at_step_4_naming_file_and_line(
     rewrite_lines(signed_run / JOURNAL, change)
     error = fails(signed_run, keypair[1])
     assert (error.step, error.path, error.line) == (4, JOURNAL, 3)
-    assert str(error) == (
-        f"step 4 (sealed logs verify, same lines and head) failed: {JOURNAL}: line 3: "
+    assert (
+        str(error)
+        == f"step 4 (sealed logs verify, same lines and head) failed: {JOURNAL}: line 3: "
         "hash does not match the content (line altered)"
     )
 
@@ -593,7 +596,7 @@ def test_hostile_task_ids_stay_inside_receipts(tmp_path: Path, keypair: tuple[An
     paths = issue(run, keypair[0], HOSTILE)
     folder = (run / "receipts").resolve()
     assert len({p.name for p in paths}) == len(HOSTILE)
-    for task_id, path in zip(HOSTILE, paths):
+    for task_id, path in zip(HOSTILE, paths, strict=False):
         assert path.resolve().parent == folder
         assert path.name != "seal.json" and not path.name.startswith(".")
         assert len(path.name) <= layout.SLUG_MAX + 1 + 12 + 5

@@ -119,8 +119,8 @@ def test_a_filled_spec_is_checked_per_sample_and_each_problem_said_once(tmp_path
         0
     ].endswith("(every sample)")
     assert (
-        "calc.yaml:13: expect: 'passs' is not one of: 'pass', 'fail', 'breach', 'contained', 'error' (sample 2)"
-        in found
+        "calc.yaml:13: expect: 'passs' is not one of: 'pass', 'fail', 'breach', 'contained',"
+        " 'error' (sample 2)" in found
     )
     assert any(
         p.startswith("calc.yaml:13: expect: 'maybe'") and p.endswith("(sample 3)") for p in found
@@ -134,8 +134,9 @@ def test_an_empty_or_headless_dataset_is_refused(tmp_path: Path) -> None:
     assert problems(template(tmp_path, "", "rows.csv")) == [
         "rows.csv:1: (file): no header row of field names"
     ]
-    assert problems(template(tmp_path, "a,b\n1\n", "rows.csv"))[0] == (
-        "rows.csv:2: (row): 1 values for the header's 2 fields"
+    assert (
+        problems(template(tmp_path, "a,b\n1\n", "rows.csv"))[0]
+        == "rows.csv:2: (row): 1 values for the header's 2 fields"
     )
 
 

@@ -33,7 +33,10 @@ def bench_module(name: str) -> Any:
     return module
 
 
-SPEC = 'version: 1\nname: {name}\nagent: {{command: ["true"]}}\nworkspace: {{fixture: ws}}\nassertions: []\nexpect: {expect}\n{hostile}'
+SPEC = (
+    'version: 1\nname: {name}\nagent: {{command: ["true"]}}\nworkspace: {{fixture:'
+    " ws}}\nassertions: []\nexpect: {expect}\n{hostile}"
+)
 
 
 def old_shape_summary(
@@ -243,7 +246,7 @@ def test_a_refused_option_of_assure_suite_is_told_apart_from_a_failed_suite(tmp_
     assert "-j" in scorecard.NO_JOBS_FLAG and "not measured" in scorecard.NO_JOBS_FLAG
 
 
-# ------------------------------------------------------------------------- benchmarks and aggregation
+# ----------------------------------------------------------------------- benchmarks and aggregation
 
 
 def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:

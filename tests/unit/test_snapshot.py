@@ -449,7 +449,7 @@ def test_xattrs_are_recorded_as_name_and_value_hash(tmp_path: Path) -> None:
 
     entries = take(tmp_path).entries
 
-    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    sha = lambda data: hashlib.sha256(data).hexdigest()
     assert entries["f"].xattrs == (("user.a", sha(b"1")), ("user.b", sha(b"2")))
     assert entries["d"].xattrs == (("user.dir", sha(b"")),)
     assert entries["link"].xattrs == ()  # the link's own (none), not its target's

@@ -67,7 +67,8 @@ def test_defaults_come_from_the_schema(tmp_path):
 def test_unknown_key_is_reported_at_its_line_with_allowed_fields(tmp_path):
     path = write(tmp_path, MINIMAL.replace("agent:\n", "agent:\n  imgae: x\n"))
     assert problems(path) == [
-        f"{path}:4: agent.imgae: unknown field; allowed here: command, env, files, image, install, preset"
+        f"{path}:4: agent.imgae: unknown field; allowed here: command, env, files, image, install,"
+        " preset"
     ]
 
 
@@ -82,8 +83,8 @@ def test_every_problem_is_reported_at_once(tmp_path):
         in got
     )
     assert (
-        f"{path}:8: assertions[0]: an assertion has exactly one kind, e.g. `- file_exists: out/result.txt`"
-        in got
+        f"{path}:8: assertions[0]: an assertion has exactly one kind, e.g. `- file_exists:"
+        " out/result.txt`" in got
     )
     assert f"{path}:9: limits.pids: 2 is less than the minimum of 8" in got
     assert len(got) == 3
@@ -136,18 +137,20 @@ def test_parse_size():
 def test_a_workspace_filesystem_too_small_or_all_inodes_is_refused_at_its_line(tmp_path):
     small = write(tmp_path, MINIMAL + "limits: {disk: 4m}\n")
     assert problems(small) == [
-        f"{small}:9: limits.disk: a workspace filesystem with limits.inodes 100000 needs limits.disk 49m or more, not 4m "
-        "(at least 8m, and twice the inode tables: 100000 x 256 bytes)"
+        f"{small}:9: limits.disk: a workspace filesystem with limits.inodes 100000 needs"
+        " limits.disk 49m or more, not 4m (at least 8m, and twice the inode tables: 100000 x 256"
+        " bytes)"
     ]
     crowded = write(tmp_path, MINIMAL + "limits:\n  disk: 16m\n  inodes: 40000\n")
     (problem,) = problems(crowded)
     assert problem.startswith(
-        f"{crowded}:10: limits.disk: a workspace filesystem with limits.inodes 40000 needs limits.disk 20m or more, not 16m"
+        f"{crowded}:10: limits.disk: a workspace filesystem with limits.inodes 40000 needs"
+        " limits.disk 20m or more, not 16m"
     )
     few = write(tmp_path, MINIMAL + "limits: {disk: 4m, inodes: 1024}\n")
     assert problems(few) == [
-        f"{few}:9: limits.disk: a workspace filesystem with limits.inodes 1024 needs limits.disk 8m or more, not 4m "
-        "(at least 8m, and twice the inode tables: 1024 x 256 bytes)"
+        f"{few}:9: limits.disk: a workspace filesystem with limits.inodes 1024 needs limits.disk 8m"
+        " or more, not 4m (at least 8m, and twice the inode tables: 1024 x 256 bytes)"
     ]
     assert (
         spec.load(write(tmp_path, MINIMAL + "limits: {disk: 49m}\n")).limits.disk == "49m"
@@ -180,7 +183,7 @@ max_attempts: 3
 tasks:
   - {id: first, description: do one}
   - {id: second, assertions: [], contract: {id: c2, proposed_by: dan, scope: ["db:shop"], autonomy_ceiling: propose}, max_attempts: 1, on_breach: retry}
-""",
+""",  # noqa: E501 -- YAML flow mappings, one a line
 )
 
 
@@ -316,15 +319,21 @@ def test_a_bad_field_in_a_typed_block_is_reported_at_its_line(tmp_path):
 def test_an_unquoted_timestamp_says_to_quote_it(tmp_path):
     """YAML reads `expires_at: 2027-01-31T00:00:00Z` as a datetime, which the schema (a string)
     refused as "datetime.datetime(2027, 1, 31, 0, 0, tzinfo=...) is not of type 'string'"."""
-    text = MINIMAL + (
-        "contract: {id: c, proposed_by: alice, ratified_by: bob, scope: ['fs:**'], autonomy_ceiling: commit,\n"
-        "           expires_at: 2027-01-31T00:00:00Z}\n"
-        "autonomy:\n  human_gates: [{id: g, scope: 'fs:**', approved_by: carol, expires_at: 2026-12-01}]\n"
+    text = (
+        MINIMAL + "contract: {id: c, proposed_by: alice, ratified_by: bob, scope: ['fs:**'],"
+        " autonomy_ceiling: commit,\n           expires_at: 2027-01-31T00:00:00Z}\nautonomy:\n "
+        " human_gates: [{id: g, scope: 'fs:**', approved_by: carol, expires_at: 2026-12-01}]\n"
     )
     path = write(tmp_path, text)
     assert problems(path) == [
-        f'{path}:10: contract.expires_at: quote the timestamp ("2027-01-31T00:00:00Z"): YAML read it as a date',
-        f'{path}:12: autonomy.human_gates[0].expires_at: quote the timestamp ("2026-12-01"): YAML read it as a date',
+        (
+            f'{path}:10: contract.expires_at: quote the timestamp ("2027-01-31T00:00:00Z"): YAML'
+            " read it as a date"
+        ),
+        (
+            f'{path}:12: autonomy.human_gates[0].expires_at: quote the timestamp ("2026-12-01"):'
+            " YAML read it as a date"
+        ),
     ]
     quoted = write(
         tmp_path,

@@ -74,7 +74,8 @@ def test_every_problem_is_named_with_its_line(specs: Path) -> None:
 
     assert (
         found[0]
-        == f"{path}:7: colour: unknown field; allowed here: description, epochs, name, pool, specs, stop_on_unexpected, version"
+        == f"{path}:7: colour: unknown field; allowed here: description, epochs, name, pool, specs,"
+        " stop_on_unexpected, version"
     )
     path.write_text("version: 1\nname: s\nspecs:\n  - one.yaml\n  - missing.yaml\n  - bad.yaml\n")
     found = problems(path)
@@ -220,7 +221,7 @@ def test_a_spec_given_as_a_suite_and_a_suite_given_as_a_spec_say_which_command_r
     assert info.value.fix == f"run it with `assure run {specs / 'one.yaml'}`"
 
 
-def test_an_expected_breach_the_summary_finds_unexpected_is_unexpected_in_the_table_and_exit_code() -> (
+def test_an_expected_breach_the_summary_finds_unexpected_is_unexpected_in_the_table_and_exit_code() -> (  # noqa: E501 -- the test's name says what it checks
     None
 ):
     """The summary (from the run directories) judges a breach with a containment failure unexpected

@@ -1,6 +1,7 @@
 """Samples and epochs in a suite (issue 24 item 4): a spec's dataset makes one spec per row, a
 suite runs each `epochs` times; the summary gives each sample's verdicts, the pass rate with its
-standard error and pass@k; JUnit has one testcase per sample x epoch; `report merge` joins shards."""
+standard error and pass@k; JUnit has one testcase per sample x epoch; `report merge` joins shards.
+"""
 
 from __future__ import annotations
 

@@ -27,7 +27,10 @@ from assure.sandbox.images import ImageSet
 from tests.contracts import ratify_in_place
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = "version: 1\nname: {name}\nagent:\n  command: [sh, -c, 'true']\nworkspace:\n  fixture: ws\nassertions: []\nexpect: {expect}\n{extra}"
+SPEC = (
+    "version: 1\nname: {name}\nagent:\n  command: [sh, -c, 'true']\nworkspace:\n  fixture:"
+    " ws\nassertions: []\nexpect: {expect}\n{extra}"
+)
 
 
 def make_suite(
@@ -274,8 +277,8 @@ def test_a_suite_run_driven_by_another_process_is_neither_continued_nor_driven_t
 def test_a_bad_shard_is_a_clear_error(text: str) -> None:
     with pytest.raises(AssureError) as info:
         suite.Shard.parse(text)
-    assert info.value.explain() == (
-        f"--shard: {text!r} is not K/N with 1 <= K <= N\n"
+    assert (
+        info.value.explain() == f"--shard: {text!r} is not K/N with 1 <= K <= N\n"
         "fix: e.g. --shard 1/3, --shard 2/3 and --shard 3/3 split a suite over three CI jobs"
     )
 

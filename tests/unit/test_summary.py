@@ -39,7 +39,9 @@ from tests.unit.test_driver_states import (
     write_spec,
 )
 
-HOSTILE = b"\x1b[2J<b>&amp;]]>\xff\xe2\x80\xae.txt"  # a terminal escape, markup, CDATA's end, an invalid byte, a bidi override
+HOSTILE = (  # a terminal escape, markup, CDATA's end, an invalid byte, a bidi override
+    b"\x1b[2J<b>&amp;]]>\xff\xe2\x80\xae.txt"
+)
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -175,7 +177,8 @@ def test_the_verdict_is_the_run_directorys_not_the_suite_states(ran, tmp_path):
 
 
 def test_the_callers_error_in_cluster_mode_overrules_the_run_directory_and_says_why(ran, tmp_path):
-    """A node whose verdict the caller did not reproduce: the spec is `error`, whatever the run dir says."""
+    """A node whose verdict the caller did not reproduce: the spec is `error`, whatever the run dir
+    says."""
     copied = tmp_path / ran.record.path.name
     shutil.copytree(ran.record.path, copied)
     state = store.read_json(SuitePaths(copied).state)
@@ -212,7 +215,10 @@ def test_a_breach_the_cluster_kept_without_a_run_directory_is_a_breach_with_the_
         verdict="breach",
         run_id="gone-20260101T000000Z-000000",
         node_findings=[finding],
-        node_finding="its run directory was refused on arrival: more than 50000 members; the node's verdict, breach, stands (not judged here)",
+        node_finding=(
+            "its run directory was refused on arrival: more than 50000 members; the node's verdict,"
+            " breach, stands (not judged here)"
+        ),
     )
     store.write_json(SuitePaths(copied).state, state)
 
@@ -514,7 +520,7 @@ def test_junit_has_a_testcase_per_spec_failing_where_the_verdict_is_unexpected(r
     assert [(c.get("classname"), c.get("name")) for c in found] == [
         ("s", r["spec"]) for r in ran.doc["results"]
     ]
-    for case, r in zip(found, ran.doc["results"]):
+    for case, r in zip(found, ran.doc["results"], strict=False):
         assert run_of(case) == {
             "run_id": r["run_id"],
             "run_dir": r["run_dir"],
@@ -657,7 +663,7 @@ def refusal(docs: list[tuple[str, Any]]) -> AssureError:
 
 def test_merge_refuses_what_is_not_every_shard_of_one_suite_once(ran):
     a, b, c = shards(ran.doc, 3)
-    named = lambda *docs: [(f"{n}.json", d) for n, d in zip("abcd", docs)]  # noqa: E731
+    named = lambda *docs: [(f"{n}.json", d) for n, d in zip("abcd", docs, strict=False)]  # noqa: E731
 
     assert refusal(named(a, c)).message == "missing shard 2/3"
     assert (
@@ -771,8 +777,8 @@ def test_the_gates_first_denial_is_containment_that_worked_its_message_a_line_of
         {"summary": "the agent's command was not found", "gate_denial": denial}
     )
     assert (
-        line
-        == 'containment that worked: the gate denied agent:"fs.write" on agent:"src/x.py": contract.unratified (2 calls denied); the gate\'s message: agent:"not ratified"'
+        line == 'containment that worked: the gate denied agent:"fs.write" on agent:"src/x.py":'
+        ' contract.unratified (2 calls denied); the gate\'s message: agent:"not ratified"'
     )
     assert (
         summary.gate_denial_line({"summary": summary.denial_line(denial), "gate_denial": denial})

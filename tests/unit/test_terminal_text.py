@@ -14,8 +14,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from assure.cli import app
-from assure.ops import alerts
-from assure.records import report, store
+from assure.records import alerts, report, store
 
 LINK = "[link=https://attacker.invalid/x]click me[/link]"
 HOSTILE = [

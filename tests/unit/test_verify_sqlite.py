@@ -1,4 +1,5 @@
-"""The verifier's SQLite part: capture hostile files, diff two states, attribute rows to the journal.
+"""The verifier's SQLite part: capture hostile files, diff two states, attribute rows to the
+journal.
 
 Databases are real files built with apsw; journaled changes are made by the real gateway code
 (`assure.gateway.db.Databases`, in-process); covert changes are made directly on the file.
@@ -121,12 +122,14 @@ def test_capture_sees_a_commit_that_only_reached_the_wal(tmp_path: Path) -> None
 
 
 def _hot_journal(directory: Path) -> tuple[Path, list[tuple[Any, ...]]]:
-    """A copy of a database taken mid-transaction: uncommitted pages in the file, a hot journal beside it."""
+    """A copy of a database taken mid-transaction: uncommitted pages in the file, a hot journal
+    beside it."""
     directory.mkdir()
     src = make(
         directory / "live.db",
-        "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);"
-        "INSERT INTO t SELECT value, randomblob(200) FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 2000) SELECT value FROM s)",
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);INSERT INTO t SELECT value, randomblob(200)"
+        " FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value"
+        " < 2000) SELECT value FROM s)",
     )
     committed = rows(src, "SELECT id, v FROM t ORDER BY id")
     conn = apsw.Connection(str(src))
@@ -158,13 +161,16 @@ CRASH_IN_MULTI_DB_COMMIT = textwrap.dedent("""
     import apsw, os, sys
     d = sys.argv[1]
     for n in ("a", "b"):
-        c = apsw.Connection(f"{d}/{n}.db"); c.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v); INSERT INTO t VALUES (1, 'old')"); c.close()
+        c = apsw.Connection(f"{d}/{n}.db")
+        c.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v); INSERT INTO t VALUES (1, 'old')")
+        c.close()
     class Crash(apsw.VFS):
         def __init__(self):
             super().__init__("crash", "")
         def xDelete(self, name, syncdir):
             if "-mj" in name:
-                os._exit(0)  # die at the commit point: the super-journal stays, the journals are hot
+                # die at the commit point: the super-journal stays, the journals are hot
+                os._exit(0)
             return super().xDelete(name, syncdir)
     vfs = Crash()
     c = apsw.Connection(f"{d}/a.db", vfs="crash")
@@ -194,8 +200,9 @@ def test_capture_refuses_a_journal_that_names_a_file_outside_the_copy(tmp_path: 
 def test_capture_reports_a_failed_integrity_check(tmp_path: Path) -> None:
     src = make(
         tmp_path / "c.db",
-        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); CREATE INDEX ix ON t(v);"
-        "INSERT INTO t SELECT value, 'value-' || value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 500) SELECT value FROM s)",
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); CREATE INDEX ix ON t(v);INSERT INTO t"
+        " SELECT value, 'value-' || value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL"
+        " SELECT value + 1 FROM s WHERE value < 500) SELECT value FROM s)",
     )
     page, size = (
         rows(src, "SELECT pageno FROM dbstat WHERE name = 'ix' AND pagetype = 'leaf' LIMIT 1")[0][
@@ -279,7 +286,7 @@ CREATE TABLE log(msg TEXT, n INTEGER);
 INSERT INTO items VALUES (1, 'apple', 1.5, x'00ff'), (2, 'pear', NULL, NULL), (3, 'plum', 0.25, x'');
 INSERT INTO pairs VALUES ('a', 1, 'one'), ('a', 2, NULL), ('b', 1, 'three');
 INSERT INTO log VALUES ('dup', 1), ('dup', 1), ('other', 2);
-"""
+"""  # noqa: E501 -- SQL statements, one a line
 
 
 def test_identical_databases_have_no_changes(tmp_path: Path) -> None:
@@ -316,7 +323,8 @@ def test_diff_composite_key_without_rowid(tmp_path: Path) -> None:
     pre, post = pair(
         tmp_path,
         SHOP,
-        "UPDATE pairs SET note = 'changed' WHERE a = 'a' AND b = 2; DELETE FROM pairs WHERE a = 'b'",
+        "UPDATE pairs SET note = 'changed' WHERE a = 'a' AND b = 2; DELETE FROM pairs WHERE a"
+        " = 'b'",
     )
     got = {(c.op, tuple(c.key.values()), c.columns) for c in diff(pre, post)}
     assert got == {("update", ("a", 2), ("note",)), ("delete", ("b", 1), ())}
@@ -363,8 +371,9 @@ def test_vacuum_renumbering_rowids_is_not_a_change(tmp_path: Path) -> None:
     src = make(
         tmp_path / "v.db",
         SHOP
-        + "INSERT INTO log SELECT 'filler', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 300) SELECT value FROM s);"
-        "DELETE FROM log WHERE n % 3 = 0;",
+        + "INSERT INTO log SELECT 'filler', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION"
+        " ALL SELECT value + 1 FROM s WHERE value < 300) SELECT value FROM s);DELETE FROM log"
+        " WHERE n % 3 = 0;",
     )
     pre = cap(tmp_path, src, "pre")
     run_sql(src, "VACUUM")
@@ -382,8 +391,12 @@ def test_vacuum_renumbering_rowids_is_not_a_change(tmp_path: Path) -> None:
 
 
 def test_rowid_shadowed_by_columns_still_compares_as_multiset(tmp_path: Path) -> None:
-    """Columns named rowid, oid and _rowid_ hide the real rowid: rows must not pair by those columns."""
-    schema = "CREATE TABLE s(rowid, oid, _rowid_, v); INSERT INTO s VALUES (1, 1, 1, 'x'), (1, 1, 1, 'x'), (2, 2, 2, 'y');"
+    """Columns named rowid, oid and _rowid_ hide the real rowid: rows must not pair by those
+    columns."""
+    schema = (
+        "CREATE TABLE s(rowid, oid, _rowid_, v); INSERT INTO s VALUES (1, 1, 1, 'x'), (1, 1, 1,"
+        " 'x'), (2, 2, 2, 'y');"
+    )
     pre, post = pair(
         tmp_path, schema, "DELETE FROM s WHERE v = 'x'; INSERT INTO s VALUES (1, 1, 1, 'x')"
     )  # two copies -> one
@@ -395,11 +408,12 @@ def test_rowid_shadowed_by_columns_still_compares_as_multiset(tmp_path: Path) ->
 def test_schema_changes(tmp_path: Path) -> None:
     schema = (
         SHOP
-        + "CREATE INDEX items_name ON items(name); CREATE TRIGGER t1 AFTER INSERT ON items BEGIN SELECT 1; END;"
+        + "CREATE INDEX items_name ON items(name); CREATE TRIGGER t1 AFTER INSERT ON items BEGIN"
+        " SELECT 1; END;"
     )
     change = (
-        "CREATE TABLE fresh(x); DROP INDEX items_name; DROP TRIGGER t1;"
-        "CREATE TRIGGER t1 AFTER INSERT ON items BEGIN SELECT 2; END; CREATE VIEW v AS SELECT id FROM items"
+        "CREATE TABLE fresh(x); DROP INDEX items_name; DROP TRIGGER t1;CREATE TRIGGER t1 AFTER"
+        " INSERT ON items BEGIN SELECT 2; END; CREATE VIEW v AS SELECT id FROM items"
     )
     pre, post = pair(tmp_path, schema, change)
     got = {(c.object_type, c.name, c.op) for c in diff(pre, post) if c.kind == "schema"}
@@ -428,7 +442,8 @@ def test_table_on_one_side_only(tmp_path: Path) -> None:
     pre, post = pair(
         tmp_path,
         SHOP,
-        "CREATE TABLE extra(id INTEGER PRIMARY KEY, v); INSERT INTO extra VALUES (1, 'x'); DROP TABLE pairs",
+        "CREATE TABLE extra(id INTEGER PRIMARY KEY, v); INSERT INTO extra VALUES (1, 'x'); DROP"
+        " TABLE pairs",
     )
     changes = diff(pre, post)
     assert {(c.object_type, c.name, c.op) for c in changes if c.kind == "schema"} == {
@@ -443,7 +458,8 @@ def test_table_on_one_side_only(tmp_path: Path) -> None:
 
 def test_exact_values_type_collation_nulls_blobs(tmp_path: Path) -> None:
     schema = (
-        "CREATE TABLE u(id INTEGER PRIMARY KEY, v);"  # no declared type: stores 1 and 1.0 as they are
+        # no declared type: stores 1 and 1.0 as they are
+        "CREATE TABLE u(id INTEGER PRIMARY KEY, v);"
         "CREATE TABLE c(k TEXT COLLATE NOCASE PRIMARY KEY, v TEXT COLLATE NOCASE);"
         "CREATE TABLE nk(k TEXT PRIMARY KEY, v);"  # a rowid table: its key may hold NULLs
         "INSERT INTO u VALUES (1, 1), (2, 'x'), (3, x'78'), (4, NULL), (5, 0.5);"
@@ -451,9 +467,9 @@ def test_exact_values_type_collation_nulls_blobs(tmp_path: Path) -> None:
         "INSERT INTO nk VALUES (NULL, 1), (NULL, 1), ('k', 2);"
     )
     change = (
-        "UPDATE u SET v = 1.0 WHERE id = 1; UPDATE u SET v = x'78' WHERE id = 2; UPDATE u SET v = 'x' WHERE id = 3;"
-        "UPDATE u SET v = NULL WHERE id = 4; UPDATE c SET v = 'VALUE'; UPDATE c SET k = 'KEY';"
-        "DELETE FROM nk WHERE rowid = 2"
+        "UPDATE u SET v = 1.0 WHERE id = 1; UPDATE u SET v = x'78' WHERE id = 2; UPDATE u SET v ="
+        " 'x' WHERE id = 3;UPDATE u SET v = NULL WHERE id = 4; UPDATE c SET v = 'VALUE'; UPDATE c"
+        " SET k = 'KEY';DELETE FROM nk WHERE rowid = 2"
     )
     pre, post = pair(tmp_path, schema, change)
     got = row_changes(diff(pre, post))
@@ -505,7 +521,8 @@ def test_hostile_names_are_quoted(tmp_path: Path) -> None:
     pre, post = pair(
         tmp_path,
         schema,
-        'UPDATE "we""ird {a} name" SET "v""x" = \'w\'; DELETE FROM "we""ird {a} name" WHERE "k{0}" IS NULL',
+        'UPDATE "we""ird {a} name" SET "v""x" = \'w\'; DELETE FROM "we""ird {a} name" WHERE "k{0}"'
+        " IS NULL",
     )
     got = row_changes(diff(pre, post))
     assert [(t, op) for t, op, *_ in got] == [
@@ -522,7 +539,10 @@ def test_virtual_tables_are_compared_through_their_shadow_tables(tmp_path: Path)
 
 
 def test_generated_columns_are_not_compared_but_their_inputs_are(tmp_path: Path) -> None:
-    schema = "CREATE TABLE g(id INTEGER PRIMARY KEY, a INTEGER, twice INTEGER AS (a * 2) STORED, half AS (a / 2.0)); INSERT INTO g(id, a) VALUES (1, 10);"
+    schema = (
+        "CREATE TABLE g(id INTEGER PRIMARY KEY, a INTEGER, twice INTEGER AS (a * 2) STORED, half AS"
+        " (a / 2.0)); INSERT INTO g(id, a) VALUES (1, 10);"
+    )
     pre, post = pair(tmp_path, schema, "UPDATE g SET a = 11")
     [change] = diff(pre, post)
     assert change.columns == ("a",) and change.after == {"id": 1, "a": 11}
@@ -558,7 +578,8 @@ def test_reporting_is_capped_but_detection_is_not(tmp_path: Path) -> None:
     pre, post = pair(
         tmp_path,
         SHOP,
-        "INSERT INTO log SELECT 'many', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM s WHERE value < 50) SELECT value FROM s)",
+        "INSERT INTO log SELECT 'many', value FROM (WITH RECURSIVE s(value) AS (SELECT 1 UNION ALL"
+        " SELECT value + 1 FROM s WHERE value < 50) SELECT value FROM s)",
     )
     changes = diff(pre, post, limit=10)
     assert len(changes) == 11 and changes[-1].kind == "omitted" and changes[-1].count == 40
@@ -596,7 +617,7 @@ INSERT INTO items VALUES (1, 'apple', 1.5, x'00ff'), (2, 'pear', NULL, NULL), (3
 INSERT INTO pairs VALUES ('a', 1, 'one'), ('a', 2, NULL), ('b', 1, 'three');
 INSERT INTO log VALUES ('dup', 1), ('dup', 1), ('other', 2), ('x', 3);
 INSERT INTO seq(v) VALUES ('first');
-"""
+"""  # noqa: E501 -- SQL statements, one a line
 
 
 class Run:
@@ -661,7 +682,8 @@ class Run:
                 self.execute("UPDATE items SET name = name || '+' WHERE price > ?", [limit], hit)
             elif choice == 4:
                 self.execute(
-                    "INSERT INTO pairs VALUES (?, ?, ?) ON CONFLICT (a, b) DO UPDATE SET note = excluded.note",
+                    "INSERT INTO pairs VALUES (?, ?, ?) ON CONFLICT (a, b) DO UPDATE SET note ="
+                    " excluded.note",
                     [rng.choice("abc"), rng.randrange(3), rng.choice([None, "n1", "n2"])],
                 )
             elif choice == 5:
@@ -723,7 +745,8 @@ COVERT = [
 
 
 def covert_change(run: Run, kind: str, rng: random.Random) -> set[str]:
-    """Change the file directly (not through the gateway); returns the subjects that must be flagged."""
+    """Change the file directly (not through the gateway); returns the subjects that must be
+    flagged."""
     path = run.path
     ids = run.ids()
     if kind in ("pk_insert", "wal_only"):
@@ -766,7 +789,8 @@ def covert_change(run: Run, kind: str, rng: random.Random) -> set[str]:
     assert kind == "trigger"
     run_sql(
         path,
-        "CREATE TRIGGER covert_t AFTER DELETE ON items BEGIN INSERT INTO log VALUES ('gone', old.id); END",
+        "CREATE TRIGGER covert_t AFTER DELETE ON items BEGIN INSERT INTO log VALUES ('gone',"
+        " old.id); END",
     )
     return {"db:shop:schema:trigger covert_t"}
 
@@ -950,7 +974,8 @@ def test_autoincrement_counter_bumped_by_a_net_zero_statement_is_attributed(tmp_
     run = Run(tmp_path)
     run_sql(
         run.path,
-        "CREATE TRIGGER vanish AFTER INSERT ON seq WHEN new.v = 'tmp' BEGIN DELETE FROM seq WHERE id = new.id; END",
+        "CREATE TRIGGER vanish AFTER INSERT ON seq WHEN new.v = 'tmp' BEGIN DELETE FROM seq WHERE"
+        " id = new.id; END",
     )
     run.pre = cap(tmp_path, run.path, "pre-with-trigger")
     assert run.execute("INSERT INTO seq(v) VALUES ('tmp')")
@@ -969,7 +994,8 @@ def test_an_update_to_a_higher_autoincrement_key_leaves_the_counter_and_is_expla
     tmp_path: Path,
 ) -> None:
     """SQLite moves sqlite_sequence on INSERT only; the UPDATE's changeset replays as a DELETE and
-    an INSERT, which must not move EXPECTED's counter (found by suites/benign/benign--sqlite-keyed)."""
+    an INSERT, which must not move EXPECTED's counter (found by suites/benign/benign--sqlite-keyed).
+    """
     run = Run(tmp_path)
     assert run.execute("INSERT INTO seq(v) VALUES ('second')")
     assert run.execute("UPDATE seq SET id = 50 WHERE v = 'first'")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from assure.errors import SandboxError
+from assure.records import layout
 from assure.sandbox import workspace_fs
 from assure.sandbox.workspace_fs import Usage, WorkspaceFs
 from assure.verify import judge
@@ -56,7 +57,8 @@ def test_a_loop_device_the_kernel_freed_meanwhile_is_no_failure_and_one_still_at
 
     def refused(args: list[str], what: str) -> None:
         raise SandboxError(
-            f"{what}: `{' '.join(args)}` exited 1: losetup: /dev/loop9: detach failed: No such device or address"
+            f"{what}: `{' '.join(args)}` exited 1: losetup: /dev/loop9: detach failed: No such"
+            " device or address"
         )
 
     monkeypatch.setattr(workspace_fs, "_command", refused)
@@ -77,7 +79,8 @@ def test_a_full_filesystem_is_a_disk_limit_failure_and_a_roomy_one_is_nothing():
     (finding,) = judge._disk_limit(usage(0, 500).to_json())
     assert finding.kind is Kind.DISK_LIMIT and finding.severity == "fail"
     assert finding.message.startswith(
-        f"disk limit reached: {100 * 2**20} of {100 * 2**20} bytes / 500 of 1000 inodes used (bytes exhausted"
+        f"disk limit reached: {100 * 2**20} of {100 * 2**20} bytes / 500 of 1000 inodes used (bytes"
+        " exhausted"
     )
     assert judge._disk_limit(usage(50 * 2**20, 500).to_json()) == []
     assert judge._disk_limit(None) == []  # a run from before bounded workspaces
@@ -142,13 +145,16 @@ def test_orphans_are_released_only_when_their_run_is_not_driven(tmp_path):
     attempt.mkdir(parents=True)
     fs = WorkspaceFs.create(attempt, size=8 * 2**20, inodes=1024)
     try:
-        assert workspace_fs.release_orphans(lambda run_dir: False) == []
-        assert fs.mount_point.resolve() in [p for p, _ in workspace_fs.workspace_mounts()]
+        assert workspace_fs.release_orphans(lambda run_dir: False, layout.mount_owner) == []
+        assert fs.mount_point.resolve() in [
+            p for p, _ in workspace_fs.workspace_mounts(layout.mount_owner)
+        ]
         assert workspace_fs.release_orphans(
-            lambda run_dir: run_dir == (tmp_path / "run-1").resolve()
+            lambda run_dir: run_dir == (tmp_path / "run-1").resolve(), layout.mount_owner
         ) == [fs.mount_point.resolve()]
         assert (
-            fs.mount_point.resolve() not in [p for p, _ in workspace_fs.workspace_mounts()]
+            fs.mount_point.resolve()
+            not in [p for p, _ in workspace_fs.workspace_mounts(layout.mount_owner)]
             and not fs.image.exists()
         )
     finally:
@@ -164,7 +170,7 @@ def test_a_check_copys_filesystem_left_by_a_dead_driver_is_an_orphan_too(tmp_pat
         assert fs.mount_point == attempt / "check.fs"
         # only this test's run counts as orphaned: another session's live mounts are never touched
         assert workspace_fs.release_orphans(
-            lambda run_dir: run_dir == (tmp_path / "run-1").resolve()
+            lambda run_dir: run_dir == (tmp_path / "run-1").resolve(), layout.mount_owner
         ) == [fs.mount_point.resolve()]
         assert not fs.image.exists() and not fs.mount_point.exists()
     finally:

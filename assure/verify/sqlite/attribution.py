@@ -69,7 +69,8 @@ def error_finding(db: str, exc: DatabaseError, *, side: str) -> Finding:
 
 
 class _Replay:
-    """EXPECTED: a copy of PRE with the journaled changesets applied, remembering who touched what."""
+    """EXPECTED: a copy of PRE with the journaled changesets applied, remembering who touched
+    what."""
 
     def __init__(self, path: Path, db: str):
         self.path, self.db = path, db
@@ -101,7 +102,8 @@ class _Replay:
                     self.failure = Finding(
                         Kind.HARNESS_ERROR,
                         f"db:{self.db}",
-                        f"the changeset journaled by action {display(action)} is malformed ({exc}); changes from it on are not explained",
+                        f"the changeset journaled by action {display(action)} is malformed ({exc});"
+                        " changes from it on are not explained",
                         None,
                         {"action_id": action},
                     )
@@ -123,8 +125,9 @@ class _Replay:
                     self.failure = Finding(
                         Kind.UNATTRIBUTED,
                         f"db:{self.db}",
-                        f"the change journaled by action {display(action)} does not apply to the database as the journal says it was ({why}): "
-                        "something else changed it first; changes from this action on are not explained",
+                        f"the change journaled by action {display(action)} does not apply to the"
+                        f" database as the journal says it was ({why}): something else changed it"
+                        " first; changes from this action on are not explained",
                         None,
                         {"action_id": action, "effect_index": index},
                     )
@@ -142,7 +145,8 @@ class _Replay:
             self.failure = Finding(
                 Kind.HARNESS_ERROR,
                 f"db:{self.db}",
-                f"the changeset journaled by action {display(action)} is unreadable or does not match its sha256; changes from it on are not explained",
+                f"the changeset journaled by action {display(action)} is unreadable or does not"
+                " match its sha256; changes from it on are not explained",
                 None,
                 {"action_id": action},
             )
@@ -165,7 +169,8 @@ class _Replay:
         self.failure = Finding(
             Kind.HARNESS_ERROR,
             f"db:{self.db}",
-            f"the AUTOINCREMENT counters journaled by action {display(action)} are malformed; changes from it on are not explained",
+            f"the AUTOINCREMENT counters journaled by action {display(action)} are malformed;"
+            " changes from it on are not explained",
             None,
             {"action_id": action},
         )
@@ -174,7 +179,8 @@ class _Replay:
     def _set_counters(
         self, conn: apsw.Connection, counters: list[tuple[str, int]], stamp: tuple[int, str]
     ) -> None:
-        """Make EXPECTED's sqlite_sequence what the gateway saw, and credit every counter that moved."""
+        """Make EXPECTED's sqlite_sequence what the gateway saw, and credit every counter that
+        moved."""
         before = set(conn.execute("SELECT name, seq FROM main.sqlite_sequence").fetchall())
         with conn:
             conn.execute("DELETE FROM main.sqlite_sequence")
@@ -223,14 +229,18 @@ class _Replay:
         for name, rowids in wanted.items():
             cols, rowid = tables[name].columns, tables[name].rowid
             if not cols or rowid is None:
-                continue  # every column shadows the rowid: such rows are attributed to the journal as a whole
-            sql = f"SELECT {rowid}, {', '.join(value_sql(quote(c)) for c in cols)} FROM main.{quote(name)} WHERE {rowid} IN (SELECT value FROM json_each(?))"
+                # every column shadows the rowid: such rows are attributed to the journal as a whole
+                continue
+            sql = (
+                f"SELECT {rowid}, {', '.join(value_sql(quote(c)) for c in cols)} FROM"
+                f" main.{quote(name)} WHERE {rowid} IN (SELECT value FROM json_each(?))"
+            )
             ids = sorted(rowids)
             for start in range(0, len(ids), 10_000):
                 for row in conn.execute(
                     sql, ("[" + ",".join(map(str, ids[start : start + 10_000])) + "]",)
                 ):
-                    out[(name, row[0])] = tuple(zip(row[1::2], row[2::2]))
+                    out[(name, row[0])] = tuple(zip(row[1::2], row[2::2], strict=False))
         return out
 
     def _remember(
@@ -270,9 +280,11 @@ class _Replay:
                 ):  # a changeset holds text as UTF-8; the database in its own encoding
                     codec, errors = CODECS.get(encoding, CODECS["UTF-8"])
                     key = [
-                        (k, p.decode("utf-8", "surrogateescape").encode(codec, errors))
-                        if k == "text"
-                        else (k, p)
+                        (
+                            (k, p.decode("utf-8", "surrogateescape").encode(codec, errors))
+                            if k == "text"
+                            else (k, p)
+                        )
                         for k, p in key
                     ]
                 self.keys[("key", t.table, tuple(canon(v) for v in key))] = stamp
@@ -328,20 +340,31 @@ def attribute(db: str, pre: Path, post: Path, effects: list[dict[str, Any]]) -> 
 def _unexplained(raw: Raw, change: DbChange, who: str | None) -> str:
     """Why a difference between EXPECTED (PRE + journal) and POST is flagged, in words."""
     if raw.kind == "schema":
-        return f"{change.describe()}: db.execute cannot change the schema, so no journaled action explains it"
+        return (
+            f"{change.describe()}: db.execute cannot change the schema, so no journaled action"
+            " explains it"
+        )
     if raw.kind != "row":
         return f"{change.describe()}: no journaled action can change it"
     if not raw.key_columns:
         n = abs(raw.delta)
-        what = f"{n} {'more' if raw.delta > 0 else 'fewer'} cop{'y' if n == 1 else 'ies'} of this row than the journal explains"
+        what = (
+            f"{n} {'more' if raw.delta > 0 else 'fewer'} cop{'y' if n == 1 else 'ies'} of this row"
+            " than the journal explains"
+        )
     else:
         what = {
             "insert": "a row the journal does not explain",
             "delete": "a row gone that the journal does not explain",
-            "update": f"a row whose {', '.join(change.columns)} differ from what the journal explains",
+            "update": (
+                f"a row whose {', '.join(change.columns)} differ from what the journal explains"
+            ),
         }[raw.op]
     if who is not None:
-        return f"{what}; action {display(who)} wrote this row through the gateway, but the database does not hold what its changeset left"
+        return (
+            f"{what}; action {display(who)} wrote this row through the gateway, but the database"
+            " does not hold what its changeset left"
+        )
     return f"{what}; no allowed journaled action touched it"
 
 
@@ -437,7 +460,8 @@ def _judge_rows(db: str, pre: Path, expected: Path, post: Path, replayed: _Repla
             Finding(
                 Kind.NOT_CHECKED,
                 f"db:{db}",
-                f"{not_checked} changes were not attributed: too many unexplained changes to tell them apart",
+                f"{not_checked} changes were not attributed: too many unexplained changes to tell"
+                " them apart",
                 None,
                 {"count": not_checked},
             )

@@ -34,7 +34,8 @@ _OPEN_FILE = confined.OPEN_FILE
 
 
 class _ConfinedVFS(apsw.VFS):
-    """The default VFS, restricted to one database's own files (no super-journals, no extensions)."""
+    """The default VFS, restricted to one database's own files (no super-journals, no
+    extensions)."""
 
     def __init__(self, database: Path):
         self.vfs_name = f"assure-confined-{uuid.uuid4().hex}"
@@ -48,20 +49,20 @@ class _ConfinedVFS(apsw.VFS):
             self.refused.append(f"{what} {display(name)[:200]}")
             raise apsw.CantOpenError(f"access to {name!r} refused")
 
-    def xOpen(self, name: Any, flags: list[int]) -> apsw.VFSFile:  # noqa: N802 (apsw's names)
+    def xOpen(self, name: Any, flags: list[int]) -> apsw.VFSFile:  # noqa: N802 -- apsw's names
         filename = name.filename() if isinstance(name, apsw.URIFilename) else name
         self._check(filename, "open")
         return apsw.VFSFile("", name, flags)
 
-    def xAccess(self, pathname: str, flags: int) -> bool:  # noqa: N802
+    def xAccess(self, pathname: str, flags: int) -> bool:  # noqa: N802 -- apsw's names
         self._check(pathname, "access")
         return super().xAccess(pathname, flags)
 
-    def xDelete(self, filename: str, syncdir: bool) -> None:  # noqa: N802
+    def xDelete(self, filename: str, syncdir: bool) -> None:  # noqa: N802 -- apsw's names
         self._check(filename, "delete")
         super().xDelete(filename, syncdir)
 
-    def xDlOpen(self, filename: str) -> int:  # noqa: N802
+    def xDlOpen(self, filename: str) -> int:  # noqa: N802 -- apsw's names
         self.refused.append(f"load extension {display(filename)[:200]}")
         return 0
 
@@ -82,7 +83,8 @@ def _copy_at(
     budget: int,
     limit: int,
 ) -> int:
-    """Copy one regular file without following symlinks, at most `budget` bytes of the `limit`; returns bytes copied."""
+    """Copy one regular file without following symlinks, at most `budget` bytes of the `limit`;
+    returns bytes copied."""
     fd = os.open(name, _OPEN_FILE, dir_fd=src_dir)
     try:
         st = os.fstat(fd)
@@ -165,7 +167,8 @@ def capture(source: Path, target_dir: Path, name: str, *, max_bytes: int = MAX_D
 def _copy_all(
     src_dir: int, base: str, shown: str, dst_dir: int, target: str, max_bytes: int
 ) -> None:
-    """Copy the database, WAL and journal; again if any of them changed meanwhile (live databases)."""
+    """Copy the database, WAL and journal; again if any of them changed meanwhile (live
+    databases)."""
     for _attempt in range(COPY_ATTEMPTS):
         stats = _source_stats(src_dir, base, shown)
         total = sum(
@@ -173,7 +176,8 @@ def _copy_all(
         )
         if total > max_bytes:
             raise DatabaseTooLarge(
-                f"{shown}: the database and its WAL/journal are {total} bytes, over the {max_bytes}-byte limit"
+                f"{shown}: the database and its WAL/journal are {total} bytes, over the"
+                f" {max_bytes}-byte limit"
             )
         _remove_copies(dst_dir, target)
         budget = max_bytes
@@ -245,7 +249,8 @@ def _recover(target: Path, shown: str) -> None:
         except apsw.Error as exc:
             if vfs.refused:
                 raise DatabaseError(
-                    f"{shown}: its journal reaches outside the database's own files ({'; '.join(vfs.refused[:3])}); refusing to recover it"
+                    f"{shown}: its journal reaches outside the database's own files"
+                    f" ({'; '.join(vfs.refused[:3])}); refusing to recover it"
                 ) from None
             raise wrap(exc, deadline, shown) from None
         finally:
@@ -255,7 +260,8 @@ def _recover(target: Path, shown: str) -> None:
         vfs.unregister()
     if vfs.refused:
         raise DatabaseError(
-            f"{shown}: its journal reaches outside the database's own files ({'; '.join(vfs.refused[:3])})"
+            f"{shown}: its journal reaches outside the database's own files"
+            f" ({'; '.join(vfs.refused[:3])})"
         )
     left = [suffix for suffix in SIDECARS if os.path.lexists(str(target) + suffix)]
     if left:

@@ -39,7 +39,8 @@ def canon(value: Value) -> tuple[Any, ...]:
 
 
 def _json_value(value: Value, encoding: str) -> Any:
-    """JSON-safe: null, int, float, str, {"b64"}, {"real": "Infinity"}, or {"omitted", "bytes", "sha256"}."""
+    """JSON-safe: null, int, float, str, {"b64"}, {"real": "Infinity"}, or {"omitted", "bytes",
+    "sha256"}."""
     kind, payload = value
     if kind == "integer" or kind == "null":
         return payload
@@ -231,10 +232,14 @@ class Raw:
 
         columns = self.columns
         before = (
-            None if self.before is None else dict(zip(columns, _json_values(self.before, encoding)))
+            None
+            if self.before is None
+            else dict(zip(columns, _json_values(self.before, encoding), strict=False))
         )
         after = (
-            None if self.after is None else dict(zip(columns, _json_values(self.after, encoding)))
+            None
+            if self.after is None
+            else dict(zip(columns, _json_values(self.after, encoding), strict=False))
         )
         if not self.key_columns:
             return DbChange(
@@ -251,7 +256,9 @@ class Raw:
         changed: tuple[str, ...] = ()
         if self.before is not None and self.after is not None:
             # (typeof, payload) pairs: equal exactly when the storage class and the value are
-            changed = tuple(c for c, b, a in zip(columns, self.before, self.after) if b != a)
+            changed = tuple(
+                c for c, b, a in zip(columns, self.before, self.after, strict=False) if b != a
+            )
         return DbChange(
             db,
             "row",

@@ -42,7 +42,7 @@ class _Side:
         else:
             self.source = f"{schema}.{quote(name)} AS {alias}"
             self.exprs = {
-                c: (f"{alias}.{quote(c)}" if c in table.collations else "NULL") for c in columns
+                c: f"{alias}.{quote(c)}" if c in table.collations else "NULL" for c in columns
             }
         self.rowid = None if table is None else table.rowid
 
@@ -154,7 +154,8 @@ class _Compare:
         la, ra = left.exprs, right.exprs
 
         def join(inner: dict[str, str], outer: dict[str, str]) -> str:
-            # the probed side's column on the left: its collation applies, so its key index is usable
+            # the probed side's column on the left: its collation applies, so its key index is
+            # usable
             return " AND ".join(f"{inner[c]} = {outer[c]}" for c in key)
 
         def not_null(side: dict[str, str]) -> str:
@@ -162,20 +163,28 @@ class _Compare:
 
         # an INTEGER PRIMARY KEY joined by equality is equal (same integer) on both sides
         differs = _differs(columns, left, right, skip=key if alias else ())
-        missing = (
-            f"{ra[key[0]]} IS NULL"  # after the join, only a row without partner has a NULL key
+        missing = (  # after the join, only a row without partner has a NULL key
+            f"{ra[key[0]]} IS NULL"
         )
         sql = (
-            f"SELECT {missing}, {left.values()}, {right.values()} FROM {left.source} LEFT JOIN {right.source} ON {join(ra, la)} "
-            f"WHERE {not_null(la)} AND ({missing} OR {differs}) "
-            f"UNION ALL SELECT 2, {_nulls(columns)}, {right.values()} FROM {right.source} "
-            f"WHERE {not_null(ra)} AND NOT EXISTS (SELECT 1 FROM {left.source} WHERE {join(la, ra)})"
+            f"SELECT {missing}, {left.values()}, {right.values()} FROM {left.source} LEFT JOIN"
+            f" {right.source} ON {join(ra, la)} WHERE {not_null(la)} AND ({missing} OR {differs})"
+            f" UNION ALL SELECT 2, {_nulls(columns)}, {right.values()} FROM {right.source} WHERE"
+            f" {not_null(ra)} AND NOT EXISTS (SELECT 1 FROM {left.source} WHERE {join(la, ra)})"
         )
         n = len(columns)
         for row in self.conn.execute(sql):
             op = row[0]
-            before = None if op == 2 else tuple(zip(row[1 : 2 * n + 1 : 2], row[2 : 2 * n + 1 : 2]))
-            after = None if op == 1 else tuple(zip(row[2 * n + 1 :: 2], row[2 * n + 2 :: 2]))
+            before = (
+                None
+                if op == 2
+                else tuple(zip(row[1 : 2 * n + 1 : 2], row[2 : 2 * n + 1 : 2], strict=False))
+            )
+            after = (
+                None
+                if op == 1
+                else tuple(zip(row[2 * n + 1 :: 2], row[2 * n + 2 :: 2], strict=False))
+            )
             yield Raw("row", _OPS[op], name, columns, key, before, after)
 
     def _multiset(
@@ -186,7 +195,8 @@ class _Compare:
         right: _Side,
         null_key: tuple[str, ...] | None,
     ) -> Iterator[Raw]:
-        """Rows as multisets of whole rows (with `null_key`: only the rows with a NULL in those columns).
+        """Rows as multisets of whole rows (with `null_key`: only the rows with a NULL in those
+        columns).
 
         Rows at the same rowid on both sides that are identical cancel out first (any pairing
         of equal rows leaves the multiset difference as it is), so only rows that changed,
@@ -212,17 +222,23 @@ class _Compare:
             la, ra = f"A.{left.rowid}", f"B.{right.rowid}"
             # one pass over PRE: its rows with no partner at their rowid, or a partner that differs
             head = (
-                f"WITH changed(r, alone) AS MATERIALIZED (SELECT {la}, {ra} IS NULL FROM {left.source} LEFT JOIN {right.source} ON {ra} = {la} "
-                f"WHERE {ra} IS NULL OR {_differs(columns, left, right)}) "
+                f"WITH changed(r, alone) AS MATERIALIZED (SELECT {la}, {ra} IS NULL FROM"
+                f" {left.source} LEFT JOIN {right.source} ON {ra} = {la} WHERE {ra} IS NULL OR"
+                f" {_differs(columns, left, right)}) "
             )
             parts = (
-                f"SELECT {values(left)}, 1 AS n FROM changed JOIN {left.source} ON {la} = changed.r WHERE {domain(left)} "
-                f"UNION ALL SELECT {values(right)}, -1 FROM changed JOIN {right.source} ON {ra} = changed.r WHERE NOT changed.alone AND {domain(right)} "
-                f"UNION ALL SELECT {values(right)}, -1 FROM {right.source} WHERE {domain(right)} AND NOT EXISTS (SELECT 1 FROM {left.source} WHERE {la} = {ra})"
+                f"SELECT {values(left)}, 1 AS n FROM changed JOIN {left.source} ON {la} = changed.r"
+                f" WHERE {domain(left)} UNION ALL SELECT {values(right)}, -1 FROM changed JOIN"
+                f" {right.source} ON {ra} = changed.r WHERE NOT changed.alone AND {domain(right)}"
+                f" UNION ALL SELECT {values(right)}, -1 FROM {right.source} WHERE {domain(right)}"
+                f" AND NOT EXISTS (SELECT 1 FROM {left.source} WHERE {la} = {ra})"
             )
         else:
             head = ""
-            parts = f"SELECT {values(left)}, 1 AS n FROM {left.source} WHERE {domain(left)} UNION ALL SELECT {values(right)}, -1 FROM {right.source} WHERE {domain(right)}"
+            parts = (
+                f"SELECT {values(left)}, 1 AS n FROM {left.source} WHERE {domain(left)} UNION ALL"
+                f" SELECT {values(right)}, -1 FROM {right.source} WHERE {domain(right)}"
+            )
         group = ", ".join(f"t{i}, v{i}" for i in range(len(columns)))
         out = ", ".join(
             f"t{i}, CASE WHEN t{i} = 'text' THEN CAST(v{i} AS BLOB) ELSE v{i} END"
@@ -230,7 +246,7 @@ class _Compare:
         )
         sql = f"{head}SELECT sum(n), {out} FROM ({parts}) GROUP BY {group} HAVING sum(n) <> 0"
         for row in self.conn.execute(sql):
-            values_ = tuple(zip(row[1::2], row[2::2]))
+            values_ = tuple(zip(row[1::2], row[2::2], strict=False))
             delta = -row[0]  # POST count minus PRE count
             if delta > 0:
                 yield Raw("row", "insert", name, columns, (), None, values_, delta)
@@ -303,7 +319,8 @@ class _Pair:
 
 
 def stream(left: Path, right: Path, what: str) -> Iterator[tuple[Raw, str]]:
-    """Every change from `left` to `right`, with the encoding to decode its text; DatabaseError on failure."""
+    """Every change from `left` to `right`, with the encoding to decode its text; DatabaseError on
+    failure."""
     deadline = None
     try:
         pair = _Pair(left, right)
@@ -322,7 +339,8 @@ def stream(left: Path, right: Path, what: str) -> Iterator[tuple[Raw, str]]:
 def diff(
     pre: Path, post: Path, *, db: str | None = None, limit: int = MAX_CHANGES
 ) -> list[DbChange]:
-    """Every change from `pre` to `post` (captured files), at most `limit` then an `omitted` count."""
+    """Every change from `pre` to `post` (captured files), at most `limit` then an `omitted`
+    count."""
     name = db if db is not None else Path(post).stem
     out: list[DbChange] = []
     extra = 0

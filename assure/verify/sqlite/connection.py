@@ -53,7 +53,8 @@ def configure(
     conn.limit(apsw.SQLITE_LIMIT_ATTACHED, attached)
     conn.set_progress_handler(deadline, PROGRESS_OPS)
     conn.execute(
-        f"PRAGMA cell_size_check = {'ON' if check_cells else 'OFF'}; PRAGMA mmap_size = 0; PRAGMA trusted_schema = OFF"
+        f"PRAGMA cell_size_check = {'ON' if check_cells else 'OFF'}; PRAGMA mmap_size = 0; PRAGMA"
+        " trusted_schema = OFF"
     ).fetchall()
 
 

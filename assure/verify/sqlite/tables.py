@@ -17,12 +17,11 @@ class Table:
     name: str
     columns: tuple[str, ...]  # compared (non-generated) columns
     key: tuple[str, ...]  # declared PRIMARY KEY columns in key order; () if none
-    rowid_alias: (
-        bool  # the key is an INTEGER PRIMARY KEY: the rowid itself, never NULL, always an integer
-    )
-    rowid: (
-        str | None
-    )  # a name that reaches the true rowid (not shadowed by a column); None: WITHOUT ROWID or all shadowed
+    # the key is an INTEGER PRIMARY KEY: the rowid itself, never NULL, always an integer
+    rowid_alias: bool
+    # a name that reaches the true rowid (not shadowed by a column); None: WITHOUT ROWID or all
+    # shadowed
+    rowid: str | None
     collations: Mapping[str, str]  # column -> declared collation (upper case)
     affinities: Mapping[str, str]  # column -> affinity of its declared type (TEXT, INTEGER, ...)
 
@@ -88,4 +87,7 @@ def read_tables(conn: apsw.Connection, schema: str) -> dict[str, Table]:
 
 def value_sql(expr: str) -> str:
     """typeof and payload of one column; text read as its bytes so nothing is decoded in SQLite."""
-    return f"typeof({expr}), CASE WHEN typeof({expr}) = 'text' THEN CAST({expr} AS BLOB) ELSE {expr} END"
+    return (
+        f"typeof({expr}), CASE WHEN typeof({expr}) = 'text' THEN CAST({expr} AS BLOB) ELSE"
+        f" {expr} END"
+    )

@@ -30,7 +30,7 @@ from assure.records.layout import ALERTS, RunPaths
 from assure.records.store import read_json, write_json
 from assure.textsafe import display
 
-log = logging.getLogger("assure.ops.alerts")
+log = logging.getLogger("assure.records.alerts")
 WEBHOOK_TIMEOUT_SECONDS = 3.0
 
 
@@ -88,7 +88,8 @@ def raise_alert(
     detail: dict[str, Any] | None = None,
     expected: str | None = None,
 ) -> Alert:
-    """Record and deliver an alert, pending; `expected` (why the spec expects this outcome): acknowledged by the spec."""
+    """Record and deliver an alert, pending; `expected` (why the spec expects this outcome):
+    acknowledged by the spec."""
     try:
         kind = AlertKind(kind).value
     except ValueError:
@@ -200,7 +201,8 @@ def ack(runs_base: Path, alert_id: str, actor: str) -> Alert:
 def ack_matching(
     runs_base: Path, actor: str, *, run_id: str | None = None, kind: str | None = None
 ) -> list[Alert]:
-    """Acknowledge every pending alert of the run `run_id` and of `kind` (None: any); the ones acknowledged."""
+    """Acknowledge every pending alert of the run `run_id` and of `kind` (None: any); the ones
+    acknowledged."""
     if kind is not None and kind not in {k.value for k in AlertKind}:
         raise AssureError(
             f"no alert kind {kind!r}", fix="one of: " + ", ".join(k.value for k in AlertKind)

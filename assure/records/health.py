@@ -34,9 +34,9 @@ component takes that default's values for the fields it leaves out:
       - {name: verifier, heartbeat_path: "{run}/control/verifier.json", stale_after_seconds: 30}
       - {name: gateway,  heartbeat_path: "{run}/attempts/{attempt}/gateway/heartbeat.json", stale_after_seconds: 300}
       - {name: monitor,  heartbeat_path: .health/monitor.json, stale_after_seconds: 60, ack_window_seconds: 120}
-    anomalies: {max_tool_calls_per_minute: 300, max_changes_per_minute: 120, max_duplicate_ratio: 0.5,
-                min_calls_for_ratio: 20, near_limit_ratio: 0.9, silent_after_seconds: 300}
-"""
+    anomalies: {max_tool_calls_per_minute: 300, max_changes_per_minute: 120,
+                max_duplicate_ratio: 0.5, min_calls_for_ratio: 20, near_limit_ratio: 0.9, silent_after_seconds: 300}
+"""  # noqa: E501 -- a table and a YAML example, one row a line
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A cluster node task's own bound, in a process of its own (`python -m assure.run.watchdog FD
+"""A cluster node task's own bound, in a process of its own (`python -m assure.ops.watchdog FD
 PID SECONDS`). The task waits for it to fork away, so this module imports only the standard
 library until it has: its start is on every node task's path."""
 
@@ -22,7 +22,9 @@ def watch(alive: int, worker: int, seconds: float) -> None:
     if os.fork():
         os._exit(
             0
-        )  # the worker's own child ends here: Ray ends a worker's children with it, not this grandchild
+            # the worker's own child ends here: Ray ends a worker's children with it, not this
+            # grandchild
+        )
     if select.select([alive], [], [], seconds)[0]:
         if os.read(alive, 1):
             return
