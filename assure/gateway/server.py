@@ -556,6 +556,7 @@ class Gateway:
                 "summary": t.summary,
             }
             for t in tools.TOOLS
+            if t.listed
         ]
         return {
             "status": "ok",

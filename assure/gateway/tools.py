@@ -75,6 +75,9 @@ class Tool:
     mutates_when: Callable[[dict[str, Any]], bool] | None = None
     # The arguments that name workspace paths: the gate checks every one (protected, scope).
     paths: tuple[str, ...] = ()
+    # In the tool list agents read (/v1/health), which they offer their model: not the Inspect
+    # shim's sandbox.* tools, which the harness calls for Inspect's own solver.
+    listed: bool = True
 
     def __post_init__(self) -> None:
         undeclared = [p for p in self.paths if p not in self.params]
@@ -406,6 +409,7 @@ TOOLS: tuple[Tool, ...] = (
         "Inspect's exec: a command the agent container's shim runs once allowed (scope"
         " sandbox:exec).",
         _sandbox_scope,
+        listed=False,
     ),
     Tool(
         "sandbox.read_file",
@@ -414,6 +418,7 @@ TOOLS: tuple[Tool, ...] = (
         _sandbox_op,
         "Inspect's read_file: a file of the agent's container the shim reads once allowed.",
         _sandbox_scope,
+        listed=False,
         paths=("path",),
     ),
     Tool(
@@ -424,6 +429,7 @@ TOOLS: tuple[Tool, ...] = (
         "Inspect's write_file: a file the shim writes once allowed (a workspace file: fs:<path>,"
         " protected refused).",
         _sandbox_scope,
+        listed=False,
         paths=("path",),
     ),
 )
