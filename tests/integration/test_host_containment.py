@@ -126,7 +126,7 @@ def test_a_crash_in_the_checks_keeps_the_breach_its_alert_and_its_receipt(
     def crash(*_a, **_k):
         raise RuntimeError("injected: the check phase crashed")
 
-    monkeypatch.setattr(checks, "run_commands", crash)
+    monkeypatch.setitem(checks.RUNNERS, "command", crash)  # what the attempt calls per kind
     spec = make_spec(
         "h-crash",
         "special-files.sh",
