@@ -43,6 +43,13 @@ class _Lazy:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._get()(*args, **kwargs)
 
+    # Special methods skip __getattr__: rich's Live enters its console (`with console:`).
+    def __enter__(self) -> Any:
+        return self._get().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._get().__exit__(*exc)
+
 
 def _lazy(module: str, name: str | None = None) -> Any:
     return _Lazy(
