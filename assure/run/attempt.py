@@ -364,12 +364,19 @@ class Attempt:
         # as the attempt's own user: its containers are removed by now, with every process, pipe,
         # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
-        for kind in assertions.CHECK_KINDS:
-            results = checks.RUNNERS[kind](
-                *args, scratch=self.paths.root, left_behind=left_behind, user=self.lease.ids
-            )
-            store.write_json(assertions.KINDS[kind].results(self.paths), results)
-            self._checks[kind] = results
+        with checks.shared_checks(
+            self.backend, self.paths.root, self.labels, self.prefix, self.lease.ids
+        ) as shared:
+            for kind in assertions.CHECK_KINDS:
+                results = checks.RUNNERS[kind](
+                    *args,
+                    scratch=self.paths.root,
+                    left_behind=left_behind,
+                    user=self.lease.ids,
+                    shared=shared,
+                )
+                store.write_json(assertions.KINDS[kind].results(self.paths), results)
+                self._checks[kind] = results
 
     # --- prepare ------------------------------------------------------------------------
     def _prepare(self) -> None:

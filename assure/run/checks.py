@@ -1,5 +1,13 @@
 """Command assertions: the acceptance tests run in their own fresh container, never the agent's.
 
+Under runc, as root, the checks of one phase share one container per image (`SharedChecks`):
+each check is an exec as the attempt's user in a container whose own process runs as another
+user, on a fresh check copy and a fresh /tmp that the host mounts for it alone, and before the
+next one every process of that user is killed; one that leaves SysV IPC objects or a message
+queue behind, or whose processes do not all end, costs the next check a new container. Under
+another runtime (gVisor does not see mounts made after it starts) or a backend without
+`CheckExec`, each check has a container of its own.
+
 The command sees a throwaway copy of the POST workspace (made by `confined.copy_tree`: links
 recreated, never followed; FIFOs, sockets and devices left out; sparse files kept sparse) in
 which every protected path is put back as the fixture has it, so tests the agent edited are never
@@ -17,6 +25,7 @@ import os
 import socket
 import stat
 import struct
+import subprocess
 import tempfile
 import threading
 import time
@@ -28,8 +37,8 @@ from typing import Any
 from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
 from assure.errors import SandboxError
-from assure.sandbox import hardening, workspace_fs
-from assure.sandbox.backend import ENGINE_FIX, SandboxBackend
+from assure.sandbox import hardening, runtimes, workspace_fs
+from assure.sandbox.backend import ENGINE_FIX, CheckExec, SandboxBackend
 from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
 from assure.textsafe import display
 
@@ -174,9 +183,11 @@ def run_commands(
     left_behind: Sequence[str] = (),
     *,
     user: tuple[int, int],
+    shared: SharedChecks | None = None,
 ) -> list[dict[str, Any]]:
-    """Each command assertion in a fresh check container and copy, as `user` (the attempt's).
-    `left_behind`: POST's files the copy-out refused (none of the checks runs then)."""
+    """Each command assertion on a fresh copy, as `user` (the attempt's), in a fresh check
+    container or an exec of `shared`. `left_behind`: POST's files the copy-out refused (none
+    of the checks runs then)."""
     results = []
     for n, cmd in enumerate(spec.commands()):
         image = agent_image if cmd.image == AGENT_IMAGE_ALIAS else cmd.image
@@ -184,7 +195,7 @@ def run_commands(
             if why := _refusal(report, left_behind):
                 result = _not_run(why)
             else:
-                run = run_in_check(
+                run = _runner(shared, spec, image)(
                     spec,
                     copy,
                     backend,
@@ -227,10 +238,12 @@ def run_cases(
     left_behind: Sequence[str] = (),
     *,
     user: tuple[int, int],
+    shared: SharedChecks | None = None,
 ) -> list[dict[str, Any]]:
-    """Each case of each `cases` assertion: the program on the case's arguments and stdin, in
-    its own fresh check container and copy. Only what the program printed is recorded; the
-    expected output stays on the host and sets only how much stdout is worth reading."""
+    """Each case of each `cases` assertion: the program on the case's arguments and stdin, on
+    its own fresh copy, in its own check container or exec of `shared`. Only what the
+    program printed is recorded; the expected output stays on the host and sets only how
+    much stdout is worth reading."""
     out = []
     for n, cases in enumerate(spec.cases()):
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
@@ -240,7 +253,7 @@ def run_cases(
                 if why := _refusal(report, left_behind):
                     results.append({"case": i, **_not_run(why)})
                     continue
-                run = run_in_check(
+                run = _runner(shared, spec, image)(
                     spec,
                     copy,
                     backend,
@@ -359,6 +372,266 @@ def run_in_check(
         backend.remove_container(cid)
 
 
+def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[..., CheckRun]:
+    return shared.run if shared is not None and shared.usable(spec) else run_in_check
+
+
+KILL_SECONDS = 10  # the checks' processes not all gone by then: their container is removed
+IDLE_SECONDS = 0.05  # no output this long: ask the engine whether the check's process ended
+# Run as the check's user after each check: SIGKILL to every process that user has, until
+# none is left but this shell (a zombie counts until docker-init, pid 1, reaps it). No
+# process the kill missed can remain: kill(-1) reaches them all at once, and a fork with
+# SIGKILL pending fails.
+KILL_ALL = (
+    "while :; do kill -9 -1 2> /dev/null; left=; for p in /proc/[0-9]*; do p=${p#/proc/};"
+    ' [ "$p" = $$ ] || [ "$p" = 1 ] && continue; kill -0 "$p" 2> /dev/null && { left=1;'
+    ' break; }; done; [ -z "$left" ] && exit 0; done'
+)
+VIEWS = "check-views.fs"  # in the attempt directory: the shared mount the views go under
+
+
+class SharedChecks:
+    """The check containers of one check phase: one per image, started at its first check.
+    Each check (`run`, as `run_in_check` is called) is an exec as the attempt's user, on its
+    copy bind-mounted at <views>/workspace and a fresh tmpfs at <views>/tmp, which the
+    container sees at /workspace and /tmp (`hardening.shared_check_request`); both are
+    unmounted once every process of that user is gone. Whatever a check may leave that
+    outlives its processes (SysV IPC, a POSIX message queue) or a kill that does not finish
+    removes the container; the next check starts another."""
+
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        scratch: Path,
+        labels: dict[str, str],
+        name: str,
+        user: tuple[int, int],
+    ):
+        self.backend, self.labels, self.name, self.user = backend, labels, name, user
+        self.views = scratch / VIEWS
+        self._containers: dict[str, tuple[str, str | None]] = {}  # image -> (cid, runtime)
+        self._made = 0
+        self._mounted = False
+
+    @staticmethod
+    def possible(backend: SandboxBackend, user: tuple[int, int]) -> bool:
+        return (
+            isinstance(backend, CheckExec)
+            and os.geteuid() == 0
+            and user[0] not in (0, hardening.CHECK_HOLDER_UID)
+        )
+
+    def usable(self, spec: Spec) -> bool:
+        """gVisor's gofer does not see what the host mounts after the sandbox starts."""
+        return (spec.sandbox.runtime or runtimes.RUNC) == runtimes.RUNC
+
+    def _mount_views(self) -> None:
+        if self._mounted:
+            return
+        self.views.mkdir(mode=0o755)
+        for sub in hardening.CHECK_VIEWS:
+            (self.views / sub).mkdir(mode=0o755)
+        self._mounted = True
+        _mount(["--bind", str(self.views), str(self.views)])
+        _mount(["--make-shared", str(self.views)])
+
+    def _container(self, spec: Spec, image: str) -> tuple[str, str | None]:
+        if image not in self._containers:
+            self._mount_views()
+            request = hardening.shared_check_request(
+                spec,
+                image=image,
+                name=f"{self.name}-checks{self._made}",
+                views=self.views,
+                labels=self.labels,
+            )
+            self._made += 1
+            cid = self.backend.start_container(request)
+            self._containers[image] = (cid, None)
+            runtime = (self.backend.inspect(cid).get("HostConfig") or {}).get("Runtime")
+            self._containers[image] = (cid, runtime)
+        return self._containers[image]
+
+    def _discard(self, image: str) -> None:
+        cid, _ = self._containers.pop(image, (None, None))
+        if cid is not None:
+            self.backend.remove_container(cid)
+
+    def run(
+        self,
+        spec: Spec,
+        copy: Path,
+        backend: SandboxBackend,
+        *,
+        image: str,
+        command: list[str],
+        env: dict[str, str],
+        timeout: float,
+        labels: dict[str, str],
+        name: str,
+        user: tuple[int, int],
+        stdin: bytes | None = None,
+        stdout_cap: int | None = None,
+    ) -> CheckRun:
+        """`run_in_check`, as an exec of this phase's container for `image`."""
+        assert user == self.user and isinstance(self.backend, CheckExec)
+        cid, runtime = self._container(spec, image)
+        ws, tmp = (self.views / sub for sub in hardening.CHECK_VIEWS)
+        run = CheckRun(runtime=runtime)
+        clean = False
+        _mount(["--bind", str(copy), str(ws)])
+        try:
+            _mount(
+                [
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    hardening.tmpfs_options(spec.limits.tmpfs) + ",mode=1777",
+                    "tmpfs",
+                    str(tmp),
+                ]
+            )
+            try:
+                self._exec(cid, command, env, timeout, stdin, stdout_cap, run)
+                clean = self._kill_all(cid) and not _ipc_left(self.backend, cid)
+            finally:
+                if not clean:
+                    self._discard(image)
+                workspace_fs.unmount(tmp)
+        finally:
+            workspace_fs.unmount(ws)
+        return run
+
+    def _exec(
+        self,
+        cid: str,
+        command: list[str],
+        env: dict[str, str],
+        timeout: float,
+        stdin: bytes | None,
+        stdout_cap: int | None,
+        run: CheckRun,
+    ) -> None:
+        assert isinstance(self.backend, CheckExec)
+        uid, gid = self.user
+        with self.backend.exec_attached(
+            cid,
+            command,
+            user=f"{uid}:{gid}",
+            workdir=hardening.WORKSPACE,
+            env={**env, "HOME": "/tmp"},
+        ) as (sock, exec_id):
+            started = time.monotonic()
+            threading.Thread(target=_feed, args=(sock, stdin or b""), daemon=True).start()
+            deadline = started + timeout
+
+            def ended() -> bool:  # its process exited (what it started may hold the stream)
+                running, code = self.backend.exec_state(exec_id)  # type: ignore[attr-defined]
+                run.exit_code = None if running else code
+                return not running
+
+            _read_frames(sock, deadline, stdout_cap, run, ended)
+            while not (run.timed_out or run.stdout_over) and not ended():
+                if time.monotonic() >= deadline:
+                    run.timed_out = True
+                    break
+                time.sleep(0.01)
+            if run.timed_out or run.stdout_over:
+                run.exit_code = None
+        run.seconds = round(time.monotonic() - started, 3)
+
+    def _kill_all(self, cid: str) -> bool:
+        """Every process of the check's user gone (`KILL_ALL`) within KILL_SECONDS."""
+        assert isinstance(self.backend, CheckExec)
+        uid, gid = self.user
+        with self.backend.exec_attached(
+            cid, ["/bin/sh", "-c", KILL_ALL], user=f"{uid}:{gid}", workdir="/", env={}
+        ) as (sock, exec_id):
+            sock.shutdown(socket.SHUT_WR)
+            run = CheckRun()
+            _read_frames(sock, time.monotonic() + KILL_SECONDS, None, run)
+            if run.timed_out:
+                return False
+            deadline = time.monotonic() + KILL_SECONDS
+            while time.monotonic() < deadline:
+                running, code = self.backend.exec_state(exec_id)
+                if not running:
+                    return code == 0
+                time.sleep(0.01)
+        return False
+
+    def close(self) -> None:
+        for image in list(self._containers):
+            self._discard(image)
+        if self._mounted:
+            if workspace_fs.mounted_under(self.views):
+                workspace_fs.unmount(self.views)
+            for sub in hardening.CHECK_VIEWS:
+                (self.views / sub).rmdir()
+            self.views.rmdir()
+            self._mounted = False
+
+
+@contextlib.contextmanager
+def shared_checks(
+    backend: SandboxBackend,
+    scratch: Path,
+    labels: dict[str, str],
+    name: str,
+    user: tuple[int, int],
+) -> Iterator[SharedChecks | None]:
+    """The phase's `SharedChecks`, closed afterwards; None where the checks cannot share."""
+    if not SharedChecks.possible(backend, user):
+        yield None
+        return
+    shared = SharedChecks(backend, scratch, labels, name, user)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
+
+def _mount(args: list[str]) -> None:
+    try:
+        done = subprocess.run(
+            ["mount", *args], capture_output=True, text=True, timeout=workspace_fs.COMMAND_SECONDS
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxError(f"check view: mount {' '.join(args)}: {exc}") from exc
+    if done.returncode != 0:
+        raise SandboxError(
+            f"check view: mount {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
+        )
+
+
+def _ipc_left(backend: SandboxBackend, cid: str) -> bool:
+    """Whether the container's IPC namespace still holds a SysV object or a POSIX message
+    queue (its processes are gone: only these outlive them). Read from the host; an answer
+    it cannot get counts as yes."""
+    try:
+        pid = int((backend.inspect(cid).get("State") or {}).get("Pid") or 0)
+        if pid <= 0:
+            return True
+        done = subprocess.run(
+            [
+                "nsenter",
+                f"--ipc=/proc/{pid}/ns/ipc",
+                "cat",
+                "/proc/sysvipc/shm",
+                "/proc/sysvipc/msg",
+                "/proc/sysvipc/sem",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=workspace_fs.COMMAND_SECONDS,
+        )
+        if done.returncode != 0 or len(done.stdout.splitlines()) != 3:  # a header line each
+            return True
+        return bool(os.listdir(f"/proc/{pid}/root/dev/mqueue"))
+    except (OSError, ValueError, subprocess.TimeoutExpired, SandboxError):
+        return True
+
+
 def _feed(sock: socket.socket, data: bytes) -> None:
     """Write stdin, then close it; a program that never reads it is ended by the deadline."""
     with contextlib.suppress(OSError):
@@ -367,10 +640,16 @@ def _feed(sock: socket.socket, data: bytes) -> None:
 
 
 def _read_frames(
-    sock: socket.socket, deadline: float, stdout_cap: int | None, run: CheckRun
+    sock: socket.socket,
+    deadline: float,
+    stdout_cap: int | None,
+    run: CheckRun,
+    ended: Callable[[], bool] | None = None,
 ) -> None:
-    """Demultiplex the engine's frames until EOF, the deadline, or stdout past its cap. Memory
-    stays bounded whatever frame sizes the stream announces."""
+    """Demultiplex the engine's frames until EOF, the deadline, stdout past its cap, or (an
+    exec, whose stream stays open while anything it started holds it) `ended()` says, after
+    IDLE_SECONDS without output, that its process exited. Memory stays bounded whatever
+    frame sizes the stream announces."""
     header, stream, left = b"", 0, 0
     while True:
         remaining = deadline - time.monotonic()
@@ -378,11 +657,15 @@ def _read_frames(
             run.timed_out = True
             return
         try:
-            sock.settimeout(remaining)
+            sock.settimeout(remaining if ended is None else min(remaining, IDLE_SECONDS))
             data = sock.recv(READ_CHUNK)
         except TimeoutError:
-            run.timed_out = True
-            return
+            if ended is not None and ended():
+                return
+            if ended is None or time.monotonic() >= deadline:
+                run.timed_out = True
+                return
+            continue
         except OSError as exc:  # the engine's stream broke: no result, never a partial one
             raise SandboxError(
                 f"reading a check container's output: {exc}", fix=ENGINE_FIX

@@ -73,6 +73,9 @@ class Mount:
     target: str
     read_only: bool = False
     nocopy: bool = False  # a volume: the engine must not copy the image's files at `target` into it
+    # "rslave": what the host mounts under `source` later appears at `target` (a shared check
+    # container's per-case views, run/checks.py); `source` must be under a shared mount
+    propagation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,24 @@ class Exec(Protocol):
     def exec(
         self, cid: str, argv: list[str], data: bytes, *, limit: int, timeout: float | None
     ) -> tuple[int | None, bytes, bytes]: ...
+
+
+@runtime_checkable
+class CheckExec(Protocol):
+    """A check's command in a running check container (run/checks.py `SharedChecks`): Docker
+    only; a backend without it runs each check in a container of its own."""
+
+    def exec_attached(
+        self, cid: str, argv: list[str], *, user: str, workdir: str, env: Mapping[str, str]
+    ) -> AbstractContextManager[tuple[socket.socket, str]]:
+        """Start `argv` as `user` in `workdir` with exactly `env` (and the image's), stdin open;
+        yields its stdio (the frames `attached` has; shut the write side to close stdin) and
+        the exec's id for `exec_state`."""
+        ...
+
+    def exec_state(self, exec_id: str) -> tuple[bool, int | None]:
+        """(still running, exit code once it exited)."""
+        ...
 
 
 @runtime_checkable

@@ -328,6 +328,38 @@ def check_request(
     )
 
 
+# A shared check container (run/checks.py `SharedChecks`): its own process, under docker-init,
+# only waits, as a user no check runs as (no check can signal or ptrace it); each check is an
+# exec as the attempt's user, on a view of POST and a /tmp the host mounts under `CHECK_VIEWS`.
+CHECK_HOLDER_UID = 65534
+CHECK_HOLDER = ("sleep", "2147483647")
+CHECK_VIEWS = ("workspace", "tmp")  # host folders under the views folder -> /workspace, /tmp
+
+
+def shared_check_request(
+    spec: Spec, *, image: str, name: str, views: Path, labels: dict[str, str]
+) -> ContainerRequest:
+    """`check_request`'s hardening, for a container whose checks are execs (`CHECK_HOLDER`):
+    /workspace and /tmp are the host's `views` folders, mounted `rslave` so each check sees the
+    view the host mounts there for it and nothing of the check before it."""
+    holder = (CHECK_HOLDER_UID, CHECK_HOLDER_UID)
+    return replace(
+        common_request(
+            spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids, user=holder
+        ),
+        name=name,
+        command=CHECK_HOLDER,
+        working_dir="/",
+        env={"HOME": "/tmp"},
+        read_only_root=True,
+        tmpfs={},
+        mounts=(
+            Mount(str(views / CHECK_VIEWS[0]), WORKSPACE, propagation="rslave"),
+            Mount(str(views / CHECK_VIEWS[1]), "/tmp", propagation="rslave"),
+        ),
+    )
+
+
 def socket_volume_options(user: tuple[int, int]) -> dict[str, str]:
     """A private tmpfs for the socket, owned by the attempt's user (the agent mounts it read-only).
 

@@ -47,16 +47,18 @@ PLANT = (
     " setsid sh -c 'trap \"\" TERM HUP; exec sleep 1000' </dev/null >/dev/null 2>&1 &"
     " echo planted"
 )
-# What a later case finds of any of it: names of what it found, or `clean`.
+# What a later case finds of any of it: names of what it found, or `clean`. Any process it
+# may signal, but itself and pid 1 (docker-init, its user's when the check is a container of
+# its own), is one a check before it left (the loop runs no process of its own).
 LOOK = (
-    "sleep 0.3; found=;"
-    " for f in /workspace/planted-* /workspace/late-* /tmp/planted-* /tmp/late-*; do"
-    '  [ -e "$f" ] && found="$found $f"; done;'
+    "sleep 0.3; found=; for p in /proc/[0-9]*; do p=${p#/proc/};"
+    ' [ "$p" = $$ ] || [ "$p" = 1 ] && continue; kill -0 "$p" 2> /dev/null &&'
+    ' found="$found pid:$p"; done;'
+    " for f in /workspace/planted-* /workspace/late-* /workspace/seen /tmp/planted-* /tmp/late-*"
+    ' /tmp/seen; do [ -e "$f" ] && found="$found $f"; done;'
     " for f in $(find / -xdev -name 'planted-*-x' 2>/dev/null); do found=\"$found $f\"; done;"
     f" grep -lsa '{MARK[:-1]}[{MARK[-1]}]' /proc/[0-9]*/cmdline > /dev/null && found=\"$found"
     ' process";'
-    ' for p in /proc/[0-9]*; do [ -O "$p" ] && [ "$(cat $p/comm 2>/dev/null)" = sleep ] &&'
-    ' found="$found sleep:${p#/proc/}"; done;'
     f' ipc=$({LOOK_IPC}); found="$found$ipc"; echo "${{found:-clean}}"'
 )
 # The agent's code under test (it wrote it into the workspace): it searches everything it can
@@ -88,7 +90,6 @@ def _spec(make_spec, runtime: str):
         {"args": [PLANT, "sh", "case0"], "stdout": "planted\n"},
         {"args": [LOOK], "stdout": "clean\n"},
         {"args": ["sh out/spy.sh"], "stdout": "clean\n"},
-        {"args": [KILLER], "stdout": "done\n"},
         {"args": [LOOK], "stdout": "clean\n"},
         {
             "args": [
@@ -98,6 +99,8 @@ def _spec(make_spec, runtime: str):
             ],
             "stdout": f"{SECRET_OUT}\n",
         },
+        {"args": [KILLER], "stdout": "done\n"},
+        {"args": [LOOK], "stdout": "clean\n"},
     ]
     return make_spec(
         f"check-isolation-{runtime}",
@@ -107,7 +110,7 @@ def _spec(make_spec, runtime: str):
         assertions=[
             {"command": {"run": ["sh", "-c", PLANT, "sh", "cmd"]}},
             {"cases": {"run": ["sh", "-c"], "timeout_seconds": 20, "each": each}},
-            {"command": {"run": ["sh", "-c", LOOK + " | grep -qx clean"]}},
+            {"command": {"run": ["sh", "-c", LOOK + '; [ -z "$found" ]']}},
         ],
         expect="pass",
     )
@@ -122,13 +125,14 @@ def test_no_check_reaches_another_or_the_hidden_cases(run, make_spec, runtime):
         (r["exit_code"], base64.b64decode(r["stdout_b64"]).decode(errors="replace"))
         for r in record["results"]
     ]
-    del got[3]  # the killer: under gVisor it may end its own case (pid 1 is not immune there)
+    del got[5]  # the killer: under gVisor it may end its own case (pid 1 is not immune there)
     assert got == [
         (0, "planted\n"),
         (0, "clean\n"),  # nothing of case 0's (or the first command's) writes or processes
         (0, "clean\n"),  # the agent's code found no hidden case
-        (0, "clean\n"),  # nor anything of the spy's watcher, and the killer harmed no later case
+        (0, "clean\n"),  # nor anything of the spy's watcher
         (0, f"{SECRET_OUT}\n"),  # the watcher never saw this case's arguments
+        (0, "clean\n"),  # and the killer harmed no later check
     ], got
     commands = read_json(attempt / "commands.json")
     assert [c["exit_code"] for c in commands] == [0, 0], commands  # the last one found nothing
