@@ -378,15 +378,18 @@ def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[...
 
 KILL_SECONDS = 10  # the checks' processes not all gone by then: their container is removed
 IDLE_SECONDS = 0.05  # no output this long: ask the engine whether the check's process ended
-# Run as the check's user after each check: SIGKILL to every process that user has, until
-# none is left but this shell (a zombie counts until docker-init, pid 1, reaps it). No
-# process the kill missed can remain: kill(-1) reaches them all at once, and a fork with
-# SIGKILL pending fails.
+# Run as the check's user after each check (`SharedChecks._kill_all`): SIGKILL to every
+# process that user has, until none is left but this shell (a zombie counts until
+# docker-init, pid 1, reaps it). No process the kill missed can remain: kill(-1) reaches
+# them all at once, and a fork with SIGKILL pending fails. Then what IPC objects are left.
 KILL_ALL = (
     "while :; do kill -9 -1 2> /dev/null; left=; for p in /proc/[0-9]*; do p=${p#/proc/};"
     ' [ "$p" = $$ ] || [ "$p" = 1 ] && continue; kill -0 "$p" 2> /dev/null && { left=1;'
-    ' break; }; done; [ -z "$left" ] && exit 0; done'
+    ' break; }; done; [ -z "$left" ] && break; done; cat /proc/sysvipc/shm /proc/sysvipc/msg'
+    " /proc/sysvipc/sem | cut -c1-12; ls -A /dev/mqueue"
 )
+# What KILL_ALL prints of an IPC namespace holding nothing: the three tables' headers.
+IPC_EMPTY = ["       key  ", "       key  ", "       key  "]
 VIEWS = "check-views.fs"  # in the attempt directory: the shared mount the views go under
 
 
@@ -410,6 +413,7 @@ class SharedChecks:
         self.backend, self.labels, self.name, self.user = backend, labels, name, user
         self.views = scratch / VIEWS
         self._containers: dict[str, tuple[str, str | None]] = {}  # image -> (cid, runtime)
+        self._pids: dict[str, int] = {}  # image -> its container's pid 1, on the host
         self._made = 0
         self._mounted = False
 
@@ -448,11 +452,13 @@ class SharedChecks:
             self._made += 1
             cid = self.backend.start_container(request)
             self._containers[image] = (cid, None)
-            runtime = (self.backend.inspect(cid).get("HostConfig") or {}).get("Runtime")
-            self._containers[image] = (cid, runtime)
+            info = self.backend.inspect(cid)
+            self._pids[image] = int((info.get("State") or {}).get("Pid") or 0)
+            self._containers[image] = (cid, (info.get("HostConfig") or {}).get("Runtime"))
         return self._containers[image]
 
     def _discard(self, image: str) -> None:
+        self._pids.pop(image, None)
         cid, _ = self._containers.pop(image, (None, None))
         if cid is not None:
             self.backend.remove_container(cid)
@@ -493,7 +499,7 @@ class SharedChecks:
             )
             try:
                 self._exec(cid, command, env, timeout, stdin, stdout_cap, run)
-                clean = self._kill_all(cid) and not _ipc_left(self.backend, cid)
+                clean = self._kill_all(image)
             finally:
                 if not clean:
                     self._discard(image)
@@ -540,25 +546,37 @@ class SharedChecks:
                 run.exit_code = None
         run.seconds = round(time.monotonic() - started, 3)
 
-    def _kill_all(self, cid: str) -> bool:
-        """Every process of the check's user gone (`KILL_ALL`) within KILL_SECONDS."""
-        assert isinstance(self.backend, CheckExec)
+    def _kill_all(self, image: str) -> bool:
+        """Every process of the check's user gone (`KILL_ALL`) within KILL_SECONDS, and no
+        SysV IPC object or POSIX message queue left. Run from the host in the container's
+        namespaces (mount, pid, IPC) as the check's user, with the image's /bin/sh: a `docker
+        exec` costs 0.1 s. An answer it cannot get counts as no."""
+        pid = self._pids.get(image, 0)
+        if pid <= 0:
+            return False
         uid, gid = self.user
-        with self.backend.exec_attached(
-            cid, ["/bin/sh", "-c", KILL_ALL], user=f"{uid}:{gid}", workdir="/", env={}
-        ) as (sock, exec_id):
-            sock.shutdown(socket.SHUT_WR)
-            run = CheckRun()
-            _read_frames(sock, time.monotonic() + KILL_SECONDS, None, run)
-            if run.timed_out:
-                return False
-            deadline = time.monotonic() + KILL_SECONDS
-            while time.monotonic() < deadline:
-                running, code = self.backend.exec_state(exec_id)
-                if not running:
-                    return code == 0
-                time.sleep(0.01)
-        return False
+        try:
+            done = subprocess.run(
+                [
+                    "nsenter",
+                    f"--target={pid}",
+                    "--mount",
+                    "--pid",
+                    "--ipc",
+                    f"--setuid={uid}",
+                    f"--setgid={gid}",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    KILL_ALL,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=KILL_SECONDS,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0 and done.stdout.splitlines() == IPC_EMPTY
 
     def close(self) -> None:
         for image in list(self._containers):
@@ -602,34 +620,6 @@ def _mount(args: list[str]) -> None:
         raise SandboxError(
             f"check view: mount {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
         )
-
-
-def _ipc_left(backend: SandboxBackend, cid: str) -> bool:
-    """Whether the container's IPC namespace still holds a SysV object or a POSIX message
-    queue (its processes are gone: only these outlive them). Read from the host; an answer
-    it cannot get counts as yes."""
-    try:
-        pid = int((backend.inspect(cid).get("State") or {}).get("Pid") or 0)
-        if pid <= 0:
-            return True
-        done = subprocess.run(
-            [
-                "nsenter",
-                f"--ipc=/proc/{pid}/ns/ipc",
-                "cat",
-                "/proc/sysvipc/shm",
-                "/proc/sysvipc/msg",
-                "/proc/sysvipc/sem",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=workspace_fs.COMMAND_SECONDS,
-        )
-        if done.returncode != 0 or len(done.stdout.splitlines()) != 3:  # a header line each
-            return True
-        return bool(os.listdir(f"/proc/{pid}/root/dev/mqueue"))
-    except (OSError, ValueError, subprocess.TimeoutExpired, SandboxError):
-        return True
 
 
 def _feed(sock: socket.socket, data: bytes) -> None:
