@@ -390,7 +390,7 @@ KILL_ALL = (
 )
 # What KILL_ALL prints of an IPC namespace holding nothing: the three tables' headers.
 IPC_EMPTY = ["       key  ", "       key  ", "       key  "]
-VIEWS = "check-views.fs"  # in the attempt directory: the shared mount the views go under
+VIEWS = f"{workspace_fs.CHECK_VIEWS}.fs"  # in the attempt directory (`assure gc` knows it)
 
 
 class SharedChecks:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from assure.core import confined
-from assure.sandbox import runtimes, seccomp
+from assure.sandbox import runtimes, seccomp, workspace_fs
 from assure.sandbox.backend import ContainerRequest, Mount, Role, Ulimit
 from assure.spec import Spec, parse_size
 
@@ -333,7 +333,7 @@ def check_request(
 # exec as the attempt's user, on a view of POST and a /tmp the host mounts under `CHECK_VIEWS`.
 CHECK_HOLDER_UID = 65534
 CHECK_HOLDER = ("sleep", "2147483647")
-CHECK_VIEWS = ("workspace", "tmp")  # host folders under the views folder -> /workspace, /tmp
+CHECK_VIEWS = workspace_fs.VIEW_FOLDERS  # under the views folder -> /workspace, /tmp
 
 
 def shared_check_request(

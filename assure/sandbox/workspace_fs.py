@@ -21,6 +21,7 @@ died (kill -9) in /proc/self/mountinfo, for `assure gc` and `assure resume`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -37,6 +38,9 @@ IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
 # the name of a check container's filesystem (check.img, check.fs), beside the workspace's
 CHECK = "check"
+# a shared check container's views (run/checks.py `SharedChecks`): a shared mount of an empty
+# folder (no image), with the folders the views are mounted on for each check
+CHECK_VIEWS, VIEW_FOLDERS = "check-views", ("workspace", "tmp")
 WORKSPACE = (  # in the filesystem: the live workspace (its root, and lost+found, stay root's)
     "workspace"
 )
@@ -204,6 +208,9 @@ class WorkspaceFs:
             unmount(self.mount_point)
         detach_loops(self.image)
         self.image.unlink(missing_ok=True)
+        for folder in VIEW_FOLDERS if self.mount_point.name == f"{CHECK_VIEWS}.fs" else ():
+            with contextlib.suppress(FileNotFoundError):
+                (self.mount_point / folder).rmdir()
         try:
             self.mount_point.rmdir()
         except FileNotFoundError:
@@ -289,7 +296,7 @@ def workspace_mounts(owner: Owner) -> list[tuple[Path, Path]]:
     """(mount point, the folder whose lock says whether someone owns it) of the workspaces
     mounted now; `owner` (records.layout.mount_owner: the run directory's names are spelled
     there) names that folder, given a mount point and the names a mount point may have."""
-    names = (MOUNT_POINT, f"{CHECK}.fs")
+    names = (MOUNT_POINT, f"{CHECK}.fs", f"{CHECK_VIEWS}.fs")
     return [(p, folder) for p in _mount_points() if (folder := owner(p, names)) is not None]
 
 
