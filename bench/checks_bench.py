@@ -63,7 +63,8 @@ def make_spec(where: Path) -> spec_mod.Spec:
 def phase(spec, backend, image: str, scratch: Path, *, shared: bool) -> float:
     labels = backend_mod.labels("bench-checks", 1, 0, "bench")
     start = time.monotonic()
-    with checks.shared_checks(backend, scratch, labels, "bench-checks", USER) as pool:
+    warm = (spec, image) if shared else None
+    with checks.shared_checks(backend, scratch, labels, "bench-checks", USER, warm) as pool:
         kw = {"scratch": scratch, "user": USER, "shared": pool if shared else None}
         args = (spec, FIXTURE, {}, backend, image, labels, "bench-checks")
         commands = checks.run_commands(*args, **kw)

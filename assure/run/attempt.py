@@ -364,8 +364,10 @@ class Attempt:
         # as the attempt's own user: its containers are removed by now, with every process, pipe,
         # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
+        first = next((c.image for c in [*self.spec.commands(), *self.spec.cases()]), None)
+        warm = (self.spec, self.images.agent) if first == AGENT_IMAGE_ALIAS else None
         with checks.shared_checks(
-            self.backend, self.paths.root, self.labels, self.prefix, self.lease.ids
+            self.backend, self.paths.root, self.labels, self.prefix, self.lease.ids, warm
         ) as shared:
             for kind in assertions.CHECK_KINDS:
                 results = checks.RUNNERS[kind](

@@ -378,29 +378,34 @@ def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[...
 
 KILL_SECONDS = 10  # the checks' processes not all gone by then: their container is removed
 IDLE_SECONDS = 0.05  # no output this long: ask the engine whether the check's process ended
-# Run as the check's user after each check (`SharedChecks._kill_all`): SIGKILL to every
-# process that user has, until none is left but this shell (a zombie counts until
-# docker-init, pid 1, reaps it). No process the kill missed can remain: kill(-1) reaches
-# them all at once, and a fork with SIGKILL pending fails. Then what IPC objects are left.
-KILL_ALL = (
-    "while :; do kill -9 -1 2> /dev/null; left=; for p in /proc/[0-9]*; do p=${p#/proc/};"
-    ' [ "$p" = $$ ] || [ "$p" = 1 ] && continue; kill -0 "$p" 2> /dev/null && { left=1;'
-    ' break; }; done; [ -z "$left" ] && break; done; cat /proc/sysvipc/shm /proc/sysvipc/msg'
-    " /proc/sysvipc/sem | cut -c1-12; ls -A /dev/mqueue"
+# Run by the host as root in a shared check container's pid and IPC namespaces, with the
+# host's own shell, after each check (`SharedChecks._clear`): SIGKILL to every process there
+# but pid 1 (the holder, `hardening.CHECK_HOLDER`), until none is left (a zombie counts
+# until the holder reaps it); then the SysV IPC tables, which outlive the processes. Nothing
+# the kill missed can remain: kill(-1) reaches them all at once, and a fork with SIGKILL
+# pending fails. No check's process can signal, stop or trace it: it is root's.
+CLEAR = (
+    "while kill -9 -1 2> /dev/null; do :; done;"
+    " exec cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem"
 )
-# What KILL_ALL prints of an IPC namespace holding nothing: the three tables' headers.
-IPC_EMPTY = ["       key  ", "       key  ", "       key  "]
 VIEWS = f"{workspace_fs.CHECK_VIEWS}.fs"  # in the attempt directory (`assure gc` knows it)
 
 
+class _NotStarted(Exception):
+    """The engine refused the exec: the check's program never ran (its copy is untouched)."""
+
+
 class SharedChecks:
-    """The check containers of one check phase: one per image, started at its first check.
-    Each check (`run`, as `run_in_check` is called) is an exec as the attempt's user, on its
-    copy bind-mounted at <views>/workspace and a fresh tmpfs at <views>/tmp, which the
-    container sees at /workspace and /tmp (`hardening.shared_check_request`); both are
-    unmounted once every process of that user is gone. Whatever a check may leave that
-    outlives its processes (SysV IPC, a POSIX message queue) or a kill that does not finish
-    removes the container; the next check starts another."""
+    """The check containers of one check phase: one per image, started at its first check
+    (or by `warm`). Each check (`run`, called as `run_in_check` is) is an exec as the
+    attempt's user, on its copy bind-mounted at <views>/workspace and a fresh tmpfs at
+    <views>/tmp, which the container sees at /workspace and /tmp
+    (`hardening.shared_check_request`). After it, every process but the holder is killed
+    (`CLEAR`) before both are unmounted. A check that leaves something that outlives its
+    processes (a SysV IPC object, a POSIX message queue), or whose processes do not all
+    end, costs its container: the next check starts another. A container that cannot be
+    had (an image without /bin/bash for the holder) or an exec the engine refuses: that
+    check runs in a container of its own (`run_in_check`)."""
 
     def __init__(
         self,
@@ -412,8 +417,9 @@ class SharedChecks:
     ):
         self.backend, self.labels, self.name, self.user = backend, labels, name, user
         self.views = scratch / VIEWS
-        self._containers: dict[str, tuple[str, str | None]] = {}  # image -> (cid, runtime)
-        self._pids: dict[str, int] = {}  # image -> its container's pid 1, on the host
+        self._containers: dict[str, tuple[str, int, str | None]] = {}  # image -> (cid, pid, rt)
+        self._lock = threading.Lock()  # `_container`: `warm`'s thread and the checks
+        self._warming: threading.Thread | None = None
         self._made = 0
         self._mounted = False
 
@@ -436,30 +442,48 @@ class SharedChecks:
         for sub in hardening.CHECK_VIEWS:
             (self.views / sub).mkdir(mode=0o755)
         self._mounted = True
-        _mount(["--bind", str(self.views), str(self.views)])
-        _mount(["--make-shared", str(self.views)])
+        workspace_fs.mount_call(str(self.views), self.views, None, workspace_fs.MS_BIND)
+        workspace_fs.mount_call("none", self.views, None, workspace_fs.MS_SHARED)
 
-    def _container(self, spec: Spec, image: str) -> tuple[str, str | None]:
-        if image not in self._containers:
-            self._mount_views()
-            request = hardening.shared_check_request(
-                spec,
-                image=image,
-                name=f"{self.name}-checks{self._made}",
-                views=self.views,
-                labels=self.labels,
-            )
-            self._made += 1
-            cid = self.backend.start_container(request)
-            self._containers[image] = (cid, None)
-            info = self.backend.inspect(cid)
-            self._pids[image] = int((info.get("State") or {}).get("Pid") or 0)
-            self._containers[image] = (cid, (info.get("HostConfig") or {}).get("Runtime"))
-        return self._containers[image]
+    def warm(self, spec: Spec, image: str) -> None:
+        """Start `image`'s container while the first check's copy is made (its failure is the
+        first check's to meet: that one starts it again)."""
+        if self.usable(spec):
+            self._warming = threading.Thread(target=self._warm, args=(spec, image), daemon=True)
+            self._warming.start()
+
+    def _warm(self, spec: Spec, image: str) -> None:
+        with contextlib.suppress(SandboxError):
+            self._container(spec, image)
+
+    def _container(self, spec: Spec, image: str) -> tuple[str, int, str | None] | None:
+        """(id, its holder's host pid, runtime) of `image`'s running container; None when
+        its holder does not run."""
+        with self._lock:
+            if image not in self._containers:
+                self._mount_views()
+                request = hardening.shared_check_request(
+                    spec,
+                    image=image,
+                    name=f"{self.name}-checks{self._made}",
+                    views=self.views,
+                    labels=self.labels,
+                )
+                self._made += 1
+                cid = self.backend.start_container(request)
+                self._containers[image] = (cid, 0, None)
+                info = self.backend.inspect(cid)
+                state = info.get("State") or {}
+                pid = int(state.get("Pid") or 0) if state.get("Running") else 0
+                runtime = (info.get("HostConfig") or {}).get("Runtime")
+                self._containers[image] = (cid, pid, runtime)
+            got = self._containers[image]
+            if got[1] <= 0:
+                return None
+            return got
 
     def _discard(self, image: str) -> None:
-        self._pids.pop(image, None)
-        cid, _ = self._containers.pop(image, (None, None))
+        cid = self._containers.pop(image, (None,))[0]
         if cid is not None:
             self.backend.remove_container(cid)
 
@@ -480,59 +504,78 @@ class SharedChecks:
         stdout_cap: int | None = None,
     ) -> CheckRun:
         """`run_in_check`, as an exec of this phase's container for `image`."""
-        assert user == self.user and isinstance(self.backend, CheckExec)
-        cid, runtime = self._container(spec, image)
+        assert user == self.user
+        own = dict(command=command, env=env, timeout=timeout, stdin=stdin, stdout_cap=stdout_cap)
+        got = self._container(spec, image)
+        if got is None:
+            self._discard(image)
+            return run_in_check(
+                spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
+            )
+        cid, pid, runtime = got
         ws, tmp = (self.views / sub for sub in hardening.CHECK_VIEWS)
         run = CheckRun(runtime=runtime)
         clean = False
-        _mount(["--bind", str(copy), str(ws)])
+        fs = workspace_fs
+        fs.mount_call(str(copy), ws, None, fs.MS_BIND)
         try:
-            _mount(
-                [
-                    "-t",
-                    "tmpfs",
-                    "-o",
-                    hardening.tmpfs_options(spec.limits.tmpfs) + ",mode=1777",
-                    "tmpfs",
-                    str(tmp),
-                ]
+            fs.mount_call(
+                "tmpfs",
+                tmp,
+                "tmpfs",
+                fs.MS_NOSUID | fs.MS_NODEV | fs.MS_NOEXEC,  # hardening.tmpfs_options
+                f"size={parse_size(spec.limits.tmpfs)},mode=1777",
             )
             try:
-                self._exec(cid, command, env, timeout, stdin, stdout_cap, run)
-                clean = self._kill_all(image)
+                self._exec(cid, run, **own)
+                clean = _clear(pid)
+            except _NotStarted:
+                clean = _clear(pid)
+                run = None
             finally:
                 if not clean:
                     self._discard(image)
-                workspace_fs.unmount(tmp)
+                fs.unmount_call(tmp)
         finally:
-            workspace_fs.unmount(ws)
+            fs.unmount_call(ws)
+        if run is None:
+            return run_in_check(
+                spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
+            )
         return run
 
     def _exec(
         self,
         cid: str,
+        run: CheckRun,
+        *,
         command: list[str],
         env: dict[str, str],
         timeout: float,
         stdin: bytes | None,
         stdout_cap: int | None,
-        run: CheckRun,
     ) -> None:
         assert isinstance(self.backend, CheckExec)
+        backend = self.backend
         uid, gid = self.user
-        with self.backend.exec_attached(
-            cid,
-            command,
-            user=f"{uid}:{gid}",
-            workdir=hardening.WORKSPACE,
-            env={**env, "HOME": "/tmp"},
-        ) as (sock, exec_id):
+        try:
+            execution = backend.exec_attached(
+                cid,
+                command,
+                user=f"{uid}:{gid}",
+                workdir=hardening.WORKSPACE,
+                env={**env, "HOME": "/tmp"},
+            )
+            sock, exec_id = execution.__enter__()
+        except SandboxError as exc:
+            raise _NotStarted() from exc
+        try:
             started = time.monotonic()
             threading.Thread(target=_feed, args=(sock, stdin or b""), daemon=True).start()
             deadline = started + timeout
 
             def ended() -> bool:  # its process exited (what it started may hold the stream)
-                running, code = self.backend.exec_state(exec_id)  # type: ignore[attr-defined]
+                running, code = backend.exec_state(exec_id)
                 run.exit_code = None if running else code
                 return not running
 
@@ -544,41 +587,13 @@ class SharedChecks:
                 time.sleep(0.01)
             if run.timed_out or run.stdout_over:
                 run.exit_code = None
-        run.seconds = round(time.monotonic() - started, 3)
-
-    def _kill_all(self, image: str) -> bool:
-        """Every process of the check's user gone (`KILL_ALL`) within KILL_SECONDS, and no
-        SysV IPC object or POSIX message queue left. Run from the host in the container's
-        namespaces (mount, pid, IPC) as the check's user, with the image's /bin/sh: a `docker
-        exec` costs 0.1 s. An answer it cannot get counts as no."""
-        pid = self._pids.get(image, 0)
-        if pid <= 0:
-            return False
-        uid, gid = self.user
-        try:
-            done = subprocess.run(
-                [
-                    "nsenter",
-                    f"--target={pid}",
-                    "--mount",
-                    "--pid",
-                    "--ipc",
-                    f"--setuid={uid}",
-                    f"--setgid={gid}",
-                    "--",
-                    "/bin/sh",
-                    "-c",
-                    KILL_ALL,
-                ],
-                capture_output=True,
-                text=True,
-                timeout=KILL_SECONDS,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return done.returncode == 0 and done.stdout.splitlines() == IPC_EMPTY
+            run.seconds = round(time.monotonic() - started, 3)
+        finally:
+            execution.__exit__(None, None, None)
 
     def close(self) -> None:
+        if self._warming is not None:
+            self._warming.join()
         for image in list(self._containers):
             self._discard(image)
         if self._mounted:
@@ -590,6 +605,27 @@ class SharedChecks:
             self._mounted = False
 
 
+def _clear(pid: int) -> bool:
+    """`CLEAR` in the namespaces of the container whose holder is `pid` on the host: whether
+    no process but the holder is left, within KILL_SECONDS, and no SysV IPC object nor POSIX
+    message queue. An answer it cannot get counts as no."""
+    try:
+        done = subprocess.run(
+            ["nsenter", f"--target={pid}", "--pid", "--ipc", "--", "/bin/sh", "-c", CLEAR],
+            capture_output=True,
+            text=True,
+            timeout=KILL_SECONDS,
+            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+        )
+        return (
+            done.returncode == 0
+            and len(done.stdout.splitlines()) == 3  # each table's header, and no object
+            and not os.listdir(f"/proc/{pid}/root/dev/mqueue")
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 @contextlib.contextmanager
 def shared_checks(
     backend: SandboxBackend,
@@ -597,29 +633,20 @@ def shared_checks(
     labels: dict[str, str],
     name: str,
     user: tuple[int, int],
+    warm: tuple[Spec, str] | None = None,
 ) -> Iterator[SharedChecks | None]:
-    """The phase's `SharedChecks`, closed afterwards; None where the checks cannot share."""
+    """The phase's `SharedChecks`, closed afterwards; None where the checks cannot share.
+    `warm`: (spec, image) whose container to start at once (`SharedChecks.warm`)."""
     if not SharedChecks.possible(backend, user):
         yield None
         return
     shared = SharedChecks(backend, scratch, labels, name, user)
     try:
+        if warm is not None:
+            shared.warm(*warm)
         yield shared
     finally:
         shared.close()
-
-
-def _mount(args: list[str]) -> None:
-    try:
-        done = subprocess.run(
-            ["mount", *args], capture_output=True, text=True, timeout=workspace_fs.COMMAND_SECONDS
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SandboxError(f"check view: mount {' '.join(args)}: {exc}") from exc
-    if done.returncode != 0:
-        raise SandboxError(
-            f"check view: mount {' '.join(args)} exited {done.returncode}: {done.stderr.strip()}"
-        )
 
 
 def _feed(sock: socket.socket, data: bytes) -> None:

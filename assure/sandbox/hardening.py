@@ -328,11 +328,17 @@ def check_request(
     )
 
 
-# A shared check container (run/checks.py `SharedChecks`): its own process, under docker-init,
-# only waits, as a user no check runs as (no check can signal or ptrace it); each check is an
-# exec as the attempt's user, on a view of POST and a /tmp the host mounts under `CHECK_VIEWS`.
+# A shared check container (run/checks.py `SharedChecks`): its own process is pid 1, as a
+# user no check runs as (no check can signal or trace it); it only waits, and reaps what the
+# checks leave (bash reaps every child, its own or adopted, as SIGCHLD arrives). Each check is
+# an exec as the attempt's user, on a view of POST and a /tmp the host mounts under
+# `CHECK_VIEWS`; the host kills everything else between two.
 CHECK_HOLDER_UID = 65534
-CHECK_HOLDER = ("sleep", "2147483647")
+CHECK_HOLDER = (
+    "/bin/bash",
+    "-c",
+    'trap "" TERM INT HUP; exec 3<> <(:); while :; do read -r -u 3 _; done',
+)
 CHECK_VIEWS = workspace_fs.VIEW_FOLDERS  # under the views folder -> /workspace, /tmp
 
 
@@ -349,6 +355,7 @@ def shared_check_request(
         ),
         name=name,
         command=CHECK_HOLDER,
+        init=False,  # the holder is pid 1: CLEAR kills all but pid 1
         working_dir="/",
         env={"HOME": "/tmp"},
         read_only_root=True,

@@ -230,6 +230,39 @@ def _syncfs(path: Path) -> None:
         os.close(fd)
 
 
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_SHARED = 2, 4, 8, 4096, 16384, 1 << 20
+MNT_DETACH = 2
+
+
+def mount_call(source: str, target: Path, fstype: str | None, flags: int, data: str = "") -> None:
+    """mount(2) itself: a bind, a tmpfs or a propagation change costs microseconds, where
+    `mount` the program costs a fork and an exec (run/checks.py does several per check)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+    if (
+        libc.mount(
+            source.encode(),
+            os.fsencode(target),
+            (fstype or "").encode() or None,
+            flags,
+            data.encode() or None,
+        )
+        != 0
+    ):
+        err = ctypes.get_errno()
+        raise SandboxError(f"cannot mount {source} at {target}: {os.strerror(err)}", fix=FIX)
+
+
+def unmount_call(target: Path) -> None:
+    """umount2(2); when something still holds it, detached (`unmount`'s fallback)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(target), 0) == 0:
+        return
+    if libc.umount2(os.fsencode(target), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"cannot unmount {target}: {os.strerror(err)}", fix=FIX)
+
+
 def unmount(mount_point: Path) -> None:
     """umount, or when something still holds the filesystem, detach it lazily (the kernel
     frees it, and its loop device, when the last user goes)."""

@@ -27,9 +27,10 @@ IPC = (
     "import ctypes, os, sys; libc = ctypes.CDLL(None, use_errno=True);"
     " libc.mq_open.restype = ctypes.c_int;"
 )
+# The command plants a message queue, the first case a shared memory segment: each is caught.
 PLANT_IPC = (
-    f'python3 -c "{IPC} libc.shmget(0x5eed, 4096, 0o1666);'
-    " libc.mq_open(b'/plant-4b7', os.O_CREAT | os.O_RDWR, 0o666, None)\""
+    f"python3 -c \"{IPC} libc.shmget(0x5eed, 4096, 0o1666) if sys.argv[1] != 'cmd' else"
+    " libc.mq_open(b'/plant-4b7', os.O_CREAT | os.O_RDWR, 0o666, None)\" $1"
 )
 LOOK_IPC = (
     f"python3 -c \"{IPC} shm = libc.shmget(0x5eed, 0, 0); mq = libc.mq_open(b'/plant-4b7',"
