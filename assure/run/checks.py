@@ -378,6 +378,7 @@ def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[...
 
 KILL_SECONDS = 10  # the checks' processes not all gone by then: their container is removed
 IDLE_SECONDS = 0.05  # no output this long: ask the engine whether the check's process ended
+DRAIN_SECONDS = 1.0  # its process ended and the rest killed: what is in flight arrives by then
 # Run by the host as root in a shared check container's pid and IPC namespaces, with the
 # host's own shell, after each check (`SharedChecks._clear`): SIGKILL to every process there
 # but pid 1 (the holder, `hardening.CHECK_HOLDER`), until none is left (a zombie counts
@@ -527,8 +528,8 @@ class SharedChecks:
                 f"size={parse_size(spec.limits.tmpfs)},mode=1777",
             )
             try:
-                self._exec(cid, run, **own)
-                clean = _clear(pid)
+                cleared = self._exec(cid, pid, run, **own)
+                clean = cleared if cleared is not None else _clear(pid)
             except _NotStarted:
                 clean = _clear(pid)
                 run = None
@@ -547,6 +548,7 @@ class SharedChecks:
     def _exec(
         self,
         cid: str,
+        pid: int,
         run: CheckRun,
         *,
         command: list[str],
@@ -554,9 +556,12 @@ class SharedChecks:
         timeout: float,
         stdin: bytes | None,
         stdout_cap: int | None,
-    ) -> None:
+    ) -> bool | None:
+        """The check as an exec; once its process exited, `_clear` (its answer is returned;
+        None: not cleared, the deadline or the stdout cap came first)."""
         assert isinstance(self.backend, CheckExec)
         backend = self.backend
+        cleared: list[bool] = []
         uid, gid = self.user
         try:
             execution = backend.exec_attached(
@@ -576,7 +581,9 @@ class SharedChecks:
 
             def ended() -> bool:  # its process exited (what it started may hold the stream)
                 running, code = backend.exec_state(exec_id)
-                run.exit_code = None if running else code
+                if not running and not cleared:
+                    run.exit_code = code
+                    cleared.append(_clear(pid))  # the rest is killed: the stream ends
                 return not running
 
             _read_frames(sock, deadline, stdout_cap, run, ended)
@@ -590,6 +597,7 @@ class SharedChecks:
             run.seconds = round(time.monotonic() - started, 3)
         finally:
             execution.__exit__(None, None, None)
+        return cleared[0] if cleared else None
 
     def close(self) -> None:
         if self._warming is not None:
@@ -663,24 +671,28 @@ def _read_frames(
     run: CheckRun,
     ended: Callable[[], bool] | None = None,
 ) -> None:
-    """Demultiplex the engine's frames until EOF, the deadline, stdout past its cap, or (an
-    exec, whose stream stays open while anything it started holds it) `ended()` says, after
-    IDLE_SECONDS without output, that its process exited. Memory stays bounded whatever
-    frame sizes the stream announces."""
+    """Demultiplex the engine's frames until EOF, the deadline, or stdout past its cap. An
+    exec's stream stays open while anything it started holds it: after IDLE_SECONDS without
+    output `ended()` is asked whether its process exited (and, if so, has ended the rest),
+    and what is still in flight is then read to EOF, for at most DRAIN_SECONDS. Memory
+    stays bounded whatever frame sizes the stream announces."""
     header, stream, left = b"", 0, 0
+    drained = False
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            run.timed_out = True
+            run.timed_out = not drained
             return
         try:
             sock.settimeout(remaining if ended is None else min(remaining, IDLE_SECONDS))
             data = sock.recv(READ_CHUNK)
         except TimeoutError:
             if ended is not None and ended():
-                return
-            if ended is None or time.monotonic() >= deadline:
-                run.timed_out = True
+                ended, drained = None, True
+                deadline = min(deadline, time.monotonic() + DRAIN_SECONDS)
+                continue
+            if ended is None and not drained or time.monotonic() >= deadline:
+                run.timed_out = not drained
                 return
             continue
         except OSError as exc:  # the engine's stream broke: no result, never a partial one
