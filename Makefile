@@ -80,6 +80,7 @@ bench: images fixtures
 	-$(BIN)/python bench/cli_start_bench.py
 	-$(BIN)/python bench/gate_live_bench.py
 	-$(BIN)/python bench/workspace_fs_bench.py
+	-$(BIN)/python bench/checks_bench.py
 	-$(BIN)/python bench/seccomp_bench.py
 	-$(BIN)/python bench/model_latency.py
 	$(BIN)/python bench/scorecard.py $(BENCH_ARGS)

@@ -10,7 +10,7 @@ import pytest
 
 from assure import spec
 from assure.sandbox import hardening, runtimes, seccomp
-from assure.sandbox.backend import Role
+from assure.sandbox.backend import Mount, Role
 from assure.sandbox.docker import create_kwargs
 from assure.verify.container import containment, containment_checked
 
@@ -577,3 +577,38 @@ def test_a_runsc_registered_without_host_uds_or_oci_seccomp_is_refused_with_the_
         and "kill -HUP" in fix
         and "daemon.json" in fix
     )
+
+
+def test_a_shared_check_container_keeps_every_hardening_of_a_check_container(benign, tmp_path):
+    """The shared container differs from a per-check one only where its checks become execs:
+    the holder's command and user, no init (the holder is pid 1), and /workspace and /tmp as
+    the host's views (rslave) in place of a copy and a tmpfs."""
+    one = hardening.check_request(
+        benign,
+        image="i",
+        name="c",
+        command=["true"],
+        env={},
+        copy=tmp_path / "copy",
+        labels={"l": "v"},
+        stdin=False,
+        user=(60601, 60601),
+    )
+    shared = hardening.shared_check_request(
+        benign, image="i", name="c", views=tmp_path, labels={"l": "v"}
+    )
+    differ = {"command", "user", "mounts", "tmpfs", "init", "working_dir"}
+    assert {k: v for k, v in dataclasses.asdict(shared).items() if k not in differ} == {
+        k: v for k, v in dataclasses.asdict(one).items() if k not in differ
+    }
+    assert shared.user == "65534:65534" and shared.init is False
+    assert shared.read_only_root and shared.network == "none" and shared.cap_drop == ("ALL",)
+    assert shared.mounts == (
+        Mount(str(tmp_path / "workspace"), "/workspace", propagation="rslave"),
+        Mount(str(tmp_path / "tmp"), "/tmp", propagation="rslave"),
+    )
+    assert shared.tmpfs == {}  # /tmp is a fresh tmpfs the host mounts for each check
+    assert create_kwargs(shared)["volumes"][str(tmp_path / "tmp")] == {
+        "bind": "/tmp",
+        "mode": "rw,rslave",
+    }
