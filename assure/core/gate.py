@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from assure.core import globs
 from assure.core.chain import canonical
@@ -444,6 +444,13 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
     return None
 
 
+class _Figures(TypedDict):
+    """What the autonomy rule decided by: `Decision`'s two optional fields, passed as keywords."""
+
+    required_trust: int
+    effective_autonomy: int
+
+
 def _autonomy(action: Action, ctx: Context) -> Decision | None:
     """Box 5: allow if effective autonomy reaches the trust the effect needs.
 
@@ -452,7 +459,7 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
     reversible one is denied.
     """
     effective, required = effective_autonomy(ctx), required_trust(action, ctx)
-    figures = {"required_trust": required, "effective_autonomy": effective}
+    figures = _Figures(required_trust=required, effective_autonomy=effective)
     if effective >= required:
         return Decision(
             ALLOW,
@@ -471,7 +478,7 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
     return Decision(DENY, "autonomy.insufficient", reason, **figures)
 
 
-def _human_gate(action: Action, ctx: Context, figures: dict[str, int]) -> Decision:
+def _human_gate(action: Action, ctx: Context, figures: _Figures) -> Decision:
     """Match the presented receipt by id, scope coverage and a named approver; check its window."""
     scope = action_scope(action)
     presented = [

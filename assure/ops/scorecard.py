@@ -287,6 +287,7 @@ def suite_results(summary: Any, runs_dir: Path | None = None) -> list[SpecResult
                 f"result {n} has no `expect` string or a `verdict` that is neither a string nor"
                 " null"
             )
+        count: int | None  # None: neither the summary nor a run folder says
         if isinstance(r.get("findings"), list):
             above = [
                 f for f in r["findings"] if isinstance(f, dict) and f.get("severity") != "info"
@@ -512,7 +513,8 @@ def aggregate(
 
 @functools.cache
 def _schema() -> dict[str, Any]:
-    return json.loads(SCHEMA.read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    return schema
 
 
 def _not_a_number(token: str) -> Any:
@@ -637,19 +639,19 @@ def _row(name: str, old: float | None, new: float | None, unit: str) -> Row:
     elif old is None:
         verdict = "new"
     else:
-        verdict = _judge(old, new, metric)
+        verdict = _judge(old, new, metric.better, metric.band)
     return Row(name, unit, old, new, change, band, verdict)
 
 
-def _judge(old: float, new: float, metric: Metric) -> str:
+def _judge(old: float, new: float, better: str, band: float) -> str:
     """ "regression" or "better" only beyond the band (a zero band: any change); else "ok"."""
-    high, low = (old, new) if metric.better == "higher" else (new, old)  # high > low: NEW is worse
+    high, low = (old, new) if better == "higher" else (new, old)  # high > low: NEW is worse
     if abs(high - low) < 1e-9:
         return "ok"
     verdict, high, low = ("regression", high, low) if high > low else ("better", low, high)
-    if metric.band == 0 or low <= 0:
+    if band == 0 or low <= 0:
         return verdict
-    return verdict if high / low > 1 + metric.band + 1e-9 else "ok"
+    return verdict if high / low > 1 + band + 1e-9 else "ok"
 
 
 def _change(old: float | None, new: float | None) -> str:

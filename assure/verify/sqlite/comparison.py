@@ -17,6 +17,7 @@ from assure.verify.sqlite.connection import (
     DatabaseError,
     Deadline,
     configure,
+    pragma_row,
     uri,
     wrap,
 )
@@ -110,10 +111,12 @@ class _Compare:
             if b == a:
                 continue
             op = "added" if b is None else "removed" if a is None else "changed"
+            side = a or b
+            assert side is not None  # an object of the union of both sides' keys
             extra = {
                 "object_type": obj[0],
                 "name": obj[1],
-                "table": (a or b)[0],
+                "table": side[0],
                 "before": None if b is None else {"tbl_name": b[0], "sql": b[1]},
                 "after": None if a is None else {"tbl_name": a[0], "sql": a[1]},
             }
@@ -121,8 +124,8 @@ class _Compare:
 
     def _pragmas(self) -> Iterator[Raw]:
         for pragma, kind in (("user_version", "user_version"), ("application_id", "header")):
-            b = self.conn.execute(f"PRAGMA {self.left}.{pragma}").fetchone()[0]
-            a = self.conn.execute(f"PRAGMA {self.right}.{pragma}").fetchone()[0]
+            b = pragma_row(self.conn, f"PRAGMA {self.left}.{pragma}")[0]
+            a = pragma_row(self.conn, f"PRAGMA {self.right}.{pragma}")[0]
             if b != a:
                 yield Raw(kind, "changed", extra={"name": pragma, "before": b, "after": a})
 
@@ -289,13 +292,13 @@ class _Pair:
         )
         try:
             configure(self.conn, self.deadline, attached=1, check_cells=False)
-            self.encoding = self.conn.execute("PRAGMA main.encoding").fetchone()[0]
+            self.encoding = pragma_row(self.conn, "PRAGMA main.encoding")[0]
             other = apsw.Connection(
                 uri(right, immutable=True), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
             )
             try:
                 configure(other, self.deadline, check_cells=False)
-                self.right_encoding = other.execute("PRAGMA main.encoding").fetchone()[0]
+                self.right_encoding = pragma_row(other, "PRAGMA main.encoding")[0]
             finally:
                 other.close()
             if self.encoding == self.right_encoding:
