@@ -44,7 +44,8 @@ def _setup(
         help="Print assure's version and exit.",
     ),
 ) -> None:
-    """Library code logs (alerts among it); the CLI shows warnings on stderr."""
+    # No docstring: typer would print it as the whole app's help, over Typer(help=...).
+    # Library code logs (alerts among it); the CLI shows warnings on stderr.
     from rich.logging import RichHandler
 
     logging.basicConfig(

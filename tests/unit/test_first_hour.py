@@ -269,3 +269,12 @@ def test_a_halted_run_reads_halted_not_its_attempts_verdict() -> None:
     with shown.capture() as captured:
         shown.print(render_report({**report, "state": "finished"}, "/runs/fix-1"))
     assert "fix  FAIL" in captured.get().splitlines()[0]
+
+
+def test_the_help_s_first_line_says_what_assure_is(tmp_path: Path) -> None:
+    """typer prints the root callback's docstring over Typer(help=...): an internal note about
+    logging once stood where a newcomer reads what the tool does."""
+    shown = assure("--help", cwd=tmp_path)
+    assert shown.returncode == 0
+    assert "judge it by ground truth" in shown.stdout
+    assert "logs" not in shown.stdout.split("Options")[0]
