@@ -15,7 +15,6 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 GENESIS = "0" * 64
@@ -60,10 +59,10 @@ class ChainWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, base: dict[str, Any] | None = None):
-        self.path = Path(path)
+        self.path = path  # as given: pathlib is not imported (the gateway's boot, issue 25)
         self.base = dict(base or {})
         self.seq, self.prev = 0, GENESIS
-        if self.path.exists():
+        if os.path.exists(path):
             for record in iter_chain(self.path):
                 self.seq, self.prev = record["seq"], record["hash"]
         self._fh = open(self.path, "a", encoding="ascii")
@@ -157,7 +156,7 @@ class ChainFile:
     """A chain file to iterate more than once: every pass streams and verifies it again."""
 
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
+        self.path = path
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter_chain(self.path)
