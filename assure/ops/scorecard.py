@@ -689,11 +689,11 @@ def on_main(commit: Any, checkout: Path, branch: str = "main") -> bool:
 
 
 def last_on_main(directory: Path, checkout: Path, before: Path | None = None) -> Path | None:
-    """The newest scorecard in `directory` (older than `before`, when given) measured on a clean
-    checkout of a commit on main: the baseline a branch's scorecard is compared with. None if
-    there is none."""
+    """The newest scorecard in `directory` (older than `before`, when given: by its stamp, any
+    other name counts as newer than all) measured on a clean checkout of a commit on main: the
+    baseline a branch's scorecard is compared with. None if there is none."""
     for path in reversed(stamped(directory)):
-        if before is not None and path.name >= before.name:
+        if before is not None and (path.name >= before.name or path.resolve() == before.resolve()):
             continue
         try:
             machine = read(path).get("machine") or {}

@@ -433,7 +433,7 @@ def git(repo: Path, *args: str) -> str:
 
 
 def test_the_last_scorecard_on_main_is_the_newest_clean_one_of_a_commit_on_main(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -494,6 +494,21 @@ def test_the_last_scorecard_on_main_is_the_newest_clean_one_of_a_commit_on_main(
     text = scorecard.against_main(bench, new, repo)
     assert f"compared with the last scorecard on main: {good}" in text
     assert text.rstrip().endswith("no regression beyond the noise bands")
+    assert sc.last_on_main(bench, repo, before=bench / "scorecard.json") == later
+    # `assure bench compare` with no arguments: the newest against the last on main before it
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(app, ["bench", "compare", "--dir", str(bench)])
+    assert result.exit_code == 0, result.output
+    assert f"OLD {good}\nNEW {later}\n" in result.output
+    worse = with_value(base, gateway__p50_ms=100.0)
+    write(bench / "scorecard-20261201T170000Z.json", {**worse, "machine": {"commit": topic}})
+    result = CliRunner().invoke(app, ["bench", "compare", "--dir", str(bench)])
+    assert result.exit_code == 1 and "gateway.p50_ms" in result.output
+    assert later.name in result.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(app, ["bench", "compare", "--dir", str(empty)])
+    assert result.exit_code == 2 and "no scorecard to compare" in result.output
 
 
 def test_a_figure_no_metric_names_is_refused() -> None:
