@@ -34,16 +34,17 @@ EXIT_REGRESSION, EXIT_BAD_SCORECARD = 1, 2
 def bench_compare(
     old: Path | None = typer.Argument(
         None,
-        metavar="[OLD]",
+        metavar="OLD",
         help="The earlier scorecard (the baseline); default: the last one in --dir measured on a"
         " clean checkout of a commit on main, older than NEW.",
     ),
     new: Path | None = typer.Argument(
-        None, metavar="[NEW]", help="The later scorecard; default: the newest one in --dir."
+        None, metavar="NEW", help="The later scorecard; default: the newest one in --dir."
     ),
     directory: Path = typer.Option(
         Path(".assure") / "bench",
         "--dir",
+        metavar="DIR",
         help="Where `make bench` wrote its scorecards (scorecard-<UTC stamp>.json).",
     ),
 ) -> None:
