@@ -119,8 +119,8 @@ ALLOW_FIELDS = ("request_keys", "tool_types", "content", "betas")  # model.allow
 # prices in USD (web search $10 per 1,000; web fetch has no fee beyond its tokens).
 # What a replay ignores when it matches a request (`model.volatile`, modelmatch.Volatile), by
 # default: request ids that do not change the answer (Claude Code's `metadata.user_id` holds a
-# fresh device and session id each run; OpenAI's `user`), and a system prompt's line that
-# states today's date (Claude Code: "Today's date is 2026-12-02.").
+# fresh device and session id each run; OpenAI's `user`), and a line of the prompt that
+# states today's date (Claude Code's system prompt: "Today's date is 2026-12-02.").
 DEFAULT_VOLATILE_FIELDS = ("metadata", "user")
 DEFAULT_VOLATILE_TEXT = (r"(?im)^.*\bdate\b.*\b\d{4}-\d{2}-\d{2}\b.*$",)
 SERVER_TOOL_FEES = {"web_search_requests": 0.01, "web_fetch_requests": 0.0}
