@@ -78,9 +78,9 @@ registry = _lazy("assure.sandbox.registry")
 live = _lazy("assure.sandbox.live")
 runtimes = _lazy("assure.sandbox.runtimes")
 workspace_fs = _lazy("assure.sandbox.workspace_fs")
-DockerBackend = _lazy("assure.sandbox.docker", "DockerBackend")
-Images = _lazy("assure.sandbox.images", "Images")
-ImageSet = _lazy("assure.sandbox.images", "ImageSet")
+DockerBackend = _lazy("assure.sandbox.docker.backend", "DockerBackend")
+Images = _lazy("assure.sandbox.docker.images", "Images")
+ImageSet = _lazy("assure.sandbox.docker.images", "ImageSet")
 
 HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
 app = typer.Typer(

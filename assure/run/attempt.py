@@ -36,7 +36,7 @@ from assure.run.stop import INTERRUPTED, StopReason
 from assure.sandbox import backend as sandbox
 from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox.backend import SandboxBackend
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from assure.textsafe import display
 from assure.verify import assertions, judge

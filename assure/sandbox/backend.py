@@ -239,7 +239,7 @@ class Exec(Protocol):
 
 @runtime_checkable
 class ImageBuilder(Protocol):
-    """The images' build (sandbox/images.py): Docker only."""
+    """The images' build (sandbox/docker/images.py): Docker only."""
 
     def image_exists(self, tag: str) -> bool: ...
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from assure.sandbox.backend import ImageBuilder, SandboxBackend
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.docker.backend import DockerBackend
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend
 from tests.backend_conformance import WRITTEN, BackendConformance, Harness
 

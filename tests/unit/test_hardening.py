@@ -11,7 +11,7 @@ import pytest
 from assure import spec
 from assure.sandbox import hardening, runtimes, seccomp
 from assure.sandbox.backend import Role
-from assure.sandbox.docker import create_kwargs
+from assure.sandbox.docker.backend import create_kwargs
 from assure.verify.container import containment, containment_checked
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"

@@ -19,8 +19,8 @@ from assure.records import store
 from assure.run import pool
 from assure.sandbox import hardening, uids
 from assure.sandbox.backend import ContainerRequest, Role
-from assure.sandbox.docker import GATE_EXIT, command
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.gate import GATE_EXIT, command
+from assure.sandbox.docker.images import ImageSet
 from assure.spec import Install
 from assure.verify.container import containment
 
