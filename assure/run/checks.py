@@ -351,9 +351,7 @@ def run_in_check(
         if run.exit_code is None:
             backend.stop(cid, hardening.STOP_GRACE_SECONDS)
         run.seconds = round(time.monotonic() - started, 3)
-        run.runtime = (backend.inspect(cid).get("HostConfig") or {}).get(
-            "Runtime"
-        )  # as the engine ran it
+        run.runtime = backend.observe(cid).runtime  # as the engine ran it
         return run
     finally:
         backend.remove_container(cid)

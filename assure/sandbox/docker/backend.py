@@ -1,5 +1,5 @@
-"""The one module that imports `docker`: the Docker engine as a `SandboxBackend` and an
-`ImageBuilder` (sandbox/backend.py), Docker errors mapped once.
+"""The Docker engine as a `SandboxBackend` and an `ImageBuilder` (sandbox/backend.py), through
+docker-py's public API only, Docker errors mapped once.
 
 Every error leaves here as a `SandboxError` (or `ImageError`) with the Docker exception kept
 as its cause. Engine facts for `assure doctor` (`info`, `version`, `runtimes`) are
@@ -28,11 +28,16 @@ from assure.sandbox.backend import (
     LABEL_OWNER,
     LABEL_RUN,
     OWNER,
+    ChangeKind,
     ContainerRequest,
+    FsChange,
+    Observed,
     Owned,
 )
 from assure.sandbox.docker.gate import command
+from assure.sandbox.docker.observe import observed
 
+DIFF_KINDS = {0: ChangeKind.MODIFIED, 1: ChangeKind.ADDED, 2: ChangeKind.DELETED}
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
 
 
@@ -307,7 +312,11 @@ class DockerBackend:
         with _mapped("stop container"):
             self._client.api.stop(cid, timeout=int(grace))
 
+    def observe(self, cid: str) -> Observed:
+        return observed(self.inspect(cid))
+
     def inspect(self, cid: str) -> dict[str, Any]:
+        """`docker inspect` as the engine gives it (the CIS self-check reads all of it)."""
         with _mapped("inspect container"):
             info = self._client.api.inspect_container(cid)
         self._layers[cid] = ((info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
@@ -327,9 +336,14 @@ class DockerBackend:
             out = self._client.api.logs(cid, stdout=True, stderr=True, timestamps=False)
         return bytes(out)[-limit:]
 
-    def fs_changes(self, cid: str) -> list[dict[str, Any]]:
+    def fs_changes(self, cid: str) -> list[FsChange]:
+        """`docker diff`, whose kinds are numbers (0 modified, 1 added, 2 deleted)."""
         with _mapped("docker diff"):
-            return self._client.api.diff(cid) or []
+            changes = self._client.api.diff(cid) or []
+        return [
+            FsChange(str(c.get("Path", "")), DIFF_KINDS.get(c.get("Kind"), ChangeKind.MODIFIED))
+            for c in changes
+        ]  # a kind Docker does not document: still a change, never dropped
 
     def writable_layer(self, cid: str) -> Path | None:
         """The host folder holding the container's own writes (overlay upper dir), when this
