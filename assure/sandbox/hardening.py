@@ -93,7 +93,7 @@ def agent_tmpfs(spec: Spec) -> dict[str, str]:
     return {"/tmp": tmpfs_options(spec.limits.tmpfs), **(tools if spec.sandbox.tools_tmp else {})}
 
 
-def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
+def ulimits(nofile: int, disk: str | None) -> tuple[Ulimit, ...]:
     """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
     core 0 (no core dump lands anywhere).
 
@@ -102,10 +102,10 @@ def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
     it): an agent within its own pids limit could use it up and stop its gateway, or another
     run's, from starting a thread. Each container's processes are bounded by its pids cgroup."""
     fsize = parse_size(disk or FILE_SIZE_LIMIT)
-    return [
-        {"name": name, "soft": value, "hard": value}
+    return tuple(
+        Ulimit(name, value, value)
         for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))
-    ]
+    )
 
 
 def common_request(
@@ -140,7 +140,7 @@ def common_request(
         memory=mem,
         memory_swap=mem,
         nano_cpus=int(spec.limits.cpus * 1e9),
-        ulimits=tuple(Ulimit(**u) for u in ulimits(spec.limits.nofile, spec.limits.disk)),
+        ulimits=ulimits(spec.limits.nofile, spec.limits.disk),
         log_max=LOG_MAX,
         init=True,
         runtime=runtime,

@@ -333,7 +333,7 @@ def test_nothing_of_one_pooled_attempt_reaches_the_next(tmp_path, backend, image
         facts(r)["user"] for r in (first, second)
     ]  # each pair booted as a uid of its own, held until its attempt ended
     assert users[0] != users[1] and users == [
-        facts(r)["inspect"]["Config"]["User"] for r in (first, second)
+        facts(r)["observed"]["user"] for r in (first, second)
     ], users
     assert (
         attempt(first) / "workspace" / "out" / "left-behind"

@@ -181,7 +181,7 @@ def good_inspect(spec, **host_config):
             "Runtime": spec.sandbox.runtime,
             "Tmpfs": {"/tmp": hardening.tmpfs_options(limits.tmpfs)},
             "Ulimits": [
-                {"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]}
+                {"Name": u.name, "Soft": u.soft, "Hard": u.hard}
                 for u in hardening.ulimits(limits.nofile, limits.disk)
             ],
             **host_config,
