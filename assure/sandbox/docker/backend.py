@@ -37,7 +37,11 @@ from assure.sandbox.backend import (
 from assure.sandbox.docker.gate import command
 from assure.sandbox.docker.observe import observed
 
-DIFF_KINDS = {0: ChangeKind.MODIFIED, 1: ChangeKind.ADDED, 2: ChangeKind.DELETED}
+DIFF_KINDS: dict[object, ChangeKind] = {
+    0: ChangeKind.MODIFIED,
+    1: ChangeKind.ADDED,
+    2: ChangeKind.DELETED,
+}
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
 
 
