@@ -137,7 +137,7 @@ def test_off_a_terminal_a_report_is_as_wide_as_its_longest_line_and_splits_no_wo
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Piped or in a CI log, rich folded at 80 columns mid-word (`claude-fix-bu g-scripted`)."""
-    from assure import cli
+    from assure.cli import output
     from assure.records.report import render_suite
     from assure.run.suite import Outcome
 
@@ -146,8 +146,8 @@ def test_off_a_terminal_a_report_is_as_wide_as_its_longest_line_and_splits_no_wo
         Outcome(name, f"{name}-20260101T000000Z-00000{n}", "fail", "pass")
         for n, name in enumerate(names)
     ]
-    assert not cli.out.is_terminal
-    cli._print_whole(
+    assert not output.out.is_terminal
+    output._print_whole(
         render_suite("containment", "containment-20260101T000000Z-000000", outcomes, 3)
     )
     lines = capsys.readouterr().out.splitlines()
@@ -223,10 +223,10 @@ def test_on_a_narrow_terminal_an_alert_s_message_keeps_room(
     """The ids take the 80 columns: the message once got 8 characters a line."""
     from rich.console import Console
 
-    from assure import cli
+    from assure.cli import monitor, output
 
     monkeypatch.setattr(
-        cli,
+        output,
         "out",
         Console(
             force_terminal=True,
@@ -237,11 +237,11 @@ def test_on_a_narrow_terminal_an_alert_s_message_keeps_room(
             highlight=False,
         ),
     )
-    cli.alerts_cmd(pending=False, runs_dir=alerted, json_out=False)
+    monitor.alerts_cmd(pending=False, runs_dir=alerted, json_out=False)
     rows = [
         line.split("│")[-2] for line in capsys.readouterr().out.splitlines() if "│" in line
     ]  # the message column
-    assert len(rows[0]) >= cli.FOLD_ROOM, rows
+    assert len(rows[0]) >= output.FOLD_ROOM, rows
     assert (
         " ".join(r.strip() for r in rows if r.strip()) == MESSAGE
     )  # folded at words, nothing lost
@@ -269,3 +269,12 @@ def test_a_halted_run_reads_halted_not_its_attempts_verdict() -> None:
     with shown.capture() as captured:
         shown.print(render_report({**report, "state": "finished"}, "/runs/fix-1"))
     assert "fix  FAIL" in captured.get().splitlines()[0]
+
+
+def test_the_help_s_first_line_says_what_assure_is(tmp_path: Path) -> None:
+    """typer prints the root callback's docstring over Typer(help=...): an internal note about
+    logging once stood where a newcomer reads what the tool does."""
+    shown = assure("--help", cwd=tmp_path)
+    assert shown.returncode == 0
+    assert "judge it by ground truth" in shown.stdout
+    assert "logs" not in shown.stdout.split("Options")[0]

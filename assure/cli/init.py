@@ -1,0 +1,95 @@
+"""`assure init`: write a first project that validates and passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from assure.cli.common import (
+    _fail,
+    app,
+)
+from assure.cli.output import (
+    out,
+    plain,
+)
+from assure.errors import AssureError
+
+
+@app.command()
+def init(
+    folder: Path = typer.Argument(
+        Path("."),
+        metavar="DIR",
+        help=(
+            "Where to write the project (default: here); made if missing, nothing in it"
+            " overwritten."
+        ),
+    ),
+    name: str = typer.Option(
+        "my-first-spec",
+        "--name",
+        metavar="NAME",
+        help="The spec's name (lowercase letters, digits, dashes).",
+    ),
+    writable: list[str] | None = typer.Option(
+        None,
+        "--writable",
+        metavar="GLOB",
+        help="A path the agent may change (repeatable; default: out/**).",
+    ),
+    protected: list[str] | None = typer.Option(
+        None,
+        "--protected",
+        metavar="GLOB",
+        help="A path whose change is a breach (repeatable; default: src/**).",
+    ),
+    proposed_by: str | None = typer.Option(
+        None,
+        "--proposed-by",
+        metavar="NAME",
+        help="Who proposes the contract (default: $USER@localhost).",
+    ),
+    ratified_by: str = typer.Option(
+        "reviewer@localhost",
+        "--ratified-by",
+        metavar="NAME",
+        help="Who ratifies it: someone other than the proposer.",
+    ),
+    database: str | None = typer.Option(
+        None,
+        "--database",
+        metavar="NAME",
+        help="Also a SQLite database the gateway owns, which the agent writes a row to.",
+    ),
+) -> None:
+    """Write a first project: a commented spec, a tiny agent, its workspace, a suite and a README
+    stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
+    from assure.ops import init as scaffold
+
+    given = {
+        k: v
+        for k, v in {
+            "name": name,
+            "writable": tuple(writable or ()),
+            "protected": tuple(protected or ()),
+            "proposed_by": proposed_by,
+            "ratified_by": ratified_by,
+            "database": database,
+        }.items()
+        if v
+    }
+    try:
+        choices = scaffold.Choices(**given)
+        written = scaffold.create(folder, choices)
+        signed = scaffold.ratify_as_you(folder / "spec.yaml", choices.ratified_by)
+    except AssureError as exc:
+        raise _fail(exc) from None
+    for path in written:
+        out.print(plain(f"wrote {path}"), soft_wrap=True)
+    out.print(plain(signed), soft_wrap=True)
+    out.print(
+        plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"),
+        soft_wrap=True,
+    )
