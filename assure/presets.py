@@ -5,9 +5,9 @@ derived image, sandbox/install.py), its command (the task's description, $ASSURE
 prompt, through the TCP bridge), an environment that sends nothing but model calls and asks
 nothing (no telemetry, no update checks, no first-run prompt, a writable HOME on /tmp,
 placeholder keys: the gateway holds any real one, bytecode kept out of the workspace), and the
-`model.allow` entries the agent sends on every call (README: "Running Claude Code, ..."). What
-the spec sets beside the preset wins: its command, install, env entries; allow entries are
-added to the preset's.
+`model.allow` entries the agent sends on every call (README: "Running Claude Code, ..."), and
+its default token budget (README: "Default budgets"). What the spec sets beside the preset
+wins: its command, install, env entries, limits; allow entries are added to the preset's.
 """
 
 from __future__ import annotations
@@ -148,6 +148,8 @@ MINI_SWE_AGENT = [
 PRESETS: dict[str, dict[str, Any]] = {
     # The real Claude Code CLI, the static binary bundled in the claude-agent-sdk wheel (2.1.x).
     "claude-code": {
+        # a $3 session of its measured calls (~11.9k input tokens each, cached, +~110 a turn)
+        "limits": {"tokens": 8_400_000},
         "edits_files": (
             True
         ),  # its own file tools write the workspace: workspace.writable must cover the task's paths
@@ -201,6 +203,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # through litellm's Anthropic provider (ANTHROPIC_BASE_URL, which the bridge sets); with
     # `-m openai/<model>` it uses the OpenAI-compatible endpoint instead (OPENAI_BASE_URL).
     "mini-swe-agent": {
+        # its own cost_limit ($3) of its measured calls (~870 input tokens, cached, +~115 a turn)
+        "limits": {"tokens": 8_100_000},
         "edits_files": True,  # its bash actions (sed -i, cat >) write the workspace
         "install": {"pip": MINI_SWE_AGENT, "pip_deps": False},
         "command": [
@@ -248,14 +252,23 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# The default `limits.tokens` (README: "Default budgets", measured by bench/agent_budget.py): a
+# $3 session (mini-swe-agent's own cost_limit for a task) at claude-sonnet-4-6 list prices. An
+# agent of no preset may not cache: $3 of input at full price. A preset's own is in its entry.
+DEFAULT_TOKENS = 1_000_000
+
+
 def expand(data: dict[str, Any]) -> dict[str, Any]:
-    """The validated spec document with its agent's preset filled in (idempotent: a spec
-    read back from a run's spec.json, already expanded, comes out the same)."""
+    """The validated spec document with its agent's preset filled in, and the budgets it leaves
+    out (the preset's, else DEFAULT_TOKENS); idempotent: a spec read back from a run's
+    spec.json, already expanded, comes out the same."""
     agent = data["agent"]
     name = agent.get("preset")
+    preset = PRESETS[name] if name is not None else {}
+    budgets = {"tokens": DEFAULT_TOKENS, **preset.get("limits", {})}
+    data = {**data, "limits": {**budgets, **data["limits"]}}
     if name is None:
         return data
-    preset = PRESETS[name]
     out = {**data, "agent": {**agent, "env": {**preset["env"], **agent.get("env", {})}}}
     out["agent"].setdefault("command", list(preset["command"]))
     if "install" in preset:

@@ -54,25 +54,46 @@ def _place(file: str, cwd: str) -> tuple[str, dict[str, str]]:
 
 def _ask(tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
     """The gateway's answer: None when allowed, else the error reply."""
+    denied, _ = _allowed(tool, args)
+    return denied
+
+
+def _allowed(tool: str, args: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """(None, the call's action_id) when the gateway allowed it, else (the error reply, None)."""
     try:
         with Client() as client:
-            client.call(tool, **args)
+            answer = client.call(tool, **args)
     except GatewayError as exc:
         code = "denied" if exc.status in (403, 409, 429) else "unavailable"
-        return _error(code, f"{tool} refused by the gateway: {exc.message} ({exc.code})")
+        return _error(code, f"{tool} refused by the gateway: {exc.message} ({exc.code})"), None
     except OSError as exc:
-        return _error("unavailable", f"the gateway cannot be reached: {exc}")
-    return None
+        return _error("unavailable", f"the gateway cannot be reached: {exc}"), None
+    return None, str(answer.get("action_id") or "")
+
+
+def _report(action_id: str | None, outcome: dict[str, Any]) -> None:
+    """Journal what came of an allowed command (sandbox.exec_result). Best effort: the
+    command already ran and its effect is judged from the snapshots either way; a journal
+    without this line only lacks the exit code and digests."""
+    if not action_id:
+        return
+    try:
+        with Client() as client:
+            client.call("sandbox.exec_result", action_id=action_id, **outcome)
+    except (GatewayError, OSError):
+        pass
 
 
 class _Tail:
-    """The last `limit` bytes of a stream, and how many came in all."""
+    """The last `limit` bytes of a stream, how many came in all and the digest of all."""
 
     def __init__(self, limit: int):
         self.limit, self.data, self.total = limit, bytearray(), 0
+        self.digest = hashlib.sha256()
 
     def add(self, chunk: bytes) -> None:
         self.total += len(chunk)
+        self.digest.update(chunk)
         self.data += chunk
         if len(self.data) > self.limit:
             del self.data[: len(self.data) - self.limit]
@@ -139,9 +160,31 @@ def _exec(req: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes, byte
         args["env"] = req["env"]
     if req.get("timeout") is not None:
         args["timeout"] = int(req["timeout"])
-    denied = _ask("sandbox.exec", args)
+    denied, action_id = _allowed("sandbox.exec", args)
     if denied:
         return denied, b"", b""
+    started = time.monotonic()
+    head, out, err = _run(argv, cwd, req, data)
+    _report(
+        action_id,
+        {
+            "returncode": head["returncode"],
+            "timed_out": bool(head.get("timed_out")),
+            "stdout_sha256": head.pop("_stdout_sha256", hashlib.sha256(out).hexdigest()),
+            "stdout_bytes": head.get("stdout_total", len(out)),
+            "stderr_sha256": head.pop("_stderr_sha256", hashlib.sha256(err).hexdigest()),
+            "stderr_bytes": head.get("stderr_total", len(err)),
+            "duration_ms": int((time.monotonic() - started) * 1000),
+        }
+        if "returncode" in head
+        else {},
+    )
+    return head, out, err
+
+
+def _run(
+    argv: list[str], cwd: str, req: dict[str, Any], data: bytes
+) -> tuple[dict[str, Any], bytes, bytes]:
     env = {**os.environ, **(req.get("env") or {})}
     try:
         proc = subprocess.Popen(
@@ -170,6 +213,8 @@ def _exec(req: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes, byte
         "timed_out": timed_out,
         "stdout_total": out.total,
         "stderr_total": err.total,
+        "_stdout_sha256": out.digest.hexdigest(),
+        "_stderr_sha256": err.digest.hexdigest(),
     }
     return head, bytes(out.data), bytes(err.data)
 

@@ -81,6 +81,13 @@ class Policy:
     tokens_limit: int | None = None  # counted by the model proxy
     cost_limit: float | None = None
 
+    def __post_init__(self) -> None:
+        """Read-only all the way down (the gate judges a frozen copy: Config.pinned)."""
+        if self.contract is not None:
+            object.__setattr__(self, "contract", gate.freeze_contract(self.contract))
+        object.__setattr__(self, "assertions", gate.freeze(self.assertions))
+        object.__setattr__(self, "rollbacks", gate.freeze(self.rollbacks))
+
 
 @dataclass(frozen=True)
 class Database:
@@ -112,8 +119,8 @@ ALLOW_FIELDS = ("request_keys", "tool_types", "content", "betas")  # model.allow
 # prices in USD (web search $10 per 1,000; web fetch has no fee beyond its tokens).
 # What a replay ignores when it matches a request (`model.volatile`, modelmatch.Volatile), by
 # default: request ids that do not change the answer (Claude Code's `metadata.user_id` holds a
-# fresh device and session id each run; OpenAI's `user`), and a system prompt's line that
-# states today's date (Claude Code: "Today's date is 2026-12-02.").
+# fresh device and session id each run; OpenAI's `user`), and a line of the prompt that
+# states today's date (Claude Code's system prompt: "Today's date is 2026-12-02.").
 DEFAULT_VOLATILE_FIELDS = ("metadata", "user")
 DEFAULT_VOLATILE_TEXT = (r"(?im)^.*\bdate\b.*\b\d{4}-\d{2}-\d{2}\b.*$",)
 SERVER_TOOL_FEES = {"web_search_requests": 0.01, "web_fetch_requests": 0.0}
@@ -171,6 +178,24 @@ class Config:
     egress: Egress | None = None  # None: the run has no network at all
     databases: tuple[Database, ...] = ()
     model: Model | None = None  # None: no model access (/v1/messages answers 404)
+    # The contract and what it is judged against (policy's, and `protected`), frozen with their
+    # term digests once: `decide()` reads them instead of digesting nine terms per mutation.
+    # Derived here, so a changed config (dataclasses.replace) is a new snapshot.
+    pinned: gate.Pinned = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "protected", tuple(self.protected))
+        policy = self.policy
+        object.__setattr__(
+            self,
+            "pinned",
+            gate.Pinned(
+                contract=policy.contract,
+                assertions=policy.assertions,
+                protected=self.protected,
+                writable=policy.writable,
+            ),
+        )
 
 
 _REQUIRED_STRINGS = ("run_id", "socket", "workspace", "journal", "ready_file")

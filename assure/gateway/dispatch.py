@@ -105,6 +105,9 @@ class Dispatcher:
             str, dict[str, Any]
         ] = {}  # in flight, by action_id: settled at close if still there
         self._breached: set[str] = set()  # budget counters already reported
+        # allowed sandbox.exec calls whose outcome is still to come: one each, so an outcome,
+        # which counts against no budget, can never be journaled more often than a counted call
+        self._pending_execs: set[str] = set()
         self._full = False  # the journal reached its cap
         self._last_beat = 0.0
         self._started = time.monotonic()  # the wall-clock budget counts from here
@@ -145,7 +148,7 @@ class Dispatcher:
         """Journal a request refused before reaching the gate (unless the request budget is
         spent) and build its answer. A detail that is not a string is journaled as it is (the
         caller bounds it, e.g. features.Refused.allow)."""
-        fields = {
+        fields: dict[str, Any] = {
             key: value[:MAX_DETAIL_CHARS] if isinstance(value, str) else value
             for key, value in detail.items()
             if value
@@ -167,6 +170,8 @@ class Dispatcher:
         with self._lock:
             if not self._open or self._full:
                 return self._unavailable()
+            if tool.name == tools.EXEC_RESULT:
+                return self._exec_result(tool, args)
             record = {
                 "action_id": os.urandom(16).hex(),
                 "tool": tool.name,
@@ -177,6 +182,8 @@ class Dispatcher:
                 "effect": None,
             }
             answer = self._decide_and_run(tool, args, meta, paths, record)
+            if tool.name == "sandbox.exec" and answer.status == 200:
+                self._pending_execs.add(record["action_id"])
             if not self._append("tool_call", _outcome=record.pop("_intent", False), **record):
                 if self._full:
                     return self._unavailable()
@@ -185,6 +192,35 @@ class Dispatcher:
                     500, {**body, **error_body("journal_error", "the journal could not be written")}
                 )
             return answer
+
+    def _exec_result(self, tool: tools.Tool, args: dict[str, Any]) -> Answer:
+        """Journal what came of an allowed sandbox.exec (`sandbox_exec_result`, its action_id
+        the exec's), once per exec; an unknown or repeated action_id is refused. Caller holds
+        the lock."""
+        action_id = args["action_id"]
+        if action_id not in self._pending_execs:
+            self.counters.rejected += 1
+            message = "no allowed sandbox.exec awaits an outcome under this action_id"
+            self._append(
+                "request_rejected",
+                status=409,
+                code="unknown_action",
+                reason=message,
+                tool=tool.name,
+            )
+            return Answer(409, error_body("unknown_action", message))
+        try:
+            outcome = tools.run(tool, self._env, args)
+        except ToolError as exc:
+            return Answer(exc.status, error_body(exc.code, exc.message))
+        self._pending_execs.discard(action_id)
+        if not self._append("sandbox_exec_result", action_id=action_id, **outcome.record):
+            return (
+                self._unavailable()
+                if self._full
+                else Answer(500, error_body("journal_error", "the journal could not be written"))
+            )
+        return Answer(200, {"action_id": action_id, "result": outcome.result})
 
     def _unavailable(self) -> Answer:
         if self._full:
@@ -260,7 +296,7 @@ class Dispatcher:
                 )
             self._decided(record, decision)
             if decision.allowed:
-                intent = {
+                intent: dict[str, Any] = {
                     name: record.get(name)
                     for name in (
                         "action_id",
@@ -426,9 +462,7 @@ class Dispatcher:
                     ),
                 )
             key = self._idempotency_key(tool, action, args, meta, record)
-            if key is not None and (
-                prior := self._idempotency.claim(key, action_id=record["action_id"])
-            ):
+            if key is not None and (prior := self._calls.claim(key, action_id=record["action_id"])):
                 derived, binding, key = (
                     key.key.startswith("derived:"),
                     key.binding,
@@ -458,7 +492,7 @@ class Dispatcher:
             record.update(outcome.record)
             answer = _finish(record, 200, {"result": outcome.result})
             if key is not None:
-                self._idempotency.complete(key, answer.status, answer.body)
+                self._calls.complete(key, answer.status, answer.body)
                 key = None
             return answer
         except ToolError as exc:
@@ -472,7 +506,7 @@ class Dispatcher:
             )
         finally:
             if key is not None:  # claimed, but no effect happened: a later call may try again
-                self._idempotency.release(key)
+                self._calls.release(key)
 
     def _decided(self, record: dict[str, Any], decision: gate.Decision) -> None:
         """Journal a decision's fields; agent strings the gate quotes are capped like any other."""
@@ -506,6 +540,13 @@ class Dispatcher:
             rollback_ref=meta.get("rollback_ref"),
             human_gate=meta.get("human_gate"),
         )
+
+    @property
+    def _calls(self) -> Store:
+        """The idempotency store: a call has a key (`_idempotency_key`) only when there is one."""
+        if self._idempotency is None:
+            raise RuntimeError("no idempotency store")
+        return self._idempotency
 
     def _idempotency_key(
         self,
@@ -609,10 +650,7 @@ class Dispatcher:
                 wall_seconds_used=time.monotonic() - self._started,
                 wall_seconds_limit=self._config.limits.wall_seconds,
             ),
-            protected=self._config.protected,
-            assertions=policy.assertions,
-            writable=policy.writable,
-            contract=policy.contract,
+            pinned=self._config.pinned,
             operator_dial=dial,
             verifier_trust=policy.verifier_trust,
             verifier_fresh=self._verifier_fresh(),

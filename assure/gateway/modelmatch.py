@@ -39,8 +39,8 @@ def _text(value: Any) -> str:
         if not isinstance(block, dict):
             continue
         piece = (
-            block.get("text")
-            if isinstance(block.get("text"), str)
+            text
+            if isinstance(text := block.get("text"), str)
             else _text(block.get("content"))
             if block.get("type") == "tool_result"
             else ""
@@ -232,7 +232,8 @@ def _pattern(value: Any, where: str) -> Pattern:
 class Volatile:
     """The request parts a replay ignores: `fields`, dotted JSON paths (`*`: any key or list
     item) dropped wherever they are; `text`, regular expressions whose matches are blanked in
-    the system prompt (`system_text`'s parts)."""
+    every text of the prompt: the system prompt and each message, whatever its role (the run's
+    facts go where the agent puts them: mini-swe-agent's uname in its first user message)."""
 
     fields: tuple[tuple[str, ...], ...]
     text: tuple[re.Pattern[str], ...]
@@ -243,7 +244,7 @@ class Volatile:
         for path in self.fields:
             _drop(out, path)
         if self.text:
-            _blank_system(out, endpoint, self.text)
+            _blank_texts(out, endpoint, self.text)
         return out
 
 
@@ -286,19 +287,17 @@ def _blank(value: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
     return value
 
 
-def _blank_system(
+def _blank_texts(
     parsed: dict[str, Any], endpoint: str, patterns: tuple[re.Pattern[str], ...]
 ) -> None:
     top = "instructions" if endpoint == "responses" else "system"
     if top in parsed:
         parsed[top] = _blank(parsed[top], patterns)
     messages = parsed.get("input" if endpoint == "responses" else "messages")
+    if isinstance(messages, str):  # a Responses `input` given as one text
+        parsed["input"] = _blank(messages, patterns)
     for message in messages if isinstance(messages, list) else ():
-        if (
-            isinstance(message, dict)
-            and message.get("role") in ("system", "developer")
-            and "content" in message
-        ):
+        if isinstance(message, dict) and "content" in message:
             message["content"] = _blank(message["content"], patterns)
 
 

@@ -30,6 +30,7 @@ DEFAULT_MODE = 0o644
 MAX_SHOWN_CHARS = 256
 MAX_SHOWN_ITEMS = 64
 EXEC_SCOPE = "sandbox:exec"  # a command, or a file outside the workspace: the contract must name it
+EXEC_RESULT = "sandbox.exec_result"  # a sandbox.exec's outcome: dispatch.py journals it, ungated
 
 # Optional fields every tool accepts; the gate and the idempotency store read them, the journal
 # records them (a long value by its digest: dispatch.py).
@@ -107,7 +108,8 @@ def scope_of(
     sandbox)."""
     hook = getattr(tool, "scope", None)
     if hook is not None:
-        return hook(env, args)
+        scoped: tuple[str | None, str] = hook(env, args)
+        return scoped
     return (f"fs:{path}" if path is not None else None), "sandbox"
 
 
@@ -247,6 +249,24 @@ def _sandbox_op(_env: Env, args: dict[str, Any]) -> Outcome:
         shown["env"] = sorted(_shown(str(k)) for k in args["env"])[:MAX_SHOWN_ITEMS]
     shown.update({k: v for k, v in args.items() if isinstance(v, int)})
     return Outcome({"allowed": True}, {"sandbox": shown})
+
+
+def _exec_result(_env: Env, args: dict[str, Any]) -> Outcome:
+    """What came of an allowed sandbox.exec, as its shim saw it: exit code, whether it timed
+    out, and each output stream by digest and size (never its text), so the journal shows
+    what ran and what came of it."""
+    for name in ("stdout_sha256", "stderr_sha256"):
+        value = args.get(name)
+        if value is not None and (
+            len(value) != 64 or any(c not in "0123456789abcdef" for c in value)
+        ):
+            raise ToolError("bad_args", f"'{name}' must be a sha256 hex digest")
+    for name in ("returncode", "stdout_bytes", "stderr_bytes", "duration_ms"):
+        value = args.get(name)
+        if value is not None and not -(2**31) <= value < 2**63:
+            raise ToolError("bad_args", f"'{name}' is out of range")
+    shown = {k: v for k, v in args.items() if k != "action_id"}
+    return Outcome({"recorded": True}, {"outcome": shown})
 
 
 def _sandbox_scope(_env: Env, args: dict[str, Any]) -> tuple[str, str]:
@@ -408,6 +428,25 @@ TOOLS: tuple[Tool, ...] = (
         _sandbox_op,
         "Inspect's exec: a command the agent container's shim runs once allowed (scope"
         " sandbox:exec).",
+        _sandbox_scope,
+        listed=False,
+    ),
+    Tool(
+        EXEC_RESULT,
+        False,
+        {
+            "action_id": (str, True),  # the sandbox.exec's, once: any other is refused
+            "returncode": (int, False),
+            "timed_out": (bool, False),
+            "stdout_sha256": (str, False),  # of the whole stream, not only what was kept
+            "stdout_bytes": (int, False),
+            "stderr_sha256": (str, False),
+            "stderr_bytes": (int, False),
+            "duration_ms": (int, False),
+        },
+        _exec_result,
+        "The outcome of an allowed sandbox.exec (exit code, output digests): journaled, not a"
+        " tool call of its own.",
         _sandbox_scope,
         listed=False,
     ),

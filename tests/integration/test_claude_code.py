@@ -74,6 +74,34 @@ def test_claude_code_fixes_the_bug_from_its_preset(backend, images, run):
     assert not list((attempt / "workspace").rglob("__pycache__"))
 
 
+def test_images_build_doctor_and_the_warm_pool_name_the_image_a_run_uses(backend, images, tmp_path):
+    """`make images` (`assure images build SPEC`), `assure doctor SPEC` and a warm pool's shape
+    all name the one derived image a run of the spec starts, by the same digest (a Ray node
+    builds it with the same `install.ensure`, run/cluster.py)."""
+    import subprocess
+    import sys
+
+    from assure.run import pool
+
+    spec = spec_mod.load(EXAMPLES / "claude-code.yaml")
+    tag = install.agent_image(spec, images)  # what the attempt runs
+    path = str(EXAMPLES / "claude-code.yaml")
+    cli = [sys.executable, "-m", "assure.cli"]
+    built = subprocess.run(
+        [*cli, "images", "build", "--json", path], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr
+    assert json.loads(built.stdout)["installs"] == {"claude-code": tag}
+    doctor = subprocess.run(
+        [*cli, "doctor", "--json", path], cwd=tmp_path, capture_output=True, text=True
+    )
+    (check,) = [
+        c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "agent install (claude-code)"
+    ]
+    assert (check["status"], check["detail"]) == ("ok", tag), check
+    assert pool.Shape.of(spec, images).image == tag
+
+
 def test_claude_code_scripted_to_edit_the_protected_test_is_a_breach(backend, images, run):
     ensured(backend, images, "claude-code-hostile")
     result = run("claude-code-hostile")

@@ -391,6 +391,46 @@ def test_a_node_builds_the_images_on_first_use_with_the_same_digests(
         assert f"assure node {entry['node']}: building {tag}" in logs, tag
 
 
+def test_a_node_builds_a_specs_derived_image_by_the_digest_a_local_run_would_use(
+    cluster, tmp_path, ns_images: ImageSet
+):
+    """A spec with an `agent.install` (a binary here): its node builds the derived image in its
+    task, tagged as `install.agent_image` names it for a run on this machine, and the agent runs
+    the installed program. The tag is removed at the end (this module's agent image is in it)."""
+    from assure import spec as spec_mod
+    from assure.sandbox import install
+
+    hello = tmp_path / "hello"
+    hello.write_text("#!/bin/sh\necho hello from the install\n")
+    spec = tmp_path / "install-on-node.yaml"
+    spec.write_text(
+        "version: 1\nname: install-on-node\n"
+        f"agent: {{command: [hello], install: {{binaries: [{json.dumps(str(hello))}]}}}}\n"
+        f"workspace: {{fixture: {json.dumps(str(ROOT / 'fixtures' / 'workspaces' / 'calc'))}}}\n"
+        "limits: {wall_seconds: 60}\nassertions:\n  - exit_code: 0\nexpect: pass\n"
+    )
+    tag = install.agent_image(spec_mod.load(spec), ns_images)
+    engine = docker.from_env()
+    try:
+        runs = tmp_path / "runs"
+        out = run_assure(caller(cluster, one_spec_suite(tmp_path, spec), runs), tmp_path)
+        assert out.returncode == 0, out.stderr[-3000:]
+        (entry,) = suite_state(runs)["runs"]
+        assert entry["verdict"] == "pass" and entry["node"] in worker_ids(cluster)
+        logs = "".join(
+            p.read_text(errors="replace")
+            for p in Path(cluster.ray_tmp).glob("session_*/logs/worker-*")
+        )
+        assert f"assure node {entry['node']}: building {tag}" in logs
+        (log,) = runs.glob("*/attempts/1/agent.log")
+        assert "hello from the install" in log.read_text()
+    finally:
+        try:
+            engine.images.remove(tag, noprune=True)
+        except docker.errors.ImageNotFound:
+            pass
+
+
 def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
     runs = tmp_path / "runs"
     argv = cluster.in_ns(

@@ -116,3 +116,98 @@ def test_every_rendered_form_shows_hostile_content_inert_and_cuts_the_huge(tmp_p
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "bash\\x1b" in page  # the tool name, escaped
     assert HUGE not in page and "more characters not shown" in page
+
+
+def test_the_exchange_shows_messages_tool_calls_results_tokens_cost_and_refusals(
+    tmp_path, short_dir
+):
+    """What a reviewer reads in `assure show` and on the run page, per call: the messages, the
+    tool call and its result, tokens and cost from the journal, and a refused request with why."""
+    paths = AttemptPaths(tmp_path / "1")
+    paths.blobs.mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    answer = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": [
+            {"type": "text", "text": "reading the source"},
+            {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {"file": "src/calc.py"}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 900, "output_tokens": 80},
+    }
+    (tmp_path / "script.json").write_text(json.dumps([answer]))
+    config = parse(
+        {
+            "run_id": "render",
+            "attempt": 1,
+            "socket": str(short_dir / "exchange.sock"),
+            "workspace": str(tmp_path / "ws"),
+            "journal": str(paths.journal),
+            "ready_file": str(tmp_path / "ready"),
+            "limits": {"tool_calls": 10},
+            "model": {
+                "mode": "scripted",
+                "script": str(tmp_path / "script.json"),
+                "blob_dir": str(paths.blobs),
+                "prices": {
+                    "claude-sonnet-4-6": {
+                        "input": 3,
+                        "output": 15,
+                        "cache_write": 3.75,
+                        "cache_read": 0.3,
+                    }
+                },
+            },
+        }
+    )
+    ask = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 64,
+        "messages": [
+            {"role": "user", "content": "Fix add() in src/calc.py."},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t0", "name": "Glob", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t0", "content": "src/calc.py"}],
+            },
+        ],
+    }
+    hostile = {**ask, "mcp_servers": [{"type": "url", "url": "https://x.invalid/", "name": "x"}]}
+    gateway = serve(config)
+    try:
+        for body, status in ((ask, 200), (hostile, 403)):
+            conn = UnixHTTPConnection(config.socket, timeout=10, connect_timeout=5)
+            conn.request(
+                "POST", "/v1/messages", json.dumps(body), {"content-type": "application/json"}
+            )
+            response = conn.getresponse()
+            assert response.status == status, response.read()
+            response.read()
+            conn.close()
+    finally:
+        gateway.shutdown()
+    conv = conversation.read(paths)
+    terminal = "\n".join(conversation.lines(1, conv))
+    for shown in (
+        "Fix add() in src/calc.py.",  # the user's message
+        "Glob",  # the agent's earlier tool call
+        "src/calc.py",  # and its result
+        "reading the source",  # the answer
+        "Read",  # the tool call the model made
+        "980 tokens (in 900, out 80)",  # from the journal
+        "cost 0.003900",  # 900 * 3 + 80 * 15 per million
+        "refused: refused before the gate (feature_refused)",
+        "request key 'mcp_servers'",
+    ):
+        assert shown in terminal, (shown, terminal)
+    attempt = html_report._Attempt(1, paths, "pass", {}, [], None, conv)
+    page = attempt._exchange()
+    for shown in ("980 tokens", "cost 0.003900", "refused:", "mcp_servers", "reading the source"):
+        assert shown in page, shown

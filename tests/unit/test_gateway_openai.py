@@ -328,6 +328,9 @@ def test_what_claude_code_sends_is_refused_in_one_answer_that_fits(
             extra_headers={"anthropic-beta": ",".join(betas)},
         )
     text = info.value.body["error"]["message"]
+    assert text.startswith(
+        "refused by the gateway, not an authentication problem"
+    )  # Claude Code prints "Failed to authenticate. API Error: 403 <this>"
     assert (
         "model.allow.request_keys: ['context_management']; model.allow.betas:"
         f" [{', '.join(repr(b) for b in betas)}]" in text

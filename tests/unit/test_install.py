@@ -9,6 +9,7 @@ import io
 import tarfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from assure import presets
@@ -142,6 +143,25 @@ def test_validate_notes_a_writable_scope_the_contract_cannot_promote(tmp_path):
     ]  # the example's scopes agree
 
 
+def test_assure_validate_warns_when_writable_and_the_contracts_fs_scope_disagree(tmp_path):
+    """The notes of preflight, as `assure validate` reports them."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+
+    path = variant(tmp_path, lambda d: d["workspace"].update(writable=["out/**"]))
+    done = CliRunner().invoke(app, ["validate", "--json", str(path)])
+    (result,) = json.loads(done.stdout)  # (not ok: writable is a term, so re-ratify too)
+    notes = "\n".join(result["notes"])
+    assert "out/** is outside the contract's fs: scope" in notes and "propose-only" in notes
+    assert "fs:src/** is not in workspace.writable" in notes
+    for name in ("claude-code", "mini-swe-agent"):  # the presets' examples: their scopes agree
+        done = CliRunner().invoke(app, ["validate", "--json", str(EXAMPLE.with_stem(name))])
+        assert not [n for n in json.loads(done.stdout)[0]["notes"] if "fs:" in n], name
+
+
 def test_debian_packages_must_be_pinned(tmp_path):
     spec = spec_mod.load(
         variant(tmp_path, lambda d: d["agent"].update(install={"apt": ["ripgrep", "jq=1.6-2.1"]}))
@@ -162,3 +182,59 @@ def test_every_preset_installs_only_pinned_hashed_requirements_and_asks_nothing(
         assert "$ASSURE_TASK" in spec.agent.command[-1] and spec.agent.env["HOME"] == "/tmp/home"
     env = spec_mod.load(ROOT / "specs" / "examples" / "mini-swe-agent.yaml").agent.env
     assert env["MSWEA_CONFIGURED"] == "1" and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+
+
+def test_local_wheels_and_fetched_debian_packages_go_into_the_build_and_its_tag(
+    tmp_path, monkeypatch
+):
+    """The two install sources besides PyPI and binaries: a spec's local wheel and the .debs the
+    host fetched for `apt` (here already in the host's cache, as `apt-get download` leaves
+    them) are in the build context, and the tag follows their bytes. Before anything is fetched
+    the tag cannot be known without fetching: `doctor` (fetch=False) says not built instead."""
+    import hashlib
+    import json
+
+    from assure.core.chain import canonical
+
+    monkeypatch.setattr(install, "APT_CACHE", tmp_path / "debs")
+    wheel = tmp_path / "tool-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"wheel one")
+    spec = spec_mod.load(
+        variant(
+            tmp_path,
+            lambda d: d["agent"].update(
+                install={"wheels": [str(wheel)], "apt": ["ripgrep=13.0.0-4+b2"]}
+            ),
+        )
+    )
+    ins = spec.agent.install
+    with pytest.raises(install.NotFetched):
+        install.tag(ins, IMAGES.agent, fetch=False)
+    key = hashlib.sha256(
+        canonical(
+            {
+                "apt": list(ins.apt),
+                "suite": install.images_mod.BOOTSTRAP_RECIPE["suite"],
+                "mirror": install.images_mod.mirror(),
+                "machine": install.platform.machine(),
+            }
+        )
+    ).hexdigest()[:16]
+    fetched = tmp_path / "debs" / key
+    fetched.mkdir(parents=True)
+    deb = fetched / "ripgrep_13.0.0-4+b2_amd64.deb"
+    deb.write_bytes(b"deb one")
+    (fetched / install.MANIFEST).write_text(json.dumps({deb.name: "x"}))
+    engine = Builder()
+    tag = install.ensure(spec, engine, IMAGES)
+    assert tag == install.tag(ins, IMAGES.agent, fetch=False)  # what doctor and run compute
+    ((context, _, _, network),) = engine.builds
+    assert not network
+    with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+        assert tar.extractfile(f"wheels/{wheel.name}").read() == b"wheel one"
+        assert tar.extractfile(f"debs/{deb.name}").read() == b"deb one"
+    wheel.write_bytes(b"wheel two, longer")  # another size: the digest cache keys on it
+    assert install.tag(ins, IMAGES.agent) != tag  # a changed wheel: a new image
+    wheel.write_bytes(b"wheel one")
+    deb.write_bytes(b"deb two, longer")
+    assert install.tag(ins, IMAGES.agent) != tag  # a changed package: a new image

@@ -354,3 +354,29 @@ def test_a_bad_volatile_config_names_its_field(value: dict[str, Any], field: str
     with pytest.raises(ConfigError) as info:
         gwconfig._volatile(value)
     assert field in str(info.value)
+
+
+def test_a_volatile_text_is_blanked_in_a_user_message_too(tmp_path: Path) -> None:
+    """mini-swe-agent states the host's kernel in its first user message, not its system prompt:
+    its replay's `text` pattern must reach it there, or the recording matches only on the host
+    (and kernel) it was made on."""
+
+    def mini(kernel: str, task: str = "Fix add()") -> dict[str, Any]:
+        info = f"<system_information>\nLinux {kernel} #1 SMP x86_64\n</system_information>"
+        return {
+            "model": "claude-sonnet-4-6",
+            "max_tokens": 128000,
+            "system": "You are a helpful assistant that can interact with a computer.",
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": f"{task}\n\n{info}"}]}
+            ],
+        }
+
+    def replay(folder: str) -> Any:
+        pattern = r"(?s)<system_information>.*?</system_information>"
+        return record(tmp_path / folder, [mini("6.18.44-fc-v1045")], text=[pattern])
+
+    assert replay("a").respond(call(mini("6.18.44-fc-v1098"))).served == "replay"
+    with pytest.raises(Failure) as info:  # what the pattern does not cover still counts
+        replay("b").respond(call(mini("6.18.44-fc-v1098", task="Delete the tests")))
+    assert info.value.detail["differs"] == ["$.messages[0].content[0].text"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from assure import spec
+from assure import presets, spec
 from assure.errors import SpecError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
@@ -56,6 +56,7 @@ def test_defaults_come_from_the_schema(tmp_path):
         pids=128,
         nofile=1024,
         tool_calls=1000,
+        tokens=presets.DEFAULT_TOKENS,  # no preset: the general default budget (presets.py)
     )
     assert loaded.sandbox == spec.Sandbox(user="auto", runtime="runc", read_only_root=True)
     assert loaded.agent.image == "assure-agent"
