@@ -22,8 +22,8 @@ from assure import spec as spec_mod
 from assure.records import store
 from assure.run import ratify
 from assure.run.driver import Driver
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images
 
 ROOT = Path(assure.__file__).resolve().parents[1]
 ABUSE = str(ROOT / "fixtures" / "agents" / "abuse")

@@ -66,8 +66,8 @@ def run_example(name: str, runs: Path) -> Path:
     """The gateway folder of the example's first attempt, run on the real engine."""
     from assure.records import store
     from assure.run.driver import Driver
-    from assure.sandbox.docker import DockerBackend
-    from assure.sandbox.images import Images
+    from assure.sandbox.docker.backend import DockerBackend
+    from assure.sandbox.docker.images import Images
 
     backend = DockerBackend()
     spec = spec_mod.load(EXAMPLES / f"{name}.yaml")
@@ -80,8 +80,8 @@ def run_example(name: str, runs: Path) -> Path:
 def mini_limits() -> dict[str, list[float]]:
     """mini-swe-agent's step and cost limits, read inside its derived image."""
     from assure.sandbox import install
-    from assure.sandbox.docker import DockerBackend
-    from assure.sandbox.images import Images
+    from assure.sandbox.docker.backend import DockerBackend
+    from assure.sandbox.docker.images import Images
 
     backend = DockerBackend()
     spec = spec_mod.load(EXAMPLES / "mini-swe-agent.yaml")

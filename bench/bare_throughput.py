@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e  # noqa: E402 -- after sys.path
 
 from assure import spec as spec_mod  # noqa: E402 -- after sys.path
-from assure.sandbox.docker import DockerBackend  # noqa: E402 -- after sys.path
-from assure.sandbox.images import Images  # noqa: E402 -- after sys.path
+from assure.sandbox.docker.backend import DockerBackend  # noqa: E402 -- after sys.path
+from assure.sandbox.docker.images import Images  # noqa: E402 -- after sys.path
 
 
 def main() -> None:

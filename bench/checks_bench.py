@@ -25,7 +25,7 @@ from assure import spec as spec_mod
 from assure.run import checks
 from assure.sandbox import backend as backend_mod
 from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images
+from assure.sandbox.docker.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 7

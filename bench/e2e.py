@@ -45,8 +45,8 @@ from assure.run.driver import Driver
 from assure.run.pool import Settings, WarmPool
 from assure.sandbox import hardening, uids
 from assure.sandbox.backend import Mount, Role
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_VERSION = 1

@@ -17,8 +17,8 @@ from pathlib import Path
 from assure import spec as spec_mod
 from assure.sandbox import hardening, seccomp, uids
 from assure.sandbox.backend import Role
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 7

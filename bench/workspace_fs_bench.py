@@ -31,8 +31,8 @@ from assure.run import attempt as attempt_mod
 from assure.run import driver as driver_mod
 from assure.run.driver import Driver
 from assure.sandbox import workspace_fs
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images
 from assure.verify.snapshot import take
 
 ROOT = Path(__file__).resolve().parent.parent

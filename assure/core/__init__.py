@@ -1,5 +1,5 @@
 """The core: what the gateway image carries besides `assure.gateway` (see
-`assure.sandbox.images.IMAGE_SOURCES`): the gate, the hash chain, operator control, globs,
+`assure.sandbox.docker.images.IMAGE_SOURCES`): the gate, the hash chain, operator control, globs,
 confined file operations, atomic writes, SQLite hardening with changeset replay, and the
 limits the host, the gateway and the agent must agree on (`limits`, which the agent image
 carries too). Standard library only (changeset.py: apsw, which the gateway image pins), so

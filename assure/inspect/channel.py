@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assure.errors import SandboxError
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.docker.backend import DockerBackend
 
 SHIM = ("python3", "-S", "-P", "-m", "assure.agents.inspect_shim")
 MAX_HEAD_BYTES = 64 * 1024

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 from assure import spec as spec_mod
 from assure.errors import AssureError
-from assure.ops import cis
 from assure.sandbox import backend as sandbox
 from assure.sandbox import install, registry, runtimes, uids, workspace_fs
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images, ImageSet, base_mode, base_tags
+from assure.sandbox.docker import cis
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images, ImageSet, base_mode, base_tags
 
 # The spec whose defaults the CIS check creates containers for (every limit at its default).
 DEFAULTS_SPEC = spec_mod.SCHEMAS / "examples" / "benign.yaml"

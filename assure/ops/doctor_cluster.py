@@ -190,7 +190,7 @@ def local_images() -> list[str] | None:
 def _image_tags(backend: Any) -> list[str] | None:
     """The tags of this checkout's images on `backend`'s engine; None when they are not all
     built."""
-    from assure.sandbox.images import Images
+    from assure.sandbox.docker.images import Images
 
     found = Images(backend).resolve()
     return [found.agent, found.gateway, found.egress] if found else None

@@ -82,7 +82,7 @@ class Engine:
 
 def engine_facts(connect: Callable[[], Any]) -> Engine:
     """Ask the engine made by `connect` (a `DockerBackend`) for its version and our images."""
-    from assure.sandbox.images import Images
+    from assure.sandbox.docker.images import Images
 
     try:
         backend = connect()

@@ -110,14 +110,6 @@ def identity(agent: Any, image_id: str | None) -> dict[str, Any]:
     }
 
 
-def image_of(inspect: dict[str, Any] | None) -> str | None:
-    """The image id the engine ran the agent's container from (a tag can be moved, an id not);
-    an engine that gives none (the in-memory fake) leaves the tag its config names."""
-    inspect = inspect or {}
-    found = inspect.get("Image") or (inspect.get("Config") or {}).get("Image")
-    return found if isinstance(found, str) and found else None
-
-
 def scope_of(contract: Any) -> str:
     """The contract's id and hash: its acceptance tests and trust policy are pinned by the hash."""
     return "no-contract" if contract is None else f"{contract.id}@{contract.hash or 'unhashed'}"

@@ -28,7 +28,7 @@ from typing import Any
 from assure.core import confined, control, private
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
-from assure.records import health, store, trust
+from assure.records import health, store
 from assure.records.attempt_record import AttemptRecord
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run import pool as warm
@@ -36,7 +36,7 @@ from assure.run.stop import INTERRUPTED, StopReason
 from assure.sandbox import backend as sandbox
 from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox.backend import SandboxBackend
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 from assure.textsafe import display
 from assure.verify import assertions, judge
@@ -54,11 +54,6 @@ GATEWAY_ALIVE_SECONDS = 0.25  # how often a gateway not yet ready is asked wheth
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
-DIFF_KINDS = {
-    sandbox.CHANGE_MODIFIED: "modified",
-    sandbox.CHANGE_ADDED: "added",
-    sandbox.CHANGE_DELETED: "deleted",
-}
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -631,7 +626,7 @@ class Attempt:
         if agent is None:
             return False
         try:
-            return self.backend.inspect(agent).get("State", {}).get("Status") != "created"
+            return self.backend.observe(agent).status != "created"
         except Exception:
             return True
 
@@ -801,11 +796,8 @@ class Attempt:
             stopping = pool.submit(self.backend.stop, self._gateway, hardening.STOP_GRACE_SECONDS)
             self._read_agent(facts)
             stopping.result()
-        state = self.backend.inspect(self._gateway).get("State", {})
-        facts["gateway"] = {
-            "exit_code": state.get("ExitCode"),
-            "oom_killed": bool(state.get("OOMKilled")),
-        }
+        gateway = self.backend.observe(self._gateway)
+        facts["gateway"] = {"exit_code": gateway.exit_code, "oom_killed": gateway.oom_killed}
         self.paths.gateway_log.write_bytes(self.backend.logs(self._gateway, LOG_LIMIT_BYTES))
         try:
             _, last = chain_head(self.paths.journal)
@@ -814,20 +806,15 @@ class Attempt:
             pass  # judge() reports the broken journal
 
     def _read_agent(self, facts: dict[str, Any]) -> None:
-        inspect = self.backend.inspect(self._agent)
+        observed = self.backend.observe(self._agent)
         assert self.lease is not None
         facts["user"] = "{}:{}".format(
             *self.lease.ids
         )  # the verifier expects the agent to have run as it
-        facts["inspect"] = {
-            "HostConfig": inspect.get("HostConfig", {}),
-            "Config": {"User": inspect.get("Config", {}).get("User")},
-            "Mounts": inspect.get("Mounts", []),
-            "AppArmorProfile": inspect.get("AppArmorProfile"),
-        }
-        facts["image"] = trust.image_of(inspect)  # the id it ran from: the agent's identity
+        facts["observed"] = observed.to_json()
+        facts["image"] = observed.image  # the id it ran from: the agent's identity
         facts["engine_security"] = self.backend.security_options()
-        facts["oom_killed"] = bool(inspect.get("State", {}).get("OOMKilled"))
+        facts["oom_killed"] = observed.oom_killed
         layer = self.backend.writable_layer(self._agent)
         if layer is not None:
             facts["fs_changes_source"] = "writable layer"
@@ -841,9 +828,9 @@ class Attempt:
         out = []
         changes = self.backend.fs_changes(self._agent)
         for change in changes[:MAX_CONTAINER_CHANGES]:
-            path, kind = change.get("Path", ""), DIFF_KINDS.get(change.get("Kind"), "unknown")
-            entry: dict[str, Any] = {"path": path, "kind": kind}
-            if kind != "deleted" and path not in EXPECTED_PATHS:
+            path, kind = change.path, change.kind
+            entry: dict[str, Any] = {"path": path, "kind": str(kind)}
+            if kind is not sandbox.ChangeKind.DELETED and path not in EXPECTED_PATHS:
                 ftype, content, target = self.backend.read_file(
                     self._agent, path, CONTAINER_FILE_LIMIT
                 )

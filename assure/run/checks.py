@@ -364,9 +364,7 @@ def run_in_check(
         if run.exit_code is None:
             backend.stop(cid, hardening.STOP_GRACE_SECONDS)
         run.seconds = round(time.monotonic() - started, 3)
-        run.runtime = (backend.inspect(cid).get("HostConfig") or {}).get(
-            "Runtime"
-        )  # as the engine ran it
+        run.runtime = backend.observe(cid).runtime  # as the engine ran it
         return run
     finally:
         backend.remove_container(cid)
@@ -473,11 +471,9 @@ class SharedChecks:
                 self._made += 1
                 cid = self.backend.start_container(request)
                 self._containers[image] = (cid, 0, None)
-                info = self.backend.inspect(cid)
-                state = info.get("State") or {}
-                pid = int(state.get("Pid") or 0) if state.get("Running") else 0
-                runtime = (info.get("HostConfig") or {}).get("Runtime")
-                self._containers[image] = (cid, pid, runtime)
+                seen = self.backend.observe(cid)
+                pid = (seen.host_pid or 0) if seen.running else 0
+                self._containers[image] = (cid, pid, seen.runtime)
             got = self._containers[image]
             if got[1] <= 0:
                 return None

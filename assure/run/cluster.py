@@ -398,7 +398,7 @@ def run_on_node(
 
     from assure.run.driver import Driver
     from assure.sandbox import install, registry
-    from assure.sandbox.images import Images
+    from assure.sandbox.docker.images import Images
 
     class NodeDriver(Driver):
         def _escalate(self, record: Any) -> None:

@@ -36,7 +36,7 @@ from assure.run.reasons import attempt_reason
 from assure.run.stop import StopReason
 from assure.sandbox import install, live, workspace_fs
 from assure.sandbox.backend import SandboxBackend
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.images import ImageSet
 from assure.spec import Spec, Task
 from assure.textsafe import display
 from assure.verify.findings import (

@@ -58,7 +58,7 @@ from assure.sandbox.backend import (
     Mount,
     SandboxBackend,
 )
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.images import ImageSet
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ MOUNTED_MODEL_MODES = (
     "replay",
 )  # modelaccess.ModelAccess.mounts: a per-attempt gateway mount
 # Variables bash sets, resets or keeps read-only itself. A claimed agent's environment is
-# exported by its gate's bash (sandbox/docker.py GATE_CLAIM), a cold one's imported by the
+# exported by its gate's bash (sandbox/docker/gate.py GATE_CLAIM), a cold one's imported by the
 # same bash at its start, and bash treats these two ways differently: the agent would get
 # another value (PWD, IFS, SECONDS...), or none, or not start at all (UID, EUID, PPID and
 # SHELLOPTS are read-only: the export fails). A spec that sets one starts cold.

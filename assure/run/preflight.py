@@ -409,7 +409,7 @@ def engine(specs: list[Spec], say: Callable[[str], None]) -> tuple[Any, Any]:
     refuses, and each image and runtime the engine lacks, every problem of every spec listed
     before anything starts."""
     from assure.sandbox import install, live, registry, workspace_fs
-    from assure.sandbox.images import Images
+    from assure.sandbox.docker.images import Images
 
     workspace_fs.require()  # the workspace cannot be bounded here: refuse before any run starts
     for s in specs:

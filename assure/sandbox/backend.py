@@ -23,7 +23,8 @@ Cleanup guarantees.
 Requests. A container is described by a `ContainerRequest` (role, image, command, env, mounts,
 user, limits, runtime, network, read-only root, tmpfs, ulimits, security options, labels),
 built by `sandbox.hardening`, the one place that decides the hardening. Docker translates it
-into its create arguments; the fake runs it and reports it back in `inspect`.
+into its create arguments; the fake runs it. What the engine reports back is an `Observed`
+(`observe`), in the request's terms, and a container's own writes are `FsChange`s.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import os
 import socket
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -52,8 +53,19 @@ ENGINE_FIX = (
     " user"
 )
 
-# What `fs_changes` reports for each path, as `docker diff` numbers it.
-CHANGE_MODIFIED, CHANGE_ADDED, CHANGE_DELETED = 0, 1, 2
+
+class ChangeKind(StrEnum):
+    """What a container did to one path of its own filesystem (`fs_changes`)."""
+
+    MODIFIED = "modified"
+    ADDED = "added"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True)
+class FsChange:
+    path: str  # absolute, in the container
+    kind: ChangeKind
 
 
 class Role(StrEnum):
@@ -131,6 +143,64 @@ class ContainerRequest:
         return {**self.labels, LABEL_ROLE: self.role}
 
 
+@dataclass(frozen=True)
+class Observed:
+    """What the engine reports of one container, in the request's terms (`ContainerRequest`'s
+    field names where the two meet), so the verifier compares them field by field. None: the
+    engine reported nothing there. Docker translates its inspect into it
+    (sandbox/docker/observe.py); the fake reports its request back."""
+
+    status: str  # "created" (never started), "running", "exited"
+    exit_code: int | None = None
+    oom_killed: bool = False
+    host_pid: int | None = None  # the host's pid of its first process, while it runs
+    image: str | None = None  # the image's id where the engine gives one, else its name
+    labels: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = None
+    network: str | None = None
+    read_only_root: bool | None = None
+    mounts: tuple[Mount, ...] = ()  # every mount but the tmpfs, with the engine's host source
+    tmpfs: Mapping[str, str] = field(default_factory=dict)
+    ulimits: tuple[Ulimit, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    cap_drop: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()  # as requested: no-new-privileges, seccomp=<profile>...
+    apparmor: str | None = None  # the AppArmor profile applied ("": none)
+    privileged: bool | None = None
+    pid_namespace: str | None = None  # "" or None: its own; "host": the host's
+    ipc: str | None = None
+    devices: tuple[str, ...] = ()  # host devices passed in
+    pids_limit: int | None = None
+    memory: int | None = None
+    memory_swap: int | None = None
+    nano_cpus: int | None = None
+    runtime: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    def to_json(self) -> dict[str, Any]:
+        """For container.json; `from_json` reads it back."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["mounts"] = [vars(m) for m in self.mounts]
+        out["ulimits"] = [vars(u) for u in self.ulimits]
+        return {
+            k: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, Mapping) else v
+            for k, v in out.items()
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Observed:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["mounts"] = tuple(Mount(**m) for m in data.get("mounts") or [])
+        values["ulimits"] = tuple(Ulimit(**u) for u in data.get("ulimits") or [])
+        for name in ("cap_add", "cap_drop", "security_opt", "devices"):
+            values[name] = tuple(data.get(name) or ())
+        return cls(**values)
+
+
 Owned = dict[
     str, list[dict[str, str]]
 ]  # "containers" | "volumes" | "networks" -> [{"id", "name", **labels}]
@@ -187,7 +257,8 @@ class SandboxBackend(Protocol):
     def attached(self, cid: str, *, stdin: bool) -> AbstractContextManager[socket.socket]:
         """The stdio of a created container as one socket; attach before `start` so no byte is
         missed. Write stdin (shut the write side to close it; the request sets `stdin_open`);
-        read stdout and stderr as frames (8-byte header: stream 1|2, 0, 0, 0, big-endian size)."""
+        read stdout and stderr as frames (8-byte header: stream 1|2, 0, 0, 0, big-endian size),
+        Docker's, which every backend speaks on this socket."""
         ...
 
     def stop(self, cid: str, grace: float) -> None:
@@ -200,18 +271,16 @@ class SandboxBackend(Protocol):
         ...
 
     # --- inspect and collect (on a stopped container) ---------------------------------------
-    def inspect(self, cid: str) -> dict[str, Any]:
-        """The engine's own record, in `docker inspect`'s shape: `State` (Status, Running,
-        ExitCode, OOMKilled), `Config` (User, Labels), `HostConfig`, `Mounts`, `AppArmorProfile`."""
+    def observe(self, cid: str) -> Observed:
+        """How the container is and ran, as the engine reports it (not as it was asked)."""
         ...
 
     def logs(self, cid: str, limit: int) -> bytes:
         """stdout and stderr as written, at most the last `limit` bytes."""
         ...
 
-    def fs_changes(self, cid: str) -> list[dict[str, Any]]:
-        """What the container changed in its own filesystem (not in mounts or tmpfs), as
-        `docker diff` reports it: `{"Path": "/abs", "Kind": CHANGE_*}`."""
+    def fs_changes(self, cid: str) -> list[FsChange]:
+        """What the container changed in its own filesystem (not in mounts or tmpfs)."""
         ...
 
     def writable_layer(self, cid: str) -> Path | None:
@@ -260,7 +329,7 @@ class CheckExec(Protocol):
 
 @runtime_checkable
 class ImageBuilder(Protocol):
-    """The images' build (sandbox/images.py): Docker only."""
+    """The images' build (sandbox/docker/images.py): Docker only."""
 
     def image_exists(self, tag: str) -> bool: ...
 

@@ -9,10 +9,10 @@ Each container is a thread. What it runs is decided by its request's role:
 - anything else (the agent): a `Program` registered under the command's first word, given a
   `Context` (workspace, socket, environment, its own root folder) and returning an exit code.
 
-Nothing is isolated: a fake container is no sandbox. `inspect` reports the hardening the
-request asked for, as Docker's inspect would show it; read-only mounts are not enforced.
+Nothing is isolated: a fake container is no sandbox. `observe` reports the hardening the
+request asked for, as an engine that honoured it would; read-only mounts are not enforced.
 Errors, idempotent removal, stop of an exited container and labels behave as the protocol
-says, and the conformance suite (tests/backend_conformance.py) holds the fake to it.
+says, and the conformance suite (assure/sandbox/conformance.py) holds the fake to it.
 """
 
 from __future__ import annotations
@@ -31,18 +31,20 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from assure.errors import ImageError, SandboxError
 from assure.sandbox.backend import (
-    CHANGE_ADDED,
     ENGINE_FIX,
     LABEL_OWNER,
     LABEL_RUN,
     OWNER,
+    ChangeKind,
     ContainerRequest,
+    FsChange,
+    Observed,
     Owned,
     Role,
 )
@@ -263,69 +265,40 @@ class FakeBackend:
         shutil.rmtree(container.context.root, ignore_errors=True)
 
     # --- inspect and collect ---------------------------------------------------------------------
-    def inspect(self, cid: str) -> dict[str, Any]:
+    def observe(self, cid: str) -> Observed:
         c = self._get(cid)
         r = c.request
-        status = "running" if c.running else ("exited" if c.thread is not None else "created")
-        mounts = [
-            {
-                "Type": "bind" if os.path.isabs(m.source) else "volume",
-                "Source": str(self._source(m.source)),
-                "Destination": m.target,
-                "RW": not m.read_only,
-            }
-            for m in r.mounts
-        ]
-        return {
-            "Id": c.id,
-            "Name": f"/{r.name or c.id}",
-            "State": {
-                "Status": status,
-                "Running": c.running,
-                "ExitCode": c.exit_code or 0,
-                "OOMKilled": False,
-            },
-            "Config": {
-                "User": r.user or "",
-                "Labels": r.all_labels,
-                "Image": r.image,
-                "Cmd": c.context.command,
-            },
-            "HostConfig": {
-                "NetworkMode": r.network or "default",
-                "CapDrop": list(r.cap_drop) or None,
-                "CapAdd": None,
-                "Privileged": False,
-                "SecurityOpt": list(r.security_opt) or None,
-                "IpcMode": r.ipc or "private",
-                "PidMode": "",
-                "Devices": [],
-                "PidsLimit": r.pids_limit,
-                "Memory": r.memory or 0,
-                "MemorySwap": r.memory_swap or 0,
-                "NanoCpus": r.nano_cpus or 0,
-                "ReadonlyRootfs": r.read_only_root,
-                "Tmpfs": dict(r.tmpfs),
-                "Runtime": r.runtime or "runc",
-                "Init": r.init,
-                "Ulimits": [{"Name": u.name, "Soft": u.soft, "Hard": u.hard} for u in r.ulimits],
-                "Binds": [
-                    f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"
-                    for m in r.mounts
-                    if os.path.isabs(m.source)
-                ],
-            },
-            "Mounts": mounts,
-            "AppArmorProfile": "",
-        }
+        return Observed(
+            status="running" if c.running else ("exited" if c.thread is not None else "created"),
+            exit_code=c.exit_code or 0,
+            image=r.image,
+            labels=r.all_labels,
+            user=r.user or "",
+            network=r.network or "default",
+            read_only_root=r.read_only_root,
+            mounts=tuple(replace(m, source=str(self._source(m.source))) for m in r.mounts),
+            tmpfs=dict(r.tmpfs),
+            ulimits=r.ulimits,
+            cap_drop=r.cap_drop,
+            security_opt=r.security_opt,
+            apparmor="",
+            privileged=False,
+            pid_namespace="",
+            ipc=r.ipc or "private",
+            pids_limit=r.pids_limit,
+            memory=r.memory or 0,
+            memory_swap=r.memory_swap or 0,
+            nano_cpus=r.nano_cpus or 0,
+            runtime=r.runtime or "runc",
+        )
 
     def logs(self, cid: str, limit: int) -> bytes:
         return bytes(self._get(cid).logs[-limit:]) if limit > 0 else b""
 
-    def fs_changes(self, cid: str) -> list[dict[str, Any]]:
+    def fs_changes(self, cid: str) -> list[FsChange]:
         root = self._get(cid).context.root
         return [
-            {"Path": "/" + os.path.relpath(os.path.join(top, name), root), "Kind": CHANGE_ADDED}
+            FsChange("/" + os.path.relpath(os.path.join(top, name), root), ChangeKind.ADDED)
             for top, dirs, files in os.walk(root)
             for name in sorted(dirs + files)
         ]

@@ -3,12 +3,14 @@
 
 Nothing here talks to Docker, so the settings are tested without a daemon; the integration
 tests then observe them from inside a real container. `CONTAINMENT` lists what the verifier
-re-checks on the stopped container (ground truth from the engine, not the agent's word).
+re-checks on the stopped container (ground truth from the engine, not the agent's word), as
+rules on what the engine reports (`backend.Observed`) against what was asked.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,7 @@ SOCKET_VOLUME_SIZE = "1m"
 # RLIMIT_FSIZE: the largest file any process of a run may write is the workspace's disk,
 # `limits.disk`. This was the limit before that field existed (for specs resolved without it).
 FILE_SIZE_LIMIT = "1g"
+NO_NEW_PRIVILEGES = "no-new-privileges:true"
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def agent_tmpfs(spec: Spec) -> dict[str, str]:
     return {"/tmp": tmpfs_options(spec.limits.tmpfs), **(tools if spec.sandbox.tools_tmp else {})}
 
 
-def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
+def ulimits(nofile: int, disk: str | None) -> tuple[Ulimit, ...]:
     """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
     core 0 (no core dump lands anywhere).
 
@@ -99,10 +102,10 @@ def ulimits(nofile: int, disk: str | None) -> list[dict[str, Any]]:
     it): an agent within its own pids limit could use it up and stop its gateway, or another
     run's, from starting a thread. Each container's processes are bounded by its pids cgroup."""
     fsize = parse_size(disk or FILE_SIZE_LIMIT)
-    return [
-        {"name": name, "soft": value, "hard": value}
+    return tuple(
+        Ulimit(name, value, value)
         for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))
-    ]
+    )
 
 
 def common_request(
@@ -129,7 +132,7 @@ def common_request(
         user=f"{uid}:{gid}",
         network="none",
         cap_drop=("ALL",),
-        security_opt=("no-new-privileges:true", seccomp.security_opt(runtime)),
+        security_opt=(NO_NEW_PRIVILEGES, seccomp.security_opt(runtime)),
         read_only_root=spec.sandbox.read_only_root,
         tmpfs={"/tmp": tmpfs_options(spec.limits.tmpfs)},
         ipc="none",
@@ -137,7 +140,7 @@ def common_request(
         memory=mem,
         memory_swap=mem,
         nano_cpus=int(spec.limits.cpus * 1e9),
-        ulimits=tuple(Ulimit(**u) for u in ulimits(spec.limits.nofile, spec.limits.disk)),
+        ulimits=ulimits(spec.limits.nofile, spec.limits.disk),
         log_max=LOG_MAX,
         init=True,
         runtime=runtime,
@@ -393,32 +396,77 @@ def make_socket_folder(path: Path, user: tuple[int, int]) -> None:
         os.chown(path, *user, follow_symlinks=False)
 
 
-# What the verifier expects to find on the stopped agent container: (description, path in
-# `docker inspect`, predicate). A failed predicate is a `containment_failed` breach.
-CONTAINMENT: tuple[tuple[str, tuple[str, ...], Any], ...] = (
-    ("no network", ("HostConfig", "NetworkMode"), lambda v: v == "none"),
-    ("all capabilities dropped", ("HostConfig", "CapDrop"), lambda v: bool(v) and "ALL" in v),
-    ("no capabilities added", ("HostConfig", "CapAdd"), lambda v: not v),
-    ("not privileged", ("HostConfig", "Privileged"), lambda v: v is False),
-    (
+@dataclass(frozen=True)
+class Rule:
+    """One setting the verifier re-checks on the stopped agent: `field` of `Observed` (and of
+    the `ContainerRequest`, where it has one) must satisfy `holds(requested, observed)`. The
+    subject is the finding's, named as verdicts always named it (Docker's inspect path)."""
+
+    subject: str
+    description: str
+    field: str
+    holds: Callable[[Any, Any], bool]
+
+
+def _no_docker_socket(_: Any, mounts: Any) -> bool:
+    return not any("docker.sock" in f"{m.source}:{m.target}" for m in mounts or ())
+
+
+# What the verifier expects to find on the stopped agent container. A rule that does not hold
+# is a `containment_failed` breach.
+CONTAINMENT: tuple[Rule, ...] = (
+    Rule("HostConfig.NetworkMode", "no network", "network", lambda want, got: got == want),
+    Rule(
+        "HostConfig.CapDrop",
+        "all capabilities dropped",
+        "cap_drop",
+        lambda want, got: bool(got) and set(want) <= set(got),
+    ),
+    Rule("HostConfig.CapAdd", "no capabilities added", "cap_add", lambda _, got: not got),
+    Rule("HostConfig.Privileged", "not privileged", "privileged", lambda _, got: got is False),
+    Rule(
+        "HostConfig.SecurityOpt",
         "no-new-privileges",
-        ("HostConfig", "SecurityOpt"),
-        lambda v: bool(v) and "no-new-privileges:true" in v,
+        "security_opt",
+        lambda _, got: NO_NEW_PRIVILEGES in (got or ()),
     ),
-    ("private IPC", ("HostConfig", "IpcMode"), lambda v: v == "none"),
-    ("private PID namespace", ("HostConfig", "PidMode"), lambda v: v in ("", None)),
-    ("no host devices", ("HostConfig", "Devices"), lambda v: not v),
-    ("pids limited", ("HostConfig", "PidsLimit"), lambda v: isinstance(v, int) and v > 0),
-    ("memory limited", ("HostConfig", "Memory"), lambda v: isinstance(v, int) and v > 0),
-    ("no swap", ("HostConfig", "MemorySwap"), lambda v: isinstance(v, int) and v > 0),
-    (
+    Rule("HostConfig.IpcMode", "private IPC", "ipc", lambda want, got: got == want),
+    Rule(
+        "HostConfig.PidMode",
+        "private PID namespace",
+        "pid_namespace",
+        lambda _, got: got in ("", None),
+    ),
+    Rule("HostConfig.Devices", "no host devices", "devices", lambda _, got: not got),
+    Rule(
+        "HostConfig.PidsLimit",
+        "pids limited",
+        "pids_limit",
+        lambda _, got: isinstance(got, int) and got > 0,
+    ),
+    Rule(
+        "HostConfig.Memory",
+        "memory limited",
+        "memory",
+        lambda _, got: isinstance(got, int) and got > 0,
+    ),
+    Rule(
+        "HostConfig.MemorySwap",
+        "no swap",
+        "memory_swap",
+        lambda _, got: isinstance(got, int) and got > 0,
+    ),
+    Rule(
+        "Config.User",
         "non-root user",
-        ("Config", "User"),
-        lambda v: bool(v) and v.split(":")[0] not in ("0", "root"),
+        "user",
+        lambda _, got: bool(got) and got.split(":")[0] not in ("0", "root"),
     ),
-    (
-        "no Docker socket",
-        ("HostConfig", "Binds"),
-        lambda v: not any("docker.sock" in b for b in v or []),
+    Rule("HostConfig.Binds", "no Docker socket", "mounts", _no_docker_socket),
+    Rule(
+        "HostConfig.ReadonlyRootfs",
+        "read-only root filesystem as the spec says",
+        "read_only_root",
+        lambda want, got: got is want,
     ),
 )

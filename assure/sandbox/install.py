@@ -27,9 +27,9 @@ from pathlib import Path
 
 from assure.core.chain import canonical
 from assure.errors import ImageError
-from assure.sandbox import images as images_mod
 from assure.sandbox.backend import ImageBuilder
-from assure.sandbox.images import ImageSet, Progress
+from assure.sandbox.docker import images as images_mod
+from assure.sandbox.docker.images import ImageSet, Progress
 from assure.spec import AGENT_IMAGE_ALIAS, Install, Spec
 
 REPOSITORY = "assure-agent-install"

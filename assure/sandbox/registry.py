@@ -12,7 +12,7 @@ from assure.errors import SandboxError
 
 DEFAULT = "docker"
 BACKENDS = {  # name -> "module:class"; an out-of-tree backend adds one line here
-    "docker": "assure.sandbox.docker:DockerBackend",
+    "docker": "assure.sandbox.docker.backend:DockerBackend",
     "fake": "assure.sandbox.fake:FakeBackend",
 }
 

@@ -1,17 +1,21 @@
 """Findings about the agent container itself, from what the engine reported after it stopped.
 
-Two kinds: the hardening the container actually ran with (`docker inspect`, re-checked here
-against the table in `sandbox.hardening`), and changes to its own filesystem outside the
-mounts and the tmpfs (`docker diff`, with content digests collected by the host).
+Two kinds: the hardening the container actually ran with (the engine's `Observed`, compared
+field by field with the `ContainerRequest` hardening asks for, and `sandbox.hardening`'s
+rules), and changes to its own filesystem outside the mounts and the tmpfs (the engine's
+`FsChange`s or its writable layer, with content digests collected by the host).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from assure.sandbox import seccomp, workspace_fs
+from assure.sandbox import hardening, seccomp, workspace_fs
+from assure.sandbox.backend import ContainerRequest, Mount, Observed, Role
 from assure.sandbox.hardening import (
     AGENT_CLAIM,
     AGENT_FILES,
@@ -19,7 +23,6 @@ from assure.sandbox.hardening import (
     SOCKET_DIR,
     WORKSPACE,
     agent_tmpfs,
-    ulimits,
 )
 from assure.spec import Spec
 from assure.verify.findings import Finding, Kind
@@ -64,53 +67,57 @@ def _as_json(value: Any) -> str:
         return repr(value)
 
 
-def _lookup(data: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for key in path:
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
+def expected_request(
+    spec: Spec, attempt: str, pooled: Mapping[str, Any] | None, user: str | None
+) -> ContainerRequest:
+    """What `hardening` asked of this attempt's agent, with the mounts the verifier can know:
+    the workspace by its place in the run directory (a moved run directory still verifies) and
+    the spec's agent files, or the pooled pair's own folders (renamed to attempts/<n> when
+    claimed: run/pool.py). A mount whose source is not checked has source "". `user` None: no
+    user to hold the agent to (a record made before each attempt had its own, `auto`)."""
+    workspace = f"…/attempts/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}"
+    files = os.path.normpath(spec.agent.files) if spec.agent.files else None
+    if pooled:
+        workspace = "…/" + "/".join(str(pooled.get("workspace")).split("/")[-4:])
+        files = str(pooled.get("agent_files"))
+    mounts = [Mount(workspace, WORKSPACE), Mount("", SOCKET_DIR, read_only=True)]
+    if spec.agent.files or pooled:
+        mounts.append(Mount(files or "", AGENT_FILES, read_only=True))
+    if pooled:
+        mounts.append(Mount("", AGENT_CLAIM, read_only=True))
+    if user is None and spec.sandbox.user != "auto":
+        user = spec.sandbox.user
+    base = hardening.common_request(
+        spec, Role.AGENT, "", {}, spec.limits.memory, spec.limits.pids, user=(0, 0)
+    )
+    return replace(base, user=user, tmpfs=agent_tmpfs(spec), mounts=tuple(mounts))
 
 
 def containment(
-    inspect: dict[str, Any],
+    observed: Observed,
     spec: Spec,
     engine_security: list[str] | None,
     attempt: str,
-    pooled: dict[str, Any] | None = None,
+    pooled: Mapping[str, Any] | None = None,
     user: str | None = None,
 ) -> list[Finding]:
-    """The static table of `CONTAINMENT`, then what this spec asked for: read-only root,
-    runtime, seccomp profile, AppArmor, mounts (the workspace that of `attempt`, or of the
-    pooled pair the attempt claimed: container.json `pool`), /tmp tmpfs and ulimits; and the
-    attempt's own user (container.json `user`, as the host leased it: `sandbox/uids.py`)."""
+    """`CONTAINMENT`'s rules, then what this spec asked for, field by field: runtime, seccomp
+    profile, AppArmor, mounts (the workspace that of `attempt`, or of the pooled pair the
+    attempt claimed: container.json `pool`), tmpfs and ulimits; and the attempt's own user
+    (container.json `user`, as the host leased it: `sandbox/uids.py`)."""
+    want = expected_request(spec, attempt, pooled, user)
     findings = []
-    for description, path, ok in CONTAINMENT + (
-        (
-            "read-only root filesystem as the spec says",
-            ("HostConfig", "ReadonlyRootfs"),
-            lambda v: v is spec.sandbox.read_only_root,
-        ),
-    ):
-        value = _lookup(inspect, path)
-        if not ok(value):
+    for rule in CONTAINMENT:
+        got = getattr(observed, rule.field)
+        if not rule.holds(getattr(want, rule.field, None), got):
             findings.append(
                 Finding(
                     Kind.CONTAINMENT_FAILED,
-                    ".".join(path),
-                    f"expected {description}, engine reports {_as_json(value)}",
+                    rule.subject,
+                    f"expected {rule.description}, engine reports {_as_json(_plain(got))}",
                 )
             )
-    checks = _spec_checks(inspect, spec, engine_security, attempt, pooled)
-    if (
-        user is not None or spec.sandbox.user != "auto"
-    ):  # a record made before each attempt had its own user has none
-        checks.append(
-            (
-                "Config.User",
-                user if user is not None else spec.sandbox.user,
-                _lookup(inspect, ("Config", "User")),
-            )
-        )
-    for subject, expected, reported in checks:
+    for subject, expected, reported in _compared(want, observed, engine_security):
         if expected != reported:
             findings.append(
                 Finding(
@@ -124,73 +131,37 @@ def containment(
 
 def containment_checked(spec: Spec) -> list[str]:
     """The subjects `containment` checks, for the record that they were checked and held."""
-    return (
-        [".".join(path) for _, path, _ in CONTAINMENT]
-        + ["HostConfig.ReadonlyRootfs"]
-        + [s for s, _, _ in _spec_checks({}, spec, None, "")]
-    )
+    want = expected_request(spec, "", None, None)
+    subjects = [r.subject for r in CONTAINMENT] + [
+        s for s, _, _ in _compared(want, Observed(status="exited"), None)
+    ]
+    return list(dict.fromkeys(subjects))  # the user: a rule, and compared when there is one
 
 
-def _spec_checks(
-    inspect: dict[str, Any],
-    spec: Spec,
-    engine_security: list[str] | None,
-    attempt: str,
-    pooled: dict[str, Any] | None = None,
+def _plain(value: Any) -> Any:
+    """A reported value as JSON spells it: mounts as objects, tuples as lists."""
+    if isinstance(value, tuple):
+        return [vars(v) if isinstance(v, Mount) else v for v in value]
+    return value
+
+
+def _compared(
+    want: ContainerRequest, got: Observed, engine_security: list[str] | None
 ) -> list[tuple[str, Any, Any]]:
-    """(subject, expected, what the engine reports), each in a form that compares with ==."""
-    limits = spec.limits
-    security_opt = _lookup(inspect, ("HostConfig", "SecurityOpt")) or []
-    profiles = sorted(_seccomp_summary(o) for o in security_opt if o.startswith("seccomp="))
-    apparmor = inspect.get("AppArmorProfile")
+    """(subject, expected, what the engine reports), each in a form that compares with ==.
+    The user only when there is one to hold the agent to."""
     engine = engine_security or []
-    mounts = {
-        m.get("Destination"): "rw" if m.get("RW") else "ro" for m in inspect.get("Mounts") or []
-    }
-    expected_mounts = {
-        WORKSPACE: "rw",
-        SOCKET_DIR: "ro",
-        **({AGENT_FILES: "ro"} if spec.agent.files or pooled else {}),
-        **({AGENT_CLAIM: "ro"} if pooled else {}),
-    }
-    # the bind sources that matter: the spec's agent files, and this attempt's workspace (by
-    # its place in the run directory, so a moved run directory still verifies)
-    sources = {
-        m.get("Destination"): str(m.get("Source"))
-        for m in inspect.get("Mounts") or []
-        if m.get("Destination") in (WORKSPACE, AGENT_FILES)
-    }
-    workspace_source = sources.get(WORKSPACE, "")
+    sources = {m.target: str(m.source) for m in got.mounts if m.target in (WORKSPACE, AGENT_FILES)}
+    workspace = sources.get(WORKSPACE, "")
     sources[WORKSPACE] = (
-        "…/" + "/".join(workspace_source.split("/")[-4:])
-        if workspace_source.startswith("/")
-        else workspace_source
+        "…/" + "/".join(workspace.split("/")[-4:]) if workspace.startswith("/") else workspace
     )
-    expected_sources = {
-        WORKSPACE: f"…/attempts/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}",
-        **({AGENT_FILES: os.path.normpath(spec.agent.files)} if spec.agent.files else {}),
-    }
-    if (
-        pooled
-    ):  # the pair's own folders, made for it, renamed to attempts/<n> when claimed (run/pool.py)
-        expected_sources = {
-            WORKSPACE: "…/" + "/".join(str(pooled.get("workspace")).split("/")[-4:]),
-            AGENT_FILES: str(pooled.get("agent_files")),
-        }
-    tmpfs = {
-        k: sorted(str(v).split(","))
-        for k, v in (_lookup(inspect, ("HostConfig", "Tmpfs")) or {}).items()
-    }
-    reported_ulimits = {
-        u.get("Name"): (u.get("Soft"), u.get("Hard"))
-        for u in _lookup(inspect, ("HostConfig", "Ulimits")) or []
-    }
-    return [
-        ("HostConfig.Runtime", spec.sandbox.runtime, _lookup(inspect, ("HostConfig", "Runtime"))),
+    compared = [
+        ("HostConfig.Runtime", want.runtime, got.runtime),
         (
             "HostConfig.SecurityOpt seccomp",
-            [_seccomp_summary(seccomp.security_opt(spec.sandbox.runtime))],
-            profiles,
+            _profiles(want.security_opt),
+            _profiles(got.security_opt),
         ),
         # the engine applies a seccomp profile only where it was built with seccomp support
         ("engine seccomp support", True, any(o.startswith("name=seccomp") for o in engine)),
@@ -198,21 +169,36 @@ def _spec_checks(
         (
             "AppArmorProfile",
             "confined",
-            _apparmor(apparmor, security_opt, any(o.startswith("name=apparmor") for o in engine)),
+            _apparmor(got.apparmor, any(o.startswith("name=apparmor") for o in engine)),
         ),
-        ("Mounts", expected_mounts, mounts),
-        ("Mounts sources", expected_sources, sources),
         (
-            "HostConfig.Tmpfs",
-            {k: sorted(v.split(",")) for k, v in agent_tmpfs(spec).items()},
-            tmpfs,
+            "Mounts",
+            {m.target: "ro" if m.read_only else "rw" for m in want.mounts},
+            {m.target: "ro" if m.read_only else "rw" for m in got.mounts},
         ),
+        (
+            "Mounts sources",
+            {m.target: m.source for m in want.mounts if m.target in (WORKSPACE, AGENT_FILES)},
+            sources,
+        ),
+        ("HostConfig.Tmpfs", _options(want.tmpfs), _options(got.tmpfs)),
         (
             "HostConfig.Ulimits",
-            {u["name"]: (u["soft"], u["hard"]) for u in ulimits(limits.nofile, limits.disk)},
-            reported_ulimits,
+            {u.name: (u.soft, u.hard) for u in want.ulimits},
+            {u.name: (u.soft, u.hard) for u in got.ulimits},
         ),
     ]
+    if want.user is not None:
+        compared.append(("Config.User", want.user, got.user))
+    return compared
+
+
+def _profiles(security_opt: tuple[str, ...]) -> list[str]:
+    return sorted(_seccomp_summary(o) for o in security_opt if o.startswith("seccomp="))
+
+
+def _options(tmpfs: Mapping[str, str]) -> dict[str, list[str]]:
+    return {k: sorted(str(v).split(",")) for k, v in tmpfs.items()}
 
 
 def _seccomp_summary(option: str) -> str:
@@ -225,10 +211,8 @@ def _seccomp_summary(option: str) -> str:
     )
 
 
-def _apparmor(profile: Any, security_opt: list[str], engine_has_apparmor: bool) -> str:
-    if profile == "unconfined" or any(
-        o.replace(":", "=", 1) == "apparmor=unconfined" for o in security_opt
-    ):
+def _apparmor(profile: str | None, engine_has_apparmor: bool) -> str:
+    if profile == "unconfined":
         return "unconfined"
     if engine_has_apparmor and not profile:
         return "no profile although the engine has AppArmor"

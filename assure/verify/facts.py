@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from assure.sandbox.backend import Observed
+
 
 @dataclass(frozen=True)
 class ContainerFacts:
@@ -59,9 +61,20 @@ class ContainerFacts:
         return self.data.get("agent_started") is not False
 
     @property
-    def inspect(self) -> dict[str, Any] | None:
-        """The agent container's inspected hardening; None if it never started."""
-        return self.data.get("inspect")
+    def observed(self) -> Observed | None:
+        """How the engine reported the agent's container; None if it never started. A record
+        made before `Observed` holds Docker's inspect instead (`inspect`), read as Docker's."""
+        if self.data.get("observed") is not None:
+            return Observed.from_json(self.data["observed"])
+        if self.data.get("inspect") is not None:
+            from assure.sandbox.docker.observe import observed  # no docker-py: a pure reading
+
+            return observed(self.data["inspect"])
+        return None
+
+    @property
+    def has_observed(self) -> bool:
+        return self.data.get("observed") is not None or self.data.get("inspect") is not None
 
     @property
     def image(self) -> str | None:
@@ -74,6 +87,8 @@ class ContainerFacts:
 
     @property
     def fs_changes(self) -> list[dict[str, Any]]:
+        """The agent's own writes as collected (container.json JSON: path, kind, type, sha256,
+        target, note)."""
         return self.data.get("fs_changes", [])
 
     @property

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from assure.core import private
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
 from assure.errors import describe, read_json
+from assure.sandbox.backend import Observed
 from assure.spec import Spec
 from assure.verify import assertions, attribution, completeness, container, sqlite
 from assure.verify.diff import Change, diff
@@ -266,6 +267,12 @@ def _disk_limit(usage: dict[str, Any] | None) -> list[Finding]:
     ]
 
 
+def _present(observed: Observed | None) -> Observed:
+    if observed is None:  # has_observed said there is one
+        raise ValueError("the record's observed container is empty")
+    return observed
+
+
 def _guarded(findings: list[Finding], subject: str, rule: Callable[[], Any], default: Any) -> Any:
     """One rule of the judgement; an exception in it is a harness_error finding and the other
     rules still run, so what they find (a breach above all) still counts."""
@@ -319,12 +326,12 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
             )
         )
     checked = None
-    if facts.inspect is not None:
+    if facts.has_observed:
         failed = _guarded(
             findings,
             "containment",
             lambda: container.containment(
-                facts.inspect,
+                _present(facts.observed),
                 spec,
                 facts.engine_security,
                 paths.root.name,

@@ -12,8 +12,8 @@ from assure import spec as spec_mod
 from assure.errors import AssureError
 from assure.records import store
 from assure.run.driver import Driver, RunResult
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images, ImageSet
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images, ImageSet
 from tests.contracts import ratify_in_place
 
 ROOT = Path(__file__).resolve().parents[2]

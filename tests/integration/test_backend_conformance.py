@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.backend_conformance import BackendConformance, Harness
+from assure.sandbox.conformance import BackendConformance, Harness
 
 COMMANDS = {
     "exit3": "echo hello; exit 3",

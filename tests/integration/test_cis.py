@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from assure import spec as spec_mod
-from assure.ops import cis
 from assure.sandbox import hardening
+from assure.sandbox.docker import cis
 
 from .conftest import EXAMPLES, SPECS
 

@@ -45,10 +45,7 @@ def test_exploit_syscalls_are_refused_and_the_run_is_contained(run):
     assert not_refused == {}
     assert report["status"]["Seccomp"] == "2" and report["status"]["CapEff"] == "0000000000000000"
     limits = read_json(result.run_dir / "spec.json")["limits"]
-    seen = {
-        u["name"]: [u["soft"], u["hard"]]
-        for u in hardening.ulimits(limits["nofile"], limits["disk"])
-    }
+    seen = {u.name: [u.soft, u.hard] for u in hardening.ulimits(limits["nofile"], limits["disk"])}
     assert {k: report["rlimits"][k] for k in seen} == seen and report["rlimits"]["core"] == [0, 0]
     assert "nproc" not in seen  # a budget every run on the host would share (hardening.ulimits)
     assert report["limits"] == {
@@ -66,8 +63,8 @@ def test_exploit_syscalls_are_refused_and_the_run_is_contained(run):
         "HostConfig.Tmpfs",
         "HostConfig.Ulimits",
     } <= set(containment["checked"])
-    inspect = read_json(attempt / "container.json")["inspect"]
-    assert f"seccomp={seccomp.profile_text('runc')}" in inspect["HostConfig"]["SecurityOpt"]
+    observed = read_json(attempt / "container.json")["observed"]
+    assert f"seccomp={seccomp.profile_text('runc')}" in observed["security_opt"]
 
 
 def test_the_same_calls_go_through_without_the_profile(backend, images, tmp_path):

@@ -76,8 +76,8 @@ def test_each_example_and_hostile_fixture_is_judged_under_gvisor_as_under_runc(
     assert under_gvisor.verdict == verdict, under_gvisor.report
     assert findings(under_gvisor) == findings(under_runc)
     # the engine's word for what ran the agent (and the containment check agrees: no finding)
-    assert facts(under_runc)["inspect"]["HostConfig"]["Runtime"] == "runc"
-    assert facts(under_gvisor)["inspect"]["HostConfig"]["Runtime"] == "runsc"
+    assert facts(under_runc)["observed"]["runtime"] == "runc"
+    assert facts(under_gvisor)["observed"]["runtime"] == "runsc"
     assert "containment_failed" not in findings(under_gvisor)
     commands = under_gvisor.run_dir / "attempts" / "1" / "commands.json"
     if commands.exists():
@@ -130,7 +130,7 @@ def test_the_agent_runs_in_gvisors_kernel_with_the_same_hardening(run, tmp_path)
         "urandom",
         "zero",
     }
-    assert facts(result)["inspect"]["HostConfig"]["Runtime"] == "runsc"
+    assert facts(result)["observed"]["runtime"] == "runsc"
 
 
 def test_the_socket_folder_is_private_while_the_gateway_serves(run, make_spec, tmp_path):
@@ -174,7 +174,7 @@ def test_egress_through_the_runc_proxy_works_for_a_gvisor_agent(run, make_spec, 
         result.run_dir / "attempts" / "1" / "agent.log"
     ).read_text()
     assert [c[2] for c in calls[2:]] == ["egress_denied"] * 4
-    assert facts(result)["inspect"]["HostConfig"]["Runtime"] == "runsc"
+    assert facts(result)["observed"]["runtime"] == "runsc"
 
 
 def test_doctor_shows_runsc_registered_and_refuses_a_runtime_the_engine_lacks(tmp_path, make_spec):
@@ -274,7 +274,7 @@ def test_host_uds_open_reaches_no_host_socket_but_the_gateways(run, make_spec, r
         outcomes
     )
     assert result.verdict == "contained", result.report
-    assert facts(result)["inspect"]["HostConfig"]["Runtime"] == runtime
+    assert facts(result)["observed"]["runtime"] == runtime
 
 
 @pytest.mark.parametrize("runtime", ["runsc", "runc"])

@@ -118,7 +118,7 @@ def test_a_sample_that_fails_still_leaves_no_container_and_a_judged_run(tmp_path
     from inspect_ai.solver import solver
     from inspect_ai.util import sandbox
 
-    from assure.sandbox.docker import DockerBackend
+    from assure.sandbox.docker.backend import DockerBackend
 
     @solver
     def crash():

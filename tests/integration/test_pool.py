@@ -28,7 +28,7 @@ from assure import spec as spec_mod
 from assure.records import store
 from assure.run.driver import Driver, RunResult
 from assure.run.pool import LABEL_POOL, Settings, WarmPool
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.docker.backend import DockerBackend
 from tests.contracts import ratify_in_place
 from tests.integration.conftest import ROOT, mounts_and_loops_under, run_dirs
 
@@ -251,7 +251,7 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
 def test_the_agent_environment_is_its_spec_s_cold_or_pooled_whatever_its_names(
     tmp_path, backend, images, warm
 ):
-    """The gate's shell (sandbox/docker.py) must not leak its own variables into the agent's
+    """The gate's shell (sandbox/docker/gate.py) must not leak its own variables into the agent's
     environment, nor let the spec's names collide with them; HOME is assure's, as when cold."""
     env = {
         "HOME": "/workspace",
@@ -333,7 +333,7 @@ def test_nothing_of_one_pooled_attempt_reaches_the_next(tmp_path, backend, image
         facts(r)["user"] for r in (first, second)
     ]  # each pair booted as a uid of its own, held until its attempt ended
     assert users[0] != users[1] and users == [
-        facts(r)["inspect"]["Config"]["User"] for r in (first, second)
+        facts(r)["observed"]["user"] for r in (first, second)
     ], users
     assert (
         attempt(first) / "workspace" / "out" / "left-behind"
@@ -452,8 +452,8 @@ from assure import spec as spec_mod
 from assure.records import store
 from assure.run.driver import Driver
 from assure.run.pool import Settings, WarmPool
-from assure.sandbox.docker import DockerBackend
-from assure.sandbox.images import Images
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images
 backend = DockerBackend()
 images = Images(backend).ensure()
 spec, runs = spec_mod.load(Path(sys.argv[1])), Path(sys.argv[2])

@@ -33,7 +33,7 @@ import pytest
 
 from assure.records import keys
 from assure.sandbox.backend import LABEL_PID, LABEL_RUN
-from assure.sandbox.images import Images, ImageSet
+from assure.sandbox.docker.images import Images, ImageSet
 from tests.integration import ray_cluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -46,8 +46,8 @@ def test_hardening_seen_from_inside(run):
         "urandom",
         "zero",
     }
-    inspect = read_json(result.run_dir / "attempts" / "1" / "container.json")["inspect"]
-    assert inspect["HostConfig"]["NetworkMode"] == "none"
+    observed = read_json(result.run_dir / "attempts" / "1" / "container.json")["observed"]
+    assert observed["network"] == "none"
 
 
 def test_deadline_kills_the_agent(run):

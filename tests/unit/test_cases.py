@@ -17,6 +17,7 @@ import pytest
 from assure import spec
 from assure.errors import SandboxError, SpecError
 from assure.run import checks
+from assure.sandbox.backend import Observed
 from assure.spec import Case, Cases
 from assure.verify.assertions import cases as compare
 
@@ -311,8 +312,8 @@ class RecordingEngine:
     def stop(self, cid: str, grace: float) -> None:
         pass
 
-    def inspect(self, cid: str) -> dict[str, Any]:
-        return {"HostConfig": {"Runtime": "runc"}}
+    def observe(self, cid: str) -> Observed:
+        return Observed(status="exited", runtime="runc")
 
     def remove_container(self, cid: str) -> None:
         pass

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from assure import spec as spec_mod
-from assure.ops import cis
 from assure.sandbox import seccomp
+from assure.sandbox.docker import cis
 
 ROOT = Path(__file__).resolve().parents[2]
 CANNED = json.loads((Path(__file__).parent / "cis_inspect.json").read_text())

@@ -31,8 +31,8 @@ from assure.run import failpoints
 from assure.run.driver import MAX_INTERRUPTED, Driver, RunResult, promote_proposed, resume_note
 from assure.sandbox import workspace_fs
 from assure.sandbox.backend import ContainerRequest, Role, labels
+from assure.sandbox.docker.images import ImageSet
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend, Program
-from assure.sandbox.images import ImageSet
 from tests.contracts import ratify_in_place
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from assure.sandbox.backend import ImageBuilder, SandboxBackend
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.conformance import WRITTEN, BackendConformance, Harness
+from assure.sandbox.docker.backend import DockerBackend
 from assure.sandbox.fake import TERMINATED, Context, FakeBackend
-from tests.backend_conformance import WRITTEN, BackendConformance, Harness
 
 IMAGE = "fake-agent:conformance"
 
@@ -79,7 +79,7 @@ def test_each_backend_has_every_method_of_the_protocol_with_its_parameters(backe
         "wait",
         "stop",
         "remove_container",
-        "inspect",
+        "observe",
         "logs",
         "fs_changes",
         "read_file",

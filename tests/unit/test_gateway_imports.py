@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from assure.sandbox.images import IMAGE_DIRS, IMAGE_SOURCES, PACKAGE_DIR
+from assure.sandbox.docker.images import IMAGE_DIRS, IMAGE_SOURCES, PACKAGE_DIR
 
 
 def shipped(role: str) -> list[Path]:

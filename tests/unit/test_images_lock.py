@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from assure.sandbox import images
+from assure.sandbox.docker import images
 
 
 class Builder:

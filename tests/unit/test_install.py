@@ -16,7 +16,7 @@ from assure import presets
 from assure import spec as spec_mod
 from assure.run import preflight
 from assure.sandbox import install
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.images import ImageSet
 from assure.spec import Install
 
 ROOT = Path(__file__).resolve().parents[2]

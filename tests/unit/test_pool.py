@@ -19,12 +19,18 @@ from assure.records import store
 from assure.run import pool
 from assure.sandbox import hardening, uids
 from assure.sandbox.backend import ContainerRequest, Role
-from assure.sandbox.docker import GATE_EXIT, command
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.gate import GATE_EXIT, command
+from assure.sandbox.docker.images import ImageSet
+from assure.sandbox.docker.observe import observed
 from assure.spec import Install
-from assure.verify.container import containment
+from assure.verify.container import containment as judged
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
+
+
+def containment(inspect, *args, **kwargs):
+    """The verifier on what Docker's inspect says (as DockerBackend.observe reads it)."""
+    return judged(observed(inspect), *args, **kwargs)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from assure import spec
 from assure.run import pool
 from assure.sandbox import uids
-from assure.sandbox.images import ImageSet
+from assure.sandbox.docker.images import ImageSet
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "specs" / "examples"
 

@@ -39,7 +39,7 @@ def spelled(tree: ast.AST) -> list[tuple[int, str]]:
 # Still to move into layout (relative names for readers of an untrusted tree, and globs): a
 # module leaves this list when it is clean, and no other may join it.
 NOT_YET = {
-    "ops/cis.py",
+    "sandbox/docker/cis.py",
     "ops/conformance.py",
     "ops/health_probe.py",
     "ops/monitor.py",

@@ -22,8 +22,8 @@ from assure.errors import AssureError
 from assure.records import layout, store
 from assure.run import suite
 from assure.run.driver import Driver
+from assure.sandbox.docker.images import ImageSet
 from assure.sandbox.fake import FakeBackend
-from assure.sandbox.images import ImageSet
 from tests.contracts import ratify_in_place
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -35,7 +35,7 @@ from assure.errors import ImageError
 from assure.sandbox.backend import ImageBuilder
 from assure.sandbox.uids import IDS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IMAGES_DIR = ROOT / "images"
 PACKAGE_DIR = ROOT / "assure"
 REGISTRY_BASE = "debian:bookworm-slim"

@@ -23,7 +23,7 @@ from typing import Any
 from assure.errors import describe
 from assure.sandbox import hardening, seccomp
 from assure.sandbox.backend import ContainerRequest, Role
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.docker.backend import DockerBackend
 from assure.spec import Spec
 
 SENSITIVE_DIRS = ("/", "/boot", "/dev", "/etc", "/lib", "/proc", "/sys", "/usr")

@@ -1,5 +1,5 @@
-"""The one module that imports `docker`: the Docker engine as a `SandboxBackend` and an
-`ImageBuilder` (sandbox/backend.py), Docker errors mapped once.
+"""The Docker engine as a `SandboxBackend` and an `ImageBuilder` (sandbox/backend.py), through
+docker-py's public API only, Docker errors mapped once.
 
 Every error leaves here as a `SandboxError` (or `ImageError`) with the Docker exception kept
 as its cause. Engine facts for `assure doctor` (`info`, `version`, `runtimes`) are
@@ -21,7 +21,6 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
-from docker.models.containers import _create_container_args
 
 from assure.errors import ImageError, SandboxError
 from assure.sandbox.backend import (
@@ -29,67 +28,21 @@ from assure.sandbox.backend import (
     LABEL_OWNER,
     LABEL_RUN,
     OWNER,
+    ChangeKind,
     ContainerRequest,
+    FsChange,
+    Observed,
     Owned,
 )
+from assure.sandbox.docker.gate import command
+from assure.sandbox.docker.observe import observed
 
+DIFF_KINDS: dict[object, ChangeKind] = {
+    0: ChangeKind.MODIFIED,
+    1: ChangeKind.ADDED,
+    2: ChangeKind.DELETED,
+}
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
-GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
-# `ContainerRequest.gate` as the container's entry: wait for the socket ($1) for at most $2
-# seconds, polled every 10 ms without a fork (bash's `read -t` on a pipe that never speaks),
-# then exec the command in its place: same pid, no fd or process left over. The loop's
-# variables are a function's locals: an agent variable of the same name (`n`, `limit`),
-# imported from the container's environment, reaches the command as the spec gave it.
-GATE_SCRIPT = (
-    'exec 3<> <(:); __assure_gate() { local n=0 limit=$(($2 * 100)); while [ ! -S "$1" ]; do'
-    ' n=$((n + 1)); if [ "$n" -gt "$limit" ]; then echo "assure: no gateway socket at $1 after $2'
-    f' s: the agent was not started" >&2; exit {GATE_EXIT}; fi; read -t 0.01 -u 3; done; }};'
-    ' __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
-)
-GATE_EXEC = 'exec "$@"'
-# A pooled agent (`ContainerRequest.claim`, $3) first waits for its claim blocked on the FIFO
-# `wake` in the claim folder (an idle agent costs no CPU; the 10 ms socket poll below cost
-# ~24 ms of CPU a second, its root's FUSE daemon included), which the claim writes a line to
-# once the command and environment are in place (opened before they are looked for: no
-# wake-up is missed; the claim removes it, and the socket's wait follows).
-GATE_WAKE = (
-    '{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec'
-    " 4<&-; "
-)
-# A claimed pair's agent (`ContainerRequest.claim`, $3): its command and environment from the
-# claim, written before the gateway could bind. Both become the positional parameters, the
-# environment first up to a `--` (no entry is `--`: each has a `=`), and the two arrays are
-# unset before any entry is exported: no shell variable of the gate's own is left in the
-# agent's environment or can take the place of one of the spec's (`argv`, `kv`...).
-GATE_CLAIM = (
-    'mapfile -d "" -t __assure_env < "$1/env" && mapfile -d "" -t __assure_argv < "$1/argv" && ['
-    ' "${#__assure_argv[@]}" -gt 0 ] || { echo "assure: no claim at $1: the agent was not'
-    f' started" >&2; exit {GATE_EXIT}; }}; set -- "${{__assure_env[@]}}" --'
-    ' "${__assure_argv[@]}"; unset __assure_env __assure_argv; while [ "$1" != -- ]; do export'
-    f' "$1" || exit {GATE_EXIT}; shift; done; shift; exec "$@"'
-)
-
-
-def command(request: ContainerRequest) -> list[str] | None:
-    """The request's command, behind its gate if it has one (`GATE_SCRIPT`)."""
-    if request.gate is None:
-        return None if request.command is None else list(request.command)
-    gate = [request.gate, str(max(1, int(request.gate_seconds)))]
-    if request.claim is not None:
-        return [
-            "/bin/bash",
-            "-c",
-            GATE_WAKE + GATE_SCRIPT + GATE_CLAIM,
-            "assure-gate",
-            *gate,
-            request.claim,
-        ]
-    if not request.command:
-        raise SandboxError(
-            f"create container {request.name}: a gated container needs a command",
-            fix="give the agent a command",
-        )
-    return ["/bin/bash", "-c", GATE_SCRIPT + GATE_EXEC, "assure-gate", *gate, *request.command]
 
 
 @contextlib.contextmanager
@@ -105,16 +58,6 @@ def _mapped(what: str) -> Iterator[None]:
         raise ImageError(f"{what}: build failed: {exc.msg}\n{tail}") from exc
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         raise SandboxError(f"{what}: {exc}", fix=ENGINE_FIX) from exc
-
-
-def _demultiplexed(data: bytes) -> bytes:
-    """The payloads of the engine's log frames (8-byte header: stream, 0, 0, 0, big-endian size)."""
-    out, at = bytearray(), 0
-    while at + 8 <= len(data):
-        size = int.from_bytes(data[at + 4 : at + 8], "big")
-        out += data[at + 8 : at + 8 + size]
-        at += 8 + size
-    return bytes(out)
 
 
 def _send_all(sock: socket.socket, data: bytes) -> None:
@@ -197,6 +140,24 @@ def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
         "init": request.init,
         **{k: v for k, v in optional.items() if v is not None},
     }
+
+
+# `containers.create` arguments the low-level create takes itself; the rest are the host config's.
+CREATE_KEYS = frozenset(
+    {"image", "name", "command", "environment", "working_dir", "hostname", "user", "labels"}
+    | {"stdin_open"}
+)
+
+
+def split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`create_kwargs` as `APIClient.create_container`'s arguments and `create_host_config`'s,
+    split as docker-py's model splits them: a bind's target is also a volume of the create."""
+    create = {k: v for k, v in kwargs.items() if k in CREATE_KEYS}
+    host = {k: v for k, v in kwargs.items() if k not in CREATE_KEYS and k != "volumes"}
+    if kwargs.get("volumes"):
+        host["binds"] = kwargs["volumes"]
+        create["volumes"] = [v["bind"] for v in kwargs["volumes"].values()]
+    return create, host
 
 
 class DockerBackend:
@@ -302,13 +263,12 @@ class DockerBackend:
 
     # --- containers -------------------------------------------------------------------
     def create_container(self, request: ContainerRequest) -> str:
-        """docker-py's own translation of `containers.create` arguments, sent without the
-        inspect its model adds after every create: one round trip, not two."""
+        """The low-level create (`APIClient.create_container`), without the inspect docker-py's
+        model adds after every create: one round trip, not two."""
+        api = self._client.api
         with _mapped(f"create container {request.name}"):
-            args = _create_container_args(
-                {**create_kwargs(request), "version": self._client.api._version}
-            )
-            return self._client.api.create_container(**args)["Id"]
+            create, host = split_kwargs(create_kwargs(request))
+            return api.create_container(**create, host_config=api.create_host_config(**host))["Id"]
 
     def start(self, cid: str) -> None:
         with _mapped("start container"):
@@ -358,7 +318,11 @@ class DockerBackend:
         with _mapped("stop container"):
             self._client.api.stop(cid, timeout=int(grace))
 
+    def observe(self, cid: str) -> Observed:
+        return observed(self.inspect(cid))
+
     def inspect(self, cid: str) -> dict[str, Any]:
+        """`docker inspect` as the engine gives it (the CIS self-check reads all of it)."""
         with _mapped("inspect container"):
             info = self._client.api.inspect_container(cid)
         self._layers[cid] = ((info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
@@ -372,20 +336,20 @@ class DockerBackend:
         return [str(row[column]) for row in top.get("Processes") or []]
 
     def logs(self, cid: str, limit: int) -> bytes:
-        """stdout and stderr, demultiplexed. Asked directly: docker-py's `logs` inspects the
-        container first to learn whether it has a TTY, and ours never do."""
-        api = self._client.api
+        """stdout and stderr, demultiplexed by docker-py (which inspects the container first to
+        learn whether it has a TTY: one round trip more than asking the engine directly)."""
         with _mapped("container logs"):
-            res = api._get(
-                api._url("/containers/{0}/logs", cid),
-                params={"stdout": 1, "stderr": 1, "timestamps": 0, "tail": "all"},
-            )
-            api._raise_for_status(res)
-            return _demultiplexed(res.content)[-limit:]
+            out = self._client.api.logs(cid, stdout=True, stderr=True, timestamps=False)
+        return bytes(out)[-limit:]
 
-    def fs_changes(self, cid: str) -> list[dict[str, Any]]:
+    def fs_changes(self, cid: str) -> list[FsChange]:
+        """`docker diff`, whose kinds are numbers (0 modified, 1 added, 2 deleted)."""
         with _mapped("docker diff"):
-            return self._client.api.diff(cid) or []
+            changes = self._client.api.diff(cid) or []
+        return [
+            FsChange(str(c.get("Path", "")), DIFF_KINDS.get(c.get("Kind"), ChangeKind.MODIFIED))
+            for c in changes
+        ]  # a kind Docker does not document: still a change, never dropped
 
     def writable_layer(self, cid: str) -> Path | None:
         """The host folder holding the container's own writes (overlay upper dir), when this

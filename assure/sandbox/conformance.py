@@ -1,5 +1,7 @@
-"""What every `SandboxBackend` must do, as one suite: subclass `BackendConformance` and give
-it a `harness` fixture. The fake runs it in tests/unit, Docker in tests/integration.
+"""What every `SandboxBackend` must do, as one pytest suite (pytest is all it needs beyond
+assure): subclass `BackendConformance` in a test module and give it a `harness` fixture. The
+fake runs it in tests/unit/test_fake_backend.py, Docker in
+tests/integration/test_backend_conformance.py; an out-of-tree backend runs it the same way.
 
 A `Harness` builds a request for a named behaviour (the same behaviour, in each backend's
 terms: a shell command for Docker, a registered program for the fake):
@@ -25,16 +27,19 @@ import pytest
 
 from assure.errors import AssureError, ImageError, SandboxError
 from assure.sandbox.backend import (
-    CHANGE_ADDED,
     LABEL_OWNER,
     LABEL_PID,
     LABEL_ROLE,
     LABEL_RUN,
     OWNER,
+    ChangeKind,
     ContainerRequest,
+    FsChange,
     Mount,
+    Observed,
     Role,
     SandboxBackend,
+    Ulimit,
 )
 
 BEHAVIOURS = ("exit3", "sleep", "chatty", "write", "cat")
@@ -114,25 +119,25 @@ class BackendConformance:
     def test_a_container_runs_exits_with_its_code_and_keeps_its_logs(self, harness):
         cid = harness.started("exit3")
         assert harness.backend.wait(cid, 30) == 3
-        state = harness.backend.inspect(cid)["State"]
-        assert (state["Status"], state["Running"], state["ExitCode"]) == ("exited", False, 3)
+        seen = harness.backend.observe(cid)
+        assert (seen.status, seen.running, seen.exit_code) == ("exited", False, 3)
         assert b"hello" in harness.backend.logs(cid, 2**20)
 
     def test_wait_returns_none_while_running_and_stop_ends_it(self, harness):
         cid = harness.started("sleep")
         assert harness.backend.wait(cid, 0.3) is None
-        assert harness.backend.inspect(cid)["State"]["Running"] is True
+        assert harness.backend.observe(cid).running is True
         harness.backend.stop(cid, 5)
         code = harness.backend.wait(cid, 10)
         assert code is not None and code != 0
-        assert harness.backend.inspect(cid)["State"]["Running"] is False
+        assert harness.backend.observe(cid).running is False
 
     def test_stop_of_an_exited_container_changes_nothing(self, harness):
         cid = harness.started("exit3")
         assert harness.backend.wait(cid, 30) == 3
         harness.backend.stop(cid, 1)
         assert harness.backend.wait(cid, 5) == 3
-        assert harness.backend.inspect(cid)["State"]["ExitCode"] == 3
+        assert harness.backend.observe(cid).exit_code == 3
 
     def test_remove_is_idempotent_and_kills_a_running_container(self, harness):
         cid = harness.started("sleep")
@@ -140,7 +145,7 @@ class BackendConformance:
         harness.backend.remove_container(cid)
         harness.backend.remove_container(harness.absent_id)
         with pytest.raises(SandboxError):
-            harness.backend.inspect(cid)
+            harness.backend.observe(cid)
         assert cid not in {c["id"] for c in harness.backend.owned(harness.run_id)["containers"]}
 
     def test_logs_are_bounded_to_their_last_bytes(self, harness):
@@ -153,11 +158,11 @@ class BackendConformance:
     def test_collect_reports_the_containers_own_writes_and_reads_them_bounded(self, harness):
         cid = harness.started("write")
         assert harness.backend.wait(cid, 30) == 0
-        changes = {c["Path"]: c["Kind"] for c in harness.backend.fs_changes(cid)}
-        assert (
-            changes.get("/tmp/made/file.txt") == CHANGE_ADDED
-            and changes.get("/tmp/made/link") == CHANGE_ADDED
-        )
+        changes = harness.backend.fs_changes(cid)
+        assert all(isinstance(c, FsChange) for c in changes)
+        assert {FsChange("/tmp/made/file.txt", ChangeKind.ADDED)} | {
+            FsChange("/tmp/made/link", ChangeKind.ADDED)
+        } <= set(changes)
         assert harness.backend.read_file(cid, "/tmp/made/file.txt", 2**20) == (
             "file",
             WRITTEN,
@@ -179,7 +184,7 @@ class BackendConformance:
         layer = harness.backend.writable_layer(cid)
         assert layer is None or (layer / "tmp" / "made" / "file.txt").read_bytes() == WRITTEN
 
-    def test_inspect_reports_the_request(self, harness):
+    def test_observe_reports_the_request(self, harness):
         cid = harness.started(
             "exit3",
             network="none",
@@ -187,17 +192,30 @@ class BackendConformance:
             memory=64 * 2**20,
             memory_swap=64 * 2**20,
             pids_limit=32,
+            user="65534:65534",
+            read_only_root=True,
+            tmpfs={"/tmp": "rw,nosuid,nodev,noexec,size=1048576"},
+            ulimits=(Ulimit("nofile", 256, 256),),
+            security_opt=("no-new-privileges:true",),
         )
         harness.backend.wait(cid, 30)
-        info = harness.backend.inspect(cid)
-        host = info["HostConfig"]
-        assert (host["NetworkMode"], host["CapDrop"], host["Memory"], host["PidsLimit"]) == (
+        seen = harness.backend.observe(cid)
+        assert (seen.network, seen.cap_drop, seen.memory, seen.pids_limit) == (
             "none",
-            ["ALL"],
+            ("ALL",),
             64 * 2**20,
             32,
         )
-        assert {k: v for k, v in info["Config"]["Labels"].items() if k.startswith("assure.")} == {
+        assert (seen.user, seen.read_only_root, dict(seen.tmpfs), seen.ulimits) == (
+            "65534:65534",
+            True,
+            {"/tmp": "rw,nosuid,nodev,noexec,size=1048576"},
+            (Ulimit("nofile", 256, 256),),
+        )
+        assert "no-new-privileges:true" in seen.security_opt and seen.privileged is False
+        assert not seen.cap_add and not seen.devices and seen.pid_namespace in ("", None)
+        assert Observed.from_json(seen.to_json()) == seen  # as container.json keeps it
+        assert {k: v for k, v in seen.labels.items() if k.startswith("assure.")} == {
             **harness.labels(),
             LABEL_ROLE: Role.AGENT,
         }
@@ -284,7 +302,7 @@ class BackendConformance:
                 replace(harness.request("exit3"), image="assure-absent-image:conformance")
             )
         for call in (
-            lambda: harness.backend.inspect(harness.absent_id),
+            lambda: harness.backend.observe(harness.absent_id),
             lambda: harness.backend.start(harness.absent_id),
             lambda: harness.backend.logs(harness.absent_id, 10),
         ):
