@@ -1094,7 +1094,8 @@ def drive_suite(
             else:
                 conclude(i, verdict)
 
-    ray.get(claims.take.remote(), timeout=120)  # up before any task may claim
+    # not waited for here: the actor starts while the first tasks do (each task's first call
+    # on it waits until it is up), about half a second of a suite's start (issue 26 item 7)
     with store.exclusive(record.path, "suite run"), here_pool:
         waiting, here_waiting = [], []
         for i, entry in enumerate(entries):
