@@ -46,7 +46,7 @@ def read(file: Path) -> tuple[list[Row], list[str]]:
     except UnicodeDecodeError as exc:
         return [], [f"{file}:1: (file): not UTF-8 text ({exc.reason} at byte {exc.start})"]
     parsed, problems = (_jsonl if file.suffix == ".jsonl" else _csv)(file, text)
-    rows = []
+    rows: list[Row] = []
     for n, (line, values) in enumerate(parsed, 1):
         sample = values.get("id", str(n))
         if not SAMPLE_ID.fullmatch(sample):

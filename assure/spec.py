@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,8 @@ AGENT_IMAGE_ALIAS = "assure-agent"
 @functools.cache
 def schema(kind: str = "spec") -> dict[str, Any]:
     """specs/<kind>.schema.json: the one source of truth for a file format (spec, suite)."""
-    return json.loads((SCHEMAS / f"{kind}.schema.json").read_text())
+    loaded: dict[str, Any] = json.loads((SCHEMAS / f"{kind}.schema.json").read_text())
+    return loaded
 
 
 @dataclass(frozen=True)
@@ -298,7 +300,7 @@ class Spec:
     def to_json(self) -> dict[str, Any]:
         """The resolved spec as JSON (defaults filled in, fixture paths absolute, the spec file
         under `_source`): what a run directory records in `spec.json`; `from_json` reads it back."""
-        out = _plain(self)
+        out: dict[str, Any] = _plain(self)
         out["_source"] = out.pop("path")
         for task, typed in zip(out["tasks"], self.tasks, strict=False):
             task["contract"] = _plain(
@@ -604,7 +606,14 @@ TYPE_WORDS = {
 def _message(error: jsonschema.ValidationError) -> str:
     """The schema's complaint in words: no Python repr of a value (None, {...}, [...]) reaches a
     user."""
-    v, value, instance = error.validator, error.validator_value, error.instance
+    v = error.validator
+    value: Any = error.validator_value  # the keyword's value in the schema (JSON)
+    instance: Any = error.instance  # the value that failed it (YAML as read)
+    described = (
+        error.schema.get("description", "see the schema")
+        if isinstance(error.schema, Mapping)
+        else "see the schema"
+    )
     if v == "type" and isinstance(instance, datetime.date):
         written = instance.isoformat().replace("+00:00", "Z")
         return f'quote the timestamp ("{written}"): YAML read it as a date'
@@ -613,10 +622,7 @@ def _message(error: jsonschema.ValidationError) -> str:
     if v in ("minProperties", "maxProperties") and "assertion" in str(error.schema_path):
         return "an assertion has exactly one kind, e.g. `- file_exists: out/result.txt`"
     if v == "pattern" or v == "not":
-        return (
-            f"{_shown(instance)} is not allowed here"
-            f" ({error.schema.get('description', 'see the schema')})"
-        )
+        return f"{_shown(instance)} is not allowed here ({described})"
     if v == "type":
         wanted = [value] if isinstance(value, str) else list(value)
         return (
@@ -645,7 +651,7 @@ def _message(error: jsonschema.ValidationError) -> str:
             "matches more than one of the allowed forms"
             if many
             else "matches none of the allowed forms"
-        ) + f" ({error.schema.get('description', 'see the schema')})"
+        ) + f" ({described})"
     if isinstance(instance, (dict, list)) or instance is None:
         return error.message.replace(repr(instance), _kind_of(instance), 1)
     return error.message

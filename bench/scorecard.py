@@ -6,6 +6,9 @@ Each part is a subprocess whose machine-readable output assure/ops/scorecard.py 
   conformance  assure conformance --out DIR (its packet.json)           rows passed
   e2e, gateway, snapshot, sqlite   bench/<script>.py --json PATH       overhead, p50/p99,
                                                                        verifier ratios
+  gate, gate_live, cli             the same (gate_bench, gate_live_bench, decide(), db.execute,
+                                   cli_start_bench)                    the CLI's start, as
+                                                                       ratios to same-run floors
   throughput   assure suite SUITE -j N --json, N = 1, 2, 4, and -j 2 --pool 4   specs per second
                (SUITE: THROUGHPUT_SPECS copies of bench/suites/trivial.yaml), against
                bench/bare_throughput.py at -j 2
@@ -267,6 +270,9 @@ def parts(work: Path, rounds: int | None) -> dict[str, Callable[[], sc.Part]]:
     rr = [] if rounds is None else ["--rounds", str(rounds)]
     benign_upstream = [PY, str(ROOT / "fixtures" / "upstreams" / "benign_upstream.py"), "--"]
     return {
+        "gate": lambda: part_script("gate_bench.py", [], sc.gate_metrics, work),
+        "gate_live": lambda: part_script("gate_live_bench.py", [], sc.gate_live_metrics, work),
+        "cli": lambda: part_script("cli_start_bench.py", [], sc.cli_metrics, work),
         "gateway": lambda: part_script("gateway_latency.py", [], sc.gateway_metrics, work),
         "e2e": lambda: part_script("e2e.py", rr, sc.e2e_metrics, work),
         "snapshot": lambda: part_script("snapshot_bench.py", rr, sc.snapshot_metrics, work),
@@ -400,7 +406,35 @@ def main() -> int:
     atomic_write(stamped, body)
     atomic_write(latest, body)
     print("\n" + render(card) + f"\n\nwritten: {stamped}\n         {latest}")
+    print(against_main(args.out, stamped))
     return 0 if all(p.status != "failed" for p in results.values()) else 1
+
+
+def against_main(directory: Path, new: Path, checkout: Path = ROOT) -> str:
+    """`new` compared with the last scorecard of `directory` measured on main (what `assure
+    bench compare` does with no arguments), as text; shown, not part of the exit status."""
+    old = sc.last_on_main(directory, checkout, before=new)
+    if old is None:
+        return "\nno earlier scorecard of a commit on main here: nothing to compare with"
+    try:
+        rows = sc.compare_files(old, new)
+    except AssureError as exc:
+        return f"\nnot compared with {old}: {exc.message}"
+    lines = [f"\ncompared with the last scorecard on main: {old}"]
+    for r in rows:
+        if r.old is None and r.new is None:
+            continue
+        lines.append(
+            f"  {r.metric:36} {sc.fmt(r.old):>10} {sc.fmt(r.new):>10} {r.change:>8}"
+            f" {r.band:>7}  {r.verdict}"
+        )
+    bad = sc.regressions(rows)
+    lines.append(
+        f"{len(bad)} regression(s): " + ", ".join(r.metric for r in bad)
+        if bad
+        else "no regression beyond the noise bands"
+    )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -32,12 +32,15 @@ import json
 import os
 import sys
 from types import ModuleType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import anthropic
 
 from assure.client import DEFAULT_SOCKET, SOCKET_ENV, Client, GatewayError
 from assure.core.limits import MODEL_EXCHANGE_SECONDS
+
+if TYPE_CHECKING:
+    from anthropic.types import MessageParam, ToolUnionParam
 
 DEFAULT_MODEL = "claude-sonnet-4-6"  # override with $ASSURE_MODEL
 DEFAULT_MAX_TURNS = 20
@@ -139,7 +142,7 @@ def tool_specs(health: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, 
 def as_param(block: Any) -> dict[str, Any]:
     """A response content block as request content (only the fields the API takes back)."""
     data = block.model_dump(exclude_none=True) if hasattr(block, "model_dump") else dict(block)
-    kept = _KEPT_FIELDS.get(data.get("type"))
+    kept = _KEPT_FIELDS.get(str(data.get("type")))
     return {k: data[k] for k in kept if k in data} if kept else data
 
 
@@ -199,8 +202,9 @@ def run(
                     model=model,
                     max_tokens=max_tokens,
                     system=SYSTEM,
-                    tools=specs,
-                    messages=messages,
+                    # JSON as the API takes it: the gateway's tool list, the blocks it answered
+                    tools=cast("list[ToolUnionParam]", specs),
+                    messages=cast("list[MessageParam]", messages),
                 )
                 messages.append(
                     {"role": "assistant", "content": [as_param(b) for b in response.content]}

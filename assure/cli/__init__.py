@@ -57,7 +57,7 @@ COMMAND_MODULES = (run, validate, init, runs, doctor, monitor)
 
 
 def _command_name(info: typer.models.CommandInfo) -> str:
-    return info.name or getattr(info.callback, "__name__", "")
+    return info.name or str(getattr(info.callback, "__name__", ""))
 
 
 app.registered_commands.sort(key=lambda info: ORDER.index(_command_name(info)))
@@ -82,7 +82,7 @@ def _help_as_text(group: typer.Typer, done: set[int]) -> None:
     def text(raw: str) -> str:
         return escape("\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(raw).split("\n\n")))
 
-    infos = [
+    infos: list[typer.models.CommandInfo | typer.models.TyperInfo] = [
         *group.registered_commands,
         *([group.registered_callback] if group.registered_callback else []),
     ]

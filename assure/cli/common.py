@@ -140,7 +140,8 @@ def _write_out(path: Path, write: Any) -> None:
 def _runs_base(value: Path) -> Path:
     """--runs-dir, refused in words when it names a file (a missing folder is an empty base)."""
     try:
-        return runs_mod.check_base(value)
+        base: Path = runs_mod.check_base(value)
+        return base
     except AssureError as exc:
         raise _fail(exc) from None
 

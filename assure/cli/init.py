@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -68,7 +69,7 @@ def init(
     stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
     from assure.ops import init as scaffold
 
-    given = {
+    given: dict[str, Any] = {
         k: v
         for k, v in {
             "name": name,

@@ -7,16 +7,20 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from assure.cli.lazy import Table, _Lazy, _lazy, render
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # no markup, emoji or highlighting: every str is printed as text; styles only through Text.
 # Made on first use, with the width a console made at import reads (COLUMNS as the process
 # started), not whatever COLUMNS says when something is first printed.
 _COLUMNS = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else None
-out = _Lazy(lambda: render.console(width=_COLUMNS))
-err = _Lazy(lambda: render.console(stderr=True, width=_COLUMNS))
+# each a Console once first used: typed as one, so mypy checks every call on it
+out = cast("Console", _Lazy(lambda: render.console(width=_COLUMNS)))
+err = cast("Console", _Lazy(lambda: render.console(stderr=True, width=_COLUMNS)))
 plain = _lazy(
     "assure.records.report", "plain"
 )  # the one way an agent-controlled value enters a rich renderable

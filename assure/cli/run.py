@@ -303,11 +303,11 @@ def suite_cmd(
             cluster_mod.join(
                 cluster, [s for _, loaded in suites for s in loaded.specs]
             )  # before a suite run is made for nothing
-            here = [
+            run_here = [
                 s for _, loaded in suites for s in loaded.specs if cluster_mod.outside_effects(s)
             ]
             engine = (
-                _backend_and_images(*here) if here else None
+                _backend_and_images(*run_here) if run_here else None
             )  # the specs cluster mode cannot run run here
         else:
             engine = _backend_and_images(*(s for _, loaded in suites for s in loaded.specs))
@@ -511,6 +511,7 @@ def _drive_suite(
                         in_flight[spec.name] = phase
                         shown()
 
+                assert images is not None  # run_one is given only with an engine
                 return (
                     Driver(spec, run, local.backend, images, progress, signing_key=key, pool=warm)
                     .drive()
@@ -542,6 +543,10 @@ def _drive_suite(
                     outcome,
                 )
 
+            def placed(n: int, phase: str) -> None:
+                in_flight[loaded.specs[n].name] = phase
+                shown()
+
             if cluster is not None:
                 from assure.run import cluster as cluster_mod
 
@@ -554,7 +559,7 @@ def _drive_suite(
                     key,
                     arrived,
                     run_one if engine is not None else None,
-                    lambda n, phase: (in_flight.__setitem__(loaded.specs[n].name, phase), shown()),
+                    placed,
                 )
             else:
                 try:

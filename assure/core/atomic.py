@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from typing import Any
 
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -29,7 +28,7 @@ def write_bytes(
     whole or absent to a reader, but lost in a crash, where a stale or missing one is the truth."""
     final = os.fspath(path)
     folder, name = os.path.split(final)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, FLAGS, mode)
     try:
         view = memoryview(data)

@@ -96,7 +96,7 @@ def _openat2(dir_fd: int, path: bytes, flags: int) -> int | None:
         ctypes.c_size_t(ctypes.sizeof(how)),
     )
     if fd >= 0:
-        return fd
+        return int(fd)  # the c_long restype comes back an int, typed Any
     err = ctypes.get_errno()
     if err == errno.EAGAIN:  # a rename raced the lookup: the component walk decides
         return None

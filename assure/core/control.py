@@ -17,7 +17,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from assure.core import atomic
@@ -42,9 +41,10 @@ class Override:
 def read(control_dir: str | os.PathLike[str]) -> Override:
     """The current override. A missing file is no override; an unreadable one halts (fail
     closed)."""
-    path = Path(control_dir) / OPERATOR_FILE
+    path = os.path.join(control_dir, OPERATOR_FILE)  # os.path: the gateway imports no pathlib
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as fh:
+            data = json.loads(fh.read())
         return Override(
             halted=bool(data.get("halted", False)),
             dial=_dial(data.get("dial")),
@@ -71,9 +71,8 @@ def _dial(value: Any) -> str | None:
 def locked(control_dir: str | os.PathLike[str]) -> Iterator[None]:
     """The control record's lock: held by every request, and by the host while it seals the
     run's logs (`operator.jsonl` among them), so no request lands after the seal unseen."""
-    directory = Path(control_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
+    os.makedirs(control_dir, exist_ok=True)
+    with open(os.path.join(control_dir, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -92,7 +91,7 @@ def request(
     that is over: `RunDir.require_open`)."""
     if dial is not None and dial not in LEVELS:
         raise ValueError(f"dial must be one of {', '.join(LEVELS)}")
-    directory = Path(control_dir)
+    directory = os.fspath(control_dir)
     with locked(directory):
         if check is not None:
             check()
@@ -104,7 +103,9 @@ def request(
             requested_at=time.time(),
             actor=actor,
         )
-        log = ChainWriter(directory / OPERATOR_LOG, base={"run_id": run_id, "actor": actor})
+        log = ChainWriter(
+            os.path.join(directory, OPERATOR_LOG), base={"run_id": run_id, "actor": actor}
+        )
         try:
             fields: dict[str, Any] = {
                 "request_id": update.request_id,
@@ -116,5 +117,5 @@ def request(
                 log.append("dial_changed", dial=dial, previous=current.dial, **fields)
         finally:
             log.close()
-        atomic.write_json(directory / OPERATOR_FILE, asdict(update), indent=None)
+        atomic.write_json(os.path.join(directory, OPERATOR_FILE), asdict(update), indent=None)
     return update

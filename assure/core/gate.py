@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, TypedDict
 
 from assure.core import globs
 from assure.core.chain import canonical
@@ -97,7 +98,7 @@ def contract_terms(
         "assertions": assertions,
         "protected": list(protected),
         "writable": list(writable),
-        "trust": None if contract.trust is None else dict(contract.trust),
+        "trust": None if contract.trust is None else thaw(contract.trust),
     }
     return {
         name: digest(values[name])
@@ -108,7 +109,35 @@ def contract_terms(
 
 def contract_hash(terms: Mapping[str, str]) -> str:
     """The contract's hash: the digest of its term digests."""
-    return digest(dict(terms))
+    return digest(thaw(terms))
+
+
+def freeze(value: Any) -> Any:
+    """A deep read-only copy of plain JSON data: mappings become `MappingProxyType` over a
+    private dict, lists and tuples become tuples. Anything else is refused (TypeError)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    raise TypeError(f"not plain JSON data: {type(value).__name__}")
+
+
+def freeze_contract(contract: Contract) -> Contract:
+    """`contract` with every field `freeze`d (its terms and trust policy become read-only)."""
+    return replace(
+        contract, **{f.name: freeze(getattr(contract, f.name)) for f in fields(Contract)}
+    )
+
+
+def thaw(value: Any) -> Any:
+    """`freeze` undone, as `canonical` digests it: mappings to dicts, tuples to lists."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
 
 
 def digest(value: Any) -> str:
@@ -127,6 +156,57 @@ def changed_terms(ratified: Mapping[str, str], current: Mapping[str, str]) -> li
     """The terms whose digest differs (missing on either side counts), in `TERMS` order."""
     names = [*TERMS, *sorted(set(ratified) - set(TERMS))]
     return [n for n in names if ratified.get(n) != current.get(n)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pinned:
+    """What a contract is judged against, frozen, with its term digests computed once.
+
+    Every field is a deep read-only copy of what was passed (`freeze`; the contract's terms and
+    trust policy too), and the digests are computed from those copies, so no later change to
+    the caller's objects reaches them; a changed value means a new `Pinned`
+    (`dataclasses.replace` recomputes). Digesting nine terms per mutation cost more than the
+    rest of `decide()`; the gateway pins its config once. If freezing or digesting fails,
+    `problem` says why and `contract_rule` denies every mutation (fail closed)."""
+
+    contract: Contract | None = None
+    assertions: Any = ()
+    protected: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    digests: Mapping[str, str] | None = field(init=False, default=None)  # contract_terms, now
+    hash_ok: bool = field(init=False, default=False)  # contract.hash digests contract.terms
+    changed: tuple[str, ...] = field(init=False, default=())  # changed_terms(terms, digests)
+    problem: str | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        try:
+            c = None if self.contract is None else freeze_contract(self.contract)
+            set_(self, "contract", c)
+            for name in ("assertions", "protected", "writable"):
+                set_(self, name, freeze(getattr(self, name)))
+            if c is not None:
+                current = contract_terms(
+                    c,
+                    assertions=thaw(self.assertions),
+                    protected=self.protected,
+                    writable=self.writable,
+                )
+                set_(self, "digests", MappingProxyType(current))
+                set_(
+                    self,
+                    "hash_ok",
+                    isinstance(c.terms, Mapping)
+                    and c.hash is not None
+                    and c.hash == contract_hash(c.terms),
+                )
+                if isinstance(c.terms, Mapping):
+                    set_(self, "changed", tuple(changed_terms(c.terms, current)))
+        except Exception as exc:  # fail closed: no digests, every mutation denied
+            set_(self, "digests", None)
+            set_(self, "hash_ok", False)
+            set_(self, "changed", ())
+            set_(self, "problem", f"cannot pin the contract's terms: {type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,6 +288,27 @@ class Context:
     )  # confirmed ref -> scope globs it covers
     human_gates: tuple[HumanGate, ...] = ()
     halted: bool = False
+    # The four fields above that a contract is judged against, frozen with their digests: give
+    # either `pinned` (the gateway pins its config once) or those fields (pinned here).
+    pinned: Pinned | None = None
+
+    def __post_init__(self) -> None:
+        p = self.pinned
+        parts = (self.contract, self.assertions, self.protected, self.writable)
+        if p is None:
+            c, a, pr, w = parts
+            p = Pinned(contract=c, assertions=a, protected=pr, writable=w)
+            object.__setattr__(self, "pinned", p)
+        else:
+            pinned = (p.contract, p.assertions, p.protected, p.writable)
+            defaults = (None, (), (), ())
+            if not all(x is d or x is q for x, d, q in zip(parts, defaults, pinned, strict=True)):
+                raise ValueError("Context: give `pinned` or the fields it pins, not both")
+        set_ = object.__setattr__
+        set_(self, "contract", p.contract)
+        set_(self, "assertions", p.assertions)
+        set_(self, "protected", p.protected)
+        set_(self, "writable", p.writable)
 
 
 @dataclass(frozen=True)
@@ -289,9 +390,11 @@ def _expired(now: float, expires_at: float | None) -> bool:
     return expires_at is not None and not now < expires_at
 
 
+_LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
+
+
 def _level(n: int) -> str:
-    names = {v: k for k, v in LEVELS.items()}
-    return f"{n} ({names[n]})" if n in names else str(n)
+    return f"{n} ({_LEVEL_NAMES[n]})" if n in _LEVEL_NAMES else str(n)
 
 
 # ---------------------------------------------------------------- rules, in order
@@ -402,16 +505,14 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
             f"contract {c.id!r} has a hash but no term digests (an older format): "
             "run `assure contract hash SPEC` and have it re-ratified",
         )
-    if not isinstance(c.terms, Mapping) or c.hash != contract_hash(c.terms):
+    pinned = ctx.pinned
+    if pinned is None or pinned.contract is not c or pinned.digests is None:
+        raise ValueError(pinned.problem if pinned else "the context has no pinned terms")
+    if not pinned.hash_ok:
         return Decision(
             DENY, "contract.hash", f"contract {c.id!r} hash does not match its term digests"
         )
-    changed = changed_terms(
-        c.terms,
-        contract_terms(
-            c, assertions=ctx.assertions, protected=ctx.protected, writable=ctx.writable
-        ),
-    )
+    changed = pinned.changed
     if changed:
         return Decision(
             DENY,
@@ -444,6 +545,13 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
     return None
 
 
+class _Figures(TypedDict):
+    """What the autonomy rule decided by: `Decision`'s two optional fields, passed as keywords."""
+
+    required_trust: int
+    effective_autonomy: int
+
+
 def _autonomy(action: Action, ctx: Context) -> Decision | None:
     """Box 5: allow if effective autonomy reaches the trust the effect needs.
 
@@ -452,7 +560,7 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
     reversible one is denied.
     """
     effective, required = effective_autonomy(ctx), required_trust(action, ctx)
-    figures = {"required_trust": required, "effective_autonomy": effective}
+    figures = _Figures(required_trust=required, effective_autonomy=effective)
     if effective >= required:
         return Decision(
             ALLOW,
@@ -471,7 +579,7 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
     return Decision(DENY, "autonomy.insufficient", reason, **figures)
 
 
-def _human_gate(action: Action, ctx: Context, figures: dict[str, int]) -> Decision:
+def _human_gate(action: Action, ctx: Context, figures: _Figures) -> Decision:
     """Match the presented receipt by id, scope coverage and a named approver; check its window."""
     scope = action_scope(action)
     presented = [
@@ -520,12 +628,13 @@ RULES: tuple[Rule, ...] = (
 def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
     """The plain values the journal records with every decision."""
     b = ctx.budget
+    covers = rollback_covers(action, ctx)
     return {
         "mutates": action.mutates,
         "scope": action_scope(action),
         "resource_mode": action.resource_mode,
-        "reversible": rollback_confirmed(action, ctx),
-        "rollback_confirmed": rollback_covers(action, ctx),
+        "reversible": action.reversible is True and covers,  # rollback_confirmed
+        "rollback_confirmed": covers,
         "contract_id": None if ctx.contract is None else ctx.contract.id,
         "human_gate": action.human_gate,
         "operator_dial": ctx.operator_dial,
@@ -534,11 +643,14 @@ def _inputs(action: Action, ctx: Context) -> dict[str, Any]:
         "verifier_fresh": ctx.verifier_fresh,
         "required_trust": None,
         "effective_autonomy": None,
-        **{
-            f"{n}_{part}": getattr(b, f"{n}_{part}")
-            for n in BUDGET_COUNTERS
-            for part in ("used", "limit")
-        },
+        "tool_calls_used": b.tool_calls_used,  # every BUDGET_COUNTERS' used and limit
+        "tool_calls_limit": b.tool_calls_limit,
+        "tokens_used": b.tokens_used,
+        "tokens_limit": b.tokens_limit,
+        "cost_used": b.cost_used,
+        "cost_limit": b.cost_limit,
+        "wall_seconds_used": b.wall_seconds_used,
+        "wall_seconds_limit": b.wall_seconds_limit,
         "tokens_reserved": b.tokens_reserved,
         "cost_reserved": b.cost_reserved,
         "halted": ctx.halted,
@@ -554,11 +666,11 @@ def decide(action: Action, ctx: Context, rules: Sequence[Rule] = RULES) -> Decis
         for rule in rules:
             decision = rule(action, ctx)
             if decision is not None:
-                inputs.update(
-                    required_trust=decision.required_trust,
-                    effective_autonomy=decision.effective_autonomy,
+                required, effective = decision.required_trust, decision.effective_autonomy
+                inputs["required_trust"], inputs["effective_autonomy"] = required, effective
+                return Decision(
+                    decision.outcome, decision.rule, decision.reason, required, effective, inputs
                 )
-                return replace(decision, inputs=inputs)
     except Exception as exc:  # fail closed
         return Decision(DENY, "internal_error", f"gate error: {type(exc).__name__}", inputs=inputs)
     return Decision(DENY, "internal_error", "no rule decided", inputs=inputs)

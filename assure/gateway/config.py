@@ -81,6 +81,13 @@ class Policy:
     tokens_limit: int | None = None  # counted by the model proxy
     cost_limit: float | None = None
 
+    def __post_init__(self) -> None:
+        """Read-only all the way down (the gate judges a frozen copy: Config.pinned)."""
+        if self.contract is not None:
+            object.__setattr__(self, "contract", gate.freeze_contract(self.contract))
+        object.__setattr__(self, "assertions", gate.freeze(self.assertions))
+        object.__setattr__(self, "rollbacks", gate.freeze(self.rollbacks))
+
 
 @dataclass(frozen=True)
 class Database:
@@ -171,6 +178,24 @@ class Config:
     egress: Egress | None = None  # None: the run has no network at all
     databases: tuple[Database, ...] = ()
     model: Model | None = None  # None: no model access (/v1/messages answers 404)
+    # The contract and what it is judged against (policy's, and `protected`), frozen with their
+    # term digests once: `decide()` reads them instead of digesting nine terms per mutation.
+    # Derived here, so a changed config (dataclasses.replace) is a new snapshot.
+    pinned: gate.Pinned = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "protected", tuple(self.protected))
+        policy = self.policy
+        object.__setattr__(
+            self,
+            "pinned",
+            gate.Pinned(
+                contract=policy.contract,
+                assertions=policy.assertions,
+                protected=self.protected,
+                writable=policy.writable,
+            ),
+        )
 
 
 _REQUIRED_STRINGS = ("run_id", "socket", "workspace", "journal", "ready_file")

@@ -329,7 +329,7 @@ class _Policy:
         if op == apsw.SQLITE_PRAGMA:
             return None if (arg1 or "").lower() in PRAGMAS else f"PRAGMA {arg1} is not allowed"
         action = (
-            apsw.mapping_authorizer_function.get(op, str(op))
+            str(apsw.mapping_authorizer_function.get(op, op))
             .removeprefix("SQLITE_")
             .replace("_", " ")
         )

@@ -145,7 +145,7 @@ class Dispatcher:
         """Journal a request refused before reaching the gate (unless the request budget is
         spent) and build its answer. A detail that is not a string is journaled as it is (the
         caller bounds it, e.g. features.Refused.allow)."""
-        fields = {
+        fields: dict[str, Any] = {
             key: value[:MAX_DETAIL_CHARS] if isinstance(value, str) else value
             for key, value in detail.items()
             if value
@@ -260,7 +260,7 @@ class Dispatcher:
                 )
             self._decided(record, decision)
             if decision.allowed:
-                intent = {
+                intent: dict[str, Any] = {
                     name: record.get(name)
                     for name in (
                         "action_id",
@@ -426,9 +426,7 @@ class Dispatcher:
                     ),
                 )
             key = self._idempotency_key(tool, action, args, meta, record)
-            if key is not None and (
-                prior := self._idempotency.claim(key, action_id=record["action_id"])
-            ):
+            if key is not None and (prior := self._calls.claim(key, action_id=record["action_id"])):
                 derived, binding, key = (
                     key.key.startswith("derived:"),
                     key.binding,
@@ -458,7 +456,7 @@ class Dispatcher:
             record.update(outcome.record)
             answer = _finish(record, 200, {"result": outcome.result})
             if key is not None:
-                self._idempotency.complete(key, answer.status, answer.body)
+                self._calls.complete(key, answer.status, answer.body)
                 key = None
             return answer
         except ToolError as exc:
@@ -472,7 +470,7 @@ class Dispatcher:
             )
         finally:
             if key is not None:  # claimed, but no effect happened: a later call may try again
-                self._idempotency.release(key)
+                self._calls.release(key)
 
     def _decided(self, record: dict[str, Any], decision: gate.Decision) -> None:
         """Journal a decision's fields; agent strings the gate quotes are capped like any other."""
@@ -506,6 +504,13 @@ class Dispatcher:
             rollback_ref=meta.get("rollback_ref"),
             human_gate=meta.get("human_gate"),
         )
+
+    @property
+    def _calls(self) -> Store:
+        """The idempotency store: a call has a key (`_idempotency_key`) only when there is one."""
+        if self._idempotency is None:
+            raise RuntimeError("no idempotency store")
+        return self._idempotency
 
     def _idempotency_key(
         self,
@@ -609,10 +614,7 @@ class Dispatcher:
                 wall_seconds_used=time.monotonic() - self._started,
                 wall_seconds_limit=self._config.limits.wall_seconds,
             ),
-            protected=self._config.protected,
-            assertions=policy.assertions,
-            writable=policy.writable,
-            contract=policy.contract,
+            pinned=self._config.pinned,
             operator_dial=dial,
             verifier_trust=policy.verifier_trust,
             verifier_fresh=self._verifier_fresh(),

@@ -302,7 +302,7 @@ def _openai(body: dict[str, Any], allow: Allow, problems: list[Problem]) -> None
 
 
 def _part(part: dict[str, Any], at: str, allow: Allow, problems: list[Problem]) -> None:
-    kind = part.get("type") if isinstance(part.get("type"), str) else "(none)"
+    kind = kind_read if isinstance(kind_read := part.get("type"), str) else "(none)"
     if kind not in OPENAI_CONTENT_TYPES and kind not in allow.content:
         problems.append(Problem(f"{at}: a part of type {_shown(kind)}", "content", kind))
         return
@@ -316,7 +316,7 @@ def _part(part: dict[str, Any], at: str, allow: Allow, problems: list[Problem]) 
         name = f"{kind}.url"
         if name not in allow.content:
             problems.append(Problem(f"{at}: an image by URL", "content", name))
-    file = part.get("file") if kind == "file" and isinstance(part.get("file"), dict) else part
+    file = file_read if kind == "file" and isinstance(file_read := part.get("file"), dict) else part
     for ref in ("file_id", "file_url"):
         if (
             kind in ("image_url", "input_image", "file", "input_file")
@@ -363,7 +363,11 @@ def _blocks(
                 " checked, so it is not sent"
             )
         if kind in ("image", "document") and isinstance(source, dict):
-            source_type = source.get("type") if isinstance(source.get("type"), str) else "(none)"
+            source_type = (
+                source_type_read
+                if isinstance(source_type_read := source.get("type"), str)
+                else "(none)"
+            )
             name = f"{kind}.source.{source_type}"
             if source_type not in INLINE_SOURCES and name not in allow.content:
                 problems.append(

@@ -124,14 +124,14 @@ class Store:
         as a fresh call would: what a later call with the key gets never depends on the past."""
 
         def work() -> tuple[Any, ...] | None:
-            mine = self._db.execute(
+            mine: tuple[Any, ...] | None = self._db.execute(
                 f"SELECT {_COLUMNS} FROM calls WHERE key = ? AND attempt = ? ORDER BY binding = ?"
                 " DESC LIMIT 1",
                 (call.key, call.attempt, call.binding),
             ).fetchone()
             if mine is not None:
                 return mine
-            earlier = None
+            earlier: tuple[Any, ...] | None = None
             if call.shared:
                 earlier = self._db.execute(
                     f"SELECT rowid, {_COLUMNS} FROM calls WHERE key = ? AND binding IN (?, ?) AND"

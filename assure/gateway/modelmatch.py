@@ -39,8 +39,8 @@ def _text(value: Any) -> str:
         if not isinstance(block, dict):
             continue
         piece = (
-            block.get("text")
-            if isinstance(block.get("text"), str)
+            text
+            if isinstance(text := block.get("text"), str)
             else _text(block.get("content"))
             if block.get("type") == "tool_result"
             else ""

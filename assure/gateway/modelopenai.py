@@ -44,7 +44,10 @@ def _parts(message: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
 def openai_usage(usage: Any, responses: bool) -> dict[str, Any]:
     """A Messages `usage` as the OpenAI API reports it (cache writes count as prompt tokens)."""
     usage = usage if isinstance(usage, dict) else {}
-    get = lambda name: int(usage.get(name, 0) or 0)  # noqa: E731 -- a one-line local helper
+
+    def get(name: str) -> int:
+        return int(usage.get(name, 0) or 0)
+
     prompt = (
         get("input_tokens") + get("cache_creation_input_tokens") + get("cache_read_input_tokens")
     )
@@ -289,7 +292,7 @@ def usage_of(
         usage: dict[str, int] = {}
         model = None
         for event in events:
-            found = event.get("response") if isinstance(event.get("response"), dict) else event
+            found = found_read if isinstance(found_read := event.get("response"), dict) else event
             if isinstance(found.get("model"), str):
                 model = found["model"]
             if found.get("usage"):

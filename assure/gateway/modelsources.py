@@ -524,7 +524,7 @@ def _wire(call: Call, message: dict[str, Any]) -> tuple[tuple[tuple[str, str], .
 def message_to_sse(message: dict[str, Any]) -> bytes:
     """A Messages response object as the event stream the API would have sent for it."""
     events: list[tuple[str, dict[str, Any]]] = []
-    usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+    usage = usage_read if isinstance(usage_read := message.get("usage"), dict) else {}
     start_usage = {**usage, "output_tokens": min(1, int(usage.get("output_tokens", 0) or 0))}
     start = {
         **message,
@@ -536,6 +536,8 @@ def message_to_sse(message: dict[str, Any]) -> bytes:
     events.append(("message_start", {"type": "message_start", "message": start}))
     for index, block in enumerate(message.get("content") or []):
         kind = block.get("type") if isinstance(block, dict) else None
+        first: dict[str, Any]  # the block as content_block_start opens it
+        delta: dict[str, Any] | None  # its content as one content_block_delta (none: whole)
         if kind == "text":
             first, delta = (
                 {"type": "text", "text": ""},

@@ -107,7 +107,8 @@ def scope_of(
     sandbox)."""
     hook = getattr(tool, "scope", None)
     if hook is not None:
-        return hook(env, args)
+        scoped: tuple[str | None, str] = hook(env, args)
+        return scoped
     return (f"fs:{path}" if path is not None else None), "sandbox"
 
 

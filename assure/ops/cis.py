@@ -28,7 +28,7 @@ from assure.spec import Spec
 
 SENSITIVE_DIRS = ("/", "/boot", "/dev", "/etc", "/lib", "/proc", "/sys", "/usr")
 # Why a container of each role has no engine health check (5.27).
-NO_HEALTHCHECK = {
+NO_HEALTHCHECK: dict[str, str] = {  # by role (a Role is its str)
     Role.AGENT: (
         "a one-shot agent: the driver waits for its exit and the deadline stops it; nothing would"
         " act on a health status"
@@ -375,7 +375,7 @@ def _default_bridge(e: Evidence, _: ContainerRequest) -> Result:
 
 
 def _role(e: Evidence) -> str:
-    return ((e.inspect.get("Config") or {}).get("Labels") or {}).get("assure.role", "")
+    return str(((e.inspect.get("Config") or {}).get("Labels") or {}).get("assure.role", ""))
 
 
 def _docker_socket(e: Evidence, _: ContainerRequest) -> Result:

@@ -34,6 +34,7 @@ from assure.records import alerts, keys, store
 from assure.records import conformance_packet as packet_mod
 from assure.records.conformance_packet import Result
 from assure.records.layout import RunPaths
+from assure.records.obligations import OBLIGATIONS
 from assure.records.receipt_format import ReceiptError
 from assure.records.receipt_verify import verify_run
 from assure.run import failpoints
@@ -112,7 +113,8 @@ class Bench:
             "run", "--json", "--new", "--key", str(self.key), *extra, str(staged.spec)
         )
         try:
-            return json.loads(done.stdout)
+            report: dict[str, Any] = json.loads(done.stdout)
+            return report
         except json.JSONDecodeError:
             raise RuntimeError(
                 f"`assure run` gave no report (exit {done.returncode}):"
@@ -184,7 +186,8 @@ def commits(repo: Path | None) -> list[str]:
 def rows(path: Path, sql: str) -> int:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return db.execute(sql).fetchone()[0]
+        count: int = db.execute(sql).fetchone()[0]
+        return count
     finally:
         db.close()
 
@@ -774,7 +777,7 @@ def _gate_decisions(root: Path) -> list[dict[str, Any]]:
             continue
         for r in records:
             if r.get("event") == "tool_call":
-                d = {
+                d: dict[str, Any] = {
                     "by": "gateway",
                     "tool": r.get("tool"),
                     "decision": r.get("decision"),
@@ -888,12 +891,12 @@ def machine() -> dict[str, Any]:
 def check_only(only: list[str] | None) -> None:
     """Refuse an --only id the standard does not have, before anything runs (one once gave a
     signed packet of nothing but NOT-RUN rows)."""
-    unknown = [oid for oid in only or [] if oid not in packet_mod.OBLIGATIONS]
+    unknown = [oid for oid in only or [] if oid not in OBLIGATIONS]
     if unknown:
         raise AssureError(
             f"no obligation {', '.join(unknown)}",
             where="--only",
-            fix="pass one of: " + ", ".join(packet_mod.OBLIGATIONS),
+            fix="pass one of: " + ", ".join(OBLIGATIONS),
         )
 
 
@@ -913,7 +916,7 @@ def run(
         key, _ = keys.generate_keypair(root / "key")
     private = keys.load_private(key)
     results = []
-    for oid in packet_mod.OBLIGATIONS:
+    for oid in OBLIGATIONS:
         if only is not None and oid not in only:
             results.append(Result.not_run(oid, "not selected in this invocation (--only)"))
             continue

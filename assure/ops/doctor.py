@@ -155,9 +155,10 @@ def _engine(report: Report, wanted: set[str], installs: list[spec_mod.Spec]) -> 
         spec
     ) in installs:  # the same tag `run` would build and use, computed without fetching anything
         try:
+            to_install = spec.agent.install  # set: `installs` are the specs that have one
             tag = (
-                install.tag(spec.agent.install, found.agent, fetch=False)
-                if found is not None
+                install.tag(to_install, found.agent, fetch=False)
+                if found is not None and to_install is not None
                 else None
             )
         except install.NotFetched:
@@ -166,7 +167,9 @@ def _engine(report: Report, wanted: set[str], installs: list[spec_mod.Spec]) -> 
         report.add(
             f"agent install ({spec.name})",
             built,
-            tag if built else f"not built: run `assure images build {spec.path}`",
+            tag
+            if tag is not None and built
+            else f"not built: run `assure images build {spec.path}`",
         )
     report.checks.append(
         Check(

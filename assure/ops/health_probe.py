@@ -411,8 +411,10 @@ class _Pass:
             summary = (
                 f"{name}: last success {self.now - last:.0f} s ago"
                 if last is not None
+                # `since` is set: both unset returned above
                 else (
-                    f"{name}: no heartbeat yet, {self.now - since:.0f} s after it was expected"
+                    f"{name}: no heartbeat yet, {self.now - (since or self.now):.0f} s after it was"
+                    " expected"
                     f" (limit {stale:g} s)"
                 )
             )

@@ -180,10 +180,21 @@ class _Scan:
     def __init__(self, runs_base: Path, manifest: Manifest, now: float, sinks: Sinks):
         self.base, self.manifest, self.now, self.sinks = runs_base, manifest, now, sinks
         self.out = Pass()
-        self.tree: Tree | None = None
+        self._tree: Tree | None = None
         self._known: dict[str, _Known] = {}
         self._ledger: ChainWriter | None = None
         self._done: set[tuple[str, str, str]] | None = None
+
+    @property
+    def tree(self) -> Tree:
+        """The runs base, opened (by `run`, or its caller) before anything is read from it."""
+        if self._tree is None:
+            raise RuntimeError("the runs base is not open")
+        return self._tree
+
+    @tree.setter
+    def tree(self, tree: Tree) -> None:
+        self._tree = tree
 
     # -- reporting
     def skip(self, path: str, reason: str) -> None:
@@ -348,7 +359,7 @@ class _Scan:
         rel = f"{run_id}/attempts/{number}"
         container, _, cproblem = self._json(f"{rel}/{CONTAINER}", MAX_CONTAINER_BYTES)
         container = container if isinstance(container, dict) else {}
-        stopped = container.get("stopped") if isinstance(container.get("stopped"), dict) else {}
+        stopped = stopped_read if isinstance(stopped_read := container.get("stopped"), dict) else {}
         breach, _, _ = self._json(f"{rel}/{BREACH}", MAX_JSON_BYTES)
         facts: dict[str, Any] = {"calls": (), "limit": None, "used": None, "breach": None}
         journal_mtime = None
@@ -414,7 +425,7 @@ class _Scan:
             ):
                 self.skip(f"{where}/alerts/{name}", "not an alert")
                 continue
-            detail = data.get("detail") if isinstance(data.get("detail"), dict) else {}
+            detail = detail_read if isinstance(detail_read := data.get("detail"), dict) else {}
             if isinstance(detail.get("key"), str):
                 known.keys.add(detail["key"])
             if data.get("state") == AlertState.PENDING:

@@ -128,7 +128,7 @@ def locate_suite_run(ref: str, runs_dir: Path) -> Path | None:
 
 def suite_resume_command(runs_dir: Path, state: dict[str, Any]) -> str:
     """`assure suite SOURCE`, with its shard and the runs base when it is not the default one."""
-    shard = state.get("shard") if isinstance(state.get("shard"), dict) else None
+    shard = shard_read if isinstance(shard_read := state.get("shard"), dict) else None
     default = runs_dir.absolute() == store.RUNS_DIR.absolute()
     return (
         f"assure suite {shlex.quote(str(state.get('source')))}"

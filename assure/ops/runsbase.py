@@ -117,7 +117,8 @@ class Tree:
         with self.open(rel, directory=True) as fd:
             if fd is None:
                 return None
-            out, truncated = [], False
+            out: list[tuple[str, bool, bool]] = []  # name, is a folder, is a link
+            truncated = False
             with os.scandir(fd) as entries:
                 for entry in entries:
                     if len(out) >= MAX_ENTRIES:

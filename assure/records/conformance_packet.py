@@ -106,7 +106,8 @@ def sign(packet: dict[str, Any], private_key: Ed25519PrivateKey) -> dict[str, An
 
 @functools.cache
 def _schema() -> dict[str, Any]:
-    return json.loads(SCHEMA.read_text(encoding="utf-8"))
+    schema: dict[str, Any] = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    return schema
 
 
 def verify(packet: Any, public_key: Ed25519PublicKey) -> None:

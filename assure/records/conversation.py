@@ -222,6 +222,16 @@ def _exchange(record: dict[str, Any], rejected: bool) -> Exchange:
     return exchange
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object the agent or model wrote, or {} for anything else."""
+    return value if isinstance(value, dict) else {}
+
+
+def _array(value: Any) -> list[Any]:
+    """A JSON array the agent or model wrote, or [] for anything else."""
+    return value if isinstance(value, list) else []
+
+
 def _json(data: bytes | None) -> Any:
     if data is None:
         return None
@@ -253,7 +263,7 @@ def _request(
     tools = parsed.get("tools")
     for tool in (tools if isinstance(tools, list) else [])[:MAX_PARTS]:
         if isinstance(tool, dict):
-            function = tool.get("function") if isinstance(tool.get("function"), dict) else {}
+            function = _object(tool.get("function"))
             exchange.tools.append(
                 str(tool.get("name") or function.get("name") or tool.get("type") or "?")[:200]
             )
@@ -334,11 +344,7 @@ def _message(reader: _Reader, message: Any, endpoint: str) -> Message:
     for call in (
         message.get("tool_calls") or [] if isinstance(message.get("tool_calls"), list) else []
     ):  # chat: assistant's calls
-        function = (
-            call.get("function")
-            if isinstance(call, dict) and isinstance(call.get("function"), dict)
-            else {}
-        )
+        function = _object(call.get("function")) if isinstance(call, dict) else {}
         parts.append(reader.part("tool_use", function.get("arguments"), function.get("name")))
     if role == "tool":
         parts = [
@@ -395,7 +401,7 @@ def _block(reader: _Reader, block: Any) -> Part:
             label,
         )
     if kind in ("image", "document", "image_url", "input_image", "input_file"):
-        source = block.get("source") if isinstance(block.get("source"), dict) else {}
+        source = _object(block.get("source"))
         data = source.get("data")
         return reader.part(
             "media",
@@ -413,9 +419,7 @@ def _response(reader: _Reader, record: dict[str, Any], exchange: Exchange) -> No
     data = reader.blob(record.get("response_sha256"), "the response", exchange.notes)
     if data is None:
         return
-    headers = (
-        record.get("response_headers") if isinstance(record.get("response_headers"), dict) else {}
-    )
+    headers = _object(record.get("response_headers"))
     sse = str(headers.get("content-type", "")).startswith("text/event-stream") or data.startswith(
         (b"event:", b"data:")
     )
@@ -437,13 +441,11 @@ def _response(reader: _Reader, record: dict[str, Any], exchange: Exchange) -> No
             if isinstance(choices, list) and choices and isinstance(choices[0], dict)
             else {}
         )
-        message = first.get("message") if isinstance(first.get("message"), dict) else {}
+        message = _object(first.get("message"))
         exchange.response = _message(reader, {"role": "assistant", **message}, exchange.endpoint)
     elif exchange.endpoint == "responses":
         parts: list[Part] = []
-        for item in (body.get("output") if isinstance(body.get("output"), list) else [])[
-            :MAX_PARTS
-        ]:
+        for item in _array(body.get("output"))[:MAX_PARTS]:
             parts += list(_message(reader, item, "responses").parts)
         exchange.response = _bounded("assistant", parts)
     elif exchange.endpoint == "messages":
@@ -452,7 +454,7 @@ def _response(reader: _Reader, record: dict[str, Any], exchange: Exchange) -> No
         )
 
 
-def _events(data: bytes) -> list[Any]:
+def _events(data: bytes) -> list[dict[str, Any]]:
     out = []
     for block in data.decode("utf-8", "replace").replace("\r\n", "\n").split("\n\n"):
         lines = [line[5:].lstrip() for line in block.split("\n") if line.startswith("data:")]
@@ -479,21 +481,15 @@ def _from_stream(data: bytes, endpoint: str) -> dict[str, Any] | None:
             else next((e for e in events if isinstance(e.get("error"), dict)), None)
         )
     if endpoint == "chat_completions":
-        text, calls = "", {}  # type: ignore[var-annotated]
+        text, calls = "", dict[Any, dict[str, str]]()  # each call by its index
         for event in events:
             for choice in event.get("choices") or []:
-                delta = (
-                    choice.get("delta")
-                    if isinstance(choice, dict) and isinstance(choice.get("delta"), dict)
-                    else {}
-                )
+                delta = _object(choice.get("delta")) if isinstance(choice, dict) else {}
                 text += str(delta.get("content") or "")
                 for call in delta.get("tool_calls") or []:
                     if isinstance(call, dict):
                         slot = calls.setdefault(call.get("index"), {"name": "", "arguments": ""})
-                        function = (
-                            call.get("function") if isinstance(call.get("function"), dict) else {}
-                        )
+                        function = _object(call.get("function"))
                         slot["name"] += str(function.get("name") or "")
                         slot["arguments"] += str(function.get("arguments") or "")
         return {

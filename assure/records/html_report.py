@@ -21,7 +21,7 @@ import functools
 import hashlib
 import html
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1120,7 +1120,7 @@ def _verdict_word(verdict: str) -> str:
     return f'<strong class="{_verdict_class(verdict)}">{_h(verdict)}</strong>'
 
 
-def _table(head: Iterable[str], rows: list[tuple[str, ...]]) -> str:
+def _table(head: Iterable[str], rows: Sequence[tuple[str, ...]]) -> str:
     """Cells are HTML already (escaped by `_h` where they hold data); at most MAX_ROWS rows."""
     lines = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     lines += [

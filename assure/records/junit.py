@@ -109,7 +109,8 @@ def render(
     for r in results:
         _case(suite, name, r, epochs)
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    xml: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return xml + b"\n"
 
 
 def _properties(parent: ET.Element, values: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import rfc8785
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -73,6 +73,14 @@ def _tree_hash(nodes: list[bytes]) -> bytes:
     return hashlib.sha256(b"\x01" + _tree_hash(nodes[:split]) + _tree_hash(nodes[split:])).digest()
 
 
+class _Log(TypedDict):
+    """One sealed log as the seal lists it (`logs` of seal.json)."""
+
+    path: str
+    lines: int
+    head_hash: str
+
+
 def seal_run(
     run_dir: str | os.PathLike[str], verified: Mapping[str, tuple[int, str]] | None = None
 ) -> dict[str, Any]:
@@ -86,7 +94,7 @@ def seal_run(
     paths = chain_logs(run_dir)
     if layout.EVENTS_LOG not in paths:
         raise ReceiptError(4, layout.EVENTS_LOG, "missing: not a run directory, nothing to seal")
-    logs = []
+    logs: list[_Log] = []
     for rel in paths:
         if not LOG_PATH.match(rel):
             raise ReceiptError(4, rel, "not a log name assure writes; refusing to seal it")
@@ -95,7 +103,7 @@ def seal_run(
             lines, head = verified[rel]
         else:
             lines, head = read_chain(run_dir, rel)
-        logs.append({"path": rel, "lines": lines, "head_hash": head})
+        logs.append(_Log(path=rel, lines=lines, head_hash=head))
     return {
         "run_id": run_dir.resolve().name,
         "sealed_at": utc_now(),

@@ -23,7 +23,8 @@ from typing import Any
 
 from assure.core import atomic, control, private
 from assure.core.chain import ChainWriter
-from assure.errors import RunDirError, read_json
+from assure.errors import RunDirError
+from assure.errors import read_json as read_json  # re-exported: records read run files with it
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
 from assure.records.states import RUN_OVER
 
@@ -154,7 +155,8 @@ class RunDir:
         return ChainWriter(self.paths.events, base={"run_id": self.run_id, "actor": "driver"})
 
     def spec_json(self) -> dict[str, Any]:
-        return read_json(self.paths.spec_json)
+        spec: dict[str, Any] = read_json(self.paths.spec_json)  # written by RunDir.new
+        return spec
 
     def save_state(self, state: dict[str, Any]) -> None:
         write_json(self.paths.state, state)

@@ -161,7 +161,7 @@ def standing_attempts(report: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(
         stands,
         key=lambda a: (
-            _HEAVIEST_FIRST.index(a.get("verdict"))
+            _HEAVIEST_FIRST.index(str(a.get("verdict")))
             if a.get("verdict") in _HEAVIEST_FIRST
             else len(_HEAVIEST_FIRST)
         ),
@@ -275,7 +275,7 @@ def seconds_between(started: Any, finished: Any) -> float | None:
                 ).total_seconds(),
             ),
             3,
-        )  # type: ignore[arg-type]
+        )
     except (TypeError, ValueError):
         return None
 
@@ -433,7 +433,7 @@ LOST_MAX = 10
 def placement(entry: dict[str, Any]) -> dict[str, Any] | None:
     """Where a cluster suite's spec ran (a node, or here on the caller) and every submission of it
     that was lost; None for a local suite's spec. From the suite run's state, as it says it."""
-    lost = entry.get("lost") if isinstance(entry.get("lost"), list) else []
+    lost = given if isinstance(given := entry.get("lost"), list) else []
     if not (entry.get("node") or entry.get("where") == "here" or lost or "next_attempt" in entry):
         return None
 

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -123,7 +124,12 @@ def scope_of(contract: Any) -> str:
 
 
 def receipt_trust(
-    *, ident: dict[str, Any], contract: Any, attempt: str, outcome: str, head: dict[str, Any]
+    *,
+    ident: dict[str, Any],
+    contract: Any,
+    attempt: str,
+    outcome: str,
+    head: dict[str, Any] | None,  # None: no ledger could be read
 ) -> dict[str, Any]:
     """A receipt's `trust` field: who ran, under what, how it ended, and the ledger's head."""
     return {
@@ -190,7 +196,11 @@ def apply(
     if digest != entry["receipt_sha256"]:
         raise TrustError(f"entry {seq}: receipt_sha256 is not its receipt's")
     why = receipt_problem(receipt, public)
-    tr = receipt.get("trust") if isinstance(receipt, dict) else None
+    tr: dict[str, Any] = (
+        given
+        if isinstance(receipt, dict) and isinstance(given := receipt.get("trust"), dict)
+        else {}
+    )  # read only once the receipt verified (`why is None`): then it is a dict
     if why is None:
         issued = _epoch(receipt["issued"])
         if issued > t + SKEW_SECONDS or issued < t - FRESH_SECONDS:
@@ -448,7 +458,7 @@ def verify_ledger(
     level, every rise and fall with the receipts it counted, and every receipt's pinned head
     checked against the entries before it. Raises TrustError at the first entry that fails."""
     now = time.time() if now is None else now
-    state, hashes, events = new_state(), [], []
+    state, hashes, events = new_state(), list[str](), list[dict[str, Any]]()
     with _open_regular(Path(path)) as f:
         for raw in _lines(f, os.fstat(f.fileno()).st_size):
             entry = _parse(raw, state["entries"])
@@ -473,12 +483,15 @@ def verify_ledger(
             if change:
                 events.append(change)
     for r in receipts:  # receipts issued after the ledger's end would show its rollback
-        pin = r.get("trust", {}).get("ledger") if receipt_problem(r, public) is None else None
-        n = pin["entries"] if pin else 0
-        if n and (n > len(hashes) or hashes[n - 1] != pin["head"]):
+        pinned: dict[str, Any] = (
+            r.get("trust", {}).get("ledger") if receipt_problem(r, public) is None else None
+        ) or {}
+        n = pinned["entries"] if pinned else 0
+        if n and (n > len(hashes) or hashes[n - 1] != pinned["head"]):
             raise TrustError(
-                f"receipt of {r['trust']['attempt']} pins ledger entry {n} ({pin['head'][:16]}), "
-                "which this ledger does not have: rolled back or truncated"
+                f"receipt of {r['trust']['attempt']} pins ledger entry {n}"
+                f" ({pinned['head'][:16]}), which this ledger does not have: rolled back or"
+                " truncated"
             )
     levels = {k: level(ks, now) for k, ks in state["keys"].items()}
     for k, lv in levels.items():
@@ -525,7 +538,7 @@ def _open_regular(path: Path) -> Iterator[Any]:
     except OSError as exc:
         raise TrustError(f"{path}: cannot be opened ({exc.strerror}; a link is refused)") from None
     with os.fdopen(fd, "rb") as f:
-        if not os.path.stat.S_ISREG(os.fstat(fd).st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise TrustError(f"{path}: not a regular file")
         yield f
 

@@ -534,6 +534,7 @@ class Attempt:
             self._started = True
             failpoints.hit("start")
             return
+        assert self.lease is not None  # leased as the attempt was prepared
         if runtimes.socket_on_host(self.spec.sandbox.runtime):
             hardening.make_socket_folder(self.paths.socket_folder, self.lease.ids)
             socket_source = str(self.paths.socket_folder.resolve())
@@ -637,6 +638,7 @@ class Attempt:
         egress = self.egress
         if not egress:
             return None
+        assert self.lease is not None  # leased as the attempt was prepared
         self._network = self.backend.create_network(
             f"{self.prefix}-egress", self.labels, internal=True
         )
@@ -696,7 +698,8 @@ class Attempt:
     def _run(self, facts: dict[str, Any]) -> None:
         """Wait for the agent; stop it at the deadline, on an operator halt or a budget breach."""
         deadline = time.monotonic() + self.spec.limits.wall_seconds
-        exit_code, stop = None, None
+        exit_code: int | None = None
+        stop: dict[str, Any] | None = None  # why the harness stops the agent, once it does
         while exit_code is None and stop is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -717,6 +720,7 @@ class Attempt:
                 if calls:
                     failpoints.hit("run")
         if exit_code is None:
+            assert stop is not None  # the loop ends with an exit code or a reason to stop
             self.backend.stop(self._agent, hardening.STOP_GRACE_SECONDS)
             exit_code = self.backend.wait(self._agent, hardening.STOP_GRACE_SECONDS + 5)
             stop["halted_at"] = time.time()

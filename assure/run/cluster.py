@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -57,7 +58,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -312,8 +313,8 @@ def _budget_seconds(spec: spec_mod.Spec) -> float:
     return spec.limits.wall_seconds * spec.max_attempts * len(spec.tasks) + GRACE_SECONDS
 
 
-def overdue(in_flight: dict[Any, tuple[int, float]], now: float) -> Any | None:
-    """Of the tasks in flight (ref -> (spec index, monotonic deadline)), the one whose deadline
+def overdue(in_flight: Mapping[Any, tuple[Any, ...]], now: float) -> Any | None:
+    """Of the tasks in flight (ref -> (spec index, monotonic deadline, ...)), the one whose deadline
     passed first, to be cancelled as hung; None while every task is within its spec's budget."""
     ref = min(in_flight, key=lambda r: in_flight[r][1])
     return ref if in_flight[ref][1] <= now else None
@@ -450,9 +451,12 @@ def run_on_node(
     )
     os.close(alive)
     with contextlib.ExitStack() as stack:
-        stack.callback(
-            lambda: (os.write(held, b"."), os.close(held))
-        )  # this task ended as it should: its watchdog goes
+
+        def release_watchdog() -> None:  # this task ended as it should: its watchdog goes
+            os.write(held, b".")
+            os.close(held)
+
+        stack.callback(release_watchdog)
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix=SCRATCH))
         stack.enter_context(store.exclusive(Path(scratch), "node task"))
         run = store.RunDir.create(Path(scratch), run_id, spec.path, spec.to_json())
@@ -512,7 +516,9 @@ def pack(run_dir: Path) -> bytes:
             dirs.sort()
             for name in sorted(dirs + files):
                 path = Path(root) / name
-                tar.inodes.clear()  # a file with other links is sent whole, never as a hard link
+                # a file with other links is sent whole, never as a hard link; `inodes` is
+                # TarFile's own table of them, not in its stubs: no public switch turns it off
+                tar.inodes.clear()  # type: ignore[attr-defined]
                 info = tar.gettarinfo(path, arcname=str(path.relative_to(run_dir)))
                 if not (
                     info.isfile() or info.isdir() or (info.issym() and _agents_tree(info.name))
@@ -611,7 +617,7 @@ def unpack(archive: bytes, runs_dir: Path, run_id: str) -> store.RunDir:
 def settle(
     run: store.RunDir,
     spec: spec_mod.Spec,
-    node_verdict: str,
+    node_verdict: str | None,  # None: the node sent none
     key: Path | None,
     claims: Sequence[dict[str, Any]] = (),
 ) -> Arrival:
@@ -708,7 +714,9 @@ def connect(address: str) -> Any:
     if ray.is_initialized():
         return ray
     probe(address)
-    extra = {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
+    extra: dict[str, Any] = (
+        {"_node_ip_address": "127.0.0.1"} if loopback(address, os.environ) else {}
+    )
     from ray._private import worker as ray_worker
 
     # Ray prints the cluster's errors ("A worker died ...") on stdout, whatever log_to_driver says
@@ -722,7 +730,7 @@ def connect(address: str) -> Any:
         try:
             ray.init(
                 address=address,
-                logging_level="WARNING",
+                logging_level=logging.WARNING,
                 log_to_driver=False,
                 configure_logging=False,
                 **extra,
@@ -746,7 +754,8 @@ def connect(address: str) -> Any:
             where="--cluster",
             fix=_JOIN_FIX,
         ) from None
-    if not ray.cluster_resources().get(RESOURCE):
+    # ray.cluster_resources carries no annotations
+    if not ray.cluster_resources().get(RESOURCE):  # type: ignore[no-untyped-call]
         raise AssureError(
             f"no node of the cluster at {address} advertises the {RESOURCE!s} resource",
             fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""",  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
@@ -926,8 +935,8 @@ def drive_suite(
     remote = ray.remote(run_on_node)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    claims = ray.remote(Claims).options(num_cpus=0, scheduling_strategy=here).remote()
+    on_caller = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    claims = ray.remote(Claims).options(num_cpus=0, scheduling_strategy=on_caller).remote()
     cap = jobs or max(1, int(ray.cluster_resources()[RESOURCE]))
     runs_dir.mkdir(parents=True, exist_ok=True)
     entries = record.state["runs"]
@@ -1079,6 +1088,7 @@ def drive_suite(
 
     def here(i: int, spec: spec_mod.Spec, run: store.RunDir) -> str:
         here_threads[i] = threading.get_ident()
+        assert run_here is not None  # a spec runs here only with one: refused above otherwise
         try:
             return run_here(spec, run)
         finally:

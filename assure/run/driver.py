@@ -59,7 +59,7 @@ class RunResult:
 
     @property
     def verdict(self) -> str:
-        return self.report["verdict"]
+        return str(self.report["verdict"])
 
 
 def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
@@ -122,7 +122,8 @@ class Driver:
         path = self.run.paths.state
         self.resumed = path.is_file()
         if self.resumed:
-            return store.read_json(path)
+            state: dict[str, Any] = store.read_json(path)  # written by _save_state
+            return state
         return {
             "run_id": self.run.run_id,
             "spec": self.spec.name,
@@ -351,7 +352,11 @@ class Driver:
             AlertKind.QUARANTINE,
             f"task {task.id!r} quarantined: {reason}",
             self.sinks,
-            expected=None if interrupted else self._expected(self._judgement(stands["n"])),
+            expected=(
+                None
+                if interrupted or stands is None
+                else self._expected(self._judgement(stands["n"]))
+            ),
         )
         return self._finish_task(task, TaskState.QUARANTINED, reason)
 
@@ -613,7 +618,7 @@ def promote_proposed(
                 " change under a run)",
             )
         events = run.events()
-        done = []
+        done: list[tuple[str, str, str]] = []  # task, state, reason
         try:
             for task, record, decision in decisions:
                 ts = state["tasks"][task.id]
@@ -845,7 +850,7 @@ def build_report(
     verdict: the worst of the tasks' verdicts (by `findings.VERDICT_ORDER`), each task's
     that of the attempt that stands for it (`findings.standing`: a breach, once, stands)."""
     attempts = []
-    finals = []
+    finals: list[str] = []
     stands_for: dict[str, dict[str, Any]] = {}  # each task's verdict and the attempt it is from
     for task_id in state["order"]:
         ts = state["tasks"][task_id]
@@ -879,7 +884,7 @@ def build_report(
                 }
             )
         judged = [a for a in attempts if a["task"] == task_id]
-        stands = (
+        stands: dict[str, Any] = (
             judged[standing([a["verdict"] for a in judged])]
             if judged
             else {"verdict": None, "attempt": None}

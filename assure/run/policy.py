@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 from assure.core import gate
 from assure.errors import SpecError
@@ -26,6 +26,12 @@ def epoch(text: str) -> float:
         ) from exc
 
 
+@overload
+def contract(spec: Spec, c: Contract) -> gate.Contract: ...
+@overload
+def contract(spec: Spec, c: None) -> None: ...
+@overload
+def contract(spec: Spec, c: Contract | None) -> gate.Contract | None: ...
 def contract(spec: Spec, c: Contract | None) -> gate.Contract | None:
     """`c` (one of `spec`'s contracts) as the gate takes it, with its ratifier's signature
     checked against the trusted keyring here on the host."""

@@ -464,7 +464,7 @@ class WarmPool:
                 if not short:
                     self._cv.wait(REFILL_POLL_SECONDS)
                     continue
-                shape = min(short, key=short.get)
+                shape = min(short, key=lambda s: short[s])
                 spec = self._specs[shape]
                 if not _room_for(
                     spec, also=sum(self._making.values())
@@ -567,6 +567,7 @@ class WarmPool:
                 labels=self.labels,
                 user=lease.ids,
             )
+            assert gateway.command is not None  # gateway_request always names its command
             gateway = replace(gateway, command=(*gateway.command, "--wait", str(wait)))
             made["gateway"] = self.backend.start_container(gateway)
             agent = hardening.agent_request(

@@ -83,7 +83,7 @@ def problems(spec: Spec) -> list[Problem]:
     ]
 
 
-def _contracts(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+def _contracts(spec: Spec, lines: dict[tuple[Any, ...], int]) -> list[Problem]:
     found: list[Problem] = []
     seen: set[int] = set()
     for i, task in enumerate(spec.tasks):
@@ -171,7 +171,7 @@ def _regular(folder: Path, rel: str) -> bool:
     return st is not None and stat.S_ISREG(st.st_mode)
 
 
-def _agent_command(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+def _agent_command(spec: Spec, lines: dict[tuple[Any, ...], int]) -> list[Problem]:
     missing = missing_agent_script(spec)
     if missing is None:
         return []
@@ -196,7 +196,7 @@ def _agent_command(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     ]
 
 
-def _install(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+def _install(spec: Spec, lines: dict[tuple[Any, ...], int]) -> list[Problem]:
     """An `agent.install` that could not be built (sandbox/install.py says what), or that
     names an image other than assure's, which the derived image is built on."""
     if spec.agent.install is None:
@@ -224,7 +224,7 @@ def _install(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
     return found
 
 
-def _scopes(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+def _scopes(spec: Spec, lines: dict[tuple[Any, ...], int]) -> list[Problem]:
     """Notes where `workspace.writable` and a contract's `fs:` scope disagree: a writable path
     no `fs:` scope covers can change but never be promoted (the task is propose-only there);
     an `fs:` scope no writable glob covers takes only the gateway's fs.write, so a stock agent
@@ -271,7 +271,7 @@ SCRIPT_FIX = (
 )
 
 
-def _script(spec: Spec, lines: dict[tuple, int]) -> list[Problem]:
+def _script(spec: Spec, lines: dict[tuple[Any, ...], int]) -> list[Problem]:
     """A `model.script` that the gateway would refuse to start with: missing, off its schema
     (`$defs.model_script`: every problem, each at its line), or with a matcher the gateway
     cannot use (a bad regex): the gateway's own parser says so (gateway/modelsources.Script)."""

@@ -191,7 +191,8 @@ def commit(
     promotion = run.paths.promotion(task_id)
     marker = promotion.committed
     if marker.is_file():
-        return store.read_json(marker)
+        done: dict[str, Any] = store.read_json(marker)  # written below, once committed
+        return done
     if spec.promote is None:
         raise PromoteError(
             "the spec has no promote target", fix="add `promote: {target: ...}` to the spec"

@@ -19,6 +19,7 @@ import binascii
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from cryptography.hazmat.primitives import serialization
@@ -28,6 +29,9 @@ from assure.core import atomic
 from assure.core.chain import canonical
 from assure.errors import AssureError, unreadable
 from assure.records import keys
+
+if TYPE_CHECKING:
+    from assure.spec import Contract
 
 ENV = "ASSURE_RATIFIERS"
 PREFIX = "ed25519:"
@@ -128,7 +132,7 @@ class Check:
     problem: str | None = None
 
 
-def check(spec_name: str, contract, keyring: Keyring | None = None) -> Check:
+def check(spec_name: str, contract: Contract, keyring: Keyring | None = None) -> Check:
     """Whether `contract` (a spec's Contract) carries its ratifier's trusted signature over the
     hash it carries; the gate then checks that hash against the terms as they run."""
     name = contract.ratified_by

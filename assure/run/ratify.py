@@ -99,7 +99,7 @@ def write(spec: Spec, r: Ratification, fields: dict[str, Any] | None = None) -> 
     keeping the rest (comments included) as written; then check the file now carries them."""
     fields = fields or r.fields()
     text = spec.path.read_text(encoding="utf-8")
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    node: Any = yaml.compose(text, Loader=yaml.SafeLoader)  # yaml's nodes: values untyped
     for step in r.at:
         node = (
             node.value[step]
@@ -136,7 +136,10 @@ def write(spec: Spec, r: Ratification, fields: dict[str, Any] | None = None) -> 
 
 
 def spec_contract(spec: Spec, at: tuple[Any, ...]) -> Contract:
-    return spec.contract if at == ("contract",) else spec.tasks[at[1]].contract
+    found = spec.contract if at == ("contract",) else spec.tasks[at[1]].contract
+    if found is None:  # `compute` refused it already
+        raise SpecError([f"{spec.path}: no contract at {'.'.join(map(str, at))}"])
+    return found
 
 
 def _last_line(node: yaml.Node) -> int:

@@ -92,7 +92,7 @@ class Suite:
     def digest(self) -> str:
         """What a suite run is a run of: the suite and every spec, as loaded, and the shard
         (shard 1/2 and shard 2/2 are two suite runs, neither continues the other)."""
-        shard = (
+        shard: dict[str, Any] = (
             {"shard": self.shard.to_json()} if self.shard else {}
         )  # an unsharded digest is as it always was
         shard |= {"epochs": self.epochs} if self.epochs != 1 else {}  # and so is one of 1 epoch
@@ -155,7 +155,9 @@ def load(path: str | Path) -> Suite:
     """Read and check a suite and every spec it names. Raises `SpecError` listing every problem."""
     path = Path(path)
     data, lines = spec_mod.read_document(path, spec_mod.schema("suite"), "suite")
-    specs, problems, fixes = [], [], []  # each kind of problem brings its own fix
+    specs: list[spec_mod.Spec] = []
+    problems: list[str] = []
+    fixes: list[str] = []  # each kind of problem brings its own fix
     for i, rel in enumerate(data["specs"]):
         targets = _expand(path.resolve().parent, rel)
         if not targets:

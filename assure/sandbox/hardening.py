@@ -196,6 +196,9 @@ def agent_request(
         if mounts.agent_files is not None
         else ()
     )
+    gate: dict[str, Any] = (
+        {"gate": SOCKET_PATH, "gate_seconds": gate_seconds} if gate_seconds is not None else {}
+    )
     return replace(
         common_request(
             spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids, user=user
@@ -211,7 +214,7 @@ def agent_request(
             socket_mount(mounts, read_only=True),
             *agent_files,
         ),
-        **({"gate": SOCKET_PATH, "gate_seconds": gate_seconds} if gate_seconds is not None else {}),
+        **gate,
     )
 
 

@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from assure.core.chain import canonical
 from assure.errors import ImageError
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGES_DIR = ROOT / "images"
 PACKAGE_DIR = ROOT / "assure"
 REGISTRY_BASE = "debian:bookworm-slim"
-BOOTSTRAP_RECIPE = {
+BOOTSTRAP_RECIPE: BootstrapRecipe = {
     "recipe": 1,
     "suite": "bookworm",
     "variant": "minbase",
@@ -52,6 +53,18 @@ BOOTSTRAP_RECIPE = {
         "usr/share/locale",
     ],
 }
+
+
+class BootstrapRecipe(TypedDict):
+    """How debootstrap makes the base image (its tag digests all of it, and the mirror)."""
+
+    recipe: int  # bumped when the recipe's meaning changes
+    suite: str
+    variant: str
+    include: list[str]  # packages beyond the variant's
+    trim: list[str]  # folders emptied after, relative to the root
+
+
 IMPORT_CHANGES = [
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV LANG=C.UTF-8",

@@ -136,7 +136,7 @@ def remapped(host_uids: set[int], subuid: Path | None = None) -> set[int]:
         lines = (subuid or SUBUID).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:  # no such file: no remap
         return set()
-    found = set()
+    found: set[int] = set()
     for line in lines:
         fields = line.strip().split(":")
         if (

@@ -44,7 +44,7 @@ def _journal_matches(record: dict[str, Any], want: dict[str, str]) -> bool:
     assertion that names `event: intent`."""
     if record.get("event") == "intent" and want.get("event") != "intent":
         return False
-    effect = record.get("effect") if isinstance(record.get("effect"), dict) else {}
+    effect = e if isinstance(e := record.get("effect"), dict) else {}
     for key, value in want.items():
         got = record.get(key) if key != "path" else (record.get("path") or effect.get("path"))
         if got != value:

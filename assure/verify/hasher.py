@@ -153,7 +153,7 @@ class HashPool:
             try:
                 process = subprocess.Popen(
                     [sys.executable, "-I", "-S", os.path.abspath(__file__)],
-                    stdin=theirs,
+                    stdin=theirs.fileno(),
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                     close_fds=True,

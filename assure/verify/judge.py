@@ -11,6 +11,7 @@ read by any rule.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -398,7 +399,7 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
         findings += _guarded(
             findings,
             f"db:{db.name}",
-            lambda name=db.name: _database_findings(paths, name, journal),
+            functools.partial(_database_findings, paths, db.name, journal),
             [],
         )
     unexplained = unexplained_subjects(findings)

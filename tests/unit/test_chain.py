@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from assure.core.chain import GENESIS, ChainError, ChainWriter, canonical, verify_chain
+from assure.core.chain import GENESIS, ChainError, ChainWriter, canonical, seal, verify_chain
 
 
 @pytest.fixture
@@ -87,3 +87,25 @@ def test_writer_refuses_to_continue_a_broken_chain(journal):
     journal.write_text("\n".join(text[:2] + text[3:]) + "\n")
     with pytest.raises(ChainError):
         ChainWriter(journal)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},  # only the writer's own keys
+        {"a": 1, "zz": [1, {"b": None}]},  # keys on both sides of "hash"
+        {"hash": "forged", "h": 1, "hasi": 2, "has": 3},  # around "hash", and "hash" dropped
+        {"é": "ü", "\x01": '"\\', "Z": {"é": 1.5}},  # escapes sort apart from their JSON text
+    ],
+)
+def test_each_line_is_the_canonical_json_of_its_sealed_record(tmp_path, fields):
+    """ChainWriter.line encodes a record once, in two halves around "hash": the same bytes as
+    canonical(seal(record)), which is what verify_chain recomputes."""
+    writer = ChainWriter(tmp_path / "j.jsonl", base={"run_id": "r", "attempt": 1})
+    record, line = writer.line("e", **fields)
+    expected = seal({k: v for k, v in record.items() if k != "hash"})
+    assert record == expected and line == canonical(expected).decode() + "\n"
+    assert record["hash"] != "forged"
+    writer.write(record, line)
+    writer.close()
+    assert verify_chain(tmp_path / "j.jsonl")[-1] == record

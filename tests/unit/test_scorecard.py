@@ -290,7 +290,25 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
             "x.three": {"status": "PASS"},
         }
     }
+    gate_doc = {"decide_us": 12.5, "repinned_us": 125.0, "ratio": 0.1}
+    live_doc = {
+        "db_execute": {"gateway_ms": 3.0, "apsw_ms": 1.5, "ratio": 2.0},
+        "override_ms": {"p50": 20.0, "p99": 60.0},
+    }
+    cli_doc = {
+        "median_s": {
+            "after": {
+                "python -c pass": 0.02,
+                "assure --version": 0.1,
+                "assure --help": 0.2,
+                "assure run (to the first spec)": 0.3,
+            }
+        }
+    }
     return {
+        "gate": sc.part_from(sc.gate_metrics, gate_doc),
+        "gate_live": sc.part_from(sc.gate_live_metrics, live_doc),
+        "cli": sc.part_from(sc.cli_metrics, cli_doc),
         "e2e": sc.part_from(sc.e2e_metrics, e2e_doc, data=e2e_doc),
         "gateway": sc.part_from(sc.gateway_metrics, gw_doc),
         "snapshot": sc.part_from(sc.snapshot_metrics, snap_doc),
@@ -342,6 +360,16 @@ def test_the_scorecard_holds_each_figure_its_part_gave(tmp_path: Path) -> None:
         "snapshot.cold_vs_git": round(2.1 / 2.5, 4),
         "sqlite.pk_vs_sqldiff": 1.5,
         "sqlite.keyless_vs_sqldiff": 0.25,
+        "gateway.db_execute_vs_apsw": 2.0,
+        "gateway.override_p99_ms": 60.0,
+        "gate.decide_vs_repinned": 0.1,
+        "gate.decide_us": 12.5,
+        "cli.version_vs_python": 5.0,
+        "cli.help_vs_python": 10.0,
+        "cli.run_start_vs_python": 15.0,
+        "cli.version_s": 0.1,
+        "cli.help_s": 0.2,
+        "cli.run_start_s": 0.3,
         "throughput.j1": 0.5,
         "throughput.j2": 0.8,
         "throughput.j4": None,
@@ -375,6 +403,112 @@ def test_a_part_whose_output_has_another_shape_fails_with_its_reason_and_leaves_
         card["metrics"]["gateway.p50_ms"]["value"] is None
         and card["metrics"]["conformance.rows_passed"]["value"] is None
     )
+
+
+def test_the_fixed_cost_figures_are_what_their_benchmarks_write(tmp_path: Path) -> None:
+    """gate_bench's --json document, as the script writes it."""
+    gate_bench = bench_module("gate_bench")
+    out = tmp_path / "gate.json"
+    action, ctx = gate_bench.setup()
+    gate_bench.CALLS = 50  # a handful of calls: the shape is tested here, not the speed
+    gate_bench.RUNS = 1
+    import sys
+
+    argv, sys.argv = sys.argv, ["gate_bench.py", "--json", str(out)]
+    try:
+        gate_bench.main()
+    finally:
+        sys.argv = argv
+    figures = sc.gate_metrics(json.loads(out.read_text()))
+    assert set(figures) == {"gate.decide_vs_repinned", "gate.decide_us"}
+    assert 0 < figures["gate.decide_vs_repinned"] and figures["gate.decide_us"] > 0
+
+
+def git(repo: Path, *args: str) -> str:
+    import subprocess
+
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def test_the_last_scorecard_on_main_is_the_newest_clean_one_of_a_commit_on_main(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(
+        repo,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "a",
+    )
+    on_main = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "topic")
+    git(
+        repo,
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "b",
+    )
+    topic = git(repo, "rev-parse", "HEAD")
+    base = with_value(
+        scorecard_of(canned_parts(tmp_path)), containment__escapes=0, containment__rate=1.0
+    )
+    bench = tmp_path / "bench"
+    bench.mkdir()
+
+    def card(stamp: str, commit: str, dirty: bool = False) -> Path:
+        doc = {**base, "machine": {"commit": commit, "dirty": dirty}}
+        return write(bench / f"scorecard-{stamp}.json", doc)
+
+    assert sc.last_on_main(bench, repo) is None
+    good = card("20261201T100000Z", on_main)
+    card("20261201T110000Z", on_main, dirty=True)  # measured with uncommitted changes
+    card("20261201T120000Z", topic)  # a branch's
+    card("20261201T130000Z", "not-a-commit; rm -rf /")
+    (bench / "scorecard-20261201T140000Z.json").write_text("{not json")
+    write(bench / "scorecard.json", {**base, "machine": {"commit": on_main}})  # the latest copy
+    new = card("20261201T150000Z", topic)
+    assert sc.last_on_main(bench, repo) == good
+    assert sc.last_on_main(bench, repo, before=new) == good
+    assert sc.last_on_main(bench, repo, before=good) is None  # nothing older
+    later = card("20261201T160000Z", on_main)
+    assert (
+        sc.last_on_main(bench, repo) == later and sc.last_on_main(bench, repo, before=new) == good
+    )
+    scorecard = bench_module("scorecard")
+    text = scorecard.against_main(bench, new, repo)
+    assert f"compared with the last scorecard on main: {good}" in text
+    assert text.rstrip().endswith("no regression beyond the noise bands")
+    assert sc.last_on_main(bench, repo, before=bench / "scorecard.json") == later
+    # `assure bench compare` with no arguments: the newest against the last on main before it
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(app, ["bench", "compare", "--dir", str(bench)])
+    assert result.exit_code == 0, result.output
+    assert f"OLD {good}\nNEW {later}\n" in result.output
+    worse = with_value(base, gateway__p50_ms=100.0)
+    write(bench / "scorecard-20261201T170000Z.json", {**worse, "machine": {"commit": topic}})
+    result = CliRunner().invoke(app, ["bench", "compare", "--dir", str(bench)])
+    assert result.exit_code == 1 and "gateway.p50_ms" in result.output
+    assert later.name in result.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(app, ["bench", "compare", "--dir", str(empty)])
+    assert result.exit_code == 2 and "no scorecard to compare" in result.output
 
 
 def test_a_figure_no_metric_names_is_refused() -> None:

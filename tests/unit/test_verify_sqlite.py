@@ -503,6 +503,30 @@ def test_exact_values_type_collation_nulls_blobs(tmp_path: Path) -> None:
     assert len(got) == 5
 
 
+def test_real_columns_compare_by_value_and_class_where_the_affinities_differ(
+    tmp_path: Path,
+) -> None:
+    """REAL affinity on both sides skips the storage-class check (SQLite reads every number
+    there as REAL); once one side's column has another affinity, 1 and 1.0 differ again."""
+    schema = (
+        "CREATE TABLE r(id INTEGER PRIMARY KEY, v REAL); INSERT INTO r VALUES (1, 1), (2, 2.5),"
+        " (3, 3);"
+        "CREATE TABLE s(id INTEGER PRIMARY KEY, v REAL); INSERT INTO s VALUES (1, 1), (2, 2);"
+    )
+    change = (
+        "UPDATE r SET v = 2.75 WHERE id = 2; UPDATE r SET v = '3.0x' WHERE id = 3;"
+        "DROP TABLE s; CREATE TABLE s(id INTEGER PRIMARY KEY, v); INSERT INTO s VALUES (1, 1),"
+        " (2, 2.0)"
+    )
+    pre, post = pair(tmp_path, schema, change)
+    got = row_changes(diff(pre, post))
+    assert ("r", "update", {"id": 2}, {"id": 2, "v": 2.5}, {"id": 2, "v": 2.75}, 1) in got
+    assert ("r", "update", {"id": 3}, {"id": 3, "v": 3.0}, {"id": 3, "v": "3.0x"}, 1) in got
+    assert ("s", "update", {"id": 1}, {"id": 1, "v": 1.0}, {"id": 1, "v": 1}, 1) in got
+    assert not any(c[0] == "s" and c[2] == {"id": 2} for c in got)  # 2.0 read as REAL on both
+    assert len(got) == 3
+
+
 def test_invalid_utf8_text_and_large_values_are_reported_safely(tmp_path: Path) -> None:
     pre, post = pair(
         tmp_path, SHOP, "INSERT INTO items VALUES (7, CAST(x'ff41' AS TEXT), NULL, zeroblob(5000))"

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import apsw
 
@@ -27,6 +27,7 @@ from assure.verify.sqlite.connection import (
     DatabaseError,
     Deadline,
     configure,
+    pragma_row,
     uri,
     wrap,
 )
@@ -90,7 +91,7 @@ class _Replay:
         try:
             configure(conn, deadline)
             tables = read_tables(conn, "main")
-            encoding = conn.execute("PRAGMA encoding").fetchone()[0]
+            encoding = pragma_row(conn, "PRAGMA encoding")[0]
             for index, effect in enumerate(effects):
                 action = str(effect.get("action_id"))
                 changeset = self._changeset(effect, action)
@@ -181,7 +182,8 @@ class _Replay:
     ) -> None:
         """Make EXPECTED's sqlite_sequence what the gateway saw, and credit every counter that
         moved."""
-        before = set(conn.execute("SELECT name, seq FROM main.sqlite_sequence").fetchall())
+        rows = conn.execute("SELECT name, seq FROM main.sqlite_sequence").fetchall()
+        before = set(cast("list[tuple[str, int]]", rows))  # its columns: name, seq
         with conn:
             conn.execute("DELETE FROM main.sqlite_sequence")
             conn.executemany("INSERT INTO main.sqlite_sequence(name, seq) VALUES (?, ?)", counters)
@@ -264,7 +266,7 @@ class _Replay:
                 record = t.old if t.old is not None else t.new
                 rowid = record[0][1] if record and record[0] is not None else None
                 for rows in (before, after):
-                    values = rows.get((t.table, rowid))
+                    values = rows.get((t.table, rowid)) if rowid is not None else None
                     if values is not None:
                         self.keys[("values", t.table, tuple(canon(v) for v in values))] = stamp
                 continue
@@ -272,8 +274,9 @@ class _Replay:
             for record in (t.old, t.new):
                 if record is None:
                     continue
-                key = [record[i] for _p, i in positions]
-                if any(v is None for v in key):
+                cells = [record[i] for _p, i in positions]
+                key = [v for v in cells if v is not None]
+                if len(key) != len(cells):  # a key column undefined: no row to name
                     continue
                 if (
                     encoding != "UTF-8"

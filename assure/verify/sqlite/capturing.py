@@ -20,6 +20,7 @@ from assure.verify.sqlite.connection import (
     DatabaseTooLarge,
     Deadline,
     configure,
+    pragma_row,
     wrap,
 )
 
@@ -238,8 +239,8 @@ def _recover(target: Path, shown: str) -> None:
             if problems != ["ok"]:
                 listed = "; ".join(display(str(p))[:200] for p in problems)
                 raise DatabaseError(f"{shown}: integrity check failed: {listed}")
-            busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            mode = conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+            busy, _log, _done = pragma_row(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
+            mode = pragma_row(conn, "PRAGMA journal_mode = DELETE")[0]
             if busy or str(mode).lower() != "delete":
                 raise DatabaseError(
                     f"{shown}: could not checkpoint the copy into one file (journal mode {mode})"

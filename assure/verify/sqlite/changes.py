@@ -66,7 +66,7 @@ def _json_value(value: Value, encoding: str) -> Any:
 
 def _json_values(values: Iterable[Value], encoding: str) -> list[Any]:
     """`_json_value` of each, with the common cases inline (this runs for every reported row)."""
-    out = []
+    out: list[Any] = []
     append = out.append
     utf8 = encoding == "UTF-8"
     for value in values:
@@ -100,7 +100,7 @@ def _literal(value: Any) -> str:
         shown = data[: MAX_SUBJECT_VALUE_CHARS // 2].hex()
         return f"X'{shown}{'…' if len(data) > MAX_SUBJECT_VALUE_CHARS // 2 else ''}'"
     if "real" in value:
-        return value["real"]
+        return str(value["real"])  # "Infinity" or "-Infinity"
     return f"<{value['omitted']} {value['bytes']} bytes sha256:{value['sha256'][:12]}>"
 
 
@@ -207,6 +207,7 @@ class Raw:
             return [(self.kind, extra.get("object_type"), extra.get("name"))]
         if not self.key_columns:
             values = self.before if self.before is not None else self.after
+            assert values is not None  # a row change has a side at least
             return [("values", self.table, tuple(canon(v) for v in values))]
         out = []
         for side in (self.before, self.after):
@@ -252,6 +253,7 @@ class Raw:
                 count=abs(self.delta),
             )
         side = before if before is not None else after
+        assert side is not None  # a row change has a side at least
         key = {c: side[c] for c in self.key_columns}
         changed: tuple[str, ...] = ()
         if self.before is not None and self.after is not None:

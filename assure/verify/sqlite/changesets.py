@@ -70,7 +70,8 @@ def parse_changeset(data: bytes) -> list[Touch]:
     which a hostile agent can store; this keeps text as its bytes. ValueError if malformed.
     """
     out: list[Touch] = []
-    pos, table, ncol, pk = 0, "", 0, ()
+    pos, table, ncol = 0, "", 0
+    pk: tuple[int, ...] = ()
     ops = {0x12: "insert", 0x17: "update", 0x09: "delete"}
     while pos < len(data):
         marker = data[pos]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -22,6 +23,14 @@ class DatabaseError(AssureError):
 
 class DatabaseTooLarge(DatabaseError):
     """The database with its WAL and journal is over the capture size limit."""
+
+
+def pragma_row(conn: apsw.Connection, statement: str) -> tuple[Any, ...]:
+    """The one row a PRAGMA statement returns (those read here always return one)."""
+    row = conn.execute(statement).fetchone()
+    if row is None:
+        raise DatabaseError(f"{statement} returned no row")
+    return tuple(row)
 
 
 class Deadline:

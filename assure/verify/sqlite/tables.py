@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import apsw
 
@@ -44,15 +45,19 @@ def read_tables(conn: apsw.Connection, schema: str) -> dict[str, Table]:
     """The ordinary tables of `schema` (shadow tables of virtual tables included; virtual tables
     themselves are not read: their content is in their shadow tables)."""
     out: dict[str, Table] = {}
-    listed = conn.execute(
+    rows = conn.execute(
         "SELECT name, wr FROM pragma_table_list WHERE schema = ? AND type IN ('table', 'shadow') "
         "AND name NOT IN ('sqlite_schema', 'sqlite_temp_schema')",
         (schema,),
     ).fetchall()
+    listed = cast("list[tuple[str, int]]", rows)  # the pragma's columns: name, wr
     for name, wr in listed:
-        xinfo = conn.execute(
-            f"SELECT name, pk, hidden, type FROM pragma_table_xinfo(?, '{schema}')", (name,)
-        ).fetchall()
+        xinfo = cast(
+            "list[tuple[str, int, int, str | None]]",  # its columns: name, pk, hidden, type
+            conn.execute(
+                f"SELECT name, pk, hidden, type FROM pragma_table_xinfo(?, '{schema}')", (name,)
+            ).fetchall(),
+        )
         names = {str(col).lower() for col, _pk, _h, _t in xinfo}
         columns = tuple(col for col, _pk, hidden, _t in xinfo if hidden == 0)
         affinities = {
