@@ -135,7 +135,7 @@ def runs(runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
     if json_out:
         _print_json(rows)
         return
-    table = _whole("run", "kind", "state", "verdict", "started", "tasks")
+    table = _whole("run", "kind", "state", "verdict", "started", "where", "tasks")
     for r in rows:
         parts = (r["specs"] or {}).items() if r["kind"] == "suite" else r["tasks"].items()
         table.add_row(
@@ -144,6 +144,7 @@ def runs(runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION) -> None:
             plain(r["state"]),
             plain(r["verdict"] or "-"),
             plain(r["started_at"]),
+            plain(runs_mod.where(r["placement"])),
             plain(", ".join(f"{t}: {st}" for t, st in parts)),
         )
     _print_table(table)
@@ -209,12 +210,14 @@ def show(
         for paths in (AttemptPaths(folder) for folder in rd.attempts())
     ]
     exchanges = [(n, c) for n, c in exchanges if c.exchanges or c.notes != ["no gateway journal"]]
+    placed = runs_mod.read_placement(rd.path)  # a cluster run's
     if json_out:
         _print_json(
             {
                 "run_id": rd.run_id,
                 "state": state,
                 "resume": resume,
+                "placement": placed,
                 "events": [{**r, "standard_event": journal.standard_event(r)} for r in records],
                 "alerts": [dataclasses.asdict(a) for a in run_alerts],
                 "model_exchange": [
@@ -251,6 +254,8 @@ def show(
             plain(journal.detail(r, keys)),
         )
     _print_table(table)
+    for line in summary.placement_lines(placed) if placed is not None else []:
+        out.print(plain(line), soft_wrap=True)
     for n, conv in exchanges:  # each string the agent or model wrote escaped (textsafe) and cut
         for line in conversation.lines(n, conv):
             out.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -311,6 +316,9 @@ def _show_suite_run(folder: Path, runs_dir: Path, json_out: bool) -> None:
             plain(r["reason"] or ""),
         )
     _print_table(table)
+    for r in results:  # a cluster suite's: where each ran, and each lost attempt
+        for line in summary.placement_lines(r["placement"]) if r.get("placement") else []:
+            out.print(plain(f"#{r['position']} {line}"), soft_wrap=True)
     out.print(plain("`assure show RUN` shows one run's timeline"), soft_wrap=True)
     if resume is not None:
         out.print(plain(f"suite run {folder.name} is {shown}; `{resume}` continues it", "yellow"))

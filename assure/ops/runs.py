@@ -29,6 +29,7 @@ class RunSummary:
     resume: str | None = None  # the command that continues it, when its driver is gone
     kind: str = "run"  # or "suite": a suite run (under suites/ beside the runs base)
     specs: dict[str, int] | None = None  # a suite run's: its runs per verdict ("not run" too)
+    placement: dict[str, Any] | None = None  # a cluster run's: where it ran, what was lost
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class RunSummary:
             "tasks": self.tasks,
             "specs": self.specs,
             "resume": self.resume,
+            "placement": self.placement,
         }
 
 
@@ -201,6 +203,31 @@ def _runs(runs_dir: Path) -> list[RunSummary]:
                 state.get("started_at"),
                 {t: v.get("state") for t, v in tasks.items()},
                 resume_command(runs_dir, path.parent.name) if shown in RESUMABLE else None,
+                placement=read_placement(path.parent),
             )
         )
     return rows
+
+
+def read_placement(run_dir: Path) -> dict[str, Any] | None:
+    """A cluster run's placement file (records/summary.placement's shape), None for a local
+    run's or one unreadable or of another shape."""
+    path = layout.RunPaths(run_dir).placement
+    try:
+        placed = store.read_json(path) if path.is_file() else None
+    except AssureError:
+        return None
+    ok = isinstance(placed, dict) and placed.get("where") in ("here", "node")
+    return placed if ok and isinstance(placed.get("lost"), list) else None
+
+
+def where(placed: dict[str, Any] | None) -> str:
+    """A placement in a few words, for a table: `here`, `node 1a2b3c4d5e6f`, `, 1 lost`."""
+    if placed is None:
+        return "-"
+    ran = "here" if placed["where"] == "here" else f"node {str(placed.get('node') or '?')[:12]}"
+    lost = placed["lost"]
+    by_caller = sum(1 for loss in lost if isinstance(loss, dict) and loss.get("cause") == "caller")
+    more = [f"{len(lost) - by_caller} lost"] if len(lost) > by_caller else []
+    more += [f"{by_caller} stopped by the caller"] if by_caller else []
+    return ", ".join([ran, *more])

@@ -47,6 +47,7 @@ IDEMPOTENCY_DB = "idempotency.sqlite"  # in gateway-state/
 RECEIPTS = "receipts"
 SEAL = "seal.json"
 ALERTS = "alerts"
+PLACEMENT = "placement.json"  # a cluster run's: where it ran, and each lost attempt
 TRUST_RECORDED = "trust-recorded.json"  # the attempts this run put in the trust ledger
 TRUST = "trust"  # beside the runs: the trust ledger (records/trust) and its checkpoint
 
@@ -314,6 +315,12 @@ class RunPaths:
     @property
     def report(self) -> Path:
         return self.root / "report.json"
+
+    @property
+    def placement(self) -> Path:
+        """In cluster mode, written by the caller: the node it ran on (or here), when it started
+        there, and each lost attempt (records/summary.placement's shape)."""
+        return self.root / PLACEMENT
 
     @property
     def control(self) -> Path:

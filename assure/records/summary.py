@@ -390,17 +390,36 @@ def recorded_results(
     return state, results
 
 
+LOSS_CAUSES = {
+    "node": "lost with its node",
+    "hung": "cancelled as hung",
+    "caller": "stopped by the caller (its own stop, not the node's fault)",
+}  # a lost submission's cause -> how a line says it
+
+
+def loss_cause(loss: dict[str, Any]) -> str:
+    """A lost submission's cause (`LOSS_CAUSES`), for states written before causes were kept
+    too."""
+    return loss.get("cause") or ("caller" if loss.get("error") == "the caller stopped" else "node")
+
+
 def placement_lines(placed: dict[str, Any]) -> list[str]:
-    """`_placement` as lines: where the spec ran, then each lost attempt (when, where, why)."""
+    """`placement` as lines: where the spec ran, then each lost attempt (when, where, why)."""
+    if placed["where"] == "here":
+        ran = "ran: here on the caller"
+    else:
+        ran = f"ran: on node {placed['node'] or 'unknown'}"
+        if placed.get("address"):
+            ran += f" ({placed['address']})"
+        if placed.get("started_at"):
+            ran += f", started there {placed['started_at']}"
+        if placed.get("queued_seconds") is not None:
+            ran += f" after {placed['queued_seconds']:g} s queued"
     return [
-        (
-            "ran: here on the caller"
-            if placed["where"] == "here"
-            else f"ran: on node {placed['node'] or 'unknown'}"
-        ),
+        ran,
         *(
-            f"lost: attempt {loss['attempt']} at {loss['at']} on node {loss['node'] or 'unknown'}"
-            f" ({loss['cause']}: {loss['error']})"
+            f"lost: attempt {loss['attempt']} at {loss['at']} on node {loss['node'] or 'unknown'}:"
+            f" {LOSS_CAUSES.get(loss['cause'] or '', loss['cause'])} ({loss['error']})"
             for loss in placed["lost"]
         ),
     ]
@@ -424,6 +443,8 @@ def placement(entry: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "where": "here" if entry.get("where") == "here" else "node",
         "node": shown(entry.get("node")),
+        "address": shown(entry.get("node_address")),
+        "started_at": shown(entry.get("node_started_at")),
         "queued_seconds": (
             entry["queued_seconds"]
             if isinstance(entry.get("queued_seconds"), (int, float))
@@ -435,7 +456,7 @@ def placement(entry: dict[str, Any]) -> dict[str, Any] | None:
                 "attempt": loss.get("attempt") if isinstance(loss.get("attempt"), int) else None,
                 "node": shown(loss.get("node")),
                 "at": shown(loss.get("at")),
-                "cause": shown(loss.get("cause")),
+                "cause": shown(loss_cause(loss)),
                 "error": shown(loss.get("error")),
             }
             for loss in lost[:LOST_MAX]

@@ -67,7 +67,7 @@ from typing import Any
 from assure import spec as spec_mod
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, SpecError, describe
-from assure.records import store
+from assure.records import store, summary
 from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
 from assure.run.suite import Outcome, SuiteRun
 from assure.run.suite import _raise_in as raise_in
@@ -349,9 +349,7 @@ def losses(lost: Sequence[dict[str, Any]]) -> str:
     caller"."""
     counts: dict[str, int] = {}
     for loss in lost:
-        cause = loss.get("cause") or (
-            "caller" if loss.get("error") == "the caller stopped" else "node"
-        )  # before causes were kept
+        cause = summary.loss_cause(loss)
         counts[cause] = counts.get(cause, 0) + 1
     return ", ".join(f"{n} {LOSS_CAUSES.get(cause, cause)}" for cause, n in counts.items())
 
@@ -962,6 +960,12 @@ def drive_suite(
             if (i := by_run.get((run_id, attempt))) is None:
                 continue  # a submission lost since, or not of this suite
             entries[i]["queued_seconds"] = round(max(0.0, at - submitted.pop(i)), 1)
+            entries[i].update(
+                node=node,
+                node_address=address_of(node),
+                node_started_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at))
+                + f".{int(at % 1 * 1e6):06d}Z",  # as utc_now writes it, by the caller's clock
+            )
             for ref, (n, _, bulk) in list(in_flight.items()):
                 if n == i:  # its deadline from its start on the node
                     in_flight[ref] = (
@@ -975,6 +979,16 @@ def drive_suite(
                 progress(i, f"on {node[:12]}, queued {entries[i]['queued_seconds']:g} s")
         if taken or starts:
             record.save()
+
+    addresses: dict[str, str] = {}
+
+    def address_of(node: str) -> str | None:
+        """A node's address as Ray knows it (asked again only for a node not seen yet)."""
+        if node not in addresses:
+            addresses.update(
+                {str(n["NodeID"]): str(n.get("NodeManagerAddress")) for n in ray.nodes()}
+            )
+        return addresses.get(node)
 
     def submit(i: int) -> None:
         spec, entry = suite.specs[i], entries[i]
@@ -1020,6 +1034,7 @@ def drive_suite(
             **({"node_finding": arrival.node_finding} if arrival.node_finding else {}),
         )
         record.save()
+        write_placement(runs_dir, entries[i])
         outcome = Outcome(
             suite.specs[i].name, entries[i]["run_id"], arrival.verdict, suite.specs[i].expect
         )
@@ -1089,7 +1104,8 @@ def drive_suite(
             else:
                 conclude(i, verdict)
 
-    ray.get(claims.take.remote(), timeout=120)  # up before any task may claim
+    # not waited for here: the actor starts while the first tasks do (each task's first call
+    # on it waits until it is up), about half a second of a suite's start (issue 26 item 7)
     with store.exclusive(record.path, "suite run"), here_pool:
         waiting, here_waiting = [], []
         for i, entry in enumerate(entries):
@@ -1245,6 +1261,15 @@ def drive_suite(
         for s, e in zip(suite.specs, entries, strict=False)
         if e["verdict"] is not None
     ]
+
+
+def write_placement(runs_dir: Path, entry: dict[str, Any]) -> None:
+    """Where a spec ran and what of it was lost, into its run folder (when one arrived or ran
+    here), written by the caller over anything of that name the node sent."""
+    folder = runs_dir / str(entry.get("run_id"))
+    placed = summary.placement(entry)
+    if placed is not None and entry.get("run_id") and folder.is_dir():
+        store.write_json(RunPaths(folder).placement, placed)
 
 
 def _settle_arrived(

@@ -245,6 +245,11 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     by_id = {r["run_id"]: r for r in state["runs"]}
     for r in kept:  # finished before the kill: the same run, not run again
         assert by_id[r["run_id"]]["finished_at"] == r["finished_at"]
+    (stopped,) = [r for r in state["runs"] if r["lost"]]  # the one in flight at the kill
+    shown = run_assure([*ASSURE, "show", stopped["run_id"], "--runs-dir", str(runs)], tmp_path, 60)
+    assert shown.returncode == 0, shown.stderr
+    assert "stopped by the caller (its own stop" in shown.stdout  # in its run folder too
+    assert "lost with its node" not in shown.stdout
     assert len(list(runs.iterdir())) == len(
         state["runs"]
     )  # one run directory per spec, nothing half-arrived
@@ -338,6 +343,19 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
         (1, victim.node_id, "node")
     ]
     assert "1 lost with their node" in stderr
+    listed = run_assure([*ASSURE, "runs", "--runs-dir", str(runs), "--json"], ROOT, 60)
+    (row,) = [r for r in json.loads(listed.stdout) if r["run_id"] == entry["run_id"]]
+    placed = row["placement"]  # from the run folder, written there by the caller
+    assert (placed["node"], placed["address"], placed["lost"]) == (
+        entry["node"],
+        "127.0.0.1",
+        result["placement"]["lost"],
+    )
+    assert placed["started_at"] > placed["lost"][0]["at"]  # its second start, after the loss
+    shown = run_assure([*ASSURE, "show", entry["run_id"], "--runs-dir", str(runs)], ROOT, 60)
+    assert f"lost: attempt 1 at {placed['lost'][0]['at']} on node {victim.node_id}: lost with" in (
+        shown.stdout
+    )
     assert sorted(p.name for p in (runs / entry["run_id"] / "attempts").iterdir()) == [
         "2"
     ]  # the run went on with attempt+1
@@ -537,6 +555,8 @@ def test_a_mixed_suite_runs_what_the_cluster_cannot_here_beside_it(cluster, tmp_
     assert egress["here_because"] == ["an HTTP upstream (egress.allow)"]
     assert "network-egress-proxy-self: contained (expects contained) here" in out.stderr
     assert (runs / egress["run_id"] / "attempts" / "1").is_dir()
+    shown = run_assure([*ASSURE, "show", egress["run_id"], "--runs-dir", str(runs), "--json"], ROOT)
+    assert json.loads(shown.stdout)["placement"]["where"] == "here"
 
 
 def test_doctor_checks_the_cluster_and_each_of_its_nodes(cluster, tmp_path):

@@ -815,6 +815,8 @@ def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_j
     state = store.read_json(SuitePaths(copied).state)
     state["runs"][0].update(
         node="b" * 56,
+        node_address="127.0.0.1",
+        node_started_at="2026-01-01T00:01:05Z",
         queued_seconds=3.5,
         next_attempt=3,
         lost=[
@@ -846,6 +848,8 @@ def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_j
     assert first["placement"] == {
         "where": "node",
         "node": "b" * 56,
+        "address": "127.0.0.1",
+        "started_at": "2026-01-01T00:01:05Z",
         "queued_seconds": 3.5,
         "here_because": [],
         "lost": [
@@ -872,17 +876,50 @@ def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_j
     _, found = cases(junit.of_summary(doc))
     out = found[0].find("system-out").text.splitlines()
     assert out[4:] == [
-        f"ran: on node {'b' * 56}",
-        f"lost: attempt 1 at 2026-01-01T00:00:00Z on node {'a' * 56} (node: NodeDiedError)",
-        "lost: attempt 2 at 2026-01-01T00:01:00Z on node unknown (caller: the caller stopped)",
+        f"ran: on node {'b' * 56} (127.0.0.1), started there 2026-01-01T00:01:05Z after 3.5 s"
+        " queued",
+        f"lost: attempt 1 at 2026-01-01T00:00:00Z on node {'a' * 56}: lost with its node"
+        " (NodeDiedError)",
+        "lost: attempt 2 at 2026-01-01T00:01:00Z on node unknown: stopped by the caller (its own"
+        " stop, not the node's fault) (the caller stopped)",
     ]
     assert found[1].find("system-out").text.splitlines()[4:] == ["ran: here on the caller"]
 
     from assure.records import html_report
 
     page = html_report.render(str(copied), ran.runs).html  # the suite page says the same
-    assert f"ran: on node {'b' * 56}; lost: attempt 1 at 2026-01-01T00:00:00Z on node" in page
-    assert "(caller: the caller stopped)" in page and "ran: here on the caller" in page
+    assert "; lost: attempt 1 at 2026-01-01T00:00:00Z on node" in page
+    assert "stopped by the caller" in page and "ran: here on the caller" in page
+
+    # the run folder's placement file (the caller writes it, cluster.write_placement) reaches
+    # `assure runs` and `assure show`, in words and in --json; the caller's own stop as such
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+    from assure.run import cluster
+
+    runs = tmp_path / "runs"
+    shutil.copytree(ran.runs, runs)
+    entry = {**state["runs"][0], "run_id": ran.doc["results"][0]["run_id"]}
+    cluster.write_placement(runs, entry)
+    cluster.write_placement(runs, {"run_id": "nowhere", "node": "c" * 56})  # no folder: none
+    assert not (runs / "nowhere").exists()
+    listed = CliRunner().invoke(app, ["runs", "--runs-dir", str(runs), "--json"])
+    by_id = {r["run_id"]: r for r in json.loads(listed.stdout)}
+    assert by_id[entry["run_id"]]["placement"] == first["placement"]
+    assert [r["placement"] for i, r in by_id.items() if i != entry["run_id"]] == [None] * (
+        len(by_id) - 1
+    )
+    table = CliRunner(env={"COLUMNS": "300"}).invoke(app, ["runs", "--runs-dir", str(runs)])
+    assert f"node {'b' * 12}, 1 lost, 1 stopped by the caller" in table.stdout
+    shown = CliRunner(env={"COLUMNS": "300"}).invoke(
+        app, ["show", entry["run_id"], "--runs-dir", str(runs)]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert f"ran: on node {'b' * 56} (127.0.0.1), started there" in shown.stdout
+    assert "on node unknown: stopped by the caller (its own stop" in shown.stdout
+    as_json = CliRunner().invoke(app, ["show", entry["run_id"], "--runs-dir", str(runs), "--json"])
+    assert json.loads(as_json.stdout)["placement"] == first["placement"]
 
 
 def test_show_takes_a_suite_run_and_lists_its_runs_from_the_records(ran):
