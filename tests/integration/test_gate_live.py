@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,19 @@ def test_a_live_effect_without_enough_trust_escalates(run, make_spec, tmp_path):
     assert sqlite3.connect(live).execute("SELECT count(*) FROM entries").fetchone() == (0,)
 
 
+def _allowed_writes(journal: Path) -> int:
+    """The writes the gate let through so far (each write has an `intent` line too: counting
+    every `fs.write` once halted after three writes under load)."""
+    count = 0
+    for line in journal.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:  # the line being written
+            continue
+        count += record.get("event") == "tool_call" and record.get("decision") == "allow"
+    return count
+
+
 def test_override_mid_run_leaves_no_mutation_after_its_effect(make_spec, tmp_path, images, backend):
     spec = make_spec("writer", "writer-loop.sh", contract=ratified(["fs:**"]))
     proc = subprocess.Popen(
@@ -162,7 +176,7 @@ def test_override_mid_run_leaves_no_mutation_after_its_effect(make_spec, tmp_pat
             journals = (
                 list(runs.glob("*/attempts/1/gateway/journal.jsonl")) if runs.exists() else []
             )
-            if journals and journals[0].read_text().count('"tool":"fs.write"') >= 5:
+            if journals and _allowed_writes(journals[0]) >= 5:
                 break
             time.sleep(0.05)
         else:

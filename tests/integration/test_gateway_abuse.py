@@ -201,7 +201,9 @@ def test_model_calls_with_huge_model_names_stay_within_the_journal_cap(run, make
         "model_flood.py",
         agent={"command": ["python3", "/opt/agent/model_flood.py"], "files": ABUSE},
         model={"mode": "scripted", "script": str(ROOT / "fixtures" / "models" / "empty.json")},
-        limits={"wall_seconds": 120},
+        # each 8 MB request reserves ~2M input tokens: past the default budget, which would
+        # deny the calls before they are journaled as model calls
+        limits={"wall_seconds": 120, "tokens": 100_000_000},
     )
     result = run(spec)
     size = journal_of(result).stat().st_size
