@@ -27,6 +27,7 @@ def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:
             }
         )
     )
+    (tmp_path / "r1" / "placement.json").write_text('{"where": "mars", "lost": []}')
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "state.json").write_text("{not json")
     listed = runs.listing(tmp_path)
@@ -40,6 +41,7 @@ def test_listing_reads_each_state_and_skips_garbage(tmp_path: Path) -> None:
             "tasks": {"a": "done"},
             "specs": None,
             "resume": None,
+            "placement": None,  # a placement file of another shape is none
         }
     ]
     assert runs.listing(tmp_path / "missing") == []
