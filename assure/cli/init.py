@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import click
 import typer
 
 from assure.cli.common import (
@@ -64,11 +65,53 @@ def init(
         metavar="NAME",
         help="Also a SQLite database the gateway owns, which the agent writes a row to.",
     ),
+    agent: str | None = typer.Option(
+        None,
+        "--agent",
+        metavar="KIND",
+        help=(
+            "script (default): a tiny agent of your own; or a stock agent's preset, its model"
+            " answers scripted for the task: claude-code, mini-swe-agent."
+        ),
+    ),
+    ask: bool | None = typer.Option(
+        None,
+        "--ask/--no-ask",
+        help="Ask for each choice no flag gave (default: when the input is a terminal).",
+    ),
 ) -> None:
-    """Write a first project: a commented spec, a tiny agent, its workspace, a suite and a README
-    stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
+    """Write a first project: a commented spec, its agent (a tiny one of your own, or a stock
+    agent with scripted model answers), its workspace, a suite and a README stub. `assure
+    validate` passes on them and `assure run spec.yaml` passes as written."""
+    import sys
+
     from assure.ops import init as scaffold
 
+    try:
+        if agent is not None:
+            scaffold.check_kind(agent)  # before any question, and before anything is written
+    except AssureError as exc:
+        raise _fail(exc) from None
+    if ask if ask is not None else sys.stdin.isatty():
+        if agent is None:
+            agent = typer.prompt(
+                "Agent (script: your own; or a stock agent with scripted model answers)",
+                default=scaffold.SCRIPT,
+                type=click.Choice(scaffold.KINDS),
+            )
+        if not writable:
+            writable = _globs(typer.prompt("Paths the agent may change", default="out/**"))
+        if not protected:
+            protected = _globs(typer.prompt("Paths whose change is a breach", default="src/**"))
+        if database is None:
+            database = (
+                typer.prompt(
+                    "A SQLite database the gateway owns (its name; empty: none)",
+                    default="",
+                    show_default=False,
+                ).strip()
+                or None
+            )
     given: dict[str, Any] = {
         k: v
         for k, v in {
@@ -78,6 +121,7 @@ def init(
             "proposed_by": proposed_by,
             "ratified_by": ratified_by,
             "database": database,
+            "agent": agent,
         }.items()
         if v
     }
@@ -94,3 +138,8 @@ def init(
         plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"),
         soft_wrap=True,
     )
+
+
+def _globs(answer: str) -> list[str]:
+    """An answer of globs, separated by commas or spaces."""
+    return [g for g in answer.replace(",", " ").split() if g]
