@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 
 from assure.cli.common import (
@@ -93,12 +92,15 @@ def init(
     except AssureError as exc:
         raise _fail(exc) from None
     if ask if ask is not None else sys.stdin.isatty():
-        if agent is None:
+        while agent not in scaffold.KINDS:
+            if agent is not None:
+                out.print(plain(f"no agent kind `{agent}`: one of {', '.join(scaffold.KINDS)}"))
             agent = typer.prompt(
-                "Agent (script: your own; or a stock agent with scripted model answers)",
+                "Agent: script (your own), or a stock agent with scripted model answers ("
+                + ", ".join(scaffold.PRESET_KINDS)
+                + ")",
                 default=scaffold.SCRIPT,
-                type=click.Choice(scaffold.KINDS),
-            )
+            ).strip()
         if not writable:
             writable = _globs(typer.prompt("Paths the agent may change", default="out/**"))
         if not protected:
