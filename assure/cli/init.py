@@ -73,6 +73,15 @@ def init(
             " answers scripted for the task: claude-code, mini-swe-agent."
         ),
     ),
+    workspace: Path | None = typer.Option(
+        None,
+        "--workspace",
+        metavar="DIR",
+        help=(
+            "A folder of your own files for the agent to work on (default: a small one written"
+            " in DIR/workspace); the spec names it, copied fresh for every attempt."
+        ),
+    ),
     ask: bool | None = typer.Option(
         None,
         "--ask/--no-ask",
@@ -101,6 +110,13 @@ def init(
                 + ")",
                 default=scaffold.SCRIPT,
             ).strip()
+        if workspace is None:
+            answer = typer.prompt(
+                "Workspace folder, the files the agent works on (empty: a small one written here)",
+                default="",
+                show_default=False,
+            ).strip()
+            workspace = Path(answer) if answer else None
         if not writable:
             writable = _globs(typer.prompt("Paths the agent may change", default="out/**"))
         if not protected:
@@ -124,6 +140,7 @@ def init(
             "ratified_by": ratified_by,
             "database": database,
             "agent": agent,
+            "workspace": workspace,
         }.items()
         if v
     }

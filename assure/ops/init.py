@@ -45,6 +45,7 @@ class Choices:
         None  # a SQLite database the gateway owns (the agent writes a row through db.execute)
     )
     agent: str = SCRIPT  # one of KINDS
+    workspace: Path | None = None  # a folder of your own files; None: a small one written here
 
 
 def check_kind(kind: str) -> None:
@@ -61,7 +62,7 @@ AGENT = """#!/bin/sh
 # The agent: it runs in a sealed container with no network; its only way out is the gateway,
 # reached with `assure-tool TOOL key=value ...`. Replace this with your own agent's command.
 set -eu
-assure-tool fs.read path=src/greeting.txt > /dev/null
+assure-tool {look} > /dev/null
 assure-tool fs.write path={out} content="hello from the agent" > /dev/null
 {db}assure-tool task.report status=done summary="wrote {out}" > /dev/null
 echo "agent finished"
@@ -75,7 +76,7 @@ description: {description}
 {agent}# The workspace is copied fresh for every attempt (the original is never touched); the agent
 # may change only `writable` paths, and any change under `protected` is a breach.
 workspace:
-  fixture: workspace
+  fixture: {fixture}
   writable: {writable}
   protected: {protected}
 # The contract says what the agent may touch; someone other than its proposer ratifies it.
@@ -139,7 +140,7 @@ Written by `assure init`. From this folder (`assure` is your assure checkout's `
     assure suite suite.yaml        # every spec of the suite
 
 - `spec.yaml`: what runs, what it may touch, how it is judged.
-{agent}- `workspace/`: the files the agent works on, copied fresh for every attempt.
+{agent}- `{fixture}`: the files the agent works on, copied fresh for every attempt.
 {real}"""
 
 OWN_README = """- `agent/run.sh`: the agent (replace it; it reaches out only through `assure-tool`).
@@ -277,6 +278,16 @@ def create(folder: Path, choices: Choices) -> list[Path]:
             where="--database",
             fix="use a lowercase letter, then letters, digits or _ (at most 32)",
         )
+    fixture = "workspace"
+    if choices.workspace is not None:
+        given = choices.workspace.absolute()
+        if not given.is_dir():
+            raise AssureError(
+                f"`{choices.workspace}` is not a folder",
+                where="--workspace",
+                fix="pass the folder of files the agent works on (or leave it out for a small one)",
+            )
+        fixture = os.path.relpath(given, folder.absolute())  # the spec's paths are its folder's
     scope = tuple(f"fs:{g}" for g in choices.writable) + ((f"db:{db}",) if db else ())
     db_command = (
         f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\""
@@ -287,7 +298,11 @@ def create(folder: Path, choices: Choices) -> list[Path]:
     own = kind == SCRIPT
     if own:
         agent_files = {
-            "agent/run.sh": AGENT.format(out=out, db=f"{db_command} > /dev/null\n" if db else "")
+            "agent/run.sh": AGENT.format(
+                out=out,
+                db=f"{db_command} > /dev/null\n" if db else "",
+                look="fs.list path=." if choices.workspace else "fs.read path=src/greeting.txt",
+            )
         }
     else:
         agent_files = {
@@ -315,6 +330,7 @@ def create(folder: Path, choices: Choices) -> list[Path]:
                 if own
                 else "{event: model_call}   # its model was asked, through the gateway"
             ),
+            fixture=json.dumps(fixture),
             writable=_flow(choices.writable),
             protected=_flow(choices.protected),
             proposed_by=choices.proposed_by,
@@ -328,6 +344,7 @@ def create(folder: Path, choices: Choices) -> list[Path]:
             name=choices.name,
             agent=OWN_README if own else PRESET_README.format(kind=kind),
             real="" if own else REAL_MODEL.format(kind=kind),
+            fixture=fixture.rstrip("/") + "/",
         ),
         **agent_files,
         **(
@@ -339,9 +356,10 @@ def create(folder: Path, choices: Choices) -> list[Path]:
             if db
             else {}
         ),
-        "workspace/src/greeting.txt": "hello from the fixture\n",
-        f"workspace/{out.rsplit('/', 1)[0]}/.keep" if "/" in out else "workspace/.keep": "",
     }
+    if choices.workspace is None:
+        files["workspace/src/greeting.txt"] = "hello from the fixture\n"
+        files[f"workspace/{out.rsplit('/', 1)[0]}/.keep" if "/" in out else "workspace/.keep"] = ""
     there = [name for name in files if (folder / name).exists() or (folder / name).is_symlink()]
     if there:
         raise AssureError(

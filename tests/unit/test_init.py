@@ -203,10 +203,11 @@ def test_init_asks_for_what_no_flag_gave(tmp_path: Path) -> None:
 
     from assure.cli import app
 
+    (tmp_path / "mine" / "lib").mkdir(parents=True)
     answered = CliRunner().invoke(
         app,
         ["init", str(tmp_path / "proj"), "--ask", "--protected", "lib/**"],
-        input="pytorch\nmini-swe-agent\nresults/**, logs/**\nnotes\n",
+        input=f"pytorch\nmini-swe-agent\n{tmp_path / 'mine'}\nresults/**, logs/**\nnotes\n",
     )
     assert answered.exit_code == 0, answered.output
     assert (
@@ -220,3 +221,21 @@ def test_init_asks_for_what_no_flag_gave(tmp_path: Path) -> None:
         ("lib/**",),
     )
     assert [d.name for d in loaded.databases] == ["notes"]
+    assert loaded.workspace.fixture.resolve() == tmp_path / "mine"
+
+
+def test_init_on_a_workspace_of_your_own_names_it_and_writes_none(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    (mine / "lib").mkdir(parents=True)
+    (mine / "lib" / "code.py").write_text("x = 1\n")
+    made = assure("init", "proj", "--workspace", "mine", "--protected", "lib/**", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    folder = tmp_path / "proj"
+    assert not (folder / "workspace").exists()
+    assert 'fixture: "../mine"' in (folder / "spec.yaml").read_text()  # relative: it moves
+    assert spec_mod.load(folder / "spec.yaml").workspace.fixture.resolve() == mine
+    assert "fs.read" not in (folder / "agent" / "run.sh").read_text()  # no greeting.txt there
+    assert assure("validate", "spec.yaml", cwd=folder).returncode == 0
+    refused = assure("init", "other", "--workspace", "mine/lib/code.py", cwd=tmp_path)
+    assert refused.returncode != 0 and "--workspace" in refused.stderr
+    assert not (tmp_path / "other").exists()
