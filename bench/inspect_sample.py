@@ -45,7 +45,16 @@ def assure_sample() -> tuple[float, float]:
         return took, float(sample.total_time or 0)
 
 
-def bare_docker() -> float:
+def agent_image() -> str:
+    """The agent image the assure sample runs, by its content tag: `:latest` is retagged by
+    any image build on this host, so it may be another checkout's."""
+    from assure.sandbox import registry
+    from assure.sandbox.docker.images import Images
+
+    return Images(registry.create()).ensure().agent
+
+
+def bare_docker(image: str) -> float:
     start = time.monotonic()
     name = f"assure-bench-inspect-{int(start)}"
     run = lambda *a: subprocess.run(["docker", *a], check=True, capture_output=True)  # noqa: E731
@@ -58,7 +67,7 @@ def bare_docker() -> float:
         "none",
         "-u",
         "0",
-        "assure-agent:latest",
+        image,
         "sleep",
         "3600",
     )
@@ -75,11 +84,12 @@ ROUNDS = 5  # alternated, so load on this shared machine falls on both sides ali
 
 if __name__ == "__main__":
     samples, evals, bares = [], [], []
+    image = agent_image()
     for _ in range(ROUNDS):
         whole, own = assure_sample()
         samples.append(own)
         evals.append(whole)
-        bares.append(bare_docker())
+        bares.append(bare_docker(image))
     a, whole, d = (statistics.median(x) for x in (samples, evals, bares))
     print(
         f"one sample, median of {ROUNDS}: assure sandbox {a:.2f} s (the eval {whole:.2f} s), "
