@@ -162,3 +162,10 @@ def test_the_own_agent_spec_validates_as_written(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     loaded = spec_mod.load(specs[0])
     assert loaded.contract.expires_at == "2030-01-01T00:00:00Z"
+
+
+def test_the_proposal_folder_the_readme_names_is_the_one_a_run_writes():
+    from assure.records import layout
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{layout.task_slug('main')}/`" in text  # once it said proposals/<task>/
