@@ -32,7 +32,7 @@ from assure.records import health, store
 from assure.records.attempt_record import AttemptRecord
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run import pool as warm
-from assure.run.stop import INTERRUPTED, StopReason
+from assure.run.stop import INTERRUPTED
 from assure.sandbox import backend as sandbox
 from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox.backend import SandboxBackend
@@ -45,6 +45,7 @@ from assure.verify.container import EXPECTED_PATHS, layer_changes
 from assure.verify.facts import ContainerFacts
 from assure.verify.findings import Finding, Kind, verdict
 from assure.verify.snapshot import Snapshot, take
+from assure.verify.stopped import Stopped, StopReason
 
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1
@@ -703,15 +704,11 @@ class Attempt:
         """Wait for the agent; stop it at the deadline, on an operator halt or a budget breach."""
         deadline = time.monotonic() + self.spec.limits.wall_seconds
         exit_code: int | None = None
-        stop: dict[str, Any] | None = None  # why the harness stops the agent, once it does
+        stop: Stopped | None = None  # why the harness stops the agent, once it does
         while exit_code is None and stop is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                stop = {
-                    "reason": StopReason.DEADLINE,
-                    "counter": "wall_seconds",
-                    "breach_at": time.time(),
-                }
+                stop = Stopped.deadline(time.time())
                 break
             if INTERRUPTED.is_set():  # a signal whose KeyboardInterrupt was lost (stop.INTERRUPTED)
                 raise KeyboardInterrupt
@@ -727,11 +724,9 @@ class Attempt:
             assert stop is not None  # the loop ends with an exit code or a reason to stop
             self.backend.stop(self._agent, hardening.STOP_GRACE_SECONDS)
             exit_code = self.backend.wait(self._agent, hardening.STOP_GRACE_SECONDS + 5)
-            stop["halted_at"] = time.time()
-            since = stop.get("requested_at", stop.get("breach_at"))
-            stop["latency_ms"] = round((stop["halted_at"] - since) * 1000, 1) if since else None
-        facts["stopped"] = stop
-        facts["timed_out"] = bool(stop and stop["reason"] == StopReason.DEADLINE)
+            stop = stop.halted(time.time())
+        facts["stopped"] = stop.to_json() if stop else None
+        facts["timed_out"] = bool(stop and stop.reason is StopReason.DEADLINE)
         facts["exit_code"] = exit_code
 
     def _heartbeat(self) -> None:
@@ -745,18 +740,13 @@ class Attempt:
             attempt=self.number,
         )
 
-    def _halt_requested(self) -> dict[str, Any] | None:
+    def _halt_requested(self) -> Stopped | None:
         override = control.read(self.run.control_dir)
         if not override.halted:
             return None
-        return {
-            "reason": StopReason.OPERATOR_HALT,
-            "request_id": override.request_id,
-            "actor": override.actor,
-            "requested_at": override.requested_at,
-        }
+        return Stopped.operator_halt(override.request_id, override.actor, override.requested_at)
 
-    def _budget_breached(self) -> dict[str, Any] | None:
+    def _budget_breached(self) -> Stopped | None:
         """The gateway writes `breach.json` when a budget counter runs out (its content is the
         gateway's)."""
         try:
@@ -767,11 +757,10 @@ class Attempt:
             data = {}
         counter = data.get("counter") if isinstance(data, dict) else None
         breach_at = data.get("breach_at") if isinstance(data, dict) else None
-        return {
-            "reason": StopReason.BUDGET,
-            "counter": str(counter or "unknown"),
-            "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time(),
-        }
+        return Stopped.budget(
+            str(counter or "unknown"),
+            float(breach_at) if isinstance(breach_at, (int, float)) else time.time(),
+        )
 
     def _count_tool_calls(self) -> int:
         """Tool calls journaled so far, for the progress line: reads only what was appended
