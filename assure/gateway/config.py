@@ -63,7 +63,7 @@ class Limits:
     # and the gate inputs that carry them) is journaled as `sha256:<hex>` of its UTF-8.
     max_journal_field_chars: int = 256
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """`tool_calls`, and every limit that is not the default here (the host passes the
         spec's `tool_calls` and `wall_seconds`; the rest are the gateway's own)."""
         return _not_default(self, keep=("tool_calls",))
@@ -123,7 +123,7 @@ class Database:
     path: str
     mode: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str]:
         return {"name": self.name, "path": self.path, "mode": self.mode}
 
 
@@ -285,7 +285,7 @@ class Config:
         return out
 
 
-def _not_default(record: Any, keep: tuple[str, ...] = ()) -> dict[str, Any]:
+def _not_default(record: Any, keep: tuple[str, ...] = ()) -> dict[str, object]:
     """A flat dataclass's fields that are in `keep` or differ from their defaults."""
     return {
         f.name: getattr(record, f.name)

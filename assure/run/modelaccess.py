@@ -17,7 +17,6 @@ import tempfile
 import urllib.parse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.errors import AssureError
@@ -78,16 +77,16 @@ class ModelAccess:
         m = self.model
         if not m:
             return None
-        common: dict[str, Any] = {
-            "mode": m.mode,
-            "blob_dir": f"{hardening.GATEWAY_STATE}/blobs",
-            "prices": {name: gwconfig.Price(**p) for name, p in prices(m.prices).items()},
-            "allow": {name: frozenset(items) for name, items in m.allow.items()},
-            "server_tool_fees": {**gwconfig.SERVER_TOOL_FEES, **m.server_tool_fees},
-        }
+        common = gwconfig.Model(
+            mode=m.mode,
+            blob_dir=f"{hardening.GATEWAY_STATE}/blobs",
+            prices={name: gwconfig.Price(**p) for name, p in prices(m.prices).items()},
+            allow={name: frozenset(items) for name, items in m.allow.items()},
+            server_tool_fees={**gwconfig.SERVER_TOOL_FEES, **m.server_tool_fees},
+        )
         if m.mode in UPSTREAM_MODES:
-            return gwconfig.Model(
-                **common,
+            return replace(
+                common,
                 upstream=m.upstream.rstrip("/"),
                 key_file=f"{hardening.GATEWAY_SECRETS}/model-key",
                 allow_http=m.allow_http,
@@ -102,15 +101,15 @@ class ModelAccess:
                     tuple(m.volatile.get("fields", volatile[0])),
                     tuple(m.volatile.get("text", volatile[1])),
                 )
-            return gwconfig.Model(
-                **common,
+            return replace(
+                common,
                 recording=(f"{hardening.GATEWAY_RECORDING}/journal.jsonl",),
                 recording_blob_dir=f"{hardening.GATEWAY_RECORDING}/blobs",
                 volatile=volatile,
             )
         shutil.copyfile(self._path("script"), self.config_dir / "model-script.json")
         os.chmod(self.config_dir / "model-script.json", 0o644)
-        return gwconfig.Model(**common, script=f"{hardening.GATEWAY_CONFIG}/model-script.json")
+        return replace(common, script=f"{hardening.GATEWAY_CONFIG}/model-script.json")
 
     def mounts(self) -> tuple[Mount, ...]:
         """Gateway-only mounts: the key (anthropic) or the recording (replay)."""

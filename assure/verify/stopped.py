@@ -76,8 +76,8 @@ class Stopped:
             self, halted_at=at, latency_ms=round((at - since) * 1000, 1) if since else None
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reason": self.reason.value}
+    def to_json(self) -> dict[str, str | float | None]:
+        out: dict[str, str | float | None] = {"reason": self.reason.value}
         out.update((k, getattr(self, k)) for k in _KEYS[self.reason])
         if self.halted_at is not None:
             out.update(halted_at=self.halted_at, latency_ms=self.latency_ms)
