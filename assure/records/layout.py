@@ -398,3 +398,39 @@ class RunPaths:
 
     def alert(self, alert_id: str) -> Path:
         return self.alerts / f"{alert_id}.json"
+
+
+@dataclass(frozen=True)
+class RelativeRun:
+    """One run's names relative to the runs base, as `/`-joined strings, for the readers of an
+    untrusted tree (ops/monitor, ops/health_probe) that resolve each step themselves, confined.
+    `run` is a run id (or `.health`, which has alerts too)."""
+
+    run: str
+
+    @property
+    def attempts(self) -> str:
+        return f"{self.run}/{ATTEMPTS}"
+
+    def attempt(self, n: int | str) -> str:
+        return f"{self.attempts}/{n}"
+
+    @property
+    def alerts(self) -> str:
+        return f"{self.run}/{ALERTS}"
+
+    def alert(self, name: str) -> str:
+        """An entry of `alerts/` by its file name, as listed."""
+        return f"{self.alerts}/{name}"
+
+    @property
+    def control(self) -> str:
+        return f"{self.run}/{CONTROL}"
+
+
+def journals_glob(attempt: int | str = "*") -> str:
+    """Every run's gateway journals of attempt `attempt`, as a glob under a runs base."""
+    return f"*/{ATTEMPTS}/{attempt}/{JOURNAL}"
+
+
+EVENTS_GLOB = f"*/{EVENTS_LOG}"  # every run's events log, as a glob under a runs base
