@@ -13,12 +13,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
 
 from assure.core import gate
 from assure.core.chain import canonical, sha256_hex
 from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.gateway.egress import Egress
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ConfigError(Exception):

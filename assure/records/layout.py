@@ -21,6 +21,7 @@ from pathlib import Path
 
 from assure.core import control
 
+RUNS_DIR = Path(".assure") / "runs"  # the runs base when none is given
 SUITES = "suites"  # suite runs, beside the runs base
 # warm pools (run/pool.py), in the runs base: a claimed pair is renamed into a run, on one
 # filesystem
@@ -93,7 +94,7 @@ def suite_runs_dir(suite_run: Path, runs_dir: Path) -> Path:
     the conventional runs folder beside the suite run's own suites folder."""
     if suites_base(runs_dir).resolve() == suite_run.resolve().parent:
         return runs_dir
-    return suite_run.resolve().parent.parent / "runs"  # store.RUNS_DIR's last part
+    return suite_run.resolve().parent.parent / RUNS_DIR.name
 
 
 def alerts_sink(runs_dir: Path) -> Path:
