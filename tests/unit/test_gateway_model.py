@@ -134,7 +134,8 @@ class FakeAPI:
     server: http.server.ThreadingHTTPServer
     queue: deque[Canned] = field(default_factory=deque)
     seen: list[dict[str, Any]] = field(default_factory=list)
-    delay: float = 0.0  # seconds before each answer (so concurrent calls overlap)
+    delay: float = 0.0  # seconds before each answer
+    hold: threading.Event | None = None  # answers wait for it: calls kept in flight together
 
     @property
     def key(self) -> str:
@@ -159,6 +160,25 @@ class FakeAPI:
         )
 
 
+HOLD_SECONDS = 30.0  # an answer held for a test never waits longer
+
+
+def in_flight_together(api: FakeAPI, calls: list[Callable[[], None]], decided: list[int]) -> None:
+    """Run `calls` in threads with every answer held until each call was decided: the denied
+    ones answered (`decided`), the allowed ones waiting at the API. However slow the host, the
+    allowed calls are all in flight at once, which is what a budget race needs."""
+    api.hold = threading.Event()
+    threads = [threading.Thread(target=call) for call in calls]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + HOLD_SECONDS
+    while len(decided) + api.count < len(calls) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    api.hold.set()
+    for t in threads:
+        t.join()
+
+
 def start_api() -> FakeAPI:
     api: FakeAPI
 
@@ -175,6 +195,8 @@ def start_api() -> FakeAPI:
                 }
             )
             time.sleep(api.delay)
+            if api.hold is not None:
+                api.hold.wait(HOLD_SECONDS)
             canned = (
                 api.queue.popleft() if api.queue else Canned(200, json.dumps(message()).encode())
             )
@@ -575,7 +597,6 @@ def test_concurrent_calls_cannot_pass_the_token_budget_together(
     live: Callable[..., Gateway], api: FakeAPI
 ) -> None:
     gateway = live(policy={"tokens_limit": 100})
-    api.delay = 0.5  # every call is in flight while the others are decided
     statuses: list[int] = []
 
     def one() -> None:
@@ -585,11 +606,7 @@ def test_concurrent_calls_cannot_pass_the_token_budget_together(
         except anthropic.APIStatusError as exc:
             statuses.append(exc.status_code)
 
-    threads = [threading.Thread(target=one) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_flight_together(api, [one] * 6, statuses)
     assert sorted(statuses) == [
         200,
         403,

@@ -7,7 +7,6 @@ budget that shrinks a large output cap to what is left instead of locking the ag
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from tests.unit.test_gateway_model import (  # noqa: F401  (fixtures)
     calls,
     egress,
     httpx,
+    in_flight_together,
     key_file,
     live,
     message,
@@ -432,7 +432,6 @@ def test_concurrent_large_calls_never_overshoot_the_budget(
     live: Callable[..., Gateway], api: FakeAPI
 ) -> None:
     gateway = live(policy={"tokens_limit": 300})
-    api.delay = 0.3  # in flight together
     statuses: list[int] = []
 
     def one() -> None:
@@ -442,11 +441,7 @@ def test_concurrent_large_calls_never_overshoot_the_budget(
         except anthropic.APIStatusError as exc:
             statuses.append(exc.status_code)
 
-    threads = [threading.Thread(target=one) for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_flight_together(api, [one] * 5, statuses)
     records = calls(gateway)
     allowed = [r for r in records if r["decision"] == "allow"]
     assert sum(r["reserved"]["tokens"] for r in allowed) <= 300 and gateway.counters.tokens <= 300
