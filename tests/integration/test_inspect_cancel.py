@@ -21,7 +21,10 @@ from pathlib import Path
 import pytest
 
 from assure.core.chain import iter_chain
+from assure.records import layout, store
 from assure.records.layout import RunPaths
+from assure.run.driver import reap
+from assure.sandbox import workspace_fs
 
 from .conftest import ROOT
 
@@ -64,9 +67,10 @@ def _sleeping(runs: Path) -> Path | None:
         try:
             for record in iter_chain(journal):
                 if (
-                    record.get("tool") == "sandbox.exec"
+                    record.get("event") == "tool_call"
+                    and record.get("tool") == "sandbox.exec"
                     and record.get("decision") == "allow"
-                    and "sleep 600" in " ".join(record["sandbox"]["argv"])
+                    and "sleep 600" in " ".join((record.get("sandbox") or {}).get("argv", []))
                 ):
                     return run_dir
         except Exception:  # a line being written: read again at the next poll
@@ -115,8 +119,17 @@ def _cancel(tmp_path: Path, backend, signals: int) -> tuple[Path, float]:
         if child.poll() is None:
             child.kill()
             child.wait()
+        if child.returncode == -signal.SIGKILL:  # what the killed child left, for the next tests
+            _reap(backend, runs)
     print(f"cancel ({signals} SIGINT): {took:.1f} s")
     return run_dir, took
+
+
+def _reap(backend, runs: Path) -> None:
+    for run_dir in runs.glob("inspect-calc-*"):
+        reap(backend, store.RunDir(run_dir))
+        mine = run_dir.resolve()
+        workspace_fs.release_orphans(lambda d, mine=mine: d == mine, layout.mount_owner)
 
 
 def _assert_judged_and_clean(run_dir: Path, backend) -> dict:
