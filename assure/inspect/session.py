@@ -10,11 +10,13 @@ signs and reports as for any run) and returns the run's result. Nothing here imp
 A sample that is cancelled (Ctrl-C, or the eval stopped) is finished with `cancelled`: it is
 judged on what it left, with a harness error that keeps it from passing (a breach found stands).
 A session that nobody finished by the time the interpreter exits (a second Ctrl-C before the
-cleanup, a crash of the eval) is finished as cancelled then: the exit waits for it.
+cleanup, a crash of the eval, `--no-sandbox-cleanup`) is finished as cancelled then: the exit
+waits for it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401 - its exit hook first, so that ours runs before it
 import functools
 import threading
 from collections.abc import Callable
@@ -191,30 +193,28 @@ class Session:
 
 
 class _Unfinished:
-    """The sessions started and not yet finished in this process, and the thread that finishes
-    them (as cancelled) when the main thread ends: the interpreter joins it before it exits,
-    while the driver threads are daemons that it would otherwise kill mid-attempt."""
+    """The sessions started and not yet finished in this process, finished (as cancelled) as
+    the interpreter begins to exit: before it joins its threads and before concurrent.futures
+    refuses new work (the attempt's collect and cleanup use an executor), by the hook that
+    concurrent.futures itself uses, registered after it so that it runs first."""
 
     def __init__(self) -> None:
         self._sessions: set[Session] = set()
         self._lock = threading.Lock()
-        self._watcher: threading.Thread | None = None
+        self._hooked = False
 
     def add(self, session: Session) -> None:
         with self._lock:
             self._sessions.add(session)
-            if self._watcher is None:
-                self._watcher = threading.Thread(
-                    target=self._at_exit, name="assure-inspect-exit", daemon=False
-                )
-                self._watcher.start()
+            if not self._hooked:
+                threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
+                self._hooked = True
 
     def discard(self, session: Session) -> None:
         with self._lock:
             self._sessions.discard(session)
 
     def _at_exit(self) -> None:
-        threading.main_thread().join()
         with self._lock:
             left = list(self._sessions)
         for session in left:
