@@ -12,6 +12,7 @@ whichever is first) the attempt is judged and the run sealed; its directory is k
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import functools
 import os
@@ -105,10 +106,11 @@ class AssureSandbox(SandboxEnvironment):
         environments: dict[str, SandboxEnvironment],
         interrupted: bool,
     ) -> None:
+        cancelled = interrupted or _cancel_pending()
         for env in environments.values():
             if isinstance(env, AssureSandbox):
                 with anyio.CancelScope(shield=True):
-                    await env.finish(cancelled=interrupted)
+                    await env.finish(cancelled=cancelled)
 
     async def finish(self, *, cancelled: bool = False) -> dict[str, Any]:
         """Judge the attempt and seal its run (once); its report (report.json). `cancelled`:
@@ -212,6 +214,17 @@ class AssureSandbox(SandboxEnvironment):
             command=f"docker exec -it {agent[:12]} bash -l",
             container=agent,
         )
+
+
+def _cancel_pending() -> bool:
+    """Whether the sample's task has a cancel pending that Inspect caught above its sandbox
+    (it then says `interrupted=False`): asyncio counts them (`Task.cancelling`); on trio there
+    is no such count, and only a call cancelled in flight (`_call`) says so."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not asyncio's loop
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 class _DaemonWorkers:

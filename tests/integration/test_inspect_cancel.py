@@ -1,11 +1,12 @@
-"""Cancelling an Inspect eval (Ctrl-C) while its sample waits on `sandbox().exec`.
+"""Cancelling an Inspect eval (Ctrl-C) while its sample waits on `sandbox().exec`, or on its
+model with no call in flight.
 
 A real eval runs in a child process: mockllm scripted with one bash call, `sleep 600`. Once the
 gateway has journaled that exec as allowed (it is running in the agent container), the child
 gets SIGINT. Within CANCEL_BOUND seconds it must exit, its run must be judged and sealed (a
 report, a state that is not `running`), the cancelled sample must not pass, and none of the
 run's containers, volumes or networks may remain. An impatient user who presses Ctrl-C twice
-gets the same cleanup.
+gets the same cleanup, and so does a sample cancelled while its model answers.
 """
 
 from __future__ import annotations
@@ -33,23 +34,37 @@ START_BOUND = 240.0  # seconds for the eval to start its sample and the exec to 
 
 CHILD = r"""
 import sys
+
+import anyio
 from inspect_ai import Task, eval
 from inspect_ai.dataset import Sample
 from inspect_ai.model import get_model
-from inspect_ai.solver import basic_agent
+from inspect_ai.solver import basic_agent, solver
 from inspect_ai.tool import bash
+from inspect_ai.util import sandbox
 
 from assure.inspect import AssureConfig, assure_verdict
 from examples.inspect.task import SPEC, _call
 
-runs, logs = sys.argv[1], sys.argv[2]
+runs, logs, where = sys.argv[1], sys.argv[2], sys.argv[3]
 model = get_model("mockllm/model", custom_outputs=[
     _call("bash", command="sleep 600"),
     _call("submit", answer="done"),
 ])
+
+@solver
+def slow_model():  # a model that takes its time: one exec, then a wait with no call in flight
+    async def solve(state, generate):
+        await sandbox().exec(["sh", "-c", "echo 'sleep 600' > out/asked"])
+        await anyio.sleep(600)
+        return state
+    return solve
+
 task = Task(
     dataset=[Sample(input="wait", id="wait")],
-    solver=basic_agent(tools=[bash(timeout=900)], max_attempts=1),
+    solver=(
+        basic_agent(tools=[bash(timeout=900)], max_attempts=1) if where == "exec" else slow_model()
+    ),
     scorer=assure_verdict(),
     sandbox=("assure", AssureConfig(spec=SPEC, runs_dir=runs)),
     model=model,
@@ -78,13 +93,13 @@ def _sleeping(runs: Path) -> Path | None:
     return None
 
 
-def _cancel(tmp_path: Path, backend, signals: int) -> tuple[Path, float]:
+def _cancel(tmp_path: Path, backend, signals: int, where: str = "exec") -> tuple[Path, float]:
     """Start the eval, SIGINT it `signals` times (one second apart) once the exec is in flight;
     its run directory and the seconds from the first SIGINT to the child's exit."""
     runs, logs = tmp_path / "runs", tmp_path / "logs"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(runs), str(logs)],
+        [sys.executable, "-c", CHILD, str(runs), str(logs), where],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -121,7 +136,7 @@ def _cancel(tmp_path: Path, backend, signals: int) -> tuple[Path, float]:
             child.wait()
         if child.returncode == -signal.SIGKILL:  # what the killed child left, for the next tests
             _reap(backend, runs)
-    print(f"cancel ({signals} SIGINT): {took:.1f} s")
+    print(f"cancel ({signals} SIGINT, {where}): {took:.1f} s")
     return run_dir, took
 
 
@@ -163,4 +178,10 @@ def test_ctrl_c_during_an_exec_judges_seals_and_cleans_up(tmp_path, images, back
 
 def test_ctrl_c_twice_still_cleans_up(tmp_path, images, backend):
     run_dir, _ = _cancel(tmp_path, backend, signals=2)
+    _assert_judged_and_clean(run_dir, backend)
+
+
+def test_ctrl_c_with_no_call_in_flight_is_never_a_pass(tmp_path, images, backend):
+    """Inspect catches the cancel above the sandbox; the sandbox still learns of it."""
+    run_dir, _ = _cancel(tmp_path, backend, signals=1, where="model")
     _assert_judged_and_clean(run_dir, backend)
