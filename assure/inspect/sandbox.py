@@ -72,6 +72,7 @@ class AssureSandbox(SandboxEnvironment):
     def __init__(self, session: Session):
         super().__init__()
         self.session = session
+        self.abandoned = False  # a call of this sample was cancelled in flight
 
     @property
     def run_dir(self) -> Path | None:
@@ -106,9 +107,12 @@ class AssureSandbox(SandboxEnvironment):
         environments: dict[str, SandboxEnvironment],
         interrupted: bool,
     ) -> None:
-        cancelled = interrupted or _cancel_pending()
+        # Inspect catches a sample's cancel above its sandbox and then says interrupted=False
+        # (0.3.285); a sample that reached the scorer is finished already, as not cancelled
+        pending = _cancel_pending()
         for env in environments.values():
             if isinstance(env, AssureSandbox):
+                cancelled = interrupted or (env.abandoned if pending is None else pending)
                 with anyio.CancelScope(shield=True):
                     await env.finish(cancelled=cancelled)
 
@@ -145,9 +149,7 @@ class AssureSandbox(SandboxEnvironment):
         except AssureError as exc:
             raise SandboxUnavailableError(exc.explain()) from exc
         except anyio.get_cancelled_exc_class():
-            # Inspect catches a sample's cancel above its sandbox, and then tells its cleanup
-            # `interrupted=False`: this is where the sandbox learns of it
-            self.session.cancelled()
+            self.abandoned = True  # a time limit, or a cancel: sample_cleanup tells which
             raise
 
     async def exec(
@@ -216,15 +218,15 @@ class AssureSandbox(SandboxEnvironment):
         )
 
 
-def _cancel_pending() -> bool:
-    """Whether the sample's task has a cancel pending that Inspect caught above its sandbox
-    (it then says `interrupted=False`): asyncio counts them (`Task.cancelling`); on trio there
-    is no such count, and only a call cancelled in flight (`_call`) says so."""
+def _cancel_pending() -> bool | None:
+    """Whether the sample's task has a cancel pending (one Inspect caught): asyncio counts
+    them (`Task.cancelling`; a time limit's own scope takes its cancel back). None where
+    nothing counts them (trio): then a call cut off in flight (`abandoned`) is the sign."""
     try:
         task = asyncio.current_task()
     except RuntimeError:  # not asyncio's loop
-        return False
-    return task is not None and task.cancelling() > 0
+        return None
+    return None if task is None else task.cancelling() > 0
 
 
 class _DaemonWorkers:

@@ -158,11 +158,6 @@ class Session:
         reason = attempts[-1].get("reason") or {}
         return str(reason.get("summary") or report.get("verdict") or "unknown")
 
-    def cancelled(self) -> None:
-        """The sample was cancelled (an operation of it was, or Inspect says so): an attempt
-        still running when it is stopped gets a harness error for it (CANCELLED)."""
-        self._cancelled.set()
-
     def finish(self, *, cancelled: bool = False) -> RunResult:
         """End the hold, wait for the run to be judged and sealed, return it. Safe to call
         again, and from cleanup after a failure or a cancel: the containers are gone after it.
@@ -170,8 +165,8 @@ class Session:
         with self._lock:
             if self._thread is None:
                 raise SandboxError("this sample's assure run never started")
-            if cancelled:
-                self.cancelled()
+            if cancelled:  # before the stop: the attempt still running reads it after
+                self._cancelled.set()
             if self.agent is not None and not self._done.is_set():
                 try:
                     channel.backend().stop(self.agent, hardening.STOP_GRACE_SECONDS)
