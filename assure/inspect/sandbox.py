@@ -12,12 +12,19 @@ whichever is first) the attempt is judged and the run sealed; its directory is k
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import functools
 import os
+import queue
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 from inspect_ai.util import (
     ExecResult,
     OutputLimitExceededError,
@@ -39,6 +46,7 @@ from assure.records.store import RUNS_DIR
 
 STORE_RUN_DIR = "assure:run_dir"  # the sample's store: where its run is, for a later scorer
 KEY_ENV = "ASSURE_SIGNING_KEY"  # the receipts' key, as for `assure run --key`
+T = TypeVar("T")
 
 
 class AssureConfig(BaseModel, frozen=True):
@@ -64,6 +72,7 @@ class AssureSandbox(SandboxEnvironment):
     def __init__(self, session: Session):
         super().__init__()
         self.session = session
+        self.abandoned = False  # a call of this sample was cancelled in flight
 
     @property
     def run_dir(self) -> Path | None:
@@ -98,15 +107,22 @@ class AssureSandbox(SandboxEnvironment):
         environments: dict[str, SandboxEnvironment],
         interrupted: bool,
     ) -> None:
+        # Inspect catches a sample's cancel above its sandbox and then says interrupted=False
+        # (0.3.285); a sample that reached the scorer is finished already, as not cancelled
+        pending = _cancel_pending()
         for env in environments.values():
             if isinstance(env, AssureSandbox):
+                cancelled = interrupted or (env.abandoned if pending is None else pending)
                 with anyio.CancelScope(shield=True):
-                    await env.finish()
+                    await env.finish(cancelled=cancelled)
 
-    async def finish(self) -> dict[str, Any]:
-        """Judge the attempt and seal its run (once); its report (report.json)."""
+    async def finish(self, *, cancelled: bool = False) -> dict[str, Any]:
+        """Judge the attempt and seal its run (once); its report (report.json). `cancelled`:
+        the sample was interrupted, so it does not pass (Session.finish)."""
         with anyio.CancelScope(shield=True):
-            result = await anyio.to_thread.run_sync(self.session.finish)
+            result = await anyio.to_thread.run_sync(
+                functools.partial(self.session.finish, cancelled=cancelled)
+            )
         return result.report
 
     # --- operations ---------------------------------------------------------------------
@@ -125,13 +141,16 @@ class AssureSandbox(SandboxEnvironment):
     ) -> channel.Reply:
         agent = self._agent()
         try:
-            return await anyio.to_thread.run_sync(
+            return await _abandoned_on_cancel(
                 lambda: channel.call(
                     agent, request, data, sizes=sizes, limit=limit, timeout=timeout
                 )
             )
         except AssureError as exc:
             raise SandboxUnavailableError(exc.explain()) from exc
+        except anyio.get_cancelled_exc_class():
+            self.abandoned = True  # a time limit, or a cancel: sample_cleanup tells which
+            raise
 
     async def exec(
         self,
@@ -197,6 +216,72 @@ class AssureSandbox(SandboxEnvironment):
             command=f"docker exec -it {agent[:12]} bash -l",
             container=agent,
         )
+
+
+def _cancel_pending() -> bool | None:
+    """Whether the sample's task has a cancel pending (one Inspect caught): asyncio counts
+    them (`Task.cancelling`; a time limit's own scope takes its cancel back). None where
+    nothing counts them (trio): then a call cut off in flight (`abandoned`) is the sign."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not asyncio's loop
+        return None
+    return None if task is None else task.cancelling() > 0
+
+
+class _DaemonWorkers:
+    """Daemon threads that run one call at a time and are reused (each keeps its own engine
+    client, `channel.backend`); one more is started when all are busy."""
+
+    def __init__(self) -> None:
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(
+                target=self._work, args=(jobs,), name="assure-inspect-call", daemon=True
+            ).start()
+        jobs.put(job)
+
+    def _work(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()
+            with self._lock:
+                self._idle.append(jobs)
+
+
+_workers = _DaemonWorkers()
+
+
+async def _abandoned_on_cancel(fn: Callable[[], T]) -> T:
+    """`fn()` (a `docker exec` that may block for as long as its command runs) in a daemon
+    thread, left behind if the sample is cancelled: the cancel reaches the sample's cleanup at
+    once, whose stop of the agent container ends the exec, and a thread still reading it can
+    never hold up the interpreter's exit (anyio's worker threads, which it joins, would)."""
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def job() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - raised again where it is awaited
+            outcome.append((False, exc))
+        try:
+            anyio.from_thread.run_sync(done.set, token=token)
+        except anyio.RunFinishedError:
+            pass  # the eval's event loop is gone: nobody waits for this any more
+
+    _workers.submit(job)
+    await done.wait()
+    ok, value = outcome[0]
+    if ok:
+        return cast(T, value)
+    raise value
 
 
 def _raise_file_error(reply: channel.Reply, file: str) -> None:

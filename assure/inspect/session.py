@@ -6,10 +6,17 @@ the agent container open, since Inspect's solver is the agent and acts through `
 driver runs in a thread of its own: `start` returns once the agent container is up (or raises
 why it never was), `finish` ends the hold (the run loop then collects, snapshots, judges,
 signs and reports as for any run) and returns the run's result. Nothing here imports Inspect.
+
+A sample that is cancelled (Ctrl-C, or the eval stopped) is finished with `cancelled`: it is
+judged on what it left, with a harness error that keeps it from passing (a breach found stands).
+A session that nobody finished by the time the interpreter exits (a second Ctrl-C before the
+cleanup, a crash of the eval, `--no-sandbox-cleanup`) is finished as cancelled then: the exit
+waits for it.
 """
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401 - its exit hook first, so that ours runs before it
 import functools
 import threading
 from collections.abc import Callable
@@ -29,6 +36,11 @@ from assure.sandbox import hardening
 # The agent container's command: nothing but a wait, ended (exit 0) by the stop at `finish`.
 HOLD = ("/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done")
 START_SECONDS = 600.0  # prepare (images built first on a new host) and start, at most
+FINISH_SECONDS = 600.0  # once the agent is stopped: collect, snapshot, checks, judge, seal
+CANCELLED = (
+    "inspect: the sample was cancelled before it ended (Ctrl-C, or the eval was stopped):"
+    " what it left is judged, but it is never a pass"
+)
 
 
 def sample_spec(spec: spec_mod.Spec) -> spec_mod.Spec:
@@ -52,13 +64,24 @@ def sample_spec(spec: spec_mod.Spec) -> spec_mod.Spec:
 class SampleAttempt(Attempt):
     """An attempt that tells its session which container the agent is, once it started."""
 
-    def __init__(self, *args: Any, started: Callable[[str], None], **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        started: Callable[[str], None],
+        cancelled: Callable[[], bool],
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
-        self._started_cb = started
+        self._started_cb, self._cancelled = started, cancelled
 
     def _start(self, facts: dict[str, Any]) -> None:
         super()._start(facts)
         self._started_cb(self._agent)
+
+    def _run(self, facts: dict[str, Any]) -> None:
+        super()._run(facts)
+        if self._cancelled():  # set before the stop that ended the run
+            facts["harness_errors"].append(CANCELLED)
 
 
 class Session:
@@ -73,6 +96,7 @@ class Session:
         self.error: BaseException | None = None
         self._up = threading.Event()
         self._done = threading.Event()
+        self._cancelled = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -88,7 +112,9 @@ class Session:
         self.run = store.RunDir.new(
             self.runs_dir, self.spec.name, self.spec.path, self.spec.to_json()
         )
-        attempt = functools.partial(SampleAttempt, started=self._started)
+        attempt = functools.partial(
+            SampleAttempt, started=self._started, cancelled=self._cancelled.is_set
+        )
         driver = Driver(
             self.spec,
             self.run,
@@ -101,6 +127,7 @@ class Session:
         self._thread = threading.Thread(
             target=self._drive, args=(driver,), name=f"assure-{self.run.run_id}", daemon=True
         )
+        _unfinished.add(self)
         self._thread.start()
         if not self._up.wait(START_SECONDS + GATEWAY_READY_SECONDS) or self.agent is None:
             self.finish()
@@ -131,19 +158,65 @@ class Session:
         reason = attempts[-1].get("reason") or {}
         return str(reason.get("summary") or report.get("verdict") or "unknown")
 
-    def finish(self) -> RunResult:
+    def finish(self, *, cancelled: bool = False) -> RunResult:
         """End the hold, wait for the run to be judged and sealed, return it. Safe to call
-        again, and from cleanup after a failure or a cancel: the containers are gone after it."""
+        again, and from cleanup after a failure or a cancel: the containers are gone after it.
+        `cancelled`: the sample did not end by itself (its verdict is at best an error)."""
         with self._lock:
             if self._thread is None:
                 raise SandboxError("this sample's assure run never started")
+            if cancelled:  # before the stop: the attempt still running reads it after
+                self._cancelled.set()
             if self.agent is not None and not self._done.is_set():
                 try:
                     channel.backend().stop(self.agent, hardening.STOP_GRACE_SECONDS)
                 except AssureError:
                     pass  # already gone: the run loop sees it exit either way
-            self._thread.join()
+            self._thread.join(FINISH_SECONDS)
+            _unfinished.discard(self)  # a driver stuck this long is not waited for again
+            if self._thread.is_alive():
+                assert self.run is not None
+                raise SandboxError(
+                    f"the assure run was not judged within {FINISH_SECONDS:.0f} s of its stop",
+                    where=str(self.run.path),
+                    fix="`assure gc` removes its containers once this process is gone",
+                )
         if self.error is not None:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+class _Unfinished:
+    """The sessions started and not yet finished in this process, finished (as cancelled) as
+    the interpreter begins to exit: before it joins its threads and before concurrent.futures
+    refuses new work (the attempt's collect and cleanup use an executor), by the hook that
+    concurrent.futures itself uses, registered after it so that it runs first."""
+
+    def __init__(self) -> None:
+        self._sessions: set[Session] = set()
+        self._lock = threading.Lock()
+        self._hooked = False
+
+    def add(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.add(session)
+            if not self._hooked:
+                threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
+                self._hooked = True
+
+    def discard(self, session: Session) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+
+    def _at_exit(self) -> None:
+        with self._lock:
+            left = list(self._sessions)
+        for session in left:
+            try:
+                session.finish(cancelled=True)
+            except BaseException:  # noqa: BLE001 - the next one is cleaned up all the same
+                continue
+
+
+_unfinished = _Unfinished()
