@@ -82,6 +82,7 @@ bench: images fixtures
 	-$(BIN)/python bench/checks_bench.py
 	-$(BIN)/python bench/seccomp_bench.py
 	-$(BIN)/python bench/model_latency.py
+	-$(BIN)/python bench/cluster_bench.py
 	$(BIN)/python bench/scorecard.py $(BENCH_ARGS)
 
 # Headless Chromium renders the HTML reports in tests/integration/test_html_report.py (as root
