@@ -423,9 +423,7 @@ def run_on_node(
             fix="deploy the same suite and spec files, at the same paths, to every node",
         )
     say = lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True)  # noqa: E731  (in the node's Ray worker log)
-    engine = node_engine(say)
-    assert engine is not None  # built when missing
-    backend, images = engine
+    backend, images = node_engine(say)
     install.ensure(spec, backend, images, say)  # and the spec's derived image, by the same digest
     alive, held = (
         os.pipe()
@@ -471,32 +469,18 @@ def run_on_node(
 _ENGINE: list[tuple[Any, Any]] = []  # this Ray worker's engine client and images, once found
 
 
-def node_engine(say: Callable[[str], None], build: bool = True) -> tuple[Any, Any] | None:
-    """This node's engine client and images (built here on first use unless not `build`, from the
-    same recipe: the same tags), found once per Ray worker: a worker serves one driver, so once
-    per suite run on each worker, as a local suite finds them once per run."""
+def node_engine(say: Callable[[str], None]) -> tuple[Any, Any]:
+    """This node's engine client and images (built here on first use, from the same recipe: the
+    same tags), found once per Ray worker: a worker serves one driver, so once per suite run on
+    each worker, as a local suite finds them once per run."""
     if not _ENGINE:
         from assure.sandbox import registry
         from assure.sandbox.docker.images import Images
 
         backend = registry.create()
         finder = Images(backend, say)
-        images = finder.resolve() or (finder.ensure() if build else None)
-        if images is None:
-            return None
-        _ENGINE.append((backend, images))
+        _ENGINE.append((backend, finder.resolve() or finder.ensure()))
     return _ENGINE[0]
-
-
-def warm_node() -> None:
-    """A Ray task that starts a worker on its node ahead of the suite's tasks: Ray's worker
-    process, the modules a node task needs and its engine (`node_engine`; images to build are
-    left to the spec's task, which says so), about 1.5 s on each node at every suite's start.
-    Ray gives the spec's task that idle worker of the same job."""
-    import assure.run.driver  # noqa: F401  (imported for the task to come)
-
-    with contextlib.suppress(Exception):  # an engine that does not answer: the spec's task says so
-        node_engine(lambda message: None, build=False)
 
 
 def release_orphan_scratch(base: Path | None = None, *, dry_run: bool = False) -> list[Path]:
@@ -882,32 +866,10 @@ def refuse_infeasible(specs: Iterable[spec_mod.Spec], nodes: Sequence[Capacity])
 def join(address: str, specs: Sequence[spec_mod.Spec]) -> Any:
     """Everything a suite needs of the cluster, checked before any suite run is written: the
     cluster joined, and a node that can hold each spec it will run (those with effects outside
-    the sandbox run here, on the caller: `outside_effects`). Its nodes then start their workers
-    (`warm_up`) while the caller makes its suite run."""
+    the sandbox run here, on the caller: `outside_effects`)."""
     ray = connect(address)
-    on_cluster = [s for s in specs if not outside_effects(s)]
-    nodes = capacities(ray.nodes())
-    refuse_infeasible(on_cluster, nodes)
-    warm_up(ray, nodes, len(on_cluster))
+    refuse_infeasible([s for s in specs if not outside_effects(s)], capacities(ray.nodes()))
     return ray
-
-
-_WARMED: set[str] = set()  # the nodes this process has warmed up
-
-
-def warm_up(ray: Any, nodes: Sequence[Capacity], specs: int) -> None:
-    """Send each node that takes specs one `warm_node` task per `docker` slot (at most `specs`),
-    pinned to it and asking for nothing, never waited for: the workers Ray starts for them are
-    up when the first specs' tasks arrive."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    remote = ray.remote(warm_node)
-    for node in nodes:
-        if node.docker >= 1 and node.node_id not in _WARMED:
-            _WARMED.add(node.node_id)
-            on_it = NodeAffinitySchedulingStrategy(node.node_id, soft=True)
-            for _ in range(min(int(node.docker), specs)):
-                remote.options(num_cpus=0, max_retries=0, scheduling_strategy=on_it).remote()
 
 
 def loopback(address: str, environ: Any) -> bool:

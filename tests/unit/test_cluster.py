@@ -701,54 +701,14 @@ def test_losses_are_worded_by_their_cause():
     )  # a state from before causes were kept
 
 
-class FakeRemote:
-    """What `ray.remote(f)` gives, keeping each submission's options."""
-
-    def __init__(self, sent: list[dict]) -> None:
-        self.sent, self.opts = sent, {}
-
-    def options(self, **opts):
-        new = FakeRemote(self.sent)
-        new.opts = opts
-        return new
-
-    def remote(self, *args):
-        self.sent.append(self.opts)
-
-
-def test_each_node_that_takes_specs_is_warmed_up_once_per_slot_and_never_held(monkeypatch):
-    """A suite's start sends every node with `docker` one task per slot (no more than the specs),
-    pinned to it and asking for no CPU and no slot, so Ray starts its workers while the caller
-    makes the suite run; a node is warmed once per process (the CLI and the suite both join)."""
-    monkeypatch.setattr(cluster, "_WARMED", set())
-    sent: list[dict] = []
-
-    class Ray:
-        remote = staticmethod(lambda f: FakeRemote(sent) if f is cluster.warm_node else None)
-
-    def node(name: str, docker: float) -> cluster.Capacity:
-        return cluster.Capacity(name * 56, 1.0, 1 << 30, docker)
-
-    nodes = [node("b", 3), node("a", 1), node("h", 0)]
-    cluster.warm_up(Ray, nodes, specs=2)
-    pinned = [
-        (o["scheduling_strategy"].node_id[0], o["num_cpus"], o.get("resources")) for o in sent
-    ]
-    assert sorted(pinned) == [("a", 0, None), ("b", 0, None), ("b", 0, None)]  # not the head
-    assert all(o["scheduling_strategy"].soft and o["max_retries"] == 0 for o in sent)
-    cluster.warm_up(Ray, nodes, specs=2)
-    assert len(sent) == 3  # once
-
-
 def test_a_node_task_finds_its_engine_and_images_once_per_worker(monkeypatch):
-    """The engine client and images are found once per Ray worker (one suite run), as a local
-    suite finds them once; a warm-up never builds images (the spec's task does, and says so)."""
+    """The engine client and images are found (built when missing) once per Ray worker, which
+    serves one suite run, as a local suite finds them once per run."""
     from assure.sandbox import registry
     from assure.sandbox.docker import images
 
     monkeypatch.setattr(cluster, "_ENGINE", [])
     asked: list[str] = []
-    found: list[object] = [None]
 
     class Images:
         def __init__(self, backend, say) -> None:
@@ -756,7 +716,7 @@ def test_a_node_task_finds_its_engine_and_images_once_per_worker(monkeypatch):
 
         def resolve(self):
             asked.append("resolve")
-            return found[0]
+            return None  # missing: built
 
         def ensure(self):
             asked.append("ensure")
@@ -764,6 +724,5 @@ def test_a_node_task_finds_its_engine_and_images_once_per_worker(monkeypatch):
 
     monkeypatch.setattr(registry, "create", lambda: "engine")
     monkeypatch.setattr(images, "Images", Images)
-    assert cluster.node_engine(print, build=False) is None and asked == ["resolve"]
-    assert cluster.node_engine(print) == ("engine", "built") and asked[1:] == ["resolve", "ensure"]
-    assert cluster.node_engine(print) == ("engine", "built") and len(asked) == 3  # kept
+    assert cluster.node_engine(print) == ("engine", "built") and asked == ["resolve", "ensure"]
+    assert cluster.node_engine(print) == ("engine", "built") and len(asked) == 2  # kept
