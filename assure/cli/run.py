@@ -256,6 +256,14 @@ def suite_cmd(
     try:
         cut = suite_mod.Shard.parse(shard) if shard is not None else None
         suites = [(whole, whole.sharded(cut)) for whole in map(suite_mod.load, suite_files)]
+        if cluster is not None:  # the cluster's rules, --check's too
+            for _, loaded in suites:
+                if loaded.epochs > 1 or any(s.sample for s in loaded.specs):
+                    raise AssureError(
+                        "epochs and datasets do not run on a cluster yet",
+                        where=f"--cluster {cluster}",
+                        fix="run this suite without --cluster (with -j, or --shard K/N per CI job)",
+                    )
         if check:
             from assure.run import preflight
 
@@ -288,14 +296,6 @@ def suite_cmd(
         if cluster is not None:
             from assure.run import cluster as cluster_mod
             from assure.run import preflight
-
-            for _, loaded in suites:
-                if loaded.epochs > 1 or any(s.sample for s in loaded.specs):
-                    raise AssureError(
-                        "epochs and datasets do not run on a cluster yet",
-                        where=f"--cluster {cluster}",
-                        fix="run this suite without --cluster (with -j, or --shard K/N per CI job)",
-                    )
 
             preflight.refuse(
                 [s for _, loaded in suites for s in loaded.specs], None

@@ -395,8 +395,7 @@ def run_on_node(
     import ray
 
     from assure.run.driver import Driver
-    from assure.sandbox import install, registry
-    from assure.sandbox.docker.images import Images
+    from assure.sandbox import install
 
     class NodeDriver(Driver):
         def _escalate(self, record: Any) -> None:
@@ -423,12 +422,8 @@ def run_on_node(
             where=f"{node_id}: {spec_path}",
             fix="deploy the same suite and spec files, at the same paths, to every node",
         )
-    backend = registry.create()
     say = lambda message: print(f"assure node {node_id}: {message}", file=sys.stderr, flush=True)  # noqa: E731  (in the node's Ray worker log)
-    finder = Images(backend, say)
-    images = (
-        finder.resolve() or finder.ensure()
-    )  # built here on first use, from the same recipe: same tags
+    backend, images = node_engine(say)
     install.ensure(spec, backend, images, say)  # and the spec's derived image, by the same digest
     alive, held = (
         os.pipe()
@@ -469,6 +464,23 @@ def run_on_node(
         except AssureError as exc:  # past a bound: the verdict goes without it
             archive, unsent = b"", exc.message
         return NodeMessage(node_id, result.verdict, findings, unsent=unsent).encode(), archive
+
+
+_ENGINE: list[tuple[Any, Any]] = []  # this Ray worker's engine client and images, once found
+
+
+def node_engine(say: Callable[[str], None]) -> tuple[Any, Any]:
+    """This node's engine client and images (built here on first use, from the same recipe: the
+    same tags), found once per Ray worker: a worker serves one driver, so once per suite run on
+    each worker, as a local suite finds them once per run."""
+    if not _ENGINE:
+        from assure.sandbox import registry
+        from assure.sandbox.docker.images import Images
+
+        backend = registry.create()
+        finder = Images(backend, say)
+        _ENGINE.append((backend, finder.resolve() or finder.ensure()))
+    return _ENGINE[0]
 
 
 def release_orphan_scratch(base: Path | None = None, *, dry_run: bool = False) -> list[Path]:
@@ -1170,6 +1182,10 @@ def drive_suite(
                     continue
                 (ref,) = ready
                 i, _, bulk = in_flight.pop(ref)
+                if not suite.stop_on_unexpected:  # its slot takes the next spec now: the node
+                    # need not wait while the caller fetches and judges this one again
+                    while waiting and not stop and len(in_flight) < cap:
+                        submit(waiting.pop(0))
                 entry, spec = entries[i], suite.specs[i]
                 try:
                     data = ray.get(ref)

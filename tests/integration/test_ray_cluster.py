@@ -140,6 +140,10 @@ def test_a_suite_spreads_over_both_workers_and_every_verdict_is_judged_again_her
         workers
     ) == 2  # each worker ran at least one spec
     assert all(r["started_at"] and r["finished_at"] for r in state["runs"])
+    first_done = min(r["finished_at"] for r in state["runs"])
+    assert (
+        max(r["started_at"] for r in state["runs"]) < first_done
+    )  # the fifth was submitted as the first task ended, before the caller had judged it
     for r in state["runs"]:
         run_dir = runs / r["run_id"]
         verified = run_assure(
@@ -238,10 +242,11 @@ def test_the_caller_killed_mid_suite_continues_with_the_same_command_and_keeps_f
     )  # the caller's own stop, worded as such
     state = suite_state(runs)
     assert all(r["verdict"] is not None for r in state["runs"])
-    spans = sorted((r["started_at"], r["finished_at"]) for r in state["runs"])
+    ran = [json.loads((runs / r["run_id"] / "state.json").read_text()) for r in state["runs"]]
+    spans = sorted((r["started_at"], r["finished_at"]) for r in ran)  # each run, by its node
     assert all(
         done <= then for (_, done), (then, _) in zip(spans, spans[1:], strict=False)
-    )  # -j 1: one spec in flight at a time
+    )  # -j 1: one spec on the nodes at a time (the caller judges one while the next runs)
     by_id = {r["run_id"]: r for r in state["runs"]}
     for r in kept:  # finished before the kill: the same run, not run again
         assert by_id[r["run_id"]]["finished_at"] == r["finished_at"]

@@ -699,3 +699,30 @@ def test_losses_are_worded_by_their_cause():
     assert (
         cluster.losses([{"error": "the caller stopped"}]) == "1 stopped with the caller"
     )  # a state from before causes were kept
+
+
+def test_a_node_task_finds_its_engine_and_images_once_per_worker(monkeypatch):
+    """The engine client and images are found (built when missing) once per Ray worker, which
+    serves one suite run, as a local suite finds them once per run."""
+    from assure.sandbox import registry
+    from assure.sandbox.docker import images
+
+    monkeypatch.setattr(cluster, "_ENGINE", [])
+    asked: list[str] = []
+
+    class Images:
+        def __init__(self, backend, say) -> None:
+            pass
+
+        def resolve(self):
+            asked.append("resolve")
+            return None  # missing: built
+
+        def ensure(self):
+            asked.append("ensure")
+            return "built"
+
+    monkeypatch.setattr(registry, "create", lambda: "engine")
+    monkeypatch.setattr(images, "Images", Images)
+    assert cluster.node_engine(print) == ("engine", "built") and asked == ["resolve", "ensure"]
+    assert cluster.node_engine(print) == ("engine", "built") and len(asked) == 2  # kept

@@ -244,3 +244,18 @@ def test_a_cluster_refuses_epochs_and_datasets_before_anything_runs(
     )
     assert done.exit_code == 1 and "epochs and datasets do not run on a cluster yet" in done.output
     assert not (tmp_path / "r").exists()
+
+
+def test_check_with_a_cluster_refuses_epochs_and_datasets_as_the_run_would(ran: Ran) -> None:
+    """`--check --cluster` applies the cluster's rules: it does not say `ok` to a suite the same
+    command without --check refuses."""
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+
+    done = CliRunner().invoke(
+        app, ["suite", str(ran.suite.path), "--check", "--cluster", "127.0.0.1:1"]
+    )
+    assert done.exit_code == 1 and "epochs and datasets do not run on a cluster yet" in done.output
+    plain = CliRunner().invoke(app, ["suite", str(ran.suite.path), "--check"])
+    assert plain.exit_code == 0 and "epochs each" in plain.output
