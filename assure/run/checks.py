@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
@@ -394,6 +394,16 @@ class _NotStarted(Exception):
     """The engine refused the exec: the check's program never ran (its copy is untouched)."""
 
 
+class _CheckCall(TypedDict):
+    """What a check runs and how, the same as an exec or in a container of its own."""
+
+    command: list[str]
+    env: dict[str, str]
+    timeout: float
+    stdin: bytes | None
+    stdout_cap: int | None
+
+
 class SharedChecks:
     """The check containers of one check phase: one per image, started at its first check
     (or by `warm`). Each check (`run`, called as `run_in_check` is) is an exec as the
@@ -502,7 +512,13 @@ class SharedChecks:
     ) -> CheckRun:
         """`run_in_check`, as an exec of this phase's container for `image`."""
         assert user == self.user
-        own = dict(command=command, env=env, timeout=timeout, stdin=stdin, stdout_cap=stdout_cap)
+        own: _CheckCall = {
+            "command": command,
+            "env": env,
+            "timeout": timeout,
+            "stdin": stdin,
+            "stdout_cap": stdout_cap,
+        }
         got = self._container(spec, image)
         if got is None:
             self._discard(image)
@@ -512,7 +528,7 @@ class SharedChecks:
         cid, pid, runtime = got
         ws, tmp = (self.views / sub for sub in hardening.CHECK_VIEWS)
         run = CheckRun(runtime=runtime)
-        clean = False
+        clean = refused = False
         fs = workspace_fs
         fs.mount_call(str(copy), ws, None, fs.MS_BIND)
         try:
@@ -528,14 +544,14 @@ class SharedChecks:
                 clean = cleared if cleared is not None else _clear(pid)
             except _NotStarted:
                 clean = _clear(pid)
-                run = None
+                refused = True
             finally:
                 if not clean:
                     self._discard(image)
                 fs.unmount_call(tmp)
         finally:
             fs.unmount_call(ws)
-        if run is None:
+        if refused:  # the engine refused the exec: the check runs in a container of its own
             return run_in_check(
                 spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
             )
