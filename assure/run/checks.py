@@ -39,7 +39,7 @@ from assure.core.chain import canonical, sha256_hex
 from assure.errors import SandboxError
 from assure.sandbox import hardening, runtimes, workspace_fs
 from assure.sandbox.backend import ENGINE_FIX, CheckExec, SandboxBackend
-from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
+from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec
 from assure.textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
@@ -119,7 +119,7 @@ def _throwaway_copy(
         )
         fs = workspace_fs.WorkspaceFs.create(
             where,
-            size=2 * parse_size(spec.limits.disk),
+            size=2 * spec.limits.disk_bytes,
             inodes=2 * spec.limits.inodes,
             name=workspace_fs.CHECK,
         )
@@ -537,7 +537,7 @@ class SharedChecks:
                 tmp,
                 "tmpfs",
                 fs.MS_NOSUID | fs.MS_NODEV | fs.MS_NOEXEC,  # hardening.tmpfs_options
-                f"size={parse_size(spec.limits.tmpfs)},mode=1777",
+                f"size={spec.limits.tmpfs_bytes},mode=1777",
             )
             try:
                 cleared = self._exec(cid, pid, run, **own)
