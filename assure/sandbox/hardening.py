@@ -200,9 +200,6 @@ def agent_request(
         if mounts.agent_files is not None
         else ()
     )
-    gate: dict[str, Any] = (
-        {"gate": SOCKET_PATH, "gate_seconds": gate_seconds} if gate_seconds is not None else {}
-    )
     return replace(
         common_request(
             spec, Role.AGENT, image, labels, spec.limits.memory_bytes, spec.limits.pids, user=user
@@ -218,7 +215,8 @@ def agent_request(
             socket_mount(mounts, read_only=True),
             *agent_files,
         ),
-        **gate,
+        gate=SOCKET_PATH if gate_seconds is not None else None,
+        gate_seconds=gate_seconds or 0.0,  # the request's default when ungated
     )
 
 
