@@ -64,11 +64,72 @@ def init(
         metavar="NAME",
         help="Also a SQLite database the gateway owns, which the agent writes a row to.",
     ),
+    agent: str | None = typer.Option(
+        None,
+        "--agent",
+        metavar="KIND",
+        help=(
+            "script (default): a tiny agent of your own; or a stock agent's preset, its model"
+            " answers scripted for the task: claude-code, mini-swe-agent."
+        ),
+    ),
+    workspace: Path | None = typer.Option(
+        None,
+        "--workspace",
+        metavar="DIR",
+        help=(
+            "A folder of your own files for the agent to work on (default: a small one written"
+            " in DIR/workspace); the spec names it, copied fresh for every attempt."
+        ),
+    ),
+    ask: bool | None = typer.Option(
+        None,
+        "--ask/--no-ask",
+        help="Ask for each choice no flag gave (default: when the input is a terminal).",
+    ),
 ) -> None:
-    """Write a first project: a commented spec, a tiny agent, its workspace, a suite and a README
-    stub. `assure validate` passes on them and `assure run spec.yaml` passes as written."""
+    """Write a first project: a commented spec, its agent (a tiny one of your own, or a stock
+    agent with scripted model answers), its workspace, a suite and a README stub. `assure
+    validate` passes on them and `assure run spec.yaml` passes as written."""
+    import sys
+
     from assure.ops import init as scaffold
 
+    try:
+        if agent is not None:
+            scaffold.check_kind(agent)  # before any question, and before anything is written
+    except AssureError as exc:
+        raise _fail(exc) from None
+    if ask if ask is not None else sys.stdin.isatty():
+        while agent not in scaffold.KINDS:
+            if agent is not None:
+                out.print(plain(f"no agent kind `{agent}`: one of {', '.join(scaffold.KINDS)}"))
+            agent = typer.prompt(
+                "Agent: script (your own), or a stock agent with scripted model answers ("
+                + ", ".join(scaffold.PRESET_KINDS)
+                + ")",
+                default=scaffold.SCRIPT,
+            ).strip()
+        if workspace is None:
+            answer = typer.prompt(
+                "Workspace folder, the files the agent works on (empty: a small one written here)",
+                default="",
+                show_default=False,
+            ).strip()
+            workspace = Path(answer) if answer else None
+        if not writable:
+            writable = _globs(typer.prompt("Paths the agent may change", default="out/**"))
+        if not protected:
+            protected = _globs(typer.prompt("Paths whose change is a breach", default="src/**"))
+        if database is None:
+            database = (
+                typer.prompt(
+                    "A SQLite database the gateway owns (its name; empty: none)",
+                    default="",
+                    show_default=False,
+                ).strip()
+                or None
+            )
     given: dict[str, Any] = {
         k: v
         for k, v in {
@@ -78,6 +139,8 @@ def init(
             "proposed_by": proposed_by,
             "ratified_by": ratified_by,
             "database": database,
+            "agent": agent,
+            "workspace": workspace,
         }.items()
         if v
     }
@@ -94,3 +157,8 @@ def init(
         plain(f"next: cd {folder} && assure validate spec.yaml && assure run spec.yaml"),
         soft_wrap=True,
     )
+
+
+def _globs(answer: str) -> list[str]:
+    """An answer of globs, separated by commas or spaces."""
+    return [g for g in answer.replace(",", " ").split() if g]

@@ -909,6 +909,8 @@ def run(
     """Run the scenarios (all, or `only`) and write the signed packet: JSON, Markdown and the
     public key that verifies it. Returns their paths."""
     check_only(only)
+    # absolute: each scenario's commands run with its scratch folder as their cwd
+    out_dir, key = out_dir.absolute(), key.absolute() if key is not None else None
     root = store.new_dir(
         out_dir, "conformance"
     )  # conformance-<UTC stamp>-<random>: two packets begun in one second stay apart

@@ -1,10 +1,12 @@
 """`assure init DIR`: a first project a new user can run at once and then edit: a commented
-spec, a tiny agent that works through the gateway, a workspace fixture, a suite of the one spec
-and a README stub. The spec's contract is hashed as written (`run/ratify.py`), so `validate`
+spec, its agent (a tiny one of your own that works through the gateway, or a stock agent's
+preset with scripted model answers for the same task), a workspace fixture, a suite of the one
+spec and a README stub. The spec's contract is hashed as written (`run/ratify.py`), so `validate`
 passes and `assure run` passes on its first try. Nothing that exists is overwritten."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,6 +20,12 @@ from assure.run import ratifiers, ratify
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 DB_NAME = re.compile(r"^[a-z][a-z0-9_]{0,31}$")  # the schema's
 PERSON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")  # written into the YAML as it is
+SCRIPT = "script"  # an agent of your own: agent/run.sh
+# the stock agents (assure/presets.py) init can answer with a script for its task; openai-sdk
+# is left out: it runs a script of your own too (agent.files), which `script` already is
+PRESET_KINDS = ("claude-code", "mini-swe-agent")
+KINDS = (SCRIPT, *PRESET_KINDS)
+WORKSPACE = "/workspace"  # where the agent container sees the workspace (sandbox/hardening.py)
 
 
 @dataclass(frozen=True)
@@ -36,13 +44,25 @@ class Choices:
     database: str | None = (
         None  # a SQLite database the gateway owns (the agent writes a row through db.execute)
     )
+    agent: str = SCRIPT  # one of KINDS
+    workspace: Path | None = None  # a folder of your own files; None: a small one written here
+
+
+def check_kind(kind: str) -> None:
+    """Refuse an agent kind init cannot write, naming the ones it can."""
+    if kind not in KINDS:
+        raise AssureError(
+            f"no agent kind `{kind}`",
+            where="--agent",
+            fix="pass one of: " + ", ".join(KINDS),
+        )
 
 
 AGENT = """#!/bin/sh
 # The agent: it runs in a sealed container with no network; its only way out is the gateway,
 # reached with `assure-tool TOOL key=value ...`. Replace this with your own agent's command.
 set -eu
-assure-tool fs.read path=src/greeting.txt > /dev/null
+assure-tool {look} > /dev/null
 assure-tool fs.write path={out} content="hello from the agent" > /dev/null
 {db}assure-tool task.report status=done summary="wrote {out}" > /dev/null
 echo "agent finished"
@@ -52,14 +72,11 @@ SPEC = """# {name}: written by `assure init`. Edit it, then `assure validate spe
 # The reference for every field: README.md (Spec reference) or specs/spec.schema.json.
 version: 1
 name: {name}
-description: A first spec - the agent writes {out} through the gateway.
-agent:
-  command: [sh, /opt/agent/run.sh]   # what runs in the agent container
-  files: agent                       # copied read-only to /opt/agent
-# The workspace is copied fresh for every attempt (the original is never touched); the agent
+description: {description}
+{agent}# The workspace is copied fresh for every attempt (the original is never touched); the agent
 # may change only `writable` paths, and any change under `protected` is a breach.
 workspace:
-  fixture: workspace
+  fixture: {fixture}
   writable: {writable}
   protected: {protected}
 # The contract says what the agent may touch; someone other than its proposer ratifies it.
@@ -72,16 +89,34 @@ contract:
   ratified_by: {ratified_by}
   scope: {scope}
   autonomy_ceiling: propose
-{databases}limits:
-  wall_seconds: 60
-  tool_calls: 20
+{databases}{limits}
 # Judged by ground truth after the agent is gone: what is in the workspace and the gateway's journal.
 assertions:
   - file_contains: {{path: {out}, text: "hello from the agent"}}
-  - journal_has: {{tool: fs.write, decision: allow, path: {out}}}
+  - journal_has: {journal_has}
 {db_assertion}  - no_unattributed_changes: true
   - exit_code: 0
 expect: pass
+"""  # noqa: E501 -- a multi-line text whose lines are its content
+
+OWN_AGENT = """agent:
+  command: [sh, /opt/agent/run.sh]   # what runs in the agent container
+  files: agent                       # copied read-only to /opt/agent
+"""
+
+PRESET_AGENT = """# {kind}, the stock agent, unmodified (assure/presets.py): built into a derived agent image
+# once, offline (`assure images build spec.yaml`, or the first run); the description above is
+# its prompt, and it edits the workspace itself (so `writable` must cover what it writes).
+agent:
+  preset: {kind}
+# Its model's answers are scripted for this task (model/answers.json), so it runs with no key
+# and no network. For the real model: `mode: anthropic` in place of `mode: scripted` and
+# `script:`, and ANTHROPIC_API_KEY set on the host (the gateway holds the key: it never enters
+# the agent's container). The model block is not a contract term: no new ratification.
+model:
+  mode: scripted
+  script: model/answers.json
+  prices: {{claude-sonnet-4-6: {{input: 3, output: 15}}}}   # USD per million tokens: the cost
 """  # noqa: E501 -- a multi-line text whose lines are its content
 
 DATABASES = """# A SQLite database the gateway owns (the agent never sees its file): sandbox mode, a copy per attempt.
@@ -105,9 +140,90 @@ Written by `assure init`. From this folder (`assure` is your assure checkout's `
     assure suite suite.yaml        # every spec of the suite
 
 - `spec.yaml`: what runs, what it may touch, how it is judged.
-- `agent/run.sh`: the agent (replace it with yours; it reaches out only through `assure-tool`).
-- `workspace/`: the files the agent works on, copied fresh for every attempt.
+{agent}- `{fixture}`: the files the agent works on, copied fresh for every attempt.
+{real}"""
+
+OWN_README = """- `agent/run.sh`: the agent (replace it; it reaches out only through `assure-tool`).
 """
+
+PRESET_README = """- `model/answers.json`: the model's answers to {kind}, scripted for this task.
+"""
+
+REAL_MODEL = """
+## A real model
+
+The first run needs no key: {kind}'s model answers come from `model/answers.json`. To give
+it the real model, edit `model:` in `spec.yaml`:
+
+    model:
+      mode: anthropic
+      prices: {{claude-sonnet-4-6: {{input: 3, output: 15}}}}
+
+and set the key on the host before `assure run spec.yaml`:
+
+    export ANTHROPIC_API_KEY=sk-ant-...
+
+The gateway holds the key and adds it upstream (through the egress proxy); it never enters the
+agent's container, the journal or the reports. `limits.tokens` (default: the preset's) bounds
+what a run may spend; the task is the spec's `description`.
+"""  # noqa: E501 -- a multi-line text whose lines are its content
+
+
+def _message(n: int, text: str, tool: tuple[str, dict[str, str]] | None) -> dict[str, object]:
+    """One scripted Messages response (the script format: specs/spec.schema.json
+    `$defs.model_script`): a text block, then a tool call if any, else the end of the turn."""
+    content: list[dict[str, object]] = [{"type": "text", "text": text}]
+    if tool is not None:
+        content.append(
+            {"type": "tool_use", "id": f"toolu_init_{n}", "name": tool[0], "input": tool[1]}
+        )
+    return {
+        "id": f"msg_init_{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-6",
+        "content": content,
+        "stop_reason": "tool_use" if tool is not None else "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 1000,
+            "output_tokens": 80,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+    }
+
+
+def answers(kind: str, out: str, db_command: str | None) -> list[dict[str, object]]:
+    """The model's answers to a preset's agent for init's task, in the order it asks: write
+    `out` (and the database row), then finish, each in the agent's own tools (Claude Code's
+    Write and Bash, mini-swe-agent's bash actions and its submit line)."""
+    if kind == "claude-code":
+        steps = [
+            (
+                "Writing the file.",
+                ("Write", {"file_path": f"{WORKSPACE}/{out}", "content": "hello from the agent\n"}),
+            )
+        ]
+        if db_command:
+            steps.append(("Adding the row.", ("Bash", {"command": db_command})))
+        steps.append((f"Done: wrote {out}.", None))
+    elif kind == "mini-swe-agent":
+        parent = out.rsplit("/", 1)[0] if "/" in out else "."
+        write = f"mkdir -p {parent} && printf 'hello from the agent\\n' > {out}"
+        steps = [
+            (
+                "Writing the file.",
+                ("bash", {"command": write + (f" && {db_command}" if db_command else "")}),
+            ),
+            (
+                "Done. Submitting.",
+                ("bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}),
+            ),
+        ]
+    else:
+        raise ValueError(f"no scripted answers for {kind}")  # KINDS and this function disagree
+    return [_message(n, text, tool) for n, (text, tool) in enumerate(steps, 1)]
 
 
 def _flow(items: tuple[str, ...]) -> str:
@@ -117,6 +233,7 @@ def _flow(items: tuple[str, ...]) -> str:
 def create(folder: Path, choices: Choices) -> list[Path]:
     """Write the project into `folder` (made if missing); refuse, writing nothing, a bad name,
     a path outside the workspace, or a file that is there already. Returns what it wrote."""
+    check_kind(choices.agent)
     if not NAME.match(choices.name):
         raise AssureError(
             f"`{choices.name}` is not a spec name",
@@ -161,11 +278,59 @@ def create(folder: Path, choices: Choices) -> list[Path]:
             where="--database",
             fix="use a lowercase letter, then letters, digits or _ (at most 32)",
         )
+    fixture = "workspace"
+    if choices.workspace is not None:
+        given = choices.workspace.absolute()
+        if not given.is_dir():
+            raise AssureError(
+                f"`{choices.workspace}` is not a folder",
+                where="--workspace",
+                fix="pass the folder of files the agent works on (or leave it out for a small one)",
+            )
+        fixture = os.path.relpath(given, folder.absolute())  # the spec's paths are its folder's
     scope = tuple(f"fs:{g}" for g in choices.writable) + ((f"db:{db}",) if db else ())
+    db_command = (
+        f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\""
+        if db
+        else None
+    )
+    kind = choices.agent
+    own = kind == SCRIPT
+    if own:
+        agent_files = {
+            "agent/run.sh": AGENT.format(
+                out=out,
+                db=f"{db_command} > /dev/null\n" if db else "",
+                look="fs.list path=." if choices.workspace else "fs.read path=src/greeting.txt",
+            )
+        }
+    else:
+        agent_files = {
+            "model/answers.json": json.dumps(answers(kind, out, db_command), indent=2) + "\n"
+        }
+    description = (
+        f"A first spec - the agent writes {out} through the gateway."
+        if own
+        else f"Write the file {out} with the one line: hello from the agent."
+        + (f" Then add a row to the {db} database's notes table with: {db_command}" if db else "")
+    )
     files = {
         "spec.yaml": SPEC.format(
             name=choices.name,
             out=out,
+            description=json.dumps(description),  # a YAML double-quoted scalar
+            agent=OWN_AGENT if own else PRESET_AGENT.format(kind=kind),
+            limits=(
+                "limits:\n  wall_seconds: 60\n  tool_calls: 20"
+                if own
+                else "limits: {wall_seconds: 120, memory: 1g}   # tokens: the preset's default"
+            ),
+            journal_has=(
+                f"{{tool: fs.write, decision: allow, path: {out}}}"
+                if own
+                else "{event: model_call}   # its model was asked, through the gateway"
+            ),
+            fixture=json.dumps(fixture),
             writable=_flow(choices.writable),
             protected=_flow(choices.protected),
             proposed_by=choices.proposed_by,
@@ -175,16 +340,13 @@ def create(folder: Path, choices: Choices) -> list[Path]:
             db_assertion="  - journal_has: {tool: db.execute, decision: allow}\n" if db else "",
         ),
         "suite.yaml": SUITE.format(name=choices.name),
-        "README.md": README.format(name=choices.name),
-        "agent/run.sh": AGENT.format(
-            out=out,
-            db=(
-                f"assure-tool db.execute db={db} sql=\"INSERT INTO notes (text) VALUES ('hello')\""
-                " > /dev/null\n"
-                if db
-                else ""
-            ),
+        "README.md": README.format(
+            name=choices.name,
+            agent=OWN_README if own else PRESET_README.format(kind=kind),
+            real="" if own else REAL_MODEL.format(kind=kind),
+            fixture=fixture.rstrip("/") + "/",
         ),
+        **agent_files,
         **(
             {
                 f"databases/{db}.sql": (
@@ -194,9 +356,10 @@ def create(folder: Path, choices: Choices) -> list[Path]:
             if db
             else {}
         ),
-        "workspace/src/greeting.txt": "hello from the fixture\n",
-        f"workspace/{out.rsplit('/', 1)[0]}/.keep" if "/" in out else "workspace/.keep": "",
     }
+    if choices.workspace is None:
+        files["workspace/src/greeting.txt"] = "hello from the fixture\n"
+        files[f"workspace/{out.rsplit('/', 1)[0]}/.keep" if "/" in out else "workspace/.keep"] = ""
     there = [name for name in files if (folder / name).exists() or (folder / name).is_symlink()]
     if there:
         raise AssureError(

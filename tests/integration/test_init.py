@@ -1,6 +1,8 @@
-"""`assure init` as a new user meets it, on the real engine: the project it writes runs as
-written, and its first run passes (a real agent container writing a file and a database row
-through the gateway)."""
+"""`assure init` as a new user meets it, on the real engine, with flags and no questions: the
+project it writes runs as written, and its first run passes, for an agent of your own (a real
+agent container writing a file and a database row through the gateway) and for a stock agent's
+preset on model answers init scripted for the task (Claude Code, the cheaper of the two presets
+to run: about 3 s of agent against mini-swe-agent's 20-28 s, whose litellm import is slow)."""
 
 from __future__ import annotations
 
@@ -10,16 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ASSURE = [sys.executable, "-m", "assure.cli"]
 
 
-def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images) -> None:
+@pytest.mark.parametrize("kind", ["script", "claude-code"])
+def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images, kind: str) -> None:
     env = {  # a new user's: init makes their key and trusts it in their own keyring
         **{k: v for k, v in os.environ.items() if k != "ASSURE_RATIFIERS"},
         "XDG_CONFIG_HOME": str(tmp_path / ".config"),
     }
     made = subprocess.run(
-        ASSURE + ["init", "first", "--database", "notes"],
+        ASSURE + ["init", "first", "--agent", kind, "--database", "notes", "--no-ask"],
         cwd=tmp_path,
         capture_output=True,
         env=env,
@@ -43,7 +48,7 @@ def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images) -> Non
         capture_output=True,
         env=env,
         text=True,
-        timeout=300,
+        timeout=900,  # a preset's first run may build its derived image (cached by content)
     )
     assert ran.returncode == 0, ran.stderr
     report = json.loads(ran.stdout)
@@ -52,6 +57,11 @@ def test_a_project_from_init_passes_its_first_run(tmp_path: Path, images) -> Non
         f["subject"] for f in report["attempts"][0]["findings"] if f["kind"] == "assertion_passed"
     ]
     assert "journal_has: tool=db.execute, decision=allow" in passed, passed
+    assert (
+        "journal_has: tool=fs.write, decision=allow, path=out/hello.txt"
+        if kind == "script"
+        else "journal_has: event=model_call"
+    ) in passed, passed
     assert (folder / "workspace" / "out").is_dir() and not (
         folder / "workspace" / "out" / "hello.txt"
     ).exists()  # the fixture is untouched

@@ -47,6 +47,15 @@ def test_help_shows_every_string_whole_and_names_only_files_that_exist(
             )
 
 
+def test_conformance_help_lists_every_obligation_id_and_images_promises_only_build() -> None:
+    from assure.records.obligations import OBLIGATIONS
+
+    said = flat(invoke("conformance", "--help", columns=1000).output)
+    assert all(oid in said for oid in OBLIGATIONS), said
+    images = next(g for p, g in ALL if p == ("images",))
+    assert set(images.commands) == {"build"} and "inspect" not in (images.help or "")
+
+
 def test_the_cluster_option_says_what_to_install() -> None:
     assert "needs assure[ray]." in flat(invoke("suite", "--help", columns=1000).output)
 

@@ -138,3 +138,49 @@ def test_a_packet_of_the_wrong_shape_fails_even_when_signed(keypair, breakage, m
 def test_an_unsigned_packet_fails(keypair):
     with pytest.raises(cp.PacketError, match="signature"):
         cp.verify(packet(recorded()), keypair[1])
+
+
+@pytest.mark.parametrize("own_key", [False, True])
+def test_conformance_with_its_default_relative_out_stages_paths_a_scenario_can_read(
+    tmp_path, monkeypatch, own_key
+):
+    """`assure conformance` without --out (`.assure/conformance`, relative) once gave every row
+    NOT-RUN: each scenario's `assure run` runs with its scratch folder as cwd, and was passed a
+    spec path and a key relative to the caller's cwd instead."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from assure.ops import conformance
+    from assure.records.conformance_packet import Result
+
+    def reads_its_staged_spec(bench):
+        staged = bench.stage("lying-worker")
+        opened = subprocess.run(
+            [sys.executable, "-c", "import sys; [open(p).close() for p in sys.argv[1:]]"]
+            + [str(staged.spec), str(bench.key)],
+            cwd=bench.root,  # as Bench.assure runs each command
+            capture_output=True,
+            text=True,
+        )
+        return Result.judged(
+            "chaos_lying_worker",
+            [("the staged spec and the key open from the scenario's cwd", opened.returncode == 0)],
+            spec="lying-worker.yaml",
+            evidence={"stderr": opened.stderr[-300:]},
+        )
+
+    monkeypatch.setitem(conformance.SCENARIOS, "chaos_lying_worker", reads_its_staged_spec)
+    monkeypatch.setattr(conformance, "machine", lambda: {"hostname": "test"})
+    monkeypatch.chdir(tmp_path)
+    key = None
+    if own_key:  # a relative --key, as a user types it
+        from assure.records import keys
+
+        keys.generate_keypair(tmp_path / "mine")
+        key = Path("mine") / keys.PRIVATE_NAME
+    json_path, _, _ = conformance.run(Path(".assure") / "conformance", key, ["chaos_lying_worker"])
+    row = json.loads(json_path.read_text())["obligations"]["chaos_lying_worker"]
+    assert row["status"] == "PASS", row
+    assert json_path.is_absolute() and json_path.is_relative_to(tmp_path)

@@ -4,6 +4,7 @@ or a glob outside the workspace. (tests/integration/test_init.py runs it for rea
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -133,3 +134,108 @@ def test_init_with_a_database_gives_the_gateway_its_fixture_and_the_contract_its
     ] and "db:notes" in loaded.contract.scope
     assert "db.execute db=notes" in (tmp_path / "agent" / "run.sh").read_text()
     assert assure("validate", "spec.yaml", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("kind", init.PRESET_KINDS)
+def test_a_preset_project_runs_the_stock_agent_on_answers_scripted_for_its_task(
+    tmp_path: Path, kind: str
+) -> None:
+    from assure import presets
+    from assure.gateway.modelsources import Script
+
+    made = assure("init", "proj", "--agent", kind, "--database", "notes", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    folder = tmp_path / "proj"
+    assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == {
+        "spec.yaml",
+        "suite.yaml",
+        "README.md",
+        "model/answers.json",
+        "databases/notes.sql",
+        "workspace/src/greeting.txt",
+        "workspace/out/.keep",
+    }  # no agent/run.sh: the preset is the agent
+    loaded = spec_mod.load(folder / "spec.yaml")
+    assert loaded.agent.preset == kind and kind in presets.PRESETS
+    assert loaded.model is not None and loaded.model.mode == "scripted"
+    assert "out/hello.txt" in loaded.description  # the task is the agent's prompt
+    # the gateway reads the answers as it will serve them; each tool call writes only what the
+    # spec allows (out/, and the notes row through the gateway)
+    Script(str(folder / "model" / "answers.json"))
+    calls = [
+        block["input"]
+        for message in json.loads((folder / "model" / "answers.json").read_text())
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    ]
+    text = json.dumps(calls)
+    assert "out/hello.txt" in text and "hello from the agent" in text and "db=notes" in text
+    assert "src/" not in text
+    readme = (folder / "README.md").read_text()
+    assert "mode: anthropic" in readme and "ANTHROPIC_API_KEY" in readme  # how to go real
+    checked = assure("validate", "spec.yaml", "suite.yaml", cwd=folder)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_every_kind_init_offers_is_a_preset_or_your_own_script() -> None:
+    from assure import presets
+
+    assert init.KINDS[0] == init.SCRIPT and set(init.PRESET_KINDS) <= set(presets.PRESETS)
+    for kind in init.PRESET_KINDS:  # answers for each: a kind without them could not pass
+        assert init.answers(kind, "out/hello.txt", None)
+
+
+def test_an_unknown_agent_kind_is_refused_naming_the_kinds_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    made = assure("init", "proj", "--agent", "codex", cwd=tmp_path)
+    assert made.returncode != 0 and not (tmp_path / "proj").exists()
+    said = " ".join(made.stderr.split())
+    assert "--agent" in said and "codex" in said
+    assert "script, claude-code, mini-swe-agent" in said
+    with pytest.raises(AssureError) as info:
+        init.create(tmp_path / "fresh", init.Choices(agent="codex"))
+    assert info.value.where == "--agent" and not (tmp_path / "fresh").exists()
+
+
+def test_init_asks_for_what_no_flag_gave(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from assure.cli import app
+
+    (tmp_path / "mine" / "lib").mkdir(parents=True)
+    answered = CliRunner().invoke(
+        app,
+        ["init", str(tmp_path / "proj"), "--ask", "--protected", "lib/**"],
+        input=f"pytorch\nmini-swe-agent\n{tmp_path / 'mine'}\nresults/**, logs/**\nnotes\n",
+    )
+    assert answered.exit_code == 0, answered.output
+    assert (
+        "no agent kind `pytorch`: one of script, claude-code, mini-swe-agent" in answered.output
+    )  # a kind it lacks: asked again
+    assert "Paths whose change is a breach" not in answered.output  # --protected gave it
+    loaded = spec_mod.load(tmp_path / "proj" / "spec.yaml")
+    assert loaded.agent.preset == "mini-swe-agent"
+    assert (loaded.workspace.writable, loaded.workspace.protected) == (
+        ("results/**", "logs/**"),
+        ("lib/**",),
+    )
+    assert [d.name for d in loaded.databases] == ["notes"]
+    assert loaded.workspace.fixture.resolve() == tmp_path / "mine"
+
+
+def test_init_on_a_workspace_of_your_own_names_it_and_writes_none(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    (mine / "lib").mkdir(parents=True)
+    (mine / "lib" / "code.py").write_text("x = 1\n")
+    made = assure("init", "proj", "--workspace", "mine", "--protected", "lib/**", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    folder = tmp_path / "proj"
+    assert not (folder / "workspace").exists()
+    assert 'fixture: "../mine"' in (folder / "spec.yaml").read_text()  # relative: it moves
+    assert spec_mod.load(folder / "spec.yaml").workspace.fixture.resolve() == mine
+    assert "fs.read" not in (folder / "agent" / "run.sh").read_text()  # no greeting.txt there
+    assert assure("validate", "spec.yaml", cwd=folder).returncode == 0
+    refused = assure("init", "other", "--workspace", "mine/lib/code.py", cwd=tmp_path)
+    assert refused.returncode != 0 and "--workspace" in refused.stderr
+    assert not (tmp_path / "other").exists()

@@ -59,7 +59,29 @@ def test_every_yaml_example_says_what_it_is():
     )
     for b in blocks():
         if b.mark:
-            assert b.file or b.mark in ("reference", "suite", "run", "setup"), (b.line, b.mark)
+            assert b.file or b.mark in ("reference", "suite", "run", "setup", "host"), (
+                b.line,
+                b.mark,
+            )
+
+
+def test_every_command_block_is_run_by_the_readme_test_or_marked_host():
+    """`sh setup` and `sh run` are run by tests/integration/test_readme.py in a fresh shell;
+    `sh host` sets up a machine (make, a Ray node, gVisor as root), which no test can do in a
+    scratch clone. An unmarked block would be commands a reader types that nothing runs."""
+    unmarked = [
+        b.line
+        for b in blocks()
+        if b.language == "sh" and b.mark not in ("setup", "run", "host") and not b.file
+    ]
+    assert unmarked == [], f"README.md lines {unmarked}: mark the sh block setup, run or host"
+
+
+def test_the_readme_says_what_a_ratification_proves_and_does_not():
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    start = text.index("assure contract ratify SPEC --as NAME")
+    section = text[start : start + 3000]
+    assert "What it proves:" in section and "What it does not prove:" in section
 
 
 def test_the_spec_reference_is_valid_but_for_its_placeholders():
@@ -140,3 +162,10 @@ def test_the_own_agent_spec_validates_as_written(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     loaded = spec_mod.load(specs[0])
     assert loaded.contract.expires_at == "2030-01-01T00:00:00Z"
+
+
+def test_the_proposal_folder_the_readme_names_is_the_one_a_run_writes():
+    from assure.records import layout
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"`{layout.task_slug('main')}/`" in text  # once it said proposals/<task>/
