@@ -82,6 +82,16 @@ class Limits:
     tool_calls: int
     tokens: int | None = None
     cost: float | None = None
+    # The sizes above in bytes, parsed once here: derived, so neither compared nor written to
+    # the spec's JSON (`_plain` skips them; a spec's hash is the same with or without them).
+    memory_bytes: int = dataclasses.field(init=False, compare=False, repr=False)
+    tmpfs_bytes: int = dataclasses.field(init=False, compare=False, repr=False)
+    disk_bytes: int = dataclasses.field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "memory_bytes", parse_size(self.memory))
+        object.__setattr__(self, "tmpfs_bytes", parse_size(self.tmpfs))
+        object.__setattr__(self, "disk_bytes", parse_size(self.disk))
 
 
 @dataclass(frozen=True)
@@ -320,12 +330,13 @@ class Spec:
 
 
 def _plain(value: Any) -> Any:
-    """A typed value as JSON: dataclasses as objects (absent optional fields left out)."""
+    """A typed value as JSON: dataclasses as objects (absent optional fields, and fields derived
+    from the others (`init=False`), left out)."""
     if dataclasses.is_dataclass(value):
         return {
             f.name: _plain(v)
             for f in dataclasses.fields(value)
-            if (v := getattr(value, f.name)) is not None
+            if f.init and (v := getattr(value, f.name)) is not None
         }
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
@@ -336,9 +347,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
+SIZE_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30}
+
+
 def parse_size(text: str) -> int:
-    """'64m' -> bytes. The schema guarantees the shape."""
-    return int(text[:-1]) * {"k": 2**10, "m": 2**20, "g": 2**30}[text[-1]]
+    """'64m' -> bytes. The schema guarantees the shape (ValueError for any other)."""
+    if not (text[-1:] in SIZE_UNITS and text[:-1].isdigit() and text[0] != "0"):
+        raise ValueError(f"not a size (a whole number then k, m or g, as 64m): {text!r}")
+    return int(text[:-1]) * SIZE_UNITS[text[-1]]
 
 
 def load(path: str | Path, sample: str | None = None) -> Spec:

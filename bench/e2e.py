@@ -118,7 +118,9 @@ def _bare(backend: DockerBackend, images, spec, n: int, user: tuple[int, int]) -
     volume = backend.create_volume(
         f"bench-baseline-{n}", labels, hardening.socket_volume_options(user)
     )
-    common = hardening.common_request(spec, Role.AGENT, images.agent, labels, "256m", 64, user=user)
+    common = hardening.common_request(
+        spec, Role.AGENT, images.agent, labels, 256 * 2**20, 64, user=user
+    )
     sidecar = backend.start_container(
         replace(
             common,

@@ -47,7 +47,7 @@ def _one(
             Role.AGENT,
             image,
             {"assure.owner": "assure", "assure.run": f"bench-seccomp-{n}"},
-            spec.limits.memory,
+            spec.limits.memory_bytes,
             spec.limits.pids,
             user=user,
         ),

@@ -240,7 +240,7 @@ class Volatile:
 
     def strip(self, parsed: dict[str, Any], endpoint: str) -> dict[str, Any]:
         """A copy of `parsed` without its volatile parts (the input is left as it is)."""
-        out = json.loads(json.dumps(parsed))  # a deep copy of plain JSON
+        out: dict[str, Any] = json.loads(json.dumps(parsed))  # a deep copy of plain JSON
         for path in self.fields:
             _drop(out, path)
         if self.text:

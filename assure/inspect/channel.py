@@ -25,9 +25,10 @@ _local = threading.local()
 
 def backend() -> DockerBackend:
     """This thread's engine client (docker-py's client is one HTTP session: one per thread)."""
-    if not hasattr(_local, "backend"):
-        _local.backend = DockerBackend()
-    return _local.backend
+    made: DockerBackend | None = getattr(_local, "backend", None)
+    if made is None:
+        made = _local.backend = DockerBackend()
+    return made
 
 
 @dataclass(frozen=True)

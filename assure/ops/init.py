@@ -198,6 +198,7 @@ def answers(kind: str, out: str, db_command: str | None) -> list[dict[str, objec
     """The model's answers to a preset's agent for init's task, in the order it asks: write
     `out` (and the database row), then finish, each in the agent's own tools (Claude Code's
     Write and Bash, mini-swe-agent's bash actions and its submit line)."""
+    steps: list[tuple[str, tuple[str, dict[str, str]] | None]]  # (text, tool call or the end)
     if kind == "claude-code":
         steps = [
             (

@@ -217,8 +217,9 @@ def read_placement(run_dir: Path) -> dict[str, Any] | None:
         placed = store.read_json(path) if path.is_file() else None
     except AssureError:
         return None
-    ok = isinstance(placed, dict) and placed.get("where") in ("here", "node")
-    return placed if ok and isinstance(placed.get("lost"), list) else None
+    if not isinstance(placed, dict) or placed.get("where") not in ("here", "node"):
+        return None
+    return placed if isinstance(placed.get("lost"), list) else None
 
 
 def where(placed: dict[str, Any] | None) -> str:

@@ -39,7 +39,7 @@ from assure.sandbox import backend as sandbox
 from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.docker.images import ImageSet
-from assure.spec import AGENT_IMAGE_ALIAS, Egress, Spec, parse_size
+from assure.spec import AGENT_IMAGE_ALIAS, Egress, Spec
 from assure.textsafe import display
 from assure.verify import assertions, judge
 from assure.verify import sqlite as sqlite_verify
@@ -308,7 +308,7 @@ class Attempt:
         report = confined.copy_tree(
             self._fs.workspace,
             tmp,
-            max_bytes=parse_size(self.spec.limits.disk),
+            max_bytes=self.spec.limits.disk_bytes,
             modes=private.copy_mode,
         )
         os.replace(tmp, self.paths.workspace)
@@ -382,7 +382,7 @@ class Attempt:
     def _prepare(self) -> None:
         p = self.paths
         workspace_fs.require()
-        size, inodes = parse_size(self.spec.limits.disk), self.spec.limits.inodes
+        size, inodes = self.spec.limits.disk_bytes, self.spec.limits.inodes
         with self._timed("prepare.fs"):
             if self._claim():
                 self._fs = workspace_fs.WorkspaceFs(

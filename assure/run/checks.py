@@ -32,14 +32,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
 from assure.errors import SandboxError
 from assure.sandbox import hardening, runtimes, workspace_fs
 from assure.sandbox.backend import ENGINE_FIX, CheckExec, SandboxBackend
-from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec, parse_size
+from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec
 from assure.textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
@@ -119,7 +119,7 @@ def _throwaway_copy(
         )
         fs = workspace_fs.WorkspaceFs.create(
             where,
-            size=2 * parse_size(spec.limits.disk),
+            size=2 * spec.limits.disk_bytes,
             inodes=2 * spec.limits.inodes,
             name=workspace_fs.CHECK,
         )
@@ -394,6 +394,16 @@ class _NotStarted(Exception):
     """The engine refused the exec: the check's program never ran (its copy is untouched)."""
 
 
+class _CheckCall(TypedDict):
+    """What a check runs and how, the same as an exec or in a container of its own."""
+
+    command: list[str]
+    env: dict[str, str]
+    timeout: float
+    stdin: bytes | None
+    stdout_cap: int | None
+
+
 class SharedChecks:
     """The check containers of one check phase: one per image, started at its first check
     (or by `warm`). Each check (`run`, called as `run_in_check` is) is an exec as the
@@ -502,7 +512,13 @@ class SharedChecks:
     ) -> CheckRun:
         """`run_in_check`, as an exec of this phase's container for `image`."""
         assert user == self.user
-        own = dict(command=command, env=env, timeout=timeout, stdin=stdin, stdout_cap=stdout_cap)
+        own: _CheckCall = {
+            "command": command,
+            "env": env,
+            "timeout": timeout,
+            "stdin": stdin,
+            "stdout_cap": stdout_cap,
+        }
         got = self._container(spec, image)
         if got is None:
             self._discard(image)
@@ -512,7 +528,7 @@ class SharedChecks:
         cid, pid, runtime = got
         ws, tmp = (self.views / sub for sub in hardening.CHECK_VIEWS)
         run = CheckRun(runtime=runtime)
-        clean = False
+        clean = refused = False
         fs = workspace_fs
         fs.mount_call(str(copy), ws, None, fs.MS_BIND)
         try:
@@ -521,21 +537,21 @@ class SharedChecks:
                 tmp,
                 "tmpfs",
                 fs.MS_NOSUID | fs.MS_NODEV | fs.MS_NOEXEC,  # hardening.tmpfs_options
-                f"size={parse_size(spec.limits.tmpfs)},mode=1777",
+                f"size={spec.limits.tmpfs_bytes},mode=1777",
             )
             try:
                 cleared = self._exec(cid, pid, run, **own)
                 clean = cleared if cleared is not None else _clear(pid)
             except _NotStarted:
                 clean = _clear(pid)
-                run = None
+                refused = True
             finally:
                 if not clean:
                     self._discard(image)
                 fs.unmount_call(tmp)
         finally:
             fs.unmount_call(ws)
-        if run is None:
+        if refused:  # the engine refused the exec: the check runs in a container of its own
             return run_in_check(
                 spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
             )

@@ -818,7 +818,7 @@ class Capacity:
         return (
             self.docker >= 1
             and self.cpus >= spec.limits.cpus
-            and self.memory >= spec_mod.parse_size(spec.limits.memory)
+            and self.memory >= spec.limits.memory_bytes
         )
 
     def __str__(self) -> str:
@@ -1014,7 +1014,7 @@ def drive_suite(
         opts = {
             "resources": {RESOURCE: 1},
             "num_cpus": spec.limits.cpus,
-            "memory": spec_mod.parse_size(spec.limits.memory),
+            "memory": spec.limits.memory_bytes,
             "max_retries": 0,
             "num_returns": 2,
         }

@@ -59,7 +59,7 @@ from assure.sandbox.backend import (
     SandboxBackend,
 )
 from assure.sandbox.docker.images import ImageSet
-from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
+from assure.spec import AGENT_IMAGE_ALIAS, Spec
 
 log = logging.getLogger(__name__)
 
@@ -142,12 +142,12 @@ class Shape:
 
     user: str
     read_only_root: bool
-    memory: str
+    memory_bytes: int
     pids: int
     cpus: float
-    tmpfs: str
+    tmpfs_bytes: int
     nofile: int
-    disk: str
+    disk_bytes: int
     inodes: int
     image: str  # the agent's image: assure's, or its derived image with the spec's agent.install
 
@@ -157,12 +157,12 @@ class Shape:
         return cls(
             s.user,
             s.read_only_root,
-            lim.memory,
+            lim.memory_bytes,
             lim.pids,
             lim.cpus,
-            lim.tmpfs,
+            lim.tmpfs_bytes,
             lim.nofile,
-            lim.disk,
+            lim.disk_bytes,
             lim.inodes,
             install.agent_image(spec, images),
         )
@@ -524,9 +524,7 @@ class WarmPool:
         fs = None
         try:
             root.mkdir()
-            fs = workspace_fs.WorkspaceFs.create(
-                root, size=parse_size(shape.disk), inodes=shape.inodes
-            )
+            fs = workspace_fs.WorkspaceFs.create(root, size=shape.disk_bytes, inodes=shape.inodes)
             fs.workspace.mkdir()
             for folder in (
                 paths.gateway_state,

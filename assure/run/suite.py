@@ -204,9 +204,7 @@ def _expand(folder: Path, entry: str) -> list[Path]:
 def spec_footprint(spec: spec_mod.Spec) -> tuple[float, int]:
     """(cpus, memory bytes) one run of `spec` may take at once: the agent's limits and its
     gateway."""
-    return spec.limits.cpus, spec_mod.parse_size(spec.limits.memory) + spec_mod.parse_size(
-        GATEWAY_MEMORY
-    )
+    return spec.limits.cpus, spec.limits.memory_bytes + GATEWAY_MEMORY
 
 
 def default_jobs(specs: tuple[spec_mod.Spec, ...], cpus: float, memory: int) -> int:

@@ -21,7 +21,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -47,7 +47,15 @@ WRITTEN = b"a" * 5000
 GATE_EXIT = 125  # a gated command whose socket never appeared
 
 
-def gated(folder: str, seconds: float) -> dict[str, Any]:
+class Gate(TypedDict):
+    """The `ContainerRequest` fields of a gated command."""
+
+    mounts: tuple[Mount, ...]
+    gate: str
+    gate_seconds: float
+
+
+def gated(folder: str, seconds: float) -> Gate:
     """A request's gate on `folder`/gate.sock (mounted at /run/gate, read-only)."""
     return {
         "mounts": (Mount(folder, "/run/gate", read_only=True),),
@@ -113,17 +121,19 @@ def frames(sock: socket.socket) -> dict[int, bytes]:
 class BackendConformance:
     """The protocol's promises (sandbox/backend.py), each observed on the backend."""
 
-    def test_implements_the_protocol(self, harness):
+    def test_implements_the_protocol(self, harness: Harness) -> None:
         assert isinstance(harness.backend, SandboxBackend)
 
-    def test_a_container_runs_exits_with_its_code_and_keeps_its_logs(self, harness):
+    def test_a_container_runs_exits_with_its_code_and_keeps_its_logs(
+        self, harness: Harness
+    ) -> None:
         cid = harness.started("exit3")
         assert harness.backend.wait(cid, 30) == 3
         seen = harness.backend.observe(cid)
         assert (seen.status, seen.running, seen.exit_code) == ("exited", False, 3)
         assert b"hello" in harness.backend.logs(cid, 2**20)
 
-    def test_wait_returns_none_while_running_and_stop_ends_it(self, harness):
+    def test_wait_returns_none_while_running_and_stop_ends_it(self, harness: Harness) -> None:
         cid = harness.started("sleep")
         assert harness.backend.wait(cid, 0.3) is None
         assert harness.backend.observe(cid).running is True
@@ -132,14 +142,14 @@ class BackendConformance:
         assert code is not None and code != 0
         assert harness.backend.observe(cid).running is False
 
-    def test_stop_of_an_exited_container_changes_nothing(self, harness):
+    def test_stop_of_an_exited_container_changes_nothing(self, harness: Harness) -> None:
         cid = harness.started("exit3")
         assert harness.backend.wait(cid, 30) == 3
         harness.backend.stop(cid, 1)
         assert harness.backend.wait(cid, 5) == 3
         assert harness.backend.observe(cid).exit_code == 3
 
-    def test_remove_is_idempotent_and_kills_a_running_container(self, harness):
+    def test_remove_is_idempotent_and_kills_a_running_container(self, harness: Harness) -> None:
         cid = harness.started("sleep")
         harness.backend.remove_container(cid)
         harness.backend.remove_container(cid)
@@ -148,14 +158,16 @@ class BackendConformance:
             harness.backend.observe(cid)
         assert cid not in {c["id"] for c in harness.backend.owned(harness.run_id)["containers"]}
 
-    def test_logs_are_bounded_to_their_last_bytes(self, harness):
+    def test_logs_are_bounded_to_their_last_bytes(self, harness: Harness) -> None:
         cid = harness.started("chatty")
         assert harness.backend.wait(cid, 30) == 0
         tail = harness.backend.logs(cid, 1000)
         assert tail == b"x" * 1000
         assert len(harness.backend.logs(cid, 2**20)) == 100_000
 
-    def test_collect_reports_the_containers_own_writes_and_reads_them_bounded(self, harness):
+    def test_collect_reports_the_containers_own_writes_and_reads_them_bounded(
+        self, harness: Harness
+    ) -> None:
         cid = harness.started("write")
         assert harness.backend.wait(cid, 30) == 0
         changes = harness.backend.fs_changes(cid)
@@ -184,7 +196,7 @@ class BackendConformance:
         layer = harness.backend.writable_layer(cid)
         assert layer is None or (layer / "tmp" / "made" / "file.txt").read_bytes() == WRITTEN
 
-    def test_observe_reports_the_request(self, harness):
+    def test_observe_reports_the_request(self, harness: Harness) -> None:
         cid = harness.started(
             "exit3",
             network="none",
@@ -220,7 +232,7 @@ class BackendConformance:
             LABEL_ROLE: Role.AGENT,
         }
 
-    def test_an_attached_stream_carries_stdin_in_and_stdout_out(self, harness):
+    def test_an_attached_stream_carries_stdin_in_and_stdout_out(self, harness: Harness) -> None:
         cid = harness.backend.create_container(harness.request("cat", stdin_open=True))
         harness.made.append(("container", cid))
         with harness.backend.attached(cid, stdin=True) as sock:
@@ -231,7 +243,7 @@ class BackendConformance:
         assert out.get(1) == b"ping\n"
         assert harness.backend.wait(cid, 30) == 0
 
-    def test_a_gated_command_runs_only_once_its_socket_exists(self, harness):
+    def test_a_gated_command_runs_only_once_its_socket_exists(self, harness: Harness) -> None:
         folder = tempfile.mkdtemp(
             prefix="gate", dir="/tmp"
         )  # a socket's path is ~100 bytes at most
@@ -253,7 +265,7 @@ class BackendConformance:
             ) else None
             os.rmdir(folder)
 
-    def test_a_gated_command_never_runs_if_its_socket_never_appears(self, harness):
+    def test_a_gated_command_never_runs_if_its_socket_never_appears(self, harness: Harness) -> None:
         folder = tempfile.mkdtemp(prefix="gate", dir="/tmp")
         os.chmod(folder, 0o755)
         try:
@@ -266,7 +278,9 @@ class BackendConformance:
             os.unlink(os.path.join(folder, "gate.sock"))
             os.rmdir(folder)
 
-    def test_owned_finds_everything_labelled_for_the_run_and_nothing_else(self, harness):
+    def test_owned_finds_everything_labelled_for_the_run_and_nothing_else(
+        self, harness: Harness
+    ) -> None:
         backend = harness.backend
         cid = backend.create_container(harness.request("exit3"))
         harness.made.append(("container", cid))
@@ -296,7 +310,7 @@ class BackendConformance:
         backend.remove_network(network)
         assert backend.owned(harness.run_id) == {"containers": [], "volumes": [], "networks": []}
 
-    def test_errors_are_the_protocols_own(self, harness):
+    def test_errors_are_the_protocols_own(self, harness: Harness) -> None:
         with pytest.raises(ImageError):
             harness.backend.create_container(
                 replace(harness.request("exit3"), image="assure-absent-image:conformance")

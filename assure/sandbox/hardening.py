@@ -18,7 +18,7 @@ from typing import Any
 from assure.core import confined
 from assure.sandbox import runtimes, seccomp, workspace_fs
 from assure.sandbox.backend import ContainerRequest, Mount, Role, Ulimit
-from assure.spec import Spec, parse_size
+from assure.spec import Spec
 
 SOCKET_DIR = "/run/assure"
 SOCKET_PATH = f"{SOCKET_DIR}/gateway.sock"
@@ -35,15 +35,15 @@ GATEWAY_RECORDING = "/var/lib/assure-recording"
 DEFAULT_UID = 10001
 STOP_GRACE_SECONDS = 3
 LOG_MAX = "2m"
-GATEWAY_MEMORY = "256m"
+GATEWAY_MEMORY = 256 * 2**20
 GATEWAY_PIDS = 64
-EGRESS_MEMORY = "128m"
+EGRESS_MEMORY = 128 * 2**20
 EGRESS_PIDS = 64
 EGRESS_PORT = 3128
-SOCKET_VOLUME_SIZE = "1m"
+SOCKET_VOLUME_SIZE = 2**20
 # RLIMIT_FSIZE: the largest file any process of a run may write is the workspace's disk,
 # `limits.disk`. This was the limit before that field existed (for specs resolved without it).
-FILE_SIZE_LIMIT = "1g"
+FILE_SIZE_LIMIT = 2**30
 NO_NEW_PRIVILEGES = "no-new-privileges:true"
 
 
@@ -79,8 +79,9 @@ def fixed_user(spec: Spec) -> tuple[int, int] | None:
     return None
 
 
-def tmpfs_options(size: str, *, runnable: bool = False) -> str:
-    return f"rw,nosuid,nodev,{'exec' if runnable else 'noexec'},size={parse_size(size)}"
+def tmpfs_options(size: int, *, runnable: bool = False) -> str:
+    """A tmpfs of `size` bytes."""
+    return f"rw,nosuid,nodev,{'exec' if runnable else 'noexec'},size={size}"
 
 
 TOOLS_TMP = "/var/tmp"  # where Inspect puts the tools it runs in a sandbox (its SANDBOX_TOOLS_DIR)
@@ -89,11 +90,12 @@ TOOLS_TMP = "/var/tmp"  # where Inspect puts the tools it runs in a sandbox (its
 def agent_tmpfs(spec: Spec) -> dict[str, str]:
     """The agent's tmpfs: /tmp (noexec), and for an Inspect sample /var/tmp, where the programs
     Inspect injects must run (each bounded by `limits.tmpfs`)."""
-    tools = {TOOLS_TMP: tmpfs_options(spec.limits.tmpfs, runnable=True)}
-    return {"/tmp": tmpfs_options(spec.limits.tmpfs), **(tools if spec.sandbox.tools_tmp else {})}
+    size = spec.limits.tmpfs_bytes
+    tools = {TOOLS_TMP: tmpfs_options(size, runnable=True)}
+    return {"/tmp": tmpfs_options(size), **(tools if spec.sandbox.tools_tmp else {})}
 
 
-def ulimits(nofile: int, disk: str | None) -> tuple[Ulimit, ...]:
+def ulimits(nofile: int, disk: int | None) -> tuple[Ulimit, ...]:
     """nofile; fsize (`limits.disk`: no file, not even a hole, outgrows the workspace's disk);
     core 0 (no core dump lands anywhere).
 
@@ -101,7 +103,7 @@ def ulimits(nofile: int, disk: str | None) -> tuple[Ulimit, ...]:
     gateway and checks share its uid (a fixed `sandbox.user` is shared by every run that names
     it): an agent within its own pids limit could use it up and stop its gateway, or another
     run's, from starting a thread. Each container's processes are bounded by its pids cgroup."""
-    fsize = parse_size(disk or FILE_SIZE_LIMIT)
+    fsize = FILE_SIZE_LIMIT if disk is None else disk
     return tuple(
         Ulimit(name, value, value)
         for name, value in (("nofile", nofile), ("fsize", fsize), ("core", 0))
@@ -113,7 +115,7 @@ def common_request(
     role: str,
     image: str,
     labels: dict[str, str],
-    memory: str,
+    memory: int,
     pids: int,
     runtime: str | None = None,
     *,
@@ -121,9 +123,8 @@ def common_request(
 ) -> ContainerRequest:
     """The hardening every container of an attempt shares (agent, gateway, proxy, checks), all
     as the attempt's `user` (`uids.Lease.ids`); the runtime is the spec's unless the caller
-    says otherwise (the gateway and proxy: runc)."""
+    says otherwise (the gateway and proxy: runc). `memory` in bytes."""
     uid, gid = user
-    mem = parse_size(memory)
     runtime = runtime or spec.sandbox.runtime
     return ContainerRequest(
         role=role,
@@ -134,13 +135,13 @@ def common_request(
         cap_drop=("ALL",),
         security_opt=(NO_NEW_PRIVILEGES, seccomp.security_opt(runtime)),
         read_only_root=spec.sandbox.read_only_root,
-        tmpfs={"/tmp": tmpfs_options(spec.limits.tmpfs)},
+        tmpfs={"/tmp": tmpfs_options(spec.limits.tmpfs_bytes)},
         ipc="none",
         pids_limit=runtimes.pids_limit(runtime, pids),
-        memory=mem,
-        memory_swap=mem,
+        memory=memory,
+        memory_swap=memory,
         nano_cpus=int(spec.limits.cpus * 1e9),
-        ulimits=ulimits(spec.limits.nofile, spec.limits.disk),
+        ulimits=ulimits(spec.limits.nofile, spec.limits.disk_bytes),
         log_max=LOG_MAX,
         init=True,
         runtime=runtime,
@@ -199,12 +200,9 @@ def agent_request(
         if mounts.agent_files is not None
         else ()
     )
-    gate: dict[str, Any] = (
-        {"gate": SOCKET_PATH, "gate_seconds": gate_seconds} if gate_seconds is not None else {}
-    )
     return replace(
         common_request(
-            spec, Role.AGENT, image, labels, spec.limits.memory, spec.limits.pids, user=user
+            spec, Role.AGENT, image, labels, spec.limits.memory_bytes, spec.limits.pids, user=user
         ),
         name=name,
         command=tuple(spec.agent.command),
@@ -217,7 +215,8 @@ def agent_request(
             socket_mount(mounts, read_only=True),
             *agent_files,
         ),
-        **gate,
+        gate=SOCKET_PATH if gate_seconds is not None else None,
+        gate_seconds=gate_seconds or 0.0,  # the request's default when ungated
     )
 
 
@@ -322,7 +321,7 @@ def check_request(
     `stdin` keeps stdin open for a case's input."""
     return replace(
         common_request(
-            spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids, user=user
+            spec, Role.CHECK, image, labels, spec.limits.memory_bytes, spec.limits.pids, user=user
         ),
         name=name,
         command=tuple(command),
@@ -357,7 +356,7 @@ def shared_check_request(
     holder = (CHECK_HOLDER_UID, CHECK_HOLDER_UID)
     return replace(
         common_request(
-            spec, Role.CHECK, image, labels, spec.limits.memory, spec.limits.pids, user=holder
+            spec, Role.CHECK, image, labels, spec.limits.memory_bytes, spec.limits.pids, user=holder
         ),
         name=name,
         command=CHECK_HOLDER,

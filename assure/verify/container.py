@@ -89,7 +89,7 @@ def expected_request(
     if user is None and spec.sandbox.user != "auto":
         user = spec.sandbox.user
     base = hardening.common_request(
-        spec, Role.AGENT, "", {}, spec.limits.memory, spec.limits.pids, user=(0, 0)
+        spec, Role.AGENT, "", {}, spec.limits.memory_bytes, spec.limits.pids, user=(0, 0)
     )
     return replace(base, user=user, tmpfs=agent_tmpfs(spec), mounts=tuple(mounts))
 

@@ -44,7 +44,8 @@ class ContainerFacts:
 
     @property
     def timings(self) -> dict[str, float]:
-        return self.data.get("timings", {})
+        timings: dict[str, float] = self.data.get("timings", {})
+        return timings
 
     @property
     def journal_head(self) -> dict[str, Any] | None:
@@ -92,7 +93,8 @@ class ContainerFacts:
     def fs_changes(self) -> list[dict[str, Any]]:
         """The agent's own writes as collected (container.json JSON: path, kind, type, sha256,
         target, note)."""
-        return self.data.get("fs_changes", [])
+        changes: list[dict[str, Any]] = self.data.get("fs_changes", [])
+        return changes
 
     @property
     def workspace_copy(self) -> dict[str, Any] | None:

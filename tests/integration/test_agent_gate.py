@@ -28,7 +28,7 @@ def gated(images, folder, command, seconds):
         Role.AGENT,
         images.agent,
         {"assure.owner": "assure", "assure.pid": str(os.getpid())},
-        "256m",
+        256 * 2**20,
         64,
         user=(0, 0),
     )

@@ -123,7 +123,7 @@ def test_a_container_without_cap_drop_all_fails_the_live_check(backend, images, 
         "agent",
         images.agent,
         {},
-        spec.limits.memory,
+        spec.limits.memory_bytes,
         spec.limits.pids,
         user=(hardening.DEFAULT_UID, hardening.DEFAULT_UID),
     ).cap_drop == ("ALL",)

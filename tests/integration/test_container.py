@@ -9,6 +9,7 @@ import yaml
 from assure.records.store import read_json
 from assure.sandbox import hardening, seccomp
 from assure.sandbox.backend import ContainerRequest, Mount
+from assure.spec import Spec
 
 from .conftest import ROOT, findings
 
@@ -44,8 +45,8 @@ def test_exploit_syscalls_are_refused_and_the_run_is_contained(run):
     }
     assert not_refused == {}
     assert report["status"]["Seccomp"] == "2" and report["status"]["CapEff"] == "0000000000000000"
-    limits = read_json(result.run_dir / "spec.json")["limits"]
-    seen = {u.name: [u.soft, u.hard] for u in hardening.ulimits(limits["nofile"], limits["disk"])}
+    limits = Spec.from_json(read_json(result.run_dir / "spec.json")).limits
+    seen = {u.name: [u.soft, u.hard] for u in hardening.ulimits(limits.nofile, limits.disk_bytes)}
     assert {k: report["rlimits"][k] for k in seen} == seen and report["rlimits"]["core"] == [0, 0]
     assert "nproc" not in seen  # a budget every run on the host would share (hardening.ulimits)
     assert report["limits"] == {

@@ -179,10 +179,10 @@ def good_inspect(spec, **host_config):
             "Binds": ["/x:/workspace:rw"],
             "ReadonlyRootfs": True,
             "Runtime": spec.sandbox.runtime,
-            "Tmpfs": {"/tmp": hardening.tmpfs_options(limits.tmpfs)},
+            "Tmpfs": {"/tmp": hardening.tmpfs_options(limits.tmpfs_bytes)},
             "Ulimits": [
                 {"Name": u.name, "Soft": u.soft, "Hard": u.hard}
-                for u in hardening.ulimits(limits.nofile, limits.disk)
+                for u in hardening.ulimits(limits.nofile, limits.disk_bytes)
             ],
             **host_config,
         },
@@ -534,7 +534,7 @@ def test_under_gvisor_the_agent_and_checks_run_in_runsc_and_the_sidecars_in_runc
     )
     assert (
         agent["runtime"] == "runsc"
-        and hardening.common_request(spec, Role.CHECK, "i", {}, "1m", 8, user=USER).runtime
+        and hardening.common_request(spec, Role.CHECK, "i", {}, 2**20, 8, user=USER).runtime
         == "runsc"
     )
     assert gateway["runtime"] == egress["runtime"] == "runc"

@@ -65,6 +65,33 @@ def test_defaults_come_from_the_schema(tmp_path):
     assert loaded.to_json()["limits"]["pids"] == 128
 
 
+def test_sizes_are_parsed_once_at_load_and_never_written(tmp_path):
+    loaded = spec.load(write(tmp_path, MINIMAL + "limits: {memory: 3g, tmpfs: 640k, disk: 49m}\n"))
+    lim = loaded.limits
+    assert (lim.memory_bytes, lim.tmpfs_bytes, lim.disk_bytes) == (
+        3 * 2**30,
+        640 * 2**10,
+        49 * 2**20,
+    )
+    written = loaded.to_json()["limits"]
+    assert (written["memory"], written["tmpfs"], written["disk"]) == ("3g", "640k", "49m")
+    assert not {"memory_bytes", "tmpfs_bytes", "disk_bytes"} & set(written)
+    smaller = dataclasses.replace(lim, memory="1024m")  # derived again, and never compared
+    assert smaller.memory_bytes == 2**30 and smaller != lim
+    assert dataclasses.replace(smaller, memory="3g") == lim
+    for bad in ("64x", "0m", "1.5g", "m"):
+        path = write(tmp_path, MINIMAL + f"limits: {{memory: {bad!r}}}\n")
+        with pytest.raises(SpecError) as info:
+            spec.load(path)
+        assert info.value.problems == [
+            f"{path}:9: limits.memory: {bad!r} is not allowed here (a size: a whole number then k,"
+            " m or g (KiB, MiB, GiB), as 64m)"
+        ]
+        assert info.value.fix
+        with pytest.raises(ValueError):
+            spec.parse_size(bad)
+
+
 def test_unknown_key_is_reported_at_its_line_with_allowed_fields(tmp_path):
     path = write(tmp_path, MINIMAL.replace("agent:\n", "agent:\n  imgae: x\n"))
     assert problems(path) == [

@@ -67,6 +67,18 @@ def _send_all(sock: socket.socket, data: bytes) -> None:
         sock.shutdown(socket.SHUT_WR)
 
 
+def _raw_socket(raw: object) -> socket.socket:
+    """The socket under docker-py's attached stream (a `SocketIO` over it on a unix or TCP
+    engine, the socket itself over SSH); anything else is refused, not read half-way."""
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket):
+        raise SandboxError(
+            f"the engine's attached stream is a {type(sock).__name__}, not a socket",
+            fix=ENGINE_FIX,
+        )
+    return sock
+
+
 def _read_frames(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
     """stdout and stderr of an attached stream (8-byte frame header: stream, 0, 0, 0, size),
     each kept to `limit` bytes; read to the end."""
@@ -268,7 +280,9 @@ class DockerBackend:
         api = self._client.api
         with _mapped(f"create container {request.name}"):
             create, host = split_kwargs(create_kwargs(request))
-            return api.create_container(**create, host_config=api.create_host_config(**host))["Id"]
+            made = api.create_container(**create, host_config=api.create_host_config(**host))
+        cid: str = made["Id"]
+        return cid
 
     def start(self, cid: str) -> None:
         with _mapped("start container"):
@@ -288,7 +302,10 @@ class DockerBackend:
     def wait(self, cid: str, timeout: float) -> int | None:
         """Exit code, or None if still running after `timeout` seconds."""
         try:
-            result = self._client.api.wait(cid, timeout=max(timeout, 0.01))
+            result = self._client.api.wait(
+                cid,
+                timeout=max(timeout, 0.01),  # type: ignore[arg-type]  # stub: int; requests: float
+            )
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             return None
         except docker.errors.DockerException as exc:
@@ -304,7 +321,7 @@ class DockerBackend:
             raw = self._client.api.attach_socket(
                 cid, params={"stdin": int(stdin), "stdout": 1, "stderr": 1, "stream": 1}
             )
-        sock = getattr(raw, "_sock", raw)
+        sock = _raw_socket(raw)
         try:
             yield sock
         finally:
@@ -324,7 +341,7 @@ class DockerBackend:
     def inspect(self, cid: str) -> dict[str, Any]:
         """`docker inspect` as the engine gives it (the CIS self-check reads all of it)."""
         with _mapped("inspect container"):
-            info = self._client.api.inspect_container(cid)
+            info: dict[str, Any] = self._client.api.inspect_container(cid)
         self._layers[cid] = ((info.get("GraphDriver") or {}).get("Data") or {}).get("UpperDir")
         return info
 
@@ -402,7 +419,7 @@ class DockerBackend:
                 cid, argv, stdin=True, stdout=True, stderr=True, workdir="/"
             )
             raw = self._client.api.exec_start(made["Id"], socket=True)
-        sock = getattr(raw, "_sock", raw)
+        sock = _raw_socket(raw)
         sock.settimeout(timeout)
         writer = threading.Thread(target=_send_all, args=(sock, data), daemon=True)
         try:
@@ -435,7 +452,7 @@ class DockerBackend:
                 environment=dict(env),
             )
             raw = self._client.api.exec_start(made["Id"], socket=True)
-        sock = getattr(raw, "_sock", raw)
+        sock = _raw_socket(raw)
         try:
             yield sock, made["Id"]
         finally:
@@ -491,9 +508,12 @@ class DockerBackend:
 
     def create_network(self, name: str, labels: dict[str, str], *, internal: bool) -> str:
         with _mapped(f"create network {name}"):
-            return self._client.networks.create(
+            made = self._client.networks.create(
                 name, driver="bridge", internal=internal, labels=labels, check_duplicate=True
-            ).id
+            )
+        if made.id is None:  # the stub's Optional: the engine always answers with an id
+            raise SandboxError(f"create network {name}: the engine gave no id", fix=ENGINE_FIX)
+        return made.id
 
     def connect(self, network: str, cid: str) -> None:
         with _mapped(f"connect to network {network}"):
