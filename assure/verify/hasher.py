@@ -26,7 +26,8 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-CHUNK_BYTES = 256 << 10  # one read: fits in a core's cache, so the hash finds it there
+CHUNK_BYTES = 64 << 10  # one read into a buffer that stays in cache (and, on this VM, a
+# buffer of 128 KiB or more, which malloc maps apart, copies several times slower)
 MAX_BATCH = 64  # descriptors in one request (the kernel allows 253)
 REPLY_TIMEOUT = 120.0  # seconds for one batch (at most 64 files or one of up to max_hash_bytes)
 CHANGED = "changed while reading"
