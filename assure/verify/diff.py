@@ -65,7 +65,7 @@ def diff(pre: Snapshot, post: Snapshot) -> list[Change]:
             changes.append(Change(path, "added", (), None, after))
         elif after is None:
             changes.append(Change(path, "deleted", (), before, None))
-        else:
+        elif before is not after or before.note is not None:  # reuse hands on the very entry
             fields = _changed_fields(before, after)
             if fields:
                 changes.append(Change(path, "modified", fields, before, after))
