@@ -359,7 +359,12 @@ class _Walk:
             )
             return
         try:
-            xattrs = _xattrs(fd)
+            try:  # most files have none: one listxattr, then `_xattrs` only for those that do
+                xattrs = _xattrs(fd) if os.listxattr(fd) else ()
+            except OSError as error:
+                if error.errno != errno.ENOTSUP:
+                    raise
+                xattrs = ()
             refusal = self._reserve(st.st_size)
         except OSError as error:
             xattrs, refusal = (), f"xattrs unreadable: {error.strerror}"
