@@ -71,9 +71,9 @@ demo: images
 # and conformance suites, the throughput suite at -j1/-j2/-j4 and the benchmarks, in one table and
 # .assure/bench/scorecard.json, then compared with the last scorecard there of a commit on main
 # (`assure bench compare OLD NEW` judges any two). The gate's and the CLI's fixed costs are parts
-# of it; the workspace, seccomp and model-call benchmarks print their own lines first (not in the
-# scorecard: one failing does not stop it, make says "Error ignored"). BENCH_ARGS: e.g. --only e2e
-# gateway.
+# of it; the workspace, seccomp, model-call and boot-CPU benchmarks print their own lines first
+# (not in the scorecard: one failing does not stop it, make says "Error ignored"). BENCH_ARGS: e.g.
+# --only e2e gateway.
 bench: images fixtures
 	@if ! command -v sqldiff >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3-tools >/dev/null; \
@@ -82,6 +82,7 @@ bench: images fixtures
 	-$(BIN)/python bench/checks_bench.py
 	-$(BIN)/python bench/seccomp_bench.py
 	-$(BIN)/python bench/model_latency.py
+	-$(BIN)/python bench/boot_cpu_bench.py
 	$(BIN)/python bench/scorecard.py $(BENCH_ARGS)
 
 # Headless Chromium renders the HTML reports in tests/integration/test_html_report.py (as root

@@ -6,6 +6,7 @@ this module assembles `app` (the console script `assure = assure.cli:app`)."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import typer
 
@@ -71,16 +72,32 @@ app.add_typer(conformance.conformance_app, name="conformance")
 app.add_typer(bench.bench_app, name="bench")
 
 
+_MARKUP_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")
+
+
+def escape_markup(markup: str) -> str:
+    """rich.markup.escape, without rich's markup, emoji and style code, which `assure --version`
+    has no use for (issue 25); tests/unit/test_cli_start.py holds the two equal."""
+
+    def backslashes(match: re.Match[str]) -> str:
+        slashes, tag = match.groups()
+        return f"{slashes}{slashes}\\{tag}"
+
+    markup = _MARKUP_TAG.sub(backslashes, markup)
+    return markup + "\\" if markup.endswith("\\") and not markup.endswith("\\\\") else markup
+
+
 def _help_as_text(group: typer.Typer, done: set[int]) -> None:
     """Make every help string of `group` and its subgroups plain text, once (`done`: an option
     object several commands share). Typer reads help as Rich markup, which ate `needs
     assure[ray]`, and keeps a docstring's line breaks in the command list, which broke lines
     mid-sentence: escape the brackets and join each paragraph's lines."""
-    from rich.markup import escape
     from typer.models import DefaultPlaceholder, ParameterInfo
 
     def text(raw: str) -> str:
-        return escape("\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(raw).split("\n\n")))
+        return escape_markup(
+            "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(raw).split("\n\n"))
+        )
 
     infos: list[typer.models.CommandInfo | typer.models.TyperInfo] = [
         *group.registered_commands,

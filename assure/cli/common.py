@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from assure.cli.lazy import DockerBackend, ImageSet, Text, runs_mod, spec_mod, store
+from assure.cli.lazy import DockerBackend, ImageSet, Text, layout, runs_mod, spec_mod, store
 from assure.cli.output import _safe_lines, err, plain
 from assure.errors import AssureError
 
@@ -28,9 +28,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from assure import __version__  # pyproject.toml's version is read from it
 
-        sys.stdout.write(f"assure {version('assure')}\n")
+        sys.stdout.write(f"assure {__version__}\n")
         raise typer.Exit(0)
 
 
@@ -149,7 +149,9 @@ def _runs_base(value: Path) -> Path:
 def runs_option(
     help: str = "The runs base: where run directories are (and a RUN given by id is looked up).",
 ) -> Any:
-    return typer.Option(store.RUNS_DIR, "--runs-dir", metavar="DIR", callback=_runs_base, help=help)
+    return typer.Option(
+        layout.RUNS_DIR, "--runs-dir", metavar="DIR", callback=_runs_base, help=help
+    )
 
 
 RUNS_OPTION = runs_option()

@@ -5,7 +5,10 @@ records' renderers; cli/output.py prints what they make."""
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -65,3 +68,71 @@ runtimes = _lazy("assure.sandbox.runtimes")
 DockerBackend = _lazy("assure.sandbox.docker.backend", "DockerBackend")
 Images = _lazy("assure.sandbox.docker.images", "Images")
 ImageSet = _lazy("assure.sandbox.docker.images", "ImageSet")
+
+
+class _Markdown:
+    """rich.markdown.Markdown, made on first use (typer's help in markdown mode: not assure's)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from rich.markdown import Markdown
+
+        return Markdown(*args, **kwargs)
+
+
+class _Traceback:
+    """rich.traceback.Traceback, imported on first use (typer's pretty traceback of a crash)."""
+
+    @staticmethod
+    def from_exception(*args: Any, **kwargs: Any) -> Any:
+        from rich.traceback import Traceback
+
+        return Traceback.from_exception(*args, **kwargs)
+
+
+def _stubs() -> dict[str, types.ModuleType]:
+    made = {}
+    for name, attr, stand_in in (
+        ("rich.markdown", "Markdown", _Markdown),
+        ("rich.traceback", "Traceback", _Traceback),
+    ):
+        module = types.ModuleType(name)
+        setattr(module, attr, stand_in)
+        made[name] = module
+    return made
+
+
+class _RichUtilsLoader(importlib.machinery.SourceFileLoader):
+    """Runs typer.rich_utils with stand-ins for the two modules, then takes them out of
+    sys.modules again, so any later `import rich.markdown` gets the real one."""
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        stubs = {n: m for n, m in _stubs().items() if n not in sys.modules}
+        sys.modules.update(stubs)
+        try:
+            super().exec_module(module)
+        finally:
+            for name, stub in stubs.items():
+                if sys.modules.get(name) is stub:
+                    del sys.modules[name]
+
+
+class _LightRichUtils:
+    """typer.rich_utils, which renders `--help`, imports rich.markdown (markdown-it, pygments)
+    and rich.traceback (attrs, rich.pretty) at its top, for Markdown help and a crash's pretty
+    traceback: about 40 % of `assure --help` (issue 25). This finder loads it with stand-ins
+    that import each on first use; anything it does not recognise is left to the usual finders."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "typer.rich_utils":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader:
+            return spec
+        spec.loader = _RichUtilsLoader(spec.loader.name, spec.loader.path)
+        return spec
+
+
+if "typer.rich_utils" not in sys.modules and not any(
+    isinstance(f, _LightRichUtils) for f in sys.meta_path
+):
+    sys.meta_path.insert(0, _LightRichUtils())

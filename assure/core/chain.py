@@ -15,7 +15,11 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 GENESIS = "0" * 64
 MAX_LINE_BYTES = 64 * 2**20  # a longer line is refused unread: no writer produces one

@@ -17,10 +17,13 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from assure.core import atomic
 from assure.core.chain import ChainWriter
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 OPERATOR_FILE = "operator.json"
 OPERATOR_LOG = "operator.jsonl"

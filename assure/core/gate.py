@@ -19,10 +19,13 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Any, TypedDict
 
 from assure.core import globs
 from assure.core.chain import canonical
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
+if TYPE_CHECKING:
+    from typing import Any, TypedDict
 
 ALLOW, DENY, ESCALATE = "allow", "deny", "escalate"
 
@@ -545,11 +548,13 @@ def contract_rule(action: Action, ctx: Context) -> Decision | None:
     return None
 
 
-class _Figures(TypedDict):
-    """What the autonomy rule decided by: `Decision`'s two optional fields, passed as keywords."""
+if TYPE_CHECKING:
 
-    required_trust: int
-    effective_autonomy: int
+    class _Figures(TypedDict):
+        """What the autonomy rule decided by: `Decision`'s two optional fields, as keywords."""
+
+        required_trust: int
+        effective_autonomy: int
 
 
 def _autonomy(action: Action, ctx: Context) -> Decision | None:
@@ -560,7 +565,7 @@ def _autonomy(action: Action, ctx: Context) -> Decision | None:
     reversible one is denied.
     """
     effective, required = effective_autonomy(ctx), required_trust(action, ctx)
-    figures = _Figures(required_trust=required, effective_autonomy=effective)
+    figures: _Figures = {"required_trust": required, "effective_autonomy": effective}
     if effective >= required:
         return Decision(
             ALLOW,

@@ -1,5 +1,6 @@
-"""Load and validate the gateway's JSON config; the one place that holds the gateway's limit
-defaults.
+"""The gateway's config: one frozen `Config`, built by the host (run/attempt.py), written once
+as JSON (`Config.to_json`) and read back here, validated (`load`, `parse`); the one place that
+holds the gateway's limit defaults.
 
 A typo in the config must not silently weaken the gateway (a misspelt `protected` would
 drop every protection), so unknown fields are errors and every error names its field.
@@ -10,14 +11,17 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 
 from assure.core import gate
 from assure.core.chain import canonical, sha256_hex
 from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.gateway.egress import Egress
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ConfigError(Exception):
@@ -62,6 +66,11 @@ class Limits:
     # and the gate inputs that carry them) is journaled as `sha256:<hex>` of its UTF-8.
     max_journal_field_chars: int = 256
 
+    def to_json(self) -> dict[str, object]:
+        """`tool_calls`, and every limit that is not the default here (the host passes the
+        spec's `tool_calls` and `wall_seconds`; the rest are the gateway's own)."""
+        return _not_default(self, keep=("tool_calls",))
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -88,6 +97,25 @@ class Policy:
         object.__setattr__(self, "assertions", gate.freeze(self.assertions))
         object.__setattr__(self, "rollbacks", gate.freeze(self.rollbacks))
 
+    def to_json(self) -> dict[str, Any]:
+        c = self.contract
+        out: dict[str, Any] = {
+            "contract": None
+            if c is None
+            else {f.name: gate.thaw(getattr(c, f.name)) for f in fields(c)},
+            "assertions": gate.thaw(self.assertions),
+            "writable": list(self.writable),
+            "operator_dial": self.operator_dial,
+            "verifier_trust": self.verifier_trust,
+            "human_gates": [asdict(g) for g in self.human_gates],
+            "rollbacks": gate.thaw(self.rollbacks),
+            "tokens_limit": self.tokens_limit,
+            "cost_limit": self.cost_limit,
+        }
+        if self.verifier_stale_seconds != Policy.verifier_stale_seconds:
+            out["verifier_stale_seconds"] = self.verifier_stale_seconds
+        return out
+
 
 @dataclass(frozen=True)
 class Database:
@@ -97,6 +125,9 @@ class Database:
     name: str
     path: str
     mode: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "path": self.path, "mode": self.mode}
 
 
 @dataclass(frozen=True)
@@ -157,6 +188,36 @@ class Model:
     )  # ALLOW_FIELDS -> names beyond features.py's defaults
     server_tool_fees: Mapping[str, float] = field(default_factory=lambda: dict(SERVER_TOOL_FEES))
 
+    def to_json(self) -> dict[str, Any]:
+        """What `_model` reads back as this model: the mode's own fields, and the common ones
+        where they are not the defaults."""
+        out: dict[str, Any] = {
+            "mode": self.mode,
+            "blob_dir": self.blob_dir,
+            "prices": {name: asdict(price) for name, price in self.prices.items()},
+        }
+        if self.allow:
+            out["allow"] = {name: sorted(items) for name, items in self.allow.items()}
+        fees = {k: v for k, v in self.server_tool_fees.items() if SERVER_TOOL_FEES.get(k) != v}
+        if fees:
+            out["server_tool_fees"] = fees
+        if self.timeout_seconds != MODEL_EXCHANGE_SECONDS:
+            out["timeout_seconds"] = self.timeout_seconds
+        if self.max_response_bytes != Model.max_response_bytes:
+            out["max_response_bytes"] = self.max_response_bytes
+        if self.mode in UPSTREAM_MODES:
+            out.update(upstream=self.upstream, key_file=self.key_file, allow_http=self.allow_http)
+        elif self.mode == "replay":
+            out["recording"] = {
+                "journals": list(self.recording),
+                "blob_dir": self.recording_blob_dir,
+            }
+            if self.volatile != (DEFAULT_VOLATILE_FIELDS, DEFAULT_VOLATILE_TEXT):
+                out["volatile"] = {"fields": list(self.volatile[0]), "text": list(self.volatile[1])}
+        else:
+            out["script"] = self.script
+        return out
+
 
 @dataclass(frozen=True)
 class Config:
@@ -168,7 +229,6 @@ class Config:
     ready_file: str
     protected: tuple[str, ...]
     limits: Limits
-    digest: str  # sha256 of the canonical JSON the config was parsed from
     policy: Policy = Policy()
     goal_id: str = ""
     control_dir: str | None = None  # operator overrides (read-only mount)
@@ -178,6 +238,9 @@ class Config:
     egress: Egress | None = None  # None: the run has no network at all
     databases: tuple[Database, ...] = ()
     model: Model | None = None  # None: no model access (/v1/messages answers 404)
+    # sha256 of the canonical JSON the config was parsed from (`parse`; the journal's
+    # `config_sha256`): what the gateway read, so not part of the value the host built
+    digest: str = field(default="", compare=False)
     # The contract and what it is judged against (policy's, and `protected`), frozen with their
     # term digests once: `decide()` reads them instead of digesting nine terms per mutation.
     # Derived here, so a changed config (dataclasses.replace) is a new snapshot.
@@ -196,6 +259,42 @@ class Config:
                 writable=policy.writable,
             ),
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The config file: what `parse` reads back as this config (the host writes it once)."""
+        out: dict[str, Any] = {
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+            "socket": self.socket,
+            "workspace": self.workspace,
+            "journal": self.journal,
+            "ready_file": self.ready_file,
+            "protected": list(self.protected),
+            "limits": self.limits.to_json(),
+            "goal_id": self.goal_id,
+            "policy": self.policy.to_json(),
+        }
+        out.update(
+            (name, getattr(self, name))
+            for name in _OPTIONAL_STRINGS[1:]
+            if getattr(self, name) is not None
+        )
+        out["databases"] = [db.to_json() for db in self.databases]
+        if self.egress is not None:
+            e = self.egress
+            out["egress"] = {"proxy": f"{e.proxy_host}:{e.proxy_port}", "allow": sorted(e.allow)}
+        if self.model is not None:
+            out["model"] = self.model.to_json()
+        return out
+
+
+def _not_default(record: Any, keep: tuple[str, ...] = ()) -> dict[str, object]:
+    """A flat dataclass's fields that are in `keep` or differ from their defaults."""
+    return {
+        f.name: getattr(record, f.name)
+        for f in fields(record)
+        if f.name in keep or getattr(record, f.name) != f.default
+    }
 
 
 _REQUIRED_STRINGS = ("run_id", "socket", "workspace", "journal", "ready_file")
@@ -424,6 +523,12 @@ def _egress(value: Any) -> Egress:
         "{}:{}".format(*_hostport(item, f"egress.allow[{i}]")) for i, item in enumerate(allow)
     )
     return Egress(proxy_host, proxy_port, keys)
+
+
+def egress(proxy: str, allow: Iterable[str]) -> Egress:
+    """The `egress` section the host builds (the proxy's "host:port", the exact "host:port"s
+    it lets pass), checked as the gateway checks it."""
+    return _egress({"proxy": proxy, "allow": list(allow)})
 
 
 def _hostport(value: Any, name: str) -> tuple[str, int]:

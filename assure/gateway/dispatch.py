@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from assure.core import atomic, control, gate
 from assure.core.chain import ChainWriter, canonical, sha256_hex
@@ -38,6 +37,10 @@ from assure.gateway.config import Config
 from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace
 from assure.gateway.idempotency import LEGACY, Call, Prior, Store, derive_key
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 VERIFIER_FILE = "verifier.json"
 HEARTBEAT_SECONDS = 1.0

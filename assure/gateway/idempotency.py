@@ -32,9 +32,12 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from assure.core.chain import canonical, sha256_hex
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (

@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from assure.core import atomic
 from assure.gateway import headers as header_names
@@ -34,7 +33,10 @@ from assure.gateway.dispatch import MODEL_ROUTES, Answer, Counters, Dispatcher
 from assure.gateway.fspath import Workspace
 from assure.gateway.overrides import OverrideWatcher
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
 if TYPE_CHECKING:
+    from typing import Any
+
     from assure.gateway.model import ModelProxy
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503

@@ -12,13 +12,15 @@ import binascii
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 from assure.core.effects import Op
 from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace, normalize
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
 if TYPE_CHECKING:  # db.py needs apsw; only a gateway with databases imports it
+    from typing import Any
+
     from assure.gateway.db import Databases
     from assure.gateway.egress import Egress
 
@@ -60,7 +62,8 @@ class Outcome:
     record: dict[str, Any] = field(default_factory=dict)
 
 
-Handler = Callable[[Env, dict[str, Any]], Outcome]
+if TYPE_CHECKING:
+    Handler = Callable[[Env, dict[str, Any]], Outcome]
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assure.records.health import Thresholds
-from assure.run.stop import StopReason
 from assure.textsafe import display
+from assure.verify.stopped import StopReason
 
 RUNNING = "running"
 WINDOW_SECONDS = 60.0  # "per minute"

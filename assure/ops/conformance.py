@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from assure import __version__
 from assure.core import chain
 from assure.errors import AssureError
-from assure.records import alerts, keys, store
+from assure.records import alerts, keys, layout, store
 from assure.records import conformance_packet as packet_mod
 from assure.records.conformance_packet import Result
 from assure.records.layout import RunPaths
@@ -221,11 +221,7 @@ def wait_for(what: str, ready: Callable[[], bool], proc: subprocess.Popen[str]) 
 
 def _journal_count(bench: Bench, needle: str, count: int) -> Callable[[], bool]:
     def ready() -> bool:
-        found = (
-            list(bench.runs.glob("*/attempts/1/gateway/journal.jsonl"))
-            if bench.runs.is_dir()
-            else []
-        )
+        found = list(bench.runs.glob(layout.journals_glob(1))) if bench.runs.is_dir() else []
         return (
             bool(found)
             and found[0].read_text(encoding="utf-8", errors="replace").count(needle) >= count
@@ -768,8 +764,9 @@ def _gate_decisions(root: Path) -> list[dict[str, Any]]:
     """Every mutating gate decision journaled by this packet's runs, with its inputs: the
     gateway's tool calls and the host's promote decisions (the same `gate.decide`)."""
     found = []
-    for log in sorted(root.glob("**/.assure/runs/*/attempts/*/gateway/journal.jsonl")) + sorted(
-        root.glob("**/.assure/runs/*/events.jsonl")
+    runs = "**/.assure/runs"
+    for log in sorted(root.glob(f"{runs}/{layout.journals_glob()}")) + sorted(
+        root.glob(f"{runs}/{layout.EVENTS_GLOB}")
     ):
         try:
             records = chain.verify_chain(log)

@@ -887,14 +887,14 @@ class _Pass:
         pending, unreadable = [], 0
         for rid in [run_id] if run_id is not None else self._run_ids():
             try:
-                listing = self.tree.listdir(f"{rid}/alerts")
+                listing = self.tree.listdir(layout.RelativeRun(rid).alerts)
             except (Refused, OSError):
                 unreadable += 1
                 continue
             for name, is_dir, is_link in (listing or ([], False))[0]:
                 if not name.endswith(".json") or is_dir or is_link:
                     continue
-                data, problem = self._json(f"{rid}/alerts/{name}")
+                data, problem = self._json(layout.RelativeRun(rid).alert(name))
                 if problem is not None or not isinstance(data, dict):
                     unreadable += 1
                 elif data.get("state") != AlertState.ACKED:

@@ -61,7 +61,15 @@ from assure.ops.runsbase import (
 from assure.records import alerts, health
 from assure.records.alerts import Alert, AlertKind, AlertState, Sinks
 from assure.records.health import HEALTH_DIR, MONITOR, RUN, Component, Manifest
-from assure.records.layout import BREACH, CONTAINER, EVENTS_LOG, JOURNAL, STATE, alerts_sink
+from assure.records.layout import (
+    BREACH,
+    CONTAINER,
+    EVENTS_LOG,
+    JOURNAL,
+    STATE,
+    RelativeRun,
+    alerts_sink,
+)
 from assure.records.store import RUN_ID, RunDir
 from assure.textsafe import display
 
@@ -341,22 +349,22 @@ class _Scan:
 
     def _attempt_numbers(self, run_id: str) -> list[int]:
         try:
-            listing = self.tree.listdir(f"{run_id}/attempts")
+            listing = self.tree.listdir(RelativeRun(run_id).attempts)
         except Refused as exc:
-            self.skip(f"{run_id}/attempts", str(exc))
+            self.skip(RelativeRun(run_id).attempts, str(exc))
             return []
         if listing is None:
             return []
         numbers = []
         for name, is_dir, is_link in listing[0]:
             if is_link:
-                self.skip(f"{run_id}/attempts/{name}", "a symlink")
+                self.skip(RelativeRun(run_id).attempt(name), "a symlink")
             elif is_dir and name.isdigit() and len(name) <= 9:
                 numbers.append(int(name))
         return sorted(numbers)[-MAX_ATTEMPTS:]
 
     def _attempt(self, run_id: str, number: int) -> AttemptData:
-        rel = f"{run_id}/attempts/{number}"
+        rel = RelativeRun(run_id).attempt(number)
         container, _, cproblem = self._json(f"{rel}/{CONTAINER}", MAX_CONTAINER_BYTES)
         container = container if isinstance(container, dict) else {}
         stopped = stopped_read if isinstance(stopped_read := container.get("stopped"), dict) else {}
@@ -408,14 +416,14 @@ class _Scan:
         known = _Known()
         self._known[where] = known
         try:
-            listing = self.tree.listdir(f"{where}/alerts")
+            listing = self.tree.listdir(RelativeRun(where).alerts)
         except Refused as exc:
-            self.skip(f"{where}/alerts", str(exc))
+            self.skip(RelativeRun(where).alerts, str(exc))
             return known
         for name, _, _ in (listing or ([], False))[0]:
             if not name.endswith(".json") or name.startswith("."):
                 continue
-            data, _, problem = self._json(f"{where}/alerts/{name}", MAX_JSON_BYTES)
+            data, _, problem = self._json(RelativeRun(where).alert(name), MAX_JSON_BYTES)
             if problem is not None:
                 continue
             if (
@@ -423,7 +431,7 @@ class _Scan:
                 or not isinstance(data.get("id"), str)
                 or not isinstance(data.get("kind"), str)
             ):
-                self.skip(f"{where}/alerts/{name}", "not an alert")
+                self.skip(RelativeRun(where).alert(name), "not an alert")
                 continue
             detail = detail_read if isinstance(detail_read := data.get("detail"), dict) else {}
             if isinstance(detail.get("key"), str):
@@ -432,7 +440,7 @@ class _Scan:
                 raised = parse_time(data.get("raised_at"))
                 if raised is None:
                     self.skip(
-                        f"{where}/alerts/{name}",
+                        RelativeRun(where).alert(name),
                         "pending alert without a readable raised_at: not escalated",
                     )
                     continue
@@ -459,7 +467,9 @@ class _Scan:
         try:
             if self.tree.stat(where, directory=True) is None:
                 raise Refused("missing")
-            self.tree.stat(f"{where}/alerts", directory=True)  # refuses a symlinked alerts dir
+            self.tree.stat(
+                RelativeRun(where).alerts, directory=True
+            )  # refuses a symlinked alerts dir
             alert = alerts.raise_alert(
                 self.base / where,
                 kind,
@@ -468,10 +478,10 @@ class _Scan:
                 {**detail, "key": key, "source": ACTOR},
             )
         except Refused as exc:
-            self.skip(f"{where}/alerts", f"cannot raise {kind}: {exc}")
+            self.skip(RelativeRun(where).alerts, f"cannot raise {kind}: {exc}")
             return
         except OSError as exc:
-            self.skip(f"{where}/alerts", f"cannot raise {kind}: {exc.strerror or exc}")
+            self.skip(RelativeRun(where).alerts, f"cannot raise {kind}: {exc.strerror or exc}")
             return
         known.keys.add(key)
         self.out.alerts.append(alert)
@@ -615,7 +625,7 @@ class _Scan:
                             self._apply(alert, run, step, age)
                         except Exception as exc:
                             self.skip(
-                                f"{run.run_id}/control",
+                                RelativeRun(run.run_id).control,
                                 f"escalation {step} of {alert['id']} failed: {type(exc).__name__}",
                             )
 
@@ -653,7 +663,7 @@ class _Scan:
         done = self._ledger_done()
         if (alert["id"], run.run_id, step) in done:
             return
-        control_rel = f"{run.run_id}/control"
+        control_rel = RelativeRun(run.run_id).control
         try:
             self.tree.stat(control_rel, directory=True)
             for name, limit in (

@@ -12,15 +12,20 @@ import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import rfc8785
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from assure.errors import AssureError
 from assure.records import keys
 from assure.records.obligations import OBLIGATIONS
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used (keys.py)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 FORMAT = "assure.conformance.v1"
 SCHEMA = Path(__file__).resolve().parents[2] / "specs" / "conformance-packet.schema.json"

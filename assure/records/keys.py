@@ -8,13 +8,18 @@ import binascii
 import hashlib
 import os
 from pathlib import Path
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING
 
 from assure.core import private
 from assure.errors import AssureError, unreadable
+
+# cryptography is imported where a key is made, read or used: a keyless run (and the CLI's start
+# before its first spec) has no use for it (issue 25)
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 ALG = "Ed25519"
 PRIVATE_NAME, PUBLIC_NAME = "aar-ed25519.pem", "aar-ed25519.pub.pem"
@@ -47,6 +52,9 @@ def generate_keypair(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
             where=str(directory),
             fix="pass --dir a folder (made if missing) for the key pair",
         )
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -85,6 +93,9 @@ def _create(path: Path, data: bytes, mode: int) -> None:
 
 def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     """Load a PEM Ed25519 private key that only its owner can read."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     path = Path(path)
     data = _read_key(path)
     if os.stat(path).st_mode & 0o077:
@@ -106,6 +117,9 @@ def load_private(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 def load_public(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     """Load a PEM (SubjectPublicKeyInfo) Ed25519 public key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     path = Path(path)
     data = _read_key(path)
     try:
@@ -134,6 +148,8 @@ def _read_key(path: Path) -> bytes:
 
 def key_id(public_key: Ed25519PublicKey) -> str:
     """`ed25519:` and the first 16 hex digits of the SHA-256 of the raw 32-byte public key."""
+    from cryptography.hazmat.primitives import serialization
+
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
 
@@ -143,6 +159,8 @@ def signature_problem(
 ) -> str | None:
     """Why `sig` (as `signature` made it) is not `public_key`'s signature of `message`; None if it
     is."""
+    from cryptography.exceptions import InvalidSignature
+
     expected = key_id(public_key)
     if sig["key_id"] != expected:
         return f"signed by key {sig['key_id']}, not by {expected} (the public key given)"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from assure.core import control
 
+RUNS_DIR = Path(".assure") / "runs"  # the runs base when none is given
 SUITES = "suites"  # suite runs, beside the runs base
 # warm pools (run/pool.py), in the runs base: a claimed pair is renamed into a run, on one
 # filesystem
@@ -93,7 +94,7 @@ def suite_runs_dir(suite_run: Path, runs_dir: Path) -> Path:
     the conventional runs folder beside the suite run's own suites folder."""
     if suites_base(runs_dir).resolve() == suite_run.resolve().parent:
         return runs_dir
-    return suite_run.resolve().parent.parent / "runs"  # store.RUNS_DIR's last part
+    return suite_run.resolve().parent.parent / RUNS_DIR.name
 
 
 def alerts_sink(runs_dir: Path) -> Path:
@@ -397,3 +398,39 @@ class RunPaths:
 
     def alert(self, alert_id: str) -> Path:
         return self.alerts / f"{alert_id}.json"
+
+
+@dataclass(frozen=True)
+class RelativeRun:
+    """One run's names relative to the runs base, as `/`-joined strings, for the readers of an
+    untrusted tree (ops/monitor, ops/health_probe) that resolve each step themselves, confined.
+    `run` is a run id (or `.health`, which has alerts too)."""
+
+    run: str
+
+    @property
+    def attempts(self) -> str:
+        return f"{self.run}/{ATTEMPTS}"
+
+    def attempt(self, n: int | str) -> str:
+        return f"{self.attempts}/{n}"
+
+    @property
+    def alerts(self) -> str:
+        return f"{self.run}/{ALERTS}"
+
+    def alert(self, name: str) -> str:
+        """An entry of `alerts/` by its file name, as listed."""
+        return f"{self.alerts}/{name}"
+
+    @property
+    def control(self) -> str:
+        return f"{self.run}/{CONTROL}"
+
+
+def journals_glob(attempt: int | str = "*") -> str:
+    """Every run's gateway journals of attempt `attempt`, as a glob under a runs base."""
+    return f"*/{ATTEMPTS}/{attempt}/{JOURNAL}"
+
+
+EVENTS_GLOB = f"*/{EVENTS_LOG}"  # every run's events log, as a glob under a runs base

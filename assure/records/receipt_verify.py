@@ -7,9 +7,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from assure.records import applied, layout
 from assure.records.keys import key_id, signature_problem
@@ -29,6 +27,9 @@ from assure.records.receipt_format import (
 )
 from assure.records.seal import chain_logs, merkle_root, read_chain
 from assure.textsafe import display
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used (keys.py)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 
 class Outcome(str, Enum):  # noqa: UP042 -- StrEnum's str() and format() differ; reports print these

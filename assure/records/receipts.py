@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from typing import TYPE_CHECKING, Any
 
 from assure.core.chain import utc_now
 from assure.records import applied, layout
@@ -27,6 +25,9 @@ from assure.records.receipt_format import (
     receipts_dir,
 )
 from assure.records.store import write_json
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used (keys.py)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
 def deployment_id() -> str:

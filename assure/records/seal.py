@@ -13,10 +13,9 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import rfc8785
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from assure.core.chain import GENESIS, ChainError, chain_head, utc_now
 from assure.records import layout
@@ -35,6 +34,9 @@ from assure.records.receipt_format import (
     receipts_dir,
 )
 from assure.records.store import write_json
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used (keys.py)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
 def chain_logs(run_dir: Path) -> list[str]:

@@ -26,9 +26,9 @@ from assure.core.chain import ChainWriter
 from assure.errors import RunDirError
 from assure.errors import read_json as read_json  # re-exported: records read run files with it
 from assure.records.layout import LOCK, AttemptPaths, RunPaths
+from assure.records.layout import RUNS_DIR as RUNS_DIR  # re-exported: the default runs base
 from assure.records.states import RUN_OVER
 
-RUNS_DIR = Path(".assure") / "runs"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 

@@ -28,14 +28,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from typing import TYPE_CHECKING, Any
 
 from assure.core import atomic, gate, private
 from assure.errors import AssureError
 from assure.records import keys, layout
 from assure.records.receipt_format import ReceiptError, canonical, check_receipt
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used (keys.py)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 LEDGER, CHECKPOINT, LOCK = "ledger.jsonl", "checkpoint.json", "ledger.lock"
 FALLS = ("breach", "quarantine", "unverified")  # each drops trust to propose at once

@@ -28,16 +28,18 @@ from typing import Any
 from assure.core import confined, control, private
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
+from assure.gateway import config as gwconfig
 from assure.records import health, store
 from assure.records.attempt_record import AttemptRecord
+from assure.records.layout import AttemptPaths, RunPaths
 from assure.run import checks, failpoints, modelaccess, policy
 from assure.run import pool as warm
-from assure.run.stop import INTERRUPTED, StopReason
+from assure.run.stop import INTERRUPTED
 from assure.sandbox import backend as sandbox
 from assure.sandbox import hardening, install, runtimes, uids, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.docker.images import ImageSet
-from assure.spec import AGENT_IMAGE_ALIAS, Spec, parse_size
+from assure.spec import AGENT_IMAGE_ALIAS, Egress, Spec, parse_size
 from assure.textsafe import display
 from assure.verify import assertions, judge
 from assure.verify import sqlite as sqlite_verify
@@ -45,6 +47,7 @@ from assure.verify.container import EXPECTED_PATHS, layer_changes
 from assure.verify.facts import ContainerFacts
 from assure.verify.findings import Finding, Kind, verdict
 from assure.verify.snapshot import Snapshot, take
+from assure.verify.stopped import Stopped, StopReason
 
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1
@@ -424,40 +427,15 @@ class Attempt:
         hardening.chown_tree(
             self.run.state_dir, uid, gid
         )  # the run's, and this attempt's user is not the last one's
-        config = {
-            "run_id": self.run.run_id,
-            "attempt": self.number,
-            "socket": hardening.SOCKET_PATH,
-            "workspace": hardening.WORKSPACE,
-            "journal": f"{hardening.GATEWAY_STATE}/{p.journal.name}",
-            "ready_file": f"{hardening.GATEWAY_STATE}/{p.ready.name}",
-            "protected": list(self.spec.workspace.protected),
-            "limits": {
-                "tool_calls": self.spec.limits.tool_calls,
-                "wall_seconds": self.spec.limits.wall_seconds,
-            },  # the gateway's own defaults rule the rest
-            "goal_id": self.spec.name,
-            "policy": policy.gateway_policy(self.spec),
-            "control_dir": hardening.GATEWAY_CONTROL,
-            "breach_file": f"{hardening.GATEWAY_STATE}/{p.breach.name}",
-            "idempotency_db": f"{hardening.GATEWAY_RUN_STATE}/{self.run.paths.idempotency_db.name}",
-            "heartbeat_file": f"{hardening.GATEWAY_STATE}/{p.heartbeat.name}",
-            "databases": [
-                {"name": db.name, "path": hardening.database_path(db), "mode": db.mode}
-                for db in self.spec.databases
-            ],
-            **(
-                {
-                    "egress": {
-                        "proxy": f"{self.prefix}-egress:{hardening.EGRESS_PORT}",
-                        "allow": self.egress.allow,
-                    }
-                }
-                if self.egress
-                else {}
-            ),
-            **({"model": model} if (model := self.model.gateway_config()) else {}),
-        }
+        config = gateway_config(
+            self.spec,
+            self.run.run_id,
+            p,
+            self.run.paths,
+            f"{self.prefix}-egress:{hardening.EGRESS_PORT}" if self.egress else None,
+            self.egress,
+            self.model.gateway_config(),
+        )
         with self._timed("prepare.pre"):
             pre = take(live)
         store.write_json(p.pre, pre.to_json())
@@ -481,7 +459,7 @@ class Attempt:
             warm.wake(p.root / warm.CLAIM)  # its gate then waits for the socket
         # last: a pooled gateway starts its journal on it, and only then may the agent act
         store.write_json(
-            p.gateway_config / "gateway.json", config, mode=private.SHARED_FILE_MODE
+            p.gateway_config / "gateway.json", config.to_json(), mode=private.SHARED_FILE_MODE
         )  # the gateway reads it
         if self._pair is not None:
             warm.wake(p.gateway_config)
@@ -703,15 +681,11 @@ class Attempt:
         """Wait for the agent; stop it at the deadline, on an operator halt or a budget breach."""
         deadline = time.monotonic() + self.spec.limits.wall_seconds
         exit_code: int | None = None
-        stop: dict[str, Any] | None = None  # why the harness stops the agent, once it does
+        stop: Stopped | None = None  # why the harness stops the agent, once it does
         while exit_code is None and stop is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                stop = {
-                    "reason": StopReason.DEADLINE,
-                    "counter": "wall_seconds",
-                    "breach_at": time.time(),
-                }
+                stop = Stopped.deadline(time.time())
                 break
             if INTERRUPTED.is_set():  # a signal whose KeyboardInterrupt was lost (stop.INTERRUPTED)
                 raise KeyboardInterrupt
@@ -727,11 +701,9 @@ class Attempt:
             assert stop is not None  # the loop ends with an exit code or a reason to stop
             self.backend.stop(self._agent, hardening.STOP_GRACE_SECONDS)
             exit_code = self.backend.wait(self._agent, hardening.STOP_GRACE_SECONDS + 5)
-            stop["halted_at"] = time.time()
-            since = stop.get("requested_at", stop.get("breach_at"))
-            stop["latency_ms"] = round((stop["halted_at"] - since) * 1000, 1) if since else None
-        facts["stopped"] = stop
-        facts["timed_out"] = bool(stop and stop["reason"] == StopReason.DEADLINE)
+            stop = stop.halted(time.time())
+        facts["stopped"] = stop.to_json() if stop else None
+        facts["timed_out"] = bool(stop and stop.reason is StopReason.DEADLINE)
         facts["exit_code"] = exit_code
 
     def _heartbeat(self) -> None:
@@ -745,18 +717,13 @@ class Attempt:
             attempt=self.number,
         )
 
-    def _halt_requested(self) -> dict[str, Any] | None:
+    def _halt_requested(self) -> Stopped | None:
         override = control.read(self.run.control_dir)
         if not override.halted:
             return None
-        return {
-            "reason": StopReason.OPERATOR_HALT,
-            "request_id": override.request_id,
-            "actor": override.actor,
-            "requested_at": override.requested_at,
-        }
+        return Stopped.operator_halt(override.request_id, override.actor, override.requested_at)
 
-    def _budget_breached(self) -> dict[str, Any] | None:
+    def _budget_breached(self) -> Stopped | None:
         """The gateway writes `breach.json` when a budget counter runs out (its content is the
         gateway's)."""
         try:
@@ -767,11 +734,10 @@ class Attempt:
             data = {}
         counter = data.get("counter") if isinstance(data, dict) else None
         breach_at = data.get("breach_at") if isinstance(data, dict) else None
-        return {
-            "reason": StopReason.BUDGET,
-            "counter": str(counter or "unknown"),
-            "breach_at": float(breach_at) if isinstance(breach_at, (int, float)) else time.time(),
-        }
+        return Stopped.budget(
+            str(counter or "unknown"),
+            float(breach_at) if isinstance(breach_at, (int, float)) else time.time(),
+        )
 
     def _count_tool_calls(self) -> int:
         """Tool calls journaled so far, for the progress line: reads only what was appended
@@ -907,3 +873,41 @@ class Attempt:
         self.model.cleanup()
         if errors:
             raise SandboxError("cleanup failed: " + "; ".join(errors), fix="run `assure gc`")
+
+
+def gateway_config(
+    spec: Spec,
+    run_id: str,
+    paths: AttemptPaths,
+    run_paths: RunPaths,
+    egress_proxy: str | None,
+    egress: Egress | None,
+    model: gwconfig.Model | None,
+) -> gwconfig.Config:
+    """The attempt's gateway config, as the gateway's container sees its places: built once
+    here, written once (`Config.to_json`), read back by the gateway (`gateway/config.parse`)."""
+    return gwconfig.Config(
+        run_id=run_id,
+        attempt=paths.number,
+        socket=hardening.SOCKET_PATH,
+        workspace=hardening.WORKSPACE,
+        journal=f"{hardening.GATEWAY_STATE}/{paths.journal.name}",
+        ready_file=f"{hardening.GATEWAY_STATE}/{paths.ready.name}",
+        protected=tuple(spec.workspace.protected),
+        # the gateway's own defaults rule the rest
+        limits=gwconfig.Limits(
+            tool_calls=spec.limits.tool_calls, wall_seconds=spec.limits.wall_seconds
+        ),
+        goal_id=spec.name,
+        policy=policy.gateway_policy(spec),
+        control_dir=hardening.GATEWAY_CONTROL,
+        breach_file=f"{hardening.GATEWAY_STATE}/{paths.breach.name}",
+        idempotency_db=f"{hardening.GATEWAY_RUN_STATE}/{run_paths.idempotency_db.name}",
+        heartbeat_file=f"{hardening.GATEWAY_STATE}/{paths.heartbeat.name}",
+        databases=tuple(
+            gwconfig.Database(db.name, hardening.database_path(db), db.mode)
+            for db in spec.databases
+        ),
+        egress=gwconfig.egress(egress_proxy, egress.allow) if egress and egress_proxy else None,
+        model=model,
+    )

@@ -33,7 +33,6 @@ from assure.run import earned, failpoints, promote
 from assure.run.attempt import Attempt, Progress, fresh_copy
 from assure.run.pool import WarmPool, remove_wakes
 from assure.run.reasons import attempt_reason
-from assure.run.stop import StopReason
 from assure.sandbox import install, live, workspace_fs
 from assure.sandbox.backend import SandboxBackend
 from assure.sandbox.docker.images import ImageSet
@@ -50,6 +49,7 @@ from assure.verify.findings import (
     worst,
 )
 from assure.verify.judge import Judgement, judge
+from assure.verify.stopped import StopReason
 
 
 @dataclass(frozen=True)
@@ -403,37 +403,37 @@ class Driver:
         the one a hostile spec expects."""
         n, judgement, stop = record.number, record.judgement, record.facts.stopped
         assert judgement is not None
-        if stop and stop["reason"] == StopReason.OPERATOR_HALT:
+        if stop and stop.reason is StopReason.OPERATOR_HALT:
             self._record(
                 "override_effective",
                 attempt=n,
-                request_id=stop.get("request_id"),
-                latency_ms=stop.get("latency_ms"),
+                request_id=stop.request_id,
+                latency_ms=stop.latency_ms,
                 effect="agent stopped; no new attempt or commit",
             )
             alerts.raise_alert(
                 self.run.path,
                 AlertKind.OVERRIDE_BLOCK,
-                f"operator {stop.get('actor')} halted the run; the agent was stopped",
+                f"operator {stop.actor} halted the run; the agent was stopped",
                 self.sinks,
-                stop,
+                stop.to_json(),
             )
         elif stop:
             self._record(
                 "budget_halt",
                 attempt=n,
-                counter=stop["counter"],
-                breach_at=stop.get("breach_at"),
-                halted_at=stop.get("halted_at"),
-                latency_ms=stop.get("latency_ms"),
+                counter=stop.counter,
+                breach_at=stop.breach_at,
+                halted_at=stop.halted_at,
+                latency_ms=stop.latency_ms,
             )
             alerts.raise_alert(
                 self.run.path,
                 AlertKind.BUDGET_HALT,
-                f"budget {stop['counter']} exhausted; attempt halted {stop.get('latency_ms')} ms"
+                f"budget {stop.counter} exhausted; attempt halted {stop.latency_ms} ms"
                 " after the breach",
                 self.sinks,
-                stop,
+                stop.to_json(),
                 expected=self._expected(judgement),
             )
         if judgement.verdict is Verdict.BREACH:
@@ -873,7 +873,7 @@ def build_report(
                     "verdict": verdict["verdict"],
                     "exit_code": facts.exit_code,
                     "timed_out": facts.timed_out,
-                    "stopped": facts.stopped,
+                    "stopped": facts.stopped.to_json() if facts.stopped else None,
                     "timings": facts.timings,
                     "claim": verdict["claim"],
                     "journal_head": verdict["journal_head"],

@@ -17,10 +17,10 @@ import tempfile
 import urllib.parse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from assure.core.limits import MODEL_EXCHANGE_SECONDS
 from assure.errors import AssureError
+from assure.gateway import config as gwconfig
 from assure.sandbox import hardening
 from assure.sandbox.backend import Mount
 from assure.spec import Egress, Model, Spec, no_egress
@@ -71,40 +71,45 @@ class ModelAccess:
         self.spec_dir, self.config_dir, self.uid, self.gid = spec_dir, config_dir, uid, gid
         self.secrets: Path | None = None
 
-    def gateway_config(self) -> dict[str, Any] | None:
+    def gateway_config(self) -> gwconfig.Model | None:
+        """The gateway config's `model`: what the provider may do beyond the defaults, and where
+        its answers come from, as the gateway's container sees them."""
         m = self.model
         if not m:
             return None
-        conf: dict[str, Any] = {
-            "mode": m.mode,
-            "blob_dir": f"{hardening.GATEWAY_STATE}/blobs",
-            "prices": prices(m.prices),
-        }
-        conf.update(
-            {
-                name: value
-                for name, value in (("allow", m.allow), ("server_tool_fees", m.server_tool_fees))
-                if value
-            }
-        )  # what the provider may do beyond the defaults
+        common = gwconfig.Model(
+            mode=m.mode,
+            blob_dir=f"{hardening.GATEWAY_STATE}/blobs",
+            prices={name: gwconfig.Price(**p) for name, p in prices(m.prices).items()},
+            allow={name: frozenset(items) for name, items in m.allow.items()},
+            server_tool_fees={**gwconfig.SERVER_TOOL_FEES, **m.server_tool_fees},
+        )
         if m.mode in UPSTREAM_MODES:
-            conf.update(
-                upstream=m.upstream,
+            return replace(
+                common,
+                upstream=m.upstream.rstrip("/"),
                 key_file=f"{hardening.GATEWAY_SECRETS}/model-key",
                 allow_http=m.allow_http,
             )
-        elif m.mode == "replay":
-            conf["recording"] = {
-                "journals": [f"{hardening.GATEWAY_RECORDING}/journal.jsonl"],
-                "blob_dir": f"{hardening.GATEWAY_RECORDING}/blobs",
-            }
+        if m.mode == "replay":
+            volatile: tuple[tuple[str, ...], tuple[str, ...]] = (
+                gwconfig.DEFAULT_VOLATILE_FIELDS,
+                gwconfig.DEFAULT_VOLATILE_TEXT,
+            )
             if m.volatile is not None:
-                conf["volatile"] = {name: list(items) for name, items in m.volatile.items()}
-        else:
-            shutil.copyfile(self._path("script"), self.config_dir / "model-script.json")
-            os.chmod(self.config_dir / "model-script.json", 0o644)
-            conf["script"] = f"{hardening.GATEWAY_CONFIG}/model-script.json"
-        return conf
+                volatile = (
+                    tuple(m.volatile.get("fields", volatile[0])),
+                    tuple(m.volatile.get("text", volatile[1])),
+                )
+            return replace(
+                common,
+                recording=(f"{hardening.GATEWAY_RECORDING}/journal.jsonl",),
+                recording_blob_dir=f"{hardening.GATEWAY_RECORDING}/blobs",
+                volatile=volatile,
+            )
+        shutil.copyfile(self._path("script"), self.config_dir / "model-script.json")
+        os.chmod(self.config_dir / "model-script.json", 0o644)
+        return replace(common, script=f"{hardening.GATEWAY_CONFIG}/model-script.json")
 
     def mounts(self) -> tuple[Mount, ...]:
         """Gateway-only mounts: the key (anthropic) or the recording (replay)."""

@@ -13,6 +13,7 @@ from typing import Any, overload
 
 from assure.core import gate
 from assure.errors import SpecError
+from assure.gateway import config as gwconfig
 from assure.run import ratifiers
 from assure.spec import Contract, Spec, Task
 
@@ -124,25 +125,26 @@ def verifier_trust(spec: Spec) -> int:
     return gate.LEVELS[spec.autonomy.verifier_trust] if spec.assertions else gate.PROPOSE
 
 
-def gateway_policy(spec: Spec) -> dict[str, Any]:
-    """The policy block of the gateway config: everything `gate.Context` needs but the clock."""
-    c = contract(spec, spec.contract)
+def gateway_policy(spec: Spec) -> gwconfig.Policy:
+    """The policy of the gateway config: everything `gate.Context` needs but the clock."""
     pins = pinned(spec)
-    return {
-        "contract": None if c is None else dataclasses.asdict(c),
-        "assertions": pins["assertions"],
-        "writable": pins["writable"],
-        "operator_dial": gate.LEVELS[spec.autonomy.dial],
+    return gwconfig.Policy(
+        contract=contract(spec, spec.contract),
+        assertions=pins["assertions"],
+        writable=tuple(pins["writable"]),
+        operator_dial=gate.LEVELS[spec.autonomy.dial],
         # under a trust policy, trust is earned per agent in the host's ledger (run/earned), which
         # promote consults; an attempt's own live effects get none of it yet: fail closed
-        "verifier_trust": gate.PROPOSE
+        verifier_trust=gate.PROPOSE
         if spec.contract is not None and spec.contract.trust is not None
         else verifier_trust(spec),
-        "human_gates": [
-            {**dataclasses.asdict(g), "expires_at": epoch(g.expires_at)}
+        human_gates=tuple(
+            gate.HumanGate(
+                id=g.id, scope=g.scope, approved_by=g.approved_by, expires_at=epoch(g.expires_at)
+            )
             for g in spec.autonomy.human_gates
-        ],
-        "rollbacks": rollback_scopes(spec),
-        "tokens_limit": spec.limits.tokens,
-        "cost_limit": spec.limits.cost,
-    }
+        ),
+        rollbacks={ref: tuple(scopes) for ref, scopes in rollback_scopes(spec).items()},
+        tokens_limit=spec.limits.tokens,
+        cost_limit=spec.limits.cost,
+    )

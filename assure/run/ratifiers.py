@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from assure.core import atomic
 from assure.core.chain import canonical
@@ -31,6 +29,11 @@ from assure.errors import AssureError, unreadable
 from assure.records import keys
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
     from assure.spec import Contract
 
 ENV = "ASSURE_RATIFIERS"
@@ -92,6 +95,8 @@ def load(files: list[Path] | None = None) -> Keyring:
 def _public(value: object, where: str) -> Ed25519PublicKey:
     if not isinstance(value, str) or not value.startswith(PREFIX):
         raise KeyringError("expected ed25519:BASE64 (a raw 32-byte public key)", where=where)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         raw = base64.b64decode(value[len(PREFIX) :], validate=True)
         return Ed25519PublicKey.from_public_bytes(raw)
@@ -101,6 +106,8 @@ def _public(value: object, where: str) -> Ed25519PublicKey:
 
 def public_text(key: Ed25519PublicKey) -> str:
     """A public key as a keyring holds it."""
+    from cryptography.hazmat.primitives import serialization
+
     raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return PREFIX + base64.b64encode(raw).decode("ascii")
 

@@ -9,15 +9,17 @@ this prints is exactly what an attempt of the spec will accept.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from assure.core import atomic, gate
 from assure.errors import SpecError
 from assure.run import policy, ratifiers
 from assure.spec import Contract, Spec, load
+
+if TYPE_CHECKING:  # cryptography is imported where a key is used (records/keys.py)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,9 +68,9 @@ def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
         summary = f"harness error: {display(facts.harness_errors[0])[:MESSAGE_CHARS]}"
     elif denial is not None:
         summary = denial_line(denial)
-    elif facts.stopped:
-        summary = f"the harness stopped the agent: {display(str(facts.stopped.get('reason')))}" + (
-            f" ({display(str(facts.stopped['counter']))})" if facts.stopped.get("counter") else ""
+    elif stop := facts.stopped:
+        summary = f"the harness stopped the agent: {display(stop.reason)}" + (
+            f" ({display(stop.counter)})" if stop.counter else ""
         )
     elif facts.exit_code not in (0, None):
         summary = f"the agent exited with code {facts.exit_code}"

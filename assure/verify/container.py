@@ -71,11 +71,12 @@ def expected_request(
     spec: Spec, attempt: str, pooled: Mapping[str, Any] | None, user: str | None
 ) -> ContainerRequest:
     """What `hardening` asked of this attempt's agent, with the mounts the verifier can know:
-    the workspace by its place in the run directory (a moved run directory still verifies) and
-    the spec's agent files, or the pooled pair's own folders (renamed to attempts/<n> when
+    the workspace by its place in the run directory (a moved run directory still verifies:
+    `attempt` is the attempt folder's last two names, `attempts/<n>`, as the record was found)
+    and the spec's agent files, or the pooled pair's own folders (renamed to attempts/<n> when
     claimed: run/pool.py). A mount whose source is not checked has source "". `user` None: no
     user to hold the agent to (a record made before each attempt had its own, `auto`)."""
-    workspace = f"…/attempts/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}"
+    workspace = f"…/{attempt}/{workspace_fs.MOUNT_POINT}/{workspace_fs.WORKSPACE}"
     files = os.path.normpath(spec.agent.files) if spec.agent.files else None
     if pooled:
         workspace = "…/" + "/".join(str(pooled.get("workspace")).split("/")[-4:])

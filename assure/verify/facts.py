@@ -9,6 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from assure.sandbox.backend import Observed
+from assure.verify.stopped import Stopped
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class ContainerFacts:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
+        self.stopped  # noqa: B018 (a malformed stop makes the record unreadable, never guessed)
 
     @property
     def harness_errors(self) -> list[str]:
@@ -34,10 +36,11 @@ class ContainerFacts:
         return self.data.get("timed_out")
 
     @property
-    def stopped(self) -> dict[str, Any] | None:
+    def stopped(self) -> Stopped | None:
         """Why the harness stopped the agent (`reason`: deadline, operator_halt, budget), if it
         did."""
-        return self.data.get("stopped")
+        stop = self.data.get("stopped")
+        return None if stop is None else Stopped.from_json(stop)
 
     @property
     def timings(self) -> dict[str, float]:

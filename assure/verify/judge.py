@@ -334,7 +334,7 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
                 _present(facts.observed),
                 spec,
                 facts.engine_security,
-                paths.root.name,
+                f"{paths.root.parent.name}/{paths.root.name}",  # attempts/<n>, as found
                 facts.data.get("pool"),
                 facts.data.get("user"),
             ),

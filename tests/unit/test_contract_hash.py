@@ -71,7 +71,7 @@ def gateway_for(gateway_config):
         spec = spec_mod.load(path)
         raw = gateway_config(list(spec.workspace.protected))
         raw["policy"] = {
-            **json.loads(json.dumps(policy.gateway_policy(spec))),
+            **json.loads(json.dumps(policy.gateway_policy(spec).to_json())),
             "operator_dial": gate.COMMIT,
             "verifier_trust": gate.COMMIT,
         }

@@ -61,7 +61,7 @@ def test_a_spec_without_budgets_gets_its_presets_and_a_given_one_wins(tmp_path: 
         spec = spec_mod.load(variant(tmp_path, name, unset))
         wanted = presets.PRESETS[preset].get("limits", {}).get("tokens", presets.DEFAULT_TOKENS)
         assert spec.agent.preset == preset and spec.limits.tokens == wanted, name
-        assert policy.gateway_policy(spec)["tokens_limit"] == wanted  # what the gateway enforces
+        assert policy.gateway_policy(spec).tokens_limit == wanted  # what the gateway enforces
         assert spec.limits.cost is None  # no default: see the schema
         assert spec_mod.Spec.from_json(spec.to_json()) == spec  # spec.json reads back the same
         given = spec_mod.load(variant(tmp_path, name, lambda d: d["limits"].update(tokens=5000)))
@@ -78,7 +78,7 @@ def test_a_realistic_claude_code_session_fits_its_default_and_a_runaway_is_stopp
     spec = spec_mod.load(
         variant(tmp_path, "claude-code", lambda d: d["limits"].pop("tokens", None))
     )
-    limit = policy.gateway_policy(spec)["tokens_limit"]
+    limit = policy.gateway_policy(spec).tokens_limit
     assert spec.model is not None and limit == presets.PRESETS["claude-code"]["limits"]["tokens"]
     price = Price(**modelaccess.prices(spec.model.prices)[b.PRICED])
     first, growth, output, cached = b.shape(b.calls(RECORDING))
@@ -116,7 +116,7 @@ def test_a_realistic_claude_code_session_fits_its_default_and_a_runaway_is_stopp
     (tmp_path / "script.json").write_text(json.dumps(script))
     model = modelaccess.ModelAccess(spec.model, spec.path.parent, tmp_path, 0, 0).gateway_config()
     assert model is not None
-    model = json.loads(json.dumps(model))  # as the host writes the gateway's config
+    model = json.loads(json.dumps(model.to_json()))  # as the host writes the gateway's config
     model.update(blob_dir=str(tmp_path / "blobs"), script=str(tmp_path / "script.json"))
     raw = gateway_config()
     raw["model"], raw["policy"] = model, {**raw["policy"], "tokens_limit": limit}

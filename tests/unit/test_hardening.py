@@ -207,7 +207,7 @@ def good_inspect(spec, **host_config):
 
 
 def failed(inspect, spec, engine=("name=seccomp,profile=default",)):
-    return sorted(f.subject for f in containment(inspect, spec, list(engine), "1"))
+    return sorted(f.subject for f in containment(inspect, spec, list(engine), "attempts/1"))
 
 
 def test_containment_accepts_the_settings_we_ask_for(benign):
@@ -239,13 +239,13 @@ def test_the_agent_must_have_run_as_the_user_its_attempt_leased(benign):
     """container.json's `user` is what the host leased; the engine must report the same."""
     good = good_inspect(benign)  # 10001:10001
     engine = ["name=seccomp,profile=default"]
-    assert containment(good, benign, engine, "1", user="10001:10001") == []
-    [finding] = containment(good, benign, engine, "1", user="60600:60600")
+    assert containment(good, benign, engine, "attempts/1", user="10001:10001") == []
+    [finding] = containment(good, benign, engine, "attempts/1", user="60600:60600")
     assert finding.subject == "Config.User" and "60600:60600" in finding.message
     named = dataclasses.replace(
         benign, sandbox=dataclasses.replace(benign.sandbox, user="10002:10002")
     )
-    assert [f.subject for f in containment(good, named, engine, "1")] == [
+    assert [f.subject for f in containment(good, named, engine, "attempts/1")] == [
         "Config.User"
     ]  # a record without `user`: the spec's
 
@@ -274,7 +274,8 @@ def test_containment_says_what_the_engine_reports_as_json_not_a_python_repr(beni
     inspect = good_inspect(s, Runtime=None, Privileged=None)
     inspect["Mounts"][1]["Destination"] = None  # a mount the engine reports without a destination
     messages = {
-        f.subject: f.message for f in containment(inspect, s, ["name=seccomp,profile=default"], "1")
+        f.subject: f.message
+        for f in containment(inspect, s, ["name=seccomp,profile=default"], "attempts/1")
     }
     assert messages["HostConfig.Runtime"] == 'expected "runc", engine reports null'
     assert messages["HostConfig.Privileged"].endswith("engine reports null")
@@ -287,7 +288,7 @@ def test_containment_reports_a_profile_by_digest_not_its_text(benign):
         good_inspect(s, SecurityOpt=["no-new-privileges:true", "seccomp={}"]),
         s,
         ["name=seccomp"],
-        "1",
+        "attempts/1",
     )
     assert len(finding.message) < 300 and f"sha256:{seccomp.digest('{}')}" in finding.message
 

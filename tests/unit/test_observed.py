@@ -22,10 +22,10 @@ def test_a_record_made_before_observed_is_judged_as_one_made_after():
     old = ContainerFacts({"inspect": bad})
     new = ContainerFacts({"observed": observed(bad).to_json()})
     assert old.has_observed and new.has_observed and old.observed == new.observed
-    found = [f.subject for f in containment(new.observed, benign, ENGINE, "1")]
+    found = [f.subject for f in containment(new.observed, benign, ENGINE, "attempts/1")]
     assert found == ["HostConfig.NetworkMode", "HostConfig.Privileged"]
-    assert [f.message for f in containment(old.observed, benign, ENGINE, "1")] == [
-        f.message for f in containment(new.observed, benign, ENGINE, "1")
+    assert [f.message for f in containment(old.observed, benign, ENGINE, "attempts/1")] == [
+        f.message for f in containment(new.observed, benign, ENGINE, "attempts/1")
     ]
 
 

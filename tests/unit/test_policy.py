@@ -36,7 +36,7 @@ def load(tmp_path: Path, text: str = SPEC) -> spec.Spec:
 
 def test_the_gateway_policy_comes_from_typed_fields(tmp_path):
     s = load(tmp_path)
-    got = policy.gateway_policy(s)
+    got = policy.gateway_policy(s).to_json()  # as the gateway's config file holds it
     assert got["operator_dial"] == gate.PROPOSE and got["verifier_trust"] == gate.COMMIT
     assert got["contract"]["id"] == "c" and got["contract"]["ratified_by"] == "bob"
     assert got["human_gates"] == [
@@ -47,8 +47,7 @@ def test_the_gateway_policy_comes_from_typed_fields(tmp_path):
     }  # read beside the spec; a missing file confirms nothing
     assert (got["tokens_limit"], got["cost_limit"]) == (5000, 2.0)
     assert (
-        policy.gateway_policy(dataclasses.replace(s, assertions=()))["verifier_trust"]
-        == gate.PROPOSE
+        policy.gateway_policy(dataclasses.replace(s, assertions=())).verifier_trust == gate.PROPOSE
     )  # nothing to verify
 
 
@@ -64,11 +63,13 @@ def test_the_model_upstream_joins_an_egress_with_the_schemas_defaults(tmp_path):
 
 def test_the_gateway_model_block_comes_from_typed_fields(tmp_path):
     s = load(tmp_path)
-    conf = modelaccess.ModelAccess(s.model, s.path.parent, tmp_path, 0, 0).gateway_config()
+    model = modelaccess.ModelAccess(s.model, s.path.parent, tmp_path, 0, 0).gateway_config()
+    assert model is not None and model.allow == {"betas": frozenset({"b1"})}
+    conf = model.to_json()  # as the gateway's config file holds it
     assert (
         conf["mode"] == "anthropic"
         and conf["upstream"] == "https://api.example.com:8443"
         and conf["allow_http"] is False
     )
-    assert conf["allow"] == {"betas": ("b1",)} and "server_tool_fees" not in conf
+    assert conf["allow"] == {"betas": ["b1"]} and "server_tool_fees" not in conf
     assert modelaccess.ModelAccess(None, s.path.parent, tmp_path, 0, 0).gateway_config() is None

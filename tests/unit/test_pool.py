@@ -237,7 +237,7 @@ def test_the_verifier_expects_a_pooled_attempts_own_mounts(benign, tmp_path):
     def mount_findings(pooled_record):
         return [
             f
-            for f in containment(inspect, benign, [], "1", pooled_record)
+            for f in containment(inspect, benign, [], "attempts/1", pooled_record)
             if f.subject.startswith("Mounts")
         ]
 
@@ -255,4 +255,6 @@ def test_the_verifier_expects_a_pooled_attempts_own_mounts(benign, tmp_path):
             for m in inspect["Mounts"]
         ],
     }
-    assert [f for f in containment(writable, benign, [], "1", pooled) if f.subject == "Mounts"]
+    assert [
+        f for f in containment(writable, benign, [], "attempts/1", pooled) if f.subject == "Mounts"
+    ]

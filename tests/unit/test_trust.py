@@ -388,5 +388,5 @@ def test_under_a_trust_policy_an_attempts_own_live_effects_get_no_static_trust(t
         contract={**ratified(["fs:**"]), "trust": {"earn": {"after": 1}, "max": "commit"}},
         assertions=ACCEPTANCE,
     )
-    assert policy.gateway_policy(plain)["verifier_trust"] == policy.verifier_trust(plain)
-    assert policy.gateway_policy(earning)["verifier_trust"] == gate.PROPOSE
+    assert policy.gateway_policy(plain).verifier_trust == policy.verifier_trust(plain)
+    assert policy.gateway_policy(earning).verifier_trust == gate.PROPOSE

@@ -476,7 +476,7 @@ def expected_request(
         gateway_state=Path("/host/state"),
         gateway_config=Path("/host/config"),
         agent_files=Path("/host/agent") if spec.agent.files else None,
-        control=Path("/host/control"),
+        control=Path("/host/operator"),
         run_state=Path("/host/run-state"),
     )
     if role == Role.AGENT:

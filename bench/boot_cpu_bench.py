@@ -1,0 +1,87 @@
+"""Micro-benchmark: the CPU an attempt pays for Python processes it starts in its containers
+(issue 25 item 3: the gateway's boot cost per attempt), in the images built for this checkout.
+
+- gateway: `python3 -m assure.gateway --config <missing>`, every import of its boot, then the
+  config error (exit 2), in the gateway image;
+- client: `assure-tool fs.list` with no socket, the agent's start up to its first connect
+  (a shell agent's every call pays it), in the agent image;
+each beside `python3 -c pass` (`-S` in the agent image, as assure-tool runs it), the floor,
+interleaved in one container per image, so load hits all alike. CPU is user + system of the
+child (getrusage), a median of N. Nothing is built: the images must exist (`make images`).
+
+    python bench/boot_cpu_bench.py [--runs N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox.docker.images import Images
+
+INSIDE = """
+import json, resource, statistics, subprocess, sys
+n, variants = int(sys.argv[1]), json.loads(sys.argv[2])
+def cpu(cmd):
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    a = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime - b.ru_utime + a.ru_stime - b.ru_stime
+for cmd in variants.values():
+    cpu(cmd)
+got = {k: [] for k in variants}
+for _ in range(n):
+    for k, cmd in variants.items():
+        got[k].append(cpu(cmd))
+print(json.dumps({k: statistics.median(v) for k, v in got.items()}))
+"""
+FIGURES = {
+    "gateway": {
+        "floor": ["python3", "-c", "pass"],
+        "boot": ["python3", "-m", "assure.gateway", "--config", "/nonexistent/config.json"],
+    },
+    "agent": {
+        "floor": ["python3", "-S", "-c", "pass"],
+        "boot": ["assure-tool", "fs.list"],
+    },
+}
+
+
+def measure(image: str, variants: dict[str, list[str]], runs: int) -> dict[str, float]:
+    done = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "-e", "ASSURE_GATEWAY_SOCKET=/nonexistent"]
+        + [image, "python3", "-c", INSIDE, str(runs), json.dumps(variants)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(done.stdout))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--json", type=str, help="write the medians (CPU-s) here")
+    args = parser.parse_args()
+    images = Images(DockerBackend()).resolve()
+    if images is None:
+        raise SystemExit("the images for this checkout are not built: make images")
+    out = {}
+    for role, variants in FIGURES.items():
+        got = measure(getattr(images, role), variants, args.runs)
+        out[role] = {**got, "over_floor": got["boot"] - got["floor"]}
+        print(
+            f"{role:8} boot {got['boot'] * 1000:6.1f} ms CPU, floor {got['floor'] * 1000:5.1f} ms,"
+            f" over the floor {(got['boot'] - got['floor']) * 1000:6.1f} ms"
+            f" (medians of {args.runs}, interleaved)"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"schema_version": 1, "median_cpu_s": out}, f, indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

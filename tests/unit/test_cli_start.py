@@ -1,0 +1,71 @@
+"""What the CLI defers to start faster (issue 25) changes nothing a user sees: `--help` renders
+the same with typer.rich_utils' stand-ins as with the real modules, a crash still gets rich's
+traceback, markup is escaped as rich escapes it, and `--version` is the installed version."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+
+import pytest
+from rich.markup import escape
+
+import assure
+from assure.cli import escape_markup
+
+HELP = """
+import sys
+{pre}
+from typer.testing import CliRunner
+from assure.cli import app
+out = CliRunner().invoke(app, {args!r}, prog_name="assure", terminal_width=100).output
+sys.stdout.write(out)
+print("LOADED", "rich.markdown" in sys.modules, "rich.traceback" in sys.modules)
+"""
+
+
+def _help(args: list[str], *, real: bool) -> tuple[str, str]:
+    # typer.rich_utils imported first: assure's finder never sees it, as before the change
+    pre = "import typer.rich_utils" if real else ""
+    code = HELP.format(pre=pre, args=args)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    text, _, loaded = done.stdout.rpartition("LOADED")
+    return text, loaded.strip()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["report", "--help"]])
+def test_help_is_the_same_without_markdown_and_traceback_imported(args: list[str]) -> None:
+    light, loaded = _help(args, real=False)
+    real, _ = _help(args, real=True)
+    assert light == real
+    assert "Usage: assure" in light
+    assert loaded == "False False"
+
+
+def test_a_crash_still_gets_rich_s_traceback() -> None:
+    code = """
+import sys
+import assure.cli
+from typer import rich_utils
+from rich.traceback import Traceback
+try:
+    raise ValueError("boom")
+except ValueError as exc:
+    tb = rich_utils.Traceback.from_exception(type(exc), exc, exc.__traceback__)
+print(type(tb) is Traceback)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["needs assure[ray]", "[bold]x[/bold]", "\\[a]", "\\\\[#fff]", "[@click]", "[A] [a[b]]", "x\\"],
+)
+def test_markup_is_escaped_as_rich_escapes_it(text: str) -> None:
+    assert escape_markup(text) == escape(text)
+
+
+def test_version_is_the_installed_one() -> None:
+    assert importlib.metadata.version("assure") == assure.__version__
