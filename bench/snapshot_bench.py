@@ -39,6 +39,7 @@ TOTAL_BYTES = 200 * 10**6
 FILES_PER_DIR = 100
 CHANGED_SHARE = 0.01
 SEED = 20240601
+TARGETS = {"ours, as a run does": 0.6, "ours": 1.0}  # x the faster baseline (issue 25, item 3)
 
 
 def sizes(rng: random.Random) -> list[int]:
@@ -209,11 +210,11 @@ def report(times: dict[str, list[float]], changed: list[Path], rss_before: int) 
     for pid in helper_pids():
         print(f"  peak RSS of hash helper {pid}: {peak_rss_kib(pid) / 1024:.0f} MiB")
     faster = min(("sha256sum x2", "git diff --no-index"), key=medians.__getitem__)
-    for name in ("ours, as a run does", "ours"):
+    for name, target in TARGETS.items():
         ratio = medians[name] / medians[faster]
         print(
-            f"  target, {name} no slower than {faster} (the faster baseline): {ratio:.2f}x,"
-            f" {'met' if ratio <= 1 else 'missed'}"
+            f"  target, {name} <= {target}x {faster} (the faster baseline): {ratio:.2f}x,"
+            f" {'met' if ratio <= target else 'missed'}"
         )
 
 

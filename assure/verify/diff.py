@@ -59,13 +59,16 @@ class Change:
 def diff(pre: Snapshot, post: Snapshot) -> list[Change]:
     """Every path that differs between `pre` and `post`, sorted by path."""
     changes = []
-    for path in sorted(pre.entries.keys() | post.entries.keys()):
+    same_paths = pre.entries.keys() == post.entries.keys()  # then both are in order already
+    for path in pre.entries if same_paths else sorted(pre.entries.keys() | post.entries.keys()):
         before, after = pre.entries.get(path), post.entries.get(path)
         if before is None:
             changes.append(Change(path, "added", (), None, after))
         elif after is None:
             changes.append(Change(path, "deleted", (), before, None))
-        else:
+        elif before.note is not None or (before is not after and before != after):
+            # Equal entries without a note have no changed field (see `_changed_fields`), and
+            # most entries are equal: reuse even hands on the very object.
             fields = _changed_fields(before, after)
             if fields:
                 changes.append(Change(path, "modified", fields, before, after))

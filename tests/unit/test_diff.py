@@ -251,3 +251,25 @@ def test_changes_round_trip_through_json(ws: Path) -> None:
         ("dir", "modified", ("mode",)),
         ("new\n\x1b\udcff", "added", ()),
     ]
+
+
+@pytest.mark.parametrize(
+    ("entry", "fields"),
+    [
+        (_entry(sha256="aa"), ()),
+        (_entry(note="too large"), ("content",)),  # what was not hashed is never vouched for
+        (_entry(kind="dir", note="unreadable: Permission denied"), ("content",)),
+    ],
+)
+def test_the_very_same_entry_on_both_sides_is_judged_by_the_field_rules(
+    entry: Entry, fields: tuple[str, ...]
+) -> None:
+    """`take(reuse=)` hands on the earlier entry object; diff may skip it only without a note."""
+    pre = Snapshot(entries={"f": entry, "g": _entry(path="g")}, truncated=False, notes=())
+    post = Snapshot(entries={"f": entry, "h": _entry(path="h")}, truncated=False, notes=())
+
+    assert [(c.path, c.kind, c.fields) for c in diff(pre, post)] == [
+        *([("f", "modified", fields)] if fields else []),
+        ("g", "deleted", ()),
+        ("h", "added", ()),
+    ]
