@@ -59,8 +59,8 @@ class Change:
 def diff(pre: Snapshot, post: Snapshot) -> list[Change]:
     """Every path that differs between `pre` and `post`, sorted by path."""
     changes = []
-    same_paths = pre.entries.keys() == post.entries.keys()  # then both are in order already
-    for path in pre.entries if same_paths else sorted(pre.entries.keys() | post.entries.keys()):
+    same = pre.entries.keys() == post.entries.keys()  # the usual case: no union to build
+    for path in sorted(pre.entries if same else pre.entries.keys() | post.entries.keys()):
         before, after = pre.entries.get(path), post.entries.get(path)
         if before is None:
             changes.append(Change(path, "added", (), None, after))
