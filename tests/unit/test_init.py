@@ -39,6 +39,11 @@ def assure(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def files_in(folder: Path) -> set[str]:
+    """Every file init wrote under `folder`, relative to it."""
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
 def test_init_with_flags_writes_a_project_that_validates(tmp_path: Path) -> None:
     made = assure(
         "init",
@@ -59,7 +64,7 @@ def test_init_with_flags_writes_a_project_that_validates(tmp_path: Path) -> None
     )
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "proj"
-    assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == {
+    assert files_in(folder) == {
         "spec.yaml",
         "suite.yaml",
         "README.md",
@@ -146,7 +151,7 @@ def test_a_preset_project_runs_the_stock_agent_on_answers_scripted_for_its_task(
     made = assure("init", "proj", "--agent", kind, "--database", "notes", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "proj"
-    assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == {
+    assert files_in(folder) == {
         "spec.yaml",
         "suite.yaml",
         "README.md",
