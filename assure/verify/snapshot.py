@@ -316,18 +316,14 @@ class _Walk:
     def _admit(self, path: str) -> bool:
         """Count one more entry against the limits; stop the whole walk at the first breach."""
         self.path_chars += len(path)
-        if self.listed < self.limits.max_files and (
-            self.path_chars <= self.limits.max_total_path_chars
-        ):
-            return True
         if self.listed >= self.limits.max_files:
             self._stop(f"stopped after max_files ({self.limits.max_files} entries)")
-        else:
+        elif self.path_chars > self.limits.max_total_path_chars:
             self._stop(
                 f"stopped after max_total_path_chars ({self.limits.max_total_path_chars}"
                 " characters)"
             )
-        return False
+        return not self.stopped
 
     def _record_other(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> bool:
         """Record anything but a regular file; True if it is a directory."""
@@ -419,23 +415,9 @@ class _Walk:
         try:
             if results is None:
                 results = hash_here([(fd, identity(st)) for _, fd, st, _, _ in batch])
-            entries = self.entries
             for (path, _, st, xattrs, stamp), (sha256, note) in zip(batch, results, strict=True):
-                entries[path] = Entry(
-                    path,
-                    "file",
-                    st.st_mode & 0o7777,
-                    st.st_uid,
-                    st.st_gid,
-                    st.st_size,
-                    sha256,
-                    None,
-                    st.st_nlink,
-                    None,
-                    () if note == CHANGED else xattrs,
-                    note,
-                    stamp,
-                )
+                xattrs = () if note == CHANGED else xattrs
+                self.entries[path] = _entry(path, "file", st, sha256, None, xattrs, note, stamp)
         finally:
             for _, fd, _, _, _ in batch:
                 os.close(fd)
