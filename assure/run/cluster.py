@@ -1148,12 +1148,17 @@ def drive_suite(
             waiting.append(i)
         try:
             stop = False
+
+            def fill() -> None:
+                """Give every free slot the next waiting spec."""
+                while waiting and not stop and len(in_flight) < cap:
+                    submit(waiting.pop(0))
+
             while ((waiting or here_waiting) and not stop) or in_flight or here_flight:
                 take_here()
                 if here_waiting and not stop and not here_flight:
                     start_here(here_waiting.pop(0))
-                while waiting and not stop and len(in_flight) < cap:
-                    submit(waiting.pop(0))
+                fill()
                 if not in_flight:
                     time.sleep(HERE_POLL_SECONDS if here_flight else 0)
                     stop = stopped()
@@ -1183,9 +1188,7 @@ def drive_suite(
                 (ref,) = ready
                 i, _, bulk = in_flight.pop(ref)
                 if not suite.stop_on_unexpected:  # its slot takes the next spec now: the node
-                    # need not wait while the caller fetches and judges this one again
-                    while waiting and not stop and len(in_flight) < cap:
-                        submit(waiting.pop(0))
+                    fill()  # need not wait while the caller fetches and judges this one again
                 entry, spec = entries[i], suite.specs[i]
                 try:
                     data = ray.get(ref)
