@@ -50,7 +50,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -69,6 +68,7 @@ from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, SpecError, describe
 from assure.records import store, summary
 from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
+from assure.run import gcs_probe
 from assure.run.suite import Outcome, SuiteRun
 from assure.run.suite import _raise_in as raise_in
 from assure.textsafe import display
@@ -100,7 +100,7 @@ GRACE_SECONDS = 600
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
 # prefix of a task's scratch folder in its node's temp folder, locked while the task lives
 SCRATCH = "assure-node-"
-# for the cluster's address to answer as an HTTP/2 (gRPC) server, before Ray is asked to join it
+# for the cluster's address to answer Ray's first call as its GCS does, before Ray is asked to join
 PROBE_SECONDS = 3
 JOIN_SECONDS = 20  # for Ray to join a cluster whose address answered
 
@@ -684,9 +684,9 @@ _JOIN_FIX = (
 
 
 def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
-    """Fail fast, with the address, unless something at `address` (host:port) answers the start of
-    HTTP/2 as a gRPC server does (a SETTINGS frame): Ray itself would retry a wrong address for
-    minutes. `auto` is left to Ray's discovery."""
+    """Fail fast, with the address, unless a Ray GCS answers at `address` (host:port) the first
+    call Ray's client makes (`gcs_probe`): Ray itself would retry a wrong address for minutes.
+    `auto` is left to Ray's discovery."""
     if address == "auto":
         return
     host, _, port = address.rpartition(":")
@@ -695,24 +695,19 @@ def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
             f"--cluster {display(address)} is not host:port", where="--cluster", fix=_JOIN_FIX
         )
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
-            conn.settimeout(timeout)
-            conn.sendall(
-                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)
-            )  # preface, empty SETTINGS
-            head = conn.recv(9)
+        gcs_probe.check(host.strip("[]"), int(port), timeout, os.environ)
+    except gcs_probe.NotGcs as exc:
+        raise AssureError(
+            f"what answers at {display(address)} is not a Ray GCS (a head's address): {exc}",
+            where="--cluster",
+            fix=_JOIN_FIX,
+        ) from None
     except OSError as exc:
         raise AssureError(
             f"nothing answers at the Ray cluster address {display(address)}: {display(str(exc))}",
             where="--cluster",
             fix=_JOIN_FIX,
         ) from None
-    if len(head) < 4 or head[3] != 0x04:
-        raise AssureError(
-            f"what answers at {display(address)} is not a Ray cluster's head (no gRPC server)",
-            where="--cluster",
-            fix=_JOIN_FIX,
-        )
 
 
 def connect(address: str) -> Any:
