@@ -330,6 +330,10 @@ def suite_cmd(
             results.append(
                 _drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm)
             )
+    if cluster is not None:
+        from assure.run import cluster as cluster_mod
+
+        cluster_mod.leave()
     ok = all(
         len(outcomes) == len(loaded.trials) and all(o.as_expected for o in outcomes)
         for loaded, _, outcomes, _ in results

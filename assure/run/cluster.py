@@ -770,6 +770,15 @@ def connect(address: str) -> Any:
     return ray
 
 
+def leave() -> None:
+    """Leave the cluster once a command is done with it. Ray's own shutdown at interpreter exit
+    first sleeps 0.5 s so that its workers' logs finish printing, which a caller never prints
+    (`log_to_driver=False`); called here, the same shutdown skips that wait."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 NOISE = (
     b"SIGTERM handler is not set",  # it is joined from a thread on purpose (JOIN_SECONDS)
     b"Failed to determine local IP via external connectivity",
