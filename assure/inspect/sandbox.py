@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from assure.errors import AssureError
 from assure.inspect import channel
 from assure.inspect.session import Session
+from assure.records.run_report import Report
 from assure.records.store import RUNS_DIR
 
 STORE_RUN_DIR = "assure:run_dir"  # the sample's store: where its run is, for a later scorer
@@ -116,14 +117,14 @@ class AssureSandbox(SandboxEnvironment):
                 with anyio.CancelScope(shield=True):
                     await env.finish(cancelled=cancelled)
 
-    async def finish(self, *, cancelled: bool = False) -> dict[str, Any]:
+    async def finish(self, *, cancelled: bool = False) -> Report:
         """Judge the attempt and seal its run (once); its report (report.json). `cancelled`:
         the sample was interrupted, so it does not pass (Session.finish)."""
         with anyio.CancelScope(shield=True):
             result = await anyio.to_thread.run_sync(
                 functools.partial(self.session.finish, cancelled=cancelled)
             )
-        return result.report
+        return result.view
 
     # --- operations ---------------------------------------------------------------------
     def _agent(self) -> str:

@@ -153,10 +153,11 @@ class Session:
     def _why(self) -> str:
         if self.error is not None:
             return str(self.error)
-        report = self.result.report if self.result else {}
-        attempts = report.get("attempts") or [{}]
-        reason = attempts[-1].get("reason") or {}
-        return str(reason.get("summary") or report.get("verdict") or "unknown")
+        if self.result is None:
+            return "unknown"
+        report = self.result.view
+        reason = report.attempts[-1].reason if report.attempts else None
+        return (reason.summary if reason else None) or report.verdict.value
 
     def finish(self, *, cancelled: bool = False) -> RunResult:
         """End the hold, wait for the run to be judged and sealed, return it. Safe to call
