@@ -64,6 +64,17 @@ def run_document(run_dir: Path, report: Report) -> dict[str, Any]:
     }
 
 
+PLACEMENT = ("schema_version", "kind", "run_dir", "started_at", "finished_at")
+
+
+def report_of(document: Any) -> Report:
+    """The report in an `assure run --json` document (`run_document`), read as strictly as a
+    report.json: what is not the report's is its placement."""
+    if not isinstance(document, dict) or document.get("kind") != "run":
+        raise ValueError("not an `assure run --json` document (kind run)")
+    return Report.from_json({k: v for k, v in document.items() if k not in PLACEMENT})
+
+
 def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
     """One spec's result, from its run directory alone (`spec.json`, `state.json`,
     `report.json`)."""
