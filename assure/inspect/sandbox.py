@@ -144,7 +144,13 @@ class AssureSandbox(SandboxEnvironment):
         try:
             return await _abandoned_on_cancel(
                 lambda: channel.call(
-                    agent, request, data, sizes=sizes, limit=limit, timeout=timeout
+                    self.session.spec.sandbox.backend,
+                    agent,
+                    request,
+                    data,
+                    sizes=sizes,
+                    limit=limit,
+                    timeout=timeout,
                 )
             )
         except AssureError as exc:

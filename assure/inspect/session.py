@@ -170,7 +170,9 @@ class Session:
                 self._cancelled.set()
             if self.agent is not None and not self._done.is_set():
                 try:
-                    channel.backend().stop(self.agent, hardening.STOP_GRACE_SECONDS)
+                    channel.backend(self.spec.sandbox.backend).stop(
+                        self.agent, hardening.STOP_GRACE_SECONDS
+                    )
                 except AssureError:
                     pass  # already gone: the run loop sees it exit either way
             self._thread.join(FINISH_SECONDS)
