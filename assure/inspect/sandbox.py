@@ -191,6 +191,7 @@ class AssureSandbox(SandboxEnvironment):
         stdout, stderr = (p.decode("utf-8", "replace") for p in reply.parts)
         if reply.head.get("timed_out"):
             error = TimeoutError(f"Command timed out after {timeout} seconds")
+            # Inspect reads `truncated_output` off the TimeoutError; typeshed's has no such field
             error.truncated_output = stdout + stderr  # type: ignore[attr-defined]
             raise error
         code = int(reply.head.get("returncode", -1))

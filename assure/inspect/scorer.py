@@ -33,6 +33,7 @@ async def _report() -> tuple[Report, str]:
 
 
 @scorer(metrics=[accuracy(), stderr()])
+# Inspect's @scorer registers an untyped factory and types what it returns
 def assure_verdict():  # type: ignore[no-untyped-def]
     """C when the sample's assure verdict is the one its spec expects, I otherwise."""
 

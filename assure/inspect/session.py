@@ -205,6 +205,7 @@ class _Unfinished:
         with self._lock:
             self._sessions.add(session)
             if not self._hooked:
+                # private and untyped: it runs before the threads are joined (atexit: too late)
                 threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
                 self._hooked = True
 

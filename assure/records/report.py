@@ -44,6 +44,7 @@ def console(*, stderr: bool = False, width: int | None = None) -> Console:
     highlighting. `width`: None reads COLUMNS and the terminal at each print (rich would fix
     the COLUMNS it sees when made, and the CLI makes its consoles on first use)."""
     made = Console(stderr=stderr, soft_wrap=stderr, markup=False, emoji=False, highlight=False)
+    # rich's stubs type `width` as int; None is its own 'ask the terminal at each print'
     made.width = width  # type: ignore[assignment]
     return made
 

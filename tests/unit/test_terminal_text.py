@@ -39,6 +39,7 @@ def rendered(renderable: object) -> tuple[str, str]:
     plain.print(renderable)
     ansi = Console(file=io.StringIO(), width=400, force_terminal=True, color_system="truecolor")
     ansi.print(renderable)
+    # the console's file is the StringIO made above; rich types it as IO[str]
     return plain.export_text(), ansi.file.getvalue()  # type: ignore[attr-defined]
 
 
