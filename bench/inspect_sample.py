@@ -57,7 +57,8 @@ def agent_image() -> str:
 def bare_docker(image: str) -> float:
     start = time.monotonic()
     name = f"assure-bench-inspect-{int(start)}"
-    run = lambda *a: subprocess.run(["docker", *a], check=True, capture_output=True)  # noqa: E731 -- short
+    # a one-line helper
+    run = lambda *a: subprocess.run(["docker", *a], check=True, capture_output=True)  # noqa: E731
     run(
         "run",
         "-d",

@@ -670,7 +670,8 @@ def refusal(docs: list[tuple[str, Any]]) -> AssureError:
 
 def test_merge_refuses_what_is_not_every_shard_of_one_suite_once(ran):
     a, b, c = shards(ran.doc, 3)
-    named = lambda *docs: [(f"{n}.json", d) for n, d in zip("abcd", docs, strict=False)]  # noqa: E731 -- short
+    # a one-line helper
+    named = lambda *docs: [(f"{n}.json", d) for n, d in zip("abcd", docs, strict=False)]  # noqa: E731
 
     assert refusal(named(a, c)).message == "missing shard 2/3"
     assert (
