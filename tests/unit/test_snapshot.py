@@ -53,6 +53,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     names: list[str] = []
     real_open = os.open
 
+    # stands in for os.open, whose signature it copies
     def recording_open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
         names.append(os.fsdecode(path))
         return real_open(path, flags, mode, dir_fd=dir_fd)
@@ -77,6 +78,7 @@ def entry(path: str, kind: str = "file", **fields: object) -> Entry:
         "xattrs": (),
         "note": None,
     }
+    # test fields of any type: an Entry built as a test wants it
     return Entry(**{**base, **fields})  # type: ignore[arg-type]
 
 
@@ -113,6 +115,7 @@ def test_files_and_directories_are_listed_with_hashes(tmp_path: Path) -> None:
     )
     assert list(snapshot.entries) == ["empty", "sub", "sub/hello.txt"]
     with pytest.raises(TypeError):
+        # read-only mapping: the test is that the assignment fails
         snapshot.entries["x"] = snapshot.entries["empty"]  # type: ignore[index]
 
 
@@ -290,6 +293,7 @@ def swap_on_open(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, Callable[[in
     def install(name: str, swap: Callable[[int], None]) -> None:
         real_open = os.open
 
+        # stands in for os.open, whose signature it copies
         def racing_open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
             if path == name and dir_fd is not None:
                 monkeypatch.setattr(os, "open", real_open)  # swap once
