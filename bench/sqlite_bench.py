@@ -158,6 +158,7 @@ def run(scenario: str, rows: int, work: Path, rounds: int) -> dict[str, object]:
         ),
         rounds,
     )
+    # every change here is a Change or an Omitted, both with `kind`
     found = sum(c.count if c.kind == "omitted" else 1 for c in changes)  # type: ignore[union-attr]
     base, peak = peak_rss_mib(pre, post)
     print(
