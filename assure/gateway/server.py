@@ -224,7 +224,10 @@ def _check_json(body: bytes, limits: Limits) -> None:
 def _json_object(body: bytes, limits: Limits) -> dict[str, Any]:
     _check_json(body, limits)
     try:
-        value = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+        text = body.decode("utf-8")
+        if text.startswith("\ufeff"):  # as json.loads refuses it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value = _DECODER.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _Reject(400, "bad_json", f"body is not valid JSON: {exc}", close=False) from None
     if not isinstance(value, dict):
@@ -237,6 +240,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(out) != len(pairs):
         raise ValueError("duplicate key in object")
     return out
+
+
+# json.loads(..., object_pairs_hook=...) builds this decoder for every body; it keeps no state
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
 _FRAMING = frozenset(
