@@ -265,9 +265,9 @@ def _entry(item: os.DirEntry[str]) -> Entry:
 
 
 def _read_bounded(fd: int, max_bytes: int, shown: str, expected: int) -> bytes:
-    """Read to EOF, refusing more than `max_bytes`. The first read asks for the size fstat gave
-    plus one byte, not for `max_bytes`: os.read allocates what it is asked for, and a 4 MiB
-    buffer per 100-byte file was a tenth of an fs.read. A file that grew is read on in
+    """Read to EOF, refusing more than `max_bytes`. Reads ask for the size fstat gave plus one
+    byte, not for `max_bytes`: os.read allocates what it is asked for, and two 4 MiB buffers
+    per 100-byte file were a tenth of an fs.read. A file that grew is read on in
     READ_CHUNK_BYTES steps."""
     chunks, total = [], 0
     want = min(expected, max_bytes) + 1
@@ -278,7 +278,9 @@ def _read_bounded(fd: int, max_bytes: int, shown: str, expected: int) -> bytes:
             raise PathError(
                 "too_large", f"{shown!r} grew past the {max_bytes}-byte limit while being read"
             )
-        want = min(max(expected - total, 0) + READ_CHUNK_BYTES, max_bytes + 1 - total)
+        # the rest fstat promised and one byte (the EOF check), or a step of a file that grew
+        step = READ_CHUNK_BYTES if total > expected else expected - total + 1
+        want = min(step, max_bytes + 1 - total)
     return b"".join(chunks)
 
 
