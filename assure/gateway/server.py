@@ -253,18 +253,17 @@ _FRAMING = frozenset(
 
 def _encode(answer: Answer, close: bool) -> bytes:
     """Status line, headers and body; a raw answer (model.py) carries its Content-Type in
-    `headers`."""
+    `headers` (checked like any header: it came from upstream)."""
     if answer.raw is None:
-        payload, content_type = (
-            json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii"),
-            "application/json",
-        )
+        payload, content_type = _ANSWER_JSON.encode(answer.body).encode("ascii"), "application/json"
     else:
         payload = answer.raw
         content_type = next(
             (v for n, v in answer.headers if header_names.key(n) == "content-type"),
             "application/octet-stream",
         )
+        if not _header_safe("Content-Type", content_type):
+            content_type = "application/octet-stream"
     extra = "".join(
         f"{n}: {v}\r\n"
         for n, v in answer.headers
@@ -272,19 +271,20 @@ def _encode(answer: Answer, close: bool) -> bytes:
     )
     connection = "Connection: close\r\n" if close else ""
     head = (
-        f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\nContent-Type:"
-        f" {content_type if _header_safe('Content-Type', content_type) else 'application/octet-stream'}\r\nContent-Length:"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
-        f" {len(payload)}\r\n{extra}{connection}\r\n"
+        f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(payload)}\r\n{extra}{connection}\r\n"
     )
     return head.encode("latin-1") + payload
 
 
+# json.dumps(..., separators=...) builds this encoder for every answer
+_ANSWER_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+_PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
+
+
 def _phrase(status: int) -> str:
     """The reason phrase (an upstream may answer a status Python does not name, e.g. 529)."""
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return "Overloaded" if status == 529 else "Status"
+    return _PHRASES.get(status) or ("Overloaded" if status == 529 else "Status")
 
 
 def _header_safe(name: str, value: str) -> bool:
