@@ -172,6 +172,7 @@ def run(scenario: str, rows: int, work: Path, rounds: int) -> dict[str, object]:
     )
     ours, theirs = medians["ours"], medians["sqldiff"]
     ours_cpu, theirs_cpu = medians["ours_cpu"], medians["sqldiff_cpu"]
+    # every change here is a Change or an Omitted, both with `kind`
     found = sum(c.count if c.kind == "omitted" else 1 for c in changes)  # type: ignore[union-attr]
     base, peak = peak_rss_mib(pre, post)
     print(

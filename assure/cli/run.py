@@ -123,9 +123,9 @@ def _drive(
     if junit_file is not None:
         _write_out(junit_file, lambda: junit.write(junit_file, junit.of_run(result.run_dir)))
     if json_out:
-        _print_json(summary.run_document(result.run_dir, result.report))
+        _print_json(summary.run_document(result.run_dir, result.view))
     else:
-        _print_whole(render.render_report(result.report, str(result.run_dir), verbose=verbose))
+        _print_whole(render.render_report(result.view, str(result.run_dir), verbose=verbose))
     code = EXIT[result.verdict]
     if expect:
         code = 0 if result.verdict == loaded.expect else EXIT_UNEXPECTED

@@ -458,7 +458,7 @@ def run_on_node(
         result = NodeDriver(
             spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt
         ).drive()
-        findings = tuple(f for a in result.report.get("attempts", []) for f in a["findings"])
+        findings = tuple(f.to_json() for a in result.view.attempts for f in a.findings)
         try:
             archive, unsent = pack(run.path), None
         except AssureError as exc:  # past a bound: the verdict goes without it
@@ -658,7 +658,7 @@ def settle(
         else None
     )
     recomputed, judged = rejudge(run.path, spec)
-    store.write_json(run.paths.report, recomputed.report)
+    store.write_json(run.paths.report, recomputed.view.to_json())
     records = Records(run.paths)
     for record in judged.values():
         records.keep(record)
