@@ -48,8 +48,8 @@ def canonical(obj: Any) -> bytes:
 # a ValueError, and no record has one. None: CPython without its C accelerator.
 _ENCODE = (
     None
-    if json.encoder.c_make_encoder is None  # type: ignore[attr-defined] -- the C half is untyped
-    else json.encoder.c_make_encoder(  # type: ignore[attr-defined] -- the C half is untyped
+    if json.encoder.c_make_encoder is None  # type: ignore[attr-defined]  # the C half is untyped
+    else json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # the C half is untyped
         None,
         json.JSONEncoder().default,  # what cannot be encoded: the TypeError json.dumps raises
         json.encoder.encode_basestring_ascii,
