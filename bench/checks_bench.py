@@ -24,7 +24,7 @@ import yaml
 from assure import spec as spec_mod
 from assure.run import checks
 from assure.sandbox import backend as backend_mod
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.docker.backend import DockerBackend
 from assure.sandbox.docker.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -375,27 +375,26 @@ def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[...
 
 
 KILL_SECONDS = 10  # the checks' processes not all gone by then: their container is removed
-IDLE_SECONDS = 0.05  # no output this long: ask the engine whether the check's process ended
-DRAIN_SECONDS = 1.0  # its process ended and the rest killed: what is in flight arrives by then
+DRAIN_SECONDS = 1.0  # its processes killed: the end of its streams arrives by then
+READY_SECONDS = 30  # the sequencer not ready by then (no python3 in the image): no sharing
 # Run by the host as root in a shared check container's pid and IPC namespaces, with the
 # host's own shell, after each check (`SharedChecks._clear`): SIGKILL to every process there
-# but pid 1 (the holder, `hardening.CHECK_HOLDER`), until none is left (a zombie counts
-# until the holder reaps it); then the SysV IPC tables, which outlive the processes. Nothing
-# the kill missed can remain: kill(-1) reaches them all at once, and a fork with SIGKILL
-# pending fails. No check's process can signal, stop or trace it: it is root's.
+# but pid 1 (the sequencer), until none is left (a zombie counts until the sequencer reaps
+# it); then the SysV IPC tables, which outlive the processes. Nothing the kill missed can
+# remain: kill(-1) reaches them all at once, and a fork with SIGKILL pending fails. No
+# check's process can signal, stop or trace it: it is root's.
 CLEAR = (
     "while kill -9 -1 2> /dev/null; do :; done;"
     " exec cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem"
 )
 VIEWS = f"{workspace_fs.CHECK_VIEWS}.fs"  # in the attempt directory (`assure gc` knows it)
-
-
-class _NotStarted(Exception):
-    """The engine refused the exec: the check's program never ran (its copy is untouched)."""
+SEQUENCER = (Path(__file__).parent / "check_sequencer.py").read_text()
+RECORD_HEADER = 5  # the sequencer's records: a kind byte, a 4-byte big-endian length
+RECORD_MAX = 65536 + RECORD_HEADER  # the most it writes at once
 
 
 class _CheckCall(TypedDict):
-    """What a check runs and how, the same as an exec or in a container of its own."""
+    """What a check runs and how, the same in a shared container or in one of its own."""
 
     command: list[str]
     env: dict[str, str]
@@ -404,17 +403,73 @@ class _CheckCall(TypedDict):
     stdout_cap: int | None
 
 
+class _Sequencer:
+    """The attached stream of a shared check container's sequencer (run/check_sequencer.py):
+    requests written, its records read out of the engine's frames, memory bounded."""
+
+    def __init__(self, sock: socket.socket, pid: int, runtime: str | None):
+        self.sock, self.pid, self.runtime = sock, pid, runtime
+        self._frames = bytearray()  # the engine's stream, not yet demultiplexed
+        self._records = bytearray()  # the sequencer's stdout, not yet split into records
+
+    def send(self, request: dict[str, Any]) -> None:
+        try:
+            self.sock.sendall(canonical(request) + b"\n")
+        except OSError as exc:
+            raise SandboxError(f"writing to a check sequencer: {exc}", fix=ENGINE_FIX) from exc
+
+    def record(self, deadline: float) -> tuple[bytes, bytes] | None:
+        """The next record, or None at the deadline; SandboxError once the stream ends or
+        holds what the sequencer does not write."""
+        while True:
+            if len(self._records) >= RECORD_HEADER:
+                size = struct.unpack(">I", self._records[1:RECORD_HEADER])[0]
+                if size > RECORD_MAX - RECORD_HEADER:
+                    raise SandboxError("a check sequencer wrote a record too long", fix=ENGINE_FIX)
+                if len(self._records) >= RECORD_HEADER + size:
+                    kind = bytes(self._records[:1])
+                    data = bytes(self._records[RECORD_HEADER : RECORD_HEADER + size])
+                    del self._records[: RECORD_HEADER + size]
+                    return kind, data
+            if len(self._frames) >= FRAME_HEADER:
+                size = struct.unpack(">I", self._frames[4:FRAME_HEADER])[0]
+                take = min(size, len(self._frames) - FRAME_HEADER, RECORD_MAX)
+                if take or not size:
+                    if self._frames[0] == STDOUT:
+                        self._records += self._frames[FRAME_HEADER : FRAME_HEADER + take]
+                    del self._frames[FRAME_HEADER : FRAME_HEADER + take]
+                    left = size - take
+                    if left:
+                        self._frames[4:FRAME_HEADER] = struct.pack(">I", left)
+                    else:
+                        del self._frames[:FRAME_HEADER]
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                self.sock.settimeout(remaining)
+                data = self.sock.recv(READ_CHUNK)
+            except TimeoutError:
+                return None
+            except OSError as exc:
+                raise SandboxError(f"reading a check sequencer: {exc}", fix=ENGINE_FIX) from exc
+            if not data:
+                raise SandboxError("a check sequencer ended", fix=ENGINE_FIX)
+            self._frames += data
+
+
 class SharedChecks:
     """The check containers of one check phase: one per image, started at its first check
-    (or by `warm`). Each check (`run`, called as `run_in_check` is) is an exec as the
-    attempt's user, on its copy bind-mounted at <views>/workspace and a fresh tmpfs at
-    <views>/tmp, which the container sees at /workspace and /tmp
-    (`hardening.shared_check_request`). After it, every process but the holder is killed
-    (`CLEAR`) before both are unmounted. A check that leaves something that outlives its
-    processes (a SysV IPC object, a POSIX message queue), or whose processes do not all
-    end, costs its container: the next check starts another. A container that cannot be
-    had (an image without /bin/bash for the holder) or an exec the engine refuses: that
-    check runs in a container of its own (`run_in_check`)."""
+    (or by `warm`). Each check (`run`, called as `run_in_check` is) is started by the
+    container's sequencer as the attempt's user, on its copy bind-mounted at
+    <views>/workspace and a fresh tmpfs at <views>/tmp, which the container sees at
+    /workspace and /tmp (`hardening.shared_check_request`). Once its first process exits,
+    every process but the sequencer is killed (`CLEAR`) before both are unmounted. A check
+    that leaves something that outlives its processes (a SysV IPC object, a POSIX message
+    queue), or whose processes do not all end, costs its container: the next check starts
+    another. A container whose sequencer cannot run (an image without python3) or ends:
+    that check runs in a container of its own (`run_in_check`)."""
 
     def __init__(
         self,
@@ -426,19 +481,16 @@ class SharedChecks:
     ):
         self.backend, self.labels, self.name, self.user = backend, labels, name, user
         self.views = scratch / VIEWS
-        self._containers: dict[str, tuple[str, int, str | None]] = {}  # image -> (cid, pid, rt)
+        self._containers: dict[str, tuple[str, _Sequencer | None]] = {}  # image -> (cid, seq)
         self._lock = threading.Lock()  # `_container`: `warm`'s thread and the checks
         self._warming: threading.Thread | None = None
         self._made = 0
         self._mounted = False
+        self._attached = contextlib.ExitStack()
 
     @staticmethod
     def possible(backend: SandboxBackend, user: tuple[int, int]) -> bool:
-        return (
-            isinstance(backend, CheckExec)
-            and os.geteuid() == 0
-            and user[0] not in (0, hardening.CHECK_HOLDER_UID)
-        )
+        return isinstance(backend, CheckExec) and os.geteuid() == 0 and user[0] != 0
 
     def usable(self, spec: Spec) -> bool:
         """gVisor's gofer does not see what the host mounts after the sandbox starts."""
@@ -465,9 +517,8 @@ class SharedChecks:
         with contextlib.suppress(SandboxError):
             self._container(spec, image)
 
-    def _container(self, spec: Spec, image: str) -> tuple[str, int, str | None] | None:
-        """(id, its holder's host pid, runtime) of `image`'s running container; None when
-        its holder does not run."""
+    def _container(self, spec: Spec, image: str) -> _Sequencer | None:
+        """`image`'s running container's sequencer, once ready; None when it cannot run."""
         with self._lock:
             if image not in self._containers:
                 self._mount_views()
@@ -477,17 +528,21 @@ class SharedChecks:
                     name=f"{self.name}-checks{self._made}",
                     views=self.views,
                     labels=self.labels,
+                    user=self.user,
+                    sequencer=SEQUENCER,
                 )
                 self._made += 1
-                cid = self.backend.start_container(request)
-                self._containers[image] = (cid, 0, None)
+                cid = self.backend.create_container(request)
+                self._containers[image] = (cid, None)
+                sock = self._attached.enter_context(self.backend.attached(cid, stdin=True))
+                self.backend.start(cid)
                 seen = self.backend.observe(cid)
-                pid = (seen.host_pid or 0) if seen.running else 0
-                self._containers[image] = (cid, pid, seen.runtime)
-            got = self._containers[image]
-            if got[1] <= 0:
-                return None
-            return got
+                if seen.running and seen.host_pid:
+                    seq = _Sequencer(sock, seen.host_pid, seen.runtime)
+                    with contextlib.suppress(SandboxError):
+                        if seq.record(time.monotonic() + READY_SECONDS) == (b"R", b""):
+                            self._containers[image] = (cid, seq)
+            return self._containers[image][1]
 
     def _discard(self, image: str) -> None:
         cid = self._containers.pop(image, (None,))[0]
@@ -510,7 +565,7 @@ class SharedChecks:
         stdin: bytes | None = None,
         stdout_cap: int | None = None,
     ) -> CheckRun:
-        """`run_in_check`, as an exec of this phase's container for `image`."""
+        """`run_in_check`, started by this phase's sequencer for `image`."""
         assert user == self.user
         own: _CheckCall = {
             "command": command,
@@ -519,16 +574,15 @@ class SharedChecks:
             "stdin": stdin,
             "stdout_cap": stdout_cap,
         }
-        got = self._container(spec, image)
-        if got is None:
+        seq = self._container(spec, image)
+        if seq is None:
             self._discard(image)
             return run_in_check(
                 spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
             )
-        cid, pid, runtime = got
         ws, tmp = (self.views / sub for sub in hardening.CHECK_VIEWS)
-        run = CheckRun(runtime=runtime)
-        clean = refused = False
+        run = CheckRun(runtime=seq.runtime)
+        clean = False
         fs = workspace_fs
         fs.mount_call(str(copy), ws, None, fs.MS_BIND)
         try:
@@ -540,82 +594,21 @@ class SharedChecks:
                 f"size={spec.limits.tmpfs_bytes},mode=1777",
             )
             try:
-                cleared = self._exec(cid, pid, run, **own)
-                clean = cleared if cleared is not None else _clear(pid)
-            except _NotStarted:
-                clean = _clear(pid)
-                refused = True
+                clean = _sequenced(seq, run, **own)
             finally:
                 if not clean:
                     self._discard(image)
                 fs.unmount_call(tmp)
         finally:
             fs.unmount_call(ws)
-        if refused:  # the engine refused the exec: the check runs in a container of its own
-            return run_in_check(
-                spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
-            )
         return run
-
-    def _exec(
-        self,
-        cid: str,
-        pid: int,
-        run: CheckRun,
-        *,
-        command: list[str],
-        env: dict[str, str],
-        timeout: float,
-        stdin: bytes | None,
-        stdout_cap: int | None,
-    ) -> bool | None:
-        """The check as an exec; once its process exited, `_clear` (its answer is returned;
-        None: not cleared, the deadline or the stdout cap came first)."""
-        assert isinstance(self.backend, CheckExec)
-        backend = self.backend
-        cleared: list[bool] = []
-        uid, gid = self.user
-        try:
-            execution = backend.exec_attached(
-                cid,
-                command,
-                user=f"{uid}:{gid}",
-                workdir=hardening.WORKSPACE,
-                env={**env, "HOME": "/tmp"},
-            )
-            sock, exec_id = execution.__enter__()
-        except SandboxError as exc:
-            raise _NotStarted() from exc
-        try:
-            started = time.monotonic()
-            threading.Thread(target=_feed, args=(sock, stdin or b""), daemon=True).start()
-            deadline = started + timeout
-
-            def ended() -> bool:  # its process exited (what it started may hold the stream)
-                running, code = backend.exec_state(exec_id)
-                if not running and not cleared:
-                    run.exit_code = code
-                    cleared.append(_clear(pid))  # the rest is killed: the stream ends
-                return not running
-
-            _read_frames(sock, deadline, stdout_cap, run, ended)
-            while not (run.timed_out or run.stdout_over) and not ended():
-                if time.monotonic() >= deadline:
-                    run.timed_out = True
-                    break
-                time.sleep(0.01)
-            if run.timed_out or run.stdout_over:
-                run.exit_code = None
-            run.seconds = round(time.monotonic() - started, 3)
-        finally:
-            execution.__exit__(None, None, None)
-        return cleared[0] if cleared else None
 
     def close(self) -> None:
         if self._warming is not None:
             self._warming.join()
         for image in list(self._containers):
             self._discard(image)
+        self._attached.close()
         if self._mounted:
             if workspace_fs.mounted_under(self.views):
                 workspace_fs.unmount(self.views)
@@ -623,6 +616,62 @@ class SharedChecks:
                 (self.views / sub).rmdir()
             self.views.rmdir()
             self._mounted = False
+
+
+def _sequenced(
+    seq: _Sequencer,
+    run: CheckRun,
+    *,
+    command: list[str],
+    env: dict[str, str],
+    timeout: float,
+    stdin: bytes | None,
+    stdout_cap: int | None,
+) -> bool:
+    """One check by the sequencer, into `run`: its output until its first process exits (the
+    deadline or stdout past its cap end it first), then `_clear`, then what was in flight,
+    up to the end of its streams. Whether its container is fit for the next check: cleared,
+    and the end of the streams seen."""
+    seq.send(
+        {
+            "argv": command,
+            "env": {**env, "HOME": "/tmp"},
+            "stdin": base64.b64encode(stdin or b"").decode(),
+        }
+    )
+    started = time.monotonic()
+    deadline, cleared = started + timeout, None
+    try:
+        while True:
+            got = seq.record(deadline)
+            if got is None:  # the deadline: the check's, or the drain's after the kill
+                if cleared is not None:
+                    return False
+                run.timed_out = True
+            elif got[0] == b"D":
+                return bool(cleared)
+            elif got[0] == b"X" and cleared is None:
+                run.exit_code = int(got[1])
+            elif got[0] in (b"1", b"2") and not (run.timed_out or run.stdout_over):
+                run.combined += got[1]
+                del run.combined[:-OUTPUT_TAIL_BYTES]
+                if got[0] == b"1" and stdout_cap is not None:
+                    run.stdout += got[1][: stdout_cap - len(run.stdout)]
+                    run.stdout_over = len(run.stdout) >= stdout_cap
+                if not run.stdout_over:
+                    continue
+            else:
+                continue
+            if cleared is None:  # its first process exited, or it is to be ended
+                run.seconds = round(time.monotonic() - started, 3)
+                if run.timed_out or run.stdout_over:
+                    run.exit_code = None
+                cleared = _clear(seq.pid)
+                deadline = time.monotonic() + DRAIN_SECONDS
+    except SandboxError as exc:  # the sequencer ended (its container killed): no exit code
+        run.exit_code = None
+        run.combined += f"\n[assure: {exc}]".encode()
+        return False
 
 
 def _clear(pid: int) -> bool:
@@ -677,36 +726,22 @@ def _feed(sock: socket.socket, data: bytes) -> None:
 
 
 def _read_frames(
-    sock: socket.socket,
-    deadline: float,
-    stdout_cap: int | None,
-    run: CheckRun,
-    ended: Callable[[], bool] | None = None,
+    sock: socket.socket, deadline: float, stdout_cap: int | None, run: CheckRun
 ) -> None:
-    """Demultiplex the engine's frames until EOF, the deadline, or stdout past its cap. An
-    exec's stream stays open while anything it started holds it: after IDLE_SECONDS without
-    output `ended()` is asked whether its process exited (and, if so, has ended the rest),
-    and what is still in flight is then read to EOF, for at most DRAIN_SECONDS. Memory
-    stays bounded whatever frame sizes the stream announces."""
+    """Demultiplex the engine's frames until EOF, the deadline, or stdout past its cap.
+    Memory stays bounded whatever frame sizes the stream announces."""
     header, stream, left = b"", 0, 0
-    drained = False
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            run.timed_out = not drained
+            run.timed_out = True
             return
         try:
-            sock.settimeout(remaining if ended is None else min(remaining, IDLE_SECONDS))
+            sock.settimeout(remaining)
             data = sock.recv(READ_CHUNK)
         except TimeoutError:
-            if ended is not None and ended():
-                ended, drained = None, True
-                deadline = min(deadline, time.monotonic() + DRAIN_SECONDS)
-                continue
-            if ended is None and not drained or time.monotonic() >= deadline:
-                run.timed_out = not drained
-                return
-            continue
+            run.timed_out = True
+            return
         except OSError as exc:  # the engine's stream broke: no result, never a partial one
             raise SandboxError(
                 f"reading a check container's output: {exc}", fix=ENGINE_FIX
