@@ -20,7 +20,9 @@ result only for that exact snapshot.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
+import itertools
 import os
 import socket
 import stat
@@ -30,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -105,31 +108,82 @@ def check_workspace(
 def _throwaway_copy(
     spec: Spec, workspace: Path, scratch: Path | None, user: tuple[int, int]
 ) -> Iterator[tuple[Path, confined.CopyReport]]:
-    """What one check container sees: `check_workspace`, owned by the check's `user`, on a
-    filesystem of its own in `scratch` (the attempt directory, where `assure gc` finds what a
-    kill -9 left), released afterwards. The check runs the agent's code, so its copy is
-    bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
-    fixture's protected files always fit), and nothing it leaves is walked to be removed.
-    A copy whose report has `left_out` entries must not be run on."""
+    """`_make_copy` in `scratch` (or a temporary folder), released afterwards."""
     with contextlib.ExitStack() as stack:
         where = (
             Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="assure-check-")))
             if scratch is None
             else scratch
         )
-        fs = workspace_fs.WorkspaceFs.create(
-            where,
-            size=2 * spec.limits.disk_bytes,
-            inodes=2 * spec.limits.inodes,
-            name=workspace_fs.CHECK,
-        )
+        fs, report = _make_copy(spec, workspace, where, user, workspace_fs.CHECK)
         stack.callback(fs.release)
+        yield fs.workspace, report
+
+
+def _make_copy(
+    spec: Spec, workspace: Path, where: Path, user: tuple[int, int], name: str
+) -> tuple[workspace_fs.WorkspaceFs, confined.CopyReport]:
+    """What one check sees: `check_workspace`, owned by the check's `user`, on a filesystem
+    `name` of its own in `where` (the attempt directory, where `assure gc` finds what a kill
+    -9 left), for the caller to release. The check runs the agent's code, so its copy is
+    bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
+    fixture's protected files always fit), and nothing it leaves is walked to be removed.
+    A copy whose report has `left_out` entries must not be run on."""
+    fs = workspace_fs.WorkspaceFs.create(
+        where, size=2 * spec.limits.disk_bytes, inodes=2 * spec.limits.inodes, name=name
+    )
+    try:
         report = check_workspace(
             workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace
         )
         if not report.left_out:
             hardening.chown_tree(fs.workspace, *user)
-        yield fs.workspace, report
+    except BaseException:
+        fs.release()
+        raise
+    return fs, report
+
+
+class _CopiesAhead:
+    """A shared phase's check copies (`_make_copy`), each made on one worker thread while the
+    check before it runs, and released there after it: the next copy is ready when a check
+    ends. The worker runs in order, and the two names alternate, so a name is made again only
+    once released, and at most two copies exist. Every check copies the same POST."""
+
+    def __init__(self, scratch: Path, user: tuple[int, int]):
+        self.scratch, self.user = scratch, user
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, "assure-check-copy")
+        self._ahead: tuple[tuple[Spec, Path], Future[Any]] | None = None
+        self._releases: list[Future[None]] = []
+        self._names = itertools.cycle((workspace_fs.CHECK, workspace_fs.CHECK_AHEAD))
+
+    def _make(self, spec: Spec, workspace: Path) -> Future[Any]:
+        return self._worker.submit(
+            _make_copy, spec, workspace, self.scratch, self.user, next(self._names)
+        )
+
+    @contextlib.contextmanager
+    def take(self, spec: Spec, workspace: Path) -> Iterator[tuple[Path, confined.CopyReport]]:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] != (spec, workspace):  # never so in one phase
+            self._releases.append(self._worker.submit(ahead[1].result()[0].release))
+            ahead = None
+        fs, report = (ahead[1] if ahead else self._make(spec, workspace)).result()
+        self._ahead = ((spec, workspace), self._make(spec, workspace))
+        try:
+            yield fs.workspace, report
+        finally:
+            self._releases.append(self._worker.submit(fs.release))
+
+    def close(self) -> None:
+        """Release the copy made ahead (no check came for it), and raise what a release did."""
+        if self._ahead is not None:
+            with contextlib.suppress(Exception):
+                self._releases.append(self._worker.submit(self._ahead[1].result()[0].release))
+            self._ahead = None
+        self._worker.shutdown(wait=True)
+        for done in self._releases:
+            done.result()
 
 
 def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | None:
@@ -191,7 +245,7 @@ def run_commands(
     results = []
     for n, cmd in enumerate(spec.commands()):
         image = agent_image if cmd.image == AGENT_IMAGE_ALIAS else cmd.image
-        with _throwaway_copy(spec, workspace, scratch, user) as (copy, report):
+        with _copy(shared, spec, workspace, scratch, user) as (copy, report):
             if why := _refusal(report, left_behind):
                 result = _not_run(why)
             else:
@@ -249,7 +303,7 @@ def run_cases(
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
         results = []
         for i, case in enumerate(cases.each):
-            with _throwaway_copy(spec, workspace, scratch, user) as (copy, report):
+            with _copy(shared, spec, workspace, scratch, user) as (copy, report):
                 if why := _refusal(report, left_behind):
                     results.append({"case": i, **_not_run(why)})
                     continue
@@ -370,6 +424,18 @@ def run_in_check(
         backend.remove_container(cid)
 
 
+def _copy(
+    shared: SharedChecks | None,
+    spec: Spec,
+    workspace: Path,
+    scratch: Path | None,
+    user: tuple[int, int],
+) -> contextlib.AbstractContextManager[tuple[Path, confined.CopyReport]]:
+    if shared is not None and scratch is not None:
+        return shared.copies.take(spec, workspace)
+    return _throwaway_copy(spec, workspace, scratch, user)
+
+
 def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[..., CheckRun]:
     return shared.run if shared is not None and shared.usable(spec) else run_in_check
 
@@ -468,8 +534,9 @@ class SharedChecks:
     every process but the sequencer is killed (`CLEAR`) before both are unmounted. A check
     that leaves something that outlives its processes (a SysV IPC object, a POSIX message
     queue), or whose processes do not all end, costs its container: the next check starts
-    another. A container whose sequencer cannot run (an image without python3) or ends:
-    that check runs in a container of its own (`run_in_check`)."""
+    another; so does a sequencer that ends (the check has no exit code). An image whose
+    sequencer cannot run (no python3): its checks run in containers of their own
+    (`run_in_check`). The copies are made ahead (`_CopiesAhead`)."""
 
     def __init__(
         self,
@@ -484,9 +551,11 @@ class SharedChecks:
         self._containers: dict[str, tuple[str, _Sequencer | None]] = {}  # image -> (cid, seq)
         self._lock = threading.Lock()  # `_container`: `warm`'s thread and the checks
         self._warming: threading.Thread | None = None
+        self._alone: set[str] = set()  # images whose sequencer could not run
         self._made = 0
         self._mounted = False
         self._attached = contextlib.ExitStack()
+        self.copies = _CopiesAhead(scratch, user)
 
     @staticmethod
     def possible(backend: SandboxBackend, user: tuple[int, int]) -> bool:
@@ -518,8 +587,11 @@ class SharedChecks:
             self._container(spec, image)
 
     def _container(self, spec: Spec, image: str) -> _Sequencer | None:
-        """`image`'s running container's sequencer, once ready; None when it cannot run."""
+        """`image`'s running container's sequencer, once ready; None when it cannot run (the
+        image's checks then run in containers of their own: `_alone`)."""
         with self._lock:
+            if image in self._alone:
+                return None
             if image not in self._containers:
                 self._mount_views()
                 request = hardening.shared_check_request(
@@ -532,16 +604,22 @@ class SharedChecks:
                     sequencer=SEQUENCER,
                 )
                 self._made += 1
-                cid = self.backend.create_container(request)
-                self._containers[image] = (cid, None)
-                sock = self._attached.enter_context(self.backend.attached(cid, stdin=True))
-                self.backend.start(cid)
-                seen = self.backend.observe(cid)
-                if seen.running and seen.host_pid:
-                    seq = _Sequencer(sock, seen.host_pid, seen.runtime)
-                    with contextlib.suppress(SandboxError):
+                try:
+                    cid = self.backend.create_container(request)
+                    self._containers[image] = (cid, None)
+                    sock = self._attached.enter_context(self.backend.attached(cid, stdin=True))
+                    self.backend.start(cid)
+                    seen = self.backend.observe(cid)
+                    if seen.running and seen.host_pid:
+                        seq = _Sequencer(sock, seen.host_pid, seen.runtime)
                         if seq.record(time.monotonic() + READY_SECONDS) == (b"R", b""):
                             self._containers[image] = (cid, seq)
+                except SandboxError:
+                    pass
+                if self._containers.get(image, (None, None))[1] is None:
+                    self._alone.add(image)
+                    self._discard(image)
+                    return None
             return self._containers[image][1]
 
     def _discard(self, image: str) -> None:
@@ -576,7 +654,6 @@ class SharedChecks:
         }
         seq = self._container(spec, image)
         if seq is None:
-            self._discard(image)
             return run_in_check(
                 spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
             )
@@ -609,6 +686,7 @@ class SharedChecks:
         for image in list(self._containers):
             self._discard(image)
         self._attached.close()
+        self.copies.close()
         if self._mounted:
             if workspace_fs.mounted_under(self.views):
                 workspace_fs.unmount(self.views)

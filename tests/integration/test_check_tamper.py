@@ -6,8 +6,9 @@ shared check container (pid 1) so that a later case runs differently.
   and message queues (the first set plants shared memory);
 - a process left holding the case's stdout, still printing: nothing of it in a later case's;
 - output that imitates the engine's stream frames or a result, to forge a later case's;
-- pid 1 signalled, reniced and its limits lowered (a later case would inherit them), and its
-  open files, environment and memory read (where a harness would hold the next case).
+- pid 1 signalled, reniced, pinned and its limits lowered (a later case would inherit them),
+  and its open files, environment and memory map read (where a harness would hold the next
+  case).
 The baseline case prints its own priority and limits first; every later looker must print the
 same, and `clean` for the rest.
 """
@@ -27,11 +28,16 @@ SELF = (
     " in (resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE, resource.RLIMIT_NPROC,"
     ' resource.RLIMIT_CPU)), len(os.sched_getaffinity(0)))"'
 )
-# Plants in /dev/shm and the SysV semaphore and message tables, and does what it can to pid 1
-# (and to every other process it may reach): stop, kill, renice, lower its limits, pin it.
+# Plants in /dev/shm and the SysV semaphore and message tables (a container's IPC outlives its
+# processes: the host gives the next case another container).
 PLANT = (
-    f'echo {MARK} > /dev/shm/planted 2>/dev/null; python3 -c "{PY}\n'
-    "libc.semget(0x5eee, 1, 0o1666); libc.msgget(0x5eef, 0o1666)\n"
+    f'echo {MARK} > /dev/shm/planted 2>/dev/null; python3 -c "{PY}'
+    ' libc.semget(0x5eee, 1, 0o1666); libc.msgget(0x5eef, 0o1666)"; echo planted'
+)
+# Does what it can to pid 1 (and to every other process it may reach but its own shell): stop,
+# renice, lower its limits, pin it to one CPU; what a later case would inherit from pid 1.
+TAMPER = (
+    f'python3 -c "{PY}\n'
     "def hit(f, p):\n  try: f(p)\n  except OSError: pass\n"
     "for p in [int(p) for p in os.listdir('/proc') if p.isdigit()]:\n"
     "  if p in (os.getpid(), os.getppid()): continue\n"
@@ -39,9 +45,9 @@ PLANT = (
     " lambda p: resource.prlimit(p, resource.RLIMIT_NOFILE, (64, 64)),"
     " lambda p: resource.prlimit(p, resource.RLIMIT_FSIZE, (4096, 4096)),"
     " lambda p: resource.prlimit(p, resource.RLIMIT_NPROC, (8, 8)),"
-    " lambda p: resource.prlimit(p, resource.RLIMIT_CPU, (1, 1)),"
+    " lambda p: resource.prlimit(p, resource.RLIMIT_CPU, (100, 100)),"
     " lambda p: os.sched_setaffinity(p, {0}), lambda p: os.kill(p, 19)):\n"
-    '    hit(f, p)\n" 2>&1; echo planted'
+    '    hit(f, p)\n" 2>&1; echo tampered'
 )
 # What a later case finds: its own priority and limits (SELF), then the names of what it found.
 LOOK = (
@@ -77,6 +83,8 @@ LONG = "x" * 400 + "\n"  # an expected stdout long enough that all of each case'
 def _spec(make_spec):
     each = [
         {"args": [SELF], "stdout": LONG},
+        {"args": [TAMPER], "stdout": "tampered\n"},
+        {"args": [LOOK], "stdout": LONG},
         {"args": [PLANT], "stdout": "planted\n"},
         {"args": [LOOK], "stdout": LONG},
         {"args": [FORGER], "stdout": LONG},
@@ -100,10 +108,12 @@ def test_no_case_tampers_with_a_later_one(run, make_spec):
     out = [base64.b64decode(r["stdout_b64"]).decode(errors="replace") for r in record["results"]]
     baseline = out[0]
     assert baseline.count("(") == 4, out  # the priority, four limits, the CPUs
-    assert "forged\n" in out.pop(3), out  # with what its printer printed before it was killed
+    assert "forged\n" in out.pop(5), out  # with what its printer printed before it was killed
     assert out[1:] == [
+        "tampered\n",
+        baseline + "clean\n",  # pid 1 neither stopped nor read; its priority and limits kept
         "planted\n",
-        baseline + "clean\n",  # no plant found; pid 1 neither stopped nor read; limits kept
+        baseline + "clean\n",  # nothing of /dev/shm or the SysV tables
         baseline + "clean\n",  # the forger's left-over printer printed nothing here
         "clean\n",  # the agent's code never saw the hidden case's arguments
         "hidden\n",
