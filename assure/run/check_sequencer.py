@@ -26,6 +26,17 @@ import sys
 from typing import Any
 
 
+def environ() -> dict[str, str]:
+    """The environment the engine gave this process (the image's and the container's), as
+    /proc reads it: not os.environ, where Python's C-locale coercion may have set LC_CTYPE."""
+    with open("/proc/self/environ", "rb") as fh:
+        pairs = (item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
+        return {os.fsdecode(k): os.fsdecode(v) for k, v in pairs}
+
+
+ENVIRON = environ()
+
+
 def send(kind: bytes, data: bytes = b"") -> None:
     view = memoryview(kind + struct.pack(">I", len(data)) + data)
     while view:
@@ -50,7 +61,7 @@ def reap(child: int | None) -> int | None:
 def start(request: dict[str, Any], uid: int, gid: int) -> tuple[int, int, int, int]:
     """Fork the check: its stdio pipes, its user's identity, /workspace, then its program."""
     pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
-    env = {**os.environ, **request["env"]}
+    env = {**ENVIRON, **request["env"]}
     pid = os.fork()
     if pid == 0:
         try:
