@@ -7,31 +7,29 @@ each check as the attempt's user (argv: uid gid) without an exec through the eng
 processes run as that user with no capability and no-new-privileges: they cannot signal,
 trace, renice or re-limit a process of another user, nor read its memory, files or fds.
 
-Protocol, one check at a time: the host writes one JSON line {"argv", "env", "stdin" (base64)}
-on stdin only when the check before it is over (so this process never holds a later check);
+Protocol, one check at a time: the host writes a request on stdin only when the check before
+it is over (so this process never holds a later check): a line of three decimal sizes, then
+that many bytes of argv (each NUL-terminated), of env (`NAME=value`, each NUL-terminated) and
+of the check's stdin (few imports, so the container is ready sooner);
 it answers with records on stdout, each a kind byte and a 4-byte big-endian length:
 `R` ready, `1`/`2` the check's stdout/stderr, `X` its first process's exit code (128+signal
 when killed), `D` the end of both of its streams (every process holding them is gone: the
 host kills them after `X`). It reaps every process (pid 1 adopts the orphans).
 """
 
-import base64
 import errno
-import json
 import os
 import select
 import signal
 import struct
 import sys
-from typing import Any
 
 
-def environ() -> dict[str, str]:
+def environ() -> dict[bytes, bytes]:
     """The environment the engine gave this process (the image's and the container's), as
     /proc reads it: not os.environ, where Python's C-locale coercion may have set LC_CTYPE."""
     with open("/proc/self/environ", "rb") as fh:
-        pairs = (item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
-        return {os.fsdecode(k): os.fsdecode(v) for k, v in pairs}
+        return dict(item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item)
 
 
 ENVIRON = environ()
@@ -58,10 +56,9 @@ def reap(child: int | None) -> int | None:
             code = 128 - code if code < 0 else code
 
 
-def start(request: dict[str, Any], uid: int, gid: int) -> tuple[int, int, int, int]:
+def start(argv: list[bytes], env: dict[bytes, bytes], uid: int, gid: int) -> tuple[int, ...]:
     """Fork the check: its stdio pipes, its user's identity, /workspace, then its program."""
     pipes = [os.pipe() for _ in range(3)]  # stdin, stdout, stderr
-    env = {**ENVIRON, **request["env"]}
     pid = os.fork()
     if pid == 0:
         try:
@@ -74,9 +71,9 @@ def start(request: dict[str, Any], uid: int, gid: int) -> tuple[int, int, int, i
             os.setgid(gid)
             os.setuid(uid)
             os.chdir("/workspace")
-            os.execvpe(request["argv"][0], request["argv"], env)
+            os.execvpe(argv[0], argv, env)
         except OSError as exc:
-            os.write(2, f"cannot run {request['argv'][0]!r}: {exc.strerror}\n".encode())
+            os.write(2, b"cannot run " + argv[0] + b": " + os.fsencode(exc.strerror or "") + b"\n")
             os._exit(127 if exc.errno == errno.ENOENT else 126)
         except BaseException:
             os._exit(126)
@@ -85,11 +82,13 @@ def start(request: dict[str, Any], uid: int, gid: int) -> tuple[int, int, int, i
     return pid, pipes[0][1], pipes[1][0], pipes[2][0]
 
 
-def check(request: dict[str, Any], uid: int, gid: int, wake: int) -> None:
-    pid, fd, out, err = start(request, uid, gid)
+def check(request: bytes, sizes: list[int], uid: int, gid: int, wake: int) -> None:
+    argv = request[: sizes[0]].split(b"\0")[:-1]
+    pairs = (p.split(b"=", 1) for p in request[sizes[0] : sizes[0] + sizes[1]].split(b"\0")[:-1])
+    data = request[sizes[0] + sizes[1] :]
+    pid, fd, out, err = start(argv, {**ENVIRON, **dict(pairs)}, uid, gid)
     child: int | None = pid
     stdin: int | None = fd
-    data = base64.b64decode(request["stdin"])
     streams = {out: b"1", err: b"2"}
     os.set_blocking(fd, False)
     while child is not None or streams:
@@ -129,7 +128,7 @@ def main() -> None:
     signal.set_wakeup_fd(woken)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     send(b"R")
-    lines = b""
+    buffer = b""
     while True:
         ready, _, _ = select.select([0, wake], [], [])
         if wake in ready:
@@ -139,10 +138,14 @@ def main() -> None:
             chunk = os.read(0, 65536)
             if not chunk:
                 return
-            lines += chunk
-            while b"\n" in lines:
-                line, lines = lines.split(b"\n", 1)
-                check(json.loads(line), uid, gid, wake)
+            buffer += chunk
+            while b"\n" in buffer:
+                line, rest = buffer.split(b"\n", 1)
+                sizes = [int(n) for n in line.split()]
+                if len(rest) < sum(sizes):
+                    break
+                buffer = rest[sum(sizes) :]
+                check(rest[: sum(sizes)], sizes, uid, gid, wake)
 
 
 main()

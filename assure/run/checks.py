@@ -478,9 +478,16 @@ class _Sequencer:
         self._frames = bytearray()  # the engine's stream, not yet demultiplexed
         self._records = bytearray()  # the sequencer's stdout, not yet split into records
 
-    def send(self, request: dict[str, Any]) -> None:
+    def send(self, argv: list[str], env: dict[str, str], stdin: bytes) -> None:
+        """One check's request (run/check_sequencer.py's protocol)."""
+        items = [[os.fsencode(a) for a in argv], [os.fsencode(f"{k}={v}") for k, v in env.items()]]
+        if any(b"\0" in item for part in items for item in part):  # execve cannot take it
+            raise SandboxError("a check's command or environment holds a NUL byte")
+        parts = [*(b"".join(item + b"\0" for item in part) for part in items), stdin]
         try:
-            self.sock.sendall(canonical(request) + b"\n")
+            self.sock.sendall(
+                " ".join(str(len(p)) for p in parts).encode() + b"\n" + b"".join(parts)
+            )
         except OSError as exc:
             raise SandboxError(f"writing to a check sequencer: {exc}", fix=ENGINE_FIX) from exc
 
@@ -710,16 +717,10 @@ def _sequenced(
     deadline or stdout past its cap end it first), then `_clear`, then what was in flight,
     up to the end of its streams. Whether its container is fit for the next check: cleared,
     and the end of the streams seen."""
-    seq.send(
-        {
-            "argv": command,
-            "env": {**env, "HOME": "/tmp"},
-            "stdin": base64.b64encode(stdin or b"").decode(),
-        }
-    )
     started = time.monotonic()
     deadline, cleared = started + timeout, None
     try:
+        seq.send(command, {**env, "HOME": "/tmp"}, stdin or b"")
         while True:
             got = seq.record(deadline)
             if got is None:  # the deadline: the check's, or the drain's after the kill
