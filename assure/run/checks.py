@@ -1,12 +1,13 @@
 """Command assertions: the acceptance tests run in their own fresh container, never the agent's.
 
 Under runc, as root, the checks of one phase share one container per image (`SharedChecks`):
-each check is an exec as the attempt's user in a container whose own process runs as another
-user, on a fresh check copy and a fresh /tmp that the host mounts for it alone, and before the
-next one every process of that user is killed; one that leaves SysV IPC objects or a message
-queue behind, or whose processes do not all end, costs the next check a new container. Under
-another runtime (gVisor does not see mounts made after it starts) or a backend without
-`CheckExec`, each check has a container of its own.
+its pid 1, the sequencer (run/check_sequencer.py, as root with CAP_SETUID and CAP_SETGID only),
+starts each check as the attempt's user on a fresh check copy and a fresh /tmp that the host
+mounts for it alone, and before the next one the host kills every other process; one that
+leaves SysV IPC objects or a message queue behind, or whose processes do not all end, costs
+the next check a new container. Under another runtime (gVisor does not see mounts made after
+it starts), with an image without python3 or a backend without `CheckExec`, each check has a
+container of its own.
 
 The command sees a throwaway copy of the POST workspace (made by `confined.copy_tree`: links
 recreated, never followed; FIFOs, sockets and devices left out; sparse files kept sparse) in
