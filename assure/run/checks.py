@@ -691,10 +691,14 @@ class SharedChecks:
     def close(self) -> None:
         if self._warming is not None:
             self._warming.join()
+        for _, seq in self._containers.values():  # its stdin's end: the sequencer, pid 1, exits
+            if seq is not None:
+                with contextlib.suppress(OSError):
+                    seq.sock.shutdown(socket.SHUT_WR)
+        self.copies.close()  # while the containers exit
         for image in list(self._containers):
             self._discard(image)
         self._attached.close()
-        self.copies.close()
         if self._mounted:
             if workspace_fs.mounted_under(self.views):
                 workspace_fs.unmount(self.views)
