@@ -212,6 +212,7 @@ def main() -> int:
                 f"  the same with g and o 4x (a model that writes and reads more than the"
                 f" script): {wordy[0]} calls, {wordy[1]:,} tokens"
             )
+            # figures is built as a dict of dicts above; mypy sees object
             figures["agents"][preset] = {  # type: ignore[index]
                 "calls": seen,
                 "P": first,

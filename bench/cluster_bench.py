@@ -10,6 +10,11 @@ the rounds' pairs. The cluster runs on this same machine (tests/integration/ray_
 loopback-only network namespace), so the ratio is what Ray's placement, the node task's start,
 the run directory's trip and the caller's re-judging cost, not more cores.
 
+Where the time goes, from each run's suite `state.json` (medians per side): `before` (the
+command's start to its suite run's: the interpreter, imports, Ray's join), `span` (the suite run
+itself), `after` (its end to the command's exit: Ray's shutdown), and for the cluster `queued`
+(the first specs' wait in Ray's queue: each node's Ray worker starting for this command).
+
 The suites: 8 trivial specs (each agent exits 0 at once: the cluster's fixed costs, the worst
 case) and suites/demo.yaml (the README's demo: real agents), unless --suite names others.
 
@@ -26,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,16 +61,32 @@ def trivial_suite(folder: Path, count: int) -> Path:
     return suite
 
 
-def wall(argv: list[str], cwd: Path) -> float:
-    """Seconds one `assure suite` command took, start to exit; it must succeed."""
-    started = time.monotonic()
+def wall(argv: list[str], cwd: Path) -> tuple[float, dict[str, float]]:
+    """Seconds one `assure suite` command took, start to exit (it must succeed), and where they
+    went (`PARTS`, read from the suite run it wrote in `cwd`)."""
+    started, at = time.monotonic(), time.time()
     done = subprocess.run(
         argv, cwd=cwd, env=ray_cluster.ENV, capture_output=True, text=True, timeout=900
     )
     took = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return took
+    (state,) = (json.loads(p.read_text()) for p in cwd.glob("suites/*/state.json"))
+    begun, ended = _epoch(state["started_at"]), _epoch(state["finished_at"])
+    first = sorted(state["runs"], key=lambda e: e["started_at"])[:JOBS]
+    return took, {
+        "before": begun - at,
+        "span": ended - begun,
+        "after": at + took - ended,
+        "queued": max(e.get("queued_seconds") or 0.0 for e in first),
+    }
+
+
+PARTS = ("before", "span", "after", "queued")
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def main() -> None:
@@ -85,6 +108,9 @@ def main() -> None:
     times: dict[str, dict[str, list[float]]] = {
         s.stem: {"local": [], "cluster": []} for s in suites
     }
+    parts: dict[str, dict[str, list[dict[str, float]]]] = {
+        s.stem: {"local": [], "cluster": []} for s in suites
+    }
     (work / "ray-logs").mkdir()
     cluster = ray_cluster.start(work / "ray-logs", workers=2)
     try:
@@ -96,7 +122,9 @@ def main() -> None:
                     argv = [*ASSURE, "suite", str(suite), "-j", str(JOBS), "--runs-dir", str(runs)]
                     if side == "cluster":
                         argv = cluster.in_ns(*argv, "--cluster", cluster.address)
-                    times[suite.stem][side].append(wall(argv, runs.parent))
+                    took, where = wall(argv, runs.parent)
+                    times[suite.stem][side].append(took)
+                    parts[suite.stem][side].append(where)
                     print(
                         f"  round {r + 1} {suite.stem} {side}: {times[suite.stem][side][-1]:.2f} s",
                         file=sys.stderr,
@@ -104,7 +132,7 @@ def main() -> None:
                     )
     finally:
         cluster.stop()
-    figures = {}
+    figures: dict[str, dict[str, Any]] = {}
     print(
         f"\ncluster (2 workers, -j {JOBS}) against local -j {JOBS} (the baseline), {args.rounds}"
         f" rounds alternated, medians; target ratio <= {TARGET}"
@@ -115,11 +143,19 @@ def main() -> None:
         local, on = statistics.median(t["local"]), statistics.median(t["cluster"])
         ratio = statistics.median(ratios)
         figures[name] = {"local_seconds": t["local"], "cluster_seconds": t["cluster"]}
+        figures[name]["parts"] = {
+            side: {k: statistics.median(w[k] for w in parts[name][side]) for k in PARTS}
+            for side in ("local", "cluster")
+        }
         figures[name].update(ratio=ratio, ratio_min=ratios[0], ratio_max=ratios[-1])
         print(
             f"{name:<12} {local:>8.2f} {on:>10.2f} {ratio:>5.2f}x  {ratios[0]:.2f}-{ratios[-1]:.2f}"
             f"  {'ok' if ratio <= TARGET else 'above target'}"
         )
+    print(f"\nwhere the time goes, medians in s ({', '.join(PARTS)})")
+    for name, figure in figures.items():
+        for side, got in figure["parts"].items():
+            print(f"{name:<12} {side:<8} " + "  ".join(f"{k} {got[k]:5.2f}" for k in PARTS))
     if args.json:
         args.json.write_text(
             json.dumps(

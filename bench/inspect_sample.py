@@ -22,8 +22,8 @@ from inspect_ai import eval as inspect_eval
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from assure.inspect import AssureConfig  # noqa: E402
-from examples.inspect.task import SPEC, calc, fix_calc_script  # noqa: E402
+from assure.inspect import AssureConfig  # noqa: E402 -- after the path set above
+from examples.inspect.task import SPEC, calc, fix_calc_script  # noqa: E402 -- the same
 
 FIXTURE = ROOT / "fixtures" / "workspaces" / "calc"
 COMMANDS = [
@@ -57,6 +57,7 @@ def agent_image() -> str:
 def bare_docker(image: str) -> float:
     start = time.monotonic()
     name = f"assure-bench-inspect-{int(start)}"
+    # a one-line helper
     run = lambda *a: subprocess.run(["docker", *a], check=True, capture_output=True)  # noqa: E731
     run(
         "run",

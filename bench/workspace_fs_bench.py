@@ -94,10 +94,12 @@ class PlainAttempt(attempt_mod.Attempt):
 @contextlib.contextmanager
 def plain() -> Iterator[None]:
     saved = workspace_fs.WorkspaceFs, driver_mod.Attempt
+    # swapped for the measurement and restored below
     workspace_fs.WorkspaceFs, driver_mod.Attempt = PlainWorkspace, PlainAttempt  # type: ignore[misc,assignment]
     try:
         yield
     finally:
+        # restored: the measurement swapped them above
         workspace_fs.WorkspaceFs, driver_mod.Attempt = saved  # type: ignore[misc]
 
 

@@ -107,6 +107,7 @@ def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
         pass
     finally:
         try:
+            # stdin is Optional in the stubs; Popen was given stdin=PIPE, so it is set
             proc.stdin.close()  # type: ignore[union-attr]
         except OSError:
             pass
@@ -126,6 +127,7 @@ def _pump(
     out, err = _Tail(limit), _Tail(limit)
     sel = selectors.DefaultSelector()
     for stream, tail in ((proc.stdout, out), (proc.stderr, err)):
+        # stdout and stderr are Optional in the stubs; both were made with PIPE
         sel.register(stream, selectors.EVENT_READ, tail)  # type: ignore[arg-type]
     timed_out, exited_at = False, None
     while sel.get_map():

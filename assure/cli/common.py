@@ -82,6 +82,7 @@ def _backend_and_images(*specs: spec_mod.Spec) -> tuple[DockerBackend, ImageSet]
     """`preflight.engine`, saying on stderr what it builds."""
     from assure.run import preflight
 
+    # a one-line sayer, passed as it is
     say = lambda msg: err.print(Text.assemble(("images: ", "dim"), plain(msg)))  # noqa: E731
     return preflight.engine(list(specs), say)
 

@@ -123,9 +123,9 @@ def _drive(
     if junit_file is not None:
         _write_out(junit_file, lambda: junit.write(junit_file, junit.of_run(result.run_dir)))
     if json_out:
-        _print_json(summary.run_document(result.run_dir, result.report))
+        _print_json(summary.run_document(result.run_dir, result.view))
     else:
-        _print_whole(render.render_report(result.report, str(result.run_dir), verbose=verbose))
+        _print_whole(render.render_report(result.view, str(result.run_dir), verbose=verbose))
     code = EXIT[result.verdict]
     if expect:
         code = 0 if result.verdict == loaded.expect else EXIT_UNEXPECTED
@@ -330,6 +330,10 @@ def suite_cmd(
             results.append(
                 _drive_suite(path, whole, loaded, engine, runs_dir, new, chosen, key, cluster, warm)
             )
+    if cluster is not None:
+        from assure.run import cluster as cluster_mod
+
+        cluster_mod.leave()
     ok = all(
         len(outcomes) == len(loaded.trials) and all(o.as_expected for o in outcomes)
         for loaded, _, outcomes, _ in results

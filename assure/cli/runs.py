@@ -46,24 +46,23 @@ def verify(
     run_ref: str = RUN_ARG, runs_dir: Path = RUNS_OPTION, json_out: bool = JSON_OPTION
 ) -> None:
     """Recompute the verdict of a finished run from its directory alone."""
+    from assure.records.run_report import Report
     from assure.run.driver import reverify
 
     try:
         run_dir = runs_mod.find(run_ref, runs_dir).path
         result = reverify(run_dir)
-        recorded = store.read_json(RunPaths(run_dir).report)
+        recorded = Report.read(RunPaths(run_dir).report).verdict.value
     except AssureError as exc:
         raise _fail(exc) from None
-    same = recorded.get("verdict") == result.verdict
+    same = recorded == result.verdict
     if json_out:
-        _print_json(
-            {**result.report, "recorded_verdict": recorded.get("verdict"), "reproduced": same}
-        )
+        _print_json({**result.report, "recorded_verdict": recorded, "reproduced": same})
     else:
-        _print_whole(render.render_report(result.report, str(run_dir)))
+        _print_whole(render.render_report(result.view, str(run_dir)))
         out.print(
             Text.assemble(
-                plain(f"recorded verdict {recorded.get('verdict')}, recomputed {result.verdict}: "),
+                plain(f"recorded verdict {recorded}, recomputed {result.verdict}: "),
                 Text("reproduced", style="green") if same else Text("DIFFERENT", style="bold red"),
             )
         )

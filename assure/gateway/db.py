@@ -212,18 +212,19 @@ class Databases:
         guard: _Guard,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         conn.execute("BEGIN IMMEDIATE")
+        keys = _Keys(conn)
         try:
             counters = _sequence(conn)
             try:
                 conn.authorizer = policy
                 stmt = _single(conn, sql, bindings, policy)
                 conn.authorizer = None
-                _refuse_null_keys(conn, policy.written)
+                _refuse_null_keys(conn, keys, policy.written)
                 conn.authorizer = policy
                 answer = _rows(conn, stmt, bindings, policy)
                 changes = conn.changes()
                 conn.authorizer = None
-                _refuse_null_keys(conn, policy.written)
+                _refuse_null_keys(conn, keys, policy.written)
             except apsw.Error as exc:
                 raise _tool_error(exc, policy, guard, "db.execute") from None
             changeset = session.changeset()
@@ -235,7 +236,7 @@ class Databases:
                     " statements (nothing was changed)",
                 )
             conn.authorizer = None
-            effect = _effect(conn, name, spec, changeset, changes)
+            effect = _effect(keys, name, spec, changeset, changes)
             if (after := _sequence(conn)) is not None and after != counters:
                 effect["sequence"] = after
             conn.execute("COMMIT")
@@ -552,11 +553,32 @@ def _without_rowid(conn: apsw.Connection, table: str) -> bool:
     return bool(row and row[0])
 
 
-def _refuse_null_keys(conn: apsw.Connection, tables: Iterable[str]) -> None:
+class _Keys:
+    """Each table's PRIMARY KEY and WITHOUT ROWID flag, read once per db.execute: both are
+    asked two or three times a call (~0.1 ms of pragmas), and neither can change inside the
+    call's transaction (DDL is denied; BEGIN IMMEDIATE keeps other writers out)."""
+
+    def __init__(self, conn: apsw.Connection):
+        self._conn = conn
+        self._pk: dict[str, list[tuple[str, bool]]] = {}
+        self._wr: dict[str, bool] = {}
+
+    def primary_key(self, table: str) -> list[tuple[str, bool]]:
+        if table not in self._pk:
+            self._pk[table] = _primary_key(self._conn, table)
+        return self._pk[table]
+
+    def without_rowid(self, table: str) -> bool:
+        if table not in self._wr:
+            self._wr[table] = _without_rowid(self._conn, table)
+        return self._wr[table]
+
+
+def _refuse_null_keys(conn: apsw.Connection, keys: _Keys, tables: Iterable[str]) -> None:
     """Sessions silently skip rows whose PRIMARY KEY holds a NULL; refuse to touch such tables."""
     for table in sorted(tables):
-        nullable = [name for name, notnull in _primary_key(conn, table) if not notnull]
-        if not nullable or _without_rowid(conn, table):
+        nullable = [name for name, notnull in keys.primary_key(table) if not notnull]
+        if not nullable or keys.without_rowid(table):
             continue
         where = " OR ".join(f"{_quote(name)} IS NULL" for name in nullable)
         if conn.execute(f"SELECT 1 FROM main.{_quote(table)} WHERE {where} LIMIT 1").fetchone():
@@ -567,15 +589,13 @@ def _refuse_null_keys(conn: apsw.Connection, tables: Iterable[str]) -> None:
             )
 
 
-def _effect(
-    conn: apsw.Connection, name: str, spec: DbSpec, changeset: bytes, changes: int
-) -> dict[str, Any]:
+def _effect(keys: _Keys, name: str, spec: DbSpec, changeset: bytes, changes: int) -> dict[str, Any]:
     digest = hashlib.sha256(changeset).hexdigest()
     counts: dict[str, dict[str, int]] = {}
     for change in apsw.Changeset.iter(changeset):
         per = counts.setdefault(change.name, {"insert": 0, "update": 0, "delete": 0})
         per[change.op.lower()] += 1
-    rowid_tables = sorted(table for table in counts if not _primary_key(conn, table))
+    rowid_tables = sorted(table for table in counts if not keys.primary_key(table))
     return {
         "op": Op.SQL,
         "db": name,

@@ -513,7 +513,11 @@ class Dispatcher:
 
     def _decided(self, record: dict[str, Any], decision: gate.Decision) -> None:
         """Journal a decision's fields; agent strings the gate quotes are capped like any other."""
-        inputs = {name: self.field(value) for name, value in decision.inputs.items()}
+        field = self.field
+        inputs = {  # most inputs are numbers and flags: only strings can need capping
+            name: field(value) if isinstance(value, str) else value
+            for name, value in decision.inputs.items()
+        }
         record.update(
             decision=decision.outcome,
             rule=decision.rule,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
 MAX_LIST_ENTRIES = 10_000
+READ_CHUNK_BYTES = 64 * 1024  # past what fstat said, a file is read on in steps this big
 ROOT = "."
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -100,7 +101,7 @@ class Workspace:
                     "too_large",
                     f"{shown!r} is {info.st_size} bytes, over the {max_bytes}-byte limit",
                 )
-            return _read_bounded(fd, max_bytes, shown)
+            return _read_bounded(fd, max_bytes, shown, info.st_size)
 
     def write(self, path: str, data: bytes, mode: int) -> None:
         """Atomically replace `path` with `data` (a symlink named `path` is replaced, not
@@ -263,15 +264,23 @@ def _entry(item: os.DirEntry[str]) -> Entry:
     return Entry(item.name, _type_of(info.st_mode), info.st_size)
 
 
-def _read_bounded(fd: int, max_bytes: int, shown: str) -> bytes:
+def _read_bounded(fd: int, max_bytes: int, shown: str, expected: int) -> bytes:
+    """Read to EOF, refusing more than `max_bytes`. Reads ask for the size fstat gave plus one
+    byte, not for `max_bytes`: os.read allocates what it is asked for, and two 4 MiB buffers
+    per 100-byte file were a tenth of an fs.read. A file that grew is read on in
+    READ_CHUNK_BYTES steps."""
     chunks, total = [], 0
-    while chunk := os.read(fd, max_bytes + 1 - total):
+    want = min(expected, max_bytes) + 1
+    while chunk := os.read(fd, want):
         chunks.append(chunk)
         total += len(chunk)
         if total > max_bytes:
             raise PathError(
                 "too_large", f"{shown!r} grew past the {max_bytes}-byte limit while being read"
             )
+        # the rest fstat promised and one byte (the EOF check), or a step of a file that grew
+        step = READ_CHUNK_BYTES if total > expected else expected - total + 1
+        want = min(step, max_bytes + 1 - total)
     return b"".join(chunks)
 
 

@@ -224,7 +224,10 @@ def _check_json(body: bytes, limits: Limits) -> None:
 def _json_object(body: bytes, limits: Limits) -> dict[str, Any]:
     _check_json(body, limits)
     try:
-        value = json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+        text = body.decode("utf-8")
+        if text.startswith("\ufeff"):  # as json.loads refuses it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value = _DECODER.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise _Reject(400, "bad_json", f"body is not valid JSON: {exc}", close=False) from None
     if not isinstance(value, dict):
@@ -239,6 +242,10 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# json.loads(..., object_pairs_hook=...) builds this decoder for every body; it keeps no state
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
 _FRAMING = frozenset(
     ("content-type", "content-length", "connection", "transfer-encoding", "keep-alive")
 )
@@ -246,18 +253,17 @@ _FRAMING = frozenset(
 
 def _encode(answer: Answer, close: bool) -> bytes:
     """Status line, headers and body; a raw answer (model.py) carries its Content-Type in
-    `headers`."""
+    `headers` (checked like any header: it came from upstream)."""
     if answer.raw is None:
-        payload, content_type = (
-            json.dumps(answer.body, separators=(",", ":"), ensure_ascii=True).encode("ascii"),
-            "application/json",
-        )
+        payload, content_type = _ANSWER_JSON.encode(answer.body).encode("ascii"), "application/json"
     else:
         payload = answer.raw
         content_type = next(
             (v for n, v in answer.headers if header_names.key(n) == "content-type"),
             "application/octet-stream",
         )
+        if not _header_safe("Content-Type", content_type):
+            content_type = "application/octet-stream"
     extra = "".join(
         f"{n}: {v}\r\n"
         for n, v in answer.headers
@@ -265,19 +271,20 @@ def _encode(answer: Answer, close: bool) -> bytes:
     )
     connection = "Connection: close\r\n" if close else ""
     head = (
-        f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\nContent-Type:"
-        f" {content_type if _header_safe('Content-Type', content_type) else 'application/octet-stream'}\r\nContent-Length:"  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
-        f" {len(payload)}\r\n{extra}{connection}\r\n"
+        f"HTTP/1.1 {answer.status} {_phrase(answer.status)}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(payload)}\r\n{extra}{connection}\r\n"
     )
     return head.encode("latin-1") + payload
 
 
+# json.dumps(..., separators=...) builds this encoder for every answer
+_ANSWER_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
+_PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
+
+
 def _phrase(status: int) -> str:
     """The reason phrase (an upstream may answer a status Python does not name, e.g. 529)."""
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return "Overloaded" if status == 529 else "Status"
+    return _PHRASES.get(status) or ("Overloaded" if status == 529 else "Status")
 
 
 def _header_safe(name: str, value: str) -> bool:

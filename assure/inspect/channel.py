@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from assure.errors import SandboxError
-from assure.sandbox.docker.backend import DockerBackend
+from assure.sandbox import registry
+from assure.sandbox.backend import Exec, SandboxBackend
 
 SHIM = ("python3", "-S", "-P", "-m", "assure.agents.inspect_shim")
 MAX_HEAD_BYTES = 64 * 1024
@@ -23,12 +24,13 @@ ENGINE_SLACK_SECONDS = 30.0  # beyond a command's own timeout: the engine's roun
 _local = threading.local()
 
 
-def backend() -> DockerBackend:
-    """This thread's engine client (docker-py's client is one HTTP session: one per thread)."""
-    made: DockerBackend | None = getattr(_local, "backend", None)
-    if made is None:
-        made = _local.backend = DockerBackend()
-    return made
+def backend(name: str) -> SandboxBackend:
+    """This thread's client of the spec's engine (`sandbox.backend`, by the registry's name;
+    docker-py's client is one HTTP session: one per thread)."""
+    made: dict[str, SandboxBackend] = _local.__dict__.setdefault("backends", {})
+    if name not in made:
+        made[name] = registry.create(name)
+    return made[name]
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Reply:
 
 
 def call(
+    engine: str,
     agent: str,
     request: dict[str, Any],
     data: bytes,
@@ -58,10 +61,18 @@ def call(
     timeout: float | None,
 ) -> Reply:
     """Send `request` (and `data`, the command's stdin or the file's bytes) to the shim in
-    the container `agent`; the reply's payload is cut in `sizes` (header fields), each at
-    most `limit` bytes. SandboxError: the container is gone, or the reply is not one."""
+    the container `agent` of the backend named `engine`; the reply's payload is cut in `sizes`
+    (header fields), each at most `limit` bytes. SandboxError: the container is gone, the backend
+    runs no command in a running container (`Exec`), or the reply is not one."""
+    engine_client = backend(engine)
+    if not isinstance(engine_client, Exec):
+        raise SandboxError(
+            f"the sandbox backend {engine!r} runs no command in a running container, which an"
+            " Inspect sample's tools need",
+            fix="run Inspect samples on a backend with `exec` (docker)",
+        )
     header = json.dumps({**request, "input_size": len(data), "limit": limit}).encode() + b"\n"
-    code, out, err = backend().exec(
+    code, out, err = engine_client.exec(
         agent,
         list(SHIM),
         header + data,

@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from assure.errors import AssureError
 from assure.inspect import channel
 from assure.inspect.session import Session
+from assure.records.run_report import Report
 from assure.records.store import RUNS_DIR
 
 STORE_RUN_DIR = "assure:run_dir"  # the sample's store: where its run is, for a later scorer
@@ -116,14 +117,14 @@ class AssureSandbox(SandboxEnvironment):
                 with anyio.CancelScope(shield=True):
                     await env.finish(cancelled=cancelled)
 
-    async def finish(self, *, cancelled: bool = False) -> dict[str, Any]:
+    async def finish(self, *, cancelled: bool = False) -> Report:
         """Judge the attempt and seal its run (once); its report (report.json). `cancelled`:
         the sample was interrupted, so it does not pass (Session.finish)."""
         with anyio.CancelScope(shield=True):
             result = await anyio.to_thread.run_sync(
                 functools.partial(self.session.finish, cancelled=cancelled)
             )
-        return result.report
+        return result.view
 
     # --- operations ---------------------------------------------------------------------
     def _agent(self) -> str:
@@ -143,7 +144,13 @@ class AssureSandbox(SandboxEnvironment):
         try:
             return await _abandoned_on_cancel(
                 lambda: channel.call(
-                    agent, request, data, sizes=sizes, limit=limit, timeout=timeout
+                    self.session.spec.sandbox.backend,
+                    agent,
+                    request,
+                    data,
+                    sizes=sizes,
+                    limit=limit,
+                    timeout=timeout,
                 )
             )
         except AssureError as exc:
@@ -184,6 +191,7 @@ class AssureSandbox(SandboxEnvironment):
         stdout, stderr = (p.decode("utf-8", "replace") for p in reply.parts)
         if reply.head.get("timed_out"):
             error = TimeoutError(f"Command timed out after {timeout} seconds")
+            # Inspect reads `truncated_output` off the TimeoutError; typeshed's has no such field
             error.truncated_output = stdout + stderr  # type: ignore[attr-defined]
             raise error
         code = int(reply.head.get("returncode", -1))

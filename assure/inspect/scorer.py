@@ -7,9 +7,7 @@ else read from the run directory the sample's store names.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from inspect_ai.scorer import CORRECT, INCORRECT, Score, Target, accuracy, scorer, stderr
 from inspect_ai.solver import TaskState
@@ -17,10 +15,11 @@ from inspect_ai.util import sandbox, store
 
 from assure.inspect.sandbox import STORE_RUN_DIR, AssureSandbox
 from assure.records.layout import RunPaths
+from assure.records.run_report import Report
 from assure.verify.findings import as_expected
 
 
-async def _report() -> tuple[dict[str, Any], str]:
+async def _report() -> tuple[Report, str]:
     try:
         env = sandbox().as_type(AssureSandbox)
     except (ProcessLookupError, TypeError, ValueError):
@@ -30,22 +29,23 @@ async def _report() -> tuple[dict[str, Any], str]:
     run_dir = store().get(STORE_RUN_DIR)
     if not run_dir:
         raise RuntimeError("this sample ran in no assure sandbox: assure_verdict has no verdict")
-    return json.loads(RunPaths(Path(run_dir)).report.read_text(encoding="utf-8")), run_dir
+    return Report.read(RunPaths(Path(run_dir)).report), run_dir
 
 
 @scorer(metrics=[accuracy(), stderr()])
+# Inspect's @scorer registers an untyped factory and types what it returns
 def assure_verdict():  # type: ignore[no-untyped-def]
     """C when the sample's assure verdict is the one its spec expects, I otherwise."""
 
     async def score(state: TaskState, target: Target) -> Score:
         report, run_dir = await _report()
-        attempt = (report.get("attempts") or [{}])[-1]
-        findings = [f for f in attempt.get("findings", []) if f.get("severity") != "info"]
-        verdict, expect = report.get("verdict"), report.get("expect")
-        ok = as_expected(
-            verdict, str(expect), ((f["kind"], f["severity"]) for f in attempt.get("findings", []))
-        )
-        reason = (attempt.get("reason") or {}).get("summary") or f"{verdict}, as {expect} expects"
+        last = report.attempts[-1] if report.attempts else None
+        verdict, expect = report.verdict.value, report.expect
+        judged = last.findings if last else ()
+        findings = [f.to_json() for f in judged if f.severity != "info"]
+        ok = as_expected(verdict, expect, ((f.kind.value, f.severity.value) for f in judged))
+        why = last.reason.summary if last and last.reason else None
+        reason = why or f"{verdict}, as {expect} expects"
         return Score(
             value=CORRECT if ok else INCORRECT,
             answer=verdict,
@@ -55,7 +55,7 @@ def assure_verdict():  # type: ignore[no-untyped-def]
                 "expect": expect,
                 "findings": findings,
                 "run_dir": run_dir,
-                "run_id": report.get("run_id"),
+                "run_id": report.run_id,
             },
         )
 

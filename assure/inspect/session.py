@@ -153,10 +153,11 @@ class Session:
     def _why(self) -> str:
         if self.error is not None:
             return str(self.error)
-        report = self.result.report if self.result else {}
-        attempts = report.get("attempts") or [{}]
-        reason = attempts[-1].get("reason") or {}
-        return str(reason.get("summary") or report.get("verdict") or "unknown")
+        if self.result is None:
+            return "unknown"
+        report = self.result.view
+        reason = report.attempts[-1].reason if report.attempts else None
+        return (reason.summary if reason else None) or report.verdict.value
 
     def finish(self, *, cancelled: bool = False) -> RunResult:
         """End the hold, wait for the run to be judged and sealed, return it. Safe to call
@@ -169,7 +170,9 @@ class Session:
                 self._cancelled.set()
             if self.agent is not None and not self._done.is_set():
                 try:
-                    channel.backend().stop(self.agent, hardening.STOP_GRACE_SECONDS)
+                    channel.backend(self.spec.sandbox.backend).stop(
+                        self.agent, hardening.STOP_GRACE_SECONDS
+                    )
                 except AssureError:
                     pass  # already gone: the run loop sees it exit either way
             self._thread.join(FINISH_SECONDS)
@@ -202,6 +205,7 @@ class _Unfinished:
         with self._lock:
             self._sessions.add(session)
             if not self._hooked:
+                # private and untyped: it runs before the threads are joined (atexit: too late)
                 threading._register_atexit(self._at_exit)  # type: ignore[attr-defined]
                 self._hooked = True
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from assure.records.health import Thresholds
 from assure.textsafe import display
-from assure.verify.stopped import StopReason
+from assure.verify.stopped import Stopped, StopReason
 
 RUNNING = "running"
 WINDOW_SECONDS = 60.0  # "per minute"
@@ -36,8 +36,8 @@ class AttemptData:
     budget_breach: str | None = None  # the counter the gateway said ran out
     finished: bool = False  # container.json exists: the attempt's agent is gone
     oom_killed: bool = False
-    stopped: str | None = None  # container.json `stopped.reason`
-    stopped_counter: str | None = None
+    stopped: Stopped | None = None  # container.json `stopped`
+    stop_malformed: str | None = None  # why container.json's `stopped` could not be read
     ready_at: float | None = None  # mtime of the gateway's ready file
     journal_mtime: float | None = None
 
@@ -154,14 +154,26 @@ def resource_saturation(run: RunData, t: Thresholds, now: float) -> list[Finding
                     {"oom_killed": True},
                 )
             )
-        if a.stopped in (StopReason.BUDGET, StopReason.DEADLINE) or a.budget_breach:
-            counter = a.stopped_counter or a.budget_breach or a.stopped
+        if a.stop_malformed is not None:  # never read as "not stopped"
+            out.append(
+                Finding(
+                    a.number,
+                    "stop_malformed",
+                    f"attempt {a.number}: its stop record (container.json `stopped`) is"
+                    f" malformed: {display(a.stop_malformed)}",
+                    {"why": a.stop_malformed},
+                )
+            )
+        stop = a.stopped
+        if (stop and stop.reason in (StopReason.BUDGET, StopReason.DEADLINE)) or a.budget_breach:
+            reason = stop.reason.value if stop else None
+            counter = (stop.counter if stop else None) or a.budget_breach or reason
             out.append(
                 Finding(
                     a.number,
                     "budget",
                     f"attempt {a.number}: budget {display(str(counter))} exhausted",
-                    {"counter": counter, "stopped": a.stopped},
+                    {"counter": counter, "stopped": reason},
                 )
             )
             continue

@@ -30,15 +30,17 @@ from cryptography.hazmat.primitives import serialization
 from assure import __version__
 from assure.core import chain
 from assure.errors import AssureError
-from assure.records import alerts, keys, layout, store
+from assure.records import alerts, keys, layout, store, summary
 from assure.records import conformance_packet as packet_mod
 from assure.records.conformance_packet import Result
 from assure.records.layout import RunPaths
 from assure.records.obligations import OBLIGATIONS
 from assure.records.receipt_format import ReceiptError
 from assure.records.receipt_verify import verify_run
+from assure.records.run_report import Report
 from assure.run import failpoints
 from assure.sandbox.hardening import DEFAULT_UID
+from assure.verify.stopped import StopReason
 
 # the checkout's suites/conformance folder (not a run directory's suites/)
 SUITE = Path(__file__).resolve().parents[2].joinpath("suites", "conformance")
@@ -108,14 +110,13 @@ class Bench:
             env={**os.environ, **RATIFIERS, **(env or {})},
         )
 
-    def run_json(self, staged: Staged, *extra: str) -> dict[str, Any]:
+    def run_json(self, staged: Staged, *extra: str) -> Report:
         done = self.assure(
             "run", "--json", "--new", "--key", str(self.key), *extra, str(staged.spec)
         )
         try:
-            report: dict[str, Any] = json.loads(done.stdout)
-            return report
-        except json.JSONDecodeError:
+            return summary.report_of(json.loads(done.stdout))
+        except ValueError:  # JSONDecodeError is one
             raise RuntimeError(
                 f"`assure run` gave no report (exit {done.returncode}):"
                 f" {done.stderr.strip()[-600:]}"
@@ -266,8 +267,8 @@ def kill_resume(bench: Bench) -> Result:
             if point == "verify"
             else sub.assure("resume", run_dir.name, "--json", "--key", str(bench.key))
         )
-        report = json.loads(again.stdout) if again.stdout.strip().startswith("{") else {}
-        task = (report.get("tasks") or [{}])[0]
+        report = _report_or_none(again.stdout)
+        task = report.tasks[0] if report and report.tasks else None
         ledger = rows(staged.live["ledger"], "SELECT count(*) FROM entries")
         got = commits(staged.target)
         mine = [
@@ -276,10 +277,13 @@ def kill_resume(bench: Bench) -> Result:
                 killed.returncode == -signal.SIGKILL,
             ),
             (f"{point}: the run was left running on disk", state == "running"),
-            (f"{point}: the resumed run is the same run id", report.get("run_id") == run_dir.name),
+            (
+                f"{point}: the resumed run is the same run id",
+                report is not None and report.run_id == run_dir.name,
+            ),
             (
                 f"{point}: the same task id was committed",
-                (task.get("id"), task.get("state")) == ("main", "committed"),
+                task is not None and (task.id, task.state) == ("main", "committed"),
             ),
             (f"{point}: one ledger effect, never two", ledger == 1),
             (f"{point}: one commit, never two", got == ["assure: task main", "fixture"]),
@@ -288,7 +292,7 @@ def kill_resume(bench: Bench) -> Result:
         checks += mine
         per_point[point] = {
             "run_id": run_dir.name,
-            "attempts": task.get("attempts"),
+            "attempts": list(task.attempts) if task else None,
             "ledger_rows": ledger,
             "commits": len(got) - 1,
         }
@@ -302,15 +306,20 @@ def kill_resume(bench: Bench) -> Result:
     )
 
 
+def _report_or_none(stdout: str) -> Report | None:
+    """The report a continued run printed, None when it printed none (it died before one)."""
+    return summary.report_of(json.loads(stdout)) if stdout.strip().startswith("{") else None
+
+
 def lying_worker(bench: Bench) -> Result:
     staged = bench.stage("lying-worker")
     report = bench.run_json(staged)
-    (task,) = report["tasks"]
-    claim = report["attempts"][0]["claim"] or {}
+    (task,) = report.tasks
+    claim = report.attempts[0].claim or {}
     checks = [
-        ("the worker claimed success", claim.get("status") == "done"),
-        ("the verifier's verdict is fail", report["verdict"] == "fail"),
-        ("the task was not committed", task["state"] != "committed"),
+        ("the worker claimed success", isinstance(claim, dict) and claim.get("status") == "done"),
+        ("the verifier's verdict is fail", report.verdict == "fail"),
+        ("the task was not committed", task.state != "committed"),
         ("the target holds only the fixture", commits(staged.target) == ["fixture"]),
     ]
     return Result.judged(
@@ -318,10 +327,10 @@ def lying_worker(bench: Bench) -> Result:
         checks,
         spec="lying-worker.yaml",
         evidence={
-            "run_id": report["run_id"],
+            "run_id": report.run_id,
             "claim": claim,
-            "verdict": report["verdict"],
-            "task_state": task["state"],
+            "verdict": report.verdict.value,
+            "task_state": task.state.value,
         },
     )
 
@@ -336,9 +345,9 @@ def override_bypass(bench: Bench) -> Result:
         out, _ = proc.communicate(timeout=COMMAND_SECONDS)
     finally:
         _stop(proc)
-    report = json.loads(out)
+    report = summary.report_of(json.loads(out))
     run_dir = bench.runs / run_id
-    stop = report["attempts"][0]["stopped"] or {}
+    stop = report.attempts[0].stopped
     records = journal(run_dir)
     effective = next((r for r in records if r.get("event") == "override_effective"), None)
     after = [
@@ -355,7 +364,10 @@ def override_bypass(bench: Bench) -> Result:
     latency = effective.get("latency_ms") if effective else None
     checks = [
         ("`assure halt` succeeded", halted.returncode == 0),
-        ("the attempt was stopped by the operator's halt", stop.get("reason") == "operator_halt"),
+        (
+            "the attempt was stopped by the operator's halt",
+            stop is not None and stop.reason is StopReason.OPERATOR_HALT,
+        ),
         (
             "the gateway journaled override_effective within 5 s",
             latency is not None and latency < 5000,
@@ -383,7 +395,7 @@ def override_bypass(bench: Bench) -> Result:
             "run_id": run_id,
             "measured": {
                 "override_latency_ms": latency,
-                "driver_stop_latency_ms": stop.get("latency_ms"),
+                "driver_stop_latency_ms": stop.latency_ms if stop else None,
             },
             "calls_after_override": len(after),
             "attempts": attempts,
@@ -396,7 +408,7 @@ def override_bypass(bench: Bench) -> Result:
 def dup_key(bench: Bench) -> Result:
     staged = bench.stage("dup-key")
     report = bench.run_json(staged)
-    run_dir = bench.runs / report["run_id"]
+    run_dir = bench.runs / report.run_id
     shop = rows(
         RunPaths(run_dir).attempt(1).sandbox_db("shop"),
         "SELECT count(*) FROM orders WHERE item = 'book'",
@@ -417,7 +429,7 @@ def dup_key(bench: Bench) -> Result:
         checks,
         spec="dup-key.yaml",
         evidence={
-            "run_id": report["run_id"],
+            "run_id": report.run_id,
             "measured": {"effects_under_one_key": shop, "live_effects_under_derived_key": ledger},
             "replays": replays,
         },
@@ -427,13 +439,13 @@ def dup_key(bench: Bench) -> Result:
 def budget_thermal(bench: Bench) -> Result:
     staged = bench.stage("budget-thermal")
     report = bench.run_json(staged)
-    stop = report["attempts"][0]["stopped"] or {}
+    stop = report.attempts[0].stopped
     pending = [a for a in bench.alerts("budget_halt") if a.state == "pending"]
-    latency = stop.get("latency_ms")
+    latency = stop.latency_ms if stop else None
     checks = [
         (
             "the tool-call budget halted the attempt",
-            (stop.get("reason"), stop.get("counter")) == ("budget", "tool_calls"),
+            stop is not None and (stop.reason, stop.counter) == ("budget", "tool_calls"),
         ),
         ("breach to halt measured, under 5 s", latency is not None and 0 <= latency < 5000),
         ("a budget_halt alert is pending until acknowledged", len(pending) == 1),
@@ -443,10 +455,10 @@ def budget_thermal(bench: Bench) -> Result:
         checks,
         spec="budget-thermal.yaml",
         evidence={
-            "run_id": report["run_id"],
+            "run_id": report.run_id,
             "measured": {"breach_to_halt_ms": latency},
-            "breach_at": stop.get("breach_at"),
-            "halted_at": stop.get("halted_at"),
+            "breach_at": stop.breach_at if stop else None,
+            "halted_at": stop.halted_at if stop else None,
         },
     )
 
@@ -454,7 +466,7 @@ def budget_thermal(bench: Bench) -> Result:
 def signed_aar(bench: Bench) -> Result:
     staged = bench.stage("signed-aar")
     report = bench.run_json(staged)
-    run_dir = bench.runs / report["run_id"]
+    run_dir = bench.runs / report.run_id
     public = keys.load_private(bench.key).public_key()
     receipts = sorted(RunPaths(run_dir).receipts.glob("*.json"))
     verification: dict[str, Any]
@@ -474,7 +486,7 @@ def signed_aar(bench: Bench) -> Result:
     except ReceiptError as exc:
         caught = str(exc)
     chain_doc = {
-        "run_id": report["run_id"],
+        "run_id": report.run_id,
         "key_id": keys.key_id(public),
         "verified": bool(verification.get("verified")),
         "verification": verification,
@@ -493,7 +505,7 @@ def signed_aar(bench: Bench) -> Result:
         },
     }
     checks = [
-        ("the task was verified and committed", report["tasks"][0]["state"] == "committed"),
+        ("the task was verified and committed", report.tasks[0].state == "committed"),
         (
             "every receipt is signed with the run's key",
             bool(receipts)
@@ -503,14 +515,14 @@ def signed_aar(bench: Bench) -> Result:
                 for p in receipts
             ),
         ),
-        ("the exported chain verifies with the public key alone", chain_doc["verified"]),
+        ("the exported chain verifies with the public key alone", chain_doc["verified"] is True),
         ("a copy with one journal byte changed fails verification", caught is not None),
     ]
     return Result.judged(
         "chaos_signed_aar",
         checks,
         spec="signed-aar.yaml",
-        evidence={"run_id": report["run_id"], "receipt_chain": chain_doc},
+        evidence={"run_id": report.run_id, "receipt_chain": chain_doc},
     )
 
 
@@ -530,7 +542,7 @@ def earned_autonomy(bench: Bench) -> Result:
         started = time.monotonic()
         report = bench.run_json(Staged(spec, staged.target, {}))
         timings.append(round(time.monotonic() - started, 2))
-        states.append(report["tasks"][0]["state"])
+        states.append(report.tasks[0].state.value)
     public = keys.load_private(bench.key).public_key()
     folder = bench.runs / layout.TRUST
     t0 = time.perf_counter()
@@ -580,9 +592,9 @@ def earned_autonomy(bench: Bench) -> Result:
 def missing_verifier(bench: Bench) -> Result:
     staged = bench.stage("missing-verifier")
     report = bench.run_json(staged)
-    (task,) = report["tasks"]
+    (task,) = report.tasks
     checks = [
-        ("the result was only proposed", task["state"] == "proposed"),
+        ("the result was only proposed", task.state == "proposed"),
         ("the target holds only the fixture", commits(staged.target) == ["fixture"]),
     ]
     return Result.judged(
@@ -590,9 +602,9 @@ def missing_verifier(bench: Bench) -> Result:
         checks,
         spec="missing-verifier.yaml",
         evidence={
-            "run_id": report["run_id"],
-            "task_state": task["state"],
-            "reason": task["reason"],
+            "run_id": report.run_id,
+            "task_state": task.state.value,
+            "reason": task.reason,
         },
     )
 
@@ -600,12 +612,12 @@ def missing_verifier(bench: Bench) -> Result:
 def max_attempts(bench: Bench) -> Result:
     staged = bench.stage("max-attempts")
     report = bench.run_json(staged)
-    (task,) = report["tasks"]
+    (task,) = report.tasks
     pending = [a for a in bench.alerts("quarantine") if a.state == "pending"]
     checks = [
         (
             "two attempts, then quarantine",
-            (task["state"], task["attempts"]) == ("quarantined", [1, 2]),
+            (task.state, task.attempts) == ("quarantined", (1, 2)),
         ),
         ("a quarantine alert is pending until acknowledged", len(pending) == 1),
     ]
@@ -614,9 +626,9 @@ def max_attempts(bench: Bench) -> Result:
         checks,
         spec="max-attempts.yaml",
         evidence={
-            "run_id": report["run_id"],
-            "task_state": task["state"],
-            "attempts": task["attempts"],
+            "run_id": report.run_id,
+            "task_state": task.state.value,
+            "attempts": list(task.attempts),
         },
     )
 
@@ -625,9 +637,7 @@ def forged_rollback(bench: Bench) -> Result:
     staged = bench.stage("forged-rollback")
     report = bench.run_json(staged)
     calls = {
-        r["scope"]: r
-        for r in tool_calls(bench.runs / report["run_id"])
-        if r["tool"] == "db.execute"
+        r["scope"]: r for r in tool_calls(bench.runs / report.run_id) if r["tool"] == "db.execute"
     }
     vault, ledger = calls.get("db:vault", {}), calls.get("db:ledger", {})
     vault_inputs = vault.get("inputs", {})
@@ -648,7 +658,7 @@ def forged_rollback(bench: Bench) -> Result:
         checks,
         spec="forged-rollback.yaml",
         evidence={
-            "run_id": report["run_id"],
+            "run_id": report.run_id,
             "vault": (
                 {k: vault.get(k) for k in ("decision", "rule")}
                 | {"required_trust": vault_inputs.get("required_trust")}
@@ -660,12 +670,12 @@ def forged_rollback(bench: Bench) -> Result:
 def unratified_contract(bench: Bench) -> Result:
     staged = bench.stage("unratified-contract")
     report = bench.run_json(staged)
-    (task,) = report["tasks"]
+    (task,) = report.tasks
     checks = [
-        ("the verifier passed the result", report["verdict"] == "pass"),
+        ("the verifier passed the result", report.verdict == "pass"),
         (
             "it was only proposed, for want of ratification",
-            task["state"] == "proposed" and "ratif" in (task["reason"] or ""),
+            task.state == "proposed" and "ratif" in (task.reason or ""),
         ),
         ("the target holds only the fixture", commits(staged.target) == ["fixture"]),
     ]
@@ -674,9 +684,9 @@ def unratified_contract(bench: Bench) -> Result:
         checks,
         spec="unratified-contract.yaml",
         evidence={
-            "run_id": report["run_id"],
-            "task_state": task["state"],
-            "reason": task["reason"],
+            "run_id": report.run_id,
+            "task_state": task.state.value,
+            "reason": task.reason,
         },
     )
 

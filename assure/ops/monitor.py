@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,7 @@ from assure.records.layout import (
 )
 from assure.records.store import RUN_ID, RunDir
 from assure.textsafe import display
+from assure.verify.stopped import Stopped
 
 log = logging.getLogger("assure.ops.monitor")
 
@@ -90,6 +91,8 @@ MAX_JOURNAL_BYTES = 8 << 20  # a larger gateway journal is read from its head an
 MAX_LOG_BYTES = 16 << 20  # the ledger and an operator log (both are verified whole)
 MAX_ATTEMPTS = 20  # the most recent attempts of a run that are examined
 MAX_SKIPPED = 200  # skipped items kept per pass
+MAX_NAME_CHARS = 64  # of a counter or an alert's kind, as the tree spells it
+MAX_WHY_CHARS = 300  # of why a record of the tree was refused, as shown
 
 READY = "gateway/ready"
 
@@ -348,17 +351,18 @@ class _Scan:
         )
 
     def _attempt_numbers(self, run_id: str) -> list[int]:
+        where = RelativeRun(run_id)
         try:
-            listing = self.tree.listdir(RelativeRun(run_id).attempts)
+            listing = self.tree.listdir(where.attempts)
         except Refused as exc:
-            self.skip(RelativeRun(run_id).attempts, str(exc))
+            self.skip(where.attempts, str(exc))
             return []
         if listing is None:
             return []
         numbers = []
         for name, is_dir, is_link in listing[0]:
             if is_link:
-                self.skip(RelativeRun(run_id).attempt(name), "a symlink")
+                self.skip(where.attempt(name), "a symlink")
             elif is_dir and name.isdigit() and len(name) <= 9:
                 numbers.append(int(name))
         return sorted(numbers)[-MAX_ATTEMPTS:]
@@ -367,7 +371,15 @@ class _Scan:
         rel = RelativeRun(run_id).attempt(number)
         container, _, cproblem = self._json(f"{rel}/{CONTAINER}", MAX_CONTAINER_BYTES)
         container = container if isinstance(container, dict) else {}
-        stopped = stopped_read if isinstance(stopped_read := container.get("stopped"), dict) else {}
+        stopped, malformed = None, None
+        if container.get("stopped") is not None:
+            try:
+                stopped = Stopped.from_json(container["stopped"])
+            except ValueError as exc:  # shown as malformed (an anomaly), never taken as no stop
+                malformed = str(exc)[:MAX_WHY_CHARS]
+                self.skip(f"{rel}/{CONTAINER}", f"malformed stop record: {malformed}")
+        if stopped is not None and stopped.counter:
+            stopped = replace(stopped, counter=stopped.counter[:MAX_NAME_CHARS])
         breach, _, _ = self._json(f"{rel}/{BREACH}", MAX_JSON_BYTES)
         facts: dict[str, Any] = {"calls": (), "limit": None, "used": None, "breach": None}
         journal_mtime = None
@@ -388,7 +400,6 @@ class _Scan:
                 )
             if garbage:
                 self.skip(f"{rel}/{JOURNAL}", f"{garbage} unparsable journal lines ignored")
-        counter = stopped.get("counter")
         return AttemptData(
             number=number,
             calls=facts["calls"],
@@ -399,11 +410,11 @@ class _Scan:
             ),
             tool_calls_limit=facts["limit"],
             budget_breach=facts["breach"]
-            or (str(breach.get("counter"))[:64] if isinstance(breach, dict) else None),
+            or (str(breach.get("counter"))[:MAX_NAME_CHARS] if isinstance(breach, dict) else None),
             finished=cproblem != "missing",
             oom_killed=container.get("oom_killed") is True,
-            stopped=stopped.get("reason") if isinstance(stopped.get("reason"), str) else None,
-            stopped_counter=counter[:64] if isinstance(counter, str) else None,
+            stopped=stopped,
+            stop_malformed=malformed,
             ready_at=self._mtime(f"{rel}/{READY}"),
             journal_mtime=journal_mtime,
         )
@@ -415,15 +426,16 @@ class _Scan:
             return self._known[where]
         known = _Known()
         self._known[where] = known
+        run = RelativeRun(where)
         try:
-            listing = self.tree.listdir(RelativeRun(where).alerts)
+            listing = self.tree.listdir(run.alerts)
         except Refused as exc:
-            self.skip(RelativeRun(where).alerts, str(exc))
+            self.skip(run.alerts, str(exc))
             return known
         for name, _, _ in (listing or ([], False))[0]:
             if not name.endswith(".json") or name.startswith("."):
                 continue
-            data, _, problem = self._json(RelativeRun(where).alert(name), MAX_JSON_BYTES)
+            data, _, problem = self._json(run.alert(name), MAX_JSON_BYTES)
             if problem is not None:
                 continue
             if (
@@ -431,7 +443,7 @@ class _Scan:
                 or not isinstance(data.get("id"), str)
                 or not isinstance(data.get("kind"), str)
             ):
-                self.skip(RelativeRun(where).alert(name), "not an alert")
+                self.skip(run.alert(name), "not an alert")
                 continue
             detail = detail_read if isinstance(detail_read := data.get("detail"), dict) else {}
             if isinstance(detail.get("key"), str):
@@ -440,7 +452,7 @@ class _Scan:
                 raised = parse_time(data.get("raised_at"))
                 if raised is None:
                     self.skip(
-                        RelativeRun(where).alert(name),
+                        run.alert(name),
                         "pending alert without a readable raised_at: not escalated",
                     )
                     continue
@@ -453,7 +465,7 @@ class _Scan:
                 known.pending.append(
                     {
                         "id": data["id"][:128],
-                        "kind": data["kind"][:64],
+                        "kind": data["kind"][:MAX_NAME_CHARS],
                         "raised_at": raised,
                         "component": component,
                     }
@@ -461,15 +473,13 @@ class _Scan:
         return known
 
     def _raise(self, where: str, kind: str, message: str, key: str, detail: dict[str, Any]) -> None:
-        known = self._alerts_in(where)
+        known, alerts_dir = self._alerts_in(where), RelativeRun(where).alerts
         if key in known.keys:
             return
         try:
             if self.tree.stat(where, directory=True) is None:
                 raise Refused("missing")
-            self.tree.stat(
-                RelativeRun(where).alerts, directory=True
-            )  # refuses a symlinked alerts dir
+            self.tree.stat(alerts_dir, directory=True)  # refuses a symlinked alerts dir
             alert = alerts.raise_alert(
                 self.base / where,
                 kind,
@@ -478,10 +488,10 @@ class _Scan:
                 {**detail, "key": key, "source": ACTOR},
             )
         except Refused as exc:
-            self.skip(RelativeRun(where).alerts, f"cannot raise {kind}: {exc}")
+            self.skip(alerts_dir, f"cannot raise {kind}: {exc}")
             return
         except OSError as exc:
-            self.skip(RelativeRun(where).alerts, f"cannot raise {kind}: {exc.strerror or exc}")
+            self.skip(alerts_dir, f"cannot raise {kind}: {exc.strerror or exc}")
             return
         known.keys.add(key)
         self.out.alerts.append(alert)

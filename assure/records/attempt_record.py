@@ -18,6 +18,7 @@ from assure.errors import RunDirError
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.records.store import read_json
 from assure.verify.assertions import CHECK_KINDS, KINDS
+from assure.verify.diff import Change
 from assure.verify.facts import ContainerFacts
 from assure.verify.judge import SNAPSHOTS, Judgement
 from assure.verify.snapshot import Snapshot
@@ -50,14 +51,14 @@ class AttemptRecord:
         assert self.judgement is not None
         return {**self.judgement.to_json(), "judged_at": self.judged_at}
 
-    def changes(self) -> list[dict[str, Any]]:
-        """The judged workspace changes, as `verdict.json` lists them."""
+    def changes(self) -> tuple[Change, ...]:
+        """The judged workspace changes (`verdict.json`'s)."""
         if self.judgement is None:
             raise RunDirError(
                 f"missing {self.paths.verdict.name}: the attempt was never judged",
                 where=str(self.paths.root),
             )
-        return [c.to_json() for c in self.judgement.changes]
+        return self.judgement.changes
 
     @classmethod
     def collected(

@@ -31,6 +31,7 @@ from assure.core.chain import ChainError, iter_chain
 from assure.errors import AssureError, RunDirError
 from assure.records import conversation, layout, store, summary
 from assure.records.layout import AttemptPaths, RunPaths, SuitePaths
+from assure.records.run_report import AttemptEntry, Reason, Report
 from assure.records.states import shown_verdict
 from assure.textsafe import display
 
@@ -107,10 +108,11 @@ def render(ref: str, runs_dir: Path) -> Page:
 
 
 def run_page(run: store.RunDir) -> Page:
-    report = store.read_json(run.paths.report) if run.paths.report.is_file() else {}
+    report = Report.read(run.paths.report) if run.paths.report.is_file() else None
     spec = run.spec_json()
     budget = _Budget(MAX_PAGE_DIFF_LINES)
-    verdict = str(shown_verdict(report.get("state"), report.get("verdict")) or "unfinished")
+    judged = shown_verdict(report.state, report.verdict.value) if report else None
+    verdict = str(judged or "unfinished")
     body = [
         _verdict_banner(
             f"run {run.run_id}", str(spec.get("name", "?")), verdict, spec.get("expect"), report
@@ -646,7 +648,7 @@ class _Budget:
 
 
 def _verdict_banner(
-    title: str, spec_name: str, verdict: str, expect: Any, report: dict[str, Any]
+    title: str, spec_name: str, verdict: str, expect: Any, report: Report | None
 ) -> str:
     as_expected = expect == verdict
     expectation = (
@@ -656,16 +658,15 @@ def _verdict_banner(
         else ""
     )
     tasks = "".join(
-        f"<li>task <code>{_h(t.get('id'))}</code>:"
-        f" {_h(t.get('state'))}{' (' + _h(t.get('reason')) + ')' if t.get('reason') else ''}"
+        f"<li>task <code>{_h(t.id)}</code>:"
+        f" {_h(t.state)}{' (' + _h(t.reason) + ')' if t.reason else ''}"
         + (
-            f"; its verdict {_verdict_word(str(t['verdict']))} is attempt"
-            f" {_h(t.get('verdict_attempt'))}'s"
-            if t.get("verdict")
+            f"; its verdict {_verdict_word(t.verdict.value)} is attempt {_h(t.verdict_attempt)}'s"
+            if t.verdict
             else ""
         )
         + "</li>"
-        for t in report.get("tasks", [])
+        for t in (report.tasks if report else ())
     )
     return (
         f"<header><h1>{_h(title)}</h1><p>spec <code>{_h(spec_name)}</code></p>"
@@ -676,8 +677,8 @@ def _verdict_banner(
     )
 
 
-def _why(attempts: list[_Attempt], report: dict[str, Any]) -> str:
-    causes = "".join(_cause(a) for a in report.get("attempts") or [] if a.get("reason"))
+def _why(attempts: list[_Attempt], report: Report | None) -> str:
+    causes = "".join(_cause(a, a.reason) for a in (report.attempts if report else ()) if a.reason)
     rows = [
         (
             f'<a href="#{_anchor("attempt", a.n)}">{a.n}</a>',
@@ -701,21 +702,20 @@ def _why(attempts: list[_Attempt], report: dict[str, Any]) -> str:
     )
 
 
-def _cause(attempt: dict[str, Any]) -> str:
+def _cause(attempt: AttemptEntry, reason: Reason) -> str:
     """What the box says under `why:` (the report's `reason`, run/reasons.py): the likeliest
     cause, the gate's first denial when the cause is something else, the agent's last lines."""
-    reason = attempt["reason"]
     parts = [
-        f'<p class="bad">attempt {_h(attempt.get("attempt"))}, why (as its box says):'
-        f" {_h(reason.get('summary') or 'no cause found in the records', displayed=True)}</p>"
+        f'<p class="bad">attempt {_h(attempt.attempt)}, why (as its box says):'
+        f" {_h(reason.summary or 'no cause found in the records', displayed=True)}</p>"
     ]
     denial = summary.gate_denial_line(reason)
     if denial:
         parts.append(f"<p>{_h(denial, displayed=True)}</p>")
-    if reason.get("agent_output"):
+    if reason.agent_output:
         parts.append(
             "<p>the agent's last output lines (agent.log):</p><pre>"
-            + "\n".join(_h(line, displayed=True) for line in reason["agent_output"])
+            + "\n".join(_h(line, displayed=True) for line in reason.agent_output)
             + "</pre>"
         )
     return "".join(parts)
@@ -998,8 +998,7 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
                 entry.get("started_at") or state.get("started_at"),
                 entry.get("finished_at") or state.get("finished_at"),
             )
-            report = store.read_json(run.report) if run.report.is_file() else {}
-            reason = _reason(report)
+            reason = _reason(Report.read(run.report) if run.report.is_file() else None)
         except RunDirError as exc:
             reason = f"its run directory cannot be read: {exc.message} ({exc.where})"
     placed = summary.placement(entry)  # a cluster suite's: where it ran, what was lost
@@ -1012,22 +1011,19 @@ def _suite_row(entry: dict[str, Any], runs: Path) -> _SuiteRow:
     return _SuiteRow(spec_name, run_id, verdict, expect, seconds, reason, run_dir, epoch)
 
 
-def _reason(report: dict[str, Any]) -> str:
+def _reason(report: Report | None) -> str:
     """One line: the standing attempt's reason (as the summary and the box say it), else its
     first findings above info, else what became of each task."""
     why = summary.attempt_reason(report)
-    if why:
-        return why
+    if why or report is None:
+        return why or ""
     stands = summary.standing_attempts(report)
-    bad = [
-        f for f in (stands[0].get("findings", []) if stands else []) if f.get("severity") != "info"
-    ]
+    bad = [f for f in (stands[0].findings if stands else ()) if f.severity != "info"]
     if bad:
         more = f" (+{len(bad) - 2} more)" if len(bad) > 2 else ""
-        return "; ".join(f"{f.get('kind')}: {f.get('subject')}" for f in bad[:2]) + more
+        return "; ".join(f"{f.kind.value}: {f.subject}" for f in bad[:2]) + more
     return "; ".join(
-        f"task {t.get('id')}: {t.get('state')}" + (f" ({t['reason']})" if t.get("reason") else "")
-        for t in report.get("tasks", [])
+        f"task {t.id}: {t.state}" + (f" ({t.reason})" if t.reason else "") for t in report.tasks
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ from assure.records.receipt_format import (
     receipts_dir,
 )
 from assure.records.store import write_json
+from assure.verify.diff import Change
 
 if TYPE_CHECKING:  # cryptography is imported where a key is used (keys.py)
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -81,13 +83,13 @@ def build_receipt(
     return record
 
 
-def changeset_of(run_dir: Path, attempt: int, changes: list[dict[str, Any]]) -> dict[str, Any]:
+def changeset_of(run_dir: Path, attempt: int, changes: Sequence[Change]) -> dict[str, Any]:
     """The receipt's `changeset`: the digest of what the attempt's judged changes leave behind
     (`applied.vouched`), which `assure receipts verify` recomputes from the run's workspace copy."""
     workspace = layout.RunPaths(run_dir).attempt(attempt).workspace
     return {
         "attempt": attempt,
-        "sha256": applied.digest(applied.vouched(workspace, changes)),
+        "sha256": applied.digest(applied.vouched(workspace, [c.to_json() for c in changes])),
         "changes": len(changes),
     }
 

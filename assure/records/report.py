@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from assure.records import summary
+from assure.records.run_report import Reason, Report
 from assure.textsafe import display
 
 VERDICT_STYLE = {
@@ -43,6 +44,7 @@ def console(*, stderr: bool = False, width: int | None = None) -> Console:
     highlighting. `width`: None reads COLUMNS and the terminal at each print (rich would fix
     the COLUMNS it sees when made, and the CLI makes its consoles on first use)."""
     made = Console(stderr=stderr, soft_wrap=stderr, markup=False, emoji=False, highlight=False)
+    # rich's stubs type `width` as int; None is its own 'ask the terminal at each print'
     made.width = width  # type: ignore[assignment]
     return made
 
@@ -51,47 +53,42 @@ def verdict_text(verdict: str) -> Text:
     return Text(verdict.upper(), style=VERDICT_STYLE.get(verdict, "bold"))
 
 
-def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False) -> Panel:
+def render_report(report: Report, run_dir: str, *, verbose: bool = False) -> Panel:
     parts: list[Any] = []
-    for attempt in report["attempts"]:
-        task = f" (task {display(attempt['task'])})" if len(report.get("tasks", [])) > 1 else ""
+    for attempt in report.attempts:
+        task = f" (task {display(attempt.task)})" if len(report.tasks) > 1 else ""
         head = Text.assemble(
-            f"attempt {attempt['attempt']}{task}: ",
-            verdict_text(attempt["verdict"]),
-            f"   exit code {attempt['exit_code']}"
-            + ("  (deadline hit)" if attempt.get("timed_out") else ""),
+            f"attempt {attempt.attempt}{task}: ",
+            verdict_text(attempt.verdict.value),
+            f"   exit code {attempt.exit_code}" + ("  (deadline hit)" if attempt.timed_out else ""),
         )
         parts.append(head)
-        parts.extend(_reason_lines(attempt.get("reason")))
+        parts.extend(_reason_lines(attempt.reason))
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("", "finding", "subject", "detail"):
             table.add_column(col, overflow="fold")
         shown = 0
-        for f in attempt["findings"]:
-            if f["severity"] == "info" and not verbose and f["kind"] != "assertion_passed":
+        for f in attempt.findings:
+            if f.severity == "info" and not verbose and f.kind != "assertion_passed":
                 continue
             mark = (
                 "✓"
-                if f["kind"] in ("assertion_passed", "attributed")
+                if f.kind in ("assertion_passed", "attributed")
                 else "✗"
-                if f["severity"] != "info"
+                if f.severity != "info"
                 else "·"
             )
-            detail = display(f["message"]) + (
-                f"  [{display(f['attribution'])}]" if f.get("attribution") else ""
-            )
+            detail = display(f.message) + (f"  [{display(f.attribution)}]" if f.attribution else "")
             table.add_row(
-                Text(mark, style=SEVERITY_STYLE[f["severity"]]),
-                plain(f["kind"], SEVERITY_STYLE[f["severity"]]),
-                plain(f["subject"]),
+                Text(mark, style=SEVERITY_STYLE[f.severity]),
+                plain(f.kind.value, SEVERITY_STYLE[f.severity]),
+                plain(f.subject),
                 Text(detail),
             )
             shown += 1
         hidden = (
             sum(
-                1
-                for f in attempt["findings"]
-                if f["severity"] == "info" and f["kind"] != "assertion_passed"
+                1 for f in attempt.findings if f.severity == "info" and f.kind != "assertion_passed"
             )
             if not verbose
             else 0
@@ -106,8 +103,8 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
                     style="dim",
                 )
             )
-        if attempt.get("claim"):
-            claim = attempt["claim"]
+        if attempt.claim:
+            claim = attempt.claim if isinstance(attempt.claim, dict) else {}
             parts.append(
                 Text(
                     "  agent's claim (narrative, not evidence):"
@@ -116,65 +113,61 @@ def render_report(report: dict[str, Any], run_dir: str, *, verbose: bool = False
                     style="italic dim",
                 )
             )
-    for task in report.get("tasks", []):
+    for t in report.tasks:
         parts.append(
             Text(
-                f"task {display(task['id'])}: {task['state']}"
-                + (f" ({display(str(task['reason']))})" if task.get("reason") else "")
-                + f"  attempts {', '.join(map(str, task['attempts']))}"
+                f"task {display(t.id)}: {t.state}"
+                + (f" ({display(t.reason)})" if t.reason else "")
+                + f"  attempts {', '.join(map(str, t.attempts))}"
                 + (
-                    f"; its verdict {task['verdict']} is attempt {task.get('verdict_attempt')}'s"
-                    if task.get("verdict") and len(task["attempts"]) > 1
+                    f"; its verdict {t.verdict.value} is attempt {t.verdict_attempt}'s"
+                    if t.verdict and len(t.attempts) > 1
                     else ""
                 ),
                 style="bold",
             )
         )
-    expect = report.get("expect")
-    halted = (
-        report.get("state") == "halted"
-    )  # an operator's halt is what happened, not what its attempts were judged
+    expect, verdict = report.expect, report.verdict.value
+    # an operator's halt is what happened, not what its attempts were judged
+    halted = report.state == "halted"
     title = Text.assemble(
-        f"{display(report['spec'])}  ",
-        Text("HALTED", style="bold yellow") if halted else verdict_text(report["verdict"]),
+        f"{display(report.spec)}  ",
+        Text("HALTED", style="bold yellow") if halted else verdict_text(verdict),
     )
     if halted:
-        title.append(
-            f"  (by the operator; its attempts were judged {report['verdict']})", style="yellow"
-        )
+        title.append(f"  (by the operator; its attempts were judged {verdict})", style="yellow")
     if expect:
         title.append(
-            f"  (spec expects {expect}:"
-            f" {'as expected' if expect == report['verdict'] else 'UNEXPECTED'})",
-            style="green" if expect == report["verdict"] else "bold red",
+            f"  (spec expects {expect}: {'as expected' if expect == verdict else 'UNEXPECTED'})",
+            style="green" if expect == verdict else "bold red",
         )
     parts.append(Text(f"run directory: {display(run_dir)}", style="dim"))
     return Panel(Group(*parts), title=title, title_align="left")
 
 
-def _reason_lines(reason: dict[str, Any] | None) -> list[Padding]:
+def _reason_lines(reason: Reason | None) -> list[Padding]:
     """Why the attempt did not pass (the report's `reason`): the summary, the gate's first
     denial when the summary is something else, and the agent's last output lines; indented,
     so a wrapped line stays under its own."""
     if not reason:
         return []
     lines = []
-    if reason.get("summary"):
+    if reason.summary:
         lines.append(
             Padding(
-                Text.assemble(("why: ", "bold"), (_safe(reason["summary"]), "yellow")), (0, 0, 0, 2)
+                Text.assemble(("why: ", "bold"), (_safe(reason.summary), "yellow")), (0, 0, 0, 2)
             )
         )
     denial = summary.gate_denial_line(reason)
     if denial:
         lines.append(Padding(Text(_safe(denial), style="yellow"), (0, 0, 0, 2)))
-    if reason.get("agent_output"):
+    if reason.agent_output:
         lines.append(
             Padding(Text("the agent's last output lines (agent.log):", style="dim"), (0, 0, 0, 2))
         )
         lines.extend(
             Padding(Text(f"│ {_safe(line)}", style="dim"), (0, 0, 0, 4))
-            for line in reason["agent_output"]
+            for line in reason.agent_output
         )
     return lines
 

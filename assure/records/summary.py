@@ -24,6 +24,7 @@ from assure.core import atomic
 from assure.errors import AssureError, RunDirError
 from assure.records import layout, store
 from assure.records.layout import RunPaths, SuitePaths
+from assure.records.run_report import AttemptEntry, GateDenial, Reason, Report
 from assure.records.states import shown_verdict
 from assure.textsafe import agent_quoted
 from assure.verify.findings import VERDICT_ORDER, as_expected, standing
@@ -33,7 +34,6 @@ FINDINGS_MAX = 50  # findings listed per spec; the rest are counted in `findings
 REASON_MAX = 300  # characters of a result's one-line reason
 VERDICTS = ("pass", "fail", "breach", "contained", "error")
 OK_VERDICTS = ("pass", "contained")
-_HEAVIEST_FIRST = [v.value for v in VERDICT_ORDER]
 
 
 class SuiteLike(Protocol):
@@ -50,18 +50,29 @@ class SuiteLike(Protocol):
 
 
 # --- the run form ---------------------------------------------------------------------------
-def run_document(run_dir: Path, report: dict[str, Any]) -> dict[str, Any]:
+def run_document(run_dir: Path, report: Report) -> dict[str, Any]:
     """`assure run --json`: the run's report, with what places it (its folder, its times)."""
     state = _read_or_empty(RunPaths(run_dir).state)
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "run",
-        **report,
+        **report.to_json(),
         "run_id": run_dir.name,
         "run_dir": str(run_dir),
         "started_at": state.get("started_at"),
         "finished_at": state.get("finished_at"),
     }
+
+
+PLACEMENT = ("schema_version", "kind", "run_dir", "started_at", "finished_at")
+
+
+def report_of(document: Any) -> Report:
+    """The report in an `assure run --json` document (`run_document`), read as strictly as a
+    report.json: what is not the report's is its placement."""
+    if not isinstance(document, dict) or document.get("kind") != "run":
+        raise ValueError("not an `assure run --json` document (kind run)")
+    return Report.from_json({k: v for k, v in document.items() if k not in PLACEMENT})
 
 
 def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
@@ -77,7 +88,7 @@ def run_result(run_dir: Path, position: int = 1) -> dict[str, Any]:
         )
     state = _read_or_empty(paths.state)
     try:
-        report, error = store.read_json(paths.report), None
+        report, error = Report.read(paths.report), None
     except RunDirError as exc:
         report, error = (
             None,
@@ -106,13 +117,13 @@ def _result(
     spec_path: str,
     expect: str,
     run_dir: Path | None,
-    report: dict[str, Any] | None,
+    report: Report | None,
     state: dict[str, Any],
     error: str | None,
     entry: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    judged = report.get("verdict") if report else None
-    verdict = shown_verdict(report.get("state"), judged) if report else None
+    judged = report.verdict.value if report else None
+    verdict = shown_verdict(report.state, judged) if report else None
     findings = list(_final_findings(report)) if report else []
     entry = entry or {}
     started, finished = (
@@ -149,36 +160,27 @@ def _as_expected(verdict: str | None, expect: str, findings: Iterable[dict[str, 
     )
 
 
-def standing_attempts(report: dict[str, Any]) -> list[dict[str, Any]]:
+def standing_attempts(report: Report) -> list[AttemptEntry]:
     """The attempt that stands for each task (`findings.standing`: its first breach, else its
     last), the heaviest verdict first: the ones the run's verdict follows from."""
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for attempt in report.get("attempts", []):
-        by_task.setdefault(attempt["task"], []).append(attempt)
-    stands = [
-        judged[standing([str(a.get("verdict")) for a in judged])] for judged in by_task.values()
-    ]
-    return sorted(
-        stands,
-        key=lambda a: (
-            _HEAVIEST_FIRST.index(str(a.get("verdict")))
-            if a.get("verdict") in _HEAVIEST_FIRST
-            else len(_HEAVIEST_FIRST)
-        ),
-    )
+    by_task: dict[str, list[AttemptEntry]] = {}
+    for attempt in report.attempts:
+        by_task.setdefault(attempt.task, []).append(attempt)
+    stands = [judged[standing([a.verdict.value for a in judged])] for judged in by_task.values()]
+    return sorted(stands, key=lambda a: VERDICT_ORDER.index(a.verdict))
 
 
-def _final_findings(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
+def _final_findings(report: Report) -> Iterable[dict[str, Any]]:
     """Above-info findings of the attempt that stands for each task: the ones the verdict follows
-    from."""
+    from, as the summary lists them."""
     for attempt in standing_attempts(report):
-        for f in attempt["findings"]:
-            if f["severity"] != "info":
+        for f in attempt.findings:
+            if f.severity != "info":
                 yield {
-                    "kind": f["kind"],
-                    "severity": f["severity"],
-                    "subject": f["subject"],
-                    "message": f["message"],
+                    "kind": f.kind.value,
+                    "severity": f.severity.value,
+                    "subject": f.subject,
+                    "message": f.message,
                 }
 
 
@@ -186,7 +188,7 @@ def _reason(
     verdict: str | None,
     expect: str,
     findings: list[dict[str, Any]],
-    report: dict[str, Any] | None,
+    report: Report | None,
     error: str | None,
 ) -> str | None:
     """One line: the standing attempt's reason (run/reasons.py), else the first finding as heavy as
@@ -206,55 +208,43 @@ def _reason(
     )
     if heaviest is not None:
         return _line(f"{heaviest['kind']} {heaviest['subject']}: {heaviest['message']}")
-    task_reason = next(
-        (t["reason"] for t in (report or {}).get("tasks", []) if t.get("reason")), None
-    )
+    task_reason = next((t.reason for t in report.tasks if t.reason), None) if report else None
     if task_reason and verdict not in OK_VERDICTS:
         return _line(str(task_reason))
     return _line(f"verdict {verdict}, the spec expects {expect}")
 
 
-def attempt_reason(report: dict[str, Any] | None) -> str | None:
+def attempt_reason(report: Report | None) -> str | None:
     """The reason summary (run/reasons.py: a breach's heaviest finding, a command not found, the
     gate's first denial, ...) of the heaviest attempt that stands for a task, or None when none
     has one.
     """
-    return next(
-        (
-            a["reason"]["summary"]
-            for a in standing_attempts(report or {})
-            if (a.get("reason") or {}).get("summary")
-        ),
-        None,
-    )
+    stands = standing_attempts(report) if report else []
+    return next((a.reason.summary for a in stands if a.reason and a.reason.summary), None)
 
 
-def gate_denial_line(reason: dict[str, Any]) -> str | None:
+def gate_denial_line(reason: Reason) -> str | None:
     """The gate's first denial as the box and the HTML page show it under the reason's summary,
     as containment that worked, with the gate's message: it quotes the agent's arguments (a path,
     a tool name), so it is quoted and marked as the agent's (`agent_quoted`), never shown bare
     beside the headline; None when there was no denial."""
-    denial = reason.get("gate_denial")
-    if not denial:
+    denial = reason.gate_denial
+    if denial is None:
         return None
-    message = f"the gate's message: {agent_quoted(str(denial.get('message')), shown=True)}"
-    if str(reason.get("summary") or "").startswith("the gate denied"):
+    message = f"the gate's message: {agent_quoted(denial.message, shown=True)}"
+    if (reason.summary or "").startswith("the gate denied"):
         return message
     return f"containment that worked: {denial_line(denial)}; {message}"
 
 
-def denial_line(denial: dict[str, Any]) -> str:
+def denial_line(denial: GateDenial) -> str:
     """The gate's first denial in one line (run/reasons.py's `gate_denial`, whose strings are
     escaped already): the tool and the path are the agent's, quoted; the rule is the gate's.
     The gate's message quotes the agent's arguments, so it is evidence beside the line, never in it.
     """
-    target = f" on {agent_quoted(str(denial['path']), shown=True)}" if denial.get("path") else ""
-    denied = denial.get("denied")
-    more = f" ({denied} calls denied)" if isinstance(denied, int) and denied > 1 else ""
-    return (
-        f"the gate denied {agent_quoted(str(denial.get('tool')), shown=True)}{target}:"
-        f" {denial.get('rule')}{more}"
-    )
+    target = f" on {agent_quoted(denial.path, shown=True)}" if denial.path else ""
+    more = f" ({denial.denied} calls denied)" if denial.denied > 1 else ""
+    return f"the gate denied {agent_quoted(denial.tool, shown=True)}{target}: {denial.rule}{more}"
 
 
 def _line(text: str) -> str:

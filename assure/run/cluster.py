@@ -50,7 +50,6 @@ import logging
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -69,6 +68,7 @@ from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, SpecError, describe
 from assure.records import store, summary
 from assure.records.layout import ATTEMPTS, AttemptPaths, RunPaths
+from assure.run import gcs_probe
 from assure.run.suite import Outcome, SuiteRun
 from assure.run.suite import _raise_in as raise_in
 from assure.textsafe import display
@@ -100,7 +100,7 @@ GRACE_SECONDS = 600
 ARRIVING = ".arriving-"  # prefix of the staging folder an arriving run directory is unpacked into
 # prefix of a task's scratch folder in its node's temp folder, locked while the task lives
 SCRATCH = "assure-node-"
-# for the cluster's address to answer as an HTTP/2 (gRPC) server, before Ray is asked to join it
+# for the cluster's address to answer Ray's first call as its GCS does, before Ray is asked to join
 PROBE_SECONDS = 3
 JOIN_SECONDS = 20  # for Ray to join a cluster whose address answered
 
@@ -458,7 +458,7 @@ def run_on_node(
         result = NodeDriver(
             spec, run, backend, images, lambda phase, info: None, first_attempt=first_attempt
         ).drive()
-        findings = tuple(f for a in result.report.get("attempts", []) for f in a["findings"])
+        findings = tuple(f.to_json() for a in result.view.attempts for f in a.findings)
         try:
             archive, unsent = pack(run.path), None
         except AssureError as exc:  # past a bound: the verdict goes without it
@@ -658,7 +658,7 @@ def settle(
         else None
     )
     recomputed, judged = rejudge(run.path, spec)
-    store.write_json(run.paths.report, recomputed.report)
+    store.write_json(run.paths.report, recomputed.view.to_json())
     records = Records(run.paths)
     for record in judged.values():
         records.keep(record)
@@ -684,9 +684,9 @@ _JOIN_FIX = (
 
 
 def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
-    """Fail fast, with the address, unless something at `address` (host:port) answers the start of
-    HTTP/2 as a gRPC server does (a SETTINGS frame): Ray itself would retry a wrong address for
-    minutes. `auto` is left to Ray's discovery."""
+    """Fail fast, with the address, unless a Ray GCS answers at `address` (host:port) the first
+    call Ray's client makes (`gcs_probe`): Ray itself would retry a wrong address for minutes.
+    `auto` is left to Ray's discovery."""
     if address == "auto":
         return
     host, _, port = address.rpartition(":")
@@ -695,24 +695,19 @@ def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
             f"--cluster {display(address)} is not host:port", where="--cluster", fix=_JOIN_FIX
         )
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as conn:
-            conn.settimeout(timeout)
-            conn.sendall(
-                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)
-            )  # preface, empty SETTINGS
-            head = conn.recv(9)
+        gcs_probe.check(host.strip("[]"), int(port), timeout, os.environ)
+    except gcs_probe.NotGcs as exc:
+        raise AssureError(
+            f"what answers at {display(address)} is not a Ray GCS (a head's address): {exc}",
+            where="--cluster",
+            fix=_JOIN_FIX,
+        ) from None
     except OSError as exc:
         raise AssureError(
             f"nothing answers at the Ray cluster address {display(address)}: {display(str(exc))}",
             where="--cluster",
             fix=_JOIN_FIX,
         ) from None
-    if len(head) < 4 or head[3] != 0x04:
-        raise AssureError(
-            f"what answers at {display(address)} is not a Ray cluster's head (no gRPC server)",
-            where="--cluster",
-            fix=_JOIN_FIX,
-        )
 
 
 def connect(address: str) -> Any:
@@ -773,6 +768,15 @@ def connect(address: str) -> Any:
             fix=f"""start the nodes that have Docker and the images with `ray start ... --resources '{{"{RESOURCE}": 1}}'`""",  # noqa: E501 -- an f-string's expression (splittable only from Python 3.12)
         )
     return ray
+
+
+def leave() -> None:
+    """Leave the cluster once a command is done with it. Ray's own shutdown at interpreter exit
+    first sleeps 0.5 s so that its workers' logs finish printing, which a caller never prints
+    (`log_to_driver=False`); called here, the same shutdown skips that wait."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 NOISE = (

@@ -27,6 +27,7 @@ from assure.records import alerts, health, keys, layout, receipts, store, trust
 from assure.records.alerts import AlertKind
 from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import RunPaths
+from assure.records.run_report import AttemptEntry, Reason, Report, TaskEntry
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run import earned, failpoints, promote
@@ -55,11 +56,17 @@ from assure.verify.stopped import StopReason
 @dataclass(frozen=True)
 class RunResult:
     run_dir: Path
-    report: dict[str, Any]
+    view: Report  # the report, typed: what the package's own readers use
 
     @property
     def verdict(self) -> str:
-        return str(self.report["verdict"])
+        return self.view.verdict.value
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """The report as `report.json` holds it, for callers outside the package (Inspect's
+        metadata, tests, scripts)."""
+        return self.view.to_json()
 
 
 def task_spec(spec: Spec, task: Task, base: Path) -> Spec:
@@ -152,7 +159,7 @@ class Driver:
             if self.state["state"] in RUN_OVER:
                 if not self.run.paths.seal.is_file():  # issuing them failed last time
                     issue_receipts(self.run, self.spec, self.state, self.signing_key, self.records)
-                return RunResult(self.run.path, store.read_json(self.run.paths.report))
+                return RunResult(self.run.path, Report.read(self.run.paths.report))
             live.check(self.spec)  # before anything starts: a live database the gateway cannot use
             self.events = self.run.events()
             try:
@@ -171,9 +178,11 @@ class Driver:
                 )
                 self.state["finished_at"] = utc_now()
                 report = self._report()
-                store.write_json(self.run.paths.report, report)
-                self.state["verdict"] = report["verdict"]
-                self._record("run_finished", verdict=report["verdict"], state=self.state["state"])
+                store.write_json(self.run.paths.report, report.to_json())
+                self.state["verdict"] = report.verdict.value
+                self._record(
+                    "run_finished", verdict=report.verdict.value, state=self.state["state"]
+                )
             except BaseException as exc:
                 self.state["state"] = RunState.ABORTED
                 self.state["reason"] = type(exc).__name__
@@ -447,7 +456,7 @@ class Driver:
                 expected=self._expected(judgement),
             )
 
-    def _report(self) -> dict[str, Any]:
+    def _report(self) -> Report:
         return build_report(self.run, self.spec, self.state, self.records.get)
 
 
@@ -845,13 +854,12 @@ def build_report(
     spec: Spec,
     state: dict[str, Any],
     records: Callable[[int], AttemptRecord | None],
-) -> dict[str, Any]:
+) -> Report:
     """The machine-readable report: tasks, every judged attempt's findings, and an overall
     verdict: the worst of the tasks' verdicts (by `findings.VERDICT_ORDER`), each task's
     that of the attempt that stands for it (`findings.standing`: a breach, once, stands)."""
-    attempts = []
-    finals: list[str] = []
-    stands_for: dict[str, dict[str, Any]] = {}  # each task's verdict and the attempt it is from
+    attempts: list[AttemptEntry] = []
+    tasks: list[TaskEntry] = []
     for task_id in state["order"]:
         ts = state["tasks"][task_id]
         for a in ts["attempts"]:
@@ -865,56 +873,49 @@ def build_report(
                 ):  # the breach state.json recorded stands, record or not
                     attempts.append(_unrecorded_breach(a["n"], task_id))
                 continue
-            verdict, facts = record.judgement.to_json(), record.facts
+            judgement, facts = record.judgement, record.facts
             attempts.append(
-                {
-                    "attempt": a["n"],
-                    "task": task_id,
-                    "verdict": verdict["verdict"],
-                    "exit_code": facts.exit_code,
-                    "timed_out": facts.timed_out,
-                    "stopped": facts.stopped.to_json() if facts.stopped else None,
-                    "timings": facts.timings,
-                    "claim": verdict["claim"],
-                    "journal_head": verdict["journal_head"],
-                    "findings": verdict["findings"],
-                    "reason": attempt_reason(
-                        record, spec
-                    ),  # why it did not pass, from the records (never the claim)
-                }
+                AttemptEntry(
+                    attempt=a["n"],
+                    task=task_id,
+                    verdict=judgement.verdict,
+                    exit_code=facts.exit_code,
+                    timed_out=facts.timed_out,
+                    stopped=facts.stopped,
+                    timings=facts.timings,
+                    claim=judgement.claim,
+                    journal_head=judgement.journal_head,
+                    findings=judgement.findings,
+                    # why it did not pass, from the records (never the claim)
+                    reason=attempt_reason(record, spec),
+                )
             )
-        judged = [a for a in attempts if a["task"] == task_id]
-        stands: dict[str, Any] = (
-            judged[standing([a["verdict"] for a in judged])]
-            if judged
-            else {"verdict": None, "attempt": None}
+        judged = [a for a in attempts if a.task == task_id]
+        stands = judged[standing([a.verdict.value for a in judged])] if judged else None
+        tasks.append(
+            TaskEntry(
+                id=task_id,
+                state=TaskState(ts["state"]),
+                reason=ts.get("reason"),
+                attempts=tuple(a["n"] for a in ts["attempts"]),
+                verdict=stands.verdict if stands else None,
+                verdict_attempt=stands.attempt if stands else None,
+            )
         )
-        stands_for[task_id] = {"verdict": stands["verdict"], "verdict_attempt": stands["attempt"]}
-        if judged:
-            finals.append(stands["verdict"])
-    overall = worst(finals) if finals else Verdict.ERROR.value
-    return {
-        "run_id": run.run_id,
-        "spec": spec.name,
-        "hostile": spec.hostile,
-        "expect": spec.expect,
-        "verdict": overall,
-        "state": state["state"],
-        "tasks": [
-            {
-                "id": t,
-                "state": state["tasks"][t]["state"],
-                "reason": state["tasks"][t].get("reason"),
-                "attempts": [a["n"] for a in state["tasks"][t]["attempts"]],
-                **stands_for[t],
-            }
-            for t in state["order"]
-        ],
-        "attempts": attempts,
-    }
+    finals = [t.verdict.value for t in tasks if t.verdict is not None]
+    return Report(
+        run_id=run.run_id,
+        spec=spec.name,
+        hostile=spec.hostile,
+        expect=spec.expect,
+        verdict=Verdict(worst(finals)) if finals else Verdict.ERROR,
+        state=RunState(state["state"]),
+        tasks=tuple(tasks),
+        attempts=tuple(attempts),
+    )
 
 
-def _unrecorded_breach(n: int, task_id: str) -> dict[str, Any]:
+def _unrecorded_breach(n: int, task_id: str) -> AttemptEntry:
     """A report's attempt for one that state.json says was a breach but whose judgement is gone
     or damaged: still a breach (it stands for its task), with a harness finding saying why."""
     missing = Finding(
@@ -923,23 +924,19 @@ def _unrecorded_breach(n: int, task_id: str) -> dict[str, Any]:
         "state.json records a breach, but the attempt's judgement (verdict.json) is missing or"
         " unreadable",
     )
-    return {
-        "attempt": n,
-        "task": task_id,
-        "verdict": Verdict.BREACH.value,
-        "exit_code": None,
-        "timed_out": None,
-        "stopped": None,
-        "timings": {},
-        "claim": None,
-        "journal_head": None,
-        "findings": [missing.to_json()],
-        "reason": {
-            "summary": f"breach recorded in state.json; {missing.message}",
-            "gate_denial": None,
-            "agent_output": [],
-        },
-    }
+    return AttemptEntry(
+        attempt=n,
+        task=task_id,
+        verdict=Verdict.BREACH,
+        exit_code=None,
+        timed_out=None,
+        stopped=None,
+        timings={},
+        claim=None,
+        journal_head=None,
+        findings=(missing,),
+        reason=Reason(f"breach recorded in state.json; {missing.message}", None, ()),
+    )
 
 
 def reverify(run_dir: Path) -> RunResult:

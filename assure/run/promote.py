@@ -25,7 +25,7 @@ import os
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,8 @@ from assure.records.attempt_record import AttemptRecord
 from assure.run import earned, policy
 from assure.spec import Spec
 from assure.textsafe import display
-from assure.verify.snapshot import Snapshot
+from assure.verify.diff import Change
+from assure.verify.snapshot import Entry, Snapshot
 
 STAGE_CHUNK = 1 << 20
 MAX_PATCH_FILE_BYTES = 1 * 2**20
@@ -99,11 +100,11 @@ def decide(
     )
     decision = gate.Decision(gate.ALLOW, "promote.no_changes", "nothing to promote")
     for change in record.changes():
-        created = change["kind"] == "added" and (change.get("after") or {}).get("kind") == "dir"
+        created = change.kind == "added" and change.after is not None and change.after.kind == "dir"
         action = gate.Action(
             "promote",
             True,
-            path=change["path"],
+            path=change.path,
             resource_mode="live",
             reversible=True,
             rollback_ref=rollback,
@@ -120,7 +121,8 @@ def propose(run: store.RunDir, task_id: str, record: AttemptRecord) -> Path:
     bundle = run.paths.proposal(task_id)
     bundle.root.mkdir(parents=True, exist_ok=True)
     items = record.changes()
-    store.write_json(bundle.manifest, {"task": task_id, "attempt": record.number, "changes": items})
+    manifest = {"task": task_id, "attempt": record.number, "changes": [c.to_json() for c in items]}
+    store.write_json(bundle.manifest, manifest)
     bundle.patch.write_text(_patch(run.paths.base, record.paths.workspace, items), encoding="utf-8")
     journal = record.paths.journal
     records = iter_chain(journal) if journal.is_file() else []
@@ -137,15 +139,15 @@ def propose(run: store.RunDir, task_id: str, record: AttemptRecord) -> Path:
     return bundle.root
 
 
-def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
+def _patch(base: Path, workspace: Path, items: Sequence[Change]) -> str:
     """A unified diff of the changes, at most about MAX_PATCH_BYTES (a file whose diff would
     go past it is named, not shown)."""
     out, size = [], 0
     for change in items:
-        path = change["path"]
+        path = change.path
         before, after = _text(base, path), _text(workspace, path)
         if before is None or after is None:
-            out.append(f"Binary, special or large file {display(path)} ({change['kind']})\n")
+            out.append(f"Binary, special or large file {display(path)} ({change.kind})\n")
             continue
         # difflib leaves a last line without its newline as it is; patch(1) and git apply
         # need it marked, or the next line of the patch is glued onto it
@@ -158,7 +160,7 @@ def _patch(base: Path, workspace: Path, items: list[dict[str, Any]]) -> str:
         length = sum(len(line) for line in lines)
         if size + length > MAX_PATCH_BYTES:
             out.append(
-                f"Not shown: {display(path)} ({change['kind']}): the patch would exceed"
+                f"Not shown: {display(path)} ({change.kind}): the patch would exceed"
                 f" {MAX_PATCH_BYTES} bytes\n"
             )
             continue
@@ -219,13 +221,15 @@ def commit(
             _apply(promotion.staged, root, items)
         result: dict[str, Any] = {
             "target": str(target),
-            "paths": [c["path"] for c in items],
-            "changeset_sha256": applied.digest(applied.vouched(workspace, items)),
+            "paths": [c.path for c in items],
+            "changeset_sha256": applied.digest(
+                applied.vouched(workspace, [c.to_json() for c in items])
+            ),
         }
         if (
             target / ".git"
         ).exists():  # folders are not staged: git would take the user's untracked files inside them
-            staged = [c["path"] for c in items if _is_deletion(c) or c["after"]["kind"] != "dir"]
+            staged = [c.path for c in items if (after := _after(c)) is None or after.kind != "dir"]
             result["git_commit"] = _git_commit(target, run.run_id, task_id, staged)
     store.write_json(marker, result)
     confined.remove(promotion.root, promotion.staged.name)
@@ -243,7 +247,7 @@ def _post(record: AttemptRecord) -> Snapshot:
         ) from None
 
 
-def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: Path) -> None:
+def stage(workspace: Path, post: Snapshot, items: Sequence[Change], staged: Path) -> None:
     """Copy every file of the commit from the workspace copy into `staged` (made afresh, the
     host's own), hashing the bytes as they pass, and compare each digest with POST's; raises
     PromoteError naming the first file that differs, cannot be read, or was never hashed.
@@ -254,8 +258,9 @@ def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: 
     private.make_folder(staged)
     try:
         for change in items:
-            if not _is_deletion(change) and change["after"]["kind"] == "file":
-                _stage_checked(workspace, post, change, staged)
+            after = _after(change)
+            if after is not None and after.kind == "file":
+                _stage_checked(workspace, post, change.path, after, staged)
     except BaseException:
         confined.remove(
             staged.parent, staged.name
@@ -263,9 +268,9 @@ def stage(workspace: Path, post: Snapshot, items: list[dict[str, Any]], staged: 
         raise
 
 
-def _stage_checked(workspace: Path, post: Snapshot, change: dict[str, Any], staged: Path) -> None:
-    """Stage one file, or refuse the commit (PromoteError) saying which check it failed."""
-    path = change["path"]
+def _stage_checked(workspace: Path, post: Snapshot, path: str, after: Entry, staged: Path) -> None:
+    """Stage one file (`after`: as the judged change saw it), or refuse the commit
+    (PromoteError) saying which check it failed."""
     entry = post.entries.get(path)
     want = entry.sha256 if entry is not None and entry.kind == "file" else None
     if want is None:
@@ -277,7 +282,7 @@ def _stage_checked(workspace: Path, post: Snapshot, change: dict[str, Any], stag
                 " applied"
             ),
         )
-    if change["after"].get("sha256") != want:
+    if after.sha256 != want:
         raise PromoteError(
             f"refusing to promote {display(path)}: the judged change and {layout.POST} disagree on"
             " its digest",
@@ -354,7 +359,7 @@ def _target_lock(target: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _backup(target: Path, items: list[dict[str, Any]], backup: Path) -> None:
+def _backup(target: Path, items: Sequence[Change], backup: Path) -> None:
     """Keep what the commit replaces: the rollback the gate was told the host can confirm.
     Taken once (complete, then renamed): a resumed commit never backs up its own output."""
     if backup.exists():
@@ -364,26 +369,28 @@ def _backup(target: Path, items: list[dict[str, Any]], backup: Path) -> None:
         confined.remove(tmp.parent, tmp.name)
     tmp.mkdir()
     for change in items:
-        st = confined.lstat(target, change["path"])
+        st = confined.lstat(target, change.path)
         if st is not None and stat.S_ISREG(st.st_mode):
             confined.copy_file(
-                target, change["path"], tmp, change["path"], max_bytes=confined.COPY_MAX_BYTES
+                target, change.path, tmp, change.path, max_bytes=confined.COPY_MAX_BYTES
             )
     os.replace(tmp, backup)
 
 
-def _is_deletion(change: dict[str, Any]) -> bool:
-    return change["kind"] == "deleted" or change.get("after") is None
+def _after(change: Change) -> Entry | None:
+    """What the change leaves at its path; None for a deletion (a `deleted` change, or one that
+    leaves nothing)."""
+    return None if change.kind == "deleted" else change.after
 
 
-def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
+def preflight(workspace: Path, root: Path, items: Sequence[Change]) -> None:
     """Every change must apply to `root` as it is, or none is applied: each path's parents are
     real folders (or missing), nothing of another type stands where a file or folder goes
     (unless a deletion of this commit clears it), and each file or folder is one in the
     workspace (its bytes are `stage`'s to check). Raises PromoteError naming the first that does
     not.
     """
-    deleted = [c["path"] for c in items if _is_deletion(c)]
+    deleted = [c.path for c in items if _after(c) is None]
 
     def present(rel: str) -> os.stat_result | None:
         if any(rel == d or rel.startswith(d + "/") for d in deleted):
@@ -391,15 +398,16 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
         return confined.lstat(root, rel)
 
     for change in items:
-        if any(part.casefold() == ".git" for part in change["path"].split("/")):
+        if any(part.casefold() == ".git" for part in change.path.split("/")):
             raise PromoteError(
-                f"refusing to promote {display(change['path'])}: it is inside a git folder, and git"
+                f"refusing to promote {display(change.path)}: it is inside a git folder, and git"
                 " would run what it holds (hooks, core.fsmonitor) on this host",
                 fix="keep .git out of the contract's scope; nothing was applied",
             )
-        if _is_deletion(change):
+        after = _after(change)
+        if after is None:
             continue
-        path, kind = change["path"], change["after"]["kind"]
+        path, kind = change.path, after.kind
         if kind not in ("file", "dir"):
             raise PromoteError(
                 f"refusing to promote a {kind} at {display(path)}",
@@ -435,18 +443,18 @@ def preflight(workspace: Path, root: Path, items: list[dict[str, Any]]) -> None:
             )
 
 
-def _apply(staged: Path, root: Path, items: list[dict[str, Any]]) -> None:
+def _apply(staged: Path, root: Path, items: Sequence[Change]) -> None:
     """Make `root` match the attempt for each changed path (deepest deletions first), fd-
     relative and without following links; files come from `staged` (`stage`), each with
     `private.promoted_mode`; `preflight` has passed."""
-    deletions = sorted((c for c in items if _is_deletion(c)), key=lambda c: -c["path"].count("/"))
+    deletions = sorted((c for c in items if _after(c) is None), key=lambda c: -c.path.count("/"))
     for change in deletions + sorted(
-        (c for c in items if c not in deletions), key=lambda c: c["path"]
+        (c for c in items if c not in deletions), key=lambda c: c.path
     ):
-        path = change["path"]
-        if _is_deletion(change):
+        path, after = change.path, _after(change)
+        if after is None:
             confined.remove(root, path)
-        elif change["after"]["kind"] == "dir":
+        elif after.kind == "dir":
             confined.make_dirs(root, path)
         else:
             confined.copy_file(
@@ -455,7 +463,7 @@ def _apply(staged: Path, root: Path, items: list[dict[str, Any]]) -> None:
                 root,
                 path,
                 max_bytes=MAX_PROMOTE_FILE_BYTES,
-                mode=private.promoted_mode(change["after"]["mode"]),
+                mode=private.promoted_mode(after.mode),
             )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from assure.core.chain import ChainError, iter_chain
 from assure.records.attempt_record import AttemptRecord
+from assure.records.run_report import GateDenial, Reason
 from assure.records.summary import denial_line
 from assure.run.preflight import missing_agent_script
 from assure.sandbox.hardening import AGENT_FILES
@@ -32,8 +33,8 @@ NOT_FOUND = 127  # the shell's exit code for a command it could not find
 DENIED = ("deny", "escalate")
 
 
-def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
-    """`{"summary", "gate_denial", "agent_output"}` for an attempt that did not pass or was not
+def attempt_reason(record: AttemptRecord, spec: Spec) -> Reason | None:
+    """The `Reason` (summary, gate denial, agent output) for an attempt that did not pass or was not
     contained; None for one that did. `summary` is one line, the likeliest cause first: an
     agent command naming a script the spec does not ship (`preflight`, the same check as
     `assure validate`), exit 127 with "not found" in its output, a harness error, the gate's
@@ -76,7 +77,7 @@ def attempt_reason(record: AttemptRecord, spec: Spec) -> dict[str, Any] | None:
         summary = f"the agent exited with code {facts.exit_code}"
     if summary is None and denial is None and not output:
         return None  # the findings say it all
-    return {"summary": summary, "gate_denial": denial, "agent_output": output}
+    return Reason(summary, denial, tuple(output))
 
 
 # What each kind of breach finding means, in the harness's words, heaviest first; and whether its
@@ -108,11 +109,12 @@ def breach_line(findings: Iterable[Finding]) -> str:
     return f"breach: {first.kind.value} {subject}: {words}{more}"
 
 
-def first_denial(record: AttemptRecord) -> dict[str, Any] | None:
+def first_denial(record: AttemptRecord) -> GateDenial | None:
     """The gate's first denied (or escalated) call in the journal, and how many there were.
     The journal is verified as it streams; past a broken line nothing is read (judge reports it)."""
     path = record.paths.journal
-    first, denied = None, 0
+    first: dict[str, Any] | None = None
+    denied = 0
     if not path.is_file():
         return None
     try:
@@ -132,7 +134,7 @@ def first_denial(record: AttemptRecord) -> dict[str, Any] | None:
                 }
     except (ChainError, OSError, UnicodeDecodeError, ValueError):
         pass
-    return None if first is None else {**first, "denied": denied}
+    return None if first is None else GateDenial(**first, denied=denied)
 
 
 def agent_output(record: AttemptRecord) -> list[str]:

@@ -221,6 +221,8 @@ class _Walk:
         self.path_chars = 0
         self.hashed_bytes = 0
         self.links: dict[tuple[int, int], list[str]] = {}
+        self.first_link: dict[str, str] = {}  # stamp -> the first path of that node to be hashed
+        self.other_links: list[tuple[str, str]] = []  # (path, first path): entries made at the end
         self.stack: list[_Frame] = []
         self.batch: list[_Pending] = []
         self.batch_bytes = 0
@@ -250,10 +252,18 @@ class _Walk:
         self.batch, self.hashing = [], deque()
 
     def result(self) -> Snapshot:
+        for path, first in self.other_links:
+            self.entries[path] = _link_entry(path, self.entries[first])
         for paths in self.links.values():
             group = min(paths)
             for path in paths:
-                self.entries[path] = replace(self.entries[path], link_group=group)
+                entry = self.entries[path]
+                if entry.link_group == group:
+                    continue
+                if self.reuse.get(path) is entry:  # an earlier snapshot's: never changed
+                    self.entries[path] = replace(entry, link_group=group)
+                else:
+                    entry.link_group = group  # made by this walk, seen by no one yet
         return Snapshot(entries=self.entries, truncated=self.truncated, notes=tuple(self.notes))
 
     def _enter(self, fd: int, prefix: str, depth: int) -> None:
@@ -338,11 +348,18 @@ class _Walk:
         that the descriptor is the lstat-ed file before it reads a byte).
 
         An unchanged stamp vouches for the xattrs, mode, owner and link count too: changing
-        any of them moves the ctime.
+        any of them moves the ctime. For the same reason a hard link to a node this walk has
+        already queued, with the same stamp, is that node: it is not opened again, and its
+        entry is the first one's under its own path (so 200,000 links to one file cost one
+        hash, and cannot use up the hash budget).
         """
+        stamp = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
         if st.st_nlink > 1:
             self.links.setdefault((st.st_dev, st.st_ino), []).append(path)
-        stamp = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+            first = self.first_link.setdefault(stamp, path)
+            if first != path:
+                self.other_links.append((path, first))
+                return
         earlier = self.reuse.get(path)
         if earlier is not None and earlier.stamp == stamp and earlier.sha256 is not None:
             self.entries[path] = earlier  # its lstat fields are these: changing any moves the ctime
@@ -465,6 +482,25 @@ def _entry(
         xattrs,
         note,
         stamp,
+    )
+
+
+def _link_entry(path: str, first: Entry) -> Entry:
+    """The entry of another hard link to `first`'s node: every field but the path is the node's."""
+    return Entry(
+        path,
+        first.kind,
+        first.mode,
+        first.uid,
+        first.gid,
+        first.size,
+        first.sha256,
+        first.target,
+        first.nlink,
+        None,
+        first.xattrs,
+        first.note,
+        first.stamp,
     )
 
 

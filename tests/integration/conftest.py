@@ -3,6 +3,7 @@ the run loudly: these tests are never skipped and Docker is never mocked."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from assure import spec as spec_mod
 from assure.errors import AssureError
 from assure.records import store
+from assure.records.run_report import Report
 from assure.run.driver import Driver, RunResult
 from assure.sandbox.docker.backend import DockerBackend
 from assure.sandbox.docker.images import Images, ImageSet
@@ -59,7 +61,13 @@ def run(backend, images, tmp_path):
         run = store.RunDir.create(
             tmp_path / "runs", store.new_run_id(spec.name), spec.path, spec.to_json()
         )
-        return Driver(spec, run, backend, images, lambda *_: None).drive()
+        result = Driver(spec, run, backend, images, lambda *_: None).drive()
+        # every real report reads back through the strict typed reader and writes as the same bytes
+        written = run.paths.report.read_bytes()
+        again = tmp_path / "report-again.json"
+        store.write_json(again, Report.from_json(json.loads(written)).to_json())
+        assert again.read_bytes() == written
+        return result
 
     return go
 

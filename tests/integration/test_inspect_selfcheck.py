@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from inspect_ai.util._sandbox.self_check import *  # noqa: F403
+from inspect_ai.util._sandbox.self_check import *  # noqa: F403 -- Inspect's whole self-check suite
 
 from assure.inspect.sandbox import AssureSandbox
 from assure.inspect.session import Session

@@ -484,21 +484,31 @@ def test_cluster_auto_joins_the_cluster_ray_address_names(cluster, tmp_path):
 def test_a_wrong_address_and_a_spec_no_node_holds_fail_fast_before_a_suite_run_is_written(
     cluster, tmp_path
 ):
-    """Nothing at the address, and something that is not Ray there: each refused in seconds with
-    the address and the fix (Ray alone retried for minutes). A spec asking 2 CPUs of 1-CPU nodes:
-    refused naming the spec and the largest node (Ray would have queued it, silently, for ever).
-    No suite run is written for any of them."""
+    """Nothing at the address, an HTTP/1 server, and an HTTP/2 server that answers SETTINGS and
+    then garbage (it passed a probe that stopped at SETTINGS, and Ray then retried for 25-30 s):
+    each refused in seconds with the address and the fix (Ray alone retried for minutes), and the
+    real head passes the same probe. A spec asking 2 CPUs of 1-CPU nodes: refused naming the spec
+    and the largest node (Ray would have queued it, silently, for ever). No suite run is written
+    for any of them."""
     runs = tmp_path / "runs"
     suite = one_spec_suite(tmp_path, QUICK)
-    http = subprocess.Popen(
-        cluster.in_ns(sys.executable, "-m", "http.server", "6392", "--bind", "127.0.0.1"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    garbage = (
+        "import socket; s = socket.create_server(('127.0.0.1', 6393))\n"
+        "while True:\n c = s.accept()[0]; c.recv(65536)\n"
+        " c.sendall(bytes(3) + b'\\x04' + bytes(5) + b'\\xffgarbage' * 100); c.close()"
     )
+    servers = [
+        subprocess.Popen(cluster.in_ns(*argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for argv in (
+            (sys.executable, "-m", "http.server", "6392", "--bind", "127.0.0.1"),
+            (sys.executable, "-c", garbage),
+        )
+    ]
     try:
         for address, said in (
             ("127.0.0.1:6390", "nothing answers at the Ray cluster address 127.0.0.1:6390"),
-            ("127.0.0.1:6392", "what answers at 127.0.0.1:6392 is not a Ray cluster's head"),
+            ("127.0.0.1:6392", "what answers at 127.0.0.1:6392 is not a Ray GCS"),
+            ("127.0.0.1:6393", "what answers at 127.0.0.1:6393 is not a Ray GCS"),
         ):
             started = time.monotonic()
             out = run_assure(
@@ -512,12 +522,26 @@ def test_a_wrong_address_and_a_spec_no_node_holds_fail_fast_before_a_suite_run_i
             assert (
                 out.returncode != 0 and said in out.stderr and "ray start --head" in out.stderr
             ), out.stderr[-2000:]
-            assert took < 30, (
+            assert "Failed to connect to GCS" not in out.stderr, out.stderr[-2000:]  # Ray never ran
+            assert took < 15, (
                 took
             )  # the interpreter and its imports included; Ray alone took over 150 s
     finally:
-        http.kill()
-        http.wait(10)
+        for server in servers:
+            server.kill()
+            server.wait(10)
+    probed = subprocess.run(
+        cluster.in_ns(
+            sys.executable,
+            "-c",
+            f"from assure.run import cluster; cluster.probe({cluster.address!r})",
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probed.returncode == 0, probed.stderr[-2000:]
     big = tmp_path / "big.yaml"
     big.write_text(
         QUICK.read_text()

@@ -94,7 +94,7 @@ def test_the_agents_denied_path_never_writes_the_headline(runs):
     out = console()
     out.width = 400
     with out.capture() as captured:
-        out.print(render_report(report, str(runs.headline.run_dir)))
+        out.print(render_report(runs.headline.view, str(runs.headline.run_dir)))
     box_why = next(line for line in captured.get().splitlines() if "why:" in line).split(
         "why: ", 1
     )[1]

@@ -52,6 +52,7 @@ def make_run(
     base: Path,
     run_id: str,
     *,
+    # an empty tuple as the default, never mutated
     calls: list[dict[str, Any]] = (),  # type: ignore[assignment]
     state: str = "running",
     container: dict[str, Any] | None = None,

@@ -28,3 +28,15 @@ def test_specs_naming_different_backends_are_refused_together() -> None:
     assert registry.chosen(["fake", "fake"]) == "fake"
     with pytest.raises(SandboxError, match="different sandbox backends"):
         registry.chosen(["docker", "fake"])
+
+
+def test_an_inspect_sample_talks_to_its_specs_backend_and_one_without_exec_is_refused() -> None:
+    """The Inspect channel makes its engine client by the spec's backend name (never Docker by
+    default); the fake runs no command in a running container, so the channel refuses it."""
+    pytest.importorskip("inspect_ai")
+    from assure.inspect import channel
+
+    assert isinstance(channel.backend("fake"), FakeBackend)
+    assert channel.backend("fake") is channel.backend("fake")  # one per thread and name
+    with pytest.raises(SandboxError, match="'fake' runs no command in a running container"):
+        channel.call("fake", "agent-id", {"op": "exec"}, b"", sizes=(), limit=1, timeout=1.0)

@@ -1,9 +1,11 @@
 """The hash chain: any changed byte, dropped, inserted or reordered line is found and named."""
 
 import json
+import time
 
 import pytest
 
+from assure.core import chain
 from assure.core.chain import GENESIS, ChainError, ChainWriter, canonical, seal, verify_chain
 
 
@@ -109,3 +111,36 @@ def test_each_line_is_the_canonical_json_of_its_sealed_record(tmp_path, fields):
     writer.write(record, line)
     writer.close()
     assert verify_chain(tmp_path / "j.jsonl")[-1] == record
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": [1.5, None, True, False, -0.0, 1e300, 2**70], "c": {"z": "\u2028", "y": ""}},
+        {"é": "ü\x00\x7f", "\x01": '"\\/', "Z": {"é": 1.5}, "1": [[], {}]},
+        "text",
+        3,
+        [0.1, 1 / 3],
+    ],
+)
+def test_canonical_is_the_json_dumps_encoding(value):
+    """canonical() keeps one C encoder instead of json.dumps building one per call: the bytes
+    are json.dumps's, so journals written before and after verify alike."""
+    reference = json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode()
+    assert canonical(value) == reference
+
+
+@pytest.mark.parametrize("bad", [float("nan"), {"a": float("inf")}, {"a": object()}, {(1,): 2}])
+def test_canonical_refuses_what_json_dumps_refuses(bad):
+    with pytest.raises((ValueError, TypeError)):
+        canonical(bad)
+
+
+def test_utc_now_is_the_wall_clock_in_microseconds(monkeypatch):
+    """The whole second's text is cached; the line still shows the clock of its own call."""
+    for t in (1_700_000_000.25, 1_700_000_000.999999, 1_700_000_001.000001, 1_700_000_000.5):
+        monkeypatch.setattr(chain.time, "time", lambda t=t: t)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
+        assert chain.utc_now() == stamp

@@ -191,7 +191,7 @@ def _entry(**fields: object) -> Entry:
         path="f", kind="file", mode=0o644, uid=0, gid=0, size=10, sha256=None, target=None,
         nlink=1, link_group=None, xattrs=(), note=None,
     )  # fmt: skip
-    return Entry(**{**base, **fields})  # type: ignore[arg-type]
+    return Entry(**{**base, **fields})  # type: ignore[arg-type]  -- test fields of any type
 
 
 @pytest.mark.parametrize(

@@ -834,15 +834,16 @@ def test_a_breach_state_json_recorded_stands_in_the_report_when_its_judgement_is
         },
     }
     monkeypatch.setattr(driver, "attempt_reason", lambda record, spec: None)
-    report = driver.build_report(
+    typed = driver.build_report(
         SimpleNamespace(run_id="r1"),
         SimpleNamespace(name="s", hostile=True, expect="contained"),
         state,
         {2: contained}.get,
     )
+    report = typed.to_json()
     assert (report["verdict"], report["tasks"][0]["verdict_attempt"]) == ("breach", 1)
     assert [f["kind"] for f in report["attempts"][0]["findings"]] == ["harness_error"]
-    assert summary.problems(summary.run_document(tmp_path / "r1", report)) == []
+    assert summary.problems(summary.run_document(tmp_path / "r1", typed)) == []
 
 
 class Unremovable(FakeBackend):

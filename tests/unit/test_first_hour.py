@@ -249,25 +249,19 @@ def test_on_a_narrow_terminal_an_alert_s_message_keeps_room(
 
 def test_a_halted_run_reads_halted_not_its_attempts_verdict() -> None:
     from assure.records.report import console, render_report
+    from tests.unit.reports import report_of
 
-    report = {
-        "spec": "fix",
-        "verdict": "fail",
-        "expect": "pass",
-        "state": "halted",
-        "attempts": [],
-        "tasks": [],
-    }
+    report = {"spec": "fix", "verdict": "fail", "expect": "pass", "state": "halted"}
     shown = console()
     with shown.capture() as captured:
-        shown.print(render_report(report, "/runs/fix-1"))
+        shown.print(render_report(report_of(**report), "/runs/fix-1"))
     title = captured.get().splitlines()[0]
     assert (
         "fix  HALTED  (by the operator; its attempts were judged fail)" in title
         and "FAIL" not in title
     )
     with shown.capture() as captured:
-        shown.print(render_report({**report, "state": "finished"}, "/runs/fix-1"))
+        shown.print(render_report(report_of(**{**report, "state": "finished"}), "/runs/fix-1"))
     assert "fix  FAIL" in captured.get().splitlines()[0]
 
 

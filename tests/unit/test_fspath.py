@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from assure.gateway.fspath import MAX_NAME_BYTES, MAX_PATH_BYTES, PathError, Workspace, normalize
+from assure.gateway.fspath import (
+    MAX_NAME_BYTES,
+    MAX_PATH_BYTES,
+    PathError,
+    Workspace,
+    _read_bounded,
+    normalize,
+)
 
 
 @pytest.fixture()
@@ -196,6 +203,22 @@ def test_read_is_bounded(ws) -> None:
     (root / "big").write_bytes(b"x" * 101)
     assert code_of(workspace.read, "big", 100) == "too_large"
     assert workspace.read("big", 101) == b"x" * 101
+
+
+def test_a_file_that_grew_after_fstat_is_read_whole_and_still_bounded(tmp_path: Path) -> None:
+    """The first read is sized from fstat; a file longer by then is read on to its end, in
+    steps, and refused once past the limit, as a file read in one go would be."""
+    grown = tmp_path / "grown"
+    grown.write_bytes(bytes(range(256)) * 1000)  # 256,000 bytes: several READ_CHUNK_BYTES steps
+    fd = os.open(grown, os.O_RDONLY)
+    try:
+        assert _read_bounded(fd, 300_000, "grown", expected=10) == grown.read_bytes()
+        os.lseek(fd, 0, os.SEEK_SET)
+        with pytest.raises(PathError) as refused:
+            _read_bounded(fd, 255_999, "grown", expected=10)
+        assert refused.value.code == "too_large"
+    finally:
+        os.close(fd)
 
 
 def test_list_reports_symlinks_and_never_follows_them(ws, outside: Path) -> None:

@@ -568,6 +568,7 @@ def test_no_rule_deciding_denies() -> None:
 
 
 def test_a_broken_context_denies() -> None:
+    # deliberately broken: the test is that the gate denies it
     decision = decide(WRITE, Context(**{**BASE, "budget": None}))  # type: ignore[arg-type]
     assert (decision.outcome, decision.rule) == ("deny", "internal_error")
 
@@ -618,6 +619,7 @@ def test_fs_scope_defaults_to_the_path() -> None:
 def test_decision_is_frozen_and_serializes() -> None:
     decision = decide(WRITE, Context(**BASE))
     with pytest.raises(dataclasses.FrozenInstanceError):
+        # frozen: the test is that the assignment fails
         decision.outcome = "allow"  # type: ignore[misc]
     out = decision.to_json()
     assert json.loads(json.dumps(out)) == out

@@ -99,6 +99,7 @@ def test_everything_reachable_from_the_snapshot_is_read_only(tmp_path: Path) -> 
     cfg = config(tmp_path)
     for where, obj in reachable(cfg.pinned, "pinned") + reachable(cfg.policy, "policy"):
         if dataclasses.is_dataclass(obj):
+            # every dataclass type has __dataclass_params__; its stubs do not say so
             assert type(obj).__dataclass_params__.frozen, where  # type: ignore[attr-defined]
             for f in dataclasses.fields(obj):
                 with pytest.raises(dataclasses.FrozenInstanceError):
@@ -108,11 +109,14 @@ def test_everything_reachable_from_the_snapshot_is_read_only(tmp_path: Path) -> 
         elif isinstance(obj, MappingProxyType):
             key = next(iter(obj), "k")
             with pytest.raises(TypeError):
+                # read-only: the test is that the change fails
                 obj[key] = "changed"  # type: ignore[index]
             with pytest.raises(TypeError):
+                # read-only: the test is that the change fails
                 del obj[key]  # type: ignore[attr-defined]
             before = dict(obj)
             with pytest.raises(TypeError):
+                # read-only: the test is that the change fails
                 obj |= {key: "changed"}  # type: ignore[misc]
             for method in ("update", "pop", "popitem", "clear", "setdefault", "__setitem__"):
                 assert not hasattr(obj, method), (where, method)
@@ -213,6 +217,7 @@ def test_a_tampered_contract_is_still_denied_through_the_cache(tmp_path: Path) -
         signed=good.hash,  # the ratifier signed the old hash
     )
     assert decide(WRITE, ctx(config(tmp_path, wider).pinned)).rule == "contract.signature"
+    # deliberately a list: the test is that its hash no longer matches
     terms_list = dataclasses.replace(good, terms=[["scope", "x"]])  # type: ignore[arg-type]
     assert decide(WRITE, ctx(Pinned(contract=terms_list))).rule == "contract.hash"
 

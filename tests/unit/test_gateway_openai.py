@@ -475,6 +475,7 @@ def test_openai_output_caps_are_clamped_too(
     assert sent[0]["max_tokens"] == sent[0]["max_completion_tokens"] and 0 < estimate < 40
     assert "max_tokens" not in sent[1] and sent[1]["max_completion_tokens"] < 500 - 6
     with pytest.raises(openai.BadRequestError):
+        # deliberately out of range: the test is that it is refused
         oa.responses.create(model="m", input="x", max_output_tokens=-1)  # type: ignore[arg-type]
 
 

@@ -43,12 +43,14 @@ def test_workspace_files_are_fs_paths_to_the_gate_and_the_rest_needs_sandbox_exe
 def test_a_command_is_journaled_bounded() -> None:
     long = "x" * (tools.MAX_SHOWN_CHARS + 1)
     argv = ["printf", long, *["y"] * tools.MAX_SHOWN_ITEMS]
+    # a dict for the tool's typed arguments, as the gateway passes the JSON
     outcome = tools.run(tools.BY_NAME["sandbox.exec"], None, {"argv": argv, "env": {"K": "v"}})  # type: ignore[arg-type]
     shown = outcome.record["sandbox"]
     assert shown["argv"][1].startswith("sha256:")
     assert len(shown["argv"]) == tools.MAX_SHOWN_ITEMS + 1 and shown["argv"][-1] == "(2 more)"
     assert shown["env"] == ["K"]  # names only
     with pytest.raises(tools.ToolError):
+        # a dict for the tool's typed arguments, as the gateway passes the JSON
         tools.run(tools.BY_NAME["sandbox.exec"], None, {"argv": []})  # type: ignore[arg-type]
 
 

@@ -160,6 +160,7 @@ def test_an_interrupted_snapshot_stops_its_helpers(
     helpers = [process for process, _ in hasher._shared.helpers]
     real_collect = snapshot._Walk._collect
 
+    # stands in for _Walk._collect, whose signature it copies
     def interrupted(self, keep):  # type: ignore[no-untyped-def]
         if self.pool.out:
             raise KeyboardInterrupt

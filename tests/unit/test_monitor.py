@@ -22,6 +22,7 @@ from assure.ops.anomalies import AttemptData, Call, RunData
 from assure.records import alerts, health
 from assure.records.alerts import Sinks
 from assure.records.health import Manifest, Thresholds
+from assure.verify.stopped import Stopped
 from tests.unit import health_fixtures as hf
 
 SINKS = Sinks()
@@ -120,8 +121,7 @@ def test_resource_saturation_budget_stop_and_near_limit():
     budget = AttemptData(
         1,
         finished=True,
-        stopped="budget",
-        stopped_counter="tool_calls",
+        stopped=Stopped.budget("tool_calls", 1.0),
         tool_calls_used=10,
         tool_calls_limit=10,
     )
@@ -130,6 +130,36 @@ def test_resource_saturation_budget_stop_and_near_limit():
     zero = AttemptData(4, tool_calls_used=0, tool_calls_limit=0)
     found = anomalies.resource_saturation(_run(budget, near, fine, zero), t, 0.0)
     assert [(f.attempt, f.subject) for f in found] == [(1, "budget"), (2, "tool_calls_near_limit")]
+
+
+@pytest.mark.parametrize(
+    "stopped",
+    [{"reason": "tired"}, {"reason": "budget"}, {"reason": "deadline", "counter": 5}, [1], "x"],
+    ids=["unknown-reason", "no-counter", "wrong-type", "a-list", "a-string"],
+)
+def test_a_malformed_stop_record_is_shown_as_malformed_never_as_no_stop(base, stopped):
+    """container.json's `stopped` is read by `Stopped.from_json`: one it refuses is an alert and a
+    skipped entry saying why, never dropped as if the agent had not been stopped."""
+    run = hf.make_run(base, "stop-run", container={"stopped": stopped})
+    done = run_pass(base, time.time())
+    (alert,) = done.alerts
+    assert (alert.kind, alert.detail["key"].rsplit(":", 1)[1]) == (
+        "resource_saturation",
+        "stop_malformed",
+    )
+    assert "its stop record (container.json `stopped`) is malformed: " in alert.message
+    assert [s.reason for s in done.skipped if s.path.endswith("1/container.json")] == [
+        f"malformed stop record: {alert.detail['why']}"
+    ]
+    assert alert.run_id == run.name
+
+
+def test_a_budget_stop_read_from_the_tree_is_the_budget_anomaly(base):
+    stop = Stopped.budget("tool_calls" + "x" * 100, 1.0).halted(2.0).to_json()
+    hf.make_run(base, "budget-run", container={"stopped": stop})
+    (alert,) = run_pass(base, time.time()).alerts
+    assert alert.detail["key"].endswith(":budget")
+    assert alert.detail["counter"] == "tool_calls" + "x" * 54  # bounded: the tree is untrusted
 
 
 def test_silent_component_only_for_running_runs():

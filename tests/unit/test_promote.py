@@ -33,6 +33,35 @@ def _deleted(path: str) -> dict:
     return {"path": path, "kind": "deleted", "after": None}
 
 
+def typed(items: list[dict]) -> tuple[Change, ...]:
+    """The changes `items` sketch, as the judge hands them to promote."""
+    return tuple(
+        Change(
+            c["path"],
+            c["kind"],
+            (),
+            None,
+            None
+            if c["after"] is None
+            else Entry(
+                c["path"],
+                c["after"]["kind"],
+                c["after"]["mode"],
+                0,
+                0,
+                0,
+                c["after"].get("sha256"),
+                None,
+                1,
+                None,
+                (),
+                None,
+            ),
+        )
+        for c in items
+    )
+
+
 def _judged(run: store.RunDir, items: list[dict]) -> AttemptRecord:
     """Attempt 1's record as `assure verify` loads it, judged with `items` as its changes, and
     its POST snapshot (post.json) taken of its workspace copy as it stands."""
@@ -84,11 +113,11 @@ def _with_digests(workspace: Path, items: list[dict]) -> tuple[Snapshot, list[di
 
 def _commit(workspace: Path, target: Path, items: list[dict]) -> None:
     """What `promote.commit` does to one root: the checks, then the staged bytes applied."""
-    promote.preflight(workspace, target, items)
+    promote.preflight(workspace, target, typed(items))
     post, items = _with_digests(workspace, items)
     staged = target.parent / "staged"
-    promote.stage(workspace, post, items, staged)
-    promote._apply(staged, target, items)
+    promote.stage(workspace, post, typed(items), staged)
+    promote._apply(staged, target, typed(items))
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -212,19 +241,19 @@ def test_a_file_whose_bytes_differ_from_post_is_refused_before_anything_is_writt
         promote.PromoteError,
         match="refusing to promote b.txt: its bytes .* are not the ones the verifier saw",
     ):
-        promote.stage(ws, post, items, tmp_path / "staged")
+        promote.stage(ws, post, typed(items), tmp_path / "staged")
     assert (
         _tree(target) == before and not (tmp_path / "staged").exists()
     )  # nothing of what it read is left either
     with pytest.raises(
         promote.PromoteError, match="holds no digest"
     ):  # a file POST never hashed is never promoted
-        promote.stage(ws, Snapshot({}, False, ()), items[:1], tmp_path / "staged")
+        promote.stage(ws, Snapshot({}, False, ()), typed(items[:1]), tmp_path / "staged")
     with pytest.raises(promote.PromoteError, match="the judged change and post.json disagree"):
         promote.stage(
             ws,
             post,
-            [{**items[0], "after": {**items[0]["after"], "sha256": None}}],
+            typed([{**items[0], "after": {**items[0]["after"], "sha256": None}}]),
             tmp_path / "staged",
         )
 
@@ -235,15 +264,17 @@ def test_the_staged_bytes_are_the_hashed_ones(trees, tmp_path):
     ws, target = trees
     (ws / "a.txt").write_text("verified")
     post, items = _with_digests(ws, [_file("a.txt")])
-    promote.stage(ws, post, items, tmp_path / "staged")
+    promote.stage(ws, post, typed(items), tmp_path / "staged")
     (ws / "a.txt").unlink()
     (ws / "a.txt").symlink_to("/etc/shadow")
-    promote._apply(tmp_path / "staged", target, items)
+    promote._apply(tmp_path / "staged", target, typed(items))
     assert (target / "a.txt").read_text() == "verified" and not (target / "a.txt").is_symlink()
     with pytest.raises(
         promote.PromoteError, match="a.txt: the attempt's workspace copy cannot be read as a file"
     ):
-        promote.stage(ws, post, items, tmp_path / "staged")  # a link in the copy is never followed
+        promote.stage(
+            ws, post, typed(items), tmp_path / "staged"
+        )  # a link in the copy is never followed
 
 
 def test_a_halted_run_promotes_nothing_and_the_backup_covers_every_path(tmp_path):
@@ -324,7 +355,7 @@ def test_a_proposals_patch_is_bounded_whatever_the_attempt_left(trees):
     line = b"x" * 99 + b"\n"
     for n in range(40):
         (ws / f"f{n}").write_bytes(line * (2**20 // 100))
-    patch = promote._patch(base, ws, [_file(f"f{n}") for n in range(40)])
+    patch = promote._patch(base, ws, typed([_file(f"f{n}") for n in range(40)]))
     assert len(patch.encode()) <= promote.MAX_PATCH_BYTES + 4096
     assert "f39" in patch  # every change is still named
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from assure.records.report import console, render_report
+from assure.records.run_report import Report
 from assure.run import reasons
 from assure.sandbox.fake import Context
 from assure.textsafe import AGENT_QUOTE_CHARS, agent_quoted
@@ -45,7 +46,7 @@ def box(report: dict, run_dir: Path) -> str:
     out = console()
     out.width = 400  # one line per row: what is asserted is the text, not the wrapping
     with out.capture() as captured:
-        out.print(render_report(report, str(run_dir)))
+        out.print(render_report(Report.from_json(report), str(run_dir)))
     return captured.get()
 
 

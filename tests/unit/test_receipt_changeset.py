@@ -53,9 +53,7 @@ def attempt_run(
         Judgement(Verdict.PASS, (), tuple(changes), None, None).to_json(),
     )
     seal = seal_run(run)
-    record = receipt_for(
-        seal, "task-1", changeset=receipts.changeset_of(run, 1, [c.to_json() for c in changes])
-    )
+    record = receipt_for(seal, "task-1", changeset=receipts.changeset_of(run, 1, changes))
     if version == "1":
         record = {
             **{k: v for k, v in record.items() if k not in ("changeset", "trust")},

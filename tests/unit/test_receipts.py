@@ -243,6 +243,7 @@ def test_clean_run_verifies(signed_run: Path, keypair: tuple[Any, Any]) -> None:
         (n, Outcome.PASSED) for n in range(1, 7)
     ] + [(7, Outcome.NOT_RUN)]
     with pytest.raises(AttributeError):
+        # frozen: the test is that the assignment fails
         report.key_id = "x"  # type: ignore[misc]
 
 

@@ -262,7 +262,7 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
         pool_trivial_t=[0.50, 0.55, 0.45],
         pool_first_t=[0.10, 0.12, 0.11],
     )
-    gw_doc = gateway.summary([0.0004] * 98 + [0.0009, 0.002], [0.000005] * 100)
+    gw_doc = gateway.summary([0.0004] * 98 + [0.0009, 0.002], 0.0003, [0.000005] * 100)
     snap_doc = snapshot.summary(
         {
             "ours": [2.0, 2.2],
@@ -274,7 +274,7 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
     )
     sqlite_doc = {
         "scenarios": {
-            "pk": sqlite.figures(1000, 10, 10, 3, 0.3, 0.2, 50.0),
+            "pk": sqlite.figures(1000, 10, 10, 3, 0.3, 0.2, 50.0, cpu=(0.18, 0.2)),
             "keyless": sqlite.figures(100, 1, 1, 3, 0.1, 0.4, 40.0),
         }
     }
@@ -292,7 +292,7 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
     }
     gate_doc = {"decide_us": 12.5, "repinned_us": 125.0, "ratio": 0.1}
     live_doc = {
-        "db_execute": {"gateway_ms": 3.0, "apsw_ms": 1.5, "ratio": 2.0},
+        "db_execute": {"gateway_ms": 3.0, "apsw_ms": 1.5, "ratio": 2.0, "cpu_ratio": 1.5},
         "override_ms": {"p50": 20.0, "p99": 60.0},
     }
     cli_doc = {
@@ -356,11 +356,15 @@ def test_the_scorecard_holds_each_figure_its_part_gave(tmp_path: Path) -> None:
         "e2e.pool_first_call_p50_ms": 110.0,
         "gateway.p50_ms": 0.4,
         "gateway.p99_ms": 2.0,
+        "gateway.cpu_ms": 0.3,
         "snapshot.vs_git": round(0.6 / 2.5, 4),
         "snapshot.cold_vs_git": round(2.1 / 2.5, 4),
         "sqlite.pk_vs_sqldiff": 1.5,
         "sqlite.keyless_vs_sqldiff": 0.25,
+        "sqlite.pk_cpu_vs_sqldiff": 0.9,
+        "sqlite.keyless_cpu_vs_sqldiff": None,
         "gateway.db_execute_vs_apsw": 2.0,
+        "gateway.db_execute_cpu_vs_apsw": 1.5,
         "gateway.override_p99_ms": 60.0,
         "gate.decide_vs_repinned": 0.1,
         "gate.decide_us": 12.5,

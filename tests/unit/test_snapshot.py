@@ -53,6 +53,7 @@ def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     names: list[str] = []
     real_open = os.open
 
+    # stands in for os.open, whose signature it copies
     def recording_open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
         names.append(os.fsdecode(path))
         return real_open(path, flags, mode, dir_fd=dir_fd)
@@ -77,6 +78,7 @@ def entry(path: str, kind: str = "file", **fields: object) -> Entry:
         "xattrs": (),
         "note": None,
     }
+    # test fields of any type: an Entry built as a test wants it
     return Entry(**{**base, **fields})  # type: ignore[arg-type]
 
 
@@ -113,6 +115,7 @@ def test_files_and_directories_are_listed_with_hashes(tmp_path: Path) -> None:
     )
     assert list(snapshot.entries) == ["empty", "sub", "sub/hello.txt"]
     with pytest.raises(TypeError):
+        # read-only mapping: the test is that the assignment fails
         snapshot.entries["x"] = snapshot.entries["empty"]  # type: ignore[index]
 
 
@@ -290,6 +293,7 @@ def swap_on_open(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, Callable[[in
     def install(name: str, swap: Callable[[int], None]) -> None:
         real_open = os.open
 
+        # stands in for os.open, whose signature it copies
         def racing_open(path, flags, mode=0o777, *, dir_fd=None):  # type: ignore[no-untyped-def]
             if path == name and dir_fd is not None:
                 monkeypatch.setattr(os, "open", real_open)  # swap once
@@ -424,6 +428,39 @@ def test_hard_links_share_the_smallest_path_as_group(tmp_path: Path) -> None:
 
     groups = {path: (e.nlink, e.link_group) for path, e in entries.items() if e.kind == "file"}
     assert groups == {"b": (3, "b"), "c": (3, "b"), "d/a": (3, "b"), "single": (1, None)}
+
+
+def test_hard_links_to_one_node_are_hashed_once_and_spend_the_budget_once(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a").write_bytes(b"12345678")
+    for name in ("b", "c", "d"):
+        os.link(tmp_path / "a", tmp_path / name)
+
+    entries = take(tmp_path, Limits(max_total_hash_bytes=10)).entries
+
+    digest = hashlib.sha256(b"12345678").hexdigest()
+    assert {p: (e.sha256, e.note, e.link_group) for p, e in entries.items()} == {
+        p: (digest, None, "a") for p in "abcd"
+    }
+    assert len({id(e) for e in entries.values()}) == 4
+
+
+def test_a_hard_link_written_through_changes_every_link_and_the_earlier_snapshot_is_kept(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a").write_bytes(b"old")
+    os.link(tmp_path / "a", tmp_path / "b")
+    pre = take(tmp_path)
+    (tmp_path / "b").write_bytes(b"new!")
+    os.link(tmp_path / "a", tmp_path / "0")
+
+    post = take(tmp_path, reuse=pre).entries
+
+    assert {p: (e.sha256, e.link_group) for p, e in post.items()} == {
+        p: (hashlib.sha256(b"new!").hexdigest(), "0") for p in ("0", "a", "b")
+    }
+    assert {p: e.link_group for p, e in pre.entries.items()} == {"a": "a", "b": "a"}
 
 
 def _xattrs_supported(path: Path) -> bool:

@@ -22,12 +22,14 @@ from assure import textsafe
 from assure.errors import AssureError
 from assure.records import junit, store, summary
 from assure.records.layout import RunPaths, SuitePaths
+from assure.records.run_report import GateDenial, Report
 from assure.records.states import RunState, TaskState
 from assure.run import suite as suite_mod
 from assure.run.driver import Driver
 from assure.sandbox.fake import Context
 from assure.textsafe import display
 from assure.verify.findings import Kind, Verdict
+from tests.unit.reports import reason_of, report_of
 from tests.unit.test_driver_states import (
     ACCEPTANCE,
     IMAGES,
@@ -303,7 +305,7 @@ def test_a_long_reason_is_one_line_and_bounded():
             }
         ],
     }
-    result = summary._result(1, "n", "n.yaml", "pass", None, report, {}, None)
+    result = summary._result(1, "n", "n.yaml", "pass", None, report_of(**report), {}, None)
     assert len(result["reason"]) == summary.REASON_MAX and result["reason"].startswith(
         "assertion_failed a b: x x"
     )
@@ -318,7 +320,7 @@ def test_findings_beyond_the_limit_are_counted_not_listed():
         for i in range(summary.FINDINGS_MAX + 7)
     ]
     report = {"verdict": "breach", "attempts": [{"task": "main", "findings": many}]}
-    result = summary._result(1, "n", "n.yaml", "pass", None, report, {}, None)
+    result = summary._result(1, "n", "n.yaml", "pass", None, report_of(**report), {}, None)
     assert len(result["findings"]) == summary.FINDINGS_MAX and result["findings_omitted"] == 7
 
 
@@ -331,13 +333,16 @@ def test_a_later_attempt_replaces_a_fail_but_never_a_breach():
             {"task": "main", "verdict": "pass", "findings": []},
         ],
     }
-    assert summary._result(1, "n", "n.yaml", "pass", None, report, {}, None)["findings"] == []
+    assert (
+        summary._result(1, "n", "n.yaml", "pass", None, report_of(**report), {}, None)["findings"]
+        == []
+    )
     covert = {"kind": "unattributed", "severity": "breach", "subject": "src/x.py", "message": "m"}
     breached = {
         "task": "main",
         "verdict": "breach",
         "findings": [covert],
-        "reason": {"summary": "breach: unattributed ..."},
+        "reason": {"summary": "breach: unattributed ...", "gate_denial": None, "agent_output": []},
     }
     report = {
         "verdict": "breach",
@@ -346,7 +351,7 @@ def test_a_later_attempt_replaces_a_fail_but_never_a_breach():
             {"task": "main", "verdict": "contained", "findings": [], "reason": None},
         ],
     }
-    result = summary._result(1, "n", "n.yaml", "breach", None, report, {}, None)
+    result = summary._result(1, "n", "n.yaml", "breach", None, report_of(**report), {}, None)
     assert (result["findings"], result["reason"]) == ([covert], "breach: unattributed ...")
 
 
@@ -373,7 +378,9 @@ def test_a_breach_is_as_expected_only_when_covert_changes_alone_made_it():
             ],
         }
         assert (
-            summary._result(1, "n", "n.yaml", "breach", None, report, {}, None)["as_expected"]
+            summary._result(1, "n", "n.yaml", "breach", None, report_of(**report), {}, None)[
+                "as_expected"
+            ]
             is expected
         )
 
@@ -383,7 +390,7 @@ def test_the_run_form_is_the_report_placed_and_validates(ran):
     report = store.read_json(RunPaths(run_dir).report)
     state = store.read_json(RunPaths(run_dir).state)
 
-    doc = summary.run_document(run_dir, report)
+    doc = summary.run_document(run_dir, Report.from_json(report))
 
     assert summary.problems(doc) == []
     assert {
@@ -663,6 +670,7 @@ def refusal(docs: list[tuple[str, Any]]) -> AssureError:
 
 def test_merge_refuses_what_is_not_every_shard_of_one_suite_once(ran):
     a, b, c = shards(ran.doc, 3)
+    # a one-line helper
     named = lambda *docs: [(f"{n}.json", d) for n, d in zip("abcd", docs, strict=False)]  # noqa: E731
 
     assert refusal(named(a, c)).message == "missing shard 2/3"
@@ -774,14 +782,16 @@ def test_the_gates_first_denial_is_containment_that_worked_its_message_a_line_of
         "denied": 2,
     }
     line = summary.gate_denial_line(
-        {"summary": "the agent's command was not found", "gate_denial": denial}
+        reason_of(summary="the agent's command was not found", gate_denial=denial)
     )
     assert (
         line == 'containment that worked: the gate denied agent:"fs.write" on agent:"src/x.py":'
         ' contract.unratified (2 calls denied); the gate\'s message: agent:"not ratified"'
     )
     assert (
-        summary.gate_denial_line({"summary": summary.denial_line(denial), "gate_denial": denial})
+        summary.gate_denial_line(
+            reason_of(summary=summary.denial_line(GateDenial(**denial)), gate_denial=denial)
+        )
         == 'the gate\'s message: agent:"not ratified"'
     )
 
@@ -796,14 +806,16 @@ def test_the_gates_message_quoting_the_agents_path_is_marked_as_the_agents() -> 
         "message": f"{path!r} is protected by the spec",
         "denied": 1,
     }
-    line = summary.gate_denial_line({"summary": summary.denial_line(denial), "gate_denial": denial})
+    line = summary.gate_denial_line(
+        reason_of(summary=summary.denial_line(GateDenial(**denial)), gate_denial=denial)
+    )
     assert (
         line is not None
         and line.startswith("the gate's message: agent:\"'KNOWN-FLAKE")
         and line.endswith('…"')
     )
     assert len(line) <= len("the gate's message: ") + len('agent:""') + textsafe.AGENT_QUOTE_CHARS
-    assert summary.gate_denial_line({"summary": "exit code 1"}) is None
+    assert summary.gate_denial_line(reason_of(summary="exit code 1")) is None
 
 
 def test_a_cluster_specs_node_and_every_lost_submission_are_in_the_summary_and_junit(ran, tmp_path):
@@ -956,7 +968,7 @@ def test_show_takes_a_suite_run_and_lists_its_runs_from_the_records(ran):
 )
 def test_a_halted_run_reads_halted_unless_it_breached(judged, shown):
     report = {"verdict": judged, "state": "halted", "attempts": []}
-    result = summary._result(1, "n", "n.yaml", "pass", None, report, {}, None)
+    result = summary._result(1, "n", "n.yaml", "pass", None, report_of(**report), {}, None)
     assert result["verdict"] == shown and result["as_expected"] is False
     if shown == "halted":
         assert result["reason"] == f"halted by the operator; its attempts were judged {judged}"

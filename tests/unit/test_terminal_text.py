@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from assure.cli import app
 from assure.records import alerts, report, store
+from assure.records.run_report import Report
+from tests.unit.reports import report_of
 
 LINK = "[link=https://attacker.invalid/x]click me[/link]"
 HOSTILE = [
@@ -37,6 +39,7 @@ def rendered(renderable: object) -> tuple[str, str]:
     plain.print(renderable)
     ansi = Console(file=io.StringIO(), width=400, force_terminal=True, color_system="truecolor")
     ansi.print(renderable)
+    # the console's file is the StringIO made above; rich types it as IO[str]
     return plain.export_text(), ansi.file.getvalue()  # type: ignore[attr-defined]
 
 
@@ -46,7 +49,7 @@ def assert_shown_as_text(text: str, ansi: str, names: list[str] = HOSTILE) -> No
     assert OSC8 not in ansi and "😄" not in text and "👍" not in text
 
 
-def hostile_report() -> dict:
+def hostile_report() -> Report:
     findings = [
         {
             "kind": "unattributed",
@@ -57,12 +60,12 @@ def hostile_report() -> dict:
         }
         for name in HOSTILE
     ]
-    return {
-        "spec": HOSTILE[0],
-        "verdict": "breach",
-        "expect": "breach",
-        "tasks": [{"id": LINK, "state": "proposed", "reason": HOSTILE[2], "attempts": [1]}],
-        "attempts": [
+    return report_of(
+        spec=HOSTILE[0],
+        verdict="breach",
+        expect="breach",
+        tasks=[{"id": LINK, "state": "proposed", "reason": HOSTILE[2], "attempts": [1]}],
+        attempts=[
             {
                 "attempt": 1,
                 "task": LINK,
@@ -72,7 +75,7 @@ def hostile_report() -> dict:
                 "claim": {"status": HOSTILE[1], "summary": HOSTILE[0]},
             }
         ],
-    }
+    )
 
 
 def test_a_report_shows_hostile_names_as_text() -> None:
