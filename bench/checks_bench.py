@@ -4,7 +4,7 @@ A spec with one `command` (`python3 tests/test_calc.py`) and three `cases`
 (`python3 tests/add_cli.py A B`) on the calc fixture. Each round, interleaved:
 - bare: `docker run --rm` of the command on the fixture, bind-mounted (the engine's floor);
 - shared: the checks phase as the attempt runs it (`checks.shared_checks`: one container per
-  image, each check an exec on its own fresh copy and /tmp);
+  image, each check started by its sequencer on its own fresh copy and /tmp);
 - per-check: the same phase with one container per check (what it was before).
 Prints the medians and the ratios to bare; the target is shared <= 1.5x bare.
 Usage: python bench/checks_bench.py [ROUNDS]   (root and loop devices needed)
@@ -24,7 +24,7 @@ import yaml
 from assure import spec as spec_mod
 from assure.run import checks
 from assure.sandbox import backend as backend_mod
-from assure.sandbox.docker import DockerBackend
+from assure.sandbox.docker.backend import DockerBackend
 from assure.sandbox.docker.images import Images
 
 ROOT = Path(__file__).resolve().parent.parent

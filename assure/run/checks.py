@@ -1,12 +1,13 @@
 """Command assertions: the acceptance tests run in their own fresh container, never the agent's.
 
 Under runc, as root, the checks of one phase share one container per image (`SharedChecks`):
-each check is an exec as the attempt's user in a container whose own process runs as another
-user, on a fresh check copy and a fresh /tmp that the host mounts for it alone, and before the
-next one every process of that user is killed; one that leaves SysV IPC objects or a message
-queue behind, or whose processes do not all end, costs the next check a new container. Under
-another runtime (gVisor does not see mounts made after it starts) or a backend without
-`CheckExec`, each check has a container of its own.
+its pid 1, the sequencer (run/check_sequencer.py, as root with CAP_SETUID and CAP_SETGID only),
+starts each check as the attempt's user on a fresh check copy and a fresh /tmp that the host
+mounts for it alone, and before the next one the host kills every other process; one that
+leaves SysV IPC objects or a message queue behind, or whose processes do not all end, costs
+the next check a new container. Under another runtime (gVisor does not see mounts made after
+it starts), with an image without python3 or a backend without `CheckExec`, each check has a
+container of its own.
 
 The command sees a throwaway copy of the POST workspace (made by `confined.copy_tree`: links
 recreated, never followed; FIFOs, sockets and devices left out; sparse files kept sparse) in
@@ -20,7 +21,9 @@ result only for that exact snapshot.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import contextlib
+import itertools
 import os
 import socket
 import stat
@@ -30,6 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -105,31 +109,82 @@ def check_workspace(
 def _throwaway_copy(
     spec: Spec, workspace: Path, scratch: Path | None, user: tuple[int, int]
 ) -> Iterator[tuple[Path, confined.CopyReport]]:
-    """What one check container sees: `check_workspace`, owned by the check's `user`, on a
-    filesystem of its own in `scratch` (the attempt directory, where `assure gc` finds what a
-    kill -9 left), released afterwards. The check runs the agent's code, so its copy is
-    bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
-    fixture's protected files always fit), and nothing it leaves is walked to be removed.
-    A copy whose report has `left_out` entries must not be run on."""
+    """`_make_copy` in `scratch` (or a temporary folder), released afterwards."""
     with contextlib.ExitStack() as stack:
         where = (
             Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="assure-check-")))
             if scratch is None
             else scratch
         )
-        fs = workspace_fs.WorkspaceFs.create(
-            where,
-            size=2 * spec.limits.disk_bytes,
-            inodes=2 * spec.limits.inodes,
-            name=workspace_fs.CHECK,
-        )
+        fs, report = _make_copy(spec, workspace, where, user, workspace_fs.CHECK)
         stack.callback(fs.release)
+        yield fs.workspace, report
+
+
+def _make_copy(
+    spec: Spec, workspace: Path, where: Path, user: tuple[int, int], name: str
+) -> tuple[workspace_fs.WorkspaceFs, confined.CopyReport]:
+    """What one check sees: `check_workspace`, owned by the check's `user`, on a filesystem
+    `name` of its own in `where` (the attempt directory, where `assure gc` finds what a kill
+    -9 left), for the caller to release. The check runs the agent's code, so its copy is
+    bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
+    fixture's protected files always fit), and nothing it leaves is walked to be removed.
+    A copy whose report has `left_out` entries must not be run on."""
+    fs = workspace_fs.WorkspaceFs.create(
+        where, size=2 * spec.limits.disk_bytes, inodes=2 * spec.limits.inodes, name=name
+    )
+    try:
         report = check_workspace(
             workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace
         )
         if not report.left_out:
             hardening.chown_tree(fs.workspace, *user)
-        yield fs.workspace, report
+    except BaseException:
+        fs.release()
+        raise
+    return fs, report
+
+
+class _CopiesAhead:
+    """A shared phase's check copies (`_make_copy`), each made on one worker thread while the
+    check before it runs, and released there after it: the next copy is ready when a check
+    ends. The worker runs in order, and the two names alternate, so a name is made again only
+    once released, and at most two copies exist. Every check copies the same POST."""
+
+    def __init__(self, scratch: Path, user: tuple[int, int]):
+        self.scratch, self.user = scratch, user
+        self._worker = concurrent.futures.ThreadPoolExecutor(1, "assure-check-copy")
+        self._ahead: tuple[tuple[Spec, Path], Future[Any]] | None = None
+        self._releases: list[Future[None]] = []
+        self._names = itertools.cycle((workspace_fs.CHECK, workspace_fs.CHECK_AHEAD))
+
+    def _make(self, spec: Spec, workspace: Path) -> Future[Any]:
+        return self._worker.submit(
+            _make_copy, spec, workspace, self.scratch, self.user, next(self._names)
+        )
+
+    @contextlib.contextmanager
+    def take(self, spec: Spec, workspace: Path) -> Iterator[tuple[Path, confined.CopyReport]]:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] != (spec, workspace):  # never so in one phase
+            self._releases.append(self._worker.submit(ahead[1].result()[0].release))
+            ahead = None
+        fs, report = (ahead[1] if ahead else self._make(spec, workspace)).result()
+        self._ahead = ((spec, workspace), self._make(spec, workspace))
+        try:
+            yield fs.workspace, report
+        finally:
+            self._releases.append(self._worker.submit(fs.release))
+
+    def close(self) -> None:
+        """Release the copy made ahead (no check came for it), and raise what a release did."""
+        if self._ahead is not None:
+            with contextlib.suppress(Exception):
+                self._releases.append(self._worker.submit(self._ahead[1].result()[0].release))
+            self._ahead = None
+        self._worker.shutdown(wait=True)
+        for done in self._releases:
+            done.result()
 
 
 def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | None:
@@ -191,7 +246,7 @@ def run_commands(
     results = []
     for n, cmd in enumerate(spec.commands()):
         image = agent_image if cmd.image == AGENT_IMAGE_ALIAS else cmd.image
-        with _throwaway_copy(spec, workspace, scratch, user) as (copy, report):
+        with _copy(shared, spec, workspace, scratch, user) as (copy, report):
             if why := _refusal(report, left_behind):
                 result = _not_run(why)
             else:
@@ -249,7 +304,7 @@ def run_cases(
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
         results = []
         for i, case in enumerate(cases.each):
-            with _throwaway_copy(spec, workspace, scratch, user) as (copy, report):
+            with _copy(shared, spec, workspace, scratch, user) as (copy, report):
                 if why := _refusal(report, left_behind):
                     results.append({"case": i, **_not_run(why)})
                     continue
@@ -370,32 +425,43 @@ def run_in_check(
         backend.remove_container(cid)
 
 
+def _copy(
+    shared: SharedChecks | None,
+    spec: Spec,
+    workspace: Path,
+    scratch: Path | None,
+    user: tuple[int, int],
+) -> contextlib.AbstractContextManager[tuple[Path, confined.CopyReport]]:
+    if shared is not None and scratch is not None:
+        return shared.copies.take(spec, workspace)
+    return _throwaway_copy(spec, workspace, scratch, user)
+
+
 def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[..., CheckRun]:
     return shared.run if shared is not None and shared.usable(spec) else run_in_check
 
 
 KILL_SECONDS = 10  # the checks' processes not all gone by then: their container is removed
-IDLE_SECONDS = 0.05  # no output this long: ask the engine whether the check's process ended
-DRAIN_SECONDS = 1.0  # its process ended and the rest killed: what is in flight arrives by then
+DRAIN_SECONDS = 1.0  # its processes killed: the end of its streams arrives by then
+READY_SECONDS = 30  # the sequencer not ready by then (no python3 in the image): no sharing
 # Run by the host as root in a shared check container's pid and IPC namespaces, with the
 # host's own shell, after each check (`SharedChecks._clear`): SIGKILL to every process there
-# but pid 1 (the holder, `hardening.CHECK_HOLDER`), until none is left (a zombie counts
-# until the holder reaps it); then the SysV IPC tables, which outlive the processes. Nothing
-# the kill missed can remain: kill(-1) reaches them all at once, and a fork with SIGKILL
-# pending fails. No check's process can signal, stop or trace it: it is root's.
+# but pid 1 (the sequencer), until none is left (a zombie counts until the sequencer reaps
+# it); then the SysV IPC tables, which outlive the processes. Nothing the kill missed can
+# remain: kill(-1) reaches them all at once, and a fork with SIGKILL pending fails. No
+# check's process can signal, stop or trace it: it is root's.
 CLEAR = (
     "while kill -9 -1 2> /dev/null; do :; done;"
     " exec cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem"
 )
 VIEWS = f"{workspace_fs.CHECK_VIEWS}.fs"  # in the attempt directory (`assure gc` knows it)
-
-
-class _NotStarted(Exception):
-    """The engine refused the exec: the check's program never ran (its copy is untouched)."""
+SEQUENCER = (Path(__file__).parent / "check_sequencer.py").read_text()
+RECORD_HEADER = 5  # the sequencer's records: a kind byte, a 4-byte big-endian length
+RECORD_MAX = 65536 + RECORD_HEADER  # the most it writes at once
 
 
 class _CheckCall(TypedDict):
-    """What a check runs and how, the same as an exec or in a container of its own."""
+    """What a check runs and how, the same in a shared container or in one of its own."""
 
     command: list[str]
     env: dict[str, str]
@@ -404,17 +470,81 @@ class _CheckCall(TypedDict):
     stdout_cap: int | None
 
 
+class _Sequencer:
+    """The attached stream of a shared check container's sequencer (run/check_sequencer.py):
+    requests written, its records read out of the engine's frames, memory bounded."""
+
+    def __init__(self, sock: socket.socket, pid: int, runtime: str | None):
+        self.sock, self.pid, self.runtime = sock, pid, runtime
+        self._frames = bytearray()  # the engine's stream, not yet demultiplexed
+        self._records = bytearray()  # the sequencer's stdout, not yet split into records
+
+    def send(self, argv: list[str], env: dict[str, str], stdin: bytes) -> None:
+        """One check's request (run/check_sequencer.py's protocol)."""
+        items = [[os.fsencode(a) for a in argv], [os.fsencode(f"{k}={v}") for k, v in env.items()]]
+        if any(b"\0" in item for part in items for item in part):  # execve cannot take it
+            raise SandboxError("a check's command or environment holds a NUL byte")
+        parts = [*(b"".join(item + b"\0" for item in part) for part in items), stdin]
+        try:
+            self.sock.sendall(
+                " ".join(str(len(p)) for p in parts).encode() + b"\n" + b"".join(parts)
+            )
+        except OSError as exc:
+            raise SandboxError(f"writing to a check sequencer: {exc}", fix=ENGINE_FIX) from exc
+
+    def record(self, deadline: float) -> tuple[bytes, bytes] | None:
+        """The next record, or None at the deadline; SandboxError once the stream ends or
+        holds what the sequencer does not write."""
+        while True:
+            if len(self._records) >= RECORD_HEADER:
+                size = struct.unpack(">I", self._records[1:RECORD_HEADER])[0]
+                if size > RECORD_MAX - RECORD_HEADER:
+                    raise SandboxError("a check sequencer wrote a record too long", fix=ENGINE_FIX)
+                if len(self._records) >= RECORD_HEADER + size:
+                    kind = bytes(self._records[:1])
+                    data = bytes(self._records[RECORD_HEADER : RECORD_HEADER + size])
+                    del self._records[: RECORD_HEADER + size]
+                    return kind, data
+            if len(self._frames) >= FRAME_HEADER:
+                size = struct.unpack(">I", self._frames[4:FRAME_HEADER])[0]
+                take = min(size, len(self._frames) - FRAME_HEADER, RECORD_MAX)
+                if take or not size:
+                    if self._frames[0] == STDOUT:
+                        self._records += self._frames[FRAME_HEADER : FRAME_HEADER + take]
+                    del self._frames[FRAME_HEADER : FRAME_HEADER + take]
+                    left = size - take
+                    if left:
+                        self._frames[4:FRAME_HEADER] = struct.pack(">I", left)
+                    else:
+                        del self._frames[:FRAME_HEADER]
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                self.sock.settimeout(remaining)
+                data = self.sock.recv(READ_CHUNK)
+            except TimeoutError:
+                return None
+            except OSError as exc:
+                raise SandboxError(f"reading a check sequencer: {exc}", fix=ENGINE_FIX) from exc
+            if not data:
+                raise SandboxError("a check sequencer ended", fix=ENGINE_FIX)
+            self._frames += data
+
+
 class SharedChecks:
     """The check containers of one check phase: one per image, started at its first check
-    (or by `warm`). Each check (`run`, called as `run_in_check` is) is an exec as the
-    attempt's user, on its copy bind-mounted at <views>/workspace and a fresh tmpfs at
-    <views>/tmp, which the container sees at /workspace and /tmp
-    (`hardening.shared_check_request`). After it, every process but the holder is killed
-    (`CLEAR`) before both are unmounted. A check that leaves something that outlives its
-    processes (a SysV IPC object, a POSIX message queue), or whose processes do not all
-    end, costs its container: the next check starts another. A container that cannot be
-    had (an image without /bin/bash for the holder) or an exec the engine refuses: that
-    check runs in a container of its own (`run_in_check`)."""
+    (or by `warm`). Each check (`run`, called as `run_in_check` is) is started by the
+    container's sequencer as the attempt's user, on its copy bind-mounted at
+    <views>/workspace and a fresh tmpfs at <views>/tmp, which the container sees at
+    /workspace and /tmp (`hardening.shared_check_request`). Once its first process exits,
+    every process but the sequencer is killed (`CLEAR`) before both are unmounted. A check
+    that leaves something that outlives its processes (a SysV IPC object, a POSIX message
+    queue), or whose processes do not all end, costs its container: the next check starts
+    another; so does a sequencer that ends (the check has no exit code). An image whose
+    sequencer cannot run (no python3): its checks run in containers of their own
+    (`run_in_check`). The copies are made ahead (`_CopiesAhead`)."""
 
     def __init__(
         self,
@@ -426,19 +556,18 @@ class SharedChecks:
     ):
         self.backend, self.labels, self.name, self.user = backend, labels, name, user
         self.views = scratch / VIEWS
-        self._containers: dict[str, tuple[str, int, str | None]] = {}  # image -> (cid, pid, rt)
+        self._containers: dict[str, tuple[str, _Sequencer | None]] = {}  # image -> (cid, seq)
         self._lock = threading.Lock()  # `_container`: `warm`'s thread and the checks
         self._warming: threading.Thread | None = None
+        self._alone: set[str] = set()  # images whose sequencer could not run
         self._made = 0
         self._mounted = False
+        self._attached = contextlib.ExitStack()
+        self.copies = _CopiesAhead(scratch, user)
 
     @staticmethod
     def possible(backend: SandboxBackend, user: tuple[int, int]) -> bool:
-        return (
-            isinstance(backend, CheckExec)
-            and os.geteuid() == 0
-            and user[0] not in (0, hardening.CHECK_HOLDER_UID)
-        )
+        return isinstance(backend, CheckExec) and os.geteuid() == 0 and user[0] != 0
 
     def usable(self, spec: Spec) -> bool:
         """gVisor's gofer does not see what the host mounts after the sandbox starts."""
@@ -465,10 +594,12 @@ class SharedChecks:
         with contextlib.suppress(SandboxError):
             self._container(spec, image)
 
-    def _container(self, spec: Spec, image: str) -> tuple[str, int, str | None] | None:
-        """(id, its holder's host pid, runtime) of `image`'s running container; None when
-        its holder does not run."""
+    def _container(self, spec: Spec, image: str) -> _Sequencer | None:
+        """`image`'s running container's sequencer, once ready; None when it cannot run (the
+        image's checks then run in containers of their own: `_alone`)."""
         with self._lock:
+            if image in self._alone:
+                return None
             if image not in self._containers:
                 self._mount_views()
                 request = hardening.shared_check_request(
@@ -477,17 +608,27 @@ class SharedChecks:
                     name=f"{self.name}-checks{self._made}",
                     views=self.views,
                     labels=self.labels,
+                    user=self.user,
+                    sequencer=SEQUENCER,
                 )
                 self._made += 1
-                cid = self.backend.start_container(request)
-                self._containers[image] = (cid, 0, None)
-                seen = self.backend.observe(cid)
-                pid = (seen.host_pid or 0) if seen.running else 0
-                self._containers[image] = (cid, pid, seen.runtime)
-            got = self._containers[image]
-            if got[1] <= 0:
-                return None
-            return got
+                try:
+                    cid = self.backend.create_container(request)
+                    self._containers[image] = (cid, None)
+                    sock = self._attached.enter_context(self.backend.attached(cid, stdin=True))
+                    self.backend.start(cid)
+                    seen = self.backend.observe(cid)
+                    if seen.running and seen.host_pid:
+                        seq = _Sequencer(sock, seen.host_pid, seen.runtime)
+                        if seq.record(time.monotonic() + READY_SECONDS) == (b"R", b""):
+                            self._containers[image] = (cid, seq)
+                except SandboxError:
+                    pass
+                if self._containers.get(image, (None, None))[1] is None:
+                    self._alone.add(image)
+                    self._discard(image)
+                    return None
+            return self._containers[image][1]
 
     def _discard(self, image: str) -> None:
         cid = self._containers.pop(image, (None,))[0]
@@ -510,7 +651,7 @@ class SharedChecks:
         stdin: bytes | None = None,
         stdout_cap: int | None = None,
     ) -> CheckRun:
-        """`run_in_check`, as an exec of this phase's container for `image`."""
+        """`run_in_check`, started by this phase's sequencer for `image`."""
         assert user == self.user
         own: _CheckCall = {
             "command": command,
@@ -519,16 +660,14 @@ class SharedChecks:
             "stdin": stdin,
             "stdout_cap": stdout_cap,
         }
-        got = self._container(spec, image)
-        if got is None:
-            self._discard(image)
+        seq = self._container(spec, image)
+        if seq is None:
             return run_in_check(
                 spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
             )
-        cid, pid, runtime = got
         ws, tmp = (self.views / sub for sub in hardening.CHECK_VIEWS)
-        run = CheckRun(runtime=runtime)
-        clean = refused = False
+        run = CheckRun(runtime=seq.runtime)
+        clean = False
         fs = workspace_fs
         fs.mount_call(str(copy), ws, None, fs.MS_BIND)
         try:
@@ -540,82 +679,26 @@ class SharedChecks:
                 f"size={spec.limits.tmpfs_bytes},mode=1777",
             )
             try:
-                cleared = self._exec(cid, pid, run, **own)
-                clean = cleared if cleared is not None else _clear(pid)
-            except _NotStarted:
-                clean = _clear(pid)
-                refused = True
+                clean = _sequenced(seq, run, **own)
             finally:
                 if not clean:
                     self._discard(image)
                 fs.unmount_call(tmp)
         finally:
             fs.unmount_call(ws)
-        if refused:  # the engine refused the exec: the check runs in a container of its own
-            return run_in_check(
-                spec, copy, backend, image=image, labels=labels, name=name, user=user, **own
-            )
         return run
-
-    def _exec(
-        self,
-        cid: str,
-        pid: int,
-        run: CheckRun,
-        *,
-        command: list[str],
-        env: dict[str, str],
-        timeout: float,
-        stdin: bytes | None,
-        stdout_cap: int | None,
-    ) -> bool | None:
-        """The check as an exec; once its process exited, `_clear` (its answer is returned;
-        None: not cleared, the deadline or the stdout cap came first)."""
-        assert isinstance(self.backend, CheckExec)
-        backend = self.backend
-        cleared: list[bool] = []
-        uid, gid = self.user
-        try:
-            execution = backend.exec_attached(
-                cid,
-                command,
-                user=f"{uid}:{gid}",
-                workdir=hardening.WORKSPACE,
-                env={**env, "HOME": "/tmp"},
-            )
-            sock, exec_id = execution.__enter__()
-        except SandboxError as exc:
-            raise _NotStarted() from exc
-        try:
-            started = time.monotonic()
-            threading.Thread(target=_feed, args=(sock, stdin or b""), daemon=True).start()
-            deadline = started + timeout
-
-            def ended() -> bool:  # its process exited (what it started may hold the stream)
-                running, code = backend.exec_state(exec_id)
-                if not running and not cleared:
-                    run.exit_code = code
-                    cleared.append(_clear(pid))  # the rest is killed: the stream ends
-                return not running
-
-            _read_frames(sock, deadline, stdout_cap, run, ended)
-            while not (run.timed_out or run.stdout_over) and not ended():
-                if time.monotonic() >= deadline:
-                    run.timed_out = True
-                    break
-                time.sleep(0.01)
-            if run.timed_out or run.stdout_over:
-                run.exit_code = None
-            run.seconds = round(time.monotonic() - started, 3)
-        finally:
-            execution.__exit__(None, None, None)
-        return cleared[0] if cleared else None
 
     def close(self) -> None:
         if self._warming is not None:
             self._warming.join()
+        for _, seq in self._containers.values():  # its stdin's end: the sequencer, pid 1, exits
+            if seq is not None:
+                with contextlib.suppress(OSError):
+                    seq.sock.shutdown(socket.SHUT_WR)
+        self.copies.close()  # while the containers exit
         for image in list(self._containers):
             self._discard(image)
+        self._attached.close()
         if self._mounted:
             if workspace_fs.mounted_under(self.views):
                 workspace_fs.unmount(self.views)
@@ -623,6 +706,56 @@ class SharedChecks:
                 (self.views / sub).rmdir()
             self.views.rmdir()
             self._mounted = False
+
+
+def _sequenced(
+    seq: _Sequencer,
+    run: CheckRun,
+    *,
+    command: list[str],
+    env: dict[str, str],
+    timeout: float,
+    stdin: bytes | None,
+    stdout_cap: int | None,
+) -> bool:
+    """One check by the sequencer, into `run`: its output until its first process exits (the
+    deadline or stdout past its cap end it first), then `_clear`, then what was in flight,
+    up to the end of its streams. Whether its container is fit for the next check: cleared,
+    and the end of the streams seen."""
+    started = time.monotonic()
+    deadline, cleared = started + timeout, None
+    try:
+        seq.send(command, {**env, "HOME": "/tmp"}, stdin or b"")
+        while True:
+            got = seq.record(deadline)
+            if got is None:  # the deadline: the check's, or the drain's after the kill
+                if cleared is not None:
+                    return False
+                run.timed_out = True
+            elif got[0] == b"D":
+                return bool(cleared)
+            elif got[0] == b"X" and cleared is None:
+                run.exit_code = int(got[1])
+            elif got[0] in (b"1", b"2") and not (run.timed_out or run.stdout_over):
+                run.combined += got[1]
+                del run.combined[:-OUTPUT_TAIL_BYTES]
+                if got[0] == b"1" and stdout_cap is not None:
+                    run.stdout += got[1][: stdout_cap - len(run.stdout)]
+                    run.stdout_over = len(run.stdout) >= stdout_cap
+                if not run.stdout_over:
+                    continue
+            else:
+                continue
+            if cleared is None:  # its first process exited, or it is to be ended
+                run.seconds = round(time.monotonic() - started, 3)
+                if run.timed_out or run.stdout_over:
+                    run.exit_code = None
+                cleared = _clear(seq.pid)
+                deadline = time.monotonic() + DRAIN_SECONDS
+    except SandboxError as exc:  # the sequencer ended (its container killed): no exit code
+        run.exit_code = None
+        run.combined += f"\n[assure: {exc}]".encode()
+        return False
 
 
 def _clear(pid: int) -> bool:
@@ -677,36 +810,22 @@ def _feed(sock: socket.socket, data: bytes) -> None:
 
 
 def _read_frames(
-    sock: socket.socket,
-    deadline: float,
-    stdout_cap: int | None,
-    run: CheckRun,
-    ended: Callable[[], bool] | None = None,
+    sock: socket.socket, deadline: float, stdout_cap: int | None, run: CheckRun
 ) -> None:
-    """Demultiplex the engine's frames until EOF, the deadline, or stdout past its cap. An
-    exec's stream stays open while anything it started holds it: after IDLE_SECONDS without
-    output `ended()` is asked whether its process exited (and, if so, has ended the rest),
-    and what is still in flight is then read to EOF, for at most DRAIN_SECONDS. Memory
-    stays bounded whatever frame sizes the stream announces."""
+    """Demultiplex the engine's frames until EOF, the deadline, or stdout past its cap.
+    Memory stays bounded whatever frame sizes the stream announces."""
     header, stream, left = b"", 0, 0
-    drained = False
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            run.timed_out = not drained
+            run.timed_out = True
             return
         try:
-            sock.settimeout(remaining if ended is None else min(remaining, IDLE_SECONDS))
+            sock.settimeout(remaining)
             data = sock.recv(READ_CHUNK)
         except TimeoutError:
-            if ended is not None and ended():
-                ended, drained = None, True
-                deadline = min(deadline, time.monotonic() + DRAIN_SECONDS)
-                continue
-            if ended is None and not drained or time.monotonic() >= deadline:
-                run.timed_out = not drained
-                return
-            continue
+            run.timed_out = True
+            return
         except OSError as exc:  # the engine's stream broke: no result, never a partial one
             raise SandboxError(
                 f"reading a check container's output: {exc}", fix=ENGINE_FIX

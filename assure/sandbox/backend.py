@@ -117,6 +117,7 @@ class ContainerRequest:
     read_only_root: bool = False
     tmpfs: Mapping[str, str] = field(default_factory=dict)  # path -> mount options
     ulimits: tuple[Ulimit, ...] = ()
+    cap_add: tuple[str, ...] = ()  # after cap_drop: a shared check container's sequencer only
     cap_drop: tuple[str, ...] = ()
     security_opt: tuple[str, ...] = ()
     ipc: str | None = None

@@ -279,6 +279,7 @@ class FakeBackend:
             mounts=tuple(replace(m, source=str(self._source(m.source))) for m in r.mounts),
             tmpfs=dict(r.tmpfs),
             ulimits=r.ulimits,
+            cap_add=r.cap_add,
             cap_drop=r.cap_drop,
             security_opt=r.security_opt,
             apparmor="",

@@ -333,38 +333,42 @@ def check_request(
     )
 
 
-# A shared check container (run/checks.py `SharedChecks`): its own process is pid 1, as a
-# user no check runs as (no check can signal or trace it); it only waits, and reaps what the
-# checks leave (bash reaps every child, its own or adopted, as SIGCHLD arrives). Each check is
-# an exec as the attempt's user, on a view of POST and a /tmp the host mounts under
-# `CHECK_VIEWS`; the host kills everything else between two.
-CHECK_HOLDER_UID = 65534
-CHECK_HOLDER = (
-    "/bin/bash",
-    "-c",
-    'trap "" TERM INT HUP; exec 3<> <(:); while :; do read -r -u 3 _; done',
-)
+# A shared check container (run/checks.py `SharedChecks`): its own process, pid 1, is the
+# check sequencer (run/check_sequencer.py, by the image's python3), as root with CAP_SETUID and
+# CAP_SETGID only: it starts each check as the attempt's user, who then has no capability
+# (no-new-privileges: none to gain), so no check can signal, trace or re-limit it. Each check
+# runs on a view of POST and a /tmp the host mounts under `CHECK_VIEWS`; the host kills every
+# other process between two.
+CHECK_SEQUENCER_CAPS = ("SETUID", "SETGID")
 CHECK_VIEWS = workspace_fs.VIEW_FOLDERS  # under the views folder -> /workspace, /tmp
 
 
 def shared_check_request(
-    spec: Spec, *, image: str, name: str, views: Path, labels: dict[str, str]
+    spec: Spec,
+    *,
+    image: str,
+    name: str,
+    views: Path,
+    labels: dict[str, str],
+    user: tuple[int, int],
+    sequencer: str,
 ) -> ContainerRequest:
-    """`check_request`'s hardening, for a container whose checks are execs (`CHECK_HOLDER`):
-    /workspace and /tmp are the host's `views` folders, mounted `rslave` so each check sees the
-    view the host mounts there for it and nothing of the check before it."""
-    holder = (CHECK_HOLDER_UID, CHECK_HOLDER_UID)
+    """`check_request`'s hardening, for a container whose checks the `sequencer` (its source)
+    starts as `user`: /workspace and /tmp are the host's `views` folders, mounted `rslave` so
+    each check sees the view the host mounts there for it and nothing of the check before it."""
     return replace(
         common_request(
-            spec, Role.CHECK, image, labels, spec.limits.memory_bytes, spec.limits.pids, user=holder
+            spec, Role.CHECK, image, labels, spec.limits.memory_bytes, spec.limits.pids, user=(0, 0)
         ),
         name=name,
-        command=CHECK_HOLDER,
-        init=False,  # the holder is pid 1: CLEAR kills all but pid 1
+        command=("python3", "-I", "-S", "-c", sequencer, *(str(i) for i in user)),
+        cap_add=CHECK_SEQUENCER_CAPS,
+        init=False,  # the sequencer is pid 1: CLEAR kills all but pid 1
         working_dir="/",
         env={"HOME": "/tmp"},
         read_only_root=True,
         tmpfs={},
+        stdin_open=True,
         mounts=(
             Mount(str(views / CHECK_VIEWS[0]), WORKSPACE, propagation="rslave"),
             Mount(str(views / CHECK_VIEWS[1]), "/tmp", propagation="rslave"),

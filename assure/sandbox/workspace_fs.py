@@ -36,8 +36,9 @@ from assure.errors import SandboxError
 
 IMAGE = "workspace.img"  # in the attempt directory, beside the mount point
 MOUNT_POINT = "workspace.fs"  # in the attempt directory, while the attempt runs
-# the name of a check container's filesystem (check.img, check.fs), beside the workspace's
-CHECK = "check"
+# the names of a check's filesystem (check.img, check.fs), beside the workspace's: a shared
+# check phase alternates the two, the next check's copy made while the last one's is in use
+CHECK, CHECK_AHEAD = "check", "check-ahead"
 # a shared check container's views (run/checks.py `SharedChecks`): a shared mount of an empty
 # folder (no image), with the folders the views are mounted on for each check
 CHECK_VIEWS, VIEW_FOLDERS = "check-views", ("workspace", "tmp")
@@ -329,7 +330,7 @@ def workspace_mounts(owner: Owner) -> list[tuple[Path, Path]]:
     """(mount point, the folder whose lock says whether someone owns it) of the workspaces
     mounted now; `owner` (records.layout.mount_owner: the run directory's names are spelled
     there) names that folder, given a mount point and the names a mount point may have."""
-    names = (MOUNT_POINT, f"{CHECK}.fs", f"{CHECK_VIEWS}.fs")
+    names = (MOUNT_POINT, f"{CHECK}.fs", f"{CHECK_AHEAD}.fs", f"{CHECK_VIEWS}.fs")
     return [(p, folder) for p in _mount_points() if (folder := owner(p, names)) is not None]
 
 

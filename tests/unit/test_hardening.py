@@ -594,9 +594,10 @@ def test_a_runsc_registered_without_host_uds_or_oci_seccomp_is_refused_with_the_
 
 
 def test_a_shared_check_container_keeps_every_hardening_of_a_check_container(benign, tmp_path):
-    """The shared container differs from a per-check one only where its checks become execs:
-    the holder's command and user, no init (the holder is pid 1), and /workspace and /tmp as
-    the host's views (rslave) in place of a copy and a tmpfs."""
+    """The shared container differs from a per-check one only where its sequencer starts the
+    checks: its command, root with CAP_SETUID and CAP_SETGID only (to start each as the
+    attempt's user), stdin open (its requests), no init (it is pid 1), and /workspace and /tmp
+    as the host's views (rslave) in place of a copy and a tmpfs."""
     one = hardening.check_request(
         benign,
         image="i",
@@ -609,14 +610,22 @@ def test_a_shared_check_container_keeps_every_hardening_of_a_check_container(ben
         user=(60601, 60601),
     )
     shared = hardening.shared_check_request(
-        benign, image="i", name="c", views=tmp_path, labels={"l": "v"}
+        benign,
+        image="i",
+        name="c",
+        views=tmp_path,
+        labels={"l": "v"},
+        user=(60601, 60601),
+        sequencer="pass",
     )
-    differ = {"command", "user", "mounts", "tmpfs", "init", "working_dir"}
+    differ = {"command", "user", "mounts", "tmpfs", "init", "working_dir", "cap_add", "stdin_open"}
     assert {k: v for k, v in dataclasses.asdict(shared).items() if k not in differ} == {
         k: v for k, v in dataclasses.asdict(one).items() if k not in differ
     }
-    assert shared.user == "65534:65534" and shared.init is False
+    assert shared.user == "0:0" and shared.init is False and shared.stdin_open
+    assert shared.command == ("python3", "-I", "-S", "-c", "pass", "60601", "60601")
     assert shared.read_only_root and shared.network == "none" and shared.cap_drop == ("ALL",)
+    assert shared.cap_add == ("SETUID", "SETGID") and not one.cap_add
     assert shared.mounts == (
         Mount(str(tmp_path / "workspace"), "/workspace", propagation="rslave"),
         Mount(str(tmp_path / "tmp"), "/tmp", propagation="rslave"),

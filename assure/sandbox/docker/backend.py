@@ -114,6 +114,7 @@ def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
         "ulimits": (
             [{"name": u.name, "soft": u.soft, "hard": u.hard} for u in request.ulimits] or None
         ),
+        "cap_add": list(request.cap_add) or None,
         "cap_drop": list(request.cap_drop) or None,
         "security_opt": list(request.security_opt) or None,
         "ipc_mode": request.ipc,
