@@ -6,8 +6,8 @@ starts each check as the attempt's user on a fresh check copy and a fresh /tmp t
 mounts for it alone, and before the next one the host kills every other process; one that
 leaves SysV IPC objects or a message queue behind, or whose processes do not all end, costs
 the next check a new container. Under another runtime (gVisor does not see mounts made after
-it starts), with an image without python3 or a backend without `CheckExec`, each check has a
-container of its own.
+it starts), with an image without python3 or a backend that runs no real program (no `Exec`),
+each check has a container of its own.
 
 The command sees a throwaway copy of the POST workspace (made by `confined.copy_tree`: links
 recreated, never followed; FIFOs, sockets and devices left out; sparse files kept sparse) in
@@ -42,7 +42,7 @@ from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
 from assure.errors import SandboxError
 from assure.sandbox import hardening, runtimes, workspace_fs
-from assure.sandbox.backend import ENGINE_FIX, CheckExec, SandboxBackend
+from assure.sandbox.backend import ENGINE_FIX, Exec, SandboxBackend
 from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec
 from assure.textsafe import display
 
@@ -567,7 +567,9 @@ class SharedChecks:
 
     @staticmethod
     def possible(backend: SandboxBackend, user: tuple[int, int]) -> bool:
-        return isinstance(backend, CheckExec) and os.geteuid() == 0 and user[0] != 0
+        """The sequencer is a real program (`Exec`: a backend that runs them), started as root
+        to become the attempt's user, which must not be root."""
+        return isinstance(backend, Exec) and os.geteuid() == 0 and user[0] != 0
 
     def usable(self, spec: Spec) -> bool:
         """gVisor's gofer does not see what the host mounts after the sandbox starts."""

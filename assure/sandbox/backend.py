@@ -311,24 +311,6 @@ class Exec(Protocol):
 
 
 @runtime_checkable
-class CheckExec(Protocol):
-    """A check's command in a running check container (run/checks.py `SharedChecks`): Docker
-    only; a backend without it runs each check in a container of its own."""
-
-    def exec_attached(
-        self, cid: str, argv: list[str], *, user: str, workdir: str, env: Mapping[str, str]
-    ) -> AbstractContextManager[tuple[socket.socket, str]]:
-        """Start `argv` as `user` in `workdir` with exactly `env` (and the image's), stdin open;
-        yields its stdio (the frames `attached` has; shut the write side to close stdin) and
-        the exec's id for `exec_state`."""
-        ...
-
-    def exec_state(self, exec_id: str) -> tuple[bool, int | None]:
-        """(still running, exit code once it exited)."""
-        ...
-
-
-@runtime_checkable
 class ImageBuilder(Protocol):
     """The images' build (sandbox/docker/images.py): Docker only."""
 

@@ -14,7 +14,7 @@ import os
 import socket
 import tarfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -435,36 +435,6 @@ class DockerBackend:
         with _mapped(f"exec in container {cid[:12]}"):
             code = self._client.api.exec_inspect(made["Id"]).get("ExitCode")
         return code, out, err
-
-    @contextlib.contextmanager
-    def exec_attached(
-        self, cid: str, argv: list[str], *, user: str, workdir: str, env: Mapping[str, str]
-    ) -> Iterator[tuple[socket.socket, str]]:
-        """`CheckExec.exec_attached`: one exec, its stdio as the raw attached socket."""
-        with _mapped(f"exec in container {cid[:12]}"):
-            made = self._client.api.exec_create(
-                cid,
-                argv,
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                user=user,
-                workdir=workdir,
-                environment=dict(env),
-            )
-            raw = self._client.api.exec_start(made["Id"], socket=True)
-        sock = _raw_socket(raw)
-        try:
-            yield sock, made["Id"]
-        finally:
-            with contextlib.suppress(OSError):
-                sock.close()
-                raw.close()
-
-    def exec_state(self, exec_id: str) -> tuple[bool, int | None]:
-        with _mapped("inspect exec"):
-            info = self._client.api.exec_inspect(exec_id)
-        return bool(info.get("Running")), info.get("ExitCode")
 
     def remove_container(self, cid: str) -> None:
         self._layers.pop(cid, None)
