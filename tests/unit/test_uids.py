@@ -18,6 +18,7 @@ HOLDER = """
 import sys
 from pathlib import Path
 from assure.sandbox import uids
+uids.running_uids = set  # as no_sandbox_runs_here does here: a real run may run as 60600
 lease = uids.lease(Path(sys.argv[1]), range(60600, 60603))
 print(lease.uid, flush=True)
 sys.stdin.read()
