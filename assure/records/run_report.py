@@ -46,11 +46,11 @@ class GateDenial:
     def from_json(cls, data: Any, where: str) -> GateDenial:
         d = _object(data, where, ("tool", "path", "rule", "message", "denied"))
         return cls(
-            _str(d, "tool", where),
-            _opt_str(d, "path", where),
-            _str(d, "rule", where),
-            _str(d, "message", where),
-            _int(d, "denied", where),
+            _req(d, "tool", str, where),
+            _opt(d, "path", str, where),
+            _req(d, "rule", str, where),
+            _req(d, "message", str, where),
+            _req(d, "denied", int, where),
         )
 
 
@@ -75,7 +75,7 @@ class Reason:
         d = _object(data, where, ("summary", "gate_denial", "agent_output"))
         denial = d["gate_denial"]
         return cls(
-            _opt_str(d, "summary", where),
+            _opt(d, "summary", str, where),
             None if denial is None else GateDenial.from_json(denial, f"{where}.gate_denial"),
             tuple(_strs(d, "agent_output", where)),
         )
@@ -125,10 +125,10 @@ class AttemptEntry:
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise ValueError(f"{where}.timings.{name} is a number")
         return cls(
-            attempt=_int(d, "attempt", where),
-            task=_str(d, "task", where),
+            attempt=_req(d, "attempt", int, where),
+            task=_req(d, "task", str, where),
             verdict=_enum(Verdict, d, "verdict", where),
-            exit_code=_opt_int(d, "exit_code", where),
+            exit_code=_opt(d, "exit_code", int, where),
             timed_out=_opt(d, "timed_out", bool, where),
             stopped=stop,
             timings=dict(timings),
@@ -136,7 +136,7 @@ class AttemptEntry:
             journal_head=None if head is None else dict(_object(head, f"{where}.journal_head")),
             findings=tuple(
                 _finding(f, f"{where}.findings[{i}]")
-                for i, f in enumerate(_list(d, "findings", where))
+                for i, f in enumerate(_req(d, "findings", list, where))
             ),
             reason=None if reason is None else Reason.from_json(reason, f"{where}.reason"),
         )
@@ -168,16 +168,16 @@ class TaskEntry:
         d = _object(
             data, where, ("id", "state", "reason", "attempts", "verdict", "verdict_attempt")
         )
-        attempts = _list(d, "attempts", where)
+        attempts = _req(d, "attempts", list, where)
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in attempts):
             raise ValueError(f"{where}.attempts is a list of attempt numbers")
         return cls(
-            _str(d, "id", where),
+            _req(d, "id", str, where),
             _enum(TaskState, d, "state", where),
-            _opt_str(d, "reason", where),
+            _opt(d, "reason", str, where),
             tuple(attempts),
             None if d["verdict"] is None else _enum(Verdict, d, "verdict", where),
-            _opt_int(d, "verdict_attempt", where),
+            _opt(d, "verdict_attempt", int, where),
         )
 
 
@@ -211,19 +211,19 @@ class Report:
         """A report as `to_json` wrote it; anything else is a `ValueError` naming the field."""
         d = _object(data, "report", _REPORT_FIELDS)
         return cls(
-            run_id=_str(d, "run_id", "report"),
-            spec=_str(d, "spec", "report"),
-            hostile=_opt(d, "hostile", bool, "report", nullable=False),
+            run_id=_req(d, "run_id", str, "report"),
+            spec=_req(d, "spec", str, "report"),
+            hostile=_req(d, "hostile", bool, "report"),
             expect=_enum(Verdict, d, "expect", "report").value,
             verdict=_enum(Verdict, d, "verdict", "report"),
             state=_enum(RunState, d, "state", "report"),
             tasks=tuple(
                 TaskEntry.from_json(t, f"report.tasks[{i}]")
-                for i, t in enumerate(_list(d, "tasks", "report"))
+                for i, t in enumerate(_req(d, "tasks", list, "report"))
             ),
             attempts=tuple(
                 AttemptEntry.from_json(a, f"report.attempts[{i}]")
-                for i, a in enumerate(_list(d, "attempts", "report"))
+                for i, a in enumerate(_req(d, "attempts", list, "report"))
             ),
         )
 
@@ -240,6 +240,7 @@ class Report:
 
 
 E = TypeVar("E", Verdict, Kind, RunState, TaskState)
+T = TypeVar("T")
 _REPORT_FIELDS = ("run_id", "spec", "hostile", "expect", "verdict", "state", "tasks", "attempts")
 _ATTEMPT_FIELDS = (
     "attempt",
@@ -266,9 +267,9 @@ def _finding(data: Any, where: str) -> Finding:
         raise ValueError(f"{where}.severity is {SEVERITY[kind].value} for a {kind.value} finding")
     return Finding(
         kind,
-        _str(d, "subject", where),
-        _str(d, "message", where),
-        _opt_str(d, "attribution", where),
+        _req(d, "subject", str, where),
+        _req(d, "message", str, where),
+        _opt(d, "attribution", str, where),
         dict(_object(d["detail"], f"{where}.detail")),
     )
 
@@ -287,42 +288,21 @@ def _object(data: Any, where: str, fields: tuple[str, ...] | None = None) -> Map
     return data
 
 
-def _opt(d: Mapping[str, Any], key: str, kind: type, where: str, *, nullable: bool = True) -> Any:
+def _opt(d: Mapping[str, Any], key: str, kind: type[T], where: str) -> T | None:
+    """`d[key]` if it is a `kind` (a bool is not an int) or null; else ValueError naming it."""
+    return None if d[key] is None else _req(d, key, kind, where, " or null")
+
+
+def _req(d: Mapping[str, Any], key: str, kind: type[T], where: str, null: str = "") -> T:
+    """`d[key]` if it is a `kind` (a bool is not an int); else ValueError naming it."""
     value = d[key]
-    if value is None and nullable:
-        return None
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"{where}.{key} is a {kind.__name__}{' or null' if nullable else ''}")
-    return value
-
-
-def _str(d: Mapping[str, Any], key: str, where: str) -> str:
-    value: str = _opt(d, key, str, where, nullable=False)
-    return value
-
-
-def _opt_str(d: Mapping[str, Any], key: str, where: str) -> str | None:
-    value: str | None = _opt(d, key, str, where)
-    return value
-
-
-def _int(d: Mapping[str, Any], key: str, where: str) -> int:
-    value: int = _opt(d, key, int, where, nullable=False)
-    return value
-
-
-def _opt_int(d: Mapping[str, Any], key: str, where: str) -> int | None:
-    value: int | None = _opt(d, key, int, where)
-    return value
-
-
-def _list(d: Mapping[str, Any], key: str, where: str) -> list[Any]:
-    value: list[Any] = _opt(d, key, list, where, nullable=False)
+        raise ValueError(f"{where}.{key} is a {kind.__name__}{null}")
     return value
 
 
 def _strs(d: Mapping[str, Any], key: str, where: str) -> list[str]:
-    value = _list(d, key, where)
+    value = _req(d, key, list, where)
     if not all(isinstance(v, str) for v in value):
         raise ValueError(f"{where}.{key} is a list of strings")
     return value
