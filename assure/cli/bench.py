@@ -6,9 +6,6 @@ from pathlib import Path
 
 import typer
 
-from assure.cli.common import (
-    HELP,
-)
 from assure.cli.lazy import (
     Table,
 )
@@ -18,6 +15,7 @@ from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import HELP
 from assure.errors import AssureError
 
 bench_app = typer.Typer(

@@ -1,12 +1,10 @@
-"""The root `app` and what every command group shares: exit codes, how an error is shown,
-the options several commands take, and the engine and spec checks before a run."""
+"""What every command group shares: exit codes, how an error is shown, the options several
+commands take, and the engine and spec checks before a run (the root `app` is root's)."""
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,44 +14,6 @@ import typer
 from assure.cli.lazy import DockerBackend, ImageSet, Text, layout, runs_mod, spec_mod, store
 from assure.cli.output import _safe_lines, err, plain
 from assure.errors import AssureError
-
-HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
-app = typer.Typer(
-    no_args_is_help=True,
-    add_completion=False,
-    context_settings=HELP,
-    help="Run an untrusted agent in a sealed container and judge it by ground truth.",
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        from assure import __version__  # pyproject.toml's version is read from it
-
-        sys.stdout.write(f"assure {__version__}\n")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _setup(
-    _: bool = typer.Option(
-        False,
-        "--version",
-        callback=_version,
-        is_eager=True,
-        help="Print assure's version and exit.",
-    ),
-) -> None:
-    # No docstring: typer would print it as the whole app's help, over Typer(help=...).
-    # Library code logs (alerts among it); the CLI shows warnings on stderr.
-    from rich.logging import RichHandler
-
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(message)s",
-        handlers=[RichHandler(console=err, show_path=False, show_time=False, markup=False)],
-    )
-
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "specs" / "examples" / "benign.yaml"
 EXIT = {"pass": 0, "contained": 0, "fail": 3, "breach": 4, "error": 5}

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from assure.cli.common import (
-    HELP,
     _backend_and_images,
     _fail,
 )
@@ -16,6 +15,7 @@ from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import HELP
 from assure.errors import AssureError, unreadable
 from assure.records.obligations import OBLIGATIONS
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from assure.cli.common import (
-    HELP,
     _fail,
 )
 from assure.cli.lazy import (
@@ -18,6 +17,7 @@ from assure.cli.lazy import (
 from assure.cli.output import (
     err,
 )
+from assure.cli.root import HELP
 from assure.errors import AssureError
 
 contract_app = typer.Typer(

@@ -11,7 +11,6 @@ from assure.cli.common import (
     JSON_OPTION,
     RUNS_OPTION,
     _fail,
-    app,
 )
 from assure.cli.lazy import (
     Text,
@@ -25,6 +24,7 @@ from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import app
 from assure.errors import AssureError
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import typer
 
 from assure.cli.common import (
-    HELP,
     JSON_OPTION,
     _fail,
 )
@@ -22,6 +21,7 @@ from assure.cli.output import (
     err,
     out,
 )
+from assure.cli.root import HELP
 from assure.errors import AssureError
 
 images_app = typer.Typer(

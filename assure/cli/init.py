@@ -9,12 +9,12 @@ import typer
 
 from assure.cli.common import (
     _fail,
-    app,
 )
 from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import app
 from assure.errors import AssureError
 
 

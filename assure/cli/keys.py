@@ -10,7 +10,6 @@ from typing import Any
 import typer
 
 from assure.cli.common import (
-    HELP,
     JSON_OPTION,
     RUN_ARG,
     RUNS_OPTION,
@@ -28,6 +27,7 @@ from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import HELP
 from assure.errors import AssureError
 
 keys_app = typer.Typer(

@@ -132,7 +132,9 @@ class _LightRichUtils:
         return spec
 
 
-if "typer.rich_utils" not in sys.modules and not any(
-    isinstance(f, _LightRichUtils) for f in sys.meta_path
-):
-    sys.meta_path.insert(0, _LightRichUtils())
+def light_help() -> None:
+    """Install the finder (once), before typer.rich_utils is imported: root.py calls it."""
+    if "typer.rich_utils" not in sys.modules and not any(
+        isinstance(f, _LightRichUtils) for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _LightRichUtils())

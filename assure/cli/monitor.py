@@ -16,7 +16,6 @@ from assure.cli.common import (
     RUNS_OPTION,
     _fail,
     _sigterm_as_interrupt,
-    app,
     runs_option,
 )
 from assure.cli.lazy import (
@@ -34,6 +33,7 @@ from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import app
 from assure.errors import AssureError
 
 

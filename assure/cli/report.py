@@ -11,7 +11,6 @@ import typer
 
 from assure.cli.common import (
     EXIT_UNEXPECTED,
-    HELP,
     JUNIT_OPTION,
     _fail,
     _writable,
@@ -31,6 +30,7 @@ from assure.cli.output import (
     err,
     plain,
 )
+from assure.cli.root import HELP
 from assure.errors import AssureError
 
 report_app = typer.Typer(

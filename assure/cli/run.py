@@ -26,7 +26,6 @@ from assure.cli.common import (
     _spec_of,
     _writable,
     _write_out,
-    app,
     runs_option,
 )
 from assure.cli.lazy import (
@@ -50,6 +49,7 @@ from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import app
 from assure.errors import AssureError
 
 

@@ -17,7 +17,6 @@ from assure.cli.common import (
     RUNS_OPTION,
     _fail,
     _spec_of,
-    app,
 )
 from assure.cli.lazy import (
     AttemptPaths,
@@ -38,6 +37,7 @@ from assure.cli.output import (
     out,
     plain,
 )
+from assure.cli.root import app
 from assure.errors import AssureError
 
 

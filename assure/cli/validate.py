@@ -9,7 +9,6 @@ import typer
 
 from assure.cli.common import (
     JSON_OPTION,
-    app,
 )
 from assure.cli.lazy import (
     registry,
@@ -22,6 +21,7 @@ from assure.cli.output import (
     err,
     out,
 )
+from assure.cli.root import app
 from assure.errors import AssureError
 
 

@@ -51,8 +51,11 @@ def commands(
     """Every command and group of the app, with the words that invoke it: nothing hard-coded."""
     group = group or typer.main.get_command(app)
     yield path, group
-    for name, sub in getattr(group, "commands", {}).items():
-        if hasattr(sub, "commands"):
+    # list_commands and get_command, not .commands: the root group loads each command when asked
+    ctx = typer.Context(group)
+    for name in group.list_commands(ctx) if hasattr(group, "list_commands") else ():
+        sub = group.get_command(ctx, name)
+        if hasattr(sub, "list_commands"):
             yield from commands(sub, path + (name,))
         else:
             yield path + (name,), sub
