@@ -1,4 +1,4 @@
-"""What the CLI defers to start faster (issue 25) changes nothing a user sees: `--help` renders
+"""What the CLI defers to start faster (issue 25) changes nothing a user sees, and stays deferred: `--help` renders
 the same with typer.rich_utils' stand-ins as with the real modules, a crash still gets rich's
 traceback, markup is escaped as rich escapes it, and `--version` is the installed version."""
 
@@ -9,10 +9,12 @@ import subprocess
 import sys
 
 import pytest
+import typer
+import typer.main
 from rich.markup import escape
 
 import assure
-from assure.cli import escape_markup
+from assure.cli import app, escape_markup, listing
 
 HELP = """
 import sys
@@ -69,3 +71,59 @@ def test_markup_is_escaped_as_rich_escapes_it(text: str) -> None:
 
 def test_version_is_the_installed_one() -> None:
     assert importlib.metadata.version("assure") == assure.__version__
+
+
+# what a bare start must not import: each is tens of ms, and none is needed to print the version
+# or the list of commands (issue 25)
+HEAVY = (
+    "docker",
+    "jsonschema",
+    "anthropic",
+    "apsw",
+    "cryptography",
+    "yaml",
+    "pydantic",
+    "rich.traceback",
+    "rich.markdown",
+    "assure.spec",
+    "assure.run",
+    "assure.records",
+    "assure.sandbox",
+    "assure.verify",
+)
+START = """
+import sys
+from typer.testing import CliRunner
+from assure.cli import app
+CliRunner().invoke(app, {args!r}, prog_name="assure", catch_exceptions=False)
+print(*sorted(m for m in sys.modules if m.split(".")[0] in {roots!r}))
+"""
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], []])
+def test_a_bare_start_imports_no_command_module_nor_a_heavy_package(args: list[str]) -> None:
+    roots = {h.split(".")[0] for h in HEAVY}
+    code = START.format(args=args, roots=roots)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert [h for h in HEAVY if h in loaded] == []
+    assert not [m for m in loaded if m.startswith("assure.cli.") and m not in LIGHT], loaded
+
+
+LIGHT = {"assure.cli.root", "assure.cli.listing", "assure.cli.lazy"}
+
+
+def test_the_listing_names_every_command_with_its_own_one_line_help() -> None:
+    """listing.COMMANDS is what `assure --help` shows without importing a command: each help
+    must be the first paragraph of the command's own, and no command may be missing."""
+    ctx = typer.Context(typer.main.get_command(app))
+    group = ctx.command
+    registered = {listing._command_name(i) for i in app.registered_commands}
+    for name, (_, sub, short) in listing.COMMANDS.items():
+        command = group.get_command(ctx, name)
+        assert command is not None and command.help, name
+        assert short == command.help.split("\n\n")[0], name
+    # every module's commands loaded now: each one registered on the root app is listed
+    assert registered | {listing._command_name(i) for i in app.registered_commands} <= set(
+        listing.COMMANDS
+    )
