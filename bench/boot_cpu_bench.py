@@ -1,8 +1,9 @@
 """Micro-benchmark: the CPU an attempt pays for Python processes it starts in its containers
 (issue 25 item 3: the gateway's boot cost per attempt), in the images built for this checkout.
 
-- gateway: `python3 -m assure.gateway --config <missing>`, every import of its boot, then the
-  config error (exit 2), in the gateway image;
+- gateway: its command (hardening.GATEWAY_COMMAND) with a missing config, every import of its
+  boot, then the config error (exit 2), in the gateway image; beside it `python3 -m
+  assure.gateway`, as it started before (boot_m);
 - client: `assure-tool fs.list` with no socket, the agent's start up to its first connect
   (a shell agent's every call pays it), in the agent image;
 each beside `python3 -c pass` (`-S` in the agent image, as assure-tool runs it), the floor,
@@ -21,6 +22,9 @@ import sys
 
 from assure.sandbox.docker.backend import DockerBackend
 from assure.sandbox.docker.images import Images
+from assure.sandbox.hardening import GATEWAY_COMMAND
+
+MISSING = "/nonexistent/config.json"
 
 INSIDE = """
 import json, resource, statistics, subprocess, sys
@@ -41,7 +45,10 @@ print(json.dumps({k: statistics.median(v) for k, v in got.items()}))
 FIGURES = {
     "gateway": {
         "floor": ["python3", "-c", "pass"],
-        "boot": ["python3", "-m", "assure.gateway", "--config", "/nonexistent/config.json"],
+        # the command an attempt's gateway runs, its config missing
+        "boot": [*GATEWAY_COMMAND[: GATEWAY_COMMAND.index("--config")], "--config", MISSING],
+        # how it started before issue 25's -I -S -c, in the same image and run
+        "boot_m": ["python3", "-m", "assure.gateway", "--config", MISSING],
     },
     "agent": {
         "floor": ["python3", "-S", "-c", "pass"],
@@ -73,10 +80,17 @@ def main() -> None:
     for role, variants in FIGURES.items():
         got = measure(getattr(images, role), variants, args.runs)
         out[role] = {**got, "over_floor": got["boot"] - got["floor"]}
+        if "boot_m" in got:
+            out[role]["over_floor_m"] = got["boot_m"] - got["floor"]
         print(
             f"{role:8} boot {got['boot'] * 1000:6.1f} ms CPU, floor {got['floor'] * 1000:5.1f} ms,"
             f" over the floor {(got['boot'] - got['floor']) * 1000:6.1f} ms"
             f" (medians of {args.runs}, interleaved)"
+            + (
+                f"; as python3 -m: over the floor {out[role]['over_floor_m'] * 1000:6.1f} ms"
+                if "boot_m" in got
+                else ""
+            )
         )
     if args.json:
         with open(args.json, "w") as f:

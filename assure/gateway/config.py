@@ -221,6 +221,9 @@ class Model:
 
 @dataclass(frozen=True)
 class Config:
+    """The attempt's whole gateway config, checked by `load` (a docstring: dataclass would
+    otherwise build one from inspect.signature at every boot)."""
+
     run_id: str
     attempt: int
     socket: str

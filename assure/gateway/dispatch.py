@@ -62,6 +62,8 @@ MODEL_ROUTES = {  # path -> endpoint: the Anthropic API's, then the OpenAI API's
 
 @dataclass(frozen=True)
 class Answer:
+    """A tool call's HTTP status and JSON body."""
+
     status: int
     body: dict[str, Any]
     raw: bytes | None = None  # sent as-is instead of `body` (model answers: the recorded bytes)
@@ -72,6 +74,8 @@ class Answer:
 
 @dataclass
 class Counters:
+    """What the gateway has served so far, for its health answer and journal."""
+
     requests: int = 0
     tool_calls: int = 0
     denied: int = 0

@@ -39,6 +39,8 @@ class PathError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
+    """One entry of an fs.list answer."""
+
     name: str
     type: str  # file | dir | symlink | other
     size: int

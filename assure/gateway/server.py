@@ -71,6 +71,8 @@ class _Closed(Exception):
 
 @dataclass
 class _Request:
+    """One parsed HTTP request."""
+
     method: str = ""
     target: str = ""
     version: str = ""

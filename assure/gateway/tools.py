@@ -68,6 +68,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Tool:
+    """A tool the gateway serves: its name, whether it mutates, and its handler."""
+
     name: str
     mutates: bool
     params: Mapping[str, tuple[type, bool]]  # name -> (type, required)

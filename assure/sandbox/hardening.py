@@ -45,6 +45,26 @@ SOCKET_VOLUME_SIZE = 2**20
 # `limits.disk`. This was the limit before that field existed (for specs resolved without it).
 FILE_SIZE_LIMIT = 2**30
 NO_NEW_PRIVILEGES = "no-new-privileges:true"
+# The gateway's start (issue 25: its boot is CPU every attempt pays): -I -S -B, no site, runpy or
+# environment (PYTHONPATH, PYTHONSTARTUP...), and nothing on sys.path before the standard library:
+# its package (images/gateway/Dockerfile: /opt/assure) and apsw's pip folder are appended, so no
+# file there or in the working folder can stand in for a standard module. The same arguments as
+# `python3 -m assure.gateway` (the warm pool appends --wait SECONDS).
+GATEWAY_BOOT = (
+    "import sys; v = sys.version_info;"
+    " sys.path += ['/opt/assure', f'/usr/local/lib/python{v[0]}.{v[1]}/dist-packages'];"
+    " from assure.gateway.__main__ import main; sys.exit(main())"
+)
+GATEWAY_COMMAND = (
+    "python3",
+    "-I",
+    "-S",
+    "-B",
+    "-c",
+    GATEWAY_BOOT,
+    "--config",
+    f"{GATEWAY_CONFIG}/gateway.json",
+)
 
 
 @dataclass(frozen=True)
@@ -253,7 +273,7 @@ def gateway_request(
         network=network or "none",
         read_only_root=True,
         name=name,
-        command=("python3", "-m", "assure.gateway", "--config", f"{GATEWAY_CONFIG}/gateway.json"),
+        command=GATEWAY_COMMAND,
         env={"PYTHONDONTWRITEBYTECODE": "1"},
         hostname="gateway",
         mounts=(
