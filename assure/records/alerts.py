@@ -16,8 +16,6 @@ import json
 import logging
 import os
 import secrets
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -140,6 +138,11 @@ def _deliver(alert: Alert, sinks: Sinks) -> list[str]:
         except OSError as exc:
             errors.append(f"jsonl: {exc}")
     if sinks.webhook:
+        # here, not at the top: urllib.request (http.client, email, ssl) is a tenth of every
+        # `assure run`'s start, and most runs have no webhook (issue 25)
+        import urllib.error
+        import urllib.request
+
         req = urllib.request.Request(
             sinks.webhook,
             data=line.encode(),
