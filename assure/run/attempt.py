@@ -180,7 +180,6 @@ class Attempt:
         self._pre: Snapshot | None = None
         self._post: Snapshot | None = None
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(assertions.CHECK_KINDS)
-        self._copy_report: confined.CopyReport | None = None
         try:
             return self._execute(facts)
         # every container of the attempt, checks included, is gone: its user goes back. A container
@@ -210,10 +209,10 @@ class Attempt:
                     self._total("cleanup", self._cleanup, facts)
             if prepared:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
+            if snapshotted and (self.spec.commands() or self.spec.cases()):
+                self._total("checks", self._run_checks, facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
             self._release_workspace(facts)
-        if snapshotted and (self.spec.commands() or self.spec.cases()):
-            self._total("checks", self._run_checks, facts)
         facts["timings"] = self.timings
         written = {**facts, "timings": dict(self.timings)}  # as container.json holds them
         self._total("record", lambda: store.write_json(self.paths.container, written), facts)
@@ -287,33 +286,43 @@ class Attempt:
             self.timings[name] = round(time.monotonic() - start, 4)
 
     def _snapshot_post(self, facts: dict[str, Any]) -> None:
-        """POST on the attempt's own filesystem (everything the agent left, special files and
-        links included), its counters, then the copy-out to the plain `workspace/`."""
+        """The attempt's own filesystem sealed read-only (the agent's containers are gone), its
+        counters, POST on it (everything the agent left, special files and links included),
+        then the copy-out of what the run directory's readers need."""
         assert self._fs is not None
+        facts["workspace_fs"] = self._fs.usage().to_json()
+        self._fs.seal()
         post = take(self._fs.workspace, reuse=self._pre)
         store.write_json(self.paths.post, post.to_json())
         self._post = post
-        facts["workspace_fs"] = self._fs.usage().to_json()
         self._copy_out(facts)
         self._capture_databases("post")
 
     def _copy_out(self, facts: dict[str, Any]) -> None:
-        """The confined copy (never follows, keeps sparse files sparse, skips and reports
-        special files), bounded by limits.disk, into a temporary name renamed into place. It
-        is the host's: owned by the invoking user, each mode `private.copy_mode` (POST holds
-        the agent's modes and each file's digest, which promote checks it against)."""
-        assert self._fs is not None
+        """Only the paths the run directory's readers open (`judge.copied_out`: what the
+        attempt changed, what a file assertion reads, and their folders) go to the plain
+        `workspace/`; the checks read the sealed filesystem itself. The confined copy (never
+        follows, keeps sparse files sparse, skips and reports special files), bounded by
+        limits.disk, into a temporary name renamed into place. It is the host's: owned by the
+        invoking user, each mode `private.copy_mode` (POST holds the agent's modes and each
+        file's digest, which promote checks it against)."""
+        assert self._fs is not None and self._pre is not None and self._post is not None
         start = time.monotonic()
         tmp = self.paths.workspace_staging
+        wanted = judge.copied_out(self.spec, self._pre, self._post)
         report = confined.copy_tree(
             self._fs.workspace,
             tmp,
             max_bytes=self.spec.limits.disk_bytes,
             modes=private.copy_mode,
+            include=wanted.__contains__,
         )
         os.replace(tmp, self.paths.workspace)
-        facts["workspace_copy"] = {**report.to_json(), "modes": private.COPY_MODES}
-        self._copy_report = report
+        facts["workspace_copy"] = {
+            **report.to_json(),
+            "modes": private.COPY_MODES,
+            "scope": judge.COPY_SCOPE,
+        }
         self.timings["copy_out"] = round(time.monotonic() - start, 4)
 
     def _release_workspace(self, facts: dict[str, Any]) -> None:
@@ -346,19 +355,16 @@ class Attempt:
                 )
 
     def _run_checks(self) -> None:
-        assert self._post is not None
+        assert self._post is not None and self._fs is not None
         args = (
             self.spec,
-            self.paths.workspace,
+            self._fs.workspace,  # sealed: each check has a copy-on-write view of it
             self._post.to_json(),
             self.backend,
             self.images.agent,
             self.labels,
             self.prefix,
         )
-        left_behind = (
-            self._copy_report.left_out if self._copy_report else []
-        )  # workspace/ lacks them: no check judges it
         # as the attempt's own user: its containers are removed by now, with every process, pipe,
         # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
@@ -371,7 +377,6 @@ class Attempt:
                 results = checks.RUNNERS[kind](
                     *args,
                     scratch=self.paths.root,
-                    left_behind=left_behind,
                     user=self.lease.ids,
                     shared=shared,
                 )

@@ -164,23 +164,50 @@ def _database_findings(
 CARRIED_KINDS = ("file", "dir", "symlink")
 
 
-def _workspace_moved(post: Snapshot, now: Snapshot, copy: dict[str, Any] | None) -> bool:
+COPY_SCOPE = "changes and file assertions"  # what `copied_out` names, as container.json says
+
+
+def copied_out(spec: Spec, pre: Snapshot, post: Snapshot) -> frozenset[str]:
+    """The paths of POST the run directory's `workspace/` holds (run/attempt.py `_copy_out`):
+    what its readers open there (the changed paths: promote, proposals, receipts, the HTML
+    page; the paths `file_contains` reads), with the folders on their way. The checks read
+    the attempt's own filesystem, and everything else is judged from POST."""
+    wanted = {c.path for c in diff(pre, post) if c.after is not None}
+    wanted |= {a["file_contains"]["path"] for a in spec.assertions if "file_contains" in a}
+    out = set()
+    for rel in wanted:
+        parts = rel.split("/")
+        out |= {"/".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return frozenset(out)
+
+
+def _workspace_moved(
+    post: Snapshot,
+    now: Snapshot,
+    copy: dict[str, Any] | None,
+    scope: frozenset[str] | None = None,
+) -> bool:
     """Whether `workspace/` differs from what the run left. POST was taken on the attempt's
-    own filesystem; `workspace/` is its confined copy (`copy` is the copy's report), which
+    own filesystem; `workspace/` is its confined copy (`copy` is the copy's report) of the
+    paths `scope` names (`copied_out`; None: a copy of the whole tree, from before), which
     carries files, folders and symlinks with their content, link text and the modes
     `private.copy_mode` makes of the agent's (the agent's own in a copy from before), and
     nothing else (no owners, xattrs, hard links or special files, nor what it skipped).
     Without a copy report (the workspace was the bind mount itself) the trees must be equal."""
     if copy is None:
         return bool(diff(post, now))
+    if scope is not None and not now.entries.keys() <= scope:
+        return True  # what the copy-out never writes
     skipped = {rel for rel, _ in copy.get("skipped", [])}
 
     def carried(snap: Snapshot) -> dict[str, Any]:
         out = {}
         for path, e in snap.entries.items():
             parts = path.split("/")
-            if e.kind in CARRIED_KINDS and not any(
-                "/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1)
+            if (
+                e.kind in CARRIED_KINDS
+                and (scope is None or path in scope)
+                and not any("/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1))
             ):
                 out[path] = e
         return out
@@ -363,7 +390,14 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
     if recheck_workspace and _guarded(
         findings,
         "workspace",
-        lambda: _workspace_moved(post, take(paths.workspace), facts.workspace_copy),
+        lambda: _workspace_moved(
+            post,
+            take(paths.workspace),
+            facts.workspace_copy,
+            copied_out(spec, pre, post)
+            if (facts.workspace_copy or {}).get("scope") == COPY_SCOPE
+            else None,
+        ),
         False,
     ):
         findings.append(
