@@ -40,6 +40,7 @@ from typing import Any, TypedDict
 from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
 from assure.errors import SandboxError
+from assure.run import failpoints
 from assure.sandbox import hardening, runtimes, workspace_fs
 from assure.sandbox.backend import ENGINE_FIX, Exec, SandboxBackend
 from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec
@@ -260,6 +261,7 @@ def run_commands(
     for n, cmd in enumerate(spec.commands()):
         image = agent_image if cmd.image == AGENT_IMAGE_ALIAS else cmd.image
         with _copy(shared, spec, workspace, post_json, scratch, user) as (copy, report):
+            failpoints.hit("checks")
             if why := _refusal(report):
                 result = _not_run(why)
             else:
