@@ -167,12 +167,19 @@ CARRIED_KINDS = ("file", "dir", "symlink")
 COPY_SCOPE = "changes and file assertions"  # what `copied_out` names, as container.json says
 
 
-def copied_out(spec: Spec, pre: Snapshot, post: Snapshot) -> frozenset[str]:
+def copied_out(
+    spec: Spec, pre: Snapshot, post: Snapshot, changes: Iterable[str] | None
+) -> frozenset[str]:
     """The paths of POST the run directory's `workspace/` holds (run/attempt.py `_copy_out`):
-    what its readers open there (the changed paths: promote, proposals, receipts, the HTML
-    page; the paths `file_contains` reads), with the folders on their way. The checks read
-    the attempt's own filesystem, and everything else is judged from POST."""
-    wanted = {c.path for c in diff(pre, post) if c.after is not None}
+    what its readers open there, with the folders on their way. `changes`: the changed paths
+    copied (None: every change, for promote, proposals and receipts), and always the paths
+    `file_contains` reads. The checks and the live judge read the attempt's own filesystem,
+    and everything else is judged from POST."""
+    wanted = (
+        {c.path for c in diff(pre, post) if c.after is not None}
+        if changes is None
+        else {rel for rel in changes if rel in post.entries}
+    )
     wanted |= {a["file_contains"]["path"] for a in spec.assertions if "file_contains" in a}
     out = set()
     for rel in wanted:
@@ -238,6 +245,15 @@ def _workspace_moved(
         ):
             return True
     return False
+
+
+def _paths(value: Any) -> list[str] | None:
+    """container.json's list of copied-out changes (None: all), its type checked."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("workspace_copy.changes is not a list of paths")
+    return value
 
 
 def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
@@ -331,7 +347,15 @@ def _head_words(head: Any) -> str:
     return f"record {head.get('seq')}, hash {str(head.get('hash'))[:16]}"
 
 
-def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False) -> Judgement:
+def judge(
+    record: AttemptRecord,
+    spec: Spec,
+    *,
+    recheck_workspace: bool = False,
+    workspace: Path | None = None,
+) -> Judgement:
+    """`workspace`: where file assertions read the agent's files (the attempt's own sealed
+    filesystem, live), if not the run directory's `workspace/`."""
     paths, facts = record.paths, record.facts
     findings: list[Finding] = []
     _unreadable(findings, record, paths.container.name)
@@ -394,7 +418,7 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
             post,
             take(paths.workspace),
             facts.workspace_copy,
-            copied_out(spec, pre, post)
+            copied_out(spec, pre, post, _paths((facts.workspace_copy or {}).get("changes")))
             if (facts.workspace_copy or {}).get("scope") == COPY_SCOPE
             else None,
         ),
@@ -468,7 +492,7 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
                 a,
                 assertions.Evidence(
                     post,
-                    paths.workspace,
+                    workspace or paths.workspace,
                     facts.exit_code,
                     journal,
                     unexplained,
