@@ -172,7 +172,8 @@ def attempt(
     start = time.perf_counter()
     run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
     with contextlib.ExitStack() as stack:
-        peak = stack.enter_context(Peak(run.path)) if peaks is not None else None
+        # the attempts' folder: the run's base/ (the fixture, for promote) is no attempt's
+        peak = stack.enter_context(Peak(run.path / "attempts")) if peaks is not None else None
         result = Driver(spec, run, backend, images, lambda *_: None).drive()
     elapsed = time.perf_counter() - start
     if peak is not None and peaks is not None:

@@ -719,9 +719,7 @@ def issue_receipts(
             last = _standing_record(ts["attempts"], records)
             judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
             verified = (
-                ts["state"] in VERIFIED
-                and judgement.verdict in PROMOTABLE
-                and overruled is None
+                ts["state"] in VERIFIED and judgement.verdict in PROMOTABLE and overruled is None
             )
             record = receipts.build_receipt(
                 run_id=run.run_id,
