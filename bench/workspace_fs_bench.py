@@ -2,12 +2,16 @@
 folder it replaced, measured in the same run, rounds interleaved.
 
 Two fixtures: `calc` (the examples' 5 files) and a real repository of 5,000+ files (a copy
-of this Python's standard library, ~250 MB, made once under /tmp). For each, a trivial
-attempt (`true`, one exit_code assertion) runs through the driver, once as assure runs it
-(mkfs + mount, fixture copied in, PRE, run, POST on the mount, copy-out to workspace/,
-unmount) and once with the old plain folder (fixture copied, PRE, run, POST in place; no
-mount, no copy-out). Prints the median attempt wall time, the median prepare, snapshot
-(POST, with copy-out), copy-out and unmount phases, and the ratios bounded / plain.
+of this Python's standard library, ~250 MB, made once under /tmp), each with limits.disk
+1.25x its size (at least 64 MiB). For each, a trivial attempt (`true`, one exit_code
+assertion) runs through the driver, once as assure runs it (mkfs + mount, fixture copied in,
+PRE, run, POST on the sealed mount, the copy-out of what changed, unmount) and once with the
+old plain folder (fixture copied, PRE, run, POST in place; no mount, no copy-out). Prints the
+median attempt wall time, the median prepare, snapshot (POST, with copy-out), copy-out and
+unmount phases, the ratios bounded / plain, and the most the host held at once for the
+attempt (files' allocated blocks, sampled; the mounted filesystems are counted as their
+images) against limits.disk. Then the bounded attempt with one `command` check: its checks
+phase and what the host held during it.
 Usage: python bench/workspace_fs_bench.py [ROUNDS]   (root and loop devices needed)
 """
 
@@ -15,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import statistics
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 REPO_CACHE = Path(tempfile.gettempdir()) / "assure-bench-stdlib"
 PHASES = ("prepare", "snapshot", "copy_out", "unmount")  # copy_out is part of snapshot
+SAMPLE_SECONDS = 0.05  # how often the host's allocation for the attempt is read
 WORKSPACE_PHASES = (
     "prepare",
     "snapshot",
@@ -103,20 +110,74 @@ def plain() -> Iterator[None]:
         workspace_fs.WorkspaceFs, driver_mod.Attempt = saved  # type: ignore[misc]
 
 
-def spec_for(tmp: Path, name: str, fixture: Path) -> spec_mod.Spec:
+def spec_for(tmp: Path, name: str, fixture: Path, disk: int, check: bool = False) -> spec_mod.Spec:
     path = tmp / f"{name}.yaml"
+    command = ", {command: {run: [sh, -c, 'ls -R > /dev/null']}}"  # reads every folder
     path.write_text(
         f"version: 1\nname: {name}\nagent: {{command: ['true']}}\nworkspace: {{fixture:"
-        f" {fixture}}}\nassertions: [{{exit_code: 0}}]\nexpect: pass\n"
+        f" {fixture}}}\nlimits: {{disk: {disk // 2**20}m}}\n"
+        f"assertions: [{{exit_code: 0}}{command if check else ''}]\nexpect: pass\n"
     )
     return spec_mod.load(path)
 
 
-def attempt(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -> float:
+def allocated(root: Path) -> int:
+    """Bytes the host allocated for the files beneath root (st_blocks), never entering a
+    mounted filesystem (its image is counted)."""
+    total, dev = 0, os.lstat(root).st_dev
+    for dirpath, dirnames, filenames in os.walk(root):
+        keep = []
+        for name in dirnames + filenames:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if st.st_dev == dev:
+                total += st.st_blocks * 512
+                if name in dirnames:
+                    keep.append(name)
+        dirnames[:] = keep
+    return total
+
+
+class Peak:
+    """The most `allocated(root)` was while the context ran, sampled on a thread."""
+
+    def __init__(self, root: Path):
+        self.root, self.most, self._done = root, 0, threading.Event()
+
+    def __enter__(self) -> Peak:
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(SAMPLE_SECONDS):
+            with contextlib.suppress(OSError):
+                self.most = max(self.most, allocated(self.root))
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def attempt(
+    backend,
+    images,
+    spec,
+    runs: Path,
+    phases: dict[str, list[float]],
+    peaks: list[int] | None = None,
+) -> float:
     start = time.perf_counter()
     run = store.RunDir.create(runs, store.new_run_id(spec.name), spec.path, spec.to_json())
-    result = Driver(spec, run, backend, images, lambda *_: None).drive()
+    with contextlib.ExitStack() as stack:
+        # the attempts' folder: the run's base/ (the fixture, for promote) is no attempt's
+        peak = stack.enter_context(Peak(run.path / "attempts")) if peaks is not None else None
+        result = Driver(spec, run, backend, images, lambda *_: None).drive()
     elapsed = time.perf_counter() - start
+    if peak is not None and peaks is not None:
+        peaks.append(peak.most)
     # the containment check names the plain folder as the wrong mount source: the one finding
     # allowed
     wrong_source = [
@@ -131,7 +192,7 @@ def attempt(backend, images, spec, runs: Path, phases: dict[str, list[float]]) -
         )
     ), result.report
     timings = result.report["attempts"][0]["timings"]
-    for phase in PHASES:
+    for phase in (*PHASES, "checks"):
         phases.setdefault(phase, []).append(timings.get(phase, 0.0))
     shutil.rmtree(run.path)
     return elapsed
@@ -152,7 +213,9 @@ def main() -> None:
         }
         files = sum(1 for p in fixtures["repository"].rglob("*") if p.is_file())
         for label, fixture in fixtures.items():
-            spec = spec_for(tmp, "bench", fixture)
+            size = sum(p.lstat().st_size for p in fixture.rglob("*"))
+            disk = max(64 * 2**20, -(-int(size * 1.25) // 2**20) * 2**20)
+            spec = spec_for(tmp, "bench", fixture, disk)
             with plain():
                 attempt(
                     backend, images, spec, tmp / "runs", {}
@@ -194,6 +257,27 @@ def main() -> None:
                 f"  workspace phases (prepare + snapshot + unmount): plain {own['plain']:.0f} ms,"
                 f" bounded {own['bounded']:.0f} ms, ratio {own['bounded'] / own['plain']:.2f}x"
                 f" ({own['bounded'] - own['plain']:+.0f} ms per attempt)"
+            )
+            peaks: dict[str, list[int]] = {"plain": [], "bounded": []}
+            with plain():  # one more of each, sampled (the walks would slow the timed rounds)
+                attempt(backend, images, spec, tmp / "runs", {}, peaks["plain"])
+            attempt(backend, images, spec, tmp / "runs", {}, peaks["bounded"])
+            pp, bp = peaks["plain"][0], peaks["bounded"][0]
+            print(
+                f"  peak host disk: plain {pp / 2**20:.0f} MiB, bounded {bp / 2**20:.0f} MiB"
+                f" ({bp / pp:.2f}x plain), limits.disk {disk // 2**20} MiB:"
+                f" bounded peak {bp / disk:.2f}x limits.disk"
+            )
+            checked = spec_for(tmp, "bench-check", fixture, disk, check=True)
+            check_phases: dict[str, list[float]] = {}
+            for _ in range(ROUNDS):
+                attempt(backend, images, checked, tmp / "runs", check_phases)
+            check_peak: list[int] = []
+            attempt(backend, images, checked, tmp / "runs", check_phases, check_peak)
+            print(
+                f"  with one command check: checks phase median"
+                f" {statistics.median(check_phases['checks']) * 1000:.0f} ms, peak host disk"
+                f" {check_peak[0] / 2**20:.0f} MiB ({check_peak[0] / disk:.2f}x limits.disk)"
             )
 
 

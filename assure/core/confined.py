@@ -580,6 +580,15 @@ def make_dirs(root: str | os.PathLike[str] | int, rel: Rel, *, clear_way: bool =
         os.close(rfd)
 
 
+def chown(root: str | os.PathLike[str] | int, rel: Rel, uid: int, gid: int) -> None:
+    """Give the entry `rel` beneath root (a link itself, never its target) to uid:gid."""
+    dfd, name = _open_parent(root, rel)
+    try:
+        os.chown(name, uid, gid, dir_fd=dfd, follow_symlinks=False)
+    finally:
+        os.close(dfd)
+
+
 def chown_tree(root: str | os.PathLike[str], uid: int, gid: int) -> None:
     """Give root and everything beneath it (MAX_DEPTH levels) to uid:gid, fd-relative: links
     are chowned themselves, never their targets, and no path is ever longer than a name."""

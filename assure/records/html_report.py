@@ -200,7 +200,8 @@ class _Attempt:
         if len(ordered) > MAX_CHANGES:
             left: dict[str, int] = {}
             for change in ordered[MAX_CHANGES:]:
-                group = _CHANGE_GROUPS[_change_rank(by_path.get(change.get("path")))]
+                kind = by_path.get(change.get("path"), {}).get("kind")
+                group = _CHANGE_GROUPS[_change_rank(kind)]
                 left[group] = left.get(group, 0) + 1
             each = ", ".join(f"{left[g]} {g}" for g in _CHANGE_GROUPS if g in left)
             parts.append(
@@ -224,7 +225,8 @@ class _Attempt:
             if f.get("kind") in _CHANGE_KINDS
         }
         return sorted(
-            self.data.get("changes", []), key=lambda c: _change_rank(by_path.get(c.get("path")))
+            self.data.get("changes", []),
+            key=lambda c: _change_rank(by_path.get(c.get("path"), {}).get("kind")),
         )
 
     @functools.cached_property
@@ -504,10 +506,17 @@ _CHANGE_KINDS = (
 _CHANGE_GROUPS = ("protected", "unexplained", "attributed")  # in the order the page lists them
 
 
-def _change_rank(finding: dict[str, Any] | None) -> int:
-    """A change's group: protected, unexplained (unattributed, or no finding at all), attributed."""
-    kind = finding.get("kind") if finding else None
+def _change_rank(kind: str | None) -> int:
+    """A change's group, by its finding's kind: protected, unexplained (unattributed, or no
+    finding at all), attributed."""
     return 0 if kind == "protected_changed" else 2 if kind == "attributed" else 1
+
+
+def detailed(changes: list[str], findings: Iterable[tuple[str, str]]) -> list[str]:
+    """The changed paths a page shows in detail (`ordered_changes`, the first MAX_CHANGES),
+    given the (subject, kind) of each finding: what run/attempt.py copies out for it."""
+    kinds = {subject: kind for subject, kind in findings if kind in _CHANGE_KINDS}
+    return sorted(changes, key=lambda p: _change_rank(kinds.get(p)))[:MAX_CHANGES]
 
 
 FOLD_CHARS = (

@@ -29,7 +29,7 @@ from assure.core import confined, control, private
 from assure.core.chain import ChainError, chain_head, utc_now
 from assure.errors import AssureError, SandboxError, describe
 from assure.gateway import config as gwconfig
-from assure.records import health, store
+from assure.records import health, html_report, store
 from assure.records.attempt_record import AttemptRecord
 from assure.records.layout import AttemptPaths, RunPaths
 from assure.run import checks, failpoints, modelaccess, policy
@@ -45,7 +45,7 @@ from assure.verify import assertions, judge
 from assure.verify import sqlite as sqlite_verify
 from assure.verify.container import EXPECTED_PATHS, layer_changes
 from assure.verify.facts import ContainerFacts
-from assure.verify.findings import Finding, Kind, verdict
+from assure.verify.findings import Finding, Kind, Verdict, verdict
 from assure.verify.snapshot import Snapshot, take
 from assure.verify.stopped import Stopped, StopReason
 
@@ -59,6 +59,7 @@ CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
 
 Progress = Callable[[str, dict[str, Any]], None]
+PROMOTABLE = (Verdict.PASS, Verdict.CONTAINED)  # the verdicts the driver promotes (or proposes)
 
 
 def _copy_database(source: Path, target: Path) -> None:
@@ -180,7 +181,6 @@ class Attempt:
         self._pre: Snapshot | None = None
         self._post: Snapshot | None = None
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(assertions.CHECK_KINDS)
-        self._copy_report: confined.CopyReport | None = None
         try:
             return self._execute(facts)
         # every container of the attempt, checks included, is gone: its user goes back. A container
@@ -210,34 +210,29 @@ class Attempt:
                     self._total("cleanup", self._cleanup, facts)
             if prepared:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
+            if snapshotted and (self.spec.commands() or self.spec.cases()):
+                self._total("checks", self._run_checks, facts)
+            self.progress("verify", {})
+            failpoints.hit("verify")
+            # judged on the sealed filesystem itself; then only what readers of this verdict need
+            # is copied out of it (`_copy_out`)
+            sealed = self._fs.workspace if snapshotted and self._fs else None
+            record, judgement = self._judged(facts, sealed)
+            settled = len(facts["harness_errors"])
+            if snapshotted:
+                self._total("copy out", lambda: self._copy_out(facts, judgement), facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
             self._release_workspace(facts)
-        if snapshotted and (self.spec.commands() or self.spec.cases()):
-            self._total("checks", self._run_checks, facts)
-        facts["timings"] = self.timings
-        written = {**facts, "timings": dict(self.timings)}  # as container.json holds them
-        self._total("record", lambda: store.write_json(self.paths.container, written), facts)
-        # a failure to write container.json is in the record's harness errors: never judged as a
-        # pass
-        record = AttemptRecord.collected(
-            self.paths,
-            ContainerFacts({**written, "harness_errors": list(facts["harness_errors"])}),
-            pre=self._pre,
-            post=self._post,
-            checks=self._checks,
-        )
-        self.progress("verify", {})
-        failpoints.hit("verify")
-        try:
-            judgement = judge.judge(record, self.spec)
-        except (
-            Exception
-        ) as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
-            errors = [*record.facts.harness_errors, _harness_error("judge", exc)]
-            found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
-            judgement = judge.Judgement(
-                verdict(list(found), hostile=self.spec.hostile), found, (), None, None
-            )
+        copy = facts.get("workspace_copy") or {}
+        if len(facts["harness_errors"]) > settled or copy.get("skipped_count"):
+            # what the judge reads changed (a harness error, entries the copy-out left out):
+            # judged again, as `assure verify` judges the run directory
+            record, judgement = self._judged(facts, None)
+        else:
+            record = self._collected(facts)
+            if len(facts["harness_errors"]) > settled:  # container.json not written again
+                failed = Finding(Kind.HARNESS_ERROR, "harness", facts["harness_errors"][-1])
+                judgement = judgement.with_finding(failed, hostile=self.spec.hostile)
         record = record.judged(judgement, utc_now())
         if not self._total(
             "record verdict",
@@ -251,6 +246,45 @@ class Attempt:
                 judgement.with_finding(failed, hostile=self.spec.hostile), record.judged_at
             )
         return record
+
+    def _collected(self, facts: dict[str, Any]) -> AttemptRecord:
+        """container.json written with every fact and timing so far (the `record` phase, then
+        again, unannounced, with the copy-out's and the unmount's), and the record."""
+        facts["timings"] = self.timings
+        written = {**facts, "timings": dict(self.timings)}  # as container.json holds them
+        if "record" not in self.timings:
+            self._total("record", lambda: store.write_json(self.paths.container, written), facts)
+        else:
+            try:
+                store.write_json(self.paths.container, written)
+            except Exception as exc:
+                facts["harness_errors"].append(_harness_error("record", exc))
+        # a failure to write container.json is in the record's harness errors: never judged as a
+        # pass
+        return AttemptRecord.collected(
+            self.paths,
+            ContainerFacts({**written, "harness_errors": list(facts["harness_errors"])}),
+            pre=self._pre,
+            post=self._post,
+            checks=self._checks,
+        )
+
+    def _judged(
+        self, facts: dict[str, Any], workspace: Path | None
+    ) -> tuple[AttemptRecord, judge.Judgement]:
+        """The record, and its judgement (`workspace`: where file assertions read, when not
+        the run directory's `workspace/`)."""
+        record = self._collected(facts)
+        try:
+            return record, judge.judge(record, self.spec, workspace=workspace)
+        except (
+            Exception
+        ) as exc:  # judge() guards its rules; this is what is left (an unwritable run dir, say)
+            errors = [*record.facts.harness_errors, _harness_error("judge", exc)]
+            found = tuple(Finding(Kind.HARNESS_ERROR, "harness", e) for e in errors)
+            return record, judge.Judgement(
+                verdict(list(found), hostile=self.spec.hostile), found, (), None, None
+            )
 
     def _total(self, name: str, fn: Callable[[], None], facts: dict[str, Any]) -> bool:
         """Run one phase; False (and a harness error recorded) if it raised."""
@@ -287,33 +321,52 @@ class Attempt:
             self.timings[name] = round(time.monotonic() - start, 4)
 
     def _snapshot_post(self, facts: dict[str, Any]) -> None:
-        """POST on the attempt's own filesystem (everything the agent left, special files and
-        links included), its counters, then the copy-out to the plain `workspace/`."""
+        """The attempt's own filesystem sealed read-only (the agent's containers are gone), its
+        counters, then POST on it (everything the agent left, special files and links
+        included). The checks and the judge read it there; `_copy_out` follows the verdict."""
         assert self._fs is not None
+        facts["workspace_fs"] = self._fs.usage().to_json()
+        self._fs.seal()
         post = take(self._fs.workspace, reuse=self._pre)
         store.write_json(self.paths.post, post.to_json())
         self._post = post
-        facts["workspace_fs"] = self._fs.usage().to_json()
-        self._copy_out(facts)
         self._capture_databases("post")
 
-    def _copy_out(self, facts: dict[str, Any]) -> None:
-        """The confined copy (never follows, keeps sparse files sparse, skips and reports
-        special files), bounded by limits.disk, into a temporary name renamed into place. It
-        is the host's: owned by the invoking user, each mode `private.copy_mode` (POST holds
-        the agent's modes and each file's digest, which promote checks it against)."""
-        assert self._fs is not None
+    def _copy_out(self, facts: dict[str, Any], judgement: judge.Judgement) -> None:
+        """Copy to the plain `workspace/` only what the run directory's readers of this
+        verdict open (`judge.copied_out`): every change of an attempt promote may apply (and
+        proposals and receipts show), or else the changes the HTML page shows in detail; and
+        the files a file assertion reads. The confined copy (never follows, keeps sparse files
+        sparse, skips and reports special files), bounded by limits.disk, into a temporary
+        name renamed into place. It is the host's: owned by the invoking user, each mode
+        `private.copy_mode` (POST holds the agent's modes and each file's digest, which
+        promote checks it against)."""
+        assert self._fs is not None and self._pre is not None and self._post is not None
         start = time.monotonic()
+        shown = (
+            None
+            if judgement.verdict in PROMOTABLE
+            else html_report.detailed(
+                [c.path for c in judgement.changes],
+                [(str(f.subject), f.kind.value) for f in judgement.findings],
+            )
+        )
+        wanted = judge.copied_out(self.spec, self._pre, self._post, shown)
         tmp = self.paths.workspace_staging
         report = confined.copy_tree(
             self._fs.workspace,
             tmp,
             max_bytes=self.spec.limits.disk_bytes,
             modes=private.copy_mode,
+            include=wanted.__contains__,
         )
         os.replace(tmp, self.paths.workspace)
-        facts["workspace_copy"] = {**report.to_json(), "modes": private.COPY_MODES}
-        self._copy_report = report
+        facts["workspace_copy"] = {
+            **report.to_json(),
+            "modes": private.COPY_MODES,
+            "scope": judge.COPY_SCOPE,
+            "changes": shown,
+        }
         self.timings["copy_out"] = round(time.monotonic() - start, 4)
 
     def _release_workspace(self, facts: dict[str, Any]) -> None:
@@ -346,19 +399,16 @@ class Attempt:
                 )
 
     def _run_checks(self) -> None:
-        assert self._post is not None
+        assert self._post is not None and self._fs is not None
         args = (
             self.spec,
-            self.paths.workspace,
+            self._fs.workspace,  # sealed: each check has a copy-on-write view of it
             self._post.to_json(),
             self.backend,
             self.images.agent,
             self.labels,
             self.prefix,
         )
-        left_behind = (
-            self._copy_report.left_out if self._copy_report else []
-        )  # workspace/ lacks them: no check judges it
         # as the attempt's own user: its containers are removed by now, with every process, pipe,
         # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
@@ -371,7 +421,6 @@ class Attempt:
                 results = checks.RUNNERS[kind](
                     *args,
                     scratch=self.paths.root,
-                    left_behind=left_behind,
                     user=self.lease.ids,
                     shared=shared,
                 )

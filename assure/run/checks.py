@@ -2,20 +2,19 @@
 
 Under runc, as root, the checks of one phase share one container per image (`SharedChecks`):
 its pid 1, the sequencer (run/check_sequencer.py, as root with CAP_SETUID and CAP_SETGID only),
-starts each check as the attempt's user on a fresh check copy and a fresh /tmp that the host
+starts each check as the attempt's user on a fresh check view and a fresh /tmp that the host
 mounts for it alone, and before the next one the host kills every other process; one that
 leaves SysV IPC objects or a message queue behind, or whose processes do not all end, costs
 the next check a new container. Under another runtime (gVisor does not see mounts made after
 it starts), with an image without python3 or a backend that runs no real program (no `Exec`),
 each check has a container of its own.
 
-The command sees a throwaway copy of the POST workspace (made by `confined.copy_tree`: links
-recreated, never followed; FIFOs, sockets and devices left out; sparse files kept sparse) in
-which every protected path is put back as the fixture has it, so tests the agent edited are never
-the tests that judge
-it. The container has no network, a read-only root and its own limits. Results go to
-`commands.json` with the digest of the POST snapshot they ran on; the verifier accepts a
-result only for that exact snapshot.
+The command sees a throwaway copy-on-write view of the sealed POST workspace (an overlay whose
+upper layer is the check's own bounded filesystem: nothing is copied but what the check writes)
+in which every protected path is put back as the fixture has it, so tests the agent edited are
+never the tests that judge it. The container has no network, a read-only root and its own
+limits. Results go to `commands.json` with the digest of the POST snapshot they ran on; the
+verifier accepts a result only for that exact snapshot.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,13 +40,14 @@ from typing import Any, TypedDict
 from assure.core import confined, globs
 from assure.core.chain import canonical, sha256_hex
 from assure.errors import SandboxError
+from assure.run import failpoints
 from assure.sandbox import hardening, runtimes, workspace_fs
 from assure.sandbox.backend import ENGINE_FIX, Exec, SandboxBackend
 from assure.spec import AGENT_IMAGE_ALIAS, Case, Spec
 from assure.textsafe import display
 
 OUTPUT_TAIL_BYTES = 8192
-COPY_MAX_BYTES = confined.COPY_MAX_BYTES  # a check copy holding more data is not run
+COPY_MAX_BYTES = confined.COPY_MAX_BYTES  # a protected fixture file larger is not put back
 READ_CHUNK = 65536
 FRAME_HEADER, STDOUT = 8, 1
 
@@ -56,21 +56,26 @@ def snapshot_digest(post_json: dict[str, Any]) -> str:
     return sha256_hex(canonical(post_json))
 
 
-def restore_protected(copy: Path, fixture: Path, protected: tuple[str, ...]) -> None:
-    """Make every protected path in `copy` exactly what the fixture has (added ones removed).
-    `copy` is the host's own tree, so whatever stands in the way (a symlink where the fixture
-    has a directory, say) is removed, never followed."""
+def restore_protected(
+    copy: Path, fixture: Path, protected: tuple[str, ...], present: Iterable[str]
+) -> list[str]:
+    """Make every protected path in `copy` exactly what the fixture has: each protected entry
+    of `present` (the paths `copy` holds) removed, then the fixture's put back. `copy` is the
+    host's own (a check's view), so whatever stands in the way (a symlink where the fixture
+    has a directory, say) is removed, never followed. Returns the paths it made."""
 
     def is_protected(rel: str) -> bool:
         return globs.match_any(protected, rel)
 
-    added = [
-        rel
-        for rel, _ in confined.walk(copy)
-        if is_protected(rel) and confined.lstat(fixture, rel) is None
-    ]
-    for rel in reversed(added):
-        confined.remove(copy, rel)
+    removed: set[str] = set()
+    for rel in sorted(present):  # parents first: a removed folder takes what it holds
+        parts = rel.split("/")
+        if is_protected(rel) and removed.isdisjoint(
+            "/".join(parts[:i]) for i in range(1, len(parts))
+        ):
+            confined.remove(copy, rel)
+            removed.add(rel)
+    made = []
     for rel, st in confined.walk(fixture):
         if not is_protected(rel):
             continue
@@ -80,34 +85,49 @@ def restore_protected(copy: Path, fixture: Path, protected: tuple[str, ...]) -> 
             confined.copy_file(fixture, rel, copy, rel, max_bytes=COPY_MAX_BYTES, clear_way=True)
         elif stat.S_ISLNK(st.st_mode):
             confined.symlink(copy, rel, os.readlink(fixture / rel), clear_way=True)
+        else:
+            continue
+        made.append(rel)
+    return made
 
 
-def check_workspace(
-    workspace: Path, fixture: Path, protected: tuple[str, ...], copy: Path
+def check_view(
+    view: Path,
+    post_json: dict[str, Any],
+    fixture: Path,
+    protected: tuple[str, ...],
+    user: tuple[int, int],
 ) -> confined.CopyReport:
-    """The tree a command runs on: a confined copy of the POST workspace without its protected
-    paths, which are then put back from the fixture. Special files are left out (reported);
-    anything else left out (a file over the copy's byte bound, a full filesystem) is in the
-    report's `left_out`, and the caller must not run on the copy."""
-    report = confined.copy_tree(
-        workspace,
-        copy,
-        max_bytes=COPY_MAX_BYTES,
-        include=lambda rel: not globs.match_any(protected, rel),
-    )
-    if not report.left_out:
-        try:
-            restore_protected(copy, fixture, protected)
-        except (
-            OSError
-        ) as exc:  # the check copy's filesystem is full (the agent's hard links, copied apart)
-            report.skip("(protected paths)", f"not restored: {exc.strerror or exc}")
+    """The tree a command runs on, made in `view` (a copy-on-write view of the POST
+    workspace, `WorkspaceFs.overlay`): every protected path POST lists removed, the fixture's
+    put back and given to `user` (with the folders made on their way). A POST cut short by
+    the verifier's limits may not list every protected path: then, as when the fixture's
+    cannot be put back, the report's `left_out` says so, and the caller must not run on it."""
+    report = confined.CopyReport()
+    if post_json.get("truncated"):
+        report.skip("(workspace)", "POST is incomplete: its protected paths are not all known")
+        return report
+    present = {e["path"] for e in post_json["entries"]}
+    try:
+        made = restore_protected(view, fixture, protected, present)
+        owned = set(made)
+        for rel in made:
+            parts = rel.split("/")
+            owned |= {"/".join(parts[:i]) for i in range(1, len(parts))} - present
+        for rel in sorted(owned):
+            confined.chown(view, rel, *user)
+    except OSError as exc:  # the view's filesystem is full, or a fixture file over the bound
+        report.skip("(protected paths)", f"not restored: {exc.strerror or exc}")
     return report
 
 
 @contextlib.contextmanager
 def _throwaway_copy(
-    spec: Spec, workspace: Path, scratch: Path | None, user: tuple[int, int]
+    spec: Spec,
+    workspace: Path,
+    post_json: dict[str, Any],
+    scratch: Path | None,
+    user: tuple[int, int],
 ) -> Iterator[tuple[Path, confined.CopyReport]]:
     """`_make_copy` in `scratch` (or a temporary folder), released afterwards."""
     with contextlib.ExitStack() as stack:
@@ -116,29 +136,34 @@ def _throwaway_copy(
             if scratch is None
             else scratch
         )
-        fs, report = _make_copy(spec, workspace, where, user, workspace_fs.CHECK)
+        fs, report = _make_copy(spec, workspace, post_json, where, user, workspace_fs.CHECK)
         stack.callback(fs.release)
         yield fs.workspace, report
 
 
 def _make_copy(
-    spec: Spec, workspace: Path, where: Path, user: tuple[int, int], name: str
+    spec: Spec,
+    workspace: Path,
+    post_json: dict[str, Any],
+    where: Path,
+    user: tuple[int, int],
+    name: str,
 ) -> tuple[workspace_fs.WorkspaceFs, confined.CopyReport]:
-    """What one check sees: `check_workspace`, owned by the check's `user`, on a filesystem
-    `name` of its own in `where` (the attempt directory, where `assure gc` finds what a kill
-    -9 left), for the caller to release. The check runs the agent's code, so its copy is
-    bounded like the workspace: twice limits.disk and limits.inodes (the POST tree and the
-    fixture's protected files always fit), and nothing it leaves is walked to be removed.
-    A copy whose report has `left_out` entries must not be run on."""
+    """What one check sees: `check_view` of the sealed `workspace` (nothing of it is copied:
+    the kernel copies up what the check writes), on a filesystem `name` of its own in `where`
+    (the attempt directory, where `assure gc` finds what a kill -9 left), for the caller to
+    release. The check runs the agent's code, so what it writes is bounded like the
+    workspace: twice limits.disk and limits.inodes (a check that rewrites every file, with
+    the fixture's protected ones), and nothing it leaves is walked to be removed. A view
+    whose report has `left_out` entries must not be run on."""
     fs = workspace_fs.WorkspaceFs.create(
         where, size=2 * spec.limits.disk_bytes, inodes=2 * spec.limits.inodes, name=name
     )
     try:
-        report = check_workspace(
-            workspace, spec.workspace.fixture, spec.workspace.protected, fs.workspace
+        fs.overlay(workspace, user)
+        report = check_view(
+            fs.workspace, post_json, spec.workspace.fixture, spec.workspace.protected, user
         )
-        if not report.left_out:
-            hardening.chown_tree(fs.workspace, *user)
     except BaseException:
         fs.release()
         raise
@@ -146,10 +171,10 @@ def _make_copy(
 
 
 class _CopiesAhead:
-    """A shared phase's check copies (`_make_copy`), each made on one worker thread while the
-    check before it runs, and released there after it: the next copy is ready when a check
+    """A shared phase's check views (`_make_copy`), each made on one worker thread while the
+    check before it runs, and released there after it: the next view is ready when a check
     ends. The worker runs in order, and the two names alternate, so a name is made again only
-    once released, and at most two copies exist. Every check copies the same POST."""
+    once released, and at most two views exist. Every check views the same POST."""
 
     def __init__(self, scratch: Path, user: tuple[int, int]):
         self.scratch, self.user = scratch, user
@@ -158,19 +183,21 @@ class _CopiesAhead:
         self._releases: list[Future[None]] = []
         self._names = itertools.cycle((workspace_fs.CHECK, workspace_fs.CHECK_AHEAD))
 
-    def _make(self, spec: Spec, workspace: Path) -> Future[Any]:
+    def _make(self, spec: Spec, workspace: Path, post_json: dict[str, Any]) -> Future[Any]:
         return self._worker.submit(
-            _make_copy, spec, workspace, self.scratch, self.user, next(self._names)
+            _make_copy, spec, workspace, post_json, self.scratch, self.user, next(self._names)
         )
 
     @contextlib.contextmanager
-    def take(self, spec: Spec, workspace: Path) -> Iterator[tuple[Path, confined.CopyReport]]:
+    def take(
+        self, spec: Spec, workspace: Path, post_json: dict[str, Any]
+    ) -> Iterator[tuple[Path, confined.CopyReport]]:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and ahead[0] != (spec, workspace):  # never so in one phase
             self._releases.append(self._worker.submit(ahead[1].result()[0].release))
             ahead = None
-        fs, report = (ahead[1] if ahead else self._make(spec, workspace)).result()
-        self._ahead = ((spec, workspace), self._make(spec, workspace))
+        fs, report = (ahead[1] if ahead else self._make(spec, workspace, post_json)).result()
+        self._ahead = ((spec, workspace), self._make(spec, workspace, post_json))
         try:
             yield fs.workspace, report
         finally:
@@ -187,23 +214,12 @@ class _CopiesAhead:
             done.result()
 
 
-def _refusal(report: confined.CopyReport, left_behind: Sequence[str]) -> str | None:
-    """Why a check must not run on this copy: it would judge a tree that POST does not describe."""
-    if left_behind:  # the copy-out of the attempt's filesystem refused these: workspace/ lacks them
-        return (
-            "the run directory's workspace/ lacks entries of POST (a limit of the copy-out: more"
-            " data than limits.disk once hard links are copied apart, or too many entries): "
-            + ", ".join(display(r) for r in left_behind[:5])
-        )
-    if report.refused:
-        return (
-            f"{len(report.refused)} files hold more than the check copy's {COPY_MAX_BYTES} data"
-            " bytes allow: " + ", ".join(display(r) for r in report.refused[:5])
-        )
+def _refusal(report: confined.CopyReport) -> str | None:
+    """Why a check must not run on this view: it would judge a tree that POST does not
+    describe, or one whose protected paths are not the fixture's."""
     if report.left_out:
-        return (
-            "the check copy left entries out (its filesystem is full: hard links are copied"
-            " apart): " + "; ".join(f"{display(rel)}: {why}" for rel, why in report.skipped[:5])
+        return "the check's view is not POST with the fixture's protected paths: " + "; ".join(
+            f"{display(rel)}: {why}" for rel, why in report.skipped[:5]
         )
     return None
 
@@ -235,19 +251,18 @@ def run_commands(
     labels: dict[str, str],
     name: str,
     scratch: Path | None = None,
-    left_behind: Sequence[str] = (),
     *,
     user: tuple[int, int],
     shared: SharedChecks | None = None,
 ) -> list[dict[str, Any]]:
-    """Each command assertion on a fresh copy, as `user` (the attempt's), in a fresh check
-    container or an exec of `shared`. `left_behind`: POST's files the copy-out refused (none
-    of the checks runs then)."""
+    """Each command assertion on a fresh view of the sealed `workspace`, as `user` (the
+    attempt's), in a fresh check container or an exec of `shared`."""
     results = []
     for n, cmd in enumerate(spec.commands()):
         image = agent_image if cmd.image == AGENT_IMAGE_ALIAS else cmd.image
-        with _copy(shared, spec, workspace, scratch, user) as (copy, report):
-            if why := _refusal(report, left_behind):
+        with _copy(shared, spec, workspace, post_json, scratch, user) as (copy, report):
+            failpoints.hit("checks")
+            if why := _refusal(report):
                 result = _not_run(why)
             else:
                 run = _runner(shared, spec, image)(
@@ -290,7 +305,6 @@ def run_cases(
     labels: dict[str, str],
     name: str,
     scratch: Path | None = None,
-    left_behind: Sequence[str] = (),
     *,
     user: tuple[int, int],
     shared: SharedChecks | None = None,
@@ -304,8 +318,8 @@ def run_cases(
         image = agent_image if cases.image == AGENT_IMAGE_ALIAS else cases.image
         results = []
         for i, case in enumerate(cases.each):
-            with _copy(shared, spec, workspace, scratch, user) as (copy, report):
-                if why := _refusal(report, left_behind):
+            with _copy(shared, spec, workspace, post_json, scratch, user) as (copy, report):
+                if why := _refusal(report):
                     results.append({"case": i, **_not_run(why)})
                     continue
                 run = _runner(shared, spec, image)(
@@ -429,12 +443,13 @@ def _copy(
     shared: SharedChecks | None,
     spec: Spec,
     workspace: Path,
+    post_json: dict[str, Any],
     scratch: Path | None,
     user: tuple[int, int],
 ) -> contextlib.AbstractContextManager[tuple[Path, confined.CopyReport]]:
     if shared is not None and scratch is not None:
-        return shared.copies.take(spec, workspace)
-    return _throwaway_copy(spec, workspace, scratch, user)
+        return shared.copies.take(spec, workspace, post_json)
+    return _throwaway_copy(spec, workspace, post_json, scratch, user)
 
 
 def _runner(shared: SharedChecks | None, spec: Spec, image: str) -> Callable[..., CheckRun]:

@@ -31,7 +31,7 @@ from assure.records.run_report import AttemptEntry, Reason, Report, TaskEntry
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
 from assure.run import earned, failpoints, promote
-from assure.run.attempt import Attempt, Progress, fresh_copy
+from assure.run.attempt import PROMOTABLE, Attempt, Progress, fresh_copy
 from assure.run.pool import WarmPool, remove_wakes
 from assure.run.reasons import attempt_reason
 from assure.sandbox import install, live, workspace_fs
@@ -271,7 +271,7 @@ class Driver:
                 journal_head=judgement.journal_head,
             )
             self._escalate(record)
-            if judgement.verdict in (Verdict.PASS, Verdict.CONTAINED):
+            if judgement.verdict in PROMOTABLE:
                 return self._promote(task, n)  # refused (quarantine) if an earlier attempt breached
             if control.read(self.run.control_dir).halted:
                 return self._finish_task(task, TaskState.HALTED, "the operator halted the run")
@@ -719,9 +719,7 @@ def issue_receipts(
             last = _standing_record(ts["attempts"], records)
             judgement = last.judgement or Judgement(Verdict.ERROR, (), (), None, None)
             verified = (
-                ts["state"] in VERIFIED
-                and judgement.verdict in (Verdict.PASS, Verdict.CONTAINED)
-                and overruled is None
+                ts["state"] in VERIFIED and judgement.verdict in PROMOTABLE and overruled is None
             )
             record = receipts.build_receipt(
                 run_id=run.run_id,

@@ -1,13 +1,14 @@
 """Failpoints for chaos tests: `ASSURE_FAILPOINT=<name>` makes the process kill itself with
 SIGKILL when it reaches that point, exactly as `kill -9` from outside would, but at a known
-moment (container start, mid-agent, verification, promotion). Unset, it does nothing."""
+moment (container start, mid-agent, a check's view mounted, verification, promotion). Unset,
+it does nothing."""
 
 from __future__ import annotations
 
 import os
 import signal
 
-POINTS = ("start", "run", "verify", "promote")
+POINTS = ("start", "run", "checks", "verify", "promote")
 
 
 def hit(name: str) -> None:

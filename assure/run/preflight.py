@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from assure import presets
 from assure.core import confined, globs
 from assure.errors import AssureError, SpecError
-from assure.run import policy
+from assure.run import policy, ratifiers
 from assure.sandbox import runtimes
 from assure.sandbox.hardening import AGENT_FILES
 from assure.spec import AGENT_IMAGE_ALIAS, Spec, document_of, line_of, read_document, schema
@@ -118,16 +118,55 @@ def _contracts(spec: Spec, lines: dict[tuple[Any, ...], int]) -> list[Problem]:
             hash=command, spec=spec.path
         )
         expected = "; expected of a hostile spec" if spec.hostile else ""
+        # a ratifier this host's keyring does not hold is the host's set-up, not the spec: told
+        # before the start (other denials run, and the run shows the gate denying)
+        untrusted = (
+            decision.rule == "contract.signature"
+            and not spec.hostile
+            and _unknown_ratifier(task.contract)
+        )
+        if untrusted and (published := _published_keyring(spec, task.contract)):
+            fix = (
+                f"it is signed with this checkout's published example key: `export"
+                f" ASSURE_RATIFIERS={published}` (`make demo` sets it), or sign it with a key"
+                f" you trust: `assure contract ratify {spec.path} --as NAME`"
+            )
         found.append(
             Problem(
                 where,
                 f"{decision.reason} ({decision.rule}): the gate will deny every mutation{expected}",
                 fix,
                 fatal=not spec.hostile,
-                stops_run=False,
+                stops_run=untrusted,
             )
         )
     return found
+
+
+# the checkout's published example keyring (specs/ratifiers.yaml; it proves nothing about a
+# spec of yours): named in the fix when it is what would verify the signature
+PUBLISHED_KEYRING = Path(__file__).resolve().parents[2] / "specs" / "ratifiers.yaml"
+
+
+def _unknown_ratifier(contract: Any) -> bool:
+    """The contract names a ratifier that no keyring in force holds (or the keyring is
+    unusable): no signature of theirs could be checked here."""
+    try:
+        return contract.ratified_by not in ratifiers.load().keys
+    except ratifiers.KeyringError:
+        return True
+
+
+def _published_keyring(spec: Spec, contract: Any) -> Path | None:
+    """The published example keyring, when its key verifies `contract`."""
+    if contract is None or not PUBLISHED_KEYRING.is_file():
+        return None
+    try:
+        keyring = ratifiers.load([PUBLISHED_KEYRING])
+    except ratifiers.KeyringError:
+        return None
+    ok = ratifiers.check(spec.name, contract, keyring).key_id is not None
+    return PUBLISHED_KEYRING if ok else None
 
 
 def ratified(spec: Spec) -> list[str]:

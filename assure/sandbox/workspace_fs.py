@@ -13,6 +13,12 @@ the workspace in memory, and its pages are charged to the memory cgroup of whoev
 them, so the agent's `limits.memory` would bound its disk too and a full workspace would be
 an OOM kill instead of ENOSPC. mkfs + mount + umount cost ~15 ms per attempt.
 
+After the agent stops, the filesystem is sealed read-only (`seal`, the superblock itself):
+POST is taken on it, the checks each see it through a copy-on-write view (`overlay`: the kernel
+copies up what a check writes into the check's own filesystem, so no check writes the
+workspace or another check's view), and only what the run directory's readers need is copied
+out of it (run/attempt.py). No copy of the whole tree is ever made.
+
 Mounting needs root and a loop device: without them `require()` refuses before a run starts.
 The mount is released (umount, the loop device freed by the kernel's autoclear, the image
 deleted) on every path by its owner, and `release_orphans` finds the mounts of drivers that
@@ -26,6 +32,7 @@ import ctypes
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -203,8 +210,50 @@ class WorkspaceFs:
             host_bytes=os.stat(self.image).st_blocks * 512,
         )
 
+    def seal(self) -> None:
+        """Read-only from here, for every mount of it (a remount of the superblock, keeping
+        nosuid and nodev): POST, the checks' views and the copy-out read the one tree the agent
+        left. Refused (SandboxError) while anything still holds a file open for writing."""
+        mount_call("none", self.mount_point, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        if not os.statvfs(self.mount_point).f_flag & os.ST_RDONLY:
+            raise SandboxError(f"{self.mount_point} is still writable after its remount", fix=FIX)
+
+    def overlay(self, lower: Path, owner: tuple[int, int]) -> None:
+        """Mount at `self.workspace` a copy-on-write view of `lower` (a sealed workspace):
+        reads come from lower, and every write (a copy-up, a new file, a whiteout) lands in
+        this filesystem's `upper`, bounded by its size. The view's root is `owner`'s, with
+        lower's permission bits. Overlayfs reads only `trusted.overlay.*` xattrs (no
+        `userxattr`), which nobody without CAP_SYS_ADMIN can set in lower. The layers are
+        named by descriptor (/proc/self/fd), so no path is parsed as mount options."""
+        upper, work = self.mount_point / "upper", self.mount_point / "work"
+        mode = stat.S_IMODE(os.lstat(lower).st_mode) & 0o777
+        for folder in (upper, work, self.workspace):
+            folder.mkdir(mode=0o700)
+        os.chown(upper, *owner)
+        os.chmod(upper, mode)
+        flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fds = [os.open(folder, flags) for folder in (lower, upper, work)]
+        try:
+            lo, up, wo = (f"/proc/self/fd/{fd}" for fd in fds)
+            mount_call(
+                "overlay",
+                self.workspace,
+                "overlay",
+                MS_NOSUID | MS_NODEV,
+                f"lowerdir={lo},upperdir={up},workdir={wo}",
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
+
     def release(self) -> None:
-        """Unmount (the loop device goes with it), then delete the image and the mount point."""
+        """Unmount what is mounted inside it (a check's view), then it (the loop device goes
+        with it), then delete the image and the mount point."""
+        top = self.mount_point.resolve()
+        for inner in sorted(
+            (p for p in _mount_points() if top in p.parents), key=lambda p: -len(p.parts)
+        ):
+            unmount(inner)
         if _is_mount_point(self.mount_point):
             unmount(self.mount_point)
         detach_loops(self.image)
@@ -231,7 +280,8 @@ def _syncfs(path: Path) -> None:
         os.close(fd)
 
 
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_SHARED = 2, 4, 8, 4096, 16384, 1 << 20
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_SHARED = 4096, 16384, 1 << 20
 MNT_DETACH = 2
 
 
@@ -338,7 +388,9 @@ def release_orphans(orphaned: Callable[[Path], bool], owner: Owner) -> list[Path
     """Release every workspace whose run directory (or pool) `orphaned(folder)` says nobody
     drives any more; returns their mount points."""
     released = []
-    for point, run_dir in workspace_mounts(owner):
+    # a workspace last: the checks' views over it hold it until they go
+    mounts = sorted(workspace_mounts(owner), key=lambda m: m[0].name == MOUNT_POINT)
+    for point, run_dir in mounts:
         if orphaned(run_dir):
             WorkspaceFs(point.parent, 0, 0, point.name.removesuffix(".fs")).release()
             released.append(point)

@@ -164,23 +164,57 @@ def _database_findings(
 CARRIED_KINDS = ("file", "dir", "symlink")
 
 
-def _workspace_moved(post: Snapshot, now: Snapshot, copy: dict[str, Any] | None) -> bool:
+COPY_SCOPE = "changes and file assertions"  # what `copied_out` names, as container.json says
+
+
+def copied_out(
+    spec: Spec, pre: Snapshot, post: Snapshot, changes: Iterable[str] | None
+) -> frozenset[str]:
+    """The paths of POST the run directory's `workspace/` holds (run/attempt.py `_copy_out`):
+    what its readers open there, with the folders on their way. `changes`: the changed paths
+    copied (None: every change, for promote, proposals and receipts), and always the paths
+    `file_contains` reads. The checks and the live judge read the attempt's own filesystem,
+    and everything else is judged from POST."""
+    wanted = (
+        {c.path for c in diff(pre, post) if c.after is not None}
+        if changes is None
+        else {rel for rel in changes if rel in post.entries}
+    )
+    wanted |= {a["file_contains"]["path"] for a in spec.assertions if "file_contains" in a}
+    out = set()
+    for rel in wanted:
+        parts = rel.split("/")
+        out |= {"/".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return frozenset(out)
+
+
+def _workspace_moved(
+    post: Snapshot,
+    now: Snapshot,
+    copy: dict[str, Any] | None,
+    scope: frozenset[str] | None = None,
+) -> bool:
     """Whether `workspace/` differs from what the run left. POST was taken on the attempt's
-    own filesystem; `workspace/` is its confined copy (`copy` is the copy's report), which
+    own filesystem; `workspace/` is its confined copy (`copy` is the copy's report) of the
+    paths `scope` names (`copied_out`; None: a copy of the whole tree, from before), which
     carries files, folders and symlinks with their content, link text and the modes
     `private.copy_mode` makes of the agent's (the agent's own in a copy from before), and
     nothing else (no owners, xattrs, hard links or special files, nor what it skipped).
     Without a copy report (the workspace was the bind mount itself) the trees must be equal."""
     if copy is None:
         return bool(diff(post, now))
+    if scope is not None and not now.entries.keys() <= scope:
+        return True  # what the copy-out never writes
     skipped = {rel for rel, _ in copy.get("skipped", [])}
 
     def carried(snap: Snapshot) -> dict[str, Any]:
         out = {}
         for path, e in snap.entries.items():
             parts = path.split("/")
-            if e.kind in CARRIED_KINDS and not any(
-                "/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1)
+            if (
+                e.kind in CARRIED_KINDS
+                and (scope is None or path in scope)
+                and not any("/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1))
             ):
                 out[path] = e
         return out
@@ -211,6 +245,15 @@ def _workspace_moved(post: Snapshot, now: Snapshot, copy: dict[str, Any] | None)
         ):
             return True
     return False
+
+
+def _paths(value: Any) -> list[str] | None:
+    """container.json's list of copied-out changes (None: all), its type checked."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("workspace_copy.changes is not a list of paths")
+    return value
 
 
 def _not_carried(copy: dict[str, Any] | None) -> list[Finding]:
@@ -304,7 +347,15 @@ def _head_words(head: Any) -> str:
     return f"record {head.get('seq')}, hash {str(head.get('hash'))[:16]}"
 
 
-def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False) -> Judgement:
+def judge(
+    record: AttemptRecord,
+    spec: Spec,
+    *,
+    recheck_workspace: bool = False,
+    workspace: Path | None = None,
+) -> Judgement:
+    """`workspace`: where file assertions read the agent's files (the attempt's own sealed
+    filesystem, live), if not the run directory's `workspace/`."""
     paths, facts = record.paths, record.facts
     findings: list[Finding] = []
     _unreadable(findings, record, paths.container.name)
@@ -363,7 +414,14 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
     if recheck_workspace and _guarded(
         findings,
         "workspace",
-        lambda: _workspace_moved(post, take(paths.workspace), facts.workspace_copy),
+        lambda: _workspace_moved(
+            post,
+            take(paths.workspace),
+            facts.workspace_copy,
+            copied_out(spec, pre, post, _paths((facts.workspace_copy or {}).get("changes")))
+            if (facts.workspace_copy or {}).get("scope") == COPY_SCOPE
+            else None,
+        ),
         False,
     ):
         findings.append(
@@ -434,7 +492,7 @@ def judge(record: AttemptRecord, spec: Spec, *, recheck_workspace: bool = False)
                 a,
                 assertions.Evidence(
                     post,
-                    paths.workspace,
+                    workspace or paths.workspace,
                     facts.exit_code,
                     journal,
                     unexplained,

@@ -135,3 +135,33 @@ def test_kill_9_mid_run_leaves_a_mount_that_gc_releases(make_spec, tmp_path, ima
     assert mounts_and_loops_under(tmp_path) == ([], [])
     assert not (run_dir / "attempts" / "1" / "workspace.img").exists()
     assert not backend.owned(run_dir.name)["containers"]
+
+
+def test_kill_9_in_the_checks_leaves_mounts_that_gc_releases(make_spec, tmp_path, images, backend):
+    """Killed while a check's view is mounted (an overlay over the sealed workspace): gc
+    releases the view, its filesystem and the workspace beneath it, and frees both loops."""
+    spec = make_spec(
+        "disk-kill-checks",
+        "",
+        agent={"command": ["true"]},
+        assertions=[{"command": {"run": ["true"]}}],
+    )
+    killed = subprocess.run(
+        ASSURE + ["run", str(spec)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ASSURE_FAILPOINT": "checks"},
+    )
+    assert killed.returncode == -9, killed.stderr
+    (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
+    attempt = (run_dir / "attempts" / "1").resolve()
+    points, loops = mounts_and_loops_under(tmp_path)
+    assert {str(attempt / "workspace.fs"), str(attempt / "check.fs/workspace")} <= set(points)
+    assert len(loops) >= 2, loops
+
+    gc = subprocess.run(ASSURE + ["gc"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert gc.returncode == 0, gc.stderr
+    assert mounts_and_loops_under(tmp_path) == ([], [])
+    assert not any(attempt.glob("*.img")), sorted(os.listdir(attempt))

@@ -221,10 +221,10 @@ def test_the_agents_code_in_a_check_writes_no_more_than_limits_disk_and_leaves_n
     assert "STOPPED 28" in tail and wrote <= 2 * 64 * 2**20, tail  # ENOSPC
 
 
-def test_a_check_never_runs_on_a_copy_out_that_left_files_behind(run, make_spec):
-    """Two hard links to a 10 MiB file fit a 16m disk but not the copy-out's bound: the copy
-    leaves out/b behind, so a check on workspace/ would judge a tree POST does not describe
-    (`test ! -e out/b` passed although POST has out/b)."""
+def test_a_check_sees_the_post_tree_whatever_the_copy_out_left_behind(run, make_spec):
+    """Two hard links to a 10 MiB file fit a 16m disk but not the copy-out's bound: the
+    copy-out leaves out/b behind (not checked), and the check, which views the attempt's own
+    filesystem, still sees out/b (on a copy, `test ! -e out/b` passed although POST has it)."""
     spec = make_spec(
         "h-hardlinks",
         "hardlinks.sh",
@@ -242,12 +242,13 @@ def test_a_check_never_runs_on_a_copy_out_that_left_files_behind(run, make_spec)
     assert "out/b" in got["not_checked"]  # the copy-out's refusal, as before
     assert "command: sh -c test ! -e out/b" in got["assertion_failed"], got
     (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
-    assert "out/b" in command["not_run"]
+    assert "not_run" not in command and command["exit_code"] == 1, command
 
 
-def test_a_check_never_runs_on_a_check_copy_its_filesystem_could_not_hold(run, make_spec):
+def test_a_check_sees_every_hard_link_post_holds(run, make_spec):
     """9000 hard links to an empty file cost one inode on a 4096-inode workspace; copied apart
-    they need 9000, more than the check copy's 8192: the check ran on the copy without them."""
+    they needed 9000, more than a check copy's 8192, and the check was not run. The check's
+    view copies nothing: it runs, and sees them all."""
     spec = make_spec(
         "h-links",
         "hardlinks.sh",
@@ -260,6 +261,44 @@ def test_a_check_never_runs_on_a_check_copy_its_filesystem_could_not_hold(run, m
     got = findings(result)
     assert "harness_error" not in got
     (command,) = json.loads((result.run_dir / "attempts" / "1" / "commands.json").read_text())
-    assert command["copy"]["skipped_count"] > 0, command  # the check copy could not hold them all
+    assert command["copy"]["skipped_count"] == 0 and "not_run" not in command, command
+    assert command["exit_code"] == 1, command  # out/l8999 is there
     assert "command: sh -c test ! -e out/l8999" in got.get("assertion_failed", []), command
-    assert command.get("not_run"), command
+
+
+def test_overlay_metadata_the_agent_plants_never_shapes_a_checks_view(run, make_spec):
+    """The agent leaves whiteouts (0/0 character devices) where the protected test and
+    src/calc.py were, and `user.overlay.*` xattrs on tests/ and src/. The check's view of the
+    workspace still holds the fixture's test (it runs and fails: calc.py is gone, as in POST)
+    and src/ as POST has it (extra.py visible: no xattr made it opaque or redirected it;
+    calc.py the device POST lists, never a file)."""
+    spec = make_spec(
+        "h-overlay-plant",
+        "overlay-plant.sh",
+        agent=_agent("overlay-plant.sh"),
+        assertions=[
+            {
+                "command": {
+                    "run": [
+                        "sh",
+                        "-c",
+                        "ls src; test -f src/calc.py && echo calc-is-a-file;"
+                        " test -f tests/test_calc.py && python3 tests/test_calc.py",
+                    ]
+                }
+            }
+        ],
+        expect="breach",
+    )
+    result = run(spec)
+    attempt = result.run_dir / "attempts" / "1"
+    post = {e["path"]: e for e in json.loads((attempt / "post.json").read_text())["entries"]}
+    planted = (attempt / "workspace" / "out" / "planted").read_text()
+    assert "whiteout-test planted" in planted, planted  # else this test tests nothing
+    assert post["tests/test_calc.py"]["kind"] == post["src/calc.py"]["kind"] == "chardev"
+    got = findings(result)
+    assert "harness_error" not in got, result.report["attempts"][0]["findings"]
+    (command,) = json.loads((attempt / "commands.json").read_text())
+    tail = command["output_tail"]
+    assert "extra.py" in tail and "calc-is-a-file" not in tail, tail
+    assert "No module named 'calc'" in tail and command["exit_code"] == 1, tail

@@ -65,9 +65,19 @@ def legit(backend, images, tmp_path_factory):
 
 
 def copy_attempt(attempt: Path, tmp_path: Path) -> Path:
-    """A copy that keeps owners and modes (`cp -a`): only the injected change may differ."""
+    """A copy that keeps owners and modes (`cp -a`): only the injected change may differ. The
+    run directory's workspace/ holds only what the legit agent changed: what POST lists
+    besides is put back from the fixture (unchanged, as POST says)."""
     copy = tmp_path / "attempt"
     subprocess.run(["cp", "-a", str(attempt), str(copy)], check=True)
+    fixture = ROOT / "fixtures" / "workspaces" / "calc"
+    for entry in store.read_json(copy / "post.json")["entries"]:
+        path = copy / "workspace" / entry["path"]
+        if not os.path.lexists(path):
+            if entry["kind"] == "dir":
+                path.mkdir(parents=True)
+            else:
+                subprocess.run(["cp", "-a", str(fixture / entry["path"]), str(path)], check=True)
     restore_sandbox_metadata(copy)
     return copy
 

@@ -21,7 +21,7 @@ from assure import spec as spec_mod
 from assure.errors import SandboxError, SpecError
 from assure.ops import health_probe, runs
 from assure.records import layout, store
-from assure.run import preflight
+from assure.run import policy, preflight
 from assure.sandbox.fake import Context
 from assure.verify import completeness
 from assure.verify.findings import Kind
@@ -361,3 +361,34 @@ def test_a_killed_driver_reads_interrupted_in_runs_and_health_until_it_is_resume
     assert [(r.state, r.resume) for r in runs.listing(base)] == [
         ("finished", None)
     ] and result.verdict == "pass"
+
+
+def test_a_ratifier_no_keyring_holds_is_refused_before_the_start_naming_the_published_key(
+    tmp_path, monkeypatch
+):
+    """`assure suite suites/demo.yaml` without ASSURE_RATIFIERS: the examples' ratifier is in no
+    keyring, so every mutation would be denied and a benign spec judged FAIL (and its task
+    quarantined). It is the host's set-up, told before the start with the export that fixes it;
+    a hostile spec's denial still runs."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("ASSURE_RATIFIERS", str(tmp_path / "none.yaml"))
+    examples = ROOT / "specs" / "examples"
+    benign, escape = (spec_mod.load(examples / f"{n}.yaml") for n in ("benign", "escape"))
+    with pytest.raises(SpecError) as caught:
+        preflight.refuse([benign, escape], None)
+    said = caught.value.message
+    assert f"{benign.path}:" in said and "(contract.signature)" in said
+    assert f"export ASSURE_RATIFIERS={preflight.PUBLISHED_KEYRING}" in said
+    assert str(escape.path) not in said
+    preflight.refuse([escape], None)
+    monkeypatch.setenv("ASSURE_RATIFIERS", str(preflight.PUBLISHED_KEYRING))
+    preflight.refuse([benign, escape], None)
+
+
+def test_a_known_ratifiers_bad_signature_still_runs_and_shows_the_denial(tmp_path):
+    """A ratifier the keyring holds whose signature does not cover these terms (here: a renamed
+    spec) is the spec's, not the host's: the run goes ahead and the gate's denial is the
+    finding, as for an unratified contract."""
+    renamed = variant(tmp_path, lambda d: None, "renamed")
+    assert policy.contract_denial(renamed, renamed.tasks[0], 0.0).rule == "contract.signature"
+    preflight.refuse([renamed], None)
