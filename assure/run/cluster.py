@@ -694,8 +694,22 @@ def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
         raise AssureError(
             f"--cluster {display(address)} is not host:port", where="--cluster", fix=_JOIN_FIX
         )
+    authorization = ray_authorization()
     try:
-        gcs_probe.check(host.strip("[]"), int(port), timeout, os.environ)
+        gcs_probe.check(host.strip("[]"), int(port), timeout, authorization)
+    except gcs_probe.StatusOnly as exc:
+        said = (
+            "refused this caller's Ray token"
+            if authorization
+            else "wants a Ray token (a head started with RAY_AUTH_MODE=token), and this caller has"
+            " none"
+        )
+        raise AssureError(
+            f"what answers at {display(address)} {said}, or is not a Ray GCS: {exc}",
+            where="--cluster",
+            fix="give the caller the head's token as Ray reads it (RAY_AUTH_MODE=token and"
+            " RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); or " + _JOIN_FIX,
+        ) from None
     except gcs_probe.NotGcs as exc:
         raise AssureError(
             f"what answers at {display(address)} is not a Ray GCS (a head's address): {exc}",
@@ -708,6 +722,16 @@ def probe(address: str, timeout: float = PROBE_SECONDS) -> None:
             where="--cluster",
             fix=_JOIN_FIX,
         ) from None
+
+
+def ray_authorization() -> str | None:
+    """The `authorization` header Ray's own client sends with token authentication (its token
+    found where Ray finds it), None without: the probe's call carries it, as Ray's join would."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+    except ImportError:  # no Ray, or one without token authentication
+        return None
+    return AuthenticationTokenLoader.instance().get_token_for_http_header().get("authorization")
 
 
 def connect(address: str) -> Any:

@@ -3,16 +3,16 @@
 Python gRPC here). Ray itself retries a wrong address for minutes and prints its warnings
 meanwhile; this answers in seconds, bounded in time and in bytes read.
 
-Only a reply that carries a cluster id is a Ray GCS. A gRPC answer without one (a status only)
-is accepted only when the caller runs with Ray's token authentication (`RAY_AUTH_MODE`), as a
-GCS refuses a call without the token that way and Ray then authenticates the join itself."""
+Only a reply that carries a cluster id is a Ray GCS. With Ray's token authentication the call
+carries the caller's token as Ray's client sends it (`authorization`), so a head that takes the
+token answers with its cluster id, and one that does not answers with a status only
+(`StatusOnly`): refused here too, as Ray would retry it for as long as a wrong address."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import time
-from collections.abc import Mapping
 
 METHOD = b"/ray.rpc.NodeInfoGcsService/GetClusterId"  # ray.core.generated.gcs_service_pb2_grpc
 MAX_READ = 64 << 10  # bytes read of the answer before it is judged not a GCS's
@@ -26,6 +26,11 @@ class NotGcs(Exception):
     """What answers is not a Ray GCS; the message says what was seen instead."""
 
 
+class StatusOnly(NotGcs):
+    """A gRPC answer without a reply: a GCS that refused the call's token (or its lack of one),
+    or a gRPC server that is no GCS."""
+
+
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     return (
         struct.pack(">I", len(payload))[1:]
@@ -35,13 +40,25 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     )
 
 
-def _literal(index: int, value: bytes) -> bytes:
-    """An HPACK literal header field without indexing, its name from the static table
-    (`index` < 15) and its value not Huffman-coded (`value` < 127 bytes)."""
-    return bytes((index, len(value))) + value
+def _integer(value: int, bits: int, flags: int = 0) -> bytes:
+    """An HPACK integer on a `bits`-bit prefix, `flags` in the first byte's other bits."""
+    top = (1 << bits) - 1
+    if value < top:
+        return bytes((flags | value,))
+    out, value = bytearray((flags | top,)), value - top
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out) + bytes((value,))
 
 
-def request(authority: bytes) -> bytes:
+def _literal(index: int, value: bytes, never_indexed: bool = False) -> bytes:
+    """An HPACK literal header field without indexing (or never indexed: a secret), its name
+    from the static table and its value not Huffman-coded."""
+    return _integer(index, 4, 0x10 if never_indexed else 0) + _integer(len(value), 7) + value
+
+
+def request(authority: bytes, authorization: bytes | None = None) -> bytes:
     """The client's whole side: preface, empty SETTINGS, and the call (HEADERS, then one DATA of
     an empty, uncompressed gRPC message: GetClusterIdRequest has no fields)."""
     headers = (
@@ -50,6 +67,7 @@ def request(authority: bytes) -> bytes:
         + _literal(1, authority[:126])  # :authority
         + b"\x0f\x10\x10application/grpc"  # content-type (static table 31)
         + b"\x00\x02te\x08trailers"
+        + (_literal(23, authorization, never_indexed=True) if authorization else b"")
     )
     return (
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -130,13 +148,14 @@ class _Reader:
         return kind, flags, stream, payload
 
 
-def check(host: str, port: int, timeout: float, environ: Mapping[str, str]) -> None:
-    """Return when a Ray GCS answers at `host`:`port` within `timeout` seconds in all; raise
-    `OSError` when nothing answers there (refused, unroutable, silent), `NotGcs` when something
-    else does."""
+def check(host: str, port: int, timeout: float, authorization: str | None = None) -> None:
+    """Return when a Ray GCS answers at `host`:`port` within `timeout` seconds in all, the call
+    carrying `authorization` (Ray's token header) when given; raise `OSError` when nothing
+    answers there (refused, unroutable, silent), `NotGcs` when something else does."""
     deadline = time.monotonic() + timeout
+    authority = (f"[{host}]" if ":" in host else host).encode() + b":%d" % port
     with socket.create_connection((host, port), timeout=timeout) as conn:
-        conn.sendall(request((f"[{host}]" if ":" in host else host).encode() + b":%d" % port))
+        conn.sendall(request(authority, authorization.encode() if authorization else None))
         reader = _Reader(conn, deadline)
         kind, flags, stream, _ = reader.frame()
         if kind != _SETTINGS or flags & _ACK or stream:
@@ -152,8 +171,8 @@ def check(host: str, port: int, timeout: float, environ: Mapping[str, str]) -> N
         if cluster_id(data[5:]):
             return
         raise NotGcs("a gRPC server whose reply carries no Ray cluster id")
-    if not data and environ.get("RAY_AUTH_MODE", "disabled") != "disabled":
-        return  # a status alone: a GCS refusing a caller without its token; Ray's join says why
+    if not data:
+        raise StatusOnly("a gRPC server that answered GetClusterId with a status only")
     raise NotGcs("an HTTP/2 server without a Ray GCS's GetClusterId")
 
 

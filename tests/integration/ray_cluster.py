@@ -96,6 +96,7 @@ class LocalCluster:
     port: int
     tmp: Path
     nodes: list[Node] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # every node's and check's, beside ENV
     ray_tmp: str = field(
         default_factory=lambda: tempfile.mkdtemp(prefix="ar-", dir="/tmp")
     )  # short: Ray's socket paths must fit 107 bytes
@@ -124,7 +125,7 @@ class LocalCluster:
                 ),
                 stdout=fh,
                 stderr=subprocess.STDOUT,
-                env={**ENV, **(env or {})},
+                env={**ENV, **self.env, **(env or {})},
                 start_new_session=True,
             )
         node = Node(name, proc, log)
@@ -139,7 +140,7 @@ class LocalCluster:
         )
         out = subprocess.run(
             self.in_ns(sys.executable, "-c", code),
-            env=ENV,
+            env={**ENV, **self.env},
             capture_output=True,
             text=True,
             timeout=60,
@@ -174,12 +175,18 @@ class LocalCluster:
             raise AssertionError("; ".join(failed))
 
 
-def start(tmp: Path, workers: int = 2, worker_env: dict[str, str] | None = None) -> LocalCluster:
+def start(
+    tmp: Path,
+    workers: int = 2,
+    worker_env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> LocalCluster:
     """A head (no `docker` resource: it only places) and `workers` nodes with one `docker` each
-    (`worker_env` added to their environment, and so to their Ray workers')."""
+    (`worker_env` added to their environment, and so to their Ray workers'; `env` to every
+    node's, the head's too, and to the checks that it is up: Ray's token authentication)."""
     netns = f"assure-ray-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    cluster = LocalCluster(netns, 6379, tmp)
+    cluster = LocalCluster(netns, 6379, tmp, env=dict(env or {}))
     try:
         subprocess.run(cluster.in_ns("ip", "link", "set", "lo", "up"), check=True)
         cluster.start_node(

@@ -621,3 +621,50 @@ def test_doctor_checks_the_cluster_and_each_of_its_nodes(cluster, tmp_path):
         address["status"] == "missing"
         and "nothing answers at the Ray cluster address 127.0.0.1:6391" in address["detail"]
     )
+
+
+def test_a_head_with_token_authentication_is_joined_with_its_token_and_refused_fast_without(
+    ns_images, tmp_path
+):
+    """A head and a worker started with Ray's token authentication (RAY_AUTH_MODE=token): a
+    caller with the same token runs a spec on it; one with another token, or with none, is
+    refused in seconds with what to set (Ray alone retried a wrong token for as long as a wrong
+    address, printing `InvalidAuthToken`), and no suite run is written."""
+    token = uuid.uuid4().hex * 2
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    (tmp_path / "ray").mkdir()
+    c = ray_cluster.start(
+        tmp_path / "ray", workers=1, worker_env={"ASSURE_IMAGE_NAMESPACE": NAMESPACE}, env=auth
+    )
+    try:
+        suite = one_spec_suite(tmp_path, QUICK)
+        for name, env, said in (
+            ("other", {**auth, "RAY_AUTH_TOKEN": uuid.uuid4().hex * 2}, "refused this caller's"),
+            ("none", {}, "wants a Ray token (a head started with RAY_AUTH_MODE=token)"),
+        ):
+            runs, started = tmp_path / name / "runs", time.monotonic()
+            out = subprocess.run(
+                caller(c, suite, runs),
+                cwd=tmp_path,
+                env={**ENV, **env},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            took = time.monotonic() - started
+            assert out.returncode != 0 and said in out.stderr, out.stderr[-2000:]
+            assert "RAY_AUTH_TOKEN" in out.stderr and "InvalidAuthToken" not in out.stderr
+            assert took < 15, took  # the interpreter and its imports included: Ray alone, 20 s+
+            assert not runs.exists() and not (tmp_path / "suites").exists()
+        out = subprocess.run(
+            caller(c, suite, tmp_path / "runs", "--json"),
+            cwd=tmp_path,
+            env={**ENV, **auth},
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert [r["verdict"] for r in json.loads(out.stdout)["results"]] == ["pass"]
+    finally:
+        c.stop()

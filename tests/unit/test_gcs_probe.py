@@ -111,10 +111,41 @@ def test_a_server_that_stalls_or_floods_is_refused_within_the_bounds(server):
     assert time.monotonic() - started < 3
 
 
-def test_a_status_alone_passes_only_when_the_caller_uses_rays_token_authentication(
-    server, monkeypatch
-):
+@pytest.fixture
+def ray_token(monkeypatch):
+    """Set Ray's token authentication in the environment: `ray_token(token)` (None: unset), read
+    again by Ray (which caches its mode and token per process); unset again at the end."""
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    def use(token: str | None) -> None:
+        for name, value in (("RAY_AUTH_MODE", "token"), ("RAY_AUTH_TOKEN", token)):
+            if token is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        reset_auth_token_state()
+
+    yield use
+    use(None)
+
+
+def test_a_status_alone_is_refused_and_says_whether_the_callers_token_was_sent(server, ray_token):
+    """A head with token authentication answers a call without its token (or with another) with a
+    status only; Ray would retry it for as long as a wrong address."""
     address = server(sends(SETTINGS, TRAILERS))
-    refused(address)
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    cluster.probe(address, timeout=1)
+    assert "wants a Ray token" in refused(address)
+    ray_token("x" * 200)
+    assert "refused this caller's Ray token" in refused(address)
+
+
+def test_the_call_carries_the_token_as_ray_sends_it(ray_token):
+    """HPACK: `authorization` (static table 23), never indexed, its length on a 7-bit prefix
+    (past 127 bytes: continued)."""
+    ray_token("t" * 200)
+    header = cluster.ray_authorization()
+    assert header == "Bearer " + "t" * 200
+    sent = gcs_probe.request(b"h:1", header.encode())
+    assert b"\x1f\x08\x7f\x50" + header.encode() in sent  # index 15+8; length 127+80 = 207
+    assert b"authorization" not in gcs_probe.request(b"h:1")
+    ray_token(None)
+    assert cluster.ray_authorization() is None
