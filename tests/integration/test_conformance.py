@@ -30,7 +30,7 @@ def test_the_live_packet_passes_every_row_and_verifies_with_the_public_key(
     assert done.returncode == 0, (statuses, done.stderr[-2000:])
     assert list(statuses) == list(conformance_packet.OBLIGATIONS)
     figures = packet["figures"]
-    assert figures["kill_points_resumed"] == ["start", "run", "verify", "promote"]
+    assert figures["kill_points_resumed"] == ["start", "run", "checks", "verify", "promote"]
     assert figures["effects_under_duplicate_key"] == 1
     assert 0 <= figures["override_latency_ms"] < 5000 and 0 <= figures["breach_to_halt_ms"] < 5000
     trace = packet["gate_trace"]

@@ -112,10 +112,8 @@ def test_the_openai_agent_scripted_to_edit_the_protected_test_is_contained(run):
         "tests/test_calc.py",
         "protected_path",
     )
-    workspace = result.run_dir / "attempts" / "1" / "workspace"
-    assert (workspace / "tests" / "test_calc.py").read_text() == (
-        ROOT / "fixtures" / "workspaces" / "calc" / "tests" / "test_calc.py"
-    ).read_text()
+    # workspace/ holds every change of a contained attempt: the protected test is not one
+    assert not (result.run_dir / "attempts" / "1" / "workspace" / "tests" / "test_calc.py").exists()
 
 
 def test_the_openai_agent_replays_from_its_own_recording(run):
