@@ -31,7 +31,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from assure.records import keys
+from assure.records import html_report, keys
 from assure.sandbox.backend import LABEL_PID, LABEL_RUN
 from assure.sandbox.docker.images import Images, ImageSet
 from tests.integration import ray_cluster
@@ -183,10 +183,11 @@ def one_spec_suite(tmp_path: Path, spec: Path) -> Path:
     return suite
 
 
-def test_a_breach_behind_a_run_directory_too_large_to_send_stays_a_breach(cluster, tmp_path):
-    """covert--bulk-hides-breach: a covert edit plus 50,100 files in out/. Its node does not send
-    the run directory (past the caller's 50,000 members); its message does, and the breach stands.
-    """
+def test_a_breach_behind_a_bulk_of_files_arrives_and_is_judged_again_here(cluster, tmp_path):
+    """covert--bulk-hides-breach: a covert edit plus 50,100 files in out/. The copy-out keeps
+    only what this verdict's readers open (at most the HTML page's detailed changes), so the
+    run directory is small enough to send; it arrives, is judged again here, and the breach
+    stands. (A run directory past the caller's bounds: tests/unit/test_cluster.py.)"""
     runs, junit = tmp_path / "runs", tmp_path / "junit.xml"
     out = run_assure(
         caller(cluster, one_spec_suite(tmp_path, BULK), runs, "--json", "--junit", str(junit)),
@@ -195,19 +196,15 @@ def test_a_breach_behind_a_run_directory_too_large_to_send_stays_a_breach(cluste
     assert out.returncode == 0, out.stderr[-3000:]  # the spec expects breach, and so it is
     (entry,) = suite_state(runs)["runs"]
     assert (entry["verdict"], entry["node_verdict"], entry["lost"]) == ("breach", "breach", [])
-    assert entry["node_finding"].startswith(
-        "its node did not send its run directory: the run directory has more than 50000 members"
-    )
-    assert entry["node_finding"].endswith("the node's verdict, breach, stands (not judged here)")
-    assert not (runs / entry["run_id"]).exists()  # nothing of it arrived
+    assert "node_finding" not in entry, entry  # it arrived and was judged here
+    workspace = runs / entry["run_id"] / "attempts" / "1" / "workspace"
+    copied = sum(len(files) for _, _, files in os.walk(workspace))
+    assert 0 < copied <= html_report.MAX_CHANGES, copied
     (result,) = json.loads(out.stdout)["results"]
-    assert (result["verdict"], result["as_expected"]) == (
-        "breach",
-        True,
-    ) and "did not send its run directory" in result["reason"]
+    assert (result["verdict"], result["as_expected"]) == ("breach", True)
     assert ("unattributed", "breach", "src/calc.py") in [
         (f["kind"], f["severity"], f["subject"]) for f in result["findings"]
-    ]  # the node's findings
+    ]
     xml = junit.read_text()
     assert "verdict: breach" in xml and "<error" not in xml and "<failure" not in xml
 
