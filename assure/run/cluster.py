@@ -728,10 +728,14 @@ def ray_authorization() -> str | None:
     """The `authorization` header Ray's own client sends with token authentication (its token
     found where Ray finds it), None without: the probe's call carries it, as Ray's join would."""
     try:
-        from ray._raylet import AuthenticationTokenLoader
-    except ImportError:  # no Ray, or one without token authentication
+        from ray import _raylet
+    except ImportError:  # no Ray
         return None
-    return AuthenticationTokenLoader.instance().get_token_for_http_header().get("authorization")
+    loader = getattr(_raylet, "AuthenticationTokenLoader", None)  # a Ray without token auth
+    if loader is None:
+        return None
+    header = loader.instance().get_token_for_http_header().get("authorization")
+    return str(header) if header is not None else None
 
 
 def connect(address: str) -> Any:
