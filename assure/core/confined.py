@@ -580,6 +580,13 @@ def make_dirs(root: str | os.PathLike[str] | int, rel: Rel, *, clear_way: bool =
         os.close(rfd)
 
 
+def parents(rel: str) -> list[str]:
+    """The folders on the way to the relative path `rel`, outermost first (`a/b/c`: `a`,
+    `a/b`)."""
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def chown(root: str | os.PathLike[str] | int, rel: Rel, uid: int, gid: int) -> None:
     """Give the entry `rel` beneath root (a link itself, never its target) to uid:gid."""
     dfd, name = _open_parent(root, rel)

@@ -69,10 +69,7 @@ def restore_protected(
 
     removed: set[str] = set()
     for rel in sorted(present):  # parents first: a removed folder takes what it holds
-        parts = rel.split("/")
-        if is_protected(rel) and removed.isdisjoint(
-            "/".join(parts[:i]) for i in range(1, len(parts))
-        ):
+        if is_protected(rel) and removed.isdisjoint(confined.parents(rel)):
             confined.remove(copy, rel)
             removed.add(rel)
     made = []
@@ -110,10 +107,7 @@ def check_view(
     present = {e["path"] for e in post_json["entries"]}
     try:
         made = restore_protected(view, fixture, protected, present)
-        owned = set(made)
-        for rel in made:
-            parts = rel.split("/")
-            owned |= {"/".join(parts[:i]) for i in range(1, len(parts))} - present
+        owned = set(made).union(*(set(confined.parents(rel)) - present for rel in made))
         for rel in sorted(owned):
             confined.chown(view, rel, *user)
     except OSError as exc:  # the view's filesystem is full, or a fixture file over the bound

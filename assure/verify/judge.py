@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from assure.core import private
+from assure.core import confined, private
 from assure.core.chain import ChainError, ChainFile, canonical, sha256_hex
 from assure.errors import describe, read_json
 from assure.sandbox.backend import Observed
@@ -181,11 +181,7 @@ def copied_out(
         else {rel for rel in changes if rel in post.entries}
     )
     wanted |= {a["file_contains"]["path"] for a in spec.assertions if "file_contains" in a}
-    out = set()
-    for rel in wanted:
-        parts = rel.split("/")
-        out |= {"/".join(parts[:i]) for i in range(1, len(parts) + 1)}
-    return frozenset(out)
+    return frozenset(wanted).union(*(confined.parents(rel) for rel in wanted))
 
 
 def _workspace_moved(
@@ -210,11 +206,10 @@ def _workspace_moved(
     def carried(snap: Snapshot) -> dict[str, Any]:
         out = {}
         for path, e in snap.entries.items():
-            parts = path.split("/")
             if (
                 e.kind in CARRIED_KINDS
                 and (scope is None or path in scope)
-                and not any("/".join(parts[:i]) in skipped for i in range(1, len(parts) + 1))
+                and skipped.isdisjoint([path, *confined.parents(path)])
             ):
                 out[path] = e
         return out

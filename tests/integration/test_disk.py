@@ -113,17 +113,21 @@ def test_sigterm_mid_run_unmounts_and_frees_the_loop_device(tmp_path, images):
     assert mounts_and_loops_under(tmp_path) == ([], [])
 
 
-def test_kill_9_mid_run_leaves_a_mount_that_gc_releases(make_spec, tmp_path, images, backend):
-    spec = make_spec("disk-kill", "spin.sh")
+def _killed_at(point: str, spec: Path, cwd: Path) -> None:
+    """`assure run SPEC` killed by itself (SIGKILL) at failpoint `point`."""
     killed = subprocess.run(
         ASSURE + ["run", str(spec)],
-        cwd=tmp_path,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "ASSURE_FAILPOINT": "run"},
+        env={**os.environ, "ASSURE_FAILPOINT": point},
     )
     assert killed.returncode == -9, killed.stderr
+
+
+def test_kill_9_mid_run_leaves_a_mount_that_gc_releases(make_spec, tmp_path, images, backend):
+    _killed_at("run", make_spec("disk-kill", "spin.sh"), tmp_path)
     (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
     points, loops = mounts_and_loops_under(tmp_path)
     assert (
@@ -146,15 +150,7 @@ def test_kill_9_in_the_checks_leaves_mounts_that_gc_releases(make_spec, tmp_path
         agent={"command": ["true"]},
         assertions=[{"command": {"run": ["true"]}}],
     )
-    killed = subprocess.run(
-        ASSURE + ["run", str(spec)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "ASSURE_FAILPOINT": "checks"},
-    )
-    assert killed.returncode == -9, killed.stderr
+    _killed_at("checks", spec, tmp_path)
     (run_dir,) = run_dirs(tmp_path / ".assure" / "runs")
     attempt = (run_dir / "attempts" / "1").resolve()
     points, loops = mounts_and_loops_under(tmp_path)
