@@ -1,15 +1,18 @@
 """The `assure` command line: parse, call the library once, render. Nothing else lives here.
 
 One module per command group; `output` prints, `common` holds what the groups share, `root`
-the root `app` (the console script `assure = assure.cli:app`), whose group (`listing`) imports a
-command's module only when that command is used: `--version` and `--help` import none."""
+the root `app`, whose group (`listing`) imports a command's module only when that command is
+used. The console script is `main`: it answers a bare `assure --version` before typer is
+imported (issue 25); `app` itself is imported on first use, so `import assure.cli` is light."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from assure.cli.listing import escape_markup
-from assure.cli.root import app
+if TYPE_CHECKING:
+    from assure.cli.listing import escape_markup
+    from assure.cli.root import app
 
 __all__ = [
     "DEFAULT_SPEC",
@@ -20,11 +23,20 @@ __all__ = [
     "app",
     "escape_markup",
     "main",
+    "version_line",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """The constants callers take from here, from the modules that hold them, on first use."""
+    """The names callers take from here, from the modules that hold them, on first use."""
+    if name == "app":
+        from assure.cli.root import app
+
+        return app
+    if name == "escape_markup":
+        from assure.cli.listing import escape_markup
+
+        return escape_markup
     if name in ("DEFAULT_SPEC", "EXIT", "EXIT_HARNESS", "EXIT_UNEXPECTED"):
         from assure.cli import common
 
@@ -36,5 +48,19 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def main() -> None:  # pragma: no cover - console entry point
+def version_line() -> str:
+    """What `assure --version` prints, here and in root's --version option."""
+    from assure import __version__  # pyproject.toml's version is read from it
+
+    return f"assure {__version__}\n"
+
+
+def main() -> None:
+    """The console script. `assure --version` alone prints what root's --version prints, without
+    typer (about half of that start, issue 25); anything else is `app`'s."""
+    if sys.argv[1:] == ["--version"]:
+        sys.stdout.write(version_line())
+        return
+    from assure.cli.root import app
+
     app()

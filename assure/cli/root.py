@@ -8,6 +8,7 @@ import sys
 
 import typer
 
+from assure.cli import version_line
 from assure.cli.lazy import light_help
 from assure.cli.listing import LazyGroup, _help_as_text
 
@@ -25,9 +26,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from assure import __version__  # pyproject.toml's version is read from it
-
-        sys.stdout.write(f"assure {__version__}\n")
+        sys.stdout.write(version_line())
         raise typer.Exit(0)
 
 

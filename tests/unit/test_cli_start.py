@@ -13,6 +13,7 @@ import pytest
 import typer
 import typer.main
 from rich.markup import escape
+from typer.testing import CliRunner
 
 import assure
 from assure.cli import app, escape_markup, listing
@@ -72,6 +73,32 @@ def test_markup_is_escaped_as_rich_escapes_it(text: str) -> None:
 
 def test_version_is_the_installed_one() -> None:
     assert importlib.metadata.version("assure") == assure.__version__
+
+
+FAST_VERSION = """
+import sys
+sys.argv = ["assure", {args}]
+from assure.cli import main
+try:
+    main()
+finally:
+    print("TYPER", "typer" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--version", "run"]])
+def test_the_console_script_answers_version_alone_without_typer_as_typer_does(
+    args: list[str],
+) -> None:
+    code = FAST_VERSION.format(args=", ".join(map(repr, args)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    text, _, loaded = done.stdout.rpartition("TYPER")
+    assert text == CliRunner().invoke(app, args, prog_name="assure").output
+    assert text == f"assure {assure.__version__}\n"
+    # only the bare `--version` skips typer; with anything else typer parses, as before
+    assert loaded.strip() == str(args != ["--version"])
+    scripts = importlib.metadata.entry_points(group="console_scripts", name="assure")
+    assert [s.value for s in scripts] == ["assure.cli:main"]
 
 
 # what a bare start must not import: each is tens of ms, and none is needed to print the version
