@@ -8,11 +8,12 @@ import sys
 
 import typer
 
-from assure.cli import version_line
+from assure.cli import coercion, version_line
 from assure.cli.lazy import light_help
 from assure.cli.listing import LazyGroup, _help_as_text
 
 light_help()
+coercion.install()
 
 HELP = {"help_option_names": ["-h", "--help"]}  # every command and group: -h is --help
 app = typer.Typer(

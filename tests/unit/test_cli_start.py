@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
@@ -16,7 +18,7 @@ from rich.markup import escape
 from typer.testing import CliRunner
 
 import assure
-from assure.cli import app, escape_markup, listing
+from assure.cli import DEFAULT_SPEC, app, escape_markup, listing
 
 HELP = """
 import sys
@@ -138,7 +140,7 @@ def test_a_bare_start_imports_no_command_module_nor_a_heavy_package(args: list[s
     assert not [m for m in loaded if m.startswith("assure.cli.") and m not in LIGHT], loaded
 
 
-LIGHT = {"assure.cli.root", "assure.cli.listing", "assure.cli.lazy"}
+LIGHT = {"assure.cli.root", "assure.cli.listing", "assure.cli.lazy", "assure.cli.coercion"}
 
 
 def test_the_listing_names_every_command_with_its_own_one_line_help() -> None:
@@ -155,3 +157,61 @@ def test_the_listing_names_every_command_with_its_own_one_line_help() -> None:
     assert registered | {listing._command_name(i) for i in app.registered_commands} <= set(
         listing.COMMANDS
     )
+
+
+def _outcome(runtime: Any, value: Any, param: Any, ctx: Any) -> Any:
+    try:
+        made = runtime.coerce(value, param=param, ctx=ctx)
+    except typer.BadParameter as exc:
+        return ("error", exc.format_message())
+    return (type(made), made)
+
+
+def test_plain_coercion_makes_what_typer_s_adapters_make(tmp_path: Path) -> None:
+    """Every parameter of every command, coerced by assure.cli.coercion and by typer's own
+    pydantic adapters, from strings as a command line gives them and from typed defaults."""
+    from typer._coercion import build_runtime_param
+    from typer.core import _TyperParameter
+
+    (tmp_path / "f").write_text("")
+    samples: list[Any] = ["3", "007", "-1", "+3", " 3", "3_0", "0", "x", "", " a ", "-"]
+    samples += ["a/../b/", str(tmp_path / "f"), str(tmp_path), str(tmp_path / "missing")]
+    samples += [3, 0, -5, True, 2.5, Path("p"), ["1", "x"], ("a", "b"), [str(tmp_path)]]
+    ctx = typer.Context(typer.main.get_command(app))
+    seen = 0
+    for name in listing.COMMANDS:
+        command = ctx.command.get_command(ctx, name)
+        commands = [command, *getattr(command, "commands", {}).values()]
+        for c in commands:
+            for param in [*c.params, c.get_help_option(ctx)]:
+                if not isinstance(param, _TyperParameter):
+                    continue
+                ours, real = param.get_runtime_param(), build_runtime_param(param.type_descriptor)
+                assert type(ours).__name__ == "_Plain" or param.type_descriptor.file_annotation
+                for value in samples:
+                    seen += 1
+                    expected = _outcome(real, value, param, ctx)
+                    assert _outcome(ours, value, param, ctx) == expected, (
+                        c.name,
+                        param.name,
+                        value,
+                    )
+    assert seen > 1000
+
+
+def test_run_s_start_imports_no_pydantic(tmp_path: Path) -> None:
+    """typer's adapters import pydantic; assure's plain coercion leaves them for what it does
+    not cover (`assure run` stopped where it loads the spec: its SPEC and every option parsed)."""
+    code = f"""
+import os, sys
+import assure.spec
+def stop(*args):
+    print("PYDANTIC", "pydantic" in sys.modules, flush=True)
+    os._exit(0)
+assure.spec.load = stop
+from assure.cli import app
+app(["run", {str(DEFAULT_SPEC)!r}, "--runs-dir", {str(tmp_path)!r}, "--new", "--junit",
+     {str(tmp_path / "j.xml")!r}], prog_name="assure")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "PYDANTIC False" in done.stdout, done.stderr[-2000:]
