@@ -56,10 +56,22 @@ def version_line() -> str:
 
 
 def main() -> None:
-    """The console script. `assure --version` alone prints what root's --version prints, without
-    typer (about half of that start, issue 25); anything else is `app`'s."""
-    if sys.argv[1:] == ["--version"]:
+    """The console script. `assure --version` alone prints what root's --version prints, and
+    `assure --help` what typer printed for it last in the same setting, without typer (about
+    half of those starts, issue 25); anything else is `app`'s."""
+    args = sys.argv[1:]
+    if args == ["--version"]:
         sys.stdout.write(version_line())
+        return
+    if args in (["--help"], ["-h"]):  # typer's own help, kept from its last print (fasthelp)
+        from assure.cli import fasthelp
+
+        line = fasthelp.key(args)
+        if line is not None and fasthelp.answer(line):
+            return
+        from assure.cli.root import app
+
+        fasthelp.record(line, app)
         return
     from assure.cli.root import app
 

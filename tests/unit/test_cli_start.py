@@ -215,3 +215,50 @@ app(["run", {str(DEFAULT_SPEC)!r}, "--runs-dir", {str(tmp_path)!r}, "--new", "--
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "PYDANTIC False" in done.stdout, done.stderr[-2000:]
+
+
+MAIN = """
+import sys
+sys.argv = ["assure", *{args!r}]
+from assure.cli import main
+try:
+    main()
+finally:
+    print("TYPER", "typer" in sys.modules, file=sys.stderr)
+"""
+TYPER = """
+from assure.cli.root import app
+app({args!r}, prog_name="assure")
+"""
+
+
+def _console(code: str, env: dict[str, str]) -> tuple[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"]])
+def test_help_from_its_kept_copy_is_what_typer_prints_and_needs_no_typer(
+    args: list[str], tmp_path: Path
+) -> None:
+    import os
+
+    env = {**os.environ, "ASSURE_CACHE": str(tmp_path), "COLUMNS": "100"}
+    typer_s, _ = _console(TYPER.format(args=args), env)
+    first, loaded = _console(MAIN.format(args=args), env)  # a miss: typer prints, it is kept
+    assert (first, loaded.strip()) == (typer_s, "TYPER True")
+    again, loaded = _console(MAIN.format(args=args), env)
+    assert (again, loaded.strip()) == (typer_s, "TYPER False")
+    # what the output depends on is in the key: another width is a miss, typer's own output
+    narrow = {**env, "COLUMNS": "60"}
+    typer_narrow, _ = _console(TYPER.format(args=args), narrow)
+    assert typer_narrow != typer_s
+    assert _console(MAIN.format(args=args), narrow) == (typer_narrow, "TYPER True\n")
+    # a kept copy is used only under its whole key: one edited to say otherwise is not
+    (kept,) = [p for p in (tmp_path / "help").iterdir() if p.read_text().endswith(typer_s)]
+    line, _, text = kept.read_text().partition("\n")
+    kept.write_text(line.replace("100", "101") + "\n" + "forged")
+    assert _console(MAIN.format(args=args), env) == (typer_s, "TYPER True\n")
