@@ -1,7 +1,7 @@
 """`assure --help` from a copy of what typer printed for it before, without importing typer or
 rich (issue 25: `--help` <= 0.15 s, and typer and rich alone are about 0.1 s).
 
-The copy is keyed on everything that output can depend on: the arguments, the python, the
+The copy is keyed on everything that output can depend on: the argv, the python, the
 stdout encoding, the kind and size of each standard stream, the environment variables rich,
 typer and click read, and the size, time and inode of every source file of assure.cli, typer
 and rich. Any change is another key, so a miss (typer prints, and its output is kept), never
@@ -47,7 +47,7 @@ def key(args: list[str]) -> str | None:
     folders = _sources()
     if not folders:
         return None
-    parts: list[Any] = [args, sys.executable, sys.version, sys.flags.utf8_mode]
+    parts: list[Any] = [sys.argv[0], args, sys.executable, sys.version, sys.flags.utf8_mode]
     parts += [getattr(sys.stdout, "encoding", None), getattr(sys.stdout, "errors", None)]
     for fd in (0, 1, 2):
         try:

@@ -257,6 +257,9 @@ def test_help_from_its_kept_copy_is_what_typer_prints_and_needs_no_typer(
     typer_narrow, _ = _console(TYPER.format(args=args), narrow)
     assert typer_narrow != typer_s
     assert _console(MAIN.format(args=args), narrow) == (typer_narrow, "TYPER True\n")
+    # the program's name is in the usage line: another argv[0] is another key
+    renamed, _ = _console(MAIN.format(args=args).replace('"assure", *', '"other", *'), env)
+    assert "Usage: other " in renamed
     # a kept copy is used only under its whole key: one edited to say otherwise is not
     (kept,) = [p for p in (tmp_path / "help").iterdir() if p.read_text().endswith(typer_s)]
     line, _, text = kept.read_text().partition("\n")
