@@ -23,14 +23,14 @@ from assure import __version__
 from assure.core import confined, control
 from assure.core.chain import canonical, sha256_hex, utc_now
 from assure.errors import AssureError, RunDirError, describe
-from assure.records import alerts, health, keys, layout, receipts, store, trust
+from assure.records import alerts, health, keys, layout, store
 from assure.records.alerts import AlertKind
 from assure.records.attempt_record import AttemptRecord, Records
 from assure.records.layout import RunPaths
 from assure.records.run_report import AttemptEntry, Reason, Report, TaskEntry
 from assure.records.seal import seal_run, write_seal
 from assure.records.states import RUN_OVER, STOPS_GOAL, TERMINAL, VERIFIED, RunState, TaskState
-from assure.run import earned, failpoints, promote
+from assure.run import failpoints
 from assure.run.attempt import PROMOTABLE, Attempt, Progress, fresh_copy
 from assure.run.pool import WarmPool, remove_wakes
 from assure.run.reasons import attempt_reason
@@ -308,6 +308,8 @@ class Driver:
 
     # --- outcomes ---------------------------------------------------------------------------
     def _promote(self, task: Task, n: int) -> TaskState:
+        from assure.run import promote  # after the attempt: not part of the start
+
         ts = self.state["tasks"][task.id]
         breached = breached_attempt(ts["attempts"])
         if breached is not None:  # checked here, so that a resumed promotion is refused too
@@ -541,6 +543,8 @@ def promote_proposed(
     the operator's dial for this decision, else the run's). The one command that may change
     a finished run: it decides every task first, writes nothing unless one commits, and then
     seals the logs again and re-issues the receipts, signed as before."""
+    from assure.run import promote
+
     with store.exclusive(run.path, "run"):
         state = store.read_json(run.paths.state)
         if (
@@ -699,6 +703,9 @@ def issue_receipts(
     `judged` in this process are sealed with the heads their judge verified. Sealed under the
     control record's lock: an operator request either lands before the seal (and is sealed)
     or after the state says the run is over (and is refused, `RunDir.require_open`)."""
+    from assure.records import receipts, trust  # at the end of a run only
+    from assure.run import earned
+
     key = keys.load_private(signing_key) if signing_key else None
     principal = keys.key_id(key.public_key()) if key else "keyless"
     with control.locked(
