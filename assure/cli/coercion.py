@@ -17,7 +17,7 @@ try:
     from typer._param_types import coerce_cli_path
     from typer.core import _TyperParameter
 except ImportError:  # pragma: no cover - a typer without per-parameter adapters
-    _TyperParameter = None  # type: ignore[assignment,misc]
+    _TyperParameter = None  # type: ignore[assignment,misc]  # a class name, None there
 
 # what int() and pydantic read alike; signs, spaces, underscores and the like go to pydantic
 _INT = re.compile(r"-?[0-9]{1,18}")
@@ -82,7 +82,7 @@ def install() -> None:
     if _TyperParameter is not None:
         import typer.core
 
-        typer.core.build_runtime_param = _plain  # type: ignore[attr-defined]
+        typer.core.build_runtime_param = _plain  # type: ignore[attr-defined]  # re-exported name
 
 
 def _plain(descriptor: Any) -> Any:
