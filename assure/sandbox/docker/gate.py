@@ -8,26 +8,40 @@ from assure.errors import SandboxError
 from assure.sandbox.backend import ContainerRequest
 
 GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
+
+
 # `ContainerRequest.gate` as the container's entry: wait for the socket ($1) for at most $2
-# seconds, polled every 10 ms without a fork (bash's `read -t` on a pipe that never speaks),
-# then exec the command in its place: same pid, no fd or process left over. The loop's
-# variables are a function's locals: an agent variable of the same name (`n`, `limit`),
+# seconds, polled `per_second` times a second without a fork (bash's `read -t` on a pipe that
+# never speaks), then exec the command in its place: same pid, no fd or process left over. The
+# loop's variables are a function's locals: an agent variable of the same name (`n`, `limit`),
 # imported from the container's environment, reaches the command as the spec gave it.
-GATE_SCRIPT = (
-    'exec 3<> <(:); __assure_gate() { local n=0 limit=$(($2 * 100)); while [ ! -S "$1" ]; do'
-    ' n=$((n + 1)); if [ "$n" -gt "$limit" ]; then echo "assure: no gateway socket at $1 after $2'
-    f' s: the agent was not started" >&2; exit {GATE_EXIT}; fi; read -t 0.01 -u 3; done; }};'
-    ' __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
-)
+def _gate_script(per_second: int) -> str:
+    return (
+        "exec 3<> <(:); __assure_gate() { local n=0"
+        f' limit=$(($2 * {per_second})); while [ ! -S "$1" ]; do n=$((n + 1)); if [ "$n" -gt'
+        ' "$limit" ]; then echo "assure: no gateway socket at $1 after $2 s: the agent was not'
+        f' started" >&2; exit {GATE_EXIT}; fi; read -t {1 / per_second:g} -u 3; done; }};'
+        ' __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
+    )
+
+
+# A cold agent waits through the gateway's boot (~0.1 s and more): 10 ms polls.
+GATE_SCRIPT = _gate_script(100)
+# A claimed agent's gateway is booted and binds within milliseconds of the claim's wake-up, and
+# the wait is that long only: 2 ms polls (each is ~5 ms off the agent's first call).
+CLAIMED_GATE_SCRIPT = _gate_script(500)
 GATE_EXEC = 'exec "$@"'
 # A pooled agent (`ContainerRequest.claim`, $3) first waits for its claim blocked on the FIFO
 # `wake` in the claim folder (an idle agent costs no CPU; the 10 ms socket poll below cost
 # ~24 ms of CPU a second, its root's FUSE daemon included), which the claim writes a line to
 # once the command and environment are in place (opened before they are looked for: no
-# wake-up is missed; the claim removes it, and the socket's wait follows).
+# wake-up is missed; the claim removes it, and the socket's wait follows). Before it waits, it
+# runs `assure-tool --help` once, nothing of the attempt's yet: the first start of python3 and
+# the client in a fresh container (its files' first reads through the root's FUSE daemon) is
+# then paid while the pair is idle, not on the agent's first call after the claim.
 GATE_WAKE = (
-    '{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec'
-    " 4<&-; "
+    '{ exec 4<> "$3/wake"; } 2> /dev/null; assure-tool --help < /dev/null > /dev/null 2>&1; [ -s'
+    ' "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec 4<&-; '
 )
 # A claimed pair's agent (`ContainerRequest.claim`, $3): its command and environment from the
 # claim, written before the gateway could bind. Both become the positional parameters, the
@@ -52,7 +66,7 @@ def command(request: ContainerRequest) -> list[str] | None:
         return [
             "/bin/bash",
             "-c",
-            GATE_WAKE + GATE_SCRIPT + GATE_CLAIM,
+            GATE_WAKE + CLAIMED_GATE_SCRIPT + GATE_CLAIM,
             "assure-gate",
             *gate,
             request.claim,
