@@ -35,13 +35,10 @@ GATE_EXEC = 'exec "$@"'
 # `wake` in the claim folder (an idle agent costs no CPU; the 10 ms socket poll below cost
 # ~24 ms of CPU a second, its root's FUSE daemon included), which the claim writes a line to
 # once the command and environment are in place (opened before they are looked for: no
-# wake-up is missed; the claim removes it, and the socket's wait follows). Before it waits, it
-# runs `assure-tool --help` once, nothing of the attempt's yet: the first start of python3 and
-# the client in a fresh container (its files' first reads through the root's FUSE daemon) is
-# then paid while the pair is idle, not on the agent's first call after the claim.
+# wake-up is missed; the claim removes it, and the socket's wait follows).
 GATE_WAKE = (
-    '{ exec 4<> "$3/wake"; } 2> /dev/null; assure-tool --help < /dev/null > /dev/null 2>&1; [ -s'
-    ' "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec 4<&-; '
+    '{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec'
+    " 4<&-; "
 )
 # A claimed pair's agent (`ContainerRequest.claim`, $3): its command and environment from the
 # claim, written before the gateway could bind. Both become the positional parameters, the
