@@ -203,3 +203,16 @@ def test_each_line_is_one_write_to_the_os(tmp_path):
     writer.close()  # twice is harmless
     with pytest.raises(ValueError):
         writer.append("c")
+
+
+def test_a_writer_dropped_unclosed_closes_its_descriptor(tmp_path):
+    import gc
+    import os
+
+    writer = ChainWriter(tmp_path / "j.jsonl")
+    writer.append("a")
+    fd = writer._fd
+    del writer
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)
