@@ -166,11 +166,11 @@ class ChainWriter:
     def head(self) -> dict[str, Any]:
         return {"seq": self.seq, "hash": self.prev}
 
-    def __del__(self) -> None:
+    def __del__(self, _close: Any = os.close) -> None:  # os.close bound: usable at exit
         """A writer dropped unclosed closes its descriptor, as a file object would (unsynced)."""
         fd, self._fd = getattr(self, "_fd", None), None
         if fd is not None:
-            os.close(fd)
+            _close(fd)
 
     def close(self) -> None:
         if self._fd is not None:
