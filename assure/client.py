@@ -3,14 +3,18 @@
 It runs inside the sealed agent container, whose only way out is the gateway's unix
 socket, so it uses the standard library only: one kept-alive HTTP/1.1 connection over
 that socket, JSON in and out, non-2xx answers raised as `GatewayError`.
+
+Every `assure-tool` call is a fresh `python3 -S`, and its imports were most of its start: it
+takes the C halves only (`_socket`, `_json`, `posix`, all already in the interpreter or one
+shared object), not socket.py, json/ and os.py with the enum, re, functools, collections and
+selectors they import.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import socket
+import _json
+import _socket
+import posix
 import sys
 import time
 
@@ -26,6 +30,66 @@ USAGE = """usage: assure-tool <tool> [key=value | key:=json | key=@file] ...
   key=@file   a string argument read from a UTF-8 text file (a literal @text: key:='"@text"')
 Prints the gateway's answer as JSON. Exit 0: allowed and done; 1: denied or failed; 2: usage.
 The gateway socket is $ASSURE_GATEWAY_SOCKET (default /run/assure/gateway.sock)."""
+
+
+def _not_json(value: object) -> object:
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+# json.dumps's C encoder with its default settings (", ", ": ", ASCII, NaN allowed), built once;
+# no table of containers against cycles (a cycle is a RecursionError, not a ValueError).
+_ENCODE = _json.make_encoder(
+    None, _not_json, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True
+)
+
+
+_CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
+
+
+class _Decoding:
+    """What json's C scanner reads of a decoder: json.loads's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = _CONSTANTS.__getitem__
+
+
+_SCAN = _json.make_scanner(_Decoding())  # type: ignore[arg-type]  # typeshed: a scanner, not a context
+_SPACE = " \t\n\r"  # JSON's whitespace, allowed around a document
+
+
+def dumps(value: Any) -> str:
+    """json.dumps(value), with the C encoder only."""
+    return "".join(_ENCODE(value, 0))
+
+
+def loads(text: str) -> Any:
+    """json.loads(text) of a str, with the C scanner only (ValueError if it is not one JSON
+    document)."""
+    start = len(text) - len(text.lstrip(_SPACE))
+    try:
+        value, end = _SCAN(text, start)
+    except StopIteration as exc:
+        raise ValueError(f"Expecting value: char {exc.value}") from None
+    if text[end:].strip(_SPACE):
+        raise ValueError(f"Extra data: char {end}")
+    return value
+
+
+def pretty(value: Any, level: int = 0) -> str:
+    """json.dumps(value, indent=2) of a decoded JSON value (string keys), without json's
+    pure-Python encoder (the C one has no indent)."""
+    inner = "\n" + "  " * (level + 1)
+    if isinstance(value, dict) and value:
+        items = (dumps(str(k)) + ": " + pretty(v, level + 1) for k, v in value.items())
+        return "{" + inner + ("," + inner).join(items) + "\n" + "  " * level + "}"
+    if isinstance(value, list) and value:
+        items = (pretty(v, level + 1) for v in value)
+        return "[" + inner + ("," + inner).join(items) + "\n" + "  " * level + "]"
+    return dumps(value)
 
 
 class GatewayError(Exception):
@@ -60,15 +124,17 @@ class Connection:
     imports) would be ~65 ms of every agent's first call, and the gateway answers with
     Content-Length bodies only."""
 
+    socket_type: Any = _socket.socket  # socket.socket for http.client (UnixHTTPConnection)
+
     def __init__(self, socket_path: str, *, timeout: float, connect_timeout: float):
         self.socket_path, self.timeout, self.connect_timeout = socket_path, timeout, connect_timeout
-        self.sock: socket.socket | None = None
+        self.sock: Any = None
         self._buffer = bytearray()
 
     def connect(self) -> None:
         deadline = time.monotonic() + self.connect_timeout
         while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = self.socket_type(_socket.AF_UNIX, _socket.SOCK_STREAM)
             sock.settimeout(self.timeout)
             try:
                 sock.connect(self.socket_path)
@@ -160,21 +226,32 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@functools.cache
+_UNIX_HTTP: list[type] = []  # UnixHTTPConnection, once built
+
+
 def _unix_http_connection() -> type:
+    if _UNIX_HTTP:
+        return _UNIX_HTTP[0]
     import http.client
+    import socket
+
+    class _PySocketConnection(Connection):
+        socket_type = socket.socket  # http.client reads its answer through makefile()
 
     class UnixHTTPConnection(http.client.HTTPConnection):
         """An http.client connection to a unix socket, connecting as `Connection` does."""
 
         def __init__(self, socket_path: str, *, timeout: float, connect_timeout: float):
             super().__init__("localhost", timeout=timeout)
-            self._unix = Connection(socket_path, timeout=timeout, connect_timeout=connect_timeout)
+            self._unix = _PySocketConnection(
+                socket_path, timeout=timeout, connect_timeout=connect_timeout
+            )
 
         def connect(self) -> None:
             self._unix.connect()
             self.sock = self._unix.sock
 
+    _UNIX_HTTP.append(UnixHTTPConnection)
     return UnixHTTPConnection
 
 
@@ -188,7 +265,7 @@ class Client:
         connect_timeout: float = 10.0,
         timeout: float = 60.0,
     ):
-        self.socket_path = socket_path or os.environ.get(SOCKET_ENV, DEFAULT_SOCKET)
+        self.socket_path = socket_path or _environ(SOCKET_ENV) or DEFAULT_SOCKET
         self._conn = Connection(self.socket_path, timeout=timeout, connect_timeout=connect_timeout)
 
     def health(self) -> dict[str, Any]:
@@ -196,7 +273,7 @@ class Client:
 
     def call(self, tool: str, /, **args: Any) -> dict[str, Any]:
         """Call `tool` with `args`; return the answer (`action_id`, `decision`, `result`)."""
-        return self._request("POST", f"/v1/tools/{tool}", json.dumps(args).encode("utf-8"))
+        return self._request("POST", f"/v1/tools/{tool}", dumps(args).encode("utf-8"))
 
     def close(self) -> None:
         self._conn.close()
@@ -227,9 +304,15 @@ class Client:
             raise
 
 
+def _environ(name: str) -> str | None:
+    """os.environ.get(name) without os.py: the environment's bytes, decoded as os decodes them."""
+    value = posix.environ.get(name.encode())
+    return None if value is None else value.decode(sys.getfilesystemencoding(), "surrogateescape")
+
+
 def _decode(status: int, raw: bytes) -> dict[str, Any]:
     try:
-        answer = json.loads(raw)
+        answer = loads(raw.decode("utf-8"))
     except ValueError:
         raise GatewayError(
             status, "bad_answer", f"the gateway's answer is not JSON: {raw[:200]!r}"
@@ -269,7 +352,7 @@ def _parse_item(item: str) -> tuple[str, Any]:
     if key.endswith(":"):
         key = key[:-1]
         try:
-            parsed: Any = json.loads(value)
+            parsed: Any = loads(value)
         except ValueError as exc:
             raise UsageError(f"{key}:= needs a JSON value ({exc})") from None
     elif value.startswith("@"):
@@ -302,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             answer = client.call(tool, **args)
     except GatewayError as exc:
         if exc.answer:
-            print(json.dumps(exc.answer, indent=2))
+            print(pretty(exc.answer))
         print(f"assure-tool: {tool}: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
@@ -310,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             f"assure-tool: cannot reach the gateway at {client.socket_path}: {exc}", file=sys.stderr
         )
         return 1
-    print(json.dumps(answer, indent=2))
+    print(pretty(answer))
     return 0
 
 

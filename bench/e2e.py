@@ -114,10 +114,9 @@ def bare(backend: DockerBackend, images, spec, n: int) -> float:
 
 def _bare(backend: DockerBackend, images, spec, n: int, user: tuple[int, int]) -> float:
     start = time.perf_counter()
-    labels = {"assure.owner": "assure", "assure.run": f"bench-baseline-{n}"}
-    volume = backend.create_volume(
-        f"bench-baseline-{n}", labels, hardening.socket_volume_options(user)
-    )
+    name = f"bench-baseline-{os.getpid()}-{n}"  # the pid: two benches on one engine never share
+    labels = {"assure.owner": "assure", "assure.run": name}
+    volume = backend.create_volume(name, labels, hardening.socket_volume_options(user))
     common = hardening.common_request(
         spec, Role.AGENT, images.agent, labels, 256 * 2**20, 64, user=user
     )

@@ -73,6 +73,36 @@ def seal(record: dict[str, Any]) -> dict[str, Any]:
     return {**body, "hash": sha256_hex(canonical(body))}
 
 
+# The hash's stand-in while a line is encoded: 64 characters JSON writes as they are, as a digest.
+_PLACEHOLDER = "assure-chain-hash-placeholder-" + "-" * 34
+_MARK = b'"hash":"' + _PLACEHOLDER.encode() + b'"'
+
+
+def _sealed_line(body: dict[str, Any]) -> tuple[str, str]:
+    """(hash, line) of `body` (no "hash" key): the line is `canonical(seal(body))` plus a
+    newline. Encoded once, with `_PLACEHOLDER` as the hash: the sorted keys put `"hash":...`
+    between its neighbours, so the line without that member (and one comma) is exactly
+    `canonical(body)`, which the hash covers, and the placeholder is then replaced by the hash.
+    If the placeholder occurs anywhere else (an agent's string, a nested "hash"), where ours is
+    is ambiguous: the body is encoded twice instead (`seal`), as the verifier does."""
+    line = canonical({**body, "hash": _PLACEHOLDER})
+    if line.count(_PLACEHOLDER.encode()) != 1:
+        digest = sha256_hex(canonical(body))
+        return digest, canonical({**body, "hash": digest}).decode("ascii") + "\n"
+    at = line.index(_MARK)
+    end = at + len(_MARK)
+    if line[at - 1 : at] == b",":
+        covered = line[: at - 1] + line[end:]
+    elif line[end : end + 1] == b",":
+        covered = line[:at] + line[end + 1 :]
+    else:  # the only member
+        covered = line[:at] + line[end:]
+    digest = sha256_hex(covered)
+    start = at + len(b'"hash":"')
+    text = line.decode("ascii")
+    return digest, text[:start] + digest + text[start + len(_PLACEHOLDER) :] + "\n"
+
+
 def utc_now() -> str:
     global _second
     t = time.time()
@@ -88,8 +118,8 @@ _second: tuple[int, str] = (-1, "")  # utc_now's last whole second and its text
 class ChainWriter:
     """Append-only writer. Continues an existing chain after a restart.
 
-    Lines are flushed to the OS on every append (a killed process loses nothing) and
-    fsynced on `close()`.
+    Each line is one write(2) on an O_APPEND descriptor, no buffer in between (a killed
+    process loses nothing it appended), and the file is fsynced on `close()`.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, base: dict[str, Any] | None = None):
@@ -99,15 +129,12 @@ class ChainWriter:
         if os.path.exists(path):
             for record in iter_chain(self.path):
                 self.seq, self.prev = record["seq"], record["hash"]
-        self._fh = open(self.path, "a", encoding="ascii")
-        self.size = self._fh.tell()  # bytes in the file, kept current by `append`
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self.size = os.fstat(self._fd).st_size  # bytes in the file, kept current by `write`
 
     def line(self, event: str, **fields: Any) -> tuple[dict[str, Any], str]:
         """The next record and line `append` would write (to check the line's size first):
-        `canonical(seal(...))`, encoded once. The keys sort before or after "hash", so the
-        body's canonical JSON is the two halves' joined, and the line is the same with the hash
-        between them (the gateway writes two lines per call; the second encoding was a fifth
-        of a call's cost)."""
+        `canonical(seal(...))`, encoded once with a placeholder for the hash (`_sealed_line`)."""
         body = {
             **self.base,
             **fields,
@@ -117,22 +144,21 @@ class ChainWriter:
             "prev": self.prev,
         }
         body.pop("hash", None)  # as seal: the hash is never part of what it covers
-        before = canonical({k: v for k, v in body.items() if k < "hash"})[1:-1]
-        after = canonical({k: v for k, v in body.items() if k > "hash"})[1:-1]
-        digest = sha256_hex(b"{" + b",".join(h for h in (before, after) if h) + b"}")
-        sealed = b'"hash":"' + digest.encode() + b'"'
-        line = b"{" + b",".join(h for h in (before, sealed, after) if h) + b"}"
-        return {**body, "hash": digest}, line.decode() + "\n"
+        digest, line = _sealed_line(body)
+        return {**body, "hash": digest}, line
 
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
         return self.write(*self.line(event, **fields))
 
     def write(self, record: dict[str, Any], line: str) -> dict[str, Any]:
-        """Append what `line()` made (no other append in between) and flush it to the OS."""
+        """Append what `line()` made (no other append in between), in one write to the OS."""
         if record["seq"] != self.seq + 1 or record["prev"] != self.prev:
             raise ValueError("the line was not made for the chain's current head")
-        self._fh.write(line)
-        self._fh.flush()
+        if self._fd is None:
+            raise ValueError("the chain writer is closed")
+        data = memoryview(line.encode("ascii"))
+        while data:  # a regular file takes it whole; a short write is continued, never dropped
+            data = data[os.write(self._fd, data) :]
         self.seq, self.prev, self.size = record["seq"], record["hash"], self.size + len(line)
         return record
 
@@ -140,11 +166,19 @@ class ChainWriter:
     def head(self) -> dict[str, Any]:
         return {"seq": self.seq, "hash": self.prev}
 
+    def __del__(self, _close: Any = os.close) -> None:  # os.close bound: usable at exit
+        """A writer dropped unclosed closes its descriptor, as a file object would (unsynced)."""
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            _close(fd)
+
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def verify_chain(source: str | os.PathLike[str] | Iterable[str]) -> list[dict[str, Any]]:

@@ -144,3 +144,75 @@ def test_utc_now_is_the_wall_clock_in_microseconds(monkeypatch):
         monkeypatch.setattr(chain.time, "time", lambda t=t: t)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
         assert chain.utc_now() == stamp
+
+
+PH = chain._PLACEHOLDER
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},  # "hash" the only member
+        {"a": 1},  # "hash" last
+        {"z": 1},  # "hash" first
+        {"a": PH},  # the placeholder as an agent's string
+        {"a": {"hash": PH}, "z": 2},  # a nested "hash" equal to the placeholder
+        {PH: 1},  # the placeholder as a key
+        {"z": f'"hash":"{PH}"'},  # the whole member, quoted, as a string
+        {"a": f',"hash":"{PH}",', "hasg": PH + PH},
+        {"a": "x" + PH + "x", "hash2": [PH]},  # inside longer strings, in a list
+        {"hash": PH, "z": 0},  # a "hash" field is dropped, as seal drops it
+        {"hasg": 1, "hasi": {"hash": "h"}, "é": "\u2028" + PH[:-1]},
+    ],
+)
+def test_the_one_pass_line_is_the_two_pass_line_on_hostile_input(body):
+    """The line is encoded once around a placeholder hash; whatever an agent puts in a field
+    (the placeholder itself, a nested "hash"), the line and hash are those of encoding it
+    twice (`canonical(seal(...))`, what the verifier recomputes), or the writer falls back."""
+    covered = {k: v for k, v in body.items() if k != "hash"}
+    expected = seal(covered)
+    digest, line = chain._sealed_line(covered)
+    assert digest == expected["hash"]
+    assert line == canonical(expected).decode() + "\n"
+    assert verify_chain([canonical(seal({**covered, "seq": 1, "prev": GENESIS})).decode()])
+
+
+def test_agent_strings_holding_the_placeholder_make_a_verifiable_journal(tmp_path):
+    writer = ChainWriter(tmp_path / "j.jsonl", base={"run_id": "r"})
+    writer.append("tool_call", path=PH, args={"hash": PH})
+    writer.append("tool_call", reason=f'"hash":"{PH}"')
+    writer.append("tool_call", n=1)
+    writer.close()
+    records = verify_chain(tmp_path / "j.jsonl")
+    assert [r["seq"] for r in records] == [1, 2, 3]
+    assert records[0]["path"] == PH and records[0]["args"] == {"hash": PH}
+    assert all(PH not in r["hash"] for r in records)
+
+
+def test_each_line_is_one_write_to_the_os(tmp_path):
+    """Unbuffered: a line is in the file once append returns, before close (a killed writer
+    loses nothing it appended)."""
+    path = tmp_path / "j.jsonl"
+    writer = ChainWriter(path)
+    writer.append("a")
+    first = path.read_bytes()
+    writer.append("b")
+    assert len(verify_chain([first.decode().rstrip("\n")])) == 1
+    assert writer.size == len(path.read_bytes()) and path.read_bytes().startswith(first)
+    writer.close()
+    writer.close()  # twice is harmless
+    with pytest.raises(ValueError):
+        writer.append("c")
+
+
+def test_a_writer_dropped_unclosed_closes_its_descriptor(tmp_path):
+    import gc
+    import os
+
+    writer = ChainWriter(tmp_path / "j.jsonl")
+    writer.append("a")
+    fd = writer._fd
+    del writer
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)

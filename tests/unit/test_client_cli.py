@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from assure import client
 from assure.client import SOCKET_ENV, UsageError, main, parse_args
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,3 +124,51 @@ def test_module_entry_point(gateway) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["result"] == {"entries": [], "truncated": False}
+
+
+JSON_VALUES = [
+    {"action_id": "a1", "decision": "allow", "result": {"entries": [], "truncated": False}},
+    {"é": 'ü\u2028\x00"\\', "n": [1, -0.0, 1.5e300, 2**70, None, True, {}, [[]]], "": {"a": {}}},
+    [0.1, 1 / 3, "x", [], [{"k": [1, {"z": None}]}]],
+    "text",
+    3,
+    None,
+    float("inf"),
+]
+
+
+@pytest.mark.parametrize("value", JSON_VALUES)
+def test_the_c_json_halves_are_json_dumps_and_loads(value) -> None:
+    """The client encodes, decodes and prints with json's C halves only: the bytes and values
+    are json.dumps's, json.loads's and json.dumps(indent=2)'s."""
+    assert client.dumps(value) == json.dumps(value)
+    assert client.pretty(value) == json.dumps(value, indent=2)
+    assert client.loads(json.dumps(value, indent=2)) == json.loads(json.dumps(value, indent=2))
+    assert client.loads(f" \n{json.dumps(value)}\t\r ") == value
+
+
+@pytest.mark.parametrize(
+    "text", ["", " ", "08", "1 2", '{"a":1}x', "[1,]", '"\x01"', "\ufeff1", "nul", "{'a':1}"]
+)
+def test_the_client_refuses_what_json_loads_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ValueError):
+        client.loads(text)
+
+
+def test_the_client_imports_no_pure_python_standard_module() -> None:
+    """An assure-tool call is a fresh python3 -S: socket.py, json/, os.py (and the enum, re,
+    functools, collections they import) were most of its start."""
+    code = (
+        "import sys; before = set(sys.modules); import assure.client;"
+        " print(*set(sys.modules) - before)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(REPO)},
+    )
+    assert set(done.stdout.split()) <= {"__future__", "_json", "_socket", "assure", "assure.client"}

@@ -21,7 +21,7 @@ import pytest
 from assure.client import Client, GatewayError
 from assure.core import gate
 from assure.core.chain import canonical, sha256_hex, verify_chain
-from assure.gateway import tools
+from assure.gateway import server, tools
 from assure.gateway.config import ConfigError, Limits, parse
 from assure.gateway.server import Gateway
 
@@ -826,3 +826,21 @@ def test_a_gateway_that_cannot_start_a_thread_says_so_and_journals_why(
         Gateway(parse(gateway_config())).start()
     last = json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[-1])
     assert last["event"] == "gateway_stopped" and "can't start new thread" in last["reason"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "action_id": "a" * 32,
+            "decision": "allow",
+            "result": {"content": 'é\u2028\x00"\\', "n": 1},
+        },
+        {"error": {"code": "x", "message": ""}, "z": [1.5, -0.0, 1e300, 2**70, None, True, {}]},
+        {"f": float("nan"), "g": float("inf"), "b": "\ud800"},
+    ],
+)
+def test_answers_are_json_dumps_bytes(body):
+    """The answer encoder is json's C encoder built once: the bytes json.dumps would send."""
+    expected = json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    assert server._answer_json(body) == expected

@@ -8,17 +8,28 @@ from assure.errors import SandboxError
 from assure.sandbox.backend import ContainerRequest
 
 GATE_EXIT = 125  # a gated command whose socket never appeared: it did not run
+
+
 # `ContainerRequest.gate` as the container's entry: wait for the socket ($1) for at most $2
-# seconds, polled every 10 ms without a fork (bash's `read -t` on a pipe that never speaks),
-# then exec the command in its place: same pid, no fd or process left over. The loop's
-# variables are a function's locals: an agent variable of the same name (`n`, `limit`),
+# seconds, polled `per_second` times a second without a fork (bash's `read -t` on a pipe that
+# never speaks), then exec the command in its place: same pid, no fd or process left over. The
+# loop's variables are a function's locals: an agent variable of the same name (`n`, `limit`),
 # imported from the container's environment, reaches the command as the spec gave it.
-GATE_SCRIPT = (
-    'exec 3<> <(:); __assure_gate() { local n=0 limit=$(($2 * 100)); while [ ! -S "$1" ]; do'
-    ' n=$((n + 1)); if [ "$n" -gt "$limit" ]; then echo "assure: no gateway socket at $1 after $2'
-    f' s: the agent was not started" >&2; exit {GATE_EXIT}; fi; read -t 0.01 -u 3; done; }};'
-    ' __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
-)
+def _gate_script(per_second: int) -> str:
+    return (
+        "exec 3<> <(:); __assure_gate() { local n=0"
+        f' limit=$(($2 * {per_second})); while [ ! -S "$1" ]; do n=$((n + 1)); if [ "$n" -gt'
+        ' "$limit" ]; then echo "assure: no gateway socket at $1 after $2 s: the agent was not'
+        f' started" >&2; exit {GATE_EXIT}; fi; read -t {1 / per_second:g} -u 3; done; }};'
+        ' __assure_gate "$@"; unset -f __assure_gate; exec 3<&-; shift 2; '
+    )
+
+
+# A cold agent waits through the gateway's boot (~0.1 s and more): 10 ms polls.
+GATE_SCRIPT = _gate_script(100)
+# A claimed agent's gateway is booted and binds within milliseconds of the claim's wake-up, and
+# the wait is that long only: 2 ms polls (each is ~5 ms off the agent's first call).
+CLAIMED_GATE_SCRIPT = _gate_script(500)
 GATE_EXEC = 'exec "$@"'
 # A pooled agent (`ContainerRequest.claim`, $3) first waits for its claim blocked on the FIFO
 # `wake` in the claim folder (an idle agent costs no CPU; the 10 ms socket poll below cost
@@ -52,7 +63,7 @@ def command(request: ContainerRequest) -> list[str] | None:
         return [
             "/bin/bash",
             "-c",
-            GATE_WAKE + GATE_SCRIPT + GATE_CLAIM,
+            GATE_WAKE + CLAIMED_GATE_SCRIPT + GATE_CLAIM,
             "assure-gate",
             *gate,
             request.claim,
