@@ -52,9 +52,7 @@ from assure.verify.stopped import Stopped, StopReason
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1
 POLL_SECONDS = 0.05
-# how often a gateway not yet ready is asked whether it exited: an engine round trip that blocks
-# POLL_SECONDS, then drops its connection; only a gateway that dies booting waits on it
-GATEWAY_ALIVE_SECONDS = 1.0
+GATEWAY_ALIVE_SECONDS = 0.25  # how often a gateway not yet ready is asked whether it exited
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
 MAX_CONTAINER_CHANGES = 1000
