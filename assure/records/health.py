@@ -62,6 +62,9 @@ DRIVER, VERIFIER, GATEWAY, MONITOR = "driver", "verifier", "gateway", "monitor"
 DRIVER_STALE_SECONDS = (
     60.0  # the driver beats at least once per phase and every 100 ms while an agent runs
 )
+# a driver beat this soon after the last one of the same process is skipped (`beat_driver`):
+# its ~20 writes per attempt cost more CPU than the staleness they save against 60 s
+DRIVER_BEAT_SECONDS = 1.0
 VERIFIER_STALE_SECONDS = 30.0  # the attempt loop beats every 100 ms; 30 s covers the collect phase
 GATEWAY_STALE_SECONDS = (
     300.0  # the gateway beats on successful calls: an agent may think this long between calls
@@ -100,6 +103,19 @@ def beat(path: Path, component: str, *, now: float | None = None, **detail: Any)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_json(path, record, sync=False)  # a heartbeat lost in a crash is stale: the truth
     return record
+
+
+_driver_beats: dict[Path, float] = {}  # heartbeat path -> when this process last wrote it
+
+
+def beat_driver(path: Path, **detail: Any) -> None:
+    """The driver's `beat` at `path`, unless this process wrote it less than
+    DRIVER_BEAT_SECONDS ago (two threads racing past the check only write it twice)."""
+    now = time.monotonic()
+    if now - _driver_beats.get(path, -DRIVER_BEAT_SECONDS) < DRIVER_BEAT_SECONDS:
+        return
+    _driver_beats[path] = now
+    beat(path, DRIVER, **detail)
 
 
 def last_success(data: Any, now: float) -> tuple[float | None, str | None]:

@@ -32,7 +32,7 @@ from assure.gateway import config as gwconfig
 from assure.records import health, html_report, store
 from assure.records.attempt_record import AttemptRecord
 from assure.records.layout import AttemptPaths, RunPaths
-from assure.run import checks, failpoints, modelaccess, policy
+from assure.run import appear, checks, failpoints, modelaccess, policy
 from assure.run import pool as warm
 from assure.run.stop import INTERRUPTED
 from assure.sandbox import backend as sandbox
@@ -52,7 +52,6 @@ from assure.verify.stopped import Stopped, StopReason
 GATEWAY_READY_SECONDS = 20.0
 RUN_POLL_SECONDS = 0.1
 POLL_SECONDS = 0.05
-READY_POLL_SECONDS = 0.005  # the gateway's ready file
 GATEWAY_ALIVE_SECONDS = 0.25  # how often a gateway not yet ready is asked whether it exited
 LOG_LIMIT_BYTES = 1 * 2**20
 CONTAINER_FILE_LIMIT = 16 * 2**20
@@ -296,9 +295,8 @@ class Attempt:
             return False
 
     def _phase(self, name: str, fn: Callable[[], None]) -> None:
-        health.beat(
+        health.beat_driver(
             health.default_path(health.DRIVER, self.run.path.parent),
-            health.DRIVER,
             run_id=self.run.run_id,
             attempt=self.number,
             phase=name,
@@ -715,21 +713,23 @@ class Attempt:
         return self._network
 
     def _await_gateway(self, cid: str) -> None:
-        """The ready file is a local stat, polled often (it gates the agent's deadline and the
-        start phase); whether the gateway died instead is an engine round trip, asked less often."""
+        """The ready file is a local stat, looked at whenever an entry appears in its folder (it
+        gates the agent's deadline and the start phase: `appear`); whether the gateway died
+        instead is an engine round trip, asked less often."""
         now = time.monotonic()
         deadline, alive_until = now + GATEWAY_READY_SECONDS, now + GATEWAY_ALIVE_SECONDS
         ready = self.paths.ready
-        while not ready.exists():
-            now = time.monotonic()
-            exited = now >= alive_until and self.backend.wait(cid, POLL_SECONDS) is not None
-            if now > deadline or exited:
-                logs = self.backend.logs(cid, 4000).decode(errors="replace")
-                raise SandboxError(f"the gateway did not become ready:\n{logs}")
-            if now >= alive_until:
-                alive_until = time.monotonic() + GATEWAY_ALIVE_SECONDS
-            else:
-                time.sleep(READY_POLL_SECONDS)
+        with appear.Appearance(ready.parent) as arrival:  # watched before the first look
+            while not ready.exists():
+                now = time.monotonic()
+                exited = now >= alive_until and self.backend.wait(cid, POLL_SECONDS) is not None
+                if now > deadline or exited:
+                    logs = self.backend.logs(cid, 4000).decode(errors="replace")
+                    raise SandboxError(f"the gateway did not become ready:\n{logs}")
+                if now >= alive_until:
+                    alive_until = time.monotonic() + GATEWAY_ALIVE_SECONDS
+                else:
+                    arrival.wait(alive_until - now)
 
     # --- run ----------------------------------------------------------------------------
     def _run(self, facts: dict[str, Any]) -> None:
@@ -765,9 +765,8 @@ class Attempt:
         """Publish the verifier's `last_success_at` (the gateway trusts it only while fresh) and
         the driver's, for the monitor."""
         health.beat(self.run.paths.verifier_heartbeat, health.VERIFIER, attempt=self.number)
-        health.beat(
+        health.beat_driver(
             health.default_path(health.DRIVER, self.run.path.parent),
-            health.DRIVER,
             run_id=self.run.run_id,
             attempt=self.number,
         )

@@ -145,9 +145,8 @@ class Driver:
         """Write-ahead: the event first, then the state that follows from it."""
         self.events.append(event, **fields)
         self.run.save_state(self.state)
-        health.beat(
+        health.beat_driver(
             health.default_path(health.DRIVER, self.run.path.parent),
-            health.DRIVER,
             run_id=self.run.run_id,
             event=event,
         )

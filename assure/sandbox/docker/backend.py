@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import docker
 import docker.errors
@@ -42,6 +43,7 @@ DIFF_KINDS: dict[object, ChangeKind] = {
     1: ChangeKind.ADDED,
     2: ChangeKind.DELETED,
 }
+UNIX_BASE = "http+docker://"  # docker-py's base URL for an engine on a unix socket
 GO_MODE_DIR = 1 << 31  # os.ModeDir in the engine's path-stat header
 
 
@@ -97,6 +99,18 @@ def _read_frames(sock: socket.socket, limit: int) -> tuple[bytes, bytes]:
             if stream is not None and len(stream) < limit:
                 stream += buf[8 : 8 + min(size, limit - len(stream))]
             del buf[: 8 + size]
+
+
+def _frames_payload(data: bytes) -> bytes:
+    """The bytes of a non-TTY container's log frames (8-byte header: stream, 0, 0, 0, size),
+    stdout and stderr in the order written; a cut last frame keeps what arrived."""
+    out = bytearray()
+    at = 0
+    while at + 8 <= len(data):
+        size = int.from_bytes(data[at + 4 : at + 8], "big")
+        out += data[at + 8 : at + 8 + size]
+        at += 8 + size
+    return bytes(out)
 
 
 def create_kwargs(request: ContainerRequest) -> dict[str, Any]:
@@ -182,6 +196,10 @@ class DockerBackend:
             # asks the engine its API version (GET /version): that is the reachability check, so
             # no ping after it (one round trip less before a run, issue 25)
             self._client = docker.from_env(timeout=120)
+            if str(self._client.api.base_url).startswith(UNIX_BASE):
+                # no proxy, CA bundle or netrc applies to a unix socket: without this, requests
+                # scans the whole environment for them twice on every round trip
+                self._client.api.trust_env = False
         self._security: list[str] | None = None
         self._layers: dict[
             str, str | None
@@ -355,11 +373,15 @@ class DockerBackend:
         return [str(row[column]) for row in top.get("Processes") or []]
 
     def logs(self, cid: str, limit: int) -> bytes:
-        """stdout and stderr, demultiplexed by docker-py (which inspects the container first to
-        learn whether it has a TTY: one round trip more than asking the engine directly)."""
+        """stdout and stderr, asked of the engine's logs endpoint directly: docker-py's `logs`
+        inspects the container first to learn whether it has a TTY, one round trip more, and
+        no container of ours has one, so the answer is always the engine's frames."""
+        api = self._client.api
+        url = f"{api.base_url}/v{api.api_version}/containers/{quote(cid, safe='')}/logs"
         with _mapped("container logs"):
-            out = self._client.api.logs(cid, stdout=True, stderr=True, timestamps=False)
-        return bytes(out)[-limit:]
+            answer = api.get(url, params={"stdout": 1, "stderr": 1})
+            answer.raise_for_status()
+        return _frames_payload(answer.content)[-limit:]
 
     def fs_changes(self, cid: str) -> list[FsChange]:
         """`docker diff`, whose kinds are numbers (0 modified, 1 added, 2 deleted)."""
