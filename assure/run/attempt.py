@@ -415,7 +415,13 @@ class Attempt:
         first = next((c.image for c in [*self.spec.commands(), *self.spec.cases()]), None)
         warm = (self.spec, self.images.agent) if first == AGENT_IMAGE_ALIAS else None
         with checks.shared_checks(
-            self.backend, self.paths.root, self.labels, self.prefix, self.lease.ids, warm
+            self.backend,
+            self.paths.root,
+            self.labels,
+            self.prefix,
+            self.lease.ids,
+            warm,
+            checks.views_of(self.spec),
         ) as shared:
             for kind in assertions.CHECK_KINDS:
                 results = checks.RUNNERS[kind](

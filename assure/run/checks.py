@@ -170,8 +170,9 @@ class _CopiesAhead:
     ends. The worker runs in order, and the two names alternate, so a name is made again only
     once released, and at most two views exist. Every check views the same POST."""
 
-    def __init__(self, scratch: Path, user: tuple[int, int]):
+    def __init__(self, scratch: Path, user: tuple[int, int], views: int | None = None):
         self.scratch, self.user = scratch, user
+        self._left = views  # views the phase will still take, when known: none is made past it
         self._worker = concurrent.futures.ThreadPoolExecutor(1, "assure-check-copy")
         self._ahead: tuple[tuple[Spec, Path], Future[Any]] | None = None
         self._releases: list[Future[None]] = []
@@ -191,7 +192,10 @@ class _CopiesAhead:
             self._releases.append(self._worker.submit(ahead[1].result()[0].release))
             ahead = None
         fs, report = (ahead[1] if ahead else self._make(spec, workspace, post_json)).result()
-        self._ahead = ((spec, workspace), self._make(spec, workspace, post_json))
+        if self._left is not None:
+            self._left -= 1
+        if self._left is None or self._left > 0:
+            self._ahead = ((spec, workspace), self._make(spec, workspace, post_json))
         try:
             yield fs.workspace, report
         finally:
@@ -562,6 +566,7 @@ class SharedChecks:
         labels: dict[str, str],
         name: str,
         user: tuple[int, int],
+        views: int | None = None,
     ):
         self.backend, self.labels, self.name, self.user = backend, labels, name, user
         self.views = scratch / VIEWS
@@ -572,7 +577,7 @@ class SharedChecks:
         self._made = 0
         self._mounted = False
         self._attached = contextlib.ExitStack()
-        self.copies = _CopiesAhead(scratch, user)
+        self.copies = _CopiesAhead(scratch, user, views)
 
     @staticmethod
     def possible(backend: SandboxBackend, user: tuple[int, int]) -> bool:
@@ -798,19 +803,26 @@ def shared_checks(
     name: str,
     user: tuple[int, int],
     warm: tuple[Spec, str] | None = None,
+    views: int | None = None,
 ) -> Iterator[SharedChecks | None]:
     """The phase's `SharedChecks`, closed afterwards; None where the checks cannot share.
-    `warm`: (spec, image) whose container to start at once (`SharedChecks.warm`)."""
+    `warm`: (spec, image) whose container to start at once (`SharedChecks.warm`); `views`: how
+    many checks the phase runs (`views_of`), so that no view is made ahead past the last."""
     if not SharedChecks.possible(backend, user):
         yield None
         return
-    shared = SharedChecks(backend, scratch, labels, name, user)
+    shared = SharedChecks(backend, scratch, labels, name, user, views)
     try:
         if warm is not None:
             shared.warm(*warm)
         yield shared
     finally:
         shared.close()
+
+
+def views_of(spec: Spec) -> int:
+    """The check views a spec's phase takes: one per command, one per case."""
+    return len(spec.commands()) + sum(len(c.each) for c in spec.cases())
 
 
 def _feed(sock: socket.socket, data: bytes) -> None:

@@ -64,3 +64,34 @@ def test_a_fixture_that_cannot_be_copied_whole_fails_before_the_attempt_starts(t
     os.mkfifo(fixture / "fifo")
     with pytest.raises(SandboxError, match="fifo"):
         fresh_copy(fixture, tmp_path / "bad")
+
+
+def test_views_are_made_one_ahead_and_none_past_the_phase_s_last_check(tmp_path, monkeypatch):
+    from assure.run import checks
+
+    made, released = [], []
+
+    class View:
+        def __init__(self, name):
+            self.workspace, self.name = tmp_path / name, name
+
+        def release(self):
+            released.append(self.name)
+
+    def make_copy(spec, workspace, post_json, where, user, name):
+        made.append(name)
+        return View(f"{name}-{len(made)}"), confined.CopyReport()
+
+    monkeypatch.setattr(checks, "_make_copy", make_copy)
+    for views, expect in (
+        (3, 3),
+        (None, 4),
+    ):  # unknown: one made ahead for a check that never comes
+        made.clear(), released.clear()
+        copies, seen = checks._CopiesAhead(tmp_path, (10001, 10001), views), []
+        for _ in range(3):
+            with copies.take("spec", tmp_path, {}) as (where, _):
+                seen.append(where.name)
+        copies.close()
+        every = [f"{n}-{i}" for i, n in enumerate(made, 1)]
+        assert len(made) == expect and seen == every[:3] and sorted(released) == sorted(every)
