@@ -71,8 +71,8 @@ demo: images
 # and conformance suites, the throughput suite at -j1/-j2/-j4 and the benchmarks, in one table and
 # .assure/bench/scorecard.json, then compared with the last scorecard there of a commit on main
 # (`assure bench compare OLD NEW` judges any two). The gate's and the CLI's fixed costs are parts
-# of it; the workspace, seccomp, model-call, boot-CPU and Ray cluster benchmarks print their own
-# lines first
+# of it, and so is the boot CPU (bench/boot_cpu_bench.py); the workspace, seccomp, model-call
+# and Ray cluster benchmarks print their own lines first
 # (not in the scorecard: one failing does not stop it, make says "Error ignored"). BENCH_ARGS: e.g.
 # --only e2e gateway.
 bench: images fixtures
@@ -83,7 +83,6 @@ bench: images fixtures
 	-$(BIN)/python bench/checks_bench.py
 	-$(BIN)/python bench/seccomp_bench.py
 	-$(BIN)/python bench/model_latency.py
-	-$(BIN)/python bench/boot_cpu_bench.py
 	-$(BIN)/python bench/cluster_bench.py
 	$(BIN)/python bench/scorecard.py $(BENCH_ARGS)
 

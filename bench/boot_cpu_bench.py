@@ -10,7 +10,10 @@ each beside `python3 -c pass` (`-S` in the agent image, as assure-tool runs it),
 interleaved in one container per image, so load hits all alike. CPU is user + system of the
 child (getrusage), a median of N. Nothing is built: the images must exist (`make images`).
 
-    python bench/boot_cpu_bench.py [--runs N] [--json PATH]
+    python bench/boot_cpu_bench.py [--runs N] [--json PATH] [--gateway-image IMAGE]
+
+--gateway-image: measure the gateway's boot in IMAGE instead (e.g. an image of another
+checkout's package, to set a before beside an after).
 """
 
 from __future__ import annotations
@@ -72,13 +75,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--json", type=str, help="write the medians (CPU-s) here")
+    parser.add_argument("--gateway-image", type=str, help="the gateway's image to boot in")
     args = parser.parse_args()
     images = Images(DockerBackend()).resolve()
-    if images is None:
+    if images is None and not args.gateway_image:
         raise SystemExit("the images for this checkout are not built: make images")
     out = {}
     for role, variants in FIGURES.items():
-        got = measure(getattr(images, role), variants, args.runs)
+        if role == "gateway" and args.gateway_image:
+            image = args.gateway_image
+        elif images is not None:
+            image = getattr(images, role)
+        else:
+            print(f"{role:8} not measured: the images for this checkout are not built")
+            continue
+        got = measure(image, variants, args.runs)
         out[role] = {**got, "over_floor": got["boot"] - got["floor"]}
         if "boot_m" in got:
             out[role]["over_floor_m"] = got["boot_m"] - got["floor"]

@@ -6,8 +6,9 @@ Each part is a subprocess whose machine-readable output assure/ops/scorecard.py 
   conformance  assure conformance --out DIR (its packet.json)           rows passed
   e2e, gateway, snapshot, sqlite   bench/<script>.py --json PATH       overhead, p50/p99,
                                                                        verifier ratios
-  gate, gate_live, cli             the same (gate_bench, gate_live_bench, decide(), db.execute,
-                                   cli_start_bench)                    the CLI's start, as
+  gate, gate_live, cli, boot       the same (gate_bench, gate_live_bench, decide(), db.execute,
+                                   cli_start_bench, boot_cpu_bench)    the CLI's start and the
+                                                                       gateway's boot, as
                                                                        ratios to same-run floors
   throughput   assure suite SUITE -j N --json, N = 1, 2, 4, and -j 2 --pool 4   specs per second
                (SUITE: THROUGHPUT_SPECS copies of bench/suites/trivial.yaml), against
@@ -273,6 +274,7 @@ def parts(work: Path, rounds: int | None) -> dict[str, Callable[[], sc.Part]]:
         "gate": lambda: part_script("gate_bench.py", [], sc.gate_metrics, work),
         "gate_live": lambda: part_script("gate_live_bench.py", [], sc.gate_live_metrics, work),
         "cli": lambda: part_script("cli_start_bench.py", [], sc.cli_metrics, work),
+        "boot": lambda: part_script("boot_cpu_bench.py", [], sc.boot_metrics, work),
         "gateway": lambda: part_script("gateway_latency.py", [], sc.gateway_metrics, work),
         "e2e": lambda: part_script("e2e.py", rr, sc.e2e_metrics, work),
         "snapshot": lambda: part_script("snapshot_bench.py", rr, sc.snapshot_metrics, work),

@@ -16,10 +16,10 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 
 from assure.core import atomic
 from assure.core.chain import ChainWriter
+from assure.core.record import asdict, dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
 if TYPE_CHECKING:

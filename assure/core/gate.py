@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
 
 from assure.core import globs
 from assure.core.chain import canonical
+from assure.core.record import asdict, dataclass, field, fields, replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
 
 from assure.core import gate
 from assure.core.chain import canonical, sha256_hex
 from assure.core.limits import MODEL_EXCHANGE_SECONDS
+from assure.core.record import asdict, dataclass, field, fields
 from assure.gateway.egress import Egress
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)

@@ -44,13 +44,13 @@ import stat
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import apsw
 
 from assure.core.changeset import harden
 from assure.core.effects import Op
+from assure.core.record import dataclass
 from assure.gateway.errors import ToolError
 
 MODES = ("sandbox", "live")
@@ -111,9 +111,16 @@ class DbLimits:
 
 
 class Databases:
-    """The databases this gateway serves, by name. Connections are opened per call."""
+    """The databases this gateway serves, by name.
 
-    def __init__(self, specs: Mapping[str, DbSpec], limits: DbLimits = DbLimits()):
+    A sandbox database's connections are kept between calls (opening one and reading its
+    schema was a third of a db.execute's CPU): one writable, one read-only, each used by one
+    call at a time and kept only when that call left it as it found it (no transaction open,
+    no authorizer). Nothing the agent's SQL may do outlives its call on a connection (no DDL,
+    no TEMP objects, no pragmas that set anything). A live database, or one in WAL mode (whose
+    changes would stay in its -wal file until the gateway stops), is opened per call."""
+
+    def __init__(self, specs: Mapping[str, DbSpec], limits: DbLimits | None = None):
         for name, spec in specs.items():
             if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
                 raise ValueError(f"database name {name!r} must match {NAME_PATTERN.pattern}")
@@ -130,7 +137,8 @@ class Databases:
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"database {name!r}: {spec.path} is not a regular file")
         self._specs = dict(specs)
-        self.limits = limits
+        self.limits = DbLimits() if limits is None else limits
+        self._kept: dict[tuple[str, bool], apsw.Connection] = {}  # (name, readonly): idle
 
     @classmethod
     def from_config(cls, entries: Iterable[Any]) -> Databases:
@@ -156,7 +164,7 @@ class Databases:
         spec = self.spec(name)
         bindings = _bindings(params)
         guard = _Guard(self.limits)
-        conn = _open(spec.path, readonly=True, guard=guard)
+        conn = self._connection(name, spec, readonly=True, guard=guard)
         try:
             policy = _Policy(write=False)
             conn.authorizer = policy
@@ -171,7 +179,7 @@ class Databases:
             except apsw.Error as exc:
                 raise _tool_error(exc, policy, guard, "db.query") from None
         finally:
-            conn.close()
+            self._release(name, spec, conn, readonly=True)
 
     def execute(
         self, name: str, sql: str, params: list[Any] | None = None
@@ -180,7 +188,7 @@ class Databases:
         spec = self.spec(name)
         bindings = _bindings(params)
         guard = _Guard(self.limits)
-        conn = _open(spec.path, readonly=False, guard=guard)
+        conn = self._connection(name, spec, readonly=False, guard=guard)
         try:
             tables = _tables(conn)
             policy = _Policy(
@@ -198,6 +206,41 @@ class Databases:
         except apsw.Error as exc:
             raise _tool_error(exc, None, guard, "db.execute") from None
         finally:
+            self._release(name, spec, conn, readonly=False)
+
+    def close(self) -> None:
+        """Close the kept connections (the gateway stops)."""
+        while self._kept:
+            self._kept.popitem()[1].close()
+
+    def _connection(
+        self, name: str, spec: DbSpec, *, readonly: bool, guard: _Guard
+    ) -> apsw.Connection:
+        """A kept connection (the pop makes it this call's alone), or a new one."""
+        conn = self._kept.pop((name, readonly), None)
+        if conn is None:
+            return _open(spec.path, readonly=readonly, guard=guard)
+        conn.set_progress_handler(guard, PROGRESS_OPS)
+        return conn
+
+    def _release(self, name: str, spec: DbSpec, conn: apsw.Connection, *, readonly: bool) -> None:
+        """Keep `conn` for the next call if it is a sandbox database's, not in WAL mode, and
+        left as it was found; else close it."""
+        key = (name, readonly)
+        try:
+            conn.authorizer = None
+            conn.set_progress_handler(None)
+            keep = (
+                spec.mode == "sandbox"
+                and key not in self._kept
+                and conn.get_autocommit()
+                and _journal_mode(conn) != "wal"
+            )
+        except apsw.Error:
+            keep = False
+        if keep:
+            self._kept[key] = conn
+        else:
             conn.close()
 
     def _execute(
@@ -521,6 +564,11 @@ def _bindings(params: list[Any] | None) -> list[Any]:
 
 
 # ---------------------------------------------------------------- journaling a change
+
+
+def _journal_mode(conn: apsw.Connection) -> str:
+    row = conn.execute("PRAGMA main.journal_mode").fetchone()
+    return str(row[0]).lower() if row else ""
 
 
 def _tables(conn: apsw.Connection) -> dict[str, str]:

@@ -28,10 +28,10 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
 
 from assure.core import atomic, control, gate
 from assure.core.chain import ChainWriter, canonical, sha256_hex
+from assure.core.record import asdict, dataclass, replace
 from assure.gateway import tools
 from assure.gateway.config import Config
 from assure.gateway.errors import ArgError, ToolError
@@ -407,6 +407,8 @@ class Dispatcher:
             self._journal.close()
             if self._idempotency is not None:
                 self._idempotency.close()
+            if self._env.databases is not None:
+                self._env.databases.close()  # the connections kept between calls
 
     def _settle_interrupted_model_calls(self) -> None:
         """A model call still in flight when the gateway stops (the agent hit its deadline

@@ -3,7 +3,7 @@ it) and http.py (which enforces it) do not import each other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from assure.core.record import dataclass
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ Standard library only (this module runs inside the gateway image).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from assure.core.record import dataclass
 
 # Top-level keys of POST /v1/messages (and /count_tokens) that the provider does not act on
 # by itself: the conversation, sampling, tool definitions, thinking, caching, output format.

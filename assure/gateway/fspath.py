@@ -14,7 +14,8 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from assure.core.record import dataclass
 
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255

@@ -43,10 +43,10 @@ import socket
 import ssl
 import time
 import urllib.parse
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from assure.core.effects import Op
+from assure.core.record import dataclass
 from assure.gateway import headers as header_names
 
 if TYPE_CHECKING:

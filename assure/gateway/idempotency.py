@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass
 
 from assure.core.chain import canonical, sha256_hex
+from assure.core.record import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing (core/__init__)
 if TYPE_CHECKING:

@@ -72,11 +72,11 @@ import re
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from typing import Any
 
 from assure.core import gate
 from assure.core.chain import canonical
+from assure.core.record import dataclass, replace
 from assure.gateway import features
 from assure.gateway.blobs import Blobs, read_file
 from assure.gateway.config import Config

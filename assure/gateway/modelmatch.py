@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from assure.core.record import dataclass
 from assure.gateway.modelwire import ModelError
 
 MATCH_CHARS = 256 * 1024  # of each text a matcher reads (a longer one is read up to here)

@@ -10,10 +10,10 @@ import http.client
 import json
 import threading
 import time
-from dataclasses import dataclass, replace
 from typing import Any
 
 from assure.core.chain import ChainError, canonical, iter_chain
+from assure.core.record import dataclass, replace
 from assure.gateway import http as _http
 from assure.gateway import modelopenai
 from assure.gateway.blobs import Blobs, read_file

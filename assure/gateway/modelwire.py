@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from assure.core.record import dataclass, field
 from assure.gateway import headers as header_names
 from assure.gateway.dispatch import MODEL_ROUTES
 

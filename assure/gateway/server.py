@@ -23,9 +23,9 @@ import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 
 from assure.core import atomic
+from assure.core.record import asdict, dataclass, field
 from assure.gateway import headers as header_names
 from assure.gateway import jsonscan, tools
 from assure.gateway.config import Config, Limits

@@ -11,9 +11,9 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 from assure.core.effects import Op
+from assure.core.record import dataclass, field
 from assure.gateway.errors import ArgError, ToolError
 from assure.gateway.fspath import PathError, Workspace, normalize
 

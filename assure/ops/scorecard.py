@@ -89,6 +89,11 @@ GATE_BAND, CLI_BAND = 0.20, 0.40
 # 3.6-4.3 over six runs (worst pair 19 %: band 20 %); the row diff's 1.10-1.12 (pk) and
 # 0.86-0.89 (keyless) over three (worst pair 4 %: band 10 %, for so few runs).
 DB_CPU_BAND, SQLITE_CPU_BAND = 0.20, 0.10
+# The gateway's boot (bench/boot_cpu_bench.py): its CPU over `python3 -c pass` in the same
+# container, as a ratio to that floor, so load and the machine's speed divide out. No spread of
+# its own yet: it takes CLI_BAND, the band of the other fresh-process-over-python figures,
+# provisionally, until `--spread` over repeated runs.
+BOOT_BAND = CLI_BAND
 # `assure ...` figures of bench/cli_start_bench.py, by the name its --json document gives them
 CLI_FIGURES = {
     "version": "assure --version",
@@ -248,6 +253,21 @@ METRICS: tuple[Metric, ...] = (
         "lower",
         DB_CPU_BAND,
         "the same in CPU time (client and in-process gateway / apsw), alternated in blocks",
+    ),
+    Metric(
+        "gateway.boot_over_floor",
+        "x",
+        "lower",
+        BOOT_BAND,
+        "the gateway's boot to its config check, CPU over `python3 -c pass`, / that floor (same"
+        " container, interleaved medians)",
+    ),
+    Metric(
+        "gateway.boot_cpu_ms",
+        "ms",
+        "lower",
+        None,
+        "the same boot's CPU over the floor, in ms (median)",
     ),
     Metric(
         "gateway.override_p99_ms",
@@ -539,6 +559,15 @@ def gate_live_metrics(doc: dict[str, Any]) -> dict[str, float]:
     if "cpu_ratio" in doc["db_execute"]:  # documents before issue 25 have none
         out["gateway.db_execute_cpu_vs_apsw"] = doc["db_execute"]["cpu_ratio"]
     return out
+
+
+def boot_metrics(doc: dict[str, Any]) -> dict[str, float]:
+    """bench/boot_cpu_bench.py's document: the gateway's boot over its floor."""
+    gateway = doc["median_cpu_s"]["gateway"]
+    return {
+        "gateway.boot_over_floor": round(gateway["over_floor"] / gateway["floor"], 4),
+        "gateway.boot_cpu_ms": round(gateway["over_floor"] * 1000, 3),
+    }
 
 
 def cli_metrics(doc: dict[str, Any]) -> dict[str, float]:

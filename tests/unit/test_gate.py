@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from assure.core import gate
+from assure.core import gate, record
 from assure.core.gate import (
     COMMIT,
     IRREVERSIBLE,
@@ -618,7 +618,7 @@ def test_fs_scope_defaults_to_the_path() -> None:
 
 def test_decision_is_frozen_and_serializes() -> None:
     decision = decide(WRITE, Context(**BASE))
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(record.FrozenInstanceError):
         # frozen: the test is that the assignment fails
         decision.outcome = "allow"  # type: ignore[misc]
     out = decision.to_json()

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -786,3 +787,47 @@ def test_db_tools_through_the_gateway(
     assert calls[2]["scope"] == "db:shop" and calls[2]["resource_mode"] == "sandbox"
     apply(effect, replica)
     assert dump(replica) == dump(db_path)
+
+
+def test_a_kept_connection_carries_nothing_from_one_call_to_the_next(
+    env: tools.Env, db_path: Path
+) -> None:
+    """A sandbox database's connections outlive a call (Databases keeps them): a read-only
+    call's authorizer, a refused or failing statement's transaction and a timed-out call's
+    deadline stay behind with it, never reaching the next call."""
+    call(env, "db.query", db="shop", sql="SELECT name FROM items")  # its authorizer: reads only
+    assert (
+        call(env, "db.execute", db="shop", sql="INSERT INTO log VALUES ('q', 9)").result["changes"]
+        == 1
+    )
+    assert refused(env, "db.execute", db="shop", sql="INSERT INTO items(id, name) VALUES (1, 'x')")
+    assert refused(env, "db.execute", db="shop", sql="DROP TABLE log").code == "sql_denied"
+    env = limited(env, db_path, timeout_seconds=0.2)  # one Databases from here on
+    endless = (
+        "INSERT INTO log SELECT 'x', i FROM (WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i +"
+        " 1 FROM c) SELECT i FROM c)"
+    )
+    assert refused(env, "db.execute", db="shop", sql=endless).code == "timeout"
+    time.sleep(0.3)  # past the timed-out call's deadline
+    assert (
+        call(env, "db.execute", db="shop", sql="DELETE FROM log WHERE n = 9").result["changes"] == 1
+    )
+    assert dump(db_path)["log"] == dump(make_db(db_path.parent / "fresh.db"))["log"]
+
+
+def test_only_a_sandbox_database_not_in_wal_mode_keeps_its_connection(tmp_path: Path) -> None:
+    """A live database is opened per call (others write it too), and so is one in WAL mode,
+    whose changes would stay in its -wal file until the gateway stops."""
+    specs = {
+        "kept": DbSpec(str(make_db(tmp_path / "kept.db")), "sandbox"),
+        "live": DbSpec(str(make_db(tmp_path / "live.db")), "live"),
+        "wal": DbSpec(str(make_db(tmp_path / "wal.db", wal=True)), "sandbox"),
+    }
+    dbs = Databases(specs)
+    env = tools.Env(Workspace(str(tmp_path)), 1, databases=dbs)
+    for name in specs:
+        call(env, "db.execute", db=name, sql="INSERT INTO log VALUES ('x', 1)")
+        call(env, "db.query", db=name, sql="SELECT * FROM log")
+    assert sorted(dbs._kept) == [("kept", False), ("kept", True)]
+    dbs.close()
+    assert dbs._kept == {}

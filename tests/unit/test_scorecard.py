@@ -305,10 +305,18 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
             }
         }
     }
+    boot_doc = {  # bench/boot_cpu_bench.py --json: medians in CPU-s
+        "schema_version": 1,
+        "median_cpu_s": {
+            "gateway": {"floor": 0.02, "boot": 0.06, "over_floor": 0.04},
+            "agent": {"floor": 0.02, "boot": 0.09, "over_floor": 0.07},
+        },
+    }
     return {
         "gate": sc.part_from(sc.gate_metrics, gate_doc),
         "gate_live": sc.part_from(sc.gate_live_metrics, live_doc),
         "cli": sc.part_from(sc.cli_metrics, cli_doc),
+        "boot": sc.part_from(sc.boot_metrics, boot_doc),
         "e2e": sc.part_from(sc.e2e_metrics, e2e_doc, data=e2e_doc),
         "gateway": sc.part_from(sc.gateway_metrics, gw_doc),
         "snapshot": sc.part_from(sc.snapshot_metrics, snap_doc),
@@ -368,6 +376,8 @@ def test_the_scorecard_holds_each_figure_its_part_gave(tmp_path: Path) -> None:
         "gateway.override_p99_ms": 60.0,
         "gate.decide_vs_repinned": 0.1,
         "gate.decide_us": 12.5,
+        "gateway.boot_over_floor": 2.0,
+        "gateway.boot_cpu_ms": 40.0,
         "cli.version_vs_python": 5.0,
         "cli.help_vs_python": 10.0,
         "cli.run_start_vs_python": 15.0,
