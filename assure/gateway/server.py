@@ -13,6 +13,7 @@ answer are counted, and a helper thread journals them.
 
 from __future__ import annotations
 
+import _json
 import contextlib
 import http
 import json
@@ -279,31 +280,24 @@ def _encode(answer: Answer, close: bool) -> bytes:
     return head.encode("latin-1") + payload
 
 
-# json's C encoder with json.dumps(separators=(",", ":"))'s settings, built once: JSONEncoder.encode
-# builds one (and a table of the objects it is in, against cycles) for every answer; an answer
-# has no cycle. None: CPython without its C accelerator.
-_C_ANSWER = (
-    None
-    if json.encoder.c_make_encoder is None  # type: ignore[attr-defined]  # the C half is untyped
-    else json.encoder.c_make_encoder(  # type: ignore[attr-defined]  # the C half is untyped
-        None,
-        json.JSONEncoder().default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        ":",
-        ",",
-        False,
-        False,
-        True,
-    )
+# json's C encoder with json.dumps(separators=(",", ":"))'s settings, built once, as the client's
+# `_ENCODE` is: JSONEncoder.encode builds one (and a table of the objects it is in, against
+# cycles) for every answer; an answer has no cycle.
+_ANSWER_ENCODER = _json.make_encoder(
+    None,
+    json.JSONEncoder().default,
+    _json.encode_basestring_ascii,
+    None,
+    ":",
+    ",",
+    False,
+    False,
+    True,
 )
-_ANSWER_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
 def _answer_json(body: dict[str, Any]) -> bytes:
-    if _C_ANSWER is None:
-        return _ANSWER_JSON.encode(body).encode("ascii")
-    return "".join(_C_ANSWER(body, 0)).encode("ascii")
+    return "".join(_ANSWER_ENCODER(body, 0)).encode("ascii")
 
 
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
