@@ -45,10 +45,13 @@ benign: images fixtures
 # DOCKER_HOST pointing nowhere: they prove they need no engine. The integration tests then run
 # on the real one; the gVisor tests need runsc registered with it (as root).
 NO_DOCKER := DOCKER_HOST=unix:///nonexistent/docker.sock
+# Most of an integration test's time is waiting on containers, so three workers (pytest-xdist)
+# overlap those waits on two cores; tests/integration/conftest.py says which tests share a worker.
+XDIST := -n 3 --dist loadgroup --no-loadscope-reorder
 
 test: images runsc chromium fixtures
 	$(NO_DOCKER) $(BIN)/python -m pytest -q tests/unit
-	$(BIN)/python -m pytest -q --durations=30 tests/integration
+	$(BIN)/python -m pytest -q --durations=30 $(XDIST) tests/integration
 
 # The habits (also .pre-commit-config.yaml and .ci/run): ruff's lint and format, the import
 # rules of ARCHITECTURE.md (import-linter, its contracts in pyproject.toml) and mypy.

@@ -23,10 +23,31 @@ SPECS = Path(__file__).resolve().parent / "specs"
 EXAMPLES = ROOT / "specs" / "examples"
 
 
+# The tests run on pytest-xdist's workers (`make test`), a group at a time: a file's tests stay
+# together on one worker, in order, with their module fixtures (a Ray cluster, a built suite)
+# set up once; a file in SPLIT_FILES shares nothing between its tests but the engine, and each
+# of its tests is a group of its own. The longest groups are handed out first
+# (`--no-loadscope-reorder` keeps this order), so none of them starts last and holds up the end.
+SPLIT_FILES = {"test_containment_corpus.py"}
+LONGEST_FIRST = (
+    "test_containment_corpus.py::test_the_corpus_gets_every_verdict_it_expects[runsc]",
+    "test_ray_cluster.py",
+    "test_containment_corpus.py::test_the_corpus_gets_every_verdict_it_expects[runc]",
+)
+
+
+def _group(item: pytest.Item) -> str:
+    path = Path(str(item.fspath))
+    return f"{path.name}::{item.name}" if path.name in SPLIT_FILES else path.name
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.docker)
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    rank = {group: n for n, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))
 
 
 @pytest.fixture(scope="session")

@@ -88,18 +88,21 @@ def test_a_journal_that_reaches_its_cap_stops_the_attempt(run, make_spec):
         cap - 64 * 1024 < journal_of(result).stat().st_size <= cap + 64 * 1024
     )  # reached; past it only the closing records
     journal = records(result)
-    assert [r["event"] for r in journal[-3:]] == [
-        "journal_full",
-        "budget_breach",
-        "gateway_stopped",
-    ]
+    full = [r["event"] for r in journal].index("journal_full")
+    closing = [(r["event"], r.get("counter")) for r in journal[full:]]
+    # The agent's requests go on, answered 503 and journaled no more, until the host's halt
+    # lands; on a loaded machine they can pass `limits.requests` first, and that breach is
+    # journaled too. Nothing else is written after the cap.
+    assert closing[:2] == [("journal_full", None), ("budget_breach", "journal_bytes")]
+    assert closing[2:-1] in ([], [("budget_breach", "requests")]), closing
+    assert closing[-1] == ("gateway_stopped", None)
     stopped = result.report["attempts"][0]["stopped"]
     assert stopped and (stopped["reason"], stopped["counter"]) == ("budget", "journal_bytes")
     assert {
         f["subject"]
         for f in result.report["attempts"][0]["findings"]
         if f["kind"] == "gateway_limit"
-    } == {"budget:journal_bytes"}
+    } - {"budget:requests"} == {"budget:journal_bytes"}
     assert result.report["verdict"] not in ("pass", "error")
 
 

@@ -267,12 +267,14 @@ def gc_left_behind(cwd: Path, run_ids: list[str]) -> None:
     engine = docker.from_env()
 
     def ours() -> list[str]:
+        # sparse: the engine's listing as is; docker-py would inspect each container it lists,
+        # and one that another session removes in between would fail the test with a 404
         found = [
-            *engine.containers.list(all=True, filters={"label": LABEL_RUN}),
+            *engine.containers.list(all=True, sparse=True, filters={"label": LABEL_RUN}),
             *engine.volumes.list(filters={"label": LABEL_RUN}),
         ]
         return [
-            x.name
+            x.id
             for x in found
             if (x.attrs.get("Labels") or x.attrs.get("Config", {}).get("Labels") or {}).get(
                 LABEL_RUN
@@ -308,11 +310,13 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
 
         def agent_running():
             """the slow spec's agent container"""
-            found = engine.containers.list(filters={"label": ["assure.role=agent"]})
-            return [c for c in found if c.labels.get(LABEL_RUN, "").startswith("slow-pass-")]
+            found = engine.containers.list(sparse=True, filters={"label": ["assure.role=agent"]})
+            return [
+                c for c in found if c.attrs["Labels"].get(LABEL_RUN, "").startswith("slow-pass-")
+            ]
 
         (agent,) = wait_until(agent_running, 240)
-        worker_pid = int(agent.labels[LABEL_PID])
+        worker_pid = int(agent.attrs["Labels"][LABEL_PID])
         (victim,) = [n for n in cluster.nodes if worker_pid in n.pids()]
         os.kill(victim.raylet(), signal.SIGKILL)
         killed = time.monotonic()
@@ -320,7 +324,7 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
         def sandbox_gone():
             """the dead worker's agent and gateway removed on its node, with no gc run"""
             return not engine.containers.list(
-                all=True, filters={"label": [f"{LABEL_PID}={worker_pid}"]}
+                all=True, sparse=True, filters={"label": [f"{LABEL_PID}={worker_pid}"]}
             )
 
         wait_until(
@@ -362,7 +366,9 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
         "2"
     ]  # the run went on with attempt+1
     assert (
-        engine.containers.list(all=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]})
+        engine.containers.list(
+            all=True, sparse=True, filters={"label": [f"{LABEL_RUN}={entry['run_id']}"]}
+        )
         == []
     )
     assert not list(
