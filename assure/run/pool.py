@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from assure.core import atomic
-from assure.errors import AssureError
+from assure.errors import AssureError, SandboxError
 from assure.records import layout, store
 from assure.records.layout import AttemptPaths
 from assure.run import modelaccess, suite
@@ -78,6 +78,15 @@ REFILL_THREADS = max(1, min(4, (os.cpu_count() or 1) + 1))
 CLAIM_WAIT_SECONDS = (
     2.0  # a claim waits this long for a pair being made for it, rather than start cold
 )
+# A pair is free once both its FIFOs have a reader: its gateway has booted and its agent has
+# run its warm-up (`ContainerRequest.warm_up`), each now blocked on its FIFO; looked at this
+# often, for at most this long (a pair not ready by then is removed, as a failed one).
+READY_POLL_SECONDS = 0.005
+READY_SECONDS = 60.0
+# The stock agent image's warm-up: the client `assure-tool` runs, its sh, python3 and modules
+# read once into the container's page cache. Another image's own code never runs before its
+# claim: something it left running could change the workspace between its fill and PRE.
+STOCK_WARM_UP = ("assure-tool", "--help")
 MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
@@ -268,6 +277,17 @@ def remove_wakes(root: Path) -> None:
     reap)."""
     for folder in (AttemptPaths(root).gateway_config, root / CLAIM):
         (folder / WAKE).unlink(missing_ok=True)
+
+
+def has_reader(fifo: Path) -> bool:
+    """Whether something holds the FIFO open to read (an open for writing that would not block
+    succeeds): the waiter behind it is in place. Nothing is written: it is not woken."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # ENXIO: no reader yet
+        return False
+    os.close(fd)
+    return True
 
 
 def _nul_separated(parts: Iterable[str]) -> bytes:
@@ -566,7 +586,16 @@ class WarmPool:
                 user=lease.ids,
             )
             assert gateway.command is not None  # gateway_request always names its command
-            gateway = replace(gateway, command=(*gateway.command, "--wait", str(wait)))
+            # its socket and idempotency store opened before the claim, at the places the
+            # attempt's config names (attempt.gateway_config): see assure/gateway/__main__
+            store = f"{hardening.GATEWAY_RUN_STATE}/{layout.IDEMPOTENCY_DB}"
+            gateway = replace(
+                gateway,
+                command=(
+                    *gateway.command,
+                    *("--wait", str(wait), "--listen", hardening.SOCKET_PATH, "--store", store),
+                ),
+            )
             made["gateway"] = self.backend.start_container(gateway)
             agent = hardening.agent_request(
                 spec,
@@ -582,6 +611,7 @@ class WarmPool:
                 agent,
                 command=None,
                 claim=hardening.AGENT_CLAIM,
+                warm_up=STOCK_WARM_UP if shape.image == self.images.agent else (),
                 env=hardening.agent_base_env(),
                 mounts=(
                     *agent.mounts,
@@ -589,6 +619,7 @@ class WarmPool:
                 ),
             )
             made["agent"] = self.backend.start_container(agent)
+            _await_readers((paths.gateway_config / WAKE, root / CLAIM / WAKE), READY_SECONDS)
         except BaseException:
             for key in ("agent", "gateway"):
                 if key in made:
@@ -634,6 +665,18 @@ def release(backend: SandboxBackend, root: Path, containers: list[str], volumes:
         return
     if not workspace_fs.mounted_under(root):
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _await_readers(fifos: Iterable[Path], seconds: float) -> None:
+    """Until every FIFO has a reader (`has_reader`); a SandboxError after `seconds`."""
+    waiting, deadline = list(fifos), time.monotonic() + seconds
+    while waiting := [f for f in waiting if not has_reader(f)]:
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"a pooled pair was not ready after {seconds:g} s: nothing waits on {waiting[0]}",
+                fix="see the pair's container logs; the pool retries",
+            )
+        time.sleep(READY_POLL_SECONDS)
 
 
 def _room_for(spec: Spec, also: int = 0) -> bool:
