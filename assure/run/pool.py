@@ -35,6 +35,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -177,6 +178,11 @@ class Shape:
         )
 
 
+def warm_up(shape: Shape, images: ImageSet) -> tuple[str, ...]:
+    """The pair's agent warm-up (`STOCK_WARM_UP`): the stock image's only."""
+    return STOCK_WARM_UP if shape.image == images.agent else ()
+
+
 def ineligible(spec: Spec) -> str | None:
     """Why the spec's attempts cannot use a pooled pair (None: they can)."""
     if runtimes.socket_on_host(spec.sandbox.runtime):
@@ -281,13 +287,16 @@ def remove_wakes(root: Path) -> None:
 
 def has_reader(fifo: Path) -> bool:
     """Whether something holds the FIFO open to read (an open for writing that would not block
-    succeeds): the waiter behind it is in place. Nothing is written: it is not woken."""
+    succeeds): the waiter behind it is in place. Nothing is written: it is not woken. Anything
+    but a FIFO (a regular file opens for writing at once) has none."""
     try:
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:  # ENXIO: no reader yet
         return False
-    os.close(fd)
-    return True
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
 
 
 def _nul_separated(parts: Iterable[str]) -> bytes:
@@ -611,7 +620,7 @@ class WarmPool:
                 agent,
                 command=None,
                 claim=hardening.AGENT_CLAIM,
-                warm_up=STOCK_WARM_UP if shape.image == self.images.agent else (),
+                warm_up=warm_up(shape, self.images),
                 env=hardening.agent_base_env(),
                 mounts=(
                     *agent.mounts,
