@@ -387,11 +387,7 @@ class Gateway:
                 self._watcher = OverrideWatcher(
                     self.config.control_dir, self._dispatcher.apply_override, self._dispatcher.beat
                 )
-                self._watcher.start()
-            self._drop_journal = threading.Thread(
-                target=self._journal_drops, name="gateway-drops", daemon=True
-            )
-            self._drop_journal.start()
+                self._watcher.apply()  # before the first call is accepted
             if self._listener is None:
                 self._listener = bind(self.config.socket)
             self._acceptor = threading.Thread(
@@ -399,6 +395,14 @@ class Gateway:
             )
             self._acceptor.start()
             _write_ready(self.config)
+            # each start waits until its thread runs, a scheduler's round on a loaded machine:
+            # these two are not in the way of the first call, nor of the host's wait for ready
+            if self._watcher is not None:
+                self._watcher.start()
+            self._drop_journal = threading.Thread(
+                target=self._journal_drops, name="gateway-drops", daemon=True
+            )
+            self._drop_journal.start()
         except BaseException as exc:
             self.shutdown(reason=f"start failed: {exc}")
             raise

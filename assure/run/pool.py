@@ -7,17 +7,21 @@ How a never-used pair becomes one attempt's, and only that one's:
 - A pair is a folder laid out as an attempt's (`AttemptPaths`: its workspace filesystem mounted
   and empty, empty gateway state and config folders) with an empty control folder, run-state
   folder, agent-files folder and claim folder. Its containers were started on those folders:
-  the gateway waits for its config (`assure.gateway --wait`), the agent behind its gate for its
-  claim, both blocked on a FIFO (`WAKE`, in the config and claim folders: an idle pair uses no
-  CPU), with nothing of its own running.
+  the gateway waits for its config (`assure.gateway --wait`, its socket bound and its
+  idempotency store opened in the pair's own folders), the agent behind its gate for its claim
+  (the stock image's after a warm-up of its client: `warm_up`), both blocked on a FIFO (`WAKE`,
+  in the config and claim folders: an idle pair uses no CPU), with nothing of its own running.
+  The pair is free only once both FIFOs have a reader (`has_reader`): a claim never waits
+  behind a boot or a warm-up.
 - A claim renames the control and run-state folders onto the run's own, which must still be
   empty (a fresh run's first attempt; a retry or a resumed run starts cold), then the pair's
   folder to `attempts/<n>`: the running containers keep the same directories under new names.
 - The attempt then fills the workspace, copies the agent's files, writes the agent's command
   and environment into the claim folder, takes PRE, and writes the gateway's config last, each
-  followed by its FIFO's wake-up (then the FIFOs are removed). Only then does the gateway open
-  the journal and bind the socket, and only then does the agent's gate exec its command: the
-  agent sees the workspace PRE describes, and its first call journals.
+  followed by its FIFO's wake-up (then the FIFOs are removed). Only then does the agent's gate
+  exec its command, and the gateway open the journal and accept calls (the agent's first one
+  waits in the socket's backlog meanwhile): the agent sees the workspace PRE describes, and its
+  first call journals.
 - A pair runs as a uid of its own (`uids.lease`), held from its boot until it is removed; a
   claimed pair's lease is its attempt's, released when the attempt ends.
 - A pair is claimed once and removed with its attempt; a pair idle past `idle_seconds`, and
