@@ -309,7 +309,7 @@ def main() -> None:
                     pooled["first"].append(seconds)
                 if (
                     seconds := first_call_seconds(run, "agent_started_at")
-                ) is not None:  # pooled: when the gateway was ready
+                ) is not None:  # pooled: when the claim released the agent
                     pooled["after_ready"].append(seconds)
                 elapsed, _, _ = ours(backend, images, specs["trivial"], runs, pool, hold=False)
                 pooled["overlap"].append(elapsed)
@@ -408,8 +408,8 @@ def main() -> None:
         print(
             "attempt start to the agent's first gateway call, pool on:  p50"
             f" {doc['first_call_p50_ms_pool']} ms (whole attempt"
-            f" {medians['first_call_pool_attempt']:.0f} ms; from the gateway ready to the call, the"
-            " agent's gate, its python3 -m assure.client and the call: p50"
+            f" {medians['first_call_pool_attempt']:.0f} ms; from the agent's release (its claim's"
+            " wake-up) to the call, its gate, its python3 -m assure.client and the call: p50"
             f" {_ms(pooled['after_ready']) if pooled['after_ready'] else '-'} ms)"
         )
         if (

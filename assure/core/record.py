@@ -5,7 +5,8 @@ ast, dis, tokenize), and each class it makes compiles six generated methods: tog
 than half of the boot. `dataclass` here takes the same declarations (annotations, defaults,
 `field(...)`, `__post_init__`) for the subset of features the gateway and the gate use: `frozen`,
 `kw_only`, and `field`'s `default`, `default_factory`, `init`, `repr` and `compare`. A class's
-`__init__` is compiled the first time one is built, so a class never built costs nothing; its
+`__init__` is compiled the first time one is built (or by `build_inits`, which a warm pool's
+gateway calls before its claim), so a class never built costs nothing; its
 other methods are shared, not generated. `fields`, `asdict` and `replace` work as dataclasses'
 do on these classes (asdict does not deep-copy a leaf: the leaves here are immutable JSON
 values). Standard library only, nothing imported.
@@ -217,16 +218,34 @@ def _init_source(cls: type, frozen: bool) -> tuple[str, dict[str, Any]]:
     return f"def __init__({signature}):\n" + ("\n".join(body) or "  pass") + "\n", names
 
 
+_LAZY: list[tuple[type, bool]] = []  # record classes whose __init__ may still be the lazy one
+
+
+def _build_init(cls: type, frozen: bool) -> Callable[..., None]:
+    """Compile `cls`'s __init__ and put it in place of the lazy one."""
+    source, names = _init_source(cls, frozen)
+    exec(source, names)  # noqa: S102 - our own field names, checked as identifiers
+    init: Callable[..., None] = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    type.__setattr__(cls, "__init__", init)
+    return init
+
+
 def _lazy_init(cls: type, frozen: bool) -> Callable[..., None]:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        source, names = _init_source(cls, frozen)
-        exec(source, names)  # noqa: S102 - our own field names, checked as identifiers
-        init = names["__init__"]
-        init.__qualname__ = f"{cls.__qualname__}.__init__"
-        type.__setattr__(cls, "__init__", init)
-        init(self, *args, **kwargs)
+        _build_init(cls, frozen)(self, *args, **kwargs)
 
+    __init__.__record_lazy__ = True  # type: ignore[attr-defined]  # `build_inits` looks for it
     return __init__
+
+
+def build_inits() -> None:
+    """Compile now every record class's __init__ not yet built: a warm pool's gateway does it
+    before its claim, so the attempt's config is not what pays for them."""
+    for cls, frozen in _LAZY:
+        if getattr(cls.__dict__.get("__init__"), "__record_lazy__", False):
+            _build_init(cls, frozen)
+    _LAZY.clear()
 
 
 def _process(cls: type, frozen: bool, kw_only: bool) -> type:
@@ -274,6 +293,7 @@ def _process(cls: type, frozen: bool, kw_only: bool) -> type:
             type.__setattr__(cls, name, method)
         elif name == "__hash__" and cls.__dict__[name] is None and "__eq__" not in cls.__dict__:
             type.__setattr__(cls, name, method)
+    _LAZY.append((cls, frozen))
     return cls
 
 

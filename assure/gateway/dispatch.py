@@ -91,7 +91,9 @@ def error_body(code: str, message: str) -> dict[str, Any]:
 class Dispatcher:
     """Owns the journal, the counters and the one lock that orders effects."""
 
-    def __init__(self, config: Config, workspace: Workspace):
+    def __init__(self, config: Config, workspace: Workspace, store: Store | None = None):
+        """`store`: the idempotency store, opened at `config.idempotency_db` before the config
+        came (a warm pool's gateway); else opened here."""
         self._config = config
         self._env = tools.Env(
             workspace,
@@ -118,7 +120,9 @@ class Dispatcher:
         self._full = False  # the journal reached its cap
         self._last_beat = 0.0
         self._started = time.monotonic()  # the wall-clock budget counts from here
-        self._idempotency = Store(config.idempotency_db) if config.idempotency_db else None
+        if store is None and config.idempotency_db:
+            store = Store(config.idempotency_db)
+        self._idempotency = store
         self._journal = ChainWriter(
             config.journal,
             base={"run_id": config.run_id, "attempt": config.attempt, "actor": "gateway"},

@@ -29,9 +29,13 @@ class OverrideWatcher:
         self._thread = threading.Thread(target=self._loop, name="override-watcher", daemon=True)
         self.current = control.read(control_dir)
 
-    def start(self) -> None:
+    def apply(self) -> None:
+        """Hand over the override in place at the gateway's start (before any call is taken)."""
         if self.current.request_id is not None:
             self._on_change(self.current)
+
+    def start(self) -> None:
+        """Watch for the next ones (its first look compares with the one `apply` handed over)."""
         self._thread.start()
 
     def stop(self) -> None:

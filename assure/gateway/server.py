@@ -38,6 +38,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING; the gateway boots without typing 
 if TYPE_CHECKING:
     from typing import Any
 
+    from assure.gateway.idempotency import Store
     from assure.gateway.model import ModelProxy
 
 REJECT_SLOTS = 4  # connections over the cap that are still read and answered 503
@@ -354,14 +355,23 @@ class Gateway:
             raise RuntimeError("the gateway was not started")
         return self._dispatcher
 
-    def start(self) -> Gateway:
-        """Open the workspace and journal (`gateway_started`), bind the socket, write the ready
-        file."""
-        workspace = Workspace(self.config.workspace)
+    def start(self, listener: socket.socket | None = None, store: Store | None = None) -> Gateway:
+        """Open the workspace, the idempotency store (or take `store`) and the journal
+        (`gateway_started`), bind the socket (or take `listener`, bound at `config.socket`:
+        `bind`), start accepting, write the ready file. `listener` and `store` were made before
+        the config came (a warm pool's gateway: gateway/__main__)."""
+        self._listener = listener  # closed by `shutdown`, whatever fails from here
         try:
-            self._dispatcher = Dispatcher(self.config, workspace)
+            workspace = Workspace(self.config.workspace)
+            try:
+                self._dispatcher = Dispatcher(self.config, workspace, store)
+            except BaseException:
+                workspace.close()
+                raise
         except BaseException:
-            workspace.close()
+            for made in (self._listener, store):
+                if made is not None:
+                    made.close()
             raise
         self._workspace = workspace
         try:
@@ -377,17 +387,22 @@ class Gateway:
                 self._watcher = OverrideWatcher(
                     self.config.control_dir, self._dispatcher.apply_override, self._dispatcher.beat
                 )
-                self._watcher.start()
-            self._drop_journal = threading.Thread(
-                target=self._journal_drops, name="gateway-drops", daemon=True
-            )
-            self._drop_journal.start()
-            self._listener = _bind(self.config.socket)
+                self._watcher.apply()  # before the first call is accepted
+            if self._listener is None:
+                self._listener = bind(self.config.socket)
             self._acceptor = threading.Thread(
                 target=self._accept_loop, args=(self._listener,), name="gateway-accept", daemon=True
             )
             self._acceptor.start()
             _write_ready(self.config)
+            # each start waits until its thread runs, a scheduler's round on a loaded machine:
+            # these two are not in the way of the first call, nor of the host's wait for ready
+            if self._watcher is not None:
+                self._watcher.start()
+            self._drop_journal = threading.Thread(
+                target=self._journal_drops, name="gateway-drops", daemon=True
+            )
+            self._drop_journal.start()
         except BaseException as exc:
             self.shutdown(reason=f"start failed: {exc}")
             raise
@@ -635,8 +650,9 @@ def _require_method(req: _Request, method: str) -> None:
         )
 
 
-def _bind(path: str) -> socket.socket:
-    """Bind a fresh listening socket at `path` (a stale socket file is replaced), mode 0o666."""
+def bind(path: str) -> socket.socket:
+    """Bind a fresh listening socket at `path` (a stale socket file is replaced), mode 0o666.
+    Connections wait in its backlog until the gateway accepts them, once its journal is open."""
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise FileExistsError(f"{path} exists and is not a socket; refusing to replace it")
@@ -668,6 +684,10 @@ def _write_ready(config: Config) -> None:
     )
 
 
-def serve(config: Config) -> Gateway:
-    """Start a gateway for `config` in this process and return it (call `.shutdown()` to stop)."""
-    return Gateway(config).start()
+def serve(
+    config: Config, listener: socket.socket | None = None, store: Store | None = None
+) -> Gateway:
+    """Start a gateway for `config` in this process and return it (call `.shutdown()` to stop);
+    `listener` and `store`: its socket and idempotency store, already open at the config's
+    places (`Gateway.start`)."""
+    return Gateway(config).start(listener, store)

@@ -509,8 +509,11 @@ class Attempt:
                 self.spec.agent.command,
                 {**self._agent_env(), **hardening.agent_base_env()},
             )
-            warm.wake(p.root / warm.CLAIM)  # its gate then waits for the socket
-        # last: a pooled gateway starts its journal on it, and only then may the agent act
+            warm.wake(p.root / warm.CLAIM)
+            # its gate opens now: the socket is bound (its first call waits in the backlog until
+            # the gateway, woken below, has opened the journal)
+            self._agent_started_at = time.time()
+        # last: a pooled gateway starts its journal on it, and only then accepts the agent's calls
         store.write_json(
             p.gateway_config / "gateway.json", config.to_json(), mode=private.SHARED_FILE_MODE
         )  # the gateway reads it
@@ -563,9 +566,7 @@ class Attempt:
             facts["pool"] = self._pair.describe()
             with self._timed("start.ready"):
                 self._await_gateway(self._gateway)
-            self._agent_started_at = facts["agent_started_at"] = (
-                time.time()
-            )  # its gate opens on the socket, bound just before ready
+            facts["agent_started_at"] = self._agent_started_at  # its claim's wake-up
             self._started = True
             failpoints.hit("start")
             return

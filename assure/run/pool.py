@@ -7,17 +7,21 @@ How a never-used pair becomes one attempt's, and only that one's:
 - A pair is a folder laid out as an attempt's (`AttemptPaths`: its workspace filesystem mounted
   and empty, empty gateway state and config folders) with an empty control folder, run-state
   folder, agent-files folder and claim folder. Its containers were started on those folders:
-  the gateway waits for its config (`assure.gateway --wait`), the agent behind its gate for its
-  claim, both blocked on a FIFO (`WAKE`, in the config and claim folders: an idle pair uses no
-  CPU), with nothing of its own running.
+  the gateway waits for its config (`assure.gateway --wait`, its socket bound and its
+  idempotency store opened in the pair's own folders), the agent behind its gate for its claim
+  (the stock image's after a warm-up of its client: `warm_up`), both blocked on a FIFO (`WAKE`,
+  in the config and claim folders: an idle pair uses no CPU), with nothing of its own running.
+  The pair is free only once both FIFOs have a reader (`has_reader`): a claim never waits
+  behind a boot or a warm-up.
 - A claim renames the control and run-state folders onto the run's own, which must still be
   empty (a fresh run's first attempt; a retry or a resumed run starts cold), then the pair's
   folder to `attempts/<n>`: the running containers keep the same directories under new names.
 - The attempt then fills the workspace, copies the agent's files, writes the agent's command
   and environment into the claim folder, takes PRE, and writes the gateway's config last, each
-  followed by its FIFO's wake-up (then the FIFOs are removed). Only then does the gateway open
-  the journal and bind the socket, and only then does the agent's gate exec its command: the
-  agent sees the workspace PRE describes, and its first call journals.
+  followed by its FIFO's wake-up (then the FIFOs are removed). Only then does the agent's gate
+  exec its command, and the gateway open the journal and accept calls (the agent's first one
+  waits in the socket's backlog meanwhile): the agent sees the workspace PRE describes, and its
+  first call journals.
 - A pair runs as a uid of its own (`uids.lease`), held from its boot until it is removed; a
   claimed pair's lease is its attempt's, released when the attempt ends.
 - A pair is claimed once and removed with its attempt; a pair idle past `idle_seconds`, and
@@ -35,6 +39,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,7 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from assure.core import atomic
-from assure.errors import AssureError
+from assure.errors import AssureError, SandboxError
 from assure.records import layout, store
 from assure.records.layout import AttemptPaths
 from assure.run import modelaccess, suite
@@ -78,6 +83,15 @@ REFILL_THREADS = max(1, min(4, (os.cpu_count() or 1) + 1))
 CLAIM_WAIT_SECONDS = (
     2.0  # a claim waits this long for a pair being made for it, rather than start cold
 )
+# A pair is free once both its FIFOs have a reader: its gateway has booted and its agent has
+# run its warm-up (`ContainerRequest.warm_up`), each now blocked on its FIFO; looked at this
+# often, for at most this long (a pair not ready by then is removed, as a failed one).
+READY_POLL_SECONDS = 0.005
+READY_SECONDS = 60.0
+# The stock agent image's warm-up: the client `assure-tool` runs, its sh, python3 and modules
+# read once into the container's page cache. Another image's own code never runs before its
+# claim: something it left running could change the workspace between its fill and PRE.
+STOCK_WARM_UP = ("assure-tool", "--help")
 MAX_FAILURES = 3  # pairs failed in a row: the pool stops refilling
 DEFAULT_IDLE_SECONDS = 300.0
 MAX_SIZE = 64  # free pairs per shape
@@ -166,6 +180,11 @@ class Shape:
             lim.inodes,
             install.agent_image(spec, images),
         )
+
+
+def warm_up(shape: Shape, images: ImageSet) -> tuple[str, ...]:
+    """The pair's agent warm-up (`STOCK_WARM_UP`): the stock image's only."""
+    return STOCK_WARM_UP if shape.image == images.agent else ()
 
 
 def ineligible(spec: Spec) -> str | None:
@@ -268,6 +287,20 @@ def remove_wakes(root: Path) -> None:
     reap)."""
     for folder in (AttemptPaths(root).gateway_config, root / CLAIM):
         (folder / WAKE).unlink(missing_ok=True)
+
+
+def has_reader(fifo: Path) -> bool:
+    """Whether something holds the FIFO open to read (an open for writing that would not block
+    succeeds): the waiter behind it is in place. Nothing is written: it is not woken. Anything
+    but a FIFO (a regular file opens for writing at once) has none."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # ENXIO: no reader yet
+        return False
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
 
 
 def _nul_separated(parts: Iterable[str]) -> bytes:
@@ -566,7 +599,16 @@ class WarmPool:
                 user=lease.ids,
             )
             assert gateway.command is not None  # gateway_request always names its command
-            gateway = replace(gateway, command=(*gateway.command, "--wait", str(wait)))
+            # its socket and idempotency store opened before the claim, at the places the
+            # attempt's config names (attempt.gateway_config): see assure/gateway/__main__
+            store = f"{hardening.GATEWAY_RUN_STATE}/{layout.IDEMPOTENCY_DB}"
+            gateway = replace(
+                gateway,
+                command=(
+                    *gateway.command,
+                    *("--wait", str(wait), "--listen", hardening.SOCKET_PATH, "--store", store),
+                ),
+            )
             made["gateway"] = self.backend.start_container(gateway)
             agent = hardening.agent_request(
                 spec,
@@ -582,6 +624,7 @@ class WarmPool:
                 agent,
                 command=None,
                 claim=hardening.AGENT_CLAIM,
+                warm_up=warm_up(shape, self.images),
                 env=hardening.agent_base_env(),
                 mounts=(
                     *agent.mounts,
@@ -589,6 +632,7 @@ class WarmPool:
                 ),
             )
             made["agent"] = self.backend.start_container(agent)
+            _await_readers((paths.gateway_config / WAKE, root / CLAIM / WAKE), READY_SECONDS)
         except BaseException:
             for key in ("agent", "gateway"):
                 if key in made:
@@ -634,6 +678,18 @@ def release(backend: SandboxBackend, root: Path, containers: list[str], volumes:
         return
     if not workspace_fs.mounted_under(root):
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _await_readers(fifos: Iterable[Path], seconds: float) -> None:
+    """Until every FIFO has a reader (`has_reader`); a SandboxError after `seconds`."""
+    waiting, deadline = list(fifos), time.monotonic() + seconds
+    while waiting := [f for f in waiting if not has_reader(f)]:
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"a pooled pair was not ready after {seconds:g} s: nothing waits on {waiting[0]}",
+                fix="see the pair's container logs; the pool retries",
+            )
+        time.sleep(READY_POLL_SECONDS)
 
 
 def _room_for(spec: Spec, also: int = 0) -> bool:

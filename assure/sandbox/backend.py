@@ -138,6 +138,10 @@ class ContainerRequest:
     # command and environment are read, once the gate opens, from this folder (a container
     # path): `argv` and `env` (`NAME=value`), each NUL-separated. `command` is then None.
     claim: str | None = None
+    # A claimed agent's warm-up, run (output discarded, exit ignored) before it waits for its
+    # claim: the files its first command reads are then in the page cache of the container's
+    # own root (fuse-overlayfs caches per mount), not read through FUSE after the claim.
+    warm_up: tuple[str, ...] = ()
 
     @property
     def all_labels(self) -> dict[str, str]:

@@ -27,7 +27,7 @@ import yaml
 from assure import spec as spec_mod
 from assure.records import store
 from assure.run.driver import Driver, RunResult
-from assure.run.pool import LABEL_POOL, Settings, WarmPool, ineligible
+from assure.run.pool import LABEL_POOL, Settings, WarmPool, has_reader, ineligible
 from assure.sandbox.docker.backend import DockerBackend
 from tests.contracts import ratify_in_place
 from tests.integration.conftest import ROOT, mounts_and_loops_under, run_dirs
@@ -246,6 +246,27 @@ def test_a_claimed_pair_carries_no_trace_of_its_creation(tmp_path, backend, imag
     assert (
         attempt(pooled) / "gateway.log"
     ).read_bytes() == b""  # the gateway said nothing while it waited
+
+
+def test_a_pair_is_free_only_once_its_gateway_and_agent_wait_on_their_fifos(
+    tmp_path, backend, images, warm
+):
+    """The readiness rule (pool.has_reader): a free pair's gateway has booted, bound its socket
+    and opened its store, and its agent has run its warm-up, each now blocked on its FIFO; so a
+    claim waits for neither, and its agent's first call is the journal's first call."""
+    spec = spec_file(tmp_path, "ready", command=["assure-tool", "fs.list", "path=."])
+    pool = warm(1, spec)
+    [pair] = [p for free in pool._free.values() for p in free]
+    for fifo in (pair.root / "gateway-config" / "wake", pair.root / "agent-claim" / "wake"):
+        assert has_reader(fifo), fifo
+    assert (pair.root / ".run-state" / "idempotency.sqlite").is_file()
+    result = drive(spec, tmp_path / "runs", backend, images, pool)
+
+    assert result.verdict == "pass", [f for a in result.report["attempts"] for f in a["findings"]]
+    records = journal(result)
+    assert [r["event"] for r in records][0] == "gateway_started"
+    assert [r["tool"] for r in records if r["event"] == "tool_call"] == ["fs.list"]
+    assert facts(result)["started_at"] <= facts(result)["agent_started_at"]
 
 
 def test_the_agent_environment_is_its_spec_s_cold_or_pooled_whatever_its_names(

@@ -194,6 +194,61 @@ def test_the_claimed_agent_runs_its_claim_with_nothing_of_the_gate_left(tmp_path
     assert "args:one two" in out
 
 
+def test_the_warm_up_runs_before_the_gate_waits_and_leaves_the_agent_nothing(tmp_path):
+    """The warm-up runs first and alone: the FIFO has no reader until it is over (the pool counts
+    the pair free only then); its output, arguments and exit status never reach the agent."""
+    claim = tmp_path / "claim"
+    claim.mkdir()
+    os.mkfifo(claim / pool.WAKE, 0o600)
+    release = tmp_path / "release"
+    os.mkfifo(release)
+    request = ContainerRequest(
+        role=Role.AGENT,
+        image="x",
+        gate=str(tmp_path / "gateway.sock"),
+        gate_seconds=5,
+        claim=str(claim),
+        warm_up=("bash", "-c", f'echo warm; echo warm >&2; read < "{release}"; exit 3'),
+    )
+    proc = subprocess.Popen(
+        command(request),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
+    server = _serve_socket(tmp_path / "gateway.sock")
+    try:
+        time.sleep(0.3)
+        assert proc.poll() is None and not pool.has_reader(claim / pool.WAKE)  # warming up
+        with open(release, "w") as fh:
+            fh.write("\n")
+        deadline = time.monotonic() + 10
+        while not pool.has_reader(claim / pool.WAKE):  # now it waits for its claim
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+        pool.write_claim(claim, ["bash", "-c", 'echo "args:$#:$*"', "zero"], {"A": "1"})
+        pool.wake(claim)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        server.close()
+    assert proc.returncode == 0, err
+    assert (out, err) == ("args:0:\n", "")
+
+
+def test_the_stock_agent_image_alone_warms_up_before_its_claim(benign, tmp_path):
+    """Another image's code (an agent.install's) never runs before its claim: left running, it
+    could change the workspace between its fill and PRE."""
+    images = ImageSet("assure-base:b", "assure-agent:a", "assure-gateway:g", "assure-egress:e")
+    assert pool.warm_up(pool.Shape.of(benign, images), images) == ("assure-tool", "--help")
+    (tmp_path / "tool").write_bytes(b"#!/bin/sh\n")
+    installed = dataclasses.replace(
+        benign,
+        agent=dataclasses.replace(benign.agent, install=Install(binaries=(tmp_path / "tool",))),
+    )
+    assert pool.warm_up(pool.Shape.of(installed, images), images) == ()
+
+
 def test_a_claimed_agent_without_its_claim_never_runs(tmp_path):
     (tmp_path / "claim").mkdir()
     server = _serve_socket(tmp_path / "gateway.sock")

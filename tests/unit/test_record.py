@@ -93,3 +93,21 @@ def test_the_host_dataclasses_functions_see_a_record_as_the_dataclass_it_declare
     assert dataclasses.replace(f, scope=("a", "b")).derived == 2
     with pytest.raises(ValueError):
         dataclasses.replace(f, derived=1)
+
+
+def test_build_inits_compiles_every_lazy_init_and_changes_nothing_else():
+    """A warm pool's gateway compiles them before its claim (gateway/__main__)."""
+
+    @record.dataclass(frozen=True)
+    class Point:
+        x: int
+        y: int = 2
+
+    lazy = Point.__dict__["__init__"]
+    assert getattr(lazy, "__record_lazy__", False)
+    record.build_inits()
+    built = Point.__dict__["__init__"]
+    assert built is not lazy and not getattr(built, "__record_lazy__", False)
+    assert Point(1) == Point(1, 2) and repr(Point(1)).endswith("Point(x=1, y=2)")
+    record.build_inits()  # again: nothing left to build
+    assert Point.__dict__["__init__"] is built

@@ -27,8 +27,9 @@ def _gate_script(per_second: int) -> str:
 
 # A cold agent waits through the gateway's boot (~0.1 s and more): 10 ms polls.
 GATE_SCRIPT = _gate_script(100)
-# A claimed agent's gateway is booted and binds within milliseconds of the claim's wake-up, and
-# the wait is that long only: 2 ms polls (each is ~5 ms off the agent's first call).
+# A claimed agent's gateway bound its socket before the claim (gateway --listen): the test
+# passes at once, and the first call waits in the socket's backlog until the journal is open.
+# Without it the wait is the gateway's few milliseconds to bind: 2 ms polls.
 CLAIMED_GATE_SCRIPT = _gate_script(500)
 GATE_EXEC = 'exec "$@"'
 # A pooled agent (`ContainerRequest.claim`, $3) first waits for its claim blocked on the FIFO
@@ -40,6 +41,10 @@ GATE_WAKE = (
     '{ exec 4<> "$3/wake"; } 2> /dev/null; [ -s "$3/argv" ] || read -t "$2" -u 4 2> /dev/null; exec'
     " 4<&-; "
 )
+# A pooled agent's warm-up (`ContainerRequest.warm_up`, $4 on) runs first, and only then is the
+# FIFO opened: the pool counts the pair free once its FIFOs have readers (run/pool.py), so a
+# claim never waits behind the warm-up. `set --` drops it from the positional parameters.
+GATE_WARM_UP = '"${@:4}" < /dev/null > /dev/null 2>&1; set -- "$1" "$2" "$3"; '
 # A claimed pair's agent (`ContainerRequest.claim`, $3): its command and environment from the
 # claim, written before the gateway could bind. Both become the positional parameters, the
 # environment first up to a `--` (no entry is `--`: each has a `=`), and the two arrays are
@@ -63,10 +68,14 @@ def command(request: ContainerRequest) -> list[str] | None:
         return [
             "/bin/bash",
             "-c",
-            GATE_WAKE + CLAIMED_GATE_SCRIPT + GATE_CLAIM,
+            (GATE_WARM_UP if request.warm_up else "")
+            + GATE_WAKE
+            + CLAIMED_GATE_SCRIPT
+            + GATE_CLAIM,
             "assure-gate",
             *gate,
             request.claim,
+            *request.warm_up,
         ]
     if not request.command:
         raise SandboxError(
