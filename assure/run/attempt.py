@@ -408,7 +408,6 @@ class Attempt:
         and nothing of the attempt's user runs in it before the agent's containers are gone."""
         if self._checks_ahead_done or not (self.spec.commands() or self.spec.cases()):
             return
-        self._checks_ahead_done = True
         first = next((c.image for c in [*self.spec.commands(), *self.spec.cases()]), None)
         warm = (self.spec, self.images.agent) if first == AGENT_IMAGE_ALIAS else None
         assert self.lease is not None
@@ -422,6 +421,7 @@ class Attempt:
             checks.views_of(self.spec),
         )
         self._shared_checks = self._shared.enter_context(phase)
+        self._checks_ahead_done = True
 
     def _run_checks(self) -> None:
         assert self._post is not None and self._fs is not None
@@ -830,7 +830,10 @@ class Attempt:
         """Stop the gateway (it seals its journal) while the agent container is read out, and
         record how it ended: a gateway that did not exit 0 (killed at the stop grace, OOM) may
         have left effects without their outcome, which the verifier reports."""
-        self._checks_ahead()  # the agent has stopped: the check container gets ready meanwhile
+        try:  # the agent has stopped: the check container gets ready meanwhile
+            self._checks_ahead()
+        except Exception:  # only a head start: the check phase tries again, and reports it
+            pass
         with ThreadPoolExecutor(max_workers=1) as pool:
             stopping = pool.submit(self.backend.stop, self._gateway, hardening.STOP_GRACE_SECONDS)
             self._read_agent(facts)

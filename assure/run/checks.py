@@ -600,8 +600,9 @@ class SharedChecks:
         workspace_fs.mount_call("none", self.views, None, workspace_fs.MS_SHARED)
 
     def warm(self, spec: Spec, image: str) -> None:
-        """Start `image`'s container while the first check's copy is made (its failure is the
-        first check's to meet: that one starts it again)."""
+        """Start `image`'s container on a thread of its own (the attempt does so when its agent
+        stops: run/attempt.py `_checks_ahead`); its failure is the first check's to meet: that
+        one starts it again."""
         if self.usable(spec):
             self._warming = threading.Thread(target=self._warm, args=(spec, image), daemon=True)
             self._warming.start()
