@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,9 @@ class Attempt:
         self._pre: Snapshot | None = None
         self._post: Snapshot | None = None
         self._checks: dict[str, list[Any] | None] = dict.fromkeys(assertions.CHECK_KINDS)
+        self._shared = ExitStack()  # the check phase's `SharedChecks`, from `_checks_ahead`
+        self._shared_checks: checks.SharedChecks | None = None
+        self._checks_ahead_done = False
         try:
             return self._execute(facts)
         # every container of the attempt, checks included, is gone: its user goes back. A container
@@ -211,6 +214,7 @@ class Attempt:
                 snapshotted = self._total("snapshot", lambda: self._snapshot_post(facts), facts)
             if snapshotted and (self.spec.commands() or self.spec.cases()):
                 self._total("checks", self._run_checks, facts)
+            self._shared.close()  # what no check phase took (the attempt ended before it)
             self.progress("verify", {})
             failpoints.hit("verify")
             # judged on the sealed filesystem itself; then only what readers of this verdict need
@@ -221,6 +225,7 @@ class Attempt:
             if snapshotted:
                 self._total("copy out", lambda: self._copy_out(facts, judgement), facts)
         finally:  # the workspace filesystem goes on every path: errors, Ctrl-C, SIGTERM
+            self._shared.close()  # the checks' views over it first
             self._release_workspace(facts)
         copy = facts.get("workspace_copy") or {}
         if len(facts["harness_errors"]) > settled or copy.get("skipped_count"):
@@ -396,6 +401,28 @@ class Attempt:
                     {"error": type(exc).__name__, "message": exc.message},
                 )
 
+    def _checks_ahead(self) -> None:
+        """The check phase's shared containers, the first one started now (`SharedChecks.warm`),
+        once the agent has stopped: it gets ready while the attempt collects, cleans up and
+        takes POST, not during the check phase. It holds no view and runs nothing until then,
+        and nothing of the attempt's user runs in it before the agent's containers are gone."""
+        if self._checks_ahead_done or not (self.spec.commands() or self.spec.cases()):
+            return
+        first = next((c.image for c in [*self.spec.commands(), *self.spec.cases()]), None)
+        warm = (self.spec, self.images.agent) if first == AGENT_IMAGE_ALIAS else None
+        assert self.lease is not None
+        phase = checks.shared_checks(
+            self.backend,
+            self.paths.root,
+            self.labels,
+            self.prefix,
+            self.lease.ids,
+            warm,
+            checks.views_of(self.spec),
+        )
+        self._shared_checks = self._shared.enter_context(phase)
+        self._checks_ahead_done = True
+
     def _run_checks(self) -> None:
         assert self._post is not None and self._fs is not None
         args = (
@@ -410,23 +437,14 @@ class Attempt:
         # as the attempt's own user: its containers are removed by now, with every process, pipe,
         # inotify instance and queue of that uid, and the lease keeps every other run off it
         assert self.lease is not None
-        first = next((c.image for c in [*self.spec.commands(), *self.spec.cases()]), None)
-        warm = (self.spec, self.images.agent) if first == AGENT_IMAGE_ALIAS else None
-        with checks.shared_checks(
-            self.backend,
-            self.paths.root,
-            self.labels,
-            self.prefix,
-            self.lease.ids,
-            warm,
-            checks.views_of(self.spec),
-        ) as shared:
+        with self._shared:
+            self._checks_ahead()  # unless the agent's end started it
             for kind in assertions.CHECK_KINDS:
                 results = checks.RUNNERS[kind](
                     *args,
                     scratch=self.paths.root,
                     user=self.lease.ids,
-                    shared=shared,
+                    shared=self._shared_checks,
                 )
                 store.write_json(assertions.KINDS[kind].results(self.paths), results)
                 self._checks[kind] = results
@@ -813,6 +831,10 @@ class Attempt:
         """Stop the gateway (it seals its journal) while the agent container is read out, and
         record how it ended: a gateway that did not exit 0 (killed at the stop grace, OOM) may
         have left effects without their outcome, which the verifier reports."""
+        try:  # the agent has stopped: the check container gets ready meanwhile
+            self._checks_ahead()
+        except Exception:  # only a head start: the check phase tries again, and reports it
+            pass
         with ThreadPoolExecutor(max_workers=1) as pool:
             stopping = pool.submit(self.backend.stop, self._gateway, hardening.STOP_GRACE_SECONDS)
             self._read_agent(facts)

@@ -600,8 +600,9 @@ class SharedChecks:
         workspace_fs.mount_call("none", self.views, None, workspace_fs.MS_SHARED)
 
     def warm(self, spec: Spec, image: str) -> None:
-        """Start `image`'s container while the first check's copy is made (its failure is the
-        first check's to meet: that one starts it again)."""
+        """Start `image`'s container on a thread of its own (the attempt does so when its agent
+        stops: run/attempt.py `_checks_ahead`); its failure is the first check's to meet: that
+        one starts it again."""
         if self.usable(spec):
             self._warming = threading.Thread(target=self._warm, args=(spec, image), daemon=True)
             self._warming.start()
@@ -711,13 +712,20 @@ class SharedChecks:
             if seq is not None:
                 with contextlib.suppress(OSError):
                     seq.sock.shutdown(socket.SHUT_WR)
-        self.copies.close()  # while the containers exit
-        for image in list(self._containers):
-            self._discard(image)
+        # the containers removed while the worker releases the last copies (both wait on others:
+        # the engine, the kernel), then the copies' errors raised
+        removing = concurrent.futures.ThreadPoolExecutor(1, "assure-check-remove")
+        removed = [removing.submit(self._discard, image) for image in list(self._containers)]
+        removing.shutdown(wait=False)
+        try:
+            self.copies.close()
+        finally:
+            for done in removed:
+                done.result()
         self._attached.close()
         if self._mounted:
             if workspace_fs.mounted_under(self.views):
-                workspace_fs.unmount(self.views)
+                workspace_fs.unmount_call(self.views)
             for sub in hardening.CHECK_VIEWS:
                 (self.views / sub).rmdir()
             self.views.rmdir()

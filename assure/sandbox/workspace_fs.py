@@ -59,7 +59,7 @@ FULL_FRACTION = (
 )
 FULL_MIN_BYTES = 2**20
 FULL_MIN_INODES = 16
-TOOLS = ("mkfs.ext4", "mount", "umount", "losetup")
+TOOLS = ("mkfs.ext4", "mount", "losetup")
 SYSTEM_PATH = (
     "/usr/sbin",
     "/sbin",
@@ -248,14 +248,15 @@ class WorkspaceFs:
 
     def release(self) -> None:
         """Unmount what is mounted inside it (a check's view), then it (the loop device goes
-        with it), then delete the image and the mount point."""
+        with it), then delete the image and the mount point. By umount2(2), not the `umount`
+        program: a phase of checks releases a view per check."""
         top = self.mount_point.resolve()
         for inner in sorted(
             (p for p in _mount_points() if top in p.parents), key=lambda p: -len(p.parts)
         ):
-            unmount(inner)
+            unmount_call(inner)
         if _is_mount_point(self.mount_point):
-            unmount(self.mount_point)
+            unmount_call(self.mount_point)  # its loop device goes with it (autoclear)
         detach_loops(self.image)
         self.image.unlink(missing_ok=True)
         for folder in VIEW_FOLDERS if self.mount_point.name == f"{CHECK_VIEWS}.fs" else ():
@@ -305,22 +306,14 @@ def mount_call(source: str, target: Path, fstype: str | None, flags: int, data: 
 
 
 def unmount_call(target: Path) -> None:
-    """umount2(2); when something still holds it, detached (`unmount`'s fallback)."""
+    """umount2(2); when something still holds it, detached lazily (the kernel frees it, and
+    its loop device, when the last user goes)."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.umount2(os.fsencode(target), 0) == 0:
         return
     if libc.umount2(os.fsencode(target), MNT_DETACH) != 0:
         err = ctypes.get_errno()
         raise SandboxError(f"cannot unmount {target}: {os.strerror(err)}", fix=FIX)
-
-
-def unmount(mount_point: Path) -> None:
-    """umount, or when something still holds the filesystem, detach it lazily (the kernel
-    frees it, and its loop device, when the last user goes)."""
-    try:
-        _command(["umount", str(mount_point)], "cannot unmount the workspace filesystem")
-    except SandboxError:
-        _command(["umount", "-l", str(mount_point)], "cannot unmount the workspace filesystem")
 
 
 def detach_loops(image: Path) -> None:

@@ -138,3 +138,51 @@ def test_no_check_reaches_another_or_the_hidden_cases(run, make_spec, runtime):
     commands = read_json(attempt / "commands.json")
     assert [c["exit_code"] for c in commands] == [0, 0], commands  # the last one found nothing
     assert result.verdict in ("pass", "fail"), result.report  # the killer's case may fail
+
+
+# The agent plants what it can outside the workspace (POST holds what is in it): in /tmp,
+# /dev/shm and every other folder it may write, SysV shared memory and a message queue, and
+# processes left behind that keep writing and ignore SIGTERM. The check container starts as
+# soon as the agent stops (run/attempt.py `_checks_ahead`), while the agent's own container
+# and the gateway are still being collected and removed.
+AGENT_PLANTS = (
+    f"echo {MARK} > /tmp/planted-agent; echo {MARK} > /dev/shm/planted-agent;"
+    " for d in $(find / -xdev -writable -type d 2>/dev/null | grep -v '^/proc\\|^/workspace');"
+    f" do echo {MARK} > $d/planted-agent-x 2>/dev/null; done;"
+    f" set -- agent; {PLANT_IPC}; set -- cmd; {PLANT_IPC};"
+    f" (sh -c 'trap \"\" TERM HUP; while :; do echo {MARK} > /tmp/late-agent; sleep 0.05; done'"
+    " </dev/null >/dev/null 2>&1 &);"
+    " setsid sh -c 'trap \"\" TERM HUP; exec sleep 1000' </dev/null >/dev/null 2>&1 &"
+    " echo planted"
+)
+LOOK_SHM = LOOK.replace("/tmp/seen;", "/tmp/seen /dev/shm/planted-agent;")
+
+
+def test_nothing_the_agent_leaves_reaches_the_first_check(run, make_spec):
+    """The first check runs in the container started at the agent's stop: it finds nothing of
+    the agent's but POST, and neither do the cases after it."""
+    assert LOOK_SHM != LOOK
+    spec = make_spec(
+        "check-isolation-agent",
+        "",
+        agent={"command": ["sh", "-c", AGENT_PLANTS]},
+        assertions=[
+            {"command": {"run": ["sh", "-c", LOOK_SHM + '; [ -z "$found" ]']}},
+            {
+                "cases": {
+                    "run": ["sh", "-c"],
+                    "each": [{"args": [LOOK_SHM], "stdout": "clean\n"}] * 2,
+                }
+            },
+        ],
+        expect="pass",
+    )
+    result = run(spec)
+    attempt = result.run_dir / "attempts" / "1"
+    commands = read_json(attempt / "commands.json")
+    assert [c["exit_code"] for c in commands] == [0], commands
+    assert commands[0]["runtime"] == "runc", commands
+    (record,) = read_json(attempt / "cases.json")
+    got = [base64.b64decode(r["stdout_b64"]).decode(errors="replace") for r in record["results"]]
+    assert got == ["clean\n", "clean\n"], got
+    assert result.verdict == "pass", result.report
