@@ -138,7 +138,8 @@ class Databases:
                 raise ValueError(f"database {name!r}: {spec.path} is not a regular file")
         self._specs = dict(specs)
         self.limits = DbLimits() if limits is None else limits
-        self._kept: dict[tuple[str, bool], apsw.Connection] = {}  # (name, readonly): idle
+        # (name, readonly) -> an idle connection and what db.execute read of its schema
+        self._kept: dict[tuple[str, bool], tuple[apsw.Connection, _Schema]] = {}
 
     @classmethod
     def from_config(cls, entries: Iterable[Any]) -> Databases:
@@ -164,7 +165,7 @@ class Databases:
         spec = self.spec(name)
         bindings = _bindings(params)
         guard = _Guard(self.limits)
-        conn = self._connection(name, spec, readonly=True, guard=guard)
+        conn, schema = self._connection(name, spec, readonly=True, guard=guard)
         try:
             policy = _Policy(write=False)
             conn.authorizer = policy
@@ -179,7 +180,7 @@ class Databases:
             except apsw.Error as exc:
                 raise _tool_error(exc, policy, guard, "db.query") from None
         finally:
-            self._release(name, spec, conn, readonly=True)
+            self._release(name, spec, conn, schema, readonly=True)
 
     def execute(
         self, name: str, sql: str, params: list[Any] | None = None
@@ -188,42 +189,41 @@ class Databases:
         spec = self.spec(name)
         bindings = _bindings(params)
         guard = _Guard(self.limits)
-        conn = self._connection(name, spec, readonly=False, guard=guard)
+        conn, schema = self._connection(name, spec, readonly=False, guard=guard)
         try:
-            tables = _tables(conn)
-            policy = _Policy(
-                write=True, unwritable=frozenset(n for n, kind in tables.items() if kind != "table")
-            )
             session = apsw.Session(conn, "main")
             try:
                 session.config(apsw.SQLITE_SESSION_OBJCONFIG_ROWID, 1)
                 session.attach()
                 guard.session = session
-                return self._execute(conn, session, name, spec, sql, bindings, policy, guard)
+                return self._execute(conn, session, schema, name, spec, sql, bindings, guard)
             finally:
                 guard.session = None
                 session.close()
         except apsw.Error as exc:
             raise _tool_error(exc, None, guard, "db.execute") from None
         finally:
-            self._release(name, spec, conn, readonly=False)
+            self._release(name, spec, conn, schema, readonly=False)
 
     def close(self) -> None:
         """Close the kept connections (the gateway stops)."""
         while self._kept:
-            self._kept.popitem()[1].close()
+            self._kept.popitem()[1][0].close()
 
     def _connection(
         self, name: str, spec: DbSpec, *, readonly: bool, guard: _Guard
-    ) -> apsw.Connection:
-        """A kept connection (the pop makes it this call's alone), or a new one."""
-        conn = self._kept.pop((name, readonly), None)
-        if conn is None:
-            return _open(spec.path, readonly=readonly, guard=guard)
-        conn.set_progress_handler(guard, PROGRESS_OPS)
-        return conn
+    ) -> tuple[apsw.Connection, _Schema]:
+        """A kept connection and its schema (the pop makes them this call's alone), or a new
+        connection with nothing read of its schema yet."""
+        kept = self._kept.pop((name, readonly), None)
+        if kept is None:
+            return _open(spec.path, readonly=readonly, guard=guard), _Schema()
+        kept[0].set_progress_handler(guard, PROGRESS_OPS)
+        return kept
 
-    def _release(self, name: str, spec: DbSpec, conn: apsw.Connection, *, readonly: bool) -> None:
+    def _release(
+        self, name: str, spec: DbSpec, conn: apsw.Connection, schema: _Schema, *, readonly: bool
+    ) -> None:
         """Keep `conn` for the next call if it is a sandbox database's, not in WAL mode, and
         left as it was found; else close it."""
         key = (name, readonly)
@@ -239,7 +239,7 @@ class Databases:
         except apsw.Error:
             keep = False
         if keep:
-            self._kept[key] = conn
+            self._kept[key] = (conn, schema)
         else:
             conn.close()
 
@@ -247,17 +247,18 @@ class Databases:
         self,
         conn: apsw.Connection,
         session: apsw.Session,
+        schema: _Schema,
         name: str,
         spec: DbSpec,
         sql: str,
         bindings: list[Any],
-        policy: _Policy,
         guard: _Guard,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         conn.execute("BEGIN IMMEDIATE")
-        keys = _Keys(conn)
         try:
-            counters = _sequence(conn)
+            keys = schema.current(conn)  # read inside the transaction: no DDL can move it now
+            policy = _Policy(write=True, unwritable=keys.unwritable())
+            counters = _sequence(conn, keys)
             try:
                 conn.authorizer = policy
                 stmt = _single(conn, sql, bindings, policy)
@@ -280,7 +281,7 @@ class Databases:
                 )
             conn.authorizer = None
             effect = _effect(keys, name, spec, changeset, changes)
-            if (after := _sequence(conn)) is not None and after != counters:
+            if (after := _sequence(conn, keys)) is not None and after != counters:
                 effect["sequence"] = after
             conn.execute("COMMIT")
         except BaseException:
@@ -571,62 +572,119 @@ def _journal_mode(conn: apsw.Connection) -> str:
     return str(row[0]).lower() if row else ""
 
 
-def _tables(conn: apsw.Connection) -> dict[str, str]:
-    """Tables of `main` and their kind (table, virtual, shadow, view)."""
-    return {
-        row[1]: row[2]
-        for row in conn.execute(
-            "SELECT schema, name, type FROM pragma_table_list WHERE schema = 'main'"
-        )
-    }
-
-
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _primary_key(conn: apsw.Connection, table: str) -> list[tuple[str, bool]]:
-    """The declared PRIMARY KEY columns of `table` as (name, declared NOT NULL), in key order."""
-    info = conn.execute(
-        "SELECT name, \"notnull\", pk FROM pragma_table_info(?, 'main') WHERE pk > 0 ORDER BY pk",
-        (table,),
-    )
-    return [(name, bool(notnull)) for name, notnull, _pk in info]
+class _Schema:
+    """What db.execute reads of a connection's schema (the kinds of its tables, each table's
+    PRIMARY KEY, whether it is WITHOUT ROWID, whether sqlite_sequence exists), kept with the
+    connection between calls: the four queries were ~60 us a call. It is valid while the
+    schema cookie is (`PRAGMA schema_version`, which every schema change moves and SQLite's
+    own parsed schema depends on), so `current()` reads the cookie in the call's transaction
+    and forgets everything when it moved. Nothing an agent's statement may run sets the cookie
+    (no DDL, no pragmas that set anything, defensive mode)."""
 
+    def __init__(self) -> None:
+        self._version: int | None = None
+        self._conn: apsw.Connection | None = None
+        self._forget()
 
-def _without_rowid(conn: apsw.Connection, table: str) -> bool:
-    row = conn.execute(
-        "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)
-    ).fetchone()
-    return bool(row and row[0])
-
-
-class _Keys:
-    """Each table's PRIMARY KEY and WITHOUT ROWID flag, read once per db.execute: both are
-    asked two or three times a call (~0.1 ms of pragmas), and neither can change inside the
-    call's transaction (DDL is denied; BEGIN IMMEDIATE keeps other writers out)."""
-
-    def __init__(self, conn: apsw.Connection):
-        self._conn = conn
+    def _forget(self) -> None:
+        self._kinds: dict[str, str] | None = None
+        self._sequence: bool | None = None
         self._pk: dict[str, list[tuple[str, bool]]] = {}
         self._wr: dict[str, bool] = {}
+        self._nullable: dict[str, list[str]] = {}
+
+    def current(self, conn: apsw.Connection) -> _Schema:
+        """This schema, up to date for `conn` (inside a transaction, so it cannot move)."""
+        row = conn.execute("PRAGMA main.schema_version").fetchone()
+        version = row[0] if row else None
+        if self._conn is not conn or version is None or version != self._version:
+            self._forget()
+        self._conn, self._version = conn, version
+        return self
+
+    @property
+    def _db(self) -> apsw.Connection:
+        if self._conn is None:
+            raise RuntimeError("_Schema.current() was not called")
+        return self._conn
+
+    def unwritable(self) -> frozenset[str]:
+        """Tables of `main` that are not ordinary tables (virtual, shadow, views)."""
+        if self._kinds is None:
+            self._kinds = {
+                row[1]: row[2]
+                for row in self._db.execute(
+                    "SELECT schema, name, type FROM pragma_table_list WHERE schema = 'main'"
+                )
+            }
+        return frozenset(n for n, kind in self._kinds.items() if kind != "table")
+
+    def has_sequence(self) -> bool:
+        if self._sequence is None:
+            self._sequence = (
+                self._db.execute(
+                    "SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'"
+                ).fetchone()
+                is not None
+            )
+        return self._sequence
 
     def primary_key(self, table: str) -> list[tuple[str, bool]]:
+        """The declared PRIMARY KEY columns of `table` as (name, declared NOT NULL), in key
+        order."""
         if table not in self._pk:
-            self._pk[table] = _primary_key(self._conn, table)
+            info = self._db.execute(
+                "SELECT name, \"notnull\", pk FROM pragma_table_info(?, 'main') WHERE pk > 0"
+                " ORDER BY pk",
+                (table,),
+            )
+            self._pk[table] = [(name, bool(notnull)) for name, notnull, _pk in info]
         return self._pk[table]
 
     def without_rowid(self, table: str) -> bool:
         if table not in self._wr:
-            self._wr[table] = _without_rowid(self._conn, table)
+            row = self._db.execute(
+                "SELECT wr FROM pragma_table_list WHERE schema = 'main' AND name = ?", (table,)
+            ).fetchone()
+            self._wr[table] = bool(row and row[0])
         return self._wr[table]
 
+    def nullable_key(self, table: str) -> list[str]:
+        """The key columns of `table` that may hold a NULL: none in a WITHOUT ROWID table
+        (SQLite enforces NOT NULL there) or for the rowid's alias, which is exactly a rowid
+        table's one key column declared `INTEGER` that has no 'pk' index (`INTEGER PRIMARY KEY
+        DESC`, `INT PRIMARY KEY` and the like get one, and can hold NULLs)."""
+        if table not in self._nullable:
+            key = self.primary_key(table)
+            nullable = [name for name, notnull in key if not notnull]
+            if nullable and (self.without_rowid(table) or self._rowid_alias(table, key)):
+                nullable = []
+            self._nullable[table] = nullable
+        return self._nullable[table]
 
-def _refuse_null_keys(conn: apsw.Connection, keys: _Keys, tables: Iterable[str]) -> None:
+    def _rowid_alias(self, table: str, key: list[tuple[str, bool]]) -> bool:
+        if len(key) != 1:
+            return False
+        declared = self._db.execute(
+            "SELECT type FROM pragma_table_info(?, 'main') WHERE pk = 1", (table,)
+        ).fetchone()
+        if not declared or str(declared[0]).upper() != "INTEGER":
+            return False
+        pk_index = self._db.execute(
+            "SELECT 1 FROM pragma_index_list(?, 'main') WHERE origin = 'pk'", (table,)
+        ).fetchone()
+        return pk_index is None
+
+
+def _refuse_null_keys(conn: apsw.Connection, keys: _Schema, tables: Iterable[str]) -> None:
     """Sessions silently skip rows whose PRIMARY KEY holds a NULL; refuse to touch such tables."""
     for table in sorted(tables):
-        nullable = [name for name, notnull in keys.primary_key(table) if not notnull]
-        if not nullable or keys.without_rowid(table):
+        nullable = keys.nullable_key(table)
+        if not nullable:
             continue
         where = " OR ".join(f"{_quote(name)} IS NULL" for name in nullable)
         if conn.execute(f"SELECT 1 FROM main.{_quote(table)} WHERE {where} LIMIT 1").fetchone():
@@ -637,7 +695,9 @@ def _refuse_null_keys(conn: apsw.Connection, keys: _Keys, tables: Iterable[str])
             )
 
 
-def _effect(keys: _Keys, name: str, spec: DbSpec, changeset: bytes, changes: int) -> dict[str, Any]:
+def _effect(
+    keys: _Schema, name: str, spec: DbSpec, changeset: bytes, changes: int
+) -> dict[str, Any]:
     digest = hashlib.sha256(changeset).hexdigest()
     counts: dict[str, dict[str, int]] = {}
     for change in apsw.Changeset.iter(changeset):
@@ -657,15 +717,12 @@ def _effect(keys: _Keys, name: str, spec: DbSpec, changeset: bytes, changes: int
     }
 
 
-def _sequence(conn: apsw.Connection) -> list[list[Any]] | None:
+def _sequence(conn: apsw.Connection, keys: _Schema) -> list[list[Any]] | None:
     """The AUTOINCREMENT counters (sqlite_sequence, in rowid order), which no changeset
     records: the session extension skips sqlite_ tables. None if the table holds anything
     but (text, integer) rows, or more than MAX_SEQUENCE_ROWS: such a state is not journaled,
     so the verifier reports it."""
-    if (
-        conn.execute("SELECT 1 FROM main.sqlite_schema WHERE name = 'sqlite_sequence'").fetchone()
-        is None
-    ):
+    if not keys.has_sequence():
         return []
     rows = conn.execute(
         f"SELECT name, seq FROM main.sqlite_sequence ORDER BY rowid LIMIT {MAX_SEQUENCE_ROWS + 1}"

@@ -564,6 +564,86 @@ def test_execute_refuses_tables_holding_a_null_primary_key(env: tools.Env, db_pa
     execute(env, "UPDATE items SET price = 1 WHERE id = 1")  # other tables are still usable
 
 
+# A rowid alias (`INTEGER PRIMARY KEY` on a rowid table) cannot hold a NULL, so its table is not
+# scanned for one; every other key can, in a rowid table, and is still checked.
+NULLABLE_KEYS = [
+    "id INT PRIMARY KEY, v TEXT",
+    "id BIGINT PRIMARY KEY, v TEXT",
+    "id INTEGER(5) PRIMARY KEY, v TEXT",
+    "id INTEGER PRIMARY KEY DESC, v TEXT",  # SQLite's quirk: not an alias of the rowid
+    "id TEXT PRIMARY KEY, v TEXT",
+    "id INTEGER, v TEXT, k INTEGER DEFAULT 0, PRIMARY KEY (id, k)",
+]
+
+
+@pytest.mark.parametrize("columns", NULLABLE_KEYS)
+def test_null_keys_are_refused_for_every_key_that_is_not_the_rowid(
+    env: tools.Env, db_path: Path, columns: str
+) -> None:
+    conn = apsw.Connection(str(db_path))
+    conn.execute(f"CREATE TABLE keyed({columns})")
+    conn.close()
+    execute(env, "INSERT INTO keyed(id, v) VALUES (1, 'a')")  # the schema, read and kept
+    before = file_bytes(db_path)
+    err = refused(env, "db.execute", db="shop", sql="INSERT INTO keyed(id, v) VALUES (NULL, 'b')")
+    assert err.code == "sql_error" and "NULL primary key" in err.message
+    assert file_bytes(db_path) == before
+    conn = apsw.Connection(str(db_path))
+    conn.execute("INSERT INTO keyed(id, v) VALUES (NULL, 'legacy')")  # written behind our back
+    conn.close()
+    before = file_bytes(db_path)
+    err = refused(env, "db.execute", db="shop", sql="UPDATE keyed SET v = 'x' WHERE id = 1")
+    assert err.code == "sql_error" and "NULL primary key" in err.message
+    assert file_bytes(db_path) == before
+
+
+@pytest.mark.parametrize(
+    "columns", ["id INTEGER PRIMARY KEY, v TEXT", "id integer, v TEXT, PRIMARY KEY (id DESC)"]
+)
+def test_a_rowid_alias_takes_null_as_a_new_rowid(
+    env: tools.Env, db_path: Path, tmp_path: Path, columns: str
+) -> None:
+    conn = apsw.Connection(str(db_path))
+    conn.execute(f"CREATE TABLE keyed({columns})")
+    conn.close()
+    replica = tmp_path / "replica.db"
+    shutil.copyfile(db_path, replica)
+    _, effect = execute(env, "INSERT INTO keyed(id, v) VALUES (NULL, 'b')")
+    assert effect["tables"] == {"keyed": {"insert": 1, "update": 0, "delete": 0}}
+    assert effect["rowid_tables"] == []
+    apply(effect, replica)
+    assert dump(replica) == dump(db_path)
+
+
+def test_without_rowid_keys_are_not_null_by_sqlite(env: tools.Env, db_path: Path) -> None:
+    before = file_bytes(db_path)
+    err = refused(env, "db.execute", db="shop", sql="INSERT INTO pairs VALUES (NULL, 3, 'n')")
+    assert err.code == "sql_error" and "NOT NULL" in err.message
+    assert file_bytes(db_path) == before
+
+
+def test_a_schema_changed_between_calls_is_read_again(env: tools.Env, db_path: Path) -> None:
+    """The schema kept with a connection is dropped when the schema cookie moves: a table
+    whose rowid-alias key becomes a nullable one is checked again."""
+    execute(env, "INSERT INTO items(id, name) VALUES (NULL, 'kept')")
+    conn = apsw.Connection(str(db_path))
+    conn.execute(
+        "DROP TRIGGER items_audit; DROP TABLE items;"
+        " CREATE TABLE items(id INT PRIMARY KEY, name TEXT, price REAL, data BLOB);"
+        " INSERT INTO items VALUES (NULL, 'legacy', NULL, NULL);"
+    )
+    conn.close()
+    before = file_bytes(db_path)
+    err = refused(env, "db.execute", db="shop", sql="UPDATE items SET price = 2")
+    assert err.code == "sql_error" and "NULL primary key" in err.message
+    assert file_bytes(db_path) == before
+    conn = apsw.Connection(str(db_path))
+    conn.execute("CREATE VIRTUAL TABLE later USING fts5(body)")  # not writable: not journaled
+    conn.close()
+    err = refused(env, "db.execute", db="shop", sql="INSERT INTO later VALUES ('x')")
+    assert err.code == "sql_denied", err.message
+
+
 def test_execute_too_large_to_journal_is_rolled_back(env: tools.Env, db_path: Path) -> None:
     before = file_bytes(db_path)
     err = refused(

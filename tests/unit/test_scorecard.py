@@ -262,7 +262,9 @@ def canned_parts(tmp_path: Path) -> dict[str, sc.Part]:
         pool_trivial_t=[0.50, 0.55, 0.45],
         pool_first_t=[0.10, 0.12, 0.11],
     )
-    gw_doc = gateway.summary([0.0004] * 98 + [0.0009, 0.002], 0.0003, [0.000005] * 100)
+    gw_doc = gateway.summary(
+        [0.0004] * 98 + [0.0009, 0.002], 0.0003, [0.000005] * 100, [0.00002] * 100
+    )
     snap_doc = snapshot.summary(
         {
             "ours": [2.0, 2.2],
