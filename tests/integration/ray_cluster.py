@@ -27,7 +27,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RAY = str(Path(sys.executable).with_name("ray"))
 ENV = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
@@ -97,6 +96,7 @@ class LocalCluster:
     tmp: Path
     nodes: list[Node] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # every node's and check's, beside ENV
+    python: str = sys.executable  # the nodes' (their `ray` beside it) and the checks'
     ray_tmp: str = field(
         default_factory=lambda: tempfile.mkdtemp(prefix="ar-", dir="/tmp")
     )  # short: Ray's socket paths must fit 107 bytes
@@ -116,7 +116,7 @@ class LocalCluster:
         with open(log, "wb") as fh:
             proc = subprocess.Popen(
                 self.in_ns(
-                    RAY,
+                    str(Path(self.python).with_name("ray")),
                     "start",
                     "--block",
                     "--node-ip-address=127.0.0.1",
@@ -139,7 +139,7 @@ class LocalCluster:
             " print('NODES', json.dumps([n for n in ray.nodes() if n['Alive']]))"
         )
         out = subprocess.run(
-            self.in_ns(sys.executable, "-c", code),
+            self.in_ns(self.python, "-c", code),
             env={**ENV, **self.env},
             capture_output=True,
             text=True,
@@ -180,13 +180,15 @@ def start(
     workers: int = 2,
     worker_env: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> LocalCluster:
     """A head (no `docker` resource: it only places) and `workers` nodes with one `docker` each
     (`worker_env` added to their environment, and so to their Ray workers'; `env` to every
-    node's, the head's too, and to the checks that it is up: Ray's token authentication)."""
+    node's, the head's too, and to the checks that it is up: Ray's token authentication), run by
+    `python`'s Ray (another checkout's, for a benchmark's before and after)."""
     netns = f"assure-ray-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
-    cluster = LocalCluster(netns, 6379, tmp, env=dict(env or {}))
+    cluster = LocalCluster(netns, 6379, tmp, env=dict(env or {}), python=python)
     try:
         subprocess.run(cluster.in_ns("ip", "link", "set", "lo", "up"), check=True)
         cluster.start_node(

@@ -309,14 +309,21 @@ def test_a_worker_killed_mid_run_loses_its_attempt_and_the_spec_runs_again_on_th
     try:
 
         def agent_running():
-            """the slow spec's agent container"""
-            found = engine.containers.list(sparse=True, filters={"label": ["assure.role=agent"]})
+            """the slow spec's agent container, on this cluster (the shared engine has others')"""
+            found = engine.containers.list(filters={"label": ["assure.role=agent"]}, sparse=True)
+            ours = {p for n in cluster.nodes for p in n.pids()}
             return [
-                c for c in found if c.attrs["Labels"].get(LABEL_RUN, "").startswith("slow-pass-")
+                labels
+                for c in found
+                if (labels := c.attrs.get("Labels") or {})
+                .get(LABEL_RUN, "")
+                .startswith("slow-pass-")
+                and labels.get(LABEL_PID, "").isdigit()
+                and int(labels[LABEL_PID]) in ours
             ]
 
         (agent,) = wait_until(agent_running, 240)
-        worker_pid = int(agent.attrs["Labels"][LABEL_PID])
+        worker_pid = int(agent[LABEL_PID])
         (victim,) = [n for n in cluster.nodes if worker_pid in n.pids()]
         os.kill(victim.raylet(), signal.SIGKILL)
         killed = time.monotonic()
