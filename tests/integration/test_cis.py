@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from assure import spec as spec_mod
+from assure.errors import SandboxError
 from assure.sandbox import hardening
 from assure.sandbox.docker import cis
 
@@ -31,6 +32,15 @@ def user_of(evidence: cis.Evidence) -> tuple[int, int]:
 HANG = SPECS / "hang.yaml"
 
 
+def _live(backend, cid: str) -> bool:
+    """Running now; a container removed since it was listed (the engine is shared, and listing
+    and inspecting are two requests) is not, and the next look lists again."""
+    try:
+        return bool(backend.inspect(cid)["State"]["Running"])
+    except SandboxError:
+        return False
+
+
 def _running(backend, proc: subprocess.Popen, timeout: float = 60) -> dict[str, str]:
     """role -> container id, once the run's agent and gateway containers are running (the agent
     starts while the gateway is created: either may be listed first)."""
@@ -42,7 +52,7 @@ def _running(backend, proc: subprocess.Popen, timeout: float = 60) -> dict[str, 
             if c.get("assure.pid") == str(proc.pid)
         }
         if {"agent", "gateway"} <= set(ours) and all(
-            backend.inspect(ours[r])["State"]["Running"] for r in ("agent", "gateway")
+            _live(backend, ours[r]) for r in ("agent", "gateway")
         ):
             return ours
         time.sleep(0.2)
